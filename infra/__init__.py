@@ -1,0 +1,1 @@
+"""kilonode: stack config -> cluster plan -> rendered artefacts, Pulumi components, images."""

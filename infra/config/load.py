@@ -1,0 +1,228 @@
+"""Load a stack file, validate it once, and report every problem with file, line and field.
+
+The stack file is a Pulumi stack config file (`stacks/Pulumi.<stack>.yaml`); kilonode reads
+the structured value under `kilonode:cluster`. Problems are collected, never thrown one at a
+time: a user fixing a stack sees everything wrong in one run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from infra.config.checks import cross_field_problems
+from infra.config.model import ClusterConfig
+from infra.config.sysctl_profile import SysctlProfile
+from infra.paths import STACKS_DIR, SYSCTL_DIR
+from infra.problems import Loc, PlanError, Problem, StackError
+
+CONFIG_KEY = "kilonode:cluster"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A validated stack: its name, where it came from, its config and sysctl profile."""
+
+    name: str
+    file: Path
+    config: ClusterConfig
+    sysctl_profile: SysctlProfile
+
+
+def stack_file(ref: str, stacks_dir: Path = STACKS_DIR) -> Path:
+    """A stack name in stacks/ (`research-7500`) or a path to a stack file."""
+    candidate = Path(ref)
+    if candidate.suffix in {".yaml", ".yml"} or "/" in ref:
+        if candidate.is_file():
+            return candidate
+        raise StackError(ref, [Problem((), "no such stack file")])
+    named = stacks_dir / f"Pulumi.{ref}.yaml"
+    if named.is_file():
+        return named
+    known = ", ".join(available_stacks(stacks_dir)) or "none"
+    raise StackError(str(named), [Problem((), f"no stack named {ref!r}; stacks in {stacks_dir}: {known}")])
+
+
+def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+def stack_name_of(file: Path) -> str:
+    name = file.name
+    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
+        return name[len("Pulumi."):].rsplit(".", 1)[0]
+    return file.stem
+
+
+def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
+    """Load and validate; raise StackError listing every problem."""
+    file = stack_file(ref, stacks_dir)
+    shown = _display(file)
+    text = file.read_text()
+    try:
+        document = yaml.safe_load(text)
+        root_node = yaml.compose(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark else None
+        raise StackError(shown, [Problem((), f"not valid YAML: {getattr(err, 'problem', err)}", line)]) from None
+
+    raw, problems = _cluster_value(document)
+    config: ClusterConfig | None = None
+    if raw is not None:
+        try:
+            config = ClusterConfig.model_validate(raw)
+        except ValidationError as err:
+            problems += [_from_pydantic(e) for e in err.errors()]
+    profile: SysctlProfile | None = None
+    if config is not None:
+        profile, profile_problems = _load_profile(config.sysctl.profile, sysctl_dir)
+        problems += profile_problems
+    if config is not None and profile is not None:
+        problems += cross_field_problems(config, profile)
+    if problems or config is None or profile is None:
+        raise StackError(shown, _with_lines(problems, root_node))
+    return Stack(stack_name_of(file), file, config, profile)
+
+
+def with_lines(stack: Stack, error: PlanError) -> StackError:
+    """Turn a planner's problems into a StackError pointing into the stack file."""
+    root_node = yaml.compose(stack.file.read_text())
+    return StackError(_display(stack.file), _with_lines(error.problems, root_node))
+
+
+def _display(file: Path) -> str:
+    try:
+        return str(file.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(file)
+
+
+def _cluster_value(document: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        return None, [Problem((), f"a stack file needs a top-level 'config:' map holding '{CONFIG_KEY}:'")]
+    config = document["config"]
+    problems = [
+        Problem((key,), f"unknown kilonode setting; everything goes under '{CONFIG_KEY}'")
+        for key in config
+        if isinstance(key, str) and key.startswith("kilonode:") and key != CONFIG_KEY
+    ]
+    raw = config.get(CONFIG_KEY)
+    if not isinstance(raw, dict):
+        problems.append(Problem((), f"'config:' needs a '{CONFIG_KEY}:' map (at least name and nodePools)"))
+        return None, problems
+    return raw, problems
+
+
+def _load_profile(name: str, sysctl_dir: Path) -> tuple[SysctlProfile | None, list[Problem]]:
+    path = sysctl_dir / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in sysctl_dir.glob("*.yaml")))
+        return None, [Problem(("sysctl", "profile"), f"no profile {name!r} in {sysctl_dir}; known: {known}")]
+    try:
+        return SysctlProfile.model_validate(yaml.safe_load(path.read_text())), []
+    except (ValidationError, yaml.YAMLError) as err:
+        return None, [Problem(("sysctl", "profile"), f"profile file {path} is invalid: {err}")]
+
+
+def _from_pydantic(error: Any) -> Problem:
+    loc: Loc = tuple(error["loc"])
+    kind = error["type"]
+    given = error.get("input")
+    if kind == "extra_forbidden":
+        known = _known_keys(loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return Problem(loc, f"unknown key; {hint}known keys here: {', '.join(known)}")
+    if kind == "missing":
+        return Problem(loc, "is required but missing")
+    message = error["msg"].removeprefix("Value error, ")
+    if kind != "value_error" and not isinstance(given, dict | list):
+        message += f" (got {given!r})"
+    return Problem(loc, message)
+
+
+def _known_keys(loc: Loc) -> list[str]:
+    """The camelCase keys allowed at `loc`, found by walking ClusterConfig's field types."""
+    model: Any = ClusterConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = _fields_by_alias(model).get(part)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+        if model is None:
+            return []
+    return sorted(_fields_by_alias(model))
+
+
+def _fields_by_alias(model: type[BaseModel]) -> dict[str, Any]:
+    return {(f.alias or n): f for n, f in model.model_fields.items()}
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is not None:
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _with_lines(problems: list[Problem], root: yaml.Node | None) -> list[Problem]:
+    return [Problem(p.loc, p.message, p.line or _line_of(p.loc, root)) for p in problems]
+
+
+def _line_of(loc: Loc, root: yaml.Node | None) -> int | None:
+    """1-based line of the deepest node along `loc` under config.kilonode:cluster."""
+    node = _child(_child(root, "config"), CONFIG_KEY)
+    if node is None:
+        return _line(_child(root, "config")) or _line(root)
+    line = _line(node)
+    for part in loc:
+        child = _child(node, part)
+        if child is None:
+            key = _key_node(node, part)
+            return _line(key) or line
+        node, line = child, _line(_key_node_or(node, child)) or _line(child)
+    return line
+
+
+def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if key.value == part:
+                return value
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return node.value[part]
+    return None
+
+
+def _key_node(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key, _value in node.value:
+            if key.value == part:
+                return key
+    return None
+
+
+def _key_node_or(parent: yaml.Node, child: yaml.Node) -> yaml.Node:
+    if isinstance(parent, yaml.MappingNode):
+        for key, value in parent.value:
+            if value is child:
+                return key
+    return child
+
+
+def _line(node: yaml.Node | None) -> int | None:
+    return node.start_mark.line + 1 if node is not None else None

@@ -1,0 +1,237 @@
+"""ClusterConfig: the typed, fully defaulted description of one cluster.
+
+A stack file holds overrides only; every default lives here, once, with the reason it
+has the value it has. Field names are snake_case in Python and camelCase in YAML, like
+Pulumi and Kubernetes YAML. Unknown keys are errors: a typo must never be ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from ipaddress import IPv4Network
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+GIB = 1024**3
+
+# Kubernetes minors this toolkit renders flags for. Below 1.29 flowcontrol v1 (APF) and
+# the KubeletConfiguration fields used here are missing; above 1.35 nothing is verified.
+SUPPORTED_KUBERNETES_MINORS = range(29, 36)
+
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+    )
+
+
+class LocalDiskConfig(StrictModel):
+    """The instance's local (temp or NVMe) SSD, formatted and mounted at first boot."""
+
+    # Azure exposes the temp (resource) disk of `d` sizes through cloud-init's udev link.
+    device: str = "/dev/disk/cloud/azure_resource"
+    mount_point: str = "/mnt/local-ssd"
+    filesystem: Literal["ext4", "xfs"] = "ext4"
+
+    @field_validator("device", "mount_point")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") != value or " " in value:
+            raise ValueError(f"must be an absolute path without spaces or trailing '/' (got {value!r})")
+        return value
+
+
+class EtcdClusterConfig(StrictModel):
+    # 7,500-node post: 5 etcd nodes for the main store; 3 tolerate 1 failure, 5 tolerate 2.
+    members: int = 5
+    # 2,500-node post: the 2 GB default quota was hit past 1,000 nodes and stopped all
+    # writes; etcd documents 8 GiB as the suggested maximum.
+    quota_backend_bytes: int = 8 * GIB
+    # Above 8 GiB etcd only warns; we refuse unless the stack says it knows.
+    acknowledge_quota_above_suggested_maximum: bool = False
+    # etcd hardware guide "xLarge" (~3,000-node cluster): 16 vCPU, 64 GB RAM; the `d` in
+    # Ddsv5 gives a local temp SSD (2,500-node post: ~200 us fsync vs ~2 ms on premium SSD).
+    vm_size: str = "Standard_D16ds_v5"
+    local_disk: LocalDiskConfig = LocalDiskConfig()
+    # kube-apiserver compacts every 5 min; etcd's own periodic compaction is the backstop
+    # that keeps history bounded if every apiserver is down.
+    auto_compaction_retention: str = "1h"
+    snapshot_count: int = Field(default=10000, ge=100)
+
+    @field_validator("members")
+    @classmethod
+    def _odd_and_small(cls, value: int) -> int:
+        if not 1 <= value <= 7:
+            raise ValueError(f"must be 1, 3, 5 or 7 (got {value}); etcd advises at most 7 members")
+        if value % 2 == 0:
+            raise ValueError(
+                f"must be odd (got {value}): an even member count tolerates no more failures "
+                f"than {value - 1}; use {value - 1} or {value + 1}"
+            )
+        return value
+
+    @field_validator("quota_backend_bytes")
+    @classmethod
+    def _quota_positive(cls, value: int) -> int:
+        if value < 64 * 1024**2:
+            raise ValueError(f"must be at least 67108864 (64 MiB) (got {value})")
+        return value
+
+
+class EtcdConfig(StrictModel):
+    main: EtcdClusterConfig = EtcdClusterConfig()
+    # 7,500-node post: Events in their own etcd so event storms cannot hurt the main store;
+    # 3 members tolerate 1 failure, and losing Events is survivable.
+    events: EtcdClusterConfig = EtcdClusterConfig(members=3)
+
+
+class AuditLogConfig(StrictModel):
+    # 2,500-node post: audit logs found the slow and excessive queries.
+    path: str = "/var/log/kubernetes/audit/audit.log"
+    # CIS Kubernetes Benchmark 1.2.17-1.2.19: maxage 30, maxbackup 10, maxsize 100.
+    max_age_days: int = Field(default=30, ge=1)
+    max_backup: int = Field(default=10, ge=1)
+    max_size_mb: int = Field(default=100, ge=1)
+
+
+class ApiserverConfig(StrictModel):
+    # 7,500-node post: 5 dedicated apiserver nodes.
+    replicas: int = Field(default=5, ge=1, le=15)
+    vm_size: str = "Standard_D32ds_v5"
+    audit_log: AuditLogConfig = AuditLogConfig()
+    local_disk: LocalDiskConfig = LocalDiskConfig()
+
+
+class PreloadImageConfig(StrictModel):
+    """An image baked into the node image so a fresh node needs no pull for it."""
+
+    image: str
+    # A docker-archive tarball supplied by the user (path relative to the repository);
+    # without it the image build pulls `image` where a registry is reachable.
+    archive: str | None = None
+
+    @field_validator("image")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?", value):
+            raise ValueError(f"is not an image reference like 'registry/name:tag' (got {value!r})")
+        return value
+
+
+class NodePoolConfig(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    nodes: int = Field(ge=1)
+    # Native pod networking: routable secondary NIC IPs per node (field notes: flannel
+    # capped pods at ~2 Gbit/s). One GPU pod per node is the common shape; 0 means
+    # hostNetwork pods only.
+    pods_per_node: int = Field(default=8, ge=0)
+    # hostNetwork DaemonSet pods (device plugin, DCGM exporter, log agent) need no pod IP
+    # but count towards the kubelet's maxPods.
+    host_network_pods: int = Field(default=8, ge=0, le=100)
+    # Field notes (Kubernetes today): containerd is the default CRI; `docker` means Docker
+    # behind cri-dockerd, as the 2,500/7,500-node clusters ran it.
+    runtime: Literal["docker", "containerd"] = "containerd"
+    # 7,500-node post: GPU nodes with InfiniBand; a scale set then keeps a single
+    # placement group, so at most 100 VMs per scale set.
+    infiniband: bool = False
+    vm_size: str = "Standard_ND96asr_v4"
+    gpus_per_node: int = Field(default=8, ge=0, le=16)
+    local_disk: LocalDiskConfig = LocalDiskConfig()
+    # 2,500-node post: Docker max-concurrent-downloads 10 so big layers pull in parallel.
+    max_concurrent_downloads: int = Field(default=10, ge=1, le=64)
+    # 2,500-node post: serialized pulls let one 17 GB image block all others.
+    max_parallel_image_pulls: int = Field(default=10, ge=1, le=64)
+    # 2,500-node post: big pulls were cancelled for "lack of progress" at the default.
+    image_pull_progress_deadline: str = Field(default="30m", pattern=r"^[0-9]+[smh]$")
+    preload_images: tuple[PreloadImageConfig, ...] = ()
+    subnet: IPv4Network | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: tuple[str, ...] = ()
+
+
+class SysctlConfig(StrictModel):
+    # A file in sysctl/ (without .yaml) with a value and a reason per key.
+    profile: str = Field(default="gpu-worker", pattern=r"^[a-z0-9-]+$")
+    overrides: dict[str, int | str] = Field(default_factory=dict)
+
+    @field_validator("overrides")
+    @classmethod
+    def _names(cls, value: dict[str, int | str]) -> dict[str, int | str]:
+        for key in value:
+            if not re.fullmatch(r"[a-z0-9_]+(\.[a-zA-Z0-9_-]+)+", key):
+                raise ValueError(f"{key!r} is not a sysctl name like 'net.ipv4.ip_forward'")
+        return value
+
+
+class NetworkConfig(StrictModel):
+    # One VNet per cluster; Azure counts at most 65,536 private IPs in it, whatever its
+    # address space, so a larger space only helps subnet alignment.
+    vnet_cidr: IPv4Network = IPv4Network("10.0.0.0/16")
+    # Subnets are allocated from the VNet by the plan unless pinned here.
+    control_plane_subnet: IPv4Network | None = None
+    etcd_subnet: IPv4Network | None = None
+    service_cidr: IPv4Network = IPv4Network("172.16.0.0/16")
+    # Who may reach the apiserver load balancer on 6443 besides the VNet itself.
+    apiserver_allowed_cidrs: tuple[IPv4Network, ...] = ()
+    # SSH (22) is allowed only from here; none means no SSH rule at all.
+    admin_cidr: IPv4Network | None = None
+    public_ips_on_control_plane: bool = False
+
+
+class NodeImageConfig(StrictModel):
+    # Azure Compute Gallery: 1 replica per 20 VMs created at once, >= 3 for production,
+    # at most 100 per version. The largest burst is one wave of scale-set creation.
+    max_concurrent_vm_creates: int = Field(default=1000, ge=1)
+    min_replicas: int = Field(default=3, ge=1, le=100)
+
+
+class ClusterConfig(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    location: str = Field(default="westus2", pattern=r"^[a-z0-9]+$")
+    zones: tuple[str, ...] = ("1", "2", "3")
+    # A minor in SUPPORTED_KUBERNETES_MINORS; flags and config fields are rendered for it.
+    kubernetes_version: str = "1.34.2"
+    # Preloaded on every node (field notes: a registry quota hit on the pause pull blocks
+    # the whole node); the node image builds it, so nothing is pulled.
+    pause_image: str = "registry.k8s.io/pause:3.10"
+    network: NetworkConfig = NetworkConfig()
+    etcd: EtcdConfig = EtcdConfig()
+    apiserver: ApiserverConfig = ApiserverConfig()
+    node_pools: tuple[NodePoolConfig, ...] = Field(min_length=1)
+    sysctl: SysctlConfig = SysctlConfig()
+    node_image: NodeImageConfig = NodeImageConfig()
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _supported_version(cls, value: str) -> str:
+        match = re.fullmatch(r"1\.(\d+)\.(\d+)", value)
+        if not match:
+            raise ValueError(f"must look like '1.34.2' (got {value!r})")
+        minor = int(match.group(1))
+        if minor not in SUPPORTED_KUBERNETES_MINORS:
+            first, last = SUPPORTED_KUBERNETES_MINORS[0], SUPPORTED_KUBERNETES_MINORS[-1]
+            raise ValueError(f"1.{minor} is not supported; use 1.{first} to 1.{last}")
+        return value
+
+    @field_validator("pause_image")
+    @classmethod
+    def _pause_reference(cls, value: str) -> str:
+        return PreloadImageConfig(image=value).image
+
+    @field_validator("zones")
+    @classmethod
+    def _zones(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or len(set(value)) != len(value) or not all(z in {"1", "2", "3"} for z in value):
+            raise ValueError(f"must be distinct Azure zones among '1', '2', '3' (got {list(value)})")
+        return value
+
+    @property
+    def kubernetes_minor(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])

@@ -1,0 +1,158 @@
+"""ClusterPlan: everything derived from a ClusterConfig, computed once by `resolve`.
+
+Renderers, Pulumi components, the image build and the explain command read these values;
+none of them re-derives an address, a count or a name.
+"""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address, IPv4Network
+from typing import Literal
+
+from infra.config.model import (
+    AuditLogConfig,
+    LocalDiskConfig,
+    StrictModel,
+)
+
+
+class EtcdMember(StrictModel):
+    name: str  # etcd --name, and the host directory: etcd-main-0
+    vm_name: str  # Azure VM name: <cluster>-etcd-main-0
+    index: int
+    ip: IPv4Address
+    zone: str
+    client_url: str
+    peer_url: str
+    metrics_url: str
+
+
+class EtcdClusterPlan(StrictModel):
+    role: Literal["main", "events"]
+    token: str  # --initial-cluster-token: distinct per cluster so members never cross-join
+    members: tuple[EtcdMember, ...]
+    initial_cluster: str
+    client_endpoints: tuple[str, ...]
+    quota_backend_bytes: int
+    auto_compaction_retention: str
+    snapshot_count: int
+    vm_size: str
+    local_disk: LocalDiskConfig
+    data_dir: str
+
+
+class ApiserverInstance(StrictModel):
+    name: str  # apiserver-0
+    vm_name: str
+    index: int
+    ip: IPv4Address
+    zone: str
+
+
+class ControlPlanePlan(StrictModel):
+    instances: tuple[ApiserverInstance, ...]
+    load_balancer_ip: IPv4Address
+    endpoint: str  # https://<lb>:6443, what kubelets and clients use
+    etcd_servers: str  # --etcd-servers (main)
+    etcd_servers_overrides: str  # /events#https://...;https://...
+    service_cidr: IPv4Network
+    kubernetes_service_ip: IPv4Address
+    cluster_dns_ip: IPv4Address
+    audit_log: AuditLogConfig
+    vm_size: str
+    local_disk: LocalDiskConfig
+
+
+class ScaleSetShard(StrictModel):
+    name: str  # <cluster>-<pool>-000
+    index: int
+    capacity: int
+    zone: str
+    single_placement_group: bool
+
+
+class PreloadImage(StrictModel):
+    image: str
+    # "build:pause": built by the node-image recipe; "archive": a user-supplied docker
+    # archive at `archive`; "pull": pulled at build time where a registry is reachable.
+    source: Literal["build:pause", "archive", "pull"]
+    archive: str | None = None
+    # Where the node image bakes the archive; the boot-time loader reads it from here.
+    baked_path: str
+
+
+class SysctlSetting(StrictModel):
+    name: str
+    value: int | str
+    reason: str
+
+
+class NodePoolPlan(StrictModel):
+    name: str
+    nodes: int
+    runtime: Literal["docker", "containerd"]
+    infiniband: bool
+    vm_size: str
+    gpus_per_node: int
+    subnet: IPv4Network
+    pods_per_node: int
+    ip_configs_per_nic: int  # 1 primary + pods_per_node secondary
+    max_pods: int  # pods_per_node + host_network_pods
+    max_vms_per_scale_set: int
+    shards: tuple[ScaleSetShard, ...]
+    local_disk: LocalDiskConfig
+    runtime_root: str
+    max_concurrent_downloads: int
+    max_parallel_image_pulls: int
+    image_pull_progress_deadline: str
+    pause_image: str
+    preload_images: tuple[PreloadImage, ...]
+    sysctls: tuple[SysctlSetting, ...]
+    labels: dict[str, str]
+    taints: tuple[str, ...]
+
+
+class Budget(StrictModel):
+    """A quantity checked against a limit; headroom = limit - used."""
+
+    name: str
+    used: int
+    limit: int
+    source: str
+    hard: bool  # a hard limit is an error when exceeded; a soft one is a warning
+
+    @property
+    def headroom(self) -> int:
+        return self.limit - self.used
+
+
+class NetworkPlan(StrictModel):
+    vnet_cidr: IPv4Network
+    control_plane_subnet: IPv4Network
+    etcd_subnet: IPv4Network
+    apiserver_allowed_cidrs: tuple[IPv4Network, ...]
+    admin_cidr: IPv4Network | None
+    public_ips_on_control_plane: bool
+
+
+class ClusterPlan(StrictModel):
+    cluster: str
+    location: str
+    zones: tuple[str, ...]
+    kubernetes_version: str
+    network: NetworkPlan
+    etcd_main: EtcdClusterPlan
+    etcd_events: EtcdClusterPlan
+    control_plane: ControlPlanePlan
+    node_pools: tuple[NodePoolPlan, ...]
+    gallery_replicas: int
+    budgets: tuple[Budget, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:
+        return (self.etcd_main, self.etcd_events)
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(pool.nodes for pool in self.node_pools)

@@ -1,0 +1,405 @@
+"""resolve(config) -> ClusterPlan: pure and deterministic, no I/O, no Pulumi.
+
+Its cost grows with pools and scale-set shards, never with the node count: nothing here
+enumerates nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from ipaddress import IPv4Address, IPv4Network
+
+from infra.config.checks import effective_sysctls
+from infra.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
+from infra.config.sysctl_profile import SysctlProfile
+from infra.plan import limits
+from infra.plan.model import (
+    ApiserverInstance,
+    Budget,
+    ClusterPlan,
+    ControlPlanePlan,
+    EtcdClusterPlan,
+    EtcdMember,
+    NetworkPlan,
+    NodePoolPlan,
+    PreloadImage,
+    ScaleSetShard,
+    SysctlSetting,
+)
+from infra.problems import Loc, PlanError, Problem
+
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+ETCD_METRICS_PORT = 2381
+APISERVER_PORT = 6443
+PRELOAD_DIR = "/opt/kilonode/preload"
+
+
+def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan:
+    problems: list[Problem] = []
+    budgets = _budgets(config)
+    problems += _budget_problems(config, budgets)
+    if problems:
+        raise PlanError(problems)
+
+    subnets = _allocate_subnets(config)  # raises PlanError when the VNet cannot hold them
+    etcd_main = _etcd_cluster(config, "main", config.etcd.main, subnets.etcd, limits.ETCD_MAIN_FIRST_OFFSET)
+    etcd_events = _etcd_cluster(
+        config, "events", config.etcd.events, subnets.etcd, limits.ETCD_EVENTS_FIRST_OFFSET
+    )
+    control_plane = _control_plane(config, subnets.control_plane, etcd_main, etcd_events)
+    sysctls = _sysctls(config, sysctl_profile)
+    pools = tuple(
+        _node_pool(config, pool, subnets.pools[pool.name], sysctls) for pool in config.node_pools
+    )
+    net = config.network
+    return ClusterPlan(
+        cluster=config.name,
+        location=config.location,
+        zones=config.zones,
+        kubernetes_version=config.kubernetes_version,
+        network=NetworkPlan(
+            vnet_cidr=net.vnet_cidr,
+            control_plane_subnet=subnets.control_plane,
+            etcd_subnet=subnets.etcd,
+            apiserver_allowed_cidrs=net.apiserver_allowed_cidrs,
+            admin_cidr=net.admin_cidr,
+            public_ips_on_control_plane=net.public_ips_on_control_plane,
+        ),
+        etcd_main=etcd_main,
+        etcd_events=etcd_events,
+        control_plane=control_plane,
+        node_pools=pools,
+        gallery_replicas=gallery_replicas(config),
+        budgets=tuple(budgets),
+        warnings=tuple(_warnings(budgets)),
+    )
+
+
+# --- budgets -------------------------------------------------------------------------
+
+def _control_plane_ips(config: ClusterConfig) -> int:
+    # etcd members + apiservers + the internal load balancer's frontend
+    return config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas + 1
+
+
+def _pool_ips(pool: NodePoolConfig) -> int:
+    return pool.nodes * (1 + pool.pods_per_node)
+
+
+def _budgets(config: ClusterConfig) -> list[Budget]:
+    pools = config.node_pools
+    vnet_used = sum(_pool_ips(p) for p in pools) + _control_plane_ips(config)
+    nodes = sum(p.nodes for p in pools)
+    pods = sum(p.nodes * p.pods_per_node for p in pools)
+    widest_nic = max(1 + p.pods_per_node for p in pools)
+    densest = max(p.pods_per_node + p.host_network_pods for p in pools)
+    subnets = 2 + len(pools)
+    return [
+        Budget(name="VNet private IPs", used=vnet_used, limit=limits.VNET_PRIVATE_IPS.value,
+               source=limits.VNET_PRIVATE_IPS.source, hard=True),
+        Budget(name="IP configurations per NIC", used=widest_nic, limit=limits.IP_CONFIGS_PER_NIC.value,
+               source=limits.IP_CONFIGS_PER_NIC.source, hard=True),
+        Budget(name="subnets per VNet", used=subnets, limit=limits.SUBNETS_PER_VNET.value,
+               source=limits.SUBNETS_PER_VNET.source, hard=True),
+        Budget(name="nodes per cluster", used=nodes, limit=limits.K8S_NODES.value,
+               source=limits.K8S_NODES.source, hard=False),
+        Budget(name="pods per cluster", used=pods, limit=limits.K8S_PODS.value,
+               source=limits.K8S_PODS.source, hard=False),
+        Budget(name="pods per node (maxPods)", used=densest, limit=limits.K8S_PODS_PER_NODE.value,
+               source=limits.K8S_PODS_PER_NODE.source, hard=False),
+    ]
+
+
+def _budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Problem]:
+    problems: list[Problem] = []
+    by_name = {b.name: b for b in budgets}
+    vnet = by_name["VNet private IPs"]
+    if vnet.used > vnet.limit:
+        problems.append(_vnet_overflow(config, vnet))
+    for index, pool in enumerate(config.node_pools):
+        wanted = 1 + pool.pods_per_node
+        if wanted > limits.IP_CONFIGS_PER_NIC.value:
+            problems.append(Problem(
+                ("nodePools", index, "podsPerNode"),
+                f"each NIC would need 1 + {pool.pods_per_node} = {wanted} IP configurations, "
+                f"above Azure's {limits.IP_CONFIGS_PER_NIC.value} per NIC; lower podsPerNode to at "
+                f"most {limits.IP_CONFIGS_PER_NIC.value - 1}",
+            ))
+    subnets = by_name["subnets per VNet"]
+    if subnets.used > subnets.limit:
+        problems.append(Problem(
+            ("nodePools",),
+            f"{subnets.used} subnets (2 control-plane + 1 per pool) exceed Azure's {subnets.limit} "
+            "per VNet; merge pools",
+        ))
+    return problems
+
+
+def _vnet_overflow(config: ClusterConfig, vnet: Budget) -> Problem:
+    pools = config.node_pools
+    terms = " + ".join(f"{p.nodes} × (1 + {p.pods_per_node})" for p in pools[:4])
+    if len(pools) > 4:
+        terms += f" + … ({len(pools) - 4} more pools)"
+    control = _control_plane_ips(config)
+    biggest_index, biggest = max(enumerate(pools), key=lambda item: _pool_ips(item[1]))
+    alone = _pool_ips(biggest) + control > vnet.limit
+    loc: Loc = ("nodePools", biggest_index, "nodes") if alone else ("nodePools",)
+    ways = [
+        "lower podsPerNode (0 = hostNetwork pods only)" if any(p.pods_per_node for p in pools) else "",
+        "split the nodes over several clusters, one VNet each (peering does not raise the per-VNet cap)",
+    ]
+    if alone and biggest.pods_per_node == 0:
+        lead = f"one VNet cannot hold {biggest.nodes} nodes even with hostNetwork pods only"
+    else:
+        lead = "the cluster needs more private IPs than one VNet allows"
+    return Problem(
+        loc,
+        f"{lead}: nodes × (1 + podsPerNode) + control plane = {terms} + {control} = "
+        f"{vnet.used} > {vnet.limit} ({vnet.source}); ways out: "
+        + "; ".join(w for w in ways if w),
+    )
+
+
+def _warnings(budgets: list[Budget]) -> list[str]:
+    return [
+        f"{b.name}: {b.used} is above the {b.limit} of {b.source} (supported, not enforced)"
+        for b in budgets
+        if not b.hard and b.used > b.limit
+    ]
+
+
+def gallery_replicas(config: ClusterConfig) -> int:
+    image = config.node_image
+    wanted = math.ceil(image.max_concurrent_vm_creates / limits.VMS_PER_GALLERY_REPLICA.value)
+    return min(max(wanted, image.min_replicas), limits.GALLERY_REPLICAS_MAX.value)
+
+
+# --- subnets -------------------------------------------------------------------------
+
+class _Subnets:
+    def __init__(self, control_plane: IPv4Network, etcd: IPv4Network, pools: dict[str, IPv4Network]):
+        self.control_plane = control_plane
+        self.etcd = etcd
+        self.pools = pools
+
+
+def _prefix_for(addresses: int) -> int:
+    needed = addresses + limits.AZURE_RESERVED_PER_SUBNET.value
+    return 32 - max(3, math.ceil(math.log2(needed)))
+
+
+def _allocate_subnets(config: ClusterConfig) -> _Subnets:
+    """Pinned subnets stay; the rest are placed in declaration order, aligned, first fit.
+
+    Declaration order (control plane, etcd, then pools as listed) keeps every existing
+    subnet -- and so every static etcd/apiserver IP and every scale set -- where it is when
+    a pool is appended. Growing a pool past its prefix moves that pool only; pin
+    `nodePools[].subnet` to rule that out.
+    """
+    net = config.network
+    vnet = net.vnet_cidr
+    requests: list[tuple[Loc, str, IPv4Network | None, int, str]] = [
+        (("network", "controlPlaneSubnet"), "control-plane", net.control_plane_subnet,
+         limits.CONTROL_SUBNET_PREFIX, "the apiservers and their load balancer"),
+        (("network", "etcdSubnet"), "etcd", net.etcd_subnet,
+         limits.CONTROL_SUBNET_PREFIX, "the etcd members"),
+    ]
+    for index, pool in enumerate(config.node_pools):
+        requests.append((("nodePools", index, "subnet"), pool.name, pool.subnet, _prefix_for(_pool_ips(pool)),
+                         f"{pool.nodes} nodes × (1 + {pool.pods_per_node}) IPs + 5 Azure-reserved"))
+
+    problems: list[Problem] = []
+    taken: list[IPv4Network] = [pinned for _, _, pinned, _, _ in requests if pinned]
+    placed: dict[str, IPv4Network] = {}
+    for loc, key, pinned, prefix, why in requests:
+        if pinned and pinned.prefixlen > prefix:
+            problems.append(Problem(loc, f"{pinned} is too small: {why} need a /{prefix} or larger"))
+        if pinned:
+            placed[key] = pinned
+    for loc, key, pinned, prefix, why in requests:
+        if pinned:
+            continue
+        block = _first_free(vnet, prefix, taken)
+        if block is None:
+            problems.append(Problem(
+                loc if loc[0] == "nodePools" else ("network", "vnetCidr"),
+                f"no free /{prefix} left in network.vnetCidr {vnet} for {key} ({why}); ways out: "
+                "a wider vnetCidr (Azure still caps the VNet at 65,536 private IPs), fewer "
+                "podsPerNode, or split the pool",
+            ))
+            continue
+        taken.append(block)
+        placed[key] = block
+    if problems:
+        raise PlanError(problems)
+    return _Subnets(
+        placed.pop("control-plane"), placed.pop("etcd"), {p.name: placed[p.name] for p in config.node_pools}
+    )
+
+
+def _first_free(vnet: IPv4Network, prefix: int, taken: list[IPv4Network]) -> IPv4Network | None:
+    if prefix < vnet.prefixlen:
+        return None
+    size = 2 ** (32 - prefix)
+    start = int(vnet.network_address)
+    end = int(vnet.broadcast_address)
+    candidate = start
+    while candidate + size - 1 <= end:
+        block = IPv4Network((candidate, prefix))
+        clash = next((t for t in taken if t.overlaps(block)), None)
+        if clash is None:
+            return block
+        # jump past the clashing block, keeping alignment
+        after = int(clash.broadcast_address) + 1
+        candidate = max(candidate + size, (after + size - 1) // size * size)
+    return None
+
+
+# --- control plane -------------------------------------------------------------------
+
+def _etcd_cluster(
+    config: ClusterConfig, role: str, spec: EtcdClusterConfig, subnet: IPv4Network, first_offset: int
+) -> EtcdClusterPlan:
+    members = []
+    for i in range(spec.members):
+        ip = subnet.network_address + first_offset + i
+        members.append(EtcdMember(
+            name=f"etcd-{role}-{i}",
+            vm_name=f"{config.name}-etcd-{role}-{i}",
+            index=i,
+            ip=ip,
+            zone=config.zones[i % len(config.zones)],
+            client_url=f"https://{ip}:{ETCD_CLIENT_PORT}",
+            peer_url=f"https://{ip}:{ETCD_PEER_PORT}",
+            metrics_url=f"http://{ip}:{ETCD_METRICS_PORT}",
+        ))
+    return EtcdClusterPlan(
+        role=role,  # type: ignore[arg-type]
+        token=f"{config.name}-etcd-{role}",
+        members=tuple(members),
+        initial_cluster=",".join(f"{m.name}={m.peer_url}" for m in members),
+        client_endpoints=tuple(m.client_url for m in members),
+        quota_backend_bytes=spec.quota_backend_bytes,
+        auto_compaction_retention=spec.auto_compaction_retention,
+        snapshot_count=spec.snapshot_count,
+        vm_size=spec.vm_size,
+        local_disk=spec.local_disk,
+        # 2,500-node post: etcd's data dir on the local SSD (~200 us fsync vs ~2 ms).
+        data_dir=f"{spec.local_disk.mount_point}/etcd",
+    )
+
+
+def _control_plane(
+    config: ClusterConfig, subnet: IPv4Network, main: EtcdClusterPlan, events: EtcdClusterPlan
+) -> ControlPlanePlan:
+    api = config.apiserver
+    instances = tuple(
+        ApiserverInstance(
+            name=f"apiserver-{i}",
+            vm_name=f"{config.name}-apiserver-{i}",
+            index=i,
+            ip=subnet.network_address + limits.APISERVER_FIRST_OFFSET + i,
+            zone=config.zones[i % len(config.zones)],
+        )
+        for i in range(api.replicas)
+    )
+    lb_ip = subnet.network_address + limits.LB_FRONTEND_OFFSET
+    service_cidr = config.network.service_cidr
+    return ControlPlanePlan(
+        instances=instances,
+        load_balancer_ip=lb_ip,
+        endpoint=f"https://{lb_ip}:{APISERVER_PORT}",
+        etcd_servers=",".join(main.client_endpoints),
+        # 7,500-node post: Events in their own etcd; group/resource#server;server syntax.
+        etcd_servers_overrides="/events#" + ";".join(events.client_endpoints),
+        service_cidr=service_cidr,
+        kubernetes_service_ip=IPv4Address(int(service_cidr.network_address) + 1),
+        cluster_dns_ip=IPv4Address(int(service_cidr.network_address) + 10),
+        audit_log=api.audit_log,
+        vm_size=api.vm_size,
+        local_disk=api.local_disk,
+    )
+
+
+# --- node pools ----------------------------------------------------------------------
+
+def _sysctls(config: ClusterConfig, profile: SysctlProfile) -> tuple[SysctlSetting, ...]:
+    reasons = {name: entry.reason for name, entry in profile.root.items()}
+    return tuple(
+        SysctlSetting(
+            name=name,
+            value=value,
+            reason="stack override (sysctl.overrides)"
+            + (f"; profile default was {profile.root[name].value}" if name in reasons else ""),
+        )
+        if name in config.sysctl.overrides
+        else SysctlSetting(name=name, value=value, reason=reasons[name])
+        for name, value in effective_sysctls(config, profile).items()
+    )
+
+
+def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:
+    per_set = (limits.VMS_PER_PLACEMENT_GROUP if pool.infiniband else limits.VMS_PER_SCALE_SET).value
+    count = math.ceil(pool.nodes / per_set)
+    base, extra = divmod(pool.nodes, count)
+    return per_set, tuple(
+        ScaleSetShard(
+            name=f"{config.name}-{pool.name}-{i:03d}",
+            index=i,
+            capacity=base + (1 if i < extra else 0),
+            zone=config.zones[i % len(config.zones)],
+            single_placement_group=pool.infiniband,
+        )
+        for i in range(count)
+    )
+
+
+def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage, ...]:
+    def baked(image: str) -> str:
+        safe = image.replace("/", "_").replace(":", "_").replace("@", "_")
+        return f"{PRELOAD_DIR}/{safe}.tar"
+
+    images = [PreloadImage(image=config.pause_image, source="build:pause", baked_path=baked(config.pause_image))]
+    for entry in pool.preload_images:
+        if entry.image == config.pause_image:
+            continue
+        images.append(PreloadImage(
+            image=entry.image,
+            source="archive" if entry.archive else "pull",
+            archive=entry.archive,
+            baked_path=baked(entry.image),
+        ))
+    return tuple(images)
+
+
+def _node_pool(
+    config: ClusterConfig, pool: NodePoolConfig, subnet: IPv4Network, sysctls: tuple[SysctlSetting, ...]
+) -> NodePoolPlan:
+    per_set, shards = _shards(config, pool)
+    root_name = "docker" if pool.runtime == "docker" else "containerd"
+    return NodePoolPlan(
+        name=pool.name,
+        nodes=pool.nodes,
+        runtime=pool.runtime,
+        infiniband=pool.infiniband,
+        vm_size=pool.vm_size,
+        gpus_per_node=pool.gpus_per_node,
+        subnet=subnet,
+        pods_per_node=pool.pods_per_node,
+        ip_configs_per_nic=1 + pool.pods_per_node,
+        max_pods=pool.pods_per_node + pool.host_network_pods,
+        max_vms_per_scale_set=per_set,
+        shards=shards,
+        local_disk=pool.local_disk,
+        # 2,500-node post: the container runtime's root on the instance's local SSD.
+        runtime_root=f"{pool.local_disk.mount_point}/{root_name}",
+        max_concurrent_downloads=pool.max_concurrent_downloads,
+        max_parallel_image_pulls=pool.max_parallel_image_pulls,
+        image_pull_progress_deadline=pool.image_pull_progress_deadline,
+        pause_image=config.pause_image,
+        preload_images=_preload(config, pool),
+        sysctls=sysctls,
+        labels={"kilonode.io/pool": pool.name, **pool.labels},
+        taints=pool.taints,
+    )

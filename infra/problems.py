@@ -1,0 +1,49 @@
+"""Problems found in a stack: one line each, naming the file, the field and what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Loc = tuple[str | int, ...]
+
+
+def dotted(loc: Loc) -> str:
+    """('nodePools', 0, 'podsPerNode') -> 'nodePools[0].podsPerNode'."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a stack: where (`loc`, user-facing camelCase keys) and what."""
+
+    loc: Loc
+    message: str
+    line: int | None = None
+
+    @property
+    def path(self) -> str:
+        return dotted(self.loc)
+
+    def format(self, file: str) -> str:
+        where = f"{file}:{self.line}" if self.line else file
+        return f"{where}: {self.path or '(top level)'}: {self.message}"
+
+
+class StackError(Exception):
+    """A stack could not be loaded, validated or planned; carries every problem found."""
+
+    def __init__(self, file: str, problems: list[Problem]) -> None:
+        self.file = file
+        self.problems = problems
+        super().__init__("\n".join(p.format(file) for p in problems))
+
+
+class PlanError(Exception):
+    """Raised by the pure planner, which knows no file; the loader adds file and lines."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(f"{p.path}: {p.message}" for p in problems))
