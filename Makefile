@@ -1,0 +1,44 @@
+# kilonode: `make help` lists the targets.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= local
+OUT ?= out/$(STACK)
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: $(VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+host-packages: ## Install the Debian packages the tests use (apt, from this machine's sources)
+	scripts/install-host-packages
+
+demo: setup ## Render and explain the local stack (STACK=..., OUT=...)
+	$(BIN)/kilonode render $(STACK) --out $(OUT)
+	$(BIN)/kilonode explain $(STACK)
+
+test: setup ## Run every test, slow ones (VMs, etcd) included, and ruff
+	$(BIN)/ruff check .
+	$(BIN)/pytest
+
+test-fast: setup ## Run the tests not marked slow
+	$(BIN)/pytest -m 'not slow'
+
+golden: setup ## Regenerate tests/golden/<stack>/ from the shipped stacks
+	$(BIN)/python -m infra.render.golden
+
+bench: setup ## Run the benchmarks in bench/ and write bench/results/
+	$(BIN)/python bench/bench_render.py
+
+lint: setup ## ruff
+	$(BIN)/ruff check .
+
+.PHONY: help setup host-packages demo test test-fast golden bench lint

@@ -1,0 +1,11 @@
+"""Pure renderers: plan in, files out. No Pulumi, no disk, no network.
+
+    render_cluster(plan) -> {"etcd-main-0": HostFiles, ..., "apiserver-0": ..., "pool-<name>": ...}
+
+Each HostFiles maps a host path (relative to /, e.g. "etc/kubernetes/kubelet-config.yaml")
+to a RenderedFile; the key USER_DATA holds the role's cloud-init user-data.
+"""
+
+from infra.render.files import USER_DATA, HostFiles, RenderedFile
+
+__all__ = ["USER_DATA", "HostFiles", "RenderedFile"]
