@@ -62,19 +62,33 @@ def stack_name_of(file: Path) -> str:
 
 
 def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
-    """Load and validate; raise StackError listing every problem."""
+    """Load and validate a stack file; raise StackError listing every problem."""
     file = stack_file(ref, stacks_dir)
-    shown = _display(file)
     text = file.read_text()
     try:
         document = yaml.safe_load(text)
-        root_node = yaml.compose(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark else None
-        raise StackError(shown, [Problem((), f"not valid YAML: {getattr(err, 'problem', err)}", line)]) from None
-
+        message = f"not valid YAML: {getattr(err, 'problem', err)}"
+        raise StackError(_display(file), [Problem((), message, line)]) from None
     raw, problems = _cluster_value(document)
+    return _validated(stack_name_of(file), file, raw, problems, sysctl_dir)
+
+
+def stack_from_value(name: str, raw: Any, file: Path, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
+    """Validate a `kilonode:cluster` value already read by someone else (the Pulumi
+    program reads it with pulumi.Config); `file` is where it came from, for messages."""
+    problems: list[Problem] = []
+    if not isinstance(raw, dict):
+        problems.append(Problem((), f"'{CONFIG_KEY}' must be a map (at least name and nodePools)"))
+        raw = None
+    return _validated(name, file, raw, problems, sysctl_dir)
+
+
+def _validated(
+    name: str, file: Path, raw: dict[str, Any] | None, problems: list[Problem], sysctl_dir: Path
+) -> Stack:
     config: ClusterConfig | None = None
     if raw is not None:
         try:
@@ -88,14 +102,20 @@ def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCT
     if config is not None and profile is not None:
         problems += cross_field_problems(config, profile)
     if problems or config is None or profile is None:
-        raise StackError(shown, _with_lines(problems, root_node))
-    return Stack(stack_name_of(file), file, config, profile)
+        raise StackError(_display(file), _with_lines(problems, _compose(file)))
+    return Stack(name, file, config, profile)
+
+
+def _compose(file: Path) -> yaml.Node | None:
+    try:
+        return yaml.compose(file.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
 
 
 def with_lines(stack: Stack, error: PlanError) -> StackError:
     """Turn a planner's problems into a StackError pointing into the stack file."""
-    root_node = yaml.compose(stack.file.read_text())
-    return StackError(_display(stack.file), _with_lines(error.problems, root_node))
+    return StackError(_display(stack.file), _with_lines(error.problems, _compose(stack.file)))
 
 
 def _display(file: Path) -> str:
