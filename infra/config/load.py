@@ -94,7 +94,7 @@ def _validated(
         try:
             config = ClusterConfig.model_validate(raw)
         except ValidationError as err:
-            problems += [_from_pydantic(e) for e in err.errors()]
+            problems += _from_pydantic_errors(err.errors())
     profile: SysctlProfile | None = None
     if config is not None:
         profile, profile_problems = _load_profile(config.sysctl.profile, sysctl_dir)
@@ -150,6 +150,15 @@ def _load_profile(name: str, sysctl_dir: Path) -> tuple[SysctlProfile | None, li
         return SysctlProfile.model_validate(yaml.safe_load(path.read_text())), []
     except (ValidationError, yaml.YAMLError) as err:
         return None, [Problem(("sysctl", "profile"), f"profile file {path} is invalid: {err}")]
+
+
+def _from_pydantic_errors(errors: list[Any]) -> list[Problem]:
+    # pydantic adds "too short" for a list whose only items failed; the item errors say more
+    failed = {tuple(e["loc"][:1]) for e in errors if len(e["loc"]) > 1}
+    return [
+        _from_pydantic(e) for e in errors
+        if not (e["type"] == "too_short" and tuple(e["loc"]) in failed)
+    ]
 
 
 def _from_pydantic(error: Any) -> Problem:

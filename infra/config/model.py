@@ -72,8 +72,8 @@ class EtcdClusterConfig(StrictModel):
             raise ValueError(f"must be 1, 3, 5 or 7 (got {value}); etcd advises at most 7 members")
         if value % 2 == 0:
             raise ValueError(
-                f"must be odd (got {value}): an even member count tolerates no more failures "
-                f"than {value - 1}; use {value - 1} or {value + 1}"
+                f"must be odd (got {value}): {value} members tolerate no more failures than "
+                f"{value - 1} do; use {value - 1} or {value + 1}"
             )
         return value
 
