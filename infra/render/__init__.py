@@ -1,4 +1,5 @@
-"""Pure renderers: plan in, files out. No Pulumi, no disk, no network.
+"""Pure renderers: plan in, files out. No Pulumi, no network; templates are read from
+templates/ (their paths mirror where each file lands on the host).
 
     render_cluster(plan) -> {"etcd-main-0": HostFiles, ..., "apiserver-0": ..., "pool-<name>": ...}
 
@@ -6,6 +7,7 @@ Each HostFiles maps a host path (relative to /, e.g. "etc/kubernetes/kubelet-con
 to a RenderedFile; the key USER_DATA holds the role's cloud-init user-data.
 """
 
+from infra.render.cluster import render_cluster, render_tree
 from infra.render.files import USER_DATA, HostFiles, RenderedFile
 
-__all__ = ["USER_DATA", "HostFiles", "RenderedFile"]
+__all__ = ["USER_DATA", "HostFiles", "RenderedFile", "render_cluster", "render_tree"]

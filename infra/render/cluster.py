@@ -1,0 +1,44 @@
+"""The whole rendered tree of a cluster: one directory per host role instance and pool."""
+
+from __future__ import annotations
+
+from infra.config.model import ClusterConfig
+from infra.plan.model import ClusterPlan
+from infra.render.common import GENERATED, to_yaml
+from infra.render.control_plane import render_apiserver
+from infra.render.etcd import render_etcd_member
+from infra.render.files import HostFiles, RenderedFile
+from infra.render.pool import render_pool
+
+CONFIG_FILE = "config.yaml"
+PLAN_FILE = "plan.yaml"
+
+
+def render_cluster(plan: ClusterPlan) -> dict[str, HostFiles]:
+    """{"etcd-main-0": files, ..., "etcd-events-0": ..., "apiserver-0": ..., "pool-<name>": ...}"""
+    hosts: dict[str, HostFiles] = {}
+    for cluster in plan.etcd_clusters:
+        for member in cluster.members:
+            hosts[member.name] = render_etcd_member(plan, cluster, member)
+    for instance in plan.control_plane.instances:
+        hosts[instance.name] = render_apiserver(plan, instance)
+    for pool in plan.node_pools:
+        hosts[f"pool-{pool.name}"] = render_pool(plan, pool)
+    return hosts
+
+
+def render_tree(config: ClusterConfig, plan: ClusterPlan) -> dict[str, RenderedFile]:
+    """Every file `kilonode render` writes, keyed by its path under --out."""
+    tree = {
+        CONFIG_FILE: RenderedFile(
+            f"# The fully defaulted config. {GENERATED}\n"
+            + to_yaml(config.model_dump(mode="json", by_alias=True))
+        ),
+        PLAN_FILE: RenderedFile(
+            f"# The resolved plan. {GENERATED}\n" + to_yaml(plan.model_dump(mode="json", by_alias=True))
+        ),
+    }
+    for host, files in render_cluster(plan).items():
+        for path, file in files.items():
+            tree[f"{host}/{path}"] = file
+    return dict(sorted(tree.items()))

@@ -1,0 +1,173 @@
+"""Control-plane node artefacts: kube-apiserver, kube-scheduler, kube-controller-manager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.plan.model import ApiserverInstance, ClusterPlan
+from infra.render import pki
+from infra.render.cloud_init import user_data
+from infra.render.common import GENERATED, Flag, render_template, systemd_exec, to_yaml
+from infra.render.files import USER_DATA, HostFiles, RenderedFile
+
+BIN = "/usr/local/bin"
+UNIT_TEMPLATE = "etc/systemd/system/kube-control-plane.service"
+AUDIT_POLICY = "etc/kubernetes/audit-policy.yaml"
+SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
+SCHEDULER_KUBECONFIG = "/etc/kubernetes/scheduler.kubeconfig"
+CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
+
+
+def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
+    cp = plan.control_plane
+    audit = cp.audit_log
+    return [
+        ("advertise-address", str(instance.ip)),
+        ("secure-port", 6443),
+        ("etcd-servers", cp.etcd_servers),
+        # 7,500-node post: Events in their own etcd cluster.
+        ("etcd-servers-overrides", cp.etcd_servers_overrides),
+        ("etcd-cafile", pki.APISERVER_ETCD_CA_BUNDLE),
+        ("etcd-certfile", pki.APISERVER_ETCD_CLIENT_CERT),
+        ("etcd-keyfile", pki.APISERVER_ETCD_CLIENT_KEY),
+        # CIS 1.2.1, 1.2.7-1.2.9: no anonymous requests; Node and RBAC authorization.
+        ("anonymous-auth", False),
+        ("authorization-mode", "Node,RBAC"),
+        ("enable-admission-plugins", "NodeRestriction"),
+        # Field notes: --apiserver-count, today the lease endpoint reconciler.
+        ("endpoint-reconciler-type", "lease"),
+        # 2,500-node post: audit logs found the slow and excessive queries (CIS 1.2.16-19).
+        ("audit-log-path", audit.path),
+        ("audit-log-maxage", audit.max_age_days),
+        ("audit-log-maxbackup", audit.max_backup),
+        ("audit-log-maxsize", audit.max_size_mb),
+        ("audit-policy-file", f"/{AUDIT_POLICY}"),
+        ("client-ca-file", pki.K8S_CA),
+        ("tls-cert-file", pki.APISERVER_CERT),
+        ("tls-private-key-file", pki.APISERVER_KEY),
+        ("kubelet-client-certificate", pki.APISERVER_KUBELET_CLIENT_CERT),
+        ("kubelet-client-key", pki.APISERVER_KUBELET_CLIENT_KEY),
+        ("kubelet-certificate-authority", pki.K8S_CA),
+        ("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
+        ("service-account-key-file", pki.SERVICE_ACCOUNT_PUB),
+        ("service-account-signing-key-file", pki.SERVICE_ACCOUNT_KEY),
+        ("service-cluster-ip-range", str(cp.service_cidr)),
+        ("profiling", False),
+        # GPU device plugins and DCGM run privileged.
+        ("allow-privileged", True),
+    ]
+
+
+def scheduler_flags() -> list[Flag]:
+    return [
+        ("config", f"/{SCHEDULER_CONFIG}"),
+        ("authentication-kubeconfig", SCHEDULER_KUBECONFIG),
+        ("authorization-kubeconfig", SCHEDULER_KUBECONFIG),
+        ("bind-address", "127.0.0.1"),
+        ("profiling", False),
+    ]
+
+
+def controller_manager_flags(plan: ClusterPlan) -> list[Flag]:
+    return [
+        ("kubeconfig", CONTROLLER_MANAGER_KUBECONFIG),
+        ("authentication-kubeconfig", CONTROLLER_MANAGER_KUBECONFIG),
+        ("authorization-kubeconfig", CONTROLLER_MANAGER_KUBECONFIG),
+        ("bind-address", "127.0.0.1"),
+        ("cluster-name", plan.cluster),
+        ("leader-elect", True),
+        ("use-service-account-credentials", True),
+        ("root-ca-file", pki.K8S_CA),
+        ("cluster-signing-cert-file", pki.K8S_CA),
+        ("cluster-signing-key-file", pki.K8S_CA_KEY),
+        ("service-account-private-key-file", pki.SERVICE_ACCOUNT_KEY),
+        ("service-cluster-ip-range", str(plan.control_plane.service_cidr)),
+        # Native pod networking: pod IPs are Azure NIC addresses, not node CIDRs.
+        ("allocate-node-cidrs", False),
+        ("cloud-provider", "external"),
+        ("profiling", False),
+    ]
+
+
+def scheduler_config(plan: ClusterPlan) -> str:
+    resources: list[dict[str, Any]] = [{"name": "cpu", "weight": 1}, {"name": "memory", "weight": 1}]
+    if any(pool.gpus_per_node for pool in plan.node_pools):
+        resources.append({"name": "nvidia.com/gpu", "weight": 1})
+    config = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": SCHEDULER_KUBECONFIG},
+        "leaderElection": {"leaderElect": True},
+        "profiles": [{
+            "schedulerName": "default-scheduler",
+            # 2,500-node post: pack nodes instead of spreading (MostRequestedPriority
+            # weight 1 + InterPodAffinityPriority weight 2), so empty nodes can scale down
+            # and whole-node pods schedule at once.
+            "plugins": {
+                "score": {
+                    "disabled": [{"name": "NodeResourcesBalancedAllocation"}],
+                    "enabled": [
+                        {"name": "NodeResourcesFit", "weight": 1},
+                        {"name": "InterPodAffinity", "weight": 2},
+                    ],
+                },
+            },
+            "pluginConfig": [{
+                "name": "NodeResourcesFit",
+                "args": {"scoringStrategy": {"type": "MostAllocated", "resources": resources}},
+            }],
+        }],
+    }
+    return f"# {GENERATED}\n" + to_yaml(config)
+
+
+def audit_policy() -> str:
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [
+            # Events live in their own etcd and come in storms; auditing them adds load
+            # and no insight.
+            {"level": "None", "resources": [{"group": "", "resources": ["events"]}]},
+            # 2,500-node post: who asks what, how often, how slowly - metadata is enough.
+            {"level": "Metadata"},
+        ],
+    }
+    return f"# {GENERATED}\n" + to_yaml(policy)
+
+
+def _unit(component: str, description: str, flags: list[Flag]) -> RenderedFile:
+    binary = f"{BIN}/{component}"
+    return RenderedFile(render_template(
+        UNIT_TEMPLATE,
+        component=component,
+        description=description,
+        binary=binary,
+        exec_start=systemd_exec(binary, flags),
+    ))
+
+
+def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFiles:
+    files: HostFiles = {
+        "etc/systemd/system/kube-apiserver.service": _unit(
+            "kube-apiserver", f"Kubernetes API server {instance.name}", apiserver_flags(plan, instance)
+        ),
+        "etc/systemd/system/kube-scheduler.service": _unit(
+            "kube-scheduler", "Kubernetes scheduler (leader-elected)", scheduler_flags()
+        ),
+        "etc/systemd/system/kube-controller-manager.service": _unit(
+            "kube-controller-manager", "Kubernetes controller manager (leader-elected)",
+            controller_manager_flags(plan),
+        ),
+        AUDIT_POLICY: RenderedFile(audit_policy()),
+        SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
+    }
+    files[USER_DATA] = RenderedFile(user_data(
+        role=f"apiserver {instance.name} of cluster {plan.cluster}",
+        local_disk=plan.control_plane.local_disk,
+        files=files,
+        restart_units=[],
+        start_units=["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service"],
+    ))
+    return dict(sorted(files.items()))

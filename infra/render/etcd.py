@@ -1,0 +1,69 @@
+"""etcd member artefacts (main and events clusters): the unit with its flags, cloud-init."""
+
+from __future__ import annotations
+
+from infra.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
+from infra.render import pki
+from infra.render.cloud_init import user_data
+from infra.render.common import Flag, render_template, systemd_exec
+from infra.render.files import USER_DATA, HostFiles, RenderedFile
+
+ETCD_BINARY = "/usr/bin/etcd"
+ETCD_UNIT = "etc/systemd/system/etcd.service"
+
+
+def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
+    return [
+        ("name", member.name),
+        # 2,500-node post: data on the local SSD.
+        ("data-dir", cluster.data_dir),
+        ("listen-peer-urls", member.peer_url),
+        ("listen-client-urls", f"{member.client_url},https://127.0.0.1:2379"),
+        ("advertise-client-urls", member.client_url),
+        ("initial-advertise-peer-urls", member.peer_url),
+        ("initial-cluster", cluster.initial_cluster),
+        ("initial-cluster-state", "new"),
+        ("initial-cluster-token", cluster.token),
+        ("listen-metrics-urls", f"{member.metrics_url},http://127.0.0.1:2381"),
+        # CIS 2.1-2.6: TLS for clients and peers with client-cert auth, never auto-TLS.
+        ("cert-file", pki.ETCD_SERVER_CERT),
+        ("key-file", pki.ETCD_SERVER_KEY),
+        ("client-cert-auth", True),
+        ("trusted-ca-file", pki.ETCD_CLIENT_CA),
+        ("auto-tls", False),
+        ("peer-cert-file", pki.ETCD_PEER_CERT),
+        ("peer-key-file", pki.ETCD_PEER_KEY),
+        ("peer-client-cert-auth", True),
+        ("peer-trusted-ca-file", pki.ETCD_CA),
+        ("peer-auto-tls", False),
+        # 2,500-node post: the 2 GB default quota stopped all writes past 1,000 nodes.
+        ("quota-backend-bytes", cluster.quota_backend_bytes),
+        ("auto-compaction-mode", "periodic"),
+        ("auto-compaction-retention", cluster.auto_compaction_retention),
+        ("snapshot-count", cluster.snapshot_count),
+    ]
+
+
+def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMember) -> HostFiles:
+    files: HostFiles = {
+        ETCD_UNIT: RenderedFile(render_template(
+            ETCD_UNIT,
+            member=member.name,
+            role=cluster.role,
+            cluster=plan.cluster,
+            mount_point=cluster.local_disk.mount_point,
+            data_dir=cluster.data_dir,
+            exec_start=systemd_exec(ETCD_BINARY, etcd_flags(cluster, member)),
+        )),
+    }
+    files[USER_DATA] = RenderedFile(user_data(
+        role=f"etcd member {member.name} of cluster {plan.cluster}",
+        local_disk=cluster.local_disk,
+        files=files,
+        restart_units=[],
+        start_units=["etcd.service"],
+        # Debian's etcd-server provides /usr/bin/etcd and the etcd user; the unit above
+        # (in /etc) replaces the package's own.
+        packages=["etcd-server"],
+    ))
+    return dict(sorted(files.items()))

@@ -1,0 +1,222 @@
+"""Worker node pool artefacts: kubelet, container runtime, sysctls, preloaded images."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import tomli_w
+
+from infra.plan.model import ClusterPlan, NodePoolPlan
+from infra.render import pki
+from infra.render.cloud_init import user_data
+from infra.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
+from infra.render.files import USER_DATA, HostFiles, RenderedFile
+
+KUBELET_BINARY = "/usr/local/bin/kubelet"
+CRI_DOCKERD_BINARY = "/usr/local/bin/cri-dockerd"
+KUBELET_CONFIG = "etc/kubernetes/kubelet-config.yaml"
+KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
+KUBELET_BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.kubeconfig"
+DOCKER_DAEMON_JSON = "etc/docker/daemon.json"
+CONTAINERD_CONFIG = "etc/containerd/config.toml"
+SYSCTL_FILE = "etc/sysctl.d/90-kilonode.conf"
+PRELOAD_MANIFEST = "etc/kilonode/preload-images.json"
+PRELOAD_LOADER = "usr/local/lib/kilonode/load-preloaded-images"
+PRELOAD_UNIT = "etc/systemd/system/kilonode-preload-images.service"
+CRI_DOCKERD_SOCKET = "unix:///run/cri-dockerd.sock"
+CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
+
+
+def runtime_unit(pool: NodePoolPlan) -> str:
+    return "docker.service" if pool.runtime == "docker" else "containerd.service"
+
+
+def cri_unit(pool: NodePoolPlan) -> str:
+    """The unit serving kubelet's CRI socket."""
+    return "cri-docker.service" if pool.runtime == "docker" else "containerd.service"
+
+
+def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
+    files: HostFiles = {
+        KUBELET_CONFIG: RenderedFile(kubelet_config(plan, pool)),
+        "etc/systemd/system/kubelet.service": RenderedFile(render_template(
+            "etc/systemd/system/kubelet.service",
+            cri_unit=cri_unit(pool),
+            binary=KUBELET_BINARY,
+            exec_start=systemd_exec(KUBELET_BINARY, kubelet_flags(pool)),
+        )),
+        f"etc/systemd/system/{runtime_unit(pool)}.d/10-kilonode-local-ssd.conf": RenderedFile(render_template(
+            "etc/systemd/system/RUNTIME.service.d/10-kilonode-local-ssd.conf",
+            mount_point=pool.local_disk.mount_point,
+        )),
+        SYSCTL_FILE: RenderedFile(sysctl_conf(pool)),
+        PRELOAD_MANIFEST: RenderedFile(to_json([
+            {"image": image.image, "path": image.baked_path, "source": image.source}
+            for image in pool.preload_images
+        ])),
+        PRELOAD_LOADER: RenderedFile(preload_loader(pool), mode=0o755),
+        PRELOAD_UNIT: RenderedFile(render_template(
+            PRELOAD_UNIT, runtime_unit=runtime_unit(pool), loader=f"/{PRELOAD_LOADER}",
+        )),
+    }
+    if pool.runtime == "docker":
+        files[DOCKER_DAEMON_JSON] = RenderedFile(to_json(docker_daemon_json(pool)))
+        files["etc/systemd/system/cri-docker.service"] = RenderedFile(render_template(
+            "etc/systemd/system/cri-docker.service",
+            binary=CRI_DOCKERD_BINARY,
+            exec_start=systemd_exec(CRI_DOCKERD_BINARY, cri_dockerd_flags(pool)),
+        ))
+    else:
+        files[CONTAINERD_CONFIG] = RenderedFile(containerd_config(pool))
+    units = [runtime_unit(pool), "kilonode-preload-images.service", "kubelet.service"]
+    if pool.runtime == "docker":
+        units.insert(1, "cri-docker.service")
+    files[USER_DATA] = RenderedFile(user_data(
+        role=f"pool {pool.name} of cluster {plan.cluster}",
+        local_disk=pool.local_disk,
+        files=files,
+        restart_units=[runtime_unit(pool)],
+        start_units=units[1:],
+        apply_sysctls=True,
+    ))
+    return dict(sorted(files.items()))
+
+
+def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
+    config: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # CIS Kubernetes Benchmark 4.2.1-4.2.4: no anonymous access, no AlwaysAllow, no
+        # read-only port.
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": pki.K8S_CA},
+        },
+        "authorization": {"mode": "Webhook"},
+        "readOnlyPort": 0,
+        # CIS 4.2.11/4.2.12: rotate client certificates, bootstrap serving certificates.
+        "rotateCertificates": True,
+        "serverTLSBootstrap": True,
+        "cgroupDriver": "systemd",
+        "containerRuntimeEndpoint": CRI_DOCKERD_SOCKET if pool.runtime == "docker" else CONTAINERD_SOCKET,
+        "clusterDomain": "cluster.local",
+        "clusterDNS": [str(plan.control_plane.cluster_dns_ip)],
+        # One pod IP per NIC secondary address, plus the hostNetwork DaemonSet pods, which
+        # need none.
+        "maxPods": pool.max_pods,
+        # 2,500-node post: serialized pulls let one 17 GB image block every other pull.
+        "serializeImagePulls": False,
+        "maxParallelImagePulls": pool.max_parallel_image_pulls,
+    }
+    if pool.taints:
+        config["registerWithTaints"] = [_taint(t) for t in pool.taints]
+    return f"# {GENERATED}\n" + to_yaml(config)
+
+
+def _taint(text: str) -> dict[str, str]:
+    key_value, _, effect = text.partition(":")
+    key, _, value = key_value.partition("=")
+    taint = {"key": key, "effect": effect}
+    if value:
+        taint["value"] = value
+    return taint
+
+
+def kubelet_flags(pool: NodePoolPlan) -> list[Flag]:
+    return [
+        ("config", f"/{KUBELET_CONFIG}"),
+        ("kubeconfig", KUBELET_KUBECONFIG),
+        ("bootstrap-kubeconfig", KUBELET_BOOTSTRAP_KUBECONFIG),
+        # Node addresses and routes come from Azure (native pod networking).
+        ("cloud-provider", "external"),
+        ("node-labels", ",".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))),
+    ]
+
+
+def docker_daemon_json(pool: NodePoolPlan) -> dict[str, Any]:
+    return {
+        # 2,500-node post: Docker's root on the instance's local SSD.
+        "data-root": pool.runtime_root,
+        # 2,500-node post: parallel pulls need overlay2 (not AUFS).
+        "storage-driver": "overlay2",
+        # 2,500-node post: max-concurrent-downloads 10 for huge images.
+        "max-concurrent-downloads": pool.max_concurrent_downloads,
+        "exec-opts": ["native.cgroupdriver=systemd"],
+        # Semi-stateful pods (field notes): a dockerd restart must not kill them.
+        "live-restore": True,
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "100m", "max-file": "3"},
+    }
+
+
+def cri_dockerd_flags(pool: NodePoolPlan) -> list[Flag]:
+    return [
+        ("container-runtime-endpoint", CRI_DOCKERD_SOCKET),
+        ("network-plugin", "cni"),
+        # Field notes: the pause image is preloaded; naming it here means no pull.
+        ("pod-infra-container-image", pool.pause_image),
+        # 2,500-node post: big pulls were cancelled for "lack of progress".
+        ("image-pull-progress-deadline", pool.image_pull_progress_deadline),
+    ]
+
+
+def containerd_config(pool: NodePoolPlan) -> str:
+    cri = "io.containerd.grpc.v1.cri"
+    config = {
+        # containerd 1.6/1.7 configuration schema.
+        "version": 2,
+        # 2,500-node post: the runtime's root on the instance's local SSD.
+        "root": pool.runtime_root,
+        "state": "/run/containerd",
+        "plugins": {
+            cri: {
+                # Field notes: the preloaded pause image, so no node pulls it.
+                "sandbox_image": pool.pause_image,
+                # 2,500-node post: 10 concurrent layer downloads (containerd's default is 3).
+                "max_concurrent_downloads": pool.max_concurrent_downloads,
+                # 2,500-node post: don't cancel slow pulls of huge images (containerd 1.7+).
+                "image_pull_progress_timeout": pool.image_pull_progress_deadline,
+                "containerd": {
+                    "snapshotter": "overlayfs",
+                    "default_runtime_name": "runc",
+                    "runtimes": {
+                        "runc": {
+                            "runtime_type": "io.containerd.runc.v2",
+                            "options": {"SystemdCgroup": True},
+                        },
+                    },
+                },
+            },
+        },
+    }
+    return f"# {GENERATED}\n" + tomli_w.dumps(config)
+
+
+def sysctl_conf(pool: NodePoolPlan) -> str:
+    settings = [
+        {
+            "name": s.name,
+            "value": s.value,
+            "reason": "\n# ".join(textwrap.wrap(s.reason, 86)),
+        }
+        for s in pool.sysctls
+    ]
+    return render_template(SYSCTL_FILE, sysctls=settings)
+
+
+def preload_loader(pool: NodePoolPlan) -> str:
+    if pool.runtime == "docker":
+        present = 'docker image inspect "$image" >/dev/null 2>&1'
+        load = 'docker load -i "$archive"'
+    else:
+        present = '[ -n "$(ctr -n k8s.io images ls -q "name==$image")" ]'
+        load = 'ctr -n k8s.io images import "$archive"'
+    return render_template(
+        PRELOAD_LOADER,
+        runtime=pool.runtime,
+        present_command=present,
+        load_command=load,
+        images=pool.preload_images,
+    )
