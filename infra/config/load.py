@@ -71,7 +71,7 @@ def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCT
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark else None
         message = f"not valid YAML: {getattr(err, 'problem', err)}"
-        raise StackError(_display(file), [Problem((), message, line)]) from None
+        raise StackError(display_path(file), [Problem((), message, line)]) from None
     raw, problems = _cluster_value(document)
     return _validated(stack_name_of(file), file, raw, problems, sysctl_dir)
 
@@ -102,7 +102,7 @@ def _validated(
     if config is not None and profile is not None:
         problems += cross_field_problems(config, profile)
     if problems or config is None or profile is None:
-        raise StackError(_display(file), _with_lines(problems, _compose(file)))
+        raise StackError(display_path(file), _with_lines(problems, _compose(file)))
     return Stack(name, file, config, profile)
 
 
@@ -115,10 +115,11 @@ def _compose(file: Path) -> yaml.Node | None:
 
 def with_lines(stack: Stack, error: PlanError) -> StackError:
     """Turn a planner's problems into a StackError pointing into the stack file."""
-    return StackError(_display(stack.file), _with_lines(error.problems, _compose(stack.file)))
+    return StackError(display_path(stack.file), _with_lines(error.problems, _compose(stack.file)))
 
 
-def _display(file: Path) -> str:
+def display_path(file: Path) -> str:
+    """The path as a user would type it: relative to the working directory when inside it."""
     try:
         return str(file.resolve().relative_to(Path.cwd()))
     except ValueError:
