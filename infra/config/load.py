@@ -173,6 +173,9 @@ def _from_pydantic(error: Any) -> Problem:
         return Problem(loc, f"unknown key; {hint}known keys here: {', '.join(known)}")
     if kind == "missing":
         return Problem(loc, "is required but missing")
+    if kind == "string_pattern_mismatch" and loc[-1] == "name":
+        return Problem(loc, f"{given!r} is not a valid name: 1-32 lowercase letters, digits and '-', "
+                       "starting with a letter and not ending with '-' (it names Azure resources and directories)")
     message = error["msg"].removeprefix("Value error, ")
     if kind != "value_error" and not isinstance(given, dict | list):
         message += f" (got {given!r})"
@@ -215,6 +218,8 @@ def _with_lines(problems: list[Problem], root: yaml.Node | None) -> list[Problem
 
 def _line_of(loc: Loc, root: yaml.Node | None) -> int | None:
     """1-based line of the deepest node along `loc` under config.kilonode:cluster."""
+    if loc and isinstance(loc[0], str) and loc[0].startswith("kilonode:"):
+        return _line(_key_node(_child(root, "config"), loc[0]))
     node = _child(_child(root, "config"), CONFIG_KEY)
     if node is None:
         return _line(_child(root, "config")) or _line(root)

@@ -20,7 +20,7 @@ GIB = 1024**3
 # the KubeletConfiguration fields used here are missing; above 1.35 nothing is verified.
 SUPPORTED_KUBERNETES_MINORS = range(29, 36)
 
-NAME_PATTERN = r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$"
+NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 
 
 class StrictModel(BaseModel):

@@ -1,0 +1,137 @@
+"""Azure custom data: the rendered user-data plus the TLS files, as cloud-init multipart MIME.
+
+Part 1 is the role's rendered user-data, unchanged (what `kilonode render` shows and the
+golden tests pin). Part 2 is a `#cloud-config` whose `write_files` carries the certificates
+and keys Pulumi created; its `merge_how` appends lists, so the rendered `write_files` and
+`runcmd` survive the merge instead of being replaced. Keeping the key material out of the
+renderer keeps rendering pure and the golden files free of secrets.
+
+The boundary and every header are fixed, so the same inputs give byte-identical custom
+data (a changed VM custom data replaces the VM; it must only change when a file changes).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import yaml
+
+BOUNDARY = "kilonode-custom-data-boundary"
+
+# cloud-init's documented way to say "append my lists to earlier parts' lists" (merging
+# user-data sections); the default would replace the rendered write_files.
+MERGE_HOW = [
+    {"name": "list", "settings": ["append"]},
+    {"name": "dict", "settings": ["no_replace", "recurse_list"]},
+]
+
+# Azure rejects custom data above 65,535 bytes (base64-encoded); checked when composed.
+AZURE_CUSTOM_DATA_MAX_BYTES = 65535
+
+KEY_MODE = 0o600
+CERT_MODE = 0o644
+
+
+@dataclass(frozen=True)
+class DeliveredFile:
+    """A file Pulumi creates (certificate, key) and cloud-init writes at first boot."""
+
+    path: str  # absolute host path, from infra.render.pki
+    content: pulumi.Input[str]
+    mode: int = CERT_MODE
+
+
+def _content_type(text: str) -> str:
+    first = text.split("\n", 1)[0].strip()
+    if first == "#cloud-config":
+        return "text/cloud-config"
+    if first.startswith("#!"):
+        return "text/x-shellscript"
+    raise ValueError(
+        f"rendered user-data must start with '#cloud-config' or '#!' (starts with {first[:40]!r})"
+    )
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as `|` blocks, so a PEM file reads as a PEM file."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def files_part(files: Sequence[tuple[str, str, int]]) -> str:
+    """The `#cloud-config` part that writes (path, content, mode) files, sorted by path."""
+    entries = [
+        {"path": path, "content": content, "owner": "root:root", "permissions": f"{mode:04o}"}
+        for path, content, mode in sorted(files)
+    ]
+    body = yaml.dump(
+        {"merge_how": MERGE_HOW, "write_files": entries},
+        Dumper=_BlockDumper,
+        sort_keys=False,
+        default_flow_style=False,
+    )
+    return "#cloud-config\n" + body
+
+
+def compose_mime(user_data: str, files: Sequence[tuple[str, str, int]]) -> str:
+    """Multipart MIME: the rendered user-data unchanged, then the files part."""
+    parts = [("user-data", user_data)]
+    if files:
+        parts.append(("kilonode-tls.cfg", files_part(files)))
+    out = [
+        f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"',
+        "MIME-Version: 1.0",
+        "",
+    ]
+    for filename, text in parts:
+        if BOUNDARY in text:
+            raise ValueError(f"{filename} contains the MIME boundary {BOUNDARY!r}")
+        out += [
+            f"--{BOUNDARY}",
+            f'Content-Type: {_content_type(text)}; charset="utf-8"',
+            "MIME-Version: 1.0",
+            "Content-Transfer-Encoding: 8bit",
+            f'Content-Disposition: attachment; filename="{filename}"',
+            "",
+            text.rstrip("\n"),
+        ]
+    out += [f"--{BOUNDARY}--", ""]
+    return "\n".join(out)
+
+
+def encode(mime: str, who: str) -> str:
+    encoded = base64.b64encode(mime.encode()).decode()
+    if len(encoded) > AZURE_CUSTOM_DATA_MAX_BYTES:
+        raise ValueError(
+            f"custom data for {who} is {len(encoded)} bytes base64-encoded, above Azure's "
+            f"{AZURE_CUSTOM_DATA_MAX_BYTES}; shrink the rendered user-data"
+        )
+    return encoded
+
+
+def decode(custom_data: str) -> str:
+    """Inverse of `encode`, for tests and for reading a plan."""
+    return base64.b64decode(custom_data).decode()
+
+
+def custom_data(user_data: str, files: Sequence[DeliveredFile], who: str) -> pulumi.Output[str]:
+    """Base64 custom data for one host role, as a secret Output (it carries private keys).
+
+    Only string formatting happens inside the apply; no resource is created there.
+    """
+    paths = [f.path for f in files]
+    modes = [f.mode for f in files]
+    contents = pulumi.Output.all(*[f.content for f in files])
+    composed = contents.apply(
+        lambda values: encode(compose_mime(user_data, list(zip(paths, values, modes, strict=True))), who)
+    )
+    return pulumi.Output.secret(composed)

@@ -1,0 +1,203 @@
+"""Tls: the cluster's certificate authorities and certificates, created with pulumi-tls.
+
+Trust layout (infra/render/pki.py): one CA per etcd cluster signs its members' server and
+peer certificates; kube-apiserver has one etcd client certificate, signed by the main etcd
+CA, which both clusters accept (each `client-ca.crt` holds the main CA; the events one also
+its own CA for local etcdctl); the apiserver's etcd CA bundle holds both etcd CAs. A
+Kubernetes CA signs the apiserver serving and kubelet-client certificates.
+
+Private keys leave this component only as Pulumi secrets (`Output.secret`), and only inside
+the files handed to custom data. pulumi-tls marks them secret as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_tls as tls
+
+from infra.azure.custom_data import CERT_MODE, KEY_MODE, DeliveredFile
+from infra.plan.model import ClusterPlan, EtcdClusterPlan
+from infra.render import pki
+
+# ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
+# an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
+ALGORITHM = "ECDSA"
+CURVE = "P256"
+# CAs live ten years; leaves one year and are re-issued by the first `pulumi up` in their
+# last 30 days (early_renewal_hours), which re-delivers them through custom data.
+CA_HOURS = 10 * 365 * 24
+LEAF_HOURS = 365 * 24
+RENEW_HOURS = 30 * 24
+
+SERVER_USES = ["digital_signature", "key_encipherment", "server_auth"]
+CLIENT_USES = ["digital_signature", "key_encipherment", "client_auth"]
+PEER_USES = ["digital_signature", "key_encipherment", "server_auth", "client_auth"]
+CA_USES = ["cert_signing", "crl_signing", "digital_signature"]
+
+# The names every client uses for the in-cluster apiserver Service.
+KUBERNETES_SERVICE_NAMES = [
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+]
+
+
+@dataclass(frozen=True)
+class TlsArgs:
+    plan: ClusterPlan
+
+
+@dataclass(frozen=True)
+class _Pair:
+    cert_pem: pulumi.Output[str]
+    key_pem: pulumi.Output[str]  # always secret
+
+
+class Tls(pulumi.ComponentResource):
+    """CAs and certificates, and the per-host file sets they land in.
+
+    `host_files` is keyed like render_cluster's output (`etcd-main-0`, `apiserver-0`);
+    `node_files` go to every pool node.
+    """
+
+    host_files: dict[str, list[DeliveredFile]]
+    node_files: list[DeliveredFile]
+    admin_ssh_public_key: pulumi.Output[str]
+    admin_ssh_private_key: pulumi.Output[str]
+
+    def __init__(self, name: str, args: TlsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:Tls", name, None, opts)
+        self._name = name
+        self._child = pulumi.ResourceOptions(parent=self)
+        plan = args.plan
+
+        # Azure Linux VMs take an RSA SSH key; 4096 bits as the Azure docs recommend.
+        ssh = tls.PrivateKey(f"{name}-admin-ssh-key", algorithm="RSA", rsa_bits=4096, opts=self._child)
+        self.admin_ssh_public_key = ssh.public_key_openssh
+        self.admin_ssh_private_key = pulumi.Output.secret(ssh.private_key_openssh)
+
+        main_ca = self._ca("etcd-main-ca", f"{plan.cluster} etcd main CA")
+        events_ca = self._ca("etcd-events-ca", f"{plan.cluster} etcd events CA")
+        k8s_ca = self._ca("kubernetes-ca", f"{plan.cluster} Kubernetes CA")
+
+        self.host_files = {}
+        cas = {"main": main_ca, "events": events_ca}
+        for etcd in plan.etcd_clusters:
+            # Each cluster accepts clients signed by the main CA (the apiserver's one
+            # client cert); events also trusts its own CA for local etcdctl.
+            client_ca = [main_ca.cert_pem] if etcd.role == "main" else [main_ca.cert_pem, events_ca.cert_pem]
+            self._etcd_members(etcd, cas[etcd.role], client_ca)
+
+        etcd_client = self._signed(
+            "apiserver-etcd-client", main_ca, "kube-apiserver-etcd-client", None, [], [], CLIENT_USES
+        )
+        # kubeadm's identity for this certificate: the apiserver acts on kubelets as an
+        # administrator (logs, exec, port-forward).
+        kubelet_client = self._signed(
+            "apiserver-kubelet-client", k8s_ca, "kube-apiserver-kubelet-client", "system:masters", [], [],
+            CLIENT_USES,
+        )
+        sa = tls.PrivateKey(f"{name}-service-account-key", algorithm=ALGORITHM, ecdsa_curve=CURVE,
+                            opts=self._child)
+        cp = plan.control_plane
+        for instance in cp.instances:
+            serving = self._signed(
+                f"{instance.name}-serving", k8s_ca, "kube-apiserver", None,
+                [*KUBERNETES_SERVICE_NAMES, instance.name, instance.vm_name, "localhost"],
+                [str(instance.ip), str(cp.load_balancer_ip), str(cp.kubernetes_service_ip), "127.0.0.1"],
+                SERVER_USES,
+            )
+            self.host_files[instance.name] = [
+                DeliveredFile(pki.K8S_CA, k8s_ca.cert_pem),
+                DeliveredFile(pki.K8S_CA_KEY, k8s_ca.key_pem, KEY_MODE),
+                DeliveredFile(pki.APISERVER_CERT, serving.cert_pem),
+                DeliveredFile(pki.APISERVER_KEY, serving.key_pem, KEY_MODE),
+                DeliveredFile(pki.APISERVER_ETCD_CA_BUNDLE, _bundle([main_ca.cert_pem, events_ca.cert_pem])),
+                DeliveredFile(pki.APISERVER_ETCD_CLIENT_CERT, etcd_client.cert_pem),
+                DeliveredFile(pki.APISERVER_ETCD_CLIENT_KEY, etcd_client.key_pem, KEY_MODE),
+                DeliveredFile(pki.APISERVER_KUBELET_CLIENT_CERT, kubelet_client.cert_pem),
+                DeliveredFile(pki.APISERVER_KUBELET_CLIENT_KEY, kubelet_client.key_pem, KEY_MODE),
+                DeliveredFile(pki.SERVICE_ACCOUNT_KEY, pulumi.Output.secret(sa.private_key_pem), KEY_MODE),
+                DeliveredFile(pki.SERVICE_ACCOUNT_PUB, sa.public_key_pem),
+            ]
+        # Nodes need only the cluster CA to trust the apiserver; their kubelet credentials
+        # come from TLS bootstrapping, not from here.
+        self.node_files = [DeliveredFile(pki.K8S_CA, k8s_ca.cert_pem)]
+
+        self.register_outputs({
+            "etcdMainCaCert": main_ca.cert_pem,
+            "etcdEventsCaCert": events_ca.cert_pem,
+            "kubernetesCaCert": k8s_ca.cert_pem,
+        })
+
+    def _etcd_members(self, etcd: EtcdClusterPlan, ca: _Pair, client_ca: Sequence[pulumi.Output[str]]) -> None:
+        for m in etcd.members:
+            names = [m.name, m.vm_name, "localhost"]
+            ips = [str(m.ip), "127.0.0.1"]
+            # The server cert also authenticates local etcdctl health checks as a client.
+            server = self._signed(f"{m.name}-server", ca, m.name, None, names, ips, PEER_USES)
+            peer = self._signed(f"{m.name}-peer", ca, m.name, None, names, [str(m.ip)], PEER_USES)
+            self.host_files[m.name] = [
+                DeliveredFile(pki.ETCD_CA, ca.cert_pem),
+                DeliveredFile(pki.ETCD_CLIENT_CA, _bundle(client_ca)),
+                DeliveredFile(pki.ETCD_SERVER_CERT, server.cert_pem),
+                DeliveredFile(pki.ETCD_SERVER_KEY, server.key_pem, KEY_MODE),
+                DeliveredFile(pki.ETCD_PEER_CERT, peer.cert_pem),
+                DeliveredFile(pki.ETCD_PEER_KEY, peer.key_pem, KEY_MODE),
+            ]
+
+    def _key(self, name: str) -> tls.PrivateKey:
+        return tls.PrivateKey(f"{self._name}-{name}-key", algorithm=ALGORITHM, ecdsa_curve=CURVE, opts=self._child)
+
+    def _ca(self, name: str, common_name: str) -> _Pair:
+        key = self._key(name)
+        cert = tls.SelfSignedCert(
+            f"{self._name}-{name}",
+            private_key_pem=key.private_key_pem,
+            subject=tls.SelfSignedCertSubjectArgs(common_name=common_name, organization="kilonode"),
+            is_ca_certificate=True,
+            validity_period_hours=CA_HOURS,
+            allowed_uses=CA_USES,
+            opts=self._child,
+        )
+        return _Pair(cert.cert_pem, pulumi.Output.secret(key.private_key_pem))
+
+    def _signed(
+        self,
+        name: str,
+        ca: _Pair,
+        common_name: str,
+        organization: str | None,
+        dns_names: list[str],
+        ip_addresses: list[str],
+        uses: list[str],
+    ) -> _Pair:
+        key = self._key(name)
+        csr = tls.CertRequest(
+            f"{self._name}-{name}-csr",
+            private_key_pem=key.private_key_pem,
+            subject=tls.CertRequestSubjectArgs(common_name=common_name, organization=organization),
+            dns_names=dns_names or None,
+            ip_addresses=ip_addresses or None,
+            opts=self._child,
+        )
+        cert = tls.LocallySignedCert(
+            f"{self._name}-{name}",
+            cert_request_pem=csr.cert_request_pem,
+            ca_cert_pem=ca.cert_pem,
+            ca_private_key_pem=ca.key_pem,
+            validity_period_hours=LEAF_HOURS,
+            early_renewal_hours=RENEW_HOURS,
+            allowed_uses=uses,
+            opts=self._child,
+        )
+        return _Pair(cert.cert_pem, pulumi.Output.secret(key.private_key_pem))
+
+
+def _bundle(pems: Sequence[pulumi.Output[str]]) -> pulumi.Output[str]:
+    """Concatenated PEM certificates, one after another, each ending in a newline."""
+    return pulumi.Output.all(*pems).apply(lambda texts: "".join(t if t.endswith("\n") else t + "\n" for t in texts))

@@ -1,0 +1,43 @@
+"""Regenerate tests/golden/<stack>/ for every shipped stack: `make golden`.
+
+The golden trees are exactly what `kilonode render <stack>` writes, so a pull request
+that changes a flag shows that one line changing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from infra.config import available_stacks, load_stack
+from infra.paths import REPO_ROOT
+from infra.plan import plan_stack
+from infra.problems import StackError
+from infra.render.cluster import render_tree
+from infra.render.files import RenderedFile
+from infra.render.write import write_tree
+
+GOLDEN_DIR = REPO_ROOT / "tests" / "golden"
+
+
+def rendered(stack_name: str) -> dict[str, RenderedFile]:
+    stack = load_stack(stack_name)
+    return render_tree(stack.config, plan_stack(stack))
+
+
+def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
+    names = available_stacks()
+    for name in names:
+        write_tree(rendered(name), golden_dir / name)
+    for stale in sorted(p for p in golden_dir.iterdir() if p.is_dir() and p.name not in names):
+        print(f"note: {stale} belongs to no shipped stack; delete it if the stack is gone", file=sys.stderr)
+    return names
+
+
+if __name__ == "__main__":
+    try:
+        for written in regenerate():
+            print(f"regenerated {GOLDEN_DIR.relative_to(REPO_ROOT)}/{written}")
+    except StackError as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)

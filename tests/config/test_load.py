@@ -1,0 +1,158 @@
+"""The stack boundary: every mistake is reported with file, line, field and a way out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra.config import load_stack
+from infra.config.model import GIB
+from infra.problems import StackError
+from tests.conftest import StackWriter, shipped_cluster_value
+
+
+def problems_of(path: Path) -> list[str]:
+    with pytest.raises(StackError) as caught:
+        load_stack(str(path))
+    return [p.format(caught.value.file) for p in caught.value.problems]
+
+
+@pytest.mark.parametrize("name", ["local", "research-2500", "research-7500"])
+def test_every_shipped_stack_is_valid(name: str) -> None:
+    assert load_stack(name).config.name == name
+
+
+def test_defaults_fill_what_the_stack_leaves_out() -> None:
+    config = load_stack("research-2500").config
+    assert config.etcd.main.quota_backend_bytes == 8 * GIB
+    assert config.etcd.events.members == 3
+    assert config.node_pools[0].max_concurrent_downloads == 10
+
+
+def test_even_etcd_member_count_is_refused_with_line_and_field(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["etcd"]["main"]["members"] = 4
+    [problem] = problems_of(write_stack(cluster))
+    assert "Pulumi.test.yaml:" in problem
+    assert "etcd.main.members: must be odd (got 4)" in problem
+    assert "use 3 or 5" in problem
+
+
+def test_more_than_seven_members_is_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["etcd"]["events"]["members"] = 9
+    [problem] = problems_of(write_stack(cluster))
+    assert "etcd.events.members" in problem and "at most 7" in problem
+
+
+def test_typo_key_is_an_error_that_suggests_the_real_key(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"][0]["podsPerNodes"] = 4
+    [problem] = problems_of(write_stack(cluster))
+    assert "nodePools[0].podsPerNodes: unknown key; did you mean 'podsPerNode'?" in problem
+
+
+def test_problem_names_the_line_of_the_offending_key(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.lines.yaml"
+    path.write_text(
+        "config:\n"
+        "  kilonode:cluster:\n"
+        "    name: lines\n"
+        "    nodePools:\n"
+        "      - name: gpu\n"
+        "        nodes: 10\n"
+        "        runtme: docker\n"
+    )
+    [problem] = problems_of(path)
+    assert problem.startswith(f"{path}:7: nodePools[0].runtme")
+
+
+def test_gc_thresh_out_of_order_is_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["sysctl"] = {"overrides": {"net.ipv4.neigh.default.gc_thresh3": 85000}}
+    [problem] = problems_of(write_stack(cluster))
+    assert "sysctl.overrides.net.ipv4.neigh.default.gc_thresh3" in problem
+    assert "80000 / 90000 / 85000" in problem
+
+
+def test_gc_thresh_override_in_order_is_accepted(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["sysctl"] = {"overrides": {"net.ipv4.neigh.default.gc_thresh3": 200000}}
+    assert load_stack(str(write_stack(cluster))).config.sysctl.overrides
+
+
+def test_quota_above_8_gib_needs_acknowledgement(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["etcd"]["main"]["quotaBackendBytes"] = 16 * GIB
+    [problem] = problems_of(write_stack(cluster))
+    assert "etcd.main.quotaBackendBytes" in problem and "acknowledgeQuotaAboveSuggestedMaximum" in problem
+    cluster["etcd"]["main"]["acknowledgeQuotaAboveSuggestedMaximum"] = True
+    assert load_stack(str(write_stack(cluster))).config.etcd.main.quota_backend_bytes == 16 * GIB
+
+
+def test_duplicate_pool_names_are_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"].append(dict(cluster["nodePools"][0]))
+    [problem] = problems_of(write_stack(cluster))
+    assert "nodePools[1].name" in problem and "already the name of nodePools[0]" in problem
+
+
+def test_subnet_outside_the_vnet_and_overlaps_are_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["network"] = {"etcdSubnet": "10.0.1.0/24", "controlPlaneSubnet": "10.0.1.128/25"}
+    cluster["nodePools"][0]["subnet"] = "192.168.0.0/24"
+    found = problems_of(write_stack(cluster))
+    assert any("nodePools[0].subnet: 192.168.0.0/24 is not inside network.vnetCidr" in p for p in found)
+    assert any("network.etcdSubnet: 10.0.1.0/24 overlaps 10.0.1.128/25" in p for p in found)
+
+
+def test_invalid_cidr_is_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["network"] = {"vnetCidr": "10.0.0.1/16"}
+    [problem] = problems_of(write_stack(cluster))
+    assert "network.vnetCidr" in problem
+
+
+@pytest.mark.parametrize(("version", "ok"), [("1.28.9", False), ("1.29.0", True), ("1.35.1", True), ("1.36.0", False)])
+def test_supported_kubernetes_versions(write_stack: StackWriter, version: str, ok: bool) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["kubernetesVersion"] = version
+    path = write_stack(cluster)
+    if ok:
+        assert load_stack(str(path)).config.kubernetes_version == version
+    else:
+        [problem] = problems_of(path)
+        assert "kubernetesVersion" in problem and "use 1.29 to 1.35" in problem
+
+
+def test_all_problems_are_reported_at_once(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["etcd"]["main"]["members"] = 2
+    cluster["apiserver"]["replicaz"] = 3
+    cluster["nodePools"][0]["runtime"] = "cri-o"
+    found = problems_of(write_stack(cluster))
+    assert len(found) == 3
+
+
+def test_unknown_stack_name_lists_the_stacks_there_are() -> None:
+    with pytest.raises(StackError) as caught:
+        load_stack("no-such-stack")
+    assert "research-7500" in str(caught.value)
+
+
+def test_broken_yaml_reports_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.broken.yaml"
+    path.write_text("config:\n  kilonode:cluster:\n    name: [unclosed\n")
+    [problem] = problems_of(path)
+    assert "not valid YAML" in problem and f"{path}:" in problem
+
+
+def test_stray_kilonode_keys_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.stray.yaml"
+    path.write_text(
+        "config:\n  kilonode:clustr:\n    name: x\n  kilonode:cluster:\n    name: x\n"
+        "    nodePools: [{name: a, nodes: 1}]\n"
+    )
+    [problem] = problems_of(path)
+    assert "kilonode:clustr: unknown kilonode setting" in problem

@@ -1,0 +1,46 @@
+"""Shared fixtures: shipped stacks, their plans, and stack files written for a test."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra.config import Stack, load_stack
+from infra.paths import STACKS_DIR
+from infra.plan import ClusterPlan, plan_stack
+
+SHIPPED_STACKS = ("local", "research-2500", "research-7500")
+
+
+@pytest.fixture(scope="session")
+def plans() -> dict[str, ClusterPlan]:
+    return {name: plan_stack(load_stack(name)) for name in SHIPPED_STACKS}
+
+
+def shipped_cluster_value(name: str) -> dict[str, Any]:
+    document = yaml.safe_load((STACKS_DIR / f"Pulumi.{name}.yaml").read_text())
+    return copy.deepcopy(document["config"]["kilonode:cluster"])
+
+
+StackWriter = Callable[[dict[str, Any]], Path]
+
+
+@pytest.fixture
+def write_stack(tmp_path: Path) -> StackWriter:
+    """Write a stack file holding `cluster` under kilonode:cluster; return its path."""
+
+    def write(cluster: dict[str, Any], name: str = "test") -> Path:
+        path = tmp_path / f"Pulumi.{name}.yaml"
+        path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
+        return path
+
+    return write
+
+
+def load_written(path: Path) -> Stack:
+    return load_stack(str(path))
