@@ -1,0 +1,76 @@
+"""Real consumers of rendered artefacts: systemd-analyze, and cloud-init's own schema
+validator taken from Debian's cloud-init package (unpacked, not installed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kilonode"
+
+
+def _apt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["apt-get", *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def cloud_init_dist_packages() -> Path:
+    """Debian's cloud-init, unpacked under the cache, keyed by its package version."""
+    policy = subprocess.run(["apt-cache", "policy", "cloud-init"], capture_output=True, text=True, check=False)
+    candidate = next((line.split()[-1] for line in policy.stdout.splitlines() if "Candidate:" in line), "")
+    if not candidate or candidate == "(none)":
+        _apt("update", "-qq")
+        return cloud_init_dist_packages()
+    target = CACHE / f"cloud-init-{candidate}"
+    dist = target / "usr/lib/python3/dist-packages"
+    if (dist / "cloudinit/config/schema.py").is_file():
+        return dist
+    with tempfile.TemporaryDirectory() as work:
+        result = _apt("download", f"cloud-init={candidate}", cwd=Path(work))
+        if result.returncode != 0:
+            raise RuntimeError(f"apt-get download cloud-init failed: {result.stderr}")
+        [deb] = Path(work).glob("cloud-init_*.deb")
+        staging = Path(work) / "x"
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(staging)], check=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.move(str(staging), target)
+    return dist
+
+
+def cloud_init_validator() -> Any:
+    """Return validate(config: dict) -> list[str] using cloud-init's own code and schema."""
+    dist = str(cloud_init_dist_packages())
+    if dist not in sys.path:
+        sys.path.append(dist)
+    from cloudinit.config.schema import SchemaValidationError, get_schema, validate_cloudconfig_schema
+
+    schema = get_schema()
+    # cloud-init 22.4's schema does not reject unknown top-level keys (`runcmnd` passes);
+    # every module's properties together are the keys it knows.
+    known = {key for definition in schema.get("$defs", {}).values() for key in definition.get("properties", {})}
+
+    def validate(config: dict[str, Any]) -> list[str]:
+        problems = [f"unknown top-level key {key!r}" for key in config if key not in known]
+        try:
+            validate_cloudconfig_schema(config, schema, strict=True)
+        except SchemaValidationError as error:
+            problems.append(str(error))
+        return problems
+
+    return validate
+
+
+def systemd_verify(unit_dir: Path, units: list[Path]) -> list[str]:
+    """systemd-analyze verify the units with `unit_dir` ahead of the system unit path;
+    returns every line it printed."""
+    env = {**os.environ, "SYSTEMD_UNIT_PATH": f"{unit_dir}:", "SYSTEMD_LOG_COLOR": "0"}
+    result = subprocess.run(
+        ["systemd-analyze", "verify", *map(str, units)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )
+    return [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
