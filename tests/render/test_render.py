@@ -82,7 +82,8 @@ def test_every_apiserver_sends_events_to_all_events_members(rendered_7500: Path,
         assert flags["anonymous-auth"] == "false"
         assert flags["authorization-mode"] == "Node,RBAC"
         assert flags["endpoint-reconciler-type"] == "lease"
-        assert (flags["audit-log-maxage"], flags["audit-log-maxbackup"], flags["audit-log-maxsize"]) == ("30", "10", "100")
+        audit = (flags["audit-log-maxage"], flags["audit-log-maxbackup"], flags["audit-log-maxsize"])
+        assert audit == ("30", "10", "100")
 
 
 def test_scheduler_packs_nodes_with_most_allocated(rendered_7500: Path) -> None:
