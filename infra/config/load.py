@@ -173,6 +173,8 @@ def _from_pydantic(error: Any) -> Problem:
         return Problem(loc, f"unknown key; {hint}known keys here: {', '.join(known)}")
     if kind == "missing":
         return Problem(loc, "is required but missing")
+    if kind == "too_short":
+        return Problem(loc, f"needs at least {error.get('ctx', {}).get('min_length', 1)} entry")
     if kind == "string_pattern_mismatch" and loc[-1] == "name":
         return Problem(loc, f"{given!r} is not a valid name: 1-32 lowercase letters, digits and '-', "
                        "starting with a letter and not ending with '-' (it names Azure resources and directories)")
