@@ -20,6 +20,8 @@ GIB = 1024**3
 # the KubeletConfiguration fields used here are missing; above 1.35 nothing is verified.
 SUPPORTED_KUBERNETES_MINORS = range(29, 36)
 
+LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 
 
@@ -153,7 +155,26 @@ class NodePoolConfig(StrictModel):
     preload_images: tuple[PreloadImageConfig, ...] = ()
     subnet: IPv4Network | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    # `key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated.
     taints: tuple[str, ...] = ()
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, label in value.items():
+            if not re.fullmatch(LABEL_KEY, key):
+                raise ValueError(f"{key!r} is not a Kubernetes label key like 'example.com/team'")
+            if not re.fullmatch(LABEL_VALUE, label):
+                raise ValueError(f"label {key}={label!r}: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends")
+        return value
+
+    @field_validator("taints")
+    @classmethod
+    def _taints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for taint in value:
+            if not re.fullmatch(rf"{LABEL_KEY}(={LABEL_VALUE})?:(NoSchedule|PreferNoSchedule|NoExecute)", taint):
+                raise ValueError(f"{taint!r} is not a taint like 'nvidia.com/gpu=present:NoSchedule'")
+        return value
 
 
 class SysctlConfig(StrictModel):

@@ -156,3 +156,15 @@ def test_stray_kilonode_keys_are_refused(tmp_path: Path) -> None:
     )
     [problem] = problems_of(path)
     assert "kilonode:clustr: unknown kilonode setting" in problem
+
+
+def test_labels_and_taints_are_checked(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"][0]["labels"] = {"team": "a,b"}
+    cluster["nodePools"][0]["taints"] = ["gpu:Sometimes"]
+    found = problems_of(write_stack(cluster))
+    assert any("nodePools[0].labels" in p and "team=" in p for p in found)
+    assert any("nodePools[0].taints" in p and "'gpu:Sometimes'" in p for p in found)
+    cluster["nodePools"][0]["labels"] = {"example.com/team": "vision"}
+    cluster["nodePools"][0]["taints"] = ["nvidia.com/gpu=present:NoSchedule"]
+    assert load_stack(str(write_stack(cluster))).config.node_pools[0].taints
