@@ -33,6 +33,7 @@ AZURE_CUSTOM_DATA_MAX_BYTES = 65535
 
 KEY_MODE = 0o600
 CERT_MODE = 0o644
+ROOT = "root:root"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,14 @@ class DeliveredFile:
     path: str  # absolute host path, from infra.render.pki
     content: pulumi.Input[str]
     mode: int = CERT_MODE
+    # A service user (etcd) exists only once the role's packages are installed, so its
+    # files are written by cloud-init's deferred write_files, which runs after package
+    # installation and before runcmd (cloud_final_modules order).
+    owner: str = ROOT
+
+
+# (path, content, mode, owner): a DeliveredFile with its content resolved.
+FileEntry = tuple[str, str, int, str]
 
 
 def _content_type(text: str) -> str:
@@ -67,12 +76,15 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _BlockDumper.add_representer(str, _str)
 
 
-def files_part(files: Sequence[tuple[str, str, int]]) -> str:
-    """The `#cloud-config` part that writes (path, content, mode) files, sorted by path."""
-    entries = [
-        {"path": path, "content": content, "owner": "root:root", "permissions": f"{mode:04o}"}
-        for path, content, mode in sorted(files)
-    ]
+def files_part(files: Sequence[FileEntry]) -> str:
+    """The `#cloud-config` part that writes the files, sorted by path."""
+    entries: list[dict[str, object]] = []
+    for path, content, mode, owner in sorted(files):
+        entry: dict[str, object] = {"path": path, "content": content, "owner": owner,
+                                    "permissions": f"{mode:04o}"}
+        if owner != ROOT:
+            entry["defer"] = True
+        entries.append(entry)
     body = yaml.dump(
         {"merge_how": MERGE_HOW, "write_files": entries},
         Dumper=_BlockDumper,
@@ -82,7 +94,7 @@ def files_part(files: Sequence[tuple[str, str, int]]) -> str:
     return "#cloud-config\n" + body
 
 
-def compose_mime(user_data: str, files: Sequence[tuple[str, str, int]]) -> str:
+def compose_mime(user_data: str, files: Sequence[FileEntry]) -> str:
     """Multipart MIME: the rendered user-data unchanged, then the files part."""
     parts = [("user-data", user_data)]
     if files:
@@ -128,10 +140,8 @@ def custom_data(user_data: str, files: Sequence[DeliveredFile], who: str) -> pul
 
     Only string formatting happens inside the apply; no resource is created there.
     """
-    paths = [f.path for f in files]
-    modes = [f.mode for f in files]
     contents = pulumi.Output.all(*[f.content for f in files])
-    composed = contents.apply(
-        lambda values: encode(compose_mime(user_data, list(zip(paths, values, modes, strict=True))), who)
-    )
+    composed = contents.apply(lambda values: encode(compose_mime(user_data, [
+        (f.path, value, f.mode, f.owner) for f, value in zip(files, values, strict=True)
+    ]), who))
     return pulumi.Output.secret(composed)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_tls as tls
 
-from infra.azure.custom_data import CERT_MODE, KEY_MODE, DeliveredFile
+from infra.azure.custom_data import KEY_MODE, DeliveredFile
 from infra.plan.model import ClusterPlan, EtcdClusterPlan
 from infra.render import pki
 
@@ -36,6 +36,10 @@ SERVER_USES = ["digital_signature", "key_encipherment", "server_auth"]
 CLIENT_USES = ["digital_signature", "key_encipherment", "client_auth"]
 PEER_USES = ["digital_signature", "key_encipherment", "server_auth", "client_auth"]
 CA_USES = ["cert_signing", "crl_signing", "digital_signature"]
+
+# etcd.service runs as User=etcd (templates/etc/systemd/system/etcd.service.j2), so its
+# keys must be readable by etcd alone.
+ETCD_OWNER = "etcd:etcd"
 
 # The names every client uses for the in-cluster apiserver Service.
 KUBERNETES_SERVICE_NAMES = [
@@ -145,9 +149,9 @@ class Tls(pulumi.ComponentResource):
                 DeliveredFile(pki.ETCD_CA, ca.cert_pem),
                 DeliveredFile(pki.ETCD_CLIENT_CA, _bundle(client_ca)),
                 DeliveredFile(pki.ETCD_SERVER_CERT, server.cert_pem),
-                DeliveredFile(pki.ETCD_SERVER_KEY, server.key_pem, KEY_MODE),
+                DeliveredFile(pki.ETCD_SERVER_KEY, server.key_pem, KEY_MODE, ETCD_OWNER),
                 DeliveredFile(pki.ETCD_PEER_CERT, peer.cert_pem),
-                DeliveredFile(pki.ETCD_PEER_KEY, peer.key_pem, KEY_MODE),
+                DeliveredFile(pki.ETCD_PEER_KEY, peer.key_pem, KEY_MODE, ETCD_OWNER),
             ]
 
     def _key(self, name: str) -> tls.PrivateKey:

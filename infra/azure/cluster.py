@@ -1,0 +1,135 @@
+"""Cluster: the one top-level component; wires the subsystems together from the plan.
+
+The component tree is fixed here and named from the cluster: re-parenting a resource
+changes its URN and would replace it (an etcd VM!) unless aliases are given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulumi
+
+from infra.azure.common import DEBIAN_12_GEN2, MarketplaceImage
+from infra.azure.control_plane import ControlPlane, ControlPlaneArgs
+from infra.azure.etcd import EtcdCluster, EtcdClusterArgs
+from infra.azure.network import Network, NetworkArgs
+from infra.azure.node_image import DEFAULT_IMAGE_VERSION, NodeImage, NodeImageArgs, default_vhd
+from infra.azure.node_pool import GpuNodePool, GpuNodePoolArgs
+from infra.azure.tls import Tls, TlsArgs
+from infra.plan.model import ClusterPlan
+from infra.render import USER_DATA, HostFiles
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    plan: ClusterPlan
+    rendered: Mapping[str, HostFiles]  # render_cluster(plan)
+    # pool name -> VHD from the node-image build; default build/node-image/<pool>.vhd
+    node_image_vhds: Mapping[str, str] = field(default_factory=dict)
+    node_image_version: str = DEFAULT_IMAGE_VERSION
+    control_plane_image: MarketplaceImage = DEBIAN_12_GEN2
+
+
+class Cluster(pulumi.ComponentResource):
+    apiserver_address: pulumi.Output[str | None]
+    etcd_main_endpoints: list[str]
+    etcd_events_endpoints: list[str]
+    image_version_ids: dict[str, pulumi.Output[str]]
+    scale_set_ids: dict[str, pulumi.Output[str]]
+    admin_ssh_private_key: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:Cluster", name, None, opts)
+        plan = args.plan
+        child = pulumi.ResourceOptions(parent=self)
+
+        def user_data(host: str) -> str:
+            return args.rendered[host][USER_DATA].content
+
+        net = Network(f"{name}-network", NetworkArgs(plan=plan), child)
+        certs = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
+        image = NodeImage(
+            f"{name}-image",
+            NodeImageArgs(
+                cluster=plan.cluster,
+                location=plan.location,
+                resource_group_name=net.resource_group_name,
+                pools=plan.node_pools,
+                replicas=plan.gallery_replicas,
+                vhds={p.name: args.node_image_vhds.get(p.name, default_vhd(p.name)) for p in plan.node_pools},
+                version=args.node_image_version,
+            ),
+            child,
+        )
+        public = plan.network.public_ips_on_control_plane
+        etcd = {
+            e.role: EtcdCluster(
+                f"{name}-etcd-{e.role}",
+                EtcdClusterArgs(
+                    etcd=e,
+                    cluster=plan.cluster,
+                    location=plan.location,
+                    resource_group_name=net.resource_group_name,
+                    subnet_id=net.etcd_subnet_id,
+                    user_data={m.name: user_data(m.name) for m in e.members},
+                    files={m.name: certs.host_files[m.name] for m in e.members},
+                    ssh_public_key=certs.admin_ssh_public_key,
+                    image=args.control_plane_image,
+                    public_ips=public,
+                ),
+                child,
+            )
+            for e in plan.etcd_clusters
+        }
+        instances = plan.control_plane.instances
+        control = ControlPlane(
+            f"{name}-apiserver",
+            ControlPlaneArgs(
+                control_plane=plan.control_plane,
+                cluster=plan.cluster,
+                location=plan.location,
+                zones=plan.zones,
+                resource_group_name=net.resource_group_name,
+                resource_group_id=net.resource_group_id,
+                subnet_id=net.control_plane_subnet_id,
+                user_data={i.name: user_data(i.name) for i in instances},
+                files={i.name: certs.host_files[i.name] for i in instances},
+                ssh_public_key=certs.admin_ssh_public_key,
+                image=args.control_plane_image,
+                public_ips=public,
+            ),
+            child,
+        )
+        self.scale_set_ids = {}
+        for pool in plan.node_pools:
+            nodes = GpuNodePool(
+                f"{name}-{pool.name}",
+                GpuNodePoolArgs(
+                    pool=pool,
+                    cluster=plan.cluster,
+                    location=plan.location,
+                    resource_group_name=net.resource_group_name,
+                    subnet_id=net.pool_subnet_ids[pool.name],
+                    image_version_id=image.image_version_ids[pool.name],
+                    user_data=user_data(f"pool-{pool.name}"),
+                    files=certs.node_files,
+                    ssh_public_key=certs.admin_ssh_public_key,
+                ),
+                child,
+            )
+            self.scale_set_ids |= nodes.scale_set_ids
+
+        self.apiserver_address = control.load_balancer_ip
+        self.etcd_main_endpoints = etcd["main"].client_endpoints
+        self.etcd_events_endpoints = etcd["events"].client_endpoints
+        self.image_version_ids = image.image_version_ids
+        self.admin_ssh_private_key = certs.admin_ssh_private_key
+        self.register_outputs({
+            "apiserverAddress": self.apiserver_address,
+            "etcdMainEndpoints": self.etcd_main_endpoints,
+            "etcdEventsEndpoints": self.etcd_events_endpoints,
+            "imageVersionIds": self.image_version_ids,
+            "scaleSetIds": self.scale_set_ids,
+        })

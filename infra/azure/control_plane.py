@@ -1,0 +1,133 @@
+"""ControlPlane: apiserver VMs at static IPs behind an internal Standard load balancer.
+
+kube-scheduler and kube-controller-manager run on the same VMs; their units and configs
+come in the rendered apiserver user-data, so nothing here knows about them. The load
+balancer's frontend IP, and every VM's IP, come from the plan; the health probe asks
+`/readyz` over HTTPS on 6443, so a starting or draining apiserver gets no traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import network
+
+from infra.azure.common import MarketplaceImage, tags
+from infra.azure.custom_data import DeliveredFile, custom_data
+from infra.azure.vm import MachineSpec, machine
+from infra.plan.model import ControlPlanePlan
+from infra.plan.resolve import APISERVER_PORT
+
+FRONTEND = "apiserver"
+BACKEND = "apiservers"
+PROBE = "readyz"
+
+
+@dataclass(frozen=True)
+class ControlPlaneArgs:
+    control_plane: ControlPlanePlan
+    cluster: str
+    location: str
+    zones: Sequence[str]
+    resource_group_name: pulumi.Input[str]
+    resource_group_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    user_data: Mapping[str, str]  # apiserver-0 -> rendered user-data
+    files: Mapping[str, Sequence[DeliveredFile]]  # apiserver-0 -> TLS files from Tls
+    ssh_public_key: pulumi.Input[str]
+    image: MarketplaceImage
+    public_ips: bool
+
+
+class ControlPlane(pulumi.ComponentResource):
+    load_balancer_ip: pulumi.Output[str | None]
+    endpoint: str
+    vm_ids: list[pulumi.Output[str]]
+
+    def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:ControlPlane", name, None, opts)
+        cp = args.control_plane
+        lb_name = f"{name}-lb"
+        # Sub-resources of a load balancer refer to each other by ID before it exists;
+        # the ID is the group's ID plus fixed names (string formatting only).
+        lb_id = pulumi.Output.concat(args.resource_group_id, "/providers/Microsoft.Network/loadBalancers/", lb_name)
+
+        def sub(kind: str, sub_name: str) -> network.SubResourceArgs:
+            return network.SubResourceArgs(id=pulumi.Output.concat(lb_id, f"/{kind}/{sub_name}"))
+
+        lb = network.LoadBalancer(
+            lb_name,
+            load_balancer_name=lb_name,
+            resource_group_name=args.resource_group_name,
+            location=args.location,
+            tags=tags(args.cluster, "apiserver-lb"),
+            sku=network.LoadBalancerSkuArgs(name="Standard", tier="Regional"),
+            frontend_ip_configurations=[
+                network.FrontendIPConfigurationArgs(
+                    name=FRONTEND,
+                    private_ip_allocation_method="Static",
+                    private_ip_address=str(cp.load_balancer_ip),
+                    subnet=network.SubnetArgs(id=args.subnet_id),
+                    zones=list(args.zones),  # zone-redundant frontend
+                )
+            ],
+            backend_address_pools=[network.BackendAddressPoolArgs(name=BACKEND)],
+            probes=[
+                network.ProbeArgs(
+                    name=PROBE,
+                    protocol="Https",
+                    port=APISERVER_PORT,
+                    request_path="/readyz",
+                    interval_in_seconds=5,
+                    probe_threshold=2,
+                )
+            ],
+            load_balancing_rules=[
+                network.LoadBalancingRuleArgs(
+                    name=f"apiserver-{APISERVER_PORT}",
+                    protocol="Tcp",
+                    frontend_port=APISERVER_PORT,
+                    backend_port=APISERVER_PORT,
+                    frontend_ip_configuration=sub("frontendIPConfigurations", FRONTEND),
+                    backend_address_pool=sub("backendAddressPools", BACKEND),
+                    probe=sub("probes", PROBE),
+                    # Watches are long-lived; reset idle ones rather than drop silently.
+                    idle_timeout_in_minutes=30,
+                    enable_tcp_reset=True,
+                    disable_outbound_snat=True,
+                )
+            ],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        backend_id = pulumi.Output.concat(lb_id, f"/backendAddressPools/{BACKEND}")
+
+        self.vm_ids = []
+        for instance in cp.instances:
+            vm = machine(
+                MachineSpec(
+                    name=f"{name}-{instance.index}",
+                    vm_name=instance.vm_name,
+                    vm_size=cp.vm_size,
+                    zone=instance.zone,
+                    ip=str(instance.ip),
+                    location=args.location,
+                    resource_group_name=args.resource_group_name,
+                    subnet_id=args.subnet_id,
+                    custom_data=custom_data(args.user_data[instance.name], args.files[instance.name], instance.name),
+                    ssh_public_key=args.ssh_public_key,
+                    image=args.image,
+                    tags=tags(args.cluster, "apiserver"),
+                    public_ip=args.public_ips,
+                    backend_pool_ids=[backend_id],
+                ),
+                parent=self,
+                nic_depends_on=[lb],
+            )
+            self.vm_ids.append(vm.id)
+        self.load_balancer_ip = lb.frontend_ip_configurations.apply(
+            lambda fronts: fronts[0].private_ip_address if fronts else None
+        )
+        self.endpoint = cp.endpoint
+        self.register_outputs({"loadBalancerIp": self.load_balancer_ip, "vmIds": self.vm_ids})

@@ -1,0 +1,165 @@
+"""Network: resource group, VNet, subnets from the plan, and least-privilege NSGs.
+
+Every subnet's NSG ends in an explicit deny-all at the lowest custom priority: Azure's
+default rules allow all traffic from the VirtualNetwork tag (and from peered networks), so
+"least privilege" needs the allows below and nothing else.
+
+- etcd subnet: 2379 (client) only from the control-plane subnet, 2380 (peer) only from the
+  etcd subnet, SSH only from network.adminCidr.
+- control-plane subnet: 6443 from the VNet, from network.apiserverAllowedCidrs, and from
+  Azure's load-balancer probe; SSH only from network.adminCidr.
+- pool subnets: everything from the pool subnets (pod to pod, native pod IPs) and from the
+  control-plane subnet (apiserver to kubelet, webhooks); SSH only from network.adminCidr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import network, resources
+
+from infra.azure.common import tags
+from infra.plan.model import ClusterPlan
+from infra.plan.resolve import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT
+
+SSH_PORT = 22
+# The lowest priority a custom rule may have; Azure's defaults (65000+) come after it.
+DENY_ALL_PRIORITY = 4096
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    plan: ClusterPlan
+
+
+def _allow(name: str, priority: int, sources: list[str], destination: str, port: str,
+           protocol: str = "Tcp") -> network.SecurityRuleArgs:
+    return network.SecurityRuleArgs(
+        name=name,
+        priority=priority,
+        direction="Inbound",
+        access="Allow",
+        protocol=protocol,
+        source_address_prefixes=sources,
+        source_port_range="*",
+        destination_address_prefix=destination,
+        destination_port_range=port,
+    )
+
+
+def _deny_all() -> network.SecurityRuleArgs:
+    return network.SecurityRuleArgs(
+        name="deny-all-inbound",
+        priority=DENY_ALL_PRIORITY,
+        direction="Inbound",
+        access="Deny",
+        protocol="*",
+        source_address_prefix="*",
+        source_port_range="*",
+        destination_address_prefix="*",
+        destination_port_range="*",
+    )
+
+
+class Network(pulumi.ComponentResource):
+    resource_group_name: pulumi.Output[str]
+    resource_group_id: pulumi.Output[str]
+    vnet_id: pulumi.Output[str]
+    control_plane_subnet_id: pulumi.Output[str]
+    etcd_subnet_id: pulumi.Output[str]
+    pool_subnet_ids: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:Network", name, None, opts)
+        plan = args.plan
+        net = plan.network
+        child = pulumi.ResourceOptions(parent=self)
+        where = {"location": plan.location, "tags": tags(plan.cluster, "network")}
+
+        # The resource group carries the cluster's name: one cluster, one group.
+        rg = resources.ResourceGroup(f"{name}-rg", resource_group_name=plan.cluster, opts=child, **where)
+        vnet = network.VirtualNetwork(
+            f"{name}-vnet",
+            virtual_network_name=f"{name}-vnet",
+            resource_group_name=rg.name,
+            address_space=network.AddressSpaceArgs(address_prefixes=[str(net.vnet_cidr)]),
+            opts=child,
+            **where,
+        )
+
+        admin = [str(net.admin_cidr)] if net.admin_cidr else []
+        control = str(net.control_plane_subnet)
+        etcd = str(net.etcd_subnet)
+        pools = [str(p.subnet) for p in plan.node_pools]
+
+        def ssh(priority: int, destination: str) -> list[network.SecurityRuleArgs]:
+            return [_allow("allow-ssh-from-admin", priority, admin, destination, str(SSH_PORT))] if admin else []
+
+        apiserver_rules = [
+            _allow("allow-apiserver-from-vnet", 100, [str(net.vnet_cidr)], control, str(APISERVER_PORT)),
+            # Azure's probe source; the deny-all below would otherwise hide it.
+            _allow("allow-apiserver-probe", 110, ["AzureLoadBalancer"], control, str(APISERVER_PORT)),
+        ]
+        if net.apiserver_allowed_cidrs:
+            apiserver_rules.append(_allow(
+                "allow-apiserver-from-allowed-cidrs", 120, [str(c) for c in net.apiserver_allowed_cidrs],
+                control, str(APISERVER_PORT),
+            ))
+        nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
+            "control-plane": [*apiserver_rules, *ssh(200, control), _deny_all()],
+            "etcd": [
+                _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
+                _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
+                *ssh(200, etcd),
+                _deny_all(),
+            ],
+        }
+        for pool in plan.node_pools:
+            subnet = str(pool.subnet)
+            nsg_rules[f"pool-{pool.name}"] = [
+                _allow("allow-all-from-pools", 100, pools, subnet, "*", protocol="*"),
+                _allow("allow-all-from-control-plane", 110, [control], subnet, "*", protocol="*"),
+                *ssh(200, subnet),
+                _deny_all(),
+            ]
+        prefixes = {"control-plane": control, "etcd": etcd} | {
+            f"pool-{p.name}": str(p.subnet) for p in plan.node_pools
+        }
+
+        subnet_ids: dict[str, pulumi.Output[str]] = {}
+        previous: network.Subnet | None = None
+        for key, prefix in prefixes.items():
+            nsg = network.NetworkSecurityGroup(
+                f"{name}-{key}-nsg",
+                network_security_group_name=f"{name}-{key}-nsg",
+                resource_group_name=rg.name,
+                security_rules=nsg_rules[key],
+                opts=child,
+                **where,
+            )
+            # Azure runs one subnet operation per VNet at a time; chaining the subnets
+            # avoids "AnotherOperationInProgress" failures on the first `pulumi up`.
+            subnet = network.Subnet(
+                f"{name}-{key}",
+                subnet_name=key,
+                resource_group_name=rg.name,
+                virtual_network_name=vnet.name,
+                address_prefix=prefix,
+                network_security_group=network.NetworkSecurityGroupArgs(id=nsg.id),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[previous] if previous else None),
+            )
+            subnet_ids[key] = subnet.id
+            previous = subnet
+
+        self.resource_group_name = rg.name
+        self.resource_group_id = rg.id
+        self.vnet_id = vnet.id
+        self.control_plane_subnet_id = subnet_ids["control-plane"]
+        self.etcd_subnet_id = subnet_ids["etcd"]
+        self.pool_subnet_ids = {p.name: subnet_ids[f"pool-{p.name}"] for p in plan.node_pools}
+        self.register_outputs({
+            "resourceGroupName": self.resource_group_name,
+            "vnetId": self.vnet_id,
+            "subnetIds": subnet_ids,
+        })

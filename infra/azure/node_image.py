@@ -1,0 +1,164 @@
+"""NodeImage: the node-image build's VHDs published through an Azure Compute Gallery.
+
+Per pool: the VHD uploaded as a page blob -> a Gen2 image definition -> an image version
+replicated `plan.gallery_replicas` times (Azure Compute Gallery doc: 1 replica per 20 VMs
+created at once, >= 3 for production, <= 100 per version). The VHD files are the
+node-image build's output; this component only uploads and publishes them.
+
+Why a command for the upload: Azure builds disk images from page blobs only, and
+pulumi-azure-native's `storage.Blob` creates block and append blobs only
+(pulumi/pulumi-azure-native#2151). `az storage blob upload --type page` runs as a
+pulumi-command resource, so it is still in the graph (and in `kilonode plan`), ordered
+after the container and before the image version. It needs the `az` CLI, logged in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import compute, storage
+from pulumi_command import local
+
+from infra.azure.common import tags
+from infra.plan.model import NodePoolPlan
+
+# Where the node-image build writes one disk per pool; ClusterArgs may point elsewhere.
+DEFAULT_VHD = "build/node-image/{pool}.vhd"
+# Bump when the VHD changes: a gallery version is immutable, a new one rolls out through
+# the scale sets' manual upgrade.
+DEFAULT_IMAGE_VERSION = "1.0.0"
+
+
+def default_vhd(pool: str) -> str:
+    return DEFAULT_VHD.format(pool=pool)
+
+
+def storage_account_name(component: str) -> str:
+    """Storage account names are 3-24 lowercase letters and digits, unique in Azure."""
+    return re.sub(r"[^a-z0-9]", "", component.lower())[:24]
+
+
+def gallery_name(component: str) -> str:
+    """Gallery names allow letters, digits, '_' and '.', not '-'."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", component)
+
+
+@dataclass(frozen=True)
+class NodeImageArgs:
+    cluster: str
+    location: str
+    resource_group_name: pulumi.Input[str]
+    pools: Sequence[NodePoolPlan]
+    replicas: int  # plan.gallery_replicas
+    vhds: Mapping[str, str]  # pool name -> VHD path from the node-image build
+    version: str = DEFAULT_IMAGE_VERSION
+
+
+class NodeImage(pulumi.ComponentResource):
+    image_version_ids: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: NodeImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:NodeImage", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        where = {"location": args.location, "tags": tags(args.cluster, "node-image")}
+        rg = args.resource_group_name
+
+        account = storage.StorageAccount(
+            f"{name}-vhds",
+            account_name=storage_account_name(f"{name}vhds"),
+            resource_group_name=rg,
+            kind="StorageV2",
+            sku=storage.SkuArgs(name="Standard_LRS"),
+            allow_blob_public_access=False,
+            minimum_tls_version="TLS1_2",
+            opts=child,
+            **where,
+        )
+        container = storage.BlobContainer(
+            f"{name}-vhds-container",
+            container_name="vhds",
+            account_name=account.name,
+            resource_group_name=rg,
+            public_access=storage.PublicAccess.NONE,
+            opts=child,
+        )
+        gallery = compute.Gallery(
+            f"{name}-gallery",
+            gallery_name=gallery_name(f"{name}-gallery"),
+            resource_group_name=rg,
+            description=f"kilonode node images for {args.cluster}",
+            opts=child,
+            **where,
+        )
+
+        self.image_version_ids = {}
+        for pool in args.pools:
+            blob_name = f"{pool.name}-{args.version}.vhd"
+            vhd = args.vhds[pool.name]
+            upload = local.Command(
+                f"{name}-{pool.name}-vhd",
+                create=(
+                    'az storage blob upload --auth-mode key --type page --no-progress '
+                    '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" --file "$VHD"'
+                ),
+                delete=(
+                    'az storage blob delete --auth-mode key '
+                    '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB"'
+                ),
+                environment={"ACCOUNT": account.name, "CONTAINER": container.name, "BLOB": blob_name, "VHD": vhd},
+                # A new VHD comes with a new version (a new blob name): replace, never patch.
+                triggers=[vhd, blob_name],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[container]),
+            )
+            # Public-cloud blob endpoint of the blob the command uploaded.
+            blob_url = pulumi.Output.concat(
+                "https://", account.name, ".blob.core.windows.net/", container.name, "/", blob_name
+            )
+            definition = compute.GalleryImage(
+                f"{name}-{pool.name}",
+                gallery_image_name=pool.name,
+                gallery_name=gallery.name,
+                resource_group_name=rg,
+                identifier=compute.GalleryImageIdentifierArgs(
+                    publisher="kilonode", offer=args.cluster, sku=pool.name
+                ),
+                os_type=compute.OperatingSystemTypes.LINUX,
+                os_state=compute.OperatingSystemStateTypes.GENERALIZED,
+                # GPU sizes (ND A100 v4, ND H100 v5) boot Gen2 images only.
+                hyper_v_generation=compute.HyperVGeneration.V2,
+                architecture="x64",
+                features=[compute.GalleryImageFeatureArgs(name="IsAcceleratedNetworkSupported", value="True")],
+                opts=child,
+                **where,
+            )
+            version = compute.GalleryImageVersion(
+                f"{name}-{pool.name}-{args.version}",
+                gallery_image_version_name=args.version,
+                gallery_image_name=definition.name,
+                gallery_name=gallery.name,
+                resource_group_name=rg,
+                storage_profile=compute.GalleryImageVersionStorageProfileArgs(
+                    os_disk_image=compute.GalleryOSDiskImageArgs(
+                        host_caching=compute.HostCaching.READ_ONLY,
+                        source=compute.GalleryDiskImageSourceArgs(uri=blob_url, storage_account_id=account.id),
+                    )
+                ),
+                publishing_profile=compute.GalleryImageVersionPublishingProfileArgs(
+                    replica_count=args.replicas,
+                    target_regions=[
+                        compute.TargetRegionArgs(
+                            name=args.location,
+                            regional_replica_count=args.replicas,
+                            # Zone-redundant replicas: scale sets span the plan's zones.
+                            storage_account_type="Standard_ZRS",
+                        )
+                    ],
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[upload]),
+                **where,
+            )
+            self.image_version_ids[pool.name] = version.id
+        self.register_outputs({"imageVersionIds": self.image_version_ids})

@@ -1,0 +1,109 @@
+"""GpuNodePool: one scale set per shard of the plan, all with the same VM model.
+
+- InfiniBand pools keep a single placement group, so a shard holds at most 100 VMs (VMSS
+  placement-groups doc); the plan has already cut the pool into such shards.
+- Native pod networking (field notes: flannel capped pods at ~2 Gbit/s): each NIC has a
+  primary IP configuration plus `podsPerNode` secondary ones from the pool subnet; the
+  plan's `ip_configs_per_nic` is that count.
+- Manual upgrade policy: a new image or custom data reaches a node only when an operator
+  upgrades it (pods are semi-stateful; field notes). No overprovisioning: extra VMs would
+  join the cluster and churn MPI jobs, and eat subnet IPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import compute
+
+from infra.azure.common import ADMIN_USERNAME, linux_config, tags
+from infra.azure.custom_data import DeliveredFile, custom_data
+from infra.plan.model import NodePoolPlan
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    pool: NodePoolPlan
+    cluster: str
+    location: str
+    resource_group_name: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    image_version_id: pulumi.Input[str]
+    user_data: str  # the pool's rendered user-data
+    files: Sequence[DeliveredFile]
+    ssh_public_key: pulumi.Input[str]
+
+
+def ip_configurations(
+    count: int, subnet_id: pulumi.Input[str]
+) -> list[compute.VirtualMachineScaleSetIPConfigurationArgs]:
+    """`count` IP configurations (the plan's ip_configs_per_nic): the first is primary."""
+    subnet = compute.ApiEntityReferenceArgs(id=subnet_id)
+    return [
+        compute.VirtualMachineScaleSetIPConfigurationArgs(
+            name="primary" if i == 0 else f"pod-{i}",
+            primary=i == 0,
+            private_ip_address_version="IPv4",
+            subnet=subnet,
+        )
+        for i in range(count)
+    ]
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    scale_set_ids: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:GpuNodePool", name, None, opts)
+        pool = args.pool
+        # One custom data per pool, shared by its shards.
+        data = custom_data(args.user_data, args.files, f"pool-{pool.name}")
+        profile = compute.VirtualMachineScaleSetVMProfileArgs(
+            os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
+                computer_name_prefix=pool.name,
+                admin_username=ADMIN_USERNAME,
+                custom_data=data,
+                linux_configuration=linux_config(args.ssh_public_key),
+            ),
+            storage_profile=compute.VirtualMachineScaleSetStorageProfileArgs(
+                image_reference=compute.ImageReferenceArgs(id=args.image_version_id),
+                os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
+                    create_option="FromImage",
+                    caching="ReadWrite",
+                    managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
+                        storage_account_type="Premium_LRS"
+                    ),
+                ),
+            ),
+            network_profile=compute.VirtualMachineScaleSetNetworkProfileArgs(
+                network_interface_configurations=[
+                    compute.VirtualMachineScaleSetNetworkConfigurationArgs(
+                        name="primary",
+                        primary=True,
+                        enable_accelerated_networking=True,
+                        ip_configurations=ip_configurations(pool.ip_configs_per_nic, args.subnet_id),
+                    )
+                ]
+            ),
+        )
+        self.scale_set_ids = {}
+        for shard in pool.shards:
+            vmss = compute.VirtualMachineScaleSet(
+                f"{name}-{shard.index:03d}",
+                vm_scale_set_name=shard.name,
+                resource_group_name=args.resource_group_name,
+                location=args.location,
+                tags=tags(args.cluster, f"pool-{pool.name}"),
+                zones=[shard.zone],
+                sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
+                orchestration_mode="Uniform",
+                single_placement_group=shard.single_placement_group,
+                overprovision=False,
+                upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
+                virtual_machine_profile=profile,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.scale_set_ids[shard.name] = vmss.id
+        self.register_outputs({"scaleSetIds": self.scale_set_ids})

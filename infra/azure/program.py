@@ -1,0 +1,38 @@
+"""The Pulumi program: what `infra/__main__.py` runs, and what `kilonode plan` runs under mocks.
+
+Reads `kilonode:cluster` with pulumi.Config, validates it with the same loader as the CLI,
+resolves the plan, renders the hosts' artefacts, builds one Cluster and exports what a
+user needs. Everything happens when `main()` is called, never at import.
+"""
+
+from __future__ import annotations
+
+import pulumi
+
+from infra.azure.cluster import Cluster, ClusterArgs
+from infra.config import stack_from_value
+from infra.paths import STACKS_DIR
+from infra.plan import plan_stack
+from infra.problems import StackError
+from infra.render import render_cluster
+
+
+def main() -> Cluster:
+    stack_name = pulumi.get_stack()
+    raw = pulumi.Config("kilonode").require_object("cluster")
+    try:
+        stack = stack_from_value(stack_name, raw, STACKS_DIR / f"Pulumi.{stack_name}.yaml")
+        plan = plan_stack(stack)
+    except StackError as error:
+        # RunError: Pulumi prints the message alone, without a Python traceback.
+        raise pulumi.RunError(str(error)) from None
+    cluster = Cluster(plan.cluster, ClusterArgs(plan=plan, rendered=render_cluster(plan)))
+    pulumi.export("apiserverAddress", cluster.apiserver_address)
+    pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
+    pulumi.export("etcdMainEndpoints", cluster.etcd_main_endpoints)
+    pulumi.export("etcdEventsEndpoints", cluster.etcd_events_endpoints)
+    pulumi.export("nodeImageVersionIds", cluster.image_version_ids)
+    pulumi.export("scaleSetIds", cluster.scale_set_ids)
+    # Secret: `pulumi stack output adminSshPrivateKey --show-secrets` when SSH is needed.
+    pulumi.export("adminSshPrivateKey", cluster.admin_ssh_private_key)
+    return cluster

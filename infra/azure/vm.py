@@ -1,0 +1,109 @@
+"""One control-plane machine: a NIC with a static private IP and a VM (etcd, apiserver).
+
+Shared by EtcdCluster and ControlPlane so both build machines the same way; each passes
+its own names, addresses and sizes from the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import compute, network
+
+from infra.azure.common import ADMIN_USERNAME, MarketplaceImage, linux_config
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """Everything one machine needs; every value comes from the plan or another component."""
+
+    name: str  # Pulumi name; the NIC and public IP add suffixes
+    vm_name: str  # Azure VM name, from the plan
+    vm_size: str
+    zone: str
+    ip: str  # static private IP, from the plan
+    location: str
+    resource_group_name: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    custom_data: pulumi.Output[str]
+    ssh_public_key: pulumi.Input[str]
+    image: MarketplaceImage
+    tags: dict[str, str]
+    public_ip: bool
+    backend_pool_ids: Sequence[pulumi.Input[str]] = ()
+
+
+def machine(
+    spec: MachineSpec,
+    parent: pulumi.Resource,
+    protect: bool = False,
+    nic_depends_on: Sequence[pulumi.Resource] = (),
+) -> compute.VirtualMachine:
+    where = {"location": spec.location, "tags": spec.tags}
+    public: network.PublicIPAddressArgs | None = None
+    if spec.public_ip:
+        # Only when the stack sets network.publicIpsOnControlPlane; the NSG still admits
+        # nothing but its allow rules.
+        pip = network.PublicIPAddress(
+            f"{spec.name}-pip",
+            public_ip_address_name=f"{spec.vm_name}-pip",
+            resource_group_name=spec.resource_group_name,
+            sku=network.PublicIPAddressSkuArgs(name="Standard"),
+            public_ip_allocation_method="Static",
+            zones=[spec.zone],
+            opts=pulumi.ResourceOptions(parent=parent),
+            **where,
+        )
+        public = network.PublicIPAddressArgs(id=pip.id)
+    nic = network.NetworkInterface(
+        f"{spec.name}-nic",
+        network_interface_name=f"{spec.vm_name}-nic",
+        resource_group_name=spec.resource_group_name,
+        enable_accelerated_networking=True,
+        ip_configurations=[
+            network.NetworkInterfaceIPConfigurationArgs(
+                name="primary",
+                primary=True,
+                private_ip_allocation_method="Static",
+                private_ip_address=spec.ip,
+                subnet=network.SubnetArgs(id=spec.subnet_id),
+                public_ip_address=public,
+                load_balancer_backend_address_pools=[
+                    network.BackendAddressPoolArgs(id=pool) for pool in spec.backend_pool_ids
+                ] or None,
+            )
+        ],
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=list(nic_depends_on) or None),
+        **where,
+    )
+    return compute.VirtualMachine(
+        spec.name,
+        vm_name=spec.vm_name,
+        resource_group_name=spec.resource_group_name,
+        zones=[spec.zone],
+        hardware_profile=compute.HardwareProfileArgs(vm_size=spec.vm_size),
+        network_profile=compute.NetworkProfileArgs(
+            network_interfaces=[compute.NetworkInterfaceReferenceArgs(id=nic.id, primary=True)]
+        ),
+        os_profile=compute.OSProfileArgs(
+            computer_name=spec.vm_name,
+            admin_username=ADMIN_USERNAME,
+            custom_data=spec.custom_data,
+            linux_configuration=linux_config(spec.ssh_public_key),
+        ),
+        storage_profile=compute.StorageProfileArgs(
+            image_reference=spec.image.reference(),
+            # The OS disk holds only the OS; etcd data and the apiserver's audit log go
+            # to the local SSD that cloud-init mounts (field notes: ~200 us vs ~2 ms fsync).
+            os_disk=compute.OSDiskArgs(
+                create_option="FromImage",
+                caching="ReadWrite",
+                delete_option="Delete",
+                managed_disk=compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
+            ),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, protect=protect),
+        **where,
+    )
