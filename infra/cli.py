@@ -15,8 +15,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from infra.azure.cli import plan_command
 from infra.config import Stack, load_stack
 from infra.config.load import display_path
+from infra.image.cli import image_app
 from infra.plan import ClusterPlan, plan_stack
 from infra.problems import StackError
 from infra.render import render_tree
@@ -170,6 +172,8 @@ def explain(stack: StackArg) -> None:
 
 
 # subcommands from other stages
+app.command("plan")(plan_command)
+app.add_typer(image_app, name="image")
 
 
 def main() -> None:

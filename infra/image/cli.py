@@ -1,0 +1,131 @@
+"""`kilonode image build|verify`: the node image, built offline and verified on a booted VM."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from infra.image.build import build_image
+from infra.image.disk import DiskError
+from infra.image.manifest import Manifest
+from infra.image.qemu import VmError
+from infra.image.rootfs import BuildError
+from infra.image.verify import SshTarget, verify_image
+from infra.problems import StackError
+
+image_app = typer.Typer(
+    name="image",
+    help=(
+        "Build a node pool's disk image (GPT + UEFI, raw and fixed VHD, manifest) from Debian packages "
+        "and the pool's rendered artefacts, and verify it: boot it in qemu with the pool's cloud-init "
+        "user-data as a NoCloud seed and a blank local SSD, run the testinfra suite, reboot, run the "
+        "persistence checks again."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _progress(start: float):  # type: ignore[no-untyped-def]
+    def show(line: str) -> None:
+        out.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {line}")
+
+    return show
+
+
+@image_app.command()
+def build(
+    stack: Annotated[str, typer.Argument(metavar="STACK", help="A stack name in stacks/ or a path to a stack file.")],
+    pool: Annotated[str, typer.Option("--pool", help="The node pool whose image to build.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory for <stack>-<pool>.raw/.vhd/.manifest.json.")],
+    binaries: Annotated[
+        Path | None,
+        typer.Option("--binaries", help="Directory holding kubelet / cri-dockerd to bake (no registry serves them)."),
+    ] = None,
+    fetch: Annotated[
+        bool, typer.Option("--fetch", help="Download kubelet / cri-dockerd from their pinned URL + sha256.")
+    ] = False,
+) -> None:
+    """Build the pool's bootable disk image.
+
+    The base root filesystem (mmdebstrap from this machine's Debian mirror) is cached under
+    ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs, so a rebuild
+    that only changes artefacts takes seconds. Writes <stack>-<pool>.raw (GPT: ESP + ext4
+    root), <stack>-<pool>.vhd (fixed, for the Azure Compute Gallery), <stack>-<pool>.manifest.json
+    (package versions, sha256 of every baked artefact and preloaded image, build inputs) and
+    <stack>-<pool>.user-data (the pool's cloud-init user-data, for verify's seed).
+    """
+    from infra.cli import fail  # the same exit-2 report as every other command
+
+    start = time.monotonic()
+    try:
+        result = build_image(stack, pool, out_dir, progress=_progress(start), binaries_dir=binaries, fetch=fetch)
+    except StackError as error:
+        fail(error)
+    except (BuildError, DiskError) as error:
+        err.print(f"[bold red]kilonode image build:[/] {error}")
+        raise typer.Exit(code=1) from None
+    manifest = Manifest.load(result.manifest)
+    out.print(f"[green]✓[/] {result.raw} ({'base reused from cache' if result.base_cached else 'base built'}) "
+              f"in {time.monotonic() - start:.0f} s")
+    out.print(f"  VHD       {result.vhd}")
+    out.print(f"  manifest  {result.manifest}: {len(manifest.data['packages'])} packages, "
+              f"{len(manifest.artefacts)} artefacts, {len(manifest.preloaded_images)} preloaded image(s)")
+    for binary in manifest.binaries:
+        if not binary["present"]:
+            out.print(f"  [yellow]![/] {binary['name']}: {binary['origin']}")
+
+
+@image_app.command()
+def verify(
+    image: Annotated[Path, typer.Argument(metavar="IMAGE", help="A built .raw or .vhd (its manifest beside it).")],
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="user@addr[:port]: run the guest checks on this SSH host instead of a VM."),
+    ] = None,
+    identity: Annotated[Path | None, typer.Option("--identity", help="SSH private key for --host.")] = None,
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Where the overlay, seed, logs and JUnit XML go.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also copy the JUnit XML report here.")] = None,
+    no_reboot: Annotated[bool, typer.Option("--no-reboot", help="Skip the reboot and persistence checks.")] = False,
+) -> None:
+    """Boot a fresh VM from IMAGE and run the testinfra suite; exit 1 naming each failed check.
+
+    The VM boots a throwaway qcow2 overlay under UEFI (qemu, TCG), with a blank second disk
+    as the local SSD and the pool's user-data as a NoCloud seed, the path Azure's custom
+    data takes. Checks run in three phases: offline (the image file: baked artefacts,
+    hygiene), first-boot (over SSH) and after-reboot (the persistence checks).
+    """
+    if not image.exists() and host is None:
+        err.print(f"[bold red]kilonode image verify:[/] {image} not found")
+        raise typer.Exit(code=2)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    work = workdir or Path("build") / "verify" / f"{image.stem}-{stamp}"
+    start = time.monotonic()
+    target = SshTarget.parse(host, identity) if host else None
+    try:
+        report = verify_image(image, workdir=work, host=target, reboot=not no_reboot, progress=_progress(start))
+    except (FileNotFoundError, VmError, ValueError) as error:
+        err.print(f"[bold red]kilonode image verify:[/] {error}")
+        raise typer.Exit(code=2) from None
+    if junit:
+        junit.write_bytes(report.junit.read_bytes())
+    for phase, counts in report.counts.items():
+        out.print(f"  {phase:13} " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    out.print(f"  timings: {report.timings}")
+    out.print(f"  JUnit XML: {report.junit}")
+    if not report.passed:
+        err.print(f"[bold red]✗ {len(report.failures)} check(s) failed:[/]")
+        for failure in report.failures:
+            print(f"FAILED {failure}")
+        raise typer.Exit(code=1)
+    out.print(f"[green]✓[/] {image}: every check passed in {time.monotonic() - start:.0f} s")

@@ -1,0 +1,121 @@
+"""The node image recipe (node-image/recipe.toml and its package lists), typed.
+
+The recipe is data; this module only reads it and derives the base root filesystem's
+cache inputs from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from infra.paths import NODE_IMAGE_DIR
+
+Runtime = Literal["docker", "containerd"]
+
+
+@dataclass(frozen=True)
+class Binary:
+    """A binary no Debian package provides (kubelet, cri-dockerd): pinned URL + sha256."""
+
+    name: str
+    path: str  # where it lands in the image
+    url: str
+    sha256: str  # "" = not pinned yet: never downloaded, only taken from a local directory
+    runtimes: tuple[str, ...]
+    member: str | None = None  # path inside a .tgz download
+
+
+@dataclass(frozen=True)
+class Recipe:
+    root: Path
+    version: int
+    suite: str
+    variant: str
+    disk_size_mib: int
+    esp_size_mib: int
+    root_label: str
+    kernel_cmdline: str
+    package_files: dict[str, Path]
+    enable_units: tuple[str, ...]
+    disable_units: tuple[str, ...]
+    binaries: tuple[Binary, ...]
+
+    @property
+    def overlay_dir(self) -> Path:
+        """Static files copied into every image at their host path."""
+        return self.root / "rootfs"
+
+    @property
+    def pause_source(self) -> Path:
+        return self.root / "pause" / "pause.c"
+
+    def package_list(self, runtime: Runtime) -> list[str]:
+        return read_list(self.package_files["base"]) + read_list(self.package_files[runtime])
+
+    def base_inputs(self, runtime: Runtime, sources_sha256: str) -> dict[str, object]:
+        """Everything the base root filesystem depends on; its sha256 is the cache key.
+
+        The host's sources file enters as a hash only (a different mirror snapshot can
+        mean different package versions), never as text.
+        """
+        return {
+            "recipe_version": self.version,
+            "suite": self.suite,
+            "variant": self.variant,
+            "runtime": runtime,
+            "packages": self.package_list(runtime),
+            "package_files": {
+                name: sha256_text(self.package_files[name]) for name in ("base", runtime)
+            },
+            "sources_sha256": sources_sha256,
+        }
+
+    def binaries_for(self, runtime: Runtime) -> list[Binary]:
+        return [b for b in self.binaries if runtime in b.runtimes]
+
+
+def read_list(path: Path) -> list[str]:
+    """One package per line; '#' starts a comment."""
+    names = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line)
+    return names
+
+
+def sha256_text(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
+    data = tomllib.loads((root / "recipe.toml").read_text())
+    binaries = tomllib.loads((root / "binaries.toml").read_text()).get("binary", [])
+    return Recipe(
+        root=root,
+        version=int(data["version"]),
+        suite=data["suite"],
+        variant=data["variant"],
+        disk_size_mib=int(data["disk"]["size_mib"]),
+        esp_size_mib=int(data["disk"]["esp_size_mib"]),
+        root_label=data["disk"]["root_label"],
+        kernel_cmdline=data["disk"]["kernel_cmdline"],
+        package_files={name: root / rel for name, rel in data["packages"].items()},
+        enable_units=tuple(data["units"]["enable"]),
+        disable_units=tuple(data["units"]["disable"]),
+        binaries=tuple(
+            Binary(
+                name=b["name"],
+                path=b["path"],
+                url=b["url"],
+                sha256=b.get("sha256", ""),
+                runtimes=tuple(b["runtimes"]),
+                member=b.get("member"),
+            )
+            for b in binaries
+        ),
+    )

@@ -1,0 +1,246 @@
+"""The base root filesystem (mmdebstrap, cached) and what every build does on top of it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.image import cache, mirror
+from infra.image.recipe import Binary, Recipe, Runtime
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class BaseRootfs:
+    tarball: Path
+    key: str
+    cached: bool  # True when an earlier build made it
+
+
+def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) -> BaseRootfs:
+    """The mmdebstrap tarball for (recipe, runtime), built once per cache key."""
+    sources = mirror.sources_file()
+    inputs = recipe.base_inputs(runtime, cache.sha256_file(sources))
+    key = cache.key_of(inputs)
+    tarball = cache.entry("rootfs", key, "tar")
+    if tarball.is_file():
+        return BaseRootfs(tarball, key, cached=True)
+    if shutil.which("mmdebstrap") is None:
+        raise BuildError("mmdebstrap not found: run `make setup` (installs .ci/debian-packages.txt)")
+    partial = tarball.with_suffix(".tar.partial")
+    cmd = [
+        "mmdebstrap", "--quiet", f"--variant={recipe.variant}",
+        f"--include={','.join(recipe.package_list(runtime))}",
+        recipe.suite, str(partial), str(sources),
+    ]
+    log(f"mmdebstrap {recipe.suite} ({len(recipe.package_list(runtime))} packages requested) -> cache {key[:12]}")
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        partial.unlink(missing_ok=True)
+        # apt's messages name the mirror: scrub before showing them.
+        raise BuildError("mmdebstrap failed:\n" + mirror.scrub(result.stderr[-4000:]))
+    partial.rename(tarball)
+    (tarball.with_suffix(".inputs.json")).write_text(__import__("json").dumps(inputs, indent=2, sort_keys=True))
+    return BaseRootfs(tarball, key, cached=False)
+
+
+def extract(tarball: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    # --numeric-owner: the image's uids, not the build host's names; xattrs keep file caps.
+    subprocess.run(
+        ["tar", "-C", str(dest), "--numeric-owner", "--xattrs", "--xattrs-include=*", "-xpf", str(tarball)],
+        check=True,
+    )
+
+
+def host_path(root: Path, path: str) -> Path:
+    """`path` (absolute or relative to /) inside the tree at `root`, never outside it."""
+    rel = Path(path.lstrip("/"))
+    if ".." in rel.parts:
+        raise BuildError(f"refusing path outside the image: {path}")
+    return root / rel
+
+
+def put(root: Path, path: str, data: bytes, mode: int) -> Path:
+    target = host_path(root, path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or target.exists():
+        target.unlink()
+    target.write_bytes(data)
+    os.chmod(target, mode)
+    os.chown(target, 0, 0)
+    return target
+
+
+def copy_overlay(overlay: Path, root: Path) -> list[str]:
+    """Copy the recipe's static files; returns their host paths."""
+    placed = []
+    for src in sorted(p for p in overlay.rglob("*") if p.is_file()):
+        rel = "/" + src.relative_to(overlay).as_posix()
+        put(root, rel, src.read_bytes(), 0o755 if os.access(src, os.X_OK) else 0o644)
+        placed.append(rel)
+    return placed
+
+
+def systemctl(root: Path, verb: str, units: tuple[str, ...] | list[str]) -> None:
+    if not units:
+        return
+    result = subprocess.run(
+        ["systemctl", f"--root={root}", verb, *units], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise BuildError(f"systemctl --root {verb} {' '.join(units)} failed: {result.stderr.strip()}")
+
+
+def scrub_image(root: Path) -> None:
+    """Image hygiene: nothing that identifies the build host or one particular node.
+
+    - machine-id empty: systemd makes a fresh one on each VM's first boot; a shared one
+      breaks DHCP client IDs and journald on every node built from the image.
+    - no SSH host keys: every node would share them (cloud-init makes new ones).
+    - no apt sources, mmdebstrap apt options, apt lists: they name the build's mirror.
+    - hostname from the build host removed (cloud-init sets the node's).
+    - root has no password ('*' can never match).
+    """
+    machine_id = root / "etc/machine-id"
+    machine_id.write_text("")
+    (root / "var/lib/dbus/machine-id").unlink(missing_ok=True)
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    for pattern in ("etc/apt/sources.list", "etc/apt/sources.list.d/*.list", "etc/apt/sources.list.d/*.sources",
+                    "etc/apt/apt.conf.d/99mmdebstrap", "var/lib/apt/lists/*", "var/cache/apt/*.bin",
+                    "etc/hostname", "var/log/apt/*", "var/log/dpkg.log", "var/log/alternatives.log",
+                    "var/log/bootstrap.log"):
+        for path in root.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    lists = root / "var/lib/apt/lists"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    shadow = root / "etc/shadow"
+    lines = []
+    for line in shadow.read_text().splitlines():
+        fields = line.split(":")
+        if len(fields) > 1 and fields[1] not in ("*", "!", "!*") and not fields[1].startswith("!"):
+            fields[1] = "*"
+        lines.append(":".join(fields))
+    shadow.write_text("\n".join(lines) + "\n")
+
+
+def conffile_hashes(root: Path) -> dict[str, str]:
+    """md5 of every dpkg conffile as packaged: a hit there is Debian's text, not the build's."""
+    hashes: dict[str, str] = {}
+    status = (root / "var/lib/dpkg/status").read_text(errors="replace")
+    in_conffiles = False
+    for line in status.splitlines():
+        if line.startswith("Conffiles:"):
+            in_conffiles = True
+            continue
+        if in_conffiles and line.startswith(" "):
+            parts = line.split()
+            if len(parts) >= 2:
+                hashes[parts[0]] = parts[1]
+            continue
+        in_conffiles = False
+    return hashes
+
+
+def find_mirror_names(root: Path, hosts: list[str]) -> list[str]:
+    """Files in the image (outside /usr's packaged data) that name a build-host mirror."""
+    if not hosts:
+        return []
+    needles = [h.encode().lower() for h in hosts]
+    packaged = conffile_hashes(root)
+    hits = []
+    for top in ("etc", "var", "root", "opt", "usr/local", "boot/grub"):
+        base = root / top
+        if not base.exists():
+            continue
+        for dirpath, _dirs, files in os.walk(base):
+            for name in files:
+                path = Path(dirpath) / name
+                if path.is_symlink() or not path.is_file():
+                    continue
+                try:
+                    data = path.read_bytes().lower()
+                except OSError:
+                    continue
+                if any(n in data for n in needles):
+                    rel = "/" + path.relative_to(root).as_posix()
+                    if packaged.get(rel) == hashlib.md5(path.read_bytes()).hexdigest():
+                        continue
+                    hits.append(rel)
+    return sorted(hits)
+
+
+def installed_packages(root: Path) -> dict[str, str]:
+    """name -> version from the image's dpkg status (no chroot needed)."""
+    packages: dict[str, str] = {}
+    name = version = status = ""
+    for line in [*(root / "var/lib/dpkg/status").read_text(errors="replace").splitlines(), ""]:
+        if line.startswith("Package:"):
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("Version:"):
+            version = line.split(":", 1)[1].strip()
+        elif line.startswith("Status:"):
+            status = line.split(":", 1)[1].strip()
+        elif not line:
+            if name and status.endswith(" installed"):
+                packages[name] = version
+            name = version = status = ""
+    return dict(sorted(packages.items()))
+
+
+@dataclass(frozen=True)
+class BinaryResult:
+    name: str
+    path: str
+    present: bool
+    sha256: str | None
+    origin: str  # "local:<dir>", "url", or why it is absent
+
+
+def place_binary(root: Path, binary: Binary, version: str, local_dir: Path | None, fetch: bool) -> BinaryResult:
+    """kubelet / cri-dockerd: from a local directory, or a pinned download; else absent."""
+    data: bytes | None = None
+    origin = ""
+    if local_dir is not None and (local_dir / binary.name).is_file():
+        data = (local_dir / binary.name).read_bytes()
+        origin = f"local directory {local_dir}"
+    elif fetch and binary.sha256:
+        url = binary.url.format(version=version)
+        with urllib.request.urlopen(url, timeout=120) as response:
+            blob = response.read()
+        if hashlib.sha256(blob).hexdigest() != binary.sha256:
+            raise BuildError(f"{binary.name}: {url} does not match the pinned sha256 in node-image/binaries.toml")
+        if binary.member:
+            import io
+
+            with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+                member = tar.extractfile(binary.member)
+                if member is None:
+                    raise BuildError(f"{binary.name}: {binary.member} not in {url}")
+                blob = member.read()
+        data, origin = blob, url
+    if data is None:
+        reason = (
+            "absent: not in any Debian package or registry this build reaches; pass --binaries DIR "
+            f"holding `{binary.name}`"
+            + ("" if binary.sha256 else ", or pin its sha256 in node-image/binaries.toml and pass --fetch")
+        )
+        return BinaryResult(binary.name, binary.path, False, None, reason)
+    put(root, binary.path, data, 0o755)
+    return BinaryResult(binary.name, binary.path, True, hashlib.sha256(data).hexdigest(), origin)

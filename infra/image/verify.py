@@ -1,0 +1,204 @@
+"""`kilonode image verify`: boot the image and run the testinfra suite (tests/image/suite).
+
+Phases, each a pytest run with its own JUnit XML, merged into one report:
+
+    offline      the image file itself, read with debugfs: what was baked (artefacts,
+                 preloaded archives, sysctl values) and its hygiene (empty machine-id, no
+                 host keys, no mirror, sshd config). A node rewrites some of these from
+                 cloud-init on first boot, so only the image shows what was built.
+    first-boot   a fresh VM (throwaway overlay, blank local SSD as /dev/vdb, the pool's
+                 user-data as a NoCloud seed) or, with --host, any SSH host: kernel params,
+                 services, runtime, preloaded images, files, hygiene.
+    after-reboot the checks marked `persistent`, after `systemctl reboot`.
+
+The verdict is the union: any failed or errored check fails the run, and is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infra.image.manifest import Manifest
+from infra.image.qemu import Vm, VmConfig
+from infra.image.seed import make_keypair, make_seed, meta_data
+from infra.paths import REPO_ROOT
+
+SUITE_DIR = REPO_ROOT / "tests" / "image" / "suite"
+CONTEXT_ENV = "KILONODE_VERIFY_CONTEXT"
+# The cloud-init default user of Debian's cloud.cfg; it gets passwordless sudo. Root
+# login over SSH is closed in the image.
+DEFAULT_USER = "debian"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    user: str
+    address: str
+    port: int = 22
+    key_file: Path | None = None
+
+    @classmethod
+    def parse(cls, spec: str, key_file: Path | None = None) -> SshTarget:
+        """user@addr[:port]"""
+        user, _, rest = spec.rpartition("@")
+        address, _, port = rest.partition(":")
+        return cls(user or DEFAULT_USER, address, int(port) if port else 22, key_file)
+
+
+@dataclass
+class VerifyReport:
+    junit: Path
+    failures: list[str] = field(default_factory=list)  # "phase: nodeid — message"
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> outcome -> n
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and any(c.get("passed", 0) for c in self.counts.values())
+
+
+def write_ssh_config(path: Path, target: SshTarget) -> Path:
+    lines = [
+        f"Host {target.address}",
+        f"  HostName {target.address}",
+        f"  Port {target.port}",
+        f"  User {target.user}",
+        # throwaway VMs get new host keys every boot; on loopback there is no one to spoof
+        "  StrictHostKeyChecking no",
+        "  UserKnownHostsFile /dev/null",
+    ]
+    if target.key_file:
+        lines.append(f"  IdentityFile {target.key_file}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_phase(phase: str, *, manifest: Manifest, image: Path | None, target: SshTarget | None,
+              workdir: Path, progress: Progress) -> Path:
+    """One pytest run of the suite; returns its JUnit XML."""
+    context = {
+        "phase": phase,
+        "manifest": str(manifest.path.resolve()),
+        "image": str(image.resolve()) if image else None,
+        "ssh": None,
+    }
+    if target is not None:
+        ssh_config = write_ssh_config(workdir / "ssh_config", target)
+        context["ssh"] = {
+            "hostspec": f"paramiko://{target.user}@{target.address}:{target.port}?sudo=true",
+            "ssh_config": str(ssh_config),
+            "address": target.address,
+            "port": target.port,
+            "user": target.user,
+            "key_file": str(target.key_file) if target.key_file else None,
+        }
+    context_file = workdir / f"context-{phase}.json"
+    context_file.write_text(json.dumps(context, indent=2))
+    junit = workdir / f"junit-{phase}.xml"
+    cmd = [
+        sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rfEs", "-p", "no:cacheprovider",
+        f"--junitxml={junit}", "-o", f"junit_suite_name={phase}", "-o", "junit_family=xunit2",
+    ]
+    env = {**os.environ, CONTEXT_ENV: str(context_file)}
+    progress(f"{phase}: running checks")
+    with (workdir / f"pytest-{phase}.log").open("w") as log:
+        subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=900)
+    if not junit.exists():
+        raise RuntimeError(f"{phase}: pytest wrote no report; see {workdir / f'pytest-{phase}.log'}")
+    return junit
+
+
+def merge(junits: list[Path], out: Path, report: VerifyReport) -> None:
+    """One <testsuites> with a <testsuite> per phase; collect failures and counts."""
+    merged = ET.Element("testsuites", name="kilonode image verify")
+    for junit in junits:
+        root = ET.parse(junit).getroot()
+        suites = [root] if root.tag == "testsuite" else list(root)
+        for suite in suites:
+            phase = suite.get("name", junit.stem)
+            counts = report.counts.setdefault(phase, {})
+            for case in suite.iter("testcase"):
+                name = f"{case.get('classname', '')}::{case.get('name', '')}".replace("tests.image.suite.", "")
+                outcome = "passed"
+                for child in case:
+                    if child.tag in ("failure", "error"):
+                        outcome = "failed" if child.tag == "failure" else "error"
+                        message = (child.get("message") or child.text or "").strip().splitlines()
+                        report.failures.append(f"{phase}: {name} — {message[0][:300] if message else child.tag}")
+                    elif child.tag == "skipped":
+                        outcome = "skipped"
+                counts[outcome] = counts.get(outcome, 0) + 1
+            merged.append(suite)
+    ET.ElementTree(merged).write(out, encoding="utf-8", xml_declaration=True)
+
+
+def verify_image(
+    image: Path,
+    *,
+    workdir: Path,
+    host: SshTarget | None = None,
+    reboot: bool = True,
+    user_data: str | None = None,
+    progress: Progress = lambda _line: None,
+) -> VerifyReport:
+    """Verify `image` (raw or VHD, with its manifest beside it). See the module docstring.
+
+    `user_data` replaces the pool's rendered user-data in the seed (the defect tests use it);
+    `host` runs the guest phases against that SSH host instead of booting a VM.
+    """
+    manifest = Manifest.for_image(image)
+    workdir.mkdir(parents=True, exist_ok=True)
+    report = VerifyReport(junit=workdir / "verify-report.xml")
+    junits: list[Path] = []
+    start = time.monotonic()
+    if image.is_file():
+        junits.append(run_phase("offline", manifest=manifest, image=image, target=None, workdir=workdir,
+                                progress=progress))
+        report.timings["offline"] = round(time.monotonic() - start, 1)
+    if host is not None:
+        junits.append(run_phase("first-boot", manifest=manifest, image=None, target=host, workdir=workdir,
+                                progress=progress))
+        report.timings["host checks"] = round(time.monotonic() - start, 1)
+    else:
+        key_file, public_key = make_keypair(workdir)
+        seed = make_seed(
+            workdir / "seed.img",
+            user_data if user_data is not None else manifest.user_data_path.read_text(),
+            meta_data(public_key, f"{manifest.data['name']}-verify"),
+        )
+        config = VmConfig(image=image, seed=seed, workdir=workdir, user=DEFAULT_USER, key_file=key_file)
+        progress("booting a VM from a throwaway overlay (qemu, TCG, UEFI)")
+        with Vm(config) as vm:
+            t = time.monotonic()
+            vm.wait_ssh()
+            report.timings["first SSH"] = round(time.monotonic() - t, 1)
+            state = vm.wait_settled()
+            report.timings["boot settled"] = round(time.monotonic() - t, 1)
+            progress(f"VM up: SSH after {report.timings['first SSH']} s, systemd '{state}' after "
+                     f"{report.timings['boot settled']} s")
+            target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
+            junits.append(run_phase("first-boot", manifest=manifest, image=None, target=target, workdir=workdir,
+                                    progress=progress))
+            report.timings["first-boot checks"] = round(time.monotonic() - t, 1)
+            if reboot:
+                progress("rebooting the VM")
+                t2 = time.monotonic()
+                vm.reboot()
+                vm.wait_settled()
+                report.timings["reboot settled"] = round(time.monotonic() - t2, 1)
+                junits.append(run_phase("after-reboot", manifest=manifest, image=None, target=target,
+                                        workdir=workdir, progress=progress))
+            progress("stopping the VM")
+    merge(junits, report.junit, report)
+    report.timings["total"] = round(time.monotonic() - start, 1)
+    return report

@@ -1,0 +1,61 @@
+"""Files: every baked/rendered artefact on the node as built; kubelet config vs the plan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import testinfra
+import yaml
+
+from infra.plan.model import NodePoolPlan
+from tests.image.suite.conftest import run_ok
+
+
+def test_artefact_on_node_matches_build(host: testinfra.host.Host, artefact: dict[str, Any]) -> None:
+    f = host.file(artefact["path"])
+    assert f.exists, f"{artefact['path']} missing"
+    assert f.sha256sum == artefact["sha256"], f"{artefact['path']} differs from the {artefact['source']} output"
+    assert f"{f.mode:04o}" == artefact["mode"], f"{artefact['path']} mode {f.mode:04o}, built {artefact['mode']}"
+
+
+def test_kubelet_config_matches_plan(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
+    config = yaml.safe_load(run_ok(host, "cat /etc/kubernetes/kubelet-config.yaml"))
+    assert config["kind"] == "KubeletConfiguration"
+    assert config["maxPods"] == pool.max_pods
+    assert config["maxParallelImagePulls"] == pool.max_parallel_image_pulls
+    # hand-written (field notes): one big pull must not block the others
+    assert config["serializeImagePulls"] is False
+
+
+def test_kubelet_and_runtime_agree_on_cgroup_driver(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
+    """Hand-written: a kubelet/runtime cgroup-driver mismatch leaves every pod failing."""
+    config = yaml.safe_load(run_ok(host, "cat /etc/kubernetes/kubelet-config.yaml"))
+    if pool.runtime == "docker":
+        runtime = json.loads(run_ok(host, "docker info --format '{{json .CgroupDriver}}'"))
+    else:
+        dump = run_ok(host, "containerd config dump")
+        runtime = "systemd" if "SystemdCgroup = true" in dump else "cgroupfs"
+    assert config["cgroupDriver"] == runtime
+
+
+def test_image_pull_progress_deadline_flag(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
+    """Field notes: big pulls were cancelled for 'lack of progress' (docker runtime: cri-dockerd flag)."""
+    if pool.runtime != "docker":
+        pytest.skip("containerd has no pull progress deadline flag")
+    exec_start = run_ok(host, "systemctl show cri-docker.service -p ExecStart --value")
+    assert f"--image-pull-progress-deadline={pool.image_pull_progress_deadline}" in exec_start
+
+
+@pytest.mark.persistent
+def test_local_ssd_mounted(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
+    disk = pool.local_disk
+    mount = host.mount_point(disk.mount_point)
+    assert mount.exists, f"{disk.mount_point} is not mounted"
+    assert mount.device == disk.device and mount.filesystem == disk.filesystem, (
+        f"{disk.mount_point}: {mount.device} ({mount.filesystem}), plan {disk.device} ({disk.filesystem})"
+    )
+    fstab = [line.split() for line in run_ok(host, "cat /etc/fstab").splitlines() if disk.mount_point in line]
+    # a missing local disk must not hang the boot
+    assert fstab and "nofail" in fstab[0][3], "the local SSD's fstab entry is not nofail"
