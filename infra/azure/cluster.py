@@ -7,7 +7,7 @@ changes its URN and would replace it (an etcd VM!) unless aliases are given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pulumi
 
@@ -15,7 +15,7 @@ from infra.azure.common import DEBIAN_12_GEN2, MarketplaceImage
 from infra.azure.control_plane import ControlPlane, ControlPlaneArgs
 from infra.azure.etcd import EtcdCluster, EtcdClusterArgs
 from infra.azure.network import Network, NetworkArgs
-from infra.azure.node_image import DEFAULT_IMAGE_VERSION, NodeImage, NodeImageArgs, default_vhd
+from infra.azure.node_image import DEFAULT_IMAGE_VERSION, NodeImage, NodeImageArgs
 from infra.azure.node_pool import GpuNodePool, GpuNodePoolArgs
 from infra.azure.tls import Tls, TlsArgs
 from infra.plan.model import ClusterPlan
@@ -26,8 +26,8 @@ from infra.render import USER_DATA, HostFiles
 class ClusterArgs:
     plan: ClusterPlan
     rendered: Mapping[str, HostFiles]  # render_cluster(plan)
-    # pool name -> VHD from the node-image build; default build/node-image/<pool>.vhd
-    node_image_vhds: Mapping[str, str] = field(default_factory=dict)
+    # pool name -> VHD from the node-image build (node_image.default_vhd for the usual place)
+    node_image_vhds: Mapping[str, str]
     node_image_version: str = DEFAULT_IMAGE_VERSION
     control_plane_image: MarketplaceImage = DEBIAN_12_GEN2
 
@@ -58,7 +58,7 @@ class Cluster(pulumi.ComponentResource):
                 resource_group_name=net.resource_group_name,
                 pools=plan.node_pools,
                 replicas=plan.gallery_replicas,
-                vhds={p.name: args.node_image_vhds.get(p.name, default_vhd(p.name)) for p in plan.node_pools},
+                vhds=args.node_image_vhds,
                 version=args.node_image_version,
             ),
             child,

@@ -108,14 +108,38 @@ def _is_secret(value: Any) -> bool:
     return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
 
 
+# The SDK marks a whole top-level input secret when anything inside it is (a VM's
+# `osProfile` because of `customData`). Inside such a value these keys -- the only secret
+# leaves this program creates -- are masked and the rest is shown; a secret value holding
+# none of them is masked whole, so nothing secret is ever printed.
+SECRET_LEAVES = frozenset({"customData", "privateKeyPem", "caPrivateKeyPem", "adminPassword", "userData"})
+
+
 def _mask(value: Any) -> Any:
     if _is_secret(value):
-        return SECRET
+        inner = _unwrap(value)
+        return _mask_leaves(inner) if _has_secret_leaf(inner) else SECRET
     if isinstance(value, dict):
-        return {k: _mask(v) for k, v in sorted(value.items())}
+        return {k: SECRET if k in SECRET_LEAVES else _mask(v) for k, v in sorted(value.items())}
     if isinstance(value, list):
         return [_mask(v) for v in value]
     return _plain_scalar(value)
+
+
+def _has_secret_leaf(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(k in SECRET_LEAVES or _has_secret_leaf(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_secret_leaf(v) for v in value)
+    return False
+
+
+def _mask_leaves(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: SECRET if k in SECRET_LEAVES else _mask_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_leaves(v) for v in value]
+    return value
 
 
 def _unwrap(value: Any) -> Any:
@@ -136,6 +160,24 @@ def _plain_scalar(value: Any) -> Any:
     return value
 
 
+# Which input names each azure-native resource itself (the others name its parents).
+_AZURE_NAME_INPUT = {
+    "azure-native:storage:StorageAccount": "accountName",
+    "azure-native:storage:BlobContainer": "containerName",
+    "azure-native:compute:Gallery": "galleryName",
+    "azure-native:compute:GalleryImage": "galleryImageName",
+    "azure-native:compute:GalleryImageVersion": "galleryImageVersionName",
+    "azure-native:compute:VirtualMachine": "vmName",
+    "azure-native:compute:VirtualMachineScaleSet": "vmScaleSetName",
+    "azure-native:network:VirtualNetwork": "virtualNetworkName",
+    "azure-native:network:Subnet": "subnetName",
+    "azure-native:network:NetworkSecurityGroup": "networkSecurityGroupName",
+    "azure-native:network:NetworkInterface": "networkInterfaceName",
+    "azure-native:network:LoadBalancer": "loadBalancerName",
+    "azure-native:network:PublicIPAddress": "publicIpAddressName",
+}
+
+
 class RecordingMocks(mocks.Mocks):
     """Outputs = inputs + a plausible ID; tls outputs are placeholders."""
 
@@ -148,12 +190,8 @@ class RecordingMocks(mocks.Mocks):
             outputs[key] = template.format(name=args.name)
         if args.typ.startswith("azure-native:"):
             # Azure-native resources report their Azure name as `name`.
-            explicit = [v for k, v in args.inputs.items() if k.endswith("Name") and k != "resourceGroupName"
-                        and isinstance(v, str) and k not in {"accountName", "containerName", "galleryName",
-                                                               "galleryImageName", "virtualNetworkName"}]
-            outputs.setdefault("name", explicit[0] if explicit else args.name)
-            if args.typ == "azure-native:storage:Blob":
-                outputs["url"] = f"https://mock.invalid/{args.inputs.get('blobName', args.name)}"
+            own = _AZURE_NAME_INPUT.get(args.typ)
+            outputs.setdefault("name", args.inputs.get(own, args.name) if own else args.name)
         return f"mock:{args.typ}::{args.name}", outputs
 
     def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
@@ -287,7 +325,7 @@ def format_text(graph: Graph) -> str:
         flags = " [protect]" if r.protect else ""
         lines.append(f"{r.type} {r.name}{flags}")
         lines.append(f"    parent: {r.parent or '-'}")
-        lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(r.masked())]
+        lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(r.masked()) if key]
     lines += ["", "Resources per type:"]
     counts = graph.counts()
     width = max(len(t) for t in counts)
@@ -310,8 +348,8 @@ def format_markdown(graph: Graph) -> str:
     for r in graph.resources:
         flags = " (protect)" if r.protect else ""
         lines += [f"### `{r.name}`{flags}", "", f"`{r.type}`, parent `{r.parent or '-'}`", ""]
-        flat = list(_flatten(r.masked()))
-        if flat and flat != [("", {})]:
+        flat = [(key, value) for key, value in _flatten(r.masked()) if key]
+        if flat:
             lines.append("```")
             lines += [f"{key}: {_scalar(value)}" for key, value in flat]
             lines += ["```", ""]

@@ -25,15 +25,16 @@ from pulumi_command import local
 from infra.azure.common import tags
 from infra.plan.model import NodePoolPlan
 
-# Where the node-image build writes one disk per pool; ClusterArgs may point elsewhere.
-DEFAULT_VHD = "build/node-image/{pool}.vhd"
+# Where `kilonode image build STACK POOL --out build/node-image` writes a pool's disk
+# (infra/image/build.py names it <stack>-<pool>.vhd); ClusterArgs may point elsewhere.
+DEFAULT_VHD_DIR = "build/node-image"
 # Bump when the VHD changes: a gallery version is immutable, a new one rolls out through
 # the scale sets' manual upgrade.
 DEFAULT_IMAGE_VERSION = "1.0.0"
 
 
-def default_vhd(pool: str) -> str:
-    return DEFAULT_VHD.format(pool=pool)
+def default_vhd(stack: str, pool: str) -> str:
+    return f"{DEFAULT_VHD_DIR}/{stack}-{pool}.vhd"
 
 
 def storage_account_name(component: str) -> str:

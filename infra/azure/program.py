@@ -10,6 +10,7 @@ from __future__ import annotations
 import pulumi
 
 from infra.azure.cluster import Cluster, ClusterArgs
+from infra.azure.node_image import default_vhd
 from infra.config import stack_from_value
 from infra.paths import STACKS_DIR
 from infra.plan import plan_stack
@@ -26,7 +27,11 @@ def main() -> Cluster:
     except StackError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.
         raise pulumi.RunError(str(error)) from None
-    cluster = Cluster(plan.cluster, ClusterArgs(plan=plan, rendered=render_cluster(plan)))
+    cluster = Cluster(plan.cluster, ClusterArgs(
+        plan=plan,
+        rendered=render_cluster(plan),
+        node_image_vhds={pool.name: default_vhd(stack.name, pool.name) for pool in plan.node_pools},
+    ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
     pulumi.export("etcdMainEndpoints", cluster.etcd_main_endpoints)

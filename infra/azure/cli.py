@@ -1,0 +1,52 @@
+"""`kilonode plan STACK`: the Pulumi program's resource graph, from Pulumi's mock engine.
+
+Registered in infra/cli.py as `app.command("plan")(plan_command)`.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
+from infra.config import load_stack
+from infra.problems import StackError
+
+
+class PlanFormat(StrEnum):
+    text = "text"
+    json = "json"
+    md = "md"
+
+
+def plan_command(
+    stack: Annotated[
+        str,
+        typer.Argument(
+            metavar="STACK",
+            help="A stack name in stacks/ (e.g. local, research-7500) or a path to a stack file.",
+            show_default=False,
+        ),
+    ],
+    output_format: Annotated[
+        PlanFormat, typer.Option("--format", help="text (readable), json (for tools and diffs) or md.")
+    ] = PlanFormat.text,
+) -> None:
+    """Show every Azure resource `pulumi up` would create for a stack, without Azure.
+
+    Runs the Pulumi program under Pulumi's mock engine and prints each resource's type,
+    name, parent and inputs in a stable order (secrets as [secret], no key material),
+    then the count per type. Nothing is sent to Azure; no credentials are needed.
+    """
+    try:
+        graph = run_plan(load_stack(stack))
+    except StackError as error:
+        # Imported here: infra.cli imports this module to register the command.
+        from infra.cli import fail
+
+        fail(error)
+    formatter = {PlanFormat.text: format_text, PlanFormat.json: format_json, PlanFormat.md: format_markdown}
+    sys.stdout.write(formatter[output_format](graph))
