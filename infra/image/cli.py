@@ -97,6 +97,10 @@ def verify(
     ] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also copy the JUnit XML report here.")] = None,
     no_reboot: Annotated[bool, typer.Option("--no-reboot", help="Skip the reboot and persistence checks.")] = False,
+    user_data: Annotated[
+        Path | None,
+        typer.Option("--user-data", help="Seed this cloud-init user-data instead of the pool's (try a change)."),
+    ] = None,
 ) -> None:
     """Boot a fresh VM from IMAGE and run the testinfra suite; exit 1 naming each failed check.
 
@@ -113,7 +117,10 @@ def verify(
     start = time.monotonic()
     target = SshTarget.parse(host, identity) if host else None
     try:
-        report = verify_image(image, workdir=work, host=target, reboot=not no_reboot, progress=_progress(start))
+        report = verify_image(
+            image, workdir=work, host=target, reboot=not no_reboot, progress=_progress(start),
+            user_data=user_data.read_text() if user_data else None,
+        )
     except (FileNotFoundError, VmError, ValueError) as error:
         err.print(f"[bold red]kilonode image verify:[/] {error}")
         raise typer.Exit(code=2) from None

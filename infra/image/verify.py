@@ -201,4 +201,16 @@ def verify_image(
             progress("stopping the VM")
     merge(junits, report.junit, report)
     report.timings["total"] = round(time.monotonic() - start, 1)
+    (workdir / "verify-summary.json").write_text(
+        json.dumps(
+            {
+                "passed": report.passed,
+                "failures": report.failures,
+                "counts": report.counts,
+                "timings_s": report.timings,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return report

@@ -1,0 +1,154 @@
+"""The node image end to end: build the `local` stack's pool image, verify it on a booted VM,
+and show that verify fails, naming the check, for each seeded defect.
+
+Cost control (CI: 90 minutes on 2 cores, qemu under TCG): one image is built per session
+(the base root filesystem comes from the cache after the first build), one VM verifies the
+clean image, and one more VM verifies a defective copy carrying all five defects at once:
+each defect is still caught by its own, separately named check.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from infra.image.build import BuildResult, build_image
+from infra.image.disk import ImageFs
+from infra.image.manifest import Manifest
+from infra.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+WORK = REPO_ROOT / "build" / "test-image"
+KILONODE = [sys.executable, "-m", "infra.cli"]
+
+
+def kilonode(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KILONODE, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+@pytest.fixture(scope="session")
+def built() -> BuildResult:
+    """The `local` stack's pool image, built once per session (base rootfs from the cache)."""
+    return build_image("local", "cpu", WORK / "clean")
+
+
+@dataclass(frozen=True)
+class VerifyRun:
+    returncode: int
+    output: str
+    failed: list[str]  # the FAILED lines verify printed
+
+
+@pytest.fixture(scope="session")
+def clean_run(built: BuildResult) -> VerifyRun:
+    work = WORK / "verify-clean"
+    shutil.rmtree(work, ignore_errors=True)
+    result = kilonode("image", "verify", str(built.raw), "--workdir", str(work), "--junit", str(WORK / "clean.xml"))
+    output = result.stdout + result.stderr
+    return VerifyRun(result.returncode, output, [line for line in output.splitlines() if line.startswith("FAILED")])
+
+
+def test_build_writes_raw_vhd_and_manifest(built: BuildResult) -> None:
+    manifest = Manifest.load(built.manifest)
+    assert built.raw.stat().st_size == 4096 << 20
+    assert built.vhd.stat().st_size == built.raw.stat().st_size + 512
+    assert manifest.data["packages"]["docker.io"].startswith("20.10")
+    assert [i["image"] for i in manifest.preloaded_images] == ["registry.k8s.io/pause:3.10"]
+    assert all(len(i["sha256"]) == 64 and i["image_id"].startswith("sha256:") for i in manifest.preloaded_images)
+    assert {b["name"]: b["present"] for b in manifest.binaries} == {"kubelet": False, "cri-dockerd": False}
+    assert "/etc/sysctl.d/90-kilonode.conf" in {a["path"] for a in manifest.artefacts}
+
+
+def test_clean_image_passes_verify(clean_run: VerifyRun) -> None:
+    assert clean_run.returncode == 0, clean_run.output[-6000:]
+    assert clean_run.failed == []
+    # the three phases ran and did real work
+    for phase in ("offline", "first-boot", "after-reboot"):
+        assert f"  {phase}" in clean_run.output
+
+
+def test_verify_leaves_the_image_pristine(built: BuildResult, clean_run: VerifyRun) -> None:
+    """The VM booted an overlay: the image's machine-id is still empty, no host keys appeared."""
+    assert clean_run.returncode == 0
+    fs = ImageFs(built.raw)
+    assert fs.read("/etc/machine-id") == b""
+    assert not [n for n in fs.listdir("/etc/ssh") if n.startswith("ssh_host_")]
+
+
+# --- seeded defects --------------------------------------------------------------------------
+
+DEFECTS = {
+    # defect -> the checks that must be named (every one of them)
+    "wrong gc_thresh3": ["test_baked_sysctl_matches_plan[net.ipv4.neigh.default.gc_thresh3]"],
+    "runtime root on the OS disk": [
+        "test_runtime_root_is_the_plans_root",
+        "test_runtime_root_on_local_ssd_mount",
+    ],
+    "a preloaded image missing": [
+        "test_baked_preload_archive[registry.k8s.io/pause:3.10]",
+        "test_preloaded_image_in_runtime_store[registry.k8s.io/pause:3.10]",
+    ],
+    "password SSH on": ["test_image_password_ssh_disabled", "test_sshd_refuses_passwords"],
+    "non-empty machine-id": ["test_image_machine_id_empty"],
+}
+
+
+def seed_defects(built: BuildResult, target: Path) -> Path:
+    """A defective copy of the image (edited in place with debugfs) and a defective user-data."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    raw = target / built.raw.name
+    subprocess.run(["cp", "--sparse=always", str(built.raw), str(raw)], check=True)
+    shutil.copy(built.manifest, target / built.manifest.name)
+    shutil.copy(built.user_data, target / built.user_data.name)
+    (target / built.vhd.name).symlink_to(built.vhd.resolve())
+    fs = ImageFs(raw)
+    sysctl = (fs.read_text("/etc/sysctl.d/90-kilonode.conf") or "").replace(
+        "gc_thresh3 = 100000", "gc_thresh3 = 1024"
+    )
+    assert "gc_thresh3 = 1024" in sysctl
+    fs.write("/etc/sysctl.d/90-kilonode.conf", sysctl.encode())
+    fs.write("/etc/machine-id", b"0123456789abcdef0123456789abcdef\n", 0o444)
+    fs.write("/etc/ssh/sshd_config.d/50-kilonode.conf", b"PasswordAuthentication yes\n")
+    fs.remove("/opt/kilonode/preload/registry.k8s.io_pause_3.10.tar")
+    # Azure custom data (the seed) pointing the runtime's root at the OS disk
+    user_data = built.user_data.read_text()
+    assert '"data-root": "/mnt/local-ssd/docker"' in user_data
+    bad = target / "defective.user-data"
+    bad.write_text(user_data.replace('"data-root": "/mnt/local-ssd/docker"', '"data-root": "/var/lib/docker"'))
+    return raw
+
+
+@pytest.fixture(scope="session")
+def defect_run(built: BuildResult) -> VerifyRun:
+    raw = seed_defects(built, WORK / "defective")
+    work = WORK / "verify-defective"
+    shutil.rmtree(work, ignore_errors=True)
+    result = kilonode(
+        "image", "verify", str(raw), "--workdir", str(work), "--user-data", str(raw.parent / "defective.user-data")
+    )
+    output = result.stdout + result.stderr
+    return VerifyRun(result.returncode, output, [line for line in output.splitlines() if line.startswith("FAILED")])
+
+
+@pytest.mark.parametrize("defect", list(DEFECTS))
+def test_seeded_defect_fails_verify_and_is_named(defect_run: VerifyRun, defect: str) -> None:
+    assert defect_run.returncode == 1, defect_run.output[-4000:]
+    for check in DEFECTS[defect]:
+        assert any(check in line for line in defect_run.failed), (
+            f"{defect}: verify did not name {check}; it named:\n" + "\n".join(defect_run.failed)
+        )
+
+
+def test_seeded_defects_are_not_reported_by_the_clean_image(clean_run: VerifyRun) -> None:
+    """The checks that name the defects pass on the clean image: they fail because of the defects."""
+    for checks in DEFECTS.values():
+        for check in checks:
+            assert not any(check in line for line in clean_run.failed)
