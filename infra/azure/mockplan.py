@@ -60,6 +60,7 @@ class Recorded:
     protect: bool
     custom: bool  # False for ComponentResources
     inputs: dict[str, Any]  # as the engine saw them; secrets still wrapped (see `masked`)
+    depends_on: tuple[str, ...] = ()  # names of the resources it waits for (explicit and via inputs)
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -227,8 +228,9 @@ class RecordingMonitor(mocks.MockMonitor):
         parent = request.parent.split("::")[-1] if request.parent else None
         if request.parent.split("::")[2].endswith("pulumi:pulumi:Stack") if request.parent else False:
             parent = None
+        depends = tuple(sorted({urn.split("::")[-1] for urn in request.dependencies}))
         record = Recorded(request.type, request.name, parent, bool(request.protect), bool(request.custom),
-                          dict(inputs))
+                          dict(inputs), depends)
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_, state)

@@ -12,15 +12,18 @@ the files handed to custom data. pulumi-tls marks them secret as well.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_tls as tls
+import yaml
 
 from infra.azure.custom_data import KEY_MODE, DeliveredFile
 from infra.plan.model import ClusterPlan, EtcdClusterPlan
 from infra.render import pki
+from infra.render.control_plane import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG
 
 # ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
 # an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
@@ -105,6 +108,17 @@ class Tls(pulumi.ComponentResource):
             "apiserver-kubelet-client", k8s_ca, "kube-apiserver-kubelet-client", "system:masters", [], [],
             CLIENT_USES,
         )
+        # kube-scheduler and kube-controller-manager run beside each apiserver and reach it
+        # on 127.0.0.1: an Azure internal load balancer does not route a backend's own
+        # traffic back to itself (no hairpin), and localhost needs no LB at all.
+        component_kubeconfigs = {
+            SCHEDULER_KUBECONFIG: self._signed(
+                "kube-scheduler", k8s_ca, "system:kube-scheduler", None, [], [], CLIENT_USES
+            ),
+            CONTROLLER_MANAGER_KUBECONFIG: self._signed(
+                "kube-controller-manager", k8s_ca, "system:kube-controller-manager", None, [], [], CLIENT_USES
+            ),
+        }
         sa = tls.PrivateKey(f"{name}-service-account-key", algorithm=ALGORITHM, ecdsa_curve=CURVE,
                             opts=self._child)
         cp = plan.control_plane
@@ -127,6 +141,10 @@ class Tls(pulumi.ComponentResource):
                 DeliveredFile(pki.APISERVER_KUBELET_CLIENT_KEY, kubelet_client.key_pem, KEY_MODE),
                 DeliveredFile(pki.SERVICE_ACCOUNT_KEY, pulumi.Output.secret(sa.private_key_pem), KEY_MODE),
                 DeliveredFile(pki.SERVICE_ACCOUNT_PUB, sa.public_key_pem),
+                *[
+                    DeliveredFile(path, _kubeconfig(user, k8s_ca.cert_pem), KEY_MODE)
+                    for path, user in component_kubeconfigs.items()
+                ],
             ]
         # Nodes need only the cluster CA to trust the apiserver; their kubelet credentials
         # come from TLS bootstrapping, not from here.
@@ -200,6 +218,26 @@ class Tls(pulumi.ComponentResource):
             opts=self._child,
         )
         return _Pair(cert.cert_pem, pulumi.Output.secret(key.private_key_pem))
+
+
+LOCAL_APISERVER = "https://127.0.0.1:6443"
+
+
+def _kubeconfig(user: _Pair, ca_pem: pulumi.Output[str]) -> pulumi.Output[str]:
+    """A kubeconfig for a co-located component: the cluster CA, its client cert and key."""
+
+    def text(values: list[str]) -> str:
+        ca, cert, key = (base64.b64encode(v.encode()).decode() for v in values)
+        return yaml.safe_dump({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "local", "cluster": {"server": LOCAL_APISERVER, "certificate-authority-data": ca}}],
+            "users": [{"name": "component", "user": {"client-certificate-data": cert, "client-key-data": key}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "component"}}],
+            "current-context": "local",
+        }, sort_keys=False)
+
+    return pulumi.Output.secret(pulumi.Output.all(ca_pem, user.cert_pem, user.key_pem).apply(text))
 
 
 def _bundle(pems: Sequence[pulumi.Output[str]]) -> pulumi.Output[str]:

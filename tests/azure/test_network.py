@@ -1,0 +1,164 @@
+"""Network rules: least-privilege NSGs, static IPs in their subnets, no public IPs unless asked."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+from typing import Any
+
+import pytest
+
+from infra.azure.mockplan import Graph
+from infra.plan import ClusterPlan
+from tests.azure.conftest import (
+    LB,
+    NIC,
+    PUBLIC_IP,
+    SUBNET,
+    covers_port,
+    nsg_rules_for,
+    sources,
+    subnets_by_id,
+)
+
+STACKS = ["local", "research-2500", "research-7500"]
+
+
+def subnet_prefix(graph: Graph, name: str) -> str:
+    return next(s.inputs["addressPrefix"] for s in graph.of_type(SUBNET) if s.inputs["subnetName"] == name)
+
+
+def allowed_sources(graph: Graph, port: int) -> set[str]:
+    """Every source any NSG in the graph admits on `port` (ignoring which subnet)."""
+    found: set[str] = set()
+    for name in [s.inputs["subnetName"] for s in graph.of_type(SUBNET)]:
+        for rule in nsg_rules_for(graph, name):
+            if rule["access"] == "Allow" and covers_port(rule, port):
+                found |= {f"{name}<-{src}" for src in sources(rule)}
+    return found
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_etcd_client_port_is_reachable_only_from_the_apiserver_subnet(graphs: dict[str, Graph], stack: str) -> None:
+    graph = graphs[stack]
+    control = subnet_prefix(graph, "control-plane")
+    rules = [r for r in nsg_rules_for(graph, "etcd") if r["access"] == "Allow" and covers_port(r, 2379)]
+    assert rules, "no rule admits etcd clients at all"
+    assert {s for r in rules for s in sources(r)} == {control}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_etcd_peer_port_is_reachable_only_from_the_etcd_subnet(graphs: dict[str, Graph], stack: str) -> None:
+    graph = graphs[stack]
+    etcd = subnet_prefix(graph, "etcd")
+    rules = [r for r in nsg_rules_for(graph, "etcd") if r["access"] == "Allow" and covers_port(r, 2380)]
+    assert rules
+    assert {s for r in rules for s in sources(r)} == {etcd}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_subnet_nsg_ends_in_an_explicit_deny_all(graphs: dict[str, Graph], stack: str) -> None:
+    # Azure's default AllowVnetInBound (65000) would otherwise admit the whole VNet anywhere.
+    graph = graphs[stack]
+    for subnet in graph.of_type(SUBNET):
+        rules = nsg_rules_for(graph, subnet.inputs["subnetName"])
+        last = max(rules, key=lambda r: r["priority"])
+        assert last["access"] == "Deny" and sources(last) == ["*"] and last["destinationPortRange"] == "*"
+        assert all(r["access"] == "Allow" for r in rules if r is not last)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_nsg_rule_admits_the_internet_or_any_source(graphs: dict[str, Graph], stack: str) -> None:
+    graph = graphs[stack]
+    for subnet in graph.of_type(SUBNET):
+        for rule in nsg_rules_for(graph, subnet.inputs["subnetName"]):
+            if rule["access"] == "Allow":
+                assert not {"*", "Internet", "0.0.0.0/0", "VirtualNetwork"} & set(sources(rule)), rule
+
+
+def test_apiserver_port_is_open_to_the_vnet_the_probe_and_configured_cidrs_only(
+    graphs: dict[str, Graph], exposed_graph: Graph
+) -> None:
+    local = {s for r in nsg_rules_for(graphs["local"], "control-plane")
+             if r["access"] == "Allow" and covers_port(r, 6443) for s in sources(r)}
+    assert local == {"10.0.0.0/16", "AzureLoadBalancer"}
+    exposed = {s for r in nsg_rules_for(exposed_graph, "control-plane")
+               if r["access"] == "Allow" and covers_port(r, 6443) for s in sources(r)}
+    assert exposed == {"10.0.0.0/16", "AzureLoadBalancer", "198.51.100.0/24"}
+
+
+def ssh_rules(graph: Graph) -> dict[str, list[dict[str, Any]]]:
+    """Subnet name -> the allow rules that admit port 22 there."""
+    return {
+        s.inputs["subnetName"]: [
+            r for r in nsg_rules_for(graph, s.inputs["subnetName"]) if r["access"] == "Allow" and covers_port(r, 22)
+        ]
+        for s in graph.of_type(SUBNET)
+    }
+
+
+def inside_the_cluster(graph: Graph) -> set[str]:
+    return {str(prefix) for _, prefix in subnets_by_id(graph).values()}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_without_an_admin_cidr_no_rule_admits_ssh_from_outside_the_cluster(
+    graphs: dict[str, Graph], stack: str
+) -> None:
+    graph = graphs[stack]
+    for subnet, rules in ssh_rules(graph).items():
+        # Pool subnets admit every port from pools and the control plane (pod traffic);
+        # etcd and control-plane subnets admit no SSH at all.
+        assert all(r["destinationPortRange"] == "*" for r in rules), subnet
+        assert {src for r in rules for src in sources(r)} <= inside_the_cluster(graph), subnet
+        if not subnet.startswith("pool-"):
+            assert rules == []
+
+
+def test_ssh_is_allowed_only_from_the_admin_cidr(exposed_graph: Graph) -> None:
+    for subnet, rules in ssh_rules(exposed_graph).items():
+        ssh_only = [r for r in rules if r["destinationPortRange"] == "22"]
+        assert [sources(r) for r in ssh_only] == [["203.0.113.0/24"]], subnet
+        others = {src for r in rules if r not in ssh_only for src in sources(r)}
+        assert others <= inside_the_cluster(exposed_graph), subnet
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_static_ip_is_unique_and_inside_its_subnet(graphs: dict[str, Graph], stack: str) -> None:
+    graph = graphs[stack]
+    subnets = subnets_by_id(graph)
+    seen: list[IPv4Address] = []
+    configs = [c for nic in graph.of_type(NIC) for c in nic.inputs["ipConfigurations"]]
+    configs += [f for lb in graph.of_type(LB) for f in lb.inputs["frontendIPConfigurations"]]
+    for config in configs:
+        assert config["privateIPAllocationMethod"] == "Static"
+        ip = IPv4Address(config["privateIPAddress"])
+        name, prefix = subnets[config["subnet"]["id"]]
+        assert ip in prefix, f"{ip} outside {name} {prefix}"
+        # Azure keeps the first four addresses and the last of every subnet.
+        assert int(ip) - int(prefix.network_address) >= 4 and ip != prefix.broadcast_address
+        seen.append(ip)
+    assert len(seen) == len(set(seen))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_etcd_or_apiserver_vm_has_a_public_ip(graphs: dict[str, Graph], stack: str) -> None:
+    graph = graphs[stack]
+    assert graph.count(PUBLIC_IP) == 0
+    for nic in graph.of_type(NIC):
+        assert all("publicIPAddress" not in c for c in nic.inputs["ipConfigurations"])
+
+
+def test_public_ips_appear_on_the_control_plane_only_when_the_stack_asks(exposed_graph: Graph) -> None:
+    vms = exposed_graph.count("azure-native:compute:VirtualMachine")
+    assert exposed_graph.count(PUBLIC_IP) == vms
+    for nic in exposed_graph.of_type(NIC):
+        assert all("publicIPAddress" in c for c in nic.inputs["ipConfigurations"])
+
+
+def test_subnets_are_the_plans_subnets(graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
+    for stack in STACKS:
+        plan = plans[stack]
+        got = {name: str(prefix) for name, prefix in subnets_by_id(graphs[stack]).values()}
+        want = {"control-plane": str(plan.network.control_plane_subnet), "etcd": str(plan.network.etcd_subnet)}
+        want |= {f"pool-{p.name}": str(p.subnet) for p in plan.node_pools}
+        assert got == want

@@ -1,0 +1,118 @@
+"""Custom data: the rendered user-data unchanged, then the TLS files; keys 0600, secret, no PEM in plans."""
+
+from __future__ import annotations
+
+import email
+from email.message import Message
+
+import pytest
+import yaml
+
+from infra.azure import custom_data
+from infra.azure.mockplan import Graph
+from infra.plan import ClusterPlan
+from infra.render import USER_DATA, pki, render_cluster
+from tests.azure.conftest import VM, VMSS
+
+
+def parts(encoded: str) -> list[Message]:
+    message = email.message_from_string(custom_data.decode(encoded))
+    assert message.is_multipart()
+    return [p for p in message.walk() if not p.is_multipart()]
+
+
+def payload(part: Message) -> str:
+    raw = part.get_payload(decode=True)
+    assert isinstance(raw, bytes)
+    return raw.decode()
+
+
+def files_of(part: Message) -> dict[str, dict[str, object]]:
+    document = yaml.safe_load(payload(part))
+    assert document["merge_how"] == custom_data.MERGE_HOW
+    return {f["path"]: f for f in document["write_files"]}
+
+
+def test_custom_data_is_a_secret_input_of_every_vm_and_scale_set(graph_7500: Graph) -> None:
+    for r in graph_7500.of_type(VM) + graph_7500.of_type(VMSS):
+        profile = r.masked()["osProfile"] if r.type == VM else r.masked()["virtualMachineProfile"]["osProfile"]
+        assert profile["customData"] == "[secret]"
+
+
+@pytest.mark.parametrize("host", ["etcd-main-0", "etcd-events-2", "apiserver-4"])
+def test_custom_data_keeps_the_rendered_user_data_unchanged_as_its_first_part(
+    graph_7500: Graph, plans: dict[str, ClusterPlan], host: str
+) -> None:
+    rendered = render_cluster(plans["research-7500"])[host][USER_DATA].content
+    role, index = host.rsplit("-", 1)
+    vm = graph_7500.named(f"research-7500-{role}-{index}").plain()
+    first, second = parts(vm["osProfile"]["customData"])
+    assert payload(first).rstrip("\n") == rendered.rstrip("\n")
+    assert first.get_content_type() == second.get_content_type() == "text/cloud-config"
+
+
+def test_etcd_members_get_their_own_clusters_pki_with_keys_0600_owned_by_etcd(graph_7500: Graph) -> None:
+    for role, index in [("main", 0), ("events", 1)]:
+        vm = graph_7500.named(f"research-7500-etcd-{role}-{index}").plain()
+        files = files_of(parts(vm["osProfile"]["customData"])[1])
+        assert set(files) == {pki.ETCD_CA, pki.ETCD_CLIENT_CA, pki.ETCD_SERVER_CERT, pki.ETCD_SERVER_KEY,
+                              pki.ETCD_PEER_CERT, pki.ETCD_PEER_KEY}
+        for key in (pki.ETCD_SERVER_KEY, pki.ETCD_PEER_KEY):
+            assert files[key]["permissions"] == "0600" and files[key]["owner"] == "etcd:etcd"
+            assert files[key]["defer"] is True  # the etcd user exists only after package install
+            assert str(files[key]["content"]).startswith(f"mock-private-key:research-7500-tls-etcd-{role}-{index}")
+        assert files[pki.ETCD_CA]["content"] == f"mock-certificate:research-7500-tls-etcd-{role}-ca"
+        # Both clusters accept the apiserver's one client cert, signed by the main CA.
+        assert str(files[pki.ETCD_CLIENT_CA]["content"]).startswith("mock-certificate:research-7500-tls-etcd-main-ca")
+
+
+def test_apiservers_get_every_pki_path_the_renderer_references(graph_7500: Graph) -> None:
+    vm = graph_7500.named("research-7500-apiserver-0").plain()
+    files = files_of(parts(vm["osProfile"]["customData"])[1])
+    wanted = {pki.K8S_CA, pki.K8S_CA_KEY, pki.APISERVER_CERT, pki.APISERVER_KEY, pki.APISERVER_ETCD_CA_BUNDLE,
+              pki.APISERVER_ETCD_CLIENT_CERT, pki.APISERVER_ETCD_CLIENT_KEY, pki.APISERVER_KUBELET_CLIENT_CERT,
+              pki.APISERVER_KUBELET_CLIENT_KEY, pki.SERVICE_ACCOUNT_KEY, pki.SERVICE_ACCOUNT_PUB}
+    assert wanted <= set(files)
+    for path, entry in files.items():
+        assert entry["permissions"] == ("0600" if path.endswith(".key") or "kubeconfig" in path else "0644")
+    bundle = str(files[pki.APISERVER_ETCD_CA_BUNDLE]["content"]).splitlines()
+    assert bundle == ["mock-certificate:research-7500-tls-etcd-main-ca",
+                      "mock-certificate:research-7500-tls-etcd-events-ca"]
+
+
+def test_apiserver_etcd_client_cert_is_signed_by_the_main_etcd_ca(graph_7500: Graph) -> None:
+    cert = graph_7500.named("research-7500-tls-apiserver-etcd-client").plain()
+    assert cert["caCertPem"] == "mock-certificate:research-7500-tls-etcd-main-ca"
+    assert cert["allowedUses"] == ["digital_signature", "key_encipherment", "client_auth"]
+
+
+def test_member_certificates_name_the_members_static_ip(graph_7500: Graph, plans: dict[str, ClusterPlan]) -> None:
+    for member in plans["research-7500"].etcd_events.members:
+        csr = graph_7500.named(f"research-7500-tls-{member.name}-server-csr").plain()
+        assert str(member.ip) in csr["ipAddresses"]
+        signed = graph_7500.named(f"research-7500-tls-{member.name}-server").plain()
+        assert signed["caCertPem"] == "mock-certificate:research-7500-tls-etcd-events-ca"
+
+
+def test_private_keys_are_secret_inputs_wherever_they_flow(graph_7500: Graph) -> None:
+    for r in graph_7500.resources:
+        masked = r.masked()
+        for key in ("privateKeyPem", "caPrivateKeyPem"):
+            if key in masked:
+                assert masked[key] == "[secret]", r.name
+
+
+def test_composed_custom_data_is_deterministic_and_refuses_the_boundary() -> None:
+    files = [("/etc/b.key", "k", 0o600, "root:root"), ("/etc/a.crt", "c", 0o644, "root:root")]
+    one = custom_data.compose_mime("#cloud-config\nruncmd: []\n", files)
+    assert one == custom_data.compose_mime("#cloud-config\nruncmd: []\n", list(reversed(files)))
+    assert one.index("/etc/a.crt") < one.index("/etc/b.key")
+    with pytest.raises(ValueError, match="boundary"):
+        custom_data.compose_mime(f"#cloud-config\n# {custom_data.BOUNDARY}\n", files)
+    with pytest.raises(ValueError, match="must start with"):
+        custom_data.compose_mime("runcmd: []\n", files)
+
+
+def test_custom_data_above_azures_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="above Azure's 65535"):
+        custom_data.encode("#cloud-config\n" + "x" * 60000, "etcd-main-0")
