@@ -12,8 +12,6 @@ from typing import Annotated
 import typer
 
 from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
-from infra.config import load_stack
-from infra.problems import StackError
 
 
 class PlanFormat(StrEnum):
@@ -41,12 +39,11 @@ def plan_command(
     name, parent and inputs in a stable order (secrets as [secret], no key material),
     then the count per type. Nothing is sent to Azure; no credentials are needed.
     """
-    try:
-        graph = run_plan(load_stack(stack))
-    except StackError as error:
-        # Imported here: infra.cli imports this module to register the command.
-        from infra.cli import fail
+    # Imported here: infra.cli imports this module to register the command. Validation and
+    # planning run first so a bad stack exits 2 with its problems, like every command.
+    from infra.cli import load_and_plan
 
-        fail(error)
+    loaded, _plan = load_and_plan(stack)
+    graph = run_plan(loaded)
     formatter = {PlanFormat.text: format_text, PlanFormat.json: format_json, PlanFormat.md: format_markdown}
     sys.stdout.write(formatter[output_format](graph))

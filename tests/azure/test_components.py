@@ -1,0 +1,74 @@
+"""The component tree: one component per subsystem, children parented and named from it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from infra.azure.mockplan import Graph
+from infra.paths import REPO_ROOT
+from infra.plan import ClusterPlan
+
+COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool"}
+
+
+def test_the_tree_is_cluster_then_one_component_per_subsystem(graph_7500: Graph) -> None:
+    (root,) = [r for r in graph_7500.resources if r.parent is None]
+    assert (root.type, root.name) == ("kilonode:azure:Cluster", "research-7500")
+    children = graph_7500.children(root.name)
+    assert all(c.type.startswith("kilonode:azure:") and not c.custom for c in children)
+    assert {c.type.rsplit(":", 1)[1] for c in children} == COMPONENTS - {"Cluster"}
+    assert sorted(c.name for c in children if c.type.endswith(":EtcdCluster")) == [
+        "research-7500-etcd-events", "research-7500-etcd-main"]
+
+
+def test_every_resource_is_parented_to_a_component_and_named_from_it(graph_7500: Graph) -> None:
+    components = {r.name for r in graph_7500.resources if not r.custom}
+    for r in graph_7500.resources:
+        if r.parent is None:
+            continue
+        assert r.parent in components, r.name
+        assert r.name.startswith(f"{r.parent}-"), f"{r.name} not named from {r.parent}"
+
+
+def test_resource_names_are_unique(graph_7500: Graph) -> None:
+    names = [r.name for r in graph_7500.resources]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("stack", ["local", "research-2500", "research-7500"])
+def test_every_azure_resource_is_in_the_plans_location(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    graph, location = graphs[stack], plans[stack].location
+    for r in graph.resources:
+        if "location" in r.inputs:
+            assert r.inputs["location"] == location, r.name
+
+
+def _apply_bodies_create_resources(path: Path) -> list[str]:
+    """Names of lambdas/functions passed to .apply(...) that call a capitalised constructor."""
+    tree = ast.parse(path.read_text())
+    defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "apply":
+            for arg in node.args:
+                # a lambda, or a function defined in the module and passed by name
+                body = defs.get(arg.id, arg) if isinstance(arg, ast.Name) else arg
+                for inner in ast.walk(body):
+                    if isinstance(inner, ast.Call):
+                        func = inner.func
+                        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                        if name[:1].isupper():
+                            found.append(f"{path.name}:{inner.lineno} {name}")
+    return found
+
+
+def test_no_resource_is_created_inside_an_apply() -> None:
+    # Resources made in apply callbacks are invisible to preview, and so to review.
+    offenders = [hit for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py"))
+                 for hit in _apply_bodies_create_resources(path)]
+    assert offenders == []

@@ -1,0 +1,91 @@
+"""`kilonode plan`: deterministic, readable, no key material; bad stacks exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.azure.mockplan import Graph, format_json, format_markdown, format_text, run_plan
+from infra.cli import app
+from infra.config import load_stack
+
+FORMATTERS = [format_text, format_json, format_markdown]
+
+
+@pytest.mark.parametrize("formatter", FORMATTERS, ids=["text", "json", "md"])
+def test_nothing_in_the_plan_output_contains_private_key_material(graph_7500: Graph, formatter) -> None:  # type: ignore[no-untyped-def]
+    text = formatter(graph_7500)
+    assert "PRIVATE KEY" not in text
+    assert "BEGIN" not in text
+    # The mock's own key placeholders only ever travel as secrets.
+    assert "mock-private-key" not in text
+    assert "[secret]" in text
+
+
+def test_the_plan_of_research_7500_meets_the_issues_done_when(graph_7500: Graph) -> None:
+    plan = json.loads(format_json(graph_7500))
+    assert plan["stack"] == "research-7500"
+    resources = plan["resources"]
+    assert all(set(r) >= {"type", "name", "parent", "inputs"} for r in resources)
+
+    def of(type_: str) -> list[dict]:  # type: ignore[type-arg]
+        return [r for r in resources if r["type"] == type_]
+
+    vms = of("azure-native:compute:VirtualMachine")
+    assert sum(r["parent"] == "research-7500-etcd-main" for r in vms) == 5
+    assert sum(r["parent"] == "research-7500-etcd-events" for r in vms) == 3
+    assert sum(r["parent"] == "research-7500-apiserver" for r in vms) == 5
+    assert len(of("azure-native:network:LoadBalancer")) == 1
+    sets = of("azure-native:compute:VirtualMachineScaleSet")
+    assert len(sets) >= 75 and sum(s["inputs"]["sku"]["capacity"] for s in sets) == 7500
+    for s in sets:
+        (nic,) = s["inputs"]["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]
+        assert len(nic["ipConfigurations"]) == 1 + 3  # podsPerNode: 3 in the stack file
+    control = {"10.0.0.0/24", "10.0.1.0/24"}
+    for nsg in of("azure-native:network:NetworkSecurityGroup"):
+        for rule in nsg["inputs"]["securityRules"]:
+            port = rule["destinationPortRange"]
+            if rule["access"] == "Allow" and port in {"2379", "2380"}:
+                assert set(rule["sourceAddressPrefixes"]) <= control
+
+
+def test_the_plan_is_deterministic_run_to_run() -> None:
+    stack = load_stack("local")
+    assert format_json(run_plan(stack)) == format_json(run_plan(stack))
+
+
+def test_resources_are_listed_depth_first_under_their_parents(graph_7500: Graph) -> None:
+    seen: set[str] = set()
+    for r in graph_7500.resources:
+        assert r.parent is None or r.parent in seen, f"{r.name} listed before its parent {r.parent}"
+        seen.add(r.name)
+    names = [r.name for r in graph_7500.children("research-7500-a100-ib")]
+    assert names == sorted(names) and len(names) == 50
+
+
+def test_plan_text_ends_with_counts_per_type(graph_7500: Graph) -> None:
+    text = format_text(graph_7500)
+    counts = text.split("Resources per type:\n", 1)[1]
+    assert re.search(r"azure-native:compute:VirtualMachineScaleSet\s+75\n", counts)
+    assert re.search(rf"total\s+{len(graph_7500.resources)}\n", counts)
+
+
+def test_plan_command_prints_json_for_a_stack_name() -> None:
+    result = CliRunner().invoke(app, ["plan", "local", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["stack"] == "local" and plan["resources"][0]["type"] == "kilonode:azure:Cluster"
+
+
+def test_plan_command_exits_2_with_the_stack_problems(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": {"name": "bad", "nodePools": [
+        {"name": "gpu", "nodes": 10, "podsPerNode": 999}]}}}))
+    result = CliRunner().invoke(app, ["plan", str(path)])
+    assert result.exit_code == 2
+    assert "nodePools[0].podsPerNode" in result.stderr
