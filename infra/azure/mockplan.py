@@ -13,6 +13,7 @@ labelled placeholders, never key material, so a plan can be shared and diffed.
 from __future__ import annotations
 
 import contextvars
+import copy
 import json
 import re
 import threading
@@ -255,12 +256,26 @@ def run_plan(stack: Stack, program: Callable[[], object] | None = None) -> Graph
     return contextvars.copy_context().run(_run, stack.name, raw, program)
 
 
+def _without_aliases(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+    """Drop `aliases` before the SDK resolves them, under the mock engine only.
+
+    azure-native declares ~40 aliases per resource type (its older API-version type
+    tokens) so state written by older providers migrates without replacement. They are
+    URNs for the engine, not part of the graph this plan shows, and resolving them took
+    about half of a research-7500 plan's run time. `pulumi up` runs with them untouched.
+    """
+    opts = copy.copy(args.opts)
+    opts.aliases = None
+    return pulumi.ResourceTransformationResult(args.props, opts)
+
+
 def _run(stack_name: str, raw: Any, program: Callable[[], object]) -> Graph:
     settings.ROOT.set(None)
     recorder = RecordingMocks()
     monitor = RecordingMonitor(recorder)
     pulumi.runtime.set_mocks(recorder, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config({f"{PROJECT}:cluster": json.dumps(raw)})
+    pulumi.runtime.register_stack_transformation(_without_aliases)
 
     def body() -> None:
         program()
