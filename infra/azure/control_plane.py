@@ -96,7 +96,6 @@ class ControlPlane(pulumi.ComponentResource):
                     # Watches are long-lived; reset idle ones rather than drop silently.
                     idle_timeout_in_minutes=30,
                     enable_tcp_reset=True,
-                    disable_outbound_snat=True,
                 )
             ],
             opts=pulumi.ResourceOptions(parent=self),

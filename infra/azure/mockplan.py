@@ -226,9 +226,9 @@ class RecordingMonitor(mocks.MockMonitor):
         for key in request.additionalSecretOutputs:
             if key in state:
                 state[key] = rpc.wrap_rpc_secret(state[key])
-        parent = request.parent.split("::")[-1] if request.parent else None
-        if request.parent.split("::")[2].endswith("pulumi:pulumi:Stack") if request.parent else False:
-            parent = None
+        # A URN is urn:pulumi:<stack>::<project>::<type chain>::<name>; the stack is no parent.
+        parent_parts = request.parent.split("::") if request.parent else []
+        parent = parent_parts[-1] if parent_parts and parent_parts[2] != "pulumi:pulumi:Stack" else None
         depends = tuple(sorted({urn.split("::")[-1] for urn in request.dependencies}))
         record = Recorded(request.type, request.name, parent, bool(request.protect), bool(request.custom),
                           dict(inputs), depends)
@@ -250,10 +250,14 @@ def run_plan(stack: Stack, program: Callable[[], object] | None = None) -> Graph
     The program reads its config through pulumi.Config exactly as under `pulumi up`; a
     fresh context keeps runs (and tests) from sharing Pulumi's global state.
     """
+    return run_program(stack.name, cluster_value(stack), program)
+
+
+def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None = None) -> Graph:
+    """Run `program` (default: the Pulumi program) with `raw` as `kilonode:cluster`."""
     if program is None:
         from infra.azure.program import main as program
-    raw = cluster_value(stack)
-    return contextvars.copy_context().run(_run, stack.name, raw, program)
+    return contextvars.copy_context().run(_run, stack_name, raw, program)
 
 
 def _without_aliases(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:

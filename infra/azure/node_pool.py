@@ -60,36 +60,42 @@ class GpuNodePool(pulumi.ComponentResource):
         pool = args.pool
         # One custom data per pool, shared by its shards.
         data = custom_data(args.user_data, args.files, f"pool-{pool.name}")
-        profile = compute.VirtualMachineScaleSetVMProfileArgs(
-            os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
-                computer_name_prefix=pool.name,
-                admin_username=ADMIN_USERNAME,
-                custom_data=data,
-                linux_configuration=linux_config(args.ssh_public_key),
-            ),
-            storage_profile=compute.VirtualMachineScaleSetStorageProfileArgs(
-                image_reference=compute.ImageReferenceArgs(id=args.image_version_id),
-                os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
-                    create_option="FromImage",
-                    caching="ReadWrite",
-                    managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
-                        storage_account_type="Premium_LRS"
-                    ),
+        storage = compute.VirtualMachineScaleSetStorageProfileArgs(
+            image_reference=compute.ImageReferenceArgs(id=args.image_version_id),
+            os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
+                create_option="FromImage",
+                caching="ReadWrite",
+                managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
+                    storage_account_type="Premium_LRS"
                 ),
             ),
-            network_profile=compute.VirtualMachineScaleSetNetworkProfileArgs(
-                network_interface_configurations=[
-                    compute.VirtualMachineScaleSetNetworkConfigurationArgs(
-                        name="primary",
-                        primary=True,
-                        enable_accelerated_networking=True,
-                        ip_configurations=ip_configurations(pool.ip_configs_per_nic, args.subnet_id),
-                    )
-                ]
-            ),
+        )
+        network = compute.VirtualMachineScaleSetNetworkProfileArgs(
+            network_interface_configurations=[
+                compute.VirtualMachineScaleSetNetworkConfigurationArgs(
+                    name="primary",
+                    primary=True,
+                    enable_accelerated_networking=True,
+                    ip_configurations=ip_configurations(pool.ip_configs_per_nic, args.subnet_id),
+                )
+            ]
         )
         self.scale_set_ids = {}
         for shard in pool.shards:
+            profile = compute.VirtualMachineScaleSetVMProfileArgs(
+                os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
+                    # Instance hostnames are the prefix plus a per-scale-set instance number,
+                    # so the prefix must be the shard's unique name: with the pool's name,
+                    # every shard's first VM would be the same Kubernetes node name. Linux
+                    # takes prefixes up to 58 characters (64-character hostnames).
+                    computer_name_prefix=shard.name,
+                    admin_username=ADMIN_USERNAME,
+                    custom_data=data,
+                    linux_configuration=linux_config(args.ssh_public_key),
+                ),
+                storage_profile=storage,
+                network_profile=network,
+            )
             vmss = compute.VirtualMachineScaleSet(
                 f"{name}-{shard.index:03d}",
                 vm_scale_set_name=shard.name,

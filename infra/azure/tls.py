@@ -82,7 +82,7 @@ class Tls(pulumi.ComponentResource):
         self._child = pulumi.ResourceOptions(parent=self)
         plan = args.plan
 
-        # Azure Linux VMs take an RSA SSH key; 4096 bits as the Azure docs recommend.
+        # RSA: every Azure Linux image and API version accepts it (Ed25519 only lately).
         ssh = tls.PrivateKey(f"{name}-admin-ssh-key", algorithm="RSA", rsa_bits=4096, opts=self._child)
         self.admin_ssh_public_key = ssh.public_key_openssh
         self.admin_ssh_private_key = pulumi.Output.secret(ssh.private_key_openssh)

@@ -66,6 +66,8 @@ def test_scale_sets_upgrade_manually_never_overprovision_and_boot_the_gallery_ve
         version = graph.named(f"{plan.cluster}-image-{pool.name}-1.0.0")
         for vmss, shard in zip(scale_sets(graph, plan.cluster, pool.name), pool.shards, strict=True):
             assert vmss["vmScaleSetName"] == shard.name and vmss["zones"] == [shard.zone]
+            # hostnames (and so node names) are the prefix + an instance number per scale set
+            assert vmss["virtualMachineProfile"]["osProfile"]["computerNamePrefix"] == shard.name
             assert vmss["upgradePolicy"] == {"mode": "Manual"}
             assert vmss["overprovision"] is False
             assert vmss["sku"]["name"] == pool.vm_size

@@ -1,0 +1,49 @@
+"""The Pulumi entry point: tiny, reads kilonode:cluster, refuses a bad stack with its problems."""
+
+from __future__ import annotations
+
+import ast
+import runpy
+
+import pulumi
+import pytest
+
+from infra.azure.mockplan import format_json, run_plan, run_program
+from infra.config import load_stack
+from infra.paths import REPO_ROOT
+from tests.conftest import shipped_cluster_value
+
+
+def test_the_pulumi_entry_point_builds_the_graph_kilonode_plan_shows() -> None:
+    # Pulumi runs `main: infra/` as a script directory, i.e. infra/__main__.py.
+    stack = load_stack("local")
+    via_main = run_plan(stack, lambda: runpy.run_path(str(REPO_ROOT / "infra"), run_name="__main__"))
+    assert format_json(via_main) == format_json(run_plan(stack))
+
+
+def test_a_stack_over_azures_limits_stops_the_program_with_the_problem() -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"][0]["podsPerNode"] = 999
+    with pytest.raises(pulumi.RunError, match=r"Pulumi\.local\.yaml.*nodePools\[0\]\.podsPerNode"):
+        run_program("local", cluster)
+
+
+def test_an_invalid_cluster_value_stops_the_program_with_every_problem() -> None:
+    cluster = shipped_cluster_value("local") | {"nodePool": []}
+    with pytest.raises(pulumi.RunError, match="unknown key; did you mean 'nodePools'"):
+        run_program("local", cluster)
+
+
+def test_no_azure_module_reads_config_or_exports_at_import_time() -> None:
+    # Config read at import time and module-level state are the anti-patterns to avoid:
+    # every pulumi call must sit inside a function that the program runs.
+    offenders = []
+    for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py")):
+        for statement in ast.parse(path.read_text()).body:
+            if isinstance(statement, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom):
+                continue
+            for node in ast.walk(statement):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr in {"Config", "export", "require_object", "get_stack"}:
+                    offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []
