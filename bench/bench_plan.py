@@ -41,7 +41,7 @@ def main() -> None:
     plan = json.loads(output)
     counts = plan["counts"]
     median = statistics.median(times)
-    results = {
+    results: dict[str, object] = {
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -62,7 +62,7 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
-    if not results["research_7500"]["ok"]:
+    if median > TARGET_S:
         sys.exit(1)
 
 

@@ -222,7 +222,7 @@ class RecordingMonitor(mocks.MockMonitor):
         if request.custom:
             id_, state = self.mocks.new_resource(args)
         else:
-            id_, state = "", {}
+            id_, state = None, {}
         for key in request.additionalSecretOutputs:
             if key in state:
                 state[key] = rpc.wrap_rpc_secret(state[key])
@@ -234,7 +234,7 @@ class RecordingMonitor(mocks.MockMonitor):
                           dict(inputs), depends)
         with self._lock:
             self.recorded.append((urn, record))
-            self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_, state)
+            self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)
         obj = _sync_await(rpc.serialize_properties(state, {}))
         return resource_pb2.RegisterResourceResponse(urn=urn, id=id_ or "", object=obj)
 
@@ -256,7 +256,9 @@ def run_plan(stack: Stack, program: Callable[[], object] | None = None) -> Graph
 def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None = None) -> Graph:
     """Run `program` (default: the Pulumi program) with `raw` as `kilonode:cluster`."""
     if program is None:
-        from infra.azure.program import main as program
+        from infra.azure.program import main
+
+        program = main
     return contextvars.copy_context().run(_run, stack_name, raw, program)
 
 

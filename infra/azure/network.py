@@ -75,17 +75,20 @@ class Network(pulumi.ComponentResource):
         plan = args.plan
         net = plan.network
         child = pulumi.ResourceOptions(parent=self)
-        where = {"location": plan.location, "tags": tags(plan.cluster, "network")}
+        location, resource_tags = plan.location, tags(plan.cluster, "network")
 
         # The resource group carries the cluster's name: one cluster, one group.
-        rg = resources.ResourceGroup(f"{name}-rg", resource_group_name=plan.cluster, opts=child, **where)
+        rg = resources.ResourceGroup(
+            f"{name}-rg", resource_group_name=plan.cluster, location=location, tags=resource_tags, opts=child
+        )
         vnet = network.VirtualNetwork(
             f"{name}-vnet",
             virtual_network_name=f"{name}-vnet",
             resource_group_name=rg.name,
             address_space=network.AddressSpaceArgs(address_prefixes=[str(net.vnet_cidr)]),
             opts=child,
-            **where,
+            location=location,
+            tags=resource_tags,
         )
 
         admin = [str(net.admin_cidr)] if net.admin_cidr else []
@@ -116,11 +119,11 @@ class Network(pulumi.ComponentResource):
             ],
         }
         for pool in plan.node_pools:
-            subnet = str(pool.subnet)
+            pool_prefix = str(pool.subnet)
             nsg_rules[f"pool-{pool.name}"] = [
-                _allow("allow-all-from-pools", 100, pools, subnet, "*", protocol="*"),
-                _allow("allow-all-from-control-plane", 110, [control], subnet, "*", protocol="*"),
-                *ssh(200, subnet),
+                _allow("allow-all-from-pools", 100, pools, pool_prefix, "*", protocol="*"),
+                _allow("allow-all-from-control-plane", 110, [control], pool_prefix, "*", protocol="*"),
+                *ssh(200, pool_prefix),
                 _deny_all(),
             ]
         prefixes = {"control-plane": control, "etcd": etcd} | {
@@ -136,7 +139,8 @@ class Network(pulumi.ComponentResource):
                 resource_group_name=rg.name,
                 security_rules=nsg_rules[key],
                 opts=child,
-                **where,
+                location=location,
+                tags=resource_tags,
             )
             # Azure runs one subnet operation per VNet at a time; chaining the subnets
             # avoids "AnotherOperationInProgress" failures on the first `pulumi up`.

@@ -64,7 +64,7 @@ class NodeImage(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:NodeImage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        where = {"location": args.location, "tags": tags(args.cluster, "node-image")}
+        location, resource_tags = args.location, tags(args.cluster, "node-image")
         rg = args.resource_group_name
 
         account = storage.StorageAccount(
@@ -76,7 +76,8 @@ class NodeImage(pulumi.ComponentResource):
             allow_blob_public_access=False,
             minimum_tls_version="TLS1_2",
             opts=child,
-            **where,
+            location=location,
+            tags=resource_tags,
         )
         container = storage.BlobContainer(
             f"{name}-vhds-container",
@@ -92,7 +93,8 @@ class NodeImage(pulumi.ComponentResource):
             resource_group_name=rg,
             description=f"kilonode node images for {args.cluster}",
             opts=child,
-            **where,
+            location=location,
+            tags=resource_tags,
         )
 
         self.image_version_ids = {}
@@ -133,7 +135,8 @@ class NodeImage(pulumi.ComponentResource):
                 architecture="x64",
                 features=[compute.GalleryImageFeatureArgs(name="IsAcceleratedNetworkSupported", value="True")],
                 opts=child,
-                **where,
+                location=location,
+                tags=resource_tags,
             )
             version = compute.GalleryImageVersion(
                 f"{name}-{pool.name}-{args.version}",
@@ -159,7 +162,8 @@ class NodeImage(pulumi.ComponentResource):
                     ],
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[upload]),
-                **where,
+                location=location,
+                tags=resource_tags,
             )
             self.image_version_ids[pool.name] = version.id
         self.register_outputs({"imageVersionIds": self.image_version_ids})

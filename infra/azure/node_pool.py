@@ -64,7 +64,7 @@ class GpuNodePool(pulumi.ComponentResource):
             image_reference=compute.ImageReferenceArgs(id=args.image_version_id),
             os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
                 create_option="FromImage",
-                caching="ReadWrite",
+                caching=compute.CachingTypes.READ_WRITE,
                 managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
                     storage_account_type="Premium_LRS"
                 ),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +20,9 @@ FORMATTERS = [format_text, format_json, format_markdown]
 
 
 @pytest.mark.parametrize("formatter", FORMATTERS, ids=["text", "json", "md"])
-def test_nothing_in_the_plan_output_contains_private_key_material(graph_7500: Graph, formatter) -> None:  # type: ignore[no-untyped-def]
+def test_nothing_in_the_plan_output_contains_private_key_material(
+    graph_7500: Graph, formatter: Callable[[Graph], str]
+) -> None:
     text = formatter(graph_7500)
     assert "PRIVATE KEY" not in text
     assert "BEGIN" not in text
@@ -33,7 +37,7 @@ def test_the_plan_of_research_7500_meets_the_issues_done_when(graph_7500: Graph)
     resources = plan["resources"]
     assert all(set(r) >= {"type", "name", "parent", "inputs"} for r in resources)
 
-    def of(type_: str) -> list[dict]:  # type: ignore[type-arg]
+    def of(type_: str) -> list[dict[str, Any]]:
         return [r for r in resources if r["type"] == type_]
 
     vms = of("azure-native:compute:VirtualMachine")
