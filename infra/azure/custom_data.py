@@ -64,7 +64,11 @@ def _content_type(text: str) -> str:
     )
 
 
-class _BlockDumper(yaml.SafeDumper):
+# libyaml's emitter when present: one dump per host, and the plan of a big cluster makes many.
+_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _BlockDumper(_SafeDumper):  # type: ignore[valid-type,misc]
     """Multi-line strings as `|` blocks, so a PEM file reads as a PEM file."""
 
 
