@@ -16,9 +16,11 @@ from pydantic.alias_generators import to_camel
 
 GIB = 1024**3
 
-# Kubernetes minors this toolkit renders flags for. Below 1.29 flowcontrol v1 (APF) and
-# the KubeletConfiguration fields used here are missing; above 1.35 nothing is verified.
-SUPPORTED_KUBERNETES_MINORS = range(29, 36)
+# Kubernetes minors this toolkit renders flags for. From 1.32 the apiserver can allow
+# anonymous requests on the health endpoints only (KEP-4633: beta 1.32, GA 1.34), which
+# the Azure load balancer's /readyz probe needs while everything else stays authenticated;
+# above 1.35 nothing is verified.
+SUPPORTED_KUBERNETES_MINORS = range(32, 36)
 
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"

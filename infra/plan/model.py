@@ -154,5 +154,9 @@ class ClusterPlan(StrictModel):
         return (self.etcd_main, self.etcd_events)
 
     @property
+    def kubernetes_minor(self) -> int:
+        return int(self.kubernetes_version.split(".")[1])
+
+    @property
     def total_nodes(self) -> int:
         return sum(pool.nodes for pool in self.node_pools)

@@ -13,6 +13,9 @@ from infra.render.files import USER_DATA, HostFiles, RenderedFile
 BIN = "/usr/local/bin"
 UNIT_TEMPLATE = "etc/systemd/system/kube-control-plane.service"
 AUDIT_POLICY = "etc/kubernetes/audit-policy.yaml"
+AUTHENTICATION_CONFIG = "etc/kubernetes/authentication-config.yaml"
+# The only paths an unauthenticated client may read: what the load balancer probes.
+ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
 SCHEDULER_KUBECONFIG = "/etc/kubernetes/scheduler.kubeconfig"
 CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
@@ -30,8 +33,12 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("etcd-cafile", pki.APISERVER_ETCD_CA_BUNDLE),
         ("etcd-certfile", pki.APISERVER_ETCD_CLIENT_CERT),
         ("etcd-keyfile", pki.APISERVER_ETCD_CLIENT_KEY),
-        # CIS 1.2.1, 1.2.7-1.2.9: no anonymous requests; Node and RBAC authorization.
-        ("anonymous-auth", False),
+        # CIS 1.2.1: no anonymous requests -- except on the health endpoints, which the
+        # Azure load balancer's HTTPS /readyz probe reads without credentials; a plain
+        # --anonymous-auth=false would fail every probe with 401 and take all apiservers
+        # out of the load balancer. The file allows anonymous on ANONYMOUS_PATHS only.
+        ("authentication-config", f"/{AUTHENTICATION_CONFIG}"),
+        # CIS 1.2.7-1.2.9: Node and RBAC authorization.
         ("authorization-mode", "Node,RBAC"),
         ("enable-admission-plugins", "NodeRestriction"),
         # Field notes: --apiserver-count, today the lease endpoint reconciler.
@@ -121,6 +128,17 @@ def scheduler_config(plan: ClusterPlan) -> str:
     return f"# {GENERATED}\n" + to_yaml(config)
 
 
+def authentication_config(plan: ClusterPlan) -> str:
+    # AuthenticationConfiguration is v1 from 1.34 (structured authentication GA).
+    version = "v1" if plan.kubernetes_minor >= 34 else "v1beta1"
+    config = {
+        "apiVersion": f"apiserver.config.k8s.io/{version}",
+        "kind": "AuthenticationConfiguration",
+        "anonymous": {"enabled": True, "conditions": [{"path": path} for path in ANONYMOUS_PATHS]},
+    }
+    return f"# {GENERATED}\n" + to_yaml(config)
+
+
 def audit_policy() -> str:
     policy = {
         "apiVersion": "audit.k8s.io/v1",
@@ -161,6 +179,7 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
             controller_manager_flags(plan),
         ),
         AUDIT_POLICY: RenderedFile(audit_policy()),
+        AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
         SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
     }
     files[USER_DATA] = RenderedFile(user_data(

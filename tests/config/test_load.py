@@ -114,7 +114,7 @@ def test_invalid_cidr_is_refused(write_stack: StackWriter) -> None:
     assert "network.vnetCidr" in problem
 
 
-@pytest.mark.parametrize(("version", "ok"), [("1.28.9", False), ("1.29.0", True), ("1.35.1", True), ("1.36.0", False)])
+@pytest.mark.parametrize(("version", "ok"), [("1.31.9", False), ("1.32.0", True), ("1.35.1", True), ("1.36.0", False)])
 def test_supported_kubernetes_versions(write_stack: StackWriter, version: str, ok: bool) -> None:
     cluster = shipped_cluster_value("local")
     cluster["kubernetesVersion"] = version
@@ -123,7 +123,7 @@ def test_supported_kubernetes_versions(write_stack: StackWriter, version: str, o
         assert load_stack(str(path)).config.kubernetes_version == version
     else:
         [problem] = problems_of(path)
-        assert "kubernetesVersion" in problem and "use 1.29 to 1.35" in problem
+        assert "kubernetesVersion" in problem and "use 1.32 to 1.35" in problem
 
 
 def test_all_problems_are_reported_at_once(write_stack: StackWriter) -> None:

@@ -79,7 +79,12 @@ def test_every_apiserver_sends_events_to_all_events_members(rendered_7500: Path,
         override = flags["etcd-servers-overrides"]
         assert override.startswith("/events#")
         assert override.removeprefix("/events#").split(";") == [f"https://{ip}:2379" for ip in events]
-        assert flags["anonymous-auth"] == "false"
+        assert "anonymous-auth" not in flags  # the authentication config decides, below
+        auth = yaml.safe_load((unit.parents[3] / flags["authentication-config"].lstrip("/")).read_text())
+        assert auth["apiVersion"] == "apiserver.config.k8s.io/v1"  # research-7500 runs 1.34
+        assert auth["anonymous"] == {
+            "enabled": True, "conditions": [{"path": "/healthz"}, {"path": "/livez"}, {"path": "/readyz"}]
+        }
         assert flags["authorization-mode"] == "Node,RBAC"
         assert flags["endpoint-reconciler-type"] == "lease"
         audit = (flags["audit-log-maxage"], flags["audit-log-maxbackup"], flags["audit-log-maxsize"])
@@ -231,3 +236,11 @@ def test_validate_and_explain_report_counts_and_budgets() -> None:
     assert result.exit_code == 0
     assert "VNet private IPs" in result.stdout and "35,522" in result.stdout
     assert "50 × 100" in result.stdout
+
+
+def test_authentication_config_version_follows_kubernetes(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["kubernetesVersion"] = "1.33.4"
+    plan = plan_stack(load_stack(str(write_stack(cluster))))
+    text = render_cluster(plan)["apiserver-0"]["etc/kubernetes/authentication-config.yaml"].content
+    assert yaml.safe_load(text)["apiVersion"] == "apiserver.config.k8s.io/v1beta1"
