@@ -26,6 +26,9 @@ AZURE_RESERVED_PER_SUBNET = Limit(5, "Azure VNet FAQ: 5 reserved addresses per s
 VMS_PER_SCALE_SET = Limit(1_000, "VMSS placement groups: VMs per scale set (gallery image)")
 # VMSS placement-groups doc: singlePlacementGroup=true, which InfiniBand needs.
 VMS_PER_PLACEMENT_GROUP = Limit(100, "VMSS placement groups: VMs per single placement group")
+# Azure VMSS osProfile.computerNamePrefix: 1-58 characters for Linux; the shard name is
+# both the scale set's name and its hostname prefix.
+SCALE_SET_NAME_PREFIX = Limit(58, "Azure VMSS: computerNamePrefix length on Linux")
 # Azure Compute Gallery doc: one replica per 20 VMs created at once, at most 100.
 VMS_PER_GALLERY_REPLICA = Limit(20, "Azure Compute Gallery: 1 replica per 20 concurrent VM creates")
 GALLERY_REPLICAS_MAX = Limit(100, "Azure Compute Gallery: replicas per image version")

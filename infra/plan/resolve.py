@@ -126,6 +126,15 @@ def _budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Probl
                 f"above Azure's {limits.IP_CONFIGS_PER_NIC.value} per NIC; lower podsPerNode to at "
                 f"most {limits.IP_CONFIGS_PER_NIC.value - 1}",
             ))
+    for index, pool in enumerate(config.node_pools):
+        longest = len(shard_name(config.name, pool.name, 0))
+        if longest > limits.SCALE_SET_NAME_PREFIX.value:
+            problems.append(Problem(
+                ("nodePools", index, "name"),
+                f"scale-set names '<cluster>-<pool>-000' would be {longest} characters, above the "
+                f"{limits.SCALE_SET_NAME_PREFIX.value} of {limits.SCALE_SET_NAME_PREFIX.source}; "
+                "shorten the pool name (or the cluster name)",
+            ))
     subnets = by_name["subnets per VNet"]
     if subnets.used > subnets.limit:
         problems.append(Problem(
@@ -339,13 +348,17 @@ def _sysctls(config: ClusterConfig, profile: SysctlProfile) -> tuple[SysctlSetti
     )
 
 
+def shard_name(cluster: str, pool: str, index: int) -> str:
+    return f"{cluster}-{pool}-{index:03d}"
+
+
 def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:
     per_set = (limits.VMS_PER_PLACEMENT_GROUP if pool.infiniband else limits.VMS_PER_SCALE_SET).value
     count = math.ceil(pool.nodes / per_set)
     base, extra = divmod(pool.nodes, count)
     return per_set, tuple(
         ScaleSetShard(
-            name=f"{config.name}-{pool.name}-{i:03d}",
+            name=shard_name(config.name, pool.name, i),
             index=i,
             capacity=base + (1 if i < extra else 0),
             zone=config.zones[i % len(config.zones)],

@@ -189,3 +189,13 @@ def test_kubernetes_service_addresses(plans: dict[str, ClusterPlan]) -> None:
     cp = plans["local"].control_plane
     assert cp.kubernetes_service_ip == IPv4Address("172.16.0.1")
     assert cp.cluster_dns_ip == IPv4Address("172.16.0.10")
+
+
+def test_scale_set_names_must_fit_azure_hostname_prefixes(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["name"] = "a" * 30
+    cluster["nodePools"][0]["name"] = "b" * 30
+    with pytest.raises(StackError) as caught:
+        plan_of(cluster, write_stack)
+    [problem] = caught.value.problems
+    assert problem.path == "nodePools[0].name" and "65 characters, above the 58" in problem.message
