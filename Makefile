@@ -8,7 +8,7 @@ OUT ?= out/$(STACK)
 .DEFAULT_GOAL := help
 
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 setup: $(VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
 
@@ -35,10 +35,14 @@ test-fast: setup ## Run the tests not marked slow
 golden: setup ## Regenerate tests/golden/<stack>/ from the shipped stacks
 	$(BIN)/python -m infra.render.golden
 
-bench: setup ## Run the benchmarks in bench/ and write bench/results/
+bench: setup ## Time render and plan (bench/results/render.json, plan.json)
 	$(BIN)/python bench/bench_render.py
+	$(BIN)/python bench/bench_plan.py
+
+bench-image: setup ## Time the node image: cold build, warm rebuild, boot + verify (bench/results/image.json)
+	$(BIN)/python bench/bench_image.py
 
 lint: setup ## ruff
 	$(BIN)/ruff check .
 
-.PHONY: help setup host-packages demo test test-fast golden bench lint
+.PHONY: help setup host-packages demo test test-fast golden bench bench-image lint
