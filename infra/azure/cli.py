@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
 
 
 class PlanFormat(StrEnum):
@@ -39,8 +38,10 @@ def plan_command(
     name, parent and inputs in a stable order (secrets as [secret], no key material),
     then the count per type. Nothing is sent to Azure; no credentials are needed.
     """
-    # Imported here: infra.cli imports this module to register the command. Validation and
-    # planning run first so a bad stack exits 2 with its problems, like every command.
+    # Imported here: infra.cli imports this module to register the command (and Pulumi
+    # costs ~0.5 s to import, which no other command should pay). Validation and planning
+    # run first so a bad stack exits 2 with its problems, like every command.
+    from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
     from infra.cli import load_and_plan
 
     loaded, _plan = load_and_plan(stack)
