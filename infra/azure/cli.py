@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 
 
-
 class PlanFormat(StrEnum):
     text = "text"
     json = "json"
