@@ -124,8 +124,8 @@ class Vm:
         )
         return client
 
-    def run(self, command: str, timeout: float = 300.0) -> tuple[int, str]:
-        with contextlib.closing(self.connect()) as client:
+    def run(self, command: str, timeout: float = 300.0, connect_timeout: float = 10.0) -> tuple[int, str]:
+        with contextlib.closing(self.connect(timeout=connect_timeout)) as client:
             _stdin, stdout, stderr = client.exec_command(command, timeout=timeout)
             out = stdout.read().decode(errors="replace") + stderr.read().decode(errors="replace")
             return stdout.channel.recv_exit_status(), out
@@ -136,7 +136,9 @@ class Vm:
         while time.monotonic() - start < timeout:
             self._check_alive()
             try:
-                with contextlib.closing(self.connect(timeout=10)):
+                # short timeouts: while the guest boots, qemu's forward accepts the TCP
+                # connection but no banner comes, and each attempt would wait that long
+                with contextlib.closing(self.connect(timeout=5)):
                     return time.monotonic() - start
             except (OSError, paramiko.SSHException, EOFError):
                 time.sleep(2)
@@ -158,12 +160,12 @@ class Vm:
         while time.monotonic() - start < timeout:
             self._check_alive()
             try:
-                rc, boot = self.run("cat /proc/sys/kernel/random/boot_id", timeout=15)
+                rc, boot = self.run("cat /proc/sys/kernel/random/boot_id", timeout=15, connect_timeout=5)
                 if rc == 0 and boot.strip() and boot.strip() != old_boot:
                     return time.monotonic() - start
             except (OSError, paramiko.SSHException, EOFError):
                 pass
-            time.sleep(3)
+            time.sleep(1)
         raise VmError(f"VM did not come back from reboot in {timeout:.0f} s\n{self.console_tail()}")
 
     # --- lifecycle -------------------------------------------------------------------------

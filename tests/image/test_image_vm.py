@@ -95,7 +95,11 @@ DEFECTS = {
         "test_baked_preload_archive[registry.k8s.io/pause:3.10]",
         "test_preloaded_image_in_runtime_store[registry.k8s.io/pause:3.10]",
     ],
-    "password SSH on": ["test_image_password_ssh_disabled", "test_sshd_refuses_passwords"],
+    "password SSH on": [
+        "test_image_password_ssh_disabled",
+        "test_sshd_refuses_passwords",
+        "test_sshd_effective_config",
+    ],
     "non-empty machine-id": ["test_image_machine_id_empty"],
 }
 
@@ -116,13 +120,22 @@ def seed_defects(built: BuildResult, target: Path) -> Path:
     assert "gc_thresh3 = 1024" in sysctl
     fs.write("/etc/sysctl.d/90-kilonode.conf", sysctl.encode())
     fs.write("/etc/machine-id", b"0123456789abcdef0123456789abcdef\n", 0o444)
-    fs.write("/etc/ssh/sshd_config.d/50-kilonode.conf", b"PasswordAuthentication yes\n")
+    sshd = (fs.read_text("/etc/ssh/sshd_config.d/50-kilonode.conf") or "").replace(
+        "PasswordAuthentication no", "PasswordAuthentication yes"
+    )
+    assert "PasswordAuthentication yes" in sshd
+    fs.write("/etc/ssh/sshd_config.d/50-kilonode.conf", sshd.encode())
     fs.remove("/opt/kilonode/preload/registry.k8s.io_pause_3.10.tar")
-    # Azure custom data (the seed) pointing the runtime's root at the OS disk
+    # Azure custom data (the seed): the runtime's root on the OS disk, and cloud-init told to
+    # allow passwords (otherwise its own ssh_pwauth: false would still close them on the node)
     user_data = built.user_data.read_text()
-    assert '"data-root": "/mnt/local-ssd/docker"' in user_data
+    assert '"data-root": "/mnt/local-ssd/docker"' in user_data and "ssh_pwauth: false" in user_data
     bad = target / "defective.user-data"
-    bad.write_text(user_data.replace('"data-root": "/mnt/local-ssd/docker"', '"data-root": "/var/lib/docker"'))
+    bad.write_text(
+        user_data.replace('"data-root": "/mnt/local-ssd/docker"', '"data-root": "/var/lib/docker"').replace(
+            "ssh_pwauth: false", "ssh_pwauth: true"
+        )
+    )
     return raw
 
 

@@ -9,7 +9,7 @@ import pytest
 import testinfra
 
 from infra.plan.model import NodePoolPlan
-from tests.image.suite.conftest import run_ok
+from tests.image.suite.conftest import run_ok, same_disk
 
 
 def docker_info(host: testinfra.host.Host) -> dict[str, object]:
@@ -41,7 +41,7 @@ def test_runtime_root_on_local_ssd_mount(host: testinfra.host.Host, pool: NodePo
     root = str(docker_info(host)["DockerRootDir"]) if pool.runtime == "docker" else pool.runtime_root
     target, source = run_ok(host, f"findmnt -n -o TARGET,SOURCE -T {root}").split()
     assert target == pool.local_disk.mount_point, f"{root} is on {target} ({source}), not the local SSD"
-    assert source == pool.local_disk.device, f"{root} is on {source}, not {pool.local_disk.device}"
+    assert same_disk(host, source, pool.local_disk.device), f"{root} is on {source}, not {pool.local_disk.device}"
     # hand-written: whatever the plan says, the runtime root is never on the root filesystem
     assert run_ok(host, f"stat -c %d {root}") != run_ok(host, "stat -c %d /"), f"{root} is on the OS disk"
 

@@ -14,8 +14,9 @@ from tests.image.suite.conftest import run_ok
 
 @pytest.mark.persistent
 def test_no_failed_units(host: testinfra.host.Host) -> None:
-    failed = run_ok(host, "systemctl list-units --failed --no-legend --plain").strip()
-    assert failed == "", f"failed units:\n{failed}"
+    failed = [line.split()[0] for line in run_ok(host, "systemctl list-units --failed --no-legend --plain").splitlines()
+              if line.strip()]
+    assert failed == [], f"failed units: {', '.join(failed)}"
 
 
 @pytest.mark.persistent
