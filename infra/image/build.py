@@ -58,6 +58,15 @@ class Steps:
         return value
 
 
+@dataclass(frozen=True)
+class Baked:
+    """What the build put into the root filesystem on top of the base, for the manifest."""
+
+    artefacts: list[dict[str, str]]
+    images: list[dict[str, str]]
+    binaries: list[rootfs.BinaryResult]
+
+
 def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
     for pool in plan.node_pools:
         if pool.name == name:
@@ -101,7 +110,7 @@ def build_image(
         progress(f"base root filesystem: {'reused from cache' if base.cached else 'built'} ({base.key[:12]})")
         steps.run("unpack base", lambda: rootfs.extract(base.tarball, tree))
 
-        def customise() -> dict[str, object]:
+        def customise() -> Baked:
             artefacts = []
             for path in rootfs.copy_overlay(recipe.overlay_dir, tree):
                 data = rootfs.host_path(tree, path).read_bytes()
@@ -114,15 +123,16 @@ def build_image(
                 artefacts.append(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
-            images = preload(pool, stack, tree, work)
+            images = preload(pool, recipe, tree, work)
             binaries = [
                 rootfs.place_binary(tree, b, plan.kubernetes_version, binaries_dir, fetch)
                 for b in recipe.binaries_for(pool.runtime)
             ]
-            return {"artefacts": artefacts, "images": images, "binaries": binaries}
+            return Baked(artefacts, images, binaries)
 
         baked = steps.run("bake artefacts and preloaded images", customise)
-        root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{_sha(str(baked).encode())}"))
+        # deterministic: the same inputs give the same filesystem UUID (and GRUB config)
+        root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{_sha(repr(baked).encode())}"))
 
         def boot_config() -> None:
             rootfs.put(
@@ -199,11 +209,11 @@ def build_image(
                     },
                 },
                 "packages": packages,
-                "artefacts": baked["artefacts"],
-                "preloaded_images": baked["images"],
+                "artefacts": baked.artefacts,
+                "preloaded_images": baked.images,
                 "binaries": [
                     {"name": b.name, "path": b.path, "present": b.present, "sha256": b.sha256, "origin": b.origin}
-                    for b in baked["binaries"]  # type: ignore[attr-defined]
+                    for b in baked.binaries
                 ],
                 "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())},
                 "pool_plan": pool.model_dump(mode="json"),
@@ -217,13 +227,13 @@ def build_image(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def preload(pool: NodePoolPlan, stack: Stack, tree: Path, work: Path) -> list[dict[str, str]]:
+def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path) -> list[dict[str, str]]:
     """Bake every preload entry of the plan at its baked_path; returns manifest entries."""
     entries = []
     for item in pool.preload_images:
         staged = work / "preload" / Path(item.baked_path).name
         if item.source == "build:pause":
-            binary = compile_pause(load_recipe().pause_source, work / "pause" / "pause")
+            binary = compile_pause(recipe.pause_source, work / "pause" / "pause")
             archive = single_binary_image(item.image, binary, "/pause", staged)
         elif item.source == "archive":
             src = Path(item.archive or "")

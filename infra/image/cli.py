@@ -34,11 +34,23 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
-def _progress(start: float):  # type: ignore[no-untyped-def]
-    def show(line: str) -> None:
-        out.print(f"[dim]{time.monotonic() - start:6.1f}s[/] {line}")
+class _Progress:
+    """Steps in progress show as a spinner (on a terminal); finished steps as timed lines."""
 
-    return show
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.status = out.status("")
+
+    def __call__(self, line: str) -> None:
+        if line.endswith(" ..."):
+            self.status.update(f"{line} [dim]({time.monotonic() - self.start:.0f}s)[/]")
+            self.status.start()
+            return
+        self.status.stop()
+        out.print(f"[dim]{time.monotonic() - self.start:6.1f}s[/] {line}")
+
+    def close(self) -> None:
+        self.status.stop()
 
 
 @image_app.command()
@@ -66,13 +78,17 @@ def build(
     from infra.cli import fail  # the same exit-2 report as every other command
 
     start = time.monotonic()
+    progress = _Progress(start)
     try:
-        result = build_image(stack, pool, out_dir, progress=_progress(start), binaries_dir=binaries, fetch=fetch)
+        result = build_image(stack, pool, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch)
     except StackError as error:
+        progress.close()
         fail(error)
     except (BuildError, DiskError) as error:
+        progress.close()
         err.print(f"[bold red]kilonode image build:[/] {error}")
         raise typer.Exit(code=1) from None
+    progress.close()
     manifest = Manifest.load(result.manifest)
     out.print(f"[green]✓[/] {result.raw} ({'base reused from cache' if result.base_cached else 'base built'}) "
               f"in {time.monotonic() - start:.0f} s")
@@ -116,14 +132,17 @@ def verify(
     work = workdir or Path("build") / "verify" / f"{image.stem}-{stamp}"
     start = time.monotonic()
     target = SshTarget.parse(host, identity) if host else None
+    progress = _Progress(start)
     try:
         report = verify_image(
-            image, workdir=work, host=target, reboot=not no_reboot, progress=_progress(start),
+            image, workdir=work, host=target, reboot=not no_reboot, progress=progress,
             user_data=user_data.read_text() if user_data else None,
         )
     except (FileNotFoundError, VmError, ValueError) as error:
+        progress.close()
         err.print(f"[bold red]kilonode image verify:[/] {error}")
         raise typer.Exit(code=2) from None
+    progress.close()
     if junit:
         junit.write_bytes(report.junit.read_bytes())
     for phase, counts in report.counts.items():

@@ -9,6 +9,7 @@ was baked and the defect tests use to seed defects.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
@@ -113,8 +114,6 @@ def make_esp(out: Path, size_mib: int, root_uuid: str, workdir: Path) -> Path:
 
 def copy_sparse(src: Path, dst: Path, offset: int) -> None:
     """Copy src into dst at `offset`, skipping src's holes (dst is sparse already)."""
-    import os
-
     with src.open("rb") as fin, dst.open("r+b") as fout:
         size = os.fstat(fin.fileno()).st_size
         pos = 0

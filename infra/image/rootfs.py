@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import shutil
 import subprocess
@@ -37,9 +39,10 @@ def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) ->
         return BaseRootfs(tarball, key, cached=True)
     if shutil.which("mmdebstrap") is None:
         raise BuildError("mmdebstrap not found: run `make setup` (installs .ci/debian-packages.txt)")
-    partial = tarball.with_suffix(".tar.partial")
+    # mmdebstrap picks its output format from the name: keep ".tar" last, and say it too
+    partial = tarball.with_name(f"{key}.partial.tar")
     cmd = [
-        "mmdebstrap", "--quiet", f"--variant={recipe.variant}",
+        "mmdebstrap", "--quiet", "--format=tar", f"--variant={recipe.variant}",
         f"--include={','.join(recipe.package_list(runtime))}",
         recipe.suite, str(partial), str(sources),
     ]
@@ -50,7 +53,8 @@ def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) ->
         # apt's messages name the mirror: scrub before showing them.
         raise BuildError("mmdebstrap failed:\n" + mirror.scrub(result.stderr[-4000:]))
     partial.rename(tarball)
-    (tarball.with_suffix(".inputs.json")).write_text(__import__("json").dumps(inputs, indent=2, sort_keys=True))
+    # beside the tarball: what it was built from, for a human wondering what a key means
+    tarball.with_suffix(".inputs.json").write_text(json.dumps(inputs, indent=2, sort_keys=True))
     return BaseRootfs(tarball, key, cached=False)
 
 
@@ -59,10 +63,12 @@ def extract(tarball: Path, dest: Path) -> None:
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     # --numeric-owner: the image's uids, not the build host's names; xattrs keep file caps.
-    subprocess.run(
+    result = subprocess.run(
         ["tar", "-C", str(dest), "--numeric-owner", "--xattrs", "--xattrs-include=*", "-xpf", str(tarball)],
-        check=True,
+        capture_output=True, text=True, check=False,
     )
+    if result.returncode != 0:
+        raise BuildError(f"unpacking {tarball} failed: {result.stderr.strip()[-2000:]}")
 
 
 def host_path(root: Path, path: str) -> Path:
@@ -227,8 +233,6 @@ def place_binary(root: Path, binary: Binary, version: str, local_dir: Path | Non
         if hashlib.sha256(blob).hexdigest() != binary.sha256:
             raise BuildError(f"{binary.name}: {url} does not match the pinned sha256 in node-image/binaries.toml")
         if binary.member:
-            import io
-
             with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
                 member = tar.extractfile(binary.member)
                 if member is None:

@@ -110,11 +110,19 @@ def run_phase(phase: str, *, manifest: Manifest, image: Path | None, target: Ssh
         f"--junitxml={junit}", "-o", f"junit_suite_name={phase}", "-o", "junit_family=xunit2",
     ]
     env = {**os.environ, CONTEXT_ENV: str(context_file)}
-    progress(f"{phase}: running checks")
+    progress(f"{phase}: running checks ...")
+    started = time.monotonic()
     with (workdir / f"pytest-{phase}.log").open("w") as log:
         subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=900)
     if not junit.exists():
         raise RuntimeError(f"{phase}: pytest wrote no report; see {workdir / f'pytest-{phase}.log'}")
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite[0]
+    bad = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    progress(
+        f"{phase}: {int(suite.get('tests', 0)) - int(suite.get('skipped', 0)) - bad} passed, {bad} failed, "
+        f"{suite.get('skipped', 0)} skipped in {time.monotonic() - started:.0f} s"
+    )
     return junit
 
 
@@ -168,7 +176,7 @@ def verify_image(
     if host is not None:
         junits.append(run_phase("first-boot", manifest=manifest, image=None, target=host, workdir=workdir,
                                 progress=progress))
-        report.timings["host checks"] = round(time.monotonic() - start, 1)
+        report.timings["host checks"] = round(time.monotonic() - start - report.timings.get("offline", 0), 1)
     else:
         key_file, public_key = make_keypair(workdir)
         seed = make_seed(
@@ -177,28 +185,33 @@ def verify_image(
             meta_data(public_key, f"{manifest.data['name']}-verify"),
         )
         config = VmConfig(image=image, seed=seed, workdir=workdir, user=DEFAULT_USER, key_file=key_file)
-        progress("booting a VM from a throwaway overlay (qemu, TCG, UEFI)")
+        progress("booting a VM from a throwaway overlay (qemu, TCG, UEFI) ...")
         with Vm(config) as vm:
             t = time.monotonic()
             vm.wait_ssh()
-            report.timings["first SSH"] = round(time.monotonic() - t, 1)
+            report.timings["boot to SSH"] = round(time.monotonic() - t, 1)
             state = vm.wait_settled()
-            report.timings["boot settled"] = round(time.monotonic() - t, 1)
-            progress(f"VM up: SSH after {report.timings['first SSH']} s, systemd '{state}' after "
-                     f"{report.timings['boot settled']} s")
+            report.timings["boot to settled"] = round(time.monotonic() - t, 1)
+            progress(f"VM up: SSH after {report.timings['boot to SSH']} s, systemd '{state}' after "
+                     f"{report.timings['boot to settled']} s")
             target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
+            t = time.monotonic()
             junits.append(run_phase("first-boot", manifest=manifest, image=None, target=target, workdir=workdir,
                                     progress=progress))
             report.timings["first-boot checks"] = round(time.monotonic() - t, 1)
             if reboot:
-                progress("rebooting the VM")
+                progress("rebooting the VM ...")
                 t2 = time.monotonic()
                 vm.reboot()
                 vm.wait_settled()
-                report.timings["reboot settled"] = round(time.monotonic() - t2, 1)
+                progress("VM back after the reboot")
+                report.timings["reboot to settled"] = round(time.monotonic() - t2, 1)
+                t = time.monotonic()
                 junits.append(run_phase("after-reboot", manifest=manifest, image=None, target=target,
                                         workdir=workdir, progress=progress))
-            progress("stopping the VM")
+                report.timings["after-reboot checks"] = round(time.monotonic() - t, 1)
+            progress("stopping the VM ...")
+        progress("VM stopped")
     merge(junits, report.junit, report)
     report.timings["total"] = round(time.monotonic() - start, 1)
     (workdir / "verify-summary.json").write_text(
