@@ -69,7 +69,8 @@ def test_image_no_apt_sources_or_mirror(image_fs: ImageFs) -> None:
     hosts = mirror.mirror_hosts()
     for path in ("/etc/hosts", "/etc/resolv.conf", "/etc/cloud/cloud.cfg.d/90-kilonode.cfg"):
         text = (image_fs.read_text(path) or "").lower()
-        assert not [h for h in hosts if h in text], f"{path} names the build host's mirror"
+        named = any(h in text for h in hosts)  # a bool: the names never reach a report
+        assert not named, f"{path} names the build host's mirror"
 
 
 def test_baked_artefact_matches_build(image_fs: ImageFs, artefact: dict[str, Any]) -> None:
