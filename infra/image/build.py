@@ -104,17 +104,16 @@ def build_image(
     work.mkdir()
     tree = work / "rootfs"
     try:
-        base = steps.run(
-            "base root filesystem" , lambda: rootfs.base_rootfs(recipe, pool.runtime, progress)
-        )
+        base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, pool.runtime, progress))
         progress(f"base root filesystem: {'reused from cache' if base.cached else 'built'} ({base.key[:12]})")
         steps.run("unpack base", lambda: rootfs.extract(base.tarball, tree))
 
         def customise() -> Baked:
             artefacts = []
             for path in rootfs.copy_overlay(recipe.overlay_dir, tree):
-                data = rootfs.host_path(tree, path).read_bytes()
-                artefacts.append({"path": path, "sha256": _sha(data), "mode": "0644", "source": "recipe"})
+                placed = rootfs.host_path(tree, path)
+                mode = f"{placed.stat().st_mode & 0o7777:04o}"
+                artefacts.append({"path": path, "sha256": _sha(placed.read_bytes()), "mode": mode, "source": "recipe"})
             for path, rendered in sorted(files.items()):
                 if path == USER_DATA:
                     continue

@@ -31,7 +31,10 @@ image_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+if not out.is_terminal:
+    # piped or in CI: rich would assume 80 columns and wrap every line
+    out = Console(highlight=False, width=160)
+err = Console(stderr=True, highlight=False, width=None if out.is_terminal else 160)
 
 
 class _Progress:

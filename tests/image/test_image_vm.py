@@ -20,7 +20,7 @@ import pytest
 from infra.image.build import BuildResult, build_image
 from infra.image.disk import ImageFs
 from infra.image.manifest import Manifest
-from infra.paths import REPO_ROOT
+from infra.paths import REPO_ROOT, STACKS_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +80,24 @@ def test_verify_leaves_the_image_pristine(built: BuildResult, clean_run: VerifyR
     fs = ImageFs(built.raw)
     assert fs.read("/etc/machine-id") == b""
     assert not [n for n in fs.listdir("/etc/ssh") if n.startswith("ssh_host_")]
+
+
+def test_containerd_pool_verifies_booting_its_vhd() -> None:
+    """The other runtime, booted from the fixed VHD that goes to Azure: the `local` stack
+    with its pool switched to containerd (the shipped containerd pool names Azure's
+    resource disk, which a local VM does not have)."""
+    stack = WORK / "stacks" / "Pulumi.local-containerd.yaml"
+    stack.parent.mkdir(parents=True, exist_ok=True)
+    text = (STACKS_DIR / "Pulumi.local.yaml").read_text()
+    assert text.count("runtime: docker") == 1
+    stack.write_text(text.replace("runtime: docker", "runtime: containerd"))
+    built = build_image(str(stack), "cpu", WORK / "containerd")
+    manifest = Manifest.load(built.manifest)
+    assert "containerd" in manifest.data["packages"] and "docker.io" not in manifest.data["packages"]
+    work = WORK / "verify-containerd"
+    shutil.rmtree(work, ignore_errors=True)
+    result = kilonode("image", "verify", str(built.vhd), "--workdir", str(work))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
 
 
 # --- seeded defects --------------------------------------------------------------------------
