@@ -77,7 +77,11 @@ def test_preloaded_pause_image_runs_and_stops_on_sigterm(host: testinfra.host.Ho
         script = (
             f"{ctr} run --rm {pool.pause_image} {name} >/dev/null 2>&1 & pid=$!; "
             f"for i in $(seq 120); do {ctr} task ls | grep -q {name}.*RUNNING && break; sleep 0.5; done; "
-            f"start=$(date +%s); {ctr} task kill -s SIGTERM {name}; wait $pid; rc=$?; "
+            f"start=$(date +%s); {ctr} task kill -s SIGTERM {name}; "
+            # bounded: a pause that ignores SIGTERM is killed after 20 s (and exits 137)
+            # (the task list, not kill -0: an exited `ctr run` stays a zombie until `wait`)
+            f"for i in $(seq 40); do {ctr} task ls | grep -q {name}.*RUNNING || break; sleep 0.5; done; "
+            f"{ctr} task ls | grep -q {name}.*RUNNING && {ctr} task kill -s SIGKILL {name}; wait $pid; rc=$?; "
             "echo $rc $(( $(date +%s) - start ))"
         )
         code, took = run_ok(host, script).split()
