@@ -10,12 +10,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from infra.image.build import build_image
-from infra.image.disk import DiskError
-from infra.image.manifest import Manifest
-from infra.image.qemu import VmError
-from infra.image.rootfs import BuildError
-from infra.image.verify import SshTarget, verify_image
 from infra.problems import StackError
 
 image_app = typer.Typer(
@@ -80,6 +74,13 @@ def build(
     """
     from infra.cli import fail  # the same exit-2 report as every other command
 
+    # Imported here: infra.cli imports this module to register it, and the build/VM stack
+    # (paramiko among it) would otherwise slow every other command's start.
+    from infra.image.build import build_image
+    from infra.image.disk import DiskError
+    from infra.image.manifest import Manifest
+    from infra.image.rootfs import BuildError
+
     start = time.monotonic()
     progress = _Progress(start)
     try:
@@ -128,6 +129,9 @@ def verify(
     data takes. Checks run in three phases: offline (the image file: baked artefacts,
     hygiene), first-boot (over SSH) and after-reboot (the persistence checks).
     """
+    from infra.image.qemu import VmError
+    from infra.image.verify import SshTarget, verify_image
+
     if not image.exists() and host is None:
         err.print(f"[bold red]kilonode image verify:[/] {image} not found")
         raise typer.Exit(code=2)
