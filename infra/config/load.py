@@ -229,9 +229,9 @@ def _line_of(loc: Loc, root: yaml.Node | None) -> int | None:
     for part in loc:
         child = _child(node, part)
         if child is None:
-            key = _key_node(node, part)
-            return _line(key) or line
-        node, line = child, _line(_key_node_or(node, child)) or _line(child)
+            return line
+        line = _line(_key_node(node, part)) or _line(child)
+        node = child
     return line
 
 
@@ -251,14 +251,6 @@ def _key_node(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
             if key.value == part:
                 return key
     return None
-
-
-def _key_node_or(parent: yaml.Node, child: yaml.Node) -> yaml.Node:
-    if isinstance(parent, yaml.MappingNode):
-        for key, value in parent.value:
-            if value is child:
-                return key
-    return child
 
 
 def _line(node: yaml.Node | None) -> int | None:

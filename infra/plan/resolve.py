@@ -7,6 +7,7 @@ enumerates nodes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
 from infra.config.checks import effective_sysctls
@@ -186,11 +187,11 @@ def gallery_replicas(config: ClusterConfig) -> int:
 
 # --- subnets -------------------------------------------------------------------------
 
+@dataclass(frozen=True)
 class _Subnets:
-    def __init__(self, control_plane: IPv4Network, etcd: IPv4Network, pools: dict[str, IPv4Network]):
-        self.control_plane = control_plane
-        self.etcd = etcd
-        self.pools = pools
+    control_plane: IPv4Network
+    etcd: IPv4Network
+    pools: dict[str, IPv4Network]
 
 
 def _prefix_for(addresses: int) -> int:
@@ -334,16 +335,16 @@ def _control_plane(
 # --- node pools ----------------------------------------------------------------------
 
 def _sysctls(config: ClusterConfig, profile: SysctlProfile) -> tuple[SysctlSetting, ...]:
-    reasons = {name: entry.reason for name, entry in profile.root.items()}
+    def reason(name: str) -> str:
+        entry = profile.root.get(name)
+        if name not in config.sysctl.overrides:
+            assert entry is not None  # effective_sysctls holds profile keys and overrides only
+            return entry.reason
+        default = f"; profile default was {entry.value}" if entry else ""
+        return f"stack override (sysctl.overrides){default}"
+
     return tuple(
-        SysctlSetting(
-            name=name,
-            value=value,
-            reason="stack override (sysctl.overrides)"
-            + (f"; profile default was {profile.root[name].value}" if name in reasons else ""),
-        )
-        if name in config.sysctl.overrides
-        else SysctlSetting(name=name, value=value, reason=reasons[name])
+        SysctlSetting(name=name, value=value, reason=reason(name))
         for name, value in effective_sysctls(config, profile).items()
     )
 
