@@ -5,6 +5,20 @@ stock kernel, so qemu runs under TCG. The VM boots a qcow2 overlay over the imag
 image stays pristine), has a blank second disk standing in for the instance's local SSD
 (/dev/vdb, as in the `local` stack) and the NoCloud seed as a third disk. Its SSH port is
 forwarded to 127.0.0.1 only. Every wait is bounded; the VM is stopped by its PID.
+
+Reboot is a power cycle the harness controls. qemu runs with `-no-reboot`, so the guest's
+own `systemctl reboot` (its whole shutdown path) ends the qemu process instead of resetting
+the machine in place; the harness then powers on a fresh qemu on the same OS overlay,
+local-SSD disk, seed and UEFI NVRAM. Resetting in place (qemu's default) left the guest
+silent after `reboot: machine restart`, never reaching the firmware again, in a measured
+share of reboots under TCG (bench/bench_reboot.py, bench/results/reboot.json); a fresh
+qemu process has never shown it. KubeVirt took the same path for the same reason (its
+"cold reboot" VEP 171: qemu terminates on a guest reboot and the controller starts it).
+A fresh power-on is also what an Azure deallocate/start does to a node.
+
+A boot that prints nothing at all for FIRMWARE_SILENCE_S (the firmware prints within ~5 s)
+never reached the image; it is powered on once more and reported. Anything after the
+firmware printed is the image's: a failure there fails, with the console tail.
 """
 
 from __future__ import annotations
@@ -17,8 +31,10 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import paramiko
 
@@ -29,9 +45,41 @@ logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 
+# Markers on the serial console, in boot order (measured, OVMF + standalone GRUB + Debian):
+# OVMF clears the screen first, then hands over to the boot loader, which starts the kernel.
+KERNEL_MARK = b"Linux version "
+HANDOFF_MARK = b"BdsDxe: starting "
+RESTART_MARKS = (b"reboot: Restarting system", b"reboot: machine restart")
+# The firmware prints within ~5 s of power-on under TCG; this much silence means it never ran.
+FIRMWARE_SILENCE_S = 90.0
+# SSH is tried once the kernel's banner shows, or after this long for an image whose kernel
+# does not print on the serial console.
+KERNEL_WAIT_S = 45.0
+# A clean guest shutdown under TCG takes ~10-20 s; leave room for a busy 2-core machine.
+SHUTDOWN_TIMEOUT_S = 180.0
+
+RebootMode = Literal["power-cycle", "warm-reset"]
+
 
 class VmError(RuntimeError):
     pass
+
+
+class FirmwareHang(VmError):
+    """The machine went silent before its firmware printed anything (not the image's fault)."""
+
+
+@dataclass
+class BootRecord:
+    """Seconds from the power-on (or the guest's restart) to each milestone; None if unseen."""
+
+    how: str  # "power-on", "power-cycle" or "warm-reset"
+    firmware_s: float | None = None  # first console output of the new boot
+    kernel_s: float | None = None  # the kernel's banner
+    ssh_s: float | None = None  # SSH answered with a new boot ID
+    shutdown_s: float | None = None  # the guest's shutdown, until qemu exited (power-cycle)
+    firmware_retries: int = 0  # power-ons that printed nothing and were repeated
+    notes: list[str] = field(default_factory=list)
 
 
 def image_format(image: Path) -> str:
@@ -58,13 +106,24 @@ class VmConfig:
 
 
 class Vm:
-    """Start with `with Vm(config) as vm:`; the VM is always stopped on exit."""
+    """Start with `with Vm(config) as vm:`; the VM is always stopped on exit.
 
-    def __init__(self, config: VmConfig) -> None:
+    `reboot_mode="warm-reset"` keeps qemu's in-place reset (no `-no-reboot`): only the
+    reboot benchmark uses it, to measure the hang that made reboots a power cycle.
+    """
+
+    def __init__(self, config: VmConfig, reboot_mode: RebootMode = "power-cycle",
+                 progress: Callable[[str], None] = lambda _line: None) -> None:
         self.config = config
+        self.reboot_mode: RebootMode = reboot_mode
+        self.progress = progress
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.console = config.workdir / "console.log"
+        self.monitor = config.workdir / "monitor.sock"
+        self.boots: list[BootRecord] = []
+        self._console_mark = 0  # console offset where the current boot's output begins
+        self._boot_started = 0.0  # monotonic time of the current power-on (or guest restart)
 
     def __enter__(self) -> Vm:
         self.start()
@@ -73,46 +132,128 @@ class Vm:
     def __exit__(self, *_exc: object) -> None:
         self.stop()
 
-    def start(self) -> None:
+    # --- power -----------------------------------------------------------------------------
+    def start(self) -> BootRecord:
+        """Make the throwaway disks and NVRAM, then power on."""
         if shutil.which("qemu-system-x86_64") is None:
             raise VmError("qemu-system-x86_64 not found: run `make setup`")
         cfg = self.config
         work = cfg.workdir
         work.mkdir(parents=True, exist_ok=True)
-        overlay = work / "os-overlay.qcow2"
-        ssd = work / "local-ssd.qcow2"
-        vars_fd = work / "OVMF_VARS.fd"
-        for path in (overlay, ssd):
+        for path in (self._overlay, self._ssd, self.console, work / "qemu.log"):
             path.unlink(missing_ok=True)
         subprocess.run(
             ["qemu-img", "create", "-q", "-f", "qcow2", "-b", str(cfg.image.resolve()),
-             "-F", image_format(cfg.image), str(overlay)],
+             "-F", image_format(cfg.image), str(self._overlay)],
             check=True,
         )
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(ssd), f"{cfg.local_ssd_gib}G"], check=True)
-        shutil.copyfile(OVMF_VARS, vars_fd)
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(self._ssd), f"{cfg.local_ssd_gib}G"],
+                       check=True)
+        shutil.copyfile(OVMF_VARS, self._vars)
         self.port = free_port()
-        self.monitor = work / "monitor.sock"
-        self.monitor.unlink(missing_ok=True)
+        return self.power_on("power-on")
+
+    @property
+    def _overlay(self) -> Path:
+        return self.config.workdir / "os-overlay.qcow2"
+
+    @property
+    def _ssd(self) -> Path:
+        return self.config.workdir / "local-ssd.qcow2"
+
+    @property
+    def _vars(self) -> Path:
+        return self.config.workdir / "OVMF_VARS.fd"
+
+    def _command(self) -> list[str]:
+        cfg = self.config
         cmd = [
             "qemu-system-x86_64",
             "-machine", "q35", "-accel", "tcg,thread=multi", "-cpu", "max",
             "-smp", str(cfg.cpus), "-m", str(cfg.memory_mib),
             "-display", "none", "-no-user-config", "-nodefaults",
-            "-serial", f"file:{self.console}",
+            # one console log across power cycles (a plain `-serial file:` truncates it)
+            "-chardev", f"file,id=console,path={self.console},append=on", "-serial", "chardev:console",
             "-monitor", f"unix:{self.monitor},server,nowait",
             "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
-            "-drive", f"if=pflash,format=raw,file={vars_fd}",
+            # the NVRAM copy persists across power cycles, as a VM's does
+            "-drive", f"if=pflash,format=raw,file={self._vars}",
             # order matters: vda = OS disk, vdb = local SSD (the plan's device), vdc = seed
-            "-drive", f"if=virtio,format=qcow2,file={overlay}",
-            "-drive", f"if=virtio,format=qcow2,file={ssd}",
+            "-drive", f"if=virtio,format=qcow2,file={self._overlay}",
+            "-drive", f"if=virtio,format=qcow2,file={self._ssd}",
             "-drive", f"if=virtio,format=raw,file={cfg.seed}",
             "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
             "-device", "virtio-net-pci,netdev=n0",
             "-device", "virtio-rng-pci",
         ]
-        log = (work / "qemu.log").open("wb")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if self.reboot_mode == "power-cycle":
+            # a guest reset ends qemu; the harness powers on a fresh one (module docstring)
+            cmd.append("-no-reboot")
+        return cmd
+
+    def _launch(self) -> None:
+        if not _port_free(self.port):  # taken while the VM was off: SSH moves with it
+            self.port = free_port()
+        self.monitor.unlink(missing_ok=True)
+        self._console_mark = self._console_size()
+        self._boot_started = time.monotonic()
+        with (self.config.workdir / "qemu.log").open("ab") as log:
+            self.proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    def power_on(self, how: str) -> BootRecord:
+        record = BootRecord(how)
+        self.boots.append(record)
+        self._launch()
+        return record
+
+    def _kill(self) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def seconds_since_boot_began(self) -> float:
+        """Since the current boot's power-on (or, for a reset in place, its restart line)."""
+        return time.monotonic() - self._boot_started
+
+    # --- console ---------------------------------------------------------------------------
+    def _console_size(self) -> int:
+        return self.console.stat().st_size if self.console.exists() else 0
+
+    def _boot_output(self) -> bytes:
+        """What the console received since the current boot began."""
+        if not self.console.exists():
+            return b""
+        with self.console.open("rb") as f:
+            f.seek(self._console_mark)
+            return f.read()
+
+    def _watch_console(self, record: BootRecord) -> None:
+        """Note the milestones the console shows; handle a firmware that never printed."""
+        output = self._boot_output()
+        elapsed = time.monotonic() - self._boot_started
+        if output and record.firmware_s is None:
+            record.firmware_s = round(elapsed, 1)
+        if record.kernel_s is None and KERNEL_MARK in output:
+            record.kernel_s = round(elapsed, 1)
+        if output or elapsed < FIRMWARE_SILENCE_S:
+            return
+        what = f"no console output {FIRMWARE_SILENCE_S:.0f} s after the {record.how} (the firmware never ran)"
+        if record.how == "warm-reset" or record.firmware_retries >= 1:
+            raise FirmwareHang(f"{what}\n{self.console_tail()}")
+        record.firmware_retries += 1
+        record.notes.append(what + "; powered on again")
+        self.progress(f"{what}; powering on again")
+        self._kill()
+        self._launch()
+
+    def console_tail(self, chars: int = 3000) -> str:
+        if not self.console.exists():
+            return "(no console output)"
+        return "console tail:\n" + self.console.read_text(errors="replace")[-chars:]
 
     # --- SSH -------------------------------------------------------------------------------
     def connect(self, timeout: float = 10.0) -> paramiko.SSHClient:
@@ -130,19 +271,37 @@ class Vm:
             out = stdout.read().decode(errors="replace") + stderr.read().decode(errors="replace")
             return stdout.channel.recv_exit_status(), out
 
-    def wait_ssh(self, timeout: float = 420.0) -> float:
-        """Seconds until SSH accepted our key; raises VmError (with the console tail) on timeout."""
+    def boot_id(self) -> str:
+        return self.run("cat /proc/sys/kernel/random/boot_id", timeout=15, connect_timeout=5)[1].strip()
+
+    def wait_ssh(self, timeout: float = 420.0, old_boot: str | None = None) -> float:
+        """Seconds until SSH accepted our key (in a boot other than `old_boot`).
+
+        Raises VmError with the console tail on timeout, or when qemu exits: with
+        `-no-reboot` a guest that resets or powers off by itself while booting ends qemu,
+        and that is the image's failure, never retried.
+        """
+        record = self.boots[-1]
         start = time.monotonic()
         while time.monotonic() - start < timeout:
             self._check_alive()
+            self._watch_console(record)
+            if record.kernel_s is None and self.seconds_since_boot_began() < KERNEL_WAIT_S:
+                # no sshd before a kernel: watch the console closely (exact milestones)
+                time.sleep(0.25)
+                continue
             try:
                 # short timeouts: while the guest boots, qemu's forward accepts the TCP
                 # connection but no banner comes, and each attempt would wait that long
-                with contextlib.closing(self.connect(timeout=5)):
+                boot = self.boot_id()
+                if boot and boot != old_boot:
+                    record.ssh_s = round(time.monotonic() - self._boot_started, 1)
                     return time.monotonic() - start
             except (OSError, paramiko.SSHException, EOFError):
-                time.sleep(2)
-        raise VmError(f"no SSH on 127.0.0.1:{self.port} after {timeout:.0f} s\n{self.console_tail()}")
+                pass
+            time.sleep(2)
+        raise VmError(f"no SSH on 127.0.0.1:{self.port} {timeout:.0f} s after the {record.how}\n"
+                      f"{self.console_tail()}")
 
     def wait_settled(self, timeout: float = 420.0) -> str:
         """Wait for cloud-init and systemd to finish starting; returns systemd's state."""
@@ -151,33 +310,62 @@ class Vm:
         _rc, state = self.run(f"sudo timeout {t} systemctl is-system-running --wait", timeout=timeout + 30)
         return state.strip()
 
-    def reboot(self, timeout: float = 420.0) -> float:
-        """Reboot through systemd and wait for SSH again (after it has gone away)."""
-        old_boot = self.run("cat /proc/sys/kernel/random/boot_id")[1].strip()
+    def reboot(self, timeout: float = 420.0) -> BootRecord:
+        """Reboot through systemd in the guest and wait for SSH in the new boot.
+
+        power-cycle: the guest shuts down, qemu exits (`-no-reboot`), a fresh qemu starts on
+        the same disks and NVRAM. warm-reset: qemu resets the machine in place (the bench's
+        baseline); FirmwareHang if the firmware never prints again.
+        """
+        old_boot = self.boot_id()
+        before = self._console_size()
+        requested = time.monotonic()
         with contextlib.suppress(Exception):
             self.run("sudo systemctl reboot", timeout=20)
-        start = time.monotonic()
-        while time.monotonic() - start < timeout:
-            self._check_alive()
+        if self.reboot_mode == "power-cycle":
+            proc = self.proc
+            assert proc is not None
             try:
-                rc, boot = self.run("cat /proc/sys/kernel/random/boot_id", timeout=15, connect_timeout=5)
-                if rc == 0 and boot.strip() and boot.strip() != old_boot:
-                    return time.monotonic() - start
-            except (OSError, paramiko.SSHException, EOFError):
-                pass
-            time.sleep(1)
-        raise VmError(f"VM did not come back from reboot in {timeout:.0f} s\n{self.console_tail()}")
+                proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise VmError(f"the guest did not finish shutting down within {SHUTDOWN_TIMEOUT_S:.0f} s of "
+                              f"`systemctl reboot`\n{self.console_tail()}") from None
+            shutdown_s = round(time.monotonic() - requested, 1)
+            record = self.power_on("power-cycle")
+            record.shutdown_s = shutdown_s
+        else:
+            record = BootRecord("warm-reset")
+            self.boots.append(record)
+            self._await_restart_line(before, requested)
+            record.shutdown_s = round(time.monotonic() - requested, 1)
+        self.wait_ssh(timeout, old_boot=old_boot)
+        return record
+
+    def _await_restart_line(self, offset: int, requested: float) -> None:
+        """warm-reset: wait for the kernel's restart line; the new boot's output starts after it."""
+        while time.monotonic() - requested < SHUTDOWN_TIMEOUT_S:
+            self._check_alive()
+            with self.console.open("rb") as f:
+                f.seek(offset)
+                tail = f.read()
+            for mark in RESTART_MARKS:
+                at = tail.rfind(mark)
+                if at >= 0:
+                    end = tail.find(b"\n", at)
+                    if end >= 0:
+                        self._console_mark = offset + end + 1
+                        self._boot_started = time.monotonic()
+                        return
+            time.sleep(0.2)
+        raise VmError(f"no restart line on the console within {SHUTDOWN_TIMEOUT_S:.0f} s of `systemctl reboot`\n"
+                      f"{self.console_tail()}")
 
     # --- lifecycle -------------------------------------------------------------------------
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
             log = (self.config.workdir / "qemu.log").read_text(errors="replace")[-2000:]
-            raise VmError(f"qemu exited ({self.proc.returncode}): {log}\n{self.console_tail()}")
-
-    def console_tail(self, chars: int = 3000) -> str:
-        if not self.console.exists():
-            return "(no console output)"
-        return "console tail:\n" + self.console.read_text(errors="replace")[-chars:]
+            raise VmError(f"qemu exited ({self.proc.returncode}) while waiting for the guest: the guest reset or "
+                          f"powered off by itself, or qemu failed\n{log}\n{self.console_tail()}")
 
     def monitor_command(self, command: str) -> None:
         with socket.socket(socket.AF_UNIX) as s:
@@ -207,6 +395,15 @@ class Vm:
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+            self._kill()
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # as qemu binds its forward (SO_REUSEADDR): connections in TIME_WAIT do not block it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

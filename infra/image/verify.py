@@ -9,7 +9,10 @@ Phases, each a pytest run with its own JUnit XML, merged into one report:
     first-boot   a fresh VM (throwaway overlay, blank local SSD as /dev/vdb, the pool's
                  user-data as a NoCloud seed) or, with --host, any SSH host: kernel params,
                  services, runtime, preloaded images, files, hygiene.
-    after-reboot the checks marked `persistent`, after `systemctl reboot`.
+    after-reboot the checks marked `persistent`, after the guest's `systemctl reboot` ended
+                 its qemu (`-no-reboot`) and a fresh qemu powered on the same OS disk,
+                 local SSD, seed and UEFI NVRAM: a power cycle, as an Azure restart
+                 keeps the disks (see infra/image/qemu.py for why not a reset in place).
 
 The verdict is the union: any failed or errored check fails the run, and is named.
 """
@@ -186,7 +189,7 @@ def verify_image(
         )
         config = VmConfig(image=image, seed=seed, workdir=workdir, user=DEFAULT_USER, key_file=key_file)
         progress("booting a VM from a throwaway overlay (qemu, TCG, UEFI) ...")
-        with Vm(config) as vm:
+        with Vm(config, progress=progress) as vm:
             t = time.monotonic()
             vm.wait_ssh()
             report.timings["boot to SSH"] = round(time.monotonic() - t, 1)
@@ -200,12 +203,17 @@ def verify_image(
                                     progress=progress))
             report.timings["first-boot checks"] = round(time.monotonic() - t, 1)
             if reboot:
-                progress("rebooting the VM ...")
+                progress("rebooting the VM (guest `systemctl reboot`, then a fresh power-on) ...")
                 t2 = time.monotonic()
-                vm.reboot()
+                record = vm.reboot()
                 vm.wait_settled()
-                progress("VM back after the reboot")
                 report.timings["reboot to settled"] = round(time.monotonic() - t2, 1)
+                progress(f"VM back after the reboot: shut down in {record.shutdown_s} s, firmware after "
+                         f"{record.firmware_s} s, SSH after {record.ssh_s} s of the power-on, settled "
+                         f"{report.timings['reboot to settled']} s after the request")
+                for note in record.notes:
+                    progress(f"note: {note}")
+                target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
                 t = time.monotonic()
                 junits.append(run_phase("after-reboot", manifest=manifest, image=None, target=target,
                                         workdir=workdir, progress=progress))
