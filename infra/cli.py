@@ -40,7 +40,7 @@ out = Console()
 if not out.is_terminal:
     # piped or in CI: rich would assume 80 columns and wrap every table row
     out = Console(width=140)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 
 StackArg = Annotated[
     str,
@@ -93,10 +93,17 @@ def render(
             "--out",
             help=(
                 "Directory to write. It is replaced as a whole (written beside it, then swapped "
-                "in); a non-empty directory that is not a previous render is refused."
+                "in). Only an empty directory or a previous render of the same stack (marked by "
+                ".kilonode-render.json) is replaced; files the last render did not write, or "
+                "rendered files changed since, are named and refused unless --force."
             ),
         ),
     ],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace a previous render even if it holds files the last render did not "
+                     "write, changed files, or another stack's render (they are deleted)."),
+    ] = False,
 ) -> None:
     """Render every host's artefacts: etcd-main-<i>/, etcd-events-<i>/, apiserver-<i>/, pool-<name>/.
 
@@ -107,7 +114,7 @@ def render(
     loaded, plan = load_and_plan(stack)
     tree = render_tree(loaded.config, plan)
     try:
-        write_tree(tree, out_dir)
+        write_tree(tree, out_dir, stack=loaded.name, force=force)
     except OutputDirError as error:
         err.print(f"[bold red]kilonode:[/] {error}")
         raise typer.Exit(code=2) from None

@@ -103,6 +103,9 @@ class VmConfig:
     memory_mib: int = 2048
     cpus: int = 2
     local_ssd_gib: int = 4
+    # seconds of console silence after a power-on that mean the firmware never ran
+    firmware_silence_s: float = FIRMWARE_SILENCE_S
+    extra_qemu_args: tuple[str, ...] = ()  # appended to the command line (tests: `-S`)
 
 
 class Vm:
@@ -189,7 +192,7 @@ class Vm:
         if self.reboot_mode == "power-cycle":
             # a guest reset ends qemu; the harness powers on a fresh one (module docstring)
             cmd.append("-no-reboot")
-        return cmd
+        return [*cmd, *self.config.extra_qemu_args]
 
     def _launch(self) -> None:
         if not _port_free(self.port):  # taken while the VM was off: SSH moves with it
@@ -239,9 +242,10 @@ class Vm:
             record.firmware_s = round(elapsed, 1)
         if record.kernel_s is None and KERNEL_MARK in output:
             record.kernel_s = round(elapsed, 1)
-        if output or elapsed < FIRMWARE_SILENCE_S:
+        silence = self.config.firmware_silence_s
+        if output or elapsed < silence:
             return
-        what = f"no console output {FIRMWARE_SILENCE_S:.0f} s after the {record.how} (the firmware never ran)"
+        what = f"no console output {silence:.0f} s after the {record.how} (the firmware never ran)"
         if record.how == "warm-reset" or record.firmware_retries >= 1:
             raise FirmwareHang(f"{what}\n{self.console_tail()}")
         record.firmware_retries += 1
@@ -383,13 +387,14 @@ class Vm:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        with contextlib.suppress(Exception):
-            self.run("sudo systemctl poweroff", timeout=10)
-        try:
-            proc.wait(timeout=timeout)
-            return
-        except subprocess.TimeoutExpired:
-            pass
+        if self.boots and self.boots[-1].ssh_s is not None:  # a guest that never answered cannot power off
+            with contextlib.suppress(Exception):
+                self.run("sudo systemctl poweroff", timeout=10)
+            try:
+                proc.wait(timeout=timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
         with contextlib.suppress(OSError):
             self.monitor_command("quit")
         try:

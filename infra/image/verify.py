@@ -26,7 +26,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infra.image.manifest import Manifest
@@ -64,6 +64,7 @@ class VerifyReport:
     failures: list[str] = field(default_factory=list)  # "phase: nodeid — message"
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> outcome -> n
     timings: dict[str, float] = field(default_factory=dict)
+    boots: list[dict[str, object]] = field(default_factory=list)  # the VM's power-ons (qemu.BootRecord)
 
     @property
     def passed(self) -> bool:
@@ -219,6 +220,7 @@ def verify_image(
                                         workdir=workdir, progress=progress))
                 report.timings["after-reboot checks"] = round(time.monotonic() - t, 1)
             progress("stopping the VM ...")
+            report.boots = [asdict(record) for record in vm.boots]
         progress("VM stopped")
     merge(junits, report.junit, report)
     report.timings["total"] = round(time.monotonic() - start, 1)
@@ -229,6 +231,7 @@ def verify_image(
                 "failures": report.failures,
                 "counts": report.counts,
                 "timings_s": report.timings,
+                "boots": report.boots,
             },
             indent=2,
         )

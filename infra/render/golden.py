@@ -6,6 +6,7 @@ that changes a flag shows that one line changing.
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,20 +16,24 @@ from infra.plan import plan_stack
 from infra.problems import StackError
 from infra.render.cluster import render_tree
 from infra.render.files import RenderedFile
-from infra.render.write import write_tree
+from infra.render.write import with_marker, write_tree
 
 GOLDEN_DIR = REPO_ROOT / "tests" / "golden"
 
 
 def rendered(stack_name: str) -> dict[str, RenderedFile]:
+    """What `kilonode render <stack>` writes, its marker included."""
     stack = load_stack(stack_name)
-    return render_tree(stack.config, plan_stack(stack))
+    return with_marker(render_tree(stack.config, plan_stack(stack)), stack_name)
 
 
 def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
     names = available_stacks()
     for name in names:
-        write_tree(rendered(name), golden_dir / name)
+        stack = load_stack(name)
+        # the goldens live in git: replace them whole (a hand edit there is what this undoes)
+        shutil.rmtree(golden_dir / name, ignore_errors=True)
+        write_tree(render_tree(stack.config, plan_stack(stack)), golden_dir / name, stack=name)
     for stale in sorted(p for p in golden_dir.iterdir() if p.is_dir() and p.name not in names):
         print(f"note: {stale} belongs to no shipped stack; delete it if the stack is gone", file=sys.stderr)
     return names

@@ -9,6 +9,7 @@ each defect is still caught by its own, separately named check.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -72,6 +73,11 @@ def test_clean_image_passes_verify(clean_run: VerifyRun) -> None:
     # the three phases ran and did real work
     for phase in ("offline", "first-boot", "after-reboot"):
         assert f"  {phase}" in clean_run.output
+    # the after-reboot checks ran in a second boot that came from a fresh power-on of the same disks
+    boots = json.loads((WORK / "verify-clean" / "verify-summary.json").read_text())["boots"]
+    assert [b["how"] for b in boots] == ["power-on", "power-cycle"]
+    assert all(b["ssh_s"] is not None and b["kernel_s"] is not None for b in boots)
+    assert boots[1]["shutdown_s"] is not None
 
 
 def test_verify_leaves_the_image_pristine(built: BuildResult, clean_run: VerifyRun) -> None:

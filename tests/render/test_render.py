@@ -15,7 +15,7 @@ from infra.cli import app
 from infra.config import load_stack
 from infra.plan import ClusterPlan, plan_stack
 from infra.render import USER_DATA, render_cluster, render_tree
-from infra.render.write import OutputDirError, write_tree
+from infra.render.write import MARKER, OutputDirError, write_tree
 from tests.conftest import StackWriter, shipped_cluster_value
 
 runner = CliRunner()
@@ -169,30 +169,76 @@ def test_rendering_twice_gives_byte_identical_trees(tmp_path: Path) -> None:
     assert all((tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes() for f in files_a)
 
 
-def test_render_replaces_a_previous_render_but_refuses_other_directories(tmp_path: Path) -> None:
+def test_render_replaces_a_previous_render_of_the_same_stack(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert runner.invoke(app, ["render", "research-7500", "--out", str(out)]).exit_code == 0
+    marker = json.loads((out / MARKER).read_text())
+    assert marker["tool"] == "kilonode render" and marker["stack"] == "research-7500"
+    written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} - {MARKER}
+    assert set(marker["files"]) == written
+    assert runner.invoke(app, ["render", "research-7500", "--out", str(out)]).exit_code == 0
+
+
+def test_render_refuses_a_directory_that_merely_looks_like_a_render(tmp_path: Path) -> None:
+    """The issue's reproduction: config.yaml + plan.yaml made a directory count as a render."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "config.yaml").write_text("db: prod\n")
+    (proj / "plan.yaml").write_text("steps: []\n")
+    (proj / "important.txt").write_text("x\n")
+    for extra in ([], ["--force"]):
+        result = runner.invoke(app, ["render", "local", "--out", str(proj), *extra])
+        assert result.exit_code == 2, result.output
+        assert "is not a kilonode render" in result.output
+    assert sorted(p.name for p in proj.iterdir()) == ["config.yaml", "important.txt", "plan.yaml"]
+    assert (proj / "important.txt").read_text() == "x\n" and (proj / "config.yaml").read_text() == "db: prod\n"
+
+
+def test_render_names_files_the_last_render_did_not_write_and_keeps_them(tmp_path: Path) -> None:
+    out = tmp_path / "out"
     assert runner.invoke(app, ["render", "local", "--out", str(out)]).exit_code == 0
-    assert not (out / "etcd-main-4").exists()  # nothing left over from the bigger stack
-    precious = tmp_path / "precious"
-    precious.mkdir()
-    (precious / "notes.txt").write_text("keep me")
-    result = runner.invoke(app, ["render", "local", "--out", str(precious)])
+    (out / "pool-cpu" / "NOTES.md").write_text("my notes")
+    (out / "scratch").mkdir()
+    result = runner.invoke(app, ["render", "local", "--out", str(out)])
     assert result.exit_code == 2
-    assert (precious / "notes.txt").read_text() == "keep me"
-    assert sorted(p.name for p in precious.iterdir()) == ["notes.txt"]
+    assert "2 file(s) the last render did not write: pool-cpu/NOTES.md, scratch/" in result.output
+    assert "--force" in result.output
+    assert (out / "pool-cpu" / "NOTES.md").read_text() == "my notes"
+    assert runner.invoke(app, ["render", "local", "--out", str(out), "--force"]).exit_code == 0
+    assert not (out / "pool-cpu" / "NOTES.md").exists() and not (out / "scratch").exists()
+
+
+def test_render_names_rendered_files_edited_since(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["render", "local", "--out", str(out)]).exit_code == 0
+    edited = out / "pool-cpu" / "etc" / "sysctl.d" / "90-kilonode.conf"
+    edited.write_text(edited.read_text() + "# hand edit\n")
+    result = runner.invoke(app, ["render", "local", "--out", str(out)])
+    assert result.exit_code == 2
+    assert "1 rendered file(s) changed since the last render: pool-cpu/etc/sysctl.d/90-kilonode.conf" in result.output
+    assert edited.read_text().endswith("# hand edit\n")
+
+
+def test_render_refuses_another_stacks_render_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert runner.invoke(app, ["render", "research-7500", "--out", str(out)]).exit_code == 0
+    result = runner.invoke(app, ["render", "local", "--out", str(out)])
+    assert result.exit_code == 2 and "render of stack 'research-7500', not 'local'" in result.output
+    assert (out / "etcd-main-4").is_dir()
+    assert runner.invoke(app, ["render", "local", "--out", str(out), "--force"]).exit_code == 0
+    assert not (out / "etcd-main-4").exists()  # nothing left over from the bigger stack
 
 
 def test_a_failed_write_leaves_the_previous_render_untouched(tmp_path: Path) -> None:
     stack = load_stack("local")
     tree = render_tree(stack.config, plan_stack(stack))
     out = tmp_path / "out"
-    write_tree(tree, out)
+    write_tree(tree, out, stack="local")
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     broken = dict(tree)
     broken["pool-cpu/etc/docker/daemon.json/impossible"] = tree["config.yaml"]  # a file under a file
-    with pytest.raises(OSError):
-        write_tree(broken, out)
+    with pytest.raises(OutputDirError, match="nothing was changed"):
+        write_tree(broken, out, stack="local")
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
@@ -201,7 +247,7 @@ def test_write_tree_refuses_a_file_as_output(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")
     with pytest.raises(OutputDirError):
-        write_tree({}, target)
+        write_tree({}, target, stack="local")
 
 
 @pytest.mark.parametrize(

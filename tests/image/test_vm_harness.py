@@ -1,0 +1,70 @@
+"""The VM harness's reboot and boot-failure rules, on a real qemu (no image needed).
+
+The harness powers a VM on afresh instead of resetting it in place (infra/image/qemu.py):
+these tests hold it to the two rules that keep that honest: a machine whose firmware never
+prints is powered on once more and then reported, and a guest that resets by itself after
+the firmware ran ends qemu and fails at once, with the console tail, never retried.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.image.qemu import FirmwareHang, Vm, VmConfig, VmError
+
+pytestmark = pytest.mark.slow  # starts qemu
+
+
+def config(tmp_path: Path, **kwargs: object) -> VmConfig:
+    blank = tmp_path / "blank.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(blank), "64M"], check=True)
+    seed = tmp_path / "seed.img"
+    seed.write_bytes(b"\0" * 4096)
+    return VmConfig(image=blank, seed=seed, workdir=tmp_path / "vm", user="nobody", key_file=tmp_path / "none",
+                    memory_mib=256, cpus=1, local_ssd_gib=1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_command_line_powers_off_on_reset_and_keeps_the_console(tmp_path: Path) -> None:
+    vm = Vm(config(tmp_path))
+    cmd = vm._command()
+    assert "-no-reboot" in cmd
+    assert any(arg.startswith("file,id=console,") and arg.endswith(",append=on") for arg in cmd)
+    assert "-no-reboot" not in Vm(config(tmp_path), reboot_mode="warm-reset")._command()
+
+
+def test_silent_firmware_is_powered_on_once_more_then_reported(tmp_path: Path) -> None:
+    # `-S`: the CPUs never start, so the console stays empty, as in a firmware hang
+    cfg = config(tmp_path, firmware_silence_s=3.0, extra_qemu_args=("-S",))
+    notes: list[str] = []
+    with Vm(cfg, progress=notes.append) as vm:
+        first_pid = vm.proc.pid if vm.proc else None
+        with pytest.raises(FirmwareHang, match="no console output 3 s after the power-on"):
+            vm.wait_ssh(timeout=60)
+        record = vm.boots[-1]
+        assert record.firmware_retries == 1 and record.firmware_s is None
+        assert vm.proc is not None and vm.proc.pid != first_pid, "the retry must be a fresh qemu"
+        assert notes == ["no console output 3 s after the power-on (the firmware never ran); powering on again"]
+    assert vm.proc is not None and vm.proc.poll() is not None, "the VM is stopped on exit"
+
+
+def test_a_reset_after_the_firmware_ran_fails_at_once_with_the_console(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    with Vm(cfg) as vm:
+        deadline = time.monotonic() + 60
+        def printed() -> bool:
+            return vm.console.exists() and vm.console.stat().st_size > 0
+
+        while not printed() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert printed(), "OVMF printed nothing in 60 s"
+        vm.monitor_command("system_reset")  # what a guest's own reboot or triple fault does
+        started = time.monotonic()
+        with pytest.raises(VmError, match="qemu exited") as caught:
+            vm.wait_ssh(timeout=120)
+        assert time.monotonic() - started < 30, "a reset must fail at once, not wait out the timeout"
+        assert "console tail:" in str(caught.value)
+        assert len(vm.boots) == 1 and vm.boots[0].firmware_retries == 0, "never retried"
