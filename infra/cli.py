@@ -123,6 +123,40 @@ def render(
 
 
 @app.command()
+def allocate(stack: StackArg) -> None:
+    """Record in the stack file every subnet the plan placed, so that no later change moves it.
+
+    Subnets not recorded in the stack are placed by the plan, first fit around the recorded
+    ones; a change to another pool could then move them, and with them the static etcd,
+    apiserver and load-balancer IPs or a pool's scale sets. This writes each one into the
+    stack file (comments and layout kept, atomically): network.controlPlaneSubnet,
+    network.etcdSubnet and nodePools[].subnet. Run it before the first `pulumi up` and after
+    adding a pool, and commit the file. Give a pool `maxNodes` first to size its subnet for
+    growth. A second run writes nothing.
+    """
+    from infra.config.load import CONFIG_KEY
+    from infra.config.record import record_subnets
+    from infra.problems import undotted
+
+    loaded, plan = load_and_plan(stack)
+    placed = plan.network.unrecorded
+    if not placed:
+        out.print(f"[green]✓[/] {display_path(loaded.file)}: every subnet is already recorded; nothing written")
+        return
+    try:
+        record_subnets(loaded.file, CONFIG_KEY, [(undotted(u.field), str(u.subnet)) for u in placed])
+    except OSError as error:
+        err.print(f"[bold red]kilonode:[/] cannot write {display_path(loaded.file)}: {error.strerror or error}; "
+                  "nothing was recorded (make the file writable, or copy the stack into your own repository)")
+        raise typer.Exit(code=2) from None
+    reloaded, replanned = load_and_plan(str(loaded.file))
+    assert not replanned.network.unrecorded, replanned.network.unrecorded
+    for entry in placed:
+        out.print(f"  recorded {entry.field}: {entry.subnet}")
+    out.print(f"[green]✓[/] {display_path(reloaded.file)}: {len(placed)} subnet(s) recorded; commit the file")
+
+
+@app.command()
 def explain(stack: StackArg) -> None:
     """A readable summary: counts, subnets, scale-set shards, IP budget and headroom per limit."""
     loaded, plan = load_and_plan(stack)

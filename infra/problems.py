@@ -15,6 +15,17 @@ def dotted(loc: Loc) -> str:
     return out
 
 
+def undotted(path: str) -> Loc:
+    """'nodePools[0].podsPerNode' -> ('nodePools', 0, 'podsPerNode'): the inverse of dotted."""
+    loc: list[str | int] = []
+    for part in path.replace("[", ".[").split("."):
+        if part.startswith("["):
+            loc.append(int(part[1:-1]))
+        elif part:
+            loc.append(part)
+    return tuple(loc)
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a stack: where (`loc`, user-facing camelCase keys) and what."""

@@ -43,7 +43,9 @@ def plan_command(
     from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
     from infra.cli import load_and_plan
 
-    loaded, _plan = load_and_plan(stack)
+    loaded, plan = load_and_plan(stack)
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     graph = run_plan(loaded)
     formatter = {PlanFormat.text: format_text, PlanFormat.json: format_json, PlanFormat.md: format_markdown}
     sys.stdout.write(formatter[output_format](graph))

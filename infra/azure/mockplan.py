@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import functools
 import json
 import re
 import threading
@@ -258,7 +259,9 @@ def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None 
     if program is None:
         from infra.azure.program import main
 
-        program = main
+        # the offline preview shows a stack's graph before `kilonode allocate` too; the
+        # plan's warning names the unrecorded subnets, which `pulumi up` refuses
+        program = functools.partial(main, require_recorded_addresses=False)
     return contextvars.copy_context().run(_run, stack_name, raw, program)
 
 

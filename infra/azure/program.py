@@ -18,7 +18,9 @@ from infra.problems import StackError
 from infra.render import render_cluster
 
 
-def main() -> Cluster:
+def main(require_recorded_addresses: bool = True) -> Cluster:
+    """The program. `pulumi up` runs it as is; the offline preview (`kilonode plan`) passes
+    require_recorded_addresses=False to show the graph of a stack not yet allocated."""
     stack_name = pulumi.get_stack()
     raw = pulumi.Config("kilonode").require_object("cluster")
     try:
@@ -27,6 +29,14 @@ def main() -> Cluster:
     except StackError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.
         raise pulumi.RunError(str(error)) from None
+    if require_recorded_addresses and plan.network.unrecorded:
+        # An unrecorded subnet could move when another pool changes (and with it static IPs
+        # or scale sets): nothing gets created at an address the stack file does not hold.
+        fields = ", ".join(f"{u.field} (would be {u.subnet})" for u in plan.network.unrecorded)
+        raise pulumi.RunError(
+            f"{stack.file}: subnets not recorded in the stack file: {fields}; run `kilonode allocate "
+            f"{stack_name}`, commit the file, then `pulumi up` again"
+        )
     cluster = Cluster(plan.cluster, ClusterArgs(
         plan=plan,
         rendered=render_cluster(plan),

@@ -22,6 +22,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
     return [
         *_etcd_quota(config),
         *_pool_names(config),
+        *_max_nodes(config),
         *_cidrs(config),
         *_gc_thresh(config, profile),
     ]
@@ -53,6 +54,18 @@ def _pool_names(config: ClusterConfig) -> list[Problem]:
             ))
         seen.setdefault(pool.name, index)
     return problems
+
+
+def _max_nodes(config: ClusterConfig) -> list[Problem]:
+    return [
+        Problem(
+            ("nodePools", index, "nodes"),
+            f"{pool.nodes} is above this pool's maxNodes {pool.max_nodes}; raise maxNodes (its recorded subnet "
+            "must still hold the nodes) or lower nodes",
+        )
+        for index, pool in enumerate(config.node_pools)
+        if pool.max_nodes is not None and pool.nodes > pool.max_nodes
+    ]
 
 
 def _cidrs(config: ClusterConfig) -> list[Problem]:

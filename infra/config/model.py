@@ -155,6 +155,12 @@ class NodePoolConfig(StrictModel):
     # 2,500-node post: big pulls were cancelled for "lack of progress" at the default.
     image_pull_progress_deadline: str = Field(default="30m", pattern=r"^[0-9]+[smh]$")
     preload_images: tuple[PreloadImageConfig, ...] = ()
+    # The most nodes this pool may grow to. Its subnet is sized for max(nodes, maxNodes) when
+    # it is first allocated, so growing up to maxNodes never moves an address. Unset: nodes
+    # (no room planned beyond what the subnet's power-of-two size happens to leave).
+    max_nodes: int | None = Field(default=None, ge=1)
+    # Recorded by `kilonode allocate` (or pinned by hand): once recorded, no change to another
+    # pool or role moves it. Unset: the plan places it, and warns until it is recorded.
     subnet: IPv4Network | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     # `key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated.
@@ -197,7 +203,8 @@ class NetworkConfig(StrictModel):
     # One VNet per cluster; Azure counts at most 65,536 private IPs in it, whatever its
     # address space, so a larger space only helps subnet alignment.
     vnet_cidr: IPv4Network = IPv4Network("10.0.0.0/16")
-    # Subnets are allocated from the VNet by the plan unless pinned here.
+    # Recorded by `kilonode allocate` (or pinned by hand); unset, the plan places them and
+    # warns until they are recorded, since the static etcd/apiserver/LB IPs derive from them.
     control_plane_subnet: IPv4Network | None = None
     etcd_subnet: IPv4Network | None = None
     service_cidr: IPv4Network = IPv4Network("172.16.0.0/16")

@@ -126,6 +126,13 @@ class Budget(StrictModel):
         return self.limit - self.used
 
 
+class UnrecordedSubnet(StrictModel):
+    """A subnet the plan placed because the stack file does not record it (yet)."""
+
+    field: str  # the stack field that records it: network.etcdSubnet, nodePools[2].subnet
+    subnet: IPv4Network
+
+
 class NetworkPlan(StrictModel):
     vnet_cidr: IPv4Network
     control_plane_subnet: IPv4Network
@@ -133,6 +140,9 @@ class NetworkPlan(StrictModel):
     apiserver_allowed_cidrs: tuple[IPv4Network, ...]
     admin_cidr: IPv4Network | None
     public_ips_on_control_plane: bool
+    # Placed by this plan, not recorded in the stack: `kilonode allocate` records them, and
+    # the Pulumi program refuses to create them until then (they could move otherwise).
+    unrecorded: tuple[UnrecordedSubnet, ...] = ()
 
 
 class ClusterPlan(StrictModel):

@@ -26,8 +26,9 @@ from infra.plan.model import (
     PreloadImage,
     ScaleSetShard,
     SysctlSetting,
+    UnrecordedSubnet,
 )
-from infra.problems import Loc, PlanError, Problem
+from infra.problems import Loc, PlanError, Problem, dotted
 
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
@@ -66,6 +67,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
             apiserver_allowed_cidrs=net.apiserver_allowed_cidrs,
             admin_cidr=net.admin_cidr,
             public_ips_on_control_plane=net.public_ips_on_control_plane,
+            unrecorded=subnets.unrecorded,
         ),
         etcd_main=etcd_main,
         etcd_events=etcd_events,
@@ -73,7 +75,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         node_pools=pools,
         gallery_replicas=gallery_replicas(config),
         budgets=tuple(budgets),
-        warnings=tuple(_warnings(budgets)),
+        warnings=tuple(_warnings(budgets) + _unrecorded_warnings(subnets.unrecorded)),
     )
 
 
@@ -179,6 +181,17 @@ def _warnings(budgets: list[Budget]) -> list[str]:
     ]
 
 
+def _unrecorded_warnings(unrecorded: tuple[UnrecordedSubnet, ...]) -> list[str]:
+    if not unrecorded:
+        return []
+    placed = ", ".join(f"{u.field}={u.subnet}" for u in unrecorded)
+    return [
+        f"addresses not recorded in the stack file: {placed}. The plan placed them, but nothing keeps them "
+        "there when other pools change; `kilonode allocate STACK` records them (the Pulumi program refuses "
+        "to create unrecorded subnets)"
+    ]
+
+
 def gallery_replicas(config: ClusterConfig) -> int:
     image = config.node_image
     wanted = math.ceil(image.max_concurrent_vm_creates / limits.VMS_PER_GALLERY_REPLICA.value)
@@ -192,6 +205,7 @@ class _Subnets:
     control_plane: IPv4Network
     etcd: IPv4Network
     pools: dict[str, IPv4Network]
+    unrecorded: tuple[UnrecordedSubnet, ...]
 
 
 def _prefix_for(addresses: int) -> int:
@@ -199,52 +213,100 @@ def _prefix_for(addresses: int) -> int:
     return 32 - max(3, math.ceil(math.log2(needed)))
 
 
-def _allocate_subnets(config: ClusterConfig) -> _Subnets:
-    """Pinned subnets stay; the rest are placed in declaration order, aligned, first fit.
+def slot_nodes(pool: NodePoolConfig) -> int:
+    """The nodes a pool's subnet is sized for: its declared room, at least its nodes."""
+    return max(pool.nodes, pool.max_nodes or 0)
 
-    Declaration order (control plane, etcd, then pools as listed) keeps every existing
-    subnet -- and so every static etcd/apiserver IP and every scale set -- where it is when
-    a pool is appended. Growing a pool past its prefix moves that pool only; pin
-    `nodePools[].subnet` to rule that out.
+
+def pool_capacity(pool: NodePoolConfig, subnet: IPv4Network) -> int:
+    """How many nodes of this pool `subnet` holds (each NIC: 1 + podsPerNode IPs)."""
+    return max(0, subnet.num_addresses - limits.AZURE_RESERVED_PER_SUBNET.value) // (1 + pool.pods_per_node)
+
+
+@dataclass(frozen=True)
+class _Request:
+    loc: Loc
+    key: str
+    recorded: IPv4Network | None
+    prefix: int  # what a fresh allocation gets (sized for the room)
+    needed: int  # the longest prefix that still holds what is there now
+    why: str
+
+
+def _allocate_subnets(config: ClusterConfig) -> _Subnets:
+    """Recorded subnets stay where they are; the others are placed first fit, in declaration
+    order, around them, and reported as unrecorded.
+
+    Stability comes from recording, not from order: once `kilonode allocate` has written a
+    subnet into the stack file it is an input, so no change to another pool or role moves it
+    (nor the static etcd/apiserver/LB IPs at fixed offsets inside the control subnets). A pool
+    that outgrows its recorded subnet is refused, naming the address that would have to move.
     """
     net = config.network
     vnet = net.vnet_cidr
-    requests: list[tuple[Loc, str, IPv4Network | None, int, str]] = [
-        (("network", "controlPlaneSubnet"), "control-plane", net.control_plane_subnet,
-         limits.CONTROL_SUBNET_PREFIX, "the apiservers and their load balancer"),
-        (("network", "etcdSubnet"), "etcd", net.etcd_subnet,
-         limits.CONTROL_SUBNET_PREFIX, "the etcd members"),
+    requests = [
+        _Request(("network", "controlPlaneSubnet"), "control-plane", net.control_plane_subnet,
+                 limits.CONTROL_SUBNET_PREFIX, limits.CONTROL_SUBNET_PREFIX, "the apiservers and their load balancer"),
+        _Request(("network", "etcdSubnet"), "etcd", net.etcd_subnet,
+                 limits.CONTROL_SUBNET_PREFIX, limits.CONTROL_SUBNET_PREFIX, "the etcd members"),
     ]
     for index, pool in enumerate(config.node_pools):
-        requests.append((("nodePools", index, "subnet"), pool.name, pool.subnet, _prefix_for(_pool_ips(pool)),
-                         f"{pool.nodes} nodes × (1 + {pool.pods_per_node}) IPs + 5 Azure-reserved"))
+        slot = slot_nodes(pool)
+        requests.append(_Request(
+            ("nodePools", index, "subnet"), pool.name, pool.subnet, _prefix_for(slot * (1 + pool.pods_per_node)),
+            _prefix_for(_pool_ips(pool)),
+            f"{pool.nodes} nodes × (1 + {pool.pods_per_node}) IPs + 5 Azure-reserved",
+        ))
 
     problems: list[Problem] = []
-    taken: list[IPv4Network] = [pinned for _, _, pinned, _, _ in requests if pinned]
+    taken: list[IPv4Network] = [r.recorded for r in requests if r.recorded]
     placed: dict[str, IPv4Network] = {}
-    for loc, key, pinned, prefix, why in requests:
-        if pinned and pinned.prefixlen > prefix:
-            problems.append(Problem(loc, f"{pinned} is too small: {why} need a /{prefix} or larger"))
-        if pinned:
-            placed[key] = pinned
-    for loc, key, pinned, prefix, why in requests:
-        if pinned:
+    unrecorded: list[UnrecordedSubnet] = []
+    outgrown = [r for r in requests if r.recorded and r.recorded.prefixlen > r.needed]
+    for r in requests:
+        if r.recorded:
+            placed[r.key] = r.recorded
+    for r in requests:
+        if r.recorded:
             continue
-        block = _first_free(vnet, prefix, taken)
+        block = _first_free(vnet, r.prefix, taken)
         if block is None:
             problems.append(Problem(
-                loc if loc[0] == "nodePools" else ("network", "vnetCidr"),
-                f"no free /{prefix} left in network.vnetCidr {vnet} for {key} ({why}); ways out: "
+                r.loc if r.loc[0] == "nodePools" else ("network", "vnetCidr"),
+                f"no free /{r.prefix} left in network.vnetCidr {vnet} for {r.key} ({r.why}); ways out: "
                 "a wider vnetCidr (Azure still caps the VNet at 65,536 private IPs), fewer "
                 "podsPerNode, or split the pool",
             ))
             continue
         taken.append(block)
-        placed[key] = block
+        placed[r.key] = block
+        unrecorded.append(UnrecordedSubnet(field=dotted(r.loc), subnet=block))
+    # where an outgrown subnet could go: around everything else, placed ones included
+    problems += [_outgrown(config, r, [t for t in taken if t != r.recorded]) for r in outgrown]
     if problems:
         raise PlanError(problems)
     return _Subnets(
-        placed.pop("control-plane"), placed.pop("etcd"), {p.name: placed[p.name] for p in config.node_pools}
+        placed.pop("control-plane"), placed.pop("etcd"), {p.name: placed[p.name] for p in config.node_pools},
+        tuple(unrecorded),
+    )
+
+
+def _outgrown(config: ClusterConfig, r: _Request, others: list[IPv4Network]) -> Problem:
+    """A recorded subnet too small for what the stack now asks: name what would move, and where."""
+    assert r.recorded is not None
+    free = _first_free(config.network.vnet_cidr, r.needed, others)
+    where = f"the first free /{r.needed} is {free}" if free else f"no /{r.needed} is free in the VNet"
+    if r.loc[0] != "nodePools":
+        return Problem(r.loc, f"{r.recorded} is too small: {r.why} need a /{r.needed} or larger; {where}")
+    pool = config.node_pools[int(r.loc[1])]
+    room = pool_capacity(pool, r.recorded)
+    return Problem(
+        r.loc,
+        f"{r.recorded} holds at most {room} nodes of this pool ((addresses - 5) ÷ (1 + {pool.pods_per_node})); "
+        f"{pool.nodes} nodes need a /{r.needed}. Growing past it moves this pool's subnet {r.recorded}"
+        + (f" → {free}" if free else "")
+        + f", which recreates every scale set of pool '{pool.name}': stay at ≤ {room} nodes, or set this "
+        f"subnet to a free /{r.needed} ({where}) to move it deliberately",
     )
 
 

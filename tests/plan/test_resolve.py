@@ -35,7 +35,7 @@ def test_non_infiniband_pools_use_scale_sets_of_at_most_1000(plans: dict[str, Cl
 
 def test_uneven_pool_spreads_the_remainder_over_the_first_shards(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("local")
-    cluster["nodePools"][0].update(nodes=205, infiniband=True)
+    cluster["nodePools"][0].update(nodes=205, infiniband=True, subnet=None)  # re-placed for its new size
     [pool] = plan_of(cluster, write_stack).node_pools
     assert [s.capacity for s in pool.shards] == [69, 68, 68]
     assert len({s.name for s in pool.shards}) == 3
@@ -128,14 +128,16 @@ def test_pinned_subnet_too_small_for_the_pool(write_stack: StackWriter) -> None:
     cluster["nodePools"][0]["subnet"] = "10.0.200.0/28"
     with pytest.raises(StackError) as caught:
         plan_of(cluster, write_stack)
-    assert caught.value.problems[0].path == "nodePools[0].subnet"
-    assert "need a /27 or larger" in caught.value.problems[0].message
+    [problem] = caught.value.problems
+    assert problem.path == "nodePools[0].subnet"
+    assert "10.0.200.0/28 holds at most 1 nodes of this pool" in problem.message
+    assert "2 nodes need a /27. Growing past it moves this pool's subnet 10.0.200.0/28 → 10.0.2.0/27" in problem.message
 
 
 def test_60000_nodes_fit_a_wider_vnet_with_host_network_pods(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("local")
     cluster["network"] = {"vnetCidr": "10.0.0.0/15"}
-    cluster["nodePools"][0].update(nodes=60_000, podsPerNode=0, infiniband=True)
+    cluster["nodePools"][0].update(nodes=60_000, podsPerNode=0, infiniband=True, subnet=None)
     [pool] = plan_of(cluster, write_stack).node_pools
     assert len(pool.shards) == 600
     assert pool.ip_configs_per_nic == 1

@@ -1,0 +1,67 @@
+"""Record planned subnets in the stack file (`kilonode allocate`), keeping its comments and layout.
+
+A recorded subnet is an input from then on, so no change to another pool or role can move
+it (infra/plan/resolve.py). The file is rewritten atomically (a sibling temp file, then a
+rename): an interrupted write leaves the old file whole.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from infra.problems import Loc
+
+RECORDED = "recorded by `kilonode allocate`; moving it recreates what sits in it"
+# a recorded pool subnet goes right after these keys, where a reader looks for the size
+AFTER = ("maxNodes", "nodes", "name")
+
+
+def _yaml() -> YAML:
+    yaml = YAML()  # round-trip: comments, key order, flow maps and quotes survive
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)  # the stacks' style: "  - name: x"
+    return yaml
+
+
+def record_subnets(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str]]) -> None:
+    """Set each `loc` (under config.<cluster_key>) to its subnet, with a comment saying why."""
+    yaml = _yaml()
+    document = yaml.load(file.read_text(encoding="utf-8"))
+    cluster = document["config"][cluster_key]
+    for loc, value in entries:
+        node = cluster
+        for part in loc[:-1]:
+            if isinstance(part, str) and part not in node:
+                node[part] = CommentedMap()  # e.g. no `network:` map yet
+            node = node[part]
+        key = str(loc[-1])
+        if key not in node:
+            anchor = next((k for k in AFTER if k in node), None)
+            position = list(node).index(anchor) + 1 if anchor else len(node)
+            node.insert(position, key, value, comment=RECORDED)
+        else:
+            node[key] = value
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    _replace(file, buffer.getvalue())
+
+
+def _replace(file: Path, text: str) -> None:
+    mode = file.stat().st_mode & 0o777
+    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, file)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
