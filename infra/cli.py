@@ -218,7 +218,39 @@ app.add_typer(image_app, name="image")
 
 
 def main() -> None:
-    app()
+    """Run the CLI; every expected failure ends as one line per problem and exit 2.
+
+    The one place where error types become messages and exit codes: 2 for anything that
+    stopped a command (a bad stack, a file that cannot be read or written, a tool that
+    failed or timed out), 1 only where checks ran and failed (each command says so itself).
+    """
+    import subprocess
+
+    try:
+        app()
+    except StackError as error:
+        try:
+            fail(error)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except subprocess.CalledProcessError as error:
+        command = " ".join(map(str, error.cmd)) if isinstance(error.cmd, list | tuple) else str(error.cmd)
+        detail = (error.stderr or error.output or b"")
+        text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+        last = text.strip().splitlines()[-1:] or [""]
+        _die(f"`{command[:200]}` failed with exit status {error.returncode}" + (f": {last[0]}" if last[0] else ""))
+    except subprocess.TimeoutExpired as error:
+        _die(f"`{' '.join(map(str, error.cmd))[:200]}` did not finish within {error.timeout:.0f} s")
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        _die(f"{where}{error.strerror or error}")
+    except RuntimeError as error:
+        _die(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+
+
+def _die(message: str) -> NoReturn:
+    err.print(f"[bold red]kilonode:[/] {message}", markup=True, highlight=False)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

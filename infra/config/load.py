@@ -11,11 +11,13 @@ import difflib
 import types
 import typing
 from dataclasses import dataclass
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.alias_generators import to_camel
 
 from infra.config.checks import cross_field_problems
 from infra.config.model import ClusterConfig
@@ -42,6 +44,8 @@ def stack_file(ref: str, stacks_dir: Path = STACKS_DIR) -> Path:
     if candidate.suffix in {".yaml", ".yml"} or "/" in ref:
         if candidate.is_file():
             return candidate
+        if candidate.is_dir():
+            raise StackError(ref, [Problem((), "is a directory, not a stack file")])
         raise StackError(ref, [Problem((), "no such stack file")])
     named = stacks_dir / f"Pulumi.{ref}.yaml"
     if named.is_file():
@@ -64,9 +68,9 @@ def stack_name_of(file: Path) -> str:
 def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
     """Load and validate a stack file; raise StackError listing every problem."""
     file = stack_file(ref, stacks_dir)
-    text = file.read_text()
+    text = read_text(file)
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 1 if mark else None
@@ -74,6 +78,43 @@ def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCT
         raise StackError(display_path(file), [Problem((), message, line)]) from None
     raw, problems = _cluster_value(document)
     return _validated(stack_name_of(file), file, raw, problems, sysctl_dir)
+
+
+def read_text(file: Path) -> str:
+    """The stack file's text, or a StackError saying why it cannot be read."""
+    try:
+        data = file.read_bytes()
+    except IsADirectoryError:
+        raise StackError(display_path(file), [Problem((), "is a directory, not a stack file")]) from None
+    except OSError as error:
+        why = f"cannot read the stack file: {error.strerror or error}; check that it exists and is readable"
+        raise StackError(display_path(file), [Problem((), why)]) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise StackError(display_path(file), [Problem(
+            (), f"byte 0x{data[error.start]:02x} at column {column} is not UTF-8; save the file as UTF-8",
+            line)]) from None
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one map (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _value in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None,
+                    f"duplicate key {key!r} (first given on line {seen[key]}); YAML would silently keep "
+                    "only the last one: remove one of them",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def stack_from_value(name: str, raw: Any, file: Path, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
@@ -92,7 +133,8 @@ def _validated(
     config: ClusterConfig | None = None
     if raw is not None:
         try:
-            config = ClusterConfig.model_validate(raw)
+            # the documented camelCase keys only: `gpus_per_node` is a typo here, not an alias
+            config = ClusterConfig.model_validate(raw, by_alias=True, by_name=False)
         except ValidationError as err:
             problems += _from_pydantic_errors(err.errors())
     profile: SysctlProfile | None = None
@@ -108,8 +150,8 @@ def _validated(
 
 def _compose(file: Path) -> yaml.Node | None:
     try:
-        return yaml.compose(file.read_text())
-    except (OSError, yaml.YAMLError):
+        return yaml.compose(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
 
 
@@ -168,8 +210,11 @@ def _from_pydantic(error: Any) -> Problem:
     given = error.get("input")
     if kind == "extra_forbidden":
         known = _known_keys(loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        camel = to_camel(str(loc[-1]))
+        close = [camel] if camel in known else difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
+        if camel in known and camel != loc[-1]:
+            hint = f"write it as {camel!r} (stack files use the camelCase names only); "
         return Problem(loc, f"unknown key; {hint}known keys here: {', '.join(known)}")
     if kind == "missing":
         return Problem(loc, "is required but missing")
@@ -178,6 +223,16 @@ def _from_pydantic(error: Any) -> Problem:
     if kind == "string_pattern_mismatch" and loc[-1] == "name":
         return Problem(loc, f"{given!r} is not a valid name: 1-32 lowercase letters, digits and '-', "
                        "starting with a letter and not ending with '-' (it names Azure resources and directories)")
+    if kind == "string_type" and isinstance(given, int | float) and not isinstance(given, bool):
+        example = " like '1.34.2'" if loc[-1] == "kubernetesVersion" else ""
+        return Problem(loc, f"YAML reads the unquoted {given!r} as a number; write the value in quotes{example}")
+    if kind == "ip_v4_network" and isinstance(given, str):
+        try:
+            network = IPv4Network(given, strict=False)
+        except ValueError:
+            pass
+        else:
+            return Problem(loc, f"{given} has host bits set; write the network itself: {network}")
     message = error["msg"].removeprefix("Value error, ")
     if kind != "value_error" and not isinstance(given, dict | list):
         message += f" (got {given!r})"

@@ -91,7 +91,7 @@ def build(
     except (BuildError, DiskError) as error:
         progress.close()
         err.print(f"[bold red]kilonode image build:[/] {error}")
-        raise typer.Exit(code=1) from None
+        raise typer.Exit(code=2) from None
     progress.close()
     manifest = Manifest.load(result.manifest)
     out.print(f"[green]✓[/] {result.raw} ({'base reused from cache' if result.base_cached else 'base built'}) "

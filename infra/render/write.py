@@ -105,6 +105,9 @@ def write_tree(tree: dict[str, RenderedFile], out: Path, *, stack: str, force: b
     """
     if out.exists() and not out.is_dir():
         raise OutputDirError(f"{out} exists and is not a directory; choose a directory path for --out")
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise OutputDirError(f"cannot create {out}: {blocking} is a file, not a directory; choose another --out")
     if out.is_dir() and any(out.iterdir()):
         _check_replaceable(out, stack, force)
     tree = with_marker(tree, stack)

@@ -47,3 +47,17 @@ def test_no_azure_module_reads_config_or_exports_at_import_time() -> None:
                         node.func.attr in {"Config", "export", "require_object", "get_stack"}:
                     offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
+
+
+def test_pulumi_up_refuses_subnets_the_stack_file_does_not_record() -> None:
+    """An unrecorded subnet could move when another pool changes: nothing is created there."""
+    from infra.azure.program import main
+
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"].append({"name": "extra", "nodes": 3, "vmSize": "Standard_D4ds_v5", "gpusPerNode": 0})
+    with pytest.raises(pulumi.RunError, match=r"not recorded in the stack file: nodePools\[1\]\.subnet \(would be "
+                                              r"10\.0\.2\.\d+/\d+\); run `kilonode allocate local`"):
+        run_program("local", cluster, main)
+    # the offline preview shows it (its warning names the same subnet)
+    graph = run_program("local", cluster)
+    assert any(r.name.startswith("local-extra") for r in graph.resources)

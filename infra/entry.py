@@ -1,0 +1,16 @@
+"""The `kilonode` console script. Deliberately tiny: Ctrl-C while the command's modules are
+still importing must end with one line, not a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    try:
+        from infra.cli import main as cli_main
+
+        cli_main()
+    except KeyboardInterrupt:
+        print("\nkilonode: interrupted", file=sys.stderr)
+        sys.exit(130)
