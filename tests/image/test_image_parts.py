@@ -215,7 +215,7 @@ def test_build_bad_stack_exits_2_with_problems(tmp_path: Path) -> None:
 
 def test_build_unknown_pool_names_the_pools(tmp_path: Path) -> None:
     result = kilonode("image", "build", "local", "--pool", "gpu", "--out", str(tmp_path / "out"))
-    assert result.returncode == 1
+    assert result.returncode == 2  # bad input, not a failed check
     assert "no node pool 'gpu'" in result.stderr and "cpu" in result.stderr
 
 
