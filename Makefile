@@ -42,7 +42,10 @@ bench: setup ## Time render and plan (bench/results/render.json, plan.json)
 bench-image: setup ## Time the node image: cold build, warm rebuild, boot + verify (bench/results/image.json)
 	$(BIN)/python bench/bench_image.py
 
+bench-reboot: setup ## Reboot a VM 20 times per mechanism, count the hangs (bench/results/reboot.json)
+	$(BIN)/python bench/bench_reboot.py --mode both --cycles 20
+
 lint: setup ## ruff
 	$(BIN)/ruff check .
 
-.PHONY: help setup host-packages demo test test-fast golden bench bench-image lint
+.PHONY: help setup host-packages demo test test-fast golden bench bench-image bench-reboot lint

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 from ipaddress import IPv4Network
 
-from infra.config.model import GIB, ClusterConfig
+from infra.config import catalog
+from infra.config.model import GIB, ClusterConfig, LocalDiskConfig
 from infra.config.sysctl_profile import SysctlProfile
 from infra.problems import Loc, Problem
 
@@ -23,6 +25,9 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_etcd_quota(config),
         *_pool_names(config),
         *_max_nodes(config),
+        *_location(config),
+        *_sizes(config),
+        *_world_open(config),
         *_cidrs(config),
         *_gc_thresh(config, profile),
     ]
@@ -97,11 +102,87 @@ def _cidrs(config: ClusterConfig) -> list[Problem]:
             f"{net.service_cidr} overlaps network.vnetCidr {net.vnet_cidr}; Service IPs are "
             "virtual and must not collide with VNet addresses: pick a range outside it",
         ))
-    for i, cidr in enumerate(net.apiserver_allowed_cidrs):
-        if cidr.prefixlen == 0:
+    return problems
+
+
+def _world_open(config: ClusterConfig) -> list[Problem]:
+    net = config.network
+    if net.acknowledge_world_open_access:
+        return []
+    ack = "; name the ranges that need it, or set network.acknowledgeWorldOpenAccess: true if you mean it"
+    through = " through their public IPs" if net.public_ips_on_control_plane else ""
+    problems = [
+        Problem(("network", "apiserverAllowedCidrs", i),
+                f"{cidr} opens the apiserver (6443) to the whole internet{ack}")
+        for i, cidr in enumerate(net.apiserver_allowed_cidrs) if cidr.prefixlen == 0
+    ]
+    if net.admin_cidr is not None and net.admin_cidr.prefixlen == 0:
+        problems.append(Problem(("network", "adminCidr"),
+                                f"{net.admin_cidr} opens SSH (22) on every control-plane VM to the whole "
+                                f"internet{through}{ack}"))
+    return problems
+
+
+def _location(config: ClusterConfig) -> list[Problem]:
+    known = catalog.regions()
+    if config.location in known:
+        return []
+    close = difflib.get_close_matches(config.location, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return [Problem(("location",), f"{config.location!r} is not an Azure region name; {hint}"
+                    f"the {len(known)} known names come from {catalog.regions_source()} "
+                    "(infra/config/catalog/regions.yaml)")]
+
+
+def _sizes(config: ClusterConfig) -> list[Problem]:
+    problems: list[Problem] = []
+    roles: list[tuple[tuple[str | int, ...], str, LocalDiskConfig, str]] = [
+        (("etcd", "main"), config.etcd.main.vm_size, config.etcd.main.local_disk, "etcd's data directory"),
+        (("etcd", "events"), config.etcd.events.vm_size, config.etcd.events.local_disk, "etcd's data directory"),
+        (("apiserver",), config.apiserver.vm_size, config.apiserver.local_disk, "the audit log and scratch space"),
+    ]
+    roles += [(("nodePools", i), p.vm_size, p.local_disk, "the container runtime's root")
+              for i, p in enumerate(config.node_pools)]
+    sizes = catalog.vm_sizes()
+    for loc, name, disk, what in roles:
+        size = sizes.get(name)
+        if size is None:
+            close = difflib.get_close_matches(name, list(sizes), n=1, cutoff=0.8)
+            hint = f"did you mean {close[0]!r}? " if close else ""
             problems.append(Problem(
-                ("network", "apiserverAllowedCidrs", i),
-                "0.0.0.0/0 opens the apiserver to the whole internet; name the ranges that need it",
+                (*loc, "vmSize"),
+                f"{name!r} is not in kilonode's size catalogue; {hint}it lists {len(sizes)} sizes with their "
+                "pages in infra/config/catalog/vm_sizes.yaml: add a new size there, citing its size page",
+            ))
+            continue
+        if disk.device == catalog.AZURE_TEMP_DISK and size.temp_disk_gib == 0:
+            nvme = (f" or set localDisk.device to one of its {size.nvme_disks.count} local NVMe disks"
+                    if size.nvme_disks else "")
+            twin = name.replace("s_", "ds_", 1)
+            example = f", e.g. {twin}" if twin in sizes and sizes[twin].temp_disk_gib else ""
+            problems.append(Problem(
+                (*loc, "vmSize"),
+                f"{name} has no local temp disk, but localDisk.device is Azure's temp disk ({catalog.AZURE_TEMP_DISK}, "
+                f"the default) where {what} belongs (field notes: local SSD, not the OS disk); pick a size with a "
+                f"temp disk (the 'd' sizes{example}){nvme}",
+            ))
+    for i, pool in enumerate(config.node_pools):
+        size = sizes.get(pool.vm_size)
+        if size is None:
+            continue
+        if pool.gpus_per_node is not None and pool.gpus_per_node != size.gpus:
+            model = f" ({size.gpu_model})" if size.gpu_model else ""
+            problems.append(Problem(
+                ("nodePools", i, "gpusPerNode"),
+                f"{pool.vm_size} has {size.gpus} GPUs{model}, not {pool.gpus_per_node}; leave gpusPerNode out "
+                f"(it follows the size) or set it to {size.gpus}",
+            ))
+        if pool.infiniband and not size.infiniband:
+            with_ib = sorted(n for n, s in sizes.items() if s.infiniband and s.gpus)
+            problems.append(Problem(
+                ("nodePools", i, "infiniband"),
+                f"{pool.vm_size} has no InfiniBand; leave infiniband out, or pick a size that has it "
+                f"({', '.join(with_ib[:6])}{', ...' if len(with_ib) > 6 else ''})",
             ))
     return problems
 

@@ -143,10 +143,13 @@ class NodePoolConfig(StrictModel):
     # behind cri-dockerd, as the 2,500/7,500-node clusters ran it.
     runtime: Literal["docker", "containerd"] = "containerd"
     # 7,500-node post: GPU nodes with InfiniBand; a scale set then keeps a single
-    # placement group, so at most 100 VMs per scale set.
-    infiniband: bool = False
+    # placement group, so at most 100 VMs per scale set. Unset: whether the size has
+    # InfiniBand (infra/config/catalog/vm_sizes.yaml); true on a size without it is refused.
+    infiniband: bool | None = None
+    # The 7,500-node post's GPU nodes: 8 A100s with InfiniBand (ND A100 v4).
     vm_size: str = "Standard_ND96asr_v4"
-    gpus_per_node: int = Field(default=8, ge=0, le=16)
+    # Unset: the size's GPU count from the catalogue; a different number is refused.
+    gpus_per_node: int | None = Field(default=None, ge=0, le=16)
     local_disk: LocalDiskConfig = LocalDiskConfig()
     # 2,500-node post: Docker max-concurrent-downloads 10 so big layers pull in parallel.
     max_concurrent_downloads: int = Field(default=10, ge=1, le=64)
@@ -213,6 +216,9 @@ class NetworkConfig(StrictModel):
     # SSH (22) is allowed only from here; none means no SSH rule at all.
     admin_cidr: IPv4Network | None = None
     public_ips_on_control_plane: bool = False
+    # 0.0.0.0/0 in adminCidr or apiserverAllowedCidrs opens SSH or the apiserver to the whole
+    # internet; refused unless this says the stack means it.
+    acknowledge_world_open_access: bool = False
 
 
 class NodeImageConfig(StrictModel):
@@ -224,6 +230,7 @@ class NodeImageConfig(StrictModel):
 
 class ClusterConfig(StrictModel):
     name: str = Field(pattern=NAME_PATTERN)
+    # An Azure region name, checked against infra/config/catalog/regions.yaml.
     location: str = Field(default="westus2", pattern=r"^[a-z0-9]+$")
     zones: tuple[str, ...] = ("1", "2", "3")
     # A minor in SUPPORTED_KUBERNETES_MINORS; flags and config fields are rendered for it.

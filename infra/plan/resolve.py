@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
+from infra.config.catalog import gpus_of, infiniband_of
 from infra.config.checks import effective_sysctls
 from infra.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
 from infra.config.sysctl_profile import SysctlProfile
@@ -416,7 +417,8 @@ def shard_name(cluster: str, pool: str, index: int) -> str:
 
 
 def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:
-    per_set = (limits.VMS_PER_PLACEMENT_GROUP if pool.infiniband else limits.VMS_PER_SCALE_SET).value
+    infiniband = infiniband_of(pool.vm_size, pool.infiniband)
+    per_set = (limits.VMS_PER_PLACEMENT_GROUP if infiniband else limits.VMS_PER_SCALE_SET).value
     count = math.ceil(pool.nodes / per_set)
     base, extra = divmod(pool.nodes, count)
     return per_set, tuple(
@@ -425,7 +427,7 @@ def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[Sca
             index=i,
             capacity=base + (1 if i < extra else 0),
             zone=config.zones[i % len(config.zones)],
-            single_placement_group=pool.infiniband,
+            single_placement_group=infiniband,
         )
         for i in range(count)
     )
@@ -458,9 +460,9 @@ def _node_pool(
         name=pool.name,
         nodes=pool.nodes,
         runtime=pool.runtime,
-        infiniband=pool.infiniband,
+        infiniband=infiniband_of(pool.vm_size, pool.infiniband),
         vm_size=pool.vm_size,
-        gpus_per_node=pool.gpus_per_node,
+        gpus_per_node=gpus_of(pool.vm_size, pool.gpus_per_node),
         subnet=subnet,
         pods_per_node=pool.pods_per_node,
         ip_configs_per_nic=1 + pool.pods_per_node,

@@ -35,7 +35,8 @@ def test_non_infiniband_pools_use_scale_sets_of_at_most_1000(plans: dict[str, Cl
 
 def test_uneven_pool_spreads_the_remainder_over_the_first_shards(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("local")
-    cluster["nodePools"][0].update(nodes=205, infiniband=True, subnet=None)  # re-placed for its new size
+    del cluster["nodePools"][0]["gpusPerNode"]  # an InfiniBand size's own 8
+    cluster["nodePools"][0].update(nodes=205, infiniband=True, subnet=None, vmSize="Standard_ND96asr_v4")
     [pool] = plan_of(cluster, write_stack).node_pools
     assert [s.capacity for s in pool.shards] == [69, 68, 68]
     assert len({s.name for s in pool.shards}) == 3
@@ -137,7 +138,9 @@ def test_pinned_subnet_too_small_for_the_pool(write_stack: StackWriter) -> None:
 def test_60000_nodes_fit_a_wider_vnet_with_host_network_pods(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("local")
     cluster["network"] = {"vnetCidr": "10.0.0.0/15"}
-    cluster["nodePools"][0].update(nodes=60_000, podsPerNode=0, infiniband=True, subnet=None)
+    del cluster["nodePools"][0]["gpusPerNode"]
+    cluster["nodePools"][0].update(nodes=60_000, podsPerNode=0, infiniband=True, subnet=None,
+                                   vmSize="Standard_ND96asr_v4")
     [pool] = plan_of(cluster, write_stack).node_pools
     assert len(pool.shards) == 600
     assert pool.ip_configs_per_nic == 1

@@ -1,0 +1,88 @@
+"""Azure facts kilonode checks a stack against, kept as data with their sources.
+
+vm_sizes.yaml: per VM size its vCPUs, memory, GPUs and model, InfiniBand, local temp disk,
+local NVMe disks, NICs, accelerated networking and Hyper-V generations, each row citing
+its Microsoft Learn size page. regions.yaml: the public-cloud region names `location`
+takes. Pools derive their GPU count, InfiniBand and local-disk expectations from here, and
+a stack that contradicts its size is refused.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+CATALOG_DIR = Path(__file__).resolve().parent
+# The temp (resource) disk as cloud-init's udev rules name it on Azure: the LocalDiskConfig
+# default, so a size without a temp disk needs another device.
+AZURE_TEMP_DISK = "/dev/disk/cloud/azure_resource"
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class NvmeDisks(_Row):
+    count: int = Field(ge=1)
+    size_gib: int = Field(ge=1)
+
+
+class VmSize(_Row):
+    vcpus: int = Field(ge=1)
+    memory_gib: float = Field(gt=0)
+    gpus: int = Field(ge=0)
+    gpu_model: str | None
+    infiniband: bool
+    temp_disk_gib: int = Field(ge=0)
+    nvme_disks: NvmeDisks | None
+    max_nics: int = Field(ge=1)
+    accelerated_networking: bool
+    generations: tuple[int, ...]
+    source: str = Field(pattern=r"^https://")
+
+
+class _SizeFile(_Row):
+    sizes: dict[str, VmSize]
+
+
+class _RegionFile(_Row):
+    source: str = Field(pattern=r"^https://")
+    regions: tuple[str, ...]
+
+
+@cache
+def vm_sizes() -> dict[str, VmSize]:
+    return _SizeFile.model_validate(yaml.safe_load((CATALOG_DIR / "vm_sizes.yaml").read_text())).sizes
+
+
+@cache
+def regions() -> tuple[str, ...]:
+    return _RegionFile.model_validate(yaml.safe_load((CATALOG_DIR / "regions.yaml").read_text())).regions
+
+
+def regions_source() -> str:
+    return str(yaml.safe_load((CATALOG_DIR / "regions.yaml").read_text())["source"])
+
+
+def vm_size(name: str) -> VmSize | None:
+    return vm_sizes().get(name)
+
+
+def gpus_of(vm: str, explicit: int | None) -> int:
+    """A pool's GPUs per node: as given, else the size's (0 for a size not in the catalogue)."""
+    if explicit is not None:
+        return explicit
+    size = vm_size(vm)
+    return size.gpus if size else 0
+
+
+def infiniband_of(vm: str, explicit: bool | None) -> bool:
+    """Whether a pool uses InfiniBand: as given, else whether its size has it."""
+    if explicit is not None:
+        return explicit
+    size = vm_size(vm)
+    return bool(size and size.infiniband)

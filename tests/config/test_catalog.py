@@ -1,0 +1,107 @@
+"""Stacks are checked against the Azure facts in infra/config/catalog: sizes and regions."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.config import catalog, load_stack
+from infra.plan import plan_stack
+from infra.problems import StackError
+from tests.conftest import StackWriter, shipped_cluster_value
+
+
+def problems_of(cluster: dict, write_stack: StackWriter) -> list[str]:
+    with pytest.raises(StackError) as caught:
+        load_stack(str(write_stack(cluster)))
+    return [p.format("S") for p in caught.value.problems]
+
+
+def test_every_size_the_shipped_stacks_and_defaults_use_is_in_the_catalogue() -> None:
+    from infra.config.model import ApiserverConfig, EtcdClusterConfig, NodePoolConfig
+
+    used = {EtcdClusterConfig().vm_size, ApiserverConfig().vm_size, NodePoolConfig(name="x", nodes=1).vm_size}
+    for name in ("local", "research-2500", "research-7500"):
+        config = load_stack(name).config
+        used |= {config.etcd.main.vm_size, config.etcd.events.vm_size, config.apiserver.vm_size}
+        used |= {p.vm_size for p in config.node_pools}
+    assert used <= set(catalog.vm_sizes())
+
+
+def test_catalogue_rows_are_consistent() -> None:
+    sizes = catalog.vm_sizes()
+    assert len(sizes) >= 30
+    for name, size in sizes.items():
+        assert name.startswith("Standard_"), name
+        assert (size.gpus == 0) == (size.gpu_model is None), name
+        assert "microsoft.com" in size.source, name
+        assert set(size.generations) <= {1, 2} and size.generations, name
+    # what the field notes and stacks rely on
+    assert sizes["Standard_ND96asr_v4"].gpus == 8 and sizes["Standard_ND96asr_v4"].infiniband
+    assert sizes["Standard_ND96isr_H100_v5"].infiniband and sizes["Standard_ND96isr_H100_v5"].nvme_disks
+    assert sizes["Standard_D16ds_v5"].temp_disk_gib > 0 and sizes["Standard_D16s_v5"].temp_disk_gib == 0
+    assert not sizes["Standard_NC24ads_A100_v4"].infiniband
+
+
+def test_an_unknown_size_is_refused_with_the_close_match(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"][0]["vmSize"] = "Standard_ND96isr_H100_v6"
+    [problem] = problems_of(cluster, write_stack)
+    assert "nodePools[0].vmSize: 'Standard_ND96isr_H100_v6' is not in kilonode's size catalogue" in problem
+    assert "did you mean 'Standard_ND96isr_H100_v5'?" in problem
+
+
+def test_an_unknown_region_is_refused_with_the_close_match(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local") | {"location": "eastuss"}
+    [problem] = problems_of(cluster, write_stack)
+    assert "location: 'eastuss' is not an Azure region name; did you mean 'eastus'?" in problem
+
+
+def test_infiniband_on_a_size_without_it_is_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["nodePools"][0]["infiniband"] = True
+    [problem] = problems_of(cluster, write_stack)
+    assert "nodePools[0].infiniband: Standard_D4ds_v5 has no InfiniBand" in problem
+
+
+def test_a_gpu_count_that_contradicts_the_size_is_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("research-2500")
+    cluster["nodePools"][0]["gpusPerNode"] = 8
+    [problem] = problems_of(cluster, write_stack)
+    assert "nodePools[0].gpusPerNode: Standard_NC24ads_A100_v4 has 1 GPUs" in problem
+
+
+def test_a_cpu_pool_without_gpus_per_node_gets_its_sizes_zero_gpus(write_stack: StackWriter) -> None:
+    """Before the catalogue, leaving gpusPerNode out gave every pool 8 GPUs."""
+    cluster = shipped_cluster_value("local")
+    del cluster["nodePools"][0]["gpusPerNode"]
+    [pool] = plan_stack(load_stack(str(write_stack(cluster)))).node_pools
+    assert pool.gpus_per_node == 0 and not pool.infiniband
+
+
+def test_a_gpu_pool_without_gpus_or_infiniband_gets_them_from_its_size(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("research-7500")
+    for pool in cluster["nodePools"]:
+        pool.pop("gpusPerNode", None)
+        pool.pop("infiniband", None)
+    plan = plan_stack(load_stack(str(write_stack(cluster))))
+    assert all(p.gpus_per_node == 8 and p.infiniband for p in plan.node_pools)
+    assert all(s.capacity <= 100 for p in plan.node_pools for s in p.shards)
+
+
+def test_a_size_without_the_local_disk_the_stack_relies_on_is_refused(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("research-2500")
+    cluster["etcd"] = {"main": {"vmSize": "Standard_D16s_v5"}}
+    [problem] = problems_of(cluster, write_stack)
+    assert "etcd.main.vmSize: Standard_D16s_v5 has no local temp disk" in problem
+    assert "e.g. Standard_D16ds_v5" in problem
+
+
+@pytest.mark.parametrize("field", ["adminCidr", "apiserverAllowedCidrs"])
+def test_world_open_access_needs_an_acknowledgement(write_stack: StackWriter, field: str) -> None:
+    cluster = shipped_cluster_value("local")
+    value = "0.0.0.0/0" if field == "adminCidr" else ["0.0.0.0/0"]
+    cluster["network"] = {**cluster["network"], "publicIpsOnControlPlane": True, field: value}
+    [problem] = problems_of(cluster, write_stack)
+    assert "to the whole internet" in problem and "acknowledgeWorldOpenAccess" in problem
+    cluster["network"]["acknowledgeWorldOpenAccess"] = True
+    assert load_stack(str(write_stack(cluster))).config.network.acknowledge_world_open_access
