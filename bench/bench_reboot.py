@@ -60,6 +60,7 @@ def cycle_row(n: int, record: BootRecord | None, settled_s: float | None, hung: 
         "hung": hung,
         "shutdown_s": record.shutdown_s if record else None,
         "firmware_s": record.firmware_s if record else None,
+        "handoff_s": record.handoff_s if record else None,
         "kernel_s": record.kernel_s if record else None,
         "ssh_s": record.ssh_s if record else None,
         "settled_s": settled_s,
@@ -97,7 +98,8 @@ def run_mode(mode: str, image: Path, cycles: int) -> dict[str, Any]:
                 recover(vm)
             row = rows[-1]
             print(f"{mode} {n:2}/{cycles}: " + ("HUNG" if row["hung"] else "error" if row["error"] else "ok")
-                  + f"  shutdown {row['shutdown_s']} s, firmware {row['firmware_s']} s, kernel {row['kernel_s']} s,"
+                  + f"  shutdown {row['shutdown_s']} s, firmware {row['firmware_s']} s, "
+                  f"boot loader {row['handoff_s']} s, kernel {row['kernel_s']} s,"
                   f" SSH {row['ssh_s']} s, settled {row['settled_s']} s", flush=True)
     ok = [r for r in rows if not r["hung"] and not r["error"]]
 
@@ -111,7 +113,7 @@ def run_mode(mode: str, image: Path, cycles: int) -> dict[str, Any]:
         "hang_rate": round(sum(r["hung"] for r in rows) / cycles, 3) if cycles else 0.0,
         "other_failures": sum(bool(r["error"]) and not r["hung"] for r in rows),
         "firmware_retries": sum(r["firmware_retries"] for r in rows),
-        "median_s": {k: median(k) for k in ("shutdown_s", "firmware_s", "kernel_s", "ssh_s", "settled_s")},
+        "median_s": {k: median(k) for k in ("shutdown_s", "firmware_s", "handoff_s", "kernel_s", "ssh_s", "settled_s")},
         "wall_s": round(time.monotonic() - started, 1),
         "per_cycle": rows,
     }

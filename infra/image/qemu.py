@@ -75,6 +75,7 @@ class BootRecord:
 
     how: str  # "power-on", "power-cycle" or "warm-reset"
     firmware_s: float | None = None  # first console output of the new boot
+    handoff_s: float | None = None  # the firmware starts the boot loader
     kernel_s: float | None = None  # the kernel's banner
     ssh_s: float | None = None  # SSH answered with a new boot ID
     shutdown_s: float | None = None  # the guest's shutdown, until qemu exited (power-cycle)
@@ -240,6 +241,8 @@ class Vm:
         elapsed = time.monotonic() - self._boot_started
         if output and record.firmware_s is None:
             record.firmware_s = round(elapsed, 1)
+        if record.handoff_s is None and HANDOFF_MARK in output:
+            record.handoff_s = round(elapsed, 1)
         if record.kernel_s is None and KERNEL_MARK in output:
             record.kernel_s = round(elapsed, 1)
         silence = self.config.firmware_silence_s
