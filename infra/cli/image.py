@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from infra.cli.common import die, err, fail, out
 from infra.problems import StackError
 
 image_app = typer.Typer(
@@ -24,11 +24,6 @@ image_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out = Console(highlight=False)
-if not out.is_terminal:
-    # piped or in CI: rich would assume 80 columns and wrap every line
-    out = Console(highlight=False, width=160)
-err = Console(stderr=True, highlight=False, width=None if out.is_terminal else 160)
 
 
 class _Progress:
@@ -72,10 +67,8 @@ def build(
     (package versions, sha256 of every baked artefact and preloaded image, build inputs) and
     <stack>-<pool>.user-data (the pool's cloud-init user-data, for verify's seed).
     """
-    from infra.cli import fail  # the same exit-2 report as every other command
-
-    # Imported here: infra.cli imports this module to register it, and the build/VM stack
-    # (paramiko among it) would otherwise slow every other command's start.
+    # Imported here: the build/VM stack (paramiko among it) would otherwise slow every
+    # other command's start.
     from infra.image.build import build_image
     from infra.image.disk import DiskError
     from infra.image.manifest import Manifest
@@ -90,8 +83,7 @@ def build(
         fail(error)
     except (BuildError, DiskError) as error:
         progress.close()
-        err.print(f"[bold red]kilonode image build:[/] {error}")
-        raise typer.Exit(code=2) from None
+        die(str(error), "kilonode image build")
     progress.close()
     manifest = Manifest.load(result.manifest)
     out.print(f"[green]✓[/] {result.raw} ({'base reused from cache' if result.base_cached else 'base built'}) "
@@ -133,8 +125,7 @@ def verify(
     from infra.image.verify import SshTarget, verify_image
 
     if not image.exists() and host is None:
-        err.print(f"[bold red]kilonode image verify:[/] {image} not found")
-        raise typer.Exit(code=2)
+        die(f"{image} not found", "kilonode image verify")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     work = workdir or Path("build") / "verify" / f"{image.stem}-{stamp}"
     start = time.monotonic()
@@ -147,8 +138,7 @@ def verify(
         )
     except (FileNotFoundError, VmError, ValueError) as error:
         progress.close()
-        err.print(f"[bold red]kilonode image verify:[/] {error}")
-        raise typer.Exit(code=2) from None
+        die(str(error), "kilonode image verify")
     progress.close()
     if junit:
         junit.write_bytes(report.junit.read_bytes())

@@ -1,76 +1,19 @@
-"""`kilonode`: a thin command line over config -> plan -> render.
-
-Every command takes STACK: a stack name in stacks/ (`research-7500`) or a path to a stack
-file. A stack with problems exits 2 and prints one line per problem: file:line, field,
-what is wrong and what to do; nothing is written.
-"""
+"""The stack commands: validate, allocate, render, explain (registered in infra/cli/__init__.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from infra.azure.cli import plan_command
-from infra.config import Stack, load_stack
+from infra.cli.common import StackArg, die, load_and_plan, out
 from infra.config.load import display_path
-from infra.image.cli import image_app
-from infra.plan import ClusterPlan, plan_stack
-from infra.problems import StackError
 from infra.render import render_tree
 from infra.render.write import OutputDirError, write_tree
 
-app = typer.Typer(
-    name="kilonode",
-    help=(
-        "Stand up and tune very large GPU Kubernetes clusters on Azure. "
-        "One stack file (stacks/Pulumi.<stack>.yaml) describes one cluster; kilonode validates "
-        "it, resolves the plan (names, static IPs, subnets, scale-set shards, budgets against "
-        "Azure and etcd limits) and renders every node's artefacts."
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out = Console()
-if not out.is_terminal:
-    # piped or in CI: rich would assume 80 columns and wrap every table row
-    out = Console(width=140)
-err = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 
-StackArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="STACK",
-        help="A stack name in stacks/ (e.g. local, research-7500) or a path to a stack file.",
-        show_default=False,
-    ),
-]
-
-
-def load_and_plan(ref: str) -> tuple[Stack, ClusterPlan]:
-    """Load, validate and plan a stack, or print its problems and exit 2."""
-    try:
-        stack = load_stack(ref)
-        return stack, plan_stack(stack)
-    except StackError as error:
-        fail(error)
-
-
-def fail(error: StackError) -> NoReturn:
-    count = len(error.problems)
-    err.print(f"[bold red]kilonode:[/] {count} problem{'s' * (count != 1)} in {error.file}; nothing was written")
-    for problem in error.problems:
-        # plain print: a problem line must stay one line, whatever the terminal width
-        print(problem.format(error.file), file=sys.stderr)
-    raise typer.Exit(code=2)
-
-
-@app.command()
 def validate(stack: StackArg) -> None:
     """Check a stack: schema, cross-field rules and every limit in the plan. Exit 2 on problems."""
     loaded, plan = load_and_plan(stack)
@@ -84,7 +27,6 @@ def validate(stack: StackArg) -> None:
         out.print(f"[yellow]![/] {warning}")
 
 
-@app.command()
 def render(
     stack: StackArg,
     out_dir: Annotated[
@@ -116,13 +58,11 @@ def render(
     try:
         write_tree(tree, out_dir, stack=loaded.name, force=force)
     except OutputDirError as error:
-        err.print(f"[bold red]kilonode:[/] {error}")
-        raise typer.Exit(code=2) from None
+        die(str(error))
     hosts = sorted({path.split("/", 1)[0] for path in tree if "/" in path})
     out.print(f"[green]✓[/] rendered {loaded.name}: {len(tree)} files for {len(hosts)} hosts/pools into {out_dir}")
 
 
-@app.command()
 def allocate(stack: StackArg) -> None:
     """Record in the stack file every subnet the plan placed, so that no later change moves it.
 
@@ -146,9 +86,8 @@ def allocate(stack: StackArg) -> None:
     try:
         record_subnets(loaded.file, CONFIG_KEY, [(undotted(u.field), str(u.subnet)) for u in placed])
     except OSError as error:
-        err.print(f"[bold red]kilonode:[/] cannot write {display_path(loaded.file)}: {error.strerror or error}; "
-                  "nothing was recorded (make the file writable, or copy the stack into your own repository)")
-        raise typer.Exit(code=2) from None
+        die(f"cannot write {display_path(loaded.file)}: {error.strerror or error}; nothing was recorded (make "
+            "the file writable, or copy the stack into your own repository)")
     reloaded, replanned = load_and_plan(str(loaded.file))
     assert not replanned.network.unrecorded, replanned.network.unrecorded
     for entry in placed:
@@ -156,7 +95,6 @@ def allocate(stack: StackArg) -> None:
     out.print(f"[green]✓[/] {display_path(reloaded.file)}: {len(placed)} subnet(s) recorded; commit the file")
 
 
-@app.command()
 def explain(stack: StackArg) -> None:
     """A readable summary: counts, subnets, scale-set shards, IP budget and headroom per limit."""
     loaded, plan = load_and_plan(stack)
@@ -210,48 +148,3 @@ def explain(stack: StackArg) -> None:
     )
     for warning in plan.warnings:
         out.print(f"[yellow]![/] {warning}")
-
-
-# subcommands from other stages
-app.command("plan")(plan_command)
-app.add_typer(image_app, name="image")
-
-
-def main() -> None:
-    """Run the CLI; every expected failure ends as one line per problem and exit 2.
-
-    The one place where error types become messages and exit codes: 2 for anything that
-    stopped a command (a bad stack, a file that cannot be read or written, a tool that
-    failed or timed out), 1 only where checks ran and failed (each command says so itself).
-    """
-    import subprocess
-
-    try:
-        app()
-    except StackError as error:
-        try:
-            fail(error)
-        except typer.Exit as done:
-            sys.exit(done.exit_code)
-    except subprocess.CalledProcessError as error:
-        command = " ".join(map(str, error.cmd)) if isinstance(error.cmd, list | tuple) else str(error.cmd)
-        detail = (error.stderr or error.output or b"")
-        text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
-        last = text.strip().splitlines()[-1:] or [""]
-        _die(f"`{command[:200]}` failed with exit status {error.returncode}" + (f": {last[0]}" if last[0] else ""))
-    except subprocess.TimeoutExpired as error:
-        _die(f"`{' '.join(map(str, error.cmd))[:200]}` did not finish within {error.timeout:.0f} s")
-    except OSError as error:
-        where = f"{error.filename}: " if error.filename else ""
-        _die(f"{where}{error.strerror or error}")
-    except RuntimeError as error:
-        _die(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
-
-
-def _die(message: str) -> NoReturn:
-    err.print(f"[bold red]kilonode:[/] {message}", markup=True, highlight=False)
-    sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

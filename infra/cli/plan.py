@@ -1,7 +1,4 @@
-"""`kilonode plan STACK`: the Pulumi program's resource graph, from Pulumi's mock engine.
-
-Registered in infra/cli.py as `app.command("plan")(plan_command)`.
-"""
+"""`kilonode plan STACK`: the Pulumi program's resource graph, from Pulumi's mock engine."""
 
 from __future__ import annotations
 
@@ -11,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from infra.cli.common import StackArg, load_and_plan
+
 
 class PlanFormat(StrEnum):
     text = "text"
@@ -19,14 +18,7 @@ class PlanFormat(StrEnum):
 
 
 def plan_command(
-    stack: Annotated[
-        str,
-        typer.Argument(
-            metavar="STACK",
-            help="A stack name in stacks/ (e.g. local, research-7500) or a path to a stack file.",
-            show_default=False,
-        ),
-    ],
+    stack: StackArg,
     output_format: Annotated[
         PlanFormat, typer.Option("--format", help="text (readable), json (for tools and diffs) or md.")
     ] = PlanFormat.text,
@@ -37,11 +29,9 @@ def plan_command(
     name, parent and inputs in a stable order (secrets as [secret], no key material),
     then the count per type. Nothing is sent to Azure; no credentials are needed.
     """
-    # Imported here: infra.cli imports this module to register the command (and Pulumi
-    # costs ~0.5 s to import, which no other command should pay). Validation and planning
-    # run first so a bad stack exits 2 with its problems, like every command.
+    # Imported here: Pulumi costs ~0.5 s to import, which no other command should pay.
+    # Validation and planning run first so a bad stack exits 2 with its problems.
     from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
-    from infra.cli import load_and_plan
 
     loaded, plan = load_and_plan(stack)
     for warning in plan.warnings:

@@ -1,0 +1,5 @@
+"""`python -m infra.cli`: the same as the `kilonode` console script."""
+
+from infra.entry import main
+
+main()

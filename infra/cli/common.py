@@ -1,0 +1,92 @@
+"""What every command shares: the consoles, STACK, loading a stack, and the one mapping from
+error types to messages and exit codes (2: a command stopped; 1: checks ran and failed,
+which the command itself reports). Command modules import this, never each other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from infra.config import Stack, load_stack
+from infra.plan import ClusterPlan, plan_stack
+from infra.problems import StackError
+
+out = Console(highlight=False)
+if not out.is_terminal:
+    # piped or in CI: rich would assume 80 columns and wrap every table row
+    out = Console(width=160, highlight=False)
+err = Console(stderr=True, soft_wrap=True, highlight=False)  # an error stays one line, whatever the width
+
+StackArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="STACK",
+        help="A stack name in stacks/ (e.g. local, research-7500) or a path to a stack file.",
+        show_default=False,
+    ),
+]
+
+
+def load_and_plan(ref: str) -> tuple[Stack, ClusterPlan]:
+    """Load, validate and plan a stack, or print its problems and exit 2."""
+    try:
+        stack = load_stack(ref)
+        return stack, plan_stack(stack)
+    except StackError as error:
+        fail(error)
+
+
+def fail(error: StackError) -> NoReturn:
+    """A stack's problems: a header, then one plain line per problem; exit 2."""
+    count = len(error.problems)
+    err.print(f"[bold red]kilonode:[/] {count} problem{'s' * (count != 1)} in {error.file}; nothing was written")
+    for problem in error.problems:
+        # plain print: a problem line must stay one line, whatever the terminal width
+        print(problem.format(error.file), file=sys.stderr)
+    raise typer.Exit(code=2)
+
+
+def die(message: str, command: str = "kilonode") -> NoReturn:
+    """One line, exit 2: the command could not do its job (bad input, an unusable path, a tool)."""
+    err.print(f"[bold red]{command}:[/] {message}")
+    raise typer.Exit(code=2)
+
+
+def describe(error: BaseException) -> str | None:
+    """The one line for an expected failure, or None for a bug (which keeps its traceback)."""
+    if isinstance(error, subprocess.CalledProcessError):
+        command = " ".join(map(str, error.cmd)) if isinstance(error.cmd, list | tuple) else str(error.cmd)
+        detail = error.stderr or error.output or b""
+        text = detail.decode(errors="replace") if isinstance(detail, bytes) else str(detail)
+        last = text.strip().splitlines()[-1:] or [""]
+        return f"`{command[:200]}` failed with exit status {error.returncode}" + (f": {last[0]}" if last[0] else "")
+    if isinstance(error, subprocess.TimeoutExpired):
+        return f"`{' '.join(map(str, error.cmd))[:200]}` did not finish within {error.timeout:.0f} s"
+    if isinstance(error, OSError):
+        where = f"{error.filename}: " if error.filename else ""
+        return f"{where}{error.strerror or error}"
+    if isinstance(error, RuntimeError):
+        text = str(error).strip()
+        return text.splitlines()[0] if text else type(error).__name__
+    return None
+
+
+def run(app: typer.Typer) -> None:
+    """Run `app`; every expected failure ends as one line per problem and exit 2."""
+    try:
+        app()
+    except StackError as error:
+        try:
+            fail(error)
+        except typer.Exit as done:
+            sys.exit(done.exit_code)
+    except Exception as error:
+        message = describe(error)
+        if message is None:
+            raise
+        err.print(f"[bold red]kilonode:[/] {message}")
+        sys.exit(2)
