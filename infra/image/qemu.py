@@ -355,14 +355,13 @@ class Vm:
             with self.console.open("rb") as f:
                 f.seek(offset)
                 tail = f.read()
-            for mark in RESTART_MARKS:
-                at = tail.rfind(mark)
-                if at >= 0:
-                    end = tail.find(b"\n", at)
-                    if end >= 0:
-                        self._console_mark = offset + end + 1
-                        self._boot_started = time.monotonic()
-                        return
+            # the last restart line ("Restarting system" comes before "machine restart")
+            at = max(tail.rfind(mark) for mark in RESTART_MARKS)
+            end = tail.find(b"\n", at) if at >= 0 else -1
+            if end >= 0:
+                self._console_mark = offset + end + 1
+                self._boot_started = time.monotonic()
+                return
             time.sleep(0.2)
         raise VmError(f"no restart line on the console within {SHUTDOWN_TIMEOUT_S:.0f} s of `systemctl reboot`\n"
                       f"{self.console_tail()}")
