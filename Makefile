@@ -33,7 +33,7 @@ test-fast: setup ## Run the tests not marked slow
 	$(BIN)/pytest -m 'not slow'
 
 golden: setup ## Regenerate tests/golden/<stack>/ from the shipped stacks
-	$(BIN)/python -m infra.render.golden
+	$(BIN)/python -m kilonode.render.golden
 
 bench: setup ## Time render and plan (bench/results/render.json, plan.json)
 	$(BIN)/python bench/bench_render.py

@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "image.json"
-KILONODE = [sys.executable, "-m", "infra.cli"]
+KILONODE = [sys.executable, "-m", "kilonode.cli"]
 TARGETS_S = {"cold_build": 240, "warm_rebuild": 45, "boot_and_verify": 120}
 
 

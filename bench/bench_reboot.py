@@ -35,8 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.image.qemu import FIRMWARE_SILENCE_S, BootRecord, FirmwareHang, Vm, VmConfig, VmError  # noqa: E402
-from infra.image.seed import make_keypair, make_seed, meta_data  # noqa: E402
+from kilonode.image.qemu import FIRMWARE_SILENCE_S, BootRecord, FirmwareHang, Vm, VmConfig, VmError  # noqa: E402
+from kilonode.image.seed import make_keypair, make_seed, meta_data  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "reboot.json"
 WORK = ROOT / "build" / "bench-reboot"
@@ -48,7 +48,7 @@ def ensure_image(image: Path | None) -> Path:
     raw = WORK / "image" / "local-cpu.raw"
     if not raw.exists():
         print("building the local stack's cpu pool image ...", flush=True)
-        subprocess.run([sys.executable, "-m", "infra.cli", "image", "build", "local", "--pool", "cpu",
+        subprocess.run([sys.executable, "-m", "kilonode.cli", "image", "build", "local", "--pool", "cpu",
                         "--out", str(raw.parent)], cwd=ROOT, check=True)
     return raw
 

@@ -8,7 +8,7 @@ import sys
 
 def main() -> None:
     try:
-        from infra.cli import main as cli_main
+        from kilonode.cli import main as cli_main
 
         cli_main()
     except KeyboardInterrupt:

@@ -1,9 +1,24 @@
-"""Where the repository's data folders are: templates, sysctl profiles, stacks."""
+"""Where kilonode's data lives: templates, sysctl profiles, the node-image recipe, the image
+verification suite and the example stacks.
+
+Installed from a wheel they sit under kilonode/_data/ (pyproject.toml maps them there); in a
+source checkout (and an editable install) they are the repository's top-level folders.
+"""
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TEMPLATES_DIR = REPO_ROOT / "templates"
-SYSCTL_DIR = REPO_ROOT / "sysctl"
-STACKS_DIR = REPO_ROOT / "stacks"
-NODE_IMAGE_DIR = REPO_ROOT / "node-image"
+PACKAGE_DIR = Path(__file__).resolve().parent
+_INSTALLED = PACKAGE_DIR / "_data"
+# The checkout root, when running from one (None for a wheel install).
+REPO_ROOT: Path | None = None if _INSTALLED.is_dir() else PACKAGE_DIR.parent
+
+
+def _data(installed: str, checkout: str) -> Path:
+    return _INSTALLED / installed if REPO_ROOT is None else REPO_ROOT / checkout
+
+
+TEMPLATES_DIR = _data("templates", "templates")
+SYSCTL_DIR = _data("sysctl", "sysctl")
+NODE_IMAGE_DIR = _data("node_image", "node-image")
+VERIFY_SUITE_DIR = _data("verify_suite", "tests/image/suite")
+EXAMPLE_STACKS_DIR = _data("stacks", "stacks")

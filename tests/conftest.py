@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import Stack, load_stack
-from infra.paths import STACKS_DIR
-from infra.plan import ClusterPlan, plan_stack
+from kilonode.config import Stack, load_stack
+from kilonode.paths import EXAMPLE_STACKS_DIR
+from kilonode.plan import ClusterPlan, plan_stack
 
 SHIPPED_STACKS = ("local", "research-2500", "research-7500")
 
@@ -23,7 +23,7 @@ def plans() -> dict[str, ClusterPlan]:
 
 
 def shipped_cluster_value(name: str) -> dict[str, Any]:
-    document = yaml.safe_load((STACKS_DIR / f"Pulumi.{name}.yaml").read_text())
+    document = yaml.safe_load((EXAMPLE_STACKS_DIR / f"Pulumi.{name}.yaml").read_text())
     return copy.deepcopy(document["config"]["kilonode:cluster"])
 
 

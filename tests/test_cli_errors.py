@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli import main
-from infra.paths import REPO_ROOT
+from kilonode.cli import main
+from kilonode.paths import REPO_ROOT
 
 
 def run_main(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
@@ -78,13 +78,13 @@ def test_an_out_directory_that_cannot_be_created(tmp_path: Path, capsys: pytest.
 def test_an_unexpected_tool_failure_is_one_line(capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A command that runs an external tool (the image build, verify) and sees it fail."""
-    import infra.cli
+    import kilonode.cli
 
     def broken() -> None:
         subprocess.run(["sh", "-c", "echo 'mmdebstrap: E: cannot reach the mirror' >&2; exit 3"],
                        check=True, capture_output=True)
 
-    monkeypatch.setattr(infra.cli, "app", broken)
+    monkeypatch.setattr(kilonode.cli, "app", broken)
     code, output = run_main([], capsys, monkeypatch)
     assert code == 2
     assert "failed with exit status 3: mmdebstrap: E: cannot reach the mirror" in output
@@ -99,7 +99,7 @@ def test_ctrl_c_while_starting_up_prints_one_line(tmp_path: Path) -> None:
         "        if name == 'pydantic':\n"
         "            raise KeyboardInterrupt\n"
         "sys.meta_path.insert(0, Interrupt())\n"
-        "from infra.entry import main\n"
+        "from kilonode.entry import main\n"
         "sys.argv = ['kilonode', 'validate', 'local']\n"
         "main()\n"
     )

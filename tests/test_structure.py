@@ -1,18 +1,20 @@
 """The package's shape: no import cycles (function-level imports included), and the command
-modules share infra.cli.common instead of importing each other."""
+modules share kilonode.cli.common instead of importing each other."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from infra.paths import REPO_ROOT
+from kilonode.paths import REPO_ROOT
 
+assert REPO_ROOT is not None, "runs from a source checkout"
 PACKAGE = REPO_ROOT / "infra"
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    """infra/cli/common.py -> kilonode.cli.common (the import package's name for its source)."""
+    parts = ["kilonode", *path.relative_to(PACKAGE).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -96,11 +98,12 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_command_modules_import_only_the_shared_cli_module() -> None:
     edges = graph()
-    commands = [m for m in edges if m.startswith("infra.cli.") and m not in {"infra.cli.common", "infra.cli.__main__"}]
+    shared = {"kilonode.cli.common", "kilonode.cli.__main__"}
+    commands = [m for m in edges if m.startswith("kilonode.cli.") and m not in shared]
     assert commands, "no command modules found"
     for module in commands:
-        cli_imports = {m for m in edges[module] if m == "infra.cli" or m.startswith("infra.cli.")}
-        assert cli_imports <= {"infra.cli.common"}, f"{module} imports {sorted(cli_imports)}"
-    outside = {m: {i for i in deps if i == "infra.cli" or i.startswith("infra.cli.")}
-               for m, deps in edges.items() if not m.startswith("infra.cli") and m != "infra.entry"}
+        cli_imports = {m for m in edges[module] if m == "kilonode.cli" or m.startswith("kilonode.cli.")}
+        assert cli_imports <= {"kilonode.cli.common"}, f"{module} imports {sorted(cli_imports)}"
+    outside = {m: {i for i in deps if i == "kilonode.cli" or i.startswith("kilonode.cli.")}
+               for m, deps in edges.items() if not m.startswith("kilonode.cli") and m != "kilonode.entry"}
     assert not any(outside.values()), f"non-CLI modules import the CLI: {outside}"

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 
 import pulumi
 
-from infra.azure.common import DEBIAN_12_GEN2, MarketplaceImage
-from infra.azure.control_plane import ControlPlane, ControlPlaneArgs
-from infra.azure.etcd import EtcdCluster, EtcdClusterArgs
-from infra.azure.network import Network, NetworkArgs
-from infra.azure.node_image import DEFAULT_IMAGE_VERSION, NodeImage, NodeImageArgs
-from infra.azure.node_pool import GpuNodePool, GpuNodePoolArgs
-from infra.azure.tls import Tls, TlsArgs
-from infra.plan.model import ClusterPlan
-from infra.render import USER_DATA, HostFiles
+from kilonode.azure.common import DEBIAN_12_GEN2, MarketplaceImage
+from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
+from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
+from kilonode.azure.network import Network, NetworkArgs
+from kilonode.azure.node_image import DEFAULT_IMAGE_VERSION, NodeImage, NodeImageArgs
+from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
+from kilonode.azure.tls import Tls, TlsArgs
+from kilonode.plan.model import ClusterPlan
+from kilonode.render import USER_DATA, HostFiles
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import network
 
-from infra.azure.common import MarketplaceImage, tags
-from infra.azure.custom_data import DeliveredFile, custom_data
-from infra.azure.vm import MachineSpec, machine
-from infra.plan.model import ControlPlanePlan
-from infra.plan.resolve import APISERVER_PORT
+from kilonode.azure.common import MarketplaceImage, tags
+from kilonode.azure.custom_data import DeliveredFile, custom_data
+from kilonode.azure.vm import MachineSpec, machine
+from kilonode.plan.model import ControlPlanePlan
+from kilonode.plan.resolve import APISERVER_PORT
 
 FRONTEND = "apiserver"
 BACKEND = "apiservers"

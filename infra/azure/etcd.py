@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from infra.azure.common import MarketplaceImage, tags
-from infra.azure.custom_data import DeliveredFile, custom_data
-from infra.azure.vm import MachineSpec, machine
-from infra.plan.model import EtcdClusterPlan
+from kilonode.azure.common import MarketplaceImage, tags
+from kilonode.azure.custom_data import DeliveredFile, custom_data
+from kilonode.azure.vm import MachineSpec, machine
+from kilonode.plan.model import EtcdClusterPlan
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra.config import Stack
-from infra.config.load import CONFIG_KEY
+from kilonode.config import Stack
+from kilonode.config.load import CONFIG_KEY
 
 SECRET = "[secret]"
 PROJECT = "kilonode"
@@ -257,7 +257,7 @@ def run_plan(stack: Stack, program: Callable[[], object] | None = None) -> Graph
 def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None = None) -> Graph:
     """Run `program` (default: the Pulumi program) with `raw` as `kilonode:cluster`."""
     if program is None:
-        from infra.azure.program import main
+        from kilonode.azure.program import main
 
         # the offline preview shows a stack's graph before `kilonode allocate` too; the
         # plan's warning names the unrecorded subnets, which `pulumi up` refuses

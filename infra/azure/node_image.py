@@ -22,8 +22,8 @@ import pulumi
 from pulumi_azure_native import compute, storage
 from pulumi_command import local
 
-from infra.azure.common import tags
-from infra.plan.model import NodePoolPlan
+from kilonode.azure.common import tags
+from kilonode.plan.model import NodePoolPlan
 
 # Where `kilonode image build STACK POOL --out build/node-image` writes a pool's disk
 # (infra/image/build.py names it <stack>-<pool>.vhd); ClusterArgs may point elsewhere.

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute
 
-from infra.azure.common import ADMIN_USERNAME, linux_config, tags
-from infra.azure.custom_data import DeliveredFile, custom_data
-from infra.plan.model import NodePoolPlan
+from kilonode.azure.common import ADMIN_USERNAME, linux_config, tags
+from kilonode.azure.custom_data import DeliveredFile, custom_data
+from kilonode.plan.model import NodePoolPlan
 
 
 @dataclass(frozen=True)

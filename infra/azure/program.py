@@ -7,15 +7,17 @@ user needs. Everything happens when `main()` is called, never at import.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 
-from infra.azure.cluster import Cluster, ClusterArgs
-from infra.azure.node_image import default_vhd
-from infra.config import stack_from_value
-from infra.paths import STACKS_DIR
-from infra.plan import plan_stack
-from infra.problems import StackError
-from infra.render import render_cluster
+from kilonode.azure.cluster import Cluster, ClusterArgs
+from kilonode.azure.node_image import default_vhd
+from kilonode.config import stack_from_value
+from kilonode.config.load import project_stacks_dir
+from kilonode.plan import plan_stack
+from kilonode.problems import StackError
+from kilonode.render import render_cluster
 
 
 def main(require_recorded_addresses: bool = True) -> Cluster:
@@ -24,7 +26,8 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     stack_name = pulumi.get_stack()
     raw = pulumi.Config("kilonode").require_object("cluster")
     try:
-        stack = stack_from_value(stack_name, raw, STACKS_DIR / f"Pulumi.{stack_name}.yaml")
+        where = project_stacks_dir() or Path.cwd()  # Pulumi runs the program in the project folder
+        stack = stack_from_value(stack_name, raw, where / f"Pulumi.{stack_name}.yaml")
         plan = plan_stack(stack)
     except StackError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.

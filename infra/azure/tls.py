@@ -20,10 +20,10 @@ import pulumi
 import pulumi_tls as tls
 import yaml
 
-from infra.azure.custom_data import KEY_MODE, DeliveredFile
-from infra.plan.model import ClusterPlan, EtcdClusterPlan
-from infra.render import pki
-from infra.render.control_plane import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG
+from kilonode.azure.custom_data import KEY_MODE, DeliveredFile
+from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
+from kilonode.render import pki
+from kilonode.render.control_plane import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG
 
 # ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
 # an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute, network
 
-from infra.azure.common import ADMIN_USERNAME, MarketplaceImage, linux_config
+from kilonode.azure.common import ADMIN_USERNAME, MarketplaceImage, linux_config
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`kilonode`: a thin command line over config -> plan -> render, the Azure program and the
 node image. One registry of commands (COMMANDS, and `image` as a group); the command modules
-share infra.cli.common and never import each other or this package.
+share kilonode.cli.common and never import each other or this package.
 
 Every command takes STACK: a stack name in stacks/ (`research-7500`) or a path to a stack
 file. A stack with problems exits 2 and prints one line per problem: file:line, field,
@@ -16,8 +16,8 @@ from typing import Annotated, Any
 
 import typer
 
-from infra.cli import image, plan, stack
-from infra.cli.common import out, run
+from kilonode.cli import image, plan, stack
+from kilonode.cli.common import out, run
 
 
 def _version() -> str:
@@ -72,5 +72,5 @@ app.add_typer(image.image_app, name="image")
 
 
 def main() -> None:
-    """The console entry point (through infra.entry)."""
+    """The console entry point (through kilonode.entry)."""
     run(app)

@@ -1,5 +1,5 @@
-"""`python -m infra.cli`: the same as the `kilonode` console script."""
+"""`python -m kilonode.cli`: the same as the `kilonode` console script."""
 
-from infra.entry import main
+from kilonode.entry import main
 
 main()

@@ -11,9 +11,9 @@ from typing import Annotated, NoReturn
 import typer
 from rich.console import Console
 
-from infra.config import Stack, load_stack
-from infra.plan import ClusterPlan, plan_stack
-from infra.problems import StackError
+from kilonode.config import Stack, load_stack
+from kilonode.plan import ClusterPlan, plan_stack
+from kilonode.problems import StackError
 
 out = Console(highlight=False)
 if not out.is_terminal:

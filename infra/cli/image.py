@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
-from infra.cli.common import die, err, fail, out
-from infra.problems import StackError
+from kilonode.cli.common import die, err, fail, out
+from kilonode.problems import StackError
 
 image_app = typer.Typer(
     name="image",
@@ -69,10 +69,10 @@ def build(
     """
     # Imported here: the build/VM stack (paramiko among it) would otherwise slow every
     # other command's start.
-    from infra.image.build import build_image
-    from infra.image.disk import DiskError
-    from infra.image.manifest import Manifest
-    from infra.image.rootfs import BuildError
+    from kilonode.image.build import build_image
+    from kilonode.image.disk import DiskError
+    from kilonode.image.manifest import Manifest
+    from kilonode.image.rootfs import BuildError
 
     start = time.monotonic()
     progress = _Progress(start)
@@ -121,8 +121,8 @@ def verify(
     data takes. Checks run in three phases: offline (the image file: baked artefacts,
     hygiene), first-boot (over SSH) and after-reboot (the persistence checks).
     """
-    from infra.image.qemu import VmError
-    from infra.image.verify import SshTarget, verify_image
+    from kilonode.image.qemu import VmError
+    from kilonode.image.verify import SshTarget, verify_image
 
     if not image.exists() and host is None:
         die(f"{image} not found", "kilonode image verify")

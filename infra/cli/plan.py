@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from infra.cli.common import StackArg, load_and_plan
+from kilonode.cli.common import StackArg, load_and_plan
 
 
 class PlanFormat(StrEnum):
@@ -31,7 +31,7 @@ def plan_command(
     """
     # Imported here: Pulumi costs ~0.5 s to import, which no other command should pay.
     # Validation and planning run first so a bad stack exits 2 with its problems.
-    from infra.azure.mockplan import format_json, format_markdown, format_text, run_plan
+    from kilonode.azure.mockplan import format_json, format_markdown, format_text, run_plan
 
     loaded, plan = load_and_plan(stack)
     for warning in plan.warnings:

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from infra.cli.common import StackArg, die, load_and_plan, out
-from infra.config.load import display_path
-from infra.render import render_tree
-from infra.render.write import OutputDirError, write_tree
+from kilonode.cli.common import StackArg, die, load_and_plan, out
+from kilonode.config.load import display_path
+from kilonode.render import render_tree
+from kilonode.render.write import OutputDirError, write_tree
 
 
 def validate(stack: StackArg) -> None:
@@ -74,9 +74,9 @@ def allocate(stack: StackArg) -> None:
     adding a pool, and commit the file. Give a pool `maxNodes` first to size its subnet for
     growth. A second run writes nothing.
     """
-    from infra.config.load import CONFIG_KEY
-    from infra.config.record import record_subnets
-    from infra.problems import undotted
+    from kilonode.config.load import CONFIG_KEY
+    from kilonode.config.record import record_subnets
+    from kilonode.problems import undotted
 
     loaded, plan = load_and_plan(stack)
     placed = plan.network.unrecorded

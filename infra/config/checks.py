@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 from ipaddress import IPv4Network
 
-from infra.config import catalog
-from infra.config.model import GIB, ClusterConfig, LocalDiskConfig
-from infra.config.sysctl_profile import SysctlProfile
-from infra.problems import Loc, Problem
+from kilonode.config import catalog
+from kilonode.config.model import GIB, ClusterConfig, LocalDiskConfig
+from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.problems import Loc, Problem
 
 GC_THRESH = tuple(f"net.ipv4.neigh.default.gc_thresh{i}" for i in (1, 2, 3))
 

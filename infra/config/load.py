@@ -19,11 +19,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from infra.config.checks import cross_field_problems
-from infra.config.model import ClusterConfig
-from infra.config.sysctl_profile import SysctlProfile
-from infra.paths import STACKS_DIR, SYSCTL_DIR
-from infra.problems import Loc, PlanError, Problem, StackError
+from kilonode.config.checks import cross_field_problems
+from kilonode.config.model import ClusterConfig
+from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.paths import EXAMPLE_STACKS_DIR, SYSCTL_DIR
+from kilonode.problems import Loc, PlanError, Problem, StackError
 
 CONFIG_KEY = "kilonode:cluster"
 
@@ -38,8 +38,37 @@ class Stack:
     sysctl_profile: SysctlProfile
 
 
-def stack_file(ref: str, stacks_dir: Path = STACKS_DIR) -> Path:
-    """A stack name in stacks/ (`research-7500`) or a path to a stack file."""
+def project_root(start: Path | None = None) -> Path | None:
+    """The nearest directory at or above `start` (default: the working directory) holding a
+    Pulumi.yaml: the Pulumi project whose stacks STACK names refer to."""
+    here = (start or Path.cwd()).resolve()
+    return next((d for d in (here, *here.parents) if (d / "Pulumi.yaml").is_file()), None)
+
+
+def project_stacks_dir(start: Path | None = None) -> Path | None:
+    """The project's stack files: its Pulumi.yaml's `stackConfigDir`, else the project folder."""
+    root = project_root(start)
+    if root is None:
+        return None
+    try:
+        project = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        project = {}
+    sub = project.get("stackConfigDir") if isinstance(project, dict) else None
+    return root / sub if isinstance(sub, str) else root
+
+
+def stack_dirs(stacks_dir: Path | None = None) -> list[Path]:
+    """Where STACK names are looked up, in order: the given folder, or the current project's
+    stacks, then the example stacks kilonode ships (local, research-2500, research-7500)."""
+    if stacks_dir is not None:
+        return [stacks_dir]
+    dirs = [d for d in (project_stacks_dir(), EXAMPLE_STACKS_DIR) if d is not None]
+    return list(dict.fromkeys(d.resolve() for d in dirs))
+
+
+def stack_file(ref: str, stacks_dir: Path | None = None) -> Path:
+    """A stack name (see stack_dirs) or a path to a stack file."""
     candidate = Path(ref)
     if candidate.suffix in {".yaml", ".yml"} or "/" in ref:
         if candidate.is_file():
@@ -47,14 +76,17 @@ def stack_file(ref: str, stacks_dir: Path = STACKS_DIR) -> Path:
         if candidate.is_dir():
             raise StackError(ref, [Problem((), "is a directory, not a stack file")])
         raise StackError(ref, [Problem((), "no such stack file")])
-    named = stacks_dir / f"Pulumi.{ref}.yaml"
-    if named.is_file():
-        return named
-    known = ", ".join(available_stacks(stacks_dir)) or "none"
-    raise StackError(str(named), [Problem((), f"no stack named {ref!r}; stacks in {stacks_dir}: {known}")])
+    dirs = stack_dirs(stacks_dir)
+    for folder in dirs:
+        named = folder / f"Pulumi.{ref}.yaml"
+        if named.is_file():
+            return named
+    where = "; ".join(f"{display_path(d)}: {', '.join(available_stacks(d)) or 'none'}" for d in dirs)
+    raise StackError(ref, [Problem((), f"no stack named {ref!r} (looked in {where}); give a stack name from "
+                                       "there or a path to a stack file")])
 
 
-def available_stacks(stacks_dir: Path = STACKS_DIR) -> list[str]:
+def available_stacks(stacks_dir: Path = EXAMPLE_STACKS_DIR) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in stacks_dir.glob("Pulumi.*.yaml"))
 
 
@@ -65,7 +97,7 @@ def stack_name_of(file: Path) -> str:
     return file.stem
 
 
-def load_stack(ref: str, stacks_dir: Path = STACKS_DIR, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
+def load_stack(ref: str, stacks_dir: Path | None = None, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
     """Load and validate a stack file; raise StackError listing every problem."""
     file = stack_file(ref, stacks_dir)
     text = read_text(file)

@@ -117,7 +117,8 @@ class PreloadImageConfig(StrictModel):
     """An image baked into the node image so a fresh node needs no pull for it."""
 
     image: str
-    # A docker-archive tarball supplied by the user (path relative to the repository);
+    # A docker-archive tarball supplied by the user (a path relative to the stack's project,
+    # the folder of its Pulumi.yaml);
     # without it the image build pulls `image` where a registry is reachable.
     archive: str | None = None
 

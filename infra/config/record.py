@@ -16,7 +16,7 @@ from pathlib import Path
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
-from infra.problems import Loc
+from kilonode.problems import Loc
 
 RECORDED = "recorded by `kilonode allocate`; moving it recreates what sits in it"
 # a recorded pool subnet goes right after these keys, where a reader looks for the size

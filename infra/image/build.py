@@ -18,15 +18,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from infra.config import Stack, load_stack
-from infra.image import disk, mirror, rootfs
-from infra.image.containers import compile_pause, describe_archive, single_binary_image
-from infra.image.manifest import FORMAT, Manifest
-from infra.image.recipe import Recipe, load_recipe
-from infra.paths import REPO_ROOT
-from infra.plan import ClusterPlan, plan_stack
-from infra.plan.model import NodePoolPlan
-from infra.render import USER_DATA, HostFiles, render_cluster
+from kilonode.config import Stack, load_stack
+from kilonode.config.load import project_root
+from kilonode.image import disk, mirror, rootfs
+from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
+from kilonode.image.manifest import FORMAT, Manifest
+from kilonode.image.recipe import Recipe, load_recipe
+from kilonode.plan import ClusterPlan, plan_stack
+from kilonode.plan.model import NodePoolPlan
+from kilonode.render import USER_DATA, HostFiles, render_cluster
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
@@ -122,7 +122,9 @@ def build_image(
                 artefacts.append(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
-            images = preload(pool, recipe, tree, work)
+            # a relative archive path is relative to the stack's project (its Pulumi.yaml folder)
+            project = project_root(stack.file.parent) or stack.file.parent
+            images = preload(pool, recipe, tree, work, project)
             binaries = [
                 rootfs.place_binary(tree, b, plan.kubernetes_version, binaries_dir, fetch)
                 for b in recipe.binaries_for(pool.runtime)
@@ -202,7 +204,7 @@ def build_image(
                     "base_reused_from_cache": base.cached,
                     "packages_requested": recipe.package_list(pool.runtime),
                     "recipe_files": {
-                        p.relative_to(REPO_ROOT).as_posix(): _sha(p.read_bytes())
+                        f"node-image/{p.relative_to(recipe.root).as_posix()}": _sha(p.read_bytes())
                         for p in sorted(recipe.root.rglob("*"))
                         if p.is_file() and "__pycache__" not in p.parts
                     },
@@ -226,7 +228,7 @@ def build_image(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path) -> list[dict[str, str]]:
+def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path, base_dir: Path) -> list[dict[str, str]]:
     """Bake every preload entry of the plan at its baked_path; returns manifest entries."""
     entries = []
     for item in pool.preload_images:
@@ -237,7 +239,7 @@ def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path) -> list[
         elif item.source == "archive":
             src = Path(item.archive or "")
             if not src.is_absolute():
-                src = REPO_ROOT / src
+                src = base_dir / src
             if not src.is_file():
                 raise rootfs.BuildError(f"preload {item.image}: archive {src} not found")
             archive = describe_archive(item.image, src)

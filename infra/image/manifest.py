@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.plan.model import NodePoolPlan
+from kilonode.plan.model import NodePoolPlan
 
 FORMAT = 1
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from infra.paths import NODE_IMAGE_DIR
+from kilonode.paths import NODE_IMAGE_DIR
 
 Runtime = Literal["docker", "containerd"]
 

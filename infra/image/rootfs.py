@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.image import cache, mirror
-from infra.image.recipe import Binary, Recipe, Runtime
+from kilonode.image import cache, mirror
+from kilonode.image.recipe import Binary, Recipe, Runtime
 
 
 class BuildError(RuntimeError):

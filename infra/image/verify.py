@@ -29,12 +29,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra.image.manifest import Manifest
-from infra.image.qemu import Vm, VmConfig
-from infra.image.seed import make_keypair, make_seed, meta_data
-from infra.paths import REPO_ROOT
+from kilonode.image.manifest import Manifest
+from kilonode.image.qemu import Vm, VmConfig
+from kilonode.image.seed import make_keypair, make_seed, meta_data
+from kilonode.paths import VERIFY_SUITE_DIR
 
-SUITE_DIR = REPO_ROOT / "tests" / "image" / "suite"
 CONTEXT_ENV = "KILONODE_VERIFY_CONTEXT"
 # The cloud-init default user of Debian's cloud.cfg; it gets passwordless sudo. Root
 # login over SSH is closed in the image.
@@ -109,15 +108,20 @@ def run_phase(phase: str, *, manifest: Manifest, image: Path | None, target: Ssh
     context_file = workdir / f"context-{phase}.json"
     context_file.write_text(json.dumps(context, indent=2))
     junit = workdir / f"junit-{phase}.xml"
+    # The suite runs on its own: its own (empty) ini and rootdir in the workdir, no conftest
+    # from above it, so it behaves the same from a checkout and from an installed wheel.
+    ini = workdir / "pytest.ini"
+    ini.write_text("[pytest]\n")
     cmd = [
-        sys.executable, "-m", "pytest", str(SUITE_DIR), "-q", "-rfEs", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", str(VERIFY_SUITE_DIR), "-c", str(ini), "--rootdir", str(workdir),
+        "--confcutdir", str(VERIFY_SUITE_DIR), "-q", "-rfEs", "-p", "no:cacheprovider",
         f"--junitxml={junit}", "-o", f"junit_suite_name={phase}", "-o", "junit_family=xunit2",
     ]
     env = {**os.environ, CONTEXT_ENV: str(context_file)}
     progress(f"{phase}: running checks ...")
     started = time.monotonic()
     with (workdir / f"pytest-{phase}.log").open("w") as log:
-        subprocess.run(cmd, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=900)
+        subprocess.run(cmd, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, check=False, timeout=900)
     if not junit.exists():
         raise RuntimeError(f"{phase}: pytest wrote no report; see {workdir / f'pytest-{phase}.log'}")
     suite = ET.parse(junit).getroot()
@@ -140,7 +144,8 @@ def merge(junits: list[Path], out: Path, report: VerifyReport) -> None:
             phase = suite.get("name", junit.stem)
             counts = report.counts.setdefault(phase, {})
             for case in suite.iter("testcase"):
-                name = f"{case.get('classname', '')}::{case.get('name', '')}".replace("tests.image.suite.", "")
+                # the module alone: its package differs between a checkout and a wheel
+                name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name', '')}"
                 outcome = "passed"
                 for child in case:
                     if child.tag in ("failure", "error"):
@@ -169,6 +174,7 @@ def verify_image(
     `host` runs the guest phases against that SSH host instead of booting a VM.
     """
     manifest = Manifest.for_image(image)
+    workdir = workdir.resolve()  # the suite runs with the workdir as its working directory
     workdir.mkdir(parents=True, exist_ok=True)
     report = VerifyReport(junit=workdir / "verify-report.xml")
     junits: list[Path] = []

@@ -1,9 +1,9 @@
 """The cluster plan: every name, address, count and budget, resolved once from the config."""
 
-from infra.config.load import Stack, with_lines
-from infra.plan.model import ClusterPlan
-from infra.plan.resolve import resolve
-from infra.problems import PlanError
+from kilonode.config.load import Stack, with_lines
+from kilonode.plan.model import ClusterPlan
+from kilonode.plan.resolve import resolve
+from kilonode.problems import PlanError
 
 __all__ = ["ClusterPlan", "plan_stack", "resolve"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from typing import Literal
 
-from infra.config.model import (
+from kilonode.config.model import (
     AuditLogConfig,
     LocalDiskConfig,
     StrictModel,

@@ -10,12 +10,12 @@ import math
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
-from infra.config.catalog import gpus_of, infiniband_of
-from infra.config.checks import effective_sysctls
-from infra.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
-from infra.config.sysctl_profile import SysctlProfile
-from infra.plan import limits
-from infra.plan.model import (
+from kilonode.config.catalog import gpus_of, infiniband_of
+from kilonode.config.checks import effective_sysctls
+from kilonode.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
+from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.plan import limits
+from kilonode.plan.model import (
     ApiserverInstance,
     Budget,
     ClusterPlan,
@@ -29,7 +29,7 @@ from infra.plan.model import (
     SysctlSetting,
     UnrecordedSubnet,
 )
-from infra.problems import Loc, PlanError, Problem, dotted
+from kilonode.problems import Loc, PlanError, Problem, dotted
 
 ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380

@@ -7,7 +7,7 @@ Each HostFiles maps a host path (relative to /, e.g. "etc/kubernetes/kubelet-con
 to a RenderedFile; the key USER_DATA holds the role's cloud-init user-data.
 """
 
-from infra.render.cluster import render_cluster, render_tree
-from infra.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.render.cluster import render_cluster, render_tree
+from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
 __all__ = ["USER_DATA", "HostFiles", "RenderedFile", "render_cluster", "render_tree"]

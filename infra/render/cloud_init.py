@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.config.model import LocalDiskConfig
-from infra.render.common import GENERATED, to_yaml
-from infra.render.files import USER_DATA, HostFiles
+from kilonode.config.model import LocalDiskConfig
+from kilonode.render.common import GENERATED, to_yaml
+from kilonode.render.files import USER_DATA, HostFiles
 
 LOCAL_SSD_LABEL = "kn-local-ssd"
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from infra.config.model import ClusterConfig
-from infra.plan.model import ClusterPlan
-from infra.render.common import GENERATED, to_yaml
-from infra.render.control_plane import render_apiserver
-from infra.render.etcd import render_etcd_member
-from infra.render.files import HostFiles, RenderedFile
-from infra.render.pool import render_pool
+from kilonode.config.model import ClusterConfig
+from kilonode.plan.model import ClusterPlan
+from kilonode.render.common import GENERATED, to_yaml
+from kilonode.render.control_plane import render_apiserver
+from kilonode.render.etcd import render_etcd_member
+from kilonode.render.files import HostFiles, RenderedFile
+from kilonode.render.pool import render_pool
 
 CONFIG_FILE = "config.yaml"
 PLAN_FILE = "plan.yaml"

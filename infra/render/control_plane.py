@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.plan.model import ApiserverInstance, ClusterPlan
-from infra.render import pki
-from infra.render.cloud_init import user_data
-from infra.render.common import GENERATED, Flag, render_template, systemd_exec, to_yaml
-from infra.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.plan.model import ApiserverInstance, ClusterPlan
+from kilonode.render import pki
+from kilonode.render.cloud_init import user_data
+from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_yaml
+from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
 BIN = "/usr/local/bin"
 UNIT_TEMPLATE = "etc/systemd/system/kube-control-plane.service"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from infra.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
-from infra.render import pki
-from infra.render.cloud_init import user_data
-from infra.render.common import Flag, render_template, systemd_exec
-from infra.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
+from kilonode.render import pki
+from kilonode.render.cloud_init import user_data
+from kilonode.render.common import Flag, render_template, systemd_exec
+from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
 ETCD_BINARY = "/usr/bin/etcd"
 ETCD_UNIT = "etc/systemd/system/etcd.service"

@@ -10,15 +10,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from infra.config import available_stacks, load_stack
-from infra.paths import REPO_ROOT
-from infra.plan import plan_stack
-from infra.problems import StackError
-from infra.render.cluster import render_tree
-from infra.render.files import RenderedFile
-from infra.render.write import with_marker, write_tree
+from kilonode.config import available_stacks, load_stack
+from kilonode.paths import REPO_ROOT
+from kilonode.plan import plan_stack
+from kilonode.problems import StackError
+from kilonode.render.cluster import render_tree
+from kilonode.render.files import RenderedFile
+from kilonode.render.write import with_marker, write_tree
 
-GOLDEN_DIR = REPO_ROOT / "tests" / "golden"
+GOLDEN_DIR = (REPO_ROOT or Path.cwd()) / "tests" / "golden"  # a checkout-only command
 
 
 def rendered(stack_name: str) -> dict[str, RenderedFile]:
@@ -42,7 +42,7 @@ def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
 if __name__ == "__main__":
     try:
         for written in regenerate():
-            print(f"regenerated {GOLDEN_DIR.relative_to(REPO_ROOT)}/{written}")
+            print(f"regenerated {GOLDEN_DIR}/{written}")
     except StackError as error:
         print(error, file=sys.stderr)
         sys.exit(2)

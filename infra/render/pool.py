@@ -7,11 +7,11 @@ from typing import Any
 
 import tomli_w
 
-from infra.plan.model import ClusterPlan, NodePoolPlan
-from infra.render import pki
-from infra.render.cloud_init import user_data
-from infra.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
-from infra.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.plan.model import ClusterPlan, NodePoolPlan
+from kilonode.render import pki
+from kilonode.render.cloud_init import user_data
+from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
+from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
 KUBELET_BINARY = "/usr/local/bin/kubelet"
 CRI_DOCKERD_BINARY = "/usr/local/bin/cri-dockerd"

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from infra.render.files import RenderedFile
+from kilonode.render.files import RenderedFile
 
 MARKER = ".kilonode-render.json"
 TOOL = "kilonode render"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.azure.mockplan import Graph, Recorded, run_plan
-from infra.config import load_stack
+from kilonode.azure.mockplan import Graph, Recorded, run_plan
+from kilonode.config import load_stack
 from tests.conftest import shipped_cluster_value
 
 SUBNET = "azure-native:network:Subnet"

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.azure import custom_data
-from infra.azure.mockplan import Graph
-from infra.plan import ClusterPlan
-from infra.render import USER_DATA, pki, render_cluster
+from kilonode.azure import custom_data
+from kilonode.azure.mockplan import Graph
+from kilonode.plan import ClusterPlan
+from kilonode.render import USER_DATA, pki, render_cluster
 from tests.render.consumers import cloud_init_dist_packages, cloud_init_validator
 
 

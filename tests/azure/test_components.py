@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.azure.mockplan import Graph
-from infra.paths import REPO_ROOT
-from infra.plan import ClusterPlan
+from kilonode.azure.mockplan import Graph
+from kilonode.paths import REPO_ROOT
+from kilonode.plan import ClusterPlan
 
 COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool"}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.azure.mockplan import Graph
-from infra.plan import ClusterPlan
+from kilonode.azure.mockplan import Graph
+from kilonode.plan import ClusterPlan
 from tests.azure.conftest import LB, NIC, VM, mock_id
 
 STACKS = ["local", "research-2500", "research-7500"]

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from infra.azure.mockplan import Graph
-from infra.plan import ClusterPlan
+from kilonode.azure.mockplan import Graph
+from kilonode.plan import ClusterPlan
 from tests.azure.conftest import VMSS, mock_id
 from tests.conftest import shipped_cluster_value
 

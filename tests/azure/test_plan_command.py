@@ -12,9 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.azure.mockplan import Graph, format_json, format_markdown, format_text, run_plan
-from infra.cli import app
-from infra.config import load_stack
+from kilonode.azure.mockplan import Graph, format_json, format_markdown, format_text, run_plan
+from kilonode.cli import app
+from kilonode.config import load_stack
 
 FORMATTERS = [format_text, format_json, format_markdown]
 

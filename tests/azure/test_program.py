@@ -8,9 +8,9 @@ import runpy
 import pulumi
 import pytest
 
-from infra.azure.mockplan import format_json, run_plan, run_program
-from infra.config import load_stack
-from infra.paths import REPO_ROOT
+from kilonode.azure.mockplan import format_json, run_plan, run_program
+from kilonode.config import load_stack
+from kilonode.paths import REPO_ROOT
 from tests.conftest import shipped_cluster_value
 
 
@@ -51,7 +51,7 @@ def test_no_azure_module_reads_config_or_exports_at_import_time() -> None:
 
 def test_pulumi_up_refuses_subnets_the_stack_file_does_not_record() -> None:
     """An unrecorded subnet could move when another pool changes: nothing is created there."""
-    from infra.azure.program import main
+    from kilonode.azure.program import main
 
     cluster = shipped_cluster_value("local")
     cluster["nodePools"].append({"name": "extra", "nodes": 3, "vmSize": "Standard_D4ds_v5", "gpusPerNode": 0})

@@ -8,10 +8,10 @@ from email.message import Message
 import pytest
 import yaml
 
-from infra.azure import custom_data
-from infra.azure.mockplan import Graph
-from infra.plan import ClusterPlan
-from infra.render import USER_DATA, pki, render_cluster
+from kilonode.azure import custom_data
+from kilonode.azure.mockplan import Graph
+from kilonode.plan import ClusterPlan
+from kilonode.render import USER_DATA, pki, render_cluster
 from tests.azure.conftest import VM, VMSS
 
 

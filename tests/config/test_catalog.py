@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config import catalog, load_stack
-from infra.plan import plan_stack
-from infra.problems import StackError
+from kilonode.config import catalog, load_stack
+from kilonode.plan import plan_stack
+from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
 
@@ -17,7 +17,7 @@ def problems_of(cluster: dict, write_stack: StackWriter) -> list[str]:
 
 
 def test_every_size_the_shipped_stacks_and_defaults_use_is_in_the_catalogue() -> None:
-    from infra.config.model import ApiserverConfig, EtcdClusterConfig, NodePoolConfig
+    from kilonode.config.model import ApiserverConfig, EtcdClusterConfig, NodePoolConfig
 
     used = {EtcdClusterConfig().vm_size, ApiserverConfig().vm_size, NodePoolConfig(name="x", nodes=1).vm_size}
     for name in ("local", "research-2500", "research-7500"):

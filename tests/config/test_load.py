@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import load_stack
-from infra.config.model import GIB
-from infra.problems import StackError
+from kilonode.config import load_stack
+from kilonode.config.model import GIB
+from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.image import cache, mirror, rootfs
-from infra.image.containers import compile_pause, describe_archive, single_binary_image
-from infra.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
-from infra.image.recipe import load_recipe
-from infra.image.verify import SshTarget, VerifyReport, merge
-from infra.paths import REPO_ROOT
+from kilonode.image import cache, mirror, rootfs
+from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
+from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
+from kilonode.image.recipe import load_recipe
+from kilonode.image.verify import SshTarget, VerifyReport, merge
+from kilonode.paths import REPO_ROOT
 
 RECIPE = load_recipe()
 
@@ -200,7 +200,7 @@ def test_ssh_target_parse() -> None:
 
 
 def kilonode(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kilonode.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
                           check=False, env={**os.environ, "COLUMNS": "200"})
 
 

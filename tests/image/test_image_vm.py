@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from infra.image.build import BuildResult, build_image
-from infra.image.disk import ImageFs
-from infra.image.manifest import Manifest
-from infra.paths import REPO_ROOT, STACKS_DIR
+from kilonode.image.build import BuildResult, build_image
+from kilonode.image.disk import ImageFs
+from kilonode.image.manifest import Manifest
+from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
 WORK = REPO_ROOT / "build" / "test-image"
-KILONODE = [sys.executable, "-m", "infra.cli"]
+KILONODE = [sys.executable, "-m", "kilonode.cli"]
 
 
 def kilonode(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
@@ -94,7 +94,7 @@ def test_containerd_pool_verifies_booting_its_vhd() -> None:
     resource disk, which a local VM does not have)."""
     stack = WORK / "stacks" / "Pulumi.local-containerd.yaml"
     stack.parent.mkdir(parents=True, exist_ok=True)
-    text = (STACKS_DIR / "Pulumi.local.yaml").read_text()
+    text = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text()
     assert text.count("runtime: docker") == 1
     stack.write_text(text.replace("runtime: docker", "runtime: containerd"))
     built = build_image(str(stack), "cpu", WORK / "containerd")

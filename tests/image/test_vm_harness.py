@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.image.qemu import FirmwareHang, Vm, VmConfig, VmError
+from kilonode.image.qemu import FirmwareHang, Vm, VmConfig, VmError
 
 pytestmark = pytest.mark.slow  # starts qemu
 

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.config import load_stack
-from infra.config.checks import cross_field_problems
-from infra.config.model import ClusterConfig, NodePoolConfig
-from infra.plan import ClusterPlan, resolve
-from infra.plan.resolve import pool_capacity
-from infra.problems import PlanError, undotted
+from kilonode.cli import app
+from kilonode.config import load_stack
+from kilonode.config.checks import cross_field_problems
+from kilonode.config.model import ClusterConfig, NodePoolConfig
+from kilonode.plan import ClusterPlan, resolve
+from kilonode.plan.resolve import pool_capacity
+from kilonode.problems import PlanError, undotted
 from tests.conftest import StackWriter
 
 PROFILE = load_stack("local").sysctl_profile

@@ -6,10 +6,10 @@ from ipaddress import IPv4Address
 
 import pytest
 
-from infra.config import load_stack
-from infra.config.model import ClusterConfig
-from infra.plan import ClusterPlan, plan_stack, resolve
-from infra.problems import PlanError, StackError
+from kilonode.config import load_stack
+from kilonode.config.model import ClusterConfig
+from kilonode.plan import ClusterPlan, plan_stack, resolve
+from kilonode.problems import PlanError, StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.plan import ClusterPlan
-from infra.render import USER_DATA, HostFiles, render_cluster
+from kilonode.plan import ClusterPlan
+from kilonode.render import USER_DATA, HostFiles, render_cluster
 from tests.conftest import SHIPPED_STACKS
 from tests.render.consumers import cloud_init_validator, systemd_verify
 

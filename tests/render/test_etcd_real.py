@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.plan import ClusterPlan
-from infra.render import pki, render_cluster
+from kilonode.plan import ClusterPlan
+from kilonode.render import pki, render_cluster
 from tests.render.local_pki import TestCA
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import difflib
 
 import pytest
 
-from infra.render.golden import GOLDEN_DIR, rendered
+from kilonode.render.golden import GOLDEN_DIR, rendered
 from tests.conftest import SHIPPED_STACKS
 
 

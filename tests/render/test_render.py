@@ -11,11 +11,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.config import load_stack
-from infra.plan import ClusterPlan, plan_stack
-from infra.render import USER_DATA, render_cluster, render_tree
-from infra.render.write import MARKER, OutputDirError, write_tree
+from kilonode.cli import app
+from kilonode.config import load_stack
+from kilonode.plan import ClusterPlan, plan_stack
+from kilonode.render import USER_DATA, render_cluster, render_tree
+from kilonode.render.write import MARKER, OutputDirError, write_tree
 from tests.conftest import StackWriter, shipped_cluster_value
 
 runner = CliRunner()

@@ -9,8 +9,8 @@ import pytest
 import testinfra
 import yaml
 
-from infra.plan.model import NodePoolPlan
-from tests.image.suite.conftest import run_ok, same_disk
+from kilonode.image.probes import run_ok, same_disk
+from kilonode.plan.model import NodePoolPlan
 
 
 def test_artefact_on_node_matches_build(host: testinfra.host.Host, artefact: dict[str, Any]) -> None:

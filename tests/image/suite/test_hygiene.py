@@ -10,8 +10,8 @@ import paramiko
 import pytest
 import testinfra
 
-from infra.image import mirror
-from tests.image.suite.conftest import run_ok
+from kilonode.image import mirror
+from kilonode.image.probes import run_ok
 
 
 @pytest.mark.persistent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import testinfra
 
-from infra.plan.model import SysctlSetting
+from kilonode.plan.model import SysctlSetting
 
 
 @pytest.mark.persistent

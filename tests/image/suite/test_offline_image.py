@@ -12,10 +12,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from infra.image import mirror
-from infra.image.disk import ImageFs, gpt_partitions
-from infra.image.manifest import Manifest
-from infra.plan.model import NodePoolPlan, SysctlSetting
+from kilonode.image import mirror
+from kilonode.image.disk import ImageFs, gpt_partitions
+from kilonode.image.manifest import Manifest
+from kilonode.plan.model import NodePoolPlan, SysctlSetting
 
 
 def test_image_machine_id_empty(image_fs: ImageFs) -> None:

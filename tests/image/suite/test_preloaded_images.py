@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import testinfra
 
-from infra.plan.model import NodePoolPlan
-from tests.image.suite.conftest import run_ok
+from kilonode.image.probes import run_ok
+from kilonode.plan.model import NodePoolPlan
 
 
 @pytest.mark.persistent

@@ -8,8 +8,8 @@ import time
 import pytest
 import testinfra
 
-from infra.plan.model import NodePoolPlan
-from tests.image.suite.conftest import run_ok, same_disk
+from kilonode.image.probes import run_ok, same_disk
+from kilonode.plan.model import NodePoolPlan
 
 
 def docker_info(host: testinfra.host.Host) -> dict[str, object]:
