@@ -1,0 +1,79 @@
+"""kilonode as users install it: the built wheel in a fresh virtualenv, run from a directory
+outside the checkout. No package index is reached: the wheel is built without build
+isolation, installed with --no-deps --no-index, and the fresh environment borrows the
+dependencies of this one through a .pth line (so only `kilonode` comes from the wheel)."""
+
+from __future__ import annotations
+
+import json
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kilonode.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow  # builds and installs a wheel (~15 s)
+
+
+def run(args: list[str], cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv holding the wheel; returns its bin/ directory."""
+    assert REPO_ROOT is not None
+    work = tmp_path_factory.mktemp("wheel")
+    built = run([sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+                 "--no-index", "-w", str(work / "dist")], cwd=work)
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    [wheel] = (work / "dist").glob("kilonode-*.whl")
+    venv = work / "venv"
+    assert run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work).returncode == 0
+    [purelib] = venv.glob("lib/python*/site-packages")
+    # the dependencies, from this environment; not kilonode itself (an editable install's
+    # finder lives in a .pth file there, and .pth files are read only in site directories)
+    (purelib / "borrowed-dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    done = run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+                "--no-index", str(wheel)], cwd=work)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return venv / "bin"
+
+
+def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
+    probe = run([str(installed / "python"), "-c", "import kilonode, kilonode.paths as p; "
+                 "print(kilonode.__file__); print(p.REPO_ROOT); print(p.TEMPLATES_DIR)"], cwd=tmp_path)
+    origin, repo_root, templates = probe.stdout.split()
+    assert "site-packages/kilonode/" in origin and repo_root == "None"
+    assert templates.endswith("site-packages/kilonode/_data/templates")
+    version = run([str(installed / "kilonode"), "--version"], cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip() == "kilonode 0.1.0"
+
+
+def test_render_explain_and_plan_work_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
+    kilonode = str(installed / "kilonode")
+    rendered = run([kilonode, "render", "local", "--out", "out"], cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    assert (tmp_path / "out" / "pool-cpu" / "etc" / "sysctl.d" / "90-kilonode.conf").is_file()
+    assert (tmp_path / "out" / "etcd-main-0" / "etc" / "systemd" / "system" / "etcd.service").is_file()
+    explained = run([kilonode, "explain", "research-7500"], cwd=tmp_path)
+    assert explained.returncode == 0 and "a100-ib" in explained.stdout, explained.stderr
+    planned = run([kilonode, "plan", "local", "--format", "json"], cwd=tmp_path)
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    assert json.loads(planned.stdout)["counts"]["azure-native:compute:VirtualMachine"] == 7
+
+
+def test_the_image_commands_find_their_recipe_and_suite(installed: Path, tmp_path: Path) -> None:
+    probe = run([str(installed / "python"), "-c",
+                 "from kilonode.image.recipe import load_recipe; from kilonode.paths import VERIFY_SUITE_DIR; "
+                 "r = load_recipe(); print(r.root); print(sorted(p.name for p in VERIFY_SUITE_DIR.glob('test_*.py')))"],
+                cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr
+    root, suite = probe.stdout.splitlines()
+    assert root.endswith("kilonode/_data/node_image")
+    assert "test_offline_image.py" in suite and "test_runtime.py" in suite
+    helped = run([str(installed / "kilonode"), "image", "verify", "--help"], cwd=tmp_path)
+    assert helped.returncode == 0 and "testinfra" in helped.stdout
