@@ -32,7 +32,7 @@ test: setup ## Run every test, slow ones (VMs, etcd) included, and ruff
 test-fast: setup ## Run the tests not marked slow
 	$(BIN)/pytest -m 'not slow'
 
-golden: setup ## Regenerate tests/golden/<stack>/ from the shipped stacks
+golden: setup ## Regenerate tests/golden/<stack>/ and docs/stack-reference.md
 	$(BIN)/python -m kilonode.render.golden
 
 bench: setup ## Time render and plan (bench/results/render.json, plan.json)

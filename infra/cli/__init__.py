@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kilonode.cli import image, plan, stack
+from kilonode.cli import image, plan, project, stack
 from kilonode.cli.common import out, run
 
 
@@ -65,6 +65,8 @@ COMMANDS: list[tuple[str, Callable[..., Any]]] = [
     ("render", stack.render),
     ("explain", stack.explain),
     ("plan", plan.plan_command),
+    ("new", project.new),
+    ("schema", project.schema),
 ]
 for _name, _function in COMMANDS:
     app.command(_name)(_function)

@@ -39,10 +39,24 @@ class StrictModel(BaseModel):
 class LocalDiskConfig(StrictModel):
     """The instance's local (temp or NVMe) SSD, formatted and mounted at first boot."""
 
-    # Azure exposes the temp (resource) disk of `d` sizes through cloud-init's udev link.
-    device: str = "/dev/disk/cloud/azure_resource"
-    mount_point: str = "/mnt/local-ssd"
-    filesystem: Literal["ext4", "xfs"] = "ext4"
+    device: str = Field(
+        default="/dev/disk/cloud/azure_resource",
+        description=(
+            "Azure exposes the temp (resource) disk of `d` sizes through cloud-init's udev link."
+        ),
+    )
+    mount_point: str = Field(
+        default="/mnt/local-ssd",
+        description=(
+            "Where the local disk is mounted; etcd's data and the runtime root go below it."
+        ),
+    )
+    filesystem: Literal["ext4", "xfs"] = Field(
+        default="ext4",
+        description=(
+            "The filesystem made on the local disk at first boot."
+        ),
+    )
 
     @field_validator("device", "mount_point")
     @classmethod
@@ -53,21 +67,52 @@ class LocalDiskConfig(StrictModel):
 
 
 class EtcdClusterConfig(StrictModel):
-    # 7,500-node post: 5 etcd nodes for the main store; 3 tolerate 1 failure, 5 tolerate 2.
-    members: int = 5
-    # 2,500-node post: the 2 GB default quota was hit past 1,000 nodes and stopped all
-    # writes; etcd documents 8 GiB as the suggested maximum.
-    quota_backend_bytes: int = 8 * GIB
-    # Above 8 GiB etcd only warns; we refuse unless the stack says it knows.
-    acknowledge_quota_above_suggested_maximum: bool = False
-    # etcd hardware guide "xLarge" (~3,000-node cluster): 16 vCPU, 64 GB RAM; the `d` in
-    # Ddsv5 gives a local temp SSD (2,500-node post: ~200 us fsync vs ~2 ms on premium SSD).
-    vm_size: str = "Standard_D16ds_v5"
-    local_disk: LocalDiskConfig = LocalDiskConfig()
-    # kube-apiserver compacts every 5 min; etcd's own periodic compaction is the backstop
-    # that keeps history bounded if every apiserver is down.
-    auto_compaction_retention: str = "1h"
-    snapshot_count: int = Field(default=10000, ge=100)
+    members: int = Field(
+        default=5,
+        description=(
+            "7,500-node post: 5 etcd nodes for the main store; 3 tolerate 1 failure, 5 tolerate 2."
+        ),
+    )
+    quota_backend_bytes: int = Field(
+        default=8 * GIB,
+        description=(
+            "2,500-node post: the 2 GB default quota was hit past 1,000 nodes and stopped all writes; etcd "
+            "documents 8 GiB as the suggested maximum."
+        ),
+    )
+    acknowledge_quota_above_suggested_maximum: bool = Field(
+        default=False,
+        description=(
+            "Above 8 GiB etcd only warns; we refuse unless the stack says it knows."
+        ),
+    )
+    vm_size: str = Field(
+        default="Standard_D16ds_v5",
+        description=(
+            'etcd hardware guide "xLarge" (~3,000-node cluster): 16 vCPU, 64 GB RAM; the `d` in Ddsv5 gives a'
+            " local temp SSD (2,500-node post: ~200 us fsync vs ~2 ms on premium SSD)."
+        ),
+    )
+    local_disk: LocalDiskConfig = Field(
+        default=LocalDiskConfig(),
+        description=(
+            "The local SSD that holds etcd's data directory (2,500-node post: ~200 us fsync vs ~2 ms on a "
+            "remote disk)."
+        ),
+    )
+    auto_compaction_retention: str = Field(
+        default="1h",
+        description=(
+            "kube-apiserver compacts every 5 min; etcd's own periodic compaction is the backstop that keeps "
+            "history bounded if every apiserver is down."
+        ),
+    )
+    snapshot_count: int = Field(
+        default=10000, ge=100,
+        description=(
+            "etcd --snapshot-count: committed transactions between snapshots (etcd's own default since 3.2)."
+        ),
+    )
 
     @field_validator("members")
     @classmethod
@@ -90,37 +135,72 @@ class EtcdClusterConfig(StrictModel):
 
 
 class EtcdConfig(StrictModel):
-    main: EtcdClusterConfig = EtcdClusterConfig()
-    # 7,500-node post: Events in their own etcd so event storms cannot hurt the main store;
-    # 3 members tolerate 1 failure, and losing Events is survivable.
-    events: EtcdClusterConfig = EtcdClusterConfig(members=3)
+    main: EtcdClusterConfig = Field(
+        default=EtcdClusterConfig(),
+        description=(
+            "The main etcd cluster: every object but Events."
+        ),
+    )
+    events: EtcdClusterConfig = Field(
+        default=EtcdClusterConfig(members=3),
+        description=(
+            "7,500-node post: Events in their own etcd so event storms cannot hurt the main store; 3 members "
+            "tolerate 1 failure, and losing Events is survivable."
+        ),
+    )
 
 
 class AuditLogConfig(StrictModel):
-    # 2,500-node post: audit logs found the slow and excessive queries.
-    path: str = "/var/log/kubernetes/audit/audit.log"
-    # CIS Kubernetes Benchmark 1.2.17-1.2.19: maxage 30, maxbackup 10, maxsize 100.
-    max_age_days: int = Field(default=30, ge=1)
-    max_backup: int = Field(default=10, ge=1)
-    max_size_mb: int = Field(default=100, ge=1)
+    path: str = Field(
+        default="/var/log/kubernetes/audit/audit.log",
+        description=(
+            "2,500-node post: audit logs found the slow and excessive queries."
+        ),
+    )
+    max_age_days: int = Field(
+        default=30, ge=1,
+        description=(
+            "CIS Kubernetes Benchmark 1.2.17-1.2.19: maxage 30, maxbackup 10, maxsize 100."
+        ),
+    )
+    max_backup: int = Field(default=10, ge=1, description="CIS Kubernetes Benchmark 1.2.18: rotated audit files kept.")
+    max_size_mb: int = Field(
+        default=100, ge=1,
+        description=(
+            "CIS Kubernetes Benchmark 1.2.19: audit file size before rotation."
+        ),
+    )
 
 
 class ApiserverConfig(StrictModel):
-    # 7,500-node post: 5 dedicated apiserver nodes.
-    replicas: int = Field(default=5, ge=1, le=15)
-    vm_size: str = "Standard_D32ds_v5"
-    audit_log: AuditLogConfig = AuditLogConfig()
-    local_disk: LocalDiskConfig = LocalDiskConfig()
+    replicas: int = Field(default=5, ge=1, le=15, description="7,500-node post: 5 dedicated apiserver nodes.")
+    vm_size: str = Field(
+        default="Standard_D32ds_v5",
+        description=(
+            "7,500-node post: dedicated apiserver VMs; 32 vCPUs and a local temp disk for the audit log."
+        ),
+    )
+    audit_log: AuditLogConfig = Field(
+        default=AuditLogConfig(),
+        description=(
+            "The apiserver's audit log file and its rotation."
+        ),
+    )
+    local_disk: LocalDiskConfig = Field(default=LocalDiskConfig(), description="The apiserver VM's local SSD.")
 
 
 class PreloadImageConfig(StrictModel):
     """An image baked into the node image so a fresh node needs no pull for it."""
 
-    image: str
-    # A docker-archive tarball supplied by the user (a path relative to the stack's project,
-    # the folder of its Pulumi.yaml);
-    # without it the image build pulls `image` where a registry is reachable.
-    archive: str | None = None
+    image: str = Field(description="The image reference, like 'registry/name:tag' (a digest may follow).")
+    archive: str | None = Field(
+        default=None,
+        description=(
+            "A docker-archive tarball supplied by the user (a path relative to the stack's project, the "
+            "folder of its Pulumi.yaml); without it the image build pulls `image` where a registry is "
+            "reachable."
+        ),
+    )
 
     @field_validator("image")
     @classmethod
@@ -131,44 +211,111 @@ class PreloadImageConfig(StrictModel):
 
 
 class NodePoolConfig(StrictModel):
-    name: str = Field(pattern=NAME_PATTERN)
-    nodes: int = Field(ge=1)
-    # Native pod networking: routable secondary NIC IPs per node (field notes: flannel
-    # capped pods at ~2 Gbit/s). One GPU pod per node is the common shape; 0 means
-    # hostNetwork pods only.
-    pods_per_node: int = Field(default=8, ge=0)
-    # hostNetwork DaemonSet pods (device plugin, DCGM exporter, log agent) need no pod IP
-    # but count towards the kubelet's maxPods.
-    host_network_pods: int = Field(default=8, ge=0, le=100)
-    # Field notes (Kubernetes today): containerd is the default CRI; `docker` means Docker
-    # behind cri-dockerd, as the 2,500/7,500-node clusters ran it.
-    runtime: Literal["docker", "containerd"] = "containerd"
-    # 7,500-node post: GPU nodes with InfiniBand; a scale set then keeps a single
-    # placement group, so at most 100 VMs per scale set. Unset: whether the size has
-    # InfiniBand (infra/config/catalog/vm_sizes.yaml); true on a size without it is refused.
-    infiniband: bool | None = None
-    # The 7,500-node post's GPU nodes: 8 A100s with InfiniBand (ND A100 v4).
-    vm_size: str = "Standard_ND96asr_v4"
-    # Unset: the size's GPU count from the catalogue; a different number is refused.
-    gpus_per_node: int | None = Field(default=None, ge=0, le=16)
-    local_disk: LocalDiskConfig = LocalDiskConfig()
-    # 2,500-node post: Docker max-concurrent-downloads 10 so big layers pull in parallel.
-    max_concurrent_downloads: int = Field(default=10, ge=1, le=64)
-    # 2,500-node post: serialized pulls let one 17 GB image block all others.
-    max_parallel_image_pulls: int = Field(default=10, ge=1, le=64)
-    # 2,500-node post: big pulls were cancelled for "lack of progress" at the default.
-    image_pull_progress_deadline: str = Field(default="30m", pattern=r"^[0-9]+[smh]$")
-    preload_images: tuple[PreloadImageConfig, ...] = ()
-    # The most nodes this pool may grow to. Its subnet is sized for max(nodes, maxNodes) when
-    # it is first allocated, so growing up to maxNodes never moves an address. Unset: nodes
-    # (no room planned beyond what the subnet's power-of-two size happens to leave).
-    max_nodes: int | None = Field(default=None, ge=1)
-    # Recorded by `kilonode allocate` (or pinned by hand): once recorded, no change to another
-    # pool or role moves it. Unset: the plan places it, and warns until it is recorded.
-    subnet: IPv4Network | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    # `key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated.
-    taints: tuple[str, ...] = ()
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description=(
+            "The pool's name: it names its scale sets (<cluster>-<pool>-000), subnet and render directory."
+        ),
+    )
+    nodes: int = Field(ge=1, description="How many nodes the pool has now (see maxNodes for its room to grow).")
+    pods_per_node: int = Field(
+        default=8, ge=0,
+        description=(
+            "Native pod networking: routable secondary NIC IPs per node (field notes: flannel capped pods at "
+            "~2 Gbit/s). One GPU pod per node is the common shape; 0 means hostNetwork pods only."
+        ),
+    )
+    host_network_pods: int = Field(
+        default=8, ge=0, le=100,
+        description=(
+            "hostNetwork DaemonSet pods (device plugin, DCGM exporter, log agent) need no pod IP but count "
+            "towards the kubelet's maxPods."
+        ),
+    )
+    runtime: Literal["docker", "containerd"] = Field(
+        default="containerd",
+        description=(
+            "Field notes (Kubernetes today): containerd is the default CRI; `docker` means Docker behind cri-"
+            "dockerd, as the 2,500/7,500-node clusters ran it."
+        ),
+    )
+    infiniband: bool | None = Field(
+        default=None,
+        description=(
+            "7,500-node post: GPU nodes with InfiniBand; a scale set then keeps a single placement group, so "
+            "at most 100 VMs per scale set. Unset: whether the size has InfiniBand "
+            "(infra/config/catalog/vm_sizes.yaml); true on a size without it is refused."
+        ),
+    )
+    vm_size: str = Field(
+        default="Standard_ND96asr_v4",
+        description=(
+            "The 7,500-node post's GPU nodes: 8 A100s with InfiniBand (ND A100 v4)."
+        ),
+    )
+    gpus_per_node: int | None = Field(
+        default=None, ge=0, le=16,
+        description=(
+            "Unset: the size's GPU count from the catalogue; a different number is refused."
+        ),
+    )
+    local_disk: LocalDiskConfig = Field(
+        default=LocalDiskConfig(),
+        description=(
+            "2,500-node post: the container runtime's root on the instance's local SSD, not the OS disk."
+        ),
+    )
+    max_concurrent_downloads: int = Field(
+        default=10, ge=1, le=64,
+        description=(
+            "2,500-node post: Docker max-concurrent-downloads 10 so big layers pull in parallel."
+        ),
+    )
+    max_parallel_image_pulls: int = Field(
+        default=10, ge=1, le=64,
+        description=(
+            "2,500-node post: serialized pulls let one 17 GB image block all others."
+        ),
+    )
+    image_pull_progress_deadline: str = Field(
+        default="30m", pattern=r"^[0-9]+[smh]$",
+        description=(
+            '2,500-node post: big pulls were cancelled for "lack of progress" at the default.'
+        ),
+    )
+    preload_images: tuple[PreloadImageConfig, ...] = Field(
+        default=(),
+        description=(
+            "Images baked into the node image besides the pause image, so a fresh node pulls none of them."
+        ),
+    )
+    max_nodes: int | None = Field(
+        default=None, ge=1,
+        description=(
+            "The most nodes this pool may grow to. Its subnet is sized for max(nodes, maxNodes) when it is "
+            "first allocated, so growing up to maxNodes never moves an address. Unset: nodes (no room planned"
+            " beyond what the subnet's power-of-two size happens to leave)."
+        ),
+    )
+    subnet: IPv4Network | None = Field(
+        default=None,
+        description=(
+            "Recorded by `kilonode allocate` (or pinned by hand): once recorded, no change to another pool or"
+            " role moves it. Unset: the plan places it, and warns until it is recorded."
+        ),
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Node labels the kubelet registers with (kilonode.io/pool is always set)."
+        ),
+    )
+    taints: tuple[str, ...] = Field(
+        default=(),
+        description=(
+            "`key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated."
+        ),
+    )
 
     @field_validator("labels")
     @classmethod
@@ -190,9 +337,18 @@ class NodePoolConfig(StrictModel):
 
 
 class SysctlConfig(StrictModel):
-    # A file in sysctl/ (without .yaml) with a value and a reason per key.
-    profile: str = Field(default="gpu-worker", pattern=r"^[a-z0-9-]+$")
-    overrides: dict[str, int | str] = Field(default_factory=dict)
+    profile: str = Field(
+        default="gpu-worker", pattern=r"^[a-z0-9-]+$",
+        description=(
+            "A file in sysctl/ (without .yaml) with a value and a reason per key."
+        ),
+    )
+    overrides: dict[str, int | str] = Field(
+        default_factory=dict,
+        description=(
+            "Sysctl values that replace the profile's, each reported as a stack override."
+        ),
+    )
 
     @field_validator("overrides")
     @classmethod
@@ -204,47 +360,136 @@ class SysctlConfig(StrictModel):
 
 
 class NetworkConfig(StrictModel):
-    # One VNet per cluster; Azure counts at most 65,536 private IPs in it, whatever its
-    # address space, so a larger space only helps subnet alignment.
-    vnet_cidr: IPv4Network = IPv4Network("10.0.0.0/16")
-    # Recorded by `kilonode allocate` (or pinned by hand); unset, the plan places them and
-    # warns until they are recorded, since the static etcd/apiserver/LB IPs derive from them.
-    control_plane_subnet: IPv4Network | None = None
-    etcd_subnet: IPv4Network | None = None
-    service_cidr: IPv4Network = IPv4Network("172.16.0.0/16")
-    # Who may reach the apiserver load balancer on 6443 besides the VNet itself.
-    apiserver_allowed_cidrs: tuple[IPv4Network, ...] = ()
-    # SSH (22) is allowed only from here; none means no SSH rule at all.
-    admin_cidr: IPv4Network | None = None
-    public_ips_on_control_plane: bool = False
-    # 0.0.0.0/0 in adminCidr or apiserverAllowedCidrs opens SSH or the apiserver to the whole
-    # internet; refused unless this says the stack means it.
-    acknowledge_world_open_access: bool = False
+    vnet_cidr: IPv4Network = Field(
+        default=IPv4Network("10.0.0.0/16"),
+        description=(
+            "One VNet per cluster; Azure counts at most 65,536 private IPs in it, whatever its address space,"
+            " so a larger space only helps subnet alignment."
+        ),
+    )
+    control_plane_subnet: IPv4Network | None = Field(
+        default=None,
+        description=(
+            "Recorded by `kilonode allocate` (or pinned by hand); unset, the plan places them and warns until"
+            " they are recorded, since the static etcd/apiserver/LB IPs derive from them."
+        ),
+    )
+    etcd_subnet: IPv4Network | None = Field(
+        default=None,
+        description=(
+            "Recorded by `kilonode allocate` (or pinned by hand): the etcd members' static IPs sit at fixed "
+            "offsets in it."
+        ),
+    )
+    service_cidr: IPv4Network = Field(
+        default=IPv4Network("172.16.0.0/16"),
+        description=(
+            "Kubernetes Service IPs: virtual, outside the VNet; .1 is the kubernetes Service, .10 cluster "
+            "DNS."
+        ),
+    )
+    apiserver_allowed_cidrs: tuple[IPv4Network, ...] = Field(
+        default=(),
+        description=(
+            "Who may reach the apiserver load balancer on 6443 besides the VNet itself."
+        ),
+    )
+    admin_cidr: IPv4Network | None = Field(
+        default=None,
+        description=(
+            "SSH (22) is allowed only from here; none means no SSH rule at all."
+        ),
+    )
+    public_ips_on_control_plane: bool = Field(
+        default=False,
+        description=(
+            "Public IPs on etcd and apiserver VMs; off by default: the control plane is reached from inside "
+            "the VNet."
+        ),
+    )
+    acknowledge_world_open_access: bool = Field(
+        default=False,
+        description=(
+            "0.0.0.0/0 in adminCidr or apiserverAllowedCidrs opens SSH or the apiserver to the whole "
+            "internet; refused unless this says the stack means it."
+        ),
+    )
 
 
 class NodeImageConfig(StrictModel):
-    # Azure Compute Gallery: 1 replica per 20 VMs created at once, >= 3 for production,
-    # at most 100 per version. The largest burst is one wave of scale-set creation.
-    max_concurrent_vm_creates: int = Field(default=1000, ge=1)
-    min_replicas: int = Field(default=3, ge=1, le=100)
+    max_concurrent_vm_creates: int = Field(
+        default=1000, ge=1,
+        description=(
+            "Azure Compute Gallery: 1 replica per 20 VMs created at once, >= 3 for production, at most 100 "
+            "per version. The largest burst is one wave of scale-set creation."
+        ),
+    )
+    min_replicas: int = Field(
+        default=3, ge=1, le=100,
+        description=(
+            "Azure Compute Gallery guidance: at least 3 replicas for production images."
+        ),
+    )
 
 
 class ClusterConfig(StrictModel):
-    name: str = Field(pattern=NAME_PATTERN)
-    # An Azure region name, checked against infra/config/catalog/regions.yaml.
-    location: str = Field(default="westus2", pattern=r"^[a-z0-9]+$")
-    zones: tuple[str, ...] = ("1", "2", "3")
-    # A minor in SUPPORTED_KUBERNETES_MINORS; flags and config fields are rendered for it.
-    kubernetes_version: str = "1.34.2"
-    # Preloaded on every node (field notes: a registry quota hit on the pause pull blocks
-    # the whole node); the node image builds it, so nothing is pulled.
-    pause_image: str = "registry.k8s.io/pause:3.10"
-    network: NetworkConfig = NetworkConfig()
-    etcd: EtcdConfig = EtcdConfig()
-    apiserver: ApiserverConfig = ApiserverConfig()
-    node_pools: tuple[NodePoolConfig, ...] = Field(min_length=1)
-    sysctl: SysctlConfig = SysctlConfig()
-    node_image: NodeImageConfig = NodeImageConfig()
+    name: str = Field(pattern=NAME_PATTERN, description="The cluster's name: it prefixes every Azure resource name.")
+    location: str = Field(
+        default="westus2", pattern=r"^[a-z0-9]+$",
+        description=(
+            "An Azure region name, checked against infra/config/catalog/regions.yaml."
+        ),
+    )
+    zones: tuple[str, ...] = Field(
+        default=("1", "2", "3"),
+        description=(
+            "Availability zones the members and scale-set shards spread over, round robin."
+        ),
+    )
+    kubernetes_version: str = Field(
+        default="1.34.2",
+        description=(
+            "A minor in SUPPORTED_KUBERNETES_MINORS; flags and config fields are rendered for it."
+        ),
+    )
+    pause_image: str = Field(
+        default="registry.k8s.io/pause:3.10",
+        description=(
+            "Preloaded on every node (field notes: a registry quota hit on the pause pull blocks the whole "
+            "node); the node image builds it, so nothing is pulled."
+        ),
+    )
+    network: NetworkConfig = Field(
+        default=NetworkConfig(),
+        description=(
+            "The VNet, its subnets and who may reach the control plane."
+        ),
+    )
+    etcd: EtcdConfig = Field(default=EtcdConfig(), description="The two etcd clusters: main and events.")
+    apiserver: ApiserverConfig = Field(
+        default=ApiserverConfig(),
+        description=(
+            "The dedicated kube-apiserver VMs behind an internal load balancer."
+        ),
+    )
+    node_pools: tuple[NodePoolConfig, ...] = Field(
+        min_length=1,
+        description=(
+            "The node pools: each a set of scale sets of one VM size."
+        ),
+    )
+    sysctl: SysctlConfig = Field(
+        default=SysctlConfig(),
+        description=(
+            "Kernel parameters for every node: a profile in sysctl/ plus overrides."
+        ),
+    )
+    node_image: NodeImageConfig = Field(
+        default=NodeImageConfig(),
+        description=(
+            "How the node image is replicated in the Azure Compute Gallery."
+        ),
+    )
 
     @field_validator("kubernetes_version")
     @classmethod

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from kilonode.config import available_stacks, load_stack
+from kilonode.config.reference import REFERENCE_DOC, reference_markdown
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import plan_stack
 from kilonode.problems import StackError
@@ -39,10 +40,19 @@ def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
     return names
 
 
+def regenerate_reference() -> Path:
+    """docs/stack-reference.md, from the model (kilonode.config.reference)."""
+    target = (REPO_ROOT or Path.cwd()) / REFERENCE_DOC
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(reference_markdown(), encoding="utf-8")
+    return target
+
+
 if __name__ == "__main__":
     try:
         for written in regenerate():
             print(f"regenerated {GOLDEN_DIR}/{written}")
+        print(f"regenerated {regenerate_reference()}")
     except StackError as error:
         print(error, file=sys.stderr)
         sys.exit(2)

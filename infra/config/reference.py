@@ -1,0 +1,223 @@
+"""The stack file described from the one source of truth, the pydantic model: its JSON Schema
+(`kilonode schema`, for editor completion), the key-by-key reference (docs/stack-reference.md)
+and a first stack file with every key commented (`kilonode new`)."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from kilonode.config.load import CONFIG_KEY
+from kilonode.config.model import ClusterConfig
+
+REFERENCE_DOC = "docs/stack-reference.md"
+
+
+def stack_file_schema() -> dict[str, Any]:
+    """JSON Schema of a stack file: Pulumi's `config:` map with kilonode's value under CONFIG_KEY."""
+    cluster = ClusterConfig.model_json_schema(by_alias=True, mode="validation")
+    defs = cluster.pop("$defs", {})
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "kilonode stack file (Pulumi.<stack>.yaml)",
+        "description": "A Pulumi stack config file; kilonode reads the value under config.kilonode:cluster. "
+                       "Other config keys (other providers' settings) are Pulumi's and allowed.",
+        "type": "object",
+        "required": ["config"],
+        "properties": {
+            "config": {
+                "type": "object",
+                "required": [CONFIG_KEY],
+                "properties": {CONFIG_KEY: cluster},
+            },
+            "secretsprovider": {"type": "string"},
+            "encryptedkey": {"type": "string"},
+            "encryptionsalt": {"type": "string"},
+        },
+        "$defs": defs,
+    }
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str  # nodePools[].podsPerNode
+    depth: int
+    field: FieldInfo
+    default: Any  # the effective default here (a section's own default instance), or PydanticUndefined
+    section: type[BaseModel] | None  # the model this key opens, if it is a section
+    is_list: bool  # a list of sections (nodePools[])
+
+
+def _section_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """(model, is_list) when the annotation is a model, an optional model or a tuple of models."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tuple and args and isinstance(args[0], type) and issubclass(args[0], BaseModel):
+        return args[0], True
+    if isinstance(annotation, types.UnionType) or origin is typing.Union:
+        for arg in args:
+            model, is_list = _section_model(arg)
+            if model is not None:
+                return model, is_list
+    return None, False
+
+
+def keys(model: type[BaseModel] = ClusterConfig, prefix: str = "", depth: int = 0,
+         defaults: BaseModel | None = None) -> Iterator[Key]:
+    """Every key of the stack's value, depth first, in the model's order."""
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        path = f"{prefix}{alias}"
+        if defaults is not None:
+            default = getattr(defaults, name)
+        elif info.default_factory is not None:
+            default = info.default_factory()  # type: ignore[call-arg]
+        else:
+            default = info.default
+        section, is_list = _section_model(info.annotation)
+        yield Key(path, depth, info, default, section, is_list)
+        if section is not None:
+            child_defaults = default if isinstance(default, BaseModel) else None
+            child_prefix = f"{path}[]." if is_list else f"{path}."
+            yield from keys(section, child_prefix, depth + 1, child_defaults)
+
+
+def type_name(annotation: Any) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is IPv4Network:
+        return "CIDR"
+    if annotation in (int, str, bool, float):
+        return annotation.__name__
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if isinstance(annotation, types.UnionType) or origin is typing.Union:
+        inner = [type_name(a) for a in args if a is not type(None)]
+        return " or ".join(inner) + (" (optional)" if type(None) in args else "")
+    if origin is tuple:
+        return f"list of {type_name(args[0])}"
+    if origin is dict:
+        return f"map of {type_name(args[0])} to {type_name(args[1])}"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    return str(annotation)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, IPv4Network):
+        return str(value)
+    return value
+
+
+def default_text(key: Key) -> str:
+    if key.default is PydanticUndefined:
+        return "required"
+    if key.section is not None:
+        return "see below"
+    value = _plain(key.default)
+    if value is None:
+        return "unset"
+    return f"`{json.dumps(value)}`"
+
+
+def constraints(info: FieldInfo) -> str:
+    words: list[str] = []
+    for item in info.metadata:
+        for attr, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
+            if getattr(item, attr, None) is not None:
+                words.append(f"{symbol} {getattr(item, attr)}")
+        if getattr(item, "min_length", None):
+            words.append(f"at least {item.min_length}")
+        if getattr(item, "pattern", None):
+            words.append(f"matches `{item.pattern}`")
+    return ", ".join(words)
+
+
+def reference_markdown() -> str:
+    """docs/stack-reference.md: every key with its type, default, constraints and reason."""
+    lines = [
+        "# Stack file reference",
+        "",
+        "<!-- Generated from infra/config/model.py by `make golden` (kilonode.config.reference); "
+        "a test keeps it current. -->",
+        "",
+        f"A stack file is a Pulumi stack config file (`stacks/Pulumi.<stack>.yaml`); kilonode reads the "
+        f"value under `config.{CONFIG_KEY}`. It holds overrides only: every key below has its default "
+        "and the reason for it. `kilonode schema` prints the same as JSON Schema for editors; "
+        "`kilonode new DIR` writes a first stack with every key commented. Keys are camelCase, "
+        "unknown keys are errors, and cross-field rules (odd etcd sizes, subnets inside the VNet, sizes "
+        "against the catalogue, ...) are listed in the README.",
+        "",
+        "| key | type | default | constraints | why |",
+        "|---|---|---|---|---|",
+    ]
+    for key in keys():
+        why = (key.field.description or "").replace("|", "\\|")
+        lines.append(
+            f"| `{key.path}` | {type_name(key.field.annotation)} | {default_text(key)} | "
+            f"{constraints(key.field)} | {why} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _yaml_value(value: Any) -> str:
+    return yaml.safe_dump(_plain(value), default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+
+
+def starter_stack(cluster: str, stack: str) -> str:
+    """A first stack file: the required keys set, every other key commented with its default
+    and the reason, so a user uncomments what they change (a test uncomments them all and
+    gets the same cluster)."""
+    out = [
+        f"# Stack '{stack}' of cluster '{cluster}', written by `kilonode new`.",
+        "# Only the uncommented keys are set; every other key shows its default and why (uncomment a",
+        "# section's line too when you set a key inside it). Check the stack with",
+        f"# `kilonode validate {stack}`; before the first `pulumi up`, record its subnets with",
+        f"# `kilonode allocate {stack}`. Every key: docs/stack-reference.md in kilonode's repository.",
+        "config:",
+        f"  {CONFIG_KEY}:",
+    ]
+    for key in keys():
+        if key.path.startswith("nodePools[]."):
+            continue  # written with the pool below
+        indent = "    " + "  " * key.depth
+        why = key.field.description or ""
+        if key.path == "name":
+            out += [f"{indent}# {why}", f"{indent}name: {cluster}"]
+        elif key.path == "nodePools":
+            out += [f"{indent}# {why}", f"{indent}nodePools:", f"{indent}  - name: gpu", f"{indent}    nodes: 2"]
+            out += _commented((k for k in keys() if k.path.startswith("nodePools[].")), indent + "    ",
+                              skip={"nodePools[].name", "nodePools[].nodes"})
+        else:
+            out += _commented([key], "    " + "  " * key.depth, skip=set(), relative=False)
+    return "\n".join(out) + "\n"
+
+
+def _commented(entries: typing.Iterable[Key], indent: str, skip: set[str], relative: bool = True) -> list[str]:
+    lines = []
+    for key in entries:
+        # a list inside a list (a pool's preloadImages) shows as its default, without its items
+        if key.path in skip or key.path.count("[].") > 1 or key.default is PydanticUndefined:
+            continue
+        pad = indent + ("  " * (key.depth - 1) if relative else "")
+        name = key.path.rsplit(".", 1)[-1]
+        why = key.field.description or ""
+        if key.section is not None and not key.is_list:
+            lines.append(f"{pad}# {name}:  # {why}")
+        else:
+            lines.append(f"{pad}# {name}: {_yaml_value(key.default)}  # {why}")
+    return lines
