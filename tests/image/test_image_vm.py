@@ -25,7 +25,13 @@ from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-WORK = REPO_ROOT / "build" / "test-image"
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Everything these tests build and boot, outside the source tree."""
+    return tmp_path_factory.mktemp("image")
+
 KILONODE = [sys.executable, "-m", "kilonode.cli"]
 
 
@@ -35,9 +41,9 @@ def kilonode(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[s
 
 
 @pytest.fixture(scope="session")
-def built() -> BuildResult:
+def built(work: Path) -> BuildResult:
     """The `local` stack's pool image, built once per session (base rootfs from the cache)."""
-    return build_image("local", "cpu", WORK / "clean")
+    return build_image("local", "cpu", work / "clean")
 
 
 @dataclass(frozen=True)
@@ -48,10 +54,9 @@ class VerifyRun:
 
 
 @pytest.fixture(scope="session")
-def clean_run(built: BuildResult) -> VerifyRun:
-    work = WORK / "verify-clean"
-    shutil.rmtree(work, ignore_errors=True)
-    result = kilonode("image", "verify", str(built.raw), "--workdir", str(work), "--junit", str(WORK / "clean.xml"))
+def clean_run(built: BuildResult, work: Path) -> VerifyRun:
+    result = kilonode("image", "verify", str(built.raw), "--workdir", str(work / "verify-clean"),
+                      "--junit", str(work / "clean.xml"))
     output = result.stdout + result.stderr
     return VerifyRun(result.returncode, output, [line for line in output.splitlines() if line.startswith("FAILED")])
 
@@ -67,14 +72,14 @@ def test_build_writes_raw_vhd_and_manifest(built: BuildResult) -> None:
     assert "/etc/sysctl.d/90-kilonode.conf" in {a["path"] for a in manifest.artefacts}
 
 
-def test_clean_image_passes_verify(clean_run: VerifyRun) -> None:
+def test_clean_image_passes_verify(clean_run: VerifyRun, work: Path) -> None:
     assert clean_run.returncode == 0, clean_run.output[-6000:]
     assert clean_run.failed == []
     # the three phases ran and did real work
     for phase in ("offline", "first-boot", "after-reboot"):
         assert f"  {phase}" in clean_run.output
     # the after-reboot checks ran in a second boot that came from a fresh power-on of the same disks
-    boots = json.loads((WORK / "verify-clean" / "verify-summary.json").read_text())["boots"]
+    boots = json.loads((work / "verify-clean" / "verify-summary.json").read_text())["boots"]
     assert [b["how"] for b in boots] == ["power-on", "power-cycle"]
     assert all(b["ssh_s"] is not None and b["kernel_s"] is not None for b in boots)
     assert boots[1]["shutdown_s"] is not None
@@ -88,21 +93,19 @@ def test_verify_leaves_the_image_pristine(built: BuildResult, clean_run: VerifyR
     assert not [n for n in fs.listdir("/etc/ssh") if n.startswith("ssh_host_")]
 
 
-def test_containerd_pool_verifies_booting_its_vhd() -> None:
+def test_containerd_pool_verifies_booting_its_vhd(work: Path) -> None:
     """The other runtime, booted from the fixed VHD that goes to Azure: the `local` stack
     with its pool switched to containerd (the shipped containerd pool names Azure's
     resource disk, which a local VM does not have)."""
-    stack = WORK / "stacks" / "Pulumi.local-containerd.yaml"
+    stack = work / "stacks" / "Pulumi.local-containerd.yaml"
     stack.parent.mkdir(parents=True, exist_ok=True)
     text = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text()
     assert text.count("runtime: docker") == 1
     stack.write_text(text.replace("runtime: docker", "runtime: containerd"))
-    built = build_image(str(stack), "cpu", WORK / "containerd")
+    built = build_image(str(stack), "cpu", work / "containerd")
     manifest = Manifest.load(built.manifest)
     assert "containerd" in manifest.data["packages"] and "docker.io" not in manifest.data["packages"]
-    work = WORK / "verify-containerd"
-    shutil.rmtree(work, ignore_errors=True)
-    result = kilonode("image", "verify", str(built.vhd), "--workdir", str(work))
+    result = kilonode("image", "verify", str(built.vhd), "--workdir", str(work / "verify-containerd"))
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
 
 
@@ -164,12 +167,11 @@ def seed_defects(built: BuildResult, target: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def defect_run(built: BuildResult) -> VerifyRun:
-    raw = seed_defects(built, WORK / "defective")
-    work = WORK / "verify-defective"
-    shutil.rmtree(work, ignore_errors=True)
+def defect_run(built: BuildResult, work: Path) -> VerifyRun:
+    raw = seed_defects(built, work / "defective")
     result = kilonode(
-        "image", "verify", str(raw), "--workdir", str(work), "--user-data", str(raw.parent / "defective.user-data")
+        "image", "verify", str(raw), "--workdir", str(work / "verify-defective"),
+        "--user-data", str(raw.parent / "defective.user-data"),
     )
     output = result.stdout + result.stderr
     return VerifyRun(result.returncode, output, [line for line in output.splitlines() if line.startswith("FAILED")])

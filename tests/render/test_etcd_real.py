@@ -1,12 +1,13 @@
 """The rendered etcd flags, run by real etcd (Debian's etcd-server) on loopback.
 
-Each member's Azure address is mapped to its own loopback address (127.0.0.11, ...), its
+Each member's Azure address is mapped to its own loopback address (127.X.Y.11, ...), its
 data dir and TLS files to a temporary directory; every other flag is used as rendered.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import signal
@@ -54,7 +55,9 @@ def main_cluster(plans: dict[str, ClusterPlan], tmp_path: Path):
     plan = plans["local"]
     cluster = plan.etcd_main
     hosts = render_cluster(plan)
-    addresses = {str(m.ip): f"127.0.0.{11 + m.index}" for m in cluster.members}
+    # a loopback /24 of this run's own, so parallel runs never meet on 2379/2380
+    net = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}"
+    addresses = {str(m.ip): f"{net}.{11 + m.index}" for m in cluster.members}
     ca = TestCA(tmp_path / "pki", "etcd-main-ca")
     client_cert, client_key = ca.issue("client", ["127.0.0.1"])
     processes: list[subprocess.Popen[bytes]] = []
