@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import pulumi
 
-from kilonode.azure.common import DEBIAN_12_GEN2, MarketplaceImage
+from kilonode.azure.common import MarketplaceImage
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
 from kilonode.azure.network import Network, NetworkArgs
-from kilonode.azure.node_image import DEFAULT_IMAGE_VERSION, NodeImage, NodeImageArgs
+from kilonode.azure.node_image import NodeImage, NodeImageArgs
 from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
 from kilonode.azure.tls import Tls, TlsArgs
 from kilonode.plan.model import ClusterPlan
@@ -28,8 +28,6 @@ class ClusterArgs:
     rendered: Mapping[str, HostFiles]  # render_cluster(plan)
     # pool name -> VHD from the node-image build (node_image.default_vhd for the usual place)
     node_image_vhds: Mapping[str, str]
-    node_image_version: str = DEFAULT_IMAGE_VERSION
-    control_plane_image: MarketplaceImage = DEBIAN_12_GEN2
 
 
 class Cluster(pulumi.ComponentResource):
@@ -59,7 +57,7 @@ class Cluster(pulumi.ComponentResource):
                 pools=plan.node_pools,
                 replicas=plan.gallery_replicas,
                 vhds=args.node_image_vhds,
-                version=args.node_image_version,
+                version=plan.node_image_version,
             ),
             child,
         )
@@ -76,7 +74,7 @@ class Cluster(pulumi.ComponentResource):
                     user_data={m.name: user_data(m.name) for m in e.members},
                     files={m.name: certs.host_files[m.name] for m in e.members},
                     ssh_public_key=certs.admin_ssh_public_key,
-                    image=args.control_plane_image,
+                    image=MarketplaceImage.of(plan.control_plane_image),
                     public_ips=public,
                 ),
                 child,
@@ -97,7 +95,7 @@ class Cluster(pulumi.ComponentResource):
                 user_data={i.name: user_data(i.name) for i in instances},
                 files={i.name: certs.host_files[i.name] for i in instances},
                 ssh_public_key=certs.admin_ssh_public_key,
-                image=args.control_plane_image,
+                image=MarketplaceImage.of(plan.control_plane_image),
                 public_ips=public,
             ),
             child,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute
 
+from kilonode.config.model import MarketplaceImageConfig
+
 # The login cloud-init creates on every VM and scale-set instance; SSH reaches it only from
 # network.adminCidr (see Network), and only with the key Tls generates.
 ADMIN_USERNAME = "kilonode"
@@ -21,15 +23,16 @@ class MarketplaceImage:
     sku: str
     version: str
 
+    @classmethod
+    def of(cls, image: MarketplaceImageConfig) -> MarketplaceImage:
+        return cls(publisher=image.publisher, offer=image.offer, sku=image.sku, version=image.version)
+
     def reference(self) -> compute.ImageReferenceArgs:
         return compute.ImageReferenceArgs(
             publisher=self.publisher, offer=self.offer, sku=self.sku, version=self.version
         )
 
 
-# Debian 12, Gen2: limits-and-modern-equivalents.md "Debian's etcd-server package here is
-# etcd 3.4" -- the rendered control-plane cloud-init installs Debian packages.
-DEBIAN_12_GEN2 = MarketplaceImage(publisher="Debian", offer="debian-12", sku="12-gen2", version="latest")
 
 
 def linux_config(ssh_public_key: pulumi.Input[str]) -> compute.LinuxConfigurationArgs:

@@ -28,9 +28,6 @@ from kilonode.plan.model import NodePoolPlan
 # Where `kilonode image build STACK POOL --out build/node-image` writes a pool's disk
 # (infra/image/build.py names it <stack>-<pool>.vhd); ClusterArgs may point elsewhere.
 DEFAULT_VHD_DIR = "build/node-image"
-# Bump when the VHD changes: a gallery version is immutable, a new one rolls out through
-# the scale sets' manual upgrade.
-DEFAULT_IMAGE_VERSION = "1.0.0"
 
 
 def default_vhd(stack: str, pool: str) -> str:
@@ -55,7 +52,7 @@ class NodeImageArgs:
     pools: Sequence[NodePoolPlan]
     replicas: int  # plan.gallery_replicas
     vhds: Mapping[str, str]  # pool name -> VHD path from the node-image build
-    version: str = DEFAULT_IMAGE_VERSION
+    version: str  # plan.node_image_version (stack: nodeImage.version)
 
 
 class NodeImage(pulumi.ComponentResource):

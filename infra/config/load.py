@@ -255,6 +255,9 @@ def _from_pydantic(error: Any) -> Problem:
     if kind == "string_pattern_mismatch" and loc[-1] == "name":
         return Problem(loc, f"{given!r} is not a valid name: 1-32 lowercase letters, digits and '-', "
                        "starting with a letter and not ending with '-' (it names Azure resources and directories)")
+    if kind == "string_pattern_mismatch" and given == "latest":
+        return Problem(loc, "'latest' is refused: pin a version, so that a new image arrives as a reviewed "
+                            "stack change and not with the next VM Azure creates")
     if kind == "string_type" and isinstance(given, int | float) and not isinstance(given, bool):
         example = " like '1.34.2'" if loc[-1] == "kubernetesVersion" else ""
         return Problem(loc, f"YAML reads the unquoted {given!r} as a number; write the value in quotes{example}")

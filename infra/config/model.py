@@ -430,6 +430,34 @@ class NodeImageConfig(StrictModel):
             "Azure Compute Gallery guidance: at least 3 replicas for production images."
         ),
     )
+    version: str = Field(
+        default="1.0.0",
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        description=(
+            "The Azure Compute Gallery version of every pool's node image. A gallery version is immutable: "
+            "rolling a new image is a new version here (a stack change, reviewed like any other), then the "
+            "scale sets' manual upgrade."
+        ),
+    )
+
+
+class MarketplaceImageConfig(StrictModel):
+    """An Azure Marketplace image for the control-plane VMs (etcd members and apiservers)."""
+
+    publisher: str = Field(default="Debian", description="The image's publisher.")
+    offer: str = Field(
+        default="debian-12", description="Debian 12: its etcd-server package is what the control plane runs."
+    )
+    sku: str = Field(default="12-gen2", description="Gen2 (UEFI), which every size kilonode uses supports.")
+    version: str = Field(
+        default="0.20230612.1409",
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        description=(
+            "Pinned, never 'latest': a new image then comes as a reviewed stack change, not as a surprise "
+            "on the next VM created. A version `az vm image list --publisher Debian --offer debian-12 --sku "
+            "12-gen2 --all` listed; pick a newer one from that list for a new cluster."
+        ),
+    )
 
 
 class ClusterConfig(StrictModel):
@@ -485,10 +513,10 @@ class ClusterConfig(StrictModel):
         ),
     )
     node_image: NodeImageConfig = Field(
-        default=NodeImageConfig(),
-        description=(
-            "How the node image is replicated in the Azure Compute Gallery."
-        ),
+        default=NodeImageConfig(), description="The node image's gallery version and how it is replicated."
+    )
+    control_plane_image: MarketplaceImageConfig = Field(
+        default=MarketplaceImageConfig(), description="The Marketplace image of the etcd and apiserver VMs."
     )
 
     @field_validator("kubernetes_version")

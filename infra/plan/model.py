@@ -12,6 +12,7 @@ from typing import Literal
 from kilonode.config.model import (
     AuditLogConfig,
     LocalDiskConfig,
+    MarketplaceImageConfig,
     StrictModel,
 )
 
@@ -156,6 +157,8 @@ class ClusterPlan(StrictModel):
     control_plane: ControlPlanePlan
     node_pools: tuple[NodePoolPlan, ...]
     gallery_replicas: int
+    node_image_version: str  # the Compute Gallery image version every pool's scale sets use
+    control_plane_image: MarketplaceImageConfig  # pinned Marketplace image of etcd and apiserver VMs
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
 

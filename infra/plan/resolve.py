@@ -75,6 +75,8 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         control_plane=control_plane,
         node_pools=pools,
         gallery_replicas=gallery_replicas(config),
+        node_image_version=config.node_image.version,
+        control_plane_image=config.control_plane_image,
         budgets=tuple(budgets),
         warnings=tuple(_warnings(budgets) + _unrecorded_warnings(subnets.unrecorded)),
     )

@@ -1,0 +1,38 @@
+"""Images are stack configuration: rolling the node image or the control-plane image is a
+reviewed change of the stack file, never a code edit or a moving 'latest'."""
+
+from __future__ import annotations
+
+import pytest
+
+from kilonode.azure.mockplan import run_program
+from kilonode.config import load_stack
+from kilonode.problems import StackError
+from tests.conftest import StackWriter, shipped_cluster_value
+
+VERSION = "azure-native:compute:GalleryImageVersion"
+VM = "azure-native:compute:VirtualMachine"
+
+
+def test_the_node_image_version_comes_from_the_stack() -> None:
+    cluster = shipped_cluster_value("local") | {"nodeImage": {"version": "2.3.4", "minReplicas": 1,
+                                                              "maxConcurrentVmCreates": 2}}
+    graph = run_program("local", cluster)
+    [version] = graph.of_type(VERSION)
+    assert version.inputs["galleryImageVersionName"] == "2.3.4"
+
+
+def test_control_plane_vms_use_the_pinned_marketplace_image() -> None:
+    graph = run_program("local", shipped_cluster_value("local"))
+    references = {str(vm.inputs["storageProfile"]["imageReference"]) for vm in graph.of_type(VM)}
+    assert len(references) == 1
+    [reference] = references
+    assert "'version': '0.20230612.1409'" in reference and "latest" not in reference
+
+
+def test_latest_is_refused_as_an_image_version(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local") | {"controlPlaneImage": {"version": "latest"}}
+    with pytest.raises(StackError) as caught:
+        load_stack(str(write_stack(cluster)))
+    [problem] = caught.value.problems
+    assert problem.path == "controlPlaneImage.version" and "'latest' is refused: pin a version" in problem.message
