@@ -31,7 +31,8 @@ def plan_command(
     """
     # Imported here: Pulumi costs ~0.5 s to import, which no other command should pay.
     # Validation and planning run first so a bad stack exits 2 with its problems.
-    from kilonode.azure.mockplan import format_json, format_markdown, format_text, run_plan
+    from kilonode.azure.graph import format_json, format_markdown, format_text
+    from kilonode.azure.mockplan import run_plan
 
     loaded, plan = load_and_plan(stack)
     for warning in plan.warnings:

@@ -36,6 +36,7 @@ class Stack:
     file: Path
     config: ClusterConfig
     sysctl_profile: SysctlProfile
+    raw: dict[str, Any]  # the `kilonode:cluster` value as the file holds it (what Pulumi's config reads)
 
 
 def project_root(start: Path | None = None) -> Path | None:
@@ -177,7 +178,7 @@ def _validated(
         problems += cross_field_problems(config, profile)
     if problems or config is None or profile is None:
         raise StackError(display_path(file), _with_lines(problems, _compose(file)))
-    return Stack(name, file, config, profile)
+    return Stack(name, file, config, profile, raw or {})
 
 
 def _compose(file: Path) -> yaml.Node | None:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kilonode.azure.mockplan import Graph, Recorded, run_plan
+from kilonode.azure.graph import Graph, Recorded
+from kilonode.azure.mockplan import run_plan
 from kilonode.config import load_stack
 from tests.conftest import shipped_cluster_value
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kilonode.azure import custom_data
-from kilonode.azure.mockplan import Graph
+from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan
 from kilonode.render import USER_DATA, pki, render_cluster
 from tests.render.consumers import cloud_init_dist_packages, cloud_init_validator

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kilonode.azure.mockplan import Graph
+from kilonode.azure.graph import Graph
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
 

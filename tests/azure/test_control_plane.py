@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kilonode.azure.mockplan import Graph
+from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan
 from tests.azure.conftest import LB, NIC, VM, mock_id
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kilonode.azure.mockplan import Graph
+from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan
 from tests.azure.conftest import (
     LB,

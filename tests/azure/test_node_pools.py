@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kilonode.azure.mockplan import Graph
+from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan
 from tests.azure.conftest import VMSS, mock_id
 from tests.conftest import shipped_cluster_value

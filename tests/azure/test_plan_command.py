@@ -12,7 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kilonode.azure.mockplan import Graph, format_json, format_markdown, format_text, run_plan
+from kilonode.azure.graph import Graph, format_json, format_markdown, format_text
+from kilonode.azure.mockplan import run_plan
 from kilonode.cli import app
 from kilonode.config import load_stack
 

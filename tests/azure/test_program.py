@@ -8,7 +8,8 @@ import runpy
 import pulumi
 import pytest
 
-from kilonode.azure.mockplan import format_json, run_plan, run_program
+from kilonode.azure.graph import format_json
+from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.config import load_stack
 from kilonode.paths import REPO_ROOT
 from tests.conftest import shipped_cluster_value

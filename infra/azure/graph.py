@@ -1,0 +1,223 @@
+"""The Pulumi program's resource graph, as recorded under the mock engine: the model
+(Recorded, Graph), secret masking, a stable reading order, and the text/JSON/Markdown
+formats. Graph in, formats out: `kilonode plan`, the tests and the coming review tools
+share it; recording lives in infra/azure/mockplan.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from pulumi.runtime import rpc
+
+SECRET = "[secret]"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One registered resource: what `kilonode plan` prints and the tests read."""
+
+    type: str
+    name: str
+    parent: str | None  # the parent's name; None for children of the stack
+    protect: bool
+    custom: bool  # False for ComponentResources
+    inputs: dict[str, Any]  # as the engine saw them; secrets still wrapped (see `masked`)
+    depends_on: tuple[str, ...] = ()  # names of the resources it waits for (explicit and via inputs)
+
+    def plain(self) -> dict[str, Any]:
+        """Inputs with secrets unwrapped: for tests that look inside custom data."""
+        return _unwrap(self.inputs)
+
+    def masked(self) -> dict[str, Any]:
+        """Inputs with every secret replaced by `[secret]`: what is printed."""
+        return _mask(self.inputs)
+
+
+@dataclass
+class Graph:
+    stack: str
+    resources: list[Recorded] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[Recorded]:
+        return [r for r in self.resources if r.type == type_]
+
+    def count(self, type_: str) -> int:
+        return len(self.of_type(type_))
+
+    def named(self, name: str) -> Recorded:
+        found = [r for r in self.resources if r.name == name]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} resources named {name!r}")
+        return found[0]
+
+    def children(self, parent: str) -> list[Recorded]:
+        return [r for r in self.resources if r.parent == parent]
+
+    def counts(self) -> dict[str, int]:
+        return dict(sorted(Counter(r.type for r in self.resources).items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "resources": [
+                {"type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect, "inputs": r.masked()}
+                for r in self.resources
+            ],
+            "counts": self.counts(),
+        }
+
+
+def _is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+# The SDK marks a whole top-level input secret when anything inside it is (a VM's
+# `osProfile` because of `customData`). Inside such a value these keys -- the only secret
+# leaves this program creates -- are masked and the rest is shown; a secret value holding
+# none of them is masked whole, so nothing secret is ever printed.
+SECRET_LEAVES = frozenset({"customData", "privateKeyPem", "caPrivateKeyPem", "adminPassword", "userData"})
+
+
+def _mask(value: Any) -> Any:
+    if _is_secret(value):
+        inner = _unwrap(value)
+        return _mask_leaves(inner) if _has_secret_leaf(inner) else SECRET
+    if isinstance(value, dict):
+        return {k: SECRET if k in SECRET_LEAVES else _mask(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return _plain_scalar(value)
+
+
+def _has_secret_leaf(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(k in SECRET_LEAVES or _has_secret_leaf(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_secret_leaf(v) for v in value)
+    return False
+
+
+def _mask_leaves(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: SECRET if k in SECRET_LEAVES else _mask_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_leaves(v) for v in value]
+    return value
+
+
+def _unwrap(value: Any) -> Any:
+    if _is_secret(value):
+        return _unwrap(value["value"])
+    if isinstance(value, dict):
+        return {k: _unwrap(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [_unwrap(v) for v in value]
+    return _plain_scalar(value)
+
+
+def _plain_scalar(value: Any) -> Any:
+    if isinstance(value, pulumi.FileAsset):
+        return {"fileAsset": value.path}
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # protobuf Struct numbers are doubles
+    return value
+
+
+# --- order and printing ----------------------------------------------------------------
+
+# Subsystems in the order a reader follows them (docs/architecture.md).
+_COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool"]
+
+
+def _natural(text: str) -> list[Any]:
+    """'x-10' after 'x-9': digits compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
+def _sort_key(r: Recorded) -> tuple[Any, ...]:
+    token = r.type.rsplit(":", 1)[-1]
+    rank = _COMPONENT_ORDER.index(token) if r.type.startswith("kilonode:") and token in _COMPONENT_ORDER else 99
+    return (r.custom, rank, r.type, _natural(r.name))
+
+
+def ordered(records: list[Recorded]) -> list[Recorded]:
+    """Depth first from the roots; siblings: components first (subsystem order), then
+    resources by type and natural name. Independent of registration order."""
+    by_parent: dict[str | None, list[Recorded]] = {}
+    names = {r.name for r in records}
+    for r in records:
+        by_parent.setdefault(r.parent if r.parent in names else None, []).append(r)
+
+    def walk(parent: str | None) -> Iterator[Recorded]:
+        for r in sorted(by_parent.get(parent, []), key=_sort_key):
+            yield r
+            yield from walk(r.name)
+
+    return list(walk(None))
+
+
+def _flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else k)
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from _flatten(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def _scalar(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def format_text(graph: Graph) -> str:
+    lines = [
+        f"kilonode plan {graph.stack}: {len(graph.resources)} resources "
+        "(Pulumi mock engine; nothing was sent to Azure)",
+        "",
+    ]
+    for r in graph.resources:
+        flags = " [protect]" if r.protect else ""
+        lines.append(f"{r.type} {r.name}{flags}")
+        lines.append(f"    parent: {r.parent or '-'}")
+        lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(r.masked()) if key]
+    lines += ["", "Resources per type:"]
+    counts = graph.counts()
+    width = max(len(t) for t in counts)
+    lines += [f"  {t:<{width}}  {n:>5}" for t, n in counts.items()]
+    lines.append(f"  {'total':<{width}}  {len(graph.resources):>5}")
+    return "\n".join(lines) + "\n"
+
+
+def format_markdown(graph: Graph) -> str:
+    lines = [
+        f"# kilonode plan: {graph.stack}",
+        "",
+        f"{len(graph.resources)} resources, from Pulumi's mock engine; nothing was sent to Azure.",
+        "",
+        "| type | count |",
+        "|---|---:|",
+    ]
+    lines += [f"| `{t}` | {n} |" for t, n in graph.counts().items()]
+    lines += [f"| **total** | **{len(graph.resources)}** |", "", "## Resources", ""]
+    for r in graph.resources:
+        flags = " (protect)" if r.protect else ""
+        lines += [f"### `{r.name}`{flags}", "", f"`{r.type}`, parent `{r.parent or '-'}`", ""]
+        flat = [(key, value) for key, value in _flatten(r.masked()) if key]
+        if flat:
+            lines.append("```")
+            lines += [f"{key}: {_scalar(value)}" for key, value in flat]
+            lines += ["```", ""]
+    return "\n".join(lines) + "\n"
+
+
+def format_json(graph: Graph) -> str:
+    return json.dumps(graph.to_json(), indent=2, sort_keys=True) + "\n"
