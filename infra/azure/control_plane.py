@@ -18,7 +18,7 @@ from kilonode.azure.common import MarketplaceImage, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan.model import ControlPlanePlan
-from kilonode.plan.resolve import APISERVER_PORT
+from kilonode.plan.wellknown import APISERVER_PORT
 
 FRONTEND = "apiserver"
 BACKEND = "apiservers"

@@ -40,7 +40,7 @@ ROOT = "root:root"
 class DeliveredFile:
     """A file Pulumi creates (certificate, key) and cloud-init writes at first boot."""
 
-    path: str  # absolute host path, from kilonode.render.pki
+    path: str  # absolute host path, from kilonode.plan.wellknown
     content: pulumi.Input[str]
     mode: int = CERT_MODE
     # A service user (etcd) exists only once the role's packages are installed, so its

@@ -21,7 +21,7 @@ from pulumi_azure_native import network, resources
 
 from kilonode.azure.common import tags
 from kilonode.plan.model import ClusterPlan
-from kilonode.plan.resolve import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT
+from kilonode.plan.wellknown import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT
 
 SSH_PORT = 22
 # The lowest priority a custom rule may have; Azure's defaults (65000+) come after it.

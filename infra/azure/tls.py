@@ -1,6 +1,6 @@
 """Tls: the cluster's certificate authorities and certificates, created with pulumi-tls.
 
-Trust layout (infra/render/pki.py): one CA per etcd cluster signs its members' server and
+Trust layout (infra/render/wellknown.py): one CA per etcd cluster signs its members' server and
 peer certificates; kube-apiserver has one etcd client certificate, signed by the main etcd
 CA, which both clusters accept (each `client-ca.crt` holds the main CA; the events one also
 its own CA for local etcdctl); the apiserver's etcd CA bundle holds both etcd CAs. A
@@ -21,9 +21,8 @@ import pulumi_tls as tls
 import yaml
 
 from kilonode.azure.custom_data import KEY_MODE, DeliveredFile
+from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
-from kilonode.render import pki
-from kilonode.render.control_plane import CONTROLLER_MANAGER_KUBECONFIG, SCHEDULER_KUBECONFIG
 
 # ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
 # an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
@@ -112,10 +111,10 @@ class Tls(pulumi.ComponentResource):
         # on 127.0.0.1: an Azure internal load balancer does not route a backend's own
         # traffic back to itself (no hairpin), and localhost needs no LB at all.
         component_kubeconfigs = {
-            SCHEDULER_KUBECONFIG: self._signed(
+            wellknown.SCHEDULER_KUBECONFIG: self._signed(
                 "kube-scheduler", k8s_ca, "system:kube-scheduler", None, [], [], CLIENT_USES
             ),
-            CONTROLLER_MANAGER_KUBECONFIG: self._signed(
+            wellknown.CONTROLLER_MANAGER_KUBECONFIG: self._signed(
                 "kube-controller-manager", k8s_ca, "system:kube-controller-manager", None, [], [], CLIENT_USES
             ),
         }
@@ -130,17 +129,17 @@ class Tls(pulumi.ComponentResource):
                 SERVER_USES,
             )
             self.host_files[instance.name] = [
-                DeliveredFile(pki.K8S_CA, k8s_ca.cert_pem),
-                DeliveredFile(pki.K8S_CA_KEY, k8s_ca.key_pem, KEY_MODE),
-                DeliveredFile(pki.APISERVER_CERT, serving.cert_pem),
-                DeliveredFile(pki.APISERVER_KEY, serving.key_pem, KEY_MODE),
-                DeliveredFile(pki.APISERVER_ETCD_CA_BUNDLE, _bundle([main_ca.cert_pem, events_ca.cert_pem])),
-                DeliveredFile(pki.APISERVER_ETCD_CLIENT_CERT, etcd_client.cert_pem),
-                DeliveredFile(pki.APISERVER_ETCD_CLIENT_KEY, etcd_client.key_pem, KEY_MODE),
-                DeliveredFile(pki.APISERVER_KUBELET_CLIENT_CERT, kubelet_client.cert_pem),
-                DeliveredFile(pki.APISERVER_KUBELET_CLIENT_KEY, kubelet_client.key_pem, KEY_MODE),
-                DeliveredFile(pki.SERVICE_ACCOUNT_KEY, pulumi.Output.secret(sa.private_key_pem), KEY_MODE),
-                DeliveredFile(pki.SERVICE_ACCOUNT_PUB, sa.public_key_pem),
+                DeliveredFile(wellknown.K8S_CA, k8s_ca.cert_pem),
+                DeliveredFile(wellknown.K8S_CA_KEY, k8s_ca.key_pem, KEY_MODE),
+                DeliveredFile(wellknown.APISERVER_CERT, serving.cert_pem),
+                DeliveredFile(wellknown.APISERVER_KEY, serving.key_pem, KEY_MODE),
+                DeliveredFile(wellknown.APISERVER_ETCD_CA_BUNDLE, _bundle([main_ca.cert_pem, events_ca.cert_pem])),
+                DeliveredFile(wellknown.APISERVER_ETCD_CLIENT_CERT, etcd_client.cert_pem),
+                DeliveredFile(wellknown.APISERVER_ETCD_CLIENT_KEY, etcd_client.key_pem, KEY_MODE),
+                DeliveredFile(wellknown.APISERVER_KUBELET_CLIENT_CERT, kubelet_client.cert_pem),
+                DeliveredFile(wellknown.APISERVER_KUBELET_CLIENT_KEY, kubelet_client.key_pem, KEY_MODE),
+                DeliveredFile(wellknown.SERVICE_ACCOUNT_KEY, pulumi.Output.secret(sa.private_key_pem), KEY_MODE),
+                DeliveredFile(wellknown.SERVICE_ACCOUNT_PUB, sa.public_key_pem),
                 *[
                     DeliveredFile(path, _kubeconfig(user, k8s_ca.cert_pem), KEY_MODE)
                     for path, user in component_kubeconfigs.items()
@@ -148,7 +147,7 @@ class Tls(pulumi.ComponentResource):
             ]
         # Nodes need only the cluster CA to trust the apiserver; their kubelet credentials
         # come from TLS bootstrapping, not from here.
-        self.node_files = [DeliveredFile(pki.K8S_CA, k8s_ca.cert_pem)]
+        self.node_files = [DeliveredFile(wellknown.K8S_CA, k8s_ca.cert_pem)]
 
         self.register_outputs({
             "etcdMainCaCert": main_ca.cert_pem,
@@ -164,12 +163,12 @@ class Tls(pulumi.ComponentResource):
             server = self._signed(f"{m.name}-server", ca, m.name, None, names, ips, PEER_USES)
             peer = self._signed(f"{m.name}-peer", ca, m.name, None, names, [str(m.ip)], PEER_USES)
             self.host_files[m.name] = [
-                DeliveredFile(pki.ETCD_CA, ca.cert_pem),
-                DeliveredFile(pki.ETCD_CLIENT_CA, _bundle(client_ca)),
-                DeliveredFile(pki.ETCD_SERVER_CERT, server.cert_pem),
-                DeliveredFile(pki.ETCD_SERVER_KEY, server.key_pem, KEY_MODE, ETCD_OWNER),
-                DeliveredFile(pki.ETCD_PEER_CERT, peer.cert_pem),
-                DeliveredFile(pki.ETCD_PEER_KEY, peer.key_pem, KEY_MODE, ETCD_OWNER),
+                DeliveredFile(wellknown.ETCD_CA, ca.cert_pem),
+                DeliveredFile(wellknown.ETCD_CLIENT_CA, _bundle(client_ca)),
+                DeliveredFile(wellknown.ETCD_SERVER_CERT, server.cert_pem),
+                DeliveredFile(wellknown.ETCD_SERVER_KEY, server.key_pem, KEY_MODE, ETCD_OWNER),
+                DeliveredFile(wellknown.ETCD_PEER_CERT, peer.cert_pem),
+                DeliveredFile(wellknown.ETCD_PEER_KEY, peer.key_pem, KEY_MODE, ETCD_OWNER),
             ]
 
     def _key(self, name: str) -> tls.PrivateKey:

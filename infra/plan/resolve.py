@@ -29,13 +29,8 @@ from kilonode.plan.model import (
     SysctlSetting,
     UnrecordedSubnet,
 )
+from kilonode.plan.wellknown import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_PEER_PORT, PRELOAD_DIR
 from kilonode.problems import Loc, PlanError, Problem, dotted
-
-ETCD_CLIENT_PORT = 2379
-ETCD_PEER_PORT = 2380
-ETCD_METRICS_PORT = 2381
-APISERVER_PORT = 6443
-PRELOAD_DIR = "/opt/kilonode/preload"
 
 
 def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan:

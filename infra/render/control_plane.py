@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kilonode.plan import wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
-from kilonode.render import pki
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_yaml
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -17,8 +17,6 @@ AUTHENTICATION_CONFIG = "etc/kubernetes/authentication-config.yaml"
 # The only paths an unauthenticated client may read: what the load balancer probes.
 ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
-SCHEDULER_KUBECONFIG = "/etc/kubernetes/scheduler.kubeconfig"
-CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
 
 
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
@@ -30,9 +28,9 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("etcd-servers", cp.etcd_servers),
         # 7,500-node post: Events in their own etcd cluster.
         ("etcd-servers-overrides", cp.etcd_servers_overrides),
-        ("etcd-cafile", pki.APISERVER_ETCD_CA_BUNDLE),
-        ("etcd-certfile", pki.APISERVER_ETCD_CLIENT_CERT),
-        ("etcd-keyfile", pki.APISERVER_ETCD_CLIENT_KEY),
+        ("etcd-cafile", wellknown.APISERVER_ETCD_CA_BUNDLE),
+        ("etcd-certfile", wellknown.APISERVER_ETCD_CLIENT_CERT),
+        ("etcd-keyfile", wellknown.APISERVER_ETCD_CLIENT_KEY),
         # CIS 1.2.1: no anonymous requests -- except on the health endpoints, which the
         # Azure load balancer's HTTPS /readyz probe reads without credentials; a plain
         # --anonymous-auth=false would fail every probe with 401 and take all apiservers
@@ -49,15 +47,15 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("audit-log-maxbackup", audit.max_backup),
         ("audit-log-maxsize", audit.max_size_mb),
         ("audit-policy-file", f"/{AUDIT_POLICY}"),
-        ("client-ca-file", pki.K8S_CA),
-        ("tls-cert-file", pki.APISERVER_CERT),
-        ("tls-private-key-file", pki.APISERVER_KEY),
-        ("kubelet-client-certificate", pki.APISERVER_KUBELET_CLIENT_CERT),
-        ("kubelet-client-key", pki.APISERVER_KUBELET_CLIENT_KEY),
-        ("kubelet-certificate-authority", pki.K8S_CA),
+        ("client-ca-file", wellknown.K8S_CA),
+        ("tls-cert-file", wellknown.APISERVER_CERT),
+        ("tls-private-key-file", wellknown.APISERVER_KEY),
+        ("kubelet-client-certificate", wellknown.APISERVER_KUBELET_CLIENT_CERT),
+        ("kubelet-client-key", wellknown.APISERVER_KUBELET_CLIENT_KEY),
+        ("kubelet-certificate-authority", wellknown.K8S_CA),
         ("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
-        ("service-account-key-file", pki.SERVICE_ACCOUNT_PUB),
-        ("service-account-signing-key-file", pki.SERVICE_ACCOUNT_KEY),
+        ("service-account-key-file", wellknown.SERVICE_ACCOUNT_PUB),
+        ("service-account-signing-key-file", wellknown.SERVICE_ACCOUNT_KEY),
         ("service-cluster-ip-range", str(cp.service_cidr)),
         ("profiling", False),
         # GPU device plugins and DCGM run privileged.
@@ -68,8 +66,8 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
 def scheduler_flags() -> list[Flag]:
     return [
         ("config", f"/{SCHEDULER_CONFIG}"),
-        ("authentication-kubeconfig", SCHEDULER_KUBECONFIG),
-        ("authorization-kubeconfig", SCHEDULER_KUBECONFIG),
+        ("authentication-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
+        ("authorization-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
         ("bind-address", "127.0.0.1"),
         ("profiling", False),
     ]
@@ -77,17 +75,17 @@ def scheduler_flags() -> list[Flag]:
 
 def controller_manager_flags(plan: ClusterPlan) -> list[Flag]:
     return [
-        ("kubeconfig", CONTROLLER_MANAGER_KUBECONFIG),
-        ("authentication-kubeconfig", CONTROLLER_MANAGER_KUBECONFIG),
-        ("authorization-kubeconfig", CONTROLLER_MANAGER_KUBECONFIG),
+        ("kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
+        ("authentication-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
+        ("authorization-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("bind-address", "127.0.0.1"),
         ("cluster-name", plan.cluster),
         ("leader-elect", True),
         ("use-service-account-credentials", True),
-        ("root-ca-file", pki.K8S_CA),
-        ("cluster-signing-cert-file", pki.K8S_CA),
-        ("cluster-signing-key-file", pki.K8S_CA_KEY),
-        ("service-account-private-key-file", pki.SERVICE_ACCOUNT_KEY),
+        ("root-ca-file", wellknown.K8S_CA),
+        ("cluster-signing-cert-file", wellknown.K8S_CA),
+        ("cluster-signing-key-file", wellknown.K8S_CA_KEY),
+        ("service-account-private-key-file", wellknown.SERVICE_ACCOUNT_KEY),
         ("service-cluster-ip-range", str(plan.control_plane.service_cidr)),
         # Native pod networking: pod IPs are Azure NIC addresses, not node CIDRs.
         ("allocate-node-cidrs", False),
@@ -103,7 +101,7 @@ def scheduler_config(plan: ClusterPlan) -> str:
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": SCHEDULER_KUBECONFIG},
+        "clientConnection": {"kubeconfig": wellknown.SCHEDULER_KUBECONFIG},
         "leaderElection": {"leaderElect": True},
         "profiles": [{
             "schedulerName": "default-scheduler",

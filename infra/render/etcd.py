@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
-from kilonode.render import pki
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import Flag, render_template, systemd_exec
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -26,15 +26,15 @@ def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
         ("initial-cluster-token", cluster.token),
         ("listen-metrics-urls", f"{member.metrics_url},http://127.0.0.1:2381"),
         # CIS 2.1-2.6: TLS for clients and peers with client-cert auth, never auto-TLS.
-        ("cert-file", pki.ETCD_SERVER_CERT),
-        ("key-file", pki.ETCD_SERVER_KEY),
+        ("cert-file", wellknown.ETCD_SERVER_CERT),
+        ("key-file", wellknown.ETCD_SERVER_KEY),
         ("client-cert-auth", True),
-        ("trusted-ca-file", pki.ETCD_CLIENT_CA),
+        ("trusted-ca-file", wellknown.ETCD_CLIENT_CA),
         ("auto-tls", False),
-        ("peer-cert-file", pki.ETCD_PEER_CERT),
-        ("peer-key-file", pki.ETCD_PEER_KEY),
+        ("peer-cert-file", wellknown.ETCD_PEER_CERT),
+        ("peer-key-file", wellknown.ETCD_PEER_KEY),
         ("peer-client-cert-auth", True),
-        ("peer-trusted-ca-file", pki.ETCD_CA),
+        ("peer-trusted-ca-file", wellknown.ETCD_CA),
         ("peer-auto-tls", False),
         # 2,500-node post: the 2 GB default quota stopped all writes past 1,000 nodes.
         ("quota-backend-bytes", cluster.quota_backend_bytes),

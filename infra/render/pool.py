@@ -7,8 +7,8 @@ from typing import Any
 
 import tomli_w
 
+from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
-from kilonode.render import pki
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -16,8 +16,6 @@ from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 KUBELET_BINARY = "/usr/local/bin/kubelet"
 CRI_DOCKERD_BINARY = "/usr/local/bin/cri-dockerd"
 KUBELET_CONFIG = "etc/kubernetes/kubelet-config.yaml"
-KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
-KUBELET_BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.kubeconfig"
 DOCKER_DAEMON_JSON = "etc/docker/daemon.json"
 CONTAINERD_CONFIG = "etc/containerd/config.toml"
 SYSCTL_FILE = "etc/sysctl.d/90-kilonode.conf"
@@ -92,7 +90,7 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": True},
-            "x509": {"clientCAFile": pki.K8S_CA},
+            "x509": {"clientCAFile": wellknown.K8S_CA},
         },
         "authorization": {"mode": "Webhook"},
         "readOnlyPort": 0,
@@ -127,8 +125,8 @@ def _taint(text: str) -> dict[str, str]:
 def kubelet_flags(pool: NodePoolPlan) -> list[Flag]:
     return [
         ("config", f"/{KUBELET_CONFIG}"),
-        ("kubeconfig", KUBELET_KUBECONFIG),
-        ("bootstrap-kubeconfig", KUBELET_BOOTSTRAP_KUBECONFIG),
+        ("kubeconfig", wellknown.KUBELET_KUBECONFIG),
+        ("bootstrap-kubeconfig", wellknown.KUBELET_BOOTSTRAP_KUBECONFIG),
         # Node addresses and routes come from Azure (native pod networking).
         ("cloud-provider", "external"),
         ("node-labels", ",".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))),

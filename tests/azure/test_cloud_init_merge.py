@@ -15,8 +15,8 @@ import yaml
 
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
-from kilonode.plan import ClusterPlan
-from kilonode.render import USER_DATA, pki, render_cluster
+from kilonode.plan import ClusterPlan, wellknown
+from kilonode.render import USER_DATA, render_cluster
 from tests.render.consumers import cloud_init_dist_packages, cloud_init_validator
 
 
@@ -66,7 +66,7 @@ def test_cloud_init_keeps_every_rendered_file_and_command_and_adds_the_tls_files
     rendered_files = rendered["write_files"]
     assert merged["write_files"][: len(rendered_files)] == rendered_files
     added = {f["path"] for f in merged["write_files"][len(rendered_files):]}
-    assert pki.K8S_CA in added if host.startswith(("apiserver", "pool")) else pki.ETCD_SERVER_KEY in added
+    assert wellknown.K8S_CA in added if host.startswith(("apiserver", "pool")) else wellknown.ETCD_SERVER_KEY in added
     assert merged["runcmd"] == rendered["runcmd"]
     assert "merge_how" not in merged
     assert validate(merged) == []

@@ -11,7 +11,8 @@ import yaml
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan
-from kilonode.render import USER_DATA, pki, render_cluster
+from kilonode.plan import wellknown as pki
+from kilonode.render import USER_DATA, render_cluster
 from tests.azure.conftest import VM, VMSS
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kilonode.plan import ClusterPlan
-from kilonode.render import pki, render_cluster
+from kilonode.plan import ClusterPlan, wellknown
+from kilonode.render import render_cluster
 from tests.render.local_pki import TestCA
 
 pytestmark = pytest.mark.slow
@@ -67,9 +67,9 @@ def main_cluster(plans: dict[str, ClusterPlan], tmp_path: Path):
             cert, key = ca.issue(member.name, [local_ip, "127.0.0.1"])
             files = {
                 cluster.data_dir: str(tmp_path / member.name / "data"),
-                pki.ETCD_SERVER_CERT: str(cert), pki.ETCD_SERVER_KEY: str(key),
-                pki.ETCD_PEER_CERT: str(cert), pki.ETCD_PEER_KEY: str(key),
-                pki.ETCD_CLIENT_CA: str(ca.ca_file), pki.ETCD_CA: str(ca.ca_file),
+                wellknown.ETCD_SERVER_CERT: str(cert), wellknown.ETCD_SERVER_KEY: str(key),
+                wellknown.ETCD_PEER_CERT: str(cert), wellknown.ETCD_PEER_KEY: str(key),
+                wellknown.ETCD_CLIENT_CA: str(ca.ca_file), wellknown.ETCD_CA: str(ca.ca_file),
             }
             unit = hosts[member.name]["etc/systemd/system/etcd.service"].content
             args = localise(rendered_flags(unit), addresses, files)

@@ -1,7 +1,10 @@
-"""Where TLS material lands on each role.
+"""Ports, and the paths on each host that several layers must agree on: the renderers write
+them into flags and configs, the Pulumi program delivers certificates and kubeconfigs to
+them, the planner builds URLs from the ports. One home, in the plan layer, so no layer
+reaches into another's internals.
 
-Renderers reference these paths in flags; the Pulumi program (which creates the
-certificates, issue 3) delivers files to exactly these paths. The trust layout:
+TLS material: the Pulumi program creates the certificates and delivers them to exactly
+these paths. The trust layout:
 
 - each etcd cluster (main, events) has its own CA; members' server and peer certificates
   are signed by it, and `--peer-trusted-ca-file` is that CA alone, so a member of one
@@ -33,3 +36,18 @@ APISERVER_KUBELET_CLIENT_CERT = f"{K8S_PKI_DIR}/apiserver-kubelet-client.crt"
 APISERVER_KUBELET_CLIENT_KEY = f"{K8S_PKI_DIR}/apiserver-kubelet-client.key"
 SERVICE_ACCOUNT_KEY = f"{K8S_PKI_DIR}/sa.key"
 SERVICE_ACCOUNT_PUB = f"{K8S_PKI_DIR}/sa.pub"
+
+# Kubeconfigs the Pulumi program delivers (signed client certificates inside).
+SCHEDULER_KUBECONFIG = "/etc/kubernetes/scheduler.kubeconfig"
+CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
+KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
+KUBELET_BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.kubeconfig"
+
+# Ports (the projects' defaults; the NSG rules and the load balancer use the same numbers).
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+ETCD_METRICS_PORT = 2381
+APISERVER_PORT = 6443
+
+# Where the node image bakes preloaded image archives.
+PRELOAD_DIR = "/opt/kilonode/preload"
