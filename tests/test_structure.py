@@ -107,3 +107,47 @@ def test_command_modules_import_only_the_shared_cli_module() -> None:
     outside = {m: {i for i in deps if i == "kilonode.cli" or i.startswith("kilonode.cli.")}
                for m, deps in edges.items() if not m.startswith("kilonode.cli") and m != "kilonode.entry"}
     assert not any(outside.values()), f"non-CLI modules import the CLI: {outside}"
+
+
+# Layers, left to right: each module imports only its own layer and those to its left.
+LAYERS = [
+    ("kilonode", "kilonode.problems", "kilonode.paths"),
+    ("kilonode.config",),
+    ("kilonode.plan",),
+    ("kilonode.render",),
+    ("kilonode.azure", "kilonode.image"),  # siblings: neither imports the other
+    ("kilonode.cli", "kilonode.entry", "kilonode.__main__"),
+]
+# What the Azure components and the image build may take from the renderers: the rendered
+# files' contract, handed to them by their caller. Rendering itself is the caller's job (the
+# CLI, or the Pulumi program's composition root).
+RENDER_CONTRACT = {"kilonode.render.files"}
+COMPOSITION_ROOTS = {"kilonode.azure.program"}
+SIBLINGS = {"kilonode.azure", "kilonode.image"}
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    best = (-1, "")
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best[1]):
+                best = (index, prefix)
+    return best
+
+
+def test_each_layer_imports_only_the_layers_to_its_left() -> None:
+    problems = []
+    for module, deps in graph().items():
+        index, home = layer_of(module)
+        for dep in deps:
+            dep_index, dep_home = layer_of(dep)
+            if dep_home == home:
+                continue
+            if dep_index > index:
+                problems.append(f"{module} imports {dep}, a layer to its right")
+            elif dep_index == index and home in SIBLINGS:
+                problems.append(f"{module} imports {dep}, a sibling")
+            elif dep_home == "kilonode.render" and home in {"kilonode.azure", "kilonode.image"} \
+                    and dep not in RENDER_CONTRACT and module not in COMPOSITION_ROOTS:
+                problems.append(f"{module} imports {dep}: take rendered files from the caller")
+    assert problems == []

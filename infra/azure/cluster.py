@@ -19,7 +19,7 @@ from kilonode.azure.node_image import NodeImage, NodeImageArgs
 from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
 from kilonode.azure.tls import Tls, TlsArgs
 from kilonode.plan.model import ClusterPlan
-from kilonode.render import USER_DATA, HostFiles
+from kilonode.render.files import USER_DATA, HostFiles
 
 
 @dataclass(frozen=True)

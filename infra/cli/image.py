@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kilonode.cli.common import die, err, fail, out
-from kilonode.problems import StackError
+from kilonode.cli.common import die, err, load_and_plan, out
+
+if TYPE_CHECKING:
+    from kilonode.image.build import ImageInputs
 
 image_app = typer.Typer(
     name="image",
@@ -24,6 +26,20 @@ image_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def image_inputs(stack_ref: str, pool_name: str) -> ImageInputs:
+    """Load, validate, plan and render the stack (exit 2 on its problems); the pool's inputs."""
+    from kilonode.config.load import project_root
+    from kilonode.image.build import ImageInputs, find_pool
+    from kilonode.render import render_cluster
+
+    stack, plan = load_and_plan(stack_ref)
+    pool = find_pool(plan, pool_name)
+    return ImageInputs(
+        stack=stack, plan=plan, pool=pool, files=render_cluster(plan)[f"pool-{pool.name}"],
+        project_dir=project_root(stack.file.parent) or stack.file.parent,
+    )
 
 
 class _Progress:
@@ -75,12 +91,13 @@ def build(
     from kilonode.image.rootfs import BuildError
 
     start = time.monotonic()
+    try:
+        inputs = image_inputs(stack, pool)
+    except BuildError as error:
+        die(str(error), "kilonode image build")
     progress = _Progress(start)
     try:
-        result = build_image(stack, pool, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch)
-    except StackError as error:
-        progress.close()
-        fail(error)
+        result = build_image(inputs, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch)
     except (BuildError, DiskError) as error:
         progress.close()
         die(str(error), "kilonode image build")

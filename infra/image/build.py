@@ -18,15 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from kilonode.config import Stack, load_stack
-from kilonode.config.load import project_root
+from kilonode.config import Stack
 from kilonode.image import disk, mirror, rootfs
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
 from kilonode.image.recipe import Recipe, load_recipe
-from kilonode.plan import ClusterPlan, plan_stack
+from kilonode.plan import ClusterPlan
 from kilonode.plan.model import NodePoolPlan
-from kilonode.render import USER_DATA, HostFiles, render_cluster
+from kilonode.render.files import USER_DATA, HostFiles
 
 Progress = Callable[[str], None]
 T = TypeVar("T")
@@ -75,13 +74,24 @@ def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
     raise rootfs.BuildError(f"no node pool {name!r} in cluster {plan.cluster}; its pools: {names}")
 
 
+@dataclass(frozen=True)
+class ImageInputs:
+    """What a pool's image is built from, handed over by the caller (who loaded, planned and
+    rendered the stack): the build itself never loads or renders a stack."""
+
+    stack: Stack
+    plan: ClusterPlan
+    pool: NodePoolPlan
+    files: HostFiles  # the pool's rendered files, render_cluster(plan)[f"pool-{pool.name}"]
+    project_dir: Path  # a relative preload archive path is relative to this (the stack's project)
+
+
 def image_name(stack: Stack, pool: NodePoolPlan) -> str:
     return f"{stack.name}-{pool.name}"
 
 
 def build_image(
-    stack_ref: str,
-    pool_name: str,
+    inputs: ImageInputs,
     out: Path,
     *,
     progress: Progress = lambda _line: None,
@@ -89,12 +99,9 @@ def build_image(
     fetch: bool = False,
     recipe: Recipe | None = None,
 ) -> BuildResult:
-    """Build the pool's image into `out`. Raises StackError (bad stack) or BuildError."""
+    """Build the pool's image into `out`. Raises BuildError."""
     recipe = recipe or load_recipe()
-    stack = load_stack(stack_ref)
-    plan = plan_stack(stack)
-    pool = find_pool(plan, pool_name)
-    files: HostFiles = render_cluster(plan)[f"pool-{pool.name}"]
+    stack, plan, pool, files = inputs.stack, inputs.plan, inputs.pool, inputs.files
     steps = Steps(progress)
     out.mkdir(parents=True, exist_ok=True)
     name = image_name(stack, pool)
@@ -122,9 +129,7 @@ def build_image(
                 artefacts.append(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
-            # a relative archive path is relative to the stack's project (its Pulumi.yaml folder)
-            project = project_root(stack.file.parent) or stack.file.parent
-            images = preload(pool, recipe, tree, work, project)
+            images = preload(pool, recipe, tree, work, inputs.project_dir)
             binaries = [
                 rootfs.place_binary(tree, b, plan.kubernetes_version, binaries_dir, fetch)
                 for b in recipe.binaries_for(pool.runtime)

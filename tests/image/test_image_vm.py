@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from kilonode.cli.image import image_inputs
 from kilonode.image.build import BuildResult, build_image
 from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
@@ -43,7 +44,7 @@ def kilonode(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[s
 @pytest.fixture(scope="session")
 def built(work: Path) -> BuildResult:
     """The `local` stack's pool image, built once per session (base rootfs from the cache)."""
-    return build_image("local", "cpu", work / "clean")
+    return build_image(image_inputs("local", "cpu"), work / "clean")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def test_containerd_pool_verifies_booting_its_vhd(work: Path) -> None:
     text = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text()
     assert text.count("runtime: docker") == 1
     stack.write_text(text.replace("runtime: docker", "runtime: containerd"))
-    built = build_image(str(stack), "cpu", work / "containerd")
+    built = build_image(image_inputs(str(stack), "cpu"), work / "containerd")
     manifest = Manifest.load(built.manifest)
     assert "containerd" in manifest.data["packages"] and "docker.io" not in manifest.data["packages"]
     result = kilonode("image", "verify", str(built.vhd), "--workdir", str(work / "verify-containerd"))
