@@ -1,7 +1,7 @@
 """Benchmark: the node image's cold build, warm rebuild, and boot + verify wall times.
 
 Targets (issue 4): cold build <= 4 min, warm rebuild <= 45 s, boot + verify <= 2 min, on a
-2-core machine where qemu runs under TCG (no usable KVM: docs/local-substrate.md).
+2-core machine where qemu runs under TCG (no usable KVM here: a paravirtual KVM hangs a stock kernel).
 
 - cold: `kilonode image build local --pool cpu` with an empty XDG_CACHE_HOME, so the base
   root filesystem is made by mmdebstrap from this machine's mirror;

@@ -17,6 +17,7 @@ from pulumi_azure_native import network
 from kilonode.azure.common import MarketplaceImage, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.azure.vm import MachineSpec, machine
+from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan
 from kilonode.plan.wellknown import APISERVER_PORT
 
@@ -79,9 +80,9 @@ class ControlPlane(pulumi.ComponentResource):
                     name=PROBE,
                     protocol="Https",
                     port=APISERVER_PORT,
-                    request_path="/readyz",
-                    interval_in_seconds=5,
-                    probe_threshold=2,
+                    request_path=defaults.LB_PROBE_PATH,
+                    interval_in_seconds=defaults.LB_PROBE_INTERVAL_S,
+                    probe_threshold=defaults.LB_PROBE_THRESHOLD,
                 )
             ],
             load_balancing_rules=[
@@ -93,8 +94,7 @@ class ControlPlane(pulumi.ComponentResource):
                     frontend_ip_configuration=sub("frontendIPConfigurations", FRONTEND),
                     backend_address_pool=sub("backendAddressPools", BACKEND),
                     probe=sub("probes", PROBE),
-                    # Watches are long-lived; reset idle ones rather than drop silently.
-                    idle_timeout_in_minutes=30,
+                    idle_timeout_in_minutes=defaults.LB_IDLE_TIMEOUT_MIN,
                     enable_tcp_reset=True,
                 )
             ],

@@ -132,7 +132,7 @@ def _plain_scalar(value: Any) -> Any:
 
 # --- order and printing ----------------------------------------------------------------
 
-# Subsystems in the order a reader follows them (docs/architecture.md).
+# Subsystems in the order a reader follows them (the README's "How it fits together").
 _COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool"]
 
 

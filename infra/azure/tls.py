@@ -1,6 +1,6 @@
 """Tls: the cluster's certificate authorities and certificates, created with pulumi-tls.
 
-Trust layout (infra/render/wellknown.py): one CA per etcd cluster signs its members' server and
+Trust layout (infra/plan/wellknown.py): one CA per etcd cluster signs its members' server and
 peer certificates; kube-apiserver has one etcd client certificate, signed by the main etcd
 CA, which both clusters accept (each `client-ca.crt` holds the main CA; the events one also
 its own CA for local etcdctl); the apiserver's etcd CA bundle holds both etcd CAs. A
@@ -21,18 +21,17 @@ import pulumi_tls as tls
 import yaml
 
 from kilonode.azure.custom_data import KEY_MODE, DeliveredFile
-from kilonode.plan import wellknown
+from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
 
 # ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
 # an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
 ALGORITHM = "ECDSA"
 CURVE = "P256"
-# CAs live ten years; leaves one year and are re-issued by the first `pulumi up` in their
-# last 30 days (early_renewal_hours), which re-delivers them through custom data.
-CA_HOURS = 10 * 365 * 24
-LEAF_HOURS = 365 * 24
-RENEW_HOURS = 30 * 24
+# Lifetimes: kilonode.plan.defaults (CAs ten years; leaves one year, renewed in their last 30 days).
+CA_HOURS = defaults.CA_VALIDITY_HOURS
+LEAF_HOURS = defaults.LEAF_VALIDITY_HOURS
+RENEW_HOURS = defaults.LEAF_RENEW_BEFORE_HOURS
 
 SERVER_USES = ["digital_signature", "key_encipherment", "server_auth"]
 CLIENT_USES = ["digital_signature", "key_encipherment", "client_auth"]

@@ -1,6 +1,6 @@
 """Container image archives made without a registry or a container engine.
 
-One tar serves both runtimes (measured, docs/local-substrate.md): Docker 20.10's
+One tar serves both runtimes (measured on these machines): Docker 20.10's
 `docker load` reads the docker-archive metadata (`manifest.json`) and refuses a pure OCI
 layout; `ctr -n k8s.io images import` reads the OCI metadata (`index.json`). Both point at
 the same blobs, so the layer is stored once. Everything is deterministic: fixed mtimes,

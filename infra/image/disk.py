@@ -1,6 +1,6 @@
 """A GPT + UEFI disk assembled from files, with no loop devices and no mounts.
 
-Measured recipe (docs/local-substrate.md): the ESP is made as a FAT image with mtools, the
+Measured recipe (on these machines): the ESP is made as a FAT image with mtools, the
 root filesystem with `mkfs.ext4 -d` straight into its partition's byte range, and the GPT
 with sgdisk on a sparse file. The same byte offsets let debugfs read and edit the root
 filesystem of a built image in place (`ImageFs`), which the verifier uses to check what
@@ -86,7 +86,7 @@ def make_esp(out: Path, size_mib: int, root_uuid: str, workdir: Path) -> Path:
 
     The embedded config finds the root filesystem by UUID and hands over to its
     /boot/grub/grub.cfg, so kernel command-line changes need no ESP rebuild. (Secure Boot /
-    Trusted Launch needs Debian's signed shim + GRUB instead: see docs/README-image.md.)
+    Trusted Launch needs Debian's signed shim + GRUB instead: see the README, "What cannot exist here".)
     """
     embedded = workdir / "grub-embedded.cfg"
     embedded.write_text(

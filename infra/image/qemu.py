@@ -1,6 +1,6 @@
 """A throwaway qemu VM booting a built image under UEFI, reachable over SSH on loopback.
 
-Measured on these machines (docs/local-substrate.md): KVM here is paravirtual and hangs a
+Measured on these machines: KVM here is paravirtual and hangs a
 stock kernel, so qemu runs under TCG. The VM boots a qcow2 overlay over the image (the
 image stays pristine), has a blank second disk standing in for the instance's local SSD
 (/dev/vdb, as in the `local` stack) and the NoCloud seed as a third disk. Its SSH port is

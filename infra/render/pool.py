@@ -7,7 +7,7 @@ from typing import Any
 
 import tomli_w
 
-from kilonode.plan import wellknown
+from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
@@ -107,6 +107,9 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         # 2,500-node post: serialized pulls let one 17 GB image block every other pull.
         "serializeImagePulls": False,
         "maxParallelImagePulls": pool.max_parallel_image_pulls,
+        # kilonode.plan.defaults: a chatty training job cannot fill the OS disk.
+        "containerLogMaxSize": defaults.CONTAINER_LOG_MAX_SIZE,
+        "containerLogMaxFiles": defaults.CONTAINER_LOG_MAX_FILES,
     }
     if pool.taints:
         config["registerWithTaints"] = [_taint(t) for t in pool.taints]
@@ -145,7 +148,11 @@ def docker_daemon_json(pool: NodePoolPlan) -> dict[str, Any]:
         # Semi-stateful pods (field notes): a dockerd restart must not kill them.
         "live-restore": True,
         "log-driver": "json-file",
-        "log-opts": {"max-size": "100m", "max-file": "3"},
+        # kilonode.plan.defaults, in Docker's units (100Mi -> 100m)
+        "log-opts": {
+            "max-size": defaults.CONTAINER_LOG_MAX_SIZE.removesuffix("Mi") + "m",
+            "max-file": str(defaults.CONTAINER_LOG_MAX_FILES),
+        },
     }
 
 
