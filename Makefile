@@ -12,6 +12,10 @@ help: ## List the targets
 
 setup: $(VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
 
+test-artefacts: setup ## What the tests read but never download: cloud-init's schema, the image bases
+	$(BIN)/python scripts/prepare-test-artefacts
+	$(BIN)/kilonode image prepare
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
@@ -25,11 +29,12 @@ demo: setup ## Render and explain the local stack (STACK=..., OUT=...)
 	$(BIN)/kilonode render $(STACK) --out $(OUT)
 	$(BIN)/kilonode explain $(STACK)
 
-test: setup ## Run every test, slow ones (VMs, etcd) included, and ruff
+test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 test-fast: setup ## Run the tests not marked slow
+	$(BIN)/python scripts/prepare-test-artefacts
 	$(BIN)/pytest -m 'not slow'
 
 golden: setup ## Regenerate tests/golden/<stack>/ and docs/stack-reference.md
@@ -48,4 +53,4 @@ bench-reboot: setup ## Reboot a VM 20 times per mechanism, count the hangs (benc
 lint: setup ## ruff
 	$(BIN)/ruff check .
 
-.PHONY: help setup host-packages demo test test-fast golden bench bench-image bench-reboot lint
+.PHONY: help setup test-artefacts host-packages demo test test-fast golden bench bench-image bench-reboot lint

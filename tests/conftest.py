@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,15 @@ import pytest
 import yaml
 
 from kilonode.config import Stack, load_stack
+from kilonode.image.rootfs import NO_MIRROR_ENV
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import ClusterPlan, plan_stack
 
 SHIPPED_STACKS = ("local", "research-2500", "research-7500")
+
+# Tests never reach a package mirror: what they need, `make test-artefacts` prepared (cloud-init's
+# schema, the image bases). An image build that would need the mirror fails, naming that.
+os.environ[NO_MIRROR_ENV] = "1"
 
 
 @pytest.fixture(scope="session")

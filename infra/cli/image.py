@@ -114,6 +114,33 @@ def build(
 
 
 @image_app.command()
+def prepare() -> None:
+    """Build the cached base root filesystems (docker and containerd pools) now.
+
+    `make test-artefacts` (and so `make test`) runs it, so later builds, and the tests, need
+    no package mirror. Each base
+    is made by mmdebstrap from this machine's Debian mirror (about 100 s) and cached under
+    ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs; a second run
+    finds them and returns at once.
+    """
+    from kilonode.image.recipe import load_recipe
+    from kilonode.image.rootfs import BuildError
+    from kilonode.image.rootfs import prepare as prepare_bases
+
+    start = time.monotonic()
+    progress = _Progress(start)
+    try:
+        bases = prepare_bases(load_recipe(), progress)
+    except BuildError as error:
+        progress.close()
+        die(str(error), "kilonode image prepare")
+    progress.close()
+    for base in bases:
+        out.print(f"  {base.key[:12]} {'cached' if base.cached else 'built'}: {base.tarball}")
+    out.print(f"[green]✓[/] base root filesystems ready in {time.monotonic() - start:.0f} s")
+
+
+@image_app.command()
 def verify(
     image: Annotated[Path, typer.Argument(metavar="IMAGE", help="A built .raw or .vhd (its manifest beside it).")],
     host: Annotated[

@@ -29,6 +29,16 @@ class BaseRootfs:
     cached: bool  # True when an earlier build made it
 
 
+# Set (the test suite sets it) to forbid reaching the package mirror: a missing cache entry
+# is then an error naming `make test-artefacts`, never a download in the middle of a test.
+NO_MIRROR_ENV = "KILONODE_NO_MIRROR"
+
+
+def prepare(recipe: Recipe, log: Callable[[str], None]) -> list[BaseRootfs]:
+    """Build (or find) the cached base root filesystem of every runtime: `kilonode image prepare`."""
+    return [base_rootfs(recipe, runtime, log) for runtime in ("docker", "containerd")]
+
+
 def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) -> BaseRootfs:
     """The mmdebstrap tarball for (recipe, runtime), built once per cache key."""
     sources = mirror.sources_file()
@@ -37,6 +47,11 @@ def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) ->
     tarball = cache.entry("rootfs", key, "tar")
     if tarball.is_file():
         return BaseRootfs(tarball, key, cached=True)
+    if os.environ.get(NO_MIRROR_ENV):
+        raise BuildError(
+            f"the {runtime} base root filesystem ({key[:12]}) is not in the cache, and {NO_MIRROR_ENV} forbids "
+            "reaching the package mirror (tests set it): run `make test-artefacts` (it runs `kilonode image prepare`)"
+        )
     if shutil.which("mmdebstrap") is None:
         raise BuildError("mmdebstrap not found: run `make setup` (installs .ci/debian-packages.txt)")
     # mmdebstrap picks its output format from the name: keep ".tar" last, and say it too

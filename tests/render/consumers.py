@@ -18,17 +18,24 @@ def _apt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     return subprocess.run(["apt-get", *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
-def cloud_init_dist_packages() -> Path:
-    """Debian's cloud-init, unpacked under the cache, keyed by its package version."""
+def cloud_init_dist_packages(fetch: bool = False) -> Path:
+    """Debian's cloud-init, unpacked under the cache, keyed by its package version.
+
+    Tests only read the cache (they never reach the package mirror); `make test-artefacts`
+    fetches it with fetch=True (scripts/prepare-test-artefacts), once per cloud-init version.
+    """
     policy = subprocess.run(["apt-cache", "policy", "cloud-init"], capture_output=True, text=True, check=False)
     candidate = next((line.split()[-1] for line in policy.stdout.splitlines() if "Candidate:" in line), "")
-    if not candidate or candidate == "(none)":
+    if (not candidate or candidate == "(none)") and fetch:
         _apt("update", "-qq")
-        return cloud_init_dist_packages()
+        return cloud_init_dist_packages(fetch=False)
     target = CACHE / f"cloud-init-{candidate}"
     dist = target / "usr/lib/python3/dist-packages"
     if (dist / "cloudinit/config/schema.py").is_file():
         return dist
+    if not fetch:
+        raise RuntimeError(f"Debian's cloud-init {candidate or '(unknown version)'} is not unpacked under {CACHE}: "
+                           "run `make test-artefacts` (scripts/prepare-test-artefacts)")
     with tempfile.TemporaryDirectory() as work:
         result = _apt("download", f"cloud-init={candidate}", cwd=Path(work))
         if result.returncode != 0:
