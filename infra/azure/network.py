@@ -14,6 +14,7 @@ default rules allow all traffic from the VirtualNetwork tag (and from peered net
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import pulumi
@@ -33,15 +34,32 @@ class NetworkArgs:
     plan: ClusterPlan
 
 
+def _is_prefix(source: str) -> bool:
+    """An IP address or CIDR, as opposed to a service tag such as `AzureLoadBalancer`."""
+    try:
+        ipaddress.ip_network(source, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
 def _allow(name: str, priority: int, sources: list[str], destination: str, port: str,
            protocol: str = "Tcp") -> network.SecurityRuleArgs:
+    # Azure takes a service tag only in the singular sourceAddressPrefix: in the plural
+    # list it refuses the rule (SecurityRuleParameterContainsUnsupportedValue, "cannot
+    # specify existing VIRTUALNETWORK, INTERNET, AZURELOADBALANCER, '*' or system tags").
+    tagged = [s for s in sources if not _is_prefix(s)]
+    if tagged and len(sources) > 1:
+        raise ValueError(f"NSG rule {name}: a service tag ({tagged[0]}) must be the rule's only source")
+    single = len(sources) == 1 and bool(tagged)
     return network.SecurityRuleArgs(
         name=name,
         priority=priority,
         direction="Inbound",
         access="Allow",
         protocol=protocol,
-        source_address_prefixes=sources,
+        source_address_prefix=sources[0] if single else None,
+        source_address_prefixes=None if single else sources,
         source_port_range="*",
         destination_address_prefix=destination,
         destination_port_range=port,

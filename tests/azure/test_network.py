@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, ip_network
 from typing import Any
 
 import pytest
@@ -73,6 +73,40 @@ def test_no_nsg_rule_admits_the_internet_or_any_source(graphs: dict[str, Graph],
         for rule in nsg_rules_for(graph, subnet.inputs["subnetName"]):
             if rule["access"] == "Allow":
                 assert not {"*", "Internet", "0.0.0.0/0", "VirtualNetwork"} & set(sources(rule)), rule
+
+
+# Azure's rule (SecurityRuleParameterContainsUnsupportedValue): sourceAddressPrefixes and
+# destinationAddressPrefixes "cannot specify existing VIRTUALNETWORK, INTERNET,
+# AZURELOADBALANCER, '*' or system tags"; a tag or '*' goes alone in the singular field.
+def _is_ip_or_cidr(value: str) -> bool:
+    try:
+        ip_network(value, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_nsg_service_tags_and_wildcards_appear_only_in_the_singular_prefix_fields(
+    graphs: dict[str, Graph], stack: str
+) -> None:
+    rules = [rule for subnet in graphs[stack].of_type(SUBNET)
+             for rule in nsg_rules_for(graphs[stack], subnet.inputs["subnetName"])]
+    for rule in rules:
+        for field in ("sourceAddressPrefixes", "destinationAddressPrefixes"):
+            listed = list(rule.get(field) or [])
+            assert all(_is_ip_or_cidr(v) for v in listed), f"{rule['name']}.{field} = {listed}"
+            singular = field[:-2] + "x"
+            assert not (listed and rule.get(singular)), f"{rule['name']} sets both {singular} and {field}"
+    probe = next(r for r in rules if r["name"] == "allow-apiserver-probe")
+    assert probe.get("sourceAddressPrefix") == "AzureLoadBalancer" and not probe.get("sourceAddressPrefixes")
+
+
+def test_a_service_tag_shared_with_other_sources_is_refused() -> None:
+    from kilonode.azure.network import _allow
+
+    with pytest.raises(ValueError, match="a service tag \\(AzureLoadBalancer\\) must be the rule's only source"):
+        _allow("r", 100, ["10.0.0.0/16", "AzureLoadBalancer"], "10.0.1.0/24", "6443")
 
 
 def test_apiserver_port_is_open_to_the_vnet_the_probe_and_configured_cidrs_only(
