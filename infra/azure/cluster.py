@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
+from kilonode.azure import rollout
 from kilonode.azure.common import MarketplaceImage
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
+from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
 from kilonode.azure.network import Network, NetworkArgs
 from kilonode.azure.node_image import NodeImage, NodeImageArgs
@@ -28,6 +31,9 @@ class ClusterArgs:
     rendered: Mapping[str, HostFiles]  # render_cluster(plan)
     # pool name -> VHD from the node-image build (node_image.default_vhd for the usual place)
     node_image_vhds: Mapping[str, str]
+    # this stack's fully qualified name (org/project/stack): its last deployed outputs are
+    # read back for the restart guard; None skips the guard (nothing deployed to compare)
+    own_stack: str | None = None
 
 
 class Cluster(pulumi.ComponentResource):
@@ -37,6 +43,7 @@ class Cluster(pulumi.ComponentResource):
     image_version_ids: dict[str, pulumi.Output[str]]
     scale_set_ids: dict[str, pulumi.Output[str]]
     admin_ssh_private_key: pulumi.Output[str]
+    restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Cluster", name, None, opts)
@@ -62,6 +69,35 @@ class Cluster(pulumi.ComponentResource):
             child,
         )
         public = plan.network.public_ips_on_control_plane
+        control_image = MarketplaceImage.of(plan.control_plane_image)
+        instances = plan.control_plane.instances
+
+        # Control-plane custom data, and the restart guard that holds it back: no etcd member
+        # or apiserver VM is created or changed until the update is known not to restart a
+        # majority of an etcd cluster, or every apiserver, at once (kilonode.azure.rollout).
+        machines = {
+            rollout.ETCD_MAIN: [(m.name, m.vm_name, m.zone, plan.etcd_main.vm_size) for m in plan.etcd_main.members],
+            rollout.ETCD_EVENTS: [
+                (m.name, m.vm_name, m.zone, plan.etcd_events.vm_size) for m in plan.etcd_events.members
+            ],
+            rollout.APISERVERS: [(i.name, i.vm_name, i.zone, plan.control_plane.vm_size) for i in instances],
+        }
+        data = {
+            host: custom_data(user_data(host), certs.host_files[host], host)
+            for group in machines.values() for host, *_ in group
+        }
+        self.restart_keys = pulumi.Output.from_input({
+            group: {
+                vm_name: pulumi.Output.unsecret(data[host].apply(rollout.digest)).apply(
+                    lambda d, size=size, zone=zone: rollout.restart_key(size, zone, control_image.urn, d)
+                )
+                for host, vm_name, zone, size in members
+            }
+            for group, members in machines.items()
+        })
+        verdict = self._restart_verdict(f"{name}-last-deployment", args.own_stack, plan.acknowledge_restart)
+        gated = {host: pulumi.Output.all(verdict, value).apply(lambda v: v[1]) for host, value in data.items()}
+
         etcd = {
             e.role: EtcdCluster(
                 f"{name}-etcd-{e.role}",
@@ -71,17 +107,15 @@ class Cluster(pulumi.ComponentResource):
                     location=plan.location,
                     resource_group_name=net.resource_group_name,
                     subnet_id=net.etcd_subnet_id,
-                    user_data={m.name: user_data(m.name) for m in e.members},
-                    files={m.name: certs.host_files[m.name] for m in e.members},
+                    custom_data={m.name: gated[m.name] for m in e.members},
                     ssh_public_key=certs.admin_ssh_public_key,
-                    image=MarketplaceImage.of(plan.control_plane_image),
+                    image=control_image,
                     public_ips=public,
                 ),
                 child,
             )
             for e in plan.etcd_clusters
         }
-        instances = plan.control_plane.instances
         control = ControlPlane(
             f"{name}-apiserver",
             ControlPlaneArgs(
@@ -92,10 +126,9 @@ class Cluster(pulumi.ComponentResource):
                 resource_group_name=net.resource_group_name,
                 resource_group_id=net.resource_group_id,
                 subnet_id=net.control_plane_subnet_id,
-                user_data={i.name: user_data(i.name) for i in instances},
-                files={i.name: certs.host_files[i.name] for i in instances},
+                custom_data={i.name: gated[i.name] for i in instances},
                 ssh_public_key=certs.admin_ssh_public_key,
-                image=MarketplaceImage.of(plan.control_plane_image),
+                image=control_image,
                 public_ips=public,
             ),
             child,
@@ -125,9 +158,26 @@ class Cluster(pulumi.ComponentResource):
         self.image_version_ids = image.image_version_ids
         self.admin_ssh_private_key = certs.admin_ssh_private_key
         self.register_outputs({
+            "restartKeys": self.restart_keys,
             "apiserverAddress": self.apiserver_address,
             "etcdMainEndpoints": self.etcd_main_endpoints,
             "etcdEventsEndpoints": self.etcd_events_endpoints,
             "imageVersionIds": self.image_version_ids,
             "scaleSetIds": self.scale_set_ids,
         })
+
+    def _restart_verdict(self, name: str, own_stack: str | None, acknowledged: tuple[str, ...]) -> pulumi.Output[bool]:
+        """True once the last deployment's restart keys (read through a StackReference to this
+        very stack) and this run's allow the update; fails the run, naming machines, if not."""
+        if own_stack is None:
+            return pulumi.Output.from_input(True)
+        last = pulumi.StackReference(name, stack_name=own_stack, opts=pulumi.ResourceOptions(parent=self))
+        previous = last.get_output(rollout.RESTART_KEYS_OUTPUT)
+
+        def check(values: list[Any]) -> bool:
+            found = rollout.disruptions(values[0], values[1], frozenset(acknowledged))
+            if found:
+                raise pulumi.RunError("; ".join(d.message() for d in found))
+            return True
+
+        return pulumi.Output.all(previous, self.restart_keys).apply(check)

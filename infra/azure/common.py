@@ -27,6 +27,11 @@ class MarketplaceImage:
     def of(cls, image: MarketplaceImageConfig) -> MarketplaceImage:
         return cls(publisher=image.publisher, offer=image.offer, sku=image.sku, version=image.version)
 
+    @property
+    def urn(self) -> str:
+        """publisher:offer:sku:version, as `az vm create --image` takes it."""
+        return f"{self.publisher}:{self.offer}:{self.sku}:{self.version}"
+
     def reference(self) -> compute.ImageReferenceArgs:
         return compute.ImageReferenceArgs(
             publisher=self.publisher, offer=self.offer, sku=self.sku, version=self.version

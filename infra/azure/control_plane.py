@@ -15,7 +15,6 @@ import pulumi
 from pulumi_azure_native import network
 
 from kilonode.azure.common import MarketplaceImage, tags
-from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan
@@ -35,8 +34,9 @@ class ControlPlaneArgs:
     resource_group_name: pulumi.Input[str]
     resource_group_id: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
-    user_data: Mapping[str, str]  # apiserver-0 -> rendered user-data
-    files: Mapping[str, Sequence[DeliveredFile]]  # apiserver-0 -> TLS files from Tls
+    # apiserver-0 -> its custom data (rendered user-data + TLS files), secret, released only
+    # once the restart guard (kilonode.azure.rollout) let the update through
+    custom_data: Mapping[str, pulumi.Output[str]]
     ssh_public_key: pulumi.Input[str]
     image: MarketplaceImage
     public_ips: bool
@@ -114,7 +114,7 @@ class ControlPlane(pulumi.ComponentResource):
                     location=args.location,
                     resource_group_name=args.resource_group_name,
                     subnet_id=args.subnet_id,
-                    custom_data=custom_data(args.user_data[instance.name], args.files[instance.name], instance.name),
+                    custom_data=args.custom_data[instance.name],
                     ssh_public_key=args.ssh_public_key,
                     image=args.image,
                     tags=tags(args.cluster, "apiserver"),

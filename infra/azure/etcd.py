@@ -8,13 +8,12 @@ The VMs are protected: replacing a member is a remove-then-add procedure, never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 
 from kilonode.azure.common import MarketplaceImage, tags
-from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan.model import EtcdClusterPlan
 
@@ -26,8 +25,9 @@ class EtcdClusterArgs:
     location: str
     resource_group_name: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
-    user_data: Mapping[str, str]  # member name (etcd-main-0) -> rendered user-data
-    files: Mapping[str, Sequence[DeliveredFile]]  # member name -> TLS files from Tls
+    # member name (etcd-main-0) -> its custom data (rendered user-data + TLS files), secret,
+    # released only once the restart guard (kilonode.azure.rollout) let the update through
+    custom_data: Mapping[str, pulumi.Output[str]]
     ssh_public_key: pulumi.Input[str]
     image: MarketplaceImage
     public_ips: bool
@@ -52,7 +52,7 @@ class EtcdCluster(pulumi.ComponentResource):
                     location=args.location,
                     resource_group_name=args.resource_group_name,
                     subnet_id=args.subnet_id,
-                    custom_data=custom_data(args.user_data[member.name], args.files[member.name], member.name),
+                    custom_data=args.custom_data[member.name],
                     ssh_public_key=args.ssh_public_key,
                     image=args.image,
                     tags=tags(args.cluster, f"etcd-{etcd.role}"),

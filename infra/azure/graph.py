@@ -30,6 +30,7 @@ class Recorded:
     custom: bool  # False for ComponentResources
     inputs: dict[str, Any]  # as the engine saw them; secrets still wrapped (see `masked`)
     depends_on: tuple[str, ...] = ()  # names of the resources it waits for (explicit and via inputs)
+    replace_on_changes: tuple[str, ...] = ()  # input paths whose change replaces the resource
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -44,6 +45,7 @@ class Recorded:
 class Graph:
     stack: str
     resources: list[Recorded] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)  # the stack's exports; secrets still wrapped
 
     def of_type(self, type_: str) -> list[Recorded]:
         return [r for r in self.resources if r.type == type_]
@@ -67,10 +69,12 @@ class Graph:
         return {
             "stack": self.stack,
             "resources": [
-                {"type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect, "inputs": r.masked()}
+                {"type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect,
+                 "replaceOnChanges": list(r.replace_on_changes), "inputs": r.masked()}
                 for r in self.resources
             ],
             "counts": self.counts(),
+            "outputs": _mask(self.outputs),
         }
 
 
@@ -178,6 +182,11 @@ def _scalar(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
+def _flags(r: Recorded, left: str, right: str) -> str:
+    flags = (["protect"] if r.protect else []) + [f"replace on {path}" for path in r.replace_on_changes]
+    return f" {left}{', '.join(flags)}{right}" if flags else ""
+
+
 def format_text(graph: Graph) -> str:
     lines = [
         f"kilonode plan {graph.stack}: {len(graph.resources)} resources "
@@ -185,10 +194,12 @@ def format_text(graph: Graph) -> str:
         "",
     ]
     for r in graph.resources:
-        flags = " [protect]" if r.protect else ""
-        lines.append(f"{r.type} {r.name}{flags}")
+        lines.append(f"{r.type} {r.name}{_flags(r, '[', ']')}")
         lines.append(f"    parent: {r.parent or '-'}")
         lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(r.masked()) if key]
+    if graph.outputs:
+        lines += ["", "Stack outputs:"]
+        lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(_mask(graph.outputs)) if key]
     lines += ["", "Resources per type:"]
     counts = graph.counts()
     width = max(len(t) for t in counts)
@@ -209,8 +220,7 @@ def format_markdown(graph: Graph) -> str:
     lines += [f"| `{t}` | {n} |" for t, n in graph.counts().items()]
     lines += [f"| **total** | **{len(graph.resources)}** |", "", "## Resources", ""]
     for r in graph.resources:
-        flags = " (protect)" if r.protect else ""
-        lines += [f"### `{r.name}`{flags}", "", f"`{r.type}`, parent `{r.parent or '-'}`", ""]
+        lines += [f"### `{r.name}`{_flags(r, '(', ')')}", "", f"`{r.type}`, parent `{r.parent or '-'}`", ""]
         flat = [(key, value) for key, value in _flatten(r.masked()) if key]
         if flat:
             lines.append("```")

@@ -66,10 +66,18 @@ _AZURE_NAME_INPUT = {
 
 
 class RecordingMocks(mocks.Mocks):
-    """Outputs = inputs + a plausible ID; tls outputs are placeholders."""
+    """Outputs = inputs + a plausible ID; tls outputs are placeholders. The program's
+    StackReference to its own stack reads `previous_outputs`: the last deployment's stack
+    outputs ({} for a stack never deployed)."""
+
+    def __init__(self, previous_outputs: dict[str, Any] | None = None) -> None:
+        self.previous_outputs = previous_outputs or {}
 
     def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
         outputs = dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":
+            return args.inputs["name"], {"name": args.inputs["name"], "outputs": self.previous_outputs,
+                                         "secretOutputNames": []}
         if args.typ == "azure-native:resources:ResourceGroup":
             name = args.inputs.get("resourceGroupName", args.name)
             return f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/{name}", outputs | {"name": name}
@@ -116,7 +124,7 @@ class RecordingMonitor(mocks.MockMonitor):
         parent = parent_parts[-1] if parent_parts and parent_parts[2] != "pulumi:pulumi:Stack" else None
         depends = tuple(sorted({urn.split("::")[-1] for urn in request.dependencies}))
         record = Recorded(request.type, request.name, parent, bool(request.protect), bool(request.custom),
-                          dict(inputs), depends)
+                          dict(inputs), depends, tuple(request.replaceOnChanges))
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)
@@ -130,16 +138,19 @@ def cluster_value(stack: Stack) -> Any:
     return stack.raw
 
 
-def run_plan(stack: Stack, program: Callable[[], object] | None = None) -> Graph:
+def run_plan(stack: Stack, program: Callable[[], object] | None = None,
+             previous_outputs: dict[str, Any] | None = None) -> Graph:
     """Run the Pulumi program for `stack` under mocks and return its resource graph.
 
     The program reads its config through pulumi.Config exactly as under `pulumi up`; a
     fresh context keeps runs (and tests) from sharing Pulumi's global state.
+    `previous_outputs` stands for the last deployment's stack outputs (none: never deployed).
     """
-    return run_program(stack.name, cluster_value(stack), program)
+    return run_program(stack.name, cluster_value(stack), program, previous_outputs)
 
 
-def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None = None) -> Graph:
+def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None = None,
+                previous_outputs: dict[str, Any] | None = None) -> Graph:
     """Run `program` (default: the Pulumi program) with `raw` as `kilonode:cluster`."""
     if program is None:
         from kilonode.azure.program import main
@@ -147,7 +158,7 @@ def run_program(stack_name: str, raw: Any, program: Callable[[], object] | None 
         # the offline preview shows a stack's graph before `kilonode allocate` too; the
         # plan's warning names the unrecorded subnets, which `pulumi up` refuses
         program = functools.partial(main, require_recorded_addresses=False)
-    return contextvars.copy_context().run(_run, stack_name, raw, program)
+    return contextvars.copy_context().run(_run, stack_name, raw, program, previous_outputs)
 
 
 def _without_aliases(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
@@ -163,9 +174,21 @@ def _without_aliases(args: pulumi.ResourceTransformationArgs) -> pulumi.Resource
     return pulumi.ResourceTransformationResult(args.props, opts)
 
 
-def _run(stack_name: str, raw: Any, program: Callable[[], object]) -> Graph:
+def _discard_pending() -> None:
+    """After a failed run, drop what Pulumi's process-wide settings still track (unfinished
+    outputs, RPCs, the failure): the next run in this process would await them and fail
+    with this run's error."""
+    with settings.SETTINGS.lock:
+        pending = list(settings.SETTINGS.outputs)
+        settings.SETTINGS.outputs.clear()
+    for task in pending:
+        task.cancel()
+    settings._get_rpc_manager().clear()
+
+
+def _run(stack_name: str, raw: Any, program: Callable[[], object], previous_outputs: dict[str, Any] | None) -> Graph:
     settings.ROOT.set(None)
-    recorder = RecordingMocks()
+    recorder = RecordingMocks(previous_outputs)
     monitor = RecordingMonitor(recorder)
     pulumi.runtime.set_mocks(recorder, project=PROJECT, stack=stack_name, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config({f"{PROJECT}:cluster": json.dumps(raw)})
@@ -174,7 +197,16 @@ def _run(stack_name: str, raw: Any, program: Callable[[], object]) -> Graph:
     def body() -> None:
         program()
 
-    _sync_await(run_pulumi_func(body))
-    return Graph(stack_name, ordered([r for _, r in monitor.recorded]))
+    try:
+        _sync_await(run_pulumi_func(body))
+    except BaseException:
+        _discard_pending()
+        raise
+    # Under mocks the root Stack registered its (then empty) outputs before the program ran;
+    # the exports are on it now: serialise them as the engine would (secrets stay wrapped).
+    root = settings.get_root_resource()
+    exported = root.outputs if root is not None else {}  # type: ignore[attr-defined]
+    outputs = rpc.deserialize_properties(_sync_await(rpc.serialize_properties(exported, {})))
+    return Graph(stack_name, ordered([r for _, r in monitor.recorded]), dict(outputs))
 
 

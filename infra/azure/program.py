@@ -13,6 +13,7 @@ import pulumi
 
 from kilonode.azure.cluster import Cluster, ClusterArgs
 from kilonode.azure.node_image import default_vhd
+from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
 from kilonode.plan import plan_stack
@@ -44,6 +45,7 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
         plan=plan,
         rendered=render_cluster(plan),
         node_image_vhds={pool.name: default_vhd(stack.name, pool.name) for pool in plan.node_pools},
+        own_stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack_name}",
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
@@ -53,4 +55,6 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     pulumi.export("scaleSetIds", cluster.scale_set_ids)
     # Secret: `pulumi stack output adminSshPrivateKey --show-secrets` when SSH is needed.
     pulumi.export("adminSshPrivateKey", cluster.admin_ssh_private_key)
+    # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
+    pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster

@@ -14,6 +14,8 @@ from pulumi_azure_native import compute, network
 
 from kilonode.azure.common import ADMIN_USERNAME, MarketplaceImage, linux_config
 
+CUSTOM_DATA_PATH = "osProfile.customData"
+
 
 @dataclass(frozen=True)
 class MachineSpec:
@@ -106,7 +108,10 @@ def machine(
                 managed_disk=compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
             ),
         ),
-        opts=pulumi.ResourceOptions(parent=parent, protect=protect),
+        # Azure refuses to change osProfile.customData on an existing VM, and the provider would
+        # preview it as a plain update that then fails: a new custom data is a new VM, shown as
+        # a replacement in preview and stopped by `protect` on etcd members.
+        opts=pulumi.ResourceOptions(parent=parent, protect=protect, replace_on_changes=[CUSTOM_DATA_PATH]),
         location=location,
         tags=resource_tags,
     )

@@ -518,6 +518,14 @@ class ClusterConfig(StrictModel):
     control_plane_image: MarketplaceImageConfig = Field(
         default=MarketplaceImageConfig(), description="The Marketplace image of the etcd and apiserver VMs."
     )
+    acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "apiservers"], ...] = Field(
+        default=(),
+        description=(
+            "Groups of control-plane machines that the next `pulumi up` may restart or replace all at "
+            "once: without it, an update that would take down a majority of an etcd cluster (quorum lost) "
+            "or every apiserver is refused, naming the machines. Set it for that one update, then remove it."
+        ),
+    )
 
     @field_validator("kubernetes_version")
     @classmethod

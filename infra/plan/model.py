@@ -159,6 +159,8 @@ class ClusterPlan(StrictModel):
     gallery_replicas: int
     node_image_version: str  # the Compute Gallery image version every pool's scale sets use
     control_plane_image: MarketplaceImageConfig  # pinned Marketplace image of etcd and apiserver VMs
+    # control-plane groups the next `pulumi up` may restart all at once (kilonode.azure.rollout)
+    acknowledge_restart: tuple[str, ...] = ()
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
 

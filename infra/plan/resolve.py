@@ -72,8 +72,11 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         gallery_replicas=gallery_replicas(config),
         node_image_version=config.node_image.version,
         control_plane_image=config.control_plane_image,
+        acknowledge_restart=config.acknowledge_restart,
         budgets=tuple(budgets),
-        warnings=tuple(_warnings(budgets) + _unrecorded_warnings(subnets.unrecorded)),
+        warnings=tuple(
+            _warnings(budgets) + _unrecorded_warnings(subnets.unrecorded) + _acknowledged_warnings(config)
+        ),
     )
 
 
@@ -187,6 +190,14 @@ def _unrecorded_warnings(unrecorded: tuple[UnrecordedSubnet, ...]) -> list[str]:
         f"addresses not recorded in the stack file: {placed}. The plan placed them, but nothing keeps them "
         "there when other pools change; `kilonode allocate STACK` records them (the Pulumi program refuses "
         "to create unrecorded subnets)"
+    ]
+
+
+def _acknowledged_warnings(config: ClusterConfig) -> list[str]:
+    return [
+        f"acknowledgeRestart: {group}: the next `pulumi up` may restart or replace every {group} machine at "
+        "once; remove it from the stack file after that update"
+        for group in config.acknowledge_restart
     ]
 
 

@@ -58,8 +58,10 @@ def _apply_bodies_create_resources(path: Path) -> list[str]:
             for arg in node.args:
                 # a lambda, or a function defined in the module and passed by name
                 body = defs.get(arg.id, arg) if isinstance(arg, ast.Name) else arg
+                # `raise SomeError(...)` builds an exception, not a resource
+                raised = {id(n.exc) for n in ast.walk(body) if isinstance(n, ast.Raise)}
                 for inner in ast.walk(body):
-                    if isinstance(inner, ast.Call):
+                    if isinstance(inner, ast.Call) and id(inner) not in raised:
                         func = inner.func
                         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
                         if name[:1].isupper():
