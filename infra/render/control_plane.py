@@ -36,6 +36,10 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         # --anonymous-auth=false would fail every probe with 401 and take all apiservers
         # out of the load balancer. The file allows anonymous on ANONYMOUS_PATHS only.
         ("authentication-config", f"/{AUTHENTICATION_CONFIG}"),
+        # TLS bootstrap, as kubeadm: a node's kubelet authenticates with a bootstrap token
+        # (a kube-system Secret of type bootstrap.kubernetes.io/token) until it has its
+        # client certificate. Independent of --authentication-config (JWT and anonymous only).
+        ("enable-bootstrap-token-auth", True),
         # CIS 1.2.7-1.2.9: Node and RBAC authorization.
         ("authorization-mode", "Node,RBAC"),
         ("enable-admission-plugins", "NodeRestriction"),
@@ -82,6 +86,10 @@ def controller_manager_flags(plan: ClusterPlan) -> list[Flag]:
         ("cluster-name", plan.cluster),
         ("leader-elect", True),
         ("use-service-account-credentials", True),
+        # TLS bootstrap: both are off by default (cmd/kube-controller-manager/names:
+        # disabled-by-default controllers); the token cleaner deletes expired bootstrap tokens,
+        # the bootstrap signer signs cluster-info for token discovery, as kubeadm enables them.
+        ("controllers", "*,bootstrap-signer-controller,token-cleaner-controller"),
         ("root-ca-file", wellknown.K8S_CA),
         ("cluster-signing-cert-file", wellknown.K8S_CA),
         ("cluster-signing-key-file", wellknown.K8S_CA_KEY),
