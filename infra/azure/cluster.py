@@ -43,6 +43,8 @@ class Cluster(pulumi.ComponentResource):
     image_version_ids: dict[str, pulumi.Output[str]]
     scale_set_ids: dict[str, pulumi.Output[str]]
     admin_ssh_private_key: pulumi.Output[str]
+    tls: Tls  # credentials: kubeconfigs, the bootstrap token
+    control_plane: ControlPlane  # the apiservers and their load balancer
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -157,6 +159,8 @@ class Cluster(pulumi.ComponentResource):
         self.etcd_events_endpoints = etcd["events"].client_endpoints
         self.image_version_ids = image.image_version_ids
         self.admin_ssh_private_key = certs.admin_ssh_private_key
+        self.tls = certs
+        self.control_plane = control
         self.register_outputs({
             "restartKeys": self.restart_keys,
             "apiserverAddress": self.apiserver_address,

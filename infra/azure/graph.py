@@ -31,6 +31,7 @@ class Recorded:
     inputs: dict[str, Any]  # as the engine saw them; secrets still wrapped (see `masked`)
     depends_on: tuple[str, ...] = ()  # names of the resources it waits for (explicit and via inputs)
     replace_on_changes: tuple[str, ...] = ()  # input paths whose change replaces the resource
+    provider: str | None = None  # the explicit provider's name (None: the default provider)
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -137,7 +138,8 @@ def _plain_scalar(value: Any) -> Any:
 # --- order and printing ----------------------------------------------------------------
 
 # Subsystems in the order a reader follows them (the README's "How it fits together").
-_COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool"]
+_COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
+                    "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover"]
 
 
 def _natural(text: str) -> list[Any]:

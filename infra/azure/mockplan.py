@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
+import hashlib
 import json
 import threading
 from collections.abc import Callable
@@ -81,6 +82,11 @@ class RecordingMocks(mocks.Mocks):
         if args.typ == "azure-native:resources:ResourceGroup":
             name = args.inputs.get("resourceGroupName", args.name)
             return f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/{name}", outputs | {"name": name}
+        if args.typ == "random:index/randomString:RandomString":
+            # Placeholder of the right shape ([0-9a-f] fits the lower+numeric alphabet), from
+            # the name: deterministic, and plainly not a secret anyone uses.
+            length = int(args.inputs.get("length", 16))
+            outputs["result"] = hashlib.sha256(f"mock:{args.name}".encode()).hexdigest()[:length]
         for key, template in _TLS_OUTPUTS.get(args.typ, {}).items():
             outputs[key] = template.format(name=args.name)
         if args.typ.startswith("azure-native:"):
@@ -124,7 +130,9 @@ class RecordingMonitor(mocks.MockMonitor):
         parent = parent_parts[-1] if parent_parts and parent_parts[2] != "pulumi:pulumi:Stack" else None
         depends = tuple(sorted({urn.split("::")[-1] for urn in request.dependencies}))
         record = Recorded(request.type, request.name, parent, bool(request.protect), bool(request.custom),
-                          dict(inputs), depends, tuple(request.replaceOnChanges))
+                          dict(inputs), depends, tuple(request.replaceOnChanges),
+                          # a provider reference is "<urn>::<id>": urn:pulumi:<stack>::<project>::<type>::<name>
+                          request.provider.split("::")[3] if request.provider else None)
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)

@@ -16,6 +16,7 @@ from kilonode.azure.node_image import default_vhd
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
+from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import plan_stack
 from kilonode.problems import StackError
 from kilonode.render import render_cluster
@@ -47,6 +48,14 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
         node_image_vhds={pool.name: default_vhd(stack.name, pool.name) for pool in plan.node_pools},
         own_stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack_name}",
     ))
+    # The in-cluster half: on the cluster's own credentials, once the apiserver answers.
+    InCluster(f"{plan.cluster}-k8s", InClusterArgs(
+        plan=plan,
+        kubeconfig=cluster.tls.super_admin_kubeconfig,
+        bootstrap_token_id=cluster.tls.bootstrap_token_id,
+        bootstrap_token_secret=cluster.tls.bootstrap_token_secret,
+        depends_on=(cluster.control_plane,),
+    ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
     pulumi.export("etcdMainEndpoints", cluster.etcd_main_endpoints)
@@ -55,6 +64,9 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     pulumi.export("scaleSetIds", cluster.scale_set_ids)
     # Secret: `pulumi stack output adminSshPrivateKey --show-secrets` when SSH is needed.
     pulumi.export("adminSshPrivateKey", cluster.admin_ssh_private_key)
+    # Secret: `pulumi stack output adminKubeconfig --show-secrets > ~/.kube/<cluster>`; its
+    # identity is the kilonode:cluster-admins group, bound to cluster-admin (revocable).
+    pulumi.export("adminKubeconfig", cluster.tls.admin_kubeconfig)
     # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
     pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster

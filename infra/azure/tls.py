@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_random as random
 import pulumi_tls as tls
 import yaml
 
@@ -73,6 +74,10 @@ class Tls(pulumi.ComponentResource):
     node_files: list[DeliveredFile]
     admin_ssh_public_key: pulumi.Output[str]
     admin_ssh_private_key: pulumi.Output[str]
+    bootstrap_token_id: pulumi.Output[str]
+    bootstrap_token_secret: pulumi.Output[str]  # secret
+    admin_kubeconfig: pulumi.Output[str]  # secret; kilonode:cluster-admins, through the load balancer
+    super_admin_kubeconfig: pulumi.Output[str]  # secret; system:masters, for the program's own provider
 
     def __init__(self, name: str, args: TlsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Tls", name, None, opts)
@@ -144,9 +149,34 @@ class Tls(pulumi.ComponentResource):
                     for path, user in component_kubeconfigs.items()
                 ],
             ]
-        # Nodes need only the cluster CA to trust the apiserver; their kubelet credentials
-        # come from TLS bootstrapping, not from here.
-        self.node_files = [DeliveredFile(wellknown.K8S_CA, k8s_ca.cert_pem)]
+        # TLS bootstrap, as kubeadm: a token `<id>.<secret>` ([a-z0-9]{6}.[a-z0-9]{16}, the
+        # format the apiserver's bootstrap authenticator accepts) in the Pulumi state only.
+        # No expiry: scale sets add nodes at any time. Rotate it with
+        # `pulumi up --replace <urn of the token secret>` (README), which updates the Secret and
+        # the pools' custom data (new instances join with the new token).
+        token_id = random.RandomString(f"{name}-bootstrap-token-id", length=6, upper=False, special=False,
+                                       opts=self._child)
+        token_secret = random.RandomString(f"{name}-bootstrap-token-secret", length=16, upper=False,
+                                           special=False, opts=self._child)
+        self.bootstrap_token_id = token_id.result
+        self.bootstrap_token_secret = pulumi.Output.secret(token_secret.result)
+        token = pulumi.Output.secret(pulumi.Output.concat(token_id.result, ".", token_secret.result))
+        endpoint = cp.endpoint  # the load balancer: what kubelets and operators use
+
+        # Nodes get the cluster CA and the bootstrap kubeconfig; their kubelet client and
+        # serving certificates come from TLS bootstrapping (CSRs), not from here.
+        self.node_files = [
+            DeliveredFile(wellknown.K8S_CA, k8s_ca.cert_pem),
+            DeliveredFile(wellknown.KUBELET_BOOTSTRAP_KUBECONFIG,
+                          kubeconfig(endpoint, k8s_ca.cert_pem, "kubelet-bootstrap", token=token), KEY_MODE),
+        ]
+        admin = self._signed("admin", k8s_ca, "kilonode-admin", defaults.CLUSTER_ADMINS_GROUP, [], [],
+                             CLIENT_USES)
+        super_admin = self._signed("super-admin", k8s_ca, "kilonode-super-admin", defaults.SUPER_ADMIN_GROUP,
+                                   [], [], CLIENT_USES)
+        self.admin_kubeconfig = kubeconfig(endpoint, k8s_ca.cert_pem, "kilonode-admin", cert=admin)
+        self.super_admin_kubeconfig = kubeconfig(endpoint, k8s_ca.cert_pem, "kilonode-super-admin",
+                                                 cert=super_admin)
 
         self.register_outputs({
             "etcdMainCaCert": main_ca.cert_pem,
@@ -221,21 +251,33 @@ class Tls(pulumi.ComponentResource):
 LOCAL_APISERVER = "https://127.0.0.1:6443"
 
 
-def _kubeconfig(user: _Pair, ca_pem: pulumi.Output[str]) -> pulumi.Output[str]:
-    """A kubeconfig for a co-located component: the cluster CA, its client cert and key."""
+def kubeconfig(server: str, ca_pem: pulumi.Output[str], user: str, *, cert: _Pair | None = None,
+               token: pulumi.Output[str] | None = None) -> pulumi.Output[str]:
+    """A kubeconfig (secret): the cluster CA, and a client certificate and key or a token."""
 
     def text(values: list[str]) -> str:
-        ca, cert, key = (base64.b64encode(v.encode()).decode() for v in values)
+        ca = base64.b64encode(values[0].encode()).decode()
+        if cert is not None:
+            credentials = {"client-certificate-data": base64.b64encode(values[1].encode()).decode(),
+                           "client-key-data": base64.b64encode(values[2].encode()).decode()}
+        else:
+            credentials = {"token": values[1]}
         return yaml.safe_dump({
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {"server": LOCAL_APISERVER, "certificate-authority-data": ca}}],
-            "users": [{"name": "component", "user": {"client-certificate-data": cert, "client-key-data": key}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "component"}}],
-            "current-context": "local",
+            "clusters": [{"name": "kilonode", "cluster": {"server": server, "certificate-authority-data": ca}}],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": "kilonode", "context": {"cluster": "kilonode", "user": user}}],
+            "current-context": "kilonode",
         }, sort_keys=False)
 
-    return pulumi.Output.secret(pulumi.Output.all(ca_pem, user.cert_pem, user.key_pem).apply(text))
+    parts = [ca_pem, cert.cert_pem, cert.key_pem] if cert is not None else [ca_pem, token]
+    return pulumi.Output.secret(pulumi.Output.all(*parts).apply(text))
+
+
+def _kubeconfig(user: _Pair, ca_pem: pulumi.Output[str]) -> pulumi.Output[str]:
+    """A kubeconfig for a co-located component: it reaches its own apiserver on 127.0.0.1."""
+    return kubeconfig(LOCAL_APISERVER, ca_pem, "component", cert=user)
 
 
 def _bundle(pems: Sequence[pulumi.Output[str]]) -> pulumi.Output[str]:

@@ -33,17 +33,21 @@ OPEN_ENUMS: dict[str, str] = {
     "hardwareProfile.vmSize": "VirtualMachineSizeTypes predates the sizes in the catalogue",
 }
 
-# Resource type tokens owned by this program (components): no provider schema to check.
-COMPONENT_PREFIXES = ("kilonode:",)
+# Components (this program's own) and provider instances: no resource schema to check.
+# (The kubernetes provider's inputs are checked in tests/k8s.)
+COMPONENT_PREFIXES = ("kilonode:", "pulumi:providers:")
 
 
 def args_class(type_token: str) -> type:
     """The SDK's input type for a resource type token, e.g. azure-native:network:Subnet."""
     package, module, name = type_token.split(":")
     root = {"azure-native": "pulumi_azure_native", "tls": "pulumi_tls", "command": "pulumi_command",
-            "kubernetes": "pulumi_kubernetes"}[package]
-    module = module.split("/")[0]
-    sdk = importlib.import_module(root if module == "index" else f"{root}.{module.replace('/', '.')}")
+            "random": "pulumi_random", "kubernetes": "pulumi_kubernetes"}[package]
+    if module.startswith("index"):  # tls:index/privateKey:PrivateKey
+        sdk = importlib.import_module(root)
+    else:  # kubernetes:rbac.authorization.k8s.io/v1:ClusterRole -> pulumi_kubernetes.rbac.v1
+        group, _, version = module.partition("/")
+        sdk = importlib.import_module(".".join([root, group.split(".")[0], *([version] if version else [])]))
     resource_cls = getattr(sdk, name)
     defining = sys.modules[resource_cls.__module__]
     found = [v for k, v in vars(defining).items()
@@ -117,6 +121,11 @@ def _check_value(value: Any, hint: Any, path: str, found: list[str]) -> None:
         return
     candidates = _candidates(hint)
     if not candidates or typing.Any in candidates:
+        return
+    literals = [arg for c in candidates if typing.get_origin(c) is typing.Literal for arg in typing.get_args(c)]
+    if literals:  # apiVersion and kind of Kubernetes objects
+        if value not in literals:
+            found.append(f"{path}: {value!r} is not {' or '.join(map(repr, literals))}")
         return
     enums = [c for c in candidates if isinstance(c, type) and issubclass(c, enum.Enum)]
     objects = [c for c in candidates if isinstance(c, type) and pulumi_types.is_input_type(c)]

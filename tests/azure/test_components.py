@@ -15,8 +15,10 @@ COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlP
 
 
 def test_the_tree_is_cluster_then_one_component_per_subsystem(graph_7500: Graph) -> None:
-    (root,) = [r for r in graph_7500.resources if r.parent is None]
-    assert (root.type, root.name) == ("kilonode:azure:Cluster", "research-7500")
+    roots = [(r.type, r.name) for r in graph_7500.resources if r.parent is None]
+    # The Azure side, then the in-cluster side on its outputs.
+    assert roots == [("kilonode:azure:Cluster", "research-7500"), ("kilonode:k8s:InCluster", "research-7500-k8s")]
+    root = graph_7500.named("research-7500")
     children = graph_7500.children(root.name)
     assert all(c.type.startswith("kilonode:azure:") and not c.custom for c in children)
     assert {c.type.rsplit(":", 1)[1] for c in children} == COMPONENTS - {"Cluster"}

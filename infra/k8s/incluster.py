@@ -1,0 +1,62 @@
+"""InCluster: the in-cluster component tree, on a Kubernetes provider built from the
+cluster's own outputs, behind the apiserver readiness gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
+from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
+from kilonode.plan.model import ClusterPlan
+
+
+@dataclass(frozen=True)
+class InClusterArgs:
+    plan: ClusterPlan
+    kubeconfig: pulumi.Output[str]  # secret: the program's own (super-admin) credentials
+    bootstrap_token_id: pulumi.Output[str]
+    bootstrap_token_secret: pulumi.Output[str]  # secret
+    # Resources the apiserver needs before it can answer (its VMs, the load balancer).
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class InCluster(pulumi.ComponentResource):
+    provider: k8s.Provider
+
+    def __init__(self, name: str, args: InClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:InCluster", name, None, opts)
+        plan = args.plan
+        ready = ApiserverReady(
+            f"{name}-apiserver-ready",
+            ApiserverReadyArgs(endpoint=plan.control_plane.endpoint, kubeconfig=args.kubeconfig,
+                               after=args.depends_on),
+            pulumi.ResourceOptions(parent=self),
+        )
+        self.provider = k8s.Provider(
+            f"{name}-provider",
+            kubeconfig=args.kubeconfig,
+            # A stable identity: a renewed certificate in the kubeconfig must not replace the
+            # provider, and with it every object it manages.
+            cluster_identifier=plan.cluster,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ready]),
+        )
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        NodeBootstrap(
+            f"{name}-node-bootstrap",
+            NodeBootstrapArgs(token_id=args.bootstrap_token_id, token_secret=args.bootstrap_token_secret),
+            on_cluster,
+        )
+        ServingCertApprover(
+            f"{name}-serving-cert-approver",
+            ServingCertApproverArgs(
+                cluster=plan.cluster,
+                pools=[p.name for p in plan.node_pools],
+                pool_subnets=[str(p.subnet) for p in plan.node_pools],
+            ),
+            on_cluster,
+        )
+        self.register_outputs({})

@@ -1,0 +1,67 @@
+"""ApiserverReady: `pulumi up` waits until the apiserver answers /readyz through the load
+balancer before it creates any in-cluster object.
+
+A real check, not a sleep: a `command:local:Command` that runs kubectl against the
+endpoint with the program's own credentials, every 10 s, up to a bounded deadline, and
+fails the update naming the endpoint if the apiserver never answers. It runs where
+`pulumi up` runs, which must reach the internal load balancer (inside the VNet, or over a
+VPN/peering; see the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_command import local
+
+from kilonode.plan import defaults
+
+# The kubeconfig arrives in an environment variable (a secret: never on a command line,
+# never in a file that outlives the check).
+SCRIPT = """set -eu
+kubeconfig=$(mktemp)
+trap 'rm -f "$kubeconfig"' EXIT
+printf '%s' "$KILONODE_KUBECONFIG" > "$kubeconfig"
+deadline=$(( $(date +%s) + KILONODE_TIMEOUT_S ))
+until kubectl --kubeconfig "$kubeconfig" --request-timeout=10s get --raw=/readyz >/dev/null 2>&1; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "kube-apiserver at $KILONODE_ENDPOINT did not answer /readyz within $KILONODE_TIMEOUT_S s" >&2
+    exit 1
+  fi
+  sleep 10
+done
+echo "kube-apiserver at $KILONODE_ENDPOINT is ready"
+"""
+
+
+@dataclass(frozen=True)
+class ApiserverReadyArgs:
+    endpoint: str  # https://<load balancer IP>:6443, from the plan
+    kubeconfig: pulumi.Output[str]  # secret
+    # What must exist before asking (the apiserver VMs, their load balancer): a component
+    # here stands for all its children.
+    after: tuple[pulumi.Resource, ...] = ()
+    timeout_s: int = defaults.APISERVER_READY_TIMEOUT_S
+
+
+class ApiserverReady(pulumi.ComponentResource):
+    command: local.Command
+
+    def __init__(self, name: str, args: ApiserverReadyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:ApiserverReady", name, None, opts)
+        self.command = local.Command(
+            f"{name}-readyz",
+            create=SCRIPT,
+            interpreter=["/bin/sh", "-c"],
+            environment={
+                "KILONODE_KUBECONFIG": args.kubeconfig,
+                "KILONODE_ENDPOINT": args.endpoint,
+                "KILONODE_TIMEOUT_S": str(args.timeout_s),
+            },
+            # Checked again whenever the endpoint moves (a new load balancer address).
+            triggers=[args.endpoint],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after),
+                                        additional_secret_outputs=["stdout", "stderr"]),
+        )
+        self.register_outputs({})

@@ -1,0 +1,230 @@
+"""The in-cluster half of the program, recorded under the mock engine: every object checked
+against the Kubernetes OpenAPI schema of the stack's version (kubernetes-validate), the TLS
+bootstrap objects against what kubeadm creates, the kubeconfigs read by kubectl, and the
+readiness gate run for real against an address where no apiserver answers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from kilonode.azure.custom_data import decode
+from kilonode.azure.graph import Graph, Recorded, _unwrap
+from kilonode.azure.mockplan import run_plan
+from kilonode.config import load_stack
+from kilonode.k8s.approver import host_name_regex
+from kilonode.k8s.readiness import SCRIPT
+from kilonode.plan import ClusterPlan, defaults, wellknown
+
+STACKS = ["local", "research-2500", "research-7500"]
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None,
+    reason="kubectl not on PATH: `make setup` installs it (scripts/install-host-packages, Debian's kubernetes-client)",
+)
+
+
+@pytest.fixture(scope="module")
+def graphs() -> dict[str, Graph]:
+    return {stack: run_plan(load_stack(stack)) for stack in STACKS}
+
+
+def k8s_objects(graph: Graph) -> list[Recorded]:
+    return [r for r in graph.resources if r.type.startswith("kubernetes:") and r.custom]
+
+
+def manifest(record: Recorded) -> dict[str, Any]:
+    return record.plain()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    minor = plans[stack].kubernetes_minor
+    objects = k8s_objects(graphs[stack])
+    assert len(objects) == 9  # 1 Secret, 5 ClusterRoleBindings, 1 ClusterRole, 1 ServiceAccount, 1 Deployment
+    for record in objects:
+        kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
+
+
+def test_the_schema_check_catches_a_misspelt_field(graphs: dict[str, Graph]) -> None:
+    deployment = next(r for r in k8s_objects(graphs["local"]) if r.type.endswith("Deployment"))
+    broken = manifest(deployment)
+    broken["spec"]["template"]["spec"]["serviceAccount_name"] = broken["spec"]["template"]["spec"].pop(
+        "serviceAccountName")
+    with pytest.raises(kubernetes_validate.ValidationError, match="serviceAccount_name"):
+        kubernetes_validate.validate(broken, "1.34.0", strict=True)
+
+
+def test_every_object_goes_through_the_programs_own_provider_which_waits_for_readyz(
+    graphs: dict[str, Graph],
+) -> None:
+    graph = graphs["research-7500"]
+    assert {r.provider for r in k8s_objects(graph)} == {"research-7500-k8s-provider"}
+    provider = graph.named("research-7500-k8s-provider")
+    assert "research-7500-k8s-apiserver-ready-readyz" in provider.depends_on
+    ready = graph.named("research-7500-k8s-apiserver-ready-readyz")
+    # ... which runs after the apiservers and their load balancer exist
+    assert {"research-7500-apiserver-lb", "research-7500-apiserver-0"} <= set(ready.depends_on)
+
+
+def test_the_bootstrap_token_secret_is_what_the_apiservers_authenticator_reads(graphs: dict[str, Graph]) -> None:
+    secret = next(r for r in k8s_objects(graphs["research-7500"]) if r.type == "kubernetes:core/v1:Secret")
+    value = manifest(secret)
+    data = value["stringData"]
+    assert value["type"] == "bootstrap.kubernetes.io/token"
+    assert value["metadata"] == {"name": f"bootstrap-token-{data['token-id']}", "namespace": "kube-system",
+                                 "labels": {"app.kubernetes.io/managed-by": "kilonode"}}
+    # k8s.io/cluster-bootstrap/token/api: [a-z0-9]{6} and [a-z0-9]{16}
+    assert re.fullmatch(r"[a-z0-9]{6}", data["token-id"]) and re.fullmatch(r"[a-z0-9]{16}", data["token-secret"])
+    assert data["usage-bootstrap-authentication"] == "true" and data["usage-bootstrap-signing"] == "true"
+    assert data["auth-extra-groups"] == "system:bootstrappers:kilonode:nodes"
+    assert "expiration" not in data  # scale sets add nodes at any time
+
+
+def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -> None:
+    bindings = {
+        manifest(r)["metadata"]["name"]: (manifest(r)["roleRef"]["name"],
+                                          [(s["kind"], s["name"]) for s in manifest(r)["subjects"]])
+        for r in k8s_objects(graphs["research-7500"]) if r.type.endswith(":ClusterRoleBinding")
+    }
+    assert bindings == {
+        "kilonode:kubelet-bootstrap": ("system:node-bootstrapper", [("Group", defaults.BOOTSTRAP_GROUP)]),
+        "kilonode:node-autoapprove-bootstrap": (
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient", [("Group", defaults.BOOTSTRAP_GROUP)]),
+        "kilonode:node-autoapprove-certificate-rotation": (
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [("Group", "system:nodes")]),
+        "kilonode:cluster-admins": ("cluster-admin", [("Group", "kilonode:cluster-admins")]),
+        "kilonode:kubelet-csr-approver": ("kilonode:kubelet-csr-approver",
+                                          [("ServiceAccount", "kubelet-csr-approver")]),
+    }
+    role = next(manifest(r) for r in k8s_objects(graphs["research-7500"]) if r.type.endswith(":ClusterRole"))
+    approve = [rule for rule in role["rules"] if "approve" in rule["verbs"]]
+    assert approve == [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
+                        "resourceNames": ["kubernetes.io/kubelet-serving"], "verbs": ["approve"]}]
+
+
+def test_the_serving_cert_approver_is_scoped_to_the_pools_host_names_and_subnets(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan]
+) -> None:
+    plan = plans["research-7500"]
+    deployment = next(manifest(r) for r in k8s_objects(graphs["research-7500"]) if r.type.endswith("Deployment"))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert container["image"] == defaults.SERVING_CERT_APPROVER_IMAGE
+    assert env["PROVIDER_IP_PREFIXES"].split(",") == [str(p.subnet) for p in plan.node_pools]
+    assert env["MAX_EXPIRATION_SEC"] == str(365 * 24 * 3600)
+    regex = re.compile(env["PROVIDER_REGEX"])
+    assert env["PROVIDER_REGEX"] == host_name_regex(plan.cluster, [p.name for p in plan.node_pools])
+    # A scale set's instances are named <computerNamePrefix><6 base-36 characters>.
+    for pool in plan.node_pools:
+        for shard in pool.shards:
+            assert regex.match(shard.name + "00001a"), shard.name
+    for other in ["research-7500-etcd-main-0", "research-2500-a100-ib-00000001a", "research-7500-a100-ib-00000001",
+                  "evil.research-7500-a100-ib-00000001a"]:
+        assert not regex.match(other), other
+
+
+def test_no_token_or_key_material_reaches_the_plan_output(graphs: dict[str, Graph]) -> None:
+    from kilonode.azure.graph import format_json, format_text
+
+    graph = graphs["research-7500"]
+    secret = next(r for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret")
+    token_secret = manifest(secret)["stringData"]["token-secret"]
+    for text in (format_text(graph), format_json(graph)):
+        assert token_secret not in text
+        assert "mock-private-key" not in text
+        assert "client-key-data" not in text
+
+
+# --- kubeconfigs, read by kubectl -----------------------------------------------------------
+
+def kubectl_view(tmp_path: Path, text: str) -> dict[str, Any]:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    result = subprocess.run([KUBECTL, "config", "view", "--raw", "-o", "json", "--kubeconfig", str(path)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@needs_kubectl
+def test_the_admin_kubeconfig_output_is_a_secret_kubectl_reads(graphs: dict[str, Graph],
+                                                                plans: dict[str, ClusterPlan],
+                                                                tmp_path: Path) -> None:
+    graph = graphs["research-7500"]
+    assert "[secret]" in json.dumps(json.loads(__import__("kilonode.azure.graph", fromlist=["x"]).format_json(
+        graph))["outputs"]["adminKubeconfig"])
+    config = kubectl_view(tmp_path, _unwrap(graph.outputs)["adminKubeconfig"])
+    (cluster,) = config["clusters"]
+    assert cluster["cluster"]["server"] == plans["research-7500"].control_plane.endpoint
+    (user,) = config["users"]
+    assert base64.b64decode(user["user"]["client-certificate-data"]).decode() == \
+        "mock-certificate:research-7500-tls-admin"
+    assert config["current-context"] == "kilonode"
+
+
+@needs_kubectl
+def test_every_pool_node_gets_a_bootstrap_kubeconfig_kubectl_reads(graphs: dict[str, Graph],
+                                                                    plans: dict[str, ClusterPlan],
+                                                                    tmp_path: Path) -> None:
+    graph = graphs["research-7500"]
+    secret = next(r for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret")
+    data = manifest(secret)["stringData"]
+    vmss = next(r for r in graph.resources if r.type == "azure-native:compute:VirtualMachineScaleSet")
+    mime = decode(vmss.plain()["virtualMachineProfile"]["osProfile"]["customData"])
+    written = _write_files(mime)
+    assert written[wellknown.KUBELET_BOOTSTRAP_KUBECONFIG]["permissions"] == "0600"
+    config = kubectl_view(tmp_path, written[wellknown.KUBELET_BOOTSTRAP_KUBECONFIG]["content"])
+    assert config["clusters"][0]["cluster"]["server"] == plans["research-7500"].control_plane.endpoint
+    assert config["users"][0]["user"]["token"] == f"{data['token-id']}.{data['token-secret']}"
+
+
+def _write_files(mime: str) -> dict[str, dict[str, Any]]:
+    """The #cloud-config part's write_files, by path."""
+    import email
+
+    message = email.message_from_string(mime)
+    for part in message.walk():
+        payload = part.get_payload(decode=True)
+        if payload and payload.startswith(b"#cloud-config") and b"write_files" in payload:
+            files = yaml.safe_load(payload)["write_files"]
+            if any(f["path"] == wellknown.KUBELET_BOOTSTRAP_KUBECONFIG for f in files):
+                return {f["path"]: f for f in files}
+    raise AssertionError("no #cloud-config part with the bootstrap kubeconfig")
+
+
+# --- the readiness gate, run for real -------------------------------------------------------
+
+def test_the_readiness_script_is_valid_posix_sh() -> None:
+    result = subprocess.run(["sh", "-n", "-c", SCRIPT], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+@needs_kubectl
+def test_the_readiness_gate_fails_naming_the_endpoint_when_no_apiserver_answers(tmp_path: Path) -> None:
+    # 127.0.0.1:9 (discard) refuses connections: no apiserver there.
+    endpoint = "https://127.0.0.1:9"
+    kubeconfig = yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": endpoint, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "abcdef.0123456789abcdef"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "current-context": "c",
+    })
+    env = {"PATH": str(Path(KUBECTL).parent) + ":/usr/bin:/bin", "HOME": str(tmp_path),
+           "KILONODE_KUBECONFIG": kubeconfig, "KILONODE_ENDPOINT": endpoint, "KILONODE_TIMEOUT_S": "1"}
+    result = subprocess.run(["/bin/sh", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"kube-apiserver at {endpoint} did not answer /readyz within 1 s"
+    assert list(tmp_path.iterdir()) == []  # nothing left behind (the kubeconfig was a temp file elsewhere)
