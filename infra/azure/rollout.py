@@ -52,7 +52,7 @@ def digest(text: str) -> str:
 
 
 def restart_key(vm_size: str, zone: str, image: str, custom_data_digest: str) -> dict[str, str]:
-    return {"vmSize": vm_size, "zone": zone, "image": image, "customData": custom_data_digest}
+    return {"vmSize": vm_size, "zone": zone, "image": image, "customDataDigest": custom_data_digest}
 
 
 def changed(previous: Mapping[str, Any], current: Mapping[str, Mapping[str, str]]) -> list[str]:
