@@ -24,6 +24,15 @@ os.environ[NO_MIRROR_ENV] = "1"
 
 
 @pytest.fixture(scope="session")
+def graphs() -> dict[str, Any]:
+    """Each shipped stack's resource graph under Pulumi's mock engine (kilonode.azure.graph.Graph),
+    recorded once per session: tests/azure and tests/k8s read the same graphs."""
+    from kilonode.azure.mockplan import run_plan
+
+    return {name: run_plan(load_stack(name)) for name in SHIPPED_STACKS}
+
+
+@pytest.fixture(scope="session")
 def plans() -> dict[str, ClusterPlan]:
     return {name: plan_stack(load_stack(name)) for name in SHIPPED_STACKS}
 

@@ -29,7 +29,7 @@ until kubectl --kubeconfig "$kubeconfig" --request-timeout=10s get --raw=/readyz
     echo "kube-apiserver at $KILONODE_ENDPOINT did not answer /readyz within $KILONODE_TIMEOUT_S s" >&2
     exit 1
   fi
-  sleep 10
+  sleep "$KILONODE_INTERVAL_S"
 done
 echo "kube-apiserver at $KILONODE_ENDPOINT is ready"
 """
@@ -43,6 +43,7 @@ class ApiserverReadyArgs:
     # here stands for all its children.
     after: tuple[pulumi.Resource, ...] = ()
     timeout_s: int = defaults.APISERVER_READY_TIMEOUT_S
+    interval_s: int = 10  # between two asks; a first boot takes minutes, so no need to hurry
 
 
 class ApiserverReady(pulumi.ComponentResource):
@@ -58,6 +59,7 @@ class ApiserverReady(pulumi.ComponentResource):
                 "KILONODE_KUBECONFIG": args.kubeconfig,
                 "KILONODE_ENDPOINT": args.endpoint,
                 "KILONODE_TIMEOUT_S": str(args.timeout_s),
+                "KILONODE_INTERVAL_S": str(args.interval_s),
             },
             # Checked again whenever the endpoint moves (a new load balancer address).
             triggers=[args.endpoint],

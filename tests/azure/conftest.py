@@ -34,11 +34,6 @@ EXPOSED = {
 
 
 @pytest.fixture(scope="session")
-def graphs() -> dict[str, Graph]:
-    return {name: run_plan(load_stack(name)) for name in ("local", "research-2500", "research-7500")}
-
-
-@pytest.fixture(scope="session")
 def graph_7500(graphs: dict[str, Graph]) -> Graph:
     return graphs["research-7500"]
 
