@@ -34,7 +34,9 @@ def variant(nodes: int, name: str, directory: Path) -> Path:
     cluster["name"] = name
     # A /15 address space so a /16-sized pool subnet and the control-plane subnets align;
     # Azure still counts at most 65,536 private IPs in the VNet.
-    cluster["network"] = {"vnetCidr": "10.0.0.0/15"}
+    # One pool is one subnet and one NAT gateway (16 IPs x 64,512 ports): 17 ports per node
+    # is what 60,000 nodes behind one gateway get.
+    cluster["network"] = {"vnetCidr": "10.0.0.0/15", "minSnatPortsPerNode": 17}
     cluster["nodePools"] = [{
         "name": "ib", "nodes": nodes, "podsPerNode": 0, "infiniband": True, "runtime": "docker",
     }]

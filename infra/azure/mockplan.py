@@ -63,6 +63,8 @@ _AZURE_NAME_INPUT = {
     "azure-native:network:NetworkInterface": "networkInterfaceName",
     "azure-native:network:LoadBalancer": "loadBalancerName",
     "azure-native:network:PublicIPAddress": "publicIpAddressName",
+    "azure-native:network:PublicIPPrefix": "publicIpPrefixName",
+    "azure-native:network:NatGateway": "natGatewayName",
 }
 
 

@@ -87,6 +87,7 @@ class Network(pulumi.ComponentResource):
     control_plane_subnet_id: pulumi.Output[str]
     etcd_subnet_id: pulumi.Output[str]
     pool_subnet_ids: dict[str, pulumi.Output[str]]
+    nat_gateway_ids: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Network", name, None, opts)
@@ -148,6 +149,38 @@ class Network(pulumi.ComponentResource):
             f"pool-{p.name}": str(p.subnet) for p in plan.node_pools
         }
 
+        # Outbound: each gateway's public IP prefix (Standard, IPv4) sized by the plan; a
+        # subnet leaves through its gateway only (default outbound access is off below).
+        nat_of: dict[str, network.NatGateway] = {}
+        self.nat_gateway_ids: dict[str, pulumi.Output[str]] = {}
+        for gateway in net.nat_gateways:
+            ips = network.PublicIPPrefix(
+                f"{name}-{gateway.name}-nat-ips",
+                public_ip_prefix_name=f"{name}-{gateway.name}-nat-ips",
+                resource_group_name=rg.name,
+                prefix_length=gateway.prefix_length,
+                public_ip_address_version="IPv4",
+                sku=network.PublicIPPrefixSkuArgs(name="Standard", tier="Regional"),
+                opts=child,
+                location=location,
+                tags=resource_tags,
+            )
+            nat = network.NatGateway(
+                f"{name}-{gateway.name}-nat",
+                nat_gateway_name=f"{name}-{gateway.name}-nat",
+                resource_group_name=rg.name,
+                sku=network.NatGatewaySkuArgs(name="Standard"),
+                public_ip_prefixes=[network.SubResourceArgs(id=ips.id)],
+                # Azure's default and minimum: idle flows give their SNAT port back soonest.
+                idle_timeout_in_minutes=4,
+                opts=child,
+                location=location,
+                tags=resource_tags,
+            )
+            self.nat_gateway_ids[gateway.name] = nat.id
+            for subnet_key in gateway.subnets:
+                nat_of[subnet_key] = nat
+
         subnet_ids: dict[str, pulumi.Output[str]] = {}
         previous: network.Subnet | None = None
         for key, prefix in prefixes.items():
@@ -169,6 +202,9 @@ class Network(pulumi.ComponentResource):
                 virtual_network_name=vnet.name,
                 address_prefix=prefix,
                 network_security_group=network.NetworkSecurityGroupArgs(id=nsg.id),
+                nat_gateway=network.SubResourceArgs(id=nat_of[key].id),
+                # Azure retires implicit outbound access for new subnets: only the NAT leads out.
+                default_outbound_access=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[previous] if previous else None),
             )
             subnet_ids[key] = subnet.id

@@ -132,6 +132,17 @@ def explain(stack: StackArg) -> None:
         )
     out.print(pools)
 
+    outbound = Table(title="Outbound (one NAT gateway per row; 64,512 SNAT ports per public IP)",
+                     title_justify="left")
+    for column in ("gateway", "subnets", "public IPs", "machines", "SNAT ports per machine", "floor"):
+        outbound.add_column(column)
+    for gateway in plan.network.nat_gateways:
+        outbound.add_row(
+            gateway.name, ", ".join(gateway.subnets), f"{gateway.public_ips} (/{gateway.prefix_length} prefix)",
+            f"{gateway.nodes:,}", f"{gateway.ports_per_node:,}", f"{gateway.min_ports_per_node:,}",
+        )
+    out.print(outbound)
+
     budgets = Table(title="Budgets against limits", title_justify="left")
     for column in ("budget", "used", "limit", "headroom", "source"):
         budgets.add_column(column)

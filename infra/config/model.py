@@ -407,6 +407,17 @@ class NetworkConfig(StrictModel):
             "the VNet."
         ),
     )
+    min_snat_ports_per_node: int = Field(
+        default=128, ge=1, le=64_512,
+        description=(
+            "Outbound: each subnet leaves through its own NAT gateway (at most 16 public IPs x 64,512 SNAT "
+            "ports); the plan sizes each gateway's public IP prefix for its pool's maxNodes at this many ports "
+            "per node and refuses a pool it cannot serve. 128: a port is held per concurrent connection to "
+            "one destination, and a node's busiest destination is its registry while it pulls images "
+            "(maxParallelImagePulls 10 x the runtime's 10 concurrent layer downloads = 100 connections); "
+            "bulk data to Azure services belongs on private endpoints, not on the NAT."
+        ),
+    )
     acknowledge_world_open_access: bool = Field(
         default=False,
         description=(

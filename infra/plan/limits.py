@@ -32,6 +32,13 @@ SCALE_SET_NAME_PREFIX = Limit(58, "Azure VMSS: computerNamePrefix length on Linu
 # Azure Compute Gallery doc: one replica per 20 VMs created at once, at most 100.
 VMS_PER_GALLERY_REPLICA = Limit(20, "Azure Compute Gallery: 1 replica per 20 concurrent VM creates")
 GALLERY_REPLICAS_MAX = Limit(100, "Azure Compute Gallery: replicas per image version")
+# Azure NAT gateway (NAT gateway resource doc; networking limits): at most 16 public IP
+# addresses (single IPs and prefixes together) per gateway, 64,512 SNAT ports per IP, and
+# at most one gateway per subnet.
+NAT_IPS_PER_GATEWAY = Limit(16, "Azure NAT gateway: public IP addresses per gateway")
+SNAT_PORTS_PER_IP = Limit(64_512, "Azure NAT gateway: SNAT ports per public IP address")
+# Azure public IP prefixes for a NAT gateway: IPv4 /28 (16 addresses) to /31 (2).
+NAT_PREFIX_LENGTHS = (31, 30, 29, 28)
 # Kubernetes "Considerations for large clusters": supported, not hard, limits.
 K8S_NODES = Limit(5_000, "Kubernetes large-cluster guidance: nodes per cluster")
 K8S_PODS = Limit(150_000, "Kubernetes large-cluster guidance: pods per cluster")

@@ -15,6 +15,7 @@ from kilonode.config.model import (
     MarketplaceImageConfig,
     StrictModel,
 )
+from kilonode.plan import limits
 
 
 class EtcdMember(StrictModel):
@@ -134,6 +135,24 @@ class UnrecordedSubnet(StrictModel):
     subnet: IPv4Network
 
 
+class NatGatewayPlan(StrictModel):
+    """One NAT gateway and its public IP prefix: the way out of the subnets it serves."""
+
+    name: str  # control-plane, or pool-<name>: also its subnets' key
+    subnets: tuple[str, ...]  # subnet keys it is attached to (control-plane, etcd, pool-<name>)
+    prefix_length: int  # the public IP prefix: /31 = 2 addresses ... /28 = 16
+    nodes: int  # machines behind it, sized for the pool's declared room (maxNodes)
+    min_ports_per_node: int  # the stack's floor
+
+    @property
+    def public_ips(self) -> int:
+        return 2 ** (32 - self.prefix_length)
+
+    @property
+    def ports_per_node(self) -> int:
+        return self.public_ips * limits.SNAT_PORTS_PER_IP.value // max(self.nodes, 1)
+
+
 class NetworkPlan(StrictModel):
     vnet_cidr: IPv4Network
     control_plane_subnet: IPv4Network
@@ -144,6 +163,8 @@ class NetworkPlan(StrictModel):
     # Placed by this plan, not recorded in the stack: `kilonode allocate` records them, and
     # the Pulumi program refuses to create them until then (they could move otherwise).
     unrecorded: tuple[UnrecordedSubnet, ...] = ()
+    # Outbound: one NAT gateway per pool subnet, one for the control-plane and etcd subnets.
+    nat_gateways: tuple[NatGatewayPlan, ...] = ()
 
 
 class ClusterPlan(StrictModel):

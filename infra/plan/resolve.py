@@ -22,6 +22,7 @@ from kilonode.plan.model import (
     ControlPlanePlan,
     EtcdClusterPlan,
     EtcdMember,
+    NatGatewayPlan,
     NetworkPlan,
     NodePoolPlan,
     PreloadImage,
@@ -37,6 +38,8 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     problems: list[Problem] = []
     budgets = _budgets(config)
     problems += _budget_problems(config, budgets)
+    nat_gateways, nat_problems = _nat_gateways(config)
+    problems += nat_problems
     if problems:
         raise PlanError(problems)
 
@@ -64,6 +67,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
             admin_cidr=net.admin_cidr,
             public_ips_on_control_plane=net.public_ips_on_control_plane,
             unrecorded=subnets.unrecorded,
+            nat_gateways=nat_gateways,
         ),
         etcd_main=etcd_main,
         etcd_events=etcd_events,
@@ -147,6 +151,39 @@ def _budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Probl
             "per VNet; merge pools",
         ))
     return problems
+
+
+def _nat_gateways(config: ClusterConfig) -> tuple[tuple[NatGatewayPlan, ...], list[Problem]]:
+    """One NAT gateway per pool subnet (a subnet takes one gateway, a gateway at most 16
+    IPs), one shared by the control-plane and etcd subnets; each gateway's public IP prefix
+    sized for its machines at the stack's SNAT-ports-per-node floor."""
+    floor = config.network.min_snat_ports_per_node
+    per_ip, most = limits.SNAT_PORTS_PER_IP.value, limits.NAT_IPS_PER_GATEWAY.value
+    control = config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas
+    wanted: list[tuple[str, tuple[str, ...], int, Loc]] = [
+        ("control-plane", ("control-plane", "etcd"), control, ("network", "minSnatPortsPerNode")),
+    ] + [
+        (f"pool-{pool.name}", (f"pool-{pool.name}",), slot_nodes(pool), ("nodePools", i, "nodes"))
+        for i, pool in enumerate(config.node_pools)
+    ]
+    gateways: list[NatGatewayPlan] = []
+    problems: list[Problem] = []
+    for name, subnets, nodes, loc in wanted:
+        ips = -(-nodes * floor // per_ip)  # ceil
+        length = next((n for n in limits.NAT_PREFIX_LENGTHS if 2 ** (32 - n) >= ips), None)
+        if length is None:
+            most_nodes = most * per_ip // floor
+            problems.append(Problem(
+                loc,
+                f"{name}: {nodes:,} nodes x {floor} SNAT ports = {nodes * floor:,} ports > {most} public IPs x "
+                f"{per_ip:,} = {most * per_ip:,} that one NAT gateway has; split the pool into pools of at most "
+                f"{most_nodes:,} nodes (each subnet gets its own gateway), or lower network.minSnatPortsPerNode "
+                f"to at most {most * per_ip // nodes}",
+            ))
+            continue
+        gateways.append(NatGatewayPlan(name=name, subnets=subnets, prefix_length=length, nodes=nodes,
+                                       min_ports_per_node=floor))
+    return tuple(gateways), problems
 
 
 def _vnet_overflow(config: ClusterConfig, vnet: Budget) -> Problem:

@@ -111,6 +111,8 @@ NAME_RULES: dict[str, tuple[str, int, int, str]] = {
     "azure-native:network:NetworkInterface": ("networkInterfaceName", 1, 80, r"\w([-\w.]*\w)?"),
     "azure-native:network:LoadBalancer": ("loadBalancerName", 1, 80, r"\w([-\w.]*\w)?"),
     "azure-native:network:PublicIPAddress": ("publicIpAddressName", 1, 80, r"\w([-\w.]*\w)?"),
+    "azure-native:network:PublicIPPrefix": ("publicIpPrefixName", 1, 80, r"\w([-\w.]*\w)?"),
+    "azure-native:network:NatGateway": ("natGatewayName", 1, 80, r"\w([-\w.]*\w)?"),
     "azure-native:compute:VirtualMachine": ("vmName", 1, 64, VM_NAME),
     "azure-native:compute:VirtualMachineScaleSet": ("vmScaleSetName", 1, 64, VM_NAME),
     "azure-native:compute:Gallery": ("galleryName", 1, 80, r"[a-zA-Z0-9]([a-zA-Z0-9._]*[a-zA-Z0-9])?"),

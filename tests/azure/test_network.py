@@ -196,3 +196,27 @@ def test_subnets_are_the_plans_subnets(graphs: dict[str, Graph], plans: dict[str
         want = {"control-plane": str(plan.network.control_plane_subnet), "etcd": str(plan.network.etcd_subnet)}
         want |= {f"pool-{p.name}": str(p.subnet) for p in plan.node_pools}
         assert got == want
+
+
+NAT = "azure-native:network:NatGateway"
+PREFIX = "azure-native:network:PublicIPPrefix"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_subnet_leaves_only_through_its_nat_gateway_sized_by_the_plan(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    graph, plan = graphs[stack], plans[stack]
+    nat_by_id = {f"mock:{NAT}::{r.name}": r.plain() for r in graph.of_type(NAT)}
+    prefix_by_id = {f"mock:{PREFIX}::{r.name}": r.plain() for r in graph.of_type(PREFIX)}
+    expected = {key: g for g in plan.network.nat_gateways for key in g.subnets}
+    for subnet in graph.of_type(SUBNET):
+        inputs = subnet.plain()
+        assert inputs["defaultOutboundAccess"] is False, inputs["subnetName"]
+        nat = nat_by_id[inputs["natGateway"]["id"]]
+        gateway = expected[inputs["subnetName"]]
+        assert nat["natGatewayName"] == f"{plan.cluster}-network-{gateway.name}-nat"
+        (prefix_ref,) = nat["publicIpPrefixes"]
+        prefix = prefix_by_id[prefix_ref["id"]]
+        assert prefix["prefixLength"] == gateway.prefix_length and prefix["sku"]["name"] == "Standard"
+    assert graph.count(NAT) == graph.count(PREFIX) == len(plan.network.nat_gateways)

@@ -108,10 +108,11 @@ def test_a_100000_node_pool_cannot_fit_one_vnet_even_with_host_network(write_sta
     cluster["nodePools"][0].update(nodes=100_000, podsPerNode=0)
     with pytest.raises(StackError) as caught:
         plan_of(cluster, write_stack)
-    [problem] = caught.value.problems
-    assert problem.path == "nodePools[0].nodes"
-    assert "one VNet cannot hold 100000 nodes even with hostNetwork pods only" in problem.message
-    assert "100000 × (1 + 0) + 8 = 100008 > 65536" in problem.message
+    vnet, nat = caught.value.problems
+    assert vnet.path == nat.path == "nodePools[0].nodes"
+    assert "one VNet cannot hold 100000 nodes even with hostNetwork pods only" in vnet.message
+    assert "100000 × (1 + 0) + 8 = 100008 > 65536" in vnet.message
+    assert nat.message.startswith("pool-cpu: 100,000 nodes x 128 SNAT ports = 12,800,000 ports > 16 public IPs")
 
 
 def test_nic_ip_configuration_limit(write_stack: StackWriter) -> None:
@@ -137,7 +138,8 @@ def test_pinned_subnet_too_small_for_the_pool(write_stack: StackWriter) -> None:
 
 def test_60000_nodes_fit_a_wider_vnet_with_host_network_pods(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("local")
-    cluster["network"] = {"vnetCidr": "10.0.0.0/15"}
+    # one pool, one NAT gateway: 16 x 64,512 ports over 60,000 nodes is 17 each
+    cluster["network"] = {"vnetCidr": "10.0.0.0/15", "minSnatPortsPerNode": 17}
     del cluster["nodePools"][0]["gpusPerNode"]
     cluster["nodePools"][0].update(nodes=60_000, podsPerNode=0, infiniband=True, subnet=None,
                                    vmSize="Standard_ND96asr_v4")
@@ -204,3 +206,30 @@ def test_scale_set_names_must_fit_azure_hostname_prefixes(write_stack: StackWrit
         plan_of(cluster, write_stack)
     [problem] = caught.value.problems
     assert problem.path == "nodePools[0].name" and "65 characters, above the 58" in problem.message
+
+
+def test_each_nat_gateway_is_sized_for_its_pools_room_at_the_snat_floor(plans: dict[str, ClusterPlan]) -> None:
+    gateways = {g.name: g for g in plans["research-7500"].network.nat_gateways}
+    assert sorted(gateways) == ["control-plane", "pool-a100-ib", "pool-h100-ib"]
+    # 5,000 x 128 = 640,000 ports: 10 IPs needed, a /28 (16) given; 16 x 64,512 / 5,000 = 206 each
+    a100 = gateways["pool-a100-ib"]
+    assert (a100.prefix_length, a100.public_ips, a100.ports_per_node) == (28, 16, 206)
+    # 2,500 x 128 = 320,000: 5 IPs, a /29 (8): 206 each
+    assert (gateways["pool-h100-ib"].prefix_length, gateways["pool-h100-ib"].ports_per_node) == (29, 206)
+    assert gateways["control-plane"].subnets == ("control-plane", "etcd")
+    assert gateways["control-plane"].prefix_length == 31
+
+
+def test_a_pool_one_gateway_cannot_serve_is_refused_with_the_arithmetic(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["network"] = {"minSnatPortsPerNode": 1024}
+    cluster["nodePools"][0].update(nodes=2_000, subnet=None)
+    with pytest.raises(StackError) as caught:
+        plan_of(cluster, write_stack)
+    [problem] = caught.value.problems
+    assert problem.path == "nodePools[0].nodes"
+    assert problem.message == (
+        "pool-cpu: 2,000 nodes x 1024 SNAT ports = 2,048,000 ports > 16 public IPs x 64,512 = 1,032,192 that one "
+        "NAT gateway has; split the pool into pools of at most 1,008 nodes (each subnet gets its own gateway), "
+        "or lower network.minSnatPortsPerNode to at most 516"
+    )
