@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
 from kilonode.plan.model import ClusterPlan
 
@@ -57,6 +58,11 @@ class InCluster(pulumi.ComponentResource):
                 pools=[p.name for p in plan.node_pools],
                 pool_subnets=[str(p.subnet) for p in plan.node_pools],
             ),
+            on_cluster,
+        )
+        ClusterDns(
+            f"{name}-dns",
+            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=dns_replicas(plan.total_nodes)),
             on_cluster,
         )
         self.register_outputs({})

@@ -47,3 +47,14 @@ APISERVER_READY_TIMEOUT_S = 900
 # internal DNS names are not what the kubelet puts in its CSR; the IP scope carries the check.
 # Pinned by tag: a digest needs a registry query this machine cannot make.
 SERVING_CERT_APPROVER_IMAGE = "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14"
+
+# Cluster DNS (CoreDNS). The 2,500-node post: packing put 10+ kube-dns pods on one node and
+# exceeded the VM's ~200 QPS limit for external lookups, so replicas need *required* pod
+# anti-affinity on kubernetes.io/hostname (each one's external lookups leave from its own
+# VM). Replicas: one per DNS_NODES_PER_REPLICA nodes, at least 2 -- at one external lookup
+# per node every 5 s, 250 nodes need 50 QPS: a quarter of one VM's limit, headroom for bursts.
+DNS_NODES_PER_REPLICA = 250
+DNS_MIN_REPLICAS = 2
+# kubeadm's CoreDNS for Kubernetes 1.34 (cmd/kubeadm/app/constants: CoreDNSVersion v1.12.1);
+# CoreDNS reads the API through EndpointSlices, stable across the supported 1.32-1.35.
+COREDNS_IMAGE = "registry.k8s.io/coredns/coredns:v1.12.1"

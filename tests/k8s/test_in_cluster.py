@@ -45,13 +45,15 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
 ) -> None:
     minor = plans[stack].kubernetes_minor
     objects = k8s_objects(graphs[stack])
-    assert len(objects) == 9  # 1 Secret, 5 ClusterRoleBindings, 1 ClusterRole, 1 ServiceAccount, 1 Deployment
+    # bootstrap: Secret + 4 bindings; approver: SA, role, binding, Deployment;
+    # DNS: SA, role, binding, ConfigMap, Deployment, PDB, Service
+    assert len(objects) == 16
     for record in objects:
         kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
 
 
 def test_the_schema_check_catches_a_misspelt_field(graphs: dict[str, Graph]) -> None:
-    deployment = next(r for r in k8s_objects(graphs["local"]) if r.type.endswith("Deployment"))
+    deployment = next(r for r in k8s_objects(graphs["local"]) if r.name.endswith("approver-deployment"))
     broken = manifest(deployment)
     broken["spec"]["template"]["spec"]["serviceAccount_name"] = broken["spec"]["template"]["spec"].pop(
         "serviceAccountName")
@@ -100,8 +102,10 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         "kilonode:cluster-admins": ("cluster-admin", [("Group", "kilonode:cluster-admins")]),
         "kilonode:kubelet-csr-approver": ("kilonode:kubelet-csr-approver",
                                           [("ServiceAccount", "kubelet-csr-approver")]),
+        "system:coredns": ("system:coredns", [("ServiceAccount", "coredns")]),
     }
-    role = next(manifest(r) for r in k8s_objects(graphs["research-7500"]) if r.type.endswith(":ClusterRole"))
+    role = next(manifest(r) for r in k8s_objects(graphs["research-7500"])
+                if r.type.endswith(":ClusterRole") and r.name.endswith("serving-cert-approver-role"))
     approve = [rule for rule in role["rules"] if "approve" in rule["verbs"]]
     assert approve == [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
                         "resourceNames": ["kubernetes.io/kubelet-serving"], "verbs": ["approve"]}]
@@ -111,7 +115,8 @@ def test_the_serving_cert_approver_is_scoped_to_the_pools_host_names_and_subnets
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan]
 ) -> None:
     plan = plans["research-7500"]
-    deployment = next(manifest(r) for r in k8s_objects(graphs["research-7500"]) if r.type.endswith("Deployment"))
+    deployment = next(manifest(r) for r in k8s_objects(graphs["research-7500"])
+                      if r.type.endswith("Deployment") and r.name.endswith("approver-deployment"))
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert container["image"] == defaults.SERVING_CERT_APPROVER_IMAGE
@@ -222,3 +227,25 @@ def test_the_readiness_gate_fails_naming_the_endpoint_when_no_apiserver_answers(
     assert result.returncode == 1
     assert result.stderr.strip() == f"kube-apiserver at {endpoint} did not answer /readyz within 2 s"
     assert list(tmp_path.iterdir()) == []  # nothing left behind (the kubeconfig was a temp file elsewhere)
+
+
+@pytest.mark.parametrize(("stack", "replicas"), [("local", 2), ("research-2500", 10), ("research-7500", 30)])
+def test_cluster_dns_answers_at_the_kubelets_cluster_dns_one_replica_per_vm(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str, replicas: int
+) -> None:
+    from kilonode.render import render_cluster
+
+    objects = {r.name: manifest(r) for r in k8s_objects(graphs[stack])}
+    service = objects[f"{stack}-k8s-dns-service"]
+    kubelet = yaml.safe_load(render_cluster(plans[stack])[f"pool-{plans[stack].node_pools[0].name}"]
+                             ["etc/kubernetes/kubelet-config.yaml"].content)
+    assert service["spec"]["clusterIP"] == kubelet["clusterDNS"][0] == str(plans[stack].control_plane.cluster_dns_ip)
+    assert service["metadata"]["name"] == "kube-dns"
+    deployment = objects[f"{stack}-k8s-dns-deployment"]
+    assert deployment["spec"]["replicas"] == replicas  # max(2, ceil(nodes / 250))
+    # Field notes: required (not preferred) anti-affinity on the host name.
+    (term,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {"labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                    "topologyKey": "kubernetes.io/hostname"}
+    assert "kubernetes cluster.local in-addr.arpa ip6.arpa" in objects[f"{stack}-k8s-dns-corefile"]["data"]["Corefile"]

@@ -1,0 +1,165 @@
+"""ClusterDns: CoreDNS as the `kube-dns` Service at the plan's cluster DNS address (the
+kubelets' clusterDNS), after kubernetes/kubernetes cluster/addons/dns/coredns: its RBAC,
+Corefile and probes; with required anti-affinity on the host name and replicas computed by
+the plan (kilonode.plan.defaults: DNS_*)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_kubernetes import apps, core, meta, policy, rbac
+
+from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.plan import defaults
+
+APP = "kube-dns"  # the label every DNS client and NetworkPolicy expects
+LABELS = {"k8s-app": APP, "app.kubernetes.io/managed-by": "kilonode"}
+
+# The Corefile of the upstream addon, with the cluster's domain.
+COREFILE = """.:53 {
+    errors
+    health {
+       lameduck 5s
+    }
+    ready
+    kubernetes {cluster_domain} in-addr.arpa ip6.arpa {
+       pods insecure
+       fallthrough in-addr.arpa ip6.arpa
+       ttl 30
+    }
+    prometheus :9153
+    forward . /etc/resolv.conf {
+       max_concurrent 1000
+    }
+    cache 30
+    loop
+    reload
+    loadbalance
+}
+"""
+
+
+@dataclass(frozen=True)
+class ClusterDnsArgs:
+    dns_ip: str  # the plan's cluster DNS address (the kubelets' clusterDNS)
+    replicas: int
+    cluster_domain: str = "cluster.local"
+    image: str = defaults.COREDNS_IMAGE
+
+
+def dns_replicas(total_nodes: int) -> int:
+    return max(defaults.DNS_MIN_REPLICAS, -(-total_nodes // defaults.DNS_NODES_PER_REPLICA))
+
+
+class ClusterDns(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ClusterDnsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:ClusterDns", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        account = core.v1.ServiceAccount(
+            f"{name}-sa", metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            opts=child,
+        )
+        role = rbac.v1.ClusterRole(
+            f"{name}-role",
+            metadata=meta.v1.ObjectMetaArgs(name="system:coredns", labels=LABELS),
+            rules=[
+                rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["endpoints", "services", "pods", "namespaces"],
+                                       verbs=["list", "watch"]),
+                rbac.v1.PolicyRuleArgs(api_groups=["discovery.k8s.io"], resources=["endpointslices"],
+                                       verbs=["list", "watch"]),
+            ],
+            opts=child,
+        )
+        rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            metadata=meta.v1.ObjectMetaArgs(name="system:coredns", labels=LABELS),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
+            subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
+            opts=child,
+        )
+        config = core.v1.ConfigMap(
+            f"{name}-corefile",
+            metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            data={"Corefile": COREFILE.replace("{cluster_domain}", args.cluster_domain)},
+            opts=child,
+        )
+        selector = {"k8s-app": APP}
+        apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            spec=apps.v1.DeploymentSpecArgs(
+                replicas=args.replicas,
+                selector=meta.v1.LabelSelectorArgs(match_labels=selector),
+                strategy=apps.v1.DeploymentStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
+                    spec=core.v1.PodSpecArgs(
+                        service_account_name=account.metadata.name,
+                        priority_class_name="system-cluster-critical",
+                        dns_policy="Default",  # CoreDNS itself resolves through the node
+                        tolerations=[core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists")],
+                        # Field notes (2,500 nodes): one replica per VM, never packed.
+                        affinity=core.v1.AffinityArgs(pod_anti_affinity=core.v1.PodAntiAffinityArgs(
+                            required_during_scheduling_ignored_during_execution=[core.v1.PodAffinityTermArgs(
+                                label_selector=meta.v1.LabelSelectorArgs(match_labels=selector),
+                                topology_key="kubernetes.io/hostname",
+                            )],
+                        )),
+                        containers=[core.v1.ContainerArgs(
+                            name="coredns",
+                            image=args.image,
+                            args=["-conf", "/etc/coredns/Corefile"],
+                            ports=[
+                                core.v1.ContainerPortArgs(name="dns", container_port=53, protocol="UDP"),
+                                core.v1.ContainerPortArgs(name="dns-tcp", container_port=53, protocol="TCP"),
+                                core.v1.ContainerPortArgs(name="metrics", container_port=9153, protocol="TCP"),
+                            ],
+                            resources=core.v1.ResourceRequirementsArgs(
+                                requests={"cpu": "100m", "memory": "70Mi"}, limits={"memory": "170Mi"}),
+                            liveness_probe=core.v1.ProbeArgs(
+                                http_get=core.v1.HTTPGetActionArgs(path="/health", port=8080),
+                                initial_delay_seconds=60, timeout_seconds=5, failure_threshold=5),
+                            readiness_probe=core.v1.ProbeArgs(
+                                http_get=core.v1.HTTPGetActionArgs(path="/ready", port=8181)),
+                            security_context=core.v1.SecurityContextArgs(
+                                allow_privilege_escalation=False, read_only_root_filesystem=True,
+                                capabilities=core.v1.CapabilitiesArgs(add=["NET_BIND_SERVICE"], drop=["ALL"])),
+                            volume_mounts=[core.v1.VolumeMountArgs(name="config", mount_path="/etc/coredns",
+                                                                   read_only=True)],
+                        )],
+                        volumes=[core.v1.VolumeArgs(
+                            name="config",
+                            config_map=core.v1.ConfigMapVolumeSourceArgs(
+                                name=config.metadata.name,
+                                items=[core.v1.KeyToPathArgs(key="Corefile", path="Corefile")]),
+                        )],
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        policy.v1.PodDisruptionBudget(
+            f"{name}-pdb",
+            metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            spec=policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1, selector=meta.v1.LabelSelectorArgs(match_labels=selector)),
+            opts=child,
+        )
+        core.v1.Service(
+            f"{name}-service",
+            metadata=meta.v1.ObjectMetaArgs(name=APP, namespace=KUBE_SYSTEM, labels=LABELS),
+            spec=core.v1.ServiceSpecArgs(
+                selector=selector,
+                cluster_ip=args.dns_ip,
+                ports=[
+                    core.v1.ServicePortArgs(name="dns", port=53, protocol="UDP", target_port=53),
+                    core.v1.ServicePortArgs(name="dns-tcp", port=53, protocol="TCP", target_port=53),
+                    core.v1.ServicePortArgs(name="metrics", port=9153, protocol="TCP", target_port=9153),
+                ],
+            ),
+            opts=child,
+        )
+        self.register_outputs({})
