@@ -139,7 +139,7 @@ def _plain_scalar(value: Any) -> Any:
 
 # Subsystems in the order a reader follows them (the README's "How it fits together").
 _COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
-                    "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "ClusterDns"]
+                    "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "KubeProxy", "ClusterDns"]
 
 
 def _natural(text: str) -> list[Any]:

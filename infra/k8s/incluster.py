@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
+from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
 from kilonode.plan.model import ClusterPlan
 
@@ -58,6 +59,11 @@ class InCluster(pulumi.ComponentResource):
                 pools=[p.name for p in plan.node_pools],
                 pool_subnets=[str(p.subnet) for p in plan.node_pools],
             ),
+            on_cluster,
+        )
+        KubeProxy(
+            f"{name}-kube-proxy",
+            KubeProxyArgs(endpoint=plan.control_plane.endpoint, kubernetes_version=plan.kubernetes_version),
             on_cluster,
         )
         ClusterDns(

@@ -46,8 +46,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     minor = plans[stack].kubernetes_minor
     objects = k8s_objects(graphs[stack])
     # bootstrap: Secret + 4 bindings; approver: SA, role, binding, Deployment;
-    # DNS: SA, role, binding, ConfigMap, Deployment, PDB, Service
-    assert len(objects) == 16
+    # DNS: SA, role, binding, ConfigMap, Deployment, PDB, Service; kube-proxy: SA, binding,
+    # ConfigMap, DaemonSet
+    assert len(objects) == 20
     for record in objects:
         kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
 
@@ -103,6 +104,7 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         "kilonode:kubelet-csr-approver": ("kilonode:kubelet-csr-approver",
                                           [("ServiceAccount", "kubelet-csr-approver")]),
         "system:coredns": ("system:coredns", [("ServiceAccount", "coredns")]),
+        "kilonode:node-proxier": ("system:node-proxier", [("ServiceAccount", "kube-proxy")]),
     }
     role = next(manifest(r) for r in k8s_objects(graphs["research-7500"])
                 if r.type.endswith(":ClusterRole") and r.name.endswith("serving-cert-approver-role"))
@@ -249,3 +251,37 @@ def test_cluster_dns_answers_at_the_kubelets_cluster_dns_one_replica_per_vm(
     assert term == {"labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
                     "topologyKey": "kubernetes.io/hostname"}
     assert "kubernetes cluster.local in-addr.arpa ip6.arpa" in objects[f"{stack}-k8s-dns-corefile"]["data"]["Corefile"]
+
+
+# KubeProxyConfiguration's JSON fields at 1.34 (staging/src/k8s.io/kube-proxy/config/v1alpha1/
+# types.go, read with the search tools): what the rendered config may name.
+KUBE_PROXY_FIELDS = {
+    "apiVersion", "kind", "featureGates", "clientConnection", "logging", "hostnameOverride", "bindAddress",
+    "healthzBindAddress", "metricsBindAddress", "bindAddressHardFail", "enableProfiling",
+    "showHiddenMetricsForVersion", "serviceProxyName", "mode", "iptables", "ipvs", "nftables", "winkernel",
+    "detectLocalMode", "detectLocal", "clusterCIDR", "nodePortAddresses", "oomScoreAdj", "conntrack",
+    "configSyncPeriod", "portRange",
+}
+
+
+@needs_kubectl
+def test_kube_proxy_runs_nftables_on_every_node_with_upstream_field_names(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], tmp_path: Path
+) -> None:
+    plan = plans["research-7500"]
+    objects = {r.name: manifest(r) for r in k8s_objects(graphs["research-7500"])}
+    data = objects["research-7500-k8s-kube-proxy-config"]["data"]
+    config = yaml.safe_load(data["config.conf"])
+    assert set(config) <= KUBE_PROXY_FIELDS
+    assert config["mode"] == "nftables"
+    assert (config["detectLocalMode"], config["detectLocal"]) == ("InterfaceNamePrefix",
+                                                                   {"interfaceNamePrefix": "azv"})
+    kubeconfig = kubectl_view(tmp_path, data["kubeconfig.conf"])
+    # the load balancer: the kubernetes Service IP works only once kube-proxy runs
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == plan.control_plane.endpoint
+    assert kubeconfig["users"][0]["user"]["tokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    daemonset = objects["research-7500-k8s-kube-proxy-daemonset"]
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["containers"][0]["image"] == f"registry.k8s.io/kube-proxy:v{plan.kubernetes_version}"
+    assert daemonset["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"

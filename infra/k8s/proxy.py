@@ -1,0 +1,132 @@
+"""KubeProxy: kube-proxy on every node, as kubeadm deploys it (a DaemonSet, the kube-proxy
+ServiceAccount bound to system:node-proxier, config and kubeconfig in a ConfigMap), in the
+mode kilonode.plan.defaults argues for.
+
+Its credentials: the ServiceAccount's projected token, not a certificate of its own (the
+issue's "documented alternative": what kubeadm does, rotated by the kubelet). Its
+kubeconfig points at the load balancer, not the `kubernetes` Service IP, which only works
+once kube-proxy runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import yaml
+from pulumi_kubernetes import apps, core, meta, rbac
+
+from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.plan import defaults
+
+LABELS = {"k8s-app": "kube-proxy", "app.kubernetes.io/managed-by": "kilonode"}
+CONFIG_DIR = "/var/lib/kube-proxy"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class KubeProxyArgs:
+    endpoint: str  # https://<load balancer>:6443
+    kubernetes_version: str  # the image tag follows the cluster's version
+
+
+def proxy_config() -> dict[str, object]:
+    """KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1; field names from
+    staging/src/k8s.io/kube-proxy/config/v1alpha1/types.go)."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": f"{CONFIG_DIR}/kubeconfig.conf"},
+        "mode": defaults.KUBE_PROXY_MODE,
+        "detectLocalMode": "InterfaceNamePrefix",
+        "detectLocal": {"interfaceNamePrefix": defaults.KUBE_PROXY_POD_INTERFACE_PREFIX},
+        # Prometheus scrapes it on the node's address.
+        "metricsBindAddress": "0.0.0.0:10249",
+        # NodePorts only on the node's primary address, never on pod-facing interfaces.
+        "nodePortAddresses": ["primary"],
+    }
+
+
+def proxy_kubeconfig(endpoint: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "default", "cluster": {"server": endpoint,
+                                                     "certificate-authority": f"{SA_DIR}/ca.crt"}}],
+        "users": [{"name": "kube-proxy", "user": {"tokenFile": f"{SA_DIR}/token"}}],
+        "contexts": [{"name": "default", "context": {"cluster": "default", "user": "kube-proxy",
+                                                     "namespace": "default"}}],
+        "current-context": "default",
+    }
+
+
+class KubeProxy(pulumi.ComponentResource):
+    def __init__(self, name: str, args: KubeProxyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:KubeProxy", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        account = core.v1.ServiceAccount(
+            f"{name}-sa", metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
+            opts=child,
+        )
+        rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            metadata=meta.v1.ObjectMetaArgs(name="kilonode:node-proxier", labels=LABELS),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name="system:node-proxier"),
+            subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
+            opts=child,
+        )
+        config = core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
+            data={
+                "config.conf": yaml.safe_dump(proxy_config(), sort_keys=False),
+                "kubeconfig.conf": yaml.safe_dump(proxy_kubeconfig(args.endpoint), sort_keys=False),
+            },
+            opts=child,
+        )
+        apps.v1.DaemonSet(
+            f"{name}-daemonset",
+            metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
+            spec=apps.v1.DaemonSetSpecArgs(
+                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-proxy"}),
+                update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
+                        max_unavailable=defaults.KUBE_PROXY_MAX_UNAVAILABLE)),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
+                    spec=core.v1.PodSpecArgs(
+                        service_account_name=account.metadata.name,
+                        priority_class_name="system-node-critical",
+                        host_network=True,
+                        tolerations=[core.v1.TolerationArgs(operator="Exists")],
+                        containers=[core.v1.ContainerArgs(
+                            name="kube-proxy",
+                            image=f"registry.k8s.io/kube-proxy:v{args.kubernetes_version}",
+                            command=["/usr/local/bin/kube-proxy", f"--config={CONFIG_DIR}/config.conf",
+                                     "--hostname-override=$(NODE_NAME)"],
+                            env=[core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(
+                                field_ref=core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")))],
+                            security_context=core.v1.SecurityContextArgs(privileged=True),
+                            resources=core.v1.ResourceRequirementsArgs(requests={"cpu": "100m", "memory": "64Mi"}),
+                            volume_mounts=[
+                                core.v1.VolumeMountArgs(name="kube-proxy", mount_path=CONFIG_DIR, read_only=True),
+                                core.v1.VolumeMountArgs(name="xtables-lock", mount_path="/run/xtables.lock"),
+                                core.v1.VolumeMountArgs(name="lib-modules", mount_path="/lib/modules",
+                                                        read_only=True),
+                            ],
+                        )],
+                        volumes=[
+                            core.v1.VolumeArgs(name="kube-proxy", config_map=core.v1.ConfigMapVolumeSourceArgs(
+                                name=config.metadata.name)),
+                            core.v1.VolumeArgs(name="xtables-lock", host_path=core.v1.HostPathVolumeSourceArgs(
+                                path="/run/xtables.lock", type="FileOrCreate")),
+                            core.v1.VolumeArgs(name="lib-modules", host_path=core.v1.HostPathVolumeSourceArgs(
+                                path="/lib/modules")),
+                        ],
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        self.register_outputs({})
