@@ -68,10 +68,19 @@ def build(
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for <stack>-<pool>.raw/.vhd/.manifest.json.")],
     binaries: Annotated[
         Path | None,
-        typer.Option("--binaries", help="Directory holding kubelet / cri-dockerd to bake (no registry serves them)."),
+        typer.Option(
+            "--binaries",
+            help="Directory holding the pool's pinned binaries by file name (kubelet, cri-dockerd, crictl, ...; "
+            "see node-image/binaries.toml), baked as given.",
+        ),
     ] = None,
     fetch: Annotated[
-        bool, typer.Option("--fetch", help="Download kubelet / cri-dockerd from their pinned URL + sha256.")
+        bool,
+        typer.Option(
+            "--fetch",
+            help="Download the pool's binaries from their pinned URLs (node-image/binaries.toml); "
+            "a digest mismatch is refused.",
+        ),
     ] = False,
 ) -> None:
     """Build the pool's bootable disk image.

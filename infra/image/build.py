@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from kilonode.config import Stack
+from kilonode.image import binaries as pinned
 from kilonode.image import disk, mirror, rootfs
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
@@ -63,7 +64,7 @@ class Baked:
 
     artefacts: list[dict[str, str]]
     images: list[dict[str, str]]
-    binaries: list[rootfs.BinaryResult]
+    binaries: list[pinned.BinaryResult]
 
 
 def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
@@ -130,10 +131,10 @@ def build_image(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
             images = preload(pool, recipe, tree, work, inputs.project_dir)
-            binaries = [
-                rootfs.place_binary(tree, b, plan.kubernetes_version, binaries_dir, fetch)
-                for b in recipe.binaries_for(pool.runtime)
-            ]
+            binaries = pinned.place_role(
+                tree, pinned.load(recipe.binaries_file), pinned.pool_role(pool.runtime), plan.kubernetes_version,
+                local_dir=binaries_dir, allow_fetch=fetch, downloads=pinned.Downloads(work / "downloads"),
+            )
             return Baked(artefacts, images, binaries)
 
         baked = steps.run("bake artefacts and preloaded images", customise)
@@ -217,10 +218,11 @@ def build_image(
                 "packages": packages,
                 "artefacts": baked.artefacts,
                 "preloaded_images": baked.images,
-                "binaries": [
-                    {"name": b.name, "path": b.path, "present": b.present, "sha256": b.sha256, "origin": b.origin}
-                    for b in baked.binaries
-                ],
+                # node-image/binaries.toml's components for this pool: "binaries" are those a
+                # unit runs and is skipped without (kubelet, cri-dockerd), "other_binaries"
+                # the rest (crictl, CNI plugins; containerd and runc for containerd pools).
+                "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
+                "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
                 "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())},
                 "pool_plan": pool.model_dump(mode="json"),
                 "timings_s": steps.timings,

@@ -18,18 +18,6 @@ Runtime = Literal["docker", "containerd"]
 
 
 @dataclass(frozen=True)
-class Binary:
-    """A binary no Debian package provides (kubelet, cri-dockerd): pinned URL + sha256."""
-
-    name: str
-    path: str  # where it lands in the image
-    url: str
-    sha256: str  # "" = not pinned yet: never downloaded, only taken from a local directory
-    runtimes: tuple[str, ...]
-    member: str | None = None  # path inside a .tgz download
-
-
-@dataclass(frozen=True)
 class Recipe:
     root: Path
     version: int
@@ -42,7 +30,6 @@ class Recipe:
     package_files: dict[str, Path]
     enable_units: tuple[str, ...]
     disable_units: tuple[str, ...]
-    binaries: tuple[Binary, ...]
 
     @property
     def overlay_dir(self) -> Path:
@@ -52,6 +39,11 @@ class Recipe:
     @property
     def pause_source(self) -> Path:
         return self.root / "pause" / "pause.c"
+
+    @property
+    def binaries_file(self) -> Path:
+        """The pinned upstream binaries (kilonode.image.binaries reads it)."""
+        return self.root / "binaries.toml"
 
     def package_list(self, runtime: Runtime) -> list[str]:
         return read_list(self.package_files["base"]) + read_list(self.package_files[runtime])
@@ -74,9 +66,6 @@ class Recipe:
             "sources_sha256": sources_sha256,
         }
 
-    def binaries_for(self, runtime: Runtime) -> list[Binary]:
-        return [b for b in self.binaries if runtime in b.runtimes]
-
 
 def read_list(path: Path) -> list[str]:
     """One package per line; '#' starts a comment."""
@@ -94,7 +83,6 @@ def sha256_text(path: Path) -> str:
 
 def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
     data = tomllib.loads((root / "recipe.toml").read_text())
-    binaries = tomllib.loads((root / "binaries.toml").read_text()).get("binary", [])
     return Recipe(
         root=root,
         version=int(data["version"]),
@@ -107,15 +95,4 @@ def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
         package_files={name: root / rel for name, rel in data["packages"].items()},
         enable_units=tuple(data["units"]["enable"]),
         disable_units=tuple(data["units"]["disable"]),
-        binaries=tuple(
-            Binary(
-                name=b["name"],
-                path=b["path"],
-                url=b["url"],
-                sha256=b.get("sha256", ""),
-                runtimes=tuple(b["runtimes"]),
-                member=b.get("member"),
-            )
-            for b in binaries
-        ),
     )

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
-import tarfile
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kilonode.image import cache, mirror
-from kilonode.image.recipe import Binary, Recipe, Runtime
+from kilonode.image.recipe import Recipe, Runtime
 
 
 class BuildError(RuntimeError):
@@ -223,43 +220,3 @@ def installed_packages(root: Path) -> dict[str, str]:
                 packages[name] = version
             name = version = status = ""
     return dict(sorted(packages.items()))
-
-
-@dataclass(frozen=True)
-class BinaryResult:
-    name: str
-    path: str
-    present: bool
-    sha256: str | None
-    origin: str  # "local:<dir>", "url", or why it is absent
-
-
-def place_binary(root: Path, binary: Binary, version: str, local_dir: Path | None, fetch: bool) -> BinaryResult:
-    """kubelet / cri-dockerd: from a local directory, or a pinned download; else absent."""
-    data: bytes | None = None
-    origin = ""
-    if local_dir is not None and (local_dir / binary.name).is_file():
-        data = (local_dir / binary.name).read_bytes()
-        origin = f"local directory {local_dir}"
-    elif fetch and binary.sha256:
-        url = binary.url.format(version=version)
-        with urllib.request.urlopen(url, timeout=120) as response:
-            blob = response.read()
-        if hashlib.sha256(blob).hexdigest() != binary.sha256:
-            raise BuildError(f"{binary.name}: {url} does not match the pinned sha256 in node-image/binaries.toml")
-        if binary.member:
-            with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-                member = tar.extractfile(binary.member)
-                if member is None:
-                    raise BuildError(f"{binary.name}: {binary.member} not in {url}")
-                blob = member.read()
-        data, origin = blob, url
-    if data is None:
-        reason = (
-            "absent: not in any Debian package or registry this build reaches; pass --binaries DIR "
-            f"holding `{binary.name}`"
-            + ("" if binary.sha256 else ", or pin its sha256 in node-image/binaries.toml and pass --fetch")
-        )
-        return BinaryResult(binary.name, binary.path, False, None, reason)
-    put(root, binary.path, data, 0o755)
-    return BinaryResult(binary.name, binary.path, True, hashlib.sha256(data).hexdigest(), origin)

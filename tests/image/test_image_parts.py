@@ -222,26 +222,3 @@ def test_build_unknown_pool_names_the_pools(tmp_path: Path) -> None:
 def test_verify_missing_image_exits_2(tmp_path: Path) -> None:
     result = kilonode("image", "verify", str(tmp_path / "nope.raw"))
     assert result.returncode == 2 and "not found" in result.stderr
-
-
-def test_binaries_from_a_local_dir_or_recorded_absent(tmp_path: Path) -> None:
-    kubelet = next(b for b in RECIPE.binaries if b.name == "kubelet")
-    local = tmp_path / "bin"
-    local.mkdir()
-    (local / "kubelet").write_bytes(b"\x7fELF fake kubelet")
-    root = tmp_path / "root"
-    placed = rootfs.place_binary(root, kubelet, "1.34.2", local, fetch=False)
-    assert placed.present and placed.origin.startswith("local directory")
-    assert (root / "usr/local/bin/kubelet").read_bytes() == b"\x7fELF fake kubelet"
-    assert os.access(root / "usr/local/bin/kubelet", os.X_OK)
-    absent = rootfs.place_binary(tmp_path / "root2", kubelet, "1.34.2", None, fetch=True)
-    assert not absent.present and absent.sha256 is None
-    # unpinned: --fetch must not download anything, and the reason says what to do
-    assert "--binaries DIR" in absent.origin and "pin its sha256" in absent.origin
-    assert not (tmp_path / "root2").exists()
-
-
-def test_recipe_pins_a_url_for_every_binary() -> None:
-    assert {b.name for b in RECIPE.binaries_for("docker")} == {"kubelet", "cri-dockerd"}
-    assert {b.name for b in RECIPE.binaries_for("containerd")} == {"kubelet"}
-    assert all(b.url.startswith("https://") for b in RECIPE.binaries)
