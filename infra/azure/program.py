@@ -8,6 +8,7 @@ user needs. Everything happens when `main()` is called, never at import.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pulumi
 
@@ -16,8 +17,9 @@ from kilonode.azure.node_image import default_vhd
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
+from kilonode.image import binaries
 from kilonode.k8s.incluster import InCluster, InClusterArgs
-from kilonode.plan import plan_stack
+from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.problems import StackError
 from kilonode.render import render_cluster
 
@@ -67,6 +69,28 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     # Secret: `pulumi stack output adminKubeconfig --show-secrets > ~/.kube/<cluster>`; its
     # identity is the kilonode:cluster-admins group, bound to cluster-admin (revocable).
     pulumi.export("adminKubeconfig", cluster.tls.admin_kubeconfig)
+    # What each role's machines run, pinned (node-image/binaries.toml): shown by `kilonode plan`.
+    pulumi.export("pinnedBinaries", pinned_binaries(plan))
     # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
     pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster
+
+
+def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
+    """Per role, each upstream binary's version, URL and digest at the plan's Kubernetes
+    version; a role without pins says why (its machines could not get their binaries)."""
+    catalog = binaries.load()
+    roles = {"etcd": "etcd", "apiserver": "control-plane"} | {
+        f"pool-{pool.name}": binaries.pool_role(pool.runtime) for pool in plan.node_pools
+    }
+    shown: dict[str, Any] = {}
+    for host_role, role in roles.items():
+        try:
+            shown[host_role] = {
+                r.name: {"version": r.version, "url": r.url, "digest": r.pin.expected}
+                for r in catalog.resolve(role, plan.kubernetes_version)
+            }
+        except binaries.PinError as error:
+            pulumi.log.warn(str(error))
+            shown[host_role] = {"unpinned": str(error)}
+    return shown

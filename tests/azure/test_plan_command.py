@@ -94,3 +94,17 @@ def test_plan_command_exits_2_with_the_stack_problems(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plan", str(path)])
     assert result.exit_code == 2
     assert "nodePools[0].podsPerNode" in result.stderr
+
+
+def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> None:
+    from kilonode.azure.graph import _unwrap
+
+    pinned = _unwrap(graph_7500.outputs)["pinnedBinaries"]
+    assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib"]
+    assert sorted(pinned["pool-a100-ib"]) == ["cni-plugins", "cri-dockerd", "crictl", "kubelet"]
+    assert pinned["pool-a100-ib"]["kubelet"]["version"] == "1.34.2"
+    assert pinned["pool-a100-ib"]["kubelet"]["url"] == "https://dl.k8s.io/release/v1.34.2/bin/linux/amd64/kubelet"
+    assert pinned["etcd"]["etcd"]["version"] == "3.5.33"
+    assert pinned["apiserver"]["kubernetes-server"]["digest"].startswith("sha512:")
+    assert all(entry["digest"].startswith(("sha256:", "sha512:"))
+               for role in pinned.values() for entry in role.values())
