@@ -78,7 +78,8 @@ def server(tmp_path: Path) -> Iterator[Served]:
             super().do_GET()
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(www)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # a short poll interval: shutdown() waits up to one interval (0.5 s by default)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", www, requests
