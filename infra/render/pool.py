@@ -9,6 +9,7 @@ import tomli_w
 
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
+from kilonode.render import cni
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -49,6 +50,9 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
             mount_point=pool.local_disk.mount_point,
         )),
         SYSCTL_FILE: RenderedFile(sysctl_conf(pool)),
+        # Every pool, hostNetwork-only ones too: without a CNI configuration the kubelet
+        # reports the node's network as not ready.
+        cni.CONFLIST: RenderedFile(cni.azure_conflist_text(plan, pool)),
         PRELOAD_MANIFEST: RenderedFile(to_json([
             {"image": image.image, "path": image.baked_path, "source": image.source}
             for image in pool.preload_images
