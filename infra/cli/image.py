@@ -120,6 +120,8 @@ def build(
     for binary in manifest.binaries:
         if not binary["present"]:
             out.print(f"  [yellow]![/] {binary['name']}: {binary['origin']}")
+    for image in manifest.data.get("boot_images_not_supplied", []):
+        out.print(f"  [yellow]![/] {image['image']}: {image['reason']}")
 
 
 @image_app.command()

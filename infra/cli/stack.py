@@ -131,6 +131,10 @@ def explain(stack: StackArg) -> None:
             str(pool.subnet), str(pool.ip_configs_per_nic), str(pool.max_pods), shard_text,
         )
     out.print(pools)
+    for pool in plan.node_pools:
+        if pool.boot_images_not_preloaded:
+            out.print(f"[yellow]![/] pool {pool.name}: pulled at first start (no archive in bootImageArchives): "
+                      + ", ".join(pool.boot_images_not_preloaded))
 
     outbound = Table(title="Outbound (one NAT gateway per row; 64,512 SNAT ports per public IP)",
                      title_justify="left")

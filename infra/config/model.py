@@ -523,6 +523,16 @@ class ClusterConfig(StrictModel):
             "Kernel parameters for every node: a profile in sysctl/ plus overrides."
         ),
     )
+    boot_image_archives: tuple[PreloadImageConfig, ...] = Field(
+        default=(),
+        description=(
+            "Docker-archive tarballs of the images every node needs at its first start (kube-proxy, CoreDNS, "
+            "the serving-certificate approver: `kilonode explain` lists them); each one given is baked into "
+            "every pool's image, like the pause image (field notes: a registry hiccup at boot must not keep a "
+            "node from Ready). An image without an archive is pulled at first start and the image manifest "
+            "says so."
+        ),
+    )
     node_image: NodeImageConfig = Field(
         default=NodeImageConfig(), description="The node image's gallery version and how it is replicated."
     )

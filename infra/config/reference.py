@@ -192,8 +192,8 @@ def starter_stack(cluster: str, stack: str) -> str:
         f"  {CONFIG_KEY}:",
     ]
     for key in keys():
-        if key.path.startswith("nodePools[]."):
-            continue  # written with the pool below
+        if "[]." in key.path:
+            continue  # a list's items: the pool's below, other lists show as their default
         indent = "    " + "  " * key.depth
         why = key.field.description or ""
         if key.path == "name":

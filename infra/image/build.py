@@ -218,6 +218,12 @@ def build_image(
                 "packages": packages,
                 "artefacts": baked.artefacts,
                 "preloaded_images": baked.images,
+                # images the cluster starts on every node that the stack gave no archive for
+                # (bootImageArchives): the node pulls them at first start
+                "boot_images_not_supplied": [
+                    {"image": image, "reason": "no archive in the stack's bootImageArchives: pulled at first start"}
+                    for image in pool.boot_images_not_preloaded
+                ],
                 # node-image/binaries.toml's components for this pool: "binaries" are those a
                 # unit runs and is skipped without (kubelet, cri-dockerd), "other_binaries"
                 # the rest (crictl, CNI plugins; containerd and runc for containerd pools).

@@ -102,7 +102,7 @@ class KubeProxy(pulumi.ComponentResource):
                         tolerations=[core.v1.TolerationArgs(operator="Exists")],
                         containers=[core.v1.ContainerArgs(
                             name="kube-proxy",
-                            image=f"registry.k8s.io/kube-proxy:v{args.kubernetes_version}",
+                            image=defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=args.kubernetes_version),
                             command=["/usr/local/bin/kube-proxy", f"--config={CONFIG_DIR}/config.conf",
                                      "--hostname-override=$(NODE_NAME)"],
                             env=[core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(

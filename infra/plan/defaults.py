@@ -66,6 +66,9 @@ COREDNS_IMAGE = "registry.k8s.io/coredns/coredns:v1.12.1"
 # "Add an nftables-based kube-proxy backend"). Local traffic is what comes from Azure CNI's
 # pod interfaces, named azv* (AKS runs kube-proxy with the same InterfaceNamePrefix=azv).
 KUBE_PROXY_MODE = "nftables"
+# The cluster's own version: kube-proxy must not be newer than the apiserver, nor older than
+# it by more than the skew policy allows; the same version is the simple answer.
+KUBE_PROXY_IMAGE = "registry.k8s.io/kube-proxy:v{kubernetes_version}"
 KUBE_PROXY_POD_INTERFACE_PREFIX = "azv"
 # A DaemonSet update over 7,500 nodes: 10% at a time, not one node after another.
 KUBE_PROXY_MAX_UNAVAILABLE = "10%"

@@ -109,6 +109,9 @@ class NodePoolPlan(StrictModel):
     image_pull_progress_deadline: str
     pause_image: str
     preload_images: tuple[PreloadImage, ...]
+    # Images the cluster needs on every node at boot that the stack gave no archive for: the
+    # node pulls them at first start (the image manifest records them as not supplied).
+    boot_images_not_preloaded: tuple[str, ...] = ()
     sysctls: tuple[SysctlSetting, ...]
     labels: dict[str, str]
     taints: tuple[str, ...]

@@ -14,7 +14,7 @@ from kilonode.config.catalog import gpus_of, infiniband_of
 from kilonode.config.checks import effective_sysctls
 from kilonode.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
 from kilonode.config.sysctl_profile import SysctlProfile
-from kilonode.plan import limits
+from kilonode.plan import defaults, limits
 from kilonode.plan.model import (
     ApiserverInstance,
     Budget,
@@ -478,14 +478,27 @@ def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[Sca
     )
 
 
+def boot_images(config: ClusterConfig) -> tuple[str, ...]:
+    """What the in-cluster program runs that every node (or any node) must start at boot."""
+    return (
+        defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=config.kubernetes_version),
+        defaults.COREDNS_IMAGE,
+        defaults.SERVING_CERT_APPROVER_IMAGE,
+    )
+
+
 def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage, ...]:
     def baked(image: str) -> str:
         safe = image.replace("/", "_").replace(":", "_").replace("@", "_")
         return f"{PRELOAD_DIR}/{safe}.tar"
 
     images = [PreloadImage(image=config.pause_image, source="build:pause", baked_path=baked(config.pause_image))]
+    supplied = {entry.image: entry.archive for entry in config.boot_image_archives}
+    for image in boot_images(config):
+        if supplied.get(image):
+            images.append(PreloadImage(image=image, source="archive", archive=supplied[image], baked_path=baked(image)))
     for entry in pool.preload_images:
-        if entry.image == config.pause_image:
+        if entry.image == config.pause_image or any(entry.image == i.image for i in images):
             continue
         images.append(PreloadImage(
             image=entry.image,
@@ -522,6 +535,10 @@ def _node_pool(
         image_pull_progress_deadline=pool.image_pull_progress_deadline,
         pause_image=config.pause_image,
         preload_images=_preload(config, pool),
+        boot_images_not_preloaded=tuple(
+            image for image in boot_images(config)
+            if image not in {entry.image for entry in config.boot_image_archives if entry.archive}
+        ),
         sysctls=sysctls,
         labels={"kilonode.io/pool": pool.name, **pool.labels},
         taints=pool.taints,

@@ -1,0 +1,47 @@
+"""Images every node needs at boot (kube-proxy, CoreDNS, the serving-certificate approver):
+baked like the pause image when the stack supplies their archives, else named as pulled at
+first start, in the plan, the image manifest and `kilonode explain`."""
+
+from __future__ import annotations
+
+from kilonode.plan import ClusterPlan, defaults
+from kilonode.render import render_cluster
+from tests.conftest import StackWriter, shipped_cluster_value
+from tests.plan.test_resolve import plan_of
+
+BOOT = (
+    "registry.k8s.io/kube-proxy:v1.34.2",
+    defaults.COREDNS_IMAGE,
+    defaults.SERVING_CERT_APPROVER_IMAGE,
+)
+
+
+def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
+    for pool in plans["research-7500"].node_pools:
+        assert pool.boot_images_not_preloaded == BOOT
+        assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
+
+
+def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loader_list(
+    write_stack: StackWriter,
+) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["bootImageArchives"] = [{"image": BOOT[0], "archive": "archives/kube-proxy.tar"}]
+    plan = plan_of(cluster, write_stack)
+    (pool,) = plan.node_pools
+    proxy = pool.preload_images[1]
+    assert (proxy.image, proxy.source, proxy.archive) == (BOOT[0], "archive", "archives/kube-proxy.tar")
+    assert pool.boot_images_not_preloaded == BOOT[1:]
+    loader_list = render_cluster(plan)[f"pool-{pool.name}"]["etc/kilonode/preload-images.json"].content
+    assert BOOT[0] in loader_list and BOOT[1] not in loader_list
+
+
+def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, plans: dict[str, ClusterPlan]) -> None:
+    from kilonode.azure.graph import _unwrap
+
+    images = {
+        container["image"]
+        for r in graphs["research-7500"].resources if r.type.startswith("kubernetes:apps/v1:")
+        for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == set(BOOT)
