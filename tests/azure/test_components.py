@@ -76,3 +76,19 @@ def test_no_resource_is_created_inside_an_apply() -> None:
     offenders = [hit for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py"))
                  for hit in _apply_bodies_create_resources(path)]
     assert offenders == []
+
+
+def test_the_apply_check_finds_resources_made_in_a_lambda_or_a_named_function(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text(
+        "def make(ip):\n"
+        "    if not ip:\n"
+        "        raise ValueError('no ip')\n"
+        "    return network.Subnet('s', address_prefix=ip)\n"
+        "\n"
+        "\n"
+        "def build(vnet):\n"
+        "    vnet.ip.apply(make)\n"
+        "    vnet.name.apply(lambda n: compute.VirtualMachine(n, vm_name=n.upper()))\n"
+    )
+    assert _apply_bodies_create_resources(module) == ["bad.py:4 Subnet", "bad.py:9 VirtualMachine"]

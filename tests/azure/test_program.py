@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import runpy
+from pathlib import Path
 
 import pulumi
 import pytest
@@ -35,19 +36,32 @@ def test_an_invalid_cluster_value_stops_the_program_with_every_problem() -> None
         run_program("local", cluster)
 
 
+def import_time_pulumi_calls(path: Path) -> list[str]:
+    """file:line of each Config/export/require_object/get_stack call outside a def or class."""
+    offenders = []
+    for statement in ast.parse(path.read_text()).body:
+        if isinstance(statement, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in {"Config", "export", "require_object", "get_stack"}:
+                offenders.append(f"{path.name}:{node.lineno}")
+    return offenders
+
+
 def test_no_azure_module_reads_config_or_exports_at_import_time() -> None:
     # Config read at import time and module-level state are the anti-patterns to avoid:
     # every pulumi call must sit inside a function that the program runs.
-    offenders = []
-    for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py")):
-        for statement in ast.parse(path.read_text()).body:
-            if isinstance(statement, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom):
-                continue
-            for node in ast.walk(statement):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                        node.func.attr in {"Config", "export", "require_object", "get_stack"}:
-                    offenders.append(f"{path.name}:{node.lineno}")
+    offenders = [hit for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py"))
+                 for hit in import_time_pulumi_calls(path)]
     assert offenders == []
+
+
+def test_the_import_time_check_finds_config_read_at_module_level(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text("import pulumi\n\nCLUSTER = pulumi.Config().require_object('cluster')\n\n\n"
+                      "def main() -> None:\n    pulumi.export('ok', pulumi.Config().get('x'))\n")
+    assert import_time_pulumi_calls(module) == ["bad.py:3", "bad.py:3"]
 
 
 def test_pulumi_up_refuses_subnets_the_stack_file_does_not_record() -> None:
@@ -57,8 +71,9 @@ def test_pulumi_up_refuses_subnets_the_stack_file_does_not_record() -> None:
     cluster = shipped_cluster_value("local")
     cluster["nodePools"].append({"name": "extra", "nodes": 3, "vmSize": "Standard_D4ds_v5", "gpusPerNode": 0})
     with pytest.raises(pulumi.RunError, match=r"not recorded in the stack file: nodePools\[1\]\.subnet \(would be "
-                                              r"10\.0\.2\.\d+/\d+\); run `kilonode allocate local`"):
+                                              r"10\.0\.2\.32/27\); run `kilonode allocate local`"):
         run_program("local", cluster, main)
-    # the offline preview shows it (its warning names the same subnet)
+    # the offline preview shows the pool, on the subnet the refusal names
     graph = run_program("local", cluster)
-    assert any(r.name.startswith("local-extra") for r in graph.resources)
+    assert graph.named("local-network-pool-extra").inputs["addressPrefix"] == "10.0.2.32/27"
+    assert graph.named("local-extra-000").plain()["sku"]["capacity"] == 3

@@ -96,11 +96,16 @@ def test_member_certificates_name_the_members_static_ip(graph_7500: Graph, plans
 
 
 def test_private_keys_are_secret_inputs_wherever_they_flow(graph_7500: Graph) -> None:
+    carriers = set()
     for r in graph_7500.resources:
         masked = r.masked()
         for key in ("privateKeyPem", "caPrivateKeyPem"):
             if key in masked:
                 assert masked[key] == "[secret]", r.name
+                carriers.add(r.type.rsplit(":", 1)[1])
+    # the check saw every kind of resource a key flows into (certificate requests, the CAs'
+    # self-signed certificates, the certificates each CA signs)
+    assert carriers == {"CertRequest", "SelfSignedCert", "LocallySignedCert"}
 
 
 def test_composed_custom_data_is_deterministic_and_refuses_the_boundary() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network
+
 import pytest
 
 from kilonode.config import catalog, load_stack
@@ -36,10 +38,11 @@ def test_catalogue_rows_are_consistent() -> None:
         assert "microsoft.com" in size.source, name
         assert set(size.generations) <= {1, 2} and size.generations, name
     # what the field notes and stacks rely on
-    assert sizes["Standard_ND96asr_v4"].gpus == 8 and sizes["Standard_ND96asr_v4"].infiniband
-    assert sizes["Standard_ND96isr_H100_v5"].infiniband and sizes["Standard_ND96isr_H100_v5"].nvme_disks
-    assert sizes["Standard_D16ds_v5"].temp_disk_gib > 0 and sizes["Standard_D16s_v5"].temp_disk_gib == 0
-    assert not sizes["Standard_NC24ads_A100_v4"].infiniband
+    assert (sizes["Standard_ND96asr_v4"].gpus, sizes["Standard_ND96asr_v4"].infiniband) == (8, True)
+    h100 = sizes["Standard_ND96isr_H100_v5"]
+    assert (h100.infiniband, h100.nvme_disks) == (True, catalog.NvmeDisks(count=8, size_gib=3584))
+    assert sizes["Standard_D16ds_v5"].temp_disk_gib == 600 and sizes["Standard_D16s_v5"].temp_disk_gib == 0
+    assert sizes["Standard_NC24ads_A100_v4"].infiniband is False
 
 
 def test_an_unknown_size_is_refused_with_the_close_match(write_stack: StackWriter) -> None:
@@ -102,6 +105,16 @@ def test_world_open_access_needs_an_acknowledgement(write_stack: StackWriter, fi
     value = "0.0.0.0/0" if field == "adminCidr" else ["0.0.0.0/0"]
     cluster["network"] = {**cluster["network"], "publicIpsOnControlPlane": True, field: value}
     [problem] = problems_of(cluster, write_stack)
-    assert "to the whole internet" in problem and "acknowledgeWorldOpenAccess" in problem
+    assert problem.split(": ", 1)[1] == {
+        "adminCidr": "network.adminCidr: 0.0.0.0/0 opens SSH (22) on every control-plane VM to the whole internet "
+                     "through their public IPs; name the ranges that need it, or set "
+                     "network.acknowledgeWorldOpenAccess: true if you mean it",
+        "apiserverAllowedCidrs": "network.apiserverAllowedCidrs[0]: 0.0.0.0/0 opens the apiserver (6443) to the "
+                                 "whole internet; name the ranges that need it, or set "
+                                 "network.acknowledgeWorldOpenAccess: true if you mean it",
+    }[field]
     cluster["network"]["acknowledgeWorldOpenAccess"] = True
-    assert load_stack(str(write_stack(cluster))).config.network.acknowledge_world_open_access
+    network = load_stack(str(write_stack(cluster))).config.network
+    world = IPv4Network("0.0.0.0/0")
+    assert (network.admin_cidr, network.apiserver_allowed_cidrs) == (
+        (world, ()) if field == "adminCidr" else (None, (world,)))

@@ -50,7 +50,10 @@ def test_schema_command_prints_a_json_schema_the_shipped_stacks_satisfy() -> Non
         assert errors == [], f"{path.name}: {[e.message for e in errors]}"
     typo = yaml.safe_load((EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text())
     typo["config"]["kilonode:cluster"]["nodePools"][0]["runtme"] = "docker"
-    assert any("runtme" in e.message for e in validator.iter_errors(typo))
+    assert [(list(e.absolute_path), e.message) for e in validator.iter_errors(typo)] == [
+        (["config", "kilonode:cluster", "nodePools", 0],
+         "Additional properties are not allowed ('runtme' was unexpected)"),
+    ]
 
 
 def test_new_scaffolds_a_project_whose_stack_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,7 +69,8 @@ def test_new_scaffolds_a_project_whose_stack_validates(tmp_path: Path, monkeypat
     monkeypatch.chdir(project)  # `cd DIR && kilonode validate dev`: the name resolves in the project
     result = runner.invoke(app, ["validate", "dev"])
     assert result.exit_code == 0, result.output
-    assert "research-cluster" in (project / "stacks" / "Pulumi.dev.yaml").read_text()
+    # the stack's cluster name is the directory's, lowercased into a valid name
+    assert load_stack(str(project / "stacks" / "Pulumi.dev.yaml")).config.name == "research-cluster"
     # a second `new` into the same directory is refused and changes nothing
     again = runner.invoke(app, ["new", str(project)])
     assert again.exit_code == 2 and "not an empty directory" in again.output

@@ -177,8 +177,12 @@ def test_resolve_raises_plan_errors_without_a_file() -> None:
     stack = load_stack("local")
     raw = stack.config.model_dump(by_alias=True)
     raw["nodePools"][0]["nodes"] = 70_000
-    with pytest.raises(PlanError):
+    with pytest.raises(PlanError) as caught:
         resolve(ClusterConfig.model_validate(raw), stack.sysctl_profile)
+    vnet, nat = caught.value.problems
+    assert [(p.path, p.line) for p in (vnet, nat)] == [("nodePools[0].nodes", None), ("nodePools[0].nodes", None)]
+    assert "70000 × (1 + 8) + 8 = 630008 > 65536" in vnet.message
+    assert nat.message.startswith("pool-cpu: 70,000 nodes x 128 SNAT ports = 8,960,000 ports > 16 public IPs")
 
 
 def test_sysctl_override_replaces_the_value_and_says_so(write_stack: StackWriter) -> None:

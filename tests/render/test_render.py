@@ -246,8 +246,10 @@ def test_a_failed_write_leaves_the_previous_render_untouched(tmp_path: Path) -> 
 def test_write_tree_refuses_a_file_as_output(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")
-    with pytest.raises(OutputDirError):
+    with pytest.raises(OutputDirError) as refused:
         write_tree({}, target, stack="local")
+    assert str(refused.value) == f"{target} exists and is not a directory; choose a directory path for --out"
+    assert target.read_text() == "x"
 
 
 @pytest.mark.parametrize(
