@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kilonode.config import Stack, load_stack
+from kilonode.config import load_stack
 from kilonode.image.rootfs import NO_MIRROR_ENV
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import ClusterPlan, plan_stack
@@ -55,7 +55,3 @@ def write_stack(tmp_path: Path) -> StackWriter:
         return path
 
     return write
-
-
-def load_written(path: Path) -> Stack:
-    return load_stack(str(path))

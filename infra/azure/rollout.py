@@ -26,7 +26,6 @@ RESTART_KEYS_OUTPUT = "controlPlaneRestartKeys"
 
 # Groups, as the stack's `acknowledgeRestart` names them.
 ETCD_MAIN, ETCD_EVENTS, APISERVERS = "etcd-main", "etcd-events", "apiservers"
-GROUPS = (ETCD_MAIN, ETCD_EVENTS, APISERVERS)
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,6 @@ def subnet_prefix(graph: Graph, name: str) -> str:
     return next(s.inputs["addressPrefix"] for s in graph.of_type(SUBNET) if s.inputs["subnetName"] == name)
 
 
-def allowed_sources(graph: Graph, port: int) -> set[str]:
-    """Every source any NSG in the graph admits on `port` (ignoring which subnet)."""
-    found: set[str] = set()
-    for name in [s.inputs["subnetName"] for s in graph.of_type(SUBNET)]:
-        for rule in nsg_rules_for(graph, name):
-            if rule["access"] == "Allow" and covers_port(rule, port):
-                found |= {f"{name}<-{src}" for src in sources(rule)}
-    return found
-
-
 @pytest.mark.parametrize("stack", STACKS)
 def test_etcd_client_port_is_reachable_only_from_the_apiserver_subnet(graphs: dict[str, Graph], stack: str) -> None:
     graph = graphs[stack]
