@@ -68,22 +68,26 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
 
 
 def scheduler_flags() -> list[Flag]:
+    # With --config, kube-scheduler honours only the serving, delegated authn/authz and
+    # leader-elect* flags; --profiling and the other deprecated flags are ignored
+    # (cmd/kube-scheduler/app/options/options.go ApplyTo, deprecated.go), so profiling is
+    # turned off in the file (enableProfiling, scheduler_config).
     return [
         ("config", f"/{SCHEDULER_CONFIG}"),
         ("authentication-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
         ("authorization-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
         ("bind-address", "127.0.0.1"),
-        ("profiling", False),
     ]
 
 
-def controller_manager_flags(plan: ClusterPlan) -> list[Flag]:
+def controller_manager_flags() -> list[Flag]:
     return [
         ("kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("authentication-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("authorization-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("bind-address", "127.0.0.1"),
-        ("cluster-name", plan.cluster),
+        # No --cluster-name: since 1.31 (KEP-2395) kube-controller-manager runs no cloud
+        # controller, and nothing else reads it (cmd/kube-controller-manager/app/core.go).
         ("leader-elect", True),
         ("use-service-account-credentials", True),
         # TLS bootstrap: both are off by default (cmd/kube-controller-manager/names:
@@ -94,8 +98,9 @@ def controller_manager_flags(plan: ClusterPlan) -> list[Flag]:
         ("cluster-signing-cert-file", wellknown.K8S_CA),
         ("cluster-signing-key-file", wellknown.K8S_CA_KEY),
         ("service-account-private-key-file", wellknown.SERVICE_ACCOUNT_KEY),
-        ("service-cluster-ip-range", str(plan.control_plane.service_cidr)),
-        # Native pod networking: pod IPs are Azure NIC addresses, not node CIDRs.
+        # Native pod networking: pod IPs are Azure NIC addresses, not node CIDRs. With node
+        # IPAM off, --service-cluster-ip-range and --cluster-cidr are ignored
+        # (cmd/kube-controller-manager/app/options/nodeipamcontroller.go), so neither is set.
         ("allocate-node-cidrs", False),
         ("cloud-provider", "external"),
         ("profiling", False),
@@ -111,6 +116,8 @@ def scheduler_config(plan: ClusterPlan) -> str:
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": wellknown.SCHEDULER_KUBECONFIG},
         "leaderElection": {"leaderElect": True},
+        # CIS 1.4.1: no profiling. The --profiling flag is ignored with --config.
+        "enableProfiling": False,
         "profiles": [{
             "schedulerName": "default-scheduler",
             # 2,500-node post: pack nodes instead of spreading (MostRequestedPriority
@@ -182,7 +189,7 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
         ),
         "etc/systemd/system/kube-controller-manager.service": _unit(
             "kube-controller-manager", "Kubernetes controller manager (leader-elected)",
-            controller_manager_flags(plan),
+            controller_manager_flags(),
         ),
         AUDIT_POLICY: RenderedFile(audit_policy()),
         AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
