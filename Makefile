@@ -33,9 +33,9 @@ test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
-test-fast: setup ## Run the tests not marked slow
+test-fast: setup ## Run the tests not marked slow (two workers)
 	$(BIN)/python scripts/prepare-test-artefacts
-	$(BIN)/pytest -m 'not slow'
+	$(BIN)/pytest -m 'not slow' -n 2
 
 golden: setup ## Regenerate tests/golden/<stack>/ and docs/stack-reference.md
 	$(BIN)/python -m kilonode.render.golden
