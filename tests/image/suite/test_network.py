@@ -12,15 +12,17 @@ from kilonode.image.probes import run_ok
 
 SYNTHETIC_DRIVERS = {"hv_netvsc", "virtio_net"}
 
-# name, MAC and driver of every interface but lo
+# name, MAC and driver of every interface backed by a device (not lo, docker0, veths)
 LIST = (
-    'for d in /sys/class/net/*; do n=${d##*/}; [ "$n" = lo ] && continue; '
-    'drv=$(basename "$(readlink -f "$d/device/driver")"); echo "$n $(cat "$d/address") $drv"; done'
+    'for d in /sys/class/net/*; do [ -e "$d/device/driver" ] || continue; '
+    'echo "${d##*/} $(cat "$d/address") $(basename "$(readlink -f "$d/device/driver")")"; done'
 )
 
 
 def interfaces(host: testinfra.host.Host) -> list[tuple[str, str, str]]:
-    return [tuple(line.split()) for line in run_ok(host, LIST).splitlines() if line.strip()]  # type: ignore[misc]
+    links = [tuple(line.split()) for line in run_ok(host, LIST).splitlines() if line.strip()]
+    assert all(len(link) == 3 for link in links), f"unexpected interface listing: {links}"
+    return links  # type: ignore[return-value]
 
 
 def setup_state(host: testinfra.host.Host, name: str) -> str:
