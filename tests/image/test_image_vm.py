@@ -3,7 +3,7 @@ and show that verify fails, naming the check, for each seeded defect.
 
 Cost control (CI: 90 minutes on 2 cores, qemu under TCG): one image is built per session
 (the base root filesystem comes from the cache after the first build), one VM verifies the
-clean image, and one more VM verifies a defective copy carrying all five defects at once:
+clean image, and one more VM verifies a defective copy carrying all six defects at once:
 each defect is still caught by its own, separately named check.
 """
 
@@ -129,6 +129,8 @@ DEFECTS = {
         "test_sshd_effective_config",
     ],
     "non-empty machine-id": ["test_image_machine_id_empty"],
+    # the old networkd file, matching by name: it runs DHCP on the MAC twin as well
+    "DHCP matched by name": ["test_networkd_configures_the_synthetic_nic_and_leaves_its_mac_twin_alone"],
 }
 
 
@@ -154,6 +156,7 @@ def seed_defects(built: BuildResult, target: Path) -> Path:
     assert "PasswordAuthentication yes" in sshd
     fs.write("/etc/ssh/sshd_config.d/50-kilonode.conf", sshd.encode())
     fs.remove("/opt/kilonode/preload/registry.k8s.io_pause_3.10.tar")
+    fs.write("/etc/systemd/network/80-kilonode-dhcp.network", b"[Match]\nName=eth* en*\n\n[Network]\nDHCP=yes\n")
     # Azure custom data (the seed): the runtime's root on the OS disk, and cloud-init told to
     # allow passwords (otherwise its own ssh_pwauth: false would still close them on the node)
     user_data = built.user_data.read_text()
