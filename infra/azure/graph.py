@@ -220,7 +220,12 @@ def format_markdown(graph: Graph) -> str:
         "|---|---:|",
     ]
     lines += [f"| `{t}` | {n} |" for t, n in graph.counts().items()]
-    lines += [f"| **total** | **{len(graph.resources)}** |", "", "## Resources", ""]
+    lines += [f"| **total** | **{len(graph.resources)}** |", ""]
+    if graph.outputs:
+        lines += ["## Stack outputs", "", "```"]
+        lines += [f"{key}: {_scalar(value)}" for key, value in _flatten(_mask(graph.outputs)) if key]
+        lines += ["```", ""]
+    lines += ["## Resources", ""]
     for r in graph.resources:
         lines += [f"### `{r.name}`{_flags(r, '(', ')')}", "", f"`{r.type}`, parent `{r.parent or '-'}`", ""]
         flat = [(key, value) for key, value in _flatten(r.masked()) if key]
