@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from kilonode.config import load_stack
 from kilonode.image.rootfs import NO_MIRROR_ENV
@@ -21,6 +26,15 @@ SHIPPED_STACKS = ("local", "research-2500", "research-7500")
 # Tests never reach a package mirror: what they need, `make test-artefacts` prepared (cloud-init's
 # schema, the image bases). An image build that would need the mirror fails, naming that.
 os.environ[NO_MIRROR_ENV] = "1"
+
+# Hypothesis keeps no example database, and its other caches go to a temporary directory,
+# not .hypothesis/ in the checkout: the property tests draw afresh each run, bounded by
+# their max_examples.
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="kilonode-hypothesis-")
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+settings.register_profile("kilonode", database=None)
+settings.load_profile("kilonode")
 
 
 @pytest.fixture(scope="session")

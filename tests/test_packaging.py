@@ -6,6 +6,7 @@ dependencies of this one through a .pth line (so only `kilonode` comes from the 
 from __future__ import annotations
 
 import json
+import shutil
 import site
 import subprocess
 import sys
@@ -27,7 +28,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv holding the wheel; returns its bin/ directory."""
     assert REPO_ROOT is not None
     work = tmp_path_factory.mktemp("wheel")
-    built = run([sys.executable, "-m", "pip", "wheel", str(REPO_ROOT), "--no-deps", "--no-build-isolation",
+    # Built from a copy: setuptools writes build/ and *.egg-info into the tree it builds, and
+    # tests write nothing into the checkout.
+    source = work / "source"
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "out", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis",
+    ))
+    built = run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
                  "--no-index", "-w", str(work / "dist")], cwd=work)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     [wheel] = (work / "dist").glob("kilonode-*.whl")
