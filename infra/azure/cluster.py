@@ -13,12 +13,11 @@ from typing import Any
 import pulumi
 
 from kilonode.azure import rollout
-from kilonode.azure.common import MarketplaceImage
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
 from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
 from kilonode.azure.network import Network, NetworkArgs
-from kilonode.azure.node_image import NodeImage, NodeImageArgs
+from kilonode.azure.node_image import NodeImage, NodeImageArgs, gallery_images
 from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
 from kilonode.azure.tls import Tls, TlsArgs
 from kilonode.plan.model import ClusterPlan
@@ -29,7 +28,8 @@ from kilonode.render.files import USER_DATA, HostFiles
 class ClusterArgs:
     plan: ClusterPlan
     rendered: Mapping[str, HostFiles]  # render_cluster(plan)
-    # pool name -> VHD from the node-image build (node_image.default_vhd for the usual place)
+    # image name (each pool's, "etcd", "control-plane") -> VHD from the node-image build
+    # (node_image.default_vhd for the usual place)
     node_image_vhds: Mapping[str, str]
     # this stack's fully qualified name (org/project/stack): its last deployed outputs are
     # read back for the restart guard; None skips the guard (nothing deployed to compare)
@@ -63,26 +63,30 @@ class Cluster(pulumi.ComponentResource):
                 cluster=plan.cluster,
                 location=plan.location,
                 resource_group_name=net.resource_group_name,
-                pools=plan.node_pools,
-                replicas=plan.gallery_replicas,
+                images=gallery_images(plan),
                 vhds=args.node_image_vhds,
-                version=plan.node_image_version,
             ),
             child,
         )
         public = plan.network.public_ips_on_control_plane
-        control_image = MarketplaceImage.of(plan.control_plane_image)
         instances = plan.control_plane.instances
 
         # Control-plane custom data, and the restart guard that holds it back: no etcd member
         # or apiserver VM is created or changed until the update is known not to restart a
         # majority of an etcd cluster, or every apiserver, at once (kilonode.azure.rollout).
+        # the image each machine boots, as the restart key names it: its gallery image@version
+        etcd_image = f"etcd@{plan.etcd_image_version}"
+        apiserver_image = f"control-plane@{plan.control_plane_image_version}"
         machines = {
-            rollout.ETCD_MAIN: [(m.name, m.vm_name, m.zone, plan.etcd_main.vm_size) for m in plan.etcd_main.members],
-            rollout.ETCD_EVENTS: [
-                (m.name, m.vm_name, m.zone, plan.etcd_events.vm_size) for m in plan.etcd_events.members
+            rollout.ETCD_MAIN: [
+                (m.name, m.vm_name, m.zone, plan.etcd_main.vm_size, etcd_image) for m in plan.etcd_main.members
             ],
-            rollout.APISERVERS: [(i.name, i.vm_name, i.zone, plan.control_plane.vm_size) for i in instances],
+            rollout.ETCD_EVENTS: [
+                (m.name, m.vm_name, m.zone, plan.etcd_events.vm_size, etcd_image) for m in plan.etcd_events.members
+            ],
+            rollout.APISERVERS: [
+                (i.name, i.vm_name, i.zone, plan.control_plane.vm_size, apiserver_image) for i in instances
+            ],
         }
         data = {
             host: custom_data(user_data(host), certs.host_files[host], host)
@@ -91,9 +95,9 @@ class Cluster(pulumi.ComponentResource):
         self.restart_keys = pulumi.Output.from_input({
             group: {
                 vm_name: pulumi.Output.unsecret(data[host].apply(rollout.digest)).apply(
-                    lambda d, size=size, zone=zone: rollout.restart_key(size, zone, control_image.urn, d)
+                    lambda d, size=size, zone=zone, os_image=os_image: rollout.restart_key(size, zone, os_image, d)
                 )
-                for host, vm_name, zone, size in members
+                for host, vm_name, zone, size, os_image in members
             }
             for group, members in machines.items()
         })
@@ -111,7 +115,7 @@ class Cluster(pulumi.ComponentResource):
                     subnet_id=net.etcd_subnet_id,
                     custom_data={m.name: gated[m.name] for m in e.members},
                     ssh_public_key=certs.admin_ssh_public_key,
-                    image=control_image,
+                    image_version_id=image.image_version_ids["etcd"],
                     public_ips=public,
                 ),
                 child,
@@ -130,7 +134,7 @@ class Cluster(pulumi.ComponentResource):
                 subnet_id=net.control_plane_subnet_id,
                 custom_data={i.name: gated[i.name] for i in instances},
                 ssh_public_key=certs.admin_ssh_public_key,
-                image=control_image,
+                image_version_id=image.image_version_ids["control-plane"],
                 public_ips=public,
             ),
             child,

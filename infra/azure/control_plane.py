@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import network
 
-from kilonode.azure.common import MarketplaceImage, tags
+from kilonode.azure.common import tags
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan
@@ -38,7 +38,7 @@ class ControlPlaneArgs:
     # once the restart guard (kilonode.azure.rollout) let the update through
     custom_data: Mapping[str, pulumi.Output[str]]
     ssh_public_key: pulumi.Input[str]
-    image: MarketplaceImage
+    image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
 
 
@@ -116,7 +116,7 @@ class ControlPlane(pulumi.ComponentResource):
                     subnet_id=args.subnet_id,
                     custom_data=args.custom_data[instance.name],
                     ssh_public_key=args.ssh_public_key,
-                    image=args.image,
+                    image_version_id=args.image_version_id,
                     tags=tags(args.cluster, "apiserver"),
                     public_ip=args.public_ips,
                     backend_pool_ids=[backend_id],

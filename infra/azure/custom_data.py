@@ -43,9 +43,9 @@ class DeliveredFile:
     path: str  # absolute host path, from kilonode.plan.wellknown
     content: pulumi.Input[str]
     mode: int = CERT_MODE
-    # A service user (etcd) exists only once the role's packages are installed, so its
-    # files are written by cloud-init's deferred write_files, which runs after package
-    # installation and before runcmd (cloud_final_modules order).
+    # A file owned by a service user (etcd, which the etcd image carries) is written by
+    # cloud-init's deferred write_files, in the final stage just before runcmd starts the
+    # unit (cloud_final_modules order), so it never exists with another owner.
     owner: str = ROOT
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from kilonode.azure.common import MarketplaceImage, tags
+from kilonode.azure.common import tags
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan.model import EtcdClusterPlan
 
@@ -29,7 +29,7 @@ class EtcdClusterArgs:
     # released only once the restart guard (kilonode.azure.rollout) let the update through
     custom_data: Mapping[str, pulumi.Output[str]]
     ssh_public_key: pulumi.Input[str]
-    image: MarketplaceImage
+    image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
 
 
@@ -54,7 +54,7 @@ class EtcdCluster(pulumi.ComponentResource):
                     subnet_id=args.subnet_id,
                     custom_data=args.custom_data[member.name],
                     ssh_public_key=args.ssh_public_key,
-                    image=args.image,
+                    image_version_id=args.image_version_id,
                     tags=tags(args.cluster, f"etcd-{etcd.role}"),
                     public_ip=args.public_ips,
                 ),

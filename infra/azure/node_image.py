@@ -1,9 +1,10 @@
 """NodeImage: the node-image build's VHDs published through an Azure Compute Gallery.
 
-Per pool: the VHD uploaded as a page blob -> a Gen2 image definition -> an image version
-replicated `plan.gallery_replicas` times (Azure Compute Gallery doc: 1 replica per 20 VMs
-created at once, >= 3 for production, <= 100 per version). The VHD files are the
-node-image build's output; this component only uploads and publishes them.
+Per pool, and per control-plane role (etcd, control-plane): the VHD uploaded as a page blob
+-> a Gen2 image definition -> an image version replicated `plan.gallery_replicas` times for
+a pool (Azure Compute Gallery doc: 1 replica per 20 VMs created at once, >= 3 for
+production, <= 100 per version), `plan.role_image_replicas` for a role. The VHD files are
+the node-image build's output; this component only uploads and publishes them.
 
 Why a command for the upload: Azure builds disk images from page blobs only, and
 pulumi-azure-native's `storage.Blob` creates block and append blobs only
@@ -23,7 +24,7 @@ from pulumi_azure_native import compute, storage
 from pulumi_command import local
 
 from kilonode.azure.common import tags
-from kilonode.plan.model import NodePoolPlan
+from kilonode.plan.model import ClusterPlan
 
 # Where `kilonode image build STACK POOL --out build/node-image` writes a pool's disk
 # (infra/image/build.py names it <stack>-<pool>.vhd); ClusterArgs may point elsewhere.
@@ -45,14 +46,29 @@ def gallery_name(component: str) -> str:
 
 
 @dataclass(frozen=True)
+class GalleryImageSpec:
+    """One image definition and the version of it the cluster's machines boot."""
+
+    name: str  # a pool's name, or a role's (etcd, control-plane): the image definition's name
+    version: str  # its gallery version (stack: nodeImage.version, etcdImage.version, ...)
+    replicas: int
+
+
+def gallery_images(plan: ClusterPlan) -> list[GalleryImageSpec]:
+    """Every image the plan's machines boot: one per pool, one per control-plane role."""
+    return [GalleryImageSpec(pool.name, plan.node_image_version, plan.gallery_replicas) for pool in plan.node_pools] + [
+        GalleryImageSpec("etcd", plan.etcd_image_version, plan.role_image_replicas),
+        GalleryImageSpec("control-plane", plan.control_plane_image_version, plan.role_image_replicas),
+    ]
+
+
+@dataclass(frozen=True)
 class NodeImageArgs:
     cluster: str
     location: str
     resource_group_name: pulumi.Input[str]
-    pools: Sequence[NodePoolPlan]
-    replicas: int  # plan.gallery_replicas
-    vhds: Mapping[str, str]  # pool name -> VHD path from the node-image build
-    version: str  # plan.node_image_version (stack: nodeImage.version)
+    images: Sequence[GalleryImageSpec]  # gallery_images(plan)
+    vhds: Mapping[str, str]  # image name -> VHD path from the node-image build
 
 
 class NodeImage(pulumi.ComponentResource):
@@ -95,11 +111,11 @@ class NodeImage(pulumi.ComponentResource):
         )
 
         self.image_version_ids = {}
-        for pool in args.pools:
-            blob_name = f"{pool.name}-{args.version}.vhd"
-            vhd = args.vhds[pool.name]
+        for spec in args.images:
+            blob_name = f"{spec.name}-{spec.version}.vhd"
+            vhd = args.vhds[spec.name]
             upload = local.Command(
-                f"{name}-{pool.name}-vhd",
+                f"{name}-{spec.name}-vhd",
                 create=(
                     'az storage blob upload --auth-mode key --type page --no-progress '
                     '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" --file "$VHD"'
@@ -118,12 +134,12 @@ class NodeImage(pulumi.ComponentResource):
                 "https://", account.name, ".blob.core.windows.net/", container.name, "/", blob_name
             )
             definition = compute.GalleryImage(
-                f"{name}-{pool.name}",
-                gallery_image_name=pool.name,
+                f"{name}-{spec.name}",
+                gallery_image_name=spec.name,
                 gallery_name=gallery.name,
                 resource_group_name=rg,
                 identifier=compute.GalleryImageIdentifierArgs(
-                    publisher="kilonode", offer=args.cluster, sku=pool.name
+                    publisher="kilonode", offer=args.cluster, sku=spec.name
                 ),
                 os_type=compute.OperatingSystemTypes.LINUX,
                 os_state=compute.OperatingSystemStateTypes.GENERALIZED,
@@ -136,8 +152,8 @@ class NodeImage(pulumi.ComponentResource):
                 tags=resource_tags,
             )
             version = compute.GalleryImageVersion(
-                f"{name}-{pool.name}-{args.version}",
-                gallery_image_version_name=args.version,
+                f"{name}-{spec.name}-{spec.version}",
+                gallery_image_version_name=spec.version,
                 gallery_image_name=definition.name,
                 gallery_name=gallery.name,
                 resource_group_name=rg,
@@ -148,11 +164,11 @@ class NodeImage(pulumi.ComponentResource):
                     )
                 ),
                 publishing_profile=compute.GalleryImageVersionPublishingProfileArgs(
-                    replica_count=args.replicas,
+                    replica_count=spec.replicas,
                     target_regions=[
                         compute.TargetRegionArgs(
                             name=args.location,
-                            regional_replica_count=args.replicas,
+                            regional_replica_count=spec.replicas,
                             # Zone-redundant replicas: scale sets span the plan's zones.
                             storage_account_type="Standard_ZRS",
                         )
@@ -162,5 +178,5 @@ class NodeImage(pulumi.ComponentResource):
                 location=location,
                 tags=resource_tags,
             )
-            self.image_version_ids[pool.name] = version.id
+            self.image_version_ids[spec.name] = version.id
         self.register_outputs({"imageVersionIds": self.image_version_ids})

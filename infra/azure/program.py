@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 
 from kilonode.azure.cluster import Cluster, ClusterArgs
-from kilonode.azure.node_image import default_vhd
+from kilonode.azure.node_image import default_vhd, gallery_images
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
@@ -47,7 +47,7 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     cluster = Cluster(plan.cluster, ClusterArgs(
         plan=plan,
         rendered=render_cluster(plan),
-        node_image_vhds={pool.name: default_vhd(stack.name, pool.name) for pool in plan.node_pools},
+        node_image_vhds={image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)},
         own_stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack_name}",
     ))
     # The in-cluster half: on the cluster's own credentials, once the apiserver answers.

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute, network
 
-from kilonode.azure.common import ADMIN_USERNAME, MarketplaceImage, linux_config
+from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config
 
 CUSTOM_DATA_PATH = "osProfile.customData"
+IMAGE_PATH = "storageProfile.imageReference"
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class MachineSpec:
     subnet_id: pulumi.Input[str]
     custom_data: pulumi.Output[str]
     ssh_public_key: pulumi.Input[str]
-    image: MarketplaceImage
+    image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     tags: dict[str, str]
     public_ip: bool
     backend_pool_ids: Sequence[pulumi.Input[str]] = ()
@@ -98,7 +99,7 @@ def machine(
             linux_configuration=linux_config(spec.ssh_public_key),
         ),
         storage_profile=compute.StorageProfileArgs(
-            image_reference=spec.image.reference(),
+            image_reference=gallery_image(spec.image_version_id),
             # The OS disk holds only the OS; etcd data and the apiserver's audit log go
             # to the local SSD that cloud-init mounts (field notes: ~200 us vs ~2 ms fsync).
             os_disk=compute.OSDiskArgs(
@@ -108,10 +109,13 @@ def machine(
                 managed_disk=compute.ManagedDiskParametersArgs(storage_account_type="Premium_LRS"),
             ),
         ),
-        # Azure refuses to change osProfile.customData on an existing VM, and the provider would
-        # preview it as a plain update that then fails: a new custom data is a new VM, shown as
-        # a replacement in preview and stopped by `protect` on etcd members.
-        opts=pulumi.ResourceOptions(parent=parent, protect=protect, replace_on_changes=[CUSTOM_DATA_PATH]),
+        # Azure refuses to change osProfile.customData, or the image, of an existing VM, and the
+        # provider would preview it as a plain update that then fails: a new custom data or a
+        # new image version is a new VM, shown as a replacement in preview and stopped by
+        # `protect` on etcd members.
+        opts=pulumi.ResourceOptions(
+            parent=parent, protect=protect, replace_on_changes=[CUSTOM_DATA_PATH, IMAGE_PATH]
+        ),
         location=location,
         tags=resource_tags,
     )

@@ -20,7 +20,8 @@ image_app = typer.Typer(
         "Build a node pool's disk image (GPT + UEFI, raw and fixed VHD, manifest) from Debian packages "
         "and the pool's rendered artefacts, and verify it: boot it in qemu with the pool's cloud-init "
         "user-data as a NoCloud seed and a blank local SSD, run the testinfra suite, reboot, run the "
-        "persistence checks again."
+        "persistence checks again. The etcd members and the apiservers boot images built the same way "
+        "(--role etcd, --role control-plane)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -28,17 +29,21 @@ image_app = typer.Typer(
 )
 
 
-def image_inputs(stack_ref: str, pool_name: str) -> ImageInputs:
-    """Load, validate, plan and render the stack (exit 2 on its problems); the pool's inputs."""
+def image_inputs(stack_ref: str, pool_name: str | None, role: str | None = None) -> ImageInputs:
+    """Load, validate, plan and render the stack (exit 2 on its problems); the inputs of the
+    pool's image, or of the role's (etcd, control-plane)."""
     from kilonode.config.load import project_root
-    from kilonode.image.build import ImageInputs, find_pool
+    from kilonode.image.build import ImageInputs, find_pool, role_inputs
     from kilonode.render import render_cluster
 
     stack, plan = load_and_plan(stack_ref)
-    pool = find_pool(plan, pool_name)
+    project_dir = project_root(stack.file.parent) or stack.file.parent
+    if role is not None:
+        return role_inputs(stack, plan, role, project_dir)
+    pool = find_pool(plan, str(pool_name))
     return ImageInputs(
         stack=stack, plan=plan, pool=pool, files=render_cluster(plan)[f"pool-{pool.name}"],
-        project_dir=project_root(stack.file.parent) or stack.file.parent,
+        project_dir=project_dir,
     )
 
 
@@ -64,8 +69,17 @@ class _Progress:
 @image_app.command()
 def build(
     stack: Annotated[str, typer.Argument(metavar="STACK", help="A stack name in stacks/ or a path to a stack file.")],
-    pool: Annotated[str, typer.Option("--pool", help="The node pool whose image to build.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for <stack>-<pool>.raw/.vhd/.manifest.json.")],
+    pool: Annotated[str | None, typer.Option("--pool", help="The node pool whose image to build.")] = None,
+    role: Annotated[
+        str | None,
+        typer.Option(
+            "--role",
+            help="Build a control-plane image instead: 'etcd' (every etcd member, main and events) or "
+            "'control-plane' (the apiservers). Written as <stack>-<role>.*; no rendered files are baked "
+            "(each machine's own come with its custom data).",
+        ),
+    ] = None,
     binaries: Annotated[
         Path | None,
         typer.Option(
@@ -83,7 +97,7 @@ def build(
         ),
     ] = False,
 ) -> None:
-    """Build the pool's bootable disk image.
+    """Build a pool's bootable disk image (--pool), or a control-plane role's (--role).
 
     The base root filesystem (mmdebstrap from this machine's Debian mirror) is cached under
     ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs, so a rebuild
@@ -94,14 +108,20 @@ def build(
     """
     # Imported here: the build/VM stack (paramiko among it) would otherwise slow every
     # other command's start.
-    from kilonode.image.build import build_image
+    from kilonode.image.build import ROLE_IMAGES, build_image
     from kilonode.image.disk import DiskError
     from kilonode.image.manifest import Manifest
     from kilonode.image.rootfs import BuildError
 
+    if (pool is None) == (role is None):
+        die("give --pool NAME (a node pool's image) or --role "
+            f"{'|'.join(ROLE_IMAGES)} (the control plane's), not both or neither", "kilonode image build")
+    if role is not None and role not in ROLE_IMAGES:
+        die(f"--role {role!r}: the roles are {', '.join(f'{k} ({v})' for k, v in ROLE_IMAGES.items())}",
+            "kilonode image build")
     start = time.monotonic()
     try:
-        inputs = image_inputs(stack, pool)
+        inputs = image_inputs(stack, pool, role)
     except BuildError as error:
         die(str(error), "kilonode image build")
     progress = _Progress(start)
@@ -117,7 +137,7 @@ def build(
     out.print(f"  VHD       {result.vhd}")
     out.print(f"  manifest  {result.manifest}: {len(manifest.data['packages'])} packages, "
               f"{len(manifest.artefacts)} artefacts, {len(manifest.preloaded_images)} preloaded image(s)")
-    for binary in manifest.binaries:
+    for binary in [*manifest.binaries, *manifest.data.get("other_binaries", [])]:
         if not binary["present"]:
             out.print(f"  [yellow]![/] {binary['name']}: {binary['origin']}")
     for image in manifest.data.get("boot_images_not_supplied", []):

@@ -11,7 +11,7 @@ import re
 from ipaddress import IPv4Network
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 GIB = 1024**3
@@ -21,6 +21,8 @@ GIB = 1024**3
 # the Azure load balancer's /readyz probe needs while everything else stays authenticated;
 # above 1.35 nothing is verified.
 SUPPORTED_KUBERNETES_MINORS = range(32, 36)
+# The control plane's images are named like pools' (<stack>-<name>, gallery image <name>).
+RESERVED_POOL_NAMES = ("etcd", "control-plane")
 
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
@@ -214,9 +216,21 @@ class NodePoolConfig(StrictModel):
     name: str = Field(
         pattern=NAME_PATTERN,
         description=(
-            "The pool's name: it names its scale sets (<cluster>-<pool>-000), subnet and render directory."
+            "The pool's name: it names its scale sets (<cluster>-<pool>-000), subnet and render directory. "
+            "Not 'etcd' or 'control-plane': those name the control plane's images."
         ),
     )
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_role_image(cls, value: str) -> str:
+        if value in RESERVED_POOL_NAMES:
+            raise ValueError(
+                f"{value!r} names the control plane's image (`kilonode image build --role {value}`, the gallery "
+                "image of the same name); give the pool another name"
+            )
+        return value
+
     nodes: int = Field(ge=1, description="How many nodes the pool has now (see maxNodes for its room to grow).")
     pods_per_node: int = Field(
         default=8, ge=0,
@@ -452,23 +466,31 @@ class NodeImageConfig(StrictModel):
     )
 
 
-class MarketplaceImageConfig(StrictModel):
-    """An Azure Marketplace image for the control-plane VMs (etcd members and apiservers)."""
+class RoleImageConfig(StrictModel):
+    """The gallery version of one control-plane role's image (etcd members, or apiservers)."""
 
-    publisher: str = Field(default="Debian", description="The image's publisher.")
-    offer: str = Field(
-        default="debian-12", description="Debian 12: its etcd-server package is what the control plane runs."
-    )
-    sku: str = Field(default="12-gen2", description="Gen2 (UEFI), which every size kilonode uses supports.")
     version: str = Field(
-        default="0.20230612.1409",
+        default="1.0.0",
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
         description=(
-            "Pinned, never 'latest': a new image then comes as a reviewed stack change, not as a surprise "
-            "on the next VM created. A version `az vm image list --publisher Debian --offer debian-12 --sku "
-            "12-gen2 --all` listed; pick a newer one from that list for a new cluster."
+            "The Azure Compute Gallery version of this role's image, built by `kilonode image build STACK "
+            "--role ...`. Its own version, apart from the pools' and the other role's: a new pool image never "
+            "replaces an etcd member. A new version replaces the role's VMs (a new OS disk), so it goes "
+            "through the restart guard one machine at a time (README: \"Rolling the control plane\")."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_marketplace_image(cls, value: object) -> object:
+        if isinstance(value, dict) and {"publisher", "offer", "sku"} & set(value):
+            raise ValueError(
+                "the control plane no longer boots a Marketplace image: etcd members and apiservers boot the "
+                "images kilonode builds (`kilonode image build STACK --role etcd|control-plane`), published in "
+                "the stack's gallery. Keep only `version` (that image's gallery version) and remove publisher, "
+                "offer and sku"
+            )
+        return value
 
 
 class ClusterConfig(StrictModel):
@@ -536,8 +558,13 @@ class ClusterConfig(StrictModel):
     node_image: NodeImageConfig = Field(
         default=NodeImageConfig(), description="The node image's gallery version and how it is replicated."
     )
-    control_plane_image: MarketplaceImageConfig = Field(
-        default=MarketplaceImageConfig(), description="The Marketplace image of the etcd and apiserver VMs."
+    etcd_image: RoleImageConfig = Field(
+        default=RoleImageConfig(),
+        description="The image every etcd member (main and events) boots: `kilonode image build STACK --role etcd`.",
+    )
+    control_plane_image: RoleImageConfig = Field(
+        default=RoleImageConfig(),
+        description="The image the apiservers boot: `kilonode image build STACK --role control-plane`.",
     )
     acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "apiservers"], ...] = Field(
         default=(),

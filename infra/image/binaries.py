@@ -24,7 +24,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -105,6 +105,10 @@ class Component:
     follows: Follows | None = None
     version: str | None = None  # fixed version, when it does not follow Kubernetes
     unit: str | None = None  # the systemd unit skipped (ConditionPathExists=) while absent
+    # A file written beside the binaries when they are placed, and only then (a systemd
+    # drop-in that points a packaged unit at them): (path, text)
+    activate: tuple[str, str] | None = None
+    absent_means: str | None = None  # what the machine runs instead while it is absent
 
     def versions(self, arch: str) -> list[str]:
         return [p.version for p in self.pins if p.arch == arch]
@@ -275,7 +279,15 @@ def _component(
         problems.append(f"{where}: no {arch} pins")
     if version is not None and version not in {p.version for p in pins if p.arch == arch}:
         problems.append(f"{where}: version {version} has no {arch} pin")
-    return Component(name, url, tuple(files), tuple(pins), follows, version, raw.get("unit"))
+    activate = raw.get("activate")
+    if activate is not None and (
+        not str(activate.get("path", "")).startswith("/etc/") or not activate.get("text")
+    ):
+        problems.append(f"{where}: activate needs a path under /etc/ and a text")
+    return Component(
+        name, url, tuple(files), tuple(pins), follows, version, raw.get("unit"),
+        (activate["path"], activate["text"]) if activate else None, raw.get("absent_means"),
+    )
 
 
 def _pin(where: str, arch: str, entry: dict[str, Any], sources: dict[str, Source], problems: list[str]) -> Pin | None:
@@ -453,6 +465,7 @@ class BinaryResult:
     pin_source: str | None = None
     unit: str | None = None
     files: dict[str, str] = field(default_factory=dict)  # path -> sha256, every file placed
+    activated: str | None = None  # the component's `activate` file, written because it is present
 
     def manifest_entry(self) -> dict[str, Any]:
         return {
@@ -460,6 +473,7 @@ class BinaryResult:
             "origin": self.origin, "version": self.version, "url": self.url, "pinned": self.pinned,
             "pin_source": self.pin_source, "unit": self.unit,
             "files": [{"path": p, "sha256": s} for p, s in self.files.items()],
+            "activated": self.activated,
         }
 
 
@@ -500,7 +514,17 @@ def place_role(
             no_pin = ""
         except PinError as error:
             item, no_pin = None, str(error)
-        results.append(_place(root, component, item, no_pin, local_dir, allow_fetch, downloads))
+        result = _place(root, component, item, no_pin, local_dir, allow_fetch, downloads)
+        if result.present and component.activate:
+            path, text = component.activate
+            target = host_path(root, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            os.chmod(target, 0o644)
+            result = replace(result, activated=path)
+        elif not result.present and component.absent_means:
+            result = replace(result, origin=f"{result.origin}; meanwhile {component.absent_means}")
+        results.append(result)
     return results
 
 

@@ -1,9 +1,15 @@
-"""`kilonode image build`: a pool's bootable disk image, assembled offline.
+"""`kilonode image build`: a bootable disk image, assembled offline, for a node pool or for
+the etcd members or the apiservers (the control-plane roles).
 
     plan + rendered pool artefacts + recipe (node-image/)
         -> base root filesystem (mmdebstrap; cached by the hash of its inputs)
-        -> + recipe overlay, rendered files, preloaded image archives, binaries, hygiene
-        -> GPT disk (ESP with GRUB + ext4 root) -> raw + fixed VHD + manifest + user-data
+        -> + recipe overlay, role overlay, rendered files, preloaded image archives,
+             pinned binaries, hygiene
+        -> GPT disk (ESP with GRUB + ext4 root) -> raw + fixed VHD + manifest (+ user-data)
+
+A pool's image bakes the pool's rendered files: every node of a pool is alike. A role image
+bakes none: each etcd member and apiserver differs (name, address, certificates), and its
+files come with its own custom data; the image carries what they all run.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from kilonode.image import binaries as pinned
 from kilonode.image import disk, mirror, rootfs
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
-from kilonode.image.recipe import Recipe, load_recipe
+from kilonode.image.recipe import Flavour, Recipe, load_recipe
 from kilonode.plan import ClusterPlan
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import USER_DATA, HostFiles
@@ -32,12 +38,20 @@ Progress = Callable[[str], None]
 T = TypeVar("T")
 
 
+# The control-plane roles an image is built for, besides the pools: the image each role's VMs
+# boot (the gallery image definitions of the same names), and the binaries.toml role it carries.
+ROLE_IMAGES: dict[str, str] = {
+    "etcd": "etcd members of both clusters (main and events)",
+    "control-plane": "apiservers (kube-apiserver, kube-controller-manager, kube-scheduler)",
+}
+
+
 @dataclass
 class BuildResult:
     raw: Path
     vhd: Path
     manifest: Path
-    user_data: Path
+    user_data: Path | None  # a pool's cloud-init user-data (verify seeds it); None for a role
     base_cached: bool
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -77,18 +91,43 @@ def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
 
 @dataclass(frozen=True)
 class ImageInputs:
-    """What a pool's image is built from, handed over by the caller (who loaded, planned and
-    rendered the stack): the build itself never loads or renders a stack."""
+    """What an image is built from, handed over by the caller (who loaded, planned and
+    rendered the stack): the build itself never loads or renders a stack. A pool's image
+    gives `pool` and the pool's files; a role image gives `role` and no files."""
 
     stack: Stack
     plan: ClusterPlan
-    pool: NodePoolPlan
-    files: HostFiles  # the pool's rendered files, render_cluster(plan)[f"pool-{pool.name}"]
+    pool: NodePoolPlan | None
+    files: HostFiles  # the pool's rendered files, render_cluster(plan)[f"pool-{pool.name}"]; {} for a role
     project_dir: Path  # a relative preload archive path is relative to this (the stack's project)
+    role: str | None = None  # a key of ROLE_IMAGES, when pool is None
+
+    def __post_init__(self) -> None:
+        if (self.pool is None) == (self.role is None):
+            raise ValueError("give exactly one of pool and role")
+        if self.role is not None and self.role not in ROLE_IMAGES:
+            raise rootfs.BuildError(f"no role image {self.role!r}; the roles: {', '.join(ROLE_IMAGES)}")
+
+    @property
+    def target(self) -> str:
+        """The pool's name, or the role's: the image is <stack>-<target>."""
+        return self.pool.name if self.pool else str(self.role)
+
+    @property
+    def flavour(self) -> Flavour:
+        return self.pool.runtime if self.pool else "control"
+
+    @property
+    def binaries_role(self) -> str:
+        return pinned.pool_role(self.pool.runtime) if self.pool else str(self.role)
 
 
-def image_name(stack: Stack, pool: NodePoolPlan) -> str:
-    return f"{stack.name}-{pool.name}"
+def role_inputs(stack: Stack, plan: ClusterPlan, role: str, project_dir: Path) -> ImageInputs:
+    return ImageInputs(stack=stack, plan=plan, pool=None, files={}, project_dir=project_dir, role=role)
+
+
+def image_name(stack: Stack, target: str) -> str:
+    return f"{stack.name}-{target}"
 
 
 def build_image(
@@ -105,23 +144,34 @@ def build_image(
     stack, plan, pool, files = inputs.stack, inputs.plan, inputs.pool, inputs.files
     steps = Steps(progress)
     out.mkdir(parents=True, exist_ok=True)
-    name = image_name(stack, pool)
+    name = image_name(stack, inputs.target)
     work = out / f".work-{name}"
     if work.exists():
         shutil.rmtree(work)
     work.mkdir()
     tree = work / "rootfs"
     try:
-        base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, pool.runtime, progress))
+        base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, inputs.flavour, progress))
         progress(f"base root filesystem: {'reused from cache' if base.cached else 'built'} ({base.key[:12]})")
         steps.run("unpack base", lambda: rootfs.extract(base.tarball, tree))
 
         def customise() -> Baked:
             artefacts = []
-            for path in rootfs.copy_overlay(recipe.overlay_dir, tree):
-                placed = rootfs.host_path(tree, path)
-                mode = f"{placed.stat().st_mode & 0o7777:04o}"
-                artefacts.append({"path": path, "sha256": _sha(placed.read_bytes()), "mode": mode, "source": "recipe"})
+            overlays = [(recipe.overlay_dir, "recipe")]
+            if inputs.role and recipe.role_overlay_dir(inputs.role).is_dir():
+                overlays.append((recipe.role_overlay_dir(inputs.role), f"recipe:{inputs.role}"))
+            placed_paths = []
+            for overlay, source in overlays:
+                for path in rootfs.copy_overlay(overlay, tree):
+                    placed_paths.append(path)
+                    placed = rootfs.host_path(tree, path)
+                    mode = f"{placed.stat().st_mode & 0o7777:04o}"
+                    artefacts.append(
+                        {"path": path, "sha256": _sha(placed.read_bytes()), "mode": mode, "source": source}
+                    )
+            # service users the overlays declare (sysusers.d), made now: a fixed uid in the
+            # image, and the user exists before cloud-init writes files owned by it
+            rootfs.sysusers(tree, [p for p in placed_paths if p.startswith("/usr/lib/sysusers.d/")])
             for path, rendered in sorted(files.items()):
                 if path == USER_DATA:
                     continue
@@ -130,9 +180,9 @@ def build_image(
                 artefacts.append(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
-            images = preload(pool, recipe, tree, work, inputs.project_dir)
+            images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
             binaries = pinned.place_role(
-                tree, pinned.load(recipe.binaries_file), pinned.pool_role(pool.runtime), plan.kubernetes_version,
+                tree, pinned.load(recipe.binaries_file), inputs.binaries_role, plan.kubernetes_version,
                 local_dir=binaries_dir, allow_fetch=fetch, downloads=pinned.Downloads(work / "downloads"),
             )
             return Baked(artefacts, images, binaries)
@@ -179,8 +229,10 @@ def build_image(
             ),
         )
         steps.run("fixed VHD", lambda: disk.to_vhd(raw, vhd))
-        user_data = out / f"{name}.user-data"
-        user_data.write_text(files[USER_DATA].content)
+        user_data: Path | None = None
+        if pool:
+            user_data = out / f"{name}.user-data"
+            user_data.write_text(files[USER_DATA].content)
         manifest = Manifest(
             {
                 "format": FORMAT,
@@ -189,8 +241,10 @@ def build_image(
                 "stack": stack.name,
                 "stack_file_sha256": _sha(stack.file.read_bytes()),
                 "cluster": plan.cluster,
-                "pool": pool.name,
-                "runtime": pool.runtime,
+                # what the image is for: a pool, or a control-plane role (ROLE_IMAGES)
+                "pool": pool.name if pool else None,
+                "role": inputs.role,
+                "runtime": pool.runtime if pool else None,
                 "kubernetes_version": plan.kubernetes_version,
                 "disk": {
                     "raw": raw.name,
@@ -208,7 +262,8 @@ def build_image(
                     "variant": recipe.variant,
                     "base_cache_key": base.key,
                     "base_reused_from_cache": base.cached,
-                    "packages_requested": recipe.package_list(pool.runtime),
+                    "flavour": inputs.flavour,
+                    "packages_requested": recipe.package_list(inputs.flavour),
                     "recipe_files": {
                         f"node-image/{p.relative_to(recipe.root).as_posix()}": _sha(p.read_bytes())
                         for p in sorted(recipe.root.rglob("*"))
@@ -222,15 +277,15 @@ def build_image(
                 # (bootImageArchives): the node pulls them at first start
                 "boot_images_not_supplied": [
                     {"image": image, "reason": "no archive in the stack's bootImageArchives: pulled at first start"}
-                    for image in pool.boot_images_not_preloaded
+                    for image in (pool.boot_images_not_preloaded if pool else ())
                 ],
-                # node-image/binaries.toml's components for this pool: "binaries" are those a
-                # unit runs and is skipped without (kubelet, cri-dockerd), "other_binaries"
-                # the rest (crictl, CNI plugins; containerd and runc for containerd pools).
+                # node-image/binaries.toml's components for this image: "binaries" are those a
+                # unit runs and is skipped without (kubelet, cri-dockerd; etcd; the control
+                # plane), "other_binaries" the rest (crictl, CNI plugins, containerd, runc).
                 "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
                 "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
-                "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())},
-                "pool_plan": pool.model_dump(mode="json"),
+                "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())} if user_data else None,
+                "pool_plan": pool.model_dump(mode="json") if pool else None,
                 "timings_s": steps.timings,
             },
             out / f"{name}.manifest.json",

@@ -15,6 +15,10 @@ from typing import Literal
 from kilonode.paths import NODE_IMAGE_DIR
 
 Runtime = Literal["docker", "containerd"]
+# What a base root filesystem is built for: a pool's container runtime, or "control" for the
+# etcd and control-plane images (their binaries are static releases: nothing past the base).
+Flavour = Literal["docker", "containerd", "control"]
+FLAVOURS: tuple[Flavour, ...] = ("docker", "containerd", "control")
 
 
 @dataclass(frozen=True)
@@ -45,10 +49,14 @@ class Recipe:
         """The pinned upstream binaries (kilonode.image.binaries reads it)."""
         return self.root / "binaries.toml"
 
-    def package_list(self, runtime: Runtime) -> list[str]:
-        return read_list(self.package_files["base"]) + read_list(self.package_files[runtime])
+    def role_overlay_dir(self, role: str) -> Path:
+        """Static files copied into one role's image only (node-image/roles/<role>/rootfs)."""
+        return self.root / "roles" / role / "rootfs"
 
-    def base_inputs(self, runtime: Runtime, sources_sha256: str) -> dict[str, object]:
+    def package_list(self, flavour: Flavour) -> list[str]:
+        return read_list(self.package_files["base"]) + read_list(self.package_files[flavour])
+
+    def base_inputs(self, flavour: Flavour, sources_sha256: str) -> dict[str, object]:
         """Everything the base root filesystem depends on; its sha256 is the cache key.
 
         The host's sources file enters as a hash only (a different mirror snapshot can
@@ -58,10 +66,10 @@ class Recipe:
             "recipe_version": self.version,
             "suite": self.suite,
             "variant": self.variant,
-            "runtime": runtime,
-            "packages": self.package_list(runtime),
+            "flavour": flavour,
+            "packages": self.package_list(flavour),
             "package_files": {
-                name: sha256_text(self.package_files[name]) for name in ("base", runtime)
+                name: sha256_text(self.package_files[name]) for name in ("base", flavour)
             },
             "sources_sha256": sources_sha256,
         }

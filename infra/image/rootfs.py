@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kilonode.image import cache, mirror
-from kilonode.image.recipe import Recipe, Runtime
+from kilonode.image.recipe import FLAVOURS, Flavour, Recipe
 
 
 class BuildError(RuntimeError):
@@ -32,21 +32,21 @@ NO_MIRROR_ENV = "KILONODE_NO_MIRROR"
 
 
 def prepare(recipe: Recipe, log: Callable[[str], None]) -> list[BaseRootfs]:
-    """Build (or find) the cached base root filesystem of every runtime: `kilonode image prepare`."""
-    return [base_rootfs(recipe, runtime, log) for runtime in ("docker", "containerd")]
+    """Build (or find) the cached base root filesystem of every flavour: `kilonode image prepare`."""
+    return [base_rootfs(recipe, flavour, log) for flavour in FLAVOURS]
 
 
-def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) -> BaseRootfs:
-    """The mmdebstrap tarball for (recipe, runtime), built once per cache key."""
+def base_rootfs(recipe: Recipe, flavour: Flavour, log: Callable[[str], None]) -> BaseRootfs:
+    """The mmdebstrap tarball for (recipe, flavour), built once per cache key."""
     sources = mirror.sources_file()
-    inputs = recipe.base_inputs(runtime, cache.sha256_file(sources))
+    inputs = recipe.base_inputs(flavour, cache.sha256_file(sources))
     key = cache.key_of(inputs)
     tarball = cache.entry("rootfs", key, "tar")
     if tarball.is_file():
         return BaseRootfs(tarball, key, cached=True)
     if os.environ.get(NO_MIRROR_ENV):
         raise BuildError(
-            f"the {runtime} base root filesystem ({key[:12]}) is not in the cache, and {NO_MIRROR_ENV} forbids "
+            f"the {flavour} base root filesystem ({key[:12]}) is not in the cache, and {NO_MIRROR_ENV} forbids "
             "reaching the package mirror (tests set it): run `make test-artefacts` (it runs `kilonode image prepare`)"
         )
     if shutil.which("mmdebstrap") is None:
@@ -55,10 +55,10 @@ def base_rootfs(recipe: Recipe, runtime: Runtime, log: Callable[[str], None]) ->
     partial = tarball.with_name(f"{key}.partial.tar")
     cmd = [
         "mmdebstrap", "--quiet", "--format=tar", f"--variant={recipe.variant}",
-        f"--include={','.join(recipe.package_list(runtime))}",
+        f"--include={','.join(recipe.package_list(flavour))}",
         recipe.suite, str(partial), str(sources),
     ]
-    log(f"mmdebstrap {recipe.suite} ({len(recipe.package_list(runtime))} packages requested) -> cache {key[:12]}")
+    log(f"mmdebstrap {recipe.suite} ({len(recipe.package_list(flavour))} packages requested) -> cache {key[:12]}")
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
@@ -120,6 +120,19 @@ def systemctl(root: Path, verb: str, units: tuple[str, ...] | list[str]) -> None
     )
     if result.returncode != 0:
         raise BuildError(f"systemctl --root {verb} {' '.join(units)} failed: {result.stderr.strip()}")
+
+
+def sysusers(root: Path, configs: list[str]) -> None:
+    """Create the service users that these sysusers.d files (host paths in the tree) declare,
+    in the tree itself; the packages' own users are already there."""
+    if not configs:
+        return
+    result = subprocess.run(
+        ["systemd-sysusers", f"--root={root}", *(str(host_path(root, c)) for c in configs)],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise BuildError(f"systemd-sysusers --root {root} failed: {result.stderr.strip()[-2000:]}")
 
 
 def scrub_image(root: Path) -> None:

@@ -174,6 +174,14 @@ def verify_image(
     `host` runs the guest phases against that SSH host instead of booting a VM.
     """
     manifest = Manifest.for_image(image)
+    if manifest.data.get("pool") is None:
+        # its VMs need their member's static address, peers and certificates: tests/image/
+        # test_role_images.py reads what such an image holds, test_etcd_real runs its flags
+        raise ValueError(
+            f"{image} is the {manifest.data.get('role')} image: verify boots node pool images (a pool's "
+            "nodes are alike and its user-data is the image's); a role image is checked offline by "
+            "tests/image/test_role_images.py"
+        )
     workdir = workdir.resolve()  # the suite runs with the workdir as its working directory
     workdir.mkdir(parents=True, exist_ok=True)
     report = VerifyReport(junit=workdir / "verify-report.xml")

@@ -12,7 +12,6 @@ from typing import Literal
 from kilonode.config.model import (
     AuditLogConfig,
     LocalDiskConfig,
-    MarketplaceImageConfig,
     StrictModel,
 )
 from kilonode.plan import limits
@@ -182,7 +181,10 @@ class ClusterPlan(StrictModel):
     node_pools: tuple[NodePoolPlan, ...]
     gallery_replicas: int
     node_image_version: str  # the Compute Gallery image version every pool's scale sets use
-    control_plane_image: MarketplaceImageConfig  # pinned Marketplace image of etcd and apiserver VMs
+    # gallery versions of the role images (`kilonode image build --role`): etcd members', apiservers'
+    etcd_image_version: str
+    control_plane_image_version: str
+    role_image_replicas: int  # gallery replicas of each role image version
     # control-plane groups the next `pulumi up` may restart all at once (kilonode.azure.rollout)
     acknowledge_restart: tuple[str, ...] = ()
     budgets: tuple[Budget, ...]

@@ -75,7 +75,10 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         node_pools=pools,
         gallery_replicas=gallery_replicas(config),
         node_image_version=config.node_image.version,
-        control_plane_image=config.control_plane_image,
+        etcd_image_version=config.etcd_image.version,
+        control_plane_image_version=config.control_plane_image.version,
+        # A handful of VMs, created one group at a time: the production floor is enough.
+        role_image_replicas=config.node_image.min_replicas,
         acknowledge_restart=config.acknowledge_restart,
         budgets=tuple(budgets),
         warnings=tuple(

@@ -22,7 +22,6 @@ def user_data(
     restart_units: list[str],
     start_units: list[str],
     apply_sysctls: bool = False,
-    packages: list[str] | None = None,
 ) -> str:
     disk = local_disk.device
     runcmd: list[list[str]] = []
@@ -62,7 +61,5 @@ def user_data(
         ],
         "runcmd": runcmd,
     }
-    if packages:
-        document["packages"] = packages
     header = f"#cloud-config\n# {GENERATED}\n# Role: {role}\n"
     return header + to_yaml(document)

@@ -8,7 +8,8 @@ from kilonode.render.cloud_init import user_data
 from kilonode.render.common import Flag, render_template, systemd_exec
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
-ETCD_BINARY = "/usr/bin/etcd"
+# The pinned etcd release (node-image/binaries.toml, role etcd) that the etcd image carries.
+ETCD_BINARY = "/usr/local/bin/etcd"
 ETCD_UNIT = "etc/systemd/system/etcd.service"
 
 
@@ -53,6 +54,7 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
             cluster=plan.cluster,
             mount_point=cluster.local_disk.mount_point,
             data_dir=cluster.data_dir,
+            binary=ETCD_BINARY,
             exec_start=systemd_exec(ETCD_BINARY, etcd_flags(cluster, member)),
         )),
     }
@@ -61,9 +63,7 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
         local_disk=cluster.local_disk,
         files=files,
         restart_units=[],
+        # the etcd image has the binary and the etcd user: nothing is installed at boot
         start_units=["etcd.service"],
-        # Debian's etcd-server provides /usr/bin/etcd and the etcd user; the unit above
-        # (in /etc) replaces the package's own.
-        packages=["etcd-server"],
     ))
     return dict(sorted(files.items()))

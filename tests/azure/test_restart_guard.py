@@ -86,7 +86,8 @@ def test_the_restart_keys_are_exported_without_secrets(deployed: dict[str, Any])
     assert sorted(restart) == ["apiservers", "etcd-events", "etcd-main"]
     assert sorted(restart["etcd-main"]) == ["local-etcd-main-0", "local-etcd-main-1", "local-etcd-main-2"]
     key = restart["etcd-main"]["local-etcd-main-0"]
-    assert key["vmSize"] == "Standard_D4ds_v5" and key["image"] == "Debian:debian-12:12-gen2:0.20230612.1409"
+    assert key["vmSize"] == "Standard_D4ds_v5" and key["image"] == "etcd@1.0.0"
+    assert {k["image"] for k in restart["apiservers"].values()} == {"control-plane@1.0.0"}
     assert key["customDataDigest"].startswith("sha256:") and len(key["customDataDigest"]) == 7 + 64
     # Shown in `kilonode plan` (a reviewer sees which host's custom data changes), not masked.
     shown = json.loads(format_json(run_plan(load_stack("local"))))["outputs"][rollout.RESTART_KEYS_OUTPUT]
@@ -132,6 +133,24 @@ def test_changes_outside_the_control_plane_pass(deployed: dict[str, Any]) -> Non
     assert sum(v.plain()["sku"]["capacity"] for v in graph.of_type(VMSS)) == raw["nodePools"][0]["nodes"]
 
 
+def test_a_new_etcd_image_version_is_refused_as_a_restart_of_every_member(deployed: dict[str, Any]) -> None:
+    # A new image is a new OS disk: every member of both clusters would be replaced at once.
+    with pytest.raises(Exception, match=r"restart or replace 3 of 3 etcd-(main|events) machines at once"):
+        run_program("local", local_with(etcdImage__version="1.0.1"), None, deployed)
+
+
+def test_a_new_pool_image_or_apiserver_image_leaves_the_etcd_members_alone(deployed: dict[str, Any]) -> None:
+    # The pools' image has its own version: rolling it restarts no control-plane machine.
+    graph = run_program("local", local_with(nodeImage__version="1.1.0"), None, deployed)
+    restart = _unwrap(graph.outputs)[rollout.RESTART_KEYS_OUTPUT]
+    assert restart == deployed[rollout.RESTART_KEYS_OUTPUT]
+    # The apiservers' image is theirs alone: with one apiserver, a new version is refused as
+    # taking every apiserver down, and names no etcd member.
+    with pytest.raises(Exception, match=r"1 of 1 apiservers machines") as refused:
+        run_program("local", local_with(controlPlaneImage__version="1.0.1"), None, deployed)
+    assert "etcd-main" not in str(refused.value) and "etcd-events" not in str(refused.value)
+
+
 # --- custom data: a replacement, never an in-place update --------------------------------
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
@@ -139,7 +158,9 @@ def test_a_custom_data_change_replaces_a_control_plane_vm_and_protect_stops_it_o
     graphs: dict[str, Graph], stack: str
 ) -> None:
     vms = graphs[stack].of_type(VM)
-    assert vms and all(vm.replace_on_changes == ("osProfile.customData",) for vm in vms)
+    assert vms and all(
+        vm.replace_on_changes == ("osProfile.customData", "storageProfile.imageReference") for vm in vms
+    )
     assert {vm.protect for vm in vms if "-etcd-" in vm.name} == {True}
 
 

@@ -364,7 +364,10 @@ def test_the_roles_carry_what_each_machine_needs() -> None:
     assert "cri-dockerd" not in files("pool-containerd") and "containerd" not in files("pool-docker")
     assert files("control-plane") == {"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
     assert {"etcd", "etcdctl"} <= files("etcd")
-    assert {c.name for c in CATALOG.components.values() if c.unit} == {"kubelet", "cri-dockerd"}
+    assert {c.name: c.unit for c in CATALOG.components.values() if c.unit} == {
+        "kubelet": "kubelet.service", "cri-dockerd": "cri-docker.service", "etcd": "etcd.service",
+        "kubernetes-server": "kube-apiserver.service",
+    }
 
 
 def test_etcd_and_containerd_are_new_enough() -> None:

@@ -22,7 +22,7 @@ from tests.render.consumers import cloud_init_validator, systemd_verify
 # complaint tolerated, with the runtime units Debian's docker.io/containerd ship inside the
 # node image (checked on a booted image by tests/image).
 ABSENT_HERE = re.compile(
-    r"Command /usr/local/bin/(kubelet|cri-dockerd|kube-apiserver|kube-scheduler|kube-controller-manager)"
+    r"Command /usr/local/bin/(kubelet|cri-dockerd|kube-apiserver|kube-scheduler|kube-controller-manager|etcd)"
     r" is not executable: No such file or directory$"
 )
 RUNTIME_UNIT_ABSENT = re.compile(r"Unit (docker|containerd)\.service not found\.$")

@@ -25,8 +25,10 @@ from tests.conftest import SHIPPED_STACKS
 
 REFERENCE: dict[str, Any] = tomllib.loads(Path(__file__).with_name("upstream_flags.toml").read_text())
 PROGRAMS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet")
-# etcd comes from the image's Debian 12 etcd-server package (config model: `image`), 3.4.23.
-ETCD_VERSION = "3.4"
+# etcd is the pinned etcd release in node-image/binaries.toml (components.etcd, 3.5.33), which
+# the etcd image carries; its rendered flags are checked against that major.minor.
+ETCD_PIN = tomllib.loads((Path(__file__).parents[2] / "node-image" / "binaries.toml").read_text())
+ETCD_VERSION = ".".join(ETCD_PIN["components"]["etcd"]["version"].split(".")[:2])
 CONFIG_FILES = (
     "etc/kubernetes/kubelet-config.yaml",
     "etc/kubernetes/kube-scheduler-config.yaml",
