@@ -146,7 +146,8 @@ def build(
 
 @image_app.command()
 def prepare() -> None:
-    """Build the cached base root filesystems (docker and containerd pools) now.
+    """Build the cached base root filesystems (docker pools, containerd pools, and the etcd and
+    control-plane images' "control" base) now.
 
     `make test-artefacts` (and so `make test`) runs it, so later builds, and the tests, need
     no package mirror. Each base

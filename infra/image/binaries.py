@@ -550,6 +550,8 @@ def _place(
         if item and item.pin.algorithm == "sha256" and specs[0].member is None:
             matches = files[first] == item.pin.digest
             origin += " (the pinned file)" if matches else " (not the pinned file: taken as given)"
+        elif item:
+            origin += " (taken as given: the pin is the release archive's digest, not a file's)"
         return BinaryResult(component.name, first, True, files[first], origin, files=files, **about)
     if allow_fetch and item is None:
         raise PinError(f"--fetch: {no_pin}")

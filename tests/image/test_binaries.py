@@ -303,6 +303,34 @@ def test_binaries_from_a_local_directory_are_taken_as_given(tmp_path: Path) -> N
     assert not cri_dockerd.present and "`cri-dockerd`" in cri_dockerd.origin
 
 
+DROPIN = "etc/systemd/system/containerd.service.d/20-kilonode-pinned-containerd.conf"
+
+
+def test_placed_containerd_is_activated_and_an_absent_one_says_what_runs_instead(tmp_path: Path) -> None:
+    local = tmp_path / "bin"
+    local.mkdir()
+    for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
+        (local / name).write_bytes(b"\x7fELF fake " + name.encode())
+    placed = {r.name: r for r in place_role(tmp_path / "with", CATALOG, "pool-containerd", "1.34.2",
+                                            local_dir=local, allow_fetch=False,
+                                            downloads=Downloads(tmp_path / "d"))}
+    containerd = placed["containerd"]
+    assert containerd.present and containerd.activated == "/" + DROPIN
+    dropin = (tmp_path / "with" / DROPIN).read_text()
+    # systemd needs the empty ExecStart= to replace the package's, not to add a second one
+    assert "[Service]\nExecStart=\nExecStart=/usr/local/bin/containerd\n" in dropin
+    assert (tmp_path / "with" / "usr/local/bin/containerd").read_bytes() == b"\x7fELF fake containerd"
+    assert containerd.manifest_entry()["activated"] == "/" + DROPIN
+    assert placed["runc"].activated is None  # runc needs no switch: /usr/local/sbin is first on PATH
+
+    absent = {r.name: r for r in place_role(tmp_path / "without", CATALOG, "pool-containerd", "1.34.2",
+                                            local_dir=None, allow_fetch=False,
+                                            downloads=Downloads(tmp_path / "d"))}["containerd"]
+    assert not absent.present and absent.activated is None
+    assert not (tmp_path / "without" / DROPIN).exists()
+    assert "meanwhile containerd.service runs Debian's containerd 1.6 (/usr/bin/containerd)" in absent.origin
+
+
 def test_fetch_without_a_pin_is_refused_and_without_fetch_recorded(tmp_path: Path) -> None:
     with pytest.raises(PinError, match=r"--fetch: kubelet: no amd64 pin for version 1\.31\.4"):
         place_role(tmp_path / "r", CATALOG, "pool-docker", "1.31.4", local_dir=None, allow_fetch=True,

@@ -13,15 +13,18 @@ import json
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kilonode.cli.image import image_inputs
+from kilonode.image import rootfs
 from kilonode.image.build import BuildResult, build_image
 from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
+from kilonode.image.recipe import load_recipe
 from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -94,20 +97,46 @@ def test_verify_leaves_the_image_pristine(built: BuildResult, clean_run: VerifyR
     assert not [n for n in fs.listdir("/etc/ssh") if n.startswith("ssh_host_")]
 
 
+def stand_in_containerd(target: Path) -> Path:
+    """containerd, its shim, ctr and runc as Debian packages them (taken from the cached
+    containerd base), to stand in for the pinned 1.7 release that cannot be downloaded here:
+    the image places them where the release goes and activates them the same way."""
+    base = rootfs.base_rootfs(load_recipe(), "containerd", lambda _line: None)
+    target.mkdir(parents=True, exist_ok=True)
+    members = ["./usr/bin/containerd", "./usr/bin/containerd-shim-runc-v2", "./usr/bin/ctr", "./usr/sbin/runc"]
+    subprocess.run(["tar", "-C", str(target), "-xf", str(base.tarball), *members], check=True, timeout=300)
+    for member in members:
+        (target / member).rename(target / Path(member).name)
+    return target
+
+
 def test_containerd_pool_verifies_booting_its_vhd(work: Path) -> None:
     """The other runtime, booted from the fixed VHD that goes to Azure: the `local` stack
     with its pool switched to containerd (the shipped containerd pool names Azure's
-    resource disk, which a local VM does not have)."""
+    resource disk, which a local VM does not have). Its containerd and runc are given with
+    --binaries, so the drop-in that runs /usr/local/bin/containerd instead of the package's
+    is exercised on a booted node (suite: test_containerd_runs_the_binary_the_image_placed)."""
     stack = work / "stacks" / "Pulumi.local-containerd.yaml"
     stack.parent.mkdir(parents=True, exist_ok=True)
     text = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text()
     assert text.count("runtime: docker") == 1
     stack.write_text(text.replace("runtime: docker", "runtime: containerd"))
-    built = build_image(image_inputs(str(stack), "cpu"), work / "containerd")
+    given = stand_in_containerd(work / "containerd-binaries")
+    built = build_image(image_inputs(str(stack), "cpu"), work / "containerd", binaries_dir=given)
     manifest = Manifest.load(built.manifest)
     assert "containerd" in manifest.data["packages"] and "docker.io" not in manifest.data["packages"]
+    placed = {b["name"]: b for b in manifest.data["other_binaries"]}
+    assert placed["containerd"]["present"] and placed["runc"]["present"]
+    dropin = "/etc/systemd/system/containerd.service.d/20-kilonode-pinned-containerd.conf"
+    assert placed["containerd"]["activated"] == dropin
+    assert "taken as given: the pin is the release archive's digest" in placed["containerd"]["origin"]
     result = kilonode("image", "verify", str(built.vhd), "--workdir", str(work / "verify-containerd"))
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    # the check ran on the booted node, before and after the reboot, and was not skipped
+    report = ET.parse(work / "verify-containerd" / "verify-report.xml")
+    cases = [c for c in report.iter("testcase") if c.get("name") == "test_containerd_runs_the_binary_the_image_placed"]
+    outcomes = [[child.tag for child in c if child.tag in ("failure", "error", "skipped")] for c in cases]
+    assert outcomes == [[], []], [ET.tostring(c)[:400] for c in cases]
 
 
 # --- seeded defects --------------------------------------------------------------------------

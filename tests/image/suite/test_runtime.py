@@ -8,6 +8,7 @@ import time
 import pytest
 import testinfra
 
+from kilonode.image.manifest import Manifest
 from kilonode.image.probes import run_ok, same_disk
 from kilonode.plan.model import NodePoolPlan
 
@@ -99,3 +100,21 @@ def test_preloaded_pause_image_runs_and_stops_on_sigterm(host: testinfra.host.Ho
         assert took < 20, f"docker stop took {took:.0f} s"
     finally:
         host.run(f"docker rm -f {name}")
+
+
+@pytest.mark.persistent
+def test_containerd_runs_the_binary_the_image_placed(
+    host: testinfra.host.Host, pool: NodePoolPlan, manifest: Manifest
+) -> None:
+    """Where the build placed containerd >= 1.7 (node-image/binaries.toml), the unit runs it,
+    not Debian's 1.6, which ignores the rendered image_pull_progress_timeout; where it could
+    not, the manifest says the node runs 1.6, and it does."""
+    if pool.runtime != "containerd":
+        pytest.skip("a docker pool: containerd is Docker's, configured by the docker.io package")
+    placed = next(b for b in manifest.data["other_binaries"] if b["name"] == "containerd")
+    expected = "/usr/local/bin/containerd" if placed["present"] else "/usr/bin/containerd"
+    assert bool(placed.get("activated")) == placed["present"], placed
+    pid = run_ok(host, "systemctl show containerd.service -p MainPID --value").strip()
+    assert pid not in ("", "0"), "containerd.service is not running"
+    running = run_ok(host, f"readlink /proc/{pid}/exe").strip()
+    assert running == expected, f"containerd.service runs {running}; the manifest says {expected} ({placed['origin']})"
