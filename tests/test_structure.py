@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 from kilonode.paths import REPO_ROOT
+from tests.source import parse
 
 assert REPO_ROOT is not None, "runs from a source checkout"
 PACKAGE = REPO_ROOT / "infra"
@@ -29,7 +30,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
     found: set[str] = set()
     this = module_name(path)
     package = this if path.name == "__init__.py" else this.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -16,6 +16,7 @@ from kilonode.azure import rollout
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
 from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
+from kilonode.azure.identity import CloudProviderIdentity, CloudProviderIdentityArgs
 from kilonode.azure.network import Network, NetworkArgs
 from kilonode.azure.node_image import NodeImage, NodeImageArgs, gallery_images
 from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
@@ -46,6 +47,9 @@ class Cluster(pulumi.ComponentResource):
     tls: Tls  # credentials: kubeconfigs, the bootstrap token
     control_plane: ControlPlane  # the apiservers and their load balancer
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
+    cloud_identity: CloudProviderIdentity  # what cloud-controller-manager acts as
+    network: Network
+    resource_group_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Cluster", name, None, opts)
@@ -56,6 +60,14 @@ class Cluster(pulumi.ComponentResource):
             return args.rendered[host][USER_DATA].content
 
         net = Network(f"{name}-network", NetworkArgs(plan=plan), child)
+        identity = CloudProviderIdentity(
+            f"{name}-cloud-provider",
+            CloudProviderIdentityArgs(
+                cluster=plan.cluster, location=plan.location, resource_group_name=net.resource_group_name,
+                resource_group_id=net.resource_group_id,
+            ),
+            child,
+        )
         certs = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
         image = NodeImage(
             f"{name}-image",
@@ -153,6 +165,7 @@ class Cluster(pulumi.ComponentResource):
                     user_data=user_data(f"pool-{pool.name}"),
                     files=certs.node_files,
                     ssh_public_key=certs.admin_ssh_public_key,
+                    identity_id=identity.id,
                 ),
                 child,
             )
@@ -165,6 +178,9 @@ class Cluster(pulumi.ComponentResource):
         self.admin_ssh_private_key = certs.admin_ssh_private_key
         self.tls = certs
         self.control_plane = control
+        self.cloud_identity = identity
+        self.resource_group_name = net.resource_group_name
+        self.network = net  # names and IDs the cloud provider's config needs
         self.register_outputs({
             "restartKeys": self.restart_keys,
             "apiserverAddress": self.apiserver_address,

@@ -45,6 +45,12 @@ _TLS_OUTPUTS = {
     "tls:index/selfSignedCert:SelfSignedCert": {"certPem": "mock-certificate:{name}"},
     "tls:index/locallySignedCert:LocallySignedCert": {"certPem": "mock-certificate:{name}"},
     "tls:index/certRequest:CertRequest": {"certRequestPem": "mock-certificate-request:{name}"},
+    # What Azure assigns a new identity (GUIDs there); placeholders that say so, from the name.
+    "azure-native:managedidentity:UserAssignedIdentity": {
+        "clientId": "mock-client-id:{name}",
+        "principalId": "mock-principal-id:{name}",
+        "tenantId": "mock-tenant-id",
+    },
 }
 
 
@@ -65,6 +71,8 @@ _AZURE_NAME_INPUT = {
     "azure-native:network:PublicIPAddress": "publicIpAddressName",
     "azure-native:network:PublicIPPrefix": "publicIpPrefixName",
     "azure-native:network:NatGateway": "natGatewayName",
+    "azure-native:managedidentity:UserAssignedIdentity": "resourceName",
+    "azure-native:authorization:RoleAssignment": "roleAssignmentName",
 }
 
 
@@ -89,6 +97,12 @@ class RecordingMocks(mocks.Mocks):
             # the name: deterministic, and plainly not a secret anyone uses.
             length = int(args.inputs.get("length", 16))
             outputs["result"] = hashlib.sha256(f"mock:{args.name}".encode()).hexdigest()[:length]
+        identity = outputs.get("identity")
+        if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
+            # Azure takes the identities as a list of IDs and returns them as a map of ID to
+            # {principalId, clientId}: the output type the SDK deserializes into.
+            assigned = {i: {} for i in identity["userAssignedIdentities"]}
+            outputs["identity"] = identity | {"userAssignedIdentities": assigned}
         for key, template in _TLS_OUTPUTS.get(args.typ, {}).items():
             outputs[key] = template.format(name=args.name)
         if args.typ.startswith("azure-native:"):

@@ -88,6 +88,10 @@ class Network(pulumi.ComponentResource):
     etcd_subnet_id: pulumi.Output[str]
     pool_subnet_ids: dict[str, pulumi.Output[str]]
     nat_gateway_ids: dict[str, pulumi.Output[str]]
+    vnet_name: pulumi.Output[str]
+    # Azure names the cloud provider's config needs (azure.json): pool -> subnet, pool -> NSG
+    pool_subnet_names: dict[str, pulumi.Output[str]]
+    pool_nsg_names: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Network", name, None, opts)
@@ -182,6 +186,8 @@ class Network(pulumi.ComponentResource):
                 nat_of[subnet_key] = nat
 
         subnet_ids: dict[str, pulumi.Output[str]] = {}
+        subnet_names: dict[str, pulumi.Output[str]] = {}
+        nsg_names: dict[str, pulumi.Output[str]] = {}
         previous: network.Subnet | None = None
         for key, prefix in prefixes.items():
             nsg = network.NetworkSecurityGroup(
@@ -208,6 +214,8 @@ class Network(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[previous] if previous else None),
             )
             subnet_ids[key] = subnet.id
+            subnet_names[key] = subnet.name
+            nsg_names[key] = nsg.name
             previous = subnet
 
         self.resource_group_name = rg.name
@@ -216,6 +224,9 @@ class Network(pulumi.ComponentResource):
         self.control_plane_subnet_id = subnet_ids["control-plane"]
         self.etcd_subnet_id = subnet_ids["etcd"]
         self.pool_subnet_ids = {p.name: subnet_ids[f"pool-{p.name}"] for p in plan.node_pools}
+        self.vnet_name = vnet.name
+        self.pool_subnet_names = {p.name: subnet_names[f"pool-{p.name}"] for p in plan.node_pools}
+        self.pool_nsg_names = {p.name: nsg_names[f"pool-{p.name}"] for p in plan.node_pools}
         self.register_outputs({
             "resourceGroupName": self.resource_group_name,
             "vnetId": self.vnet_id,

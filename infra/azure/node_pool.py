@@ -34,6 +34,9 @@ class GpuNodePoolArgs:
     user_data: str  # the pool's rendered user-data
     files: Sequence[DeliveredFile]
     ssh_public_key: pulumi.Input[str]
+    # the cloud provider's user-assigned identity: cloud-controller-manager runs on pool nodes
+    # and reads its token from the instance metadata service (kilonode.azure.identity)
+    identity_id: pulumi.Input[str]
 
 
 def ip_configurations(
@@ -108,6 +111,10 @@ class GpuNodePool(pulumi.ComponentResource):
                 single_placement_group=shard.single_placement_group,
                 overprovision=False,
                 upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
+                identity=compute.VirtualMachineScaleSetIdentityArgs(
+                    type=compute.ResourceIdentityType.USER_ASSIGNED,
+                    user_assigned_identities=[args.identity_id],
+                ),
                 virtual_machine_profile=profile,
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -13,11 +13,13 @@ from typing import Any
 import pulumi
 
 from kilonode.azure.cluster import Cluster, ClusterArgs
+from kilonode.azure.identity import subscription_of
 from kilonode.azure.node_image import default_vhd, gallery_images
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
 from kilonode.image import binaries
+from kilonode.k8s.cloud_provider import AzureTarget
 from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.problems import StackError
@@ -56,6 +58,7 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
         kubeconfig=cluster.tls.super_admin_kubeconfig,
         bootstrap_token_id=cluster.tls.bootstrap_token_id,
         bootstrap_token_secret=cluster.tls.bootstrap_token_secret,
+        cloud_target=cloud_target(plan, cluster),
         depends_on=(cluster.control_plane,),
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)
@@ -74,6 +77,21 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
     pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster
+
+
+def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarget]:
+    """Where cloud-controller-manager acts (its azure.json). Load balancers for Services take
+    their internal frontends from, and open their ports in, the first pool's subnet and NSG:
+    cloud-provider-azure manages one NSG (securityGroupName)."""
+    net, identity = cluster.network, cluster.cloud_identity
+    first = plan.node_pools[0].name
+    return pulumi.Output.all(
+        identity.tenant_id, net.resource_group_id, net.resource_group_name, net.vnet_name,
+        net.pool_subnet_names[first], net.pool_nsg_names[first], identity.client_id,
+    ).apply(lambda v: AzureTarget.of(
+        tenant_id=v[0], subscription_id=subscription_of(v[1]), resource_group=v[2], vnet_name=v[3],
+        subnet_name=v[4], security_group_name=v[5], identity_client_id=v[6],
+    ))
 
 
 def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
@@ -22,6 +23,7 @@ class InClusterArgs:
     kubeconfig: pulumi.Output[str]  # secret: the program's own (super-admin) credentials
     bootstrap_token_id: pulumi.Output[str]
     bootstrap_token_secret: pulumi.Output[str]  # secret
+    cloud_target: pulumi.Output[AzureTarget]  # where the cloud provider acts (azure.json)
     # Resources the apiserver needs before it can answer (its VMs, the load balancer).
     depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -71,4 +73,5 @@ class InCluster(pulumi.ComponentResource):
             ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=dns_replicas(plan.total_nodes)),
             on_cluster,
         )
+        CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
         self.register_outputs({})

@@ -72,3 +72,30 @@ KUBE_PROXY_IMAGE = "registry.k8s.io/kube-proxy:v{kubernetes_version}"
 KUBE_PROXY_POD_INTERFACE_PREFIX = "azv"
 # A DaemonSet update over 7,500 nodes: 10% at a time, not one node after another.
 KUBE_PROXY_MAX_UNAVAILABLE = "10%"
+
+# The cloud provider (kubernetes-sigs/cloud-provider-azure): cloud-controller-manager (load
+# balancers for Services) and cloud-node-manager (node initialization: provider ID, zone,
+# addresses, and it lifts the node.cloudprovider.kubernetes.io/uninitialized taint the
+# kubelet registers with under --cloud-provider=external). Its minor matches Kubernetes'
+# ("Minor release versions match Kubernetes minor release versions", its README); the
+# newest patch of each minor in the copy of the repository read here (tags v1.32.20
+# dbfb0288, v1.33.17 0479db5b, v1.34.13 44b37e17, v1.35.8 b93010ae). From Kubernetes 1.32
+# the images are published under mcr.microsoft.com/oss/v2/kubernetes (the helm chart's
+# template rewrites the old /oss/kubernetes path for 1.32+). Pinned by tag: no source read
+# here lists their digests, and a digest needs a registry query this machine cannot make.
+CLOUD_PROVIDER_AZURE_VERSIONS = {32: "v1.32.20", 33: "v1.33.17", 34: "v1.34.13", 35: "v1.35.8"}
+CLOUD_CONTROLLER_MANAGER_IMAGE = "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:{version}"
+CLOUD_NODE_MANAGER_IMAGE = "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:{version}"
+# Two replicas with leader election: one acts, the other takes over within a lease period.
+CLOUD_CONTROLLER_MANAGER_REPLICAS = 2
+# The helm chart's port (values.yaml securePort); hostNetwork pods share the node's ports, and
+# 10268 is clear of the kubelet (10250), kube-proxy (10249, 10256) and the chart's CNM.
+CLOUD_CONTROLLER_MANAGER_PORT = 10268
+# A DaemonSet update over 7,500 nodes: 10% at a time, as kube-proxy.
+CLOUD_NODE_MANAGER_MAX_UNAVAILABLE = "10%"
+
+
+def cloud_provider_azure_version(kubernetes_version: str) -> str:
+    """The cloud-provider-azure release for this Kubernetes version (same minor)."""
+    minor = int(kubernetes_version.split(".")[1])
+    return CLOUD_PROVIDER_AZURE_VERSIONS[minor]

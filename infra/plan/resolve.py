@@ -483,10 +483,15 @@ def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[Sca
 
 def boot_images(config: ClusterConfig) -> tuple[str, ...]:
     """What the in-cluster program runs that every node (or any node) must start at boot."""
+    cloud_provider = defaults.cloud_provider_azure_version(config.kubernetes_version)
     return (
         defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=config.kubernetes_version),
         defaults.COREDNS_IMAGE,
         defaults.SERVING_CERT_APPROVER_IMAGE,
+        # every node runs cloud-node-manager before it can take work (it lifts the
+        # uninitialized taint); cloud-controller-manager must start on an uninitialized node
+        defaults.CLOUD_NODE_MANAGER_IMAGE.format(version=cloud_provider),
+        defaults.CLOUD_CONTROLLER_MANAGER_IMAGE.format(version=cloud_provider),
     )
 
 

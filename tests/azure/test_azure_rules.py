@@ -120,6 +120,10 @@ NAME_RULES: dict[str, tuple[str, int, int, str]] = {
     "azure-native:compute:GalleryImageVersion": ("galleryImageVersionName", 5, 64, r"\d+\.\d+\.\d+"),
     "azure-native:storage:StorageAccount": ("accountName", 3, 24, r"[a-z0-9]+"),
     "azure-native:storage:BlobContainer": ("containerName", 3, 63, r"[a-z0-9](-?[a-z0-9])*"),
+    "azure-native:managedidentity:UserAssignedIdentity": ("resourceName", 3, 128, r"[a-zA-Z0-9][-\w]*"),
+    # a role assignment's name is a GUID
+    "azure-native:authorization:RoleAssignment": (
+        "roleAssignmentName", 36, 36, r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
 }
 
 

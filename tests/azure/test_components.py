@@ -10,8 +10,10 @@ import pytest
 from kilonode.azure.graph import Graph
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
+from tests.source import parse
 
-COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool"}
+COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
+              "CloudProviderIdentity"}
 
 
 def test_the_tree_is_cluster_then_one_component_per_subsystem(graph_7500: Graph) -> None:
@@ -52,7 +54,7 @@ def test_every_azure_resource_is_in_the_plans_location(
 
 def _apply_bodies_create_resources(path: Path) -> list[str]:
     """Names of lambdas/functions passed to .apply(...) that call a capitalised constructor."""
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     found: list[str] = []
     for node in ast.walk(tree):

@@ -14,6 +14,7 @@ from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.config import load_stack
 from kilonode.paths import REPO_ROOT
 from tests.conftest import shipped_cluster_value
+from tests.source import parse
 
 
 def test_the_pulumi_entry_point_builds_the_graph_kilonode_plan_shows() -> None:
@@ -39,7 +40,7 @@ def test_an_invalid_cluster_value_stops_the_program_with_every_problem() -> None
 def import_time_pulumi_calls(path: Path) -> list[str]:
     """file:line of each Config/export/require_object/get_stack call outside a def or class."""
     offenders = []
-    for statement in ast.parse(path.read_text()).body:
+    for statement in parse(path).body:
         if isinstance(statement, ast.FunctionDef | ast.ClassDef | ast.Import | ast.ImportFrom):
             continue
         for node in ast.walk(statement):

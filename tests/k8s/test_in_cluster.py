@@ -47,8 +47,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     objects = k8s_objects(graphs[stack])
     # bootstrap: Secret + 4 bindings; approver: SA, role, binding, Deployment;
     # DNS: SA, role, binding, ConfigMap, Deployment, PDB, Service; kube-proxy: SA, binding,
-    # ConfigMap, DaemonSet
-    assert len(objects) == 20
+    # ConfigMap, DaemonSet; cloud provider: 2 x (SA, role, binding), RoleBinding, ConfigMap,
+    # Deployment, PDB, DaemonSet
+    assert len(objects) == 31
     for record in objects:
         kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
 
@@ -105,6 +106,9 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
                                           [("ServiceAccount", "kubelet-csr-approver")]),
         "system:coredns": ("system:coredns", [("ServiceAccount", "coredns")]),
         "kilonode:node-proxier": ("system:node-proxier", [("ServiceAccount", "kube-proxy")]),
+        "kilonode:cloud-controller-manager": ("kilonode:cloud-controller-manager",
+                                              [("ServiceAccount", "cloud-controller-manager")]),
+        "kilonode:cloud-node-manager": ("kilonode:cloud-node-manager", [("ServiceAccount", "cloud-node-manager")]),
     }
     role = next(manifest(r) for r in k8s_objects(graphs["research-7500"])
                 if r.type.endswith(":ClusterRole") and r.name.endswith("serving-cert-approver-role"))

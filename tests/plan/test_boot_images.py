@@ -1,4 +1,5 @@
-"""Images every node needs at boot (kube-proxy, CoreDNS, the serving-certificate approver):
+"""Images every node needs at boot (kube-proxy, CoreDNS, the serving-certificate approver,
+the cloud provider's node and controller managers):
 baked like the pause image when the stack supplies their archives, else named as pulled at
 first start, in the plan, the image manifest and `kilonode explain`."""
 
@@ -13,6 +14,8 @@ BOOT = (
     "registry.k8s.io/kube-proxy:v1.34.2",
     defaults.COREDNS_IMAGE,
     defaults.SERVING_CERT_APPROVER_IMAGE,
+    "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
+    "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",
 )
 
 

@@ -1,0 +1,92 @@
+"""CloudProviderIdentity: the user-assigned managed identity cloud-controller-manager acts as,
+and its role assignments, each scoped to the cluster's resource group (nothing wider).
+
+cloud-controller-manager runs on the pool nodes (kilonode.k8s.cloud_provider), so the
+identity is attached to every pool scale set and read from the instance metadata service
+(azure.json: useManagedIdentityExtension, userAssignedIdentityID). cloud-node-manager
+reads the node's own instance metadata and needs no Azure credentials.
+
+Roles, as cloud-provider-azure documents its needs: it writes load balancers, public IPs,
+NSG rules and the NICs' backend-pool membership (Network Contributor), and updates scale
+sets and their instances to put nodes in backend pools (Virtual Machine Contributor). Both
+are built-in roles (fixed GUIDs, the same in every tenant); both are scoped to the one
+resource group that holds the cluster, not the subscription.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import authorization, managedidentity
+
+from kilonode.azure.common import tags
+
+# Azure built-in role definition IDs (Microsoft's "Azure built-in roles" reference).
+NETWORK_CONTRIBUTOR = "4d97b98b-1d4f-4787-a291-c67834d212e7"
+VIRTUAL_MACHINE_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
+ROLES = {"network-contributor": NETWORK_CONTRIBUTOR, "vm-contributor": VIRTUAL_MACHINE_CONTRIBUTOR}
+
+
+def assignment_name(cluster: str, role: str) -> str:
+    """Role assignment names are GUIDs. Derived from the cluster and the role, so the name
+    never moves between runs (a random one would replace the assignment on every state loss)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{cluster}:cloud-provider:{role}"))
+
+
+def subscription_of(resource_id: str) -> str:
+    """/subscriptions/<id>/resourceGroups/... -> <id>"""
+    parts = resource_id.split("/")
+    if len(parts) < 3 or parts[1].lower() != "subscriptions":
+        raise ValueError(f"not an Azure resource ID: {resource_id!r}")
+    return parts[2]
+
+
+def role_definition_id(resource_group_id: str, role_guid: str) -> str:
+    subscription = subscription_of(resource_group_id)
+    return f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleDefinitions/{role_guid}"
+
+
+@dataclass(frozen=True)
+class CloudProviderIdentityArgs:
+    cluster: str
+    location: str
+    resource_group_name: pulumi.Input[str]
+    resource_group_id: pulumi.Output[str]
+
+
+class CloudProviderIdentity(pulumi.ComponentResource):
+    id: pulumi.Output[str]
+    client_id: pulumi.Output[str]
+    tenant_id: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: CloudProviderIdentityArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("kilonode:azure:CloudProviderIdentity", name, None, opts)
+        identity = managedidentity.UserAssignedIdentity(
+            f"{name}-identity",
+            resource_name_=f"{args.cluster}-cloud-provider",
+            resource_group_name=args.resource_group_name,
+            location=args.location,
+            tags=tags(args.cluster, "cloud-provider"),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        for role, guid in ROLES.items():
+            authorization.RoleAssignment(
+                f"{name}-{role}",
+                role_assignment_name=assignment_name(args.cluster, role),
+                scope=args.resource_group_id,
+                principal_id=identity.principal_id,
+                # Without it Azure looks the principal up in Entra ID, and a just-created
+                # identity may not have replicated yet (PrincipalNotFound).
+                principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
+                role_definition_id=args.resource_group_id.apply(lambda rg, guid=guid: role_definition_id(rg, guid)),
+                description=f"kilonode {args.cluster}: cloud-controller-manager ({role})",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.id = identity.id
+        self.client_id = identity.client_id
+        self.tenant_id = identity.tenant_id
+        self.register_outputs({"id": self.id, "clientId": self.client_id})

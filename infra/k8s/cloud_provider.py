@@ -1,0 +1,317 @@
+"""CloudProvider: Azure's out-of-tree cloud provider (kubernetes-sigs/cloud-provider-azure)
+in the cluster, as its helm chart and examples deploy it, set for Azure CNI.
+
+- cloud-node-manager, a DaemonSet on every node: initializes its node from the instance
+  metadata service (provider ID, zone, instance type, addresses) and lifts the
+  `node.cloudprovider.kubernetes.io/uninitialized` taint the kubelet registers with
+  (`--cloud-provider=external`). With --use-instance-metadata it reads no azure.json and
+  needs no Azure credentials (cmd/cloud-node-manager, pkg/node/node.go: a hard-coded
+  IMDS config).
+- cloud-controller-manager, a Deployment (the control-plane VMs run no kubelet, so it runs
+  on pool nodes, hostNetwork, tolerating the uninitialized taint): Services of type
+  LoadBalancer. Its cloud-node controller is off (`--controllers=*,-cloud-node`: the node
+  manager does that), and so are the two that Azure CNI makes wrong: routes
+  (`--configure-cloud-routes=false`: pods take VNet addresses, there is no route table) and
+  node CIDRs (`--allocate-node-cidrs=false`).
+
+azure.json is built here from the plan and the cluster's Azure outputs (the identity's
+client ID is only known once Azure made it), kept in a ConfigMap (it holds no credential),
+and mounted into cloud-controller-manager only. Field names are those of cloud-provider-azure's config
+structs at the pinned release (pkg/provider/config/azure.go, azure_auth.go,
+pkg/azclient/arm_conf.go, auth_conf.go); tests/k8s/test_cloud_provider.py checks them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_kubernetes import apps, core, meta, policy, rbac
+
+from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.plan import defaults
+from kilonode.plan.model import ClusterPlan
+
+CCM = "cloud-controller-manager"
+CNM = "cloud-node-manager"
+CONFIG_NAME = "azure-cloud-provider"
+CONFIG_DIR = "/etc/kubernetes/cloud-config"
+UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+
+
+@dataclass(frozen=True)
+class AzureTarget:
+    """Where the cluster lives in Azure: names the Azure components chose, and IDs Azure gave."""
+
+    tenant_id: str
+    subscription_id: str
+    resource_group: str
+    vnet_name: str
+    subnet_name: str  # where internal load balancers get their frontend address
+    security_group_name: str  # the NSG cloud-controller-manager opens Service ports in
+    identity_client_id: str  # the user-assigned identity on the pool scale sets
+
+    @classmethod
+    def of(cls, **values: str) -> AzureTarget:
+        """From resolved outputs (a plain value object, built inside an apply)."""
+        return cls(**values)
+
+
+def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
+    """cloud-provider-azure's cloud config for this cluster.
+
+    Only fields the pinned release reads and acts on. Deliberately absent: the client-side
+    rate limits (`cloudProviderRateLimit*` and the per-client `*RateLimit` blocks): from
+    v1.32 the provider parses them but never hands them to its Azure clients
+    (pkg/provider/azure.go builds its client factories with the subscription ID only), so
+    setting them would be a setting the program silently ignores. `routeTableName` is left
+    out: with --configure-cloud-routes=false the route controller never runs.
+    """
+    return {
+        "cloud": "AzurePublicCloud",
+        "tenantId": target.tenant_id,
+        "subscriptionId": target.subscription_id,
+        "resourceGroup": target.resource_group,
+        "location": plan.location,
+        # Every node is a uniform scale-set instance; the control-plane VMs are not nodes.
+        "vmType": "vmss",
+        # ... so no node is in an availability set: skip those lookups (ARM calls at scale).
+        "disableAvailabilitySetNodes": True,
+        "vnetName": target.vnet_name,
+        "vnetResourceGroup": target.resource_group,
+        "subnetName": target.subnet_name,
+        "securityGroupName": target.security_group_name,
+        "securityGroupResourceGroup": target.resource_group,
+        "loadBalancerSku": "standard",
+        # Outbound goes through each subnet's NAT gateway (kilonode.azure.network): load
+        # balancer rules must not add SNAT of their own.
+        "disableOutboundSNAT": True,
+        "useManagedIdentityExtension": True,
+        "userAssignedIdentityID": target.identity_client_id,
+        "useInstanceMetadata": True,
+    }
+
+
+def ccm_args(plan: ClusterPlan) -> list[str]:
+    return [
+        "--cloud-provider=azure",
+        f"--cloud-config={CONFIG_DIR}/azure.json",
+        f"--cluster-name={plan.cluster}",
+        # the node manager initializes nodes
+        "--controllers=*,-cloud-node",
+        # Azure CNI: pod addresses are the NICs' own, no routes and no node CIDRs
+        "--configure-cloud-routes=false",
+        "--allocate-node-cidrs=false",
+        "--leader-elect=true",
+        f"--secure-port={defaults.CLOUD_CONTROLLER_MANAGER_PORT}",
+        "--v=2",
+    ]
+
+
+def cnm_args() -> list[str]:
+    return [
+        "--node-name=$(NODE_NAME)",
+        # from the node's own instance metadata: no azure.json, no Azure credentials
+        "--use-instance-metadata=true",
+        # true only where the CCM programs routes (kubenet); Azure CNI has none to wait for
+        "--wait-routes=false",
+        "--v=2",
+    ]
+
+
+# cloud-provider-azure v1.34.13 helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
+# (ClusterRole system:cloud-controller-manager, identical in examples/out-of-tree), verbatim.
+CCM_RULES: list[tuple[str, str, list[str]]] = [
+    ("", "events", ["create", "patch", "update"]),
+    ("", "nodes", ["*"]),
+    ("", "nodes/status", ["patch"]),
+    ("", "services", ["list", "patch", "update", "watch"]),
+    ("", "services/status", ["list", "patch", "update", "watch"]),
+    ("", "serviceaccounts", ["create", "get", "list", "watch", "update"]),
+    ("", "persistentvolumes", ["get", "list", "update", "watch"]),
+    ("", "endpoints", ["create", "get", "list", "watch", "update"]),
+    ("", "secrets", ["get", "list", "watch"]),
+    ("coordination.k8s.io", "leases", ["get", "create", "update"]),
+    ("discovery.k8s.io", "endpointslices", ["get", "list", "watch"]),
+]
+# ... and ClusterRole cloud-node-manager.
+CNM_RULES: list[tuple[str, str, list[str]]] = [
+    ("", "nodes", ["watch", "list", "get", "update", "patch"]),
+    ("", "nodes/status", ["patch"]),
+]
+
+
+def _rules(rules: list[tuple[str, str, list[str]]]) -> list[rbac.v1.PolicyRuleArgs]:
+    return [rbac.v1.PolicyRuleArgs(api_groups=[group], resources=[resource], verbs=verbs)
+            for group, resource, verbs in rules]
+
+
+def _labels(app: str) -> dict[str, str]:
+    return {"k8s-app": app, "app.kubernetes.io/managed-by": "kilonode"}
+
+
+def _node_name_env() -> list[core.v1.EnvVarArgs]:
+    return [core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(
+        field_ref=core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")))]
+
+
+@dataclass(frozen=True)
+class CloudProviderArgs:
+    plan: ClusterPlan
+    target: pulumi.Output[AzureTarget]  # from the Azure components' outputs
+
+
+class CloudProvider(pulumi.ComponentResource):
+    def __init__(self, name: str, args: CloudProviderArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:CloudProvider", name, None, opts)
+        plan = args.plan
+        child = pulumi.ResourceOptions(parent=self)
+        version = defaults.cloud_provider_azure_version(plan.kubernetes_version)
+
+        accounts = {}
+        for app, rules in ((CCM, CCM_RULES), (CNM, CNM_RULES)):
+            accounts[app] = core.v1.ServiceAccount(
+                f"{name}-{app}-sa",
+                metadata=meta.v1.ObjectMetaArgs(name=app, namespace=KUBE_SYSTEM, labels=_labels(app)),
+                opts=child,
+            )
+            role = rbac.v1.ClusterRole(
+                f"{name}-{app}-role",
+                metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{app}", labels=_labels(app)),
+                rules=_rules(rules),
+                opts=child,
+            )
+            rbac.v1.ClusterRoleBinding(
+                f"{name}-{app}-binding",
+                metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{app}", labels=_labels(app)),
+                role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
+                subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=KUBE_SYSTEM)],
+                opts=child,
+            )
+        # the delegated authentication of its secure port reads the extension-apiserver config
+        rbac.v1.RoleBinding(
+            f"{name}-{CCM}-auth-reader",
+            metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{CCM}:extension-apiserver-authentication-reader",
+                                            namespace=KUBE_SYSTEM, labels=_labels(CCM)),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role",
+                                         name="extension-apiserver-authentication-reader"),
+            subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=CCM, namespace=KUBE_SYSTEM)],
+            opts=child,
+        )
+        # A ConfigMap, not the Secret upstream's example uses: azure.json holds no credential
+        # (the identity's token comes from the instance metadata service), and as plain data
+        # a reviewer sees it in `kilonode plan` and in a diff.
+        config = core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=meta.v1.ObjectMetaArgs(name=CONFIG_NAME, namespace=KUBE_SYSTEM, labels=_labels(CCM)),
+            data={"azure.json": args.target.apply(
+                lambda target: json.dumps(azure_json(plan, target), indent=2, sort_keys=True) + "\n")},
+            opts=child,
+        )
+
+        ccm_labels = _labels(CCM)
+        apps.v1.Deployment(
+            f"{name}-{CCM}",
+            metadata=meta.v1.ObjectMetaArgs(name=CCM, namespace=KUBE_SYSTEM, labels=ccm_labels),
+            spec=apps.v1.DeploymentSpecArgs(
+                replicas=defaults.CLOUD_CONTROLLER_MANAGER_REPLICAS,
+                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(labels=ccm_labels),
+                    spec=core.v1.PodSpecArgs(
+                        service_account_name=accounts[CCM].metadata.name,
+                        priority_class_name="system-node-critical",
+                        # before any CNI or Service works, and to reach the instance metadata
+                        # service for the identity's token
+                        host_network=True,
+                        tolerations=[
+                            # it must run on a node not yet initialized: the first node is one
+                            core.v1.TolerationArgs(key=UNINITIALIZED_TAINT, operator="Exists", effect="NoSchedule"),
+                            core.v1.TolerationArgs(key="node.kubernetes.io/not-ready", operator="Exists",
+                                                   effect="NoSchedule"),
+                            core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists"),
+                        ],
+                        # the two replicas on different nodes (the chart's spread constraint)
+                        topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
+                            max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="DoNotSchedule",
+                            label_selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
+                        )],
+                        containers=[core.v1.ContainerArgs(
+                            name=CCM,
+                            image=defaults.CLOUD_CONTROLLER_MANAGER_IMAGE.format(version=version),
+                            command=["cloud-controller-manager"],
+                            args=ccm_args(plan),
+                            # the chart's requests and limits
+                            resources=core.v1.ResourceRequirementsArgs(
+                                requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "4", "memory": "2Gi"}),
+                            liveness_probe=core.v1.ProbeArgs(
+                                http_get=core.v1.HTTPGetActionArgs(
+                                    path="/healthz", port=defaults.CLOUD_CONTROLLER_MANAGER_PORT, scheme="HTTPS"),
+                                initial_delay_seconds=20, period_seconds=10, timeout_seconds=5,
+                            ),
+                            volume_mounts=[
+                                core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
+                                core.v1.VolumeMountArgs(name="ssl", mount_path="/etc/ssl", read_only=True),
+                            ],
+                        )],
+                        volumes=[
+                            core.v1.VolumeArgs(name="cloud-config", config_map=core.v1.ConfigMapVolumeSourceArgs(
+                                name=config.metadata.name)),
+                            core.v1.VolumeArgs(name="ssl", host_path=core.v1.HostPathVolumeSourceArgs(
+                                path="/etc/ssl")),
+                        ],
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        policy.v1.PodDisruptionBudget(
+            f"{name}-{CCM}-pdb",
+            metadata=meta.v1.ObjectMetaArgs(name=CCM, namespace=KUBE_SYSTEM, labels=ccm_labels),
+            spec=policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1, selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM})),
+            opts=child,
+        )
+
+        cnm_labels = _labels(CNM)
+        apps.v1.DaemonSet(
+            f"{name}-{CNM}",
+            metadata=meta.v1.ObjectMetaArgs(name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels),
+            spec=apps.v1.DaemonSetSpecArgs(
+                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CNM}),
+                update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
+                        max_unavailable=defaults.CLOUD_NODE_MANAGER_MAX_UNAVAILABLE)),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(
+                        labels=cnm_labels,
+                        annotations={"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"},
+                    ),
+                    spec=core.v1.PodSpecArgs(
+                        service_account_name=accounts[CNM].metadata.name,
+                        priority_class_name="system-node-critical",
+                        host_network=True,  # the node's own hostname and instance metadata
+                        node_selector={"kubernetes.io/os": "linux"},
+                        tolerations=[
+                            core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists"),
+                            core.v1.TolerationArgs(operator="Exists", effect="NoExecute"),
+                            core.v1.TolerationArgs(operator="Exists", effect="NoSchedule"),
+                        ],
+                        containers=[core.v1.ContainerArgs(
+                            name=CNM,
+                            image=defaults.CLOUD_NODE_MANAGER_IMAGE.format(version=version),
+                            command=["cloud-node-manager"],
+                            args=cnm_args(),
+                            env=_node_name_env(),
+                            resources=core.v1.ResourceRequirementsArgs(
+                                requests={"cpu": "50m", "memory": "50Mi"}, limits={"cpu": "2", "memory": "512Mi"}),
+                        )],
+                    ),
+                ),
+            ),
+            opts=child,
+        )
+        self.register_outputs({})

@@ -1,0 +1,176 @@
+"""The cloud provider: cloud-controller-manager and cloud-node-manager (cloud-provider-azure),
+their azure.json, and the managed identity they act as, checked against cloud-provider-azure's
+own source at the pinned release (the references below name file and line) and Azure's
+role definitions. The objects' schema is checked with every other in-cluster object
+(test_in_cluster.py: kubernetes-validate)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kilonode.azure.graph import Graph
+from kilonode.azure.identity import NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR, assignment_name
+from kilonode.k8s.cloud_provider import CCM_RULES
+from kilonode.plan import ClusterPlan, defaults
+
+# Every json field cloud-provider-azure v1.34.13 unmarshals azure.json into
+# (pkg/provider/config/azure.go Config l.33-183, azure_auth.go AzureClientConfig l.33-51,
+# pkg/azclient/arm_conf.go ARMClientConfig l.31-55, auth_conf.go AzureAuthConfig l.27-52,
+# azure_cache.go CloudProviderCacheConfig; the rate-limit fields are listed apart, below).
+AZURE_JSON_FIELDS = {
+    "cloudConfigType", "resourceGroup", "location", "extendedLocationName", "extendedLocationType", "vnetName",
+    "vnetResourceGroup", "subnetName", "securityGroupName", "securityGroupResourceGroup", "routeTableName",
+    "routeTableResourceGroup", "primaryAvailabilitySetName", "vmType", "primaryScaleSetName", "tags", "tagsMap",
+    "systemTags", "loadBalancerSku", "loadBalancerName", "loadBalancerResourceGroup",
+    "preConfiguredBackendPoolLoadBalancerTypes", "disableAvailabilitySetNodes", "enableVmssFlexNodes",
+    "useInstanceMetadata", "cloudProviderBackoffExponent", "cloudProviderBackoffJitter",
+    "excludeMasterFromStandardLB", "disableOutboundSNAT", "maximumLoadBalancerRuleCount",
+    "loadBalancerBackendPoolConfigurationType", "putVMSSVMBatchSize", "privateLinkServiceResourceGroup",
+    "enableMigrateToIPBasedBackendPoolAPI", "enableIPTagMutationForExistingPublicIP",
+    "multipleStandardLoadBalancerConfigurations", "routeUpdateIntervalInSeconds",
+    "loadBalancerBackendPoolUpdateIntervalInSeconds", "clusterServiceLoadBalancerHealthProbeMode",
+    "clusterServiceSharedLoadBalancerHealthProbePort", "clusterServiceSharedLoadBalancerHealthProbePath",
+    "nodeInstanceNotFoundGracePeriodInSeconds",
+    "cloudProviderBackoffRetries", "cloudProviderBackoffDuration", "subscriptionId", "identitySystem",
+    "networkResourceSubscriptionID",
+    "cloud", "userAgent", "resourceManagerEndpoint", "tenantId", "networkResourceTenantID", "cloudProviderBackoff",
+    "disableAzureStackCloud", "enableMinimumRetryAfter",
+    "aadClientId", "aadClientSecret", "aadClientCertPath", "aadClientCertPassword", "useManagedIdentityExtension",
+    "userAssignedIdentityID", "aadFederatedTokenFile", "useFederatedWorkloadIdentityExtension",
+    "auxiliaryTokenProvider", "aadMSIDataPlaneIdentityPath",
+    "disableAPICallCache", "nonVmssUniformNodesCacheTTLInSeconds", "vmssCacheTTLInSeconds",
+    "vmssVirtualMachinesCacheTTLInSeconds", "listVmssVirtualMachinesWithoutInstanceView",
+    "vmssFlexCacheTTLInSeconds", "vmssFlexVMCacheTTLInSeconds", "vmCacheTTLInSeconds",
+    "loadBalancerCacheTTLInSeconds", "nsgCacheTTLInSeconds", "routeTableCacheTTLInSeconds", "plsCacheTTLInSeconds",
+    "availabilitySetsCacheTTLInSeconds", "publicIPCacheTTLInSeconds", "routeUpdateWaitingInSeconds",
+}
+# Parsed (pkg/azclient/policy/ratelimit/ratelimit.go Config l.29-40) but, from v1.32, never handed
+# to the Azure clients (pkg/provider/azure.go l.419-433 builds the client factories with the
+# subscription ID only): setting one would be a setting the program silently ignores.
+IGNORED_RATE_LIMITS = {
+    "cloudProviderRateLimit", "cloudProviderRateLimitQPS", "cloudProviderRateLimitBucket",
+    "cloudProviderRateLimitQPSWrite", "cloudProviderRateLimitBucketWrite",
+}
+# The flags the chart passes (helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
+# l.209-285 at v1.34.13; cmd/cloud-node-manager/app/options/options.go l.130-138).
+CCM_FLAGS = {
+    "allocate-node-cidrs", "cloud-config", "cloud-provider", "cluster-cidr", "cluster-name", "configure-cloud-routes",
+    "controllers", "leader-elect", "route-reconciliation-period", "v", "bind-address", "cert-dir",
+    "cloud-config-secret-name", "secure-port", "kube-api-qps", "kube-api-burst", "use-service-account-credentials",
+}
+CNM_FLAGS = {"node-name", "node-status-update-frequency", "kube-api-qps", "kube-api-burst", "wait-routes",
+             "use-instance-metadata", "cloud-config", "kubeconfig", "v"}
+
+def flags(args: list[str]) -> dict[str, str]:
+    return dict(a.removeprefix("--").split("=", 1) for a in args)
+
+
+def of_kind(graph: Graph, type_: str, name: str) -> dict[str, Any]:
+    [record] = [r for r in graph.of_type(type_) if r.plain().get("metadata", {}).get("name") == name]
+    return record.plain()
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_azure_json_uses_only_fields_the_provider_reads_and_no_ignored_rate_limits(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    config = of_kind(graphs[stack], "kubernetes:core/v1:ConfigMap", "azure-cloud-provider")
+    data = json.loads(config["data"]["azure.json"])
+    assert set(data) <= AZURE_JSON_FIELDS, set(data) - AZURE_JSON_FIELDS
+    assert not set(data) & IGNORED_RATE_LIMITS
+    assert not any(key.endswith("RateLimit") for key in data)
+    # the docs' required fields, and the two a user-assigned identity needs
+    assert data["tenantId"] and data["subscriptionId"] and data["userAssignedIdentityID"]
+    assert data["useManagedIdentityExtension"] is True and data["useInstanceMetadata"] is True
+    # uniform scale sets, no route table (Azure CNI), outbound through the NAT gateways
+    assert data["vmType"] == "vmss" and data["disableAvailabilitySetNodes"] is True
+    assert "routeTableName" not in data and data["disableOutboundSNAT"] is True
+    cluster = plans[stack].cluster
+    assert data["resourceGroup"] == data["vnetResourceGroup"] == cluster
+    assert data["userAssignedIdentityID"] == f"mock-client-id:{cluster}-cloud-provider-identity"
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_the_controller_manager_runs_without_routes_node_cidrs_or_node_init(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    spec = of_kind(graphs[stack], "kubernetes:apps/v1:Deployment", "cloud-controller-manager")["spec"]
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    args = flags(container["args"])
+    assert set(args) <= CCM_FLAGS, set(args) - CCM_FLAGS
+    assert args["configure-cloud-routes"] == "false" and args["allocate-node-cidrs"] == "false"
+    assert args["controllers"] == "*,-cloud-node" and args["cloud-provider"] == "azure"
+    assert args["cloud-config"] == "/etc/kubernetes/cloud-config/azure.json"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "cloud-config")
+    volume = next(v for v in pod["volumes"] if v["name"] == "cloud-config")
+    assert mount["mountPath"] == "/etc/kubernetes/cloud-config"
+    assert volume["configMap"]["name"] == "azure-cloud-provider"
+    # it starts where nothing else can yet: host network, on a node still uninitialized
+    assert pod["hostNetwork"] is True
+    assert {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists",
+            "effect": "NoSchedule"} in pod["tolerations"]
+    assert spec["replicas"] == 2 and pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+    version = defaults.CLOUD_PROVIDER_AZURE_VERSIONS[plans[stack].kubernetes_minor]
+    assert container["image"] == f"mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:{version}"
+    assert container["livenessProbe"]["httpGet"]["port"] == int(args["secure-port"])
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_the_node_manager_initializes_every_node_from_instance_metadata(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    pod = of_kind(graphs[stack], "kubernetes:apps/v1:DaemonSet", "cloud-node-manager")["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = flags(container["args"])
+    assert set(args) <= CNM_FLAGS, set(args) - CNM_FLAGS
+    assert args["use-instance-metadata"] == "true" and args["wait-routes"] == "false"
+    assert args["node-name"] == "$(NODE_NAME)" and "cloud-config" not in args  # no Azure credentials
+    assert "volumes" not in pod  # nothing mounted: it reads the instance metadata service only
+    assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    version = defaults.CLOUD_PROVIDER_AZURE_VERSIONS[plans[stack].kubernetes_minor]
+    assert container["image"] == f"mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:{version}"
+    # both images are boot images: preloaded when the stack supplies their archives
+    boot = {image for pool in plans[stack].node_pools for image in pool.boot_images_not_preloaded}
+    boot |= {p.image for pool in plans[stack].node_pools for p in pool.preload_images}
+    assert container["image"] in boot
+    assert container["image"].replace("node-manager", "controller-manager") in boot
+
+
+def test_the_rbac_is_upstreams_own(graphs: dict[str, Graph]) -> None:
+    role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+                   "kilonode:cloud-controller-manager")
+    assert [(r["apiGroups"][0], r["resources"][0], r["verbs"]) for r in role["rules"]] == CCM_RULES
+    node_role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
+                        "kilonode:cloud-node-manager")
+    assert node_role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["watch", "list", "get", "update", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    ]
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_the_identity_gets_two_roles_on_the_clusters_resource_group_only(graphs: dict[str, Graph], stack: str) -> None:
+    graph = graphs[stack]
+    [identity] = graph.of_type("azure-native:managedidentity:UserAssignedIdentity")
+    assignments = [a.plain() for a in graph.of_type("azure-native:authorization:RoleAssignment")]
+    [rg] = graph.of_type("azure-native:resources:ResourceGroup")
+    rg_id = f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/{rg.plain()['resourceGroupName']}"
+    assert sorted(a["roleDefinitionId"].rsplit("/", 1)[1] for a in assignments) == sorted(
+        [NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR])
+    assert {a["scope"] for a in assignments} == {rg_id}  # not the subscription
+    assert {a["principalId"] for a in assignments} == {f"mock-principal-id:{identity.name}"}
+    assert {a["principalType"] for a in assignments} == {"ServicePrincipal"}
+    # every pool scale set carries the identity cloud-controller-manager reads from IMDS
+    identity_id = f"mock:azure-native:managedidentity:UserAssignedIdentity::{identity.name}"
+    for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet"):
+        assert vmss.plain()["identity"] == {"type": "UserAssigned", "userAssignedIdentities": [identity_id]}
+
+
+def test_role_assignment_names_are_guids_that_never_move() -> None:
+    first, again = assignment_name("c", "network-contributor"), assignment_name("c", "network-contributor")
+    assert first == again and len(first) == 36 and first.count("-") == 4
+    assert assignment_name("c", "vm-contributor") != first != assignment_name("d", "network-contributor")
