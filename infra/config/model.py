@@ -116,6 +116,29 @@ class EtcdClusterConfig(StrictModel):
         ),
     )
 
+    rejoining: tuple[int, ...] = Field(
+        default=(),
+        description=(
+            "Indexes of members that join the running cluster anew (etcd --initial-cluster-state=existing) "
+            "instead of bootstrapping it: a member whose VM is replaced, or resized (Azure moves it, and its "
+            "local SSD with it), starts with an empty data dir. First `etcdctl member remove` it, then "
+            "`etcdctl member add` it with its peer URL; it keeps retrying until added. Remove the index once "
+            "it is healthy. At most a minority: a majority cannot join a cluster that has lost quorum."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _rejoining_members(self) -> EtcdClusterConfig:
+        unknown = sorted(i for i in self.rejoining if not 0 <= i < self.members)
+        if unknown:
+            raise ValueError(f"rejoining: no member {unknown[0]} (members are 0 to {self.members - 1})")
+        if len(set(self.rejoining)) > (self.members - 1) // 2:
+            raise ValueError(
+                f"rejoining: {len(set(self.rejoining))} of {self.members} members cannot join at once; at most "
+                f"{(self.members - 1) // 2} (the rest must keep quorum for them to join)"
+            )
+        return self
+
     @field_validator("members")
     @classmethod
     def _odd_and_small(cls, value: int) -> int:

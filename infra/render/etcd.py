@@ -23,7 +23,9 @@ def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
         ("advertise-client-urls", member.client_url),
         ("initial-advertise-peer-urls", member.peer_url),
         ("initial-cluster", cluster.initial_cluster),
-        ("initial-cluster-state", "new"),
+        # "new" at the first bootstrap; "existing" for a member that rejoins with an empty
+        # data dir (stack: etcd.<cluster>.rejoining). Ignored once the data dir holds a member.
+        ("initial-cluster-state", member.initial_cluster_state),
         ("initial-cluster-token", cluster.token),
         ("listen-metrics-urls", f"{member.metrics_url},http://127.0.0.1:2381"),
         # CIS 2.1-2.6: TLS for clients and peers with client-cert auth, never auto-TLS.
