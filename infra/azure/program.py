@@ -107,7 +107,7 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
             shown[host_role] = {
                 r.name: {"version": r.version, "url": r.url, "digest": r.pin.expected}
                 for r in catalog.resolve(role, plan.kubernetes_version)
-            }
+            } | {c.name: {"version": c.version, "unpinned": c.unpinned} for c in catalog.unpinned(role)}
         except binaries.PinError as error:
             pulumi.log.warn(str(error))
             shown[host_role] = {"unpinned": str(error)}

@@ -109,6 +109,9 @@ class Component:
     # drop-in that points a packaged unit at them): (path, text)
     activate: tuple[str, str] | None = None
     absent_means: str | None = None  # what the machine runs instead while it is absent
+    # Why no digest is pinned (none is published): never downloaded, only taken from
+    # --binaries; None for every pinned component
+    unpinned: str | None = None
 
     def versions(self, arch: str) -> list[str]:
         return [p.version for p in self.pins if p.arch == arch]
@@ -181,11 +184,18 @@ class Catalog:
         pin = component.pin_for(kubernetes_version, self.arch)
         return Resolved(component, pin, self.sources[pin.source], self.arch)
 
+    def unpinned(self, role: str) -> list[Component]:
+        """Components `role` needs that no published digest pins (see Component.unpinned)."""
+        return [c for c in self.role(role) if c.unpinned]
+
     def resolve(self, role: str, kubernetes_version: str) -> list[Resolved]:
-        """Every component `role` needs, at the versions Kubernetes `kubernetes_version`
-        uses. Raises PinError naming every component without a pin."""
+        """Every pinned component `role` needs, at the versions Kubernetes
+        `kubernetes_version` uses. Raises PinError naming every component without a pin for
+        it (an `unpinned` component is left out: `unpinned(role)` lists those)."""
         resolved, missing = [], []
         for component in self.role(role):
+            if component.unpinned:
+                continue
             try:
                 resolved.append(self.resolve_component(component, kubernetes_version))
             except PinError as error:
@@ -275,9 +285,13 @@ def _component(
                 problems.append(f"{where}: {pin_arch} {pin.version} pinned twice")
             seen.add(pin.version)
             pins.append(pin)
-    if not any(p.arch == arch for p in pins):
+    unpinned = raw.get("unpinned")
+    if unpinned is not None:
+        if pins or version is None:
+            problems.append(f"{where}: an unpinned component has a fixed version and no pins")
+    elif not any(p.arch == arch for p in pins):
         problems.append(f"{where}: no {arch} pins")
-    if version is not None and version not in {p.version for p in pins if p.arch == arch}:
+    elif version is not None and version not in {p.version for p in pins if p.arch == arch}:
         problems.append(f"{where}: version {version} has no {arch} pin")
     activate = raw.get("activate")
     if activate is not None and (
@@ -286,7 +300,7 @@ def _component(
         problems.append(f"{where}: activate needs a path under /etc/ and a text")
     return Component(
         name, url, tuple(files), tuple(pins), follows, version, raw.get("unit"),
-        (activate["path"], activate["text"]) if activate else None, raw.get("absent_means"),
+        (activate["path"], activate["text"]) if activate else None, raw.get("absent_means"), unpinned,
     )
 
 
@@ -509,8 +523,18 @@ def place_role(
     download is recorded as absent."""
     results = []
     for component in catalog.role(role):
+        if component.unpinned:
+            # never downloaded: only a file the user gives is placed, recorded as given
+            item: Resolved | None = None
+            no_pin = f"{component.name} {component.version}: not pinned: {component.unpinned}"
+            result = _place(root, component, None, no_pin, local_dir, False, downloads)
+            if result.present:
+                result = replace(result, origin=f"{result.origin} (taken as given: no digest is pinned)")
+            version = str(component.version)
+            results.append(replace(result, version=version, url=expand(component.url, version, catalog.arch)))
+            continue
         try:
-            item: Resolved | None = catalog.resolve_component(component, kubernetes_version)
+            item = catalog.resolve_component(component, kubernetes_version)
             no_pin = ""
         except PinError as error:
             item, no_pin = None, str(error)

@@ -280,8 +280,13 @@ def test_without_fetch_or_a_directory_the_pool_binaries_are_absent_with_the_reas
     root = tmp_path / "root"
     results = place_role(root, CATALOG, "pool-docker", "1.34.2", local_dir=None, allow_fetch=False,
                          downloads=Downloads(tmp_path / "downloads"))
-    assert [r.name for r in results] == ["kubelet", "cri-dockerd", "crictl", "cni-plugins"]
-    for r in results:
+    assert [r.name for r in results] == ["kubelet", "cri-dockerd", "crictl", "cni-plugins", "azure-cni"]
+    *pinned, azure_cni = results
+    # unpinned: never downloaded, absent with the reason and the way to supply it
+    assert not azure_cni.present and azure_cni.pinned is None and azure_cni.version == "1.6.21"
+    assert azure_cni.origin.startswith("absent: azure-cni 1.6.21: not pinned: no published digest")
+    assert "--binaries DIR holding `azure-vnet`, `azure-vnet-ipam`" in azure_cni.origin
+    for r in pinned:
         assert not r.present and r.sha256 is None
         assert r.origin.startswith("absent: not downloaded (no --fetch): pass --fetch to download https://")
         assert "--binaries DIR" in r.origin and r.pinned and r.pin_source
@@ -331,6 +336,29 @@ def test_placed_containerd_is_activated_and_an_absent_one_says_what_runs_instead
     assert "meanwhile containerd.service runs Debian's containerd 1.6 (/usr/bin/containerd)" in absent.origin
 
 
+def test_an_unpinned_component_is_never_downloaded_even_with_fetch(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def fetcher(url: str, expected: str, dest: Path) -> str:
+        calls.append(url)
+        raise Unreachable(f"{url}: offline")
+
+    local = tmp_path / "bin"
+    local.mkdir()
+    (local / "azure-vnet").write_bytes(b"vnet")
+    results = {r.name: r for r in place_role(tmp_path / "r", CATALOG, "pool-docker", "1.34.2", local_dir=local,
+                                             allow_fetch=True, downloads=Downloads(tmp_path / "d", fetcher))
+               if r.name == "azure-cni"}
+    # the pinned components were tried; the unpinned one never was
+    assert calls and not [url for url in calls if "azure-cni" in url]
+    assert not results["azure-cni"].present  # azure-vnet-ipam was not given
+    (local / "azure-vnet-ipam").write_bytes(b"ipam")
+    given = place_role(tmp_path / "r2", CATALOG, "pool-docker", "1.34.2", local_dir=local, allow_fetch=False,
+                       downloads=Downloads(tmp_path / "d"))[-1]
+    assert given.present and given.origin.endswith("(taken as given: no digest is pinned)")
+    assert (tmp_path / "r2/opt/cni/bin/azure-vnet-ipam").read_bytes() == b"ipam"
+
+
 def test_fetch_without_a_pin_is_refused_and_without_fetch_recorded(tmp_path: Path) -> None:
     with pytest.raises(PinError, match=r"--fetch: kubelet: no amd64 pin for version 1\.31\.4"):
         place_role(tmp_path / "r", CATALOG, "pool-docker", "1.31.4", local_dir=None, allow_fetch=True,
@@ -352,7 +380,8 @@ def test_the_shipped_stacks_version_is_pinned_for_every_role() -> None:
     for version in shipped_versions():
         for role in CATALOG.roles:
             resolved = CATALOG.resolve(role, version)
-            assert [r.name for r in resolved] == list(CATALOG.roles[role])
+            unpinned = [c.name for c in CATALOG.unpinned(role)]
+            assert [r.name for r in resolved] == [n for n in CATALOG.roles[role] if n not in unpinned]
     assert set(CATALOG.components) == {n for names in CATALOG.roles.values() for n in names}
 
 
@@ -369,7 +398,10 @@ def test_every_digest_is_well_formed_and_names_its_source() -> None:
     for key, source in sources.items():
         assert source["repo"] and source["path"] and source["what"], key
         assert len(source["commit"]) == 40 and set(source["commit"]) <= set("0123456789abcdef"), key
-    pins = [(name, pin) for name, c in RAW["components"].items() for pin in c["pins"]["amd64"]]
+    pins = [(name, pin) for name, c in RAW["components"].items() for pin in c.get("pins", {}).get("amd64", [])]
+    # a component without pins says why, and is never downloaded
+    assert {name for name, c in RAW["components"].items() if "pins" not in c} == {
+        c.name for c in CATALOG.components.values() if c.unpinned} == {"azure-cni"}
     assert len(pins) > 100
     for name, pin in pins:
         assert pin["source"] in sources, (name, pin)
