@@ -84,3 +84,18 @@ def test_the_image_commands_find_their_recipe_and_suite(installed: Path, tmp_pat
     assert "test_offline_image.py" in suite and "test_runtime.py" in suite
     helped = run([str(installed / "kilonode"), "image", "verify", "--help"], cwd=tmp_path)
     assert helped.returncode == 0 and "testinfra" in helped.stdout
+
+
+def test_the_gpu_health_rules_and_their_data_ship_in_the_wheel(installed: Path, tmp_path: Path) -> None:
+    fixtures = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "gpu" / "h100-80gb-hbm3"
+    if not fixtures.is_dir():
+        pytest.skip(f"the recorded H100 outputs are not at {fixtures}")
+    node = tmp_path / "node"
+    shutil.copytree(fixtures, node)
+    log = node / "dmesg-xid.txt"
+    log.chmod(0o644)
+    # an Xid needs the catalogue (kilonode/gpu/xid_catalog.toml) from the wheel
+    log.write_text(log.read_text() + "[ 9.0] NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus.\n")
+    checked = run([str(installed / "kilonode"), "gpu-health", "--from", str(node), "--expect-gpus", "1"], cwd=tmp_path)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "FAULT xid: Xid 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS" in checked.stdout

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kilonode.cli import image, plan, project, stack
+from kilonode.cli import gpu, image, plan, project, stack
 from kilonode.cli.common import out, run
 
 
@@ -67,6 +67,7 @@ COMMANDS: list[tuple[str, Callable[..., Any]]] = [
     ("plan", plan.plan_command),
     ("new", project.new),
     ("schema", project.schema),
+    ("gpu-health", gpu.gpu_health),
 ]
 for _name, _function in COMMANDS:
     app.command(_name)(_function)

@@ -236,3 +236,16 @@ def test_verify_missing_image_exits_2(tmp_path: Path) -> None:
     result = kilonode("image", "verify", str(tmp_path / "nope.raw"))
     assert result.returncode == 2
     assert result.stderr == f"kilonode image verify: {tmp_path / 'nope.raw'} not found\n"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "give --pool NAME (a node pool's image) or --role etcd|control-plane (the control plane's), not both or "
+         "neither"),
+    (["--pool", "cpu", "--role", "etcd"], "not both or neither"),
+    (["--role", "etcd-main"], "--role 'etcd-main': the roles are etcd (etcd members of both clusters"),
+])
+def test_build_needs_a_pool_or_a_control_plane_role(tmp_path: Path, args: list[str], message: str) -> None:
+    result = kilonode("image", "build", "local", *args, "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert message in " ".join(result.stderr.split())
+    assert not (tmp_path / "out").exists()
