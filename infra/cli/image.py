@@ -140,6 +140,10 @@ def build(
     for binary in [*manifest.binaries, *manifest.data.get("other_binaries", [])]:
         if not binary["present"]:
             out.print(f"  [yellow]![/] {binary['name']}: {binary['origin']}")
+    missing = [b["name"] for b in manifest.binaries if not b["present"]]
+    if role is not None and missing:
+        out.print(f"  [yellow]![/] the {role} image lacks {', '.join(missing)}: its VMs boot but never run "
+                  f"{'etcd' if role == 'etcd' else 'the apiserver'}; for a cluster, build with --fetch (or --binaries)")
     for image in manifest.data.get("boot_images_not_supplied", []):
         out.print(f"  [yellow]![/] {image['image']}: {image['reason']}")
 
