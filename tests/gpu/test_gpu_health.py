@@ -1,6 +1,7 @@
-"""The GPU health rules on real H100 output (../shared/fixtures/gpu/h100-80gb-hbm3), and on
-faults derived from it the way they show up: a raised counter, a pending remap, an Xid line
-in the kernel's format, a narrower link, a missing GPU, a slowdown."""
+"""The GPU health rules on real H100 output (tests/gpu/fixtures/h100-80gb-hbm3, a copy of the
+shared ../shared/fixtures/gpu/h100-80gb-hbm3 recorded on an H100; its README says how), and
+on faults derived from it the way they show up: a raised counter, a pending remap, an Xid
+line in the kernel's format, a narrower link, a missing GPU, a slowdown."""
 
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ from kilonode.gpu.readings import UnusableInput, read_dir
 from kilonode.gpu.rules import evaluate, thresholds, xid_catalog
 from kilonode.paths import REPO_ROOT
 
-FIXTURES = REPO_ROOT.parent / "shared" / "fixtures" / "gpu" / "h100-80gb-hbm3"
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason=f"the recorded H100 outputs are not at {FIXTURES}")
+FIXTURES = Path(__file__).with_name("fixtures") / "h100-80gb-hbm3"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
