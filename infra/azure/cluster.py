@@ -21,6 +21,7 @@ from kilonode.azure.network import Network, NetworkArgs
 from kilonode.azure.node_image import NodeImage, NodeImageArgs, gallery_images
 from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
 from kilonode.azure.tls import Tls, TlsArgs
+from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.plan.model import ClusterPlan
 from kilonode.render.files import USER_DATA, HostFiles
 
@@ -49,7 +50,6 @@ class Cluster(pulumi.ComponentResource):
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
     cloud_identity: CloudProviderIdentity  # what cloud-controller-manager acts as
     network: Network
-    resource_group_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Cluster", name, None, opts)
@@ -87,8 +87,8 @@ class Cluster(pulumi.ComponentResource):
         # or apiserver VM is created or changed until the update is known not to restart a
         # majority of an etcd cluster, or every apiserver, at once (kilonode.azure.rollout).
         # the image each machine boots, as the restart key names it: its gallery image@version
-        etcd_image = f"etcd@{plan.etcd_image_version}"
-        apiserver_image = f"control-plane@{plan.control_plane_image_version}"
+        etcd_image = f"{ETCD_IMAGE}@{plan.etcd_image_version}"
+        apiserver_image = f"{CONTROL_PLANE_IMAGE}@{plan.control_plane_image_version}"
         machines = {
             rollout.ETCD_MAIN: [
                 (m.name, m.vm_name, m.zone, plan.etcd_main.vm_size, etcd_image) for m in plan.etcd_main.members
@@ -127,7 +127,7 @@ class Cluster(pulumi.ComponentResource):
                     subnet_id=net.etcd_subnet_id,
                     custom_data={m.name: gated[m.name] for m in e.members},
                     ssh_public_key=certs.admin_ssh_public_key,
-                    image_version_id=image.image_version_ids["etcd"],
+                    image_version_id=image.image_version_ids[ETCD_IMAGE],
                     public_ips=public,
                 ),
                 child,
@@ -146,7 +146,7 @@ class Cluster(pulumi.ComponentResource):
                 subnet_id=net.control_plane_subnet_id,
                 custom_data={i.name: gated[i.name] for i in instances},
                 ssh_public_key=certs.admin_ssh_public_key,
-                image_version_id=image.image_version_ids["control-plane"],
+                image_version_id=image.image_version_ids[CONTROL_PLANE_IMAGE],
                 public_ips=public,
             ),
             child,
@@ -179,7 +179,6 @@ class Cluster(pulumi.ComponentResource):
         self.tls = certs
         self.control_plane = control
         self.cloud_identity = identity
-        self.resource_group_name = net.resource_group_name
         self.network = net  # names and IDs the cloud provider's config needs
         self.register_outputs({
             "restartKeys": self.restart_keys,

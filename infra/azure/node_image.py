@@ -24,10 +24,12 @@ from pulumi_azure_native import compute, storage
 from pulumi_command import local
 
 from kilonode.azure.common import tags
+from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.plan.model import ClusterPlan
 
-# Where `kilonode image build STACK POOL --out build/node-image` writes a pool's disk
-# (infra/image/build.py names it <stack>-<pool>.vhd); ClusterArgs may point elsewhere.
+# Where `kilonode image build STACK --pool POOL --out build/node-image` writes a pool's disk
+# (infra/image/build.py names it <stack>-<pool>.vhd; --role etcd gives <stack>-etcd.vhd);
+# ClusterArgs may point elsewhere.
 DEFAULT_VHD_DIR = "build/node-image"
 
 
@@ -57,8 +59,8 @@ class GalleryImageSpec:
 def gallery_images(plan: ClusterPlan) -> list[GalleryImageSpec]:
     """Every image the plan's machines boot: one per pool, one per control-plane role."""
     return [GalleryImageSpec(pool.name, plan.node_image_version, plan.gallery_replicas) for pool in plan.node_pools] + [
-        GalleryImageSpec("etcd", plan.etcd_image_version, plan.role_image_replicas),
-        GalleryImageSpec("control-plane", plan.control_plane_image_version, plan.role_image_replicas),
+        GalleryImageSpec(ETCD_IMAGE, plan.etcd_image_version, plan.role_image_replicas),
+        GalleryImageSpec(CONTROL_PLANE_IMAGE, plan.control_plane_image_version, plan.role_image_replicas),
     ]
 
 

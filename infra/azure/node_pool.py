@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute
 
-from kilonode.azure.common import ADMIN_USERNAME, linux_config, tags
+from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.plan.model import NodePoolPlan
 
@@ -64,7 +64,7 @@ class GpuNodePool(pulumi.ComponentResource):
         # One custom data per pool, shared by its shards.
         data = custom_data(args.user_data, args.files, f"pool-{pool.name}")
         storage = compute.VirtualMachineScaleSetStorageProfileArgs(
-            image_reference=compute.ImageReferenceArgs(id=args.image_version_id),
+            image_reference=gallery_image(args.image_version_id),
             os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
                 create_option="FromImage",
                 caching=compute.CachingTypes.READ_WRITE,

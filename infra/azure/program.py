@@ -18,6 +18,7 @@ from kilonode.azure.node_image import default_vhd, gallery_images
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
+from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.image import binaries
 from kilonode.k8s.cloud_provider import AzureTarget
 from kilonode.k8s.incluster import InCluster, InClusterArgs
@@ -88,7 +89,7 @@ def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarg
     return pulumi.Output.all(
         identity.tenant_id, net.resource_group_id, net.resource_group_name, net.vnet_name,
         net.pool_subnet_names[first], net.pool_nsg_names[first], identity.client_id,
-    ).apply(lambda v: AzureTarget.of(
+    ).apply(lambda v: AzureTarget(
         tenant_id=v[0], subscription_id=subscription_of(v[1]), resource_group=v[2], vnet_name=v[3],
         subnet_name=v[4], security_group_name=v[5], identity_client_id=v[6],
     ))
@@ -98,7 +99,7 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
     """Per role, each upstream binary's version, URL and digest at the plan's Kubernetes
     version; a role without pins says why (its machines could not get their binaries)."""
     catalog = binaries.load()
-    roles = {"etcd": "etcd", "apiserver": "control-plane"} | {
+    roles = {"etcd": ETCD_IMAGE, "apiserver": CONTROL_PLANE_IMAGE} | {
         f"pool-{pool.name}": binaries.pool_role(pool.runtime) for pool in plan.node_pools
     }
     shown: dict[str, Any] = {}

@@ -21,8 +21,11 @@ GIB = 1024**3
 # the Azure load balancer's /readyz probe needs while everything else stays authenticated;
 # above 1.35 nothing is verified.
 SUPPORTED_KUBERNETES_MINORS = range(32, 36)
-# The control plane's images are named like pools' (<stack>-<name>, gallery image <name>).
-RESERVED_POOL_NAMES = ("etcd", "control-plane")
+# The control plane's images, named like pools' (<stack>-<name>, gallery image <name>), so no
+# pool may take these names. The same names are the binaries.toml roles they carry.
+ETCD_IMAGE = "etcd"
+CONTROL_PLANE_IMAGE = "control-plane"
+ROLE_IMAGES = (ETCD_IMAGE, CONTROL_PLANE_IMAGE)
 
 LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
@@ -247,7 +250,7 @@ class NodePoolConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _not_a_role_image(cls, value: str) -> str:
-        if value in RESERVED_POOL_NAMES:
+        if value in ROLE_IMAGES:
             raise ValueError(
                 f"{value!r} names the control plane's image (`kilonode image build --role {value}`, the gallery "
                 "image of the same name); give the pool another name"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from kilonode.config import Stack
+from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.image import binaries as pinned
 from kilonode.image import disk, mirror, rootfs
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
@@ -41,8 +42,8 @@ T = TypeVar("T")
 # The control-plane roles an image is built for, besides the pools: the image each role's VMs
 # boot (the gallery image definitions of the same names), and the binaries.toml role it carries.
 ROLE_IMAGES: dict[str, str] = {
-    "etcd": "etcd members of both clusters (main and events)",
-    "control-plane": "apiservers (kube-apiserver, kube-controller-manager, kube-scheduler)",
+    ETCD_IMAGE: "etcd members of both clusters (main and events)",
+    CONTROL_PLANE_IMAGE: "apiservers (kube-apiserver, kube-controller-manager, kube-scheduler)",
 }
 
 

@@ -53,11 +53,6 @@ class AzureTarget:
     security_group_name: str  # the NSG cloud-controller-manager opens Service ports in
     identity_client_id: str  # the user-assigned identity on the pool scale sets
 
-    @classmethod
-    def of(cls, **values: str) -> AzureTarget:
-        """From resolved outputs (a plain value object, built inside an apply)."""
-        return cls(**values)
-
 
 def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
     """cloud-provider-azure's cloud config for this cluster.

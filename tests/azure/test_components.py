@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
+import pulumi
 import pytest
 
 from kilonode.azure.graph import Graph
@@ -52,9 +54,46 @@ def test_every_azure_resource_is_in_the_plans_location(
             assert r.inputs["location"] == location, r.name
 
 
+def _imported(tree: ast.Module) -> dict[str, object]:
+    """Names the module imports, resolved to their objects (what cannot be imported is left out)."""
+    found: dict[str, object] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                try:
+                    module = importlib.import_module(node.module)
+                    found[alias.asname or alias.name] = getattr(module, alias.name)
+                except (ImportError, AttributeError):
+                    continue
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                try:
+                    found[alias.asname or alias.name] = importlib.import_module(alias.name)
+                except ImportError:
+                    continue
+    return found
+
+
+def _creates_a_resource(func: ast.expr, imported: dict[str, object]) -> str | None:
+    """The called name when the call may build a Pulumi resource: a class that subclasses
+    pulumi.Resource where the import resolves it, else any capitalised name (unknown: suspect)."""
+    if isinstance(func, ast.Attribute):
+        name, owner = func.attr, imported.get(func.value.id) if isinstance(func.value, ast.Name) else None
+        target = getattr(owner, name, None) if owner is not None else None
+    else:
+        name = getattr(func, "id", "")
+        target = imported.get(name)
+    if not name[:1].isupper():
+        return None
+    if isinstance(target, type):
+        return name if issubclass(target, pulumi.Resource) else None
+    return name
+
+
 def _apply_bodies_create_resources(path: Path) -> list[str]:
-    """Names of lambdas/functions passed to .apply(...) that call a capitalised constructor."""
+    """Names of lambdas/functions passed to .apply(...) that construct a Pulumi resource."""
     tree = parse(path)
+    imported = _imported(tree)
     defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     found: list[str] = []
     for node in ast.walk(tree):
@@ -66,9 +105,8 @@ def _apply_bodies_create_resources(path: Path) -> list[str]:
                 raised = {id(n.exc) for n in ast.walk(body) if isinstance(n, ast.Raise)}
                 for inner in ast.walk(body):
                     if isinstance(inner, ast.Call) and id(inner) not in raised:
-                        func = inner.func
-                        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                        if name[:1].isupper():
+                        name = _creates_a_resource(inner.func, imported)
+                        if name:
                             found.append(f"{path.name}:{inner.lineno} {name}")
     return found
 
@@ -94,3 +132,13 @@ def test_the_apply_check_finds_resources_made_in_a_lambda_or_a_named_function(tm
         "    vnet.name.apply(lambda n: compute.VirtualMachine(n, vm_name=n.upper()))\n"
     )
     assert _apply_bodies_create_resources(module) == ["bad.py:4 Subnet", "bad.py:9 VirtualMachine"]
+    # where the import resolves the name, a plain value object is not a resource; a resource is
+    resolved = tmp_path / "resolved.py"
+    resolved.write_text(
+        "from pathlib import Path\n"
+        "from pulumi_azure_native import network\n"
+        "def build(vnet):\n"
+        "    vnet.name.apply(lambda n: Path(n))\n"
+        "    vnet.ip.apply(lambda ip: network.Subnet('s', address_prefix=ip))\n"
+    )
+    assert _apply_bodies_create_resources(resolved) == ["resolved.py:5 Subnet"]

@@ -13,7 +13,6 @@ import pytest
 
 from kilonode.azure.graph import Graph
 from kilonode.azure.identity import NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR, assignment_name
-from kilonode.k8s.cloud_provider import CCM_RULES
 from kilonode.plan import ClusterPlan, defaults
 
 # Every json field cloud-provider-azure v1.34.13 unmarshals azure.json into
@@ -143,7 +142,21 @@ def test_the_node_manager_initializes_every_node_from_instance_metadata(
 def test_the_rbac_is_upstreams_own(graphs: dict[str, Graph]) -> None:
     role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
                    "kilonode:cloud-controller-manager")
-    assert [(r["apiGroups"][0], r["resources"][0], r["verbs"]) for r in role["rules"]] == CCM_RULES
+    # cloud-provider-azure v1.34.13, helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
+    # l.35-134 (ClusterRole system:cloud-controller-manager), rule by rule
+    assert [(r["apiGroups"][0], r["resources"][0], r["verbs"]) for r in role["rules"]] == [
+        ("", "events", ["create", "patch", "update"]),
+        ("", "nodes", ["*"]),
+        ("", "nodes/status", ["patch"]),
+        ("", "services", ["list", "patch", "update", "watch"]),
+        ("", "services/status", ["list", "patch", "update", "watch"]),
+        ("", "serviceaccounts", ["create", "get", "list", "watch", "update"]),
+        ("", "persistentvolumes", ["get", "list", "update", "watch"]),
+        ("", "endpoints", ["create", "get", "list", "watch", "update"]),
+        ("", "secrets", ["get", "list", "watch"]),
+        ("coordination.k8s.io", "leases", ["get", "create", "update"]),
+        ("discovery.k8s.io", "endpointslices", ["get", "list", "watch"]),
+    ]
     node_role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
                         "kilonode:cloud-node-manager")
     assert node_role["rules"] == [
