@@ -47,6 +47,9 @@ class Graph:
     stack: str
     resources: list[Recorded] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)  # the stack's exports; secrets still wrapped
+    # Sections the command adds from the plan (title -> lines): what no resource's inputs say
+    # in a line, such as who acts on GPU nodes with which rights (kilonode.k8s.gpu.describe).
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     def of_type(self, type_: str) -> list[Recorded]:
         return [r for r in self.resources if r.type == type_]
@@ -76,6 +79,7 @@ class Graph:
             ],
             "counts": self.counts(),
             "outputs": _mask(self.outputs),
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -139,7 +143,8 @@ def _plain_scalar(value: Any) -> Any:
 
 # Subsystems in the order a reader follows them (the README's "How it fits together").
 _COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
-                    "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "KubeProxy", "ClusterDns"]
+                    "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "KubeProxy", "ClusterDns",
+                    "CloudProvider", "DevicePlugin", "GpuHealthAccess"]
 
 
 def _natural(text: str) -> list[Any]:
@@ -202,6 +207,9 @@ def format_text(graph: Graph) -> str:
     if graph.outputs:
         lines += ["", "Stack outputs:"]
         lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(_mask(graph.outputs)) if key]
+    for title, notes in graph.notes.items():
+        lines += ["", f"{title}:"]
+        lines += [f"    {note}" for note in notes]
     lines += ["", "Resources per type:"]
     counts = graph.counts()
     width = max(len(t) for t in counts)
@@ -225,6 +233,10 @@ def format_markdown(graph: Graph) -> str:
         lines += ["## Stack outputs", "", "```"]
         lines += [f"{key}: {_scalar(value)}" for key, value in _flatten(_mask(graph.outputs)) if key]
         lines += ["```", ""]
+    for title, notes in graph.notes.items():
+        lines += [f"## {title}", ""]
+        lines += [f"- {note}" for note in notes]
+        lines.append("")
     lines += ["## Resources", ""]
     for r in graph.resources:
         lines += [f"### `{r.name}`{_flags(r, '(', ')')}", "", f"`{r.type}`, parent `{r.parent or '-'}`", ""]

@@ -122,6 +122,12 @@ class Tls(pulumi.ComponentResource):
                 "kube-controller-manager", k8s_ca, "system:kube-controller-manager", None, [], [], CLIENT_USES
             ),
         }
+        # The GPU health taint controller runs beside each apiserver too, only where there
+        # are GPU pools: its own identity, bound to its own ClusterRole (kilonode.k8s.gpu).
+        if plan.gpu_pools:
+            component_kubeconfigs[wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG] = self._signed(
+                "gpu-health-controller", k8s_ca, defaults.GPU_HEALTH_CONTROLLER_USER, None, [], [], CLIENT_USES
+            )
         sa = tls.PrivateKey(f"{name}-service-account-key", algorithm=ALGORITHM, ecdsa_curve=CURVE,
                             opts=self._child)
         cp = plan.control_plane

@@ -33,10 +33,13 @@ def plan_command(
     # Validation and planning run first so a bad stack exits 2 with its problems.
     from kilonode.azure.graph import format_json, format_markdown, format_text
     from kilonode.azure.mockplan import run_plan
+    from kilonode.k8s.gpu import describe
 
     loaded, plan = load_and_plan(stack)
     for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     graph = run_plan(loaded)
+    # Who acts on GPU nodes and with which rights: the agent has no object of its own to show.
+    graph.notes["GPU access"] = describe(plan)
     formatter = {PlanFormat.text: format_text, PlanFormat.json: format_json, PlanFormat.md: format_markdown}
     sys.stdout.write(formatter[output_format](graph))

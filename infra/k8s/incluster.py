@@ -12,6 +12,7 @@ from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
+from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
 from kilonode.plan.model import ClusterPlan
@@ -74,4 +75,10 @@ class InCluster(pulumi.ComponentResource):
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
+        # GPU pools: the device plugin on their nodes, and the taint controller's access
+        # (the controller itself runs on the apiserver VMs). None without GPU pools.
+        if plan.gpu_pools:
+            DevicePlugin(f"{name}-device-plugin", DevicePluginArgs(pools=[p.name for p in plan.gpu_pools]),
+                         on_cluster)
+            GpuHealthAccess(f"{name}-gpu-health", on_cluster)
         self.register_outputs({})

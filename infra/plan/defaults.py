@@ -99,3 +99,23 @@ def cloud_provider_azure_version(kubernetes_version: str) -> str:
     """The cloud-provider-azure release for this Kubernetes version (same minor)."""
     minor = int(kubernetes_version.split(".")[1])
     return CLOUD_PROVIDER_AZURE_VERSIONS[minor]
+
+# The NVIDIA device plugin (NVIDIA/k8s-device-plugin) on GPU pools: it registers
+# nvidia.com/gpu with the kubelet. v0.17.4, the newest v0.17 patch, pinned by digest: the
+# digest is the one NVIDIA's own GPU Operator pins for this version -- at its tags v25.3.3
+# (1f1f9cda3340d30558dbfa3926e689b83bee8665) and v25.3.4
+# (d73a0086a6ba41c5972a704f8d36e3a162ee656f), bundle/manifests/
+# gpu-operator-certified.clusterserviceversion.yaml relatedImages `device-plugin-image`
+# (l.213) names this digest while deployments/gpu-operator/values.yaml devicePlugin.version
+# (l.234) is v0.17.4; the OLM bundle lists the multi-arch index (the operator is certified
+# for amd64 and arm64). A second, unrelated record of a running v0.17.4 shows the same
+# digest. The tag stays in the reference for readers; the runtime resolves the digest.
+DEVICE_PLUGIN_VERSION = "v0.17.4"
+DEVICE_PLUGIN_DIGEST = "sha256:3c54348fe5a57e5700e7d8068e7531d2ef2d5f3ccb70c8f6bac0953432527abd"
+DEVICE_PLUGIN_IMAGE = f"nvcr.io/nvidia/k8s-device-plugin:{DEVICE_PLUGIN_VERSION}@{DEVICE_PLUGIN_DIGEST}"
+# A DaemonSet update over thousands of GPU nodes: 10% at a time, as kube-proxy. While a
+# node's plugin restarts, the kubelet keeps the GPUs already allocated to running pods.
+DEVICE_PLUGIN_MAX_UNAVAILABLE = "10%"
+# The GPU health taint controller's identity: a client certificate signed by the cluster CA
+# (CN = this user, no group), bound by name to its own ClusterRole (kilonode.k8s.gpu).
+GPU_HEALTH_CONTROLLER_USER = "kilonode:gpu-health-controller"

@@ -40,6 +40,9 @@ SERVICE_ACCOUNT_PUB = f"{K8S_PKI_DIR}/sa.pub"
 # Kubeconfigs the Pulumi program delivers (signed client certificates inside).
 SCHEDULER_KUBECONFIG = "/etc/kubernetes/scheduler.kubeconfig"
 CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
+# The GPU health taint controller (kilonode.gpu.controller) on every apiserver VM, as the
+# user kilonode:gpu-health-controller (kilonode.k8s.gpu binds its ClusterRole).
+GPU_HEALTH_CONTROLLER_KUBECONFIG = "/etc/kubernetes/gpu-health-controller.kubeconfig"
 KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
 KUBELET_BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.kubeconfig"
 
@@ -51,3 +54,7 @@ APISERVER_PORT = 6443
 
 # Where the node image bakes preloaded image archives.
 PRELOAD_DIR = "/opt/kilonode/preload"
+
+# Where the images carry kilonode's own Python package (the GPU health agent on GPU nodes,
+# the taint controller on apiserver VMs): run with PYTHONPATH set to it.
+KILONODE_PYTHON_DIR = "/usr/local/lib/kilonode/python"

@@ -17,6 +17,9 @@ AUTHENTICATION_CONFIG = "etc/kubernetes/authentication-config.yaml"
 # The only paths an unauthenticated client may read: what the load balancer probes.
 ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
+GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller.service"
+GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
+PYTHON = "/usr/bin/python3"
 
 
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
@@ -168,6 +171,17 @@ def audit_policy() -> str:
     return f"# {GENERATED}\n" + to_yaml(policy)
 
 
+def gpu_health_controller_unit() -> RenderedFile:
+    """The taint controller (kilonode.gpu.controller), from the package the control-plane
+    image carries, with its own kubeconfig (kilonode.azure.tls delivers it)."""
+    return RenderedFile(render_template(
+        GPU_HEALTH_CONTROLLER_UNIT,
+        python_path=wellknown.KILONODE_PYTHON_DIR,
+        exec_start=systemd_exec(f"{PYTHON} -m kilonode.gpu.controller",
+                                [("kubeconfig", wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG)]),
+    ))
+
+
 def _unit(component: str, description: str, flags: list[Flag]) -> RenderedFile:
     binary = f"{BIN}/{component}"
     return RenderedFile(render_template(
@@ -195,11 +209,17 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
         AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
         SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
     }
+    start_units = ["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service"]
+    # GPU nodes register with a startup taint only this controller lifts: it runs wherever
+    # there are GPU pools, and only there.
+    if plan.gpu_pools:
+        files[GPU_HEALTH_CONTROLLER_UNIT] = gpu_health_controller_unit()
+        start_units.append(GPU_HEALTH_CONTROLLER)
     files[USER_DATA] = RenderedFile(user_data(
         role=f"apiserver {instance.name} of cluster {plan.cluster}",
         local_disk=plan.control_plane.local_disk,
         files=files,
         restart_units=[],
-        start_units=["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service"],
+        start_units=start_units,
     ))
     return dict(sorted(files.items()))

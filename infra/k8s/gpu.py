@@ -1,0 +1,228 @@
+"""GPU pools in the cluster: the NVIDIA device plugin, and who may act on GPU health.
+
+DevicePlugin: NVIDIA/k8s-device-plugin as its static deployment at the pinned tag deploys it
+(deployments/static/nvidia-device-plugin.yml at v0.17.4, fd56a747), pinned by digest
+(kilonode.plan.defaults), on the GPU pools' nodes only. It registers nvidia.com/gpu with the
+kubelet; without it a GPU node offers no GPU to any pod.
+
+GpuHealthAccess: the least RBAC the GPU health taint controller (kilonode.gpu.controller, on
+every apiserver VM as the user kilonode:gpu-health-controller) needs -- exactly the requests
+it makes (kilonode.gpu.kubeapi): GET, LIST and WATCH Nodes and PUT a Node with the
+resourceVersion it read; POST core/v1 Events in the namespace Node Events live in.
+
+The agent on each GPU node needs no RBAC of its own: it acts with the kubelet's client
+certificate (system:node:<name>, group system:nodes), which the Node authorizer lets
+(plugin/pkg/auth/authorizer/node/node_authorizer.go, with AuthorizeNodeWithSelectors, GA
+and locked on in 1.34: authorizeNode, authorizePod; other requests against NodeRules() in
+plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go): patch the status of a Node
+(NodeRestriction admits only its own), create Events, list pods with the field selector
+spec.nodeName=<its own name>. It cannot change taints (NodeRestriction refuses a node's
+change to its own taints), which is why the controller exists. tests/k8s/test_gpu.py holds
+those rules and checks every request the agent makes against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_kubernetes import apps, core, meta, rbac
+
+from kilonode.gpu import protocol
+from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.plan import defaults, wellknown
+from kilonode.plan.model import ClusterPlan
+
+DEVICE_PLUGIN = "nvidia-device-plugin"
+# upstream's names (deployments/static/nvidia-device-plugin.yml)
+DAEMONSET_NAME = "nvidia-device-plugin-daemonset"
+CONTAINER_NAME = "nvidia-device-plugin-ctr"
+SELECTOR = {"name": "nvidia-device-plugin-ds"}
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+# The label every pool's kubelet registers (kilonode.render.pool: --node-labels).
+POOL_LABEL = "kilonode.io/pool"
+
+# The plugin's settings, as environment variables its flags read (cmd/nvidia-device-plugin/
+# main.go at v0.17.4: each flag's EnvVars).
+DEVICE_PLUGIN_ENV = {
+    # Upstream's static manifest says "false" because it lands on every node, GPU or not, and
+    # a node without GPUs must not crash-loop. Here it lands on GPU nodes only, where a plugin
+    # that cannot initialise NVML is a fault to see (CrashLoopBackOff), not a pod that blocks
+    # quietly and offers no GPU. "true" is also the flag's own default.
+    "FAIL_ON_INIT_ERROR": "true",
+    # Data-centre GPUs through NVML; "auto" would also probe for Tegra (values: auto, nvml, tegra).
+    "DEVICE_DISCOVERY_STRATEGY": "nvml",
+    # The GPUs a pod gets travel in NVIDIA_VISIBLE_DEVICES, which the NVIDIA runtime (the
+    # GPU nodes' default runtime, from the container toolkit) reads: the flag's default,
+    # named so a change of runtime set-up shows here (values: envvar, volume-mounts,
+    # cdi-annotations, cdi-cri; api/config/v1/consts.go).
+    "DEVICE_LIST_STRATEGY": "envvar",
+}
+
+
+def gpu_taint_keys() -> tuple[str, ...]:
+    """kilonode's GPU taints (kilonode.gpu.protocol): startup, fault, idle re-check."""
+    return (protocol.STARTUP_TAINT, protocol.FAULT_TAINT, protocol.CHECK_TAINT)
+
+
+def device_plugin_tolerations() -> list[dict[str, str]]:
+    """Upstream's nvidia.com/gpu toleration, and kilonode's GPU taints, whatever their value.
+
+    The plugin runs on a node still carrying the startup taint (the checks run then; the
+    plugin must have registered the GPUs so the node offers them the moment the taint goes)
+    and on a node carrying the fault or re-check taint: NoSchedule keeps workloads off, but
+    the kubelet keeps counting the GPUs (`kubectl describe node` shows what is there), and
+    a DaemonSet update does not leave a tainted node without its plugin -- so a node returned
+    to service offers its GPUs at once. The taints keep every other pod off either way.
+    """
+    return [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        *({"key": key, "operator": "Exists", "effect": protocol.EFFECT} for key in gpu_taint_keys()),
+    ]
+
+
+def device_plugin_affinity(pools: Sequence[str]) -> dict[str, object]:
+    """Required node affinity: the nodes of these pools, by the pool label their kubelet registers."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": sorted(pools)}]},
+    ]}}}
+
+
+# The controller's rules, as (API group, resource, verbs): what kilonode.gpu.kubeapi sends for
+# it -- GET /api/v1/nodes/<name>, GET /api/v1/nodes (list), ?watch=1 (watch), PUT
+# /api/v1/nodes/<name> (update, with the resourceVersion read: the conditional write). No
+# patch: every write is that PUT. No leases: no leader election (conditional writes instead).
+CONTROLLER_NODE_RULES: list[tuple[str, str, list[str]]] = [
+    ("", "nodes", ["get", "list", "watch", "update"]),
+]
+# ... and POST /api/v1/namespaces/default/events: Events about Nodes live in "default"
+# (protocol.EVENT_NAMESPACE), so this is a Role there, not cluster-wide. Each Event has a
+# name of its own (never patched into a series).
+CONTROLLER_EVENT_RULES: list[tuple[str, str, list[str]]] = [
+    ("", "events", ["create"]),
+]
+
+
+def _rules(rules: list[tuple[str, str, list[str]]]) -> list[rbac.v1.PolicyRuleArgs]:
+    return [rbac.v1.PolicyRuleArgs(api_groups=[group], resources=[resource], verbs=verbs)
+            for group, resource, verbs in rules]
+
+
+def _verbs(rules: list[tuple[str, str, list[str]]]) -> str:
+    return "; ".join(f"{resource} {','.join(verbs)}" for _group, resource, verbs in rules)
+
+
+def describe(plan: ClusterPlan) -> list[str]:
+    """What `kilonode plan` says about GPU access: one line each, or one saying there is none."""
+    pools = [pool.name for pool in plan.gpu_pools]
+    if not pools:
+        return ["no GPU pools: no device plugin, no GPU health agent or controller"]
+    user = defaults.GPU_HEALTH_CONTROLLER_USER
+    return [
+        f"device plugin: DaemonSet {KUBE_SYSTEM}/{DAEMONSET_NAME}, image {defaults.DEVICE_PLUGIN_IMAGE}, "
+        f"on pools {', '.join(pools)} ({POOL_LABEL} In {','.join(sorted(pools))})",
+        "GPU health agent: the node's own identity (the kubelet's client certificate, system:node:<node>, "
+        "group system:nodes), no RBAC of its own; the Node authorizer and NodeRestriction let it: patch its own "
+        f"Node's status (condition {protocol.CONDITION}), create Events, list pods with spec.nodeName=<node>; "
+        "never change taints",
+        f"GPU health controller: user {user} (client certificate on each apiserver VM, "
+        f"kubeconfig {wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG}); "
+        f"ClusterRole {user}: {_verbs(CONTROLLER_NODE_RULES)}; "
+        f"Role {protocol.EVENT_NAMESPACE}/{user}: {_verbs(CONTROLLER_EVENT_RULES)}",
+        f"GPU taints it owns: {', '.join(gpu_taint_keys())} ({protocol.EFFECT}); "
+        f"the device plugin tolerates them",
+    ]
+
+
+def _labels(app: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "kilonode"}
+
+
+@dataclass(frozen=True)
+class DevicePluginArgs:
+    pools: Sequence[str]  # the GPU pools' names
+    image: str = defaults.DEVICE_PLUGIN_IMAGE
+
+
+class DevicePlugin(pulumi.ComponentResource):
+    def __init__(self, name: str, args: DevicePluginArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:DevicePlugin", name, None, opts)
+        if not args.pools:
+            raise ValueError("DevicePlugin needs at least one GPU pool; a cluster without one gets none")
+        labels = {**SELECTOR, **_labels(DEVICE_PLUGIN)}
+        apps.v1.DaemonSet(
+            f"{name}-daemonset",
+            metadata=meta.v1.ObjectMetaArgs(name=DAEMONSET_NAME, namespace=KUBE_SYSTEM, labels=labels),
+            spec=apps.v1.DaemonSetSpecArgs(
+                selector=meta.v1.LabelSelectorArgs(match_labels=SELECTOR),
+                update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
+                        max_unavailable=defaults.DEVICE_PLUGIN_MAX_UNAVAILABLE)),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(labels=labels),
+                    spec=core.v1.PodSpecArgs(
+                        # upstream: a critical add-on, rescheduled first after a failure
+                        priority_class_name="system-node-critical",
+                        affinity=device_plugin_affinity(args.pools),
+                        tolerations=device_plugin_tolerations(),
+                        containers=[core.v1.ContainerArgs(
+                            name=CONTAINER_NAME,
+                            image=args.image,
+                            env=[core.v1.EnvVarArgs(name=k, value=v) for k, v in DEVICE_PLUGIN_ENV.items()],
+                            # upstream's: it needs no privilege, only the kubelet's socket directory
+                            security_context=core.v1.SecurityContextArgs(
+                                allow_privilege_escalation=False,
+                                capabilities=core.v1.CapabilitiesArgs(drop=["ALL"])),
+                            volume_mounts=[core.v1.VolumeMountArgs(
+                                name="kubelet-device-plugins-dir", mount_path=DEVICE_PLUGIN_DIR)],
+                        )],
+                        volumes=[core.v1.VolumeArgs(
+                            name="kubelet-device-plugins-dir",
+                            host_path=core.v1.HostPathVolumeSourceArgs(path=DEVICE_PLUGIN_DIR, type="Directory"),
+                        )],
+                    ),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})
+
+
+class GpuHealthAccess(pulumi.ComponentResource):
+    """The taint controller's ClusterRole (Nodes) and Role (Events), bound to its user."""
+
+    def __init__(self, name: str, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:GpuHealthAccess", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        user = defaults.GPU_HEALTH_CONTROLLER_USER
+        labels = _labels("gpu-health-controller")
+        subject = rbac.v1.SubjectArgs(kind="User", name=user, api_group=RBAC_GROUP)
+        role = rbac.v1.ClusterRole(
+            f"{name}-role",
+            metadata=meta.v1.ObjectMetaArgs(name=user, labels=labels),
+            rules=_rules(CONTROLLER_NODE_RULES),
+            opts=child,
+        )
+        rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            metadata=meta.v1.ObjectMetaArgs(name=user, labels=labels),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
+            subjects=[subject],
+            opts=child,
+        )
+        events = rbac.v1.Role(
+            f"{name}-events-role",
+            metadata=meta.v1.ObjectMetaArgs(name=user, namespace=protocol.EVENT_NAMESPACE, labels=labels),
+            rules=_rules(CONTROLLER_EVENT_RULES),
+            opts=child,
+        )
+        rbac.v1.RoleBinding(
+            f"{name}-events-binding",
+            metadata=meta.v1.ObjectMetaArgs(name=user, namespace=protocol.EVENT_NAMESPACE, labels=labels),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=events.metadata.name),
+            subjects=[subject],
+            opts=child,
+        )
+        self.register_outputs({})
