@@ -8,16 +8,14 @@ the evidence, the action), 2 unusable input.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from kilonode.cli.common import die, out
 
-# What the agent puts on a node it takes out (README: "GPU health").
-TAINT_KEY = "kilonode.io/gpu-unhealthy"
-CONDITION_TYPE = "GPUHealthy"
-
+if TYPE_CHECKING:
+    from kilonode.gpu.rules import Finding
 
 def gpu_health(
     source: Annotated[
@@ -32,7 +30,13 @@ def gpu_health(
         int | None, typer.Option("--expect-gpus", min=1, help="GPUs the VM size has (the size catalogue's count).")
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Also print the taint, Node condition and Event the agent would set.")
+        bool, typer.Option("--dry-run", help="Also print the Node condition the agent would report and the "
+                           "taint the controller would add (kilonode.gpu.agent, kilonode.gpu.controller).")
+    ] = False,
+    active: Annotated[
+        bool, typer.Option("--active", help="Run the active check on this machine's GPUs first (CUDA 11.8's "
+                           "cuBLAS through ctypes) and judge its figures instead of a recorded burn.json; exit 2 "
+                           "if it cannot run here.")
     ] = False,
 ) -> None:
     """Evaluate recorded GPU outputs with the health agent's rules; exit 1 on a fault.
@@ -45,6 +49,9 @@ def gpu_health(
     throughput, correctness and memory bandwidth against the model's floors. Thresholds and
     the catalogue are data in infra/gpu/, each with its source.
     """
+    from dataclasses import replace
+
+    from kilonode.gpu import active as active_check
     from kilonode.gpu.readings import UnusableInput, read_dir
     from kilonode.gpu.rules import evaluate
 
@@ -52,6 +59,11 @@ def gpu_health(
         readings = read_dir(source)
     except UnusableInput as error:
         die(str(error), "kilonode gpu-health")
+    if active:
+        try:
+            readings = replace(readings, burn=active_check.run(readings.gpus[0].name if readings.gpus else ""))
+        except active_check.Unusable as error:
+            die(f"the active check could not run: {error}", "kilonode gpu-health")
     findings = evaluate(readings, expect_gpus)
     faults = [f for f in findings if f.taints]
     models = sorted({g.name for g in readings.gpus})
@@ -67,9 +79,23 @@ def gpu_health(
     for finding in faults:
         out.print(f"FAULT {finding.line()}", markup=False)
     if dry_run:
-        checks = ",".join(sorted({f.check for f in faults}))
-        out.print(f"dry-run: would taint the node {TAINT_KEY}={checks}:NoSchedule", markup=False)
-        out.print(f"dry-run: would set condition {CONDITION_TYPE}=False reason=GPUFault message="
-                  + "; ".join(f.line() for f in faults), markup=False)
-        out.print("dry-run: would record a Warning Event GPUUnhealthy on the node with the same message", markup=False)
+        for line in _dry_run(findings):
+            out.print(f"dry-run: {line}", markup=False)
     raise typer.Exit(code=1)
+
+
+def _dry_run(findings: list[Finding]) -> list[str]:
+    """What the agent would report for these findings, and what the controller would do."""
+    from kilonode.gpu import agent, controller, protocol
+
+    at = protocol.now()
+    report = agent.decide(agent.State("recorded"), findings, "", at, "NODE")
+    condition = report.condition
+    node = {"metadata": {"name": "NODE"}, "spec": {"taints": [protocol.taint(protocol.STARTUP_TAINT,
+                                                                               protocol.STARTUP_VALUE)]},
+            "status": {"conditions": [condition], "nodeInfo": {"bootID": "recorded"}}}
+    change = controller.decide(node).node or node
+    taints = [f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in change["spec"].get("taints", [])]
+    return [f"the agent would report condition {condition['type']}={condition['status']} "
+            f"reason={condition['reason']}", *[f"  {line}" for line in condition["message"].splitlines()],
+            f"the controller would leave the node with taints: {', '.join(taints) or 'none'}"]

@@ -103,6 +103,8 @@ def xid_finding(event: XidEvent) -> Finding:
 
 
 def burn_findings(readings: NodeReadings, limits: dict[str, Any]) -> list[Finding]:
+    """The active check's figures against the model's floors: one run (burn.json as recorded
+    with PyTorch) or one per GPU under "gpus" (kilonode.gpu.active, with each GPU's index)."""
     burn = readings.burn
     if not burn:
         return []
@@ -112,19 +114,20 @@ def burn_findings(readings: NodeReadings, limits: dict[str, Any]) -> list[Findin
         return [Finding("active-check", None, f"no floors for {model!r} in thresholds.toml", "burn.json",
                         taints=False, action="add the model's floors")]
     found = []
-    gemm = burn.get("gemm_bf16_8192", {})
-    median = gemm.get("tflops_median")
-    if median is not None and median < floors["gemm_bf16_tflops_floor"]:
-        found.append(Finding("active-gemm", None, "GEMM throughput below the model's floor",
-                             f"bf16 GEMM median {median:.0f} TFLOP/s < {floors['gemm_bf16_tflops_floor']}"))
-    error = burn.get("gemm_bf16_max_rel_error_vs_fp64")
-    if error is not None and error > floors["gemm_max_relative_error"]:
-        found.append(Finding("active-gemm-correctness", None, "GEMM results wrong beyond bf16 rounding",
-                             f"max relative error {error:.4g} > {floors['gemm_max_relative_error']}"))
-    copy = burn.get("d2d_copy_TBps_read_plus_write")
-    if copy is not None and copy < floors["copy_tbps_floor"]:
-        found.append(Finding("active-memory-bandwidth", None, "memory bandwidth below the model's floor",
-                             f"device copy {copy:.2f} TB/s < {floors['copy_tbps_floor']}"))
+    for run in burn.get("gpus") or [burn]:
+        gpu = str(run["index"]) if "index" in run else None
+        median = run.get("gemm_bf16_8192", {}).get("tflops_median")
+        if median is not None and median < floors["gemm_bf16_tflops_floor"]:
+            found.append(Finding("active-gemm", gpu, "GEMM throughput below the model's floor",
+                                 f"bf16 GEMM median {median:.0f} TFLOP/s < {floors['gemm_bf16_tflops_floor']}"))
+        error = run.get("gemm_bf16_max_rel_error_vs_fp64")
+        if error is not None and error > floors["gemm_max_relative_error"]:
+            found.append(Finding("active-gemm-correctness", gpu, "GEMM results wrong beyond bf16 rounding",
+                                 f"max relative error {error:.4g} > {floors['gemm_max_relative_error']}"))
+        copy = run.get("d2d_copy_TBps_read_plus_write")
+        if copy is not None and copy < floors["copy_tbps_floor"]:
+            found.append(Finding("active-memory-bandwidth", gpu, "memory bandwidth below the model's floor",
+                                 f"device copy {copy:.2f} TB/s < {floors['copy_tbps_floor']}"))
     return found
 
 

@@ -116,7 +116,10 @@ def test_each_derived_fault_takes_the_node_out_naming_itself(node: Path, check: 
     result = kilonode("--from", str(node), "--expect-gpus", "1", "--dry-run")
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"FAULT {check}: " in result.stdout
-    assert f"would taint the node kilonode.io/gpu-unhealthy={check}:NoSchedule" in result.stdout
+    reason = "".join(part.capitalize() for part in check.split("-"))
+    assert f"would report condition GPUHealthy=False reason={reason}" in result.stdout
+    assert f"the controller would leave the node with taints: kilonode.io/gpu-unhealthy={reason}:NoSchedule\n" \
+        in result.stdout
 
 
 def test_a_missing_gpu_is_a_fault(node: Path) -> None:

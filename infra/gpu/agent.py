@@ -1,0 +1,454 @@
+"""The GPU health agent on a GPU node: checks the GPUs and reports the GPUHealthy Node
+condition (and an Event) with the node's own identity; kilonode.gpu.controller turns the
+condition into taints.
+
+    python3 -m kilonode.gpu.agent --config /etc/kilonode/gpu-health.json [--dry-run] [--once]
+                                  [--from DIR]
+
+At start: passive checks (nvidia-smi -q -x, the kernel log's NVIDIA lines since boot) and
+the active check (kilonode.gpu.active), then a report. Then passive checks every
+passive_interval_s, and every active_interval_s an idle re-check when no pod on the node
+requests nvidia.com/gpu and no process uses a GPU: it asks for the GPUs (Unknown/
+ActiveCheckRequested), waits for the controller's check-running taint, makes sure no GPU
+pod arrived, runs, reports. Sticky per boot: once False, never True again in this boot (the
+state in /run, tmpfs, records the boot). `--dry-run` prints the bodies it would send and
+changes nothing; `--from DIR` reads recorded outputs (the `kilonode gpu-health` layout)
+instead of running the tools. Exit (with --once): 0 reported True, 1 False, 2 unusable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kilonode.gpu import protocol as p
+from kilonode.gpu.readings import BURN_JSON, KERNEL_LOG, SMI_XML, NodeReadings, UnusableInput, read_dir
+from kilonode.gpu.rules import Finding, evaluate, thresholds
+
+AGENT = "kilonode.io/gpu-health-agent"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+STATE_FILE = "state.json"
+TOOL_TIMEOUT_S = 120  # nvidia-smi -q on 8 GPUs takes seconds; a hung driver must not hang the agent
+RETRY_S = 30  # after a failed API call or tool run: the kubelet's TLS bootstrap takes about this long
+POLL_S = 5  # how often the agent reads its Node while waiting for the check-running taint
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class ConfigError(ValueError):
+    """The agent's config file is wrong; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    expect_gpus: int
+    gpu_model: str | None  # the size catalogue's name, reported for people; floors key on nvidia-smi's
+    kubeconfig: Path
+    node_name: str | None  # None: the hostname, lower-cased, as the kubelet names itself
+    passive_interval_s: int
+    active_interval_s: int
+    taint_wait_s: int
+    heartbeat_s: int
+    state_dir: Path
+
+
+def load_config(path: Path) -> AgentConfig:
+    where = str(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"{where}: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{where}: not JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object")
+    defaults = thresholds().get("agent", {})
+    known = {"expectGpus", "gpuModel", "kubeconfig", "nodeName", "passiveIntervalSeconds",
+             "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir"}
+    if unknown := sorted(set(data) - known):
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+    def positive(name: str, default: int | None) -> int:
+        value = data.get(name, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{where}: {name} must be a positive integer, not {value!r}")
+        return value
+
+    def text(name: str, required: bool) -> str | None:
+        value = data.get(name)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {name} must be a non-empty string, not {value!r}")
+        return value
+
+    return AgentConfig(
+        expect_gpus=positive("expectGpus", None),
+        gpu_model=text("gpuModel", False),
+        kubeconfig=Path(text("kubeconfig", True) or ""),
+        node_name=text("nodeName", False),
+        passive_interval_s=positive("passiveIntervalSeconds", defaults.get("passive_interval_s")),
+        active_interval_s=positive("activeIntervalSeconds", defaults.get("active_interval_s")),
+        taint_wait_s=positive("taintWaitSeconds", defaults.get("taint_wait_s")),
+        heartbeat_s=positive("heartbeatSeconds", defaults.get("heartbeat_s")),
+        state_dir=Path(text("stateDir", False) or "/run/kilonode/gpu-health"),
+    )
+
+
+# --- decisions (pure) -----------------------------------------------------------------------
+
+@dataclass
+class State:
+    """What the agent reported in this boot (kept in /run: a reboot clears it)."""
+
+    boot_id: str
+    status: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    transition: str | None = None  # lastTransitionTime of the current status
+    failed: bool = False  # reported False in this boot: sticky
+    last_active: float = 0.0  # time.time() of the last active check in this boot (0: none yet)
+    last_sent: float = 0.0  # time.time() of the last condition written to the API
+
+    @classmethod
+    def load(cls, directory: Path, boot: str) -> State:
+        try:
+            data = json.loads((directory / STATE_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            return cls(boot)
+        if data.get("boot_id") != boot:
+            return cls(boot)  # another boot's (a /run that is not tmpfs): ignore it
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        temporary = directory / (STATE_FILE + ".new")
+        temporary.write_text(json.dumps(self.__dict__, indent=2))
+        temporary.replace(directory / STATE_FILE)
+
+
+@dataclass
+class Report:
+    condition: dict[str, Any]
+    event: dict[str, Any] | None  # None: nothing new to tell people
+    state: State
+    faults: list[Finding] = field(default_factory=list)
+    changed: bool = True  # status, reason or message differ from the last report
+
+
+def summary(readings: NodeReadings, expect_gpus: int, gpu_model: str | None) -> str:
+    """One line with the figures, for a True condition."""
+    models = ", ".join(sorted({g.name for g in readings.gpus})) or "none"
+    parts = [f"{len(readings.gpus)} of {expect_gpus} GPUs ({models}"
+             + (f"; the size says {gpu_model}" if gpu_model else "") + f"), driver {readings.driver}"]
+    parts.append("no Xid" if readings.xids == () else ("kernel log not read" if readings.xids is None
+                                                       else f"{len(readings.xids)} Xid recorded, none tainting"))
+    runs = (readings.burn or {}).get("gpus") or ([readings.burn] if readings.burn else [])
+    if runs:
+        medians = [r["gemm_bf16_8192"]["tflops_median"] for r in runs if "gemm_bf16_8192" in r]
+        errors = [r["gemm_bf16_max_rel_error_vs_fp64"] for r in runs if "gemm_bf16_max_rel_error_vs_fp64" in r]
+        copies = [r["d2d_copy_TBps_read_plus_write"] for r in runs if "d2d_copy_TBps_read_plus_write" in r]
+        parts.append(f"active: bf16 GEMM median >= {min(medians):.0f} TFLOP/s, max rel. error "
+                     f"{max(errors):.2g}, copy >= {min(copies):.2f} TB/s")
+    return "; ".join(parts)
+
+
+def decide(state: State, findings: list[Finding], ok_summary: str, at: str,
+           node_name: str, node_uid: str | None = None) -> Report:
+    """The condition to report after a check, sticky per boot. Pure (`at` is the time)."""
+    faults = [f for f in findings if f.taints]
+    if faults:
+        status, reason = "False", p.camel(faults[0].check)
+        if faults[0].check == "xid":
+            reason = "Xid" + faults[0].message.split()[1]  # "Xid 79 ..." -> Xid79
+        message = p.cut("\n".join(f.line() for f in faults), p.MESSAGE_LIMIT,
+                        f"all faults: journalctl -u kilonode-gpu-health on {node_name}")
+    elif state.failed:
+        # sticky: a fault seen earlier in this boot stays reported until a reboot or a person
+        status, reason, message = "False", state.reason or "Failed", state.message or ""
+    else:
+        # what was seen but does not take the node out (an application's Xid, a model
+        # without floors) is said too: a pass names what it did not judge
+        recorded = [f.line() for f in findings if not f.taints]
+        text = ok_summary + ("".join(f"\nrecorded, not tainting: {line}" for line in recorded))
+        status, reason, message = "True", p.REASON_PASSED, p.cut(text, p.MESSAGE_LIMIT, "see the agent's log")
+    return _report(state, status, reason, message, at, node_name, node_uid, faults)
+
+
+def request_check(state: State, at: str, node_name: str) -> Report:
+    return _report(state, "Unknown", p.REASON_CHECK_REQUESTED,
+                   "no GPU pod and no GPU process on the node: the agent asks for the GPUs for its idle active "
+                   "check", at, node_name, None, [], event=False)
+
+
+def _report(state: State, status: str, reason: str, message: str, at: str, node_name: str,
+            node_uid: str | None, faults: list[Finding], event: bool = True) -> Report:
+    changed = (status, reason, message) != (state.status, state.reason, state.message)
+    transition = state.transition if status == state.status and state.transition else at
+    new = State(state.boot_id, status, reason, message, transition, state.failed or status == "False",
+                state.last_active, state.last_sent)
+    condition = {"type": p.CONDITION, "status": status, "reason": reason, "message": message,
+                 "lastHeartbeatTime": at, "lastTransitionTime": transition}
+    node = {"metadata": {"name": node_name, "uid": node_uid or node_name}}
+    record = None
+    if changed and event:
+        record = p.node_event(node, kind="Warning" if status == "False" else "Normal",
+                              reason="GPUUnhealthy" if status == "False" else "GPUHealthy",
+                              message=message, action="Check", controller=AGENT, instance=node_name)
+    return Report(condition, record, new, faults, changed)
+
+
+def status_patch(condition: dict[str, Any]) -> dict[str, Any]:
+    """A strategic merge patch of nodes/<name>/status: conditions merge by `type`
+    (patchMergeKey in k8s.io/api core/v1 NodeStatus), so only GPUHealthy changes."""
+    return {"status": {"conditions": [condition]}}
+
+
+def gpu_pods(pods: list[dict[str, Any]]) -> list[str]:
+    """Pods on the node, not finished, whose containers request or limit nvidia.com/gpu."""
+    found = []
+    for pod in pods:
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        spec = pod.get("spec", {})
+        for container in [*spec.get("containers", []), *(spec.get("initContainers") or [])]:
+            resources = container.get("resources", {}) or {}
+            wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+            if str(wanted.get(GPU_RESOURCE, "0")) not in ("0", ""):
+                meta = pod.get("metadata", {})
+                found.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+                break
+    return found
+
+
+# --- collecting (runs the tools) -----------------------------------------------------------
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+
+
+def collect(directory: Path) -> None:
+    """Record the passive outputs in `directory` in read_dir's layout. Raises UnusableInput
+    when nvidia-smi cannot run at all (the caller reports that as a fault)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise UnusableInput("nvidia-smi is not installed (the GPU image's NVIDIA driver utilities)")
+    result = _run([smi, "-q", "-x"])
+    if result.returncode != 0:
+        raise UnusableInput(f"nvidia-smi -q -x exited {result.returncode}: {result.stderr.strip()[:300]}")
+    (directory / SMI_XML).write_text(result.stdout)
+    # the kernel log since this boot (journald keeps it even after the ring buffer wraps),
+    # filtered here: `--grep` exits 1 both for "no match" and for "no journal at all"
+    target = directory / KERNEL_LOG
+    log = _run(["journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager"])
+    if log.returncode == 0 and "No journal files were found" not in log.stderr:
+        target.write_text("".join(line + "\n" for line in log.stdout.splitlines() if "NVRM" in line))
+    else:
+        # not a GPU fault: read_dir notes the kernel log as not checked, and a pass says so
+        target.unlink(missing_ok=True)
+        print(f"the kernel log cannot be read (journalctl -k -b: exit {log.returncode}, {log.stderr.strip()[:200]!r})",
+              file=sys.stderr)
+
+
+def gpu_processes() -> list[str]:
+    result = _run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
+    if result.returncode != 0:
+        return [f"nvidia-smi failed: {result.stderr.strip()[:200]}"]  # unknown: count as busy
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None) -> tuple[NodeReadings | None,
+                                                                                         list[Finding], str | None]:
+    """Passive checks, and the active one if asked. Returns the readings, the findings, and
+    why the active check could not run (None: it ran, or was not asked)."""
+    from kilonode.gpu import active as active_check
+
+    unusable = None
+    if recorded is not None:
+        source = recorded
+    else:
+        source = work
+        if active:
+            # a passive check keeps judging this boot's last active figures (work is in /run)
+            (work / BURN_JSON).unlink(missing_ok=True)
+        try:
+            collect(work)
+        except UnusableInput as error:
+            return None, [Finding("nvidia-smi", None, "the GPUs cannot be queried", str(error))], None
+        if active:
+            try:
+                burn = active_check.run(config.gpu_model or "")
+                names = sorted({g.name for g in read_dir(work).gpus})
+                burn["device"] = names[0] if len(names) == 1 else burn["device"]
+                (work / BURN_JSON).write_text(json.dumps(burn, indent=2))
+            except active_check.CudaFailure as error:
+                readings = read_dir(work)
+                return readings, [*evaluate(readings, config.expect_gpus),
+                                  Finding("active-check-error", None, "a CUDA call of the active check failed",
+                                          str(error))], None
+            except active_check.Unusable as error:
+                unusable = str(error)
+    readings = read_dir(source)
+    return readings, evaluate(readings, config.expect_gpus), unusable
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+class Agent:
+    def __init__(self, config: AgentConfig, dry_run: bool, recorded: Path | None) -> None:
+        self.config = config
+        self.dry_run = dry_run
+        self.recorded = recorded
+        self.node_name = config.node_name or socket.gethostname().strip().lower()
+        boot = BOOT_ID.read_text().strip() if BOOT_ID.exists() else "unknown"
+        self.state = State(boot) if dry_run else State.load(config.state_dir, boot)
+        self.client: Any = None
+
+    def api(self) -> Any:
+        if self.client is None:
+            from kilonode.gpu.kubeapi import Client, load_kubeconfig
+
+            self.client = Client(load_kubeconfig(self.config.kubeconfig))
+        return self.client
+
+    def send(self, report: Report) -> None:
+        patch = status_patch(report.condition)
+        if not self.dry_run and not report.changed and time.time() - self.state.last_sent < self.config.heartbeat_s:
+            # nothing changed: no write (each Node write is a watch event for every Node
+            # watcher in the cluster); a heartbeat now and then says the agent still runs
+            self.state = report.state
+            self.state.save(self.config.state_dir)
+            return
+        if self.dry_run:
+            print(json.dumps({"patch": f"/api/v1/nodes/{self.node_name}/status",
+                              "contentType": "application/strategic-merge-patch+json", "body": patch}, indent=2))
+            if report.event:
+                print(json.dumps({"create": f"/api/v1/namespaces/{p.EVENT_NAMESPACE}/events",
+                                  "body": report.event}, indent=2))
+        else:
+            node = self.api().patch_node_status(self.node_name, patch)
+            if report.event:
+                report.event["involvedObject"]["uid"] = node.get("metadata", {}).get("uid", self.node_name)
+                self.api().create_event(report.event)
+            report.state.last_sent = time.time()
+        self.state = report.state
+        if not self.dry_run:
+            self.state.save(self.config.state_dir)
+        for fault in report.faults:
+            print(f"FAULT {fault.line()}", file=sys.stderr)
+
+    def full_check(self, active: bool) -> int:
+        if self.dry_run:
+            with tempfile.TemporaryDirectory(prefix="kilonode-gpu-health-") as work:
+                return self._full_check(Path(work), active)
+        return self._full_check(self.config.state_dir / "readings", active)
+
+    def _full_check(self, work: Path, active: bool) -> int:
+        readings, findings, unusable = check(self.config, work, active, self.recorded)
+        if active:
+            self.state.last_active = time.time()
+        if unusable and not any(f.taints for f in findings):
+            # not a pass and not a GPU fault: the node stays pending (no True)
+            print(f"active check unusable: {unusable}", file=sys.stderr)
+            report = _report(self.state, "Unknown", "ActiveCheckUnusable", p.cut(unusable, p.MESSAGE_LIMIT, "log"),
+                             p.now(), self.node_name, None, [])
+            self.send(report)
+            return 2
+        ok = summary(readings, self.config.expect_gpus, self.config.gpu_model) if readings else ""
+        report = decide(self.state, findings, ok, p.now(), self.node_name)
+        self.send(report)
+        return 0 if report.condition["status"] == "True" else 1
+
+    def idle_recheck(self) -> bool:
+        """Ask for the GPUs, wait for the controller's taint, run the active check. False: it
+        did not run (a GPU pod or process, or no taint in time); the caller checks passively,
+        which also lifts the taint (the condition leaves Unknown)."""
+        api = self.api()
+        busy = gpu_pods(api.list_pods_on(self.node_name)) or gpu_processes()
+        if busy:
+            return False
+        self.send(request_check(self.state, p.now(), self.node_name))
+        deadline = time.monotonic() + self.config.taint_wait_s
+        while time.monotonic() < deadline:
+            taints = api.get_node(self.node_name).get("spec", {}).get("taints") or []
+            if any(t.get("key") == p.CHECK_TAINT for t in taints):
+                break
+            time.sleep(POLL_S)
+        else:
+            print("the controller did not add the check-running taint in time: no idle check", file=sys.stderr)
+            return False
+        if gpu_pods(api.list_pods_on(self.node_name)) or gpu_processes():
+            return False  # a GPU pod arrived before the taint: leave the GPUs to it
+        self.full_check(active=True)
+        return True
+
+    def startup(self) -> None:
+        """The first check of a boot. At the node's first registration the kubelet's startup
+        taint keeps every GPU pod away: check at once. After a reboot the Node keeps its
+        taints and its old condition (registerWithTaints applies at registration only) and
+        its pods restart: ask for the GPUs as for an idle re-check, or check passively."""
+        if self.state.last_active:
+            self.full_check(active=False)  # a restart later in the boot: never take GPUs from a job
+            return
+        taints = self.api().get_node(self.node_name).get("spec", {}).get("taints") or []
+        if any(t.get("key") == p.STARTUP_TAINT for t in taints):
+            self.full_check(active=True)
+        elif not self.idle_recheck():
+            self.full_check(active=False)
+
+    def loop(self) -> None:
+        """Runs until stopped. An API or tool failure is logged and the step tried again
+        after RETRY_S: the checks are local, and an apiserver outage or a kubelet still in
+        its TLS bootstrap (no kubeconfig yet) must not end the agent."""
+        from kilonode.gpu.kubeapi import ApiError, KubeconfigError
+
+        started = False
+        while True:
+            try:
+                if not started:
+                    self.startup()
+                    started = True
+                else:
+                    # due: a day after the last active check, or at once in a boot that has had none
+                    due = time.time() - self.state.last_active >= self.config.active_interval_s
+                    if not (due and self.state.status == "True" and self.idle_recheck()):
+                        self.full_check(active=False)
+            except (ApiError, KubeconfigError, OSError, subprocess.TimeoutExpired) as error:
+                print(f"error: {error}; trying again in {RETRY_S} s", file=sys.stderr)
+                time.sleep(RETRY_S)
+                continue
+            time.sleep(self.config.passive_interval_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m kilonode.gpu.agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--dry-run", action="store_true", help="print the bodies it would send; change nothing")
+    parser.add_argument("--once", action="store_true", help="one full check and report, then exit")
+    parser.add_argument("--from", dest="recorded", type=Path, metavar="DIR",
+                        help="recorded outputs (nvidia-smi-q.xml, dmesg-xid.txt, nvml.json, burn.json) instead of "
+                        "running nvidia-smi and the active check")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        agent = Agent(config, args.dry_run, args.recorded)
+        if args.once or args.dry_run:
+            return agent.full_check(active=True)
+        agent.loop()
+    except (ConfigError, UnusableInput) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,295 @@
+"""A small Kubernetes API client for the GPU health agent and its controller. Standard library
+only (the package runs under Debian's python3 on nodes, without the project's venv).
+
+Reads a kubeconfig (the kubelet's own after TLS bootstrap, or the controller's): JSON, or the
+block YAML client-go writes (clientcmd.WriteToFile): mappings, lists of mappings, plain or
+quoted scalars, `{}`/`[]`. Anything else is refused with the file and line. TLS with the
+kubeconfig's CA and client certificate and key, as files or base64 `-data` fields.
+Every request has a timeout; failures that may pass (connection errors, 429, 5xx) are
+retried a bounded number of times with a growing pause.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import ssl
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Bounds: a request that takes longer than this is dead (the apiserver's own default request
+# timeout is 60 s, --request-timeout); a watch is held open longer and ended by the server's
+# timeoutSeconds.
+REQUEST_TIMEOUT_S = 30.0
+RETRIES = 4
+RETRY_PAUSE_S = 1.0
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+
+class KubeconfigError(ValueError):
+    """The kubeconfig cannot be used; the message names the file and the field."""
+
+
+class ApiError(RuntimeError):
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        super().__init__(f"HTTP {status} {reason}: {body[:500]}")
+        self.status = status
+        self.body = body
+
+
+# --- kubeconfig ----------------------------------------------------------------------------
+
+def _scalar(text: str) -> Any:
+    text = text.strip()
+    if text in ("{}",):
+        return {}
+    if text in ("[]",):
+        return []
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return json.loads(text)
+    if len(text) >= 2 and text[0] == text[-1] == "'":
+        return text[1:-1].replace("''", "'")
+    if text in ("null", "~", ""):
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    return text
+
+
+def parse_block_yaml(text: str, where: str) -> Any:
+    """The YAML subset client-go writes for kubeconfigs. Raises KubeconfigError."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1)
+             if line.strip() and not line.lstrip().startswith("#") and line.strip() != "---"]
+
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip(" "))
+
+    def block(i: int, level: int) -> tuple[Any, int]:
+        if i >= len(lines):
+            return None, i
+        first = lines[i][1]
+        if first.lstrip().startswith("- ") or first.strip() == "-":
+            items: list[Any] = []
+            while i < len(lines) and indent(lines[i][1]) == level and lines[i][1].lstrip().startswith("-"):
+                n, line = lines[i]
+                rest = line.lstrip()[1:]
+                if not rest.strip():
+                    value, i = block(i + 1, indent(lines[i + 1][1]) if i + 1 < len(lines) else level + 2)
+                    items.append(value)
+                    continue
+                # "- key: value" starts a mapping whose keys sit at level + 2
+                inner = level + 1 + (len(rest) - len(rest.lstrip(" ")))
+                lines[i] = (n, " " * inner + rest.lstrip(" "))
+                value, i = block(i, inner)
+                items.append(value)
+            return items, i
+        mapping: dict[str, Any] = {}
+        while i < len(lines) and indent(lines[i][1]) == level:
+            n, line = lines[i]
+            key, colon, rest = line.strip().partition(":")
+            if not colon or (rest and not rest.startswith(" ")):
+                raise KubeconfigError(f"{where}:{n}: not a `key: value` line (only the YAML subset client-go "
+                                      "writes is read; JSON works too)")
+            key = _scalar(key)
+            if rest.strip():
+                if rest.strip()[0] in "[{" and rest.strip() not in ("[]", "{}"):
+                    raise KubeconfigError(f"{where}:{n}: flow collections are not read here")
+                mapping[key] = _scalar(rest)
+                i += 1
+            elif i + 1 < len(lines) and indent(lines[i + 1][1]) > level:
+                mapping[key], i = block(i + 1, indent(lines[i + 1][1]))
+            elif i + 1 < len(lines) and indent(lines[i + 1][1]) == level and lines[i + 1][1].lstrip().startswith("-"):
+                mapping[key], i = block(i + 1, level)  # a list at the key's own indentation
+            else:
+                mapping[key] = None
+                i += 1
+        if i < len(lines) and indent(lines[i][1]) > level:
+            raise KubeconfigError(f"{where}:{lines[i][0]}: unexpected indentation")
+        return mapping, i
+
+    value, end = block(0, indent(lines[0][1])) if lines else ({}, 0)
+    if end != len(lines):
+        raise KubeconfigError(f"{where}:{lines[end][0]}: unexpected indentation")
+    return value
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    source: Path
+    server: str
+    ca_pem: bytes | None
+    cert_pem: bytes
+    key_pem: bytes
+
+
+def _named(entries: Any, name: str, kind: str, where: str) -> dict[str, Any]:
+    for entry in entries or []:
+        if isinstance(entry, dict) and entry.get("name") == name and isinstance(entry.get(kind), dict):
+            return entry[kind]
+    raise KubeconfigError(f"{where}: no {kind} named {name!r} in `{kind}s`")
+
+
+def _material(section: dict[str, Any], field: str, base: Path, where: str) -> bytes | None:
+    data = section.get(f"{field}-data")
+    if data:
+        try:
+            return base64.b64decode(data, validate=True)
+        except ValueError:
+            raise KubeconfigError(f"{where}: {field}-data is not base64") from None
+    path = section.get(field)
+    if path:
+        full = (base / path) if not os.path.isabs(path) else Path(path)
+        try:
+            return full.read_bytes()
+        except OSError as error:
+            raise KubeconfigError(f"{where}: {field} {full}: {error.strerror}") from None
+    return None
+
+
+def load_kubeconfig(path: Path) -> Kubeconfig:
+    where = str(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise KubeconfigError(f"{where}: {error.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = parse_block_yaml(text, where)
+    if not isinstance(data, dict):
+        raise KubeconfigError(f"{where}: not a kubeconfig (no mapping at the top)")
+    context_name = data.get("current-context")
+    if not context_name:
+        raise KubeconfigError(f"{where}: no current-context")
+    context = _named(data.get("contexts"), context_name, "context", where)
+    cluster = _named(data.get("clusters"), context.get("cluster", ""), "cluster", where)
+    user = _named(data.get("users"), context.get("user", ""), "user", where)
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server.startswith("https://"):
+        raise KubeconfigError(f"{where}: cluster {context.get('cluster')!r} has no https:// server")
+    base = path.parent
+    cert = _material(user, "client-certificate", base, where)
+    key = _material(user, "client-key", base, where)
+    if not cert or not key:
+        raise KubeconfigError(f"{where}: user {context.get('user')!r} needs client-certificate(-data) and "
+                              "client-key(-data): this client authenticates with a certificate only")
+    return Kubeconfig(path, server.rstrip("/"), _material(cluster, "certificate-authority", base, where), cert, key)
+
+
+# --- the client ----------------------------------------------------------------------------
+
+class Client:
+    def __init__(self, config: Kubeconfig, timeout: float = REQUEST_TIMEOUT_S) -> None:
+        self.config = config
+        self.timeout = timeout
+        url = urllib.parse.urlsplit(config.server)
+        self.host = url.hostname or ""
+        self.port = url.port or 443
+        self.prefix = url.path.rstrip("/")
+        self.context = self._tls(config)
+
+    @staticmethod
+    def _tls(config: Kubeconfig) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        if config.ca_pem:
+            try:
+                context.load_verify_locations(cadata=config.ca_pem.decode())
+            except (ssl.SSLError, UnicodeDecodeError) as error:
+                raise KubeconfigError(f"{config.source}: the certificate authority does not load ({error})") from None
+        # ssl loads a client certificate from files only: write them to a private temporary
+        # directory, load, remove.
+        with tempfile.TemporaryDirectory(prefix="kilonode-kubeapi-") as work:
+            cert, key = Path(work) / "cert.pem", Path(work) / "key.pem"
+            cert.write_bytes(config.cert_pem)
+            key.touch(mode=0o600)
+            key.write_bytes(config.key_pem)
+            try:
+                context.load_cert_chain(str(cert), str(key))
+            except ssl.SSLError as error:
+                raise KubeconfigError(f"{config.source}: the client certificate and key do not load "
+                                      f"({error})") from None
+        return context
+
+    def _connection(self, timeout: float) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.context)
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                query: dict[str, str] | None = None) -> Any:
+        """One API call, JSON in and out; retried on connection errors, 429 and 5xx. A 4xx
+        other than 429 raises ApiError at once (409 Conflict is the caller's to handle)."""
+        target = self.prefix + path + (("?" + urllib.parse.urlencode(query)) if query else "")
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json", "User-Agent": "kilonode-gpu-health"}
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        last: Exception | None = None
+        for attempt in range(RETRIES):
+            if attempt:
+                time.sleep(RETRY_PAUSE_S * 2 ** (attempt - 1))
+            connection = self._connection(self.timeout)
+            try:
+                connection.request(method, target, body=payload, headers=headers)
+                response = connection.getresponse()
+                text = response.read().decode(errors="replace")
+            except (OSError, http.client.HTTPException) as error:
+                last = error
+                continue
+            finally:
+                connection.close()
+            if response.status == 429 or response.status >= 500:
+                last = ApiError(response.status, response.reason, text)
+                continue
+            if response.status >= 400:
+                raise ApiError(response.status, response.reason, text)
+            return json.loads(text) if text else None
+        raise ApiError(0, "gave up", f"{method} {target} after {RETRIES} tries: {last}")
+
+    def watch(self, path: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Watch events from `resource_version`, for at most timeout_s (the server ends the
+        watch; the socket timeout is longer)."""
+        query = urllib.parse.urlencode({"watch": "1", "resourceVersion": resource_version,
+                                        "timeoutSeconds": str(timeout_s), "allowWatchBookmarks": "true"})
+        connection = self._connection(timeout_s + self.timeout)
+        try:
+            connection.request("GET", f"{self.prefix}{path}?{query}",
+                               headers={"Accept": "application/json", "User-Agent": "kilonode-gpu-health"})
+            response = connection.getresponse()
+            if response.status != 200:
+                raise ApiError(response.status, response.reason, response.read().decode(errors="replace"))
+            for line in response:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            connection.close()
+
+    # the calls agent and controller make
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/nodes/{urllib.parse.quote(name)}")
+
+    def list_nodes(self) -> dict[str, Any]:
+        # resourceVersion=0: served from the apiserver's watch cache, not a quorum read of
+        # etcd; the controller's writes are conditional, so a list a moment old is harmless
+        return self.request("GET", "/api/v1/nodes", query={"resourceVersion": "0"})
+
+    def replace_node(self, node: dict[str, Any]) -> dict[str, Any]:
+        """PUT: the apiserver refuses it with 409 when metadata.resourceVersion is stale."""
+        return self.request("PUT", f"/api/v1/nodes/{urllib.parse.quote(node['metadata']['name'])}", node)
+
+    def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}/status", patch, STRATEGIC_MERGE)
+
+    def create_event(self, event: dict[str, Any]) -> dict[str, Any]:
+        namespace = event["metadata"]["namespace"]
+        return self.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+
+    def list_pods_on(self, node: str) -> list[dict[str, Any]]:
+        answer = self.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node}"})
+        return list(answer.get("items", []))

@@ -1,0 +1,151 @@
+"""The GPU health taint controller's decisions: from a Node as it is (its GPUHealthy condition,
+taints, annotations, bootID) to the Node it writes and the Events it records; each result
+checked against Kubernetes' OpenAPI schema, and deciding again on the result changes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kilonode.gpu import protocol as p
+from kilonode.gpu.controller import decide
+from tests.gpu.nodes import node, run_debian, validate
+
+PENDING = p.taint(p.STARTUP_TAINT, p.STARTUP_VALUE)
+CHECKING = p.taint(p.CHECK_TAINT, p.CHECK_VALUE)
+UNINITIALIZED = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
+
+
+def condition(status: str, reason: str, since: str = "2026-11-23T10:00:00Z", message: str = "m") -> dict[str, Any]:
+    return {"type": "GPUHealthy", "status": status, "reason": reason, "message": message,
+            "lastHeartbeatTime": since, "lastTransitionTime": since}
+
+
+def step(before: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One decision; checks the written Node and the Events, and that it is idempotent."""
+    decision = decide(before, "apiserver-0")
+    assert decision.node is not None, "expected a change"
+    validate(decision.node)
+    for event in decision.events:
+        validate(event)
+        assert event["involvedObject"]["uid"] == before["metadata"]["uid"]
+    assert decision.node["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], \
+        "the write carries the version read (optimistic concurrency)"
+    assert decide(decision.node).node is None, "deciding again changes nothing"
+    return decision.node, decision.events
+
+
+def keys(n: dict[str, Any]) -> list[str]:
+    return [f"{t['key']}={t.get('value', '')}" for t in n["spec"].get("taints", [])]
+
+
+def test_a_passing_first_check_lifts_the_startup_taint_only() -> None:
+    after, events = step(node(taints=[UNINITIALIZED, PENDING], conditions=[condition("True", "Passed")]))
+    assert keys(after) == ["node.cloudprovider.kubernetes.io/uninitialized=true"]
+    assert [(e["type"], e["reason"]) for e in events] == [("Normal", "GPUHealthTaintRemoved")]
+    assert "kilonode.io/gpu-health=pending:NoSchedule" in events[0]["message"]
+
+
+def test_a_failure_taints_once_records_it_and_a_person_returning_the_node_is_respected() -> None:
+    failed = node(taints=[PENDING], conditions=[condition("False", "EccVolatile", message="ecc-volatile: GPU 0 ...")])
+    after, events = step(failed)
+    assert keys(after) == ["kilonode.io/gpu-unhealthy=EccVolatile"]
+    assert after["metadata"]["annotations"] == {p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1"}
+    assert [(e["type"], e["reason"]) for e in events] == [("Normal", "GPUHealthTaintRemoved"),
+                                                          ("Warning", "GPUHealthTaintAdded")]
+    assert "ecc-volatile: GPU 0" in events[1]["message"]
+    # a person removes the taint: the same failure is not tainted again
+    returned = json.loads(json.dumps(after))
+    returned["spec"]["taints"] = []
+    assert decide(returned).node is None
+    # a new failure (a new transition, e.g. after a reboot that failed again) is
+    later = json.loads(json.dumps(returned))
+    later["status"]["conditions"][1] = condition("False", "Xid79", since="2026-11-24T08:00:00Z")
+    again, _ = step(later)
+    assert keys(again) == ["kilonode.io/gpu-unhealthy=Xid79"]
+    assert again["metadata"]["annotations"][p.ANNOTATION_SINCE] == "2026-11-24T08:00:00Z"
+
+
+def test_the_fault_taint_is_lifted_only_by_a_passing_check_in_another_boot() -> None:
+    tainted = node(boot="boot-1", taints=[p.taint(p.FAULT_TAINT, "EccVolatile")],
+                   conditions=[condition("True", "Passed")],
+                   annotations={p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1"})
+    assert decide(tainted).node is None  # the same boot: stays out
+    rebooted = json.loads(json.dumps(tainted))
+    rebooted["status"]["nodeInfo"]["bootID"] = "boot-2"
+    after, events = step(rebooted)
+    assert keys(after) == []
+    assert "after a reboot (boot boot-2, the failure was in boot boot-1)" in events[0]["message"]
+
+
+def test_the_idle_recheck_gets_its_taint_and_loses_it_when_it_passes() -> None:
+    asked = node(conditions=[condition("Unknown", "ActiveCheckRequested")])
+    after, events = step(asked)
+    assert keys(after) == ["kilonode.io/gpu-check=running"]
+    assert events[0]["reason"] == "GPUHealthTaintAdded" and events[0]["type"] == "Normal"
+    after["status"]["conditions"][1] = condition("True", "Passed", since="2026-11-23T10:01:00Z")
+    done, _ = step(after)
+    assert keys(done) == []
+    # ... and a failing re-check swaps it for the fault taint
+    after["status"]["conditions"][1] = condition("False", "ActiveGemm", since="2026-11-23T10:01:00Z")
+    failed, _ = step(after)
+    assert keys(failed) == ["kilonode.io/gpu-unhealthy=ActiveGemm"]
+
+
+def test_nodes_without_the_condition_or_with_another_unknown_are_left_alone() -> None:
+    assert decide(node(taints=[PENDING])).node is None
+    assert decide(node(taints=[PENDING], conditions=[condition("Unknown", "ActiveCheckUnusable")])).node is None
+    assert decide(node(taints=[CHECKING], conditions=[condition("Unknown", "ActiveCheckRequested")])).node is None
+
+
+def test_a_taint_value_is_label_safe() -> None:
+    weird = node(conditions=[condition("False", "Xid 79/fallen off the bus " + "x" * 80)])
+    after, _ = step(weird)
+    [taint] = after["spec"]["taints"]
+    assert len(taint["value"]) <= 63 and taint["value"].startswith("Xid-79-fallen")
+
+
+def test_the_decision_runs_under_debian_python(tmp_path: Path) -> None:
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(node(taints=[PENDING], conditions=[condition("True", "Passed")])))
+    result = run_debian(tmp_path, "kilonode.gpu.controller", "--decide", str(path))
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert keys(printed["node"]) == [] and printed["events"][0]["reason"] == "GPUHealthTaintRemoved"
+    result = run_debian(tmp_path, "kilonode.gpu.controller", "--kubeconfig", str(tmp_path / "missing.kubeconfig"))
+    assert result.returncode == 2 and "missing.kubeconfig: No such file or directory" in result.stderr
+
+
+def test_a_conflicting_write_is_decided_again_on_the_node_as_it_now_is() -> None:
+    from kilonode.gpu.controller import reconcile
+    from kilonode.gpu.kubeapi import ApiError
+
+    passed = node(taints=[PENDING], conditions=[condition("True", "Passed")])
+    newer = json.loads(json.dumps(passed))
+    newer["metadata"]["resourceVersion"] = "4712"
+    newer["spec"]["taints"].append(UNINITIALIZED)  # someone else's change in between
+
+    class Client:
+        def __init__(self) -> None:
+            self.puts: list[dict[str, Any]] = []
+            self.events: list[dict[str, Any]] = []
+
+        def replace_node(self, body: dict[str, Any]) -> dict[str, Any]:
+            self.puts.append(body)
+            if body["metadata"]["resourceVersion"] == "4711":
+                raise ApiError(409, "Conflict", "the object has been modified")
+            return body
+
+        def get_node(self, name: str) -> dict[str, Any]:
+            return newer
+
+        def create_event(self, event: dict[str, Any]) -> dict[str, Any]:
+            self.events.append(event)
+            return event
+
+    client = Client()
+    reconcile(client, passed, "apiserver-0", log=lambda line: None)
+    assert [b["metadata"]["resourceVersion"] for b in client.puts] == ["4711", "4712"]
+    assert keys(client.puts[-1]) == ["node.cloudprovider.kubernetes.io/uninitialized=true"]
+    assert len(client.events) == 1, "one Event, for the write that took"
