@@ -43,8 +43,10 @@ def test_systemd_accepts_the_agents_unit_and_it_runs_the_agent_as_specified(tmp_
     assert service["RuntimeDirectory"] == "kilonode/gpu-health" and service["RuntimeDirectoryPreserve"] == "yes"
     assert '"/run/kilonode/gpu-health"' in Path(agent.__file__).read_text(), "the agent's default stateDir"
     # hardening that leaves the GPUs reachable: /dev/nvidia* device nodes, nvidia-uvm loading
-    for blocking in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectKernelModules", "User",
-                     "CapabilityBoundingSet"):
+    # (systemd.exec(5): ProtectClock implies DeviceAllow=char-rtc r, and any DeviceAllow turns
+    # the default DevicePolicy=auto into an allow-list; ProtectKernelLogs hides /dev/kmsg)
+    for blocking in ("PrivateDevices", "DevicePolicy", "DeviceAllow", "ProtectClock", "ProtectKernelLogs",
+                     "ProtectKernelModules", "User", "CapabilityBoundingSet"):
         assert blocking not in service, f"{blocking} would keep the agent from the GPUs"
     assert service["ProtectSystem"] == "strict"
 
