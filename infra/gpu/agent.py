@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kilonode.gpu import nvml
 from kilonode.gpu import protocol as p
-from kilonode.gpu.readings import BURN_JSON, KERNEL_LOG, SMI_XML, NodeReadings, UnusableInput, read_dir
+from kilonode.gpu.readings import BURN_JSON, KERNEL_LOG, NVML_JSON, SMI_XML, NodeReadings, UnusableInput, read_dir
 from kilonode.gpu.rules import Finding, evaluate, thresholds
 
 AGENT = "kilonode.io/gpu-health-agent"
@@ -149,8 +150,8 @@ def summary(readings: NodeReadings, expect_gpus: int, gpu_model: str | None) -> 
     models = ", ".join(sorted({g.name for g in readings.gpus})) or "none"
     parts = [f"{len(readings.gpus)} of {expect_gpus} GPUs ({models}"
              + (f"; the size says {gpu_model}" if gpu_model else "") + f"), driver {readings.driver}"]
-    parts.append("no Xid" if readings.xids == () else ("kernel log not read" if readings.xids is None
-                                                       else f"{len(readings.xids)} Xid recorded, none tainting"))
+    if readings.xids is not None:
+        parts.append(f"{len(readings.xids)} Xid in the kernel log, none tainting" if readings.xids else "no Xid")
     runs = (readings.burn or {}).get("gpus") or ([readings.burn] if readings.burn else [])
     if runs:
         medians = [r["gemm_bf16_8192"]["tflops_median"] for r in runs if "gemm_bf16_8192" in r]
@@ -158,6 +159,7 @@ def summary(readings: NodeReadings, expect_gpus: int, gpu_model: str | None) -> 
         copies = [r["d2d_copy_TBps_read_plus_write"] for r in runs if "d2d_copy_TBps_read_plus_write" in r]
         parts.append(f"active: bf16 GEMM median >= {min(medians):.0f} TFLOP/s, max rel. error "
                      f"{max(errors):.2g}, copy >= {min(copies):.2f} TB/s")
+    parts += [f"note: {note}" for note in readings.notes]  # what was not checked
     return "; ".join(parts)
 
 
@@ -246,6 +248,12 @@ def collect(directory: Path) -> None:
     if result.returncode != 0:
         raise UnusableInput(f"nvidia-smi -q -x exited {result.returncode}: {result.stderr.strip()[:300]}")
     (directory / SMI_XML).write_text(result.stdout)
+    # NVLink state (kilonode.gpu.nvml); without NVML read_dir notes it as not checked
+    links = nvml.nvlink_states()
+    if links is not None:
+        (directory / NVML_JSON).write_text(json.dumps(links, indent=2))
+    else:
+        (directory / NVML_JSON).unlink(missing_ok=True)
     # the kernel log since this boot (journald keeps it even after the ring buffer wraps),
     # filtered here: `--grep` exits 1 both for "no match" and for "no journal at all"
     target = directory / KERNEL_LOG

@@ -403,3 +403,17 @@ def test_a_cuda_failure_in_the_active_check_is_a_fault_beside_the_passive_findin
     assert readings is not None and unusable is None
     assert [(f.check, f.taints) for f in found] == [("gpu-count", True), ("active-check-error", True)]
     assert "out of memory" in found[1].evidence
+
+
+def test_without_nvml_nvlink_is_said_to_be_unchecked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kilonode.gpu import nvml
+
+    assert nvml.nvlink_states() is None, "this test expects a machine without libnvidia-ml.so.1"
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path)}:{os.environ['PATH']}")
+    config = agent.load_config(config_file(tmp_path))
+    readings, found, _ = agent.check(config, tmp_path / "work", False, None)
+    assert readings is not None and found == []
+    assert not (tmp_path / "work" / "nvml.json").exists()
+    text = agent.summary(readings, 1, None)
+    assert "note: no nvml.json: NVLink state not checked" in text and "note: no burn.json" in text
+    assert "no Xid" in text  # the (fake) journal was read
