@@ -5,8 +5,8 @@ condition into taints.
     python3 -m kilonode.gpu.agent --config /etc/kilonode/gpu-health.json [--dry-run] [--once]
                                   [--from DIR]
 
-At start: passive checks (nvidia-smi -q -x, the kernel log's NVIDIA lines since boot) and
-the active check (kilonode.gpu.active), then a report. Then passive checks every
+At start: passive checks (nvidia-smi -q -x, the kernel log's NVIDIA lines since boot, NVLink
+state through NVML) and the active check (kilonode.gpu.active), then a report. Then passive checks every
 passive_interval_s, and every active_interval_s an idle re-check when no pod on the node
 requests nvidia.com/gpu and no process uses a GPU: it asks for the GPUs (Unknown/
 ActiveCheckRequested), waits for the controller's check-running taint, makes sure no GPU
