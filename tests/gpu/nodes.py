@@ -76,7 +76,8 @@ def run_debian(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedP
     /usr/local/lib/kilonode/python). -S keeps even Debian's dist-packages out: the standard
     library alone must do (numpy is imported only inside the active check)."""
     if not Path(DEBIAN_PYTHON).is_file():
-        raise AssertionError(f"{DEBIAN_PYTHON} missing: the tests run the agent with Debian's python3")
+        raise AssertionError(f"{DEBIAN_PYTHON} missing: the tests run the agent with Debian's python3, as the "
+                             "nodes do (Debian package python3, .ci/debian-packages.txt)")
     root = tmp_path / "python"
     if not root.exists():
         shutil.copytree(REPO_ROOT / "infra" / "gpu", root / "kilonode" / "gpu",

@@ -6,6 +6,7 @@ into the TLS context, and clear errors naming the file and field."""
 from __future__ import annotations
 
 import base64
+import datetime
 import ssl
 import subprocess
 from collections.abc import Callable
@@ -20,18 +21,37 @@ from kilonode.paths import REPO_ROOT
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A CA and a client certificate signed by it (openssl, as a kubelet's would be)."""
+    """A CA and a client certificate signed by it, as a kubelet's is (cryptography, the
+    library kilonode's Pulumi program signs with)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
     d = tmp_path_factory.mktemp("pki")
+    now = datetime.datetime.now(datetime.UTC)
 
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True, timeout=60)
+    def name(cn: str, org: str | None = None) -> x509.Name:
+        parts = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)] if org else []
+        return x509.Name([*parts, x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
-    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=kubernetes", "-days", "1")
-    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "client.key",
-            "-out", "client.csr", "-subj", "/O=system:nodes/CN=system:node:nc-a100-000001")
-    openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "client.crt", "-days", "1")
+    def pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    ca_key, client_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("kubernetes")).issuer_name(name("kubernetes"))
+          .public_key(ca_key.public_key()).serial_number(1).not_valid_before(now)
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    client = (x509.CertificateBuilder().subject_name(name("system:node:nc-a100-000001", "system:nodes"))
+              .issuer_name(ca.subject).public_key(client_key.public_key()).serial_number(2)
+              .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+              .sign(ca_key, hashes.SHA256()))
+    (d / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (d / "client.crt").write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    (d / "client.key").write_bytes(pem(client_key))
     (d / "current.pem").write_bytes((d / "client.crt").read_bytes() + (d / "client.key").read_bytes())
     return {name: d / name for name in ("ca.crt", "client.crt", "client.key", "current.pem")}
 
