@@ -106,6 +106,10 @@ class VmConfig:
     memory_mib: int = 2048
     cpus: int = 2
     local_ssd_gib: int = 4
+    # blank NVMe disks, each on its own controller as Azure's local NVMe disks are (qemu's
+    # model string is "QEMU NVMe Ctrl"): nvme0n1, nvme1n1, ...
+    nvme_disks: int = 0
+    nvme_disk_gib: int = 1
     # seconds of console silence after a power-on that mean the firmware never ran
     firmware_silence_s: float = FIRMWARE_SILENCE_S
     extra_qemu_args: tuple[str, ...] = ()  # appended to the command line (tests: `-S`)
@@ -155,6 +159,8 @@ class Vm:
         )
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(self._ssd), f"{cfg.local_ssd_gib}G"],
                        check=True)
+        for index in range(cfg.nvme_disks):
+            self.blank_nvme_disk(index)
         shutil.copyfile(OVMF_VARS, self._vars)
         self.port = free_port()
         return self.power_on("power-on")
@@ -166,6 +172,19 @@ class Vm:
     @property
     def _ssd(self) -> Path:
         return self.config.workdir / "local-ssd.qcow2"
+
+    def nvme_disk(self, index: int) -> Path:
+        return self.config.workdir / f"nvme-{index}.qcow2"
+
+    def blank_nvme_disk(self, index: int) -> None:
+        """A new blank file for NVMe disk `index`, as Azure hands a deallocated VM's local
+        NVMe disk back. Only while the VM is off (qemu holds the file while it runs)."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise VmError("blank_nvme_disk: the VM is running; power it off first")
+        path = self.nvme_disk(index)
+        path.unlink(missing_ok=True)
+        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(path), f"{self.config.nvme_disk_gib}G"],
+                       check=True)
 
     @property
     def _vars(self) -> Path:
@@ -188,6 +207,10 @@ class Vm:
             "-drive", f"if=virtio,format=qcow2,file={self._overlay}",
             "-drive", f"if=virtio,format=qcow2,file={self._ssd}",
             "-drive", f"if=virtio,format=raw,file={cfg.seed}",
+            *[arg for index in range(cfg.nvme_disks) for arg in (
+                "-drive", f"if=none,id=nvme{index},format=qcow2,file={self.nvme_disk(index)}",
+                "-device", f"nvme,serial=kn-nvme-{index},drive=nvme{index}",
+            )],
             "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
             "-device", f"virtio-net-pci,netdev=n0,mac={NIC_MAC}",
             # Accelerated networking's stand-in: a second NIC with the *same MAC* on another
@@ -355,6 +378,19 @@ class Vm:
             record.shutdown_s = round(time.monotonic() - requested, 1)
         self.wait_ssh(timeout, old_boot=old_boot)
         return record
+
+    def power_off(self) -> None:
+        """Shut the guest down through systemd and wait for qemu to exit: the VM is off, its
+        disks kept (an Azure deallocation, before `power_on("power-on")` starts it again)."""
+        proc = self.proc
+        assert proc is not None
+        with contextlib.suppress(Exception):
+            self.run("sudo systemctl poweroff", timeout=20)
+        try:
+            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise VmError(f"the guest did not power off within {SHUTDOWN_TIMEOUT_S:.0f} s of `systemctl poweroff`\n"
+                          f"{self.console_tail()}") from None
 
     def _await_restart_line(self, offset: int, requested: float) -> None:
         """warm-reset: wait for the kernel's restart line; the new boot's output starts after it."""
