@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,33 +19,22 @@ from kilonode.paths import REPO_ROOT
 SCRIPT = REPO_ROOT / "node-image/rootfs/usr/local/lib/kilonode/local-disk-setup"
 MODEL = "Microsoft NVMe Direct Disk"
 
-# One stub for every tool: answers from scenario.json, logs its argv to calls.log.
-STUB = r'''#!/usr/bin/env python3
-import json, os, sys
-here = os.path.dirname(os.path.abspath(__file__))
-scenario = json.load(open(os.path.join(here, "scenario.json")))
-tool, args = os.path.basename(sys.argv[0]), sys.argv[1:]
-with open(os.path.join(here, "calls.log"), "a") as log:
-    log.write(" ".join([tool, *args]) + "\n")
-if tool == "lsblk":
-    print(json.dumps({"blockdevices": scenario["disks"]}))
-elif tool == "findmnt":
-    if scenario.get("mounted"):
-        print(scenario["mounted"])
-    else:
-        sys.exit(1)
-elif tool == "mdadm" and args[0] == "--examine":
-    sb = scenario["superblocks"].get(args[-1])
-    if not sb:
-        sys.exit(1)
-    print("\n".join(f"{k}={v}" for k, v in sb.items()))
-elif tool == "blkid":
-    fs = scenario.get("filesystems", {}).get(args[-1])
-    if fs:
-        print(f"TYPE={fs[0]}\nLABEL={fs[1]}")
-    else:
-        sys.exit(2)
-'''
+# One stub for every tool (sh: a Python stub per call made this test slow): answers from the
+# scenario's files beside it, logs its argv to calls.log.
+STUB = r"""#!/bin/sh
+d=$(dirname "$0"); tool=$(basename "$0"); echo "$tool $*" >> "$d/calls.log"
+eval last=\${$#}
+case "$tool" in
+    lsblk) cat "$d/lsblk.out" ;;
+    findmnt) [ -s "$d/findmnt.out" ] && cat "$d/findmnt.out" || exit 1 ;;
+    mdadm)
+        if [ "$1" = --examine ]; then
+            f="$d/answers/examine/$(basename "$last")"; [ -s "$f" ] && cat "$f" || exit 1
+        fi ;;
+    blkid) f="$d/answers/blkid/$(basename "$last")"; [ -s "$f" ] && cat "$f" || exit 2 ;;
+esac
+exit 0
+"""
 TOOLS = ("lsblk", "findmnt", "mdadm", "blkid", "mount", "umount", "mkfs.ext4", "wipefs", "udevadm")
 
 
@@ -63,7 +53,15 @@ def run(tmp_path: Path, scenario: dict[str, Any], count: int = 3, *flags: str) -
         (bin_dir / tool).write_text(STUB)
         (bin_dir / tool).chmod(0o755)
     (bin_dir / "calls.log").unlink(missing_ok=True)
-    (bin_dir / "scenario.json").write_text(json.dumps({"superblocks": {}, **scenario}))
+    (bin_dir / "lsblk.out").write_text(json.dumps({"blockdevices": scenario["disks"]}))
+    (bin_dir / "findmnt.out").write_text(scenario.get("mounted", ""))
+    superblocks = {k: "\n".join(f"{a}={b}" for a, b in v.items()) for k, v in scenario.get("superblocks", {}).items()}
+    filesystems = {k: f"TYPE={v[0]}\nLABEL={v[1]}" for k, v in scenario.get("filesystems", {}).items()}
+    shutil.rmtree(bin_dir / "answers", ignore_errors=True)
+    for sub, answers in (("examine", superblocks), ("blkid", filesystems)):
+        (bin_dir / "answers" / sub).mkdir(parents=True)
+        for device, text in answers.items():
+            (bin_dir / "answers" / sub / Path(device).name).write_text(text + "\n")
     config = tmp_path / "local-disk.json"
     config.write_text(json.dumps({
         "models": [MODEL, f"{MODEL} v2"], "count": count, "array": "kilonode-local", "filesystem": "ext4",
