@@ -14,7 +14,8 @@ setup: $(VENV)/.installed host-packages ## Create .venv, install kilonode + test
 
 test-artefacts: setup ## What the tests read but never download: cloud-init's schema, the image bases
 	$(BIN)/python scripts/prepare-test-artefacts
-	$(BIN)/kilonode image prepare
+	# research-7500's pools add the GPU + InfiniBand base tests/image/test_gpu_image.py builds from
+	$(BIN)/kilonode image prepare --stack research-7500
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -146,27 +146,50 @@ def build(
                   f"{'etcd' if role == 'etcd' else 'the apiserver'}; for a cluster, build with --fetch (or --binaries)")
     for image in manifest.data.get("boot_images_not_supplied", []):
         out.print(f"  [yellow]![/] {image['image']}: {image['reason']}")
+    gpu = manifest.data.get("gpu")
+    if gpu:
+        driver = gpu["driver"]
+        out.print(f"  GPU       driver {driver['version']} ({driver['kernel_module']}) built for kernel "
+                  f"{driver['kernel']}: {', '.join(m['path'].rsplit('/', 1)[-1] for m in driver['modules'])}")
+        if not gpu["container_toolkit"]["present"]:
+            out.print("  [yellow]![/] GPU containers cannot run on this image: the NVIDIA container toolkit is "
+                      "absent, so the runtime keeps runc as its default (give the toolkit's release tarball "
+                      "with --binaries DIR)")
 
 
 @image_app.command()
-def prepare() -> None:
+def prepare(
+    stacks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--stack",
+            help="Also prepare the bases this stack's pools need beyond the three plain ones: a GPU "
+            "and/or InfiniBand pool's base (docker+gpu+infiniband, ...). Repeatable.",
+        ),
+    ] = None,
+) -> None:
     """Build the cached base root filesystems (docker pools, containerd pools, and the etcd and
-    control-plane images' "control" base) now.
+    control-plane images' "control" base) now, and those the --stack pools' sizes call for.
 
     `make test-artefacts` (and so `make test`) runs it, so later builds, and the tests, need
     no package mirror. Each base
-    is made by mmdebstrap from this machine's Debian mirror (about 100 s) and cached under
+    is made by mmdebstrap from this machine's Debian mirror (about 100 s; a GPU base, whose
+    NVIDIA driver DKMS compiles for the image's kernel, takes minutes) and cached under
     ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs; a second run
     finds them and returns at once.
     """
-    from kilonode.image.recipe import load_recipe
+    from kilonode.image.recipe import BaseSpec, extras_for, load_recipe
     from kilonode.image.rootfs import BuildError
     from kilonode.image.rootfs import prepare as prepare_bases
 
     start = time.monotonic()
+    wanted: list[BaseSpec] = []
+    for stack_ref in stacks or []:
+        _stack, plan = load_and_plan(stack_ref)
+        wanted += [BaseSpec(p.runtime, extras_for(p.gpus_per_node, p.infiniband)) for p in plan.node_pools]
     progress = _Progress(start)
     try:
-        bases = prepare_bases(load_recipe(), progress)
+        bases = prepare_bases(load_recipe(), progress, tuple(spec for spec in wanted if spec.extras))
     except BuildError as error:
         progress.close()
         die(str(error), "kilonode image prepare")
@@ -189,6 +212,11 @@ def verify(
     ] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also copy the JUnit XML report here.")] = None,
     no_reboot: Annotated[bool, typer.Option("--no-reboot", help="Skip the reboot and persistence checks.")] = False,
+    offline: Annotated[
+        bool,
+        typer.Option("--offline", help="Only the offline checks of the image file (no VM): baked files, hygiene, "
+                     "and a GPU image's driver, kernel modules, firmware and runtime configuration."),
+    ] = False,
     user_data: Annotated[
         Path | None,
         typer.Option("--user-data", help="Seed this cloud-init user-data instead of the pool's (try a change)."),
@@ -214,7 +242,7 @@ def verify(
     try:
         report = verify_image(
             image, workdir=work, host=target, reboot=not no_reboot, progress=progress,
-            user_data=user_data.read_text() if user_data else None,
+            user_data=user_data.read_text() if user_data else None, boot=not offline,
         )
     except (FileNotFoundError, VmError, ValueError) as error:
         progress.close()

@@ -527,9 +527,15 @@ def place_role(
             # never downloaded: only a file the user gives is placed, recorded as given
             item: Resolved | None = None
             no_pin = f"{component.name} {component.version}: not pinned: {component.unpinned}"
+            # its file names may hold {version}/{arch} like a pinned one's (taken by that name)
+            component = replace(component, files=tuple(
+                FileSpec(expand(f.path, str(component.version), catalog.arch), f.member) for f in component.files
+            ))
             result = _place(root, component, None, no_pin, local_dir, False, downloads)
             if result.present:
                 result = replace(result, origin=f"{result.origin} (taken as given: no digest is pinned)")
+            elif component.absent_means:
+                result = replace(result, origin=f"{result.origin}; meanwhile {component.absent_means}")
             version = str(component.version)
             results.append(replace(result, version=version, url=expand(component.url, version, catalog.arch)))
             continue

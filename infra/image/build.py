@@ -28,9 +28,10 @@ from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.image import binaries as pinned
 from kilonode.image import disk, mirror, rootfs
+from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
-from kilonode.image.recipe import Flavour, Recipe, load_recipe
+from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, extras_for, load_recipe
 from kilonode.plan import ClusterPlan
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import USER_DATA, HostFiles
@@ -80,6 +81,9 @@ class Baked:
     artefacts: list[dict[str, str]]
     images: list[dict[str, str]]
     binaries: list[pinned.BinaryResult]
+    toolkit_packages: dict[str, str] = field(default_factory=dict)
+    runtime_dropin: str | None = None  # the NVIDIA runtime drop-in, written with the toolkit only
+    agent: list[dict[str, str]] = field(default_factory=list)  # kilonode.gpu's files, where copied
 
 
 def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
@@ -122,6 +126,20 @@ class ImageInputs:
     def binaries_role(self) -> str:
         return pinned.pool_role(self.pool.runtime) if self.pool else str(self.role)
 
+    @property
+    def extras(self) -> tuple[Extra, ...]:
+        """What the pool's VM size adds to its base: GPU software, the RDMA user space."""
+        return extras_for(self.pool.gpus_per_node, self.pool.infiniband) if self.pool else ()
+
+    @property
+    def base(self) -> BaseSpec:
+        return BaseSpec(self.flavour, self.extras)
+
+    @property
+    def carries_gpu_agent(self) -> bool:
+        """GPU pools run the health agent; the apiservers run its taint controller."""
+        return "gpu" in self.extras or self.role == CONTROL_PLANE_IMAGE
+
 
 def role_inputs(stack: Stack, plan: ClusterPlan, role: str, project_dir: Path) -> ImageInputs:
     return ImageInputs(stack=stack, plan=plan, pool=None, files={}, project_dir=project_dir, role=role)
@@ -151,9 +169,14 @@ def build_image(
         shutil.rmtree(work)
     work.mkdir()
     tree = work / "rootfs"
+    extras = inputs.extras
+    runtime_config = accel.nvidia_runtime_config(pool, files) if pool and "gpu" in extras else None
     try:
-        base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, inputs.flavour, progress))
-        progress(f"base root filesystem: {'reused from cache' if base.cached else 'built'} ({base.key[:12]})")
+        if pool and (refused := accel.unsupported_gpu(recipe, pool)):
+            raise rootfs.BuildError(refused)
+        base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, inputs.base, progress))
+        progress(f"base root filesystem {inputs.base.label}: {'reused from cache' if base.cached else 'built'} "
+                 f"({base.key[:12]})")
         steps.run("unpack base", lambda: rootfs.extract(base.tarball, tree))
 
         def customise() -> Baked:
@@ -161,6 +184,9 @@ def build_image(
             overlays = [(recipe.overlay_dir, "recipe")]
             if inputs.role and recipe.role_overlay_dir(inputs.role).is_dir():
                 overlays.append((recipe.role_overlay_dir(inputs.role), f"recipe:{inputs.role}"))
+            # node-image/gpu/rootfs (the GPU health agent's unit) in GPU pools' images only
+            overlays += [(recipe.extra_overlay_dir(e), f"recipe:{e}") for e in extras
+                         if recipe.extra_overlay_dir(e).is_dir()]
             placed_paths = []
             for overlay, source in overlays:
                 for path in rootfs.copy_overlay(overlay, tree):
@@ -182,11 +208,33 @@ def build_image(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
             images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
-            binaries = pinned.place_role(
-                tree, pinned.load(recipe.binaries_file), inputs.binaries_role, plan.kubernetes_version,
-                local_dir=binaries_dir, allow_fetch=fetch, downloads=pinned.Downloads(work / "downloads"),
-            )
-            return Baked(artefacts, images, binaries)
+            catalog = pinned.load(recipe.binaries_file)
+            downloads = pinned.Downloads(work / "downloads")
+            binaries = []
+            for binaries_role in (inputs.binaries_role, *([accel.GPU_ROLE] if "gpu" in extras else [])):
+                binaries += pinned.place_role(
+                    tree, catalog, binaries_role, plan.kubernetes_version,
+                    local_dir=binaries_dir, allow_fetch=fetch, downloads=downloads,
+                )
+            toolkit_packages: dict[str, str] = {}
+            dropin: str | None = None
+            toolkit = next((b for b in binaries if b.name == accel.TOOLKIT), None)
+            if pool and toolkit and toolkit.present:
+                if runtime_config is None:
+                    raise rootfs.BuildError(
+                        f"pool {pool.name}: its rendered files hold no runtime configuration naming the NVIDIA "
+                        "runtime (infra/render/pool.py renders one for GPU pools): the toolkit would go unused"
+                    )
+                toolkit_packages = accel.install_toolkit(tree, toolkit)
+                pinned_containerd = next((b for b in binaries if b.name == "containerd" and b.present), None)
+                dropin, text = accel.runtime_dropin(
+                    pool, runtime_config, pinned_containerd.path if pinned_containerd else "/usr/bin/containerd"
+                )
+                rootfs.put(tree, dropin, text.encode(), 0o644)
+                artefacts.append({"path": dropin, "sha256": _sha(text.encode()), "mode": "0644", "source": "build:gpu"})
+            agent = accel.copy_agent(tree) if inputs.carries_gpu_agent else []
+            artefacts += agent
+            return Baked(artefacts, images, binaries, toolkit_packages, dropin, agent)
 
         baked = steps.run("bake artefacts and preloaded images", customise)
         # deterministic: the same inputs give the same filesystem UUID (and GRUB config)
@@ -218,6 +266,7 @@ def build_image(
 
         steps.run("image hygiene", hygiene)
         packages = rootfs.installed_packages(tree)
+        toolkit_result = next((b for b in baked.binaries if b.name == accel.TOOLKIT), None)
         raw = out / f"{name}.raw"
         vhd = out / f"{name}.vhd"
         esp = work / "esp.img"
@@ -264,7 +313,10 @@ def build_image(
                     "base_cache_key": base.key,
                     "base_reused_from_cache": base.cached,
                     "flavour": inputs.flavour,
-                    "packages_requested": recipe.package_list(inputs.flavour),
+                    # what the pool's size added to the base (recipe.toml [extras.*]); [] for none
+                    "extras": list(extras),
+                    "base": inputs.base.label,
+                    "packages_requested": recipe.package_list(inputs.flavour, extras),
                     "recipe_files": {
                         f"node-image/{p.relative_to(recipe.root).as_posix()}": _sha(p.read_bytes())
                         for p in sorted(recipe.root.rglob("*"))
@@ -285,6 +337,16 @@ def build_image(
                 # plane), "other_binaries" the rest (crictl, CNI plugins, containerd, runc).
                 "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
                 "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
+                # GPU pools: driver, kernel modules and the kernel they were built for, GSP
+                # firmware, CUDA libraries, the container toolkit placed or absent (and so whether
+                # the runtime names the NVIDIA runtime), the device plugin image; null otherwise
+                "gpu": accel.gpu_record(
+                    recipe, extras, pool, tree, packages, toolkit_result, baked.toolkit_packages,
+                    baked.runtime_dropin, baked.agent, baked.images, runtime_config,
+                ) if pool else None,
+                "infiniband": accel.infiniband_record(recipe, extras, packages),
+                # kilonode.gpu (agent, taint controller) where this image carries it
+                "gpu_agent": {"pythonpath": accel.AGENT_PYTHONPATH, "files": baked.agent} if baked.agent else None,
                 "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())} if user_data else None,
                 "pool_plan": pool.model_dump(mode="json") if pool else None,
                 "timings_s": steps.timings,

@@ -10,7 +10,7 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from kilonode.paths import NODE_IMAGE_DIR
 
@@ -19,6 +19,39 @@ Runtime = Literal["docker", "containerd"]
 # etcd and control-plane images (their binaries are static releases: nothing past the base).
 Flavour = Literal["docker", "containerd", "control"]
 FLAVOURS: tuple[Flavour, ...] = ("docker", "containerd", "control")
+# What a pool's VM size adds to its base (recipe.toml [extras.*]), in this order in a base's name.
+Extra = Literal["gpu", "infiniband"]
+EXTRAS: tuple[Extra, ...] = ("gpu", "infiniband")
+
+
+@dataclass(frozen=True)
+class ExtraSpec:
+    """One [extras.<name>] table of recipe.toml."""
+
+    name: Extra
+    package_file: Path
+    components: tuple[str, ...]  # deb822 components its packages need besides the host's
+    dkms_modules: tuple[str, ...]  # DKMS modules that must be built for the image's kernel
+    unsupported_models: dict[str, str]  # catalogue gpuModel -> why this extra cannot drive it
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """Which cached base root filesystem an image starts from: a flavour and its extras."""
+
+    flavour: Flavour
+    extras: tuple[Extra, ...] = ()
+
+    def __post_init__(self) -> None:
+        if tuple(e for e in EXTRAS if e in self.extras) != self.extras:
+            raise ValueError(f"extras must be a subset of {EXTRAS} in that order, got {self.extras}")
+        if self.extras and self.flavour == "control":
+            raise ValueError("the control flavour (etcd, control-plane) takes no extras")
+
+    @property
+    def label(self) -> str:
+        """docker, containerd+gpu, docker+gpu+infiniband: in logs, the manifest, `image prepare`."""
+        return "+".join((self.flavour, *self.extras))
 
 
 @dataclass(frozen=True)
@@ -34,6 +67,7 @@ class Recipe:
     package_files: dict[str, Path]
     enable_units: tuple[str, ...]
     disable_units: tuple[str, ...]
+    extras: dict[str, ExtraSpec]
 
     @property
     def overlay_dir(self) -> Path:
@@ -49,30 +83,72 @@ class Recipe:
         """The pinned upstream binaries (kilonode.image.binaries reads it)."""
         return self.root / "binaries.toml"
 
+    def extra_overlay_dir(self, extra: Extra) -> Path:
+        """Static files copied into images with this extra only (node-image/<extra>/rootfs)."""
+        return self.root / extra / "rootfs"
+
     def role_overlay_dir(self, role: str) -> Path:
         """Static files copied into one role's image only (node-image/roles/<role>/rootfs)."""
         return self.root / "roles" / role / "rootfs"
 
-    def package_list(self, flavour: Flavour) -> list[str]:
-        return read_list(self.package_files["base"]) + read_list(self.package_files[flavour])
+    def package_list(self, flavour: Flavour, extras: tuple[Extra, ...] = ()) -> list[str]:
+        names = read_list(self.package_files["base"]) + read_list(self.package_files[flavour])
+        for extra in extras:
+            names += read_list(self.extras[extra].package_file)
+        return names
 
-    def base_inputs(self, flavour: Flavour, sources_sha256: str) -> dict[str, object]:
+    def components(self, extras: tuple[Extra, ...]) -> tuple[str, ...]:
+        """The deb822 components the extras need on top of the host's (sorted, unique)."""
+        return tuple(sorted({c for e in extras for c in self.extras[e].components}))
+
+    def dkms_modules(self, extras: tuple[Extra, ...]) -> tuple[str, ...]:
+        return tuple(m for e in extras for m in self.extras[e].dkms_modules)
+
+    def base_inputs(
+        self, flavour: Flavour, sources_sha256: str, extras: tuple[Extra, ...] = (), hook_sha256: str = ""
+    ) -> dict[str, object]:
         """Everything the base root filesystem depends on; its sha256 is the cache key.
 
         The host's sources file enters as a hash only (a different mirror snapshot can
-        mean different package versions), never as text.
+        mean different package versions), never as text; for a base with extras it is the
+        derived copy's hash (the host's plus the extras' components). A base without extras
+        hashes exactly what it hashed before extras existed, so its cache key is unchanged.
         """
-        return {
+        inputs: dict[str, object] = {
             "recipe_version": self.version,
             "suite": self.suite,
             "variant": self.variant,
             "flavour": flavour,
-            "packages": self.package_list(flavour),
+            "packages": self.package_list(flavour, extras),
             "package_files": {
                 name: sha256_text(self.package_files[name]) for name in ("base", flavour)
             },
             "sources_sha256": sources_sha256,
         }
+        if extras:
+            inputs["extras"] = {
+                e: {
+                    "package_file": sha256_text(self.extras[e].package_file),
+                    "components": list(self.extras[e].components),
+                    "dkms_modules": list(self.extras[e].dkms_modules),
+                }
+                for e in extras
+            }
+            # the customize hook (DKMS build and check) is code: its text enters the key too
+            inputs["hook_sha256"] = hook_sha256
+        return inputs
+
+
+def extras_for(gpus_per_node: int, infiniband: bool) -> tuple[Extra, ...]:
+    """The extras a pool's base carries, from its plan (the size catalogue's GPUs and InfiniBand,
+    which the plan takes over): GPU software only where the VM has GPUs, the RDMA user space only
+    where it has InfiniBand, so no other pool carries either."""
+    chosen: list[Extra] = []
+    if gpus_per_node > 0:
+        chosen.append("gpu")
+    if infiniband:
+        chosen.append("infiniband")
+    return tuple(chosen)
 
 
 def read_list(path: Path) -> list[str]:
@@ -89,6 +165,18 @@ def sha256_text(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _extra(root: Path, name: str, table: dict[str, Any]) -> ExtraSpec:
+    if name not in EXTRAS:
+        raise ValueError(f"{root / 'recipe.toml'}: [extras.{name}]: unknown extra; known: {', '.join(EXTRAS)}")
+    return ExtraSpec(
+        name=name,  # type: ignore[arg-type]  # checked against EXTRAS above
+        package_file=root / table["packages"],
+        components=tuple(table.get("components", ())),
+        dkms_modules=tuple(table.get("dkms_modules", ())),
+        unsupported_models=dict(table.get("unsupported_models", {})),
+    )
+
+
 def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
     data = tomllib.loads((root / "recipe.toml").read_text())
     return Recipe(
@@ -103,4 +191,5 @@ def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
         package_files={name: root / rel for name, rel in data["packages"].items()},
         enable_units=tuple(data["units"]["enable"]),
         disable_units=tuple(data["units"]["disable"]),
+        extras={name: _extra(root, name, table) for name, table in data.get("extras", {}).items()},
     )

@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kilonode.image import cache, mirror
-from kilonode.image.recipe import FLAVOURS, Flavour, Recipe
+from kilonode.image.recipe import FLAVOURS, BaseSpec, Extra, Recipe
 
 
 class BuildError(RuntimeError):
@@ -31,43 +33,121 @@ class BaseRootfs:
 NO_MIRROR_ENV = "KILONODE_NO_MIRROR"
 
 
-def prepare(recipe: Recipe, log: Callable[[str], None]) -> list[BaseRootfs]:
-    """Build (or find) the cached base root filesystem of every flavour: `kilonode image prepare`."""
-    return [base_rootfs(recipe, flavour, log) for flavour in FLAVOURS]
+def prepare(
+    recipe: Recipe, log: Callable[[str], None], extra_bases: tuple[BaseSpec, ...] = ()
+) -> list[BaseRootfs]:
+    """Build (or find) the cached base root filesystem of every flavour, and of the flavour+extras
+    combinations given (those some stack's pools use): `kilonode image prepare`."""
+    specs = [BaseSpec(flavour) for flavour in FLAVOURS]
+    specs += [spec for spec in dict.fromkeys(extra_bases) if spec not in specs]
+    return [base_rootfs(recipe, spec, log) for spec in specs]
 
 
-def base_rootfs(recipe: Recipe, flavour: Flavour, log: Callable[[str], None]) -> BaseRootfs:
-    """The mmdebstrap tarball for (recipe, flavour), built once per cache key."""
-    sources = mirror.sources_file()
-    inputs = recipe.base_inputs(flavour, cache.sha256_file(sources))
+# Run by mmdebstrap after every package is installed (its customize hook; "$1" is the new root).
+# In a chroot `uname -r` is the build host's kernel; Debian's dkms common.postinst then builds for
+# the newest installed kernel only on a first install ("It is likely that <host kernel> belongs
+# to a chroot's host ... Building for 6.1.0-56-cloud-amd64", measured), not on an upgrade. So the
+# hook does not rely on it: `dkms autoinstall -k` builds (or skips, when built) every registered
+# module for each kernel the image has, then each required module must exist under that
+# kernel's updates/dkms/, or the base is not made at all.
+DKMS_HOOK = r"""set -eu
+root="$1"
+for kver in $(ls "$root/lib/modules"); do
+  # build is an absolute link into the image's /usr/src: test it inside the image
+  if ! chroot "$root" test -e "/lib/modules/$kver/build"; then
+    echo "kilonode: no kernel headers for the image's kernel $kver: DKMS cannot build for it" >&2; exit 1
+  fi
+  chroot "$root" dkms autoinstall -k "$kver" >&2
+  for module in @MODULES@; do
+    if ! ls "$root/lib/modules/$kver/updates/dkms/$module.ko"* >/dev/null 2>&1; then
+      echo "kilonode: DKMS did not build $module.ko for the image's kernel $kver" >&2
+      chroot "$root" dkms status >&2 || true
+      exit 1
+    fi
+  done
+done
+"""
+
+
+def dkms_hook(modules: tuple[str, ...]) -> str:
+    return DKMS_HOOK.replace("@MODULES@", " ".join(modules))
+
+
+def derive_sources(text: str, components: tuple[str, ...]) -> str:
+    """The host's deb822 sources with `components` added to every stanza's Components field
+    (each once, order kept): the extras' packages live in components the host may not enable.
+    Used only for bases with extras, so the others keep building from the host's own file."""
+    lines = []
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() == "components" and not line[:1].isspace():
+            have = value.split()
+            line = f"{name}: " + " ".join([*have, *(c for c in components if c not in have)])
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def base_rootfs(recipe: Recipe, spec: BaseSpec, log: Callable[[str], None]) -> BaseRootfs:
+    """The mmdebstrap tarball for (recipe, flavour, extras), built once per cache key."""
+    host_sources = mirror.sources_file()
+    extras: tuple[Extra, ...] = spec.extras
+    hook = dkms_hook(recipe.dkms_modules(extras)) if recipe.dkms_modules(extras) else ""
+    sources_text = (
+        derive_sources(host_sources.read_text(), recipe.components(extras)) if extras else None
+    )
+    sources_sha = (
+        hashlib.sha256(sources_text.encode()).hexdigest() if sources_text is not None
+        else cache.sha256_file(host_sources)
+    )
+    inputs = recipe.base_inputs(
+        spec.flavour, sources_sha, extras, hook_sha256=hashlib.sha256(hook.encode()).hexdigest() if extras else ""
+    )
     key = cache.key_of(inputs)
     tarball = cache.entry("rootfs", key, "tar")
     if tarball.is_file():
         return BaseRootfs(tarball, key, cached=True)
     if os.environ.get(NO_MIRROR_ENV):
         raise BuildError(
-            f"the {flavour} base root filesystem ({key[:12]}) is not in the cache, and {NO_MIRROR_ENV} forbids "
+            f"the {spec.label} base root filesystem ({key[:12]}) is not in the cache, and {NO_MIRROR_ENV} forbids "
             "reaching the package mirror (tests set it): run `make test-artefacts` (it runs `kilonode image prepare`)"
         )
     if shutil.which("mmdebstrap") is None:
         raise BuildError("mmdebstrap not found: run `make setup` (installs .ci/debian-packages.txt)")
     # mmdebstrap picks its output format from the name: keep ".tar" last, and say it too
     partial = tarball.with_name(f"{key}.partial.tar")
-    cmd = [
-        "mmdebstrap", "--quiet", "--format=tar", f"--variant={recipe.variant}",
-        f"--include={','.join(recipe.package_list(flavour))}",
-        recipe.suite, str(partial), str(sources),
-    ]
-    log(f"mmdebstrap {recipe.suite} ({len(recipe.package_list(flavour))} packages requested) -> cache {key[:12]}")
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    packages = recipe.package_list(spec.flavour, extras)
+    with tempfile.TemporaryDirectory(prefix="kilonode-sources-") as tmp:
+        sources = host_sources
+        if sources_text is not None:
+            # the derived copy names the mirror: it lives in a private temporary directory for
+            # the length of this call, never in the repository, the cache or the image
+            sources = Path(tmp) / "debian.sources"
+            sources.write_text(sources_text)
+        cmd = [
+            "mmdebstrap", "--quiet", "--format=tar", f"--variant={recipe.variant}",
+            f"--include={','.join(packages)}",
+            *([f"--customize-hook={hook}"] if hook else []),
+            recipe.suite, str(partial), str(sources),
+        ]
+        log(f"mmdebstrap {recipe.suite} for {spec.label} ({len(packages)} packages requested) -> cache {key[:12]}")
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         partial.unlink(missing_ok=True)
         # apt's messages name the mirror: scrub before showing them.
-        raise BuildError("mmdebstrap failed:\n" + mirror.scrub(result.stderr[-4000:]))
+        raise BuildError(f"mmdebstrap failed for the {spec.label} base:\n" + mirror.scrub(_failure(result.stderr)))
     partial.rename(tarball)
     # beside the tarball: what it was built from, for a human wondering what a key means
     tarball.with_suffix(".inputs.json").write_text(json.dumps(inputs, indent=2, sort_keys=True))
     return BaseRootfs(tarball, key, cached=False)
+
+
+def _failure(stderr: str, limit: int = 4000) -> str:
+    """What to show of mmdebstrap's stderr: the lines that name an error (a package's maintainer
+    script, DKMS, dpkg; they come long before the end) and the last lines."""
+    lines = stderr.splitlines()
+    errors = [line for line in lines if re.search(r"\b(error|failed|E:|dpkg:|kilonode:)", line, re.IGNORECASE)]
+    text = "\n".join([*errors[:30], "...", *lines[-15:]])
+    return text[-limit:]
 
 
 def extract(tarball: Path, dest: Path) -> None:

@@ -401,7 +401,7 @@ def test_every_digest_is_well_formed_and_names_its_source() -> None:
     pins = [(name, pin) for name, c in RAW["components"].items() for pin in c.get("pins", {}).get("amd64", [])]
     # a component without pins says why, and is never downloaded
     assert {name for name, c in RAW["components"].items() if "pins" not in c} == {
-        c.name for c in CATALOG.components.values() if c.unpinned} == {"azure-cni"}
+        c.name for c in CATALOG.components.values() if c.unpinned} == {"azure-cni", "nvidia-container-toolkit"}
     assert len(pins) > 100
     for name, pin in pins:
         assert pin["source"] in sources, (name, pin)
@@ -445,8 +445,8 @@ def test_an_unpinned_version_is_refused_naming_what_is_pinned() -> None:
     message = str(error.value)
     assert message.startswith("control-plane at Kubernetes 1.34.9: kubernetes-server: no amd64 pin for version 1.34.9")
     assert "1.34.0-1.34.7" in message and "kubectl" not in message  # kubespray lists kubectl 1.34.9
-    with pytest.raises(PinError, match="no role 'gpu'"):
-        CATALOG.resolve("gpu", "1.34.2")
+    with pytest.raises(PinError, match="no role 'tpu'"):
+        CATALOG.resolve("tpu", "1.34.2")
 
 
 def test_malformed_data_is_refused_naming_the_entry(tmp_path: Path) -> None:
@@ -460,3 +460,36 @@ def test_malformed_data_is_refused_naming_the_entry(tmp_path: Path) -> None:
     bad.write_text(text.replace('source = "kubespray@57364f4"', 'source = "nowhere"', 1))
     with pytest.raises(PinError, match=r"source 'nowhere' is not in \[sources\]"):
         binaries.load(bad)
+
+
+def test_the_nvidia_container_toolkit_is_unpinned_and_taken_by_its_release_name(tmp_path: Path) -> None:
+    """GPU pools' role: the toolkit's release tarball, never downloaded (no digest is published),
+    taken from --binaries under the release asset's own name, absent otherwise with the reason
+    and what the node lacks."""
+    assert CATALOG.roles["gpu"] == ("nvidia-container-toolkit",)
+    toolkit = CATALOG.components["nvidia-container-toolkit"]
+    assert toolkit.unpinned and not toolkit.pins and toolkit.version and toolkit.version.startswith("1.17.")
+    asset = f"nvidia-container-toolkit_{toolkit.version}_deb_amd64.tar.gz"
+    assert binaries.expand(toolkit.url, toolkit.version, "amd64") == (
+        f"https://github.com/NVIDIA/nvidia-container-toolkit/releases/download/v{toolkit.version}/{asset}"
+    )
+    calls: list[str] = []
+
+    def fetcher(url: str, expected: str, dest: Path) -> str:
+        calls.append(url)
+        raise Unreachable(url)
+
+    root = tmp_path / "root"
+    (absent,) = place_role(root, CATALOG, "gpu", "1.34.2", local_dir=None, allow_fetch=True,
+                           downloads=Downloads(tmp_path / "downloads", fetcher))
+    assert calls == [] and not absent.present
+    assert "not pinned" in absent.origin and f"`{asset}`" in absent.origin
+    assert "containers (the device plugin's and pods') get no GPU" in absent.origin
+    local = tmp_path / "bin"
+    local.mkdir()
+    (local / asset).write_bytes(b"release tarball")
+    (placed,) = place_role(root, CATALOG, "gpu", "1.34.2", local_dir=local, allow_fetch=False,
+                           downloads=Downloads(tmp_path / "downloads", fetcher))
+    assert placed.present and placed.path.endswith(f"/{asset}") and "{" not in placed.path
+    assert placed.origin.endswith("(taken as given: no digest is pinned)")
+    assert (root / placed.path.lstrip("/")).read_bytes() == b"release tarball"

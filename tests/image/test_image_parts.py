@@ -3,23 +3,32 @@ hygiene, the mirror scrubber, the cache key, the verify report and the CLI's err
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from kilonode.config import load_stack
 from kilonode.image import cache, mirror, rootfs
+from kilonode.image import gpu as accel
+from kilonode.image.binaries import BinaryResult
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
-from kilonode.image.recipe import load_recipe
+from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list, sha256_text
 from kilonode.image.verify import SshTarget, VerifyReport, merge
 from kilonode.paths import REPO_ROOT
+from kilonode.plan import ClusterPlan
+from kilonode.render import pool as render_pool
+from kilonode.render import render_cluster
 
 RECIPE = load_recipe()
 
@@ -249,3 +258,212 @@ def test_build_needs_a_pool_or_a_control_plane_role(tmp_path: Path, args: list[s
     assert result.returncode == 2
     assert message in " ".join(result.stderr.split())
     assert not (tmp_path / "out").exists()
+
+
+# --- GPU and InfiniBand pools: which base, its cache key, the runtime's NVIDIA configuration ---
+
+PLAIN_INPUT_KEYS = {"recipe_version", "suite", "variant", "flavour", "packages", "package_files", "sources_sha256"}
+
+
+def test_extras_follow_the_pools_size(plans: dict[str, ClusterPlan]) -> None:
+    """GPU software only where the size has GPUs, RDMA only where it has InfiniBand."""
+    chosen = {
+        (stack, p.name): BaseSpec(p.runtime, extras_for(p.gpus_per_node, p.infiniband)).label
+        for stack, plan in plans.items() for p in plan.node_pools
+    }
+    assert chosen == {
+        ("local", "cpu"): "docker",
+        ("research-2500", "nc-a100"): "containerd+gpu",
+        ("research-7500", "a100-ib"): "docker+gpu+infiniband",
+        ("research-7500", "h100-ib"): "docker+gpu+infiniband",
+    }
+    assert extras_for(0, True) == ("infiniband",)  # an HPC size: InfiniBand, no GPU
+    with pytest.raises(ValueError, match="no extras"):
+        BaseSpec("control", ("gpu",))
+
+
+def test_plain_bases_keep_their_cache_keys() -> None:
+    """A base without extras hashes exactly what it hashed before extras existed (the same
+    dict the earlier code built), so no machine rebuilds its plain bases for this change."""
+    for flavour in ("docker", "containerd", "control"):
+        inputs = RECIPE.base_inputs(flavour, "0" * 64)
+        before = {
+            "recipe_version": RECIPE.version, "suite": RECIPE.suite, "variant": RECIPE.variant, "flavour": flavour,
+            "packages": read_list(RECIPE.package_files["base"]) + read_list(RECIPE.package_files[flavour]),
+            "package_files": {n: sha256_text(RECIPE.package_files[n]) for n in ("base", flavour)},
+            "sources_sha256": "0" * 64,
+        }
+        assert set(inputs) == PLAIN_INPUT_KEYS
+        assert cache.key_of(inputs) == cache.key_of(before)
+
+
+def test_gpu_base_key_hashes_every_input(tmp_path: Path) -> None:
+    keys = {
+        extras: cache.key_of(RECIPE.base_inputs("docker", "0" * 64, extras, hook_sha256="1" * 64))
+        for extras in ((), ("gpu",), ("infiniband",), ("gpu", "infiniband"))
+    }
+    assert len(set(keys.values())) == 4
+    gpu = RECIPE.base_inputs("docker", "0" * 64, ("gpu",), hook_sha256="1" * 64)
+    assert cache.key_of(gpu) != cache.key_of(RECIPE.base_inputs("docker", "0" * 64, ("gpu",), hook_sha256="2" * 64))
+    # an edit of gpu.txt (even a comment) is a new key
+    copy = tmp_path / "node-image"
+    shutil.copytree(RECIPE.root, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "packages/gpu.txt").write_text((copy / "packages/gpu.txt").read_text() + "# edited\n")
+    edited = load_recipe(copy).base_inputs("docker", "0" * 64, ("gpu",), hook_sha256="1" * 64)
+    assert cache.key_of(edited) != cache.key_of(gpu)
+    # and the DKMS hook's text enters through hook_sha256
+    assert rootfs.dkms_hook(("nvidia",)) != rootfs.dkms_hook(("nvidia", "nvidia-uvm"))
+
+
+def test_gpu_package_list_pins_one_driver_version_headless() -> None:
+    gpu = read_list(RECIPE.extras["gpu"].package_file)
+    pinned = {name: version for name, _, version in (p.partition("=") for p in gpu) if version}
+    assert {accel.DRIVER_MODULE_PACKAGE, "nvidia-kernel-support", "firmware-nvidia-gsp", "nvidia-smi", "libcuda1",
+            "libnvidia-ml1", "nvidia-alternative", "nvidia-modprobe"} <= set(pinned)
+    assert len(set(pinned.values())) == 1, pinned
+    names = {p.partition("=")[0] for p in gpu}
+    assert not names & {"nvidia-driver", "xserver-xorg-video-nvidia", "xserver-xorg-core"}, "not headless"
+    # DKMS builds against the headers of the kernel flavour the base boots
+    assert "linux-image-cloud-amd64" in read_list(RECIPE.package_files["base"])
+    assert "linux-headers-cloud-amd64" in names
+    assert {"libcublas11", "libcudart11.0", "python3-numpy"} <= names
+    assert read_list(RECIPE.extras["infiniband"].package_file) == ["rdma-core", "ibverbs-utils", "infiniband-diags",
+                                                                   "perftest"]
+    assert RECIPE.components(("gpu",)) == ("contrib", "non-free", "non-free-firmware")
+    assert RECIPE.components(("infiniband",)) == ()
+
+
+def test_derived_sources_add_components_and_change_nothing_else() -> None:
+    host = (
+        "Types: deb\n# http://deb.mirror.invalid/archive/debian/20250520T000000Z\n"
+        "URIs: http://deb.mirror.invalid/debian\nSuites: bookworm bookworm-updates\nComponents: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+        "Types: deb\nURIs: http://deb.mirror.invalid/debian-security\nSuites: bookworm-security\n"
+        "Components: main non-free\n"
+    )
+    derived = rootfs.derive_sources(host, ("contrib", "non-free", "non-free-firmware"))
+    # each missing component once, after those the stanza has (order kept)
+    assert "Components: main contrib non-free non-free-firmware\n" in derived
+    assert "Components: main non-free contrib non-free-firmware\n" in derived
+    assert [line for line in derived.splitlines() if not line.startswith("Components:")] == [
+        line for line in host.splitlines() if not line.startswith("Components:")
+    ]
+
+
+def test_a_gpu_the_driver_cannot_drive_is_refused(plans: dict[str, ClusterPlan]) -> None:
+    pool = next(p for p in plans["research-7500"].node_pools if p.name == "h100-ib")
+    assert accel.unsupported_gpu(RECIPE, pool) is None
+    amd = pool.model_copy(update={"vm_size": "Standard_ND96isr_MI300X_v5", "gpu_model": "AMD Instinct MI300X 192GB"})
+    refused = accel.unsupported_gpu(RECIPE, amd)
+    assert refused and "AMD" in refused and "h100-ib" in refused and "unsupported_models" in refused
+    cpu = plans["local"].node_pools[0]
+    assert accel.unsupported_gpu(RECIPE, cpu) is None
+
+
+# Docker 20.10's daemon.json keys kilonode writes, each read off moby's daemon/config
+# (config.go CommonConfig / config_unix.go) at v20.10: an unknown key stops dockerd.
+DOCKER_20_10_KEYS = {
+    "data-root", "storage-driver", "max-concurrent-downloads", "exec-opts", "live-restore", "log-driver", "log-opts",
+    "runtimes", "default-runtime",
+}
+
+
+def test_gpu_pools_render_the_nvidia_runtime_beside_the_plain_config(plans: dict[str, ClusterPlan]) -> None:
+    plan = plans["research-7500"]
+    pool = next(p for p in plan.node_pools if p.name == "h100-ib")
+    files = render_cluster(plan)["pool-h100-ib"]
+    plain = json.loads(files[render_pool.DOCKER_DAEMON_JSON].content)
+    nvidia = json.loads(files[render_pool.DOCKER_DAEMON_NVIDIA_JSON].content)
+    assert set(nvidia) <= DOCKER_20_10_KEYS and set(plain) <= DOCKER_20_10_KEYS
+    assert "runtimes" not in plain and "default-runtime" not in plain
+    assert nvidia["runtimes"] == {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}
+    assert nvidia["default-runtime"] == "nvidia"
+    assert {k: v for k, v in nvidia.items() if k not in ("runtimes", "default-runtime")} == plain
+    # both reach the node through its user-data too (cloud-init rewrites them at first boot)
+    assert "/etc/docker/daemon-nvidia.json" in files["user-data"].content
+    # the drop-in the build writes with the toolkit starts dockerd on that file, nothing else changed
+    config = accel.nvidia_runtime_config(pool, files)
+    assert config == "/" + render_pool.DOCKER_DAEMON_NVIDIA_JSON
+    path, text = accel.runtime_dropin(pool, config, "/usr/bin/containerd")
+    assert path == "/etc/systemd/system/docker.service.d/30-kilonode-nvidia-runtime.conf"
+    execs = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+    assert execs == ["ExecStart=", "ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock "
+                     "--config-file=/etc/docker/daemon-nvidia.json $DOCKER_OPTS"]
+    assert render_pool.DOCKER_DAEMON_NVIDIA_JSON not in render_cluster(plans["local"])["pool-cpu"]
+
+
+def test_containerd_gpu_pool_config_parses_and_defaults_to_nvidia(plans: dict[str, ClusterPlan]) -> None:
+    plan = plans["research-2500"]
+    pool = plan.node_pools[0]
+    files = render_cluster(plan)[f"pool-{pool.name}"]
+    plain = tomllib.loads(files[render_pool.CONTAINERD_CONFIG].content)
+    nvidia = tomllib.loads(files[render_pool.CONTAINERD_NVIDIA_CONFIG].content)
+    cri = nvidia["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["default_runtime_name"] == "nvidia"
+    assert cri["runtimes"]["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"BinaryName": "/usr/bin/nvidia-container-runtime", "SystemdCgroup": True},
+    }
+    assert cri["runtimes"]["runc"] == plain["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["runc"]
+    assert plain["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "runc"
+    assert "nvidia" not in files[render_pool.CONTAINERD_CONFIG].content
+    # the rest of the config is the plain one: the variant only adds the runtime
+    nvidia["plugins"]["io.containerd.grpc.v1.cri"]["containerd"] = plain["plugins"]["io.containerd.grpc.v1.cri"][
+        "containerd"]
+    assert nvidia == plain
+    # with the pinned containerd placed, the drop-in runs it (it replaces the 20- drop-in's ExecStart)
+    config = accel.nvidia_runtime_config(pool, files)
+    assert config == "/" + render_pool.CONTAINERD_NVIDIA_CONFIG
+    assert accel.nvidia_runtime_config(pool, {k: v for k, v in files.items() if "nvidia" not in k}) is None
+    path, text = accel.runtime_dropin(pool, config, "/usr/local/bin/containerd")
+    assert path.endswith("containerd.service.d/30-kilonode-nvidia-runtime.conf")
+    assert "ExecStart=\nExecStart=/usr/local/bin/containerd --config /etc/containerd/config-nvidia.toml\n" in text
+
+
+def test_the_toolkit_tarball_must_hold_its_four_packages(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    path = "/var/lib/kilonode/nvidia-container-toolkit/nvidia-container-toolkit_1.17.8_deb_amd64.tar.gz"
+    target = tree / path.lstrip("/")
+    target.parent.mkdir(parents=True)
+    with tarfile.open(target, "w:gz") as tar:
+        for name in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base"):
+            data = b"not a real deb"
+            info = tarfile.TarInfo(f"release-v1.17.8-stable/packages/ubuntu18.04/amd64/{name}_1.17.8-1_amd64.deb")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    placed = BinaryResult("nvidia-container-toolkit", path, True, "0" * 64, "local directory x")
+    with pytest.raises(rootfs.BuildError, match=r"holds no nvidia-container-toolkit \.deb"):
+        accel.install_toolkit(tree, placed)
+
+
+def test_the_agent_package_is_copied_and_imports_with_the_standard_library_only(tmp_path: Path) -> None:
+    entries = accel.copy_agent(tmp_path)
+    paths = {e["path"] for e in entries}
+    source = accel.agent_source()
+    expected = {f"{accel.AGENT_PACKAGE_DIR}/{p.name}" for p in source.iterdir() if p.suffix in (".py", ".toml")}
+    assert paths == expected | {f"{accel.AGENT_PYTHONPATH}/kilonode/__init__.py"}
+    assert any(p.endswith(".toml") for p in paths)
+    # the node's python3, not this virtualenv: only the standard library (numpy is imported by
+    # the active check when it runs, not at import)
+    pythonpath = tmp_path / accel.AGENT_PYTHONPATH.lstrip("/")
+    result = subprocess.run(
+        ["/usr/bin/python3", "-c", "import kilonode.gpu.agent, kilonode.gpu.rules; print(kilonode.gpu.__file__)"],
+        env={"PYTHONPATH": str(pythonpath), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith(str(pythonpath))
+
+
+def test_which_images_carry_the_gpu_agent(plans: dict[str, ClusterPlan]) -> None:
+    """GPU pools (the health agent) and the apiservers (the taint controller); nothing else."""
+    from kilonode.image.build import ImageInputs, role_inputs
+
+    stack = load_stack("research-7500")
+    plan = plans["research-7500"]
+    pool = ImageInputs(stack=stack, plan=plan, pool=plan.node_pools[0], files={}, project_dir=REPO_ROOT or Path())
+    assert pool.carries_gpu_agent and pool.base.label == "docker+gpu+infiniband"
+    assert role_inputs(stack, plan, "control-plane", Path()).carries_gpu_agent
+    assert not role_inputs(stack, plan, "etcd", Path()).carries_gpu_agent
+    cpu = ImageInputs(stack=load_stack("local"), plan=plans["local"], pool=plans["local"].node_pools[0], files={},
+                      project_dir=Path())
+    assert not cpu.carries_gpu_agent and cpu.base.label == "docker"

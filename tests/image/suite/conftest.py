@@ -4,7 +4,7 @@
 JSON file: the phase, the manifest (the pool's plan, rendered artefacts' sha256, preloaded
 images' IDs), the image file (offline phase) and the SSH target (guest phases).
 
-- offline: test_offline_image.py only, read from the image with debugfs;
+- offline: test_offline_image.py and test_offline_gpu.py only, read from the image with debugfs;
 - first-boot: every other test, over paramiko with sudo;
 - after-reboot: the tests marked `persistent` only.
 """
@@ -26,7 +26,7 @@ from kilonode.plan.model import NodePoolPlan
 CONTEXT: dict[str, Any] = json.loads(Path(os.environ["KILONODE_VERIFY_CONTEXT"]).read_text())
 MANIFEST = Manifest.load(Path(CONTEXT["manifest"]))
 POOL = MANIFEST.pool
-OFFLINE_MODULE = "test_offline_image"
+OFFLINE_MODULES = ("test_offline_image", "test_offline_gpu")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     phase = CONTEXT["phase"]
     keep, drop = [], []
     for item in items:
-        offline = item.module is not None and item.module.__name__.endswith(OFFLINE_MODULE)
+        offline = item.module is not None and item.module.__name__.endswith(OFFLINE_MODULES)
         if phase == "offline":
             wanted = offline
         elif phase == "after-reboot":

@@ -1,0 +1,302 @@
+"""What a GPU (or InfiniBand) pool's image carries beyond a plain pool's, and its record.
+
+The packages themselves (the NVIDIA driver built by DKMS, the GSP firmware, CUDA's runtime
+and cuBLAS, the RDMA user space) are in the pool's cached base (recipe.toml [extras.*]). This
+module does the rest of the build for them, on the unpacked tree:
+
+- refuses a GPU model the recipe's driver set cannot drive (recipe [extras.gpu.unsupported_models]);
+- installs the NVIDIA container toolkit's packages when the build was given its release
+  tarball, and only then writes the drop-in that points the container runtime at the rendered
+  NVIDIA runtime configuration (infra/render/pool.py: daemon-nvidia.json / config-nvidia.toml);
+- copies the GPU health agent and taint controller (the stdlib-only package kilonode.gpu) to
+  /usr/local/lib/kilonode/python, for GPU pools and the control-plane role image;
+- describes it all for the manifest: driver packages and version, the kernel the modules were
+  built for and the module files, the GSP firmware, the toolkit placed or absent and why, the
+  RDMA packages, the device plugin image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tarfile
+import tomllib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import kilonode.gpu
+from kilonode.image import binaries as pinned
+from kilonode.image.recipe import Extra, Recipe
+from kilonode.image.rootfs import BuildError, host_path, put
+from kilonode.plan.model import NodePoolPlan
+from kilonode.render.files import HostFiles
+
+TOOLKIT = "nvidia-container-toolkit"
+# The package whose DKMS module is the driver (node-image/packages/gpu.txt says why not the open one)
+DRIVER_MODULE_PACKAGE = "nvidia-kernel-dkms"
+# binaries.toml's role for what a GPU pool adds to its runtime's role
+GPU_ROLE = "gpu"
+# The release tarball's .deb packages, installed in this order (each depends on the ones before).
+TOOLKIT_PACKAGES = (
+    "libnvidia-container1",
+    "libnvidia-container-tools",
+    "nvidia-container-toolkit-base",
+    "nvidia-container-toolkit",
+)
+# Where the GPU health agent's package lands in the image: the unit's PYTHONPATH
+# (node-image/gpu/rootfs/etc/systemd/system/kilonode-gpu-health.service).
+AGENT_PYTHONPATH = "/usr/local/lib/kilonode/python"
+AGENT_PACKAGE_DIR = f"{AGENT_PYTHONPATH}/kilonode/gpu"
+# A stand-in for the real kilonode/__init__.py, which belongs to the whole CLI: the image
+# carries only kilonode.gpu, and this file must import nothing else.
+AGENT_ROOT_INIT = (
+    '"""kilonode on a node: only the GPU health agent and taint controller (kilonode.gpu),\n'
+    'copied by `kilonode image build`. The rest of kilonode runs where clusters are built."""\n'
+)
+# The drop-ins that make the container runtime read the NVIDIA variant of its configuration.
+# 30-: after the pinned containerd's 20- drop-in, whose ExecStart this one replaces.
+DOCKER_DROPIN = "/etc/systemd/system/docker.service.d/30-kilonode-nvidia-runtime.conf"
+CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/30-kilonode-nvidia-runtime.conf"
+# Debian docker.io 20.10's ExecStart (/lib/systemd/system/docker.service), with --config-file
+# added: dockerd then reads only that file (the plain daemon.json stays for a node without the
+# toolkit). $DOCKER_OPTS (from /etc/default/docker) still applies as in the packaged unit.
+DOCKERD_EXEC = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
+# The runtime name the rendered NVIDIA configuration makes the default (infra/render/pool.py)
+NVIDIA_RUNTIME = "nvidia"
+
+
+def unsupported_gpu(recipe: Recipe, pool: NodePoolPlan) -> str | None:
+    """Why the recipe's GPU software cannot drive this pool's GPUs, or None when it can."""
+    if pool.gpus_per_node <= 0 or "gpu" not in recipe.extras:
+        return None
+    model = gpu_model(pool)
+    reason = recipe.extras["gpu"].unsupported_models.get(model or "")
+    if reason is None:
+        return None
+    return (
+        f"pool {pool.name}: {pool.vm_size} has {model} GPUs, which this image's GPU software cannot drive: "
+        f"{reason} (node-image/recipe.toml [extras.gpu.unsupported_models])"
+    )
+
+
+def gpu_model(pool: NodePoolPlan) -> str | None:
+    """The size catalogue's GPU model: from the plan where it carries it, else the catalogue."""
+    model = getattr(pool, "gpu_model", None)
+    if model:
+        return str(model)
+    from kilonode.config.catalog import vm_sizes
+
+    size = vm_sizes().get(pool.vm_size)
+    return size.gpu_model if size else None
+
+
+# --- the NVIDIA container toolkit ------------------------------------------------------------
+
+
+def install_toolkit(tree: Path, placed: pinned.BinaryResult) -> dict[str, str]:
+    """Install the four .deb packages of the toolkit's release tarball (placed in the tree by
+    binaries.place_role) with dpkg in the tree, then remove the tarball (the packages are the
+    record). Returns package -> version. Raises BuildError naming what is wrong."""
+    tarball = host_path(tree, placed.path)
+    staging = tarball.parent / "debs"
+    staging.mkdir(parents=True, exist_ok=True)
+    found: dict[str, str] = {}
+    try:
+        with tarfile.open(tarball, "r:*") as tar:
+            for info in tar:
+                name = PurePosixPath(info.name).name
+                package = name.split("_", 1)[0]
+                # packages/ubuntu18.04/amd64/<package>_<version>-1_amd64.deb in the release tarball
+                if info.isfile() and name.endswith("_amd64.deb") and package in TOOLKIT_PACKAGES:
+                    source = tar.extractfile(info)
+                    assert source is not None  # a regular file
+                    (staging / name).write_bytes(source.read())
+                    found[package] = name
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise BuildError(f"{TOOLKIT}: {tarball.name} is not a readable tarball: {error}") from error
+    missing = [p for p in TOOLKIT_PACKAGES if p not in found]
+    if missing:
+        raise BuildError(
+            f"{TOOLKIT}: {tarball.name} holds no {', '.join(missing)} .deb for amd64 "
+            "(expected the release's packages/ubuntu18.04/amd64/*.deb)"
+        )
+    inside = "/" + staging.relative_to(tree).as_posix()
+    result = subprocess.run(
+        ["chroot", str(tree), "dpkg", "--install", *(f"{inside}/{found[p]}" for p in TOOLKIT_PACKAGES)],
+        capture_output=True, text=True, check=False,
+    )
+    shutil.rmtree(tarball.parent)
+    if result.returncode != 0:
+        raise BuildError(f"{TOOLKIT}: dpkg --install failed in the image:\n{(result.stdout + result.stderr)[-3000:]}")
+    versions = installed(tree)
+    return {p: versions.get(p, "") for p in TOOLKIT_PACKAGES}
+
+
+def nvidia_runtime_config(pool: NodePoolPlan, files: HostFiles) -> str | None:
+    """The host path of the pool's rendered runtime configuration whose default runtime is the
+    NVIDIA one (infra/render/pool.py renders it beside the plain one for GPU pools), found in
+    the rendered files the caller gives by what it says, not by name; None when there is none."""
+    for path, rendered in sorted(files.items()):
+        try:
+            if pool.runtime == "docker" and path.startswith("etc/docker/") and path.endswith(".json"):
+                default = json.loads(rendered.content).get("default-runtime")
+            elif pool.runtime == "containerd" and path.startswith("etc/containerd/") and path.endswith(".toml"):
+                cri = tomllib.loads(rendered.content)["plugins"]["io.containerd.grpc.v1.cri"]
+                default = cri["containerd"]["default_runtime_name"]
+            else:
+                continue
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if default == NVIDIA_RUNTIME:
+            return "/" + path
+    return None
+
+
+def runtime_dropin(pool: NodePoolPlan, config: str, containerd_binary: str) -> tuple[str, str]:
+    """(path, text) of the drop-in that runs the pool's runtime with its NVIDIA configuration
+    `config` (nvidia_runtime_config). Written only when the toolkit was installed: a default
+    runtime naming a missing binary would fail every container (infra/render/pool.py says more)."""
+    why = (
+        "# kilonode: the NVIDIA runtime configuration (rendered beside the plain one), read only\n"
+        "# because the image build installed the NVIDIA container toolkit.\n"
+    )
+    if pool.runtime == "docker":
+        return DOCKER_DROPIN, (
+            f"{why}[Service]\nExecStart=\nExecStart={DOCKERD_EXEC} --config-file={config} $DOCKER_OPTS\n"
+        )
+    return CONTAINERD_DROPIN, f"{why}[Service]\nExecStart=\nExecStart={containerd_binary} --config {config}\n"
+
+
+# --- the GPU health agent's package ------------------------------------------------------------
+
+
+def agent_source() -> Path:
+    """The kilonode.gpu package as installed or checked out: its .py and .toml files are what
+    the image gets (a wheel ships the .toml data with it, pyproject's package-data)."""
+    return Path(kilonode.gpu.__file__).resolve().parent
+
+
+def copy_agent(tree: Path) -> list[dict[str, str]]:
+    """Copy kilonode.gpu (every .py and .toml) to AGENT_PACKAGE_DIR, with a kilonode/__init__.py
+    of its own; returns artefact entries (path, sha256, mode, source) for the manifest."""
+    source = agent_source()
+    files = sorted(p for p in source.iterdir() if p.is_file() and p.suffix in (".py", ".toml"))
+    if not any(p.name == "__init__.py" for p in files):
+        raise BuildError(f"{source}: not the kilonode.gpu package (no __init__.py)")
+    entries = []
+    for path, data in [
+        (f"{AGENT_PYTHONPATH}/kilonode/__init__.py", AGENT_ROOT_INIT.encode()),
+        *((f"{AGENT_PACKAGE_DIR}/{p.name}", p.read_bytes()) for p in files),
+    ]:
+        put(tree, path, data, 0o644)
+        sha = hashlib.sha256(data).hexdigest()
+        entries.append({"path": path, "sha256": sha, "mode": "0644", "source": "kilonode.gpu"})
+    return entries
+
+
+# --- what the manifest records ------------------------------------------------------------------
+
+
+def installed(tree: Path) -> dict[str, str]:
+    from kilonode.image.rootfs import installed_packages
+
+    return installed_packages(tree)
+
+
+def _files(tree: Path, pattern: str) -> list[dict[str, str]]:
+    entries = []
+    for path in sorted(tree.glob(pattern)):
+        if path.is_file() and not path.is_symlink():
+            entries.append({
+                "path": "/" + path.relative_to(tree).as_posix(),
+                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            })
+    return entries
+
+
+def boot_kernel(tree: Path) -> str | None:
+    """The kernel release the image boots: /vmlinuz (what grub.cfg loads) -> boot/vmlinuz-<release>."""
+    link = tree / "vmlinuz"
+    if not link.is_symlink():
+        return None
+    name = PurePosixPath(str(link.readlink())).name
+    return name.removeprefix("vmlinuz-") if name.startswith("vmlinuz-") else None
+
+
+def gpu_record(
+    recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, tree: Path, packages: dict[str, str],
+    toolkit: pinned.BinaryResult | None, toolkit_packages: dict[str, str], dropin: str | None,
+    agent: list[dict[str, str]], preloaded: list[dict[str, str]], runtime_config: str | None,
+) -> dict[str, Any] | None:
+    """The manifest's `gpu` section; None for an image without the GPU extra (verify skips its
+    GPU checks by this, and checks instead that no NVIDIA package is in the image)."""
+    if "gpu" not in extras:
+        return None
+    kernel = boot_kernel(tree)
+    driver_packages = {
+        name: version for name, version in packages.items()
+        if name.startswith(("nvidia-", "libnvidia-", "libcuda", "firmware-nvidia"))
+        and name not in TOOLKIT_PACKAGES
+    }
+    dkms_version = packages.get(DRIVER_MODULE_PACKAGE, "")
+    driver_version = dkms_version.split("-", 1)[0] if dkms_version else None
+    modules = _files(tree, f"lib/modules/{kernel}/updates/dkms/*.ko*") if kernel else []
+    device_plugin = _device_plugin_image()
+    return {
+        "model": gpu_model(pool),
+        "gpus_per_node": pool.gpus_per_node,
+        "driver": {
+            "version": driver_version,
+            "kernel_module": DRIVER_MODULE_PACKAGE,
+            "packages": driver_packages,
+            # the kernel the modules were built for = the one the image boots (verify checks it)
+            "kernel": kernel,
+            "modules": modules,
+            "dkms_modules_required": list(recipe.dkms_modules(extras)),
+        },
+        "gsp_firmware": {
+            "package": packages.get("firmware-nvidia-gsp"),
+            "files": _files(tree, f"lib/firmware/nvidia/{driver_version}/gsp*.bin") if driver_version else [],
+        },
+        "cuda_libraries": {
+            name: packages[name] for name in ("libcudart11.0", "libcublas11", "libcublaslt11", "python3-numpy")
+            if name in packages
+        },
+        "container_toolkit": {
+            "present": bool(toolkit and toolkit.present),
+            "version": toolkit.version if toolkit else None,
+            "origin": toolkit.origin if toolkit else "not in node-image/binaries.toml's gpu role",
+            "packages": toolkit_packages,
+            # the drop-in that makes the runtime read its NVIDIA configuration; None: it runs
+            # runc only, and containers get no GPU
+            "runtime_dropin": dropin,
+            # the rendered configuration naming the NVIDIA runtime (the drop-in points at it)
+            "runtime_config": runtime_config,
+        },
+        "device_plugin_image": device_plugin and {
+            "image": device_plugin,
+            "preloaded": any(i["image"] == device_plugin for i in preloaded),
+            "pulled_at_first_start": device_plugin in pool.boot_images_not_preloaded,
+        },
+        "agent": {"pythonpath": AGENT_PYTHONPATH, "files": agent},
+    }
+
+
+def _device_plugin_image() -> str | None:
+    """The NVIDIA device plugin image the cluster runs on GPU pools (kilonode.plan.defaults);
+    None while the plan layer names none."""
+    from kilonode.plan import defaults
+
+    image = getattr(defaults, "DEVICE_PLUGIN_IMAGE", None)
+    return str(image) if image else None
+
+
+def infiniband_record(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str]) -> dict[str, Any] | None:
+    if "infiniband" not in extras:
+        return None
+    from kilonode.image.recipe import read_list
+
+    wanted = read_list(recipe.extras["infiniband"].package_file)
+    return {"packages": {name: packages.get(name) for name in wanted}}

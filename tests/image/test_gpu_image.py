@@ -1,0 +1,208 @@
+"""A GPU + InfiniBand pool's image, built for real: research-7500's h100-ib pool
+(Standard_ND96isr_H100_v5: 8 H100, InfiniBand), the cheapest shipped pool that has both.
+
+Its base (docker+gpu+infiniband: the NVIDIA driver DKMS built for the image's kernel, GSP
+firmware, CUDA's runtime and cuBLAS, the RDMA user space) comes from the cache that
+`make test-artefacts` filled (`kilonode image prepare --stack research-7500`). The image is
+read offline by the verify suite (nothing here has a GPU to boot it with), its manifest is
+checked, and a seeded defect (a runtime drop-in naming the NVIDIA runtime in an image without
+the toolkit) must be named by its check. The same pool is built again with a stand-in of the
+NVIDIA container toolkit's release tarball (the real one cannot be downloaded here), to take
+the build's other branch; and the control-plane image is checked for the taint controller.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from kilonode.cli.image import image_inputs
+from kilonode.image import gpu as accel
+from kilonode.image.build import BuildResult, build_image
+from kilonode.image.disk import ImageFs
+from kilonode.image.manifest import Manifest
+from kilonode.image.recipe import load_recipe
+from kilonode.image.verify import VerifyReport, verify_image
+
+pytestmark = pytest.mark.slow
+
+GPU_CHECKS = {
+    "test_no_nvidia_package_outside_gpu_images",
+    "test_rdma_packages_only_on_infiniband_pools",
+    "test_driver_set_is_one_version",
+    "test_nvidia_modules_built_for_the_kernel_the_image_boots",
+    "test_nvidia_smi_present",
+    "test_modprobe_nvidia_loads_the_built_module",
+    "test_gsp_firmware_for_the_driver_version",
+    "test_cuda_libraries_for_the_active_check",
+    "test_runtime_names_nvidia_runtime_iff_toolkit_placed",
+    "test_gpu_health_agent_delivered_not_enabled",
+}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gpu-image")
+
+
+@pytest.fixture(scope="module")
+def built(work: Path) -> BuildResult:
+    return build_image(image_inputs("research-7500", "h100-ib"), work / "out")
+
+
+@pytest.fixture(scope="module")
+def manifest(built: BuildResult) -> Manifest:
+    return Manifest.load(built.manifest)
+
+
+def outcomes(report: VerifyReport) -> dict[str, str]:
+    """check name (parameters dropped) -> passed/failed/skipped, from the merged JUnit XML."""
+    found: dict[str, str] = {}
+    for case in ET.parse(report.junit).getroot().iter("testcase"):
+        name = re.sub(r"\[.*\]$", "", case.get("name", ""))
+        tags = {child.tag for child in case}
+        outcome = "failed" if tags & {"failure", "error"} else "skipped" if "skipped" in tags else "passed"
+        if found.get(name) != "failed":
+            found[name] = outcome
+    return found
+
+
+def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Manifest) -> None:
+    data = manifest.data
+    assert data["inputs"]["base"] == "docker+gpu+infiniband" and data["inputs"]["extras"] == ["gpu", "infiniband"]
+    assert data["disk"]["size_bytes"] == load_recipe().disk_size_mib << 20
+    gpu = data["gpu"]
+    assert gpu["model"] == "NVIDIA H100 80GB" and gpu["gpus_per_node"] == 8
+    driver = gpu["driver"]
+    assert driver["version"] == "535.309.01" and driver["kernel_module"] == "nvidia-kernel-dkms"
+    assert {driver["packages"][p] for p in ("nvidia-kernel-dkms", "libcuda1", "nvidia-smi",
+                                            "firmware-nvidia-gsp")} == {"535.309.01-0+deb12u1"}
+    assert re.fullmatch(r"6\.1\.0-\d+-cloud-amd64", driver["kernel"]), driver["kernel"]
+    modules = {m["path"].rsplit("/", 1)[-1].split(".ko")[0] for m in driver["modules"]}
+    assert {"nvidia-current", "nvidia-current-uvm"} <= modules, modules
+    assert all(m["path"].startswith(f"/lib/modules/{driver['kernel']}/updates/dkms/") for m in driver["modules"])
+    assert {f["path"].rsplit("/", 1)[-1] for f in gpu["gsp_firmware"]["files"]} >= {"gsp_ga10x.bin", "gsp_tu10x.bin"}
+    assert {"libcudart11.0", "libcublas11", "python3-numpy"} <= set(gpu["cuda_libraries"])
+    # no toolkit can be had here: absent, saying what the node lacks, and no runtime drop-in
+    toolkit = gpu["container_toolkit"]
+    assert toolkit["present"] is False and toolkit["runtime_dropin"] is None and toolkit["packages"] == {}
+    assert "not pinned" in toolkit["origin"] and "get no GPU" in toolkit["origin"]
+    assert toolkit["runtime_config"] == "/etc/docker/daemon-nvidia.json"
+    plugin = gpu["device_plugin_image"]
+    if plugin is not None:  # named by kilonode.plan.defaults.DEVICE_PLUGIN_IMAGE
+        assert plugin["image"].startswith("nvcr.io/nvidia/k8s-device-plugin:")
+        assert plugin["preloaded"] or plugin["pulled_at_first_start"]
+    assert data["infiniband"] == {"packages": {p: data["packages"][p] for p in
+                                               ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest")}}
+    agent = {f["path"] for f in data["gpu_agent"]["files"]}
+    assert f"{accel.AGENT_PACKAGE_DIR}/agent.py" in agent and f"{accel.AGENT_PACKAGE_DIR}/__init__.py" in agent
+    assert any(a["path"] == "/etc/systemd/system/kilonode-gpu-health.service" and a["source"] == "recipe:gpu"
+               for a in data["artefacts"])
+    toolkit_entry = next(b for b in data["other_binaries"] if b["name"] == "nvidia-container-toolkit")
+    assert toolkit_entry["present"] is False and toolkit_entry["version"] == "1.17.8"
+
+
+def test_offline_verify_runs_every_gpu_check_and_passes(built: BuildResult, work: Path) -> None:
+    report = verify_image(built.raw, workdir=work / "verify", boot=False)
+    assert report.passed, report.failures
+    seen = outcomes(report)
+    assert {name: seen.get(name) for name in GPU_CHECKS} == dict.fromkeys(GPU_CHECKS, "passed")
+    summary = json.loads((work / "verify" / "verify-summary.json").read_text())
+    assert summary["counts"]["offline"].get("failed", 0) == 0
+
+
+def test_a_runtime_pointed_at_a_missing_nvidia_runtime_is_named(
+    built: BuildResult, manifest: Manifest, work: Path
+) -> None:
+    """Seeded: the docker drop-in the build writes only with the toolkit, in an image without it
+    (every container, the pause container included, would fail to start)."""
+    pool = manifest.pool
+    path, text = accel.runtime_dropin(pool, manifest.data["gpu"]["container_toolkit"]["runtime_config"],
+                                      "/usr/bin/containerd")
+    fs = ImageFs(built.raw)
+    fs.write(path, text.encode())
+    try:
+        report = verify_image(built.raw, workdir=work / "verify-defect", boot=False)
+    finally:
+        fs.remove(path)
+    assert not report.passed
+    failed = {f.split(" — ")[0] for f in report.failures}
+    assert failed == {"offline: test_offline_gpu::test_runtime_names_nvidia_runtime_iff_toolkit_placed"}, (
+        report.failures
+    )
+
+
+def stand_in_toolkit(directory: Path, version: str) -> Path:
+    """A STAND-IN for NVIDIA's release tarball (nothing here can download the real one): the
+    same name and layout, four .deb packages of the real names and dependencies, whose
+    nvidia-container-runtime is a script that only execs runc. It proves what the build does
+    with a given tarball (dpkg installs it in the image, the runtime drop-in is written, the
+    manifest and verify follow), not NVIDIA's software."""
+    release = directory / f"release-v{version}-stable/packages/ubuntu18.04/amd64"
+    release.mkdir(parents=True)
+    depends = {
+        "libnvidia-container1": "libc6",
+        "libnvidia-container-tools": f"libnvidia-container1 (>= {version}-1)",
+        "nvidia-container-toolkit-base": "",
+        "nvidia-container-toolkit": f"nvidia-container-toolkit-base (= {version}-1), libnvidia-container-tools",
+    }
+    for package, depends_on in depends.items():
+        root = directory / "build" / package
+        (root / "DEBIAN").mkdir(parents=True)
+        control = (f"Package: {package}\nVersion: {version}-1\nArchitecture: amd64\nMaintainer: kilonode tests\n"
+                   f"Description: stand-in for NVIDIA's {package} (kilonode tests)\n")
+        if depends_on:
+            control += f"Depends: {depends_on}\n"
+        (root / "DEBIAN/control").write_text(control)
+        if package == "nvidia-container-toolkit-base":
+            runtime = root / "usr/bin/nvidia-container-runtime"
+            runtime.parent.mkdir(parents=True)
+            runtime.write_text("#!/bin/sh\n# kilonode test stand-in, not NVIDIA's runtime\nexec runc \"$@\"\n")
+            runtime.chmod(0o755)
+        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root),
+                        str(release / f"{package}_{version}-1_amd64.deb")], check=True, capture_output=True)
+    out = directory / "bin"
+    out.mkdir()
+    tarball = out / f"nvidia-container-toolkit_{version}_deb_amd64.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(directory / f"release-v{version}-stable", arcname=f"release-v{version}-stable")
+    return out
+
+
+def test_with_the_toolkit_given_the_runtime_names_the_nvidia_runtime(work: Path) -> None:
+    """The same pool built with (a stand-in of) the toolkit's tarball: its packages are installed,
+    the drop-in starts dockerd on daemon-nvidia.json, and the offline checks pass on that branch."""
+    binaries = stand_in_toolkit(work / "toolkit", "1.17.8")
+    result = build_image(image_inputs("research-7500", "h100-ib"), work / "with-toolkit", binaries_dir=binaries)
+    manifest = Manifest.load(result.manifest)
+    toolkit = manifest.data["gpu"]["container_toolkit"]
+    assert toolkit["present"] is True and toolkit["runtime_dropin"] == accel.DOCKER_DROPIN
+    assert toolkit["packages"] == dict.fromkeys(accel.TOOLKIT_PACKAGES, "1.17.8-1")
+    assert all(manifest.data["packages"][p] == "1.17.8-1" for p in accel.TOOLKIT_PACKAGES)
+    fs = ImageFs(result.raw)
+    # the tarball itself is not left in the image: the installed packages are the record
+    assert fs.stat("/var/lib/kilonode/nvidia-container-toolkit") is None
+    report = verify_image(result.raw, workdir=work / "verify-with-toolkit", boot=False)
+    assert report.passed, report.failures
+    assert outcomes(report)["test_runtime_names_nvidia_runtime_iff_toolkit_placed"] == "passed"
+
+
+def test_the_control_plane_image_carries_the_taint_controller(work: Path) -> None:
+    """The apiservers run the GPU health taint controller: kilonode.gpu is in their image, and
+    nothing of the GPU pools' software is."""
+    result = build_image(image_inputs("research-7500", None, "control-plane"), work / "control-plane")
+    data = Manifest.load(result.manifest).data
+    assert data["gpu"] is None and data["infiniband"] is None and data["inputs"]["extras"] == []
+    files = {f["path"] for f in data["gpu_agent"]["files"]}
+    assert {f"{accel.AGENT_PACKAGE_DIR}/controller.py", f"{accel.AGENT_PYTHONPATH}/kilonode/__init__.py"} <= files
+    assert not [p for p in data["packages"] if "nvidia" in p], "NVIDIA packages in the control-plane image"
+    fs = ImageFs(result.raw)
+    for path in files:
+        assert fs.stat(path) is not None, path
+    assert fs.stat("/etc/systemd/system/kilonode-gpu-health.service") is None, "the node agent's unit is for GPU pools"
