@@ -10,6 +10,7 @@ from rich.table import Table
 
 from kilonode.cli.common import StackArg, die, load_and_plan, out
 from kilonode.config.load import display_path
+from kilonode.plan.model import NodePoolPlan
 from kilonode.render import render_tree
 from kilonode.render.write import OutputDirError, write_tree
 
@@ -95,6 +96,16 @@ def allocate(stack: StackArg) -> None:
     out.print(f"[green]✓[/] {display_path(reloaded.file)}: {len(placed)} subnet(s) recorded; commit the file")
 
 
+def _local_disk_text(pool: NodePoolPlan) -> str:
+    storage = pool.local_storage
+    what = {
+        "nvme-raid0": f"RAID 0 of {storage.nvme_count} NVMe",
+        "nvme": "1 NVMe",
+        "device": str(storage.device),
+    }[storage.kind]
+    return f"{what} → {storage.mount_point}"
+
+
 def explain(stack: StackArg) -> None:
     """A readable summary: counts, subnets, scale-set shards, IP budget and headroom per limit."""
     loaded, plan = load_and_plan(stack)
@@ -120,7 +131,7 @@ def explain(stack: StackArg) -> None:
     out.print(f"--etcd-servers-overrides={cp.etcd_servers_overrides}")
 
     pools = Table(title="Node pools", title_justify="left")
-    for column in ("pool", "nodes", "runtime", "VM size", "subnet", "IPs/NIC", "maxPods", "scale sets"):
+    for column in ("pool", "nodes", "runtime", "VM size", "subnet", "IPs/NIC", "maxPods", "scale sets", "local disk"):
         pools.add_column(column)
     for pool in plan.node_pools:
         sizes = sorted({s.capacity for s in pool.shards})
@@ -129,8 +140,11 @@ def explain(stack: StackArg) -> None:
         pools.add_row(
             pool.name, f"{pool.nodes:,}", pool.runtime, pool.vm_size + (" + IB" if pool.infiniband else ""),
             str(pool.subnet), str(pool.ip_configs_per_nic), str(pool.max_pods), shard_text,
+            _local_disk_text(pool),
         )
     out.print(pools)
+    for pool in plan.node_pools:
+        out.print(f"pool {pool.name} local disk: {pool.local_storage.reason}; runtime root {pool.runtime_root}")
     for pool in plan.node_pools:
         if pool.boot_images_not_preloaded:
             out.print(f"[yellow]![/] pool {pool.name}: pulled at first start (no archive in bootImageArchives): "

@@ -47,7 +47,9 @@ class LocalDiskConfig(StrictModel):
     device: str = Field(
         default="/dev/disk/cloud/azure_resource",
         description=(
-            "Azure exposes the temp (resource) disk of `d` sizes through cloud-init's udev link."
+            "Azure exposes the temp (resource) disk of `d` sizes through cloud-init's udev link. For a node pool"
+            " whose size has local NVMe disks (vm_sizes.yaml nvmeDisks) this default means those disks instead,"
+            " as one RAID 0 array when there are several, made at every boot; another device is used as named."
         ),
     )
     mount_point: str = Field(

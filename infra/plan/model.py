@@ -90,6 +90,23 @@ class SysctlSetting(StrictModel):
     reason: str
 
 
+class LocalStoragePlan(StrictModel):
+    """A pool's local disk as the plan decided it from the VM size (resolve._local_storage)."""
+
+    # "nvme-raid0": the size's local NVMe disks as one RAID 0 array; "nvme": its only NVMe
+    # disk; both made and mounted by kilonode-local-disk.service at every boot. "device": one
+    # named block device (Azure's temp disk by default) that cloud-init formats and mounts.
+    kind: Literal["nvme-raid0", "nvme", "device"]
+    mount_point: str
+    filesystem: Literal["ext4", "xfs"]
+    device: str | None  # kind "device" only
+    # kind "nvme*": the NVMe controllers' model strings that select the disks, and how many
+    # there must be: fewer, or more, and the node refuses rather than guess
+    nvme_models: tuple[str, ...] = ()
+    nvme_count: int = 0
+    reason: str  # why, in one line (kilonode explain)
+
+
 class NodePoolPlan(StrictModel):
     name: str
     nodes: int
@@ -97,6 +114,9 @@ class NodePoolPlan(StrictModel):
     infiniband: bool
     vm_size: str
     gpus_per_node: int
+    # the size catalogue's GPU model (None: not in the catalogue, or no GPUs); the GPU health
+    # agent reports it beside what nvidia-smi names
+    gpu_model: str | None = None
     subnet: IPv4Network
     pods_per_node: int
     ip_configs_per_nic: int  # 1 primary + pods_per_node secondary
@@ -104,6 +124,7 @@ class NodePoolPlan(StrictModel):
     max_vms_per_scale_set: int
     shards: tuple[ScaleSetShard, ...]
     local_disk: LocalDiskConfig
+    local_storage: LocalStoragePlan
     runtime_root: str
     max_concurrent_downloads: int
     max_parallel_image_pulls: int
@@ -203,3 +224,8 @@ class ClusterPlan(StrictModel):
     @property
     def total_nodes(self) -> int:
         return sum(pool.nodes for pool in self.node_pools)
+
+    @property
+    def gpu_pools(self) -> tuple[NodePoolPlan, ...]:
+        """Pools whose size has GPUs: where the device plugin and the GPU health agent run."""
+        return tuple(pool for pool in self.node_pools if pool.gpus_per_node)

@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
-from kilonode.config.catalog import gpus_of, infiniband_of
+from kilonode.config.catalog import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK, gpus_of, infiniband_of, vm_size
 from kilonode.config.checks import effective_sysctls
 from kilonode.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
 from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import defaults, limits
 from kilonode.plan.model import (
     ApiserverInstance,
@@ -22,6 +23,7 @@ from kilonode.plan.model import (
     ControlPlanePlan,
     EtcdClusterPlan,
     EtcdMember,
+    LocalStoragePlan,
     NatGatewayPlan,
     NetworkPlan,
     NodePoolPlan,
@@ -482,10 +484,11 @@ def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[Sca
     )
 
 
-def boot_images(config: ClusterConfig) -> tuple[str, ...]:
-    """What the in-cluster program runs that every node (or any node) must start at boot."""
+def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tuple[str, ...]:
+    """What the in-cluster program runs that every node (or any node) must start at boot;
+    with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
     cloud_provider = defaults.cloud_provider_azure_version(config.kubernetes_version)
-    return (
+    common = (
         defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=config.kubernetes_version),
         defaults.COREDNS_IMAGE,
         defaults.SERVING_CERT_APPROVER_IMAGE,
@@ -494,6 +497,10 @@ def boot_images(config: ClusterConfig) -> tuple[str, ...]:
         defaults.CLOUD_NODE_MANAGER_IMAGE.format(version=cloud_provider),
         defaults.CLOUD_CONTROLLER_MANAGER_IMAGE.format(version=cloud_provider),
     )
+    # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu).
+    if pool is not None and gpus_of(pool.vm_size, pool.gpus_per_node):
+        return (*common, defaults.DEVICE_PLUGIN_IMAGE)
+    return common
 
 
 def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage, ...]:
@@ -503,7 +510,7 @@ def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage,
 
     images = [PreloadImage(image=config.pause_image, source="build:pause", baked_path=baked(config.pause_image))]
     supplied = {entry.image: entry.archive for entry in config.boot_image_archives}
-    for image in boot_images(config):
+    for image in boot_images(config, pool):
         if supplied.get(image):
             images.append(PreloadImage(image=image, source="archive", archive=supplied[image], baked_path=baked(image)))
     for entry in pool.preload_images:
@@ -518,6 +525,50 @@ def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage,
     return tuple(images)
 
 
+def _local_storage(pool: NodePoolConfig) -> LocalStoragePlan:
+    """The pool's local disk, from its size: every NVMe disk the size has (the 2,500-node
+    post's local SSD, at its fastest), else the device localDisk names (Azure's temp disk by
+    default). A device the stack names itself is kept: that is a deliberate choice."""
+    disk = pool.local_disk
+    size = vm_size(pool.vm_size)
+    nvme = size.nvme_disks if size else None
+    if nvme is None or disk.device != AZURE_TEMP_DISK:
+        if disk.device != AZURE_TEMP_DISK:
+            why = "localDisk.device names it" + (f"; the size's {nvme.count} NVMe disk(s) stay unused" if nvme else "")
+        else:
+            why = f"{pool.vm_size} has no local NVMe disks: its temp disk" + (
+                f" ({size.temp_disk_gib} GiB)" if size and size.temp_disk_gib else "")
+        return LocalStoragePlan(kind="device", mount_point=disk.mount_point, filesystem=disk.filesystem,
+                                device=disk.device, reason=why)
+    total = nvme.count * nvme.size_gib
+    return LocalStoragePlan(
+        kind="nvme-raid0" if nvme.count > 1 else "nvme",
+        mount_point=disk.mount_point,
+        filesystem=disk.filesystem,
+        device=None,
+        nvme_models=AZURE_NVME_LOCAL_MODELS,
+        nvme_count=nvme.count,
+        reason=(f"{pool.vm_size} has {nvme.count} local NVMe disk(s) of {nvme.size_gib} GiB ({total} GiB"
+                + (", striped as RAID 0)" if nvme.count > 1 else ")")
+                + (f"; its {size.temp_disk_gib} GiB temp disk is left alone" if size and size.temp_disk_gib else "")),
+    )
+
+
+def _gpu_model(pool: NodePoolConfig) -> str | None:
+    size = vm_size(pool.vm_size)
+    return size.gpu_model if size and gpus_of(pool.vm_size, pool.gpus_per_node) else None
+
+
+def _pool_taints(pool: NodePoolConfig) -> tuple[str, ...]:
+    """The stack's taints, plus on GPU pools the GPU health startup taint: the kubelet
+    registers the node with it (registerWithTaints), so no pod lands before the agent's
+    first check passed; the GPU health controller lifts it (kilonode.gpu.controller)."""
+    if not gpus_of(pool.vm_size, pool.gpus_per_node):
+        return pool.taints
+    startup = f"{STARTUP_TAINT}={STARTUP_VALUE}:{EFFECT}"
+    return pool.taints if startup in pool.taints else (*pool.taints, startup)
+
+
 def _node_pool(
     config: ClusterConfig, pool: NodePoolConfig, subnet: IPv4Network, sysctls: tuple[SysctlSetting, ...]
 ) -> NodePoolPlan:
@@ -530,6 +581,7 @@ def _node_pool(
         infiniband=infiniband_of(pool.vm_size, pool.infiniband),
         vm_size=pool.vm_size,
         gpus_per_node=gpus_of(pool.vm_size, pool.gpus_per_node),
+        gpu_model=_gpu_model(pool),
         subnet=subnet,
         pods_per_node=pool.pods_per_node,
         ip_configs_per_nic=1 + pool.pods_per_node,
@@ -537,6 +589,7 @@ def _node_pool(
         max_vms_per_scale_set=per_set,
         shards=shards,
         local_disk=pool.local_disk,
+        local_storage=_local_storage(pool),
         # 2,500-node post: the container runtime's root on the instance's local SSD.
         runtime_root=f"{pool.local_disk.mount_point}/{root_name}",
         max_concurrent_downloads=pool.max_concurrent_downloads,
@@ -545,10 +598,10 @@ def _node_pool(
         pause_image=config.pause_image,
         preload_images=_preload(config, pool),
         boot_images_not_preloaded=tuple(
-            image for image in boot_images(config)
+            image for image in boot_images(config, pool)
             if image not in {entry.image for entry in config.boot_image_archives if entry.archive}
         ),
         sysctls=sysctls,
         labels={"kilonode.io/pool": pool.name, **pool.labels},
-        taints=pool.taints,
+        taints=_pool_taints(pool),
     )

@@ -10,7 +10,7 @@ import tomli_w
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 from kilonode.render import cni
-from kilonode.render.cloud_init import user_data
+from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
@@ -23,8 +23,29 @@ SYSCTL_FILE = "etc/sysctl.d/90-kilonode.conf"
 PRELOAD_MANIFEST = "etc/kilonode/preload-images.json"
 PRELOAD_LOADER = "usr/local/lib/kilonode/load-preloaded-images"
 PRELOAD_UNIT = "etc/systemd/system/kilonode-preload-images.service"
+# The local NVMe disks: what the node image's kilonode-local-disk.service reads, at every boot.
+LOCAL_DISK_CONFIG = "etc/kilonode/local-disk.json"
+LOCAL_DISK_UNIT = "kilonode-local-disk.service"
+# How long the node waits for all its NVMe disks to appear before it gives up (they are
+# there within seconds; a missing one never comes, and the unit then fails saying so).
+LOCAL_DISK_WAIT_S = 120
+# The GPU health agent (kilonode.gpu.agent) on GPU pools: its config, and its unit in the GPU image.
+GPU_HEALTH_CONFIG = "etc/kilonode/gpu-health.json"
+GPU_HEALTH_UNIT = "kilonode-gpu-health.service"
 CRI_DOCKERD_SOCKET = "unix:///run/cri-dockerd.sock"
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
+# GPU pools: the runtime configuration that names the NVIDIA container runtime, beside the
+# plain one. The runtime reads it only where the image build installed the NVIDIA container
+# toolkit: then, and only then, the image carries a drop-in that starts dockerd with
+# `--config-file` / containerd with `--config` pointing here (kilonode.image.build). A default
+# runtime naming a binary that is not there would fail every container, the pause container
+# and so every pod included; so an image without the toolkit keeps runc and runs pods, without
+# GPUs, and its manifest and `kilonode image build` say so.
+NVIDIA_RUNTIME = "nvidia"
+# The runc wrapper of nvidia-container-toolkit-base (NVIDIA/nvidia-container-toolkit's .deb)
+NVIDIA_CONTAINER_RUNTIME = "/usr/bin/nvidia-container-runtime"
+DOCKER_DAEMON_NVIDIA_JSON = "etc/docker/daemon-nvidia.json"
+CONTAINERD_NVIDIA_CONFIG = "etc/containerd/config-nvidia.toml"
 
 
 def runtime_unit(pool: NodePoolPlan) -> str:
@@ -47,7 +68,8 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         )),
         f"etc/systemd/system/{runtime_unit(pool)}.d/10-kilonode-local-ssd.conf": RenderedFile(render_template(
             "etc/systemd/system/RUNTIME.service.d/10-kilonode-local-ssd.conf",
-            mount_point=pool.local_disk.mount_point,
+            mount_point=pool.local_storage.mount_point,
+            setup_unit=_local_disk_unit(pool),
         )),
         SYSCTL_FILE: RenderedFile(sysctl_conf(pool)),
         # Every pool, hostNetwork-only ones too: without a CNI configuration the kubelet
@@ -62,8 +84,12 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
             PRELOAD_UNIT, runtime_unit=runtime_unit(pool), loader=f"/{PRELOAD_LOADER}",
         )),
     }
+    if _local_disk_unit(pool):
+        files[LOCAL_DISK_CONFIG] = RenderedFile(to_json(local_disk_config(pool)))
     if pool.runtime == "docker":
         files[DOCKER_DAEMON_JSON] = RenderedFile(to_json(docker_daemon_json(pool)))
+        if pool.gpus_per_node > 0:
+            files[DOCKER_DAEMON_NVIDIA_JSON] = RenderedFile(to_json(docker_daemon_json(pool, nvidia=True)))
         files["etc/systemd/system/cri-docker.service"] = RenderedFile(render_template(
             "etc/systemd/system/cri-docker.service",
             binary=CRI_DOCKERD_BINARY,
@@ -71,7 +97,13 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         ))
     else:
         files[CONTAINERD_CONFIG] = RenderedFile(containerd_config(pool))
+        if pool.gpus_per_node > 0:
+            files[CONTAINERD_NVIDIA_CONFIG] = RenderedFile(containerd_config(pool, nvidia=True))
     units = [runtime_unit(pool), "kilonode-preload-images.service", "kubelet.service"]
+    if pool.gpus_per_node:
+        # the unit is in the GPU image (node-image/gpu/rootfs); its config is per pool
+        files[GPU_HEALTH_CONFIG] = RenderedFile(to_json(gpu_health_config(pool)))
+        units.append(GPU_HEALTH_UNIT)
     if pool.runtime == "docker":
         units.insert(1, "cri-docker.service")
     files[USER_DATA] = RenderedFile(user_data(
@@ -81,8 +113,50 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         restart_units=[runtime_unit(pool)],
         start_units=units[1:],
         apply_sysctls=True,
+        local_disk_unit=_local_disk_unit(pool),
     ))
     return dict(sorted(files.items()))
+
+
+def _local_disk_unit(pool: NodePoolPlan) -> str | None:
+    """The unit that makes the pool's local disk, when the node does it (NVMe) and not cloud-init."""
+    return None if pool.local_storage.kind == "device" else LOCAL_DISK_UNIT
+
+
+def local_disk_config(pool: NodePoolPlan) -> dict[str, Any]:
+    """/etc/kilonode/local-disk.json: which disks to assemble, and where to mount them.
+
+    Read by node-image/rootfs/usr/local/lib/kilonode/local-disk-setup (its docstring says
+    what it does with each field)."""
+    storage = pool.local_storage
+    return {
+        "models": list(storage.nvme_models),
+        "count": storage.nvme_count,
+        # the md array's name in its superblock (several disks only)
+        "array": "kilonode-local",
+        "filesystem": storage.filesystem,
+        "label": LOCAL_SSD_LABEL,
+        "mountPoint": storage.mount_point,
+        # NVMe controllers probe asynchronously after boot; past this the node refuses
+        "diskWaitSeconds": LOCAL_DISK_WAIT_S,
+    }
+
+
+def gpu_health_config(pool: NodePoolPlan) -> dict[str, Any]:
+    """/etc/kilonode/gpu-health.json, read by kilonode.gpu.agent.load_config (its fields and
+    their checks are there). No nodeName: the agent takes the hostname, lower-cased, as the
+    kubelet does when no --hostname-override is given (kubelet_flags gives none). The
+    intervals are left to the agent's defaults (infra/gpu/thresholds.toml [agent], each
+    with its reason)."""
+    config: dict[str, Any] = {
+        "expectGpus": pool.gpus_per_node,
+        # the kubelet's own credentials after TLS bootstrap: NodeRestriction lets them patch
+        # this Node's status, create Events and list the pods bound to it
+        "kubeconfig": wellknown.KUBELET_KUBECONFIG,
+    }
+    if pool.gpu_model:
+        config["gpuModel"] = pool.gpu_model
+    return config
 
 
 def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
@@ -140,8 +214,11 @@ def kubelet_flags(pool: NodePoolPlan) -> list[Flag]:
     ]
 
 
-def docker_daemon_json(pool: NodePoolPlan) -> dict[str, Any]:
-    return {
+def docker_daemon_json(pool: NodePoolPlan, *, nvidia: bool = False) -> dict[str, Any]:
+    """daemon.json; with `nvidia`, the GPU pool's variant (DOCKER_DAEMON_NVIDIA_JSON): the same
+    plus the NVIDIA runtime as Docker's default. Keys as Docker 20.10 reads them (moby
+    daemon/config: `runtimes` of api/types.Runtime {`path`, `runtimeArgs`}, `default-runtime`)."""
+    config: dict[str, Any] = {
         # 2,500-node post: Docker's root on the instance's local SSD.
         "data-root": pool.runtime_root,
         # 2,500-node post: parallel pulls need overlay2 (not AUFS).
@@ -158,6 +235,14 @@ def docker_daemon_json(pool: NodePoolPlan) -> dict[str, Any]:
             "max-file": str(defaults.CONTAINER_LOG_MAX_FILES),
         },
     }
+    if nvidia:
+        config["runtimes"] = {NVIDIA_RUNTIME: {"path": NVIDIA_CONTAINER_RUNTIME}}
+        # the default, not only a named runtime: the device plugin's pod and pods without a
+        # runtimeClass (the usual GPU job) get their GPUs through it; cri-dockerd has no
+        # per-pod runtime choice of its own. It wraps runc and changes nothing for a container
+        # that asks for no GPU.
+        config["default-runtime"] = NVIDIA_RUNTIME
+    return config
 
 
 def cri_dockerd_flags(pool: NodePoolPlan) -> list[Flag]:
@@ -171,8 +256,30 @@ def cri_dockerd_flags(pool: NodePoolPlan) -> list[Flag]:
     ]
 
 
-def containerd_config(pool: NodePoolPlan) -> str:
+def containerd_config(pool: NodePoolPlan, *, nvidia: bool = False) -> str:
+    """config.toml (version 2); with `nvidia`, the GPU pool's variant (CONTAINERD_NVIDIA_CONFIG):
+    the same plus an `nvidia` runtime, the default. Keys as containerd 1.7's CRI plugin reads
+    them (pkg/cri/config: ContainerdConfig `default_runtime_name`, `runtimes`; Runtime
+    `runtime_type`, `options`, decoded into runc's options, whose `BinaryName` names the binary
+    the runc v2 shim runs instead of runc).
+
+    A runc v2 runtime with BinaryName, not CDI: containerd's CDI support (`enable_cdi`) exists
+    only from 1.7, while an image without the pinned 1.7 runs Debian's 1.6; CDI also needs a
+    spec generated on the node after the driver loads (`nvidia-ctk cdi generate`) and the
+    device plugin switched to CDI. The runtime wrapper works with 1.6 and 1.7 and the device
+    plugin's default (environment variable) device list."""
     cri = "io.containerd.grpc.v1.cri"
+    runtimes: dict[str, Any] = {
+        "runc": {
+            "runtime_type": "io.containerd.runc.v2",
+            "options": {"SystemdCgroup": True},
+        },
+    }
+    if nvidia:
+        runtimes[NVIDIA_RUNTIME] = {
+            "runtime_type": "io.containerd.runc.v2",
+            "options": {"BinaryName": NVIDIA_CONTAINER_RUNTIME, "SystemdCgroup": True},
+        }
     config = {
         # containerd 1.6/1.7 configuration schema.
         "version": 2,
@@ -189,13 +296,10 @@ def containerd_config(pool: NodePoolPlan) -> str:
                 "image_pull_progress_timeout": pool.image_pull_progress_deadline,
                 "containerd": {
                     "snapshotter": "overlayfs",
-                    "default_runtime_name": "runc",
-                    "runtimes": {
-                        "runc": {
-                            "runtime_type": "io.containerd.runc.v2",
-                            "options": {"SystemdCgroup": True},
-                        },
-                    },
+                    # GPU pools' variant: pods without a runtimeClass (the device plugin's, the
+                    # GPU jobs) get their GPUs through the NVIDIA runtime, as with Docker
+                    "default_runtime_name": NVIDIA_RUNTIME if nvidia else "runc",
+                    "runtimes": runtimes,
                 },
             },
         },

@@ -48,8 +48,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     # bootstrap: Secret + 4 bindings; approver: SA, role, binding, Deployment;
     # DNS: SA, role, binding, ConfigMap, Deployment, PDB, Service; kube-proxy: SA, binding,
     # ConfigMap, DaemonSet; cloud provider: 2 x (SA, role, binding), RoleBinding, ConfigMap,
-    # Deployment, PDB, DaemonSet
-    assert len(objects) == 31
+    # Deployment, PDB, DaemonSet; GPU pools (kilonode.k8s.gpu): the device plugin's DaemonSet,
+    # the GPU health controller's ClusterRole, Role and their bindings
+    assert len(objects) == 31 + (5 if plans[stack].gpu_pools else 0)
     for record in objects:
         kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
 
@@ -109,6 +110,8 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         "kilonode:cloud-controller-manager": ("kilonode:cloud-controller-manager",
                                               [("ServiceAccount", "cloud-controller-manager")]),
         "kilonode:cloud-node-manager": ("kilonode:cloud-node-manager", [("ServiceAccount", "cloud-node-manager")]),
+        "kilonode:gpu-health-controller": ("kilonode:gpu-health-controller",
+                                           [("User", "kilonode:gpu-health-controller")]),
     }
     role = next(manifest(r) for r in k8s_objects(graphs["research-7500"])
                 if r.type.endswith(":ClusterRole") and r.name.endswith("serving-cert-approver-role"))

@@ -1,5 +1,5 @@
 """Images every node needs at boot (kube-proxy, CoreDNS, the serving-certificate approver,
-the cloud provider's node and controller managers):
+the cloud provider's node and controller managers; on GPU pools the NVIDIA device plugin):
 baked like the pause image when the stack supplies their archives, else named as pulled at
 first start, in the plan, the image manifest and `kilonode explain`."""
 
@@ -21,7 +21,8 @@ BOOT = (
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
-        assert pool.boot_images_not_preloaded == BOOT
+        # every research-7500 pool has GPUs: the device plugin too
+        assert pool.boot_images_not_preloaded == (*BOOT, defaults.DEVICE_PLUGIN_IMAGE)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
 
 
@@ -47,4 +48,4 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for r in graphs["research-7500"].resources if r.type.startswith("kubernetes:apps/v1:")
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
-    assert images == set(BOOT)
+    assert images == {*BOOT, defaults.DEVICE_PLUGIN_IMAGE}

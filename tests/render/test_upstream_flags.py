@@ -48,6 +48,8 @@ def exec_start(unit: str) -> tuple[str, dict[str, str]]:
         i += 1
         logical = logical[:-1] + " " + lines[i]
     binary, *args = logical.split()
+    if binary.endswith("/python3") and args[:1] == ["-m"]:  # kilonode's own programs: the module
+        binary, *args = args[1:]
     flags: dict[str, str] = {}
     for arg in args:
         match = re.fullmatch(r"--([a-z0-9.-]+)=(.*)", arg)

@@ -20,6 +20,12 @@ CATALOG_DIR = Path(__file__).resolve().parent
 # The temp (resource) disk as cloud-init's udev rules name it on Azure: the LocalDiskConfig
 # default, so a size without a temp disk needs another device.
 AZURE_TEMP_DISK = "/dev/disk/cloud/azure_resource"
+# How a size's local NVMe disks (`nvmeDisks`) present themselves to Linux: the model string
+# of their NVMe controller, one controller per disk. "Microsoft NVMe Direct Disk" is the
+# first generation (e.g. LSv2/LSv3), "... v2" the v6 and newer sizes; the OS and
+# data disks are SCSI, or "MSFT NVMe Accelerator v1" on NVMe-attached sizes, so never chosen.
+# Source: Azure/azure-vm-utils doc/disk-identification.md, "Azure NVMe Controllers".
+AZURE_NVME_LOCAL_MODELS = ("Microsoft NVMe Direct Disk", "Microsoft NVMe Direct Disk v2")
 
 
 class _Row(BaseModel):

@@ -9,7 +9,7 @@ import pytest
 import testinfra
 import yaml
 
-from kilonode.image.probes import run_ok, same_disk
+from kilonode.image.probes import is_local_disk, run_ok
 from kilonode.plan.model import NodePoolPlan
 
 
@@ -53,12 +53,17 @@ def test_image_pull_progress_deadline_flag(host: testinfra.host.Host, pool: Node
 
 @pytest.mark.persistent
 def test_local_ssd_mounted(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
-    disk = pool.local_disk
+    disk = pool.local_storage
     mount = host.mount_point(disk.mount_point)
     assert mount.exists, f"{disk.mount_point} is not mounted"
-    assert same_disk(host, mount.device, disk.device) and mount.filesystem == disk.filesystem, (
-        f"{disk.mount_point}: {mount.device} ({mount.filesystem}), plan {disk.device} ({disk.filesystem})"
+    assert is_local_disk(host, disk, mount.device) and mount.filesystem == disk.filesystem, (
+        f"{disk.mount_point}: {mount.device} ({mount.filesystem}), plan {disk.kind} {disk.device or ''} "
+        f"{disk.nvme_count or ''} ({disk.filesystem})"
     )
+    if disk.kind != "device":
+        # the node makes the NVMe array itself, at every boot; no fstab entry (nofail by design)
+        assert host.service("kilonode-local-disk.service").is_enabled
+        return
     fstab = [line.split() for line in run_ok(host, "cat /etc/fstab").splitlines() if disk.mount_point in line]
     # a missing local disk must not hang the boot
     assert fstab and "nofail" in fstab[0][3], "the local SSD's fstab entry is not nofail"

@@ -9,7 +9,7 @@ import pytest
 import testinfra
 
 from kilonode.image.manifest import Manifest
-from kilonode.image.probes import run_ok, same_disk
+from kilonode.image.probes import is_local_disk, run_ok
 from kilonode.plan.model import NodePoolPlan
 
 
@@ -41,8 +41,9 @@ def test_runtime_root_on_local_ssd_mount(host: testinfra.host.Host, pool: NodePo
     """The directory the runtime actually uses sits on the local disk, not the OS disk."""
     root = str(docker_info(host)["DockerRootDir"]) if pool.runtime == "docker" else pool.runtime_root
     target, source = run_ok(host, f"findmnt -n -o TARGET,SOURCE -T {root}").split()
-    assert target == pool.local_disk.mount_point, f"{root} is on {target} ({source}), not the local SSD"
-    assert same_disk(host, source, pool.local_disk.device), f"{root} is on {source}, not {pool.local_disk.device}"
+    storage = pool.local_storage
+    assert target == storage.mount_point, f"{root} is on {target} ({source}), not the local SSD"
+    assert is_local_disk(host, storage, source), f"{root} is on {source}, not the plan's {storage.kind} local disk"
     # hand-written: whatever the plan says, the runtime root is never on the root filesystem
     assert run_ok(host, f"stat -c %d {root}") != run_ok(host, "stat -c %d /"), f"{root} is on the OS disk"
 
