@@ -99,16 +99,19 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
     """Per role, each upstream binary's version, URL and digest at the plan's Kubernetes
     version; a role without pins says why (its machines could not get their binaries)."""
     catalog = binaries.load()
-    roles = {"etcd": ETCD_IMAGE, "apiserver": CONTROL_PLANE_IMAGE} | {
-        f"pool-{pool.name}": binaries.pool_role(pool.runtime) for pool in plan.node_pools
+    roles = {"etcd": [ETCD_IMAGE], "apiserver": [CONTROL_PLANE_IMAGE]} | {
+        f"pool-{pool.name}": binaries.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology)
+        for pool in plan.node_pools
     }
     shown: dict[str, Any] = {}
-    for host_role, role in roles.items():
+    for host_role, catalog_roles in roles.items():
         try:
-            shown[host_role] = {
-                r.name: {"version": r.version, "url": r.url, "digest": r.pin.expected}
-                for r in catalog.resolve(role, plan.kubernetes_version)
-            } | {c.name: {"version": c.version, "unpinned": c.unpinned} for c in catalog.unpinned(role)}
+            shown[host_role] = {}
+            for role in catalog_roles:
+                shown[host_role] |= {
+                    r.name: {"version": r.version, "url": r.url, "digest": r.pin.expected}
+                    for r in catalog.resolve(role, plan.kubernetes_version)
+                } | {c.name: {"version": c.version, "unpinned": c.unpinned} for c in catalog.unpinned(role)}
         except binaries.PinError as error:
             pulumi.log.warn(str(error))
             shown[host_role] = {"unpinned": str(error)}

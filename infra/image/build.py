@@ -211,7 +211,11 @@ def build_image(
             catalog = pinned.load(recipe.binaries_file)
             downloads = pinned.Downloads(work / "downloads")
             binaries = []
-            for binaries_role in (inputs.binaries_role, *([accel.GPU_ROLE] if "gpu" in extras else [])):
+            roles = (
+                pinned.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
+                else [inputs.binaries_role]
+            )
+            for binaries_role in roles:
                 binaries += pinned.place_role(
                     tree, catalog, binaries_role, plan.kubernetes_version,
                     local_dir=binaries_dir, allow_fetch=fetch, downloads=downloads,

@@ -37,7 +37,7 @@ TOOLKIT = "nvidia-container-toolkit"
 # The package whose DKMS module is the driver (node-image/packages/gpu.txt says why not the open one)
 DRIVER_MODULE_PACKAGE = "nvidia-kernel-dkms"
 # binaries.toml's role for what a GPU pool adds to its runtime's role
-GPU_ROLE = "gpu"
+GPU_ROLE = pinned.GPU_ROLE
 # The release tarball's .deb packages, installed in this order (each depends on the ones before).
 TOOLKIT_PACKAGES = (
     "libnvidia-container1",

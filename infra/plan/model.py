@@ -117,6 +117,9 @@ class NodePoolPlan(StrictModel):
     # the size catalogue's GPU model (None: not in the catalogue, or no GPUs); the GPU health
     # agent reports it beside what nvidia-smi names
     gpu_model: str | None = None
+    # the NCCL topology family Azure publishes for the size (catalogue `ncclTopology`) on an
+    # InfiniBand pool: the image carries /opt/microsoft/<family>/topo.xml and /etc/nccl.conf
+    nccl_topology: str | None = None
     subnet: IPv4Network
     pods_per_node: int
     ip_configs_per_nic: int  # 1 primary + pods_per_node secondary

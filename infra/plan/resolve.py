@@ -32,7 +32,14 @@ from kilonode.plan.model import (
     SysctlSetting,
     UnrecordedSubnet,
 )
-from kilonode.plan.wellknown import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_PEER_PORT, PRELOAD_DIR
+from kilonode.plan.wellknown import (
+    APISERVER_PORT,
+    ETCD_CLIENT_PORT,
+    ETCD_METRICS_PORT,
+    ETCD_PEER_PORT,
+    NCCL_TOPOLOGY_LABEL,
+    PRELOAD_DIR,
+)
 from kilonode.problems import Loc, PlanError, Problem, dotted
 
 
@@ -559,6 +566,24 @@ def _gpu_model(pool: NodePoolConfig) -> str | None:
     return size.gpu_model if size and gpus_of(pool.vm_size, pool.gpus_per_node) else None
 
 
+def _nccl_topology(pool: NodePoolConfig) -> str | None:
+    """The size's published NCCL topology, on pools that use InfiniBand and GPUs."""
+    size = vm_size(pool.vm_size)
+    if size is None or not gpus_of(pool.vm_size, pool.gpus_per_node):
+        return None
+    if not infiniband_of(pool.vm_size, pool.infiniband):
+        return None
+    return size.nccl_topology
+
+
+def _nccl_label(pool: NodePoolConfig) -> dict[str, str]:
+    """A node label naming the topology, so a training job can select the nodes whose
+    /opt/microsoft/<family>/topo.xml it mounts (NCCL in a container reads the container's
+    files and environment, not the host's /etc/nccl.conf)."""
+    family = _nccl_topology(pool)
+    return {NCCL_TOPOLOGY_LABEL: family} if family else {}
+
+
 def _pool_taints(pool: NodePoolConfig) -> tuple[str, ...]:
     """The stack's taints, plus on GPU pools the GPU health startup taint: the kubelet
     registers the node with it (registerWithTaints), so no pod lands before the agent's
@@ -582,6 +607,7 @@ def _node_pool(
         vm_size=pool.vm_size,
         gpus_per_node=gpus_of(pool.vm_size, pool.gpus_per_node),
         gpu_model=_gpu_model(pool),
+        nccl_topology=_nccl_topology(pool),
         subnet=subnet,
         pods_per_node=pool.pods_per_node,
         ip_configs_per_nic=1 + pool.pods_per_node,
@@ -602,6 +628,6 @@ def _node_pool(
             if image not in {entry.image for entry in config.boot_image_archives if entry.archive}
         ),
         sysctls=sysctls,
-        labels={"kilonode.io/pool": pool.name, **pool.labels},
+        labels={"kilonode.io/pool": pool.name, **_nccl_label(pool), **pool.labels},
         taints=_pool_taints(pool),
     )

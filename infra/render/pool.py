@@ -104,6 +104,8 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         # the unit is in the GPU image (node-image/gpu/rootfs); its config is per pool
         files[GPU_HEALTH_CONFIG] = RenderedFile(to_json(gpu_health_config(pool)))
         units.append(GPU_HEALTH_UNIT)
+    if pool.nccl_topology:
+        files[wellknown.NCCL_CONF.lstrip("/")] = RenderedFile(nccl_conf(pool.nccl_topology))
     if pool.runtime == "docker":
         units.insert(1, "cri-docker.service")
     files[USER_DATA] = RenderedFile(user_data(
@@ -333,3 +335,16 @@ def preload_loader(pool: NodePoolPlan) -> str:
         load_command=load,
         images=pool.preload_images,
     )
+
+
+def nccl_conf(family: str) -> str:
+    """/etc/nccl.conf (NCCL reads it as KEY=VALUE lines) as Azure's HPC images write it for the
+    size's family (Azure/azhpc-images components/customizations/<family>.sh at 8e9d055f):
+    the published topology, relaxed PCIe ordering on the A100/H100 families, and CPU affinity
+    left to the job. It serves NCCL run on the host (fabric checks); a container reads its own
+    files, so a job mounts the topology file and sets NCCL_TOPO_FILE itself (README)."""
+    lines = [f"# {GENERATED}"]
+    if family in ("ndv4", "ndv5"):
+        lines.append("NCCL_IB_PCI_RELAXED_ORDERING=1")
+    lines += [f"NCCL_TOPO_FILE={wellknown.nccl_topology_file(family)}", "NCCL_IGNORE_CPU_AFFINITY=1"]
+    return "\n".join(lines) + "\n"

@@ -107,7 +107,16 @@ def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> 
 
     pinned = _unwrap(graph_7500.outputs)["pinnedBinaries"]
     assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib"]
-    assert sorted(pinned["pool-a100-ib"]) == ["azure-cni", "cni-plugins", "cri-dockerd", "crictl", "kubelet"]
+    assert sorted(pinned["pool-a100-ib"]) == [
+        "azure-cni", "cni-plugins", "cri-dockerd", "crictl", "kubelet", "nccl-topology-ndv4", "nvidia-container-toolkit",
+    ]
+    # GPU pools: the toolkit has no published digest either; the size's NCCL topology is pinned
+    toolkit = pinned["pool-h100-ib"].pop("nvidia-container-toolkit")
+    assert toolkit.get("digest") is None and toolkit["unpinned"].startswith("NVIDIA publishes no digest")
+    pinned["pool-a100-ib"].pop("nvidia-container-toolkit")
+    assert pinned["pool-h100-ib"]["nccl-topology-ndv5"]["digest"] == (
+        "sha256:c26ff47f1decf03d44ee6e90c4a8afd3bddeec334c5545008f33af2a297e2834"
+    )
     # the one component without a published digest says so, instead of a digest
     azure_cni = pinned["pool-a100-ib"].pop("azure-cni")
     assert azure_cni.get("digest") is None and azure_cni["unpinned"].startswith("no published digest")

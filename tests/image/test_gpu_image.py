@@ -106,6 +106,9 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
                for a in data["artefacts"])
     toolkit_entry = next(b for b in data["other_binaries"] if b["name"] == "nvidia-container-toolkit")
     assert toolkit_entry["present"] is False and toolkit_entry["version"] == "1.17.8"
+    # ND H100 v5's NCCL topology (binaries.toml nccl-ndv5): pinned, not downloaded here
+    topo = next(b for b in data["other_binaries"] if b["name"] == "nccl-topology-ndv5")
+    assert topo["present"] is False and topo["version"] == "2026.7.29"
 
 
 def test_offline_verify_runs_every_gpu_check_and_passes(built: BuildResult, work: Path) -> None:

@@ -48,6 +48,10 @@ class VmSize(_Row):
     max_nics: int = Field(ge=1)
     accelerated_networking: bool
     generations: tuple[int, ...]
+    # The NCCL topology family Azure publishes for the size (Azure/azhpc-images topology/
+    # <family>-topo.xml, chosen per size by components/setup_sku_customizations.sh): NCCL
+    # cannot discover the virtualised PCIe/NVLink/IB layout of these VMs on its own.
+    nccl_topology: str | None = None
     source: str = Field(pattern=r"^https://")
 
 
