@@ -108,7 +108,8 @@ def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> 
     pinned = _unwrap(graph_7500.outputs)["pinnedBinaries"]
     assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib"]
     assert sorted(pinned["pool-a100-ib"]) == [
-        "azure-cni", "cni-plugins", "cri-dockerd", "crictl", "kubelet", "nccl-topology-ndv4", "nvidia-container-toolkit",
+        "azure-cni", "cni-plugins", "cri-dockerd", "crictl", "kubelet",
+        "nccl-topology-ndv4", "nvidia-container-toolkit",
     ]
     # GPU pools: the toolkit has no published digest either; the size's NCCL topology is pinned
     toolkit = pinned["pool-h100-ib"].pop("nvidia-container-toolkit")
