@@ -24,7 +24,7 @@ from kilonode.image import rootfs
 from kilonode.image.build import BuildResult, build_image
 from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
-from kilonode.image.recipe import load_recipe
+from kilonode.image.recipe import BaseSpec, load_recipe
 from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ def stand_in_containerd(target: Path) -> Path:
     """containerd, its shim, ctr and runc as Debian packages them (taken from the cached
     containerd base), to stand in for the pinned 1.7 release that cannot be downloaded here:
     the image places them where the release goes and activates them the same way."""
-    base = rootfs.base_rootfs(load_recipe(), "containerd", lambda _line: None)
+    base = rootfs.base_rootfs(load_recipe(), BaseSpec("containerd"), lambda _line: None)
     target.mkdir(parents=True, exist_ok=True)
     members = ["./usr/bin/containerd", "./usr/bin/containerd-shim-runc-v2", "./usr/bin/ctr", "./usr/sbin/runc"]
     subprocess.run(["tar", "-C", str(target), "-xf", str(base.tarball), *members], check=True, timeout=300)
