@@ -19,7 +19,7 @@ from kilonode.gpu.readings import read_dir
 from kilonode.gpu.rules import Finding, evaluate
 from kilonode.paths import REPO_ROOT
 from tests.gpu.nodes import DEBIAN_PYTHON, apply_status_patch, node, run_debian, validate
-from tests.gpu.test_gpu_health import DERIVED, FIXTURES, edit, xid_line
+from tests.gpu.test_gpu_health import DERIVED, FIXTURES, edit, writable_copy, xid_line
 
 CONFIG = {"expectGpus": 1, "gpuModel": "NVIDIA H100 80GB", "kubeconfig": "/etc/kubernetes/kubelet.kubeconfig",
           "nodeName": "nc-a100-000001"}
@@ -27,11 +27,7 @@ CONFIG = {"expectGpus": 1, "gpuModel": "NVIDIA H100 80GB", "kubeconfig": "/etc/k
 
 @pytest.fixture
 def recorded(tmp_path: Path) -> Path:
-    copy = tmp_path / "node"
-    shutil.copytree(FIXTURES, copy)
-    for path in [copy, *copy.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return copy
+    return writable_copy(tmp_path)
 
 
 def config_file(tmp_path: Path, **changes: Any) -> Path:

@@ -24,14 +24,18 @@ FIXTURES = Path(__file__).with_name("fixtures") / "h100-80gb-hbm3"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Path:
+def writable_copy(tmp_path: Path) -> Path:
     """A writable copy of the recorded outputs (the fixtures are read-only)."""
     copy = tmp_path / "node"
     shutil.copytree(FIXTURES, copy)
     for path in [copy, *copy.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return copy
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Path:
+    return writable_copy(tmp_path)
 
 
 def edit(path: Path, change: Callable[[str], str]) -> None:

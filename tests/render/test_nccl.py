@@ -94,5 +94,4 @@ def test_the_topology_file_is_pinned_at_the_commit_its_digest_came_from(family: 
     )
     assert [f.path for f in resolved.files] == [f"/opt/microsoft/{family}/topo.xml"]
     # the rendered /etc/nccl.conf names the file the build places
-
     assert nccl_reads(nccl_conf(family))["NCCL_TOPO_FILE"] == resolved.files[0].path
