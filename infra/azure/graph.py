@@ -32,6 +32,7 @@ class Recorded:
     depends_on: tuple[str, ...] = ()  # names of the resources it waits for (explicit and via inputs)
     replace_on_changes: tuple[str, ...] = ()  # input paths whose change replaces the resource
     provider: str | None = None  # the explicit provider's name (None: the default provider)
+    ignore_changes: tuple[str, ...] = ()  # input paths `pulumi up` leaves to someone else (the autoscaler)
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -74,7 +75,8 @@ class Graph:
             "stack": self.stack,
             "resources": [
                 {"type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect,
-                 "replaceOnChanges": list(r.replace_on_changes), "inputs": r.masked()}
+                 "replaceOnChanges": list(r.replace_on_changes),
+                 **({"ignoreChanges": list(r.ignore_changes)} if r.ignore_changes else {}), "inputs": r.masked()}
                 for r in self.resources
             ],
             "counts": self.counts(),
@@ -191,6 +193,7 @@ def _scalar(value: Any) -> str:
 
 def _flags(r: Recorded, left: str, right: str) -> str:
     flags = (["protect"] if r.protect else []) + [f"replace on {path}" for path in r.replace_on_changes]
+    flags += [f"ignores changes to {path}" for path in r.ignore_changes]
     return f" {left}{', '.join(flags)}{right}" if flags else ""
 
 

@@ -148,7 +148,8 @@ class RecordingMonitor(mocks.MockMonitor):
         record = Recorded(request.type, request.name, parent, bool(request.protect), bool(request.custom),
                           dict(inputs), depends, tuple(request.replaceOnChanges),
                           # a provider reference is "<urn>::<id>": urn:pulumi:<stack>::<project>::<type>::<name>
-                          request.provider.split("::")[3] if request.provider else None)
+                          request.provider.split("::")[3] if request.provider else None,
+                          tuple(request.ignoreChanges))
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)

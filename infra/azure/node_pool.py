@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -21,6 +21,7 @@ from pulumi_azure_native import compute
 from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.plan.model import NodePoolPlan
+from kilonode.render.cluster import pool_role
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,9 @@ class GpuNodePoolArgs:
     resource_group_name: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     image_version_id: pulumi.Input[str]
-    user_data: str  # the pool's rendered user-data
+    # the rendered user-data of each registration group: None for the shared scale sets, a
+    # team's name for its own (kilonode.render.cluster.pool_role)
+    user_data: Mapping[str | None, str]
     files: Sequence[DeliveredFile]
     ssh_public_key: pulumi.Input[str]
     # the cloud provider's user-assigned identity: cloud-controller-manager runs on pool nodes
@@ -61,8 +64,11 @@ class GpuNodePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:GpuNodePool", name, None, opts)
         pool = args.pool
-        # One custom data per pool, shared by its shards.
-        data = custom_data(args.user_data, args.files, f"pool-{pool.name}")
+        # One custom data per registration group: the pool's shared shards share one, each
+        # team's shards another (their kubelet registers the team's label and taint).
+        data = {
+            team: custom_data(text, args.files, pool_role(pool.name, team)) for team, text in args.user_data.items()
+        }
         storage = compute.VirtualMachineScaleSetStorageProfileArgs(
             image_reference=gallery_image(args.image_version_id),
             os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
@@ -84,6 +90,7 @@ class GpuNodePool(pulumi.ComponentResource):
             ]
         )
         self.scale_set_ids = {}
+        scaled = {group.shard for group in pool.autoscaling.node_groups} if pool.autoscaling else set()
         for shard in pool.shards:
             profile = compute.VirtualMachineScaleSetVMProfileArgs(
                 os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
@@ -93,7 +100,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     # takes prefixes up to 58 characters (64-character hostnames).
                     computer_name_prefix=shard.name,
                     admin_username=ADMIN_USERNAME,
-                    custom_data=data,
+                    custom_data=data[shard.team],
                     linux_configuration=linux_config(args.ssh_public_key),
                 ),
                 storage_profile=storage,
@@ -104,7 +111,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 vm_scale_set_name=shard.name,
                 resource_group_name=args.resource_group_name,
                 location=args.location,
-                tags=tags(args.cluster, f"pool-{pool.name}"),
+                tags=tags(args.cluster, pool_role(pool.name, shard.team)),
                 zones=[shard.zone],
                 sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
                 orchestration_mode="Uniform",
@@ -116,7 +123,11 @@ class GpuNodePool(pulumi.ComponentResource):
                     user_assigned_identities=[args.identity_id],
                 ),
                 virtual_machine_profile=profile,
-                opts=pulumi.ResourceOptions(parent=self),
+                # The autoscaler owns an autoscaled shard's capacity (kilonode.plan.capacity):
+                # `pulumi up` sets it when it creates the scale set and never resets it after.
+                opts=pulumi.ResourceOptions(
+                    parent=self, ignore_changes=["sku.capacity"] if shard.name in scaled else None
+                ),
             )
             self.scale_set_ids[shard.name] = vmss.id
         self.register_outputs({"scaleSetIds": self.scale_set_ids})

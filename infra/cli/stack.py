@@ -10,7 +10,7 @@ from rich.table import Table
 
 from kilonode.cli.common import StackArg, die, load_and_plan, out
 from kilonode.config.load import display_path
-from kilonode.plan.model import NodePoolPlan
+from kilonode.plan.model import ClusterPlan, NodePoolPlan
 from kilonode.render import render_tree
 from kilonode.render.write import OutputDirError, write_tree
 
@@ -65,35 +65,46 @@ def render(
 
 
 def allocate(stack: StackArg) -> None:
-    """Record in the stack file every subnet the plan placed, so that no later change moves it.
+    """Record in the stack file every subnet and team shard the plan placed, so that no later
+    change moves them.
 
     Subnets not recorded in the stack are placed by the plan, first fit around the recorded
     ones; a change to another pool could then move them, and with them the static etcd,
     apiserver and load-balancer IPs or a pool's scale sets. This writes each one into the
     stack file (comments and layout kept, atomically): network.controlPlaneSubnet,
-    network.etcdSubnet and nodePools[].subnet. Run it before the first `pulumi up` and after
-    adding a pool, and commit the file. Give a pool `maxNodes` first to size its subnet for
-    growth. A second run writes nothing.
+    network.etcdSubnet and nodePools[].subnet. Teams' scale sets likewise: teams[].firstShard,
+    so a change to one team never moves another's nodes to other scale sets. Run it before
+    the first `pulumi up`, after adding a pool or a team, and commit the file. Give a pool
+    `maxNodes` first to size its subnet for growth. A second run writes nothing.
     """
     from kilonode.config.load import CONFIG_KEY
-    from kilonode.config.record import record_subnets
-    from kilonode.problems import undotted
+    from kilonode.config.record import RECORDED, RECORDED_SHARD, record_values
+    from kilonode.problems import Loc, undotted
 
     loaded, plan = load_and_plan(stack)
-    placed = plan.network.unrecorded
-    if not placed:
-        out.print(f"[green]✓[/] {display_path(loaded.file)}: every subnet is already recorded; nothing written")
+    subnets = plan.network.unrecorded
+    teams = [team for team in plan.teams if not team.recorded]
+    if not subnets and not teams:
+        out.print(f"[green]✓[/] {display_path(loaded.file)}: every subnet and team shard is already recorded; "
+                  "nothing written")
         return
+    entries: list[tuple[Loc, str | int, str]] = [(undotted(u.field), str(u.subnet), RECORDED) for u in subnets]
+    entries += [(undotted(team.field), team.first_shard, RECORDED_SHARD) for team in teams]
     try:
-        record_subnets(loaded.file, CONFIG_KEY, [(undotted(u.field), str(u.subnet)) for u in placed])
+        record_values(loaded.file, CONFIG_KEY, entries)
     except OSError as error:
         die(f"cannot write {display_path(loaded.file)}: {error.strerror or error}; nothing was recorded (make "
             "the file writable, or copy the stack into your own repository)")
     reloaded, replanned = load_and_plan(str(loaded.file))
     assert not replanned.network.unrecorded, replanned.network.unrecorded
-    for entry in placed:
+    assert all(team.recorded for team in replanned.teams), replanned.teams
+    for entry in subnets:
         out.print(f"  recorded {entry.field}: {entry.subnet}")
-    out.print(f"[green]✓[/] {display_path(reloaded.file)}: {len(placed)} subnet(s) recorded; commit the file")
+    for team in teams:
+        out.print(f"  recorded {team.field}: {team.first_shard} (team {team.name}: {team.shards[0]} to "
+                  f"{team.shards[-1]})")
+    out.print(f"[green]✓[/] {display_path(reloaded.file)}: {len(subnets)} subnet(s) and {len(teams)} team shard(s) "
+              "recorded; commit the file")
 
 
 def _local_disk_text(pool: NodePoolPlan) -> str:
@@ -104,6 +115,42 @@ def _local_disk_text(pool: NodePoolPlan) -> str:
         "device": str(storage.device),
     }[storage.kind]
     return f"{what} → {storage.mount_point}"
+
+
+def _shard_range(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} … {names[-1].rsplit('-', 1)[-1]}"
+
+
+def _capacity_tables(plan: ClusterPlan) -> None:
+    """Teams' scale sets and what is left shared, per pool; the autoscaler's bounds."""
+    if plan.teams or plan.autoscaled_pools:
+        split = Table(title="Capacity: teams' scale sets (labelled and tainted at registration) and shared ones",
+                      title_justify="left")
+        for column in ("pool", "team", "scale sets", "nodes", "asked", "autoscaled"):
+            split.add_column(column)
+        for pool in plan.node_pools:
+            teams = [t for t in plan.teams if t.pool == pool.name]
+            for team in teams:
+                split.add_row(pool.name, team.name, f"{len(team.shards)}: {_shard_range(team.shards)}",
+                              f"{team.nodes:,}", f"{team.requested:,}", "no (fixed)")
+            shared = tuple(s.name for s in pool.shards if s.team is None)
+            if teams or pool.autoscaling:
+                nodes = sum(s.capacity for s in pool.shards if s.team is None)
+                scaling = pool.autoscaling
+                split.add_row(pool.name, "(shared)", f"{len(shared)}: {_shard_range(shared)}" if shared else "0",
+                              f"{nodes:,}", "-",
+                              f"{sum(g.min_size for g in scaling.node_groups):,}–"
+                              f"{sum(g.max_size for g in scaling.node_groups):,}" if scaling else "no")
+        out.print(split)
+        for pool in plan.autoscaled_pools:
+            assert pool.autoscaling is not None
+            out.print(f"pool {pool.name} autoscaling: {pool.autoscaling.reason}; {pool.autoscaling.warm_nodes} "
+                      "kept warm by balloon pods")
+    from kilonode.k8s.capacity import describe as capacity
+
+    out.print("[bold]In the cluster[/] (kilonode:k8s:*, created by `pulumi up` once the apiservers answer)")
+    for line in capacity(plan):
+        out.print(f"  {line}")
 
 
 def explain(stack: StackArg) -> None:
@@ -149,6 +196,8 @@ def explain(stack: StackArg) -> None:
         if pool.boot_images_not_preloaded:
             out.print(f"[yellow]![/] pool {pool.name}: pulled at first start (no archive in bootImageArchives): "
                       + ", ".join(pool.boot_images_not_preloaded))
+
+    _capacity_tables(plan)
 
     outbound = Table(title="Outbound (one NAT gateway per row; 64,512 SNAT ports per public IP)",
                      title_justify="left")

@@ -240,6 +240,28 @@ class PreloadImageConfig(StrictModel):
         return value
 
 
+class PoolAutoscalingConfig(StrictModel):
+    """The cluster autoscaler on one pool: its shards not given to a team become node groups."""
+
+    min_nodes: int | None = Field(
+        default=None, ge=0,
+        description=(
+            "The fewest nodes the autoscaler may leave in the pool (teams' shards included, which it never "
+            "touches). At least half of `nodes`: the 2,500-node post's guard (an etcd outage failed every "
+            "health check and the autoscaler tried to remove the whole fleet; never let it act on more than "
+            "half). Unset: half of `nodes`, rounded up. The most is maxNodes (or nodes)."
+        ),
+    )
+    warm_nodes: int = Field(
+        default=0, ge=0,
+        description=(
+            "Balloon pods: placeholder pods of the lowest priority that each take a whole node, so the "
+            "autoscaler keeps that many nodes warm; real work evicts them at once (field notes: autoscaler "
+            "buffer). 0: none."
+        ),
+    )
+
+
 class NodePoolConfig(StrictModel):
     name: str = Field(
         pattern=NAME_PATTERN,
@@ -356,6 +378,14 @@ class NodePoolConfig(StrictModel):
         default=(),
         description=(
             "`key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated."
+        ),
+    )
+
+    autoscaling: PoolAutoscalingConfig | None = Field(
+        default=None,
+        description=(
+            "Let the cluster autoscaler grow and shrink this pool between minNodes and maxNodes. Unset: the "
+            "pool keeps `nodes`, and `pulumi up` sets each scale set's capacity."
         ),
     )
 
@@ -521,6 +551,47 @@ class RoleImageConfig(StrictModel):
         return value
 
 
+class TeamConfig(StrictModel):
+    """A team's reserved capacity: whole scale-set shards of a pool, labelled and tainted for
+    the team when their nodes register (field notes: team capacity)."""
+
+    name: str = Field(
+        pattern=NAME_PATTERN,
+        description="The team: the value of the kilonode.io/team label and taint on its nodes.",
+    )
+    pool: str | None = Field(
+        default=None, description="The pool its nodes come from (or give nodeSelector instead)."
+    )
+    node_selector: dict[str, str] | None = Field(
+        default=None,
+        description=(
+            "Labels the pool must carry (its `labels`, kilonode.io/pool, kilonode.io/nccl-topology): exactly "
+            "one pool must match. Use it where the team's need is a kind of node rather than a pool name."
+        ),
+    )
+    nodes: int = Field(
+        ge=1,
+        description=(
+            "How many nodes the team gets, rounded up to whole scale sets (a shard is one scale set: 100 VMs "
+            "on InfiniBand pools): labels and taints are set per scale set, at registration."
+        ),
+    )
+    first_shard: int | None = Field(
+        default=None, ge=0,
+        description=(
+            "The first of the team's contiguous scale sets in its pool (<cluster>-<pool>-<NNN>). Recorded by "
+            "`kilonode allocate`: once recorded, no change to another team moves this team's nodes. Unset: "
+            "the plan places it in the first free run of shards, and warns until it is recorded."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TeamConfig:
+        if (self.pool is None) == (self.node_selector is None):
+            raise ValueError("give exactly one of pool or nodeSelector")
+        return self
+
+
 class ClusterConfig(StrictModel):
     name: str = Field(pattern=NAME_PATTERN, description="The cluster's name: it prefixes every Azure resource name.")
     location: str = Field(
@@ -593,6 +664,14 @@ class ClusterConfig(StrictModel):
     control_plane_image: RoleImageConfig = Field(
         default=RoleImageConfig(),
         description="The image the apiservers boot: `kilonode image build STACK --role control-plane`.",
+    )
+    teams: tuple[TeamConfig, ...] = Field(
+        default=(),
+        description=(
+            "Reserved capacity per team (field notes: a team-resource-manager labelled and tainted nodes per "
+            "team; low-priority pods tolerate any team's taint to borrow idle capacity). Whole scale sets are "
+            "given in order; what is left is shared. `kilonode explain` shows the split."
+        ),
     )
     acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "apiservers"], ...] = Field(
         default=(),

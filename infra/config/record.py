@@ -19,7 +19,8 @@ from ruamel.yaml.comments import CommentedMap
 from kilonode.problems import Loc
 
 RECORDED = "recorded by `kilonode allocate`; moving it recreates what sits in it"
-# a recorded pool subnet goes right after these keys, where a reader looks for the size
+RECORDED_SHARD = "recorded by `kilonode allocate`; moving it re-registers the team's nodes"
+# a recorded value goes right after these keys, where a reader looks for the size
 AFTER = ("maxNodes", "nodes", "name")
 
 
@@ -33,10 +34,16 @@ def _yaml() -> YAML:
 
 def record_subnets(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str]]) -> None:
     """Set each `loc` (under config.<cluster_key>) to its subnet, with a comment saying why."""
+    record_values(file, cluster_key, [(loc, value, RECORDED) for loc, value in entries])
+
+
+def record_values(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str | int, str]]) -> None:
+    """Set each `loc` (under config.<cluster_key>) to its value, with its comment saying why;
+    one atomic write, comments and layout kept."""
     yaml = _yaml()
     document = yaml.load(file.read_text(encoding="utf-8"))
     cluster = document["config"][cluster_key]
-    for loc, value in entries:
+    for loc, value, comment in entries:
         node = cluster
         for part in loc[:-1]:
             if isinstance(part, str) and part not in node:
@@ -46,7 +53,7 @@ def record_subnets(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, st
         if key not in node:
             anchor = next((k for k in AFTER if k in node), None)
             position = list(node).index(anchor) + 1 if anchor else len(node)
-            node.insert(position, key, value, comment=RECORDED)
+            node.insert(position, key, value, comment=comment)
         else:
             node[key] = value
     buffer = io.StringIO()

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from kilonode.k8s.capacity import Capacity, CapacityArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
@@ -81,4 +82,11 @@ class InCluster(pulumi.ComponentResource):
             DevicePlugin(f"{name}-device-plugin", DevicePluginArgs(pools=[p.name for p in plan.gpu_pools]),
                          on_cluster)
             GpuHealthAccess(f"{name}-gpu-health", on_cluster)
+        # The 7,500-node lessons inside the cluster (one component each):
+        # [scheduling]
+        # [flow-control]
+        # [monitoring]
+        # [capacity] priorities, teams' borrowing rule, balloons (kilonode.k8s.capacity)
+        Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
+        # [autoscaler]
         self.register_outputs({})

@@ -15,6 +15,7 @@ from kilonode.config.model import (
     StrictModel,
 )
 from kilonode.plan import limits
+from kilonode.plan.wellknown import TEAM_LABEL, team_taint
 
 
 class EtcdMember(StrictModel):
@@ -72,6 +73,30 @@ class ScaleSetShard(StrictModel):
     capacity: int
     zone: str
     single_placement_group: bool
+    # the team whose nodes these are (kilonode.plan.capacity), None: shared capacity
+    team: str | None = None
+
+
+class NodeGroup(StrictModel):
+    """One cluster-autoscaler node group: a shard's scale set with its bounds (--nodes)."""
+
+    shard: str  # the scale set's name
+    min_size: int
+    max_size: int
+
+
+class AutoscalingPlan(StrictModel):
+    """The autoscaler on one pool (kilonode.plan.capacity): the shared shards are its node
+    groups; the teams' shards keep their planned capacity and are not handed to it."""
+
+    min_nodes: int  # the pool's floor, teams' shards included (>= half of nodes)
+    max_nodes: int  # the pool's ceiling (maxNodes, bounded by its scale sets' limits)
+    warm_nodes: int  # balloon placeholders, one whole node each
+    # what each placeholder requests so that it takes a whole node: every GPU of a GPU node,
+    # else all but one vCPU (the DaemonSets' share)
+    balloon_requests: dict[str, str]
+    node_groups: tuple[NodeGroup, ...]
+    reason: str  # how the bounds were derived, in one line (kilonode explain)
 
 
 class PreloadImage(StrictModel):
@@ -140,6 +165,35 @@ class NodePoolPlan(StrictModel):
     sysctls: tuple[SysctlSetting, ...]
     labels: dict[str, str]
     taints: tuple[str, ...]
+    autoscaling: AutoscalingPlan | None = None
+
+    def registration(self, team: str | None) -> NodePoolPlan:
+        """The pool as a team's shards register: the team's label and taint added to the
+        kubelet's --node-labels and registerWithTaints (kilonode.plan.capacity)."""
+        if team is None:
+            return self
+        return self.model_copy(update={
+            "labels": {**self.labels, TEAM_LABEL: team},
+            "taints": (*self.taints, team_taint(team)),
+        })
+
+    @property
+    def teams(self) -> tuple[str, ...]:
+        """The teams with shards in this pool, in shard order."""
+        return tuple(dict.fromkeys(s.team for s in self.shards if s.team is not None))
+
+
+class TeamPlan(StrictModel):
+    """A team's reserved capacity: a contiguous run of whole shards of one pool."""
+
+    name: str
+    pool: str
+    requested: int  # the stack's nodes
+    first_shard: int
+    shards: tuple[str, ...]
+    nodes: int  # what the shards hold: requested rounded up to whole scale sets
+    recorded: bool  # first_shard comes from the stack file (kilonode allocate), not placed by the plan
+    field: str  # the stack field that records it: teams[1].firstShard
 
 
 class Budget(StrictModel):
@@ -213,6 +267,7 @@ class ClusterPlan(StrictModel):
     role_image_replicas: int  # gallery replicas of each role image version
     # control-plane groups the next `pulumi up` may restart all at once (kilonode.azure.rollout)
     acknowledge_restart: tuple[str, ...] = ()
+    teams: tuple[TeamPlan, ...] = ()
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
 
@@ -227,6 +282,10 @@ class ClusterPlan(StrictModel):
     @property
     def total_nodes(self) -> int:
         return sum(pool.nodes for pool in self.node_pools)
+
+    @property
+    def autoscaled_pools(self) -> tuple[NodePoolPlan, ...]:
+        return tuple(pool for pool in self.node_pools if pool.autoscaling is not None)
 
     @property
     def gpu_pools(self) -> tuple[NodePoolPlan, ...]:

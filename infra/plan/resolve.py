@@ -15,7 +15,7 @@ from kilonode.config.checks import effective_sysctls
 from kilonode.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
-from kilonode.plan import defaults, limits
+from kilonode.plan import capacity, defaults, limits
 from kilonode.plan.model import (
     ApiserverInstance,
     Budget,
@@ -62,6 +62,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     pools = tuple(
         _node_pool(config, pool, subnets.pools[pool.name], sysctls) for pool in config.node_pools
     )
+    pools, teams = _capacity(config, pools)
     net = config.network
     return ClusterPlan(
         cluster=config.name,
@@ -89,11 +90,30 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         # A handful of VMs, created one group at a time: the production floor is enough.
         role_image_replicas=config.node_image.min_replicas,
         acknowledge_restart=config.acknowledge_restart,
+        teams=teams.teams,
         budgets=tuple(budgets),
         warnings=tuple(
             _warnings(budgets) + _unrecorded_warnings(subnets.unrecorded) + _acknowledged_warnings(config)
+            + list(teams.warnings)
         ),
     )
+
+
+def _capacity(
+    config: ClusterConfig, pools: tuple[NodePoolPlan, ...]
+) -> tuple[tuple[NodePoolPlan, ...], capacity.TeamPlacement]:
+    """Teams' shards, then each autoscaled pool's node groups (kilonode.plan.capacity)."""
+    placement, problems = capacity.place_teams(config, pools)
+    placed = []
+    for index, (pool_config, pool) in enumerate(zip(config.node_pools, pools, strict=True)):
+        shards = tuple(s.model_copy(update={"team": placement.shard_team.get(s.name)}) for s in pool.shards)
+        pool = pool.model_copy(update={"shards": shards})
+        scaling, pool_problems = capacity.plan_autoscaling(index, pool_config, pool)
+        problems += pool_problems
+        placed.append(pool.model_copy(update={"autoscaling": scaling}))
+    if problems:
+        raise PlanError(problems)
+    return tuple(placed), placement
 
 
 # --- budgets -------------------------------------------------------------------------
@@ -477,7 +497,7 @@ def shard_name(cluster: str, pool: str, index: int) -> str:
 def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:
     infiniband = infiniband_of(pool.vm_size, pool.infiniband)
     per_set = (limits.VMS_PER_PLACEMENT_GROUP if infiniband else limits.VMS_PER_SCALE_SET).value
-    count = math.ceil(pool.nodes / per_set)
+    count = capacity.shard_count(pool, per_set)
     base, extra = divmod(pool.nodes, count)
     return per_set, tuple(
         ScaleSetShard(

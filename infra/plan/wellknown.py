@@ -68,3 +68,16 @@ NCCL_TOPOLOGY_LABEL = "kilonode.io/nccl-topology"
 
 def nccl_topology_file(family: str) -> str:
     return f"/opt/microsoft/{family}/topo.xml"
+
+# Team capacity (kilonode.plan.capacity): a team's shards register with this label and a
+# NoSchedule taint of the same key, so only pods that tolerate it (the team's own, and
+# low-priority borrowers that tolerate the key with any value) land there.
+TEAM_LABEL = "kilonode.io/team"
+TEAM_TAINT_EFFECT = "NoSchedule"
+
+
+def team_taint(team: str) -> str:
+    return f"{TEAM_LABEL}={team}:{TEAM_TAINT_EFFECT}"
+
+# The extended resource the NVIDIA device plugin registers for each GPU (kilonode.k8s.gpu).
+GPU_RESOURCE = "nvidia.com/gpu"

@@ -1,0 +1,220 @@
+"""Capacity: priorities with meaning, the autoscaler's balloons, and the teams' borrowing rule.
+
+- PriorityClasses (kilonode.plan.defaults says why each value): infrastructure, team work
+  (the default for a pod that names none), borrowable low-priority work, and the balloon class
+  at the autoscaler's expendable cutoff.
+- Balloons (field notes: the autoscaler buffer, "a Deployment of 'max size' low-priority
+  placeholder pods"): per autoscaled pool with warmNodes, a Deployment of that many pause pods,
+  each requesting the whole node (every GPU, or all but one vCPU) and one per node, so the
+  autoscaler keeps that many nodes warm. Any other pod preempts one at once (the balloon class
+  is the lowest; balloons never preempt), the Deployment re-creates it, it goes pending, and
+  the autoscaler adds a node for it: the buffer refills itself. They use the pause image every
+  node has preloaded, so a balloon never pulls.
+- Teams (kilonode.plan.capacity): a team's nodes register with the `kilonode.io/team=<team>`
+  label and a NoSchedule taint of the same key. The team's own pods tolerate their value;
+  borrowers tolerate the key with operator Exists (any team) -- and the admission policy here
+  lets only the borrowable and balloon classes do that, so a team's work cannot squat on
+  another team's nodes at team priority, where it could not be preempted back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_kubernetes import admissionregistration, apps, core, meta, scheduling
+
+from kilonode.gpu import protocol
+from kilonode.plan import defaults, wellknown
+from kilonode.plan.model import ClusterPlan, NodePoolPlan
+
+NAMESPACE = "kilonode-capacity"
+POOL_LABEL = "kilonode.io/pool"
+LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of": "kilonode-capacity"}
+BALLOON_APP = "kilonode-balloon"
+
+
+@dataclass(frozen=True)
+class Priority:
+    name: str
+    value: int
+    global_default: bool
+    preempts: bool
+    description: str
+
+
+PRIORITIES = (
+    Priority("kilonode-infrastructure", defaults.PRIORITY_INFRASTRUCTURE, False, True,
+             "Cluster services users add (monitoring, log shipping): above all work, below system-*-critical."),
+    Priority("kilonode-team", defaults.PRIORITY_TEAM, True, True,
+             "Team work: the default for pods that name no class. Runs on its team's nodes or shared ones."),
+    Priority("kilonode-borrowable", defaults.PRIORITY_BORROWABLE, False, True,
+             "Low-priority work that may borrow any team's idle nodes (tolerate kilonode.io/team with operator "
+             "Exists); preempted first when the team's own work arrives."),
+    Priority("kilonode-balloon", defaults.PRIORITY_BALLOON, False, False,
+             "The autoscaler's placeholder pods: at its expendable cutoff, so it keeps their nodes warm; every "
+             "other pod preempts them, and they never preempt."),
+)
+BORROWING_CLASSES = ("kilonode-borrowable", "kilonode-balloon")
+
+# The admission rule, in CEL (ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1, GA
+# in 1.30): a pod that tolerates every team's taint (key kilonode.io/team, operator Exists)
+# must be of a borrowing class. Tolerations without a key (DaemonSets' "tolerate everything")
+# are left alone: they are the per-node agents every node needs.
+BORROW_RULE = (
+    "!has(object.spec.tolerations) || "
+    f"!object.spec.tolerations.exists(t, has(t.key) && t.key == '{wellknown.TEAM_LABEL}' && "
+    "has(t.operator) && t.operator == 'Exists') || "
+    "(has(object.spec.priorityClassName) && object.spec.priorityClassName in "
+    f"[{', '.join(repr(name) for name in BORROWING_CLASSES)}])"
+)
+
+
+@dataclass(frozen=True)
+class CapacityArgs:
+    plan: ClusterPlan
+
+
+def balloon_name(pool: str) -> str:
+    return f"balloon-{pool}"
+
+
+def balloon_tolerations(pool: NodePoolPlan) -> list[dict[str, str]]:
+    """The stack's own taints of the pool (which its work tolerates too), not the GPU health
+    agent's (a balloon waits for a checked node like any pod) nor a team's (balloons keep the
+    shared scale sets warm: the autoscaler's node groups)."""
+    skip = {protocol.STARTUP_TAINT, wellknown.TEAM_LABEL}
+    tolerations = []
+    for taint in pool.taints:
+        key_value, _, effect = taint.partition(":")
+        key, _, value = key_value.partition("=")
+        if key in skip:
+            continue
+        toleration = {"key": key, "operator": "Equal" if value else "Exists", "effect": effect}
+        if value:
+            toleration["value"] = value
+        tolerations.append(toleration)
+    return tolerations
+
+
+def balloon_pod_spec(pool: NodePoolPlan) -> dict[str, object]:
+    assert pool.autoscaling is not None
+    selector = {"app": BALLOON_APP, POOL_LABEL: pool.name}
+    requests = dict(pool.autoscaling.balloon_requests)
+    return {
+        "priorityClassName": "kilonode-balloon",
+        # preempted: gone at once, so the real pod starts without waiting
+        "terminationGracePeriodSeconds": 0,
+        "automountServiceAccountToken": False,
+        "nodeSelector": {POOL_LABEL: pool.name},
+        "tolerations": balloon_tolerations(pool),
+        "affinity": {
+            # one balloon per node: each stands for a whole warm node
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": selector}, "topologyKey": "kubernetes.io/hostname"},
+            ]},
+            # the shared scale sets only: the autoscaler's node groups (a team's nodes are the
+            # team's, and tainted against balloons anyway)
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": wellknown.TEAM_LABEL, "operator": "DoesNotExist"}]},
+            ]}},
+        },
+        "containers": [{
+            "name": "placeholder",
+            # preloaded on every node (the pause image is in every pool image): no pull
+            "image": pool.pause_image,
+            "resources": {"requests": requests, "limits": requests},
+            "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True, "runAsUser": 65535,
+                                "capabilities": {"drop": ["ALL"]}},
+        }],
+    }
+
+
+class Capacity(pulumi.ComponentResource):
+    def __init__(self, name: str, args: CapacityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:Capacity", name, None, opts)
+        plan = args.plan
+        child = pulumi.ResourceOptions(parent=self)
+        for priority in PRIORITIES:
+            scheduling.v1.PriorityClass(
+                f"{name}-{priority.name}",
+                metadata=meta.v1.ObjectMetaArgs(name=priority.name, labels=LABELS),
+                value=priority.value,
+                global_default=priority.global_default,
+                preemption_policy="PreemptLowerPriority" if priority.preempts else "Never",
+                description=priority.description,
+                opts=child,
+            )
+        if plan.teams:
+            policy = admissionregistration.v1.ValidatingAdmissionPolicy(
+                f"{name}-borrowing-policy",
+                metadata=meta.v1.ObjectMetaArgs(name="kilonode-team-borrowing", labels=LABELS),
+                spec=admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
+                    failure_policy="Fail",
+                    match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
+                        admissionregistration.v1.NamedRuleWithOperationsArgs(
+                            api_groups=[""], api_versions=["v1"], operations=["CREATE"], resources=["pods"],
+                        ),
+                    ]),
+                    validations=[admissionregistration.v1.ValidationArgs(
+                        expression=BORROW_RULE,
+                        message=(f"a pod that tolerates every team's taint ({wellknown.TEAM_LABEL} with operator "
+                                 f"Exists) borrows other teams' nodes: give it priorityClassName "
+                                 f"{BORROWING_CLASSES[0]}, so the team it borrows from can preempt it"),
+                        reason="Forbidden",
+                    )],
+                ),
+                opts=child,
+            )
+            admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+                f"{name}-borrowing-binding",
+                metadata=meta.v1.ObjectMetaArgs(name="kilonode-team-borrowing", labels=LABELS),
+                spec=admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+                    policy_name=policy.metadata.name,
+                    validation_actions=["Deny"],
+                ),
+                opts=child,
+            )
+        balloons = [pool for pool in plan.autoscaled_pools if pool.autoscaling and pool.autoscaling.warm_nodes]
+        if not balloons:
+            self.register_outputs({})
+            return
+        namespace = core.v1.Namespace(
+            f"{name}-namespace", metadata=meta.v1.ObjectMetaArgs(name=NAMESPACE, labels=LABELS), opts=child,
+        )
+        for pool in balloons:
+            assert pool.autoscaling is not None
+            selector = {"app": BALLOON_APP, POOL_LABEL: pool.name}
+            apps.v1.Deployment(
+                f"{name}-{balloon_name(pool.name)}",
+                metadata=meta.v1.ObjectMetaArgs(name=balloon_name(pool.name), namespace=namespace.metadata.name,
+                                                labels={**LABELS, **selector}),
+                spec=apps.v1.DeploymentSpecArgs(
+                    replicas=pool.autoscaling.warm_nodes,
+                    selector=meta.v1.LabelSelectorArgs(match_labels=selector),
+                    template=core.v1.PodTemplateSpecArgs(
+                        metadata=meta.v1.ObjectMetaArgs(labels=selector),
+                        spec=balloon_pod_spec(pool),  # type: ignore[arg-type]
+                    ),
+                ),
+                opts=child,
+            )
+        self.register_outputs({})
+
+
+def describe(plan: ClusterPlan) -> list[str]:
+    """Priorities, teams' borrowing rule and balloons, one line each (kilonode explain)."""
+    lines = ["priorities: " + ", ".join(f"{p.name} {p.value:,}" + (" (default)" if p.global_default else "")
+                                        for p in PRIORITIES)
+             + "; system-cluster-critical and system-node-critical stay the control plane's"]
+    if plan.teams:
+        lines.append(f"borrowing: pods tolerating {wellknown.TEAM_LABEL} (operator Exists) must be "
+                     f"{BORROWING_CLASSES[0]} (ValidatingAdmissionPolicy kilonode-team-borrowing)")
+    for pool in plan.autoscaled_pools:
+        assert pool.autoscaling is not None
+        if pool.autoscaling.warm_nodes:
+            wants = ", ".join(f"{k}: {v}" for k, v in pool.autoscaling.balloon_requests.items())
+            lines.append(f"balloons: {NAMESPACE}/{balloon_name(pool.name)}, {pool.autoscaling.warm_nodes} pods of "
+                         f"{wants} (one per node, class kilonode-balloon {defaults.PRIORITY_BALLOON})")
+    return lines

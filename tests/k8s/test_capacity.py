@@ -1,0 +1,135 @@
+"""Priorities, balloons and the teams' borrowing rule in the cluster (kilonode.k8s.capacity):
+objects valid for each stack's Kubernetes version, balloons that take whole nodes of the
+shared scale sets at the autoscaler's cutoff, and the admission rule's CEL evaluated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+
+from kilonode.azure.graph import Graph, Recorded
+from kilonode.k8s.capacity import BORROW_RULE, NAMESPACE, PRIORITIES
+from kilonode.plan import ClusterPlan, defaults
+from kilonode.render import render_cluster
+from kilonode.render.pool import KUBELET_CONFIG
+
+STACKS = ["local", "research-2500", "research-7500"]
+TEAM = "kilonode.io/team"
+
+
+def capacity_objects(graph: Graph) -> list[Recorded]:
+    return [r for r in graph.resources if r.custom and r.parent and r.parent.endswith("-k8s-capacity")]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_object_is_valid_for_the_stacks_kubernetes_version(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    objects = capacity_objects(graphs[stack])
+    kinds = sorted(r.type.rsplit(":", 1)[1] for r in objects)
+    expected = ["PriorityClass"] * 4
+    if plans[stack].teams:
+        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    if any(p.autoscaling and p.autoscaling.warm_nodes for p in plans[stack].node_pools):
+        expected += ["Deployment", "Namespace"]
+    assert kinds == sorted(expected)
+    for record in objects:
+        kubernetes_validate.validate(record.plain(), f"1.{plans[stack].kubernetes_minor}.0", strict=True)
+
+
+def test_priorities_are_ordered_and_the_balloons_sit_at_the_autoscalers_cutoff(graphs: dict[str, Graph]) -> None:
+    classes = {r.plain()["metadata"]["name"]: r.plain() for r in graphs["research-7500"].of_type(
+        "kubernetes:scheduling.k8s.io/v1:PriorityClass")}
+    values = {name: c["value"] for name, c in classes.items()}
+    assert values["kilonode-infrastructure"] > values["kilonode-team"] > values["kilonode-borrowable"] > (
+        values["kilonode-balloon"])
+    # system-cluster-critical is 2,000,000,000; user classes must stay at or below 1,000,000,000
+    assert max(values.values()) <= 1_000_000_000
+    # not expendable (cluster-autoscaler: priority *below* the cutoff is), so it keeps nodes
+    assert values["kilonode-balloon"] == defaults.AUTOSCALER_EXPENDABLE_PRIORITY_CUTOFF
+    assert classes["kilonode-balloon"]["preemptionPolicy"] == "Never"
+    assert [name for name, c in classes.items() if c.get("globalDefault")] == ["kilonode-team"]
+    assert {p.name for p in PRIORITIES} == set(classes)
+
+
+def test_balloons_take_whole_nodes_of_the_shared_scale_sets(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan]
+) -> None:
+    plan = plans["research-7500"]
+    [deployment] = [r.plain() for r in capacity_objects(graphs["research-7500"])
+                    if r.type == "kubernetes:apps/v1:Deployment"]
+    [pool] = plan.autoscaled_pools
+    assert deployment["metadata"]["namespace"] == NAMESPACE
+    assert deployment["spec"]["replicas"] == 20
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["resources"]["requests"] == {"nvidia.com/gpu": "8"} == container["resources"]["limits"]
+    assert pod["priorityClassName"] == "kilonode-balloon" and pod["terminationGracePeriodSeconds"] == 0
+    assert pod["nodeSelector"] == {"kilonode.io/pool": "h100-ib"}
+    [anti] = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    # the pause image every node has preloaded: a balloon never pulls
+    assert container["image"] == pool.pause_image
+    assert pool.pause_image in {image.image for image in pool.preload_images}
+    # a balloon does not tolerate the GPU health agent's startup taint: it waits for a checked node
+    assert not any(t.get("key", "").startswith("kilonode.io/gpu") for t in pod.get("tolerations", []))
+
+
+def tolerates(tolerations: list[dict[str, str]], taint: dict[str, str]) -> bool:
+    """Kubernetes' rule (k8s.io/api core/v1 toleration.go ToleratesTaint)."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint["effect"]:
+            continue
+        if t.get("key") and t["key"] != taint["key"]:
+            continue
+        if t.get("operator", "Equal") == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def test_borrowers_fit_every_teams_nodes_and_others_none(plans: dict[str, ClusterPlan]) -> None:
+    rendered = render_cluster(plans["research-7500"])
+    team_taints = {}
+    for team in ("language", "vision"):
+        config = yaml.safe_load(rendered[f"pool-a100-ib.team-{team}"][KUBELET_CONFIG].content)
+        [taint] = [t for t in config["registerWithTaints"] if t["key"] == TEAM]
+        team_taints[team] = taint
+    borrower = [{"key": TEAM, "operator": "Exists", "effect": "NoSchedule"}]
+    own = [{"key": TEAM, "operator": "Equal", "value": "vision", "effect": "NoSchedule"}]
+    assert all(tolerates(borrower, taint) for taint in team_taints.values())
+    assert tolerates(own, team_taints["vision"]) and not tolerates(own, team_taints["language"])
+    assert not any(tolerates([], taint) for taint in team_taints.values())
+
+
+@pytest.fixture(scope="module")
+def borrow_rule() -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(BORROW_RULE))
+
+
+def admitted(rule: Any, spec: dict[str, Any]) -> bool:
+    return bool(rule.evaluate({"object": celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": spec})}))
+
+
+def test_the_borrowing_policy_admits_only_low_priority_borrowers(graphs: dict[str, Graph], borrow_rule: Any) -> None:
+    [policy] = [r.plain() for r in capacity_objects(graphs["research-7500"])
+                if r.type.endswith(":ValidatingAdmissionPolicy")]
+    [validation] = policy["spec"]["validations"]
+    assert validation["expression"] == BORROW_RULE
+    any_team = [{"key": TEAM, "operator": "Exists", "effect": "NoSchedule"}]
+    assert admitted(borrow_rule, {"priorityClassName": "kilonode-borrowable", "tolerations": any_team})
+    assert not admitted(borrow_rule, {"tolerations": any_team})  # team priority, by default
+    assert not admitted(borrow_rule, {"priorityClassName": "kilonode-team", "tolerations": any_team})
+    # a team's own pods, pods without tolerations, and DaemonSets' tolerate-everything: untouched
+    assert admitted(borrow_rule, {"tolerations": [{"key": TEAM, "operator": "Equal", "value": "vision"}]})
+    assert admitted(borrow_rule, {"containers": []})
+    assert admitted(borrow_rule, {"tolerations": [{"operator": "Exists"}]})
+    [binding] = [r.plain() for r in capacity_objects(graphs["research-7500"])
+                 if r.type.endswith(":ValidatingAdmissionPolicyBinding")]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
