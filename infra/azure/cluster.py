@@ -23,7 +23,6 @@ from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
 from kilonode.azure.tls import Tls, TlsArgs
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.plan.model import ClusterPlan
-from kilonode.render.cluster import pool_role
 from kilonode.render.files import USER_DATA, HostFiles
 
 
@@ -163,7 +162,7 @@ class Cluster(pulumi.ComponentResource):
                     resource_group_name=net.resource_group_name,
                     subnet_id=net.pool_subnet_ids[pool.name],
                     image_version_id=image.image_version_ids[pool.name],
-                    user_data={team: user_data(pool_role(pool.name, team)) for team in (None, *pool.teams)},
+                    user_data={team: user_data(pool.role(team)) for team in (None, *pool.teams)},
                     files=certs.node_files,
                     ssh_public_key=certs.admin_ssh_public_key,
                     identity_id=identity.id,

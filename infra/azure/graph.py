@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+import yaml
 from pulumi.runtime import rpc
 
 SECRET = "[secret]"
@@ -253,3 +254,43 @@ def format_markdown(graph: Graph) -> str:
 
 def format_json(graph: Graph) -> str:
     return json.dumps(graph.to_json(), indent=2, sort_keys=True) + "\n"
+
+
+IN_CLUSTER_DIR = "in-cluster"
+_K8S_HEAD = ("apiVersion", "kind", "metadata")
+
+
+def _manifest(r: Recorded) -> dict[str, Any]:
+    """A recorded Kubernetes object as its YAML reads: apiVersion, kind, metadata first,
+    the rest in name order; secrets as [secret]."""
+    body = r.masked()
+    return {**{k: body[k] for k in _K8S_HEAD if k in body}, **{k: body[k] for k in sorted(body) if k not in _K8S_HEAD}}
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (a ConfigMap's embedded file) as literal blocks, readable in review."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+_BlockDumper.add_representer(str, _str)
+
+
+def _yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False, width=100)
+
+
+def format_manifests(graph: Graph) -> dict[str, str]:
+    """The in-cluster objects as Kubernetes YAML, one multi-document file per kilonode:k8s
+    component (in-cluster/<component>.yaml), in the graph's reading order: what `pulumi up`
+    sends to the apiserver, for review beside the host files (tests/golden/<stack>/)."""
+    prefix = f"{graph.stack}-k8s-"
+    files: dict[str, list[str]] = {}
+    for r in graph.resources:
+        if not (r.custom and r.type.startswith("kubernetes:") and r.parent):
+            continue
+        component = r.parent.removeprefix(prefix)
+        files.setdefault(f"{IN_CLUSTER_DIR}/{component}.yaml", []).append(f"# {r.name}\n" + _yaml(_manifest(r)))
+    return {path: "---\n".join(docs) for path, docs in sorted(files.items())}

@@ -21,7 +21,6 @@ from pulumi_azure_native import compute
 from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.plan.model import NodePoolPlan
-from kilonode.render.cluster import pool_role
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,7 @@ class GpuNodePoolArgs:
     subnet_id: pulumi.Input[str]
     image_version_id: pulumi.Input[str]
     # the rendered user-data of each registration group: None for the shared scale sets, a
-    # team's name for its own (kilonode.render.cluster.pool_role)
+    # team's name for its own (NodePoolPlan.role)
     user_data: Mapping[str | None, str]
     files: Sequence[DeliveredFile]
     ssh_public_key: pulumi.Input[str]
@@ -67,7 +66,7 @@ class GpuNodePool(pulumi.ComponentResource):
         # One custom data per registration group: the pool's shared shards share one, each
         # team's shards another (their kubelet registers the team's label and taint).
         data = {
-            team: custom_data(text, args.files, pool_role(pool.name, team)) for team, text in args.user_data.items()
+            team: custom_data(text, args.files, pool.role(team)) for team, text in args.user_data.items()
         }
         storage = compute.VirtualMachineScaleSetStorageProfileArgs(
             image_reference=gallery_image(args.image_version_id),
@@ -111,7 +110,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 vm_scale_set_name=shard.name,
                 resource_group_name=args.resource_group_name,
                 location=args.location,
-                tags=tags(args.cluster, pool_role(pool.name, shard.team)),
+                tags=tags(args.cluster, pool.role(shard.team)),
                 zones=[shard.zone],
                 sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
                 orchestration_mode="Uniform",

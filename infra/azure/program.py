@@ -25,6 +25,7 @@ from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.problems import StackError
 from kilonode.render import render_cluster
+from kilonode.render.monitoring import monitoring_files
 
 
 def main(require_recorded_addresses: bool = True) -> Cluster:
@@ -60,6 +61,7 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
         bootstrap_token_id=cluster.tls.bootstrap_token_id,
         bootstrap_token_secret=cluster.tls.bootstrap_token_secret,
         cloud_target=cloud_target(plan, cluster),
+        monitoring_files=monitoring_files(plan),
         depends_on=(cluster.control_plane,),
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from kilonode.cli.common import StackArg, die, load_and_plan, out
@@ -146,11 +147,26 @@ def _capacity_tables(plan: ClusterPlan) -> None:
             assert pool.autoscaling is not None
             out.print(f"pool {pool.name} autoscaling: {pool.autoscaling.reason}; {pool.autoscaling.warm_nodes} "
                       "kept warm by balloon pods")
-    from kilonode.k8s.capacity import describe as capacity
+
+
+def _in_cluster(plan: ClusterPlan) -> None:
+    """The in-cluster layer's lessons, one heading each (kilonode.k8s.*.describe)."""
+    # Imported here: the in-cluster modules import pulumi (~0.5 s), which only explain pays.
+    from kilonode.k8s import autoscaler, capacity, flowcontrol, scheduling
+    from kilonode.render import monitoring
 
     out.print("[bold]In the cluster[/] (kilonode:k8s:*, created by `pulumi up` once the apiservers answer)")
-    for line in capacity(plan):
-        out.print(f"  {line}")
+    sections = {
+        "gang scheduling": scheduling.describe(plan),
+        "priorities, team borrowing, balloons": capacity.describe(plan),
+        "cluster autoscaler": autoscaler.describe(plan),
+        "apiserver protection (API Priority and Fairness)": flowcontrol.describe(plan),
+        "alerts for your Prometheus (docs/monitoring.md)": monitoring.describe(plan),
+    }
+    for title, lines in sections.items():
+        out.print(f"  [bold]{title}[/]")
+        for line in lines:
+            out.print(f"    {escape(line)}")
 
 
 def explain(stack: StackArg) -> None:
@@ -198,6 +214,7 @@ def explain(stack: StackArg) -> None:
                       + ", ".join(pool.boot_images_not_preloaded))
 
     _capacity_tables(plan)
+    _in_cluster(plan)
 
     outbound = Table(title="Outbound (one NAT gateway per row; 64,512 SNAT ports per public IP)",
                      title_justify="left")

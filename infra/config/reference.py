@@ -209,14 +209,21 @@ def starter_stack(cluster: str, stack: str) -> str:
 
 def _commented(entries: typing.Iterable[Key], indent: str, skip: set[str], relative: bool = True) -> list[str]:
     lines = []
+    absent: list[str] = []  # optional sections (default null): their keys stay out of the starter
     for key in entries:
         # a list inside a list (a pool's preloadImages) shows as its default, without its items
         if key.path in skip or key.path.count("[].") > 1 or key.default is PydanticUndefined:
             continue
+        if any(key.path.startswith(f"{prefix}.") for prefix in absent):
+            continue
         pad = indent + ("  " * (key.depth - 1) if relative else "")
         name = key.path.rsplit(".", 1)[-1]
         why = key.field.description or ""
-        if key.section is not None and not key.is_list:
+        if key.section is not None and not key.is_list and key.default is None:
+            # uncommented, `null` keeps it off; its keys are in docs/stack-reference.md
+            absent.append(key.path)
+            lines.append(f"{pad}# {name}: null  # {why} Keys: docs/stack-reference.md.")
+        elif key.section is not None and not key.is_list:
             lines.append(f"{pad}# {name}:  # {why}")
         else:
             lines.append(f"{pad}# {name}: {_yaml_value(key.default)}  # {why}")

@@ -3,19 +3,24 @@ cluster's own outputs, behind the apiserver readiness gate."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
+from kilonode.k8s.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from kilonode.k8s.capacity import Capacity, CapacityArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
+from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
+from kilonode.k8s.monitoring import MonitoringRules, MonitoringRulesArgs
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
+from kilonode.k8s.scheduling import GangScheduler, GangSchedulerArgs
 from kilonode.plan.model import ClusterPlan
 
 
@@ -26,6 +31,9 @@ class InClusterArgs:
     bootstrap_token_id: pulumi.Output[str]
     bootstrap_token_secret: pulumi.Output[str]  # secret
     cloud_target: pulumi.Output[AzureTarget]  # where the cloud provider acts (azure.json)
+    # the rule file and scrape fragment for the user's Prometheus, rendered by the caller
+    # (kilonode.render.monitoring.monitoring_files)
+    monitoring_files: Mapping[str, str]
     # Resources the apiserver needs before it can answer (its VMs, the load balancer).
     depends_on: tuple[pulumi.Resource, ...] = ()
 
@@ -72,7 +80,7 @@ class InCluster(pulumi.ComponentResource):
         )
         ClusterDns(
             f"{name}-dns",
-            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=dns_replicas(plan.total_nodes)),
+            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=dns_replicas(plan.most_nodes)),
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
@@ -83,10 +91,18 @@ class InCluster(pulumi.ComponentResource):
                          on_cluster)
             GpuHealthAccess(f"{name}-gpu-health", on_cluster)
         # The 7,500-node lessons inside the cluster (one component each):
-        # [scheduling]
-        # [flow-control]
-        # [monitoring]
+        # [scheduling] gang scheduling: a second scheduler with Coscheduling (kilonode.k8s.scheduling)
+        GangScheduler(f"{name}-gang", GangSchedulerArgs.of(plan), on_cluster)
+        # [flow-control] API Priority and Fairness: per-node agents and monitoring agents in their
+        # own limited priority levels (kilonode.k8s.flowcontrol)
+        ApiProtection(f"{name}-api-protection", ApiProtectionArgs(), on_cluster)
+        # [monitoring] the rule file and scrape fragment for the user's Prometheus, in a ConfigMap
+        # (kilonode.k8s.monitoring)
+        MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(files=args.monitoring_files), on_cluster)
         # [capacity] priorities, teams' borrowing rule, balloons (kilonode.k8s.capacity)
         Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
-        # [autoscaler]
+        # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from
+        # the plan (kilonode.k8s.autoscaler). None without autoscaled pools.
+        if plan.autoscaled_pools:
+            ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan=plan), on_cluster)
         self.register_outputs({})

@@ -272,3 +272,18 @@ def plan_autoscaling(index: int, config: NodePoolConfig, pool: NodePoolPlan) -> 
                if scaling.min_nodes is None else f"; the pool never below {max(min_nodes, fixed):,} (minNodes)")
     return AutoscalingPlan(min_nodes=max(min_nodes, fixed), max_nodes=max_nodes, warm_nodes=scaling.warm_nodes,
                            balloon_requests=requests, node_groups=groups, reason=reason), []
+
+
+def catalogue_problems(config: ClusterConfig) -> list[Problem]:
+    """With any autoscaled pool, every pool's size must be in the catalogue: the autoscaler's
+    --cores-total/--memory-total count every node of the cluster (kilonode.k8s.autoscaler), and
+    upstream's defaults (320,000 vCPUs) would stop scale-up in a cluster this size."""
+    if not any(pool.autoscaling for pool in config.node_pools):
+        return []
+    return [
+        Problem(("nodePools", index, "vmSize"),
+                f"{pool.vm_size} is not in kilonode's VM-size catalogue (infra/config/catalog/vm_sizes.yaml), and the "
+                "cluster autoscaler's resource ceilings count every node's vCPUs and memory; add the size there, or "
+                "remove autoscaling from every pool")
+        for index, pool in enumerate(config.node_pools) if catalog.vm_size(pool.vm_size) is None
+    ]

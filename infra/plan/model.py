@@ -177,6 +177,12 @@ class NodePoolPlan(StrictModel):
             "taints": (*self.taints, team_taint(team)),
         })
 
+    def role(self, team: str | None = None) -> str:
+        """The pool's host role: pool-<name> for its shared scale sets (and its image), and
+        pool-<name>.team-<team> for a team's, which differ only in how their nodes register.
+        Names its rendered directory and its scale sets' kilonode-role tag."""
+        return f"pool-{self.name}" if team is None else f"pool-{self.name}.team-{team}"
+
     @property
     def teams(self) -> tuple[str, ...]:
         """The teams with shards in this pool, in shard order."""
@@ -282,6 +288,12 @@ class ClusterPlan(StrictModel):
     @property
     def total_nodes(self) -> int:
         return sum(pool.nodes for pool in self.node_pools)
+
+    @property
+    def most_nodes(self) -> int:
+        """The nodes the cluster may reach: autoscaled pools at their ceiling. What the
+        control plane is sized for (apiserver concurrency, DNS replicas)."""
+        return sum(pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes for pool in self.node_pools)
 
     @property
     def autoscaled_pools(self) -> tuple[NodePoolPlan, ...]:

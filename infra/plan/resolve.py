@@ -104,6 +104,7 @@ def _capacity(
 ) -> tuple[tuple[NodePoolPlan, ...], capacity.TeamPlacement]:
     """Teams' shards, then each autoscaled pool's node groups (kilonode.plan.capacity)."""
     placement, problems = capacity.place_teams(config, pools)
+    problems += capacity.catalogue_problems(config)
     placed = []
     for index, (pool_config, pool) in enumerate(zip(config.node_pools, pools, strict=True)):
         shards = tuple(s.model_copy(update={"team": placement.shard_team.get(s.name)}) for s in pool.shards)
@@ -515,6 +516,7 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     """What the in-cluster program runs that every node (or any node) must start at boot;
     with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
     cloud_provider = defaults.cloud_provider_azure_version(config.kubernetes_version)
+    gang = defaults.scheduler_plugins_version(config.kubernetes_version)
     common = (
         defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=config.kubernetes_version),
         defaults.COREDNS_IMAGE,
@@ -523,7 +525,13 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         # uninitialized taint); cloud-controller-manager must start on an uninitialized node
         defaults.CLOUD_NODE_MANAGER_IMAGE.format(version=cloud_provider),
         defaults.CLOUD_CONTROLLER_MANAGER_IMAGE.format(version=cloud_provider),
+        # the gang scheduler and its controller (kilonode.k8s.scheduling): gang jobs wait for them
+        *(image.format(version=gang) for image in (defaults.SCHEDULER_PLUGINS_SCHEDULER_IMAGE,
+                                                   defaults.SCHEDULER_PLUGINS_CONTROLLER_IMAGE)),
     )
+    if any(p.autoscaling for p in config.node_pools):  # kilonode.k8s.autoscaler
+        common += (defaults.CLUSTER_AUTOSCALER_IMAGE.format(
+            version=defaults.cluster_autoscaler_version(config.kubernetes_version)),)
     # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu).
     if pool is not None and gpus_of(pool.vm_size, pool.gpus_per_node):
         return (*common, defaults.DEVICE_PLUGIN_IMAGE)

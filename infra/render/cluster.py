@@ -14,12 +14,6 @@ CONFIG_FILE = "config.yaml"
 PLAN_FILE = "plan.yaml"
 
 
-def pool_role(pool: str, team: str | None = None) -> str:
-    """A pool's rendered directory: pool-<name> for its shared scale sets (and its image),
-    pool-<name>.team-<team> for a team's, which differ only in how their nodes register."""
-    return f"pool-{pool}" if team is None else f"pool-{pool}.team-{team}"
-
-
 def render_cluster(plan: ClusterPlan) -> dict[str, HostFiles]:
     """{"etcd-main-0": files, ..., "etcd-events-0": ..., "apiserver-0": ..., "pool-<name>": ...,
     "pool-<name>.team-<team>": ... for each team with scale sets in the pool}"""
@@ -30,9 +24,9 @@ def render_cluster(plan: ClusterPlan) -> dict[str, HostFiles]:
     for instance in plan.control_plane.instances:
         hosts[instance.name] = render_apiserver(plan, instance)
     for pool in plan.node_pools:
-        hosts[pool_role(pool.name)] = render_pool(plan, pool)
+        hosts[pool.role()] = render_pool(plan, pool)
         for team in pool.teams:
-            hosts[pool_role(pool.name, team)] = render_pool(plan, pool.registration(team))
+            hosts[pool.role(team)] = render_pool(plan, pool.registration(team))
     return hosts
 
 

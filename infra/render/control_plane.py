@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilonode.plan import wellknown
+from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_yaml
@@ -25,7 +25,8 @@ PYTHON = "/usr/bin/python3"
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
     cp = plan.control_plane
     audit = cp.audit_log
-    return [
+    reads, mutating = defaults.apiserver_inflight(plan.most_nodes, len(cp.instances))
+    flags: list[Flag] = [
         ("advertise-address", str(instance.ip)),
         ("secure-port", 6443),
         ("etcd-servers", cp.etcd_servers),
@@ -67,7 +68,28 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("profiling", False),
         # GPU device plugins and DCGM run privileged.
         ("allow-privileged", True),
+        # Field notes: per-node agents and monitoring fleets overloaded the apiservers; alert on
+        # 429s. API Priority and Fairness (the default; named because the two limits below mean
+        # something else without it) queues by priority level (kilonode.k8s.flowcontrol).
+        ("enable-priority-and-fairness", True),
+        # With APF the two are summed into the server's total concurrency limit, which APF
+        # divides among its levels (server_run_options.go l.350-360 and feature.go l.77-85 at
+        # kubernetes/apiserver kubernetes-1.34.2); sized in defaults.apiserver_inflight.
+        ("max-requests-inflight", reads),
+        ("max-mutating-requests-inflight", mutating),
+        # Not set: --watch-cache-sizes ("all non-zero values are equivalent", etcd.go l.158-165:
+        # watch caches size themselves) and the deprecated --default-watch-cache-size (l.152-156).
     ]
+    if len(cp.instances) > 1:
+        flags += [
+            # Several apiservers behind the Azure load balancer: HTTP/2 clients that stick to
+            # one would never come back to a restarted apiserver (defaults: upstream's
+            # recommended starting point, never with a single apiserver).
+            ("goaway-chance", defaults.APISERVER_GOAWAY_CHANCE),
+            # Keep serving while the load balancer's probe takes this one out.
+            ("shutdown-delay-duration", f"{defaults.APISERVER_SHUTDOWN_DELAY_S}s"),
+        ]
+    return flags
 
 
 def scheduler_flags() -> list[Flag]:

@@ -33,6 +33,13 @@ OPEN_ENUMS: dict[str, str] = {
     "hardwareProfile.vmSize": "VirtualMachineSizeTypes predates the sizes in the catalogue",
 }
 
+# JSON Schema's `x-kubernetes-*` extensions in a CRD's openAPIV3Schema: the Pulumi schema
+# renames them `x_kubernetes_*` (a hyphen is no property name in its SDKs), but the object the
+# provider sends is the apiserver's, which reads the hyphenated names; a CRD given as its
+# upstream YAML (as pulumi_kubernetes.yaml.ConfigFile gives every CRD it reads) keeps them.
+# Accepted under either name, checked against the same declared type.
+K8S_EXTENSION_PREFIX = ("x-kubernetes-", "x_kubernetes_")
+
 # Components (this program's own) and provider instances: no resource schema to check.
 # (The kubernetes provider's inputs are checked in tests/k8s.)
 COMPONENT_PREFIXES = ("kilonode:", "pulumi:providers:")
@@ -98,6 +105,8 @@ def _check_object(value: Any, cls: type, path: str, found: list[str]) -> None:
     declared = pulumi_types.input_type_types(cls)
     for key, item in value.items():
         where = f"{path}.{key}" if path else key
+        if key.startswith(K8S_EXTENSION_PREFIX[0]):
+            key = key.replace(*K8S_EXTENSION_PREFIX).replace("-", "_")
         if key not in declared:
             close = difflib.get_close_matches(key, list(declared), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""

@@ -51,13 +51,17 @@ def validate() -> Any:
     return cloud_init_validator()
 
 
-@pytest.mark.parametrize("host", ["etcd-main-0", "etcd-events-1", "apiserver-0", "pool-a100-ib"])
+# a pool's scale sets: a shared one (the pool's files) and one of team language's (its own)
+POOL_SHARDS = {"pool-a100-ib": "research-7500-a100-ib-049", "pool-a100-ib.team-language": "research-7500-a100-ib-000"}
+
+
+@pytest.mark.parametrize("host", ["etcd-main-0", "etcd-events-1", "apiserver-0", *POOL_SHARDS])
 def test_cloud_init_keeps_every_rendered_file_and_command_and_adds_the_tls_files(
     graph_7500: Graph, plans: dict[str, ClusterPlan], merge: Any, validate: Any, host: str
 ) -> None:
     rendered = yaml.safe_load(render_cluster(plans["research-7500"])[host][USER_DATA].content)
     if host.startswith("pool-"):
-        vmss = graph_7500.named("research-7500-a100-ib-000").plain()
+        vmss = graph_7500.named(POOL_SHARDS[host]).plain()
         encoded = vmss["virtualMachineProfile"]["osProfile"]["customData"]
     else:
         role, index = host.rsplit("-", 1)

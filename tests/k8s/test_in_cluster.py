@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from kilonode.k8s.readiness import SCRIPT
 from kilonode.plan import ClusterPlan, defaults, wellknown
 
 STACKS = ["local", "research-2500", "research-7500"]
+# kilonode.k8s.autoscaler: what it creates where pools autoscale
+AUTOSCALER_OBJECTS = 7
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(
     KUBECTL is None,
@@ -45,12 +48,30 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
 ) -> None:
     minor = plans[stack].kubernetes_minor
     objects = k8s_objects(graphs[stack])
-    # bootstrap: Secret + 4 bindings; approver: SA, role, binding, Deployment;
-    # DNS: SA, role, binding, ConfigMap, Deployment, PDB, Service; kube-proxy: SA, binding,
-    # ConfigMap, DaemonSet; cloud provider: 2 x (SA, role, binding), RoleBinding, ConfigMap,
-    # Deployment, PDB, DaemonSet; GPU pools (kilonode.k8s.gpu): the device plugin's DaemonSet,
-    # the GPU health controller's ClusterRole, Role and their bindings
-    assert len(objects) == 31 + (5 if plans[stack].gpu_pools else 0)
+    plan = plans[stack]
+    per_component = Counter(r.parent.removeprefix(f"{stack}-k8s-") for r in objects if r.parent)
+    expected = {
+        "node-bootstrap": 5,  # the token Secret, 4 bindings
+        "serving-cert-approver": 4,  # SA, role, binding, Deployment
+        "dns": 7,  # SA, role, binding, ConfigMap, Deployment, PDB, Service
+        "kube-proxy": 4,  # SA, binding, ConfigMap, DaemonSet
+        "cloud-provider": 11,  # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet
+        # kilonode.k8s.scheduling: 2 CRDs; scheduler and controller: SA, role, binding, Deployment,
+        # PDB each; 2 system bindings, 1 RoleBinding, the config ConfigMap
+        "gang": 16,
+        "api-protection": 4,  # 2 PriorityLevelConfigurations, 2 FlowSchemas
+        "monitoring": 2,  # Namespace, ConfigMap
+        # 4 PriorityClasses; with teams the borrowing policy and its binding; with balloons
+        # their Namespace and a Deployment per pool
+        "capacity": 4 + (2 if plan.teams else 0)
+        + (1 + sum(1 for p in plan.autoscaled_pools if p.autoscaling and p.autoscaling.warm_nodes)
+           if any(p.autoscaling and p.autoscaling.warm_nodes for p in plan.autoscaled_pools) else 0),
+    }
+    if plan.gpu_pools:  # kilonode.k8s.gpu: the device plugin's DaemonSet; the controller's roles and bindings
+        expected |= {"device-plugin": 1, "gpu-health": 4}
+    if plan.autoscaled_pools:  # kilonode.k8s.autoscaler
+        expected["autoscaler"] = AUTOSCALER_OBJECTS
+    assert dict(per_component) == expected
     for record in objects:
         kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
 
@@ -91,10 +112,14 @@ def test_the_bootstrap_token_secret_is_what_the_apiservers_authenticator_reads(g
 
 
 def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -> None:
+    """The bootstrap and core components' bindings (the gang scheduler's and the autoscaler's
+    are checked against their upstream manifests in their own tests)."""
+    own_tests = ("research-7500-k8s-gang", "research-7500-k8s-autoscaler")
     bindings = {
         manifest(r)["metadata"]["name"]: (manifest(r)["roleRef"]["name"],
                                           [(s["kind"], s["name"]) for s in manifest(r)["subjects"]])
-        for r in k8s_objects(graphs["research-7500"]) if r.type.endswith(":ClusterRoleBinding")
+        for r in k8s_objects(graphs["research-7500"])
+        if r.type.endswith(":ClusterRoleBinding") and r.parent not in own_tests
     }
     assert bindings == {
         "kilonode:kubelet-bootstrap": ("system:node-bootstrapper", [("Group", defaults.BOOTSTRAP_GROUP)]),

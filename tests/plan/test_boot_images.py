@@ -1,5 +1,6 @@
 """Images every node needs at boot (kube-proxy, CoreDNS, the serving-certificate approver,
-the cloud provider's node and controller managers; on GPU pools the NVIDIA device plugin):
+the cloud provider's node and controller managers, the gang scheduler and its controller; on
+GPU pools the NVIDIA device plugin):
 baked like the pause image when the stack supplies their archives, else named as pulled at
 first start, in the plan, the image manifest and `kilonode explain`."""
 
@@ -16,14 +17,20 @@ BOOT = (
     defaults.SERVING_CERT_APPROVER_IMAGE,
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",
+    "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.34.7",
+    "registry.k8s.io/scheduler-plugins/controller:v0.34.7",
 )
+
+
+AUTOSCALER = "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5"
 
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
-        # every research-7500 pool has GPUs: the device plugin too
-        assert pool.boot_images_not_preloaded == (*BOOT, defaults.DEVICE_PLUGIN_IMAGE)
+        # every research-7500 pool has GPUs: the device plugin too; a pool autoscales: the autoscaler
+        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, defaults.DEVICE_PLUGIN_IMAGE)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
+    assert AUTOSCALER not in plans["research-2500"].node_pools[0].boot_images_not_preloaded
 
 
 def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loader_list(
@@ -48,4 +55,5 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for r in graphs["research-7500"].resources if r.type.startswith("kubernetes:apps/v1:")
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
-    assert images == {*BOOT, defaults.DEVICE_PLUGIN_IMAGE}
+    # ... and the pause image, which every node has from the image build (balloon pods run it)
+    assert images == {*BOOT, AUTOSCALER, defaults.DEVICE_PLUGIN_IMAGE, plans["research-7500"].node_pools[0].pause_image}

@@ -43,7 +43,8 @@ def test_research_7500_renders_one_directory_per_host_role(rendered_7500: Path) 
     assert [n for n in names if n.startswith("etcd-main-")] == [f"etcd-main-{i}" for i in range(5)]
     assert [n for n in names if n.startswith("etcd-events-")] == [f"etcd-events-{i}" for i in range(3)]
     assert [n for n in names if n.startswith("apiserver-")] == [f"apiserver-{i}" for i in range(5)]
-    assert [n for n in names if n.startswith("pool-")] == ["pool-a100-ib", "pool-h100-ib"]
+    assert [n for n in names if n.startswith("pool-")] == [
+        "pool-a100-ib", "pool-a100-ib.team-language", "pool-a100-ib.team-vision", "pool-h100-ib"]
     assert (rendered_7500 / "config.yaml").is_file() and (rendered_7500 / "plan.yaml").is_file()
 
 

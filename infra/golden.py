@@ -1,0 +1,61 @@
+"""Regenerate tests/golden/<stack>/ for every shipped stack, and the stack reference: `make golden`.
+
+Each golden tree holds what `kilonode render <stack>` writes (the host files) and, under
+in-cluster/, the Kubernetes objects the Pulumi program creates, as YAML (recorded under
+Pulumi's mock engine, secrets masked). A pull request that changes a flag or an object shows
+that one line changing. The composition root of the goldens: it alone imports both the
+renderers and the Pulumi program.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from kilonode.azure.graph import Graph, format_manifests
+from kilonode.azure.mockplan import run_plan
+from kilonode.config import Stack, available_stacks, load_stack
+from kilonode.plan import plan_stack
+from kilonode.problems import StackError
+from kilonode.render.cluster import render_tree
+from kilonode.render.files import RenderedFile
+from kilonode.render.golden import GOLDEN_DIR, regenerate_reference
+from kilonode.render.write import with_marker, write_tree
+
+
+def in_cluster(graph: Graph) -> dict[str, RenderedFile]:
+    """in-cluster/<component>.yaml for each kilonode:k8s component of the recorded graph."""
+    return {path: RenderedFile(text) for path, text in format_manifests(graph).items()}
+
+
+def _tree(stack: Stack, graph: Graph | None = None) -> dict[str, RenderedFile]:
+    return render_tree(stack.config, plan_stack(stack)) | in_cluster(graph or run_plan(stack))
+
+
+def expected(stack_name: str, graph: Graph | None = None) -> dict[str, RenderedFile]:
+    """Everything tests/golden/<stack>/ holds, its marker included (`graph`: the stack's
+    recorded graph, when the caller has it)."""
+    return with_marker(_tree(load_stack(stack_name), graph), stack_name)
+
+
+def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
+    names = available_stacks()
+    for name in names:
+        stack = load_stack(name)
+        # the goldens live in git: replace them whole (a hand edit there is what this undoes)
+        shutil.rmtree(golden_dir / name, ignore_errors=True)
+        write_tree(_tree(stack), golden_dir / name, stack=name)
+    for stale in sorted(p for p in golden_dir.iterdir() if p.is_dir() and p.name not in names):
+        print(f"note: {stale} belongs to no shipped stack; delete it if the stack is gone", file=sys.stderr)
+    return names
+
+
+if __name__ == "__main__":
+    try:
+        for written in regenerate():
+            print(f"regenerated {GOLDEN_DIR}/{written}")
+        print(f"regenerated {regenerate_reference()}")
+    except StackError as error:
+        print(error, file=sys.stderr)
+        sys.exit(2)

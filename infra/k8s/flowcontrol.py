@@ -1,0 +1,222 @@
+"""ApiProtection: API Priority and Fairness (flowcontrol.apiserver.k8s.io/v1, GA in 1.29) for the
+traffic the field notes warn of: agents on every node that LIST and WATCH the apiserver.
+
+Two Limited priority levels of kilonode's own, each with one FlowSchema (numbers and their
+reasons in kilonode.plan.defaults, APF_*):
+
+- kilonode-node-agents: the per-node DaemonSets of this repository that talk to the apiserver,
+  by ServiceAccount -- kube-proxy (kube-system/kube-proxy, kilonode.k8s.proxy: LIST/WATCH of
+  Services, EndpointSlices and its own Node, Events) and cloud-node-manager
+  (kube-system/cloud-node-manager, kilonode.k8s.cloud_provider: its Node, nodes/status).
+  Without this schema both fall to the built-in kube-system-service-accounts schema, i.e. into
+  workload-high beside kube-scheduler and kube-controller-manager, where 7,500 kube-proxies
+  re-listing after a rollout compete with scheduling.
+- kilonode-monitoring: the hook for monitoring agents -- every ServiceAccount in the
+  `monitoring` namespace, and any identity in the group kilonode:monitoring-agents (the group
+  grants nothing; it only classifies). The FlowSchema carries the label kilonode.io/hook=
+  monitoring-agents and an annotation saying how to join. Without it such agents land in
+  workload-low (ServiceAccounts) or global-default (everyone else), next to every workload and
+  every cluster admin.
+
+Both levels borrow nothing (a busy fleet never holds more than its nominal seats) and queue
+per ServiceAccount or user (ByUser), so a burst waits in its own queues and is answered 429
+only past them. Neither takes seats from the built-in levels: the apiservers' concurrency limit
+grows by these levels' shares (kilonode.plan.defaults.apiserver_inflight), and
+tests/k8s/test_flowcontrol.py computes every level's seats as the apiserver does.
+
+Not covered, on purpose:
+- The NVIDIA device plugin (kilonode.k8s.gpu) does not talk to the apiserver: at v0.17.4
+  (fd56a747) cmd/nvidia-device-plugin imports no Kubernetes client (only the kubelet's
+  device-plugin gRPC API, k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1); client-go is used by
+  cmd/gpu-feature-discovery and cmd/config-manager, which kilonode does not deploy.
+- The GPU health agent on each GPU node acts as the node itself (the kubelet's client
+  certificate: user system:node:<node>, group system:nodes; kilonode.gpu.agent). Its few
+  requests are classified as the kubelet's: GET of its Node and PATCH of nodes/status by the
+  built-in system-node-high schema (precedence 400, level node-high); its Events and the LIST of
+  pods on its node by system-nodes (500, level system). That is fine: a handful of requests per
+  node every passive interval, beside the kubelet's own status updates every 10 s; they are
+  node-health reports, which node-high exists to keep flowing; and both schemas distinguish
+  ByUser, so each node is its own flow -- a misbehaving agent queues behind its own kubelet
+  only. kilonode's schemas name no system:nodes identity and come after both.
+- Deployments (CoreDNS, cloud-controller-manager, the CSR approver) run a few replicas, not
+  one per node, and keep the built-in kube-system-service-accounts schema. The GPU health
+  controller (user kilonode:gpu-health-controller, one per apiserver VM) falls to
+  global-default.
+
+The objects carry no apf.kubernetes.io/autoupdate-spec annotation: the apiserver deletes
+FlowSchemas and levels with that annotation whose names are not in its bootstrap set
+(kubernetes/kubernetes pkg/registry/flowcontrol/ensurer/strategy.go getRemoveCandidate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+from pulumi_kubernetes import flowcontrol, meta
+
+from kilonode.k8s.bootstrap import KUBE_SYSTEM
+from kilonode.k8s.cloud_provider import CNM
+from kilonode.plan import defaults
+from kilonode.plan.model import ClusterPlan
+
+API_VERSION = "flowcontrol.apiserver.k8s.io/v1"
+NODE_AGENTS = "kilonode-node-agents"
+MONITORING = "kilonode-monitoring"
+HOOK_LABEL = "kilonode.io/hook"
+HOOK_ANNOTATION = "kilonode.io/how-to-join"
+KUBE_PROXY_SERVICE_ACCOUNT = "kube-proxy"  # kilonode.k8s.proxy's ServiceAccount
+# The per-node DaemonSets of this repository that call the apiserver, by (namespace, name) of
+# their ServiceAccount. tests/k8s/test_flowcontrol.py finds every DaemonSet in the program and
+# fails if one with an API client is missing here.
+NODE_AGENT_SERVICE_ACCOUNTS: tuple[tuple[str, str], ...] = (
+    (KUBE_SYSTEM, KUBE_PROXY_SERVICE_ACCOUNT),
+    (KUBE_SYSTEM, CNM),
+)
+# The wildcards of the v1 API (k8s.io/api flowcontrol/v1 types.go: VerbAll, APIGroupAll,
+# ResourceAll, NamespaceEvery, NonResourceAll, NameAll).
+ALL = "*"
+
+
+def _labels(extra: Mapping[str, str]) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "api-protection", "app.kubernetes.io/managed-by": "kilonode", **extra}
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A FlowSchema subject: a ServiceAccount (name may be `*`: all in the namespace) or a group."""
+
+    kind: str  # "ServiceAccount" or "Group"
+    name: str
+    namespace: str | None = None  # ServiceAccounts only
+
+    def __str__(self) -> str:
+        return f"ServiceAccount {self.namespace}/{self.name}" if self.kind == "ServiceAccount" else f"group {self.name}"
+
+    def args(self) -> flowcontrol.v1.SubjectArgs:
+        v1 = flowcontrol.v1
+        if self.kind == "ServiceAccount":
+            return v1.SubjectArgs(kind=self.kind, service_account=v1.ServiceAccountSubjectArgs(
+                namespace=self.namespace, name=self.name))
+        return v1.SubjectArgs(kind=self.kind, group=v1.GroupSubjectArgs(name=self.name))
+
+
+@dataclass(frozen=True)
+class Level:
+    """One kilonode priority level and the FlowSchema that fills it."""
+
+    name: str
+    shares: int
+    lendable_percent: int
+    queuing: tuple[int, int, int]  # queues, handSize, queueLengthLimit
+    precedence: int
+    subjects: tuple[Subject, ...]
+    borrowing_limit_percent: int = defaults.APF_AGENTS_BORROWING_LIMIT_PERCENT
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApiProtectionArgs:
+    node_agents: Sequence[tuple[str, str]] = NODE_AGENT_SERVICE_ACCOUNTS
+    monitoring_namespace: str = defaults.MONITORING_NAMESPACE
+    monitoring_group: str = defaults.MONITORING_AGENTS_GROUP
+
+
+def levels(args: ApiProtectionArgs) -> tuple[Level, Level]:
+    join = (f"run the agent under a ServiceAccount in namespace {args.monitoring_namespace}, or authenticate "
+            f"it with group {args.monitoring_group} (a client certificate's O=, an OIDC groups claim); its "
+            f"requests then queue in priority level {MONITORING}, not beside the control plane's")
+    return (
+        Level(NODE_AGENTS, defaults.APF_NODE_AGENTS_SHARES, defaults.APF_NODE_AGENTS_LENDABLE_PERCENT,
+              defaults.APF_NODE_AGENTS_QUEUING, defaults.APF_NODE_AGENTS_PRECEDENCE,
+              tuple(Subject("ServiceAccount", name, ns) for ns, name in args.node_agents)),
+        Level(MONITORING, defaults.APF_MONITORING_SHARES, defaults.APF_MONITORING_LENDABLE_PERCENT,
+              defaults.APF_MONITORING_QUEUING, defaults.APF_MONITORING_PRECEDENCE,
+              (Subject("ServiceAccount", ALL, args.monitoring_namespace), Subject("Group", args.monitoring_group)),
+              labels={HOOK_LABEL: "monitoring-agents"}, annotations={HOOK_ANNOTATION: join}),
+    )
+
+
+def nominal_seats(server_limit: int, shares: Mapping[str, int]) -> dict[str, int]:
+    """Each level's nominal concurrency limit: ceil(server limit x shares / sum of all shares)
+    (kubernetes/apiserver kubernetes-1.34.2 pkg/util/flowcontrol/apf_controller.go l.863)."""
+    total = sum(shares.values())
+    return {name: math.ceil(server_limit * share / total) for name, share in shares.items()}
+
+
+def describe(plan: ClusterPlan) -> list[str]:
+    """What `kilonode explain` says about API Priority and Fairness: one line each."""
+    args = ApiProtectionArgs()
+    reads, mutating = defaults.apiserver_inflight(plan.most_nodes, len(plan.control_plane.instances))
+    ours = levels(args)
+    seats = nominal_seats(reads + mutating, {**defaults.APF_BUILTIN_SHARES, **{lv.name: lv.shares for lv in ours}})
+    lines = [f"API Priority and Fairness ({API_VERSION}): {reads + mutating} seats per apiserver "
+             f"(--max-requests-inflight={reads} + --max-mutating-requests-inflight={mutating})"]
+    for level in ours:
+        who = ", ".join(str(s) for s in level.subjects)
+        queues, hand, length = level.queuing
+        lines.append(
+            f"{level.name}: {seats[level.name]} seats (shares {level.shares}, lends {level.lendable_percent}%, "
+            f"borrows {level.borrowing_limit_percent}%), {queues} queues, hand {hand}, {length} per queue; "
+            f"FlowSchema {level.name} (precedence {level.precedence}): {who}")
+    builtin = ", ".join(f"{name} {seats[name]}" for name in defaults.APF_BUILTIN_SHARES if name != "exempt")
+    lines.append(f"built-in levels keep their seats: {builtin}")
+    if plan.gpu_pools:
+        lines.append("GPU health agent (the node's identity, group system:nodes): the kubelet's built-in "
+                     "system-node-high and system-nodes schemas; NVIDIA device plugin: no API client")
+    return lines
+
+
+class ApiProtection(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ApiProtectionArgs | None = None,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:k8s:ApiProtection", name, None, opts)
+        args = args or ApiProtectionArgs()
+        child = pulumi.ResourceOptions(parent=self)
+        v1 = flowcontrol.v1
+        for level in levels(args):
+            queues, hand, length = level.queuing
+            priority = v1.PriorityLevelConfiguration(
+                f"{name}-{level.name}-level",
+                metadata=meta.v1.ObjectMetaArgs(name=level.name, labels=_labels(level.labels)),
+                spec=v1.PriorityLevelConfigurationSpecArgs(
+                    type="Limited",
+                    limited=v1.LimitedPriorityLevelConfigurationArgs(
+                        nominal_concurrency_shares=level.shares,
+                        lendable_percent=level.lendable_percent,
+                        borrowing_limit_percent=level.borrowing_limit_percent,
+                        limit_response=v1.LimitResponseArgs(
+                            type="Queue",
+                            queuing=v1.QueuingConfigurationArgs(queues=queues, hand_size=hand,
+                                                                queue_length_limit=length),
+                        ),
+                    ),
+                ),
+                opts=child,
+            )
+            v1.FlowSchema(
+                f"{name}-{level.name}-schema",
+                metadata=meta.v1.ObjectMetaArgs(name=level.name, labels=_labels(level.labels),
+                                                annotations=dict(level.annotations) or None),
+                spec=v1.FlowSchemaSpecArgs(
+                    # the level's own output: the schema is created after the level it names
+                    priority_level_configuration=v1.PriorityLevelConfigurationReferenceArgs(
+                        name=priority.metadata.name),
+                    matching_precedence=level.precedence,
+                    # one flow per ServiceAccount or user: fair queuing between agents
+                    distinguisher_method=v1.FlowDistinguisherMethodArgs(type="ByUser"),
+                    rules=[v1.PolicyRulesWithSubjectsArgs(
+                        subjects=[s.args() for s in level.subjects],
+                        # every request of these identities: reads, writes, discovery
+                        resource_rules=[v1.ResourcePolicyRuleArgs(
+                            verbs=[ALL], api_groups=[ALL], resources=[ALL], namespaces=[ALL], cluster_scope=True)],
+                        non_resource_rules=[v1.NonResourcePolicyRuleArgs(verbs=[ALL], non_resource_urls=[ALL])],
+                    )],
+                ),
+                opts=child,
+            )
+        self.register_outputs({})
+

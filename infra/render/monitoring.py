@@ -1,0 +1,623 @@
+"""What a user's own Prometheus needs to watch the cluster kilonode built: a rule file (alert
+and recording rules for the signals the 2,500- and 7,500-node posts learnt to watch) and a
+scrape-configuration fragment that names this cluster's apiservers and etcd members and
+labels each etcd member with its cluster (main or events). Pure: plan in, text out.
+
+    alert_rules(plan) -> str      # a Prometheus rule file (`rule_files:`)
+    scrape_config(plan) -> str    # `scrape_configs:`: a file for `scrape_config_files:` (Prometheus >= 2.43)
+    describe(plan) -> list[str]   # one line per alert, for `kilonode explain`
+
+kilonode deploys no Prometheus; kilonode.k8s.monitoring delivers both files in a ConfigMap and
+docs/monitoring.md says how to load them and which Prometheus flags the posts needed.
+
+Metric and label names, and where they were read:
+- kube-apiserver: `apiserver_request_total` (STABLE; labels verb, dry_run, group, version,
+  resource, subresource, scope, component, code), kubernetes/apiserver v0.34.10
+  pkg/endpoints/metrics/metrics.go l.78-86; verbs WATCH and CONNECT are the long-running ones
+  (CleanVerb, l.734-750).
+- etcd v3.5.33 (the pinned release, node-image/binaries.toml): `etcd_mvcc_db_total_size_in_bytes`
+  (server/mvcc/metrics.go l.163-174, the backend's physical size, kvstore.go l.530: the size
+  the quota check compares, server/etcdserver/quota.go l.127-135), `etcd_server_quota_backend_bytes`
+  (server/etcdserver/metrics.go l.127-132, set from --quota-backend-bytes in quota.go l.76),
+  `etcd_server_has_leader`, `etcd_server_leader_changes_seen_total` (metrics.go l.29-47),
+  `etcd_disk_wal_fsync_duration_seconds` (server/wal/metrics.go l.20-28),
+  `etcd_disk_backend_commit_duration_seconds` (server/mvcc/backend/metrics.go l.20-28), and
+  `grpc_server_handled_total` (go-grpc-prometheus, registered in
+  server/etcdserver/api/v3rpc/grpc.go l.86); all on the metrics URL, which serves the default
+  registry (server/etcdserver/api/etcdhttp/metrics.go l.29-30). etcd 3.5 exports no alarm
+  metric: `etcd_debugging_server_alarms{alarm_type}` arrived in v3.6.0
+  (server/etcdserver/apply/metrics.go, apply.go l.230-237).
+- kube-state-metrics v2.20.0: `kube_node_spec_taint{node,key,value,effect}`,
+  `kube_node_status_condition{node,condition,status}` (status true|false|unknown, any condition
+  type, custom ones included), `kube_node_labels{node,label_<key>}` (internal/store/node.go
+  l.289-315 and l.507-535; utils.go l.68-79 and l.142-160: `kilonode.io/pool` becomes
+  `label_kilonode_io_pool`). kube_node_labels carries no label unless KSM runs with
+  `--metric-labels-allowlist=nodes=[kilonode.io/pool]` (docs/developer/cli-arguments.md l.66).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from kilonode.gpu import protocol
+from kilonode.plan import wellknown
+from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
+from kilonode.render.common import GENERATED, to_yaml
+
+# The two files, as the ConfigMap's keys and the names docs/monitoring.md mounts them under.
+RULES_FILE = "kilonode-rules.yaml"
+SCRAPE_FILE = "kilonode-scrape-configs.yaml"
+# docs/monitoring.md, relative to the repository: each alert's runbook is a section there.
+RUNBOOK_DOC = "docs/monitoring.md"
+
+# Job names: the rules select by them, so the rules see exactly the targets this fragment
+# defines (aggregated API servers such as metrics-server also export apiserver_request_total).
+JOB_APISERVER = "kilonode-apiserver"
+JOB_KUBELET = "kilonode-kubelet"
+JOB_CADVISOR = "kilonode-cadvisor"
+JOB_KUBE_STATE_METRICS = "kilonode-kube-state-metrics"
+ETCD_JOB_PREFIX = "kilonode-etcd-"
+ETCD_JOBS = f'{ETCD_JOB_PREFIX}.+'
+
+# The label the scrape configuration puts on every etcd target: the quota alerts compare each
+# cluster with its own --quota-backend-bytes.
+CLUSTER_ROLE_LABEL = "cluster_role"
+# The node label kilonode registers every node with (kilonode.plan.resolve: labels), as
+# kube-state-metrics names it once allowlisted.
+POOL_LABEL = "kilonode.io/pool"
+KSM_POOL_LABEL = "label_kilonode_io_pool"
+
+# Where a Pod's ServiceAccount credentials are mounted: the Prometheus the user runs in the
+# cluster authenticates to the apiservers and kubelets with them and trusts the cluster CA,
+# which signs the apiservers' serving certificates (kilonode.azure.tls, with each instance's
+# IP) and the kubelets' (serverTLSBootstrap, approved by kilonode.k8s.approver).
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA_TOKEN = f"{SA_DIR}/token"
+SA_CA = f"{SA_DIR}/ca.crt"
+
+# --- Thresholds, each with its reason --------------------------------------------------------
+# Field notes: apiserver 429 and 5xx rates are the first signal of trouble. A 429 is API
+# Priority and Fairness shedding load (a priority level's queues are full); a few during a burst
+# of pod creations are normal, 1% sustained for 10 minutes is not, and 5% for 5 minutes means
+# controllers and kubelets are being refused widely (node status updates next).
+APISERVER_429_WARNING = 0.01
+APISERVER_429_CRITICAL = 0.05
+# 5xx: the apiserver or etcd behind it failing requests. 1% is a 99% availability objective.
+APISERVER_5XX_WARNING = 0.01
+APISERVER_5XX_CRITICAL = 0.05
+# A ratio on a trickle of requests says nothing: at least this many refused requests a second
+# (six a minute) before either ratio alerts.
+APISERVER_MIN_ERROR_RATE = 0.1
+# 2,500-node post: etcd hit its quota past 1,000 nodes, stopped accepting writes, every node
+# failed its health checks and the autoscaler then tried to delete the fleet. Warn at 70%
+# (days of growth left to compact, defragment or raise the quota), page at 85% (hours).
+ETCD_QUOTA_WARNING = 0.70
+ETCD_QUOTA_CRITICAL = 0.85
+# etcd FAQ (etcd-io/website content/en/docs/v3.5/faq.md, "failed to send out heartbeat on time"
+# and "apply entries took too long"): p99 wal_fsync below 10 ms and p99 backend_commit below
+# 25 ms mean the disk is fast enough. Field notes: the local SSD gives ~200 us, a remote premium
+# SSD ~2 ms; 10 ms means the disk is slower than the setup the posts moved away from.
+ETCD_WAL_FSYNC_P99_WARNING = 0.010
+ETCD_BACKEND_COMMIT_P99_WARNING = 0.025
+# etcd's own mixin (contrib/mixin/mixin.libsonnet at v3.5.33, etcdHighFsyncDurations l.182-194):
+# p99 fsync above 1 s is critical; it is etcd's default election timeout, and "disk latency is
+# part of leader liveness" (FAQ): a leader that slow loses its leadership.
+ETCD_WAL_FSYNC_P99_CRITICAL = 1.0
+# etcd's mixin (etcdHighNumberOfLeaderChanges l.75-87): 4 or more leader changes in 15 minutes.
+ETCD_LEADER_CHANGES_15M = 4
+# GPU pools: nodes the GPU health controller tainted kilonode.io/gpu-unhealthy. One such node is
+# work for a person (drain, repair or replace). Several percent of a pool at once points to a
+# common cause (a driver, firmware or image rollout, or a broken check) that strands jobs across
+# the pool; 5% pages well before the field notes' 50% line at which an autoscaler must stop.
+GPU_UNHEALTHY_CRITICAL_FRACTION = 0.05
+
+Severity = Literal["warning", "critical"]
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str
+    expr: str
+    duration: str  # `for:`
+    severity: Severity
+    condition: str  # the threshold in words (describe, and the description's first line)
+    summary: str
+    action: str  # what to do, the description's second part
+    runbook: str  # a section of RUNBOOK_DOC
+    # Static labels besides severity: one alert per etcd cluster under one name needs its
+    # cluster's (promtool check rules refuses rules alike in name and labels).
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def rule(self) -> dict[str, Any]:
+        return {
+            "alert": self.name,
+            "expr": self.expr,
+            "for": self.duration,
+            "labels": {"severity": self.severity, **dict(self.labels)},
+            "annotations": {
+                "summary": self.summary,
+                "description": f"{self.condition}. {self.action}",
+                "runbook": f"{RUNBOOK_DOC}#{self.runbook}",
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    expr: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def rule(self) -> dict[str, Any]:
+        rule: dict[str, Any] = {"record": self.name, "expr": self.expr}
+        if self.labels:
+            rule["labels"] = dict(self.labels)
+        return rule
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    rules: tuple[Alert | Record, ...]
+
+    def data(self) -> dict[str, Any]:
+        return {"name": self.name, "rules": [r.rule() for r in self.rules]}
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:g} ms"
+
+
+# --- kube-apiserver --------------------------------------------------------------------------
+APISERVER_RATE = "kilonode:apiserver_requests:rate5m"
+
+
+def _apiserver_ratio(code: str, threshold: float) -> str:
+    refused = f"sum({APISERVER_RATE}{{code{code}}})"
+    return (f"{refused} / sum({APISERVER_RATE}) > {threshold:g}\n"
+            f"and {refused} > {APISERVER_MIN_ERROR_RATE:g}")
+
+
+def apiserver_group() -> Group:
+    requests = f'apiserver_request_total{{job="{JOB_APISERVER}",verb!~"WATCH|CONNECT"}}'
+    throttled = "HTTP 429 (API Priority and Fairness shed the request)"
+    failed = "HTTP 5xx"
+    throttling_action = (
+        "Find who is being throttled: apiserver_flowcontrol_rejected_requests_total by flow_schema and "
+        "priority_level, and the audit log for the clients; look for a DaemonSet or agent that LISTs or "
+        "polls from every node (field notes: 500 MB/s of etcd reads), a controller in a hot loop, or nodes "
+        "being added too fast. Slow the client down or give it its own FlowSchema; do not raise the limits "
+        "first.")
+    error_action = (
+        "Look at the apiserver logs and at etcd (latency, leader, quota alerts): most 5xx at scale are "
+        "etcd timeouts or an apiserver out of memory. Check the resources and verbs in "
+        "apiserver_request_total{code=~\"5..\"}.")
+    return Group("kilonode-apiserver", (
+        # WATCH and CONNECT are long-running: their count says nothing about load shed or failed.
+        Record(APISERVER_RATE, f"sum by (code) (rate({requests}[5m]))"),
+        Alert("KilonodeApiserverThrottling", _apiserver_ratio('="429"', APISERVER_429_WARNING), "10m", "warning",
+              f"More than {_percent(APISERVER_429_WARNING)} of apiserver requests answered {throttled} for 10m",
+              "The apiservers are shedding load (HTTP 429)", throttling_action, "apiserver-429"),
+        Alert("KilonodeApiserverThrottling", _apiserver_ratio('="429"', APISERVER_429_CRITICAL), "5m", "critical",
+              f"More than {_percent(APISERVER_429_CRITICAL)} of apiserver requests answered {throttled} for 5m",
+              "The apiservers are refusing a large share of requests (HTTP 429)", throttling_action,
+              "apiserver-429"),
+        Alert("KilonodeApiserverErrors", _apiserver_ratio('=~"5.."', APISERVER_5XX_WARNING), "10m", "warning",
+              f"More than {_percent(APISERVER_5XX_WARNING)} of apiserver requests answered {failed} for 10m",
+              "The apiservers are failing requests (HTTP 5xx)", error_action, "apiserver-5xx"),
+        Alert("KilonodeApiserverErrors", _apiserver_ratio('=~"5.."', APISERVER_5XX_CRITICAL), "5m", "critical",
+              f"More than {_percent(APISERVER_5XX_CRITICAL)} of apiserver requests answered {failed} for 5m",
+              "The apiservers are failing a large share of requests (HTTP 5xx)", error_action, "apiserver-5xx"),
+    ))
+
+
+# --- etcd --------------------------------------------------------------------------------------
+ETCD_QUOTA_RATIO = "kilonode:etcd_db_quota:ratio"
+ETCD_WAL_FSYNC_P99 = "kilonode:etcd_disk_wal_fsync_duration_seconds:p99"
+ETCD_BACKEND_COMMIT_P99 = "kilonode:etcd_disk_backend_commit_duration_seconds:p99"
+BY_MEMBER = f"{CLUSTER_ROLE_LABEL}, instance"
+
+
+def etcd_job(role: str) -> str:
+    return f"{ETCD_JOB_PREFIX}{role}"
+
+
+def _quota_ratio(cluster: EtcdClusterPlan) -> Record:
+    """Each member's database size over its quota: the quota etcd reports
+    (etcd_server_quota_backend_bytes), or, where a member does not export it, the plan's."""
+    job = f'job="{etcd_job(cluster.role)}"'
+    size = f"max by ({BY_MEMBER}) (etcd_mvcc_db_total_size_in_bytes{{{job}}})"
+    return Record(
+        ETCD_QUOTA_RATIO,
+        f"{size}\n"
+        f"/ on ({BY_MEMBER}) (\n"
+        f"  max by ({BY_MEMBER}) (etcd_server_quota_backend_bytes{{{job}}})\n"
+        f"  or on ({BY_MEMBER}) ({size} * 0 + {cluster.quota_backend_bytes})\n"
+        f")",
+        # One rule per cluster under one name: the label keeps them apart (and says which).
+        labels=((CLUSTER_ROLE_LABEL, cluster.role),),
+    )
+
+
+def etcd_group(plan: ClusterPlan) -> Group:
+    jobs = f'job=~"{ETCD_JOBS}"'
+    member = f"{{{{ $labels.{CLUSTER_ROLE_LABEL} }}}} etcd member {{{{ $labels.instance }}}}"
+    quotas = ", ".join(f"{c.role} {c.quota_backend_bytes}" for c in plan.etcd_clusters)
+    space_action = (
+        "Find what grew (etcdctl get / --prefix --keys-only | cut -d/ -f2-3 | sort | uniq -c | sort -n), make "
+        "sure compaction runs (the apiserver compacts every 5m; --auto-compaction-retention is the backstop), "
+        "defragment one member at a time (etcdctl defrag), or raise quotaBackendBytes in the stack. At 100% "
+        "etcd takes no writes, nodes fail their health checks and an autoscaler may try to remove them "
+        "(2,500-node post).")
+    nospace_action = (
+        "Compact, defragment every member, then `etcdctl alarm disarm` (etcd FAQ: 'mvcc: database space "
+        "exceeded'). Until then the cluster is read-only: stop autoscalers and anything that deletes nodes.")
+    rejecting_action = (
+        "Either the NOSPACE alarm is armed ('mvcc: database space "
+        "exceeded', see the quota alerts: compact, defragment, `etcdctl alarm list` then `alarm disarm`) or "
+        "applying lags committing by more than 5000 entries ('too many requests': a slow disk or CPU).")
+    disk_action = (
+        "etcd's data directory must be on the VM's local SSD (field notes: ~200 us fsync). Check the member's "
+        "disk (iostat), other processes on it, and CPU steal; a member whose disk stays slow should be replaced "
+        "(remove it, then add it anew: stack etcd.<cluster>.rejoining).")
+    return Group("kilonode-etcd", (
+        *(_quota_ratio(c) for c in plan.etcd_clusters),
+        Record(ETCD_WAL_FSYNC_P99,
+               f"histogram_quantile(0.99, sum by ({BY_MEMBER}, le) "
+               f"(rate(etcd_disk_wal_fsync_duration_seconds_bucket{{{jobs}}}[5m])))"),
+        Record(ETCD_BACKEND_COMMIT_P99,
+               f"histogram_quantile(0.99, sum by ({BY_MEMBER}, le) "
+               f"(rate(etcd_disk_backend_commit_duration_seconds_bucket{{{jobs}}}[5m])))"),
+        Alert("KilonodeEtcdDatabaseNearQuota", f"{ETCD_QUOTA_RATIO} > {ETCD_QUOTA_WARNING:g}", "10m", "warning",
+              f"The {member} database is above {_percent(ETCD_QUOTA_WARNING)} of its quota "
+              f"(planned quotas in bytes: {quotas})",
+              "etcd database approaching its quota", space_action, "etcd-database-size"),
+        Alert("KilonodeEtcdDatabaseNearQuota", f"{ETCD_QUOTA_RATIO} > {ETCD_QUOTA_CRITICAL:g}", "5m", "critical",
+              f"The {member} database is above {_percent(ETCD_QUOTA_CRITICAL)} of its quota "
+              f"(planned quotas in bytes: {quotas})",
+              "etcd database close to its quota: writes stop at 100%", space_action, "etcd-database-size"),
+        Alert("KilonodeEtcdNoSpace",
+              f'max by ({BY_MEMBER}) (etcd_debugging_server_alarms{{{jobs},alarm_type="NOSPACE"}}) > 0\n'
+              f"or {ETCD_QUOTA_RATIO} >= 1",
+              "1m", "critical",
+              f"The {member} has reached its quota or reports the NOSPACE alarm (the alarm metric exists from "
+              f"etcd 3.6; on 3.5 the size reaching the quota is the sign)",
+              "etcd is out of space and refuses writes", nospace_action, "etcd-nospace"),
+        Alert("KilonodeEtcdRejectingWrites",
+              f"sum by ({BY_MEMBER}) "
+              f'(rate(grpc_server_handled_total{{{jobs},grpc_code="ResourceExhausted"}}[5m])) > 0',
+              "1m", "critical", f"The {member} answers requests with ResourceExhausted",
+              "etcd is refusing requests", rejecting_action, "etcd-nospace"),
+        *(Alert("KilonodeEtcdQuotaNotAsPlanned",
+                f'max by ({BY_MEMBER}) (etcd_server_quota_backend_bytes{{job="{etcd_job(c.role)}"}}) '
+                f"!= {c.quota_backend_bytes}",
+                "15m", "warning",
+                f"The {member} runs with a quota other than the stack's {c.quota_backend_bytes} bytes for "
+                f"the {c.role} cluster",
+                "etcd runs with a quota the stack did not set",
+                "The member did not get the stack's --quota-backend-bytes (an old unit, a member not yet "
+                "replaced). Roll the member with the rendered unit; until then its quota alerts use its own "
+                "quota.", "etcd-database-size", labels=((CLUSTER_ROLE_LABEL, c.role),))
+          for c in plan.etcd_clusters),
+        Alert("KilonodeEtcdSlowWalFsync", f"{ETCD_WAL_FSYNC_P99} > {ETCD_WAL_FSYNC_P99_WARNING:g}", "10m", "warning",
+              f"The {member} p99 WAL fsync is above {_ms(ETCD_WAL_FSYNC_P99_WARNING)} (etcd FAQ: a healthy disk "
+              f"stays below)", "etcd disk too slow for its write-ahead log", disk_action, "etcd-disk"),
+        Alert("KilonodeEtcdSlowWalFsync", f"{ETCD_WAL_FSYNC_P99} > {ETCD_WAL_FSYNC_P99_CRITICAL:g}", "10m",
+              "critical",
+              f"The {member} p99 WAL fsync is above {ETCD_WAL_FSYNC_P99_CRITICAL:g} s, etcd's default election "
+              f"timeout", "etcd disk so slow the member loses leadership", disk_action, "etcd-disk"),
+        Alert("KilonodeEtcdSlowBackendCommit",
+              f"{ETCD_BACKEND_COMMIT_P99} > {ETCD_BACKEND_COMMIT_P99_WARNING:g}", "10m", "warning",
+              f"The {member} p99 backend commit is above {_ms(ETCD_BACKEND_COMMIT_P99_WARNING)} (etcd FAQ: a "
+              f"healthy disk stays below)", "etcd disk too slow for its database", disk_action, "etcd-disk"),
+        Alert("KilonodeEtcdLeaderChanges",
+              f"max by ({CLUSTER_ROLE_LABEL}) "
+              f"(increase(etcd_server_leader_changes_seen_total{{{jobs}}}[15m])) >= {ETCD_LEADER_CHANGES_15M}",
+              "5m", "warning",
+              f"The {{{{ $labels.{CLUSTER_ROLE_LABEL} }}}} etcd cluster changed leader "
+              f"{ETCD_LEADER_CHANGES_15M} or more times in 15m",
+              "etcd elects leaders too often",
+              "Frequent elections come from slow disks (see the fsync alerts), CPU starvation or a lossy network "
+              "between members; every election stalls writes cluster-wide.", "etcd-leader"),
+        Alert("KilonodeEtcdNoLeader", f"max by ({BY_MEMBER}) (etcd_server_has_leader{{{jobs}}}) == 0", "1m",
+              "critical", f"The {member} has no leader",
+              "etcd member without a leader",
+              "Without a leader the cluster takes no writes. Check how many members are up (a majority is "
+              "needed: 2 of 3, 3 of 5), their logs, and the network between them on port 2380.", "etcd-leader"),
+    ))
+
+
+# --- scrape targets ------------------------------------------------------------------------------
+def targets_group() -> Group:
+    # Per-node jobs are left out: one node down is one NotReady node, not a monitoring failure.
+    jobs = f"{JOB_APISERVER}|{ETCD_JOBS}|{JOB_KUBE_STATE_METRICS}"
+    return Group("kilonode-targets", (
+        Alert("KilonodeScrapeTargetDown", f'up{{job=~"{jobs}"}} == 0', "10m", "warning",
+              "Prometheus cannot scrape {{ $labels.job }} target {{ $labels.instance }}",
+              "A kilonode scrape target is down",
+              "Every rule above is blind while its target is down. Check the process on the target, and that "
+              "Prometheus may reach it: the apiservers on 6443 from the VNet, the etcd members' metrics URL "
+              f"(http, port {wellknown.ETCD_METRICS_PORT}) from where Prometheus runs (the etcd subnet's "
+              "security group must allow it), and the RBAC of Prometheus' ServiceAccount.",
+              "scrape-targets"),
+    ))
+
+
+# --- GPU pools -------------------------------------------------------------------------------------
+GPU_POOL_NODES = "kilonode:gpu_pool_nodes:count"
+GPU_POOL_UNHEALTHY = "kilonode:gpu_pool_nodes_unhealthy:count"
+
+
+def _pool_regex(plan: ClusterPlan) -> str:
+    names = sorted(pool.name for pool in plan.gpu_pools)
+    for name in names:
+        # Pool names are DNS labels (kilonode.config.model NAME_PATTERN): no regex metacharacter.
+        if not re.fullmatch(r"[a-z0-9-]+", name):
+            raise ValueError(f"pool name {name!r} would need escaping in a PromQL regex")
+    return "|".join(names)
+
+
+def gpu_group(plan: ClusterPlan) -> Group | None:
+    if not plan.gpu_pools:
+        return None
+    # One series per GPU-pool node, {node, pool}; max dedupes a kube-state-metrics scraped twice.
+    nodes = (f"max by (node, pool) (label_replace(kube_node_labels{{{KSM_POOL_LABEL}=~\"{_pool_regex(plan)}\"}}, "
+             f"\"pool\", \"$1\", \"{KSM_POOL_LABEL}\", \"(.+)\"))")
+
+    def with_taint(key: str) -> str:
+        return f'{nodes} and on (node) kube_node_spec_taint{{key="{key}"}}'
+
+    pool = "pool {{ $labels.pool }}"
+    repair = (
+        f"List them: kubectl get nodes -l {POOL_LABEL}={{{{ $labels.pool }}}} -o custom-columns=NAME:.metadata.name,"
+        f"TAINTS:.spec.taints[*].key | grep {protocol.FAULT_TAINT}; the reason is the taint's value and the "
+        f"{protocol.CONDITION} condition's message. Drain and repair or replace the VM; the taint lifts after a "
+        "reboot whose checks pass.")
+    return Group("kilonode-gpu", (
+        Record(GPU_POOL_NODES, f"count by (pool) ({nodes})"),
+        Record(GPU_POOL_UNHEALTHY, f"count by (pool) ({with_taint(protocol.FAULT_TAINT)})"),
+        Alert("KilonodeGpuNodesUnhealthy", f"{GPU_POOL_UNHEALTHY} > 0", "15m", "warning",
+              f"Nodes in {pool} carry the {protocol.FAULT_TAINT} taint (the GPU health checks failed)",
+              "GPU nodes tainted unhealthy", repair, "gpu-unhealthy"),
+        Alert("KilonodeGpuPoolDegraded",
+              f"{GPU_POOL_UNHEALTHY} / {GPU_POOL_NODES} > {GPU_UNHEALTHY_CRITICAL_FRACTION:g}", "10m", "critical",
+              f"More than {_percent(GPU_UNHEALTHY_CRITICAL_FRACTION)} of the nodes in {pool} carry the "
+              f"{protocol.FAULT_TAINT} taint",
+              "A GPU pool is losing nodes to a common cause",
+              "Look for what they share: a driver or image rollout, a firmware update, one check failing "
+              "everywhere (compare the taints' values). Stop rollouts and autoscaler scale-downs of the pool "
+              "until the cause is known.", "gpu-unhealthy"),
+        Alert("KilonodeGpuHealthPending",
+              f"count by (pool) ({with_taint(protocol.STARTUP_TAINT)}) > 0", "1h", "warning",
+              f"Nodes in {pool} still carry {protocol.STARTUP_TAINT}={protocol.STARTUP_VALUE} after an hour",
+              "GPU nodes never passed their first health check",
+              "The node's GPU health agent has not reported, or the taint controller on the apiserver VMs is not "
+              "acting: check the agent's unit on the node and the controller's on the apiservers.", "gpu-pending"),
+        Alert("KilonodeGpuHealthNotReported",
+              f"count by (pool) ({nodes} unless on (node) "
+              f'kube_node_status_condition{{condition="{protocol.CONDITION}"}}) > 0',
+              "30m", "warning",
+              f"Nodes in {pool} have no {protocol.CONDITION} condition",
+              "GPU health agent not reporting",
+              "The GPU health agent is not running on these nodes (or cannot patch its Node's status): check its "
+              "unit and its log on the node.", "gpu-pending"),
+        Alert("KilonodePoolLabelNotExported",
+              f'absent(kube_node_labels{{{KSM_POOL_LABEL}!=""}}) and on () count(kube_node_info) > 0', "30m",
+              "warning",
+              f"kube-state-metrics exports nodes but no {POOL_LABEL} label: the GPU pool rules see nothing",
+              "kube-state-metrics lacks the pool label",
+              f"Run kube-state-metrics with --metric-labels-allowlist=nodes=[{POOL_LABEL}].", "gpu-unhealthy"),
+    ))
+
+
+def rule_groups(plan: ClusterPlan) -> list[Group]:
+    groups = [apiserver_group(), etcd_group(plan), targets_group()]
+    gpu = gpu_group(plan)
+    return groups + ([gpu] if gpu else [])
+
+
+def alerts(plan: ClusterPlan) -> list[Alert]:
+    return [rule for group in rule_groups(plan) for rule in group.rules if isinstance(rule, Alert)]
+
+
+def alert_rules(plan: ClusterPlan) -> str:
+    """The rule file (Prometheus `rule_files:` format, checked by `promtool check rules`)."""
+    header = (f"# {GENERATED}\n"
+              f"# Alert and recording rules for cluster {plan.cluster} (kilonode.render.monitoring); how to load\n"
+              f"# them and what each alert asks of you: {RUNBOOK_DOC}.\n")
+    return header + to_yaml({"groups": [group.data() for group in rule_groups(plan)]})
+
+
+# --- scrape configuration -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    comment: tuple[str, ...]  # why the job looks as it does: written above it in the file
+    config: dict[str, Any]
+
+
+def _in_cluster_auth() -> dict[str, Any]:
+    return {
+        "scheme": "https",
+        "authorization": {"type": "Bearer", "credentials_file": SA_TOKEN},
+        "tls_config": {"ca_file": SA_CA},
+    }
+
+
+def _drop(names: list[str]) -> dict[str, Any]:
+    return {"source_labels": ["__name__"], "regex": "|".join(names), "action": "drop"}
+
+
+# Whole series families the apiservers must not hand over at this size: the per-resource latency
+# and size histograms (verb x group x version x resource x subresource x scope x component x 20+
+# buckets, on every apiserver). Their _sum and _count stay. Kept: apiserver_request_sli_duration_
+# seconds_bucket, the SLI for the API-call latency objective (mutating p99 <= 1 s), and
+# apiserver_request_total, which the rules read. Names: kubernetes/apiserver v0.34.10
+# pkg/endpoints/metrics/metrics.go l.96-137 and l.153-192, pkg/storage/etcd3/metrics/metrics.go l.43-53;
+# request_slo_duration_seconds is deprecated since 1.27 and duplicates the SLI.
+APISERVER_DROPPED = [
+    "apiserver_request_duration_seconds_bucket",
+    "apiserver_request_slo_duration_seconds_bucket",
+    "apiserver_response_sizes_bucket",
+    "apiserver_watch_events_sizes_bucket",
+    "etcd_request_duration_seconds_bucket",
+]
+# On every node, multiplied by the node count: per-operation histograms of the kubelet's runtime,
+# volume and API-client calls, and one series per feature gate (hundreds per node). Names:
+# kubernetes/kubernetes pkg/kubelet/metrics/metrics.go (commit 0028b26b: runtime_operations_
+# duration_seconds), component-base's rest_client_* and kubernetes_feature_enabled.
+KUBELET_DROPPED = [
+    "kubelet_runtime_operations_duration_seconds_bucket",
+    "storage_operation_duration_seconds_bucket",
+    "rest_client_request_duration_seconds_bucket",
+    "rest_client_rate_limiter_duration_seconds_bucket",
+    "rest_client_request_size_bytes_bucket",
+    "rest_client_response_size_bytes_bucket",
+    "kubernetes_feature_enabled",
+]
+# cAdvisor: kept to the few per-container series a scheduler or capacity view needs.
+CADVISOR_KEPT = [
+    "container_cpu_usage_seconds_total",
+    "container_memory_working_set_bytes",
+    "container_oom_events_total",
+]
+# Per-node jobs at 7,500 nodes: every second of interval is 7,500 scrapes; a minute halves what
+# the usual 30 s costs, and node-level trends need no more.
+PER_NODE_INTERVAL = "60s"
+CONTROL_PLANE_INTERVAL = "30s"
+# kube-state-metrics answers for every object in the cluster in one response (a 7,500-node
+# cluster: tens of thousands of pods): more than the default 10 s timeout.
+KSM_INTERVAL = "60s"
+KSM_TIMEOUT = "30s"
+
+
+def _node_labels() -> list[dict[str, Any]]:
+    """Per-node targets carry the node's name and pool."""
+    return [
+        {"source_labels": ["__meta_kubernetes_node_name"], "target_label": "node"},
+        {"source_labels": ["__meta_kubernetes_node_label_kilonode_io_pool"], "target_label": "pool"},
+    ]
+
+
+def scrape_jobs(plan: ClusterPlan) -> list[Job]:
+    cp = plan.control_plane
+    jobs = [Job(
+        ("The apiservers, each at its own address (the load balancer would hide which one is in trouble).",
+         "Dropped: per-resource latency/size histograms (APISERVER_DROPPED); the alert rules read",
+         "apiserver_request_total only."),
+        {
+            "job_name": JOB_APISERVER,
+            "scrape_interval": CONTROL_PLANE_INTERVAL,
+            **_in_cluster_auth(),
+            "static_configs": [{"targets": [f"{i.ip}:{wellknown.APISERVER_PORT}" for i in cp.instances]}],
+            "metric_relabel_configs": [_drop(APISERVER_DROPPED)],
+        },
+    )]
+    for cluster in plan.etcd_clusters:
+        jobs.append(Job(
+            (f"etcd {cluster.role}: each member's --listen-metrics-urls (plain http, no client certificate),",
+             f"labelled {CLUSTER_ROLE_LABEL}={cluster.role} so the quota rules compare it with its own quota",
+             f"({cluster.quota_backend_bytes} bytes). A handful of targets: nothing dropped."),
+            {
+                "job_name": etcd_job(cluster.role),
+                "scrape_interval": CONTROL_PLANE_INTERVAL,
+                "scheme": "http",
+                "static_configs": [
+                    {"targets": [urlsplit(m.metrics_url).netloc],
+                     "labels": {CLUSTER_ROLE_LABEL: cluster.role, "member": m.name}}
+                    for m in cluster.members
+                ],
+            },
+        ))
+    node_sd = [{"role": "node"}]
+    jobs += [
+        Job(
+            ("Every kubelet (:10250, its serving certificate signed by the cluster CA). Per node, so",
+             f"{PER_NODE_INTERVAL} and dropped: the runtime/volume/API-client histograms and the feature-gate",
+             "series (KUBELET_DROPPED): at 7,500 nodes each costs millions of series. Needs RBAC: get nodes/metrics."),
+            {
+                "job_name": JOB_KUBELET,
+                "scrape_interval": PER_NODE_INTERVAL,
+                **_in_cluster_auth(),
+                "kubernetes_sd_configs": node_sd,
+                "relabel_configs": _node_labels(),
+                "metric_relabel_configs": [_drop(KUBELET_DROPPED)],
+            },
+        ),
+        Job(
+            ("cAdvisor through each kubelet: dozens of series per container, per node. Do NOT scrape it whole at",
+             "this size; kept: per-container CPU, working set and OOM events (CADVISOR_KEPT), without the",
+             "pod- and slice-level cgroups nor the pause containers."),
+            {
+                "job_name": JOB_CADVISOR,
+                "scrape_interval": PER_NODE_INTERVAL,
+                "metrics_path": "/metrics/cadvisor",
+                **_in_cluster_auth(),
+                "kubernetes_sd_configs": node_sd,
+                "relabel_configs": _node_labels(),
+                "metric_relabel_configs": [
+                    {"source_labels": ["__name__"], "regex": "|".join(CADVISOR_KEPT), "action": "keep"},
+                    # pod- and slice-level cgroups have no container; Docker's pause container is "POD"
+                    {"source_labels": ["container"], "regex": "|POD", "action": "drop"},
+                ],
+            },
+        ),
+        Job(
+            ("kube-state-metrics, found through its Service's EndpointSlices (label app.kubernetes.io/name,",
+             "port http-metrics, as its own manifests name them). Run it with",
+             f"--metric-labels-allowlist=nodes=[{POOL_LABEL}]: without it kube_node_labels has no pool label",
+             "and the GPU pool rules see nothing (KilonodePoolLabelNotExported says so)."),
+            {
+                "job_name": JOB_KUBE_STATE_METRICS,
+                "scrape_interval": KSM_INTERVAL,
+                "scrape_timeout": KSM_TIMEOUT,
+                "kubernetes_sd_configs": [{"role": "endpointslice"}],
+                "relabel_configs": [
+                    {"source_labels": ["__meta_kubernetes_service_label_app_kubernetes_io_name"],
+                     "regex": "kube-state-metrics", "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_endpointslice_port_name"],
+                     "regex": "http-metrics", "action": "keep"},
+                ],
+            },
+        ),
+    ]
+    return jobs
+
+
+def scrape_config(plan: ClusterPlan) -> str:
+    """`scrape_configs:` for this cluster: a file for Prometheus' `scrape_config_files:` (2.43+),
+    or a list to paste into prometheus.yml. Each job is preceded by its reasons."""
+    lines = [
+        f"# {GENERATED}",
+        f"# Scrape configuration for cluster {plan.cluster} (kilonode.render.monitoring); {RUNBOOK_DOC} says",
+        "# how to load it. Credentials: the ServiceAccount of a Prometheus running in the cluster.",
+        "# At this size do NOT scrape from every node what one target can answer, nor whole histograms per",
+        "# node: kubelet and cAdvisor are trimmed below; node-level exporters are yours to trim alike.",
+        "scrape_configs:",
+    ]
+    for job in scrape_jobs(plan):
+        lines += [f"# {line}" for line in job.comment]
+        lines.append(to_yaml([job.config]).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def monitoring_files(plan: ClusterPlan) -> dict[str, str]:
+    """The ConfigMap's data (kilonode.k8s.monitoring)."""
+    return {RULES_FILE: alert_rules(plan), SCRAPE_FILE: scrape_config(plan)}
+
+
+def describe(plan: ClusterPlan) -> list[str]:
+    """One line per alert: name, severity, `for`, condition (for `kilonode explain`)."""
+    lines = []
+    for alert in alerts(plan):
+        condition = re.sub(r"\{\{ \$labels\.(\w+) \}\}", r"<\1>", alert.condition)
+        lines.append(f"{alert.name} [{alert.severity}, for {alert.duration}]: {condition}")
+    if not plan.gpu_pools:
+        lines.append("no GPU pools: no GPU health alerts")
+    return lines

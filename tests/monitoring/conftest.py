@@ -1,0 +1,17 @@
+"""The `promtool` fixture: Prometheus' own checker, unpacked by `make test-artefacts`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.monitoring.promtool import promtool_path
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    try:
+        return promtool_path()
+    except RuntimeError as error:
+        pytest.skip(str(error))
