@@ -4,11 +4,13 @@ which the command itself reports). Command modules import this, never each other
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+import typer.main
 from rich.console import Console
 
 from kilonode.config import Stack, load_stack
@@ -75,10 +77,33 @@ def describe(error: BaseException) -> str | None:
     return None
 
 
+def reflow(text: str) -> str:
+    """A docstring's paragraphs as single lines: the source wraps them at 100 columns, and
+    typer's rich help would keep each of those line breaks inside the terminal's own wrapping.
+    Lists (lines starting with "-") and indented blocks keep their lines."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines = paragraph.splitlines()
+        if any(line.lstrip().startswith("- ") or line.startswith(" ") for line in lines):
+            paragraphs.append(paragraph)
+        else:
+            paragraphs.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(paragraphs)
+
+
+def _reflow_help(command: Any) -> None:  # a click command of typer's (typer bundles click)
+    if command.help:
+        command.help = reflow(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        _reflow_help(sub)
+
+
 def run(app: typer.Typer) -> None:
     """Run `app`; every expected failure ends as one line per problem and exit 2."""
     try:
-        app()
+        command = typer.main.get_command(app)
+        _reflow_help(command)
+        command()
     except StackError as error:
         try:
             fail(error)
