@@ -32,7 +32,8 @@ demo: setup ## Render and explain the local stack (STACK=..., OUT=...)
 
 test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 	$(BIN)/ruff check .
-	$(BIN)/pytest
+	# the slowest tests listed at the end: where the 30-minute budget goes
+	$(BIN)/pytest --durations=20
 
 test-fast: setup ## Run the tests not marked slow (two workers)
 	$(BIN)/python scripts/prepare-test-artefacts
