@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kilonode.cli import gpu, image, plan, project, stack
+from kilonode.cli import gpu, image, local, plan, project, stack
 from kilonode.cli.common import out, run
 
 
@@ -72,6 +72,7 @@ COMMANDS: list[tuple[str, Callable[..., Any]]] = [
 for _name, _function in COMMANDS:
     app.command(_name)(_function)
 app.add_typer(image.image_app, name="image")
+app.add_typer(local.local_app, name="local")
 
 
 def main() -> None:

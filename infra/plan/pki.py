@@ -1,0 +1,338 @@
+"""The cluster's trust layout as data: which CAs exist, every certificate they sign (subject,
+SANs, uses), and which file each host receives (path, content, mode, owner).
+
+Two issuers materialise this one layout, so the trust rules live nowhere else:
+
+- `kilonode.azure.tls` creates it with pulumi-tls (resource names derive from the names
+  here: renaming a CA or a leaf replaces it in Azure, and every VM that carries it);
+- `kilonode.local.pki` creates it with `cryptography` into the local rehearsal's state
+  directory, with each host's Azure address mapped to its loopback address.
+
+    >>> layout = pki_layout(plan_stack(load_stack("local")))
+    >>> layout.leaf("etcd-main-0-server").ip_addresses
+    ('10.0.1.10', '127.0.0.1')
+    >>> [f.path for f in layout.hosts["etcd-main-0"]][:2]
+    ['/etc/etcd/pki/ca.crt', '/etc/etcd/pki/client-ca.crt']
+
+The trust rules (kilonode.plan.wellknown explains the paths):
+
+- each etcd cluster (main, events) has its own CA, which signs its members' server and peer
+  certificates; a member's `--peer-trusted-ca-file` is its own cluster's CA alone, so a
+  member of one cluster can never join the other;
+- kube-apiserver has one etcd client certificate, signed by the main etcd CA; each cluster's
+  client CA file therefore holds the main CA (the events one also its own CA, for etcdctl
+  with a member's certificate); the apiserver's etcd CA bundle holds both etcd CAs;
+- a Kubernetes CA signs the apiserver's serving certificate, its kubelet client certificate,
+  the co-located components' client certificates and the administrators'.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import yaml
+
+from kilonode.plan import defaults, wellknown
+from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
+
+# ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
+# an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
+KEY_ALGORITHM = "ECDSA"
+KEY_CURVE = "P256"
+
+# Lifetimes: kilonode.plan.defaults (CAs ten years; leaves one year, renewed in their last 30 days).
+CA_HOURS = defaults.CA_VALIDITY_HOURS
+LEAF_HOURS = defaults.LEAF_VALIDITY_HOURS
+RENEW_HOURS = defaults.LEAF_RENEW_BEFORE_HOURS
+
+# pulumi-tls `allowed_uses` names (terraform-provider-tls internal/provider/common_cert.go:
+# keyUsages and extendedKeyUsages); kilonode.local.pki maps them to X.509 the same way.
+Use = Literal["digital_signature", "key_encipherment", "server_auth", "client_auth", "cert_signing", "crl_signing"]
+SERVER_USES: tuple[Use, ...] = ("digital_signature", "key_encipherment", "server_auth")
+CLIENT_USES: tuple[Use, ...] = ("digital_signature", "key_encipherment", "client_auth")
+PEER_USES: tuple[Use, ...] = ("digital_signature", "key_encipherment", "server_auth", "client_auth")
+CA_USES: tuple[Use, ...] = ("cert_signing", "crl_signing", "digital_signature")
+
+# Modes and owners of delivered files (cloud-init write_files). etcd.service runs as
+# User=etcd (templates/etc/systemd/system/etcd.service.j2), so its keys must be readable by
+# etcd alone.
+KEY_MODE = 0o600
+CERT_MODE = 0o644
+ROOT = "root:root"
+ETCD_OWNER = "etcd:etcd"
+
+# The names every client uses for the in-cluster apiserver Service.
+KUBERNETES_SERVICE_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+# kube-scheduler and kube-controller-manager run beside each apiserver and reach it on
+# 127.0.0.1: an Azure internal load balancer does not route a backend's own traffic back to
+# itself (no hairpin), and localhost needs no LB at all.
+LOCAL_APISERVER = "https://127.0.0.1:6443"
+COMPONENT_USER = "component"  # the kubeconfig's user entry name for a co-located component
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A self-signed CA. `name` names its key and certificate (`<component>-<name>-key`)."""
+
+    name: str
+    common_name: str
+    organization: str = "kilonode"
+    uses: tuple[Use, ...] = CA_USES
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A certificate signed by `ca`, for its own key. `name` names key, CSR and certificate."""
+
+    name: str
+    ca: str
+    common_name: str
+    organization: str | None
+    dns_names: tuple[str, ...]
+    ip_addresses: tuple[str, ...]  # as the plan has them (Azure addresses)
+    uses: tuple[Use, ...]
+
+
+@dataclass(frozen=True)
+class BareKey:
+    """A key pair with no certificate (the service-account signing key)."""
+
+    name: str
+
+
+# What a delivered file holds. `of` names an Authority, a Leaf or a BareKey of the layout.
+@dataclass(frozen=True)
+class Cert:
+    of: str
+
+
+@dataclass(frozen=True)
+class PrivateKey:
+    of: str
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    of: str
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Concatenated CA certificates, in this order."""
+
+    cas: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Kubeconfig:
+    """A kubeconfig trusting `ca`, for `server`, as `user`: with the client certificate and
+    key of leaf `client`, or (client None) with the cluster's bootstrap token."""
+
+    server: str
+    user: str
+    ca: str
+    client: str | None = None
+
+
+Content = Cert | PrivateKey | PublicKey | Bundle | Kubeconfig
+
+
+@dataclass(frozen=True)
+class HostFile:
+    path: str  # absolute host path, from kilonode.plan.wellknown
+    content: Content
+    mode: int = CERT_MODE
+    owner: str = ROOT
+
+
+@dataclass(frozen=True)
+class PkiLayout:
+    authorities: tuple[Authority, ...]
+    leaves: tuple[Leaf, ...]
+    keys: tuple[BareKey, ...]
+    # keyed like render_cluster's output (`etcd-main-0`, `apiserver-0`), in delivery order
+    hosts: Mapping[str, tuple[HostFile, ...]]
+    # what every pool node receives (its kubelet certificates come from TLS bootstrapping)
+    node_files: tuple[HostFile, ...]
+    # credentials handed to operators and the program's own provider, not to any host
+    admin_kubeconfig: Kubeconfig
+    super_admin_kubeconfig: Kubeconfig
+    _index: dict[str, Authority | Leaf | BareKey] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[str, Authority | Leaf | BareKey] = {}
+        for item in (*self.authorities, *self.leaves, *self.keys):
+            if item.name in index:
+                raise ValueError(f"PKI layout names {item.name!r} twice")
+            index[item.name] = item
+        object.__setattr__(self, "_index", index)
+        for leaf in self.leaves:
+            self.authority(leaf.ca)
+
+    def authority(self, name: str) -> Authority:
+        item = self._index.get(name)
+        if not isinstance(item, Authority):
+            raise KeyError(f"no CA {name!r} in the PKI layout")
+        return item
+
+    def leaf(self, name: str) -> Leaf:
+        item = self._index.get(name)
+        if not isinstance(item, Leaf):
+            raise KeyError(f"no certificate {name!r} in the PKI layout")
+        return item
+
+    def kind(self, name: str) -> Literal["authority", "leaf", "key"]:
+        item = self._index[name]
+        return "authority" if isinstance(item, Authority) else "leaf" if isinstance(item, Leaf) else "key"
+
+
+def etcd_ca_name(role: str) -> str:
+    return f"etcd-{role}-ca"
+
+
+KUBERNETES_CA = "kubernetes-ca"
+APISERVER_ETCD_CLIENT = "apiserver-etcd-client"
+APISERVER_KUBELET_CLIENT = "apiserver-kubelet-client"
+SERVICE_ACCOUNT = "service-account"
+
+
+def pki_layout(plan: ClusterPlan) -> PkiLayout:
+    """The trust layout of `plan`'s cluster: the one source both issuers read."""
+    main_ca, events_ca = etcd_ca_name("main"), etcd_ca_name("events")
+    authorities = (
+        Authority(main_ca, f"{plan.cluster} etcd main CA"),
+        Authority(events_ca, f"{plan.cluster} etcd events CA"),
+        Authority(KUBERNETES_CA, f"{plan.cluster} Kubernetes CA"),
+    )
+    leaves: list[Leaf] = []
+    hosts: dict[str, tuple[HostFile, ...]] = {}
+    for etcd in plan.etcd_clusters:
+        # Each cluster accepts clients signed by the main CA (the apiserver's one client
+        # cert); events also trusts its own CA for etcdctl with a member's certificate.
+        client_cas = (main_ca,) if etcd.role == "main" else (main_ca, events_ca)
+        for name, files in _etcd_members(etcd, client_cas, leaves):
+            hosts[name] = files
+
+    def client(name: str, ca: str, common_name: str, organization: str | None = None) -> str:
+        leaves.append(Leaf(name, ca, common_name, organization, (), (), CLIENT_USES))
+        return name
+
+    etcd_client = client(APISERVER_ETCD_CLIENT, main_ca, "kube-apiserver-etcd-client")
+    # kubeadm's identity for this certificate: the apiserver acts on kubelets as an
+    # administrator (logs, exec, port-forward).
+    kubelet_client = client(APISERVER_KUBELET_CLIENT, KUBERNETES_CA, "kube-apiserver-kubelet-client",
+                            "system:masters")
+    component_kubeconfigs = {
+        wellknown.SCHEDULER_KUBECONFIG: client("kube-scheduler", KUBERNETES_CA, "system:kube-scheduler"),
+        wellknown.CONTROLLER_MANAGER_KUBECONFIG: client(
+            "kube-controller-manager", KUBERNETES_CA, "system:kube-controller-manager"
+        ),
+    }
+    # The GPU health taint controller runs beside each apiserver too, only where there are
+    # GPU pools: its own identity, bound to its own ClusterRole (kilonode.k8s.gpu).
+    if plan.gpu_pools:
+        component_kubeconfigs[wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG] = client(
+            "gpu-health-controller", KUBERNETES_CA, defaults.GPU_HEALTH_CONTROLLER_USER
+        )
+    cp = plan.control_plane
+    for instance in cp.instances:
+        serving = f"{instance.name}-serving"
+        leaves.append(Leaf(
+            serving, KUBERNETES_CA, "kube-apiserver", None,
+            (*KUBERNETES_SERVICE_NAMES, instance.name, instance.vm_name, "localhost"),
+            (str(instance.ip), str(cp.load_balancer_ip), str(cp.kubernetes_service_ip), "127.0.0.1"),
+            SERVER_USES,
+        ))
+        hosts[instance.name] = (
+            HostFile(wellknown.K8S_CA, Cert(KUBERNETES_CA)),
+            HostFile(wellknown.K8S_CA_KEY, PrivateKey(KUBERNETES_CA), KEY_MODE),
+            HostFile(wellknown.APISERVER_CERT, Cert(serving)),
+            HostFile(wellknown.APISERVER_KEY, PrivateKey(serving), KEY_MODE),
+            HostFile(wellknown.APISERVER_ETCD_CA_BUNDLE, Bundle((main_ca, events_ca))),
+            HostFile(wellknown.APISERVER_ETCD_CLIENT_CERT, Cert(etcd_client)),
+            HostFile(wellknown.APISERVER_ETCD_CLIENT_KEY, PrivateKey(etcd_client), KEY_MODE),
+            HostFile(wellknown.APISERVER_KUBELET_CLIENT_CERT, Cert(kubelet_client)),
+            HostFile(wellknown.APISERVER_KUBELET_CLIENT_KEY, PrivateKey(kubelet_client), KEY_MODE),
+            HostFile(wellknown.SERVICE_ACCOUNT_KEY, PrivateKey(SERVICE_ACCOUNT), KEY_MODE),
+            HostFile(wellknown.SERVICE_ACCOUNT_PUB, PublicKey(SERVICE_ACCOUNT)),
+            *[
+                HostFile(path, Kubeconfig(LOCAL_APISERVER, COMPONENT_USER, KUBERNETES_CA, user), KEY_MODE)
+                for path, user in component_kubeconfigs.items()
+            ],
+        )
+    admin = client("admin", KUBERNETES_CA, "kilonode-admin", defaults.CLUSTER_ADMINS_GROUP)
+    super_admin = client("super-admin", KUBERNETES_CA, "kilonode-super-admin", defaults.SUPER_ADMIN_GROUP)
+    endpoint = cp.endpoint  # the load balancer: what kubelets and operators use
+    return PkiLayout(
+        authorities=authorities,
+        leaves=tuple(leaves),
+        keys=(BareKey(SERVICE_ACCOUNT),),
+        hosts=hosts,
+        # Nodes get the cluster CA and the bootstrap kubeconfig; their kubelet client and
+        # serving certificates come from TLS bootstrapping (CSRs), not from here.
+        node_files=(
+            HostFile(wellknown.K8S_CA, Cert(KUBERNETES_CA)),
+            HostFile(wellknown.KUBELET_BOOTSTRAP_KUBECONFIG, Kubeconfig(endpoint, "kubelet-bootstrap", KUBERNETES_CA),
+                     KEY_MODE),
+        ),
+        admin_kubeconfig=Kubeconfig(endpoint, "kilonode-admin", KUBERNETES_CA, admin),
+        super_admin_kubeconfig=Kubeconfig(endpoint, "kilonode-super-admin", KUBERNETES_CA, super_admin),
+    )
+
+
+def _etcd_members(
+    etcd: EtcdClusterPlan, client_cas: tuple[str, ...], leaves: list[Leaf]
+) -> list[tuple[str, tuple[HostFile, ...]]]:
+    ca = etcd_ca_name(etcd.role)
+    hosts = []
+    for m in etcd.members:
+        names = (m.name, m.vm_name, "localhost")
+        # The server cert also authenticates local etcdctl health checks as a client.
+        server = Leaf(f"{m.name}-server", ca, m.name, None, names, (str(m.ip), "127.0.0.1"), PEER_USES)
+        peer = Leaf(f"{m.name}-peer", ca, m.name, None, names, (str(m.ip),), PEER_USES)
+        leaves += [server, peer]
+        hosts.append((m.name, (
+            HostFile(wellknown.ETCD_CA, Cert(ca)),
+            HostFile(wellknown.ETCD_CLIENT_CA, Bundle(client_cas)),
+            HostFile(wellknown.ETCD_SERVER_CERT, Cert(server.name)),
+            HostFile(wellknown.ETCD_SERVER_KEY, PrivateKey(server.name), KEY_MODE, ETCD_OWNER),
+            HostFile(wellknown.ETCD_PEER_CERT, Cert(peer.name)),
+            HostFile(wellknown.ETCD_PEER_KEY, PrivateKey(peer.name), KEY_MODE, ETCD_OWNER),
+        )))
+    return hosts
+
+
+def bundle_text(pems: list[str]) -> str:
+    """Concatenated PEM certificates, one after another, each ending in a newline."""
+    return "".join(t if t.endswith("\n") else t + "\n" for t in pems)
+
+
+def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None = None,
+                    key_pem: str | None = None, token: str | None = None) -> str:
+    """A kubeconfig document: the cluster CA, and a client certificate and key or a token."""
+    if cert_pem is not None and key_pem is not None:
+        credentials = {"client-certificate-data": base64.b64encode(cert_pem.encode()).decode(),
+                       "client-key-data": base64.b64encode(key_pem.encode()).decode()}
+    elif token is not None:
+        credentials = {"token": token}
+    else:
+        raise ValueError("a kubeconfig needs a client certificate and key, or a token")
+    return yaml.safe_dump({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kilonode", "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+        }}],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": "kilonode", "context": {"cluster": "kilonode", "user": user}}],
+        "current-context": "kilonode",
+    }, sort_keys=False)
