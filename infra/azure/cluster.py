@@ -13,6 +13,7 @@ from typing import Any
 import pulumi
 
 from kilonode.azure import rollout
+from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
 from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
@@ -69,6 +70,14 @@ class Cluster(pulumi.ComponentResource):
             child,
         )
         certs = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
+        # where every etcd member's scheduled snapshots go (kilonode.render.etcd_snapshot)
+        backup = EtcdBackup(
+            f"{name}-etcd-backup",
+            EtcdBackupArgs(cluster=plan.cluster, location=plan.location, zones=plan.zones,
+                           resource_group_name=net.resource_group_name, resource_group_id=net.resource_group_id),
+            child,
+        )
+        etcd_hosts = {m.name for e in plan.etcd_clusters for m in e.members}
         image = NodeImage(
             f"{name}-image",
             NodeImageArgs(
@@ -101,7 +110,12 @@ class Cluster(pulumi.ComponentResource):
             ],
         }
         data = {
-            host: custom_data(user_data(host), certs.host_files[host], host)
+            host: custom_data(
+                user_data(host),
+                # the etcd members also get the snapshot upload's account, container and identity
+                [*certs.host_files[host], backup.host_file()] if host in etcd_hosts else certs.host_files[host],
+                host,
+            )
             for group in machines.values() for host, *_ in group
         }
         self.restart_keys = pulumi.Output.from_input({
@@ -129,6 +143,7 @@ class Cluster(pulumi.ComponentResource):
                     ssh_public_key=certs.admin_ssh_public_key,
                     image_version_id=image.image_version_ids[ETCD_IMAGE],
                     public_ips=public,
+                    identity_id=backup.identity_id,
                 ),
                 child,
             )
@@ -172,6 +187,7 @@ class Cluster(pulumi.ComponentResource):
             self.scale_set_ids |= nodes.scale_set_ids
 
         self.apiserver_address = control.load_balancer_ip
+        self.etcd_backup_account = backup.account_name
         self.etcd_main_endpoints = etcd["main"].client_endpoints
         self.etcd_events_endpoints = etcd["events"].client_endpoints
         self.image_version_ids = image.image_version_ids

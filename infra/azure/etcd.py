@@ -31,6 +31,9 @@ class EtcdClusterArgs:
     ssh_public_key: pulumi.Input[str]
     image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
+    # the snapshot uploader's identity (kilonode.azure.backup): Storage Blob Data Contributor
+    # on the snapshot container only
+    identity_id: pulumi.Input[str] | None = None
 
 
 class EtcdCluster(pulumi.ComponentResource):
@@ -57,6 +60,7 @@ class EtcdCluster(pulumi.ComponentResource):
                     image_version_id=args.image_version_id,
                     tags=tags(args.cluster, f"etcd-{etcd.role}"),
                     public_ip=args.public_ips,
+                    identity_ids=[args.identity_id] if args.identity_id is not None else [],
                 ),
                 parent=self,
                 protect=True,

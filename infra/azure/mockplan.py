@@ -58,6 +58,7 @@ _TLS_OUTPUTS = {
 _AZURE_NAME_INPUT = {
     "azure-native:storage:StorageAccount": "accountName",
     "azure-native:storage:BlobContainer": "containerName",
+    "azure-native:storage:ManagementPolicy": "managementPolicyName",
     "azure-native:compute:Gallery": "galleryName",
     "azure-native:compute:GalleryImage": "galleryImageName",
     "azure-native:compute:GalleryImageVersion": "galleryImageVersionName",

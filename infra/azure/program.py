@@ -68,6 +68,8 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
     pulumi.export("etcdMainEndpoints", cluster.etcd_main_endpoints)
     pulumi.export("etcdEventsEndpoints", cluster.etcd_events_endpoints)
+    # where the etcd snapshots are (docs/runbooks/etcd-restore-from-snapshot.md)
+    pulumi.export("etcdBackupAccount", cluster.etcd_backup_account)
     pulumi.export("nodeImageVersionIds", cluster.image_version_ids)
     pulumi.export("scaleSetIds", cluster.scale_set_ids)
     # Secret: `pulumi stack output adminSshPrivateKey --show-secrets` when SSH is needed.

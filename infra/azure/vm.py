@@ -36,6 +36,8 @@ class MachineSpec:
     tags: dict[str, str]
     public_ip: bool
     backend_pool_ids: Sequence[pulumi.Input[str]] = ()
+    # user-assigned managed identities (the etcd members': the snapshot upload, kilonode.azure.backup)
+    identity_ids: Sequence[pulumi.Input[str]] = ()
 
 
 def machine(
@@ -98,6 +100,9 @@ def machine(
             custom_data=spec.custom_data,
             linux_configuration=linux_config(spec.ssh_public_key),
         ),
+        identity=compute.VirtualMachineIdentityArgs(
+            type=compute.ResourceIdentityType.USER_ASSIGNED, user_assigned_identities=list(spec.identity_ids),
+        ) if spec.identity_ids else None,
         storage_profile=compute.StorageProfileArgs(
             image_reference=gallery_image(spec.image_version_id),
             # The OS disk holds only the OS; etcd data and the apiserver's audit log go

@@ -124,25 +124,26 @@ class EtcdClusterConfig(StrictModel):
     rejoining: tuple[int, ...] = Field(
         default=(),
         description=(
-            "Indexes of members that join the running cluster anew (etcd --initial-cluster-state=existing) "
-            "instead of bootstrapping it: a member whose VM is replaced, or resized (Azure moves it, and its "
-            "local SSD with it), starts with an empty data dir. First `etcdctl member remove` it, then "
-            "`etcdctl member add` it with its peer URL; it keeps retrying until added. Remove the index once "
-            "it is healthy. At most a minority: a majority cannot join a cluster that has lost quorum."
+            "Deprecated, must stay empty: a member whose data dir is blank (a replaced, resized or deallocated "
+            "VM's new local SSD) now rejoins by itself at boot (etcd.service runs /usr/local/lib/kilonode/etcd-join: "
+            "it removes and re-adds the member while the others hold quorum; docs/runbooks/"
+            "etcd-member-lost-its-disk.md). The key used to render --initial-cluster-state=existing, which changed "
+            "the member's custom data and so replaced its VM twice (once set, once removed)."
         ),
     )
 
-    @model_validator(mode="after")
-    def _rejoining_members(self) -> EtcdClusterConfig:
-        unknown = sorted(i for i in self.rejoining if not 0 <= i < self.members)
-        if unknown:
-            raise ValueError(f"rejoining: no member {unknown[0]} (members are 0 to {self.members - 1})")
-        if len(set(self.rejoining)) > (self.members - 1) // 2:
+    @field_validator("rejoining")
+    @classmethod
+    def _rejoining_is_gone(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        # An error, not a warning: the stack asked for an action that no longer happens, and a
+        # silent no-op would leave the user waiting for it.
+        if value:
             raise ValueError(
-                f"rejoining: {len(set(self.rejoining))} of {self.members} members cannot join at once; at most "
-                f"{(self.members - 1) // 2} (the rest must keep quorum for them to join)"
+                "no longer used: a member with a blank data dir rejoins by itself at boot (etcd.service runs "
+                "/usr/local/lib/kilonode/etcd-join, which removes and re-adds it while the others hold quorum); "
+                "remove the key. docs/runbooks/etcd-member-lost-its-disk.md says what to check."
             )
-        return self
+        return value
 
     @field_validator("members")
     @classmethod

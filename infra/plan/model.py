@@ -27,8 +27,6 @@ class EtcdMember(StrictModel):
     client_url: str
     peer_url: str
     metrics_url: str
-    # "new" bootstraps the cluster; "existing" joins it with an empty data dir (stack: rejoining)
-    initial_cluster_state: Literal["new", "existing"] = "new"
 
 
 class EtcdClusterPlan(StrictModel):

@@ -424,7 +424,6 @@ def _etcd_cluster(
             client_url=f"https://{ip}:{ETCD_CLIENT_PORT}",
             peer_url=f"https://{ip}:{ETCD_PEER_PORT}",
             metrics_url=f"http://{ip}:{ETCD_METRICS_PORT}",
-            initial_cluster_state="existing" if i in spec.rejoining else "new",
         ))
     return EtcdClusterPlan(
         role=role,  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""etcd member artefacts (main and events clusters): the unit with its flags, cloud-init."""
+"""etcd member artefacts (main and events clusters): the unit with its flags, the boot path
+that lets a member with a blank data dir rejoin by itself (etcd-join), cloud-init."""
 
 from __future__ import annotations
 
@@ -6,11 +7,32 @@ from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import Flag, render_template, systemd_exec
+from kilonode.render.etcd_snapshot import UNITS_TO_ENABLE as SNAPSHOT_UNITS
+from kilonode.render.etcd_snapshot import snapshot_files
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 
-# The pinned etcd release (node-image/binaries.toml, role etcd) that the etcd image carries.
+# The pinned etcd release (node-image/binaries.toml, role etcd) that the etcd image carries;
+# etcdctl comes from the same release tarball, into the same directory.
 ETCD_BINARY = "/usr/local/bin/etcd"
+ETCDCTL_BINARY = "/usr/local/bin/etcdctl"
 ETCD_UNIT = "etc/systemd/system/etcd.service"
+# Run by the unit before etcd (ExecStartPre=): decides how a member with a blank data dir
+# starts (templates/usr/local/lib/kilonode/etcd-join.j2 says how).
+ETCD_JOIN = "usr/local/lib/kilonode/etcd-join"
+# etcd.service's RuntimeDirectory= (/run/etcd: made for each start, removed at each stop):
+# where etcd-join leaves its verdict for this start only.
+RUNTIME_DIRECTORY = "etcd"
+JOIN_ENV_FILE = f"/run/{RUNTIME_DIRECTORY}/join.env"
+# etcd.service's StateDirectory= (/var/lib/kilonode-etcd, on the OS disk, which a
+# deallocation keeps): the marker the unit writes once etcd is ready (ExecStartPost=).
+STATE_DIRECTORY = "kilonode-etcd"
+READY_MARKER = f"/var/lib/{STATE_DIRECTORY}/ready"
+# The flag etcd-join decides. etcd reads any flag missing from its command line from
+# ETCD_<FLAG> (server/etcdmain/config.go configFromCmdLine -> pkg/flags SetFlagsFromEnv),
+# and a setting given both ways is fatal ("conflicting environment variable ... is shadowed
+# by corresponding command-line flag", pkg/flags verifyEnv, 3.4.23 and 3.5.33): so it is
+# never a flag here, only the unit's Environment= default and etcd-join's file.
+INITIAL_CLUSTER_STATE_ENV = "ETCD_INITIAL_CLUSTER_STATE"
 
 
 def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
@@ -23,9 +45,7 @@ def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
         ("advertise-client-urls", member.client_url),
         ("initial-advertise-peer-urls", member.peer_url),
         ("initial-cluster", cluster.initial_cluster),
-        # "new" at the first bootstrap; "existing" for a member that rejoins with an empty
-        # data dir (stack: etcd.<cluster>.rejoining). Ignored once the data dir holds a member.
-        ("initial-cluster-state", member.initial_cluster_state),
+        # No --initial-cluster-state: ETCD_INITIAL_CLUSTER_STATE, from the unit and etcd-join.
         ("initial-cluster-token", cluster.token),
         ("listen-metrics-urls", f"{member.metrics_url},http://127.0.0.1:2381"),
         # CIS 2.1-2.6: TLS for clients and peers with client-cert auth, never auto-TLS.
@@ -47,6 +67,25 @@ def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
     ]
 
 
+def render_etcd_join(cluster: EtcdClusterPlan, member: EtcdMember) -> str:
+    return render_template(
+        ETCD_JOIN,
+        name=member.name,
+        role=cluster.role,
+        peer_url=member.peer_url,
+        # the other members' client URLs: where it asks whether the cluster holds quorum
+        others=" ".join(m.client_url for m in cluster.members if m.name != member.name),
+        data_dir=cluster.data_dir,
+        env_file=JOIN_ENV_FILE,
+        ready_marker=READY_MARKER,
+        etcdctl=ETCDCTL_BINARY,
+        # its own server certificate (clientAuth too, kilonode.azure.tls) and its cluster's CA
+        cacert=wellknown.ETCD_CA,
+        cert=wellknown.ETCD_SERVER_CERT,
+        key=wellknown.ETCD_SERVER_KEY,
+    )
+
+
 def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMember) -> HostFiles:
     files: HostFiles = {
         ETCD_UNIT: RenderedFile(render_template(
@@ -57,8 +96,17 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
             mount_point=cluster.local_disk.mount_point,
             data_dir=cluster.data_dir,
             binary=ETCD_BINARY,
+            join_script=f"/{ETCD_JOIN}",
+            state_env=INITIAL_CLUSTER_STATE_ENV,
+            join_env=JOIN_ENV_FILE,
+            runtime_directory=RUNTIME_DIRECTORY,
+            state_directory=STATE_DIRECTORY,
+            ready_marker=READY_MARKER,
             exec_start=systemd_exec(ETCD_BINARY, etcd_flags(cluster, member)),
         )),
+        ETCD_JOIN: RenderedFile(render_etcd_join(cluster, member), mode=0o755),
+        # scheduled snapshots, taken by the cluster's leader (kilonode.render.etcd_snapshot)
+        **snapshot_files(plan, cluster, member),
     }
     files[USER_DATA] = RenderedFile(user_data(
         role=f"etcd member {member.name} of cluster {plan.cluster}",
@@ -66,6 +114,6 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
         files=files,
         restart_units=[],
         # the etcd image has the binary and the etcd user: nothing is installed at boot
-        start_units=["etcd.service"],
+        start_units=["etcd.service", *SNAPSHOT_UNITS],
     ))
     return dict(sorted(files.items()))

@@ -258,15 +258,16 @@ def etcd_group(plan: ClusterPlan) -> Group:
         "(2,500-node post).")
     nospace_action = (
         "Compact, defragment every member, then `etcdctl alarm disarm` (etcd FAQ: 'mvcc: database space "
-        "exceeded'). Until then the cluster is read-only: stop autoscalers and anything that deletes nodes.")
+        "exceeded'; docs/runbooks/etcd-nospace.md). Until then the cluster is read-only: stop autoscalers and "
+        "anything that deletes nodes.")
     rejecting_action = (
         "Either the NOSPACE alarm is armed ('mvcc: database space "
         "exceeded', see the quota alerts: compact, defragment, `etcdctl alarm list` then `alarm disarm`) or "
         "applying lags committing by more than 5000 entries ('too many requests': a slow disk or CPU).")
     disk_action = (
         "etcd's data directory must be on the VM's local SSD (field notes: ~200 us fsync). Check the member's "
-        "disk (iostat), other processes on it, and CPU steal; a member whose disk stays slow should be replaced "
-        "(remove it, then add it anew: stack etcd.<cluster>.rejoining).")
+        "disk (iostat), other processes on it, and CPU steal; a member whose disk stays slow should be replaced, one "
+        "at a time: a new VM's member rejoins by itself (docs/runbooks/etcd-member-lost-its-disk.md).")
     return Group("kilonode-etcd", (
         *(_quota_ratio(c) for c in plan.etcd_clusters),
         Record(ETCD_WAL_FSYNC_P99,

@@ -14,9 +14,7 @@ from kilonode.azure import rollout
 from kilonode.azure.graph import Graph, _unwrap, format_json
 from kilonode.azure.mockplan import cluster_value, run_plan, run_program
 from kilonode.config import load_stack
-from kilonode.problems import StackError
 from tests.azure.conftest import VM, VMSS
-from tests.conftest import StackWriter, shipped_cluster_value
 
 
 def keys(n: int, prefix: str, **changed: str) -> dict[str, dict[str, str]]:
@@ -176,26 +174,3 @@ def test_no_control_plane_vm_is_touched_before_the_guard_has_read_the_last_deplo
         assert all(f"{cluster}-last-deployment" in vm.depends_on for vm in graph.of_type(VM)), stack
 
 
-def test_a_rejoining_member_is_the_only_machine_its_change_replaces(deployed: dict[str, Any]) -> None:
-    # etcd.main.rejoining: [2] renders --initial-cluster-state=existing for that member alone:
-    # its custom data changes (a replacement of one of three), nobody else's.
-    graph = run_program("local", local_with(etcd__main__rejoining=[2]), None, deployed)
-    restart = _unwrap(graph.outputs)[rollout.RESTART_KEYS_OUTPUT]
-    moved = [name for group in restart for name, key in restart[group].items()
-             if key != deployed[rollout.RESTART_KEYS_OUTPUT][group][name]]
-    assert moved == ["local-etcd-main-2"]
-
-
-@pytest.mark.parametrize(("rejoining", "message"), [
-    ([3], "rejoining: no member 3 (members are 0 to 2)"),
-    ([0, 1], "rejoining: 2 of 3 members cannot join at once; at most 1"),
-])
-def test_rejoining_more_than_a_minority_or_a_member_that_does_not_exist_is_refused(
-    write_stack: StackWriter, rejoining: list[int], message: str
-) -> None:
-    cluster = shipped_cluster_value("local")
-    cluster["etcd"]["main"]["rejoining"] = rejoining
-    with pytest.raises(StackError) as caught:
-        load_stack(str(write_stack(cluster)))
-    assert any(p.path == "etcd.main" and message in p.message for p in caught.value.problems), [
-        (p.path, p.message) for p in caught.value.problems]

@@ -10,7 +10,7 @@ import yaml
 
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
-from kilonode.plan import ClusterPlan
+from kilonode.plan import ClusterPlan, defaults
 from kilonode.plan import wellknown as pki
 from kilonode.render import USER_DATA, render_cluster
 from tests.azure.conftest import VM, VMSS
@@ -56,8 +56,9 @@ def test_etcd_members_get_their_own_clusters_pki_with_keys_0600_owned_by_etcd(gr
     for role, index in [("main", 0), ("events", 1)]:
         vm = graph_7500.named(f"research-7500-etcd-{role}-{index}").plain()
         files = files_of(parts(vm["osProfile"]["customData"])[1])
+        # the TLS files, and where the snapshots go (kilonode.azure.backup)
         assert set(files) == {pki.ETCD_CA, pki.ETCD_CLIENT_CA, pki.ETCD_SERVER_CERT, pki.ETCD_SERVER_KEY,
-                              pki.ETCD_PEER_CERT, pki.ETCD_PEER_KEY}
+                              pki.ETCD_PEER_CERT, pki.ETCD_PEER_KEY, defaults.ETCD_SNAPSHOT_AZURE_CONFIG}
         for key in (pki.ETCD_SERVER_KEY, pki.ETCD_PEER_KEY):
             assert files[key]["permissions"] == "0600" and files[key]["owner"] == "etcd:etcd"
             assert files[key]["defer"] is True  # the etcd user exists only after package install

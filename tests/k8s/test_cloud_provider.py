@@ -168,8 +168,11 @@ def test_the_rbac_is_upstreams_own(graphs: dict[str, Graph]) -> None:
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
 def test_the_identity_gets_two_roles_on_the_clusters_resource_group_only(graphs: dict[str, Graph], stack: str) -> None:
     graph = graphs[stack]
-    [identity] = graph.of_type("azure-native:managedidentity:UserAssignedIdentity")
-    assignments = [a.plain() for a in graph.of_type("azure-native:authorization:RoleAssignment")]
+    # the cloud provider's identity (the etcd members' snapshot identity is kilonode.azure.backup's)
+    [identity] = [i for i in graph.of_type("azure-native:managedidentity:UserAssignedIdentity")
+                  if i.parent == f"{stack}-cloud-provider"]
+    assignments = [a.plain() for a in graph.of_type("azure-native:authorization:RoleAssignment")
+                   if a.parent == f"{stack}-cloud-provider"]
     [rg] = graph.of_type("azure-native:resources:ResourceGroup")
     rg_id = f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/{rg.plain()['resourceGroupName']}"
     assert sorted(a["roleDefinitionId"].rsplit("/", 1)[1] for a in assignments) == sorted(

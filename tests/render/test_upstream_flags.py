@@ -50,6 +50,8 @@ def exec_start(unit: str) -> tuple[str, dict[str, str]]:
     binary, *args = logical.split()
     if binary.endswith("/python3") and args[:1] == ["-m"]:  # kilonode's own programs: the module
         binary, *args = args[1:]
+    elif binary.endswith("/python3") and args and args[0].endswith(".py"):  # ... or the script
+        binary, *args = args
     flags: dict[str, str] = {}
     for arg in args:
         match = re.fullmatch(r"--([a-z0-9.-]+)=(.*)", arg)

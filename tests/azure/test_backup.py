@@ -1,0 +1,160 @@
+"""EtcdBackup, recorded on its own under Pulumi's mock engine: every input against the provider
+SDK's own types, Azure's naming rules, the role scoped to the one container, a stable account
+name, and the file the snapshot script reads."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+import sys
+from dataclasses import replace
+from typing import Any
+
+import pulumi
+import pytest
+
+from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs, backup_account_name
+from kilonode.azure.graph import Graph
+from kilonode.azure.mockplan import MOCK_SUBSCRIPTION, run_program
+from kilonode.paths import TEMPLATES_DIR
+from kilonode.plan import defaults
+from tests.azure.conftest import mock_id
+from tests.azure.sdk_inputs import problems
+from tests.azure.test_azure_rules import NAME_RULES
+from tests.conftest import shipped_cluster_value
+
+ACCOUNT = "azure-native:storage:StorageAccount"
+CONTAINER = "azure-native:storage:BlobContainer"
+POLICY = "azure-native:storage:ManagementPolicy"
+IDENTITY = "azure-native:managedidentity:UserAssignedIdentity"
+ASSIGNMENT = "azure-native:authorization:RoleAssignment"
+RESOURCE_GROUP_ID = f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/local-rg"
+# Azure's rule for the one resource type NAME_RULES does not know yet: a storage account's
+# lifecycle policy is always named "default".
+RULES = NAME_RULES | {POLICY: ("managementPolicyName", 7, 7, r"default")}
+
+
+def record(cluster: str = "local", zones: tuple[str, ...] = ("1", "2", "3")) -> Graph:
+    def program() -> None:
+        backup = EtcdBackup(f"{cluster}-etcd-backup", EtcdBackupArgs(
+            cluster=cluster, location="westus2", zones=zones, resource_group_name="local-rg",
+            resource_group_id=pulumi.Output.from_input(RESOURCE_GROUP_ID),
+        ))
+        delivered = backup.host_file()
+        pulumi.export("azureConfigPath", delivered.path)
+        pulumi.export("azureConfig", delivered.content)
+        pulumi.export("identityId", backup.identity_id)
+
+    return run_program("local", shipped_cluster_value("local"), program)
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return record()
+
+
+def one(graph: Graph, type_: str) -> Any:
+    [resource] = graph.of_type(type_)
+    return resource
+
+
+def test_every_input_matches_the_provider_sdks_input_types(graph: Graph) -> None:
+    assert sorted(r.type for r in graph.resources if r.custom) == sorted([ACCOUNT, CONTAINER, POLICY, IDENTITY,
+                                                                          ASSIGNMENT])
+    assert [p for r in graph.resources for p in problems(r)] == []
+
+
+def test_the_sdk_check_reaches_into_the_lifecycle_rule(graph: Graph) -> None:
+    policy = one(graph, POLICY)
+    inputs = copy.deepcopy(policy.plain())
+    delete = inputs["policy"]["rules"][0]["definition"]["actions"]["baseBlob"]["delete"]
+    delete["daysAfterModificationGreaterThen"] = delete.pop("daysAfterModificationGreaterThan")
+    found = problems(replace(policy, inputs=inputs))
+    assert len(found) == 1 and "daysAfterModificationGreaterThen: not a property" in found[0]
+
+
+def test_every_resource_is_named_within_azures_rules_and_parented_to_the_component(graph: Graph) -> None:
+    for resource in graph.resources:
+        if not resource.custom:
+            assert resource.type == "kilonode:azure:EtcdBackup"
+            continue
+        assert resource.parent == "local-etcd-backup" and resource.name.startswith("local-etcd-backup-")
+        field, low, high, pattern = RULES[resource.type]
+        name = resource.plain().get(field)
+        assert isinstance(name, str) and low <= len(name) <= high and re.fullmatch(pattern, name), (resource.type, name)
+
+
+def test_the_account_takes_no_anonymous_access_no_shared_keys_and_tls_12_and_is_protected(graph: Graph) -> None:
+    account = one(graph, ACCOUNT)
+    inputs = account.plain()
+    assert inputs["allowBlobPublicAccess"] is False
+    assert inputs["allowSharedKeyAccess"] is False
+    assert inputs["enableHttpsTrafficOnly"] is True
+    assert inputs["minimumTlsVersion"] == "TLS1_2"
+    assert inputs["sku"] == {"name": "Standard_ZRS"}  # the region has zones
+    assert account.protect
+    assert one(graph, CONTAINER).plain()["publicAccess"] == "None"
+    assert one(record(zones=()), ACCOUNT).plain()["sku"] == {"name": "Standard_LRS"}
+
+
+def test_the_identity_may_write_blobs_in_the_snapshot_container_and_nowhere_else(graph: Graph) -> None:
+    assignment = one(graph, ASSIGNMENT).plain()
+    container = one(graph, CONTAINER)
+    assert container.plain()["containerName"] == defaults.ETCD_SNAPSHOT_CONTAINER
+    # the container's own resource ID: not the account, not the resource group
+    assert assignment["scope"] == mock_id(container)
+    assert assignment["roleDefinitionId"] == (
+        f"/subscriptions/{MOCK_SUBSCRIPTION}/providers/Microsoft.Authorization/roleDefinitions/"
+        "ba92f5b4-2d11-453d-a403-e96b0029c9fe")  # Storage Blob Data Contributor
+    assert assignment["principalId"] == "mock-principal-id:local-etcd-backup-identity"
+    assert assignment["principalType"] == "ServicePrincipal"
+    # a GUID derived from the cluster: the same on every run
+    assert assignment["roleAssignmentName"] == one(record(), ASSIGNMENT).plain()["roleAssignmentName"]
+
+
+def test_old_snapshots_are_deleted_after_the_retention(graph: Graph) -> None:
+    [rule] = one(graph, POLICY).plain()["policy"]["rules"]
+    assert rule["enabled"] and rule["type"] == "Lifecycle"
+    # a prefix match starts with the container's name (Azure lifecycle management)
+    assert rule["definition"]["filters"] == {"blobTypes": ["blockBlob"],
+                                             "prefixMatch": [f"{defaults.ETCD_SNAPSHOT_CONTAINER}/"]}
+    assert rule["definition"]["actions"]["baseBlob"] == {
+        "delete": {"daysAfterModificationGreaterThan": defaults.ETCD_SNAPSHOT_BLOB_RETENTION_DAYS}}
+
+
+@pytest.mark.parametrize("cluster", ["local", "research-7500", "A-very-long_cluster.name-with-symbols-2026", "-"])
+def test_the_account_name_is_stable_fits_azures_rules_and_differs_by_subscription(cluster: str) -> None:
+    name = backup_account_name(cluster, MOCK_SUBSCRIPTION)
+    assert name == backup_account_name(cluster, MOCK_SUBSCRIPTION)
+    assert 3 <= len(name) <= 24 and re.fullmatch(r"[a-z0-9]+", name)
+    assert name != backup_account_name(cluster, "11111111-1111-1111-1111-111111111111")
+
+
+def test_the_recorded_account_name_is_the_derived_one_on_every_run(graph: Graph) -> None:
+    recorded = one(graph, ACCOUNT).plain()["accountName"]
+    assert recorded == backup_account_name("local", MOCK_SUBSCRIPTION) == one(record(), ACCOUNT).plain()["accountName"]
+    assert recorded.startswith("localetcdbk")
+
+
+def test_the_delivered_file_is_what_the_snapshot_script_reads(graph: Graph) -> None:
+    assert graph.outputs["azureConfigPath"] == defaults.ETCD_SNAPSHOT_AZURE_CONFIG
+    azure = json.loads(graph.outputs["azureConfig"])
+    account = backup_account_name("local", MOCK_SUBSCRIPTION)
+    assert azure == {"blobEndpoint": f"https://{account}.blob.core.windows.net/",
+                     "container": defaults.ETCD_SNAPSHOT_CONTAINER,
+                     "clientId": "mock-client-id:local-etcd-backup-identity"}
+    assert graph.outputs["identityId"] == mock_id(one(graph, IDENTITY))
+    # the script (templates/usr/local/lib/kilonode/etcd_snapshot.py) builds its blob URLs from it
+    spec = importlib.util.spec_from_file_location("etcd_snapshot_for_backup",
+                                                  TEMPLATES_DIR / "usr/local/lib/kilonode/etcd_snapshot.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        url = module.blob_url(azure, "main/20261123T174500Z-rev1-etcd-main-0.db")
+    finally:
+        del sys.modules[spec.name]
+    assert url == f"https://{account}.blob.core.windows.net/etcd-snapshots/main/20261123T174500Z-rev1-etcd-main-0.db"
