@@ -15,6 +15,10 @@ Phases, each a pytest run with its own JUnit XML, merged into one report:
                  keeps the disks (see infra/image/qemu.py for why not a reset in place).
 
 The verdict is the union: any failed or errored check fails the run, and is named.
+
+Figures a check measures travel as <testsuite> properties of its phase's JUnit XML: the ARP
+lesson's (suite/test_arp_lesson.py, kilonode.image.arp_lesson) become verify-summary.json's
+`arp` section and a few progress lines.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kilonode.image import arp_lesson
 from kilonode.image.manifest import Manifest
 from kilonode.image.qemu import Vm, VmConfig
 from kilonode.image.seed import make_keypair, make_seed, meta_data
@@ -64,6 +69,7 @@ class VerifyReport:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> outcome -> n
     timings: dict[str, float] = field(default_factory=dict)
     boots: list[dict[str, object]] = field(default_factory=list)  # the VM's power-ons (qemu.BootRecord)
+    arp: dict[str, object] | None = None  # the ARP lesson's figures (arp_lesson.Lesson's JSON), when it ran
 
     @property
     def passed(self) -> bool:
@@ -87,8 +93,9 @@ def write_ssh_config(path: Path, target: SshTarget) -> Path:
 
 
 def run_phase(phase: str, *, manifest: Manifest, image: Path | None, target: SshTarget | None,
-              workdir: Path, progress: Progress) -> Path:
-    """One pytest run of the suite; returns its JUnit XML."""
+              workdir: Path, progress: Progress, disposable: bool = False) -> Path:
+    """One pytest run of the suite; returns its JUnit XML. `disposable`: the target is the VM
+    verify booted, so checks may change kernel-wide state for a moment (the ARP lesson)."""
     context = {
         "phase": phase,
         "manifest": str(manifest.path.resolve()),
@@ -104,6 +111,7 @@ def run_phase(phase: str, *, manifest: Manifest, image: Path | None, target: Ssh
             "port": target.port,
             "user": target.user,
             "key_file": str(target.key_file) if target.key_file else None,
+            "disposable": disposable,
         }
     context_file = workdir / f"context-{phase}.json"
     context_file.write_text(json.dumps(context, indent=2))
@@ -155,8 +163,44 @@ def merge(junits: list[Path], out: Path, report: VerifyReport) -> None:
                     elif child.tag == "skipped":
                         outcome = "skipped"
                 counts[outcome] = counts.get(outcome, 0) + 1
+            for prop in suite.iterfind("properties/property"):
+                if prop.get("name") == arp_lesson.PROPERTY:
+                    try:
+                        report.arp = {"phase": phase, **json.loads(prop.get("value") or "")}
+                    except (ValueError, TypeError):  # keep what came, say so below, judge nothing by it
+                        report.arp = {"phase": phase, "unreadable": prop.get("value")}
             merged.append(suite)
     ET.ElementTree(merged).write(out, encoding="utf-8", xml_declaration=True)
+
+
+def arp_summary_lines(report: VerifyReport) -> list[str]:
+    """The ARP lesson's figures in words, or why there are none to word."""
+    if report.arp is None:
+        return []
+    try:
+        lines = arp_lesson.summary_lines(arp_lesson.Lesson.from_json(report.arp))
+        if "check_s" in report.arp:
+            lines[-1] += f" ({report.arp['check_s']} s as a check, SSH included)"
+        return lines
+    except (KeyError, TypeError, ValueError) as error:  # a half-written record must not hide the verdict
+        return [f"ARP lesson: figures unreadable ({type(error).__name__}: {error}); see verify-summary.json"]
+
+
+def write_summary(report: VerifyReport, path: Path) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "passed": report.passed,
+                "failures": report.failures,
+                "counts": report.counts,
+                "timings_s": report.timings,
+                "boots": report.boots,
+                "arp": report.arp,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 def verify_image(
@@ -226,7 +270,7 @@ def verify_image(
             target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
             t = time.monotonic()
             junits.append(run_phase("first-boot", manifest=manifest, image=None, target=target, workdir=workdir,
-                                    progress=progress))
+                                    progress=progress, disposable=True))
             report.timings["first-boot checks"] = round(time.monotonic() - t, 1)
             if reboot:
                 progress("rebooting the VM (guest `systemctl reboot`, then a fresh power-on) ...")
@@ -242,24 +286,14 @@ def verify_image(
                 target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
                 t = time.monotonic()
                 junits.append(run_phase("after-reboot", manifest=manifest, image=None, target=target,
-                                        workdir=workdir, progress=progress))
+                                        workdir=workdir, progress=progress, disposable=True))
                 report.timings["after-reboot checks"] = round(time.monotonic() - t, 1)
             progress("stopping the VM ...")
             report.boots = [asdict(record) for record in vm.boots]
         progress("VM stopped")
     merge(junits, report.junit, report)
+    for line in arp_summary_lines(report):
+        progress(line)
     report.timings["total"] = round(time.monotonic() - start, 1)
-    (workdir / "verify-summary.json").write_text(
-        json.dumps(
-            {
-                "passed": report.passed,
-                "failures": report.failures,
-                "counts": report.counts,
-                "timings_s": report.timings,
-                "boots": report.boots,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_summary(report, workdir / "verify-summary.json")
     return report
