@@ -26,14 +26,20 @@ $(VENV)/.installed: pyproject.toml
 host-packages: ## Install the Debian packages the tests use (apt, from this machine's sources)
 	scripts/install-host-packages
 
-demo: setup ## Render and explain the local stack (STACK=..., OUT=...)
+demo: setup ## Set up, then `kilonode local up STACK`: both etcd clusters + a worker VM, for real (`make render` only renders)
+	$(BIN)/kilonode local up $(STACK)
+	# `kilonode local status $(STACK) --json` lists what runs; `kilonode local down $(STACK)` stops it all
+
+render: setup ## Render and explain the stack without running anything (STACK=..., OUT=...)
 	$(BIN)/kilonode render $(STACK) --out $(OUT)
 	$(BIN)/kilonode explain $(STACK)
 
 test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 	$(BIN)/ruff check .
-	# the slowest tests listed at the end: where the 30-minute budget goes
-	$(BIN)/pytest --durations=20
+	# two workers: the node-image tests (builds and qemu boots, one session's fixtures) run in
+	# order on one, everything else (fast tests, real etcd clusters, the wheel) on the other
+	# (tests/conftest.py); the slowest tests are listed at the end: where the budget goes
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=20
 
 test-fast: setup ## Run the tests not marked slow (two workers)
 	$(BIN)/python scripts/prepare-test-artefacts
@@ -49,10 +55,18 @@ bench: setup ## Time render and plan (bench/results/render.json, plan.json)
 bench-image: setup ## Time the node image: cold build, warm rebuild, boot + verify (bench/results/image.json)
 	$(BIN)/python bench/bench_image.py
 
+bench-local: setup ## Time `kilonode local up` cold (image built) and warm, a second up, and down (bench/results/local.json)
+	$(BIN)/python bench/bench_local.py
+
+bench-etcd: setup ## Main etcd latency under an event storm, isolated vs shared (~4 min; bench/results/etcd-isolation.json)
+	$(BIN)/python bench/bench_etcd_isolation.py
+.PHONY: bench-etcd
+
 bench-reboot: setup ## Reboot a VM 20 times per mechanism, count the hangs (bench/results/reboot.json)
 	$(BIN)/python bench/bench_reboot.py --mode both --cycles 20
 
 lint: setup ## ruff
 	$(BIN)/ruff check .
 
-.PHONY: help setup test-artefacts host-packages demo test test-fast golden bench bench-image bench-reboot lint
+.PHONY: help setup test-artefacts host-packages demo render test test-fast golden bench bench-image bench-local \
+	bench-reboot lint

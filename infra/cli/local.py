@@ -1,4 +1,4 @@
-"""`kilonode local up|status|down`: rehearse a stack's etcd clusters on this machine."""
+"""`kilonode local up|status|down`: rehearse a stack's etcd clusters and a worker VM on this machine."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from kilonode.cli.common import die, load_and_plan, out
 
 if TYPE_CHECKING:
     from kilonode.local.rehearsal import ClusterSummary, NotStarted, UpResult
+    from kilonode.local.worker import WorkerSummary
 
 local_app = typer.Typer(
     name="local",
@@ -26,11 +27,15 @@ local_app = typer.Typer(
         "peers and to clients, client-certificate auth, the standard ports. It then checks the rendered "
         "kube-apiserver etcd flags against what runs: every endpoint of --etcd-servers and of the /events "
         "override answers over TLS with the apiserver's etcd client certificate and belongs to the right "
-        "cluster (cluster ID). kube-apiserver, kubelet and cri-dockerd are in no registry this machine "
-        "reaches: `up` lists what it did not start, and why.\n\n"
-        "State (PKI, data, logs, PID files) lives in $XDG_STATE_HOME/kilonode/local/STACK "
-        "(~/.local/state/... by default); --state-dir picks another. Members run detached: they outlive "
-        "the command until `kilonode local down`.\n\n"
+        "cluster (cluster ID). Then it boots one worker VM from the stack's first node pool image (built "
+        "first if the cache has none) with the pool's cloud-init user-data and a blank local SSD, as "
+        "`kilonode image verify` does, and reads its live sysctls, runtime root and preloaded images against "
+        "the plan. kube-apiserver, kubelet and cri-dockerd are in no registry this machine reaches: `up` "
+        "lists what it did not start, and why.\n\n"
+        "State (PKI, data, logs, PID files, the worker's disks) lives in $XDG_STATE_HOME/kilonode/local/STACK "
+        "(~/.local/state/... by default); --state-dir picks another. The pool image is cached in "
+        "$XDG_CACHE_HOME/kilonode/images (~/.cache/... by default). Members and the worker's qemu run "
+        "detached: they outlive the command until `kilonode local down`.\n\n"
         "Typical session: `kilonode local up`, then `kilonode local status --json` for the endpoints and "
         "certificates to use with etcdctl, then `kilonode local down`."
     ),
@@ -72,8 +77,9 @@ def _errors() -> tuple[type[Exception], ...]:
     from kilonode.local.etcd import EtcdError
     from kilonode.local.rehearsal import RehearsalError
     from kilonode.local.units import UnitError
+    from kilonode.local.worker import WorkerError
 
-    return RehearsalError, EtcdError, UnitError, AddressError
+    return RehearsalError, EtcdError, UnitError, AddressError, WorkerError
 
 
 class _Progress:
@@ -91,23 +97,44 @@ def up(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for each etcd cluster to answer.", min=1)
     ] = 60.0,
+    no_worker: Annotated[
+        bool,
+        typer.Option("--no-worker", help="Do not build or boot the worker VM: only the etcd clusters, up in "
+                     "seconds instead of minutes, with no qemu guest taking 2 GiB and both cores (for the "
+                     "etcd fault drills and benchmarks, or a machine without qemu). A worker an earlier `up` "
+                     "left running is left as it is."),
+    ] = False,
+    worker_timeout: Annotated[
+        float,
+        typer.Option("--worker-timeout", min=30,
+                     help="Seconds to wait for the worker VM's SSH, and again for cloud-init and systemd to settle."),
+    ] = 600.0,
 ) -> None:
     """Start the stack's etcd clusters from its rendered units, check the apiserver's etcd
-    flags against them, and print a summary.
+    flags against them, boot the worker VM from the first pool's image, and print a summary.
 
-    Idempotent: members already running are left as they are (a second `up` says that nothing
-    changed); a member whose process died is started again on its kept data; keys and
-    certificates still valid are reused. Exit status: 0 when both clusters are healthy and
-    the apiserver flag check passes, 1 when they run but a check fails, 2 when the rehearsal
-    could not be brought up (a port taken by another process, a unit that cannot run here:
-    the message names it and what to do).
+    The worker VM: the pool's image from the cache, built first if the cache has none (a
+    minute or two with the base root filesystem cached; `make test-artefacts` or `kilonode
+    image prepare` caches it), booted under qemu (TCG, UEFI) from a throwaway overlay with the
+    pool's cloud-init user-data as its NoCloud seed and a blank local SSD; SSH is forwarded on
+    127.0.0.1 only. First boot takes 2-3 minutes on 2 cores.
+
+    Idempotent: members and a worker already running are left as they are (a second `up`
+    says that nothing changed); a member whose process died is started again on its kept
+    data, a worker that is off is powered on again on its kept disks; keys and certificates
+    still valid are reused. Exit status: 0 when both clusters are healthy, the apiserver
+    flag check passes and the worker's facts match the plan, 1 when they run but a check
+    fails, 2 when the rehearsal could not be brought up (a port taken by another process, a
+    unit that cannot run here, a worker that did not boot: the message names it and what to
+    do).
     """
     from kilonode.local import rehearsal
 
     directory = _state_dir(stack, state_dir)
     loaded, plan = load_and_plan(stack)
     try:
-        result = rehearsal.up(loaded, plan, directory, _Progress(), health_timeout_s=timeout)
+        result = rehearsal.up(loaded, plan, directory, _Progress(), health_timeout_s=timeout,
+                              worker=not no_worker, worker_timeout_s=worker_timeout)
     except _errors() as error:
         die(escape(str(error)), "kilonode local up")
     hint = stack if state_dir is None else f"{stack} --state-dir {directory}"
@@ -124,23 +151,26 @@ def status(
         bool,
         typer.Option("--json", help="One JSON document: per cluster its client endpoints, cluster ID, the CA, "
                      "client certificate and key to use with etcdctl, members and PIDs, leader, DB size, "
-                     "quota and alarms."),
+                     "quota and alarms; the worker VM's PID, SSH port, user and key, and its live facts."),
     ] = False,
 ) -> None:
-    """What the rehearsal in the state directory runs, asked of the members themselves.
+    """What the rehearsal in the state directory runs, asked of the members and the worker VM
+    themselves.
 
     Reads only the state directory (not the stack file). With the listed files,
     `etcdctl --endpoints=... --cacert=CA --cert=CERT --key=KEY endpoint health` reaches a
-    cluster. Exit status 1 when a member is not running or a cluster does not answer.
+    cluster, and `ssh -i KEY -p PORT USER@127.0.0.1` the worker. Exit status 1 when a member
+    or the worker is not running, a cluster does not answer, or a worker fact departs from
+    the plan.
     """
     from kilonode.local import rehearsal
 
     directory = _state_dir(stack, state_dir)
     try:
-        record, clusters = rehearsal.status(directory)
+        record, clusters, worker = rehearsal.status(directory)
     except _errors() as error:
         die(escape(str(error)), "kilonode local status")
-    healthy = all(c.healthy and not c.errors for c in clusters)
+    healthy = all(c.healthy and not c.errors for c in clusters) and (worker is None or worker.ok)
     if as_json:
         print(json.dumps({
             "stack": record.stack,
@@ -149,6 +179,7 @@ def status(
             "etcd": {"binary": record.etcd_binary, "version": record.etcd_version},
             "healthy": healthy,
             "clusters": {c.role: c.to_json() for c in clusters},
+            "worker": worker.to_json() if worker is not None else None,
             "not_started": [vars(n) for n in record.not_started],
         }, indent=2))
     else:
@@ -156,11 +187,13 @@ def status(
                   f"etcd {escape(record.etcd_version)} ({escape(record.etcd_binary)})")
         for cluster in clusters:
             _cluster_table(cluster)
+        if worker is not None:
+            _worker_table(worker)
         _not_started(list(record.not_started))
         if not healthy:
             hint = stack if state_dir is None else f"{stack} --state-dir {directory}"
-            out.print(f"`kilonode local up {escape(hint)}` starts the members that are not running, on their "
-                      "kept data")
+            out.print(f"`kilonode local up {escape(hint)}` starts the members and the worker that are not running, "
+                      "on their kept data")
     if not healthy:
         raise typer.Exit(code=1)
 
@@ -173,9 +206,10 @@ def down(
         bool, typer.Option("--keep", help="Keep the state directory (data, PKI, logs): the next `up` resumes on it.")
     ] = False,
 ) -> None:
-    """Stop every member `up` started, by the PID in its PID file (SIGTERM, a bounded wait,
-    then SIGKILL), one member per cluster at a time; then remove the state directory unless
-    --keep.
+    """Stop the worker VM (the guest powers off over SSH; a bounded wait, then SIGTERM and
+    SIGKILL by its PID) and every member `up` started, by the PID in its PID file (SIGTERM, a
+    bounded wait, then SIGKILL), one member per cluster at a time; then remove the state
+    directory (the worker's overlay and local SSD with it) unless --keep.
 
     A PID that no longer belongs to the member (the process died and the PID was reused) is
     left alone and named. A directory that holds no rehearsal is never removed.
@@ -217,6 +251,40 @@ def _cluster_table(cluster: ClusterSummary) -> None:
         out.print(f"  [red]problem:[/] {escape(error)}")
 
 
+def _worker_table(worker: WorkerSummary) -> None:
+    record = worker.record
+    pid = f"PID {worker.state.pid}" if worker.state.pid else "no PID"
+    out.print(escape(f"worker VM, pool {record.pool.name}: image {record.image_name} ({record.image_key[:12]}), "
+                     f"qemu {worker.state.detail} ({pid}), SSH {record.user}@127.0.0.1:{record.port} "
+                     f"(key {record.key_file}), systemd {worker.systemd or '?'}"))
+    if worker.state.state != "running":
+        for problem in worker.problems:
+            out.print(f"  [red]problem:[/] {escape(problem)}")
+        return
+    table = Table()
+    for column in ("on the node", "plan", "live", ""):
+        table.add_column(column)
+    for sysctl in worker.sysctls:
+        table.add_row(sysctl.name, sysctl.plan, sysctl.live or "(absent)", "ok" if sysctl.ok else "DIFFERS")
+    storage = record.pool.local_storage
+    table.add_row(f"{record.pool.runtime} root", record.pool.runtime_root, worker.runtime_root or "?",
+                  "ok" if worker.runtime_root == record.pool.runtime_root else "DIFFERS")
+    table.add_row("  its mount (local SSD)", f"{storage.mount_point} on {storage.device or storage.kind}",
+                  f"{worker.root_mount or '?'} on {worker.root_source or '?'}",
+                  "ok" if worker.root_on_local_ssd else "NOT THE LOCAL SSD")
+    for image in worker.preloaded:
+        live = "in the store" if image["in_store"] else "absent"
+        if image["id_matches"] is not None:
+            live += ", baked ID" if image["id_matches"] else f", ID {image['store_id']}"
+        table.add_row("preloaded" + (" (pause)" if image["pause"] else ""), image["image"], live,
+                      "ok" if image["in_store"] and image["id_matches"] is not False else "DIFFERS")
+    out.print(table)
+    out.print(escape(f"  {record.pool.runtime} store: {', '.join(worker.store) or 'empty'}; storage driver "
+                     f"{worker.storage_driver or '?'}"))
+    for problem in worker.problems:
+        out.print(f"  [red]problem:[/] {escape(problem)}")
+
+
 def _not_started(items: list[NotStarted]) -> None:
     out.print("Not started here, and why:")
     table = Table()
@@ -240,8 +308,12 @@ def _summary(result: UpResult, hint: str) -> None:
                       "the /events override the events cluster")
         for problem in check.problems:
             out.print(f"[red]problem[/] {check.host} kube-apiserver etcd flags: {escape(problem)}")
+    if result.worker is not None:
+        if result.worker_action:
+            out.print(escape(f"worker VM: {result.worker_action}"))
+        _worker_table(result.worker)
     _not_started(list(result.record.not_started))
     if result.unchanged:
         out.print("Nothing changed: the rehearsal was already up.")
     out.print(f"`kilonode local status {escape(hint)} --json` lists the endpoints and the certificates to use with "
-              f"etcdctl; `kilonode local down {escape(hint)}` stops it all.")
+              f"etcdctl, and the worker's SSH port, user and key; `kilonode local down {escape(hint)}` stops it all.")

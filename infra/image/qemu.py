@@ -113,6 +113,11 @@ class VmConfig:
     # seconds of console silence after a power-on that mean the firmware never ran
     firmware_silence_s: float = FIRMWARE_SILENCE_S
     extra_qemu_args: tuple[str, ...] = ()  # appended to the command line (tests: `-S`)
+    # Detached mode (`kilonode local up`'s worker): the VM outlives this process. qemu already
+    # runs in its own session (no terminal signal reaches it); with a PID file, each power-on
+    # also writes qemu's PID there and gives it /dev/null as stdin, so another process (a
+    # later `up`, `down`) can find it, check /proc/<pid>/cmdline and stop it by PID.
+    pid_file: Path | None = None
 
 
 class Vm:
@@ -232,9 +237,16 @@ class Vm:
         self.monitor.unlink(missing_ok=True)
         self._console_mark = self._console_size()
         self._boot_started = time.monotonic()
+        pid_file = self.config.pid_file
         with (self.config.workdir / "qemu.log").open("ab") as log:
             self.proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         stdin=subprocess.DEVNULL if pid_file is not None else None)
+        if pid_file is not None:
+            # written whole (rename), so a reader never sees a half-written PID
+            temporary = pid_file.with_name(pid_file.name + ".tmp")
+            temporary.write_text(f"{self.proc.pid}\n")
+            temporary.replace(pid_file)
 
     def power_on(self, how: str) -> BootRecord:
         record = BootRecord(how)

@@ -1,18 +1,21 @@
-"""`kilonode local up|status|down`: a stack's etcd clusters, run here from its rendered units.
+"""`kilonode local up|status|down`: a stack's etcd clusters, run here from its rendered units,
+and one worker VM booted from its first node pool's image.
 
     up      issue the PKI layout (kilonode.local.pki), start every etcd member of both
             clusters from its rendered etcd.service (kilonode.local.units), wait until each
             cluster answers, check the rendered apiserver etcd flags against them
-            (kilonode.local.check), summarise; members already running are left alone, a
-            member whose process died is started again on its kept data;
+            (kilonode.local.check); then the worker VM (kilonode.local.worker): build the
+            first pool's image if the cache has none, boot it detached with the pool's
+            cloud-init and a blank local SSD, wait until it has settled, read its live facts
+            against the plan; summarise. Members and a worker already running are left
+            alone; a member whose process died is started again on its kept data, a worker
+            that is off is powered on again on its kept disks;
     status  what runs, from the state directory alone (no stack needed);
-    down    stop what `up` started, by PID; remove the state unless kept.
+    down    stop what `up` started, by PID (the worker: guest poweroff first); remove the
+            state unless kept.
 
 Everything lives in one state directory (`default_state_dir`), described by its
 `rehearsal.json`: a directory without that file is never deleted.
-
-The worker VM (issue 12: the pool image booted under qemu with its cloud-init) is not wired
-in yet: `worker_vm` is where it goes; today it reports itself as not started.
 """
 
 from __future__ import annotations
@@ -23,18 +26,22 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from kilonode.config import Stack
+from kilonode.config.load import project_root
+from kilonode.image.build import ImageInputs, image_name
 from kilonode.local import etcd
+from kilonode.local import worker as workers
 from kilonode.local.addresses import address_map
 from kilonode.local.check import ApiserverCheck, check_apiserver_etcd
 from kilonode.local.etcd import ClientTls, EtcdError, Member, ProcessState
 from kilonode.local.pki import IssueReport, LocalPki, issue_plan
 from kilonode.local.units import UnitError, environment, exec_start, flag, flags_of, localise
+from kilonode.local.worker import WorkerRecord, WorkerSummary
 from kilonode.plan import pki
 from kilonode.plan.model import ClusterPlan
 from kilonode.render import render_cluster
@@ -92,6 +99,7 @@ class Record:
     etcd_version: str
     clusters: tuple[ClusterRecord, ...]
     not_started: tuple[NotStarted, ...]
+    worker: WorkerRecord | None = None  # the worker VM, once powered on
 
     def save(self) -> None:
         document = {
@@ -100,6 +108,7 @@ class Record:
             "clusters": [{"role": c.role, "quota_bytes": c.quota_bytes, "tls": c.tls.to_json(),
                           "members": [m.to_json() for m in c.members]} for c in self.clusters],
             "not_started": [vars(n) for n in self.not_started],
+            "worker": self.worker.to_json() if self.worker else None,
         }
         temporary = self.state_dir / f".{RECORD}.tmp"
         temporary.write_text(json.dumps(document, indent=2) + "\n")
@@ -120,10 +129,13 @@ class Record:
                                     ClientTls(**{k: Path(v) for k, v in c["tls"].items()}), int(c["quota_bytes"]))
                       for c in data["clusters"]),
                 tuple(NotStarted(**n) for n in data["not_started"]),
+                # absent from records written before the worker VM existed
+                WorkerRecord.from_json(data["worker"]) if data.get("worker") else None,
             )
         except (ValueError, KeyError, TypeError) as error:
-            raise RehearsalError(f"{path} cannot be read ({error}): stop its members by hand (their PIDs are in "
-                                 f"{state_dir}/etcd/*/etcd.pid), then remove {state_dir}") from None
+            raise RehearsalError(f"{path} cannot be read ({error}): stop its members and the worker VM by hand "
+                                 f"(their PIDs are in {state_dir}/etcd/*/etcd.pid and {state_dir}/"
+                                 f"{workers.WORKER_DIR}/qemu.pid), then remove {state_dir}") from None
 
     @property
     def members(self) -> list[Member]:
@@ -167,14 +179,18 @@ class UpResult:
     started: list[tuple[str, int, str]]  # (member, PID, why)
     clusters: list[ClusterSummary]
     checks: list[ApiserverCheck]
+    worker: WorkerSummary | None = None
+    worker_action: str | None = None  # what `up` did to the worker VM; None: nothing
 
     @property
     def unchanged(self) -> bool:
-        return not self.started and not self.pki.created and not self.pki.reissued and not self.pki.files_written
+        return (not self.started and not self.pki.created and not self.pki.reissued and not self.pki.files_written
+                and self.worker_action is None)
 
     @property
     def ok(self) -> bool:
-        return all(c.healthy and not c.errors for c in self.clusters) and all(c.ok for c in self.checks)
+        return (all(c.healthy and not c.errors for c in self.clusters) and all(c.ok for c in self.checks)
+                and (self.worker is None or self.worker.ok))
 
 
 def etcd_members(plan: ClusterPlan, rendered: dict[str, HostFiles], state_dir: Path, layout: pki.PkiLayout,
@@ -212,8 +228,9 @@ def etcd_members(plan: ClusterPlan, rendered: dict[str, HostFiles], state_dir: P
     return clusters
 
 
-def not_started(plan: ClusterPlan, rendered: dict[str, HostFiles]) -> list[NotStarted]:
-    """What the stack runs in Azure that the rehearsal does not start here, and why."""
+def not_started(plan: ClusterPlan, rendered: dict[str, HostFiles], worker_pool: str | None) -> list[NotStarted]:
+    """What the stack runs in Azure that the rehearsal does not start here, and why.
+    `worker_pool`: the pool whose image the worker VM boots (None: `up --no-worker`)."""
     found = []
     # the units each host runs (drop-ins are not units of their own)
     services = {host: sorted(os.path.basename(path) for path in files
@@ -228,20 +245,32 @@ def not_started(plan: ClusterPlan, rendered: dict[str, HostFiles]) -> list[NotSt
         ))
     for pool in plan.node_pools:
         hosts = [h for h in rendered if h == f"pool-{pool.name}" or h.startswith(f"pool-{pool.name}.")]
-        found.append(NotStarted(
-            ", ".join(services[hosts[0]]), f"pool {pool.name}",
-            "the pool's units run inside the worker VM; kubelet and cri-dockerd are release binaries in no "
-            "package registry this machine reaches",
-        ))
-        found.append(worker_vm(pool.name))
+        missing = "kubelet and cri-dockerd are release binaries" if pool.runtime == "docker" else \
+            "kubelet is a release binary"
+        if pool.name == worker_pool:
+            # the worker runs the pool's other units; these are the ones it cannot
+            units = [u for u in workers.release_units(pool) if u in services[hosts[0]]]
+            found.append(NotStarted(
+                ", ".join(units), f"pool {pool.name} (the worker VM)",
+                f"the image installs the pool's units, but {missing} in no package registry this machine "
+                "reaches: they stay inactive, so the node cannot join (nor is there a kube-apiserver to join)",
+            ))
+        else:
+            found.append(NotStarted(
+                ", ".join(services[hosts[0]]), f"pool {pool.name}",
+                f"{missing} in no package registry this machine reaches; the pool's units run inside its nodes",
+            ))
+            found.append(worker_vm(pool.name, worker_pool, plan.node_pools[0].name))
     return found
 
 
-def worker_vm(pool: str) -> NotStarted:
-    """The hook for issue 12's worker VM: build the pool image if the cache has none, boot it
-    under qemu with the pool's cloud-init and a blank local-SSD disk, wait until ready."""
-    return NotStarted("worker VM", f"pool {pool}", "coming: booting the pool image under qemu is not wired "
-                      "into `local up` yet")
+def worker_vm(pool: str, worker_pool: str | None, first_pool: str) -> NotStarted:
+    """Why no worker VM boots `pool`'s image."""
+    if worker_pool is None and pool == first_pool:
+        return NotStarted("worker VM", f"pool {pool}", "skipped (`up --no-worker`): only the etcd clusters were "
+                          "rehearsed; without the flag, `up` boots this pool's image (minutes under TCG)")
+    return NotStarted("worker VM", f"pool {pool}", f"one worker VM, for the first pool ({first_pool}): one guest "
+                      "under TCG is what two cores hold")
 
 
 def _hosts(names: list[str]) -> str:
@@ -258,7 +287,8 @@ def _etcd_version(binary: str) -> str:
 
 
 def up(stack: Stack, plan: ClusterPlan, state_dir: Path, progress: Progress,
-       health_timeout_s: float = HEALTH_TIMEOUT_S) -> UpResult:
+       health_timeout_s: float = HEALTH_TIMEOUT_S, worker: bool = True,
+       worker_timeout_s: float = workers.READY_TIMEOUT_S) -> UpResult:
     state_dir = state_dir.absolute()  # it is in every member's command line: one spelling
     existing = Record.load(state_dir) if state_dir.exists() else None
     if existing is not None and existing.stack_file != str(stack.file):
@@ -279,8 +309,25 @@ def up(stack: Stack, plan: ClusterPlan, state_dir: Path, progress: Progress,
         clusters = etcd_members(plan, rendered, state_dir, layout, addresses, binary)
     except UnitError as error:
         raise RehearsalError(f"the rendered etcd unit cannot run here: {error}") from None
+    previous = existing.worker if existing is not None else None
+    first_pool = plan.node_pools[0] if plan.node_pools else None
+    inputs: ImageInputs | None = None
+    key = ""
+    if worker and first_pool is not None:
+        inputs = ImageInputs(stack=stack, plan=plan, pool=first_pool, files=rendered[f"pool-{first_pool.name}"],
+                             project_dir=project_root(stack.file.parent) or stack.file.parent)
+        key = workers.image_key(inputs)
+        if previous is not None and previous.image_key != key and workers.probe(previous).state == "running":
+            # as for a member: `up` never replaces a running worker behind the user's back
+            raise RehearsalError(
+                f"the worker VM runs image {previous.image_name} ({previous.image_key[:12]}); the stack now makes "
+                f"{image_name(stack, first_pool.name)} ({key[:12]}): `kilonode local down {stack.name} --keep "
+                f"--state-dir {state_dir}`, then up again (the worker boots afresh from the new image)"
+            )
+    # a worker left by an earlier `up` stays in the record (so status and down find it) until replaced
+    shown_pool = first_pool.name if first_pool is not None and (inputs is not None or previous) else None
     record = Record(stack.name, str(stack.file), state_dir, binary, _etcd_version(binary), tuple(clusters),
-                    tuple(not_started(plan, rendered)))
+                    tuple(not_started(plan, rendered, shown_pool)), previous)
     if existing is not None:
         # a member that runs with what the stack rendered before keeps running until `down`:
         # `up` never restarts a healthy member behind the user's back
@@ -326,7 +373,51 @@ def up(stack: Stack, plan: ClusterPlan, state_dir: Path, progress: Progress,
     summaries = [summarise(c) for c in record.clusters]
     progress("checking the rendered kube-apiserver etcd flags against the running clusters ...")
     checks = apiserver_checks(plan, rendered, record, layout, addresses, summaries)
-    return UpResult(record, report, started, summaries, checks)
+    action = None
+    if inputs is not None:
+        try:
+            record, action = _worker_up(record, inputs, key, progress, worker_timeout_s)
+        except workers.WorkerError as error:
+            raise RehearsalError(f"{error}\nThe etcd clusters keep running: `kilonode local down` stops them "
+                                 "(and the worker's state); `up --no-worker` leaves the worker out") from None
+    worker_summary = None
+    # with --no-worker, a worker an earlier `up` left running is still summarised; one left off is not
+    if record.worker is not None and (inputs is not None or workers.probe(record.worker).state == "running"):
+        progress("worker VM: reading its live sysctls, runtime root and image store over SSH ...")
+        worker_summary = workers.summarise(record.worker)
+    return UpResult(record, report, started, summaries, checks, worker_summary, action)
+
+
+def _worker_up(record: Record, inputs: ImageInputs, key: str, progress: Progress,
+               timeout_s: float) -> tuple[Record, str | None]:
+    """Leave a running worker alone (waiting until it is ready); power a stopped one on again on
+    its kept disks when they are of the same image; else boot a fresh one, building the image
+    first if the cache has none. Returns the record (saved) and what was done (None: nothing)."""
+    assert inputs.pool is not None
+    previous = record.worker
+    directory = record.state_dir / workers.WORKER_DIR
+    if previous is not None:
+        state = workers.probe(previous)
+        if state.state == "running":
+            progress(f"worker VM already running (PID {state.pid}, SSH on 127.0.0.1:{previous.port}): checking that "
+                     "it has settled ...")
+            workers.wait_ready(previous, progress, timeout_s)
+            return record, None
+
+    def save(worker: WorkerRecord) -> None:
+        replace(record, worker=worker).save()
+
+    raw, built = workers.cached_image(inputs, key, progress)
+    if previous is not None and previous.image_key == key and previous.directory == directory \
+            and previous.overlay.is_file() and previous.image.is_file():
+        worker = workers.power_on_kept(previous, progress, save, timeout_s)
+        action = "powered on again on its kept disks"
+    else:
+        worker = workers.boot_fresh(inputs.pool, raw, key, directory, progress, save, timeout_s)
+        action = "booted from a fresh overlay" + (" (pool image built)" if built else " (pool image from the cache)")
+    record = replace(record, worker=worker)
+    record.save()
+    return record, action
 
 
 def _wait(cluster: ClusterRecord, timeout_s: float) -> None:
@@ -384,12 +475,13 @@ def apiserver_checks(plan: ClusterPlan, rendered: dict[str, HostFiles], record: 
     ]
 
 
-def status(state_dir: Path) -> tuple[Record, list[ClusterSummary]]:
+def status(state_dir: Path) -> tuple[Record, list[ClusterSummary], WorkerSummary | None]:
     state_dir = state_dir.absolute()
     record = Record.load(state_dir) if state_dir.exists() else None
     if record is None:
         raise RehearsalError(f"no rehearsal in {state_dir}: `kilonode local up` starts one")
-    return record, [summarise(c) for c in record.clusters]
+    worker = workers.summarise(record.worker) if record.worker is not None else None
+    return record, [summarise(c) for c in record.clusters], worker
 
 
 def down(state_dir: Path, keep: bool, progress: Progress) -> dict[str, str]:
@@ -399,16 +491,23 @@ def down(state_dir: Path, keep: bool, progress: Progress) -> dict[str, str]:
     if record is None:
         progress(f"no rehearsal in {state_dir}: nothing to stop")
         return {}
+    outcome: dict[str, str] = {}
+    if record.worker is not None:
+        outcome["worker VM"] = workers.stop(record.worker, progress)
+        progress(f"worker VM: {outcome['worker VM']}")
+        if workers.probe(record.worker).state == "running":
+            raise RehearsalError(f"the worker VM is still running; state kept in {state_dir}")
     progress(f"stopping {len(record.members)} etcd members, one per cluster at a time (SIGTERM, up to "
              f"{etcd.STOP_TIMEOUT_S:.0f} s each, then SIGKILL) ...")
-    outcome = etcd.stop(c.members for c in record.clusters)
-    for name, what in outcome.items():
+    stopped = etcd.stop(c.members for c in record.clusters)
+    for name, what in stopped.items():
         progress(f"{name}: {what}")
+    outcome |= stopped
     left = [m for m in record.members if etcd.probe(m).state in ("running", "changed")]
     if left:
         raise RehearsalError(f"{', '.join(m.name for m in left)} still running; state kept in {state_dir}")
     if keep:
-        progress(f"state kept in {state_dir} (data, PKI, logs): `kilonode local up` resumes on it")
+        progress(f"state kept in {state_dir} (data, PKI, logs, the worker's disks): `kilonode local up` resumes on it")
     else:
         shutil.rmtree(state_dir)
         progress(f"removed {state_dir}")

@@ -24,7 +24,8 @@ from kilonode.render import render_cluster
 from tests.conftest import StackWriter, shipped_cluster_value
 
 # one worker, in file order, under `make test`'s xdist: both tests use the `local` stack's
-# loopback addresses (127.0.1.10-22), which two rehearsals cannot share
+# loopback addresses (127.0.1.10-22), which two rehearsals cannot share. `up --no-worker`: these
+# tests are about etcd; tests/local/test_local_worker.py boots the worker VM.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("local-rehearsal")]
 
 APISERVER_UNIT = "etc/systemd/system/kube-apiserver.service"
@@ -67,7 +68,7 @@ def test_up_refuses_a_taken_port_before_starting_anything(state: Path) -> None:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         held.bind(("127.0.1.22", 2379))  # etcd-events-2's client address in the `local` stack
         held.listen()
-        result = kilonode("up", "--state-dir", str(state))
+        result = kilonode("up", "--no-worker", "--state-dir", str(state))
     assert result.returncode == 2
     message = " ".join((result.stdout + result.stderr).split())
     assert "127.0.1.22:2379" in message and f"taken by PID {os.getpid()}" in message
@@ -75,11 +76,12 @@ def test_up_refuses_a_taken_port_before_starting_anything(state: Path) -> None:
 
 
 def test_local_up_status_and_down_on_the_local_stack(state: Path, plans: dict[str, ClusterPlan]) -> None:
-    first = kilonode("up", "--state-dir", str(state))
+    first = kilonode("up", "--no-worker", "--state-dir", str(state))
     assert first.returncode == 0, first.stdout + first.stderr
     assert "ok apiserver-0 kube-apiserver etcd flags" in first.stdout
     assert "Not started here, and why" in first.stdout and "kube-apiserver" in first.stdout
-    assert "worker VM" in first.stdout and "coming" in first.stdout
+    # the worker VM is left out here (tests/local/test_local_worker.py boots it), and says so
+    assert "worker VM" in first.stdout and "--no-worker" in first.stdout
 
     document = status_json(state)
     clusters = document["clusters"]
@@ -118,13 +120,13 @@ def test_local_up_status_and_down_on_the_local_stack(state: Path, plans: dict[st
 
     # a second up changes nothing
     before = pids(document)
-    second = kilonode("up", "--state-dir", str(state))
+    second = kilonode("up", "--no-worker", "--state-dir", str(state))
     assert second.returncode == 0 and "Nothing changed" in second.stdout, second.stdout + second.stderr
     assert pids(status_json(state)) == before
 
     # a member that died is started again; the others are left alone
     os.kill(before["etcd-main-1"], signal.SIGKILL)
-    third = kilonode("up", "--state-dir", str(state))
+    third = kilonode("up", "--no-worker", "--state-dir", str(state))
     assert third.returncode == 0 and "started etcd-main-1" in third.stdout, third.stdout + third.stderr
     after = pids(status_json(state))
     assert after["etcd-main-1"] != before["etcd-main-1"]
@@ -141,7 +143,7 @@ def test_local_up_status_and_down_on_the_local_stack(state: Path, plans: dict[st
     pid_file.write_text(f"{os.getpid()}\n")
     stale = kilonode("status", "--state-dir", str(state))
     assert stale.returncode == 1 and f"PID {os.getpid()}" in stale.stdout and "not this member" in stale.stdout
-    again = kilonode("up", "--state-dir", str(state))
+    again = kilonode("up", "--no-worker", "--state-dir", str(state))
     assert again.returncode == 0, again.stdout + again.stderr
     got = ctl(clusters["main"], "get", "/kilonode/rehearsal", "--print-value-only")
     assert got.stdout.strip() == "kept"
@@ -160,16 +162,16 @@ def test_changed_flags_are_refused_while_the_old_ones_run_and_taken_after_down_k
     user's back; after `down --keep` it starts the members with the new flags, on their data."""
     cluster = shipped_cluster_value("local")
     path = write_stack(cluster, name="local")
-    first = kilonode("up", str(path), "--state-dir", str(state))
+    first = kilonode("up", "--no-worker", str(path), "--state-dir", str(state))
     assert first.returncode == 0, first.stdout + first.stderr
     cluster["etcd"]["events"]["quotaBackendBytes"] = 4 * 1024**3
     write_stack(cluster, name="local")
-    refused = kilonode("up", str(path), "--state-dir", str(state))
+    refused = kilonode("up", "--no-worker", str(path), "--state-dir", str(state))
     message = " ".join(refused.stderr.split())
     assert refused.returncode == 2 and "other flags for etcd-events-0, etcd-events-1, etcd-events-2" in message
     assert "--keep" in message
     assert kilonode("down", str(path), "--state-dir", str(state), "--keep").returncode == 0
-    again = kilonode("up", str(path), "--state-dir", str(state))
+    again = kilonode("up", "--no-worker", str(path), "--state-dir", str(state))
     assert again.returncode == 0, again.stdout + again.stderr
     clusters = status_json(state)["clusters"]
     assert (clusters["main"]["quota_bytes"], clusters["events"]["quota_bytes"]) == (8 * 1024**3, 4 * 1024**3)
