@@ -36,10 +36,9 @@ render: setup ## Render and explain the stack without running anything (STACK=..
 
 test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 	$(BIN)/ruff check .
-	# two workers: the node-image tests (builds and qemu boots, one session's fixtures) run in
-	# order on one, everything else (fast tests, real etcd clusters, the wheel) on the other
-	# (tests/conftest.py); the slowest tests are listed at the end: where the budget goes
-	$(BIN)/pytest -n 2 --dist loadgroup --durations=20
+	# two workers, each test file whole on one (its module and session fixtures built once:
+	# one image build, one verify boot per file); the slowest tests are listed at the end
+	$(BIN)/pytest -n 2 --dist loadfile --durations=20
 
 test-fast: setup ## Run the tests not marked slow (two workers)
 	$(BIN)/python scripts/prepare-test-artefacts

@@ -70,16 +70,3 @@ def write_stack(tmp_path: Path) -> StackWriter:
 
     return write
 
-
-# what builds or boots node images (the local rehearsal's worker VM included)
-VM_TESTS = ("tests/image/", "tests/local/test_local_worker.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `make test` (two xdist workers, --dist loadgroup) every test that boots or builds a
-    node image runs on one worker, in file order: they share session fixtures (one build, one
-    boot) and two qemu guests at once would only slow each other on two cores. Everything else
-    (the fast tests, real etcd clusters, the wheel) runs on the other worker meanwhile."""
-    for item in items:
-        if item.get_closest_marker("slow") and item.nodeid.startswith(VM_TESTS):
-            item.add_marker(pytest.mark.xdist_group("node-images"))
