@@ -7,7 +7,7 @@ import copy
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,27 @@ atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 settings.register_profile("kilonode", database=None)
 settings.load_profile("kilonode")
+
+
+# A file at least this big under a test's work directory is a disk image, a VHD or a root
+# filesystem archive (4 GiB each for a node image).
+LARGE_FILE_BYTES = 64 << 20
+
+
+def drop_large_files(root: Path) -> None:
+    """Remove the disk images under `root` once the tests that share them are done, keeping
+    the logs and reports beside them: one full run builds seven node images (tens of GB), and
+    pytest keeps its temporary directories, so CI ran its disk full."""
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size >= LARGE_FILE_BYTES:
+            path.unlink()
+
+
+def module_workdir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """A module fixture's work directory whose disk images go when the module is done."""
+    path = tmp_path_factory.mktemp(name)
+    yield path
+    drop_large_files(path)
 
 
 @pytest.fixture(scope="session")

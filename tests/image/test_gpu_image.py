@@ -18,6 +18,7 @@ import re
 import subprocess
 import tarfile
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
 from kilonode.image.recipe import load_recipe
 from kilonode.image.verify import VerifyReport, verify_image
+from tests.conftest import module_workdir
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +49,8 @@ GPU_CHECKS = {
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("gpu-image")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_workdir(tmp_path_factory, "gpu-image")
 
 
 @pytest.fixture(scope="module")

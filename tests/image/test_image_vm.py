@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,15 +27,17 @@ from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
 from kilonode.image.recipe import BaseSpec, load_recipe
 from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
+from tests.conftest import module_workdir
 
 pytestmark = pytest.mark.slow
 
 
 
-@pytest.fixture(scope="session")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Everything these tests build and boot, outside the source tree."""
-    return tmp_path_factory.mktemp("image")
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Everything these tests build and boot, outside the source tree; the disk images go
+    when the module is done, the logs and reports stay."""
+    yield from module_workdir(tmp_path_factory, "image")
 
 KILONODE = [sys.executable, "-m", "kilonode.cli"]
 
@@ -44,7 +47,7 @@ def kilonode(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[s
                           check=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def built(work: Path) -> BuildResult:
     """The `local` stack's pool image, built once per session (base rootfs from the cache)."""
     return build_image(image_inputs("local", "cpu"), work / "clean")
@@ -57,7 +60,7 @@ class VerifyRun:
     failed: list[str]  # the FAILED lines verify printed
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def clean_run(built: BuildResult, work: Path) -> VerifyRun:
     result = kilonode("image", "verify", str(built.raw), "--workdir", str(work / "verify-clean"),
                       "--junit", str(work / "clean.xml"))
@@ -207,7 +210,7 @@ def seed_defects(built: BuildResult, target: Path) -> Path:
     return raw
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def defect_run(built: BuildResult, work: Path) -> VerifyRun:
     raw = seed_defects(built, work / "defective")
     result = kilonode(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from kilonode.image.verify import DEFAULT_USER
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
 from kilonode.render import USER_DATA, render_cluster
+from tests.conftest import module_workdir
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +36,8 @@ RUNTIME_PACKAGES = {"docker.io", "containerd", "runc", "etcd-server", "etcd-clie
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("role-images")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_workdir(tmp_path_factory, "role-images")
 
 
 @pytest.fixture(scope="module")
