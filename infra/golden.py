@@ -1,8 +1,9 @@
 """Regenerate tests/golden/<stack>/ for every shipped stack, and the stack reference: `make golden`.
 
-Each golden tree holds what `kilonode render <stack>` writes (the host files) and, under
-in-cluster/, the Kubernetes objects the Pulumi program creates, as YAML (recorded under
-Pulumi's mock engine, secrets masked). A pull request that changes a flag or an object shows
+Each golden tree holds what `kilonode render <stack>` writes (the host files), under
+in-cluster/ the Kubernetes objects the Pulumi program creates, as YAML, and in
+resource-graph.txt its Azure resources, one input per line (both recorded under Pulumi's mock
+engine, secrets masked). A pull request that changes a flag or an object shows
 that one line changing. The composition root of the goldens: it alone imports both the
 renderers and the Pulumi program.
 """
@@ -13,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from kilonode.azure.graph import Graph, format_manifests
+from kilonode.azure.graph import RESOURCE_GRAPH_FILE, Graph, format_manifests, format_resource_graph
 from kilonode.azure.mockplan import run_plan
 from kilonode.config import Stack, available_stacks, load_stack
 from kilonode.plan import plan_stack
@@ -25,8 +26,10 @@ from kilonode.render.write import with_marker, write_tree
 
 
 def in_cluster(graph: Graph) -> dict[str, RenderedFile]:
-    """in-cluster/<component>.yaml for each kilonode:k8s component of the recorded graph."""
-    return {path: RenderedFile(text) for path, text in format_manifests(graph).items()}
+    """in-cluster/<component>.yaml for each kilonode:k8s component of the recorded graph, and
+    the Azure resources in resource-graph.txt."""
+    files = {path: RenderedFile(text) for path, text in format_manifests(graph).items()}
+    return files | {RESOURCE_GRAPH_FILE: RenderedFile(format_resource_graph(graph))}
 
 
 def _tree(stack: Stack, graph: Graph | None = None) -> dict[str, RenderedFile]:

@@ -119,7 +119,8 @@ LAYERS = [
     ("kilonode.azure", "kilonode.image", "kilonode.k8s"),  # siblings: none imports another
     # the CLI, `make golden`, which records the Pulumi program beside the rendered files, and
     # the local rehearsal, which composes the renderers and the image pipeline
-    ("kilonode.cli", "kilonode.entry", "kilonode.__main__", "kilonode.golden", "kilonode.local"),
+    ("kilonode.cli", "kilonode.entry", "kilonode.__main__", "kilonode.golden", "kilonode.local",
+     "kilonode.review"),
 ]
 # What the Azure components and the image build may take from the renderers: the rendered
 # files' contract, handed to them by their caller. Rendering itself is the caller's job (the

@@ -100,10 +100,10 @@ class Cluster(pulumi.ComponentResource):
         apiserver_image = f"{CONTROL_PLANE_IMAGE}@{plan.control_plane_image_version}"
         machines = {
             rollout.ETCD_MAIN: [
-                (m.name, m.vm_name, m.zone, plan.etcd_main.vm_size, etcd_image) for m in plan.etcd_main.members
+                (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_main.members
             ],
             rollout.ETCD_EVENTS: [
-                (m.name, m.vm_name, m.zone, plan.etcd_events.vm_size, etcd_image) for m in plan.etcd_events.members
+                (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_events.members
             ],
             rollout.APISERVERS: [
                 (i.name, i.vm_name, i.zone, plan.control_plane.vm_size, apiserver_image) for i in instances

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from kilonode.azure.common import tags
+from kilonode.azure.common import quota_tags, tags
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan.model import EtcdClusterPlan
 
@@ -49,7 +49,7 @@ class EtcdCluster(pulumi.ComponentResource):
                 MachineSpec(
                     name=f"{name}-{member.index}",
                     vm_name=member.vm_name,
-                    vm_size=etcd.vm_size,
+                    vm_size=member.vm_size,
                     zone=member.zone,
                     ip=str(member.ip),
                     location=args.location,
@@ -59,6 +59,7 @@ class EtcdCluster(pulumi.ComponentResource):
                     ssh_public_key=args.ssh_public_key,
                     image_version_id=args.image_version_id,
                     tags=tags(args.cluster, f"etcd-{etcd.role}"),
+                    vm_tags=quota_tags(etcd.quota_backend_bytes),
                     public_ip=args.public_ips,
                     identity_ids=[args.identity_id] if args.identity_id is not None else [],
                 ),

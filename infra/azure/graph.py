@@ -256,6 +256,17 @@ def format_json(graph: Graph) -> str:
     return json.dumps(graph.to_json(), indent=2, sort_keys=True) + "\n"
 
 
+RESOURCE_GRAPH_FILE = "resource-graph.txt"
+
+
+def format_resource_graph(graph: Graph) -> str:
+    """The golden of the Azure side (tests/golden/<stack>/resource-graph.txt): `kilonode plan`'s
+    text for every resource but the Kubernetes objects (in-cluster/ holds those as YAML), one
+    input per line, so a pull request shows a changed input as one changed line."""
+    kept = [r for r in graph.resources if not r.type.startswith("kubernetes:")]
+    return format_text(Graph(graph.stack, kept, graph.outputs, graph.notes))
+
+
 IN_CLUSTER_DIR = "in-cluster"
 _K8S_HEAD = ("apiVersion", "kind", "metadata")
 

@@ -7,12 +7,12 @@ its own names, addresses and sizes from the plan.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 from pulumi_azure_native import compute, network
 
-from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config
+from kilonode.azure.common import ADMIN_USERNAME, PUBLIC_IP_ACKNOWLEDGED_TAG, gallery_image, linux_config
 
 CUSTOM_DATA_PATH = "osProfile.customData"
 IMAGE_PATH = "storageProfile.imageReference"
@@ -38,6 +38,8 @@ class MachineSpec:
     backend_pool_ids: Sequence[pulumi.Input[str]] = ()
     # user-assigned managed identities (the etcd members': the snapshot upload, kilonode.azure.backup)
     identity_ids: Sequence[pulumi.Input[str]] = ()
+    # tags on the VM alone (an etcd member's quota, for the policy pack), beside `tags`
+    vm_tags: dict[str, str] = field(default_factory=dict)
 
 
 def machine(
@@ -60,7 +62,7 @@ def machine(
             zones=[spec.zone],
             opts=pulumi.ResourceOptions(parent=parent),
             location=location,
-            tags=resource_tags,
+            tags={**resource_tags, PUBLIC_IP_ACKNOWLEDGED_TAG: "network.publicIpsOnControlPlane"},
         )
         public = network.PublicIPAddressArgs(id=pip.id)
     nic = network.NetworkInterface(
@@ -122,5 +124,5 @@ def machine(
             parent=parent, protect=protect, replace_on_changes=[CUSTOM_DATA_PATH, IMAGE_PATH]
         ),
         location=location,
-        tags=resource_tags,
+        tags={**resource_tags, **spec.vm_tags},
     )

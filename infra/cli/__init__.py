@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from kilonode.cli import gpu, image, local, plan, project, stack
+from kilonode.cli import diff, gpu, image, local, plan, project, stack
 from kilonode.cli.common import out, run
 
 
@@ -65,6 +65,7 @@ COMMANDS: list[tuple[str, Callable[..., Any]]] = [
     ("render", stack.render),
     ("explain", stack.explain),
     ("plan", plan.plan_command),
+    ("diff", diff.diff),
     ("new", project.new),
     ("schema", project.schema),
     ("gpu-health", gpu.gpu_health),

@@ -181,7 +181,9 @@ def explain(stack: StackArg) -> None:
         control.add_column(column)
     for cluster in plan.etcd_clusters:
         control.add_row(
-            f"etcd {cluster.role}", str(len(cluster.members)), cluster.vm_size,
+            f"etcd {cluster.role}", str(len(cluster.members)),
+            cluster.vm_size + "".join(f"; {m.name}: {m.vm_size} (rolling resize)"
+                                      for m in cluster.members if m.vm_size != cluster.vm_size),
             ", ".join(str(m.ip) for m in cluster.members),
             f"{cluster.data_dir} (quota {cluster.quota_backend_bytes:,} B)",
         )

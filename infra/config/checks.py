@@ -136,12 +136,16 @@ def _location(config: ClusterConfig) -> list[Problem]:
 
 def _sizes(config: ClusterConfig) -> list[Problem]:
     problems: list[Problem] = []
+    # (where the size is named, the size, the local disk it must have, what the disk holds)
     roles: list[tuple[tuple[str | int, ...], str, LocalDiskConfig, str]] = [
-        (("etcd", "main"), config.etcd.main.vm_size, config.etcd.main.local_disk, "etcd's data directory"),
-        (("etcd", "events"), config.etcd.events.vm_size, config.etcd.events.local_disk, "etcd's data directory"),
-        (("apiserver",), config.apiserver.vm_size, config.apiserver.local_disk, "the audit log and scratch space"),
+        (("apiserver", "vmSize"), config.apiserver.vm_size, config.apiserver.local_disk,
+         "the audit log and scratch space"),
     ]
-    roles += [(("nodePools", i), p.vm_size, p.local_disk, "the container runtime's root")
+    for role, etcd in (("main", config.etcd.main), ("events", config.etcd.events)):
+        roles.append((("etcd", role, "vmSize"), etcd.vm_size, etcd.local_disk, "etcd's data directory"))
+        roles += [(("etcd", role, "vmSizeOverrides", index), size, etcd.local_disk, "etcd's data directory")
+                  for index, size in sorted(etcd.vm_size_overrides.items())]
+    roles += [(("nodePools", i, "vmSize"), p.vm_size, p.local_disk, "the container runtime's root")
               for i, p in enumerate(config.node_pools)]
     sizes = catalog.vm_sizes()
     for loc, name, disk, what in roles:
@@ -150,7 +154,7 @@ def _sizes(config: ClusterConfig) -> list[Problem]:
             close = difflib.get_close_matches(name, list(sizes), n=1, cutoff=0.8)
             hint = f"did you mean {close[0]!r}? " if close else ""
             problems.append(Problem(
-                (*loc, "vmSize"),
+                loc,
                 f"{name!r} is not in kilonode's size catalogue; {hint}it lists {len(sizes)} sizes with their "
                 "pages in infra/config/catalog/vm_sizes.yaml: add a new size there, citing its size page",
             ))
@@ -163,7 +167,7 @@ def _sizes(config: ClusterConfig) -> list[Problem]:
             twin = name.replace("s_", "ds_", 1)
             example = f", e.g. {twin}" if twin in sizes and sizes[twin].temp_disk_gib else ""
             problems.append(Problem(
-                (*loc, "vmSize"),
+                loc,
                 f"{name} has no local temp disk, but localDisk.device is Azure's temp disk ({catalog.AZURE_TEMP_DISK}, "
                 f"the default) where {what} belongs (field notes: local SSD, not the OS disk); pick a size with a "
                 f"temp disk (the 'd' sizes{example}){nvme}",

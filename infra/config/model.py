@@ -100,6 +100,16 @@ class EtcdClusterConfig(StrictModel):
             " local temp SSD (2,500-node post: ~200 us fsync vs ~2 ms on premium SSD)."
         ),
     )
+    vm_size_overrides: dict[int, str] = Field(
+        default_factory=dict,
+        description=(
+            "A rolling resize, one member per commit: member index -> VM size. Azure resizes a VM by restarting "
+            "it, so a new vmSize restarts every member at once (quorum lost; `pulumi up` refuses it). Instead add "
+            "one member here per change (each `pulumi up` restarts one member, which rejoins from its peers), and "
+            "when every member is moved, set vmSize and remove the overrides: that last change restarts nothing. "
+            "`kilonode diff` reports each step."
+        ),
+    )
     local_disk: LocalDiskConfig = Field(
         default=LocalDiskConfig(),
         description=(
@@ -144,6 +154,16 @@ class EtcdClusterConfig(StrictModel):
                 "remove the key. docs/runbooks/etcd-member-lost-its-disk.md says what to check."
             )
         return value
+
+    @model_validator(mode="after")
+    def _overrides_name_members(self) -> EtcdClusterConfig:
+        outside = sorted(i for i in self.vm_size_overrides if not 0 <= i < self.members)
+        if outside:
+            raise ValueError(
+                f"vmSizeOverrides names member(s) {', '.join(map(str, outside))}, but the members are numbered "
+                f"0 to {self.members - 1}"
+            )
+        return self
 
     @field_validator("members")
     @classmethod

@@ -24,6 +24,7 @@ class EtcdMember(StrictModel):
     index: int
     ip: IPv4Address
     zone: str
+    vm_size: str  # the cluster's vmSize, or the member's vmSizeOverrides entry (a rolling resize)
     client_url: str
     peer_url: str
     metrics_url: str

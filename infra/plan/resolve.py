@@ -421,6 +421,7 @@ def _etcd_cluster(
             index=i,
             ip=ip,
             zone=config.zones[i % len(config.zones)],
+            vm_size=spec.vm_size_overrides.get(i, spec.vm_size),
             client_url=f"https://{ip}:{ETCD_CLIENT_PORT}",
             peer_url=f"https://{ip}:{ETCD_PEER_PORT}",
             metrics_url=f"http://{ip}:{ETCD_METRICS_PORT}",

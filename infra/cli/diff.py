@@ -1,0 +1,101 @@
+"""`kilonode diff --base REF`: review an infra change the way a pull request needs it."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kilonode.cli.common import die, err
+
+
+class DiffFormat(StrEnum):
+    md = "md"
+    json = "json"
+    text = "text"
+
+
+class FailOn(StrEnum):
+    high = "high"
+    medium = "medium"
+
+
+# `--fail-on` exits with this when a risk at that level (or above) is found: apart from 1
+# (checks failed) and 2 (the command could not run), so CI can tell them apart.
+RISK_EXIT = 3
+
+
+def diff(
+    base: Annotated[str, typer.Option("--base", help="The git ref the change starts from: a branch, tag, commit "
+                                                     "or HEAD~1 (in CI: the pull request's base branch).",
+                                      show_default=False)],
+    head: Annotated[str | None, typer.Option("--head", help="The ref with the change. Left out: the working tree, "
+                                                            "uncommitted and untracked files included.",
+                                             show_default=False)] = None,
+    stacks: Annotated[list[str] | None, typer.Option("--stack", help="Review this stack (repeatable). Left out: the "
+                                                                     "stacks the change touches, found by itself.",
+                                                     show_default=False)] = None,
+    output_format: Annotated[DiffFormat, typer.Option(
+        "--format", help="md: one pull-request comment (under 65,536 characters); text: everything, for a "
+                         "terminal; json: everything, for tools.")] = DiffFormat.text,
+    fail_on: Annotated[FailOn | None, typer.Option(
+        "--fail-on", help=f"Exit {RISK_EXIT} when a risk at this level or above is found (high; or medium, which "
+                          "includes high).", show_default=False)] = None,
+    write_json: Annotated[Path | None, typer.Option(
+        "--write-json", help="Also write the full JSON report to this file (the CI artefact the comment points "
+                             "to).", show_default=False)] = None,
+) -> None:
+    """Review an infra change: what it does to each cluster, and what it risks.
+
+    Renders every affected stack and records its Azure resource graph (Pulumi's mock engine,
+    nothing sent to Azure) at both refs, each with that ref's own code, in a git worktree. A
+    change to a stack file touches that stack; a change to the toolkit (infra/, templates/,
+    sysctl/, node-image/) touches every stack; docs and tests touch none.
+
+    The report has, per stack: each resource created, updated (which inputs, and whether Azure
+    restarts the machine to apply them), replaced or deleted, with the source that says so
+    (kilonode/review/effects.toml); the rendered files as unified diffs, custom data included
+    (secrets masked), the same change on several machines shown once; and the risks, each
+    with its level and reason:
+
+    - high: etcd members restarted or replaced past what the cluster tolerates (quorum lost),
+      every apiserver at once, a policy-pack invariant broken (the events cluster removed,
+      etcd's protection removed, etcd ports opened, ...), an etcd quota lowered, a pool shrunk
+      by more than half, a subnet or static address moved;
+    - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every node of a
+      pool gets new custom data or a new image), a field lesson made weaker (a sysctl below
+      its field value, serialized image pulls, the runtime root off the local disk).
+
+    A change of comments or formatting only reports "no changes".
+
+    Examples:
+
+      kilonode diff --base HEAD~1 --fail-on high
+
+      kilonode diff --base origin/main --format md --write-json diff.json > comment.md
+
+    Exit status: 0, or 3 with --fail-on when such a risk is found; 2 when the review could
+    not be made (a bad ref, a side that does not render).
+    """
+    from kilonode.review import ReviewError, review
+    from kilonode.review.report import FORMATS, to_json
+    from kilonode.review.risks import HIGH, MEDIUM
+
+    try:
+        result = review(Path.cwd(), base, head, stacks or (), progress=lambda line: err.print(f"  {line}"))
+    except ReviewError as error:
+        die(str(error), "kilonode diff")
+    if write_json is not None:
+        partial = write_json.with_name(write_json.name + ".partial")
+        partial.write_text(to_json(result), encoding="utf-8")
+        partial.replace(write_json)
+    sys.stdout.write(FORMATS[output_format.value](result))
+    err.print(f"  reviewed {len(result.stacks)} stack(s) in {result.seconds:.1f} s")
+    levels = {FailOn.high: {HIGH}, FailOn.medium: {HIGH, MEDIUM}}
+    if fail_on is not None and any(r.level in levels[fail_on] for r in result.risks):
+        err.print(f"[bold red]kilonode diff:[/] {fail_on.value} risk found "
+                  f"(--fail-on {fail_on.value}): exit {RISK_EXIT}")
+        raise typer.Exit(code=RISK_EXIT)

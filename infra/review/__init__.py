@@ -1,0 +1,57 @@
+"""Review of infra changes: `kilonode diff` renders and records each affected stack at two git
+refs and reports what changed and what it risks; the policy pack (policy/) enforces the same
+invariants at `pulumi preview`.
+
+    snapshot (one side, run per ref) -> compare (files, resources) -> risks -> report
+    refs: the git side (worktrees, affected stacks); rules: the invariants both share.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kilonode.review.compare import compare_stack
+from kilonode.review.refs import ReviewError, Side, affected, changed_paths, resolve, snapshots, stacks_at, toplevel
+from kilonode.review.report import Review
+from kilonode.review.risks import HIGH, MEDIUM, Risk, assess
+
+__all__ = ["Review", "ReviewError", "review"]
+
+
+def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str] = (),
+           progress: Callable[[str], None] = lambda _: None) -> Review:
+    """Compare the stacks a change touches (or `stacks`) between `base` and `head` (None: the
+    working tree) of the git checkout holding `start`."""
+    began = time.monotonic()
+    repo = toplevel(start)
+    base_side = Side("base", base, resolve(repo, base))
+    head_side = Side("head", head, resolve(repo, head)) if head else Side("head", "working tree", None)
+    at_base, at_head = stacks_at(repo, base_side.commit), stacks_at(repo, head_side.commit)
+    known = at_base | at_head
+    if stacks:
+        unknown = sorted(set(stacks) - known)
+        if unknown:
+            raise ReviewError(f"no stack named {', '.join(unknown)} at either ref (stacks/Pulumi.<name>.yaml); "
+                              f"known: {', '.join(sorted(known)) or 'none'}")
+        chosen, why = sorted(set(stacks)), "chosen with --stack"
+    else:
+        chosen, why = affected(changed_paths(repo, base_side.commit or "", head_side.commit), known)
+    result = Review(base_side, head_side, chosen, why)
+    if chosen:
+        taken = snapshots(repo, [(base_side, [s for s in chosen if s in at_base]),
+                                 (head_side, [s for s in chosen if s in at_head])], progress)
+        lessons = taken["base"].get("lessons", {})
+        for name in chosen:
+            diff = compare_stack(name, taken["base"]["stacks"].get(name), taken["head"]["stacks"].get(name))
+            result.diffs.append(diff)
+            if diff.head is None:
+                result.risks.append(Risk(MEDIUM, "stack-removed", name,
+                                         "the stack file is gone at the head: nothing here deletes the cluster, but "
+                                         "its resources would go with `pulumi destroy`; keep its state until then"))
+            elif diff.changed:
+                result.risks += assess(diff, lessons)
+        result.risks.sort(key=lambda r: (r.level != HIGH, r.stack))
+    result.seconds = time.monotonic() - began
+    return result

@@ -1,0 +1,227 @@
+"""Two snapshots of one stack in, what changed out: the rendered files as unified diffs, and
+each resource created, updated (which inputs), replaced or deleted, with what a changed input
+does (kilonode/review/effects.toml: replace, restart, rollout, refused; with its source).
+
+Pure: snapshots are the dictionaries kilonode.review.snapshot writes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+EFFECTS_FILE = Path(__file__).with_name("effects.toml")
+
+CREATE, UPDATE, REPLACE, DELETE = "create", "update", "replace", "delete"
+
+
+@dataclass(frozen=True)
+class Effect:
+    type: str
+    path: str  # dotted input path, list elements as []
+    effect: str  # replace | restart | rollout | refused | in-place
+    why: str
+    source: str
+    unverified: bool = False
+
+    def matches(self, changed: str) -> bool:
+        """A changed path at, under, or above (a whole parent replaced) this effect's path."""
+        general = _general(changed)
+        return any(general == p or general.startswith(p + ".") or general.startswith(p + "[")
+                   or p.startswith(general + ".") or p.startswith(general + "[") for p in (self.path,))
+
+
+def _general(path: str) -> str:
+    return re.sub(r"\[\d+\]", "[]", path)
+
+
+@cache
+def effects() -> dict[str, tuple[Effect, ...]]:
+    """effects.toml by resource type."""
+    data = tomllib.loads(EFFECTS_FILE.read_text(encoding="utf-8"))
+    found: dict[str, list[Effect]] = {}
+    for row in data.get("effect", []):
+        entry = Effect(type=row["type"], path=row["path"], effect=row["effect"], why=row.get("why", ""),
+                       source=row.get("source", ""), unverified=bool(row.get("unverified", False)))
+        found.setdefault(entry.type, []).append(entry)
+    return {t: tuple(rows) for t, rows in found.items()}
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    status: str  # added | removed | modified
+    diff: str  # unified diff, both sides' text
+
+    @property
+    def host(self) -> str:
+        """The host role the file belongs to (etcd-main-0, pool-a100-ib, in-cluster), or '' for
+        the stack-wide files (config.yaml, plan.yaml)."""
+        return self.path.split("/", 1)[0] if "/" in self.path else ""
+
+
+@dataclass(frozen=True)
+class InputChange:
+    path: str
+    before: Any
+    after: Any
+    effects: tuple[Effect, ...] = ()
+    ignored: bool = False  # under the resource's ignoreChanges: `pulumi up` leaves it alone
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    type: str
+    name: str
+    action: str  # create | update | replace | delete
+    role: str | None
+    inputs: tuple[InputChange, ...] = ()
+    protect: tuple[bool, bool] = (False, False)  # before, after
+    base: Mapping[str, Any] | None = None  # the recorded resource on each side
+    head: Mapping[str, Any] | None = None
+
+    @property
+    def kinds(self) -> set[str]:
+        """The effects its applied input changes have (replace, restart, rollout, refused)."""
+        return {e.effect for c in self.inputs if not c.ignored for e in c.effects}
+
+    @property
+    def restarts(self) -> bool:
+        """Would this change take the machine down: replaced, deleted, or restarted in place."""
+        return self.action in (REPLACE, DELETE) or "restart" in self.kinds
+
+    def reason(self) -> str:
+        """Why it is replaced or restarted, in a few words."""
+        paths = [c.path for c in self.inputs if not c.ignored and any(e.effect in ("replace", "restart")
+                                                                      for e in c.effects)]
+        if self.action == REPLACE:
+            paths = [c.path for c in self.inputs if not c.ignored and _replaces(c, self.head)] or paths
+        return ", ".join(dict.fromkeys(_general(p) for p in paths))
+
+
+@dataclass
+class StackDiff:
+    stack: str
+    base: Mapping[str, Any] | None  # the snapshot's stack entry, None where the stack is absent
+    head: Mapping[str, Any] | None
+    files: list[FileChange] = field(default_factory=list)
+    resources: list[ResourceChange] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files or self.resources or self.errors)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{side}: {entry['error']}" for side, entry in (("base", self.base), ("head", self.head))
+                if entry and "error" in entry]
+
+
+def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping) and value:
+        for k in sorted(value):
+            yield from flatten(value[k], f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from flatten(v, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def _input_changes(type_: str, before: Mapping[str, Any], after: Mapping[str, Any],
+                   ignore: Sequence[str]) -> list[InputChange]:
+    old, new = dict(flatten(before)), dict(flatten(after))
+    rules = effects().get(type_, ())
+    found = []
+    for path in sorted(old.keys() | new.keys(), key=_natural):
+        if old.get(path, _MISSING) == new.get(path, _MISSING):
+            continue
+        ignored = any(_general(path) == i or _general(path).startswith(i + ".") for i in ignore)
+        found.append(InputChange(path, old.get(path), new.get(path), tuple(e for e in rules if e.matches(path)),
+                                 ignored))
+    return found
+
+
+_MISSING = object()
+
+
+def _natural(text: str) -> list[Any]:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
+
+
+def _replaces(change: InputChange, head: Mapping[str, Any] | None) -> bool:
+    if any(e.effect == "replace" for e in change.effects):
+        return True
+    on = (head or {}).get("replaceOnChanges") or []
+    general = _general(change.path)
+    return any(general == p or general.startswith(p + ".") or general.startswith(p + "[") for p in on)
+
+
+def _role(resource: Mapping[str, Any]) -> str | None:
+    tags = (resource.get("inputs") or {}).get("tags") or {}
+    return tags.get("kilonode-role") if isinstance(tags, Mapping) else None
+
+
+def compare_resources(base: Sequence[Mapping[str, Any]], head: Sequence[Mapping[str, Any]]) -> list[ResourceChange]:
+    """Custom resources only (components have no inputs of their own), in the head's order with
+    deletions after."""
+    old = {(r["type"], r["name"]): r for r in base if r.get("custom", True)}
+    new = {(r["type"], r["name"]): r for r in head if r.get("custom", True)}
+    found: list[ResourceChange] = []
+    for key, after in new.items():
+        before = old.get(key)
+        if before is None:
+            found.append(ResourceChange(*key, action=CREATE, role=_role(after), protect=(False, after["protect"]),
+                                        head=after))
+            continue
+        inputs = _input_changes(key[0], before["inputs"], after["inputs"], after.get("ignoreChanges") or [])
+        protect = (bool(before["protect"]), bool(after["protect"]))
+        applied = [c for c in inputs if not c.ignored]
+        if not inputs and protect[0] == protect[1]:
+            continue
+        action = REPLACE if any(_replaces(c, after) for c in applied) else UPDATE
+        found.append(ResourceChange(*key, action=action, role=_role(after) or _role(before), inputs=tuple(inputs),
+                                    protect=protect, base=before, head=after))
+    for key, before in old.items():
+        if key not in new:
+            found.append(ResourceChange(*key, action=DELETE, role=_role(before), protect=(before["protect"], False),
+                                        base=before))
+    return found
+
+
+def compare_files(base: Mapping[str, str], head: Mapping[str, str]) -> list[FileChange]:
+    found = []
+    for path in sorted(base.keys() | head.keys(), key=_natural):
+        before, after = base.get(path), head.get(path)
+        if before == after:
+            continue
+        status = "added" if before is None else "removed" if after is None else "modified"
+        lines = difflib.unified_diff((before or "").splitlines(keepends=True), (after or "").splitlines(keepends=True),
+                                     fromfile=f"a/{path}", tofile=f"b/{path}", n=3)
+        text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+        found.append(FileChange(path, status, text))
+    return found
+
+
+def compare_stack(stack: str, base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> StackDiff:
+    diff = StackDiff(stack, base, head)
+    if (base and "error" in base) or (head and "error" in head):
+        return diff
+    diff.files = compare_files((base or {}).get("files", {}), (head or {}).get("files", {}))
+    diff.resources = compare_resources((base or {}).get("resources", []), (head or {}).get("resources", []))
+    return diff
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """A value as one short line for a report."""
+    if value is None:
+        return "(none)"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

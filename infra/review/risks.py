@@ -1,0 +1,303 @@
+"""What a change risks, per stack: each risk with a level (high, medium) and its reason.
+
+High: etcd members restarted or replaced together past what the cluster tolerates (quorum
+lost), every apiserver at once, an invariant of the policy pack newly broken (the events
+cluster removed, etcd's protection removed, ...: kilonode.review.rules), an etcd quota
+lowered (a member already holding more data than the new quota refuses every write), a pool
+shrunk by more than half, a subnet or a static address moved.
+Medium: any etcd member or apiserver restarted or replaced, a change reaching the custom data
+or image of every node of a pool (a fleet-wide rollout), a field lesson made weaker (a sysctl
+below the field value, image pulls serialized, the runtime root off the local disk).
+
+Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, risks out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
+from kilonode.review import rules
+from kilonode.review.compare import CREATE, DELETE, StackDiff, short
+
+HIGH, MEDIUM = "high", "medium"
+LEVELS = (HIGH, MEDIUM)
+APISERVER_ROLE = "apiserver"
+
+# Inputs whose change moves an address something else already points at.
+MOVES = {
+    rules.SUBNET: ("addressPrefix", "addressPrefixes"),
+    "azure-native:network:VirtualNetwork": ("addressSpace.addressPrefixes",),
+    "azure-native:network:NetworkInterface": ("ipConfigurations[].privateIPAddress",),
+    "azure-native:network:LoadBalancer": ("frontendIPConfigurations[].privateIPAddress",),
+}
+
+
+@dataclass(frozen=True)
+class Risk:
+    level: str
+    rule: str  # a stable name: etcd-quorum, pool-shrink, ...
+    stack: str
+    summary: str  # one sentence: what and why
+    subjects: tuple[str, ...] = ()  # the resources or files it is about
+
+    def to_json(self) -> dict[str, Any]:
+        return {"level": self.level, "rule": self.rule, "stack": self.stack, "summary": self.summary,
+                "subjects": list(self.subjects)}
+
+
+def _resources(entry: Mapping[str, Any] | None) -> list[rules.Resource]:
+    return [rules.Resource(r["type"], r["name"], r["inputs"], bool(r["protect"]))
+            for r in (entry or {}).get("resources", []) if r.get("custom", True)]
+
+
+def _plan(entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    text = (entry or {}).get("files", {}).get("plan.yaml")
+    return (yaml.safe_load(text) or {}) if text else {}
+
+
+def _restart_keys(entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    keys = (entry or {}).get("outputs", {}).get(RESTART_KEYS_OUTPUT)
+    return keys if isinstance(keys, dict) else {}
+
+
+def _machine_of(vm_name: str) -> str:
+    """`research-7500-etcd-main-3` -> `etcd-main-3` (the restart keys' names)."""
+    match = re.search(r"(etcd-(?:main|events)-\d+|apiserver-\d+)$", vm_name)
+    return match.group(1) if match else vm_name
+
+
+def _down_together(diff: StackDiff) -> dict[str, tuple[set[str], int]]:
+    """Per control-plane group: the machines this change restarts, replaces or deletes, and the
+    group's size before it. Two sources: each VM's changed inputs (effects.toml, its
+    replaceOnChanges), and the restart keys the restart guard compares (same rule as `pulumi up`)."""
+    base = _resources(diff.base)
+    groups = {**{g: [r for r in base if r.type == rules.VM and r.role == g] for g in rules.ETCD_GROUPS},
+              APISERVERS: [r for r in base if r.type == rules.VM and r.role == APISERVER_ROLE]}
+    found: dict[str, tuple[set[str], int]] = {}
+    for group, members in groups.items():
+        if not members:
+            continue
+        role = APISERVER_ROLE if group == APISERVERS else group
+        down = {_machine_of(c.name) for c in diff.resources
+                if c.type == rules.VM and c.role == role and c.action != CREATE and c.restarts}
+        previous, current = _restart_keys(diff.base).get(group) or {}, _restart_keys(diff.head).get(group) or {}
+        down |= set(changed(previous, current))
+        if down:
+            found[group] = (down, len(members))
+    return found
+
+
+def _why(diff: StackDiff, machines: set[str]) -> str:
+    reasons = {c.reason() or c.action for c in diff.resources if _machine_of(c.name) in machines and c.restarts}
+    return ", ".join(sorted(r for r in reasons if r)) or "restart key changed"
+
+
+def control_plane(diff: StackDiff) -> list[Risk]:
+    found = []
+    for group, (down, members) in _down_together(diff).items():
+        names = tuple(sorted(down, key=lambda n: (len(n), n)))
+        why = _why(diff, down)
+        if group == APISERVERS:
+            level = HIGH if len(down) == members else MEDIUM
+            tail = "no apiserver is left to serve" if level == HIGH else "the others serve meanwhile"
+            rule = "apiservers-restarted" if level == MEDIUM else "apiservers-all"
+            found.append(Risk(level, rule, diff.stack,
+                              f"{len(down)} of {members} apiservers restart or are replaced ({why}): {tail}", names))
+            continue
+        tolerated = rules.tolerated(members)
+        if len(down) > tolerated:
+            found.append(Risk(
+                HIGH, "etcd-quorum", diff.stack,
+                f"{len(down)} of {members} {group} members restart or are replaced in one change ({why}); etcd with "
+                f"{members} members tolerates {tolerated} down, so quorum is lost and every write stops. `pulumi up` "
+                f"refuses it (restart guard) unless acknowledgeRestart lists {group}; roll one member at a time "
+                "(README: \"Rolling the control plane\")", names))
+        else:
+            found.append(Risk(MEDIUM, "etcd-restarted", diff.stack,
+                              f"{len(down)} of {members} {group} members restart or are replaced ({why}); "
+                              f"{members - len(down)} keep quorum meanwhile", names))
+    return found
+
+
+def invariants(diff: StackDiff) -> list[Risk]:
+    """A policy-pack invariant that held at the base and is broken at the head."""
+    if diff.head is None:
+        return []
+    before = rules.violations(_resources(diff.base)) if diff.base else {}
+    after = rules.violations(_resources(diff.head))
+    found = []
+    for name, messages in after.items():
+        new = [m for m in messages if m not in before.get(name, [])]
+        if new:
+            found.append(Risk(HIGH, f"policy:{name}", diff.stack, "; ".join(new)))
+    return found
+
+
+def _clusters(plan: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {group: plan[key] for group, key in (("etcd-main", "etcdMain"), ("etcd-events", "etcdEvents"))
+            if isinstance(plan.get(key), Mapping)}
+
+
+def quota(diff: StackDiff) -> list[Risk]:
+    before, after = _clusters(_plan(diff.base)), _clusters(_plan(diff.head))
+    found = []
+    for group, old in before.items():
+        new = after.get(group)
+        if not new:
+            continue
+        was, now = old.get("quotaBackendBytes"), new.get("quotaBackendBytes")
+        if isinstance(was, int) and isinstance(now, int) and now < was:
+            found.append(Risk(HIGH, "etcd-quota-lowered", diff.stack,
+                              f"{group} quota lowered from {was:,} to {now:,} bytes: the cluster may already hold "
+                              "more than the new quota (up to the old one), and a member over its quota raises "
+                              "NOSPACE and refuses every write; compact and defragment first, and check the DB "
+                              "size (docs/runbooks/etcd-nospace.md)", (f"plan.yaml {group}",)))
+    return found
+
+
+def pools(diff: StackDiff) -> list[Risk]:
+    def nodes(plan: Mapping[str, Any]) -> dict[str, int]:
+        return {p["name"]: int(p.get("nodes") or 0) for p in plan.get("nodePools") or [] if "name" in p}
+
+    before, after = nodes(_plan(diff.base)), nodes(_plan(diff.head))
+    found = []
+    for pool, was in before.items():
+        now = after.get(pool, 0)
+        if was and now * 2 < was:
+            what = "removed" if pool not in after else f"shrunk from {was:,} to {now:,} nodes"
+            found.append(Risk(HIGH, "pool-shrink", diff.stack,
+                              f"pool {pool} {what}: more than half of its nodes go at once (2,500-node lesson: never "
+                              "let one action remove more than half of a pool); shrink in steps", (f"pool {pool}",)))
+        elif was and now * 2 == was:
+            found.append(Risk(MEDIUM, "pool-halved", diff.stack,
+                              f"pool {pool} halved, {was:,} to {now:,} nodes: the most one change may remove "
+                              "(2,500-node lesson); check that its work fits the rest", (f"pool {pool}",)))
+    return found
+
+
+def _matches(path: str, patterns: Sequence[str]) -> bool:
+    general = re.sub(r"\[\d+\]", "[]", path)
+    return any(general == p or general.startswith(p + "[") or general.startswith(p + ".") for p in patterns)
+
+
+def moves(diff: StackDiff) -> list[Risk]:
+    found = []
+    for c in diff.resources:
+        patterns = MOVES.get(c.type)
+        if not patterns or c.action in (CREATE, DELETE):
+            continue
+        moved = [i for i in c.inputs if _matches(i.path, patterns) and i.before is not None]
+        if moved:
+            detail = "; ".join(f"{i.path}: {short(i.before)} -> {short(i.after)}" for i in moved)
+            found.append(Risk(HIGH, "address-moved", diff.stack,
+                              f"{c.name} moves an existing address ({detail}): what points at it (nodes, "
+                              "certificates, --etcd-servers, kubeconfigs) breaks, and Azure refuses a subnet "
+                              "prefix while addresses outside it are in use", (c.name,)))
+    return found
+
+
+CUSTOM_DATA = "virtualMachineProfile.osProfile.customData"
+IMAGE = "virtualMachineProfile.storageProfile.imageReference"
+
+
+def fleet(diff: StackDiff) -> list[Risk]:
+    """A change reaching every scale set of a pool: every node's custom data or image."""
+    base_sets: dict[str, set[str]] = {}
+    for r in _resources(diff.base):
+        if r.type == rules.VMSS and r.role:
+            base_sets.setdefault(r.role, set()).add(r.name)
+    found = []
+    for role, names in sorted(base_sets.items()):
+        for what, path in (("custom data", CUSTOM_DATA), ("image", IMAGE)):
+            touched = {c.name for c in diff.resources if c.type == rules.VMSS and c.name in names
+                       and any(_matches(i.path, (path,)) and not i.ignored for i in c.inputs)}
+            if touched and touched == names:
+                found.append(Risk(MEDIUM, "fleet-rollout", diff.stack,
+                                  f"every scale set of {role} ({len(names)}) gets a new {what}: a fleet-wide "
+                                  "rollout as instances are upgraded or reimaged (new nodes get it at once); roll it "
+                                  "shard by shard and watch the first", tuple(sorted(names))))
+    return found
+
+
+def _sysctls(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """host -> sysctl key -> value, from the rendered /etc/sysctl.d files."""
+    found: dict[str, dict[str, str]] = {}
+    for path, text in files.items():
+        if "/etc/sysctl.d/" not in path or not path.endswith(".conf"):
+            continue
+        host = path.split("/", 1)[0]
+        for line in text.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and not line.lstrip().startswith(("#", ";")):
+                found.setdefault(host, {})[key.strip()] = value.strip()
+    return found
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def lessons(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
+    base_files, head_files = (diff.base or {}).get("files", {}), (diff.head or {}).get("files", {})
+    field_values = base_lessons.get("sysctl", {})
+    found = []
+    before, after = _sysctls(base_files), _sysctls(head_files)
+    for host, values in sorted(after.items()):
+        for key, value in sorted(values.items()):
+            lesson, now = _number(str(field_values.get(key))), _number(value)
+            was = _number(before.get(host, {}).get(key))
+            if lesson is None or now is None or now >= lesson or (was is not None and was < lesson):
+                continue
+            found.append(Risk(MEDIUM, "sysctl-weaker", diff.stack,
+                              f"{host}: {key} = {value}, below the field value {field_values[key]} "
+                              f"(was {before.get(host, {}).get(key, 'unset')}; sysctl/ says why)",
+                              (f"{host}/etc/sysctl.d",)))
+    for path, text in sorted(head_files.items()):
+        if path.endswith("etc/kubernetes/kubelet-config.yaml") and path in base_files:
+            was, now = yaml.safe_load(base_files[path]) or {}, yaml.safe_load(text) or {}
+            if now.get("serializeImagePulls", True) and not was.get("serializeImagePulls", True):
+                found.append(Risk(MEDIUM, "image-pulls-serialized", diff.stack,
+                                  f"{path}: serializeImagePulls turned on: one slow pull blocks every other pod's "
+                                  "images on the node (field notes: parallel pulls)", (path,)))
+    head_pools = {p["name"]: p for p in _plan(diff.head).get("nodePools") or [] if "name" in p}
+    for pool in _plan(diff.base).get("nodePools") or []:
+        now = head_pools.get(pool.get("name"))
+        if not now:
+            continue
+        mount = ((now.get("localStorage") or {}).get("mountPoint")) or ""
+        was_mount = ((pool.get("localStorage") or {}).get("mountPoint")) or ""
+        root, was_root = str(now.get("runtimeRoot") or ""), str(pool.get("runtimeRoot") or "")
+        on = bool(mount) and (root + "/").startswith(mount.rstrip("/") + "/")
+        was_on = bool(was_mount) and (was_root + "/").startswith(was_mount.rstrip("/") + "/")
+        if was_on and not on:
+            found.append(Risk(MEDIUM, "runtime-root-off-local-disk", diff.stack,
+                              f"pool {pool['name']}: the container runtime's root moves from {was_root} to "
+                              f"{root or '(default)'}, off the local SSD: image pulls and writable layers land on "
+                              "the OS disk (field notes: the runtime root on the local disk)",
+                              (f"pool {pool['name']}",)))
+    return found
+
+
+def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
+    """Every risk of one stack's change, high first."""
+    if diff.errors:
+        side = "head" if diff.head and "error" in diff.head else "base"
+        return [Risk(HIGH if side == "head" else MEDIUM, "stack-invalid", diff.stack,
+                     f"the stack does not load at the {side}: `pulumi up` would stop there", ())]
+    found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *fleet(diff),
+             *lessons(diff, base_lessons)]
+    return sorted(found, key=lambda r: LEVELS.index(r.level))
+
+
+def to_json(risks: Sequence[Risk]) -> str:
+    return json.dumps([r.to_json() for r in risks], indent=2)

@@ -1,0 +1,113 @@
+"""One side of a review: what a checkout of kilonode renders and records for its stacks.
+
+Run as a script by `kilonode diff`, once per git ref, with that ref's own `kilonode` package
+first on PYTHONPATH, so the base is rendered by the base's code and the head by the head's
+(a change to the toolkit shows as what it changes in every stack). It therefore imports only
+long-standing entry points of the package (load_stack, plan_stack, render_tree, run_plan,
+format_manifests) and nothing from kilonode.review.
+
+    python snapshot.py --out base.json --stack research-7500
+
+writes, per stack, the files `kilonode render` writes (custom data included: a role's
+user-data is part 1 of its Azure custom data), the in-cluster objects as YAML, and the
+recorded resource graph with every secret replaced by `[secret sha256:<12 hex>]`: a digest of
+the mock engine's value, so a changed secret input (custom data carrying a new certificate)
+shows as changed without showing it. A stack that does not load at this ref records its
+problems instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+SECRET = "[secret]"
+
+
+def _digest(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return f"[secret sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]}]"
+
+
+def _with_digests(masked: Any, plain: Any) -> Any:
+    """`masked` with each `[secret]` replaced by the digest of the value at the same place in
+    `plain` (masking replaces whole values, so the two trees align down to each mask)."""
+    if masked == SECRET:
+        return _digest(plain)
+    if isinstance(masked, dict) and isinstance(plain, dict):
+        return {k: _with_digests(v, plain.get(k)) for k, v in masked.items()}
+    if isinstance(masked, list) and isinstance(plain, list) and len(masked) == len(plain):
+        return [_with_digests(m, p) for m, p in zip(masked, plain, strict=True)]
+    return masked
+
+
+def _stack(name: str) -> dict[str, Any]:
+    from kilonode.azure.graph import format_manifests
+    from kilonode.azure.mockplan import run_plan
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+    from kilonode.problems import StackError
+    from kilonode.render.cluster import render_tree
+
+    try:
+        stack = load_stack(name)
+        plan = plan_stack(stack)
+    except StackError as error:
+        return {"error": str(error)}
+    files = {path: file.content for path, file in render_tree(stack.config, plan).items()}
+    try:
+        graph = run_plan(stack)
+    except Exception as error:  # the program refused it (a guard, a check): say so, as Pulumi would
+        return {"error": f"the Pulumi program stopped: {type(error).__name__}: {error}", "files": files}
+    files |= format_manifests(graph)
+    resources = []
+    for r in graph.resources:
+        resources.append({
+            "type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect, "custom": r.custom,
+            "replaceOnChanges": list(r.replace_on_changes), "ignoreChanges": list(r.ignore_changes),
+            "inputs": _with_digests(r.masked(), r.plain()),
+        })
+    outputs = graph.to_json()["outputs"]
+    return {"files": dict(sorted(files.items())), "resources": resources, "outputs": outputs}
+
+
+def _lessons() -> dict[str, Any]:
+    """The field values the toolkit ships, for rules that say a value was made weaker."""
+    import yaml
+
+    from kilonode.paths import SYSCTL_DIR
+
+    sysctl: dict[str, Any] = {}
+    for profile in sorted(Path(SYSCTL_DIR).glob("*.yaml")):
+        for key, entry in (yaml.safe_load(profile.read_text()) or {}).items():
+            if isinstance(entry, dict) and "value" in entry:
+                sysctl[key] = entry["value"]
+    return {"sysctl": sysctl}
+
+
+def take(stacks: list[str]) -> dict[str, Any]:
+    from kilonode.config import available_stacks
+
+    return {"format": FORMAT, "available": available_stacks(), "stacks": {name: _stack(name) for name in stacks},
+            "lessons": _lessons()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stack", action="append", default=[], help="a shipped stack's name (repeatable)")
+    args = parser.parse_args(argv)
+    snapshot = take(args.stack)
+    partial = args.out.with_name(args.out.name + ".partial")
+    partial.write_text(json.dumps(snapshot, sort_keys=True), encoding="utf-8")
+    partial.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
