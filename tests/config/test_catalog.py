@@ -118,3 +118,17 @@ def test_world_open_access_needs_an_acknowledgement(write_stack: StackWriter, fi
     world = IPv4Network("0.0.0.0/0")
     assert (network.admin_cidr, network.apiserver_allowed_cidrs) == (
         (world, ()) if field == "adminCidr" else (None, (world,)))
+
+
+def test_a_rolling_resize_names_existing_members_and_known_sizes(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("research-7500")
+    cluster["etcd"]["main"]["vmSizeOverrides"] = {3: "Standard_D32ds_v5"}
+    plan = plan_stack(load_stack(str(write_stack(cluster))))
+    assert [m.vm_size for m in plan.etcd_main.members] == ["Standard_D16ds_v5"] * 3 + ["Standard_D32ds_v5",
+                                                                                     "Standard_D16ds_v5"]
+    cluster["etcd"]["main"]["vmSizeOverrides"] = {5: "Standard_D32ds_v5"}
+    [problem] = problems_of(cluster, write_stack)
+    assert "etcd.main" in problem and "vmSizeOverrides names member(s) 5" in problem and "0 to 4" in problem
+    cluster["etcd"]["main"]["vmSizeOverrides"] = {1: "Standard_D32s_v5"}
+    [problem] = problems_of(cluster, write_stack)
+    assert "etcd.main.vmSizeOverrides[1]" in problem and "no local temp disk" in problem, problem

@@ -1,0 +1,178 @@
+"""The review's pure parts on small hand-made snapshots: which stacks a change touches, how
+resources compare, each risk rule's boundary, and the Markdown's size limit."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+
+from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, compare_resources, compare_stack, effects
+from kilonode.review.refs import Side, affected
+from kilonode.review.report import COMMENT_LIMIT, MARKER, Review, grouped_files, to_markdown
+from kilonode.review.risks import HIGH, MEDIUM, assess
+
+VM = "azure-native:compute:VirtualMachine"
+VMSS = "azure-native:compute:VirtualMachineScaleSet"
+
+
+def vm(name: str, role: str, size: str = "Standard_D16ds_v5", protect: bool = True) -> dict[str, Any]:
+    return {"type": VM, "name": name, "parent": None, "protect": protect, "custom": True,
+            "replaceOnChanges": ["osProfile.customData", "storageProfile.imageReference"], "ignoreChanges": [],
+            "inputs": {"hardwareProfile": {"vmSize": size}, "osProfile": {"customData": "[secret sha256:aaaa]"},
+                       "tags": {"kilonode-role": role, "kilonode-etcd-quota-bytes": "8589934592"}}}
+
+
+def scale_set(name: str, pool: str, capacity: int = 100, custom_data: str = "[secret sha256:1]") -> dict[str, Any]:
+    return {"type": VMSS, "name": name, "parent": None, "protect": False, "custom": True, "replaceOnChanges": [],
+            "ignoreChanges": ["sku.capacity"],
+            "inputs": {"sku": {"name": "Standard_D4ds_v5", "capacity": capacity},
+                       "tags": {"kilonode-role": f"pool-{pool}"},
+                       "virtualMachineProfile": {"osProfile": {"customData": custom_data}}}}
+
+
+def plan(quota: int = 8 << 30, nodes: int = 400, root: str = "/mnt/local-ssd/docker") -> str:
+    return yaml.safe_dump({
+        "etcdMain": {"quotaBackendBytes": quota}, "etcdEvents": {"quotaBackendBytes": 8 << 30},
+        "nodePools": [{"name": "gpu", "nodes": nodes, "runtimeRoot": root,
+                       "localStorage": {"mountPoint": "/mnt/local-ssd"}}],
+    })
+
+
+def entry(**files: str) -> dict[str, Any]:
+    members = [vm(f"c-etcd-main-{i}", "etcd-main") for i in range(5)]
+    members += [vm(f"c-etcd-events-{i}", "etcd-events") for i in range(3)]
+    sets = [scale_set(f"c-gpu-{i:03d}", "gpu") for i in range(4)]
+    return {"files": {"plan.yaml": plan(), **{k.replace("__", "/"): v for k, v in files.items()}},
+            "resources": members + sets, "outputs": {}}
+
+
+LESSONS = {"sysctl": {"net.ipv4.neigh.default.gc_thresh3": 100000}}
+
+
+def risks_between(base: dict[str, Any], head: dict[str, Any]) -> dict[str, str]:
+    return {r.rule: r.level for r in assess(compare_stack("c", base, head), LESSONS)}
+
+
+def test_which_stacks_a_change_touches() -> None:
+    known = {"local", "research-7500"}
+    assert affected(["stacks/Pulumi.local.yaml"], known) == (["local"], "their stack files changed")
+    stacks, why = affected(["templates/etc/etcd.j2", "README.md"], known)
+    assert stacks == ["local", "research-7500"] and "templates/etc/etcd.j2" in why
+    assert affected(["docs/review.md", "tests/test_x.py"], known)[0] == []
+
+
+def test_resources_compare_by_type_and_name_and_replace_on_recorded_paths() -> None:
+    base = [vm("a", "etcd-main"), vm("b", "etcd-main"), scale_set("s", "gpu")]
+    head = copy.deepcopy(base)
+    head[0]["inputs"]["hardwareProfile"]["vmSize"] = "Standard_D32ds_v5"
+    head[1]["inputs"]["osProfile"]["customData"] = "[secret sha256:bbbb]"
+    head[2]["inputs"]["sku"]["capacity"] = 60  # the autoscaler's to change: ignoreChanges
+    del head[2]
+    head.append(vm("c", "etcd-main"))
+    changes = {c.name: c for c in compare_resources(base, head)}
+    assert changes["a"].action == UPDATE and "restart" in changes["a"].kinds
+    assert changes["b"].action == REPLACE and changes["b"].reason() == "osProfile.customData"
+    assert changes["c"].action == CREATE and changes["s"].action == DELETE
+    ignored = copy.deepcopy(base)
+    ignored[2]["inputs"]["sku"]["capacity"] = 60
+    [capacity] = compare_resources(base, ignored)
+    assert capacity.inputs[0].ignored and capacity.kinds == set()
+
+
+def test_every_effect_names_a_source() -> None:
+    rows = [e for rows in effects().values() for e in rows]
+    assert rows and all(e.source and e.effect in {"replace", "restart", "rollout", "refused", "in-place"}
+                        for e in rows)
+    assert any(e.type == VM and e.path == "hardwareProfile.vmSize" and e.effect == "restart" for e in rows)
+
+
+def test_quorum_boundary_two_of_five_is_medium_three_is_high() -> None:
+    base = entry()
+    for count, level in ((2, MEDIUM), (3, HIGH)):
+        head = copy.deepcopy(base)
+        for r in head["resources"][:count]:
+            r["inputs"]["hardwareProfile"]["vmSize"] = "Standard_D32ds_v5"
+        found = risks_between(base, head)
+        assert found.get("etcd-quorum" if level == HIGH else "etcd-restarted") == level, found
+
+
+def test_an_etcd_vm_losing_protect_or_the_events_cluster_is_high() -> None:
+    base = entry()
+    head = copy.deepcopy(base)
+    head["resources"][0]["protect"] = False
+    assert risks_between(base, head)["policy:etcd-protected"] == HIGH
+    gone = copy.deepcopy(base)
+    gone["resources"] = [r for r in gone["resources"] if r["inputs"]["tags"]["kilonode-role"] != "etcd-events"]
+    found = risks_between(base, gone)
+    assert found["policy:etcd-events-cluster"] == HIGH and found["etcd-quorum"] == HIGH  # 3 of 3 deleted
+
+
+def test_quota_lowered_is_high_raised_is_not() -> None:
+    base = entry()
+    lower, higher = copy.deepcopy(base), copy.deepcopy(base)
+    lower["files"]["plan.yaml"] = plan(quota=4 << 30)
+    higher["files"]["plan.yaml"] = plan(quota=8 << 30 | 1)
+    assert risks_between(base, lower) == {"etcd-quota-lowered": HIGH}
+    assert risks_between(base, higher) == {}
+
+
+def test_pool_shrink_boundaries() -> None:
+    base = entry()
+    for nodes, expected in ((201, {}), (200, {"pool-halved": MEDIUM}), (199, {"pool-shrink": HIGH})):
+        head = copy.deepcopy(base)
+        head["files"]["plan.yaml"] = plan(nodes=nodes)
+        assert risks_between(base, head) == expected, nodes
+
+
+def test_a_fleet_rollout_is_every_scale_set_of_a_pool() -> None:
+    base = entry()
+    some, every = copy.deepcopy(base), copy.deepcopy(base)
+    for head, count in ((some, 3), (every, 4)):
+        for r in [r for r in head["resources"] if r["type"] == VMSS][:count]:
+            r["inputs"]["virtualMachineProfile"]["osProfile"]["customData"] = "[secret sha256:2]"
+    assert risks_between(base, some) == {}
+    assert risks_between(base, every) == {"fleet-rollout": MEDIUM}
+
+
+def test_field_lessons_made_weaker_are_medium() -> None:
+    conf = "# why\nnet.ipv4.neigh.default.gc_thresh3 = {}\n"
+    kubelet = "serializeImagePulls: {}\nmaxParallelImagePulls: 10\n"
+    base = entry(**{"pool-gpu__etc__sysctl.d__90-kilonode.conf": conf.format(100000),
+                    "pool-gpu__etc__kubernetes__kubelet-config.yaml": kubelet.format("false")})
+    weaker = copy.deepcopy(base)
+    weaker["files"]["pool-gpu/etc/sysctl.d/90-kilonode.conf"] = conf.format(1024)
+    weaker["files"]["pool-gpu/etc/kubernetes/kubelet-config.yaml"] = kubelet.format("true")
+    weaker["files"]["plan.yaml"] = plan(root="/var/lib/docker")
+    assert risks_between(base, weaker) == {"sysctl-weaker": MEDIUM, "image-pulls-serialized": MEDIUM,
+                                           "runtime-root-off-local-disk": MEDIUM}
+    stronger = copy.deepcopy(base)
+    stronger["files"]["pool-gpu/etc/sysctl.d/90-kilonode.conf"] = conf.format(200000)
+    assert risks_between(base, stronger) == {}
+
+
+def test_the_same_change_on_many_hosts_is_shown_once() -> None:
+    base = entry(**{f"etcd-main-{i}__etc__default__etcd": "A=1\n" for i in range(5)})
+    head = copy.deepcopy(base)
+    for i in range(5):
+        head["files"][f"etcd-main-{i}/etc/default/etcd"] = "A=2\n"
+    diff = compare_stack("c", base, head)
+    [(first, hosts)] = grouped_files(diff.files)
+    assert first.path == "etcd-main-0/etc/default/etcd" and hosts == [f"etcd-main-{i}" for i in range(5)]
+
+
+def test_a_huge_review_is_cut_to_one_comment_keeping_summary_and_risks() -> None:
+    base = entry(**{f"pool-gpu-{i}__etc__big.conf": "".join(f"line {n}\n" for n in range(400)) for i in range(300)})
+    head = copy.deepcopy(base)
+    for i in range(300):
+        head["files"][f"pool-gpu-{i}/etc/big.conf"] = "".join(f"line {n} {i}\n" for n in range(400))
+    for r in head["resources"]:
+        r["inputs"]["hardwareProfile"] = {"vmSize": "Standard_D64ds_v5"}
+    diff = compare_stack("c", base, head)
+    review = Review(Side("base", "main", "a" * 40), Side("head", "HEAD", "b" * 40), ["c"], "test",
+                    [diff], assess(diff, LESSONS))
+    text = to_markdown(review)
+    assert text.startswith(MARKER) and len(text) <= 60_000 < COMMENT_LIMIT
+    assert "### Risks" in text and "etcd-quorum" in text
+    assert "full report" in text
