@@ -88,7 +88,7 @@ def _down_together(diff: StackDiff) -> dict[str, tuple[set[str], int]]:
         down = {_machine_of(c.name) for c in diff.resources
                 if c.type == rules.VM and c.role == role and c.action != CREATE and c.restarts}
         previous, current = _restart_keys(diff.base).get(group) or {}, _restart_keys(diff.head).get(group) or {}
-        down |= set(changed(previous, current))
+        down |= {_machine_of(name) for name in changed(previous, current)}
         if down:
             found[group] = (down, len(members))
     return found

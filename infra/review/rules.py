@@ -179,9 +179,20 @@ def _overlaps(prefix: str, target: ipaddress.IPv4Network | ipaddress.IPv6Network
     return network is None or (network.version == target.version and network.overlaps(target))  # type: ignore[arg-type]
 
 
+def _subnet_name(r: Resource) -> str:
+    """A subnet's Azure name: the `subnetName` input (`kilonode diff` reads inputs), `name` (a
+    stack policy at `pulumi preview` reads outputs), or, where neither is known yet (a new
+    subnet's first preview), the logical name's tail: `<cluster>-network-<subnet>`."""
+    for key in ("subnetName", "name"):
+        value = r.props.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return r.name.split("-network-", 1)[1] if "-network-" in r.name else r.name
+
+
 def subnets(resources: Iterable[Resource]) -> dict[str, str]:
     """Azure subnet name -> address prefix."""
-    return {str(r.props.get("subnetName") or r.name): str(r.props.get("addressPrefix"))
+    return {_subnet_name(r): str(r.props.get("addressPrefix"))
             for r in resources if r.type == SUBNET and r.props.get("addressPrefix")}
 
 
@@ -199,7 +210,7 @@ def etcd_ports_from_control_plane(resources: Sequence[Resource]) -> list[str]:
             if not any(_overlaps(p, etcd) for p in _prefixes(rule, "destination") or ["*"]):
                 continue
             for port, what in ETCD_PORTS.items():
-                if not _covers(_ports(rule), port):
+                if not _covers(_ports(rule) or ["*"], port):  # an unknown port range counts as any
                     continue
                 outside = [p for p in _prefixes(rule, "source") or ["*"] if not _inside(p, allowed)]
                 if outside:
