@@ -9,6 +9,9 @@ Medium: any etcd member or apiserver restarted or replaced, a change reaching th
 or image of every node of a pool (a fleet-wide rollout), a field lesson made weaker (a sysctl
 below the field value, image pulls serialized, the runtime root off the local disk).
 
+And high: an in-place update Azure refuses (effects.toml "refused"), which stops `pulumi up`
+partway.
+
 Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, risks out.
 """
 
@@ -24,7 +27,7 @@ import yaml
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
 from kilonode.review import rules
-from kilonode.review.compare import CREATE, DELETE, StackDiff, short
+from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, short
 
 HIGH, MEDIUM = "high", "medium"
 LEVELS = (HIGH, MEDIUM)
@@ -203,6 +206,29 @@ def moves(diff: StackDiff) -> list[Risk]:
     return found
 
 
+def refused(diff: StackDiff) -> list[Risk]:
+    """An in-place update Azure rejects (a create-only property nested in the request, which
+    the provider does not replace by itself): `pulumi up` previews an update, then stops with
+    Azure's error partway through. Moved addresses have their own rule."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    why: dict[tuple[str, str], str] = {}
+    for c in diff.resources:
+        if c.action != UPDATE:
+            continue  # a replaced resource is created anew; a refused input does not matter there
+        for i in c.inputs:
+            rows = [e for e in i.effects if e.effect == "refused"]
+            if i.ignored or not rows or _matches(i.path, MOVES.get(c.type, ())):
+                continue
+            key = (c.type.rsplit(":", 1)[-1], rows[0].path)
+            groups.setdefault(key, []).append(c.name)
+            why[key] = rows[0].why
+    return [Risk(HIGH, "update-refused", diff.stack,
+                 f"{len(names)} {kind} change {path} in place, which Azure refuses ({why[(kind, path)]}): `pulumi up` "
+                 "stops with an error there, after changing what came before it; recreate them deliberately instead",
+                 tuple(names))
+            for (kind, path), names in sorted(groups.items())]
+
+
 CUSTOM_DATA = "virtualMachineProfile.osProfile.customData"
 IMAGE = "virtualMachineProfile.storageProfile.imageReference"
 
@@ -294,8 +320,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
         side = "head" if diff.head and "error" in diff.head else "base"
         return [Risk(HIGH if side == "head" else MEDIUM, "stack-invalid", diff.stack,
                      f"the stack does not load at the {side}: `pulumi up` would stop there", ())]
-    found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *fleet(diff),
-             *lessons(diff, base_lessons)]
+    found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *refused(diff),
+             *fleet(diff), *lessons(diff, base_lessons)]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 

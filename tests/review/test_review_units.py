@@ -176,3 +176,17 @@ def test_a_huge_review_is_cut_to_one_comment_keeping_summary_and_risks() -> None
     assert text.startswith(MARKER) and len(text) <= 60_000 < COMMENT_LIMIT
     assert "### Risks" in text and "etcd-quorum" in text
     assert "full report" in text
+
+
+def test_an_update_azure_refuses_is_high_and_a_replacement_is_not_refused() -> None:
+    base = entry()
+    head = copy.deepcopy(base)
+    for r in head["resources"][:2]:  # two etcd members moved to another zone: create-only, nested
+        r["inputs"]["zones"] = ["3"]
+    found = {r.rule: r for r in assess(compare_stack("c", base, head), LESSONS)}
+    refused = found["update-refused"]
+    assert refused.level == HIGH and refused.subjects == ("c-etcd-main-0", "c-etcd-main-1")
+    assert "zones" in refused.summary
+    replaced = copy.deepcopy(base)
+    replaced["resources"][0]["inputs"]["osProfile"]["customData"] = "[secret sha256:cccc]"  # replaceOnChanges
+    assert "update-refused" not in {r.rule for r in assess(compare_stack("c", base, replaced), LESSONS)}
