@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pulumi
 
-from kilonode.azure.common import quota_tags, tags
+from kilonode.azure.common import tags
+from kilonode.azure.tags import quota_tags
 from kilonode.azure.vm import MachineSpec, machine
 from kilonode.plan.model import EtcdClusterPlan
 

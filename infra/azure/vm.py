@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import pulumi
 from pulumi_azure_native import compute, network
 
-from kilonode.azure.common import ADMIN_USERNAME, PUBLIC_IP_ACKNOWLEDGED_TAG, gallery_image, linux_config
+from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config
+from kilonode.azure.tags import PUBLIC_IP_ACKNOWLEDGED_TAG
 
 CUSTOM_DATA_PATH = "osProfile.customData"
 IMAGE_PATH = "storageProfile.imageReference"

@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kilonode.azure.common import (
+from kilonode.azure.rollout import ETCD_EVENTS, ETCD_MAIN
+from kilonode.azure.tags import (
     ETCD_QUOTA_ACKNOWLEDGED_TAG,
     ETCD_QUOTA_TAG,
     PUBLIC_IP_ACKNOWLEDGED_TAG,
     SUGGESTED_MAX_QUOTA_BYTES,
 )
-from kilonode.azure.rollout import ETCD_EVENTS, ETCD_MAIN
 from kilonode.config.catalog import infiniband_of
 
 VM = "azure-native:compute:VirtualMachine"

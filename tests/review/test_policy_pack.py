@@ -40,7 +40,7 @@ from pulumi_policy.proxy import (
     unknown_checking_proxy,
 )
 
-from kilonode.azure.common import ETCD_QUOTA_ACKNOWLEDGED_TAG, ETCD_QUOTA_TAG, PUBLIC_IP_ACKNOWLEDGED_TAG
+from kilonode.azure.tags import ETCD_QUOTA_ACKNOWLEDGED_TAG, ETCD_QUOTA_TAG, PUBLIC_IP_ACKNOWLEDGED_TAG
 from kilonode.review import rules
 
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
