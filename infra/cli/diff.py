@@ -31,13 +31,13 @@ RISK_EXIT = 3
 def diff(
     base: Annotated[str, typer.Option("--base", help="The git ref the change starts from: a branch, tag, commit "
                                                      "or HEAD~1 (in CI: the pull request's base branch).",
-                                      show_default=False)],
+                                      show_default=False, metavar="REF")],
     head: Annotated[str | None, typer.Option("--head", help="The ref with the change. Left out: the working tree, "
                                                             "uncommitted and untracked files included.",
-                                             show_default=False)] = None,
+                                             show_default=False, metavar="REF")] = None,
     stacks: Annotated[list[str] | None, typer.Option("--stack", help="Review this stack (repeatable). Left out: the "
                                                                      "stacks the change touches, found by itself.",
-                                                     show_default=False)] = None,
+                                                     show_default=False, metavar="STACK")] = None,
     output_format: Annotated[DiffFormat, typer.Option(
         "--format", help="md: one pull-request comment (under 65,536 characters); text: everything, for a "
                          "terminal; json: everything, for tools.")] = DiffFormat.text,
@@ -46,7 +46,7 @@ def diff(
                           "includes high).", show_default=False)] = None,
     write_json: Annotated[Path | None, typer.Option(
         "--write-json", help="Also write the full JSON report to this file (the CI artefact the comment points "
-                             "to).", show_default=False)] = None,
+                             "to).", show_default=False, metavar="FILE")] = None,
 ) -> None:
     """Review an infra change: what it does to each cluster, and what it risks.
 
@@ -57,7 +57,7 @@ def diff(
 
     The report has, per stack: each resource created, updated (which inputs, and whether Azure
     restarts the machine to apply them), replaced or deleted, with the source that says so
-    (kilonode/review/effects.toml); the rendered files as unified diffs, custom data included
+    (infra/review/effects.toml); the rendered files as unified diffs, custom data included
     (secrets masked), the same change on several machines shown once; and the risks, each
     with its level and reason:
 

@@ -1,6 +1,6 @@
 """Two snapshots of one stack in, what changed out: the rendered files as unified diffs, and
 each resource created, updated (which inputs), replaced or deleted, with what a changed input
-does (kilonode/review/effects.toml: replace, restart, rollout, refused; with its source).
+does (infra/review/effects.toml: replace, restart, rollout, refused; with its source).
 
 Pure: snapshots are the dictionaries kilonode.review.snapshot writes.
 """
