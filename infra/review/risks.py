@@ -219,13 +219,14 @@ def refused(diff: StackDiff) -> list[Risk]:
             rows = [e for e in i.effects if e.effect == "refused"]
             if i.ignored or not rows or _matches(i.path, MOVES.get(c.type, ())):
                 continue
-            key = (c.type.rsplit(":", 1)[-1], rows[0].path)
+            key = (c.type, rows[0].path)
             groups.setdefault(key, []).append(c.name)
             why[key] = rows[0].why
     return [Risk(HIGH, "update-refused", diff.stack,
-                 f"{len(names)} {kind} change {path} in place, which Azure refuses ({why[(kind, path)]}): `pulumi up` "
-                 "stops with an error there, after changing what came before it; recreate them deliberately instead",
-                 tuple(names))
+                 f"{len(names)} {kind.rsplit(':', 1)[-1]} change {path} in place, which "
+                 f"{'the apiserver' if kind.startswith('kubernetes:') else 'Azure'} refuses ({why[(kind, path)]}): "
+                 "`pulumi up` stops with an error there, after changing what came before it; recreate them "
+                 "deliberately instead", tuple(names))
             for (kind, path), names in sorted(groups.items())]
 
 

@@ -190,3 +190,23 @@ def test_an_update_azure_refuses_is_high_and_a_replacement_is_not_refused() -> N
     replaced = copy.deepcopy(base)
     replaced["resources"][0]["inputs"]["osProfile"]["customData"] = "[secret sha256:cccc]"  # replaceOnChanges
     assert "update-refused" not in {r.rule for r in assess(compare_stack("c", base, replaced), LESSONS)}
+
+
+def test_in_cluster_objects_follow_the_kubernetes_providers_rules() -> None:
+    def obj(kind: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"type": kind, "name": name, "parent": "c-k8s-x", "protect": False, "custom": True,
+                "replaceOnChanges": [], "ignoreChanges": [], "inputs": {"metadata": {"name": name}, **body}}
+    base = entry()
+    base["resources"] += [
+        obj("kubernetes:core/v1:ConfigMap", "rules", {"data": {"rules.yaml": "groups: []\n"}}),
+        obj("kubernetes:scheduling.k8s.io/v1:PriorityClass", "kilonode-team", {"value": 1000}),
+    ]
+    head = copy.deepcopy(base)
+    head["resources"][-2]["inputs"]["data"]["rules.yaml"] = "groups: [x]\n"
+    head["resources"][-1]["inputs"]["value"] = 2000
+    diff = compare_stack("c", base, head)
+    actions = {c.name: c.action for c in diff.resources}
+    assert actions == {"rules": REPLACE, "kilonode-team": UPDATE}
+    [risk] = assess(diff, LESSONS)
+    assert (risk.rule, risk.level, risk.subjects) == ("update-refused", HIGH, ("kilonode-team",))
+    assert "the apiserver refuses" in risk.summary
