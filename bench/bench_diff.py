@@ -25,12 +25,14 @@ from pathlib import Path
 
 import yaml
 
+from kilonode.review.refs import TOOLKIT
+
 ROOT = Path(__file__).resolve().parents[1]
 KILONODE = str(Path(sys.executable).parent / "kilonode")
 RESULTS = ROOT / "bench" / "results" / "diff.json"
 REPEATS = 5
 TARGET_S = 10.0
-KEEP = ("infra/", "templates/", "sysctl/", "node-image/", "stacks/", "pyproject.toml", "Pulumi.yaml")
+KEEP = (*TOOLKIT, "stacks/")  # what rendering needs: the toolkit and the stacks
 
 
 def git(repo: Path, *args: str) -> str:

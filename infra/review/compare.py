@@ -11,7 +11,7 @@ import difflib
 import json
 import re
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -33,13 +33,23 @@ class Effect:
 
     def matches(self, changed: str) -> bool:
         """A changed path at, under, or above (a whole parent replaced) this effect's path."""
-        general = _general(changed)
-        return any(general == p or general.startswith(p + ".") or general.startswith(p + "[")
-                   or p.startswith(general + ".") or p.startswith(general + "[") for p in (self.path,))
+        return covers(changed, (self.path,)) or covers(self.path, (_general(changed),))
 
 
 def _general(path: str) -> str:
+    """`a.b[3].c` -> `a.b[].c`: the form effects.toml, replaceOnChanges and ignoreChanges use."""
     return re.sub(r"\[\d+\]", "[]", path)
+
+
+def covers(path: str, prefixes: Iterable[str]) -> bool:
+    """Is `path` (list indices generalised) one of `prefixes` or inside one of them."""
+    general = _general(path)
+    return any(general == p or general.startswith((p + ".", p + "[")) for p in prefixes)
+
+
+def natural(text: str) -> list[Any]:
+    """'x-10' after 'x-9': digits compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
 
 
 @cache
@@ -140,10 +150,10 @@ def _input_changes(type_: str, before: Mapping[str, Any], after: Mapping[str, An
     old, new = dict(flatten(before)), dict(flatten(after))
     rules = effects().get(type_, ())
     found = []
-    for path in sorted(old.keys() | new.keys(), key=_natural):
+    for path in sorted(old.keys() | new.keys(), key=natural):
         if old.get(path, _MISSING) == new.get(path, _MISSING):
             continue
-        ignored = any(_general(path) == i or _general(path).startswith(i + ".") for i in ignore)
+        ignored = covers(path, ignore)
         found.append(InputChange(path, old.get(path), new.get(path), tuple(e for e in rules if e.matches(path)),
                                  ignored))
     return found
@@ -152,16 +162,10 @@ def _input_changes(type_: str, before: Mapping[str, Any], after: Mapping[str, An
 _MISSING = object()
 
 
-def _natural(text: str) -> list[Any]:
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
-
-
 def _replaces(change: InputChange, head: Mapping[str, Any] | None) -> bool:
     if any(e.effect == "replace" for e in change.effects):
         return True
-    on = (head or {}).get("replaceOnChanges") or []
-    general = _general(change.path)
-    return any(general == p or general.startswith(p + ".") or general.startswith(p + "[") for p in on)
+    return covers(change.path, (head or {}).get("replaceOnChanges") or [])
 
 
 def _role(resource: Mapping[str, Any]) -> str | None:
@@ -198,7 +202,7 @@ def compare_resources(base: Sequence[Mapping[str, Any]], head: Sequence[Mapping[
 
 def compare_files(base: Mapping[str, str], head: Mapping[str, str]) -> list[FileChange]:
     found = []
-    for path in sorted(base.keys() | head.keys(), key=_natural):
+    for path in sorted(base.keys() | head.keys(), key=natural):
         before, after = base.get(path), head.get(path)
         if before == after:
             continue

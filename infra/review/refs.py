@@ -131,11 +131,11 @@ def _command(tree: Path, out: Path, stacks: Sequence[str], scratch: Path,
 def snapshots(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
               progress: Callable[[str], None] = lambda _: None) -> dict[str, dict[str, Any]]:
     """Each side's snapshot of its stacks, taken in parallel."""
-    with tempfile.TemporaryDirectory(prefix="kilonode-diff-") as tmp, contextlib.ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="kilonode-diff-") as tmp, contextlib.ExitStack() as trees:
         scratch = Path(tmp)
         running: dict[str, tuple[subprocess.Popen[str], Path, float]] = {}
         for side, stacks in sides:
-            tree = repo if side.commit is None else stack.enter_context(worktree(repo, side.commit, scratch))
+            tree = repo if side.commit is None else trees.enter_context(worktree(repo, side.commit, scratch))
             out = scratch / f"{side.label}.json"
             args, env = _command(tree, out, stacks, scratch, side.label)
             progress(f"rendering and recording {len(stacks)} stack(s) at {side.label} ({side.ref}) ...")

@@ -7,12 +7,21 @@ report when over GitHub's 65,536 characters).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, FileChange, ResourceChange, StackDiff, short
+from kilonode.review.compare import (
+    CREATE,
+    DELETE,
+    REPLACE,
+    UPDATE,
+    FileChange,
+    ResourceChange,
+    StackDiff,
+    natural,
+    short,
+)
 from kilonode.review.refs import Side
 from kilonode.review.risks import HIGH, MEDIUM, Risk
 
@@ -147,10 +156,6 @@ def grouped_files(files: Sequence[FileChange]) -> list[tuple[FileChange, list[st
     return list(groups.values())
 
 
-def _natural_key(text: str) -> list[tuple[int, int, str]]:
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
-
-
 def _hosts(hosts: list[str]) -> str:
     named = [h for h in hosts if h]
     return ", ".join(named) if named else "(stack)"
@@ -237,7 +242,7 @@ def _stacks_markdown(review: Review, rows: int, diff_lines: int) -> list[str]:
             cut |= len(d.resources) > rows
         groups = grouped_files(d.files)
         if groups:
-            hosts = sorted({f.host or "stack-wide" for f in d.files}, key=_natural_key)
+            hosts = sorted({f.host or "stack-wide" for f in d.files}, key=natural)
             named = ", ".join(hosts[:6]) + (f" and {len(hosts) - 6} more" if len(hosts) > 6 else "")
             lines += [f"<details><summary>Rendered files: {len(d.files)} changed ({named}); {len(groups)} distinct "
                       "change(s)</summary>", ""]

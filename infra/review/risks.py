@@ -27,7 +27,7 @@ import yaml
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
 from kilonode.review import rules
-from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, short
+from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 
 HIGH, MEDIUM = "high", "medium"
 LEVELS = (HIGH, MEDIUM)
@@ -185,18 +185,13 @@ def pools(diff: StackDiff) -> list[Risk]:
     return found
 
 
-def _matches(path: str, patterns: Sequence[str]) -> bool:
-    general = re.sub(r"\[\d+\]", "[]", path)
-    return any(general == p or general.startswith(p + "[") or general.startswith(p + ".") for p in patterns)
-
-
 def moves(diff: StackDiff) -> list[Risk]:
     found = []
     for c in diff.resources:
         patterns = MOVES.get(c.type)
         if not patterns or c.action in (CREATE, DELETE):
             continue
-        moved = [i for i in c.inputs if _matches(i.path, patterns) and i.before is not None]
+        moved = [i for i in c.inputs if covers(i.path, patterns) and i.before is not None]
         if moved:
             detail = "; ".join(f"{i.path}: {short(i.before)} -> {short(i.after)}" for i in moved)
             found.append(Risk(HIGH, "address-moved", diff.stack,
@@ -217,7 +212,7 @@ def refused(diff: StackDiff) -> list[Risk]:
             continue  # a replaced resource is created anew; a refused input does not matter there
         for i in c.inputs:
             rows = [e for e in i.effects if e.effect == "refused"]
-            if i.ignored or not rows or _matches(i.path, MOVES.get(c.type, ())):
+            if i.ignored or not rows or covers(i.path, MOVES.get(c.type, ())):
                 continue
             key = (c.type, rows[0].path)
             groups.setdefault(key, []).append(c.name)
@@ -244,7 +239,7 @@ def fleet(diff: StackDiff) -> list[Risk]:
     for role, names in sorted(base_sets.items()):
         for what, path in (("custom data", CUSTOM_DATA), ("image", IMAGE)):
             touched = {c.name for c in diff.resources if c.type == rules.VMSS and c.name in names
-                       and any(_matches(i.path, (path,)) and not i.ignored for i in c.inputs)}
+                       and any(covers(i.path, (path,)) and not i.ignored for i in c.inputs)}
             if touched and touched == names:
                 found.append(Risk(MEDIUM, "fleet-rollout", diff.stack,
                                   f"every scale set of {role} ({len(names)}) gets a new {what}: a fleet-wide "

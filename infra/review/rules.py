@@ -85,11 +85,12 @@ def tolerated(members: int) -> int:
 
 def etcd_member_counts(resources: Sequence[Resource]) -> list[str]:
     found = []
-    for group, members in etcd_members(resources).items():
+    groups = etcd_members(resources)
+    for group, members in groups.items():
         if members and len(members) not in ETCD_MEMBER_COUNTS:
             found.append(f"{group} has {len(members)} members: use 3, 5 or 7 (an odd count of at least 3 "
                          f"tolerates (n-1)/2 down; the 7,500-node clusters ran 5 for the main store)")
-    if not etcd_members(resources)[ETCD_MAIN] and any(r.type == VM for r in resources):
+    if not groups[ETCD_MAIN] and any(r.type == VM for r in resources):
         found.append(f"no {ETCD_MAIN} VMs: the cluster has no dedicated etcd")
     return found
 

@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from kilonode.paths import REPO_ROOT
+from kilonode.review.refs import TOOLKIT
 
 # What a cluster repository holds: the toolkit and the stacks (tests and docs are not needed
 # to render; they would only make the copy slower).
-KEEP = ("infra/", "templates/", "sysctl/", "node-image/", "stacks/", "pyproject.toml", "Pulumi.yaml")
+KEEP = (*TOOLKIT, "stacks/")  # what rendering needs: the toolkit and the stacks
 
 
 def git(repo: Path, *args: str) -> str:
