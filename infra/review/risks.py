@@ -17,9 +17,8 @@ Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, r
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,7 +318,3 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *refused(diff),
              *fleet(diff), *lessons(diff, base_lessons)]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
-
-
-def to_json(risks: Sequence[Risk]) -> str:
-    return json.dumps([r.to_json() for r in risks], indent=2)
