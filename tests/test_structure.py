@@ -10,12 +10,12 @@ from kilonode.paths import REPO_ROOT
 from tests.source import parse
 
 assert REPO_ROOT is not None, "runs from a source checkout"
-PACKAGE = REPO_ROOT / "infra"
+PACKAGE = REPO_ROOT / "infra" / "kilonode"
 
 
 def module_name(path: Path) -> str:
-    """infra/cli/common.py -> kilonode.cli.common (the import package's name for its source)."""
-    parts = ["kilonode", *path.relative_to(PACKAGE).with_suffix("").parts]
+    """infra/kilonode/cli/common.py -> kilonode.cli.common."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)

@@ -113,7 +113,7 @@ def _apply_bodies_create_resources(path: Path) -> list[str]:
 
 def test_no_resource_is_created_inside_an_apply() -> None:
     # Resources made in apply callbacks are invisible to preview, and so to review.
-    offenders = [hit for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py"))
+    offenders = [hit for path in sorted((REPO_ROOT / "infra" / "kilonode" / "azure").glob("*.py"))
                  for hit in _apply_bodies_create_resources(path)]
     assert offenders == []
 

@@ -53,7 +53,7 @@ def import_time_pulumi_calls(path: Path) -> list[str]:
 def test_no_azure_module_reads_config_or_exports_at_import_time() -> None:
     # Config read at import time and module-level state are the anti-patterns to avoid:
     # every pulumi call must sit inside a function that the program runs.
-    offenders = [hit for path in sorted((REPO_ROOT / "infra" / "azure").glob("*.py"))
+    offenders = [hit for path in sorted((REPO_ROOT / "infra" / "kilonode" / "azure").glob("*.py"))
                  for hit in import_time_pulumi_calls(path)]
     assert offenders == []
 

@@ -1,4 +1,4 @@
-"""Stacks are checked against the Azure facts in infra/config/catalog: sizes and regions."""
+"""Stacks are checked against the Azure facts in infra/kilonode/config/catalog: sizes and regions."""
 
 from __future__ import annotations
 

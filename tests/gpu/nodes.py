@@ -80,7 +80,7 @@ def run_debian(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedP
                              "nodes do (Debian package python3, .ci/debian-packages.txt)")
     root = tmp_path / "python"
     if not root.exists():
-        shutil.copytree(REPO_ROOT / "infra" / "gpu", root / "kilonode" / "gpu",
+        shutil.copytree(REPO_ROOT / "infra" / "kilonode" / "gpu", root / "kilonode" / "gpu",
                         ignore=shutil.ignore_patterns("__pycache__"))
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run([DEBIAN_PYTHON, "-S", "-m", module, *args], capture_output=True, text=True, env=env,

@@ -238,7 +238,7 @@ def test_the_active_check_without_cuda_libraries_is_unusable_never_a_pass(tmp_pa
     # the agent: the passive checks pass, the active one cannot run: Unknown, not True
     env = {**os.environ, "PATH": f"{fake_nvidia_smi(tmp_path)}:{os.environ['PATH']}"}
     python = tmp_path / "python"
-    shutil.copytree(REPO_ROOT / "infra" / "gpu", python / "kilonode" / "gpu")
+    shutil.copytree(REPO_ROOT / "infra" / "kilonode" / "gpu", python / "kilonode" / "gpu")
     result = subprocess.run([DEBIAN_PYTHON, "-S", "-m", "kilonode.gpu.agent", "--config", str(config_file(tmp_path)),
                              "--dry-run"], capture_output=True, text=True, timeout=120, check=False,
                             env={**env, "PYTHONPATH": str(python)})

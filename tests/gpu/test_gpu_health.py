@@ -210,7 +210,7 @@ def test_unusable_input_exits_2_naming_the_file(node: Path, damage: Callable[[Pa
 
 
 def test_thresholds_name_their_sources() -> None:
-    text = (REPO_ROOT / "infra" / "gpu" / "thresholds.toml").read_text()
+    text = (REPO_ROOT / "infra" / "kilonode" / "gpu" / "thresholds.toml").read_text()
     data = tomllib.loads(text)
     assert set(data["clock_event_reasons"]["fault"]) == {
         "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}

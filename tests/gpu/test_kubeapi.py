@@ -149,7 +149,7 @@ def test_a_key_that_does_not_match_is_refused_clearly(tmp_path: Path, pki: dict[
 def test_the_whole_package_imports_with_debians_python_and_the_standard_library_alone(tmp_path: Path) -> None:
     from tests.gpu.nodes import DEBIAN_PYTHON, run_debian
 
-    modules = sorted(p.stem for p in (REPO_ROOT / "infra" / "gpu").glob("*.py") if p.stem != "__init__")
+    modules = sorted(p.stem for p in (REPO_ROOT / "infra" / "kilonode" / "gpu").glob("*.py") if p.stem != "__init__")
     assert {"active", "agent", "controller", "kubeapi", "protocol", "readings", "rules"} <= set(modules)
     run_debian(tmp_path, "kilonode.gpu")  # copies the package (a package is not runnable: exit 1)
     result = subprocess.run(

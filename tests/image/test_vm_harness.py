@@ -1,6 +1,6 @@
 """The VM harness's reboot and boot-failure rules, on a real qemu (no image needed).
 
-The harness powers a VM on afresh instead of resetting it in place (infra/image/qemu.py):
+The harness powers a VM on afresh instead of resetting it in place (infra/kilonode/image/qemu.py):
 these tests hold it to the two rules that keep that honest: a machine whose firmware never
 prints is powered on once more and then reported, and a guest that resets by itself after
 the firmware ran ends qemu and fails at once, with the console tail, never retried.

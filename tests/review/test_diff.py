@@ -78,7 +78,7 @@ def test_one_member_of_a_rolling_resize_is_medium(repo: Path) -> None:
 def test_removing_the_events_cluster_breaks_the_policy_invariant(repo: Path) -> None:
     # a toolkit change: it touches every stack; reviewed on `local` alone to keep the test short
     branch = change(repo, "no-events", replace_text(
-        "infra/azure/etcd.py", "for member in etcd.members:",
+        "infra/kilonode/azure/etcd.py", "for member in etcd.members:",
         "for member in (etcd.members if etcd.role == 'main' else ()):"),
         "drop the events VMs")
     result = reviewed(repo, branch, stacks=["local"])

@@ -9,8 +9,9 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _INSTALLED = PACKAGE_DIR / "_data"
-# The checkout root, when running from one (None for a wheel install).
-REPO_ROOT: Path | None = None if _INSTALLED.is_dir() else PACKAGE_DIR.parent
+# The checkout root, when running from one (None for a wheel install): the package is
+# <root>/infra/kilonode/.
+REPO_ROOT: Path | None = None if _INSTALLED.is_dir() else PACKAGE_DIR.parent.parent
 
 
 def _data(installed: str, checkout: str) -> Path:

@@ -115,12 +115,16 @@ def worktree(repo: Path, commit: str, scratch: Path) -> Iterator[Path]:
             git(repo, "worktree", "prune")
 
 
-def _command(tree: Path, out: Path, stacks: Sequence[str], scratch: Path,
+def _command(tree: Path, out: Path, stacks: Sequence[str],
              label: str) -> tuple[list[str], dict[str, str]]:
-    shim = scratch / f"shim-{label}"
-    shim.mkdir()
-    (shim / "kilonode").symlink_to(tree / "infra", target_is_directory=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    # Each side imports its own tree's package: infra/ holds it as kilonode/, so infra/ goes first
+    # on the path (before the installed kilonode, which is this side's or another checkout's).
+    package = tree / "infra" / "kilonode"
+    if not (package / "__init__.py").is_file():
+        raise ReviewError(f"the {label} side has no infra/kilonode/ package: its commit predates the layout where "
+                          "the package folder is named kilonode; review against a base from after that change")
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(tree / "infra"), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "PYTHONDONTWRITEBYTECODE": "1"}
     args = [sys.executable, str(Path(snapshot_module.__file__)), "--out", str(out)]
     for name in stacks:
@@ -137,7 +141,7 @@ def snapshots(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
         for side, stacks in sides:
             tree = repo if side.commit is None else trees.enter_context(worktree(repo, side.commit, scratch))
             out = scratch / f"{side.label}.json"
-            args, env = _command(tree, out, stacks, scratch, side.label)
+            args, env = _command(tree, out, stacks, side.label)
             progress(f"rendering and recording {len(stacks)} stack(s) at {side.label} ({side.ref}) ...")
             running[side.label] = (subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.PIPE,
                                                     stderr=subprocess.PIPE, text=True), out, time.monotonic())
