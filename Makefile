@@ -45,7 +45,7 @@ test-fast: setup ## Run the tests not marked slow (two workers)
 	$(BIN)/pytest -m 'not slow' -n 2
 
 golden: setup ## Regenerate tests/golden/<stack>/ and docs/stack-reference.md
-	$(BIN)/python -m kilonode.golden
+	$(BIN)/python -m tests.golden.update
 
 bench: setup ## Time render and plan (bench/results/render.json, plan.json)
 	$(BIN)/python bench/bench_render.py

@@ -117,9 +117,8 @@ LAYERS = [
     ("kilonode.plan",),
     ("kilonode.render",),
     ("kilonode.azure", "kilonode.image", "kilonode.k8s"),  # siblings: none imports another
-    # the CLI, `make golden`, which records the Pulumi program beside the rendered files, and
-    # the local rehearsal, which composes the renderers and the image pipeline
-    ("kilonode.cli", "kilonode.entry", "kilonode.__main__", "kilonode.golden", "kilonode.local",
+    # the CLI and the local rehearsal, which composes the renderers and the image pipeline
+    ("kilonode.cli", "kilonode.entry", "kilonode.__main__", "kilonode.local",
      "kilonode.review"),
 ]
 # What the Azure components and the image build may take from the renderers: the rendered

@@ -1,5 +1,5 @@
 """Where kilonode's data lives: templates, sysctl profiles, the node-image recipe, the image
-verification suite and the example stacks.
+verification suite (node-image/verify/) and the example stacks.
 
 Installed from a wheel they sit under kilonode/_data/ (pyproject.toml maps them there); in a
 source checkout (and an editable install) they are the repository's top-level folders.
@@ -21,5 +21,6 @@ def _data(installed: str, checkout: str) -> Path:
 TEMPLATES_DIR = _data("templates", "templates")
 SYSCTL_DIR = _data("sysctl", "sysctl")
 NODE_IMAGE_DIR = _data("node_image", "node-image")
-VERIFY_SUITE_DIR = _data("verify_suite", "tests/image/suite")
+# the testinfra suite `kilonode image verify` runs, beside the recipe it verifies
+VERIFY_SUITE_DIR = NODE_IMAGE_DIR / "verify"
 EXAMPLE_STACKS_DIR = _data("stacks", "stacks")

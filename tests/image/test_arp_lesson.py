@@ -2,7 +2,7 @@
 replies, the accounting of a fill against a kernel stand-in, the judging of figures, and the
 way the figures travel (JUnit property -> verify-summary.json -> printed lines).
 
-The real kernel runs it in the verify suite (tests/image/suite/test_arp_lesson.py, on the VM
+The real kernel runs it in the verify suite (node-image/verify/test_arp_lesson.py, on the VM
 verify boots: tests/image/test_image_vm.py checks its figures); not on this machine, whose
 shared ARP table the first half would shrink to the kernel's defaults."""
 

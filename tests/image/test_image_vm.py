@@ -90,7 +90,7 @@ def test_clean_image_passes_verify(clean_run: VerifyRun, work: Path) -> None:
     assert [b["how"] for b in boots] == ["power-on", "power-cycle"]
     assert all(b["ssh_s"] is not None and b["kernel_s"] is not None for b in boots)
     assert boots[1]["shutdown_s"] is not None
-    # the ARP lesson ran in the first boot (tests/image/suite/test_arp_lesson.py): the kernel's
+    # the ARP lesson ran in the first boot (node-image/verify/test_arp_lesson.py): the kernel's
     # defaults overflow, the image's values hold 50,000 entries
     arp = json.loads((work / "verify-clean" / "verify-summary.json").read_text())["arp"]
     defaults_run, image_run = arp["runs"]

@@ -1,5 +1,5 @@
 """tests/golden/<stack>/ is exactly what `kilonode render <stack>` writes, and under in-cluster/
-the Kubernetes objects the program creates (kilonode.golden)."""
+the Kubernetes objects the program creates (tests/golden/update.py, `make golden`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 import yaml
 
 from kilonode.azure.graph import Graph
-from kilonode.golden import expected
 from kilonode.render import USER_DATA
-from kilonode.render.golden import GOLDEN_DIR
 from tests.conftest import SHIPPED_STACKS
+from tests.golden.update import GOLDEN_DIR, expected
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)

@@ -324,7 +324,8 @@ def build_image(
                     "recipe_files": {
                         f"node-image/{p.relative_to(recipe.root).as_posix()}": _sha(p.read_bytes())
                         for p in sorted(recipe.root.rglob("*"))
-                        if p.is_file() and "__pycache__" not in p.parts
+                        # verify/ checks the image and is not part of it
+                        if p.is_file() and "__pycache__" not in p.parts and not p.is_relative_to(recipe.root / "verify")
                     },
                 },
                 "packages": packages,

@@ -220,7 +220,7 @@ class Vm:
             "-device", f"virtio-net-pci,netdev=n0,mac={NIC_MAC}",
             # Accelerated networking's stand-in: a second NIC with the *same MAC* on another
             # driver (vmxnet3: Debian's cloud kernel has it, not e1000), on an isolated
-            # network. The image's networkd must leave it alone (tests/image/suite/
+            # network. The image's networkd must leave it alone (node-image/verify/
             # test_network.py), as it must Azure's virtual function.
             "-netdev", "user,id=n1,restrict=on",
             "-device", f"vmxnet3,netdev=n1,mac={NIC_MAC}",

@@ -1,4 +1,4 @@
-"""`kilonode image verify`: boot the image and run the testinfra suite (tests/image/suite).
+"""`kilonode image verify`: boot the image and run the testinfra suite (node-image/verify).
 
 Phases, each a pytest run with its own JUnit XML, merged into one report:
 

@@ -1,11 +1,11 @@
-"""Regenerate tests/golden/<stack>/ for every shipped stack, and the stack reference: `make golden`.
+"""Regenerate tests/golden/<stack>/ for every shipped stack, and the stack reference: `make golden`
+(`python -m tests.golden.update`). Test tooling: it is not part of the installed package.
 
 Each golden tree holds what `kilonode render <stack>` writes (the host files), under
 in-cluster/ the Kubernetes objects the Pulumi program creates, as YAML, and in
 resource-graph.txt its Azure resources, one input per line (both recorded under Pulumi's mock
-engine, secrets masked). A pull request that changes a flag or an object shows
-that one line changing. The composition root of the goldens: it alone imports both the
-renderers and the Pulumi program.
+engine, secrets masked). A pull request that changes a flag or an object shows that one line
+changing. tests/render/test_golden.py compares the same `expected` trees with what is here.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from pathlib import Path
 from kilonode.azure.graph import RESOURCE_GRAPH_FILE, Graph, format_manifests, format_resource_graph
 from kilonode.azure.mockplan import run_plan
 from kilonode.config import Stack, available_stacks, load_stack
+from kilonode.config.reference import REFERENCE_DOC, reference_markdown
 from kilonode.plan import plan_stack
 from kilonode.problems import StackError
 from kilonode.render.cluster import render_tree
 from kilonode.render.files import RenderedFile
-from kilonode.render.golden import GOLDEN_DIR, regenerate_reference
 from kilonode.render.write import with_marker, write_tree
+
+GOLDEN_DIR = Path(__file__).resolve().parent
+REPO_ROOT = GOLDEN_DIR.parent.parent
 
 
 def in_cluster(graph: Graph) -> dict[str, RenderedFile]:
@@ -49,9 +52,18 @@ def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
         # the goldens live in git: replace them whole (a hand edit there is what this undoes)
         shutil.rmtree(golden_dir / name, ignore_errors=True)
         write_tree(_tree(stack), golden_dir / name, stack=name)
-    for stale in sorted(p for p in golden_dir.iterdir() if p.is_dir() and p.name not in names):
+    for stale in sorted(p for p in golden_dir.iterdir() if p.is_dir() and p.name not in names
+                        and p.name != "__pycache__"):
         print(f"note: {stale} belongs to no shipped stack; delete it if the stack is gone", file=sys.stderr)
     return names
+
+
+def regenerate_reference() -> Path:
+    """docs/stack-reference.md, from the model (kilonode.config.reference)."""
+    target = REPO_ROOT / REFERENCE_DOC
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(reference_markdown(), encoding="utf-8")
+    return target
 
 
 if __name__ == "__main__":
