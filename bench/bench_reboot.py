@@ -32,11 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from kilonode.image.qemu import FIRMWARE_SILENCE_S, BootRecord, FirmwareHang, Vm, VmConfig, VmError
+from kilonode.image.seed import make_keypair, make_seed, meta_data
 
-from kilonode.image.qemu import FIRMWARE_SILENCE_S, BootRecord, FirmwareHang, Vm, VmConfig, VmError  # noqa: E402
-from kilonode.image.seed import make_keypair, make_seed, meta_data  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "bench" / "results" / "reboot.json"
 WORK = ROOT / "build" / "bench-reboot"

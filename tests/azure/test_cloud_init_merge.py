@@ -6,7 +6,6 @@ and its cloud-config part handler, the code that runs on the VM at first boot.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from typing import Any
 
@@ -17,15 +16,13 @@ from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan, wellknown
 from kilonode.render import USER_DATA, render_cluster
-from tests.render.consumers import cloud_init_dist_packages, cloud_init_validator
+from tests.render.consumers import cloud_init_validator, import_cloud_init
 
 
 @pytest.fixture(scope="module")
 def merge() -> Any:
     """merge(custom data, base64) -> the cloud-config cloud-init builds from all its parts."""
-    dist = str(cloud_init_dist_packages())
-    if dist not in sys.path:
-        sys.path.append(dist)
+    import_cloud_init()
     from cloudinit import handlers, helpers
     from cloudinit import user_data as ud
     from cloudinit.handlers.cloud_config import CloudConfigPartHandler

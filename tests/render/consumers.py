@@ -3,6 +3,8 @@ validator taken from Debian's cloud-init package (unpacked, not installed)."""
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -49,11 +51,21 @@ def cloud_init_dist_packages(fetch: bool = False) -> Path:
     return dist
 
 
+def import_cloud_init() -> None:
+    """Import Debian's unpacked `cloudinit` package from its own folder, sys.path untouched: its
+    submodules are found through the package's __path__, its dependencies in this venv."""
+    if "cloudinit" in sys.modules:
+        return
+    spec = importlib.machinery.PathFinder.find_spec("cloudinit", [str(cloud_init_dist_packages())])
+    assert spec is not None and spec.loader is not None, "cloud-init's package was not unpacked"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cloudinit"] = module
+    spec.loader.exec_module(module)
+
+
 def cloud_init_validator() -> Any:
     """Return validate(config: dict) -> list[str] using cloud-init's own code and schema."""
-    dist = str(cloud_init_dist_packages())
-    if dist not in sys.path:
-        sys.path.append(dist)
+    import_cloud_init()
     from cloudinit.config.schema import SchemaValidationError, get_schema, validate_cloudconfig_schema
 
     schema = get_schema()
