@@ -32,11 +32,6 @@ def _yaml() -> YAML:
     return yaml
 
 
-def record_subnets(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str]]) -> None:
-    """Set each `loc` (under config.<cluster_key>) to its subnet, with a comment saying why."""
-    record_values(file, cluster_key, [(loc, value, RECORDED) for loc, value in entries])
-
-
 def record_values(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str | int, str]]) -> None:
     """Set each `loc` (under config.<cluster_key>) to its value, with its comment saying why;
     one atomic write, comments and layout kept."""
