@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import yaml
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.plan import defaults
+from kilonode.yamlio import plain_yaml
 
 LABELS = {"k8s-app": "kube-proxy", "app.kubernetes.io/managed-by": "kilonode"}
 CONFIG_DIR = "/var/lib/kube-proxy"
@@ -79,8 +79,8 @@ class KubeProxy(pulumi.ComponentResource):
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
             data={
-                "config.conf": yaml.safe_dump(proxy_config(), sort_keys=False),
-                "kubeconfig.conf": yaml.safe_dump(proxy_kubeconfig(args.endpoint), sort_keys=False),
+                "config.conf": plain_yaml(proxy_config()),
+                "kubeconfig.conf": plain_yaml(proxy_kubeconfig(args.endpoint)),
             },
             opts=child,
         )

@@ -56,6 +56,7 @@ from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
+from kilonode.yamlio import plain_yaml
 
 # What a job names (docs/gang-scheduling.md).
 GANG_SCHEDULER_NAME = "kilonode-gang"
@@ -328,7 +329,7 @@ class GangScheduler(pulumi.ComponentResource):
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=SCHEDULER, namespace=KUBE_SYSTEM, labels=_labels(SCHEDULER)),
-            data={CONFIG_FILE: yaml.safe_dump(scheduler_config(args.gpu), sort_keys=False)},
+            data={CONFIG_FILE: plain_yaml(scheduler_config(args.gpu))},
             opts=child,
         )
         scheduler_probe = core.v1.HTTPGetActionArgs(path="/healthz", port=SCHEDULER_PORT, scheme="HTTPS")
