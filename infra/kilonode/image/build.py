@@ -14,7 +14,6 @@ files come with its own custom data; the image carries what they all run.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 import uuid
@@ -26,6 +25,7 @@ from typing import TypeVar
 
 from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
+from kilonode.digest import sha256_bytes, sha256_file, sha256_text
 from kilonode.image import binaries as pinned
 from kilonode.image import disk, mirror, rootfs
 from kilonode.image import gpu as accel
@@ -194,7 +194,7 @@ def build_image(
                     placed = rootfs.host_path(tree, path)
                     mode = f"{placed.stat().st_mode & 0o7777:04o}"
                     artefacts.append(
-                        {"path": path, "sha256": _sha(placed.read_bytes()), "mode": mode, "source": source}
+                        {"path": path, "sha256": sha256_file(placed), "mode": mode, "source": source}
                     )
             # service users the overlays declare (sysusers.d), made now: a fixed uid in the
             # image, and the user exists before cloud-init writes files owned by it
@@ -204,9 +204,10 @@ def build_image(
                     continue
                 data = rendered.content.encode()
                 rootfs.put(tree, "/" + path, data, rendered.mode)
-                artefacts.append(
-                    {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
-                )
+                artefacts.append({
+                    "path": "/" + path, "sha256": sha256_bytes(data), "mode": f"{rendered.mode:04o}",
+                    "source": "render",
+                })
             images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
             catalog = pinned.load(recipe.binaries_file)
             downloads = pinned.Downloads(work / "downloads")
@@ -235,14 +236,14 @@ def build_image(
                     pool, runtime_config, pinned_containerd.path if pinned_containerd else "/usr/bin/containerd"
                 )
                 rootfs.put(tree, dropin, text.encode(), 0o644)
-                artefacts.append({"path": dropin, "sha256": _sha(text.encode()), "mode": "0644", "source": "build:gpu"})
+                artefacts.append({"path": dropin, "sha256": sha256_text(text), "mode": "0644", "source": "build:gpu"})
             agent = accel.copy_agent(tree) if inputs.carries_gpu_agent else []
             artefacts += agent
             return Baked(artefacts, images, binaries, toolkit_packages, dropin, agent)
 
         baked = steps.run("bake artefacts and preloaded images", customise)
         # deterministic: the same inputs give the same filesystem UUID (and GRUB config)
-        root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{_sha(repr(baked).encode())}"))
+        root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{sha256_text(repr(baked))}"))
 
         def boot_config() -> None:
             rootfs.put(
@@ -293,7 +294,7 @@ def build_image(
                 "name": name,
                 "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "stack": stack.name,
-                "stack_file_sha256": _sha(stack.file.read_bytes()),
+                "stack_file_sha256": sha256_file(stack.file),
                 "cluster": plan.cluster,
                 # what the image is for: a pool, or a control-plane role (ROLE_IMAGES)
                 "pool": pool.name if pool else None,
@@ -322,7 +323,7 @@ def build_image(
                     "base": inputs.base.label,
                     "packages_requested": recipe.package_list(inputs.flavour, extras),
                     "recipe_files": {
-                        f"node-image/{p.relative_to(recipe.root).as_posix()}": _sha(p.read_bytes())
+                        f"node-image/{p.relative_to(recipe.root).as_posix()}": sha256_file(p)
                         for p in sorted(recipe.root.rglob("*"))
                         if p.is_file() and "__pycache__" not in p.parts
                     },
@@ -351,7 +352,7 @@ def build_image(
                 "infiniband": accel.infiniband_record(recipe, extras, packages),
                 # kilonode.gpu (agent, taint controller) where this image carries it
                 "gpu_agent": {"pythonpath": accel.AGENT_PYTHONPATH, "files": baked.agent} if baked.agent else None,
-                "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())} if user_data else None,
+                "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,
                 "pool_plan": pool.model_dump(mode="json") if pool else None,
                 "timings_s": steps.timings,
             },
@@ -394,7 +395,3 @@ def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path, base_dir
             }
         )
     return entries
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
