@@ -54,6 +54,7 @@ import yaml
 from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
 from kilonode.yamlio import plain_yaml
@@ -386,10 +387,10 @@ class GangScheduler(pulumi.ComponentResource):
                     rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=_labels(app)),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        # placed by the default scheduler (no schedulerName): it must not wait for itself
-                        priority_class_name="system-cluster-critical",
+                    # placed by the default scheduler (no schedulerName): it must not wait for itself
+                    spec=system_pod_spec(
+                        "cluster",
+                        service_account=account,
                         affinity=_anti_affinity(app),
                         containers=[container],
                         volumes=volumes,
