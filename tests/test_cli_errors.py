@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kilonode.cli import main
+from kilonode.exit_codes import ExitCode
 from kilonode.paths import REPO_ROOT
 
 
@@ -90,20 +91,34 @@ def test_an_unexpected_tool_failure_is_one_line(capsys: pytest.CaptureFixture[st
     assert "failed with exit status 3: mmdebstrap: E: cannot reach the mirror" in output
 
 
-def test_ctrl_c_while_starting_up_prints_one_line(tmp_path: Path) -> None:
-    """KeyboardInterrupt raised while the CLI's modules import (as a Ctrl-C there would)."""
+def _interrupted_at(module: str) -> subprocess.CompletedProcess[str]:
+    """`kilonode validate local` with KeyboardInterrupt raised where `module` is first imported
+    (as a Ctrl-C there would)."""
     script = (
         "import sys\n"
         "class Interrupt:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'pydantic':\n"
+        f"        if name == {module!r}:\n"
         "            raise KeyboardInterrupt\n"
         "sys.meta_path.insert(0, Interrupt())\n"
         "from kilonode.entry import main\n"
         "sys.argv = ['kilonode', 'validate', 'local']\n"
         "main()\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=60, check=False)
-    assert result.returncode == 130
+    return subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_ctrl_c_while_starting_up_prints_one_line() -> None:
+    """While the CLI itself imports (typer): the console entry's one line."""
+    result = _interrupted_at("typer")
+    assert result.returncode == ExitCode.INTERRUPTED
     assert result.stderr.strip() == "kilonode: interrupted"
+
+
+def test_ctrl_c_while_a_command_loads_exits_130_without_a_traceback() -> None:
+    """Once the command runs (here: while its stack model imports, lazily), typer's own handling
+    ends it, as a Ctrl-C at any later point of a command does: exit 130, no traceback."""
+    result = _interrupted_at("pydantic")
+    assert result.returncode == ExitCode.INTERRUPTED
+    assert "Traceback" not in result.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from kilonode.exit_codes import ExitCode
+
 
 def main() -> None:
     try:
@@ -13,4 +15,4 @@ def main() -> None:
         cli_main()
     except KeyboardInterrupt:
         print("\nkilonode: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)

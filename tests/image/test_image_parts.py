@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from kilonode.config import load_stack
+from kilonode.digest import sha256_file
 from kilonode.image import cache, mirror, rootfs
 from kilonode.image import gpu as accel
 from kilonode.image.binaries import BinaryResult
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
-from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list, sha256_text
+from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list
 from kilonode.image.verify import SshTarget, VerifyReport, merge
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
@@ -290,7 +291,7 @@ def test_plain_bases_keep_their_cache_keys() -> None:
         before = {
             "recipe_version": RECIPE.version, "suite": RECIPE.suite, "variant": RECIPE.variant, "flavour": flavour,
             "packages": read_list(RECIPE.package_files["base"]) + read_list(RECIPE.package_files[flavour]),
-            "package_files": {n: sha256_text(RECIPE.package_files[n]) for n in ("base", flavour)},
+            "package_files": {n: sha256_file(RECIPE.package_files[n]) for n in ("base", flavour)},
             "sources_sha256": "0" * 64,
         }
         assert set(inputs) == PLAIN_INPUT_KEYS

@@ -17,7 +17,6 @@ etcd members with it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
@@ -30,6 +29,7 @@ from pulumi_azure_native import authorization, managedidentity, storage
 from kilonode.azure.common import tags
 from kilonode.azure.custom_data import DeliveredFile
 from kilonode.azure.identity import role_definition_id, subscription_of
+from kilonode.digest import sha256_text
 from kilonode.plan import defaults
 
 # Azure built-in role "Storage Blob Data Contributor": read, write and delete blobs and
@@ -48,7 +48,7 @@ def backup_account_name(cluster: str, subscription: str) -> str:
     the same cluster in the same subscription always gets the same name (a new name would be a
     new, empty account), while the same cluster name in another subscription does not collide."""
     readable = re.sub(r"[^a-z0-9]", "", cluster.lower())[:12]
-    digest = hashlib.sha256(f"kilonode:{subscription}:{cluster}:{ROLE}".encode()).hexdigest()[:6]
+    digest = sha256_text(f"kilonode:{subscription}:{cluster}:{ROLE}")[:6]
     return f"{readable}etcdbk{digest}"
 
 

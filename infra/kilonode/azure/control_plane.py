@@ -15,7 +15,7 @@ import pulumi
 from pulumi_azure_native import network
 
 from kilonode.azure.common import tags
-from kilonode.azure.vm import MachineSpec, machine
+from kilonode.azure.vm import host_spec, machine
 from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan
 from kilonode.plan.wellknown import APISERVER_PORT
@@ -105,22 +105,7 @@ class ControlPlane(pulumi.ComponentResource):
         self.vm_ids = []
         for instance in cp.instances:
             vm = machine(
-                MachineSpec(
-                    name=f"{name}-{instance.index}",
-                    vm_name=instance.vm_name,
-                    vm_size=cp.vm_size,
-                    zone=instance.zone,
-                    ip=str(instance.ip),
-                    location=args.location,
-                    resource_group_name=args.resource_group_name,
-                    subnet_id=args.subnet_id,
-                    custom_data=args.custom_data[instance.name],
-                    ssh_public_key=args.ssh_public_key,
-                    image_version_id=args.image_version_id,
-                    tags=tags(args.cluster, "apiserver"),
-                    public_ip=args.public_ips,
-                    backend_pool_ids=[backend_id],
-                ),
+                host_spec(name, instance, cp.vm_size, args, "apiserver", backend_pool_ids=[backend_id]),
                 parent=self,
                 nic_depends_on=[lb],
             )

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
-import yaml
+
+from kilonode.yamlio import block_yaml
 
 BOUNDARY = "kilonode-custom-data-boundary"
 
@@ -64,22 +65,6 @@ def _content_type(text: str) -> str:
     )
 
 
-# libyaml's emitter when present: one dump per host, and the plan of a big cluster makes many.
-_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-class _BlockDumper(_SafeDumper):  # type: ignore[valid-type,misc]
-    """Multi-line strings as `|` blocks, so a PEM file reads as a PEM file."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_BlockDumper.add_representer(str, _str)
-
-
 def files_part(files: Sequence[FileEntry]) -> str:
     """The `#cloud-config` part that writes the files, sorted by path."""
     entries: list[dict[str, object]] = []
@@ -89,12 +74,7 @@ def files_part(files: Sequence[FileEntry]) -> str:
         if owner != ROOT:
             entry["defer"] = True
         entries.append(entry)
-    body = yaml.dump(
-        {"merge_how": MERGE_HOW, "write_files": entries},
-        Dumper=_BlockDumper,
-        sort_keys=False,
-        default_flow_style=False,
-    )
+    body = block_yaml({"merge_how": MERGE_HOW, "write_files": entries}, width=None, fast=True)
     return "#cloud-config\n" + body
 
 

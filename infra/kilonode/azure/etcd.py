@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 import pulumi
 
-from kilonode.azure.common import tags
 from kilonode.azure.tags import quota_tags
-from kilonode.azure.vm import MachineSpec, machine
+from kilonode.azure.vm import host_spec, machine
 from kilonode.plan.model import EtcdClusterPlan
 
 
@@ -47,22 +46,10 @@ class EtcdCluster(pulumi.ComponentResource):
         self.vm_ids = []
         for member in etcd.members:
             vm = machine(
-                MachineSpec(
-                    name=f"{name}-{member.index}",
-                    vm_name=member.vm_name,
-                    vm_size=member.vm_size,
-                    zone=member.zone,
-                    ip=str(member.ip),
-                    location=args.location,
-                    resource_group_name=args.resource_group_name,
-                    subnet_id=args.subnet_id,
-                    custom_data=args.custom_data[member.name],
-                    ssh_public_key=args.ssh_public_key,
-                    image_version_id=args.image_version_id,
-                    tags=tags(args.cluster, f"etcd-{etcd.role}"),
-                    vm_tags=quota_tags(etcd.quota_backend_bytes),
-                    public_ip=args.public_ips,
+                host_spec(
+                    name, member, member.vm_size, args, f"etcd-{etcd.role}",
                     identity_ids=[args.identity_id] if args.identity_id is not None else [],
+                    vm_tags=quota_tags(etcd.quota_backend_bytes),
                 ),
                 parent=self,
                 protect=True,

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import rpc
+
+from kilonode.yamlio import block_yaml
 
 SECRET = "[secret]"
 
@@ -278,21 +279,6 @@ def _manifest(r: Recorded) -> dict[str, Any]:
     return {**{k: body[k] for k in _K8S_HEAD if k in body}, **{k: body[k] for k in sorted(body) if k not in _K8S_HEAD}}
 
 
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings (a ConfigMap's embedded file) as literal blocks, readable in review."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
-
-
-_BlockDumper.add_representer(str, _str)
-
-
-def _yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False, width=100)
-
-
 def format_manifests(graph: Graph) -> dict[str, str]:
     """The in-cluster objects as Kubernetes YAML, one multi-document file per kilonode:k8s
     component (in-cluster/<component>.yaml), in the graph's reading order: what `pulumi up`
@@ -303,5 +289,5 @@ def format_manifests(graph: Graph) -> dict[str, str]:
         if not (r.custom and r.type.startswith("kubernetes:") and r.parent):
             continue
         component = r.parent.removeprefix(prefix)
-        files.setdefault(f"{IN_CLUSTER_DIR}/{component}.yaml", []).append(f"# {r.name}\n" + _yaml(_manifest(r)))
+        files.setdefault(f"{IN_CLUSTER_DIR}/{component}.yaml", []).append(f"# {r.name}\n" + block_yaml(_manifest(r)))
     return {path: "---\n".join(docs) for path, docs in sorted(files.items())}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextvars
 import copy
 import functools
-import hashlib
 import json
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from kilonode.azure.graph import Graph, Recorded, ordered
 from kilonode.config import Stack
+from kilonode.digest import sha256_text
 
 PROJECT = "kilonode"
 MOCK_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
@@ -97,7 +97,7 @@ class RecordingMocks(mocks.Mocks):
             # Placeholder of the right shape ([0-9a-f] fits the lower+numeric alphabet), from
             # the name: deterministic, and plainly not a secret anyone uses.
             length = int(args.inputs.get("length", 16))
-            outputs["result"] = hashlib.sha256(f"mock:{args.name}".encode()).hexdigest()[:length]
+            outputs["result"] = sha256_text(f"mock:{args.name}")[:length]
         identity = outputs.get("identity")
         if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
             # Azure takes the identities as a list of IDs and returns them as a map of ID to

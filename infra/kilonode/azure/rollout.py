@@ -16,10 +16,11 @@ Everything here is pure: previous and current keys in, problems out.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from kilonode.digest import sha256_text
 
 # The stack output holding the restart keys: {group: {machine: {field: value}}}.
 RESTART_KEYS_OUTPUT = "controlPlaneRestartKeys"
@@ -47,7 +48,7 @@ class Disruption:
 
 def digest(text: str) -> str:
     """What the restart key holds of a custom data: its digest, never the value."""
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+    return "sha256:" + sha256_text(text)
 
 
 def restart_key(vm_size: str, zone: str, image: str, custom_data_digest: str) -> dict[str, str]:

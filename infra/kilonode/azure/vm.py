@@ -6,13 +6,15 @@ its own names, addresses and sizes from the plan.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
+from typing import Protocol
 
 import pulumi
 from pulumi_azure_native import compute, network
 
-from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config
+from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
 from kilonode.azure.tags import PUBLIC_IP_ACKNOWLEDGED_TAG
 
 CUSTOM_DATA_PATH = "osProfile.customData"
@@ -41,6 +43,76 @@ class MachineSpec:
     identity_ids: Sequence[pulumi.Input[str]] = ()
     # tags on the VM alone (an etcd member's quota, for the policy pack), beside `tags`
     vm_tags: dict[str, str] = field(default_factory=dict)
+
+
+class Host(Protocol):
+    """A planned machine: an etcd member or an apiserver instance."""
+
+    @property
+    def name(self) -> str: ...  # the host directory and custom data key: etcd-main-0, apiserver-0
+    @property
+    def vm_name(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def ip(self) -> IPv4Address: ...
+    @property
+    def zone(self) -> str: ...
+
+
+class RoleArgs(Protocol):
+    """What a role's component (EtcdCluster, ControlPlane) holds for all its machines alike."""
+
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def location(self) -> str: ...
+    @property
+    def resource_group_name(self) -> pulumi.Input[str]: ...
+    @property
+    def subnet_id(self) -> pulumi.Input[str]: ...
+    @property
+    def custom_data(self) -> Mapping[str, pulumi.Output[str]]: ...
+    @property
+    def ssh_public_key(self) -> pulumi.Input[str]: ...
+    @property
+    def image_version_id(self) -> pulumi.Input[str]: ...
+    @property
+    def public_ips(self) -> bool: ...
+
+
+def host_spec(
+    component: str,
+    host: Host,
+    vm_size: str,
+    args: RoleArgs,
+    role: str,
+    *,
+    backend_pool_ids: Sequence[pulumi.Input[str]] = (),
+    identity_ids: Sequence[pulumi.Input[str]] = (),
+    vm_tags: Mapping[str, str] | None = None,
+) -> MachineSpec:
+    """The MachineSpec of `host`, the component's machine number `host.index`: the one way an
+    etcd member and an apiserver are described (Pulumi name `<component>-<index>`, tagged
+    with `role`)."""
+    return MachineSpec(
+        name=f"{component}-{host.index}",
+        vm_name=host.vm_name,
+        vm_size=vm_size,
+        zone=host.zone,
+        ip=str(host.ip),
+        location=args.location,
+        resource_group_name=args.resource_group_name,
+        subnet_id=args.subnet_id,
+        custom_data=args.custom_data[host.name],
+        ssh_public_key=args.ssh_public_key,
+        image_version_id=args.image_version_id,
+        tags=tags(args.cluster, role),
+        public_ip=args.public_ips,
+        backend_pool_ids=backend_pool_ids,
+        identity_ids=identity_ids,
+        vm_tags=dict(vm_tags or {}),
+    )
 
 
 def machine(

@@ -1,21 +1,24 @@
 """What every command shares: the consoles, STACK, loading a stack, and the one mapping from
-error types to messages and exit codes (2: a command stopped; 1: checks ran and failed,
-which the command itself reports). Command modules import this, never each other."""
+error types to messages and exit codes (kilonode.exit_codes: STOPPED, 2, a command stopped;
+FAILED, 1, checks ran and failed, which the command itself reports). Command modules import this, never each other."""
 
 from __future__ import annotations
 
 import inspect
 import subprocess
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 import typer.main
 from rich.console import Console
 
-from kilonode.config import Stack, load_stack
-from kilonode.plan import ClusterPlan, plan_stack
+from kilonode.exit_codes import ExitCode
 from kilonode.problems import StackError
+
+if TYPE_CHECKING:
+    from kilonode.config import Stack
+    from kilonode.plan import ClusterPlan
 
 out = Console(highlight=False)
 if not out.is_terminal:
@@ -35,6 +38,10 @@ StackArg = Annotated[
 
 def load_and_plan(ref: str) -> tuple[Stack, ClusterPlan]:
     """Load, validate and plan a stack, or print its problems and exit 2."""
+    # imported here: `--help` and the commands that take no stack never pay for them
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+
     try:
         stack = load_stack(ref)
         return stack, plan_stack(stack)
@@ -49,13 +56,13 @@ def fail(error: StackError) -> NoReturn:
     for problem in error.problems:
         # plain print: a problem line must stay one line, whatever the terminal width
         print(problem.format(error.file), file=sys.stderr)
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=ExitCode.STOPPED)
 
 
 def die(message: str, command: str = "kilonode") -> NoReturn:
     """One line, exit 2: the command could not do its job (bad input, an unusable path, a tool)."""
     err.print(f"[bold red]{command}:[/] {message}")
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=ExitCode.STOPPED)
 
 
 def describe(error: BaseException) -> str | None:
@@ -91,11 +98,12 @@ def reflow(text: str) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _reflow_help(command: Any) -> None:  # a click command of typer's (typer bundles click)
+def reflow_help(command: Any) -> None:  # a click command of typer's (typer bundles click)
+    """`reflow` the help of `command` and of every subcommand it has built."""
     if command.help:
         command.help = reflow(command.help)
     for sub in getattr(command, "commands", {}).values():
-        _reflow_help(sub)
+        reflow_help(sub)
 
 
 def run(app: typer.Typer) -> None:
@@ -103,7 +111,7 @@ def run(app: typer.Typer) -> None:
     try:
         if isinstance(app, typer.Typer):
             command = typer.main.get_command(app)
-            _reflow_help(command)
+            reflow_help(command)  # the root; the registry reflows each command as it loads it
             command()
         else:  # a plain callable (the tests stand one in for the app)
             app()
@@ -117,4 +125,4 @@ def run(app: typer.Typer) -> None:
         if message is None:
             raise
         err.print(f"[bold red]kilonode:[/] {message}")
-        sys.exit(2)
+        sys.exit(ExitCode.STOPPED)

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from kilonode.cli.common import die, err
+from kilonode.exit_codes import ExitCode
 
 
 class DiffFormat(StrEnum):
@@ -21,11 +22,6 @@ class DiffFormat(StrEnum):
 class FailOn(StrEnum):
     high = "high"
     medium = "medium"
-
-
-# `--fail-on` exits with this when a risk at that level (or above) is found: apart from 1
-# (checks failed) and 2 (the command could not run), so CI can tell them apart.
-RISK_EXIT = 3
 
 
 def diff(
@@ -42,7 +38,7 @@ def diff(
         "--format", help="md: one pull-request comment (under 65,536 characters); text: everything, for a "
                          "terminal; json: everything, for tools.")] = DiffFormat.text,
     fail_on: Annotated[FailOn | None, typer.Option(
-        "--fail-on", help=f"Exit {RISK_EXIT} when a risk at this level or above is found (high; or medium, which "
+        "--fail-on", help=f"Exit {ExitCode.RISK:d} when a risk at this level or above is found (high; or medium, which "
                           "includes high).", show_default=False)] = None,
     write_json: Annotated[Path | None, typer.Option(
         "--write-json", help="Also write the full JSON report to this file (the CI artefact the comment points "
@@ -97,5 +93,5 @@ def diff(
     levels = {FailOn.high: {HIGH}, FailOn.medium: {HIGH, MEDIUM}}
     if fail_on is not None and any(r.level in levels[fail_on] for r in result.risks):
         err.print(f"[bold red]kilonode diff:[/] {fail_on.value} risk found "
-                  f"(--fail-on {fail_on.value}): exit {RISK_EXIT}")
-        raise typer.Exit(code=RISK_EXIT)
+                  f"(--fail-on {fail_on.value}): exit {ExitCode.RISK:d}")
+        raise typer.Exit(code=ExitCode.RISK)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kilonode.cli.common import die, out
+from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from kilonode.gpu.rules import Finding
@@ -81,7 +82,7 @@ def gpu_health(
     if dry_run:
         for line in _dry_run(findings):
             out.print(f"dry-run: {line}", markup=False)
-    raise typer.Exit(code=1)
+    raise typer.Exit(code=ExitCode.FAILED)
 
 
 def _dry_run(findings: list[Finding]) -> list[str]:

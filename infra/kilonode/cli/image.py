@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from kilonode.cli.common import die, err, load_and_plan, out
+from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from kilonode.image.build import ImageInputs
@@ -258,5 +259,5 @@ def verify(
         err.print(f"[bold red]✗ {len(report.failures)} check(s) failed:[/]")
         for failure in report.failures:
             print(f"FAILED {failure}")
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.FAILED)
     out.print(f"[green]✓[/] {image}: every check passed in {time.monotonic() - start:.0f} s")

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kilonode.cli.common import die, load_and_plan, out
+from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
     from kilonode.local.rehearsal import ClusterSummary, NotStarted, UpResult
@@ -140,7 +141,7 @@ def up(
     hint = stack if state_dir is None else f"{stack} --state-dir {directory}"
     _summary(result, hint)
     if not result.ok:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.FAILED)
 
 
 @local_app.command()
@@ -195,7 +196,7 @@ def status(
             out.print(f"`kilonode local up {escape(hint)}` starts the members and the worker that are not running, "
                       "on their kept data")
     if not healthy:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=ExitCode.FAILED)
 
 
 @local_app.command()

@@ -16,8 +16,6 @@ from typing import Annotated
 import typer
 
 from kilonode.cli.common import die, out
-from kilonode.config.model import NAME_PATTERN
-from kilonode.config.reference import stack_file_schema, starter_stack
 
 PROGRAM = '''"""Pulumi program: one cluster per stack (stacks/Pulumi.<stack>.yaml), built by kilonode."""
 
@@ -64,6 +62,10 @@ def new(
     the required keys set and every other key commented with its default and why. Then:
     `cd DIR && kilonode validate <stack>`; STACK names resolve in the current project's stacks.
     """
+    # imported here: the model and its reference are the bulk of `--help`'s import time otherwise
+    from kilonode.config.model import NAME_PATTERN
+    from kilonode.config.reference import starter_stack
+
     cluster = name or re.sub(r"[^a-z0-9-]+", "-", directory.resolve().name.lower()).strip("-")
     if not re.fullmatch(NAME_PATTERN, cluster):
         die(f"{cluster!r} is not a valid cluster name (1-32 of a-z, 0-9 and '-', starting with a letter); "
@@ -106,4 +108,6 @@ def schema() -> None:
     server: `# yaml-language-server: $schema=./kilonode-stack.schema.json` at the top of a stack
     file after `kilonode schema > kilonode-stack.schema.json`.
     """
+    from kilonode.config.reference import stack_file_schema
+
     sys.stdout.write(json.dumps(stack_file_schema(), indent=2) + "\n")

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from kilonode.cli.common import StackArg, die, load_and_plan, out
-from kilonode.config.load import display_path
-from kilonode.plan.model import ClusterPlan, NodePoolPlan
-from kilonode.render import render_tree
-from kilonode.render.write import OutputDirError, write_tree
+
+# kilonode.config and kilonode.render are imported inside the commands: `kilonode --help`
+# lists these commands without loading the stack model, and `validate` never renders
+if TYPE_CHECKING:
+    from kilonode.plan.model import ClusterPlan, NodePoolPlan
 
 
 def validate(stack: StackArg) -> None:
     """Check a stack: schema, cross-field rules and every limit in the plan. Exit 2 on problems."""
+    from kilonode.config.load import display_path
+
     loaded, plan = load_and_plan(stack)
     shards = sum(len(p.shards) for p in plan.node_pools)
     out.print(
@@ -55,6 +58,9 @@ def render(
     `user-data` (the cloud-init user-data Azure receives as custom data). At the top:
     config.yaml (the fully defaulted config) and plan.yaml (the resolved plan).
     """
+    from kilonode.render import render_tree
+    from kilonode.render.write import OutputDirError, write_tree
+
     loaded, plan = load_and_plan(stack)
     tree = render_tree(loaded.config, plan)
     try:
@@ -78,7 +84,7 @@ def allocate(stack: StackArg) -> None:
     the first `pulumi up`, after adding a pool or a team, and commit the file. Give a pool
     `maxNodes` first to size its subnet for growth. A second run writes nothing.
     """
-    from kilonode.config.load import CONFIG_KEY
+    from kilonode.config.load import CONFIG_KEY, display_path
     from kilonode.config.record import RECORDED, RECORDED_SHARD, record_values
     from kilonode.problems import Loc, undotted
 
@@ -171,6 +177,8 @@ def _in_cluster(plan: ClusterPlan) -> None:
 
 def explain(stack: StackArg) -> None:
     """A readable summary: counts, subnets, scale-set shards, IP budget and headroom per limit."""
+    from kilonode.config.load import display_path
+
     loaded, plan = load_and_plan(stack)
     cp = plan.control_plane
     out.print(f"[bold]{plan.cluster}[/] ({display_path(loaded.file)}) — Kubernetes {plan.kubernetes_version}, "

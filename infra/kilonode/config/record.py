@@ -7,16 +7,15 @@ rename): an interrupted write leaves the old file whole.
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 from kilonode.problems import Loc
+from kilonode.yamlio import roundtrip_dump, roundtrip_yaml
 
 RECORDED = "recorded by `kilonode allocate`; moving it recreates what sits in it"
 RECORDED_SHARD = "recorded by `kilonode allocate`; moving it re-registers the team's nodes"
@@ -24,24 +23,11 @@ RECORDED_SHARD = "recorded by `kilonode allocate`; moving it re-registers the te
 AFTER = ("maxNodes", "nodes", "name")
 
 
-def _yaml() -> YAML:
-    yaml = YAML()  # round-trip: comments, key order, flow maps and quotes survive
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    yaml.indent(mapping=2, sequence=4, offset=2)  # the stacks' style: "  - name: x"
-    return yaml
-
-
-def record_subnets(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str]]) -> None:
-    """Set each `loc` (under config.<cluster_key>) to its subnet, with a comment saying why."""
-    record_values(file, cluster_key, [(loc, value, RECORDED) for loc, value in entries])
-
-
 def record_values(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str | int, str]]) -> None:
     """Set each `loc` (under config.<cluster_key>) to its value, with its comment saying why;
     one atomic write, comments and layout kept."""
-    yaml = _yaml()
-    document = yaml.load(file.read_text(encoding="utf-8"))
+    document_yaml = roundtrip_yaml()
+    document = document_yaml.load(file.read_text(encoding="utf-8"))
     cluster = document["config"][cluster_key]
     for loc, value, comment in entries:
         node = cluster
@@ -56,9 +42,7 @@ def record_values(file: Path, cluster_key: str, entries: Sequence[tuple[Loc, str
             node.insert(position, key, value, comment=comment)
         else:
             node[key] = value
-    buffer = io.StringIO()
-    yaml.dump(document, buffer)
-    _replace(file, buffer.getvalue())
+    _replace(file, roundtrip_dump(document_yaml, document))
 
 
 def _replace(file: Path, text: str) -> None:

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from kilonode.config.load import CONFIG_KEY
 from kilonode.config.model import ClusterConfig
+from kilonode.yamlio import flow_yaml
 
 REFERENCE_DOC = "docs/stack-reference.md"
 
@@ -175,7 +175,7 @@ def reference_markdown() -> str:
 
 
 def _yaml_value(value: Any) -> str:
-    return yaml.safe_dump(_plain(value), default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    return flow_yaml(_plain(value))
 
 
 def starter_stack(cluster: str, stack: str) -> str:

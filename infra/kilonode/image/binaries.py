@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from kilonode.digest import sha256_file
 from kilonode.image.rootfs import BuildError, host_path
 from kilonode.paths import NODE_IMAGE_DIR
 
@@ -633,8 +634,4 @@ def _install(root: Path, path: str, src: Path) -> str:
     shutil.copyfile(src, target)
     os.chmod(target, 0o755)
     os.chown(target, 0, 0)
-    sha = hashlib.sha256()
-    with target.open("rb") as f:
-        while block := f.read(CHUNK):
-            sha.update(block)
-    return sha.hexdigest()
+    return sha256_file(target)

@@ -14,7 +14,6 @@ files come with its own custom data; the image carries what they all run.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 import uuid
@@ -26,6 +25,7 @@ from typing import TypeVar
 
 from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
+from kilonode.digest import sha256_bytes, sha256_file, sha256_text
 from kilonode.image import binaries as pinned
 from kilonode.image import disk, mirror, rootfs
 from kilonode.image import gpu as accel
@@ -179,96 +179,16 @@ def build_image(
                  f"({base.key[:12]})")
         steps.run("unpack base", lambda: rootfs.extract(base.tarball, tree))
 
-        def customise() -> Baked:
-            artefacts = []
-            overlays = [(recipe.overlay_dir, "recipe")]
-            if inputs.role and recipe.role_overlay_dir(inputs.role).is_dir():
-                overlays.append((recipe.role_overlay_dir(inputs.role), f"recipe:{inputs.role}"))
-            # node-image/gpu/rootfs (the GPU health agent's unit) in GPU pools' images only
-            overlays += [(recipe.extra_overlay_dir(e), f"recipe:{e}") for e in extras
-                         if recipe.extra_overlay_dir(e).is_dir()]
-            placed_paths = []
-            for overlay, source in overlays:
-                for path in rootfs.copy_overlay(overlay, tree):
-                    placed_paths.append(path)
-                    placed = rootfs.host_path(tree, path)
-                    mode = f"{placed.stat().st_mode & 0o7777:04o}"
-                    artefacts.append(
-                        {"path": path, "sha256": _sha(placed.read_bytes()), "mode": mode, "source": source}
-                    )
-            # service users the overlays declare (sysusers.d), made now: a fixed uid in the
-            # image, and the user exists before cloud-init writes files owned by it
-            rootfs.sysusers(tree, [p for p in placed_paths if p.startswith("/usr/lib/sysusers.d/")])
-            for path, rendered in sorted(files.items()):
-                if path == USER_DATA:
-                    continue
-                data = rendered.content.encode()
-                rootfs.put(tree, "/" + path, data, rendered.mode)
-                artefacts.append(
-                    {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
-                )
-            images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
-            catalog = pinned.load(recipe.binaries_file)
-            downloads = pinned.Downloads(work / "downloads")
-            binaries = []
-            roles = (
-                pinned.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
-                else [inputs.binaries_role]
-            )
-            for binaries_role in roles:
-                binaries += pinned.place_role(
-                    tree, catalog, binaries_role, plan.kubernetes_version,
-                    local_dir=binaries_dir, allow_fetch=fetch, downloads=downloads,
-                )
-            toolkit_packages: dict[str, str] = {}
-            dropin: str | None = None
-            toolkit = next((b for b in binaries if b.name == accel.TOOLKIT), None)
-            if pool and toolkit and toolkit.present:
-                if runtime_config is None:
-                    raise rootfs.BuildError(
-                        f"pool {pool.name}: its rendered files hold no runtime configuration naming the NVIDIA "
-                        "runtime (infra/render/pool.py renders one for GPU pools): the toolkit would go unused"
-                    )
-                toolkit_packages = accel.install_toolkit(tree, toolkit)
-                pinned_containerd = next((b for b in binaries if b.name == "containerd" and b.present), None)
-                dropin, text = accel.runtime_dropin(
-                    pool, runtime_config, pinned_containerd.path if pinned_containerd else "/usr/bin/containerd"
-                )
-                rootfs.put(tree, dropin, text.encode(), 0o644)
-                artefacts.append({"path": dropin, "sha256": _sha(text.encode()), "mode": "0644", "source": "build:gpu"})
-            agent = accel.copy_agent(tree) if inputs.carries_gpu_agent else []
-            artefacts += agent
-            return Baked(artefacts, images, binaries, toolkit_packages, dropin, agent)
-
-        baked = steps.run("bake artefacts and preloaded images", customise)
+        baked = steps.run(
+            "bake artefacts and preloaded images",
+            lambda: _bake(inputs, recipe, tree, work, runtime_config, binaries_dir=binaries_dir, fetch=fetch),
+        )
         # deterministic: the same inputs give the same filesystem UUID (and GRUB config)
-        root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{_sha(repr(baked).encode())}"))
+        root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{sha256_text(repr(baked))}"))
 
-        def boot_config() -> None:
-            rootfs.put(
-                tree, "/boot/grub/grub.cfg",
-                (
-                    "# kilonode node image: the ESP's standalone GRUB chains here.\n"
-                    "set timeout=0\nset default=0\n"
-                    "menuentry 'kilonode node' {\n"
-                    f"  linux /vmlinuz root=UUID={root_uuid} {recipe.kernel_cmdline}\n"
-                    "  initrd /initrd.img\n}\n"
-                ).encode(),
-                0o644,
-            )
-            rootfs.put(tree, "/etc/fstab", f"UUID={root_uuid} / ext4 defaults,errors=remount-ro 0 1\n".encode(), 0o644)
-            rootfs.systemctl(tree, "enable", recipe.enable_units)
-            rootfs.systemctl(tree, "disable", recipe.disable_units)
+        steps.run("boot loader config and units", lambda: _boot_config(tree, recipe, root_uuid))
 
-        steps.run("boot loader config and units", boot_config)
-
-        def hygiene() -> None:
-            rootfs.scrub_image(tree)
-            hits = rootfs.find_mirror_names(tree, mirror.mirror_hosts())
-            if hits:
-                raise rootfs.BuildError(f"the build host's mirror is named in the image: {', '.join(hits)}")
-
-        steps.run("image hygiene", hygiene)
+        steps.run("image hygiene", lambda: _hygiene(tree))
         packages = rootfs.installed_packages(tree)
         toolkit_result = next((b for b in baked.binaries if b.name == accel.TOOLKIT), None)
         raw = out / f"{name}.raw"
@@ -293,7 +213,7 @@ def build_image(
                 "name": name,
                 "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "stack": stack.name,
-                "stack_file_sha256": _sha(stack.file.read_bytes()),
+                "stack_file_sha256": sha256_file(stack.file),
                 "cluster": plan.cluster,
                 # what the image is for: a pool, or a control-plane role (ROLE_IMAGES)
                 "pool": pool.name if pool else None,
@@ -322,7 +242,7 @@ def build_image(
                     "base": inputs.base.label,
                     "packages_requested": recipe.package_list(inputs.flavour, extras),
                     "recipe_files": {
-                        f"node-image/{p.relative_to(recipe.root).as_posix()}": _sha(p.read_bytes())
+                        f"node-image/{p.relative_to(recipe.root).as_posix()}": sha256_file(p)
                         for p in sorted(recipe.root.rglob("*"))
                         # verify/ checks the image and is not part of it
                         if p.is_file() and "__pycache__" not in p.parts and not p.is_relative_to(recipe.root / "verify")
@@ -352,7 +272,7 @@ def build_image(
                 "infiniband": accel.infiniband_record(recipe, extras, packages),
                 # kilonode.gpu (agent, taint controller) where this image carries it
                 "gpu_agent": {"pythonpath": accel.AGENT_PYTHONPATH, "files": baked.agent} if baked.agent else None,
-                "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())} if user_data else None,
+                "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,
                 "pool_plan": pool.model_dump(mode="json") if pool else None,
                 "timings_s": steps.timings,
             },
@@ -362,6 +282,117 @@ def build_image(
         return BuildResult(raw, vhd, manifest.path, user_data, base.cached, steps.timings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _bake(
+    inputs: ImageInputs, recipe: Recipe, tree: Path, work: Path, runtime_config: str | None, *,
+    binaries_dir: Path | None, fetch: bool,
+) -> Baked:
+    """Everything the image adds to its base: the overlays, the rendered files, the preloaded
+    images, the pinned binaries, the NVIDIA toolkit and the GPU agent, each recorded."""
+    pool = inputs.pool
+    artefacts = _place_overlays(inputs, recipe, tree) + _place_rendered(inputs.files, tree)
+    images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
+    binaries = _place_binaries(inputs, recipe, tree, work, binaries_dir=binaries_dir, fetch=fetch)
+    toolkit_packages: dict[str, str] = {}
+    dropin: str | None = None
+    toolkit = next((b for b in binaries if b.name == accel.TOOLKIT), None)
+    if pool and toolkit and toolkit.present:
+        if runtime_config is None:
+            raise rootfs.BuildError(
+                f"pool {pool.name}: its rendered files hold no runtime configuration naming the NVIDIA "
+                "runtime (infra/render/pool.py renders one for GPU pools): the toolkit would go unused"
+            )
+        toolkit_packages = accel.install_toolkit(tree, toolkit)
+        pinned_containerd = next((b for b in binaries if b.name == "containerd" and b.present), None)
+        dropin, text = accel.runtime_dropin(
+            pool, runtime_config, pinned_containerd.path if pinned_containerd else "/usr/bin/containerd"
+        )
+        rootfs.put(tree, dropin, text.encode(), 0o644)
+        artefacts.append({"path": dropin, "sha256": sha256_text(text), "mode": "0644", "source": "build:gpu"})
+    agent = accel.copy_agent(tree) if inputs.carries_gpu_agent else []
+    artefacts += agent
+    return Baked(artefacts, images, binaries, toolkit_packages, dropin, agent)
+
+
+def _place_overlays(inputs: ImageInputs, recipe: Recipe, tree: Path) -> list[dict[str, str]]:
+    """The recipe's overlay, the role's and the extras' (node-image/gpu/rootfs, the GPU health
+    agent's unit, in GPU pools' images only), then the service users they declare."""
+    overlays = [(recipe.overlay_dir, "recipe")]
+    if inputs.role and recipe.role_overlay_dir(inputs.role).is_dir():
+        overlays.append((recipe.role_overlay_dir(inputs.role), f"recipe:{inputs.role}"))
+    overlays += [(recipe.extra_overlay_dir(e), f"recipe:{e}") for e in inputs.extras
+                 if recipe.extra_overlay_dir(e).is_dir()]
+    artefacts = []
+    placed_paths = []
+    for overlay, source in overlays:
+        for path in rootfs.copy_overlay(overlay, tree):
+            placed_paths.append(path)
+            placed = rootfs.host_path(tree, path)
+            mode = f"{placed.stat().st_mode & 0o7777:04o}"
+            artefacts.append({"path": path, "sha256": sha256_file(placed), "mode": mode, "source": source})
+    # service users the overlays declare (sysusers.d), made now: a fixed uid in the
+    # image, and the user exists before cloud-init writes files owned by it
+    rootfs.sysusers(tree, [p for p in placed_paths if p.startswith("/usr/lib/sysusers.d/")])
+    return artefacts
+
+
+def _place_rendered(files: HostFiles, tree: Path) -> list[dict[str, str]]:
+    """The pool's rendered files at their host paths (user-data stays beside the image)."""
+    artefacts = []
+    for path, rendered in sorted(files.items()):
+        if path == USER_DATA:
+            continue
+        data = rendered.content.encode()
+        rootfs.put(tree, "/" + path, data, rendered.mode)
+        artefacts.append({
+            "path": "/" + path, "sha256": sha256_bytes(data), "mode": f"{rendered.mode:04o}", "source": "render",
+        })
+    return artefacts
+
+
+def _place_binaries(
+    inputs: ImageInputs, recipe: Recipe, tree: Path, work: Path, *, binaries_dir: Path | None, fetch: bool,
+) -> list[pinned.BinaryResult]:
+    """node-image/binaries.toml's components for the image's roles, placed in the tree."""
+    pool = inputs.pool
+    catalog = pinned.load(recipe.binaries_file)
+    downloads = pinned.Downloads(work / "downloads")
+    roles = (
+        pinned.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
+        else [inputs.binaries_role]
+    )
+    binaries: list[pinned.BinaryResult] = []
+    for binaries_role in roles:
+        binaries += pinned.place_role(
+            tree, catalog, binaries_role, inputs.plan.kubernetes_version,
+            local_dir=binaries_dir, allow_fetch=fetch, downloads=downloads,
+        )
+    return binaries
+
+
+def _boot_config(tree: Path, recipe: Recipe, root_uuid: str) -> None:
+    rootfs.put(
+        tree, "/boot/grub/grub.cfg",
+        (
+            "# kilonode node image: the ESP's standalone GRUB chains here.\n"
+            "set timeout=0\nset default=0\n"
+            "menuentry 'kilonode node' {\n"
+            f"  linux /vmlinuz root=UUID={root_uuid} {recipe.kernel_cmdline}\n"
+            "  initrd /initrd.img\n}\n"
+        ).encode(),
+        0o644,
+    )
+    rootfs.put(tree, "/etc/fstab", f"UUID={root_uuid} / ext4 defaults,errors=remount-ro 0 1\n".encode(), 0o644)
+    rootfs.systemctl(tree, "enable", recipe.enable_units)
+    rootfs.systemctl(tree, "disable", recipe.disable_units)
+
+
+def _hygiene(tree: Path) -> None:
+    rootfs.scrub_image(tree)
+    hits = rootfs.find_mirror_names(tree, mirror.mirror_hosts())
+    if hits:
+        raise rootfs.BuildError(f"the build host's mirror is named in the image: {', '.join(hits)}")
 
 
 def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path, base_dir: Path) -> list[dict[str, str]]:
@@ -395,7 +426,3 @@ def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path, base_dir
             }
         )
     return entries
-
-
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

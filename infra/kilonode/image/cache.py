@@ -7,11 +7,12 @@ suite or recipe version gives a new key; stale entries are simply never read aga
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
+
+from kilonode.digest import sha256_text
 
 
 def cache_root() -> Path:
@@ -21,8 +22,7 @@ def cache_root() -> Path:
 
 def key_of(inputs: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of `inputs` (sorted keys, so order never matters)."""
-    blob = json.dumps(inputs, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()
+    return sha256_text(json.dumps(inputs, sort_keys=True, separators=(",", ":")))
 
 
 def entry(kind: str, key: str, ext: str) -> Path:
@@ -30,10 +30,3 @@ def entry(kind: str, key: str, ext: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()

@@ -9,7 +9,6 @@ owners and ordering, so the same binary gives the same archive and the same imag
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -17,6 +16,8 @@ import subprocess
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from kilonode.digest import sha256_bytes
 
 # 2000-01-01: any fixed time; archives must not change when nothing in them did.
 EPOCH = 946684800
@@ -56,14 +57,12 @@ def _tar_bytes(members: list[tuple[str, bytes, int]]) -> bytes:
     return buf.getvalue()
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def single_binary_image(image: str, binary: Path, entrypoint: str, out: Path) -> ImageArchive:
     """Write `out`: an image whose only layer holds `binary` at `entrypoint`."""
     layer = _tar_bytes([(entrypoint.lstrip("/"), binary.read_bytes(), 0o755)])
-    layer_digest = _digest(layer)
+    layer_digest = sha256_bytes(layer)
     config = json.dumps(
         {
             "architecture": "amd64",
@@ -76,7 +75,7 @@ def single_binary_image(image: str, binary: Path, entrypoint: str, out: Path) ->
         sort_keys=True,
         separators=(",", ":"),
     ).encode()
-    config_digest = _digest(config)
+    config_digest = sha256_bytes(config)
     manifest = json.dumps(
         {
             "schemaVersion": 2,
@@ -97,7 +96,7 @@ def single_binary_image(image: str, binary: Path, entrypoint: str, out: Path) ->
         sort_keys=True,
         separators=(",", ":"),
     ).encode()
-    manifest_digest = _digest(manifest)
+    manifest_digest = sha256_bytes(manifest)
     tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "latest"
     index = json.dumps(
         {
@@ -140,7 +139,7 @@ def single_binary_image(image: str, binary: Path, entrypoint: str, out: Path) ->
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(archive)
-    return ImageArchive(image=image, path=out, sha256=_digest(archive), image_id=f"sha256:{config_digest}")
+    return ImageArchive(image=image, path=out, sha256=sha256_bytes(archive), image_id=f"sha256:{config_digest}")
 
 
 def describe_archive(image: str, path: Path) -> ImageArchive:
@@ -162,4 +161,4 @@ def describe_archive(image: str, path: Path) -> ImageArchive:
     config = next(e["Config"] for e in entries if image in (e.get("RepoTags") or []))
     config_digest = config.rsplit("/", 1)[-1].removesuffix(".json")
     data = path.read_bytes()
-    return ImageArchive(image=image, path=path, sha256=_digest(data), image_id=f"sha256:{config_digest}")
+    return ImageArchive(image=image, path=path, sha256=sha256_bytes(data), image_id=f"sha256:{config_digest}")

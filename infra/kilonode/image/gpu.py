@@ -17,7 +17,6 @@ module does the rest of the build for them, on the unpacked tree:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import kilonode.gpu
+from kilonode.digest import sha256_bytes, sha256_file
 from kilonode.image import binaries as pinned
 from kilonode.image.recipe import Extra, Recipe
 from kilonode.image.rootfs import BuildError, host_path, put
@@ -191,8 +191,7 @@ def copy_agent(tree: Path) -> list[dict[str, str]]:
         *((f"{AGENT_PACKAGE_DIR}/{p.name}", p.read_bytes()) for p in files),
     ]:
         put(tree, path, data, 0o644)
-        sha = hashlib.sha256(data).hexdigest()
-        entries.append({"path": path, "sha256": sha, "mode": "0644", "source": "kilonode.gpu"})
+        entries.append({"path": path, "sha256": sha256_bytes(data), "mode": "0644", "source": "kilonode.gpu"})
     return entries
 
 
@@ -211,7 +210,7 @@ def _files(tree: Path, pattern: str) -> list[dict[str, str]]:
         if path.is_file() and not path.is_symlink():
             entries.append({
                 "path": "/" + path.relative_to(tree).as_posix(),
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                "sha256": sha256_file(path),
             })
     return entries
 

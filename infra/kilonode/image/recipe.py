@@ -6,12 +6,12 @@ cache inputs from it.
 
 from __future__ import annotations
 
-import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from kilonode.digest import sha256_file
 from kilonode.paths import NODE_IMAGE_DIR
 
 Runtime = Literal["docker", "containerd"]
@@ -121,14 +121,14 @@ class Recipe:
             "flavour": flavour,
             "packages": self.package_list(flavour, extras),
             "package_files": {
-                name: sha256_text(self.package_files[name]) for name in ("base", flavour)
+                name: sha256_file(self.package_files[name]) for name in ("base", flavour)
             },
             "sources_sha256": sources_sha256,
         }
         if extras:
             inputs["extras"] = {
                 e: {
-                    "package_file": sha256_text(self.extras[e].package_file),
+                    "package_file": sha256_file(self.extras[e].package_file),
                     "components": list(self.extras[e].components),
                     "dkms_modules": list(self.extras[e].dkms_modules),
                 }
@@ -161,8 +161,6 @@ def read_list(path: Path) -> list[str]:
     return names
 
 
-def sha256_text(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _extra(root: Path, name: str, table: dict[str, Any]) -> ExtraSpec:

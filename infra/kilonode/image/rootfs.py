@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kilonode.digest import sha256_file, sha256_text
 from kilonode.image import cache, mirror
 from kilonode.image.recipe import FLAVOURS, BaseSpec, Extra, Recipe
 
@@ -96,11 +97,11 @@ def base_rootfs(recipe: Recipe, spec: BaseSpec, log: Callable[[str], None]) -> B
         derive_sources(host_sources.read_text(), recipe.components(extras)) if extras else None
     )
     sources_sha = (
-        hashlib.sha256(sources_text.encode()).hexdigest() if sources_text is not None
-        else cache.sha256_file(host_sources)
+        sha256_text(sources_text) if sources_text is not None
+        else sha256_file(host_sources)
     )
     inputs = recipe.base_inputs(
-        spec.flavour, sources_sha, extras, hook_sha256=hashlib.sha256(hook.encode()).hexdigest() if extras else ""
+        spec.flavour, sources_sha, extras, hook_sha256=sha256_text(hook) if extras else ""
     )
     key = cache.key_of(inputs)
     tarball = cache.entry("rootfs", key, "tar")

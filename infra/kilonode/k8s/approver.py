@@ -18,6 +18,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
 
 APP = "kubelet-csr-approver"
@@ -88,12 +89,12 @@ class ServingCertApprover(pulumi.ComponentResource):
                 selector=meta.v1.LabelSelectorArgs(match_labels={"app.kubernetes.io/name": APP}),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        priority_class_name="system-cluster-critical",
+                    spec=system_pod_spec(
+                        "cluster",
+                        service_account=account,
                         # Nodes run without a serving certificate until this runs: it must
                         # land on any node, tainted GPU nodes included.
-                        tolerations=[core.v1.TolerationArgs(operator="Exists")],
+                        tolerations=tolerate_every_taint(),
                         security_context=core.v1.PodSecurityContextArgs(run_as_non_root=True, run_as_user=65532),
                         containers=[core.v1.ContainerArgs(
                             name=APP,

@@ -67,8 +67,9 @@ from pulumi_kubernetes import apps, core, meta, policy, rbac
 from kilonode.config.catalog import vm_size
 from kilonode.gpu import protocol
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME, UNINITIALIZED_TAINT
+from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME
 from kilonode.k8s.gpu import POOL_LABEL
+from kilonode.k8s.pods import system_pod_spec, tolerate_uninitialized_nodes
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, NodeGroup, NodePoolPlan
 
@@ -345,20 +346,14 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 selector=meta.v1.LabelSelectorArgs(match_labels=selector),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=labels),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        # upstream's chart: the cluster's own capacity depends on it
-                        priority_class_name="system-cluster-critical",
+                    spec=system_pod_spec(
+                        "cluster",  # upstream's chart: the cluster's own capacity depends on it
+                        service_account=account,
                         # as cloud-controller-manager: the control-plane VMs run no kubelet, so
                         # it runs on pool nodes, on the host network, where the instance
                         # metadata service gives the identity's token (upstream's MSI example too)
                         host_network=True,
-                        tolerations=[
-                            core.v1.TolerationArgs(key=UNINITIALIZED_TAINT, operator="Exists", effect="NoSchedule"),
-                            core.v1.TolerationArgs(key="node.kubernetes.io/not-ready", operator="Exists",
-                                                   effect="NoSchedule"),
-                            core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists"),
-                        ],
+                        tolerations=tolerate_uninitialized_nodes(),
                         # Preferably off the nodes it may remove: a node it runs on is one whose
                         # removal restarts it (a kube-system pod with a PDB: evictable, not pinned).
                         affinity=core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(

@@ -31,6 +31,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec, tolerate_critical_addons, tolerate_uninitialized_nodes
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
 
@@ -38,7 +39,6 @@ CCM = "cloud-controller-manager"
 CNM = "cloud-node-manager"
 CONFIG_NAME = "azure-cloud-provider"
 CONFIG_DIR = "/etc/kubernetes/cloud-config"
-UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 
 
 @dataclass(frozen=True)
@@ -215,19 +215,14 @@ class CloudProvider(pulumi.ComponentResource):
                 selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=ccm_labels),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=accounts[CCM].metadata.name,
-                        priority_class_name="system-node-critical",
+                    spec=system_pod_spec(
+                        "node",
+                        service_account=accounts[CCM],
                         # before any CNI or Service works, and to reach the instance metadata
                         # service for the identity's token
                         host_network=True,
-                        tolerations=[
-                            # it must run on a node not yet initialized: the first node is one
-                            core.v1.TolerationArgs(key=UNINITIALIZED_TAINT, operator="Exists", effect="NoSchedule"),
-                            core.v1.TolerationArgs(key="node.kubernetes.io/not-ready", operator="Exists",
-                                                   effect="NoSchedule"),
-                            core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists"),
-                        ],
+                        # it must run on a node not yet initialized: the first node is one
+                        tolerations=tolerate_uninitialized_nodes(),
                         # the two replicas on different nodes (the chart's spread constraint)
                         topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
                             max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="DoNotSchedule",
@@ -285,13 +280,13 @@ class CloudProvider(pulumi.ComponentResource):
                         labels=cnm_labels,
                         annotations={"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"},
                     ),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=accounts[CNM].metadata.name,
-                        priority_class_name="system-node-critical",
+                    spec=system_pod_spec(
+                        "node",
+                        service_account=accounts[CNM],
                         host_network=True,  # the node's own hostname and instance metadata
                         node_selector={"kubernetes.io/os": "linux"},
                         tolerations=[
-                            core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists"),
+                            *tolerate_critical_addons(),
                             core.v1.TolerationArgs(operator="Exists", effect="NoExecute"),
                             core.v1.TolerationArgs(operator="Exists", effect="NoSchedule"),
                         ],

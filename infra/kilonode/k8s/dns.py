@@ -11,6 +11,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec, tolerate_critical_addons
 from kilonode.plan import defaults
 
 APP = "kube-dns"  # the label every DNS client and NetworkPolicy expects
@@ -96,11 +97,11 @@ class ClusterDns(pulumi.ComponentResource):
                     rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        priority_class_name="system-cluster-critical",
+                    spec=system_pod_spec(
+                        "cluster",
+                        service_account=account,
                         dns_policy="Default",  # CoreDNS itself resolves through the node
-                        tolerations=[core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists")],
+                        tolerations=tolerate_critical_addons(),
                         # Field notes (2,500 nodes): one replica per VM, never packed.
                         affinity=core.v1.AffinityArgs(pod_anti_affinity=core.v1.PodAntiAffinityArgs(
                             required_during_scheduling_ignored_during_execution=[core.v1.PodAffinityTermArgs(

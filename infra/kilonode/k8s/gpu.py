@@ -31,6 +31,7 @@ from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.gpu import protocol
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan
 
@@ -162,9 +163,8 @@ class DevicePlugin(pulumi.ComponentResource):
                         max_unavailable=defaults.DEVICE_PLUGIN_MAX_UNAVAILABLE)),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=labels),
-                    spec=core.v1.PodSpecArgs(
-                        # upstream: a critical add-on, rescheduled first after a failure
-                        priority_class_name="system-node-critical",
+                    spec=system_pod_spec(
+                        "node",  # upstream: a critical add-on, rescheduled first after a failure
                         affinity=device_plugin_affinity(args.pools),
                         tolerations=device_plugin_tolerations(),
                         containers=[core.v1.ContainerArgs(

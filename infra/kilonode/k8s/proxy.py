@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import yaml
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
+from kilonode.yamlio import plain_yaml
 
 LABELS = {"k8s-app": "kube-proxy", "app.kubernetes.io/managed-by": "kilonode"}
 CONFIG_DIR = "/var/lib/kube-proxy"
@@ -79,8 +80,8 @@ class KubeProxy(pulumi.ComponentResource):
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
             data={
-                "config.conf": yaml.safe_dump(proxy_config(), sort_keys=False),
-                "kubeconfig.conf": yaml.safe_dump(proxy_kubeconfig(args.endpoint), sort_keys=False),
+                "config.conf": plain_yaml(proxy_config()),
+                "kubeconfig.conf": plain_yaml(proxy_kubeconfig(args.endpoint)),
             },
             opts=child,
         )
@@ -95,11 +96,11 @@ class KubeProxy(pulumi.ComponentResource):
                         max_unavailable=defaults.KUBE_PROXY_MAX_UNAVAILABLE)),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        priority_class_name="system-node-critical",
+                    spec=system_pod_spec(
+                        "node",
+                        service_account=account,
                         host_network=True,
-                        tolerations=[core.v1.TolerationArgs(operator="Exists")],
+                        tolerations=tolerate_every_taint(),
                         containers=[core.v1.ContainerArgs(
                             name="kube-proxy",
                             image=defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=args.kubernetes_version),

@@ -54,8 +54,10 @@ import yaml
 from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pods import system_pod_spec
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
+from kilonode.yamlio import plain_yaml
 
 # What a job names (docs/gang-scheduling.md).
 GANG_SCHEDULER_NAME = "kilonode-gang"
@@ -328,7 +330,7 @@ class GangScheduler(pulumi.ComponentResource):
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=SCHEDULER, namespace=KUBE_SYSTEM, labels=_labels(SCHEDULER)),
-            data={CONFIG_FILE: yaml.safe_dump(scheduler_config(args.gpu), sort_keys=False)},
+            data={CONFIG_FILE: plain_yaml(scheduler_config(args.gpu))},
             opts=child,
         )
         scheduler_probe = core.v1.HTTPGetActionArgs(path="/healthz", port=SCHEDULER_PORT, scheme="HTTPS")
@@ -385,10 +387,10 @@ class GangScheduler(pulumi.ComponentResource):
                     rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=_labels(app)),
-                    spec=core.v1.PodSpecArgs(
-                        service_account_name=account.metadata.name,
-                        # placed by the default scheduler (no schedulerName): it must not wait for itself
-                        priority_class_name="system-cluster-critical",
+                    # placed by the default scheduler (no schedulerName): it must not wait for itself
+                    spec=system_pod_spec(
+                        "cluster",
+                        service_account=account,
                         affinity=_anti_affinity(app),
                         containers=[container],
                         volumes=volumes,

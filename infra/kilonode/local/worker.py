@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import os
 import shlex
 import shutil
@@ -41,6 +40,7 @@ from typing import Any
 
 import paramiko
 
+from kilonode.digest import sha256_file, sha256_text
 from kilonode.image import binaries as pinned
 from kilonode.image import cache, mirror
 from kilonode.image.build import ImageInputs, build_image, image_name
@@ -153,7 +153,7 @@ def release_units(pool: NodePoolPlan) -> list[str]:
 
 def _tree_hashes(root: Path, suffixes: tuple[str, ...] | None = None) -> dict[str, str]:
     return {
-        p.relative_to(root).as_posix(): cache.sha256_file(p)
+        p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
         if p.is_file() and "__pycache__" not in p.parts and (suffixes is None or p.suffix in suffixes)
     }
@@ -198,21 +198,21 @@ def image_key(inputs: ImageInputs) -> str:
         if item.source == "archive" and item.archive:
             path = Path(item.archive)
             path = path if path.is_absolute() else inputs.project_dir / path
-            archives[item.image] = cache.sha256_file(path) if path.is_file() else f"missing: {path}"
+            archives[item.image] = sha256_file(path) if path.is_file() else f"missing: {path}"
     try:
-        sources: str | None = cache.sha256_file(mirror.sources_file())
+        sources: str | None = sha256_file(mirror.sources_file())
     except FileNotFoundError:
         sources = None  # the build says what to do about it, if it has to run
     return cache.key_of({
         "name": image_name(inputs.stack, inputs.target),
         "recipe": _tree_hashes(recipe.root),
         "code": {
-            "image": {p.name: cache.sha256_file(p) for p in build_modules()},
+            "image": {p.name: sha256_file(p) for p in build_modules()},
             "gpu": _tree_hashes(PACKAGE_DIR / "gpu", (".py", ".toml")),
         },
         "pool": pool.model_dump(mode="json"),
         "kubernetes_version": inputs.plan.kubernetes_version,
-        "files": {path: [f.mode, hashlib.sha256(f.content.encode()).hexdigest()] for path, f in inputs.files.items()},
+        "files": {path: [f.mode, sha256_text(f.content)] for path, f in inputs.files.items()},
         "archives": archives,
         "apt_sources": sources,
     })

@@ -33,10 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-import yaml
-
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
+from kilonode.yamlio import plain_yaml
 
 # ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
 # an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
@@ -326,7 +325,7 @@ def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None
         credentials = {"token": token}
     else:
         raise ValueError("a kubeconfig needs a client certificate and key, or a token")
-    return yaml.safe_dump({
+    return plain_yaml({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "kilonode", "cluster": {
@@ -335,4 +334,4 @@ def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "kilonode", "context": {"cluster": "kilonode", "user": user}}],
         "current-context": "kilonode",
-    }, sort_keys=False)
+    })

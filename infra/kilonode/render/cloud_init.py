@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from kilonode.config.model import LocalDiskConfig
-from kilonode.render.common import GENERATED, to_yaml
+from kilonode.render.common import GENERATED
 from kilonode.render.files import USER_DATA, HostFiles
+from kilonode.yamlio import block_yaml
 
 LOCAL_SSD_LABEL = "kn-local-ssd"
 
@@ -70,4 +71,4 @@ def user_data(
         "runcmd": runcmd,
     }
     header = f"#cloud-config\n# {GENERATED}\n# Role: {role}\n"
-    return header + to_yaml(document)
+    return header + block_yaml(document)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from kilonode.config.model import ClusterConfig
 from kilonode.plan.model import ClusterPlan
-from kilonode.render.common import GENERATED, to_yaml
+from kilonode.render.common import GENERATED
 from kilonode.render.control_plane import render_apiserver
 from kilonode.render.etcd import render_etcd_member
 from kilonode.render.files import HostFiles, RenderedFile
 from kilonode.render.pool import render_pool
+from kilonode.yamlio import block_yaml
 
 CONFIG_FILE = "config.yaml"
 PLAN_FILE = "plan.yaml"
@@ -35,10 +36,10 @@ def render_tree(config: ClusterConfig, plan: ClusterPlan) -> dict[str, RenderedF
     tree = {
         CONFIG_FILE: RenderedFile(
             f"# The fully defaulted config. {GENERATED}\n"
-            + to_yaml(config.model_dump(mode="json", by_alias=True))
+            + block_yaml(config.model_dump(mode="json", by_alias=True))
         ),
         PLAN_FILE: RenderedFile(
-            f"# The resolved plan. {GENERATED}\n" + to_yaml(plan.model_dump(mode="json", by_alias=True))
+            f"# The resolved plan. {GENERATED}\n" + block_yaml(plan.model_dump(mode="json", by_alias=True))
         ),
     }
     for host, files in render_cluster(plan).items():

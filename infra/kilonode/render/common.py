@@ -8,7 +8,6 @@ from functools import cache
 from typing import Any
 
 import jinja2
-import yaml
 
 from kilonode.paths import TEMPLATES_DIR
 
@@ -52,22 +51,6 @@ def systemd_exec(binary: str, flags: Iterable[Flag]) -> str:
             raise ValueError(f"flag {name} has whitespace or quotes, which ExecStart would split: {text!r}")
         lines.append(text)
     return " \\\n    ".join(lines)
-
-
-class _BlockDumper(yaml.SafeDumper):
-    """Multi-line strings as literal blocks, so embedded files stay readable in diffs."""
-
-
-def _str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in data else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
-
-
-_BlockDumper.add_representer(str, _str)
-
-
-def to_yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False, width=100)
 
 
 def to_json(data: Mapping[str, Any] | list[Any]) -> str:

@@ -7,8 +7,9 @@ from typing import Any
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
 from kilonode.render.cloud_init import user_data
-from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_yaml
+from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.yamlio import block_yaml
 
 BIN = "/usr/local/bin"
 UNIT_TEMPLATE = "etc/systemd/system/kube-control-plane.service"
@@ -163,7 +164,7 @@ def scheduler_config(plan: ClusterPlan) -> str:
             }],
         }],
     }
-    return f"# {GENERATED}\n" + to_yaml(config)
+    return f"# {GENERATED}\n" + block_yaml(config)
 
 
 def authentication_config(plan: ClusterPlan) -> str:
@@ -174,7 +175,7 @@ def authentication_config(plan: ClusterPlan) -> str:
         "kind": "AuthenticationConfiguration",
         "anonymous": {"enabled": True, "conditions": [{"path": path} for path in ANONYMOUS_PATHS]},
     }
-    return f"# {GENERATED}\n" + to_yaml(config)
+    return f"# {GENERATED}\n" + block_yaml(config)
 
 
 def audit_policy() -> str:
@@ -190,7 +191,7 @@ def audit_policy() -> str:
             {"level": "Metadata"},
         ],
     }
-    return f"# {GENERATED}\n" + to_yaml(policy)
+    return f"# {GENERATED}\n" + block_yaml(policy)
 
 
 def gpu_health_controller_unit() -> RenderedFile:

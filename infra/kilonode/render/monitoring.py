@@ -45,7 +45,8 @@ from urllib.parse import urlsplit
 from kilonode.gpu import protocol
 from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
-from kilonode.render.common import GENERATED, to_yaml
+from kilonode.render.common import GENERATED
+from kilonode.yamlio import block_yaml
 
 # The two files, as the ConfigMap's keys and the names docs/monitoring.md mounts them under.
 RULES_FILE = "kilonode-rules.yaml"
@@ -433,7 +434,7 @@ def alert_rules(plan: ClusterPlan) -> str:
     header = (f"# {GENERATED}\n"
               f"# Alert and recording rules for cluster {plan.cluster} (kilonode.render.monitoring); how to load\n"
               f"# them and what each alert asks of you: {RUNBOOK_DOC}.\n")
-    return header + to_yaml({"groups": [group.data() for group in rule_groups(plan)]})
+    return header + block_yaml({"groups": [group.data() for group in rule_groups(plan)]})
 
 
 # --- scrape configuration -------------------------------------------------------------------
@@ -604,7 +605,7 @@ def scrape_config(plan: ClusterPlan) -> str:
     ]
     for job in scrape_jobs(plan):
         lines += [f"# {line}" for line in job.comment]
-        lines.append(to_yaml([job.config]).rstrip("\n"))
+        lines.append(block_yaml([job.config]).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 

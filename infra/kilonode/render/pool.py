@@ -11,8 +11,9 @@ from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 from kilonode.render import cni
 from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
-from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json, to_yaml
+from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.yamlio import block_yaml
 
 KUBELET_BINARY = "/usr/local/bin/kubelet"
 CRI_DOCKERD_BINARY = "/usr/local/bin/cri-dockerd"
@@ -193,7 +194,7 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
     }
     if pool.taints:
         config["registerWithTaints"] = [_taint(t) for t in pool.taints]
-    return f"# {GENERATED}\n" + to_yaml(config)
+    return f"# {GENERATED}\n" + block_yaml(config)
 
 
 def _taint(text: str) -> dict[str, str]:

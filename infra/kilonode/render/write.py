@@ -9,13 +9,13 @@ user's files with it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from kilonode.digest import sha256_file, sha256_text
 from kilonode.render.files import RenderedFile
 
 MARKER = ".kilonode-render.json"
@@ -27,10 +27,6 @@ class OutputDirError(Exception):
     pass
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def with_marker(tree: dict[str, RenderedFile], stack: str) -> dict[str, RenderedFile]:
     """The tree plus its marker: what `write_tree` writes, and what the goldens hold."""
     marker = {
@@ -38,7 +34,7 @@ def with_marker(tree: dict[str, RenderedFile], stack: str) -> dict[str, Rendered
         "stack": stack,
         "note": "written by `kilonode render`; the next render replaces this directory only if it holds "
                 "exactly these files, unchanged (or with --force)",
-        "files": {path: _sha256(file.content) for path, file in sorted(tree.items())},
+        "files": {path: sha256_text(file.content) for path, file in sorted(tree.items())},
     }
     return {**tree, MARKER: RenderedFile(json.dumps(marker, indent=2) + "\n")}
 
@@ -85,7 +81,7 @@ def _check_replaceable(out: Path, stack: str, force: bool) -> None:
                 continue
             if rel not in written:
                 extra.append(rel)
-            elif hashlib.sha256((out / rel).read_bytes()).hexdigest() != written[rel]:
+            elif sha256_file(out / rel) != written[rel]:
                 changed.append(rel)
     if extra:
         problems.append(f"it holds {len(extra)} file(s) the last render did not write: {_named(sorted(extra))}")

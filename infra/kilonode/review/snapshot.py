@@ -19,11 +19,12 @@ problems instead.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from kilonode.digest import sha256_text
 
 FORMAT = 1
 SECRET = "[secret]"
@@ -31,7 +32,7 @@ SECRET = "[secret]"
 
 def _digest(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return f"[secret sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]}]"
+    return f"[secret sha256:{sha256_text(text)[:12]}]"
 
 
 def _with_digests(masked: Any, plain: Any) -> Any:

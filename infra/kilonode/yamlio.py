@@ -1,0 +1,78 @@
+"""Every YAML kilonode writes, with the options each kind needs, in one place.
+
+- `block_yaml`: files people read in diffs (rendered configs, goldens, cloud-config parts):
+  key order kept, block style, multi-line strings as literal blocks.
+- `plain_yaml`: documents a program reads (kubeconfigs, component configs): PyYAML's safe
+  dump, key order kept.
+- `flow_yaml`: one value on one line (the stack reference's defaults).
+- `roundtrip_yaml`: the stack file's own round-trip reader and writer, which keeps its
+  comments, quotes and layout (`kilonode allocate` records values in it).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from ruamel.yaml import YAML
+
+READABLE_WIDTH = 100  # where PyYAML folds long plain strings in block_yaml's output
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks, so embedded files stay readable in diffs."""
+
+
+# libyaml's emitter where PyYAML was built with it: the custom data of a big cluster is many
+# dumps (one per host)
+_CSafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _FastBlockDumper(_CSafeDumper):  # type: ignore[valid-type,misc]
+    """_BlockDumper on libyaml's emitter."""
+
+
+_BlockDumper.add_representer(str, _str)
+_FastBlockDumper.add_representer(str, _str)
+
+
+def block_yaml(data: Any, width: int | None = READABLE_WIDTH, *, fast: bool = False) -> str:
+    """Block style, key order kept, multi-line strings as `|` blocks. `width=None` is
+    PyYAML's own default (80); `fast` takes libyaml's emitter when present (the cloud-config
+    files part, written so from the start)."""
+    dumper = _FastBlockDumper if fast else _BlockDumper
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=False, width=width)
+
+
+def plain_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def flow_yaml(data: Any) -> str:
+    """`data` on one line in flow style (no document end marker): `{a: 1, b: [x, y]}`."""
+    return yaml.safe_dump(data, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+
+
+def roundtrip_yaml() -> YAML:
+    """ruamel's round-trip YAML in the stacks' style: comments, key order, flow maps and
+    quotes survive; "  - name: x" indentation. Imported here: only `allocate` needs it."""
+    from ruamel.yaml import YAML
+
+    document_yaml = YAML()
+    document_yaml.preserve_quotes = True
+    document_yaml.width = 4096
+    document_yaml.indent(mapping=2, sequence=4, offset=2)
+    return document_yaml
+
+
+def roundtrip_dump(document_yaml: YAML, document: Any) -> str:
+    buffer = io.StringIO()
+    document_yaml.dump(document, buffer)
+    return buffer.getvalue()
