@@ -15,7 +15,7 @@ import typer
 from kilonode.cli.common import die, out
 
 if TYPE_CHECKING:
-    from kilonode.gpu.rules import Finding
+    from kilonode.node.gpu.rules import Finding
 
 def gpu_health(
     source: Annotated[
@@ -51,9 +51,9 @@ def gpu_health(
     """
     from dataclasses import replace
 
-    from kilonode.gpu import active as active_check
-    from kilonode.gpu.readings import UnusableInput, read_dir
-    from kilonode.gpu.rules import evaluate
+    from kilonode.node.gpu import active as active_check
+    from kilonode.node.gpu.readings import UnusableInput, read_dir
+    from kilonode.node.gpu.rules import evaluate
 
     try:
         readings = read_dir(source)
@@ -86,7 +86,7 @@ def gpu_health(
 
 def _dry_run(findings: list[Finding]) -> list[str]:
     """What the agent would report for these findings, and what the controller would do."""
-    from kilonode.gpu import agent, controller, protocol
+    from kilonode.node.gpu import agent, controller, protocol
 
     at = protocol.now()
     report = agent.decide(agent.State("recorded"), findings, "", at, "NODE")

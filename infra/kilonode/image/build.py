@@ -32,6 +32,7 @@ from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
 from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, extras_for, load_recipe
+from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP, NodeProgram
 from kilonode.plan import ClusterPlan
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import USER_DATA, HostFiles
@@ -83,7 +84,8 @@ class Baked:
     binaries: list[pinned.BinaryResult]
     toolkit_packages: dict[str, str] = field(default_factory=dict)
     runtime_dropin: str | None = None  # the NVIDIA runtime drop-in, written with the toolkit only
-    agent: list[dict[str, str]] = field(default_factory=list)  # kilonode.gpu's files, where copied
+    # the GPU health package's files (kilonode.gpu on the node), where the image carries it
+    agent: list[dict[str, str]] = field(default_factory=list)
 
 
 def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
@@ -139,6 +141,12 @@ class ImageInputs:
     def carries_gpu_agent(self) -> bool:
         """GPU pools run the health agent; the apiservers run its taint controller."""
         return "gpu" in self.extras or self.role == CONTROL_PLANE_IMAGE
+
+    @property
+    def node_programs(self) -> tuple[NodeProgram, ...]:
+        """The node programs the image carries (kilonode.node.ship): the local-disk setup in
+        every image, the GPU health package where it runs."""
+        return (LOCAL_DISK_SETUP, *((GPU_HEALTH,) if self.carries_gpu_agent else ()))
 
 
 def role_inputs(stack: Stack, plan: ClusterPlan, role: str, project_dir: Path) -> ImageInputs:
@@ -196,6 +204,8 @@ def build_image(
                     artefacts.append(
                         {"path": path, "sha256": _sha(placed.read_bytes()), "mode": mode, "source": source}
                     )
+            shipped = {program: rootfs.place_program(tree, program) for program in inputs.node_programs}
+            artefacts += [entry for entries in shipped.values() for entry in entries]
             # service users the overlays declare (sysusers.d), made now: a fixed uid in the
             # image, and the user exists before cloud-init writes files owned by it
             rootfs.sysusers(tree, [p for p in placed_paths if p.startswith("/usr/lib/sysusers.d/")])
@@ -236,9 +246,7 @@ def build_image(
                 )
                 rootfs.put(tree, dropin, text.encode(), 0o644)
                 artefacts.append({"path": dropin, "sha256": _sha(text.encode()), "mode": "0644", "source": "build:gpu"})
-            agent = accel.copy_agent(tree) if inputs.carries_gpu_agent else []
-            artefacts += agent
-            return Baked(artefacts, images, binaries, toolkit_packages, dropin, agent)
+            return Baked(artefacts, images, binaries, toolkit_packages, dropin, shipped.get(GPU_HEALTH, []))
 
         baked = steps.run("bake artefacts and preloaded images", customise)
         # deterministic: the same inputs give the same filesystem UUID (and GRUB config)
@@ -350,7 +358,7 @@ def build_image(
                 ) if pool else None,
                 "infiniband": accel.infiniband_record(recipe, extras, packages),
                 # kilonode.gpu (agent, taint controller) where this image carries it
-                "gpu_agent": {"pythonpath": accel.AGENT_PYTHONPATH, "files": baked.agent} if baked.agent else None,
+                "gpu_agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": baked.agent} if baked.agent else None,
                 "user_data": {"file": user_data.name, "sha256": _sha(user_data.read_bytes())} if user_data else None,
                 "pool_plan": pool.model_dump(mode="json") if pool else None,
                 "timings_s": steps.timings,

@@ -65,10 +65,10 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.config.catalog import vm_size
-from kilonode.gpu import protocol
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME, UNINITIALIZED_TAINT
 from kilonode.k8s.gpu import POOL_LABEL
+from kilonode.node.gpu import protocol
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, NodeGroup, NodePoolPlan
 
