@@ -25,12 +25,12 @@ import pytest
 
 from kilonode.cli.image import image_inputs
 from kilonode.image import gpu as accel
-from kilonode.node.ship import GPU_HEALTH
 from kilonode.image.build import BuildResult, build_image
 from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
 from kilonode.image.recipe import load_recipe
 from kilonode.image.verify import VerifyReport, verify_image
+from kilonode.node.ship import GPU_HEALTH
 from tests.conftest import module_workdir
 
 pytestmark = pytest.mark.slow

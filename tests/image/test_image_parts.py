@@ -440,7 +440,8 @@ def test_the_toolkit_tarball_must_hold_its_four_packages(tmp_path: Path) -> None
 def test_the_node_programs_are_placed_where_ship_says(tmp_path: Path) -> None:
     entries = rootfs.place_program(tmp_path, GPU_HEALTH)
     paths = {e["path"] for e in entries}
-    expected = {f"{GPU_HEALTH.machine_path}/{p.name}" for p in GPU_HEALTH.path.iterdir() if p.suffix in (".py", ".toml")}
+    shipped = [p for p in GPU_HEALTH.path.iterdir() if p.suffix in (".py", ".toml")]
+    expected = {f"{GPU_HEALTH.machine_path}/{p.name}" for p in shipped}
     assert paths == expected | {f"{GPU_HEALTH.pythonpath}/kilonode/__init__.py"}
     assert any(p.endswith(".toml") for p in paths)
     # the node's python3, not this virtualenv: only the standard library (numpy is imported by
