@@ -196,7 +196,7 @@ class Client:
     def watch(self, path: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         """Watch events from `resource_version`, for at most timeout_s (the server ends the
         watch; the socket timeout is longer)."""
-        query = urllib.parse.urlencode({"watch": "1", "resourceVersion": resource_version,
+        query = urllib.parse.urlencode({"watch": "true", "resourceVersion": resource_version,
                                         "timeoutSeconds": str(timeout_s), "allowWatchBookmarks": "true"})
         connection = self._connection(timeout_s + self.timeout)
         try:
