@@ -47,7 +47,7 @@ def gpu_health(
     and generation while busy; inactive NVLink links; Xid events classified by NVIDIA's Xid
     catalogue (an application's fault is reported, not acted on); the active check's GEMM
     throughput, correctness and memory bandwidth against the model's floors. Thresholds and
-    the catalogue are data in infra/gpu/, each with its source.
+    the catalogue are data in kilonode/node/gpu/, each with its source.
     """
     from dataclasses import replace
 
