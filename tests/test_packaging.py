@@ -87,12 +87,12 @@ def test_the_image_commands_find_their_recipe_and_suite(installed: Path, tmp_pat
 
 
 def test_the_gpu_health_rules_and_their_data_ship_in_the_wheel(installed: Path, tmp_path: Path) -> None:
-    fixtures = Path(__file__).with_name("gpu") / "fixtures" / "h100-80gb-hbm3"
+    fixtures = Path(__file__).parent / "node" / "gpu" / "fixtures" / "h100-80gb-hbm3"
     node = tmp_path / "node"
     shutil.copytree(fixtures, node)
     log = node / "dmesg-xid.txt"
     log.chmod(0o644)
-    # an Xid needs the catalogue (kilonode/gpu/xid_catalog.toml) from the wheel
+    # an Xid needs the catalogue (kilonode/node/gpu/xid_catalog.toml) from the wheel
     log.write_text(log.read_text() + "[ 9.0] NVRM: Xid (PCI:0000:00:06): 79, GPU has fallen off the bus.\n")
     checked = run([str(installed / "kilonode"), "gpu-health", "--from", str(node), "--expect-gpus", "1"], cwd=tmp_path)
     assert checked.returncode == 1, checked.stdout + checked.stderr

@@ -18,7 +18,7 @@ import pytest
 from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs, backup_account_name
 from kilonode.azure.graph import Graph
 from kilonode.azure.mockplan import MOCK_SUBSCRIPTION, run_program
-from kilonode.paths import TEMPLATES_DIR
+from kilonode.node.ship import ETCD_SNAPSHOT
 from kilonode.plan import defaults
 from tests.azure.conftest import mock_id
 from tests.azure.sdk_inputs import problems
@@ -146,9 +146,8 @@ def test_the_delivered_file_is_what_the_snapshot_script_reads(graph: Graph) -> N
                      "container": defaults.ETCD_SNAPSHOT_CONTAINER,
                      "clientId": "mock-client-id:local-etcd-backup-identity"}
     assert graph.outputs["identityId"] == mock_id(one(graph, IDENTITY))
-    # the script (templates/usr/local/lib/kilonode/etcd_snapshot.py) builds its blob URLs from it
-    spec = importlib.util.spec_from_file_location("etcd_snapshot_for_backup",
-                                                  TEMPLATES_DIR / "usr/local/lib/kilonode/etcd_snapshot.py")
+    # the script (kilonode/node/etcd_snapshot.py) builds its blob URLs from it
+    spec = importlib.util.spec_from_file_location("etcd_snapshot_for_backup", ETCD_SNAPSHOT.path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

@@ -8,9 +8,11 @@ shared ARP table the first half would shrink to the kernel's defaults."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import errno
 import json
+import re
 import socket
 import struct
 import subprocess
@@ -24,6 +26,7 @@ import pytest
 
 from kilonode.image import arp_lesson, verify
 from kilonode.image.arp_lesson import Lesson
+from kilonode.node import arp_guest
 
 # What this machine's kernel (6.18) printed for the two halves, trimmed (log lines: 10 of the
 # ratelimited "overflow" lines, kept as two).
@@ -63,7 +66,7 @@ def lesson(**changes: Any) -> Lesson:
 
 
 def test_newneigh_is_an_exclusive_create_of_a_stale_ipv4_entry() -> None:
-    message = arp_lesson.newneigh(7, 42, arp_lesson.address(0), arp_lesson.lladdr(0), ack=False)
+    message = arp_guest.newneigh(7, 42, arp_guest.address(0), arp_guest.lladdr(0), ack=False)
     length, kind, flags, seq, pid = struct.unpack_from("=IHHII", message)
     assert (length, kind, seq, pid) == (len(message), 28, 7, 0)  # RTM_NEWNEIGH
     assert len(message) == 48 and len(message) % 4 == 0
@@ -72,19 +75,19 @@ def test_newneigh_is_an_exclusive_create_of_a_stale_ipv4_entry() -> None:
     assert (family, ifindex, state, ndm_flags) == (socket.AF_INET, 42, 0x04, 0)  # NUD_STALE, not PERMANENT
     assert message[28:36] == struct.pack("=HH", 8, 1) + bytes((10, 250, 0, 2))  # NDA_DST
     assert message[36:46] == struct.pack("=HH", 10, 2) + bytes((2, 0, 0, 0, 0, 0))  # NDA_LLADDR
-    acked = arp_lesson.newneigh(7, 42, arp_lesson.address(0), arp_lesson.lladdr(0), ack=True)
+    acked = arp_guest.newneigh(7, 42, arp_guest.address(0), arp_guest.lladdr(0), ack=True)
     assert struct.unpack_from("=H", acked, 6)[0] == flags | 0x4
 
 
 def test_addresses_fill_the_slash_16_without_its_network_link_or_broadcast_address() -> None:
-    first, last = arp_lesson.address(0), arp_lesson.address(arp_lesson.MAX_ATTEMPTS - 1)
+    first, last = arp_guest.address(0), arp_guest.address(arp_guest.MAX_ATTEMPTS - 1)
     assert socket.inet_ntoa(first) == "10.250.0.2"  # .0.1 is the link's own
     assert socket.inet_ntoa(last) == "10.250.255.254"
-    assert len({arp_lesson.address(i) for i in range(0, arp_lesson.MAX_ATTEMPTS, 97)}) == \
-        len(range(0, arp_lesson.MAX_ATTEMPTS, 97))
-    assert len({arp_lesson.lladdr(i) for i in range(arp_lesson.IMAGE_ATTEMPTS)}) == arp_lesson.IMAGE_ATTEMPTS
+    assert len({arp_guest.address(i) for i in range(0, arp_guest.MAX_ATTEMPTS, 97)}) == \
+        len(range(0, arp_guest.MAX_ATTEMPTS, 97))
+    assert len({arp_guest.lladdr(i) for i in range(arp_lesson.IMAGE_ATTEMPTS)}) == arp_lesson.IMAGE_ATTEMPTS
     with pytest.raises(ValueError):
-        arp_lesson.address(arp_lesson.MAX_ATTEMPTS)
+        arp_guest.address(arp_guest.MAX_ATTEMPTS)
 
 
 def nlmsg_error(seq: int, code: int) -> bytes:
@@ -94,10 +97,10 @@ def nlmsg_error(seq: int, code: int) -> bytes:
 
 def test_replies_split_a_datagram_and_read_each_errno() -> None:
     data = nlmsg_error(1, 0) + nlmsg_error(2, errno.ENOBUFS)
-    found = [(kind, seq, arp_lesson.error_of(payload)) for kind, seq, payload in arp_lesson.replies(data)]
+    found = [(kind, seq, arp_guest.error_of(payload)) for kind, seq, payload in arp_guest.replies(data)]
     assert found == [(2, 1, 0), (2, 2, errno.ENOBUFS)]
     with pytest.raises(ValueError, match="truncated"):
-        list(arp_lesson.replies(data[:-4]))
+        list(arp_guest.replies(data[:-4]))
 
 
 class KernelStandIn:
@@ -112,7 +115,7 @@ class KernelStandIn:
 
     def send(self, data: bytes) -> int:
         self.datagrams += 1
-        for kind, seq, payload in arp_lesson.replies(data):
+        for kind, seq, payload in arp_guest.replies(data):
             assert kind == 28
             dst = payload[16:20]
             code = 0 if len(self.taken) < self.room else errno.ENOBUFS
@@ -139,11 +142,11 @@ class KernelStandIn:
 @pytest.mark.parametrize(("attempts", "room"), [(300, 1024), (2048, 1021), (129, 128), (128, 0)])
 def test_fill_counts_what_the_kernel_took_and_refused(attempts: int, room: int) -> None:
     kernel = KernelStandIn(room)
-    acknowledged, refused = arp_lesson.fill(kernel, ifindex=3, attempts=attempts)  # type: ignore[arg-type]
+    acknowledged, refused = arp_guest.fill(kernel, ifindex=3, attempts=attempts)  # type: ignore[arg-type]
     taken = min(room, attempts)
     assert acknowledged == taken == len(kernel.taken)
     assert refused == (Counter({"ENOBUFS": attempts - taken}) if attempts > taken else Counter())
-    assert kernel.datagrams == -(-attempts // arp_lesson.BATCH)
+    assert kernel.datagrams == -(-attempts // arp_guest.BATCH)
     assert kernel.queue == []  # every reply read: none left to be mistaken for the next batch's
 
 
@@ -202,19 +205,30 @@ def test_summary_lines_give_both_halves_figures() -> None:
     assert "NOT restored" in arp_lesson.summary_lines(unrestored)[-1]
 
 
-def test_the_guest_command_carries_the_whole_program() -> None:
+def test_the_guest_command_carries_the_whole_program(tmp_path: Path) -> None:
     """The source travels in the command and runs as __main__: an impossible run is refused by
-    its own argument check (no root needed to get that far)."""
+    its own argument check (no root needed to get that far). It imports nothing of kilonode
+    (the node has none): a kilonode that fails on import comes first on its path here."""
     command = arp_lesson.guest_command([("x", (1, 2, 3), 0)], python=sys.executable)
-    assert "kilonode" not in command  # the node has no kilonode to import
-    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, check=False)
+    [encoded] = re.findall(r'b64decode\("([A-Za-z0-9+/=]+)"\)', command)
+    assert base64.b64decode(encoded) == Path(arp_guest.__file__).read_bytes()
+    poisoned = tmp_path / "poison"
+    (poisoned / "kilonode").mkdir(parents=True)
+    (poisoned / "kilonode" / "__init__.py").write_text("raise ImportError('the guest imported kilonode')\n")
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60, check=False,
+                            cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(poisoned)})
     assert result.returncode == 2 and "x:1/2/3:0: 1 to 65533 entries" in result.stderr, result.stderr
 
 
-def test_the_node_side_imports_only_the_standard_library() -> None:
-    source = Path(arp_lesson.__file__).read_text()
-    imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
-    assert not [line for line in imports if "kilonode" in line], imports
+def test_the_poisoned_path_catches_a_guest_that_imports_kilonode(tmp_path: Path) -> None:
+    """The check above can fail: the same poison stops a program that imports kilonode."""
+    poisoned = tmp_path / "poison"
+    (poisoned / "kilonode").mkdir(parents=True)
+    (poisoned / "kilonode" / "__init__.py").write_text("raise ImportError('the guest imported kilonode')\n")
+    result = subprocess.run([sys.executable, "-c", "import kilonode.node.arp_guest"], capture_output=True, text=True,
+                            timeout=60, check=False, cwd=tmp_path,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(poisoned)})
+    assert result.returncode == 1 and "the guest imported kilonode" in result.stderr, result.stderr
 
 
 # --- how the figures reach the report ----------------------------------------------------------

@@ -30,6 +30,7 @@ from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
 from kilonode.image.recipe import load_recipe
 from kilonode.image.verify import VerifyReport, verify_image
+from kilonode.node.ship import GPU_HEALTH
 from tests.conftest import module_workdir
 
 pytestmark = pytest.mark.slow
@@ -103,7 +104,7 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
     assert data["infiniband"] == {"packages": {p: data["packages"][p] for p in
                                                ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest")}}
     agent = {f["path"] for f in data["gpu_agent"]["files"]}
-    assert f"{accel.AGENT_PACKAGE_DIR}/agent.py" in agent and f"{accel.AGENT_PACKAGE_DIR}/__init__.py" in agent
+    assert f"{GPU_HEALTH.machine_path}/agent.py" in agent and f"{GPU_HEALTH.machine_path}/__init__.py" in agent
     assert any(a["path"] == "/etc/systemd/system/kilonode-gpu-health.service" and a["source"] == "recipe:gpu"
                for a in data["artefacts"])
     toolkit_entry = next(b for b in data["other_binaries"] if b["name"] == "nvidia-container-toolkit")
@@ -205,7 +206,7 @@ def test_the_control_plane_image_carries_the_taint_controller(work: Path) -> Non
     data = Manifest.load(result.manifest).data
     assert data["gpu"] is None and data["infiniband"] is None and data["inputs"]["extras"] == []
     files = {f["path"] for f in data["gpu_agent"]["files"]}
-    assert {f"{accel.AGENT_PACKAGE_DIR}/controller.py", f"{accel.AGENT_PYTHONPATH}/kilonode/__init__.py"} <= files
+    assert {f"{GPU_HEALTH.machine_path}/controller.py", f"{GPU_HEALTH.pythonpath}/kilonode/__init__.py"} <= files
     assert not [p for p in data["packages"] if "nvidia" in p], "NVIDIA packages in the control-plane image"
     fs = ImageFs(result.raw)
     for path in files:

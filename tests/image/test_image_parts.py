@@ -26,6 +26,7 @@ from kilonode.image.containers import compile_pause, describe_archive, single_bi
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
 from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list
 from kilonode.image.verify import SshTarget, VerifyReport, merge
+from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
 from kilonode.render import pool as render_pool
@@ -437,22 +438,29 @@ def test_the_toolkit_tarball_must_hold_its_four_packages(tmp_path: Path) -> None
         accel.install_toolkit(tree, placed)
 
 
-def test_the_agent_package_is_copied_and_imports_with_the_standard_library_only(tmp_path: Path) -> None:
-    entries = accel.copy_agent(tmp_path)
+def test_the_node_programs_are_placed_where_ship_says(tmp_path: Path) -> None:
+    entries = rootfs.place_program(tmp_path, GPU_HEALTH)
     paths = {e["path"] for e in entries}
-    source = accel.agent_source()
-    expected = {f"{accel.AGENT_PACKAGE_DIR}/{p.name}" for p in source.iterdir() if p.suffix in (".py", ".toml")}
-    assert paths == expected | {f"{accel.AGENT_PYTHONPATH}/kilonode/__init__.py"}
+    shipped = [p for p in GPU_HEALTH.path.iterdir() if p.suffix in (".py", ".toml")]
+    expected = {f"{GPU_HEALTH.machine_path}/{p.name}" for p in shipped}
+    assert paths == expected | {f"{GPU_HEALTH.pythonpath}/kilonode/__init__.py"}
     assert any(p.endswith(".toml") for p in paths)
     # the node's python3, not this virtualenv: only the standard library (numpy is imported by
     # the active check when it runs, not at import)
-    pythonpath = tmp_path / accel.AGENT_PYTHONPATH.lstrip("/")
+    pythonpath = tmp_path / str(GPU_HEALTH.pythonpath).lstrip("/")
     result = subprocess.run(
         ["/usr/bin/python3", "-c", "import kilonode.gpu.agent, kilonode.gpu.rules; print(kilonode.gpu.__file__)"],
         env={"PYTHONPATH": str(pythonpath), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().startswith(str(pythonpath))
+    # the local-disk setup: one executable file, the node program's bytes, at the unit's path
+    [entry] = rootfs.place_program(tmp_path, LOCAL_DISK_SETUP)
+    placed = tmp_path / LOCAL_DISK_SETUP.machine_path.lstrip("/")
+    assert entry["path"] == "/usr/local/lib/kilonode/local-disk-setup" and entry["mode"] == "0755"
+    assert placed.read_bytes() == LOCAL_DISK_SETUP.path.read_bytes() and placed.stat().st_mode & 0o777 == 0o755
+    unit = (REPO_ROOT or Path()) / "node-image/rootfs/etc/systemd/system/kilonode-local-disk.service"
+    assert LOCAL_DISK_SETUP.machine_path in unit.read_text()
 
 
 def test_which_images_carry_the_gpu_agent(plans: dict[str, ClusterPlan]) -> None:
@@ -468,3 +476,6 @@ def test_which_images_carry_the_gpu_agent(plans: dict[str, ClusterPlan]) -> None
     cpu = ImageInputs(stack=load_stack("local"), plan=plans["local"], pool=plans["local"].node_pools[0], files={},
                       project_dir=Path())
     assert not cpu.carries_gpu_agent and cpu.base.label == "docker"
+    # every image has the local-disk setup; the GPU health package goes where it runs
+    assert pool.node_programs == (LOCAL_DISK_SETUP, GPU_HEALTH)
+    assert role_inputs(stack, plan, "etcd", Path()).node_programs == cpu.node_programs == (LOCAL_DISK_SETUP,)

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kilonode.paths import REPO_ROOT
+from kilonode.node.ship import LOCAL_DISK_SETUP
 
-SCRIPT = REPO_ROOT / "node-image/rootfs/usr/local/lib/kilonode/local-disk-setup"
+SCRIPT = LOCAL_DISK_SETUP.path
 MODEL = "Microsoft NVMe Direct Disk"
 
 # One stub for every tool (sh: a Python stub per call made this test slow): answers from the

@@ -29,6 +29,7 @@ from kilonode.image.build import ImageInputs, build_image
 from kilonode.image.qemu import Vm, VmConfig
 from kilonode.image.seed import make_keypair, make_seed, meta_data
 from kilonode.image.verify import DEFAULT_USER
+from kilonode.node.ship import LOCAL_DISK_SETUP
 from kilonode.plan.model import LocalStoragePlan
 from kilonode.render import render_cluster
 from kilonode.render.pool import LOCAL_DISK_CONFIG
@@ -139,7 +140,7 @@ def test_nvme_raid0_first_boot_reboot_and_blank_disk(tmp_path: Path) -> None:
         expect_four = {**json.loads(node.sh(f"cat /{LOCAL_DISK_CONFIG}")), "count": 4, "diskWaitSeconds": 3,
                        "mountPoint": "/mnt/elsewhere"}
         node.sh(f"echo {shlex.quote(json.dumps(expect_four))} > /tmp/four.json")
-        refused = node.sh("/usr/local/lib/kilonode/local-disk-setup /tmp/four.json; echo rc=$?", ok=False)
+        refused = node.sh(f"{LOCAL_DISK_SETUP.machine_path} /tmp/four.json; echo rc=$?", ok=False)
         assert "refusing: 3 local NVMe disk(s)" in refused and "the VM size has 4" in refused, refused
         assert "rc=1" in refused.splitlines()
         assert node.array()["MD_UUID"] == first["MD_UUID"]

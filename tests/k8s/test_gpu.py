@@ -24,11 +24,11 @@ from kilonode.azure.custom_data import decode
 from kilonode.azure.graph import Graph, Recorded, format_markdown, format_text
 from kilonode.azure.mockplan import run_plan
 from kilonode.config import load_stack
-from kilonode.gpu import agent as gpu_agent
-from kilonode.gpu import controller as gpu_controller
-from kilonode.gpu import protocol
-from kilonode.gpu.kubeapi import ApiError, Client, load_kubeconfig
 from kilonode.k8s.gpu import describe
+from kilonode.node.gpu import agent as gpu_agent
+from kilonode.node.gpu import controller as gpu_controller
+from kilonode.node.gpu import protocol
+from kilonode.node.gpu.kubeapi import ApiError, Client, load_kubeconfig
 from kilonode.plan import ClusterPlan, defaults, plan_stack, wellknown
 from kilonode.render import render_cluster
 from tests.conftest import StackWriter, shipped_cluster_value

@@ -18,9 +18,9 @@ import yaml
 
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.config import load_stack
-from kilonode.gpu import protocol
 from kilonode.k8s.gpu import POOL_LABEL as GPU_POOL_LABEL
 from kilonode.k8s.monitoring import CONFIG_MAP, CONFIG_MAP_MAX_BYTES, NAMESPACE, config_map_size
+from kilonode.node.gpu import protocol
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, plan_stack, wellknown
 from kilonode.render import monitoring

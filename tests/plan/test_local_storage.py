@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from kilonode.cli import app
 from kilonode.config import load_stack
 from kilonode.config.catalog import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK
+from kilonode.node.ship import LOCAL_DISK_SETUP
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import plan_stack
 from kilonode.render import USER_DATA, render_cluster
@@ -23,7 +24,7 @@ from tests.conftest import StackWriter, shipped_cluster_value
 from tests.render.consumers import cloud_init_validator, systemd_verify
 
 OVERLAY = REPO_ROOT / "node-image" / "rootfs"
-SCRIPT = "/usr/local/lib/kilonode/local-disk-setup"
+SCRIPT = LOCAL_DISK_SETUP.machine_path
 
 
 def pool_plan(write_stack: StackWriter, vm_size: str, **local_disk: str):  # type: ignore[no-untyped-def]
@@ -124,4 +125,4 @@ def test_the_image_unit_passes_systemd_analyze(tmp_path: Path) -> None:
     assert systemd_verify(tmp_path, [unit]) == 2 * [
         f"{unit.name}: Command {SCRIPT} is not executable: No such file or directory"
     ]
-    assert (OVERLAY / SCRIPT.lstrip("/")).stat().st_mode & 0o111
+    assert LOCAL_DISK_SETUP.mode & 0o111 and LOCAL_DISK_SETUP.delivery == "image"  # shipped executable

@@ -16,7 +16,7 @@ from kilonode.cli.common import die, out
 from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from kilonode.gpu.rules import Finding
+    from kilonode.node.gpu.rules import Finding
 
 def gpu_health(
     source: Annotated[
@@ -48,13 +48,13 @@ def gpu_health(
     and generation while busy; inactive NVLink links; Xid events classified by NVIDIA's Xid
     catalogue (an application's fault is reported, not acted on); the active check's GEMM
     throughput, correctness and memory bandwidth against the model's floors. Thresholds and
-    the catalogue are data in infra/gpu/, each with its source.
+    the catalogue are data in kilonode/node/gpu/, each with its source.
     """
     from dataclasses import replace
 
-    from kilonode.gpu import active as active_check
-    from kilonode.gpu.readings import UnusableInput, read_dir
-    from kilonode.gpu.rules import evaluate
+    from kilonode.node.gpu import active as active_check
+    from kilonode.node.gpu.readings import UnusableInput, read_dir
+    from kilonode.node.gpu.rules import evaluate
 
     try:
         readings = read_dir(source)
@@ -87,7 +87,7 @@ def gpu_health(
 
 def _dry_run(findings: list[Finding]) -> list[str]:
     """What the agent would report for these findings, and what the controller would do."""
-    from kilonode.gpu import agent, controller, protocol
+    from kilonode.node.gpu import agent, controller, protocol
 
     at = protocol.now()
     report = agent.decide(agent.State("recorded"), findings, "", at, "NODE")

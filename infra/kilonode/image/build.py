@@ -32,6 +32,7 @@ from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
 from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, extras_for, load_recipe
+from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP, NodeProgram
 from kilonode.plan import ClusterPlan
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import USER_DATA, HostFiles
@@ -83,7 +84,8 @@ class Baked:
     binaries: list[pinned.BinaryResult]
     toolkit_packages: dict[str, str] = field(default_factory=dict)
     runtime_dropin: str | None = None  # the NVIDIA runtime drop-in, written with the toolkit only
-    agent: list[dict[str, str]] = field(default_factory=list)  # kilonode.gpu's files, where copied
+    # the GPU health package's files (kilonode.gpu on the node), where the image carries it
+    agent: list[dict[str, str]] = field(default_factory=list)
 
 
 def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
@@ -139,6 +141,12 @@ class ImageInputs:
     def carries_gpu_agent(self) -> bool:
         """GPU pools run the health agent; the apiservers run its taint controller."""
         return "gpu" in self.extras or self.role == CONTROL_PLANE_IMAGE
+
+    @property
+    def node_programs(self) -> tuple[NodeProgram, ...]:
+        """The node programs the image carries (kilonode.node.ship): the local-disk setup in
+        every image, the GPU health package where it runs."""
+        return (LOCAL_DISK_SETUP, *((GPU_HEALTH,) if self.carries_gpu_agent else ()))
 
 
 def role_inputs(stack: Stack, plan: ClusterPlan, role: str, project_dir: Path) -> ImageInputs:
@@ -271,7 +279,7 @@ def build_image(
                 ) if pool else None,
                 "infiniband": accel.infiniband_record(recipe, extras, packages),
                 # kilonode.gpu (agent, taint controller) where this image carries it
-                "gpu_agent": {"pythonpath": accel.AGENT_PYTHONPATH, "files": baked.agent} if baked.agent else None,
+                "gpu_agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": baked.agent} if baked.agent else None,
                 "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,
                 "pool_plan": pool.model_dump(mode="json") if pool else None,
                 "timings_s": steps.timings,
@@ -291,7 +299,11 @@ def _bake(
     """Everything the image adds to its base: the overlays, the rendered files, the preloaded
     images, the pinned binaries, the NVIDIA toolkit and the GPU agent, each recorded."""
     pool = inputs.pool
-    artefacts = _place_overlays(inputs, recipe, tree) + _place_rendered(inputs.files, tree)
+    artefacts = _place_overlays(inputs, recipe, tree)
+    # the node programs this image carries (kilonode.node.ship), at their paths on the machine
+    shipped = {program: rootfs.place_program(tree, program) for program in inputs.node_programs}
+    artefacts += [entry for entries in shipped.values() for entry in entries]
+    artefacts += _place_rendered(inputs.files, tree)
     images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
     binaries = _place_binaries(inputs, recipe, tree, work, binaries_dir=binaries_dir, fetch=fetch)
     toolkit_packages: dict[str, str] = {}
@@ -310,9 +322,7 @@ def _bake(
         )
         rootfs.put(tree, dropin, text.encode(), 0o644)
         artefacts.append({"path": dropin, "sha256": sha256_text(text), "mode": "0644", "source": "build:gpu"})
-    agent = accel.copy_agent(tree) if inputs.carries_gpu_agent else []
-    artefacts += agent
-    return Baked(artefacts, images, binaries, toolkit_packages, dropin, agent)
+    return Baked(artefacts, images, binaries, toolkit_packages, dropin, shipped.get(GPU_HEALTH, []))
 
 
 def _place_overlays(inputs: ImageInputs, recipe: Recipe, tree: Path) -> list[dict[str, str]]:

@@ -8,8 +8,6 @@ module does the rest of the build for them, on the unpacked tree:
 - installs the NVIDIA container toolkit's packages when the build was given its release
   tarball, and only then writes the drop-in that points the container runtime at the rendered
   NVIDIA runtime configuration (infra/render/pool.py: daemon-nvidia.json / config-nvidia.toml);
-- copies the GPU health agent and taint controller (the stdlib-only package kilonode.gpu) to
-  /usr/local/lib/kilonode/python, for GPU pools and the control-plane role image;
 - describes it all for the manifest: driver packages and version, the kernel the modules were
   built for and the module files, the GSP firmware, the toolkit placed or absent and why, the
   RDMA packages, the device plugin image.
@@ -25,11 +23,11 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import kilonode.gpu
-from kilonode.digest import sha256_bytes, sha256_file
+from kilonode.digest import sha256_file
 from kilonode.image import binaries as pinned
 from kilonode.image.recipe import Extra, Recipe
-from kilonode.image.rootfs import BuildError, host_path, put
+from kilonode.image.rootfs import BuildError, host_path
+from kilonode.node.ship import GPU_HEALTH
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import HostFiles
 
@@ -44,16 +42,6 @@ TOOLKIT_PACKAGES = (
     "libnvidia-container-tools",
     "nvidia-container-toolkit-base",
     "nvidia-container-toolkit",
-)
-# Where the GPU health agent's package lands in the image: the unit's PYTHONPATH
-# (node-image/gpu/rootfs/etc/systemd/system/kilonode-gpu-health.service).
-AGENT_PYTHONPATH = "/usr/local/lib/kilonode/python"
-AGENT_PACKAGE_DIR = f"{AGENT_PYTHONPATH}/kilonode/gpu"
-# A stand-in for the real kilonode/__init__.py, which belongs to the whole CLI: the image
-# carries only kilonode.gpu, and this file must import nothing else.
-AGENT_ROOT_INIT = (
-    '"""kilonode on a node: only the GPU health agent and taint controller (kilonode.gpu),\n'
-    'copied by `kilonode image build`. The rest of kilonode runs where clusters are built."""\n'
 )
 # The drop-ins that make the container runtime read the NVIDIA variant of its configuration.
 # 30-: after the pinned containerd's 20- drop-in, whose ExecStart this one replaces.
@@ -169,32 +157,6 @@ def runtime_dropin(pool: NodePoolPlan, config: str, containerd_binary: str) -> t
     return CONTAINERD_DROPIN, f"{why}[Service]\nExecStart=\nExecStart={containerd_binary} --config {config}\n"
 
 
-# --- the GPU health agent's package ------------------------------------------------------------
-
-
-def agent_source() -> Path:
-    """The kilonode.gpu package as installed or checked out: its .py and .toml files are what
-    the image gets (a wheel ships the .toml data with it, pyproject's package-data)."""
-    return Path(kilonode.gpu.__file__).resolve().parent
-
-
-def copy_agent(tree: Path) -> list[dict[str, str]]:
-    """Copy kilonode.gpu (every .py and .toml) to AGENT_PACKAGE_DIR, with a kilonode/__init__.py
-    of its own; returns artefact entries (path, sha256, mode, source) for the manifest."""
-    source = agent_source()
-    files = sorted(p for p in source.iterdir() if p.is_file() and p.suffix in (".py", ".toml"))
-    if not any(p.name == "__init__.py" for p in files):
-        raise BuildError(f"{source}: not the kilonode.gpu package (no __init__.py)")
-    entries = []
-    for path, data in [
-        (f"{AGENT_PYTHONPATH}/kilonode/__init__.py", AGENT_ROOT_INIT.encode()),
-        *((f"{AGENT_PACKAGE_DIR}/{p.name}", p.read_bytes()) for p in files),
-    ]:
-        put(tree, path, data, 0o644)
-        entries.append({"path": path, "sha256": sha256_bytes(data), "mode": "0644", "source": "kilonode.gpu"})
-    return entries
-
-
 # --- what the manifest records ------------------------------------------------------------------
 
 
@@ -279,7 +241,7 @@ def gpu_record(
             "preloaded": any(i["image"] == device_plugin for i in preloaded),
             "pulled_at_first_start": device_plugin in pool.boot_images_not_preloaded,
         },
-        "agent": {"pythonpath": AGENT_PYTHONPATH, "files": agent},
+        "agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": agent},
     }
 
 

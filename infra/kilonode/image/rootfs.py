@@ -16,6 +16,7 @@ from pathlib import Path
 from kilonode.digest import sha256_file, sha256_text
 from kilonode.image import cache, mirror
 from kilonode.image.recipe import FLAVOURS, BaseSpec, Extra, Recipe
+from kilonode.node.ship import NodeProgram
 
 
 class BuildError(RuntimeError):
@@ -191,6 +192,17 @@ def copy_overlay(overlay: Path, root: Path) -> list[str]:
         put(root, rel, src.read_bytes(), 0o755 if os.access(src, os.X_OK) else 0o644)
         placed.append(rel)
     return placed
+
+
+def place_program(root: Path, program: NodeProgram) -> list[dict[str, str]]:
+    """Write a node program where kilonode.node.ship says it lives on the machine; returns its
+    artefact entries (path, sha256, mode, source) for the manifest."""
+    entries = []
+    for path, data, mode in program.files():
+        put(root, path, data, mode)
+        entries.append({"path": path, "sha256": hashlib.sha256(data).hexdigest(), "mode": f"{mode:04o}",
+                        "source": f"node:{program.source}"})
+    return entries
 
 
 def systemctl(root: Path, verb: str, units: tuple[str, ...] | list[str]) -> None:

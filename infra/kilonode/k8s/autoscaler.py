@@ -65,11 +65,11 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.config.catalog import vm_size
-from kilonode.gpu import protocol
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME
 from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.pods import system_pod_spec, tolerate_uninitialized_nodes
+from kilonode.node.gpu import protocol
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, NodeGroup, NodePoolPlan
 

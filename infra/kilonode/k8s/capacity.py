@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_kubernetes import admissionregistration, apps, core, meta, scheduling
 
-from kilonode.gpu import protocol
+from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 

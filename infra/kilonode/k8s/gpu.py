@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
-from kilonode.gpu import protocol
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pods import system_pod_spec
+from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan
 

@@ -3,8 +3,8 @@
     image   the pool's image from the cache, $XDG_CACHE_HOME/kilonode/images/<stack>-<pool>/<key>/
             (~/.cache/... by default), built by kilonode.image.build when the cache has none. The
             key is a sha256 over what the image is made from: the node-image recipe, the code that
-            builds it (build_modules, kilonode.gpu), the pool's plan and rendered files, preload
-            archives and the host's apt sources (the base root filesystem's mirror). A new key
+            builds it (build_modules, the node programs it carries), the pool's plan and rendered
+            files, preload archives and the host's apt sources (the base root filesystem's mirror). A new key
             replaces the older entries of the same image: one image per stack and pool is kept.
     boot    as `kilonode image verify` boots a pool image (kilonode.image.verify): a throwaway
             qcow2 overlay over the cached image, UEFI, TCG, a blank local-SSD disk (/dev/vdb), the
@@ -40,7 +40,7 @@ from typing import Any
 
 import paramiko
 
-from kilonode.digest import sha256_file, sha256_text
+from kilonode.digest import sha256_bytes, sha256_file, sha256_text
 from kilonode.image import binaries as pinned
 from kilonode.image import cache, mirror
 from kilonode.image.build import ImageInputs, build_image, image_name
@@ -151,11 +151,11 @@ def release_units(pool: NodePoolPlan) -> list[str]:
 
 # --- the image ----------------------------------------------------------------------------------
 
-def _tree_hashes(root: Path, suffixes: tuple[str, ...] | None = None) -> dict[str, str]:
+def _tree_hashes(root: Path) -> dict[str, str]:
     return {
         p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
-        if p.is_file() and "__pycache__" not in p.parts and (suffixes is None or p.suffix in suffixes)
+        if p.is_file() and "__pycache__" not in p.parts
     }
 
 
@@ -186,7 +186,7 @@ def build_modules() -> list[Path]:
 def image_key(inputs: ImageInputs) -> str:
     """sha256 over what the pool's image is made from (module docstring). Cheap: no build.
 
-    The build's code is hashed whole (build_modules, and kilonode.gpu, which GPU images carry):
+    The build's code is hashed whole (build_modules, and the node programs the image carries):
     an edit to it costs a rebuild (under a minute with the base cached), where a key that
     missed it would boot a stale image."""
     pool = inputs.pool
@@ -208,7 +208,9 @@ def image_key(inputs: ImageInputs) -> str:
         "recipe": _tree_hashes(recipe.root),
         "code": {
             "image": {p.name: sha256_file(p) for p in build_modules()},
-            "gpu": _tree_hashes(PACKAGE_DIR / "gpu", (".py", ".toml")),
+            # the node programs it carries (kilonode.node.ship), as written into the image
+            "node": {path: [mode, sha256_bytes(data)]
+                     for program in inputs.node_programs for path, data, mode in program.files()},
         },
         "pool": pool.model_dump(mode="json"),
         "kubernetes_version": inputs.plan.kubernetes_version,

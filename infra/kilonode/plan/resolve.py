@@ -14,7 +14,7 @@ from kilonode.config.catalog import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK, gp
 from kilonode.config.checks import effective_sysctls
 from kilonode.config.model import ClusterConfig, EtcdClusterConfig, NodePoolConfig
 from kilonode.config.sysctl_profile import SysctlProfile
-from kilonode.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
+from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import capacity, defaults, limits
 from kilonode.plan.model import (
     ApiserverInstance,

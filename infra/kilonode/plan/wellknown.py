@@ -55,10 +55,6 @@ APISERVER_PORT = 6443
 # Where the node image bakes preloaded image archives.
 PRELOAD_DIR = "/opt/kilonode/preload"
 
-# Where the images carry kilonode's own Python package (the GPU health agent on GPU nodes,
-# the taint controller on apiserver VMs): run with PYTHONPATH set to it.
-KILONODE_PYTHON_DIR = "/usr/local/lib/kilonode/python"
-
 # NCCL on the InfiniBand GPU sizes Azure publishes a topology for: the file where Azure's own
 # HPC images put it (Azure/azhpc-images components/customizations/<family>.sh), so a job
 # written for those images finds it at the same path; the label names the family.

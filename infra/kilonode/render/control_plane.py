@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kilonode.node.ship import GPU_HEALTH, PYTHON
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
 from kilonode.render.cloud_init import user_data
@@ -20,7 +21,6 @@ ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
 GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller.service"
 GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
-PYTHON = "/usr/bin/python3"
 
 
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
@@ -195,12 +195,13 @@ def audit_policy() -> str:
 
 
 def gpu_health_controller_unit() -> RenderedFile:
-    """The taint controller (kilonode.gpu.controller), from the package the control-plane
-    image carries, with its own kubeconfig (kilonode.azure.tls delivers it)."""
+    """The taint controller (kilonode.gpu.controller on the machine), from the package the
+    control-plane image carries (kilonode.node.ship), with its own kubeconfig (kilonode.azure.tls
+    delivers it)."""
     return RenderedFile(render_template(
         GPU_HEALTH_CONTROLLER_UNIT,
-        python_path=wellknown.KILONODE_PYTHON_DIR,
-        exec_start=systemd_exec(f"{PYTHON} -m kilonode.gpu.controller",
+        python_path=GPU_HEALTH.pythonpath,
+        exec_start=systemd_exec(f"{PYTHON} -m {GPU_HEALTH.module}.controller",
                                 [("kubeconfig", wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG)]),
     ))
 

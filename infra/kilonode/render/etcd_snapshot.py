@@ -10,8 +10,8 @@ config (blob endpoint, container, the identity's client ID) exists only once Azu
 them: the Pulumi program delivers it as defaults.ETCD_SNAPSHOT_AZURE_CONFIG, and without that
 file (a local rehearsal) the script keeps local snapshots only. Rendering stays pure.
 
-The script is a plain Python file (templates/usr/local/lib/kilonode/etcd_snapshot.py, linted
-with the package) delivered verbatim: values live in the config, not in the code. The restore
+The script is a node program (kilonode/node/etcd_snapshot.py, linted with the package) shipped
+verbatim where kilonode.node.ship says: values live in the config, not in the code. The restore
 is docs/runbooks/etcd-restore-from-snapshot.md.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilonode.paths import TEMPLATES_DIR
+from kilonode.node.ship import ETCD_SNAPSHOT, PYTHON
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
 from kilonode.render.common import render_template, systemd_exec, to_json
@@ -29,7 +29,7 @@ SERVICE = "kilonode-etcd-snapshot.service"
 TIMER = "kilonode-etcd-snapshot.timer"
 SERVICE_PATH = f"etc/systemd/system/{SERVICE}"
 TIMER_PATH = f"etc/systemd/system/{TIMER}"
-SCRIPT_PATH = "usr/local/lib/kilonode/etcd_snapshot.py"
+SCRIPT_PATH = ETCD_SNAPSHOT.machine_path.lstrip("/")
 CONFIG_PATH = "etc/kilonode/etcd-snapshot.json"
 # What the member's cloud-init enables and starts (the lead adds it to render_etcd_member's
 # start_units): the timer; the service only ever runs from it (or by hand).
@@ -40,7 +40,6 @@ UNITS_TO_ENABLE = (TIMER,)
 BIN = "/usr/local/bin"
 ETCDCTL = f"{BIN}/etcdctl"
 ETCDUTL = f"{BIN}/etcdutl"
-PYTHON = "/usr/bin/python3"
 # Every member also listens for clients on 127.0.0.1 (kilonode.render.etcd listen-client-urls),
 # and its server certificate names 127.0.0.1 (kilonode.azure.tls).
 LOCAL_ENDPOINT = f"https://127.0.0.1:{wellknown.ETCD_CLIENT_PORT}"
@@ -89,7 +88,8 @@ def snapshot_config(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMem
 
 
 def snapshot_script() -> str:
-    return (TEMPLATES_DIR / SCRIPT_PATH).read_text()
+    [(_path, data, _mode)] = ETCD_SNAPSHOT.files()
+    return data.decode()
 
 
 def snapshot_files(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMember) -> HostFiles:
@@ -110,6 +110,6 @@ def snapshot_files(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMemb
             exec_start=systemd_exec(f"{PYTHON} /{SCRIPT_PATH}", [("config", f"/{CONFIG_PATH}")]),
             **values,
         )),
-        SCRIPT_PATH: RenderedFile(snapshot_script(), mode=0o755),
+        SCRIPT_PATH: RenderedFile(snapshot_script(), mode=ETCD_SNAPSHOT.mode),
         CONFIG_PATH: RenderedFile(to_json(snapshot_config(plan, cluster, member))),
     }

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from kilonode.gpu import protocol
+from kilonode.node.gpu import protocol
 from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
 from kilonode.render.common import GENERATED

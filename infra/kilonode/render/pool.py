@@ -129,7 +129,7 @@ def _local_disk_unit(pool: NodePoolPlan) -> str | None:
 def local_disk_config(pool: NodePoolPlan) -> dict[str, Any]:
     """/etc/kilonode/local-disk.json: which disks to assemble, and where to mount them.
 
-    Read by node-image/rootfs/usr/local/lib/kilonode/local-disk-setup (its docstring says
+    Read by kilonode/node/local_disk_setup.py, the image's local-disk-setup (its docstring says
     what it does with each field)."""
     storage = pool.local_storage
     return {
@@ -149,7 +149,7 @@ def gpu_health_config(pool: NodePoolPlan) -> dict[str, Any]:
     """/etc/kilonode/gpu-health.json, read by kilonode.gpu.agent.load_config (its fields and
     their checks are there). No nodeName: the agent takes the hostname, lower-cased, as the
     kubelet does when no --hostname-override is given (kubelet_flags gives none). The
-    intervals are left to the agent's defaults (infra/gpu/thresholds.toml [agent], each
+    intervals are left to the agent's defaults (kilonode/node/gpu/thresholds.toml [agent], each
     with its reason)."""
     config: dict[str, Any] = {
         "expectGpus": pool.gpus_per_node,

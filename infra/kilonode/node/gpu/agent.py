@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kilonode.gpu import nvml
-from kilonode.gpu import protocol as p
-from kilonode.gpu.readings import BURN_JSON, KERNEL_LOG, NVML_JSON, SMI_XML, NodeReadings, UnusableInput, read_dir
-from kilonode.gpu.rules import Finding, evaluate, thresholds
+from . import nvml
+from . import protocol as p
+from .readings import BURN_JSON, KERNEL_LOG, NVML_JSON, SMI_XML, NodeReadings, UnusableInput, read_dir
+from .rules import Finding, evaluate, thresholds
 
 AGENT = "kilonode.io/gpu-health-agent"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -278,7 +278,7 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None) 
                                                                                          list[Finding], str | None]:
     """Passive checks, and the active one if asked. Returns the readings, the findings, and
     why the active check could not run (None: it ran, or was not asked)."""
-    from kilonode.gpu import active as active_check
+    from . import active as active_check
 
     unusable = None
     if recorded is not None:
@@ -323,7 +323,7 @@ class Agent:
 
     def api(self) -> Any:
         if self.client is None:
-            from kilonode.gpu.kubeapi import Client, load_kubeconfig
+            from .kubeapi import Client, load_kubeconfig
 
             self.client = Client(load_kubeconfig(self.config.kubeconfig))
         return self.client
@@ -417,7 +417,7 @@ class Agent:
         """Runs until stopped. An API or tool failure is logged and the step tried again
         after RETRY_S: the checks are local, and an apiserver outage or a kubelet still in
         its TLS bootstrap (no kubeconfig yet) must not end the agent."""
-        from kilonode.gpu.kubeapi import ApiError, KubeconfigError
+        from .kubeapi import ApiError, KubeconfigError
 
         started = False
         while True:

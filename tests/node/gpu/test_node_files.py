@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kilonode.gpu import agent, protocol
+from kilonode.node.gpu import agent, protocol
+from kilonode.node.ship import GPU_HEALTH
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, wellknown
 from kilonode.render import USER_DATA
@@ -35,7 +36,9 @@ def test_systemd_accepts_the_agents_unit_and_it_runs_the_agent_as_specified(tmp_
     service, unit = parser["Service"], parser["Unit"]
     assert service["ExecStart"] == "/usr/bin/python3 -m kilonode.gpu.agent --config /etc/kilonode/gpu-health.json"
     assert f"/{GPU_HEALTH_CONFIG}" == "/etc/kilonode/gpu-health.json"
-    assert "PYTHONPATH=" + wellknown.KILONODE_PYTHON_DIR in UNIT.read_text()
+    # the unit runs the package where kilonode.node.ship puts it
+    assert GPU_HEALTH.module == "kilonode.gpu" and f"-m {GPU_HEALTH.module}.agent " in service["ExecStart"]
+    assert "PYTHONPATH=" + str(GPU_HEALTH.pythonpath) in UNIT.read_text()
     assert {"kubelet.service", "nvidia-persistenced.service"} <= set(unit["After"].split())
     # restarts, bounded
     assert service["Restart"] == "on-failure" and int(unit["StartLimitBurst"]) > 0

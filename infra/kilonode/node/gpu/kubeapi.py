@@ -1,11 +1,14 @@
-"""A small Kubernetes API client for the GPU health agent and its controller. Standard library
-only (the package runs under Debian's python3 on nodes, without the project's venv).
+"""A small Kubernetes API client for the GPU health agent and its controller. It runs under
+Debian's python3 on nodes, without the project's venv: the standard library, and PyYAML for
+the kubeconfig (python3-yaml, which every image has through cloud-init; kilonode.node.ship).
 
-Reads a kubeconfig (the kubelet's own after TLS bootstrap, or the controller's): JSON, or the
-block YAML client-go writes (clientcmd.WriteToFile): mappings, lists of mappings, plain or
-quoted scalars, `{}`/`[]`. Anything else is refused with the file and line. TLS with the
-kubeconfig's CA and client certificate and key, as files or base64 `-data` fields.
-Every request has a timeout; failures that may pass (connection errors, 429, 5xx) are
+Hand-written, not python3-kubernetes: adding it changes every image's package list and cached base, for 7 calls.
+(tests/node/gpu/test_kubeapi_wire.py compares each call with the request the official client sends.)
+
+Reads a kubeconfig (the kubelet's own after TLS bootstrap, or the controller's): JSON or YAML
+(yaml.safe_load; imported only for YAML, so the agent's other paths need no more than the
+standard library). TLS with the kubeconfig's CA and client certificate and key, as files or
+base64 `-data` fields. Every request has a timeout; failures that may pass (connection errors, 429, 5xx) are
 retried a bounded number of times with a growing pause.
 """
 
@@ -47,78 +50,16 @@ class ApiError(RuntimeError):
 
 # --- kubeconfig ----------------------------------------------------------------------------
 
-def _scalar(text: str) -> Any:
-    text = text.strip()
-    if text in ("{}",):
-        return {}
-    if text in ("[]",):
-        return []
-    if len(text) >= 2 and text[0] == text[-1] == '"':
-        return json.loads(text)
-    if len(text) >= 2 and text[0] == text[-1] == "'":
-        return text[1:-1].replace("''", "'")
-    if text in ("null", "~", ""):
-        return None
-    if text in ("true", "false"):
-        return text == "true"
-    return text
+def parse_yaml(text: str, where: str) -> Any:
+    """The kubeconfig as YAML. Raises KubeconfigError naming the file and line."""
+    import yaml  # python3-yaml on the node; the JSON path needs it not
 
-
-def parse_block_yaml(text: str, where: str) -> Any:
-    """The YAML subset client-go writes for kubeconfigs. Raises KubeconfigError."""
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1)
-             if line.strip() and not line.lstrip().startswith("#") and line.strip() != "---"]
-
-    def indent(line: str) -> int:
-        return len(line) - len(line.lstrip(" "))
-
-    def block(i: int, level: int) -> tuple[Any, int]:
-        if i >= len(lines):
-            return None, i
-        first = lines[i][1]
-        if first.lstrip().startswith("- ") or first.strip() == "-":
-            items: list[Any] = []
-            while i < len(lines) and indent(lines[i][1]) == level and lines[i][1].lstrip().startswith("-"):
-                n, line = lines[i]
-                rest = line.lstrip()[1:]
-                if not rest.strip():
-                    value, i = block(i + 1, indent(lines[i + 1][1]) if i + 1 < len(lines) else level + 2)
-                    items.append(value)
-                    continue
-                # "- key: value" starts a mapping whose keys sit at level + 2
-                inner = level + 1 + (len(rest) - len(rest.lstrip(" ")))
-                lines[i] = (n, " " * inner + rest.lstrip(" "))
-                value, i = block(i, inner)
-                items.append(value)
-            return items, i
-        mapping: dict[str, Any] = {}
-        while i < len(lines) and indent(lines[i][1]) == level:
-            n, line = lines[i]
-            key, colon, rest = line.strip().partition(":")
-            if not colon or (rest and not rest.startswith(" ")):
-                raise KubeconfigError(f"{where}:{n}: not a `key: value` line (only the YAML subset client-go "
-                                      "writes is read; JSON works too)")
-            key = _scalar(key)
-            if rest.strip():
-                if rest.strip()[0] in "[{" and rest.strip() not in ("[]", "{}"):
-                    raise KubeconfigError(f"{where}:{n}: flow collections are not read here")
-                mapping[key] = _scalar(rest)
-                i += 1
-            elif i + 1 < len(lines) and indent(lines[i + 1][1]) > level:
-                mapping[key], i = block(i + 1, indent(lines[i + 1][1]))
-            elif i + 1 < len(lines) and indent(lines[i + 1][1]) == level and lines[i + 1][1].lstrip().startswith("-"):
-                mapping[key], i = block(i + 1, level)  # a list at the key's own indentation
-            else:
-                mapping[key] = None
-                i += 1
-        if i < len(lines) and indent(lines[i][1]) > level:
-            raise KubeconfigError(f"{where}:{lines[i][0]}: unexpected indentation")
-        return mapping, i
-
-    value, end = block(0, indent(lines[0][1])) if lines else ({}, 0)
-    if end != len(lines):
-        raise KubeconfigError(f"{where}:{lines[end][0]}: unexpected indentation")
-    return value
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise KubeconfigError(f"{where}{line}: not YAML ({getattr(error, 'problem', None) or error})") from None
 
 
 @dataclass(frozen=True)
@@ -163,7 +104,7 @@ def load_kubeconfig(path: Path) -> Kubeconfig:
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = parse_block_yaml(text, where)
+        data = parse_yaml(text, where)
     if not isinstance(data, dict):
         raise KubeconfigError(f"{where}: not a kubeconfig (no mapping at the top)")
     context_name = data.get("current-context")
@@ -255,7 +196,7 @@ class Client:
     def watch(self, path: str, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         """Watch events from `resource_version`, for at most timeout_s (the server ends the
         watch; the socket timeout is longer)."""
-        query = urllib.parse.urlencode({"watch": "1", "resourceVersion": resource_version,
+        query = urllib.parse.urlencode({"watch": "true", "resourceVersion": resource_version,
                                         "timeoutSeconds": str(timeout_s), "allowWatchBookmarks": "true"})
         connection = self._connection(timeout_s + self.timeout)
         try:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kilonode.gpu import protocol as p
+from . import protocol as p
 
 CONTROLLER = "kilonode.io/gpu-health-controller"
 # Bounds: retries of one Node's write on 409 Conflict; a watch's length (the server ends it);
@@ -123,7 +123,7 @@ def decide(node: dict[str, Any], instance: str = "controller") -> Decision:
 
 def reconcile(client: Any, node: dict[str, Any], instance: str, log: Any = print) -> None:
     """decide + PUT, reading again on 409 Conflict, at most CONFLICT_RETRIES times."""
-    from kilonode.gpu.kubeapi import ApiError
+    from .kubeapi import ApiError
 
     name = node["metadata"]["name"]
     for _ in range(CONFLICT_RETRIES):
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import socket
 
-    from kilonode.gpu.kubeapi import Client, KubeconfigError, load_kubeconfig
+    from .kubeapi import Client, KubeconfigError, load_kubeconfig
 
     instance = socket.gethostname()
     if args.decide:

@@ -1,4 +1,4 @@
-"""The GPU health rules on real H100 output (tests/gpu/fixtures/h100-80gb-hbm3, a copy of the
+"""The GPU health rules on real H100 output (tests/node/gpu/fixtures/h100-80gb-hbm3, a copy of the
 shared ../shared/fixtures/gpu/h100-80gb-hbm3 recorded on an H100; its README says how), and
 on faults derived from it the way they show up: a raised counter, a pending remap, an Xid
 line in the kernel's format, a narrower link, a missing GPU, a slowdown."""
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kilonode.gpu.readings import UnusableInput, read_dir
-from kilonode.gpu.rules import evaluate, thresholds, xid_catalog
-from kilonode.paths import REPO_ROOT
+from kilonode.node.gpu.readings import UnusableInput, read_dir
+from kilonode.node.gpu.rules import evaluate, thresholds, xid_catalog
+from kilonode.node.ship import GPU_HEALTH
 
 FIXTURES = Path(__file__).with_name("fixtures") / "h100-80gb-hbm3"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -210,7 +210,7 @@ def test_unusable_input_exits_2_naming_the_file(node: Path, damage: Callable[[Pa
 
 
 def test_thresholds_name_their_sources() -> None:
-    text = (REPO_ROOT / "infra" / "kilonode" / "gpu" / "thresholds.toml").read_text()
+    text = (GPU_HEALTH.path / "thresholds.toml").read_text()
     data = tomllib.loads(text)
     assert set(data["clock_event_reasons"]["fault"]) == {
         "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown"}

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kilonode.gpu import protocol as p
-from kilonode.gpu.controller import decide
-from tests.gpu.nodes import node, run_debian, validate
+from kilonode.node.gpu import protocol as p
+from kilonode.node.gpu.controller import decide
+from tests.node.gpu.nodes import node, run_debian, validate
 
 PENDING = p.taint(p.STARTUP_TAINT, p.STARTUP_VALUE)
 CHECKING = p.taint(p.CHECK_TAINT, p.CHECK_VALUE)
@@ -118,8 +118,8 @@ def test_the_decision_runs_under_debian_python(tmp_path: Path) -> None:
 
 
 def test_a_conflicting_write_is_decided_again_on_the_node_as_it_now_is() -> None:
-    from kilonode.gpu.controller import reconcile
-    from kilonode.gpu.kubeapi import ApiError
+    from kilonode.node.gpu.controller import reconcile
+    from kilonode.node.gpu.kubeapi import ApiError
 
     passed = node(taints=[PENDING], conditions=[condition("True", "Passed")])
     newer = json.loads(json.dumps(passed))

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import kubernetes_validate
 
-from kilonode.paths import REPO_ROOT
+from kilonode.node.ship import GPU_HEALTH
 
 # The Kubernetes version the shipped stacks run (their kubernetesVersion's minor).
 K8S_VERSION = "1.34.0"
@@ -70,18 +69,27 @@ def validate(obj: dict[str, Any]) -> None:
     kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+def node_pythonpath(tmp_path: Path) -> Path:
+    """tmp_path/python holding the GPU health package as the image does under its PYTHONPATH
+    (the files kilonode.node.ship ships, at their paths below it); made once per tmp_path."""
+    root = tmp_path / "python"
+    if not root.exists():
+        for path, data, _mode in GPU_HEALTH.files():
+            target = root / PurePosixPath(path).relative_to(str(GPU_HEALTH.pythonpath))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+    return root
+
+
 def run_debian(tmp_path: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run a kilonode.gpu module as the node does: Debian's python3 without the project's venv,
-    the package copied alone to a PYTHONPATH directory (the image's
+    the package shipped alone to a PYTHONPATH directory (the image's
     /usr/local/lib/kilonode/python). -S keeps even Debian's dist-packages out: the standard
     library alone must do (numpy is imported only inside the active check)."""
     if not Path(DEBIAN_PYTHON).is_file():
         raise AssertionError(f"{DEBIAN_PYTHON} missing: the tests run the agent with Debian's python3, as the "
                              "nodes do (Debian package python3, .ci/debian-packages.txt)")
-    root = tmp_path / "python"
-    if not root.exists():
-        shutil.copytree(REPO_ROOT / "infra" / "kilonode" / "gpu", root / "kilonode" / "gpu",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    root = node_pythonpath(tmp_path)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.run([DEBIAN_PYTHON, "-S", "-m", module, *args], capture_output=True, text=True, env=env,
                           timeout=120, check=False)

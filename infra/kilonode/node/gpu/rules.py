@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kilonode.gpu.readings import GpuReading, NodeReadings, XidEvent
+from .readings import GpuReading, NodeReadings, XidEvent
 
 HERE = Path(__file__).parent
 THRESHOLDS = HERE / "thresholds.toml"

@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 
-from kilonode.gpu import agent, protocol
-from kilonode.gpu.readings import read_dir
-from kilonode.gpu.rules import Finding, evaluate
-from kilonode.paths import REPO_ROOT
-from tests.gpu.nodes import DEBIAN_PYTHON, apply_status_patch, node, run_debian, validate
-from tests.gpu.test_gpu_health import DERIVED, FIXTURES, edit, writable_copy, xid_line
+from kilonode.node.gpu import agent, protocol
+from kilonode.node.gpu.readings import read_dir
+from kilonode.node.gpu.rules import Finding, evaluate
+from tests.node.gpu.nodes import DEBIAN_PYTHON, apply_status_patch, node, node_pythonpath, run_debian, validate
+from tests.node.gpu.test_gpu_health import DERIVED, FIXTURES, edit, writable_copy, xid_line
 
 CONFIG = {"expectGpus": 1, "gpuModel": "NVIDIA H100 80GB", "kubeconfig": "/etc/kubernetes/kubelet.kubeconfig",
           "nodeName": "nc-a100-000001"}
@@ -228,7 +227,7 @@ def fake_nvidia_smi(tmp_path: Path) -> Path:
 
 
 def test_the_active_check_without_cuda_libraries_is_unusable_never_a_pass(tmp_path: Path) -> None:
-    from kilonode.gpu import active
+    from kilonode.node.gpu import active
 
     with pytest.raises(active.Unusable, match=r"cannot load libcublasLt\.so\.11 .*CUDA 11\.8 libraries"):
         active.run("NVIDIA H100 80GB HBM3")
@@ -237,8 +236,7 @@ def test_the_active_check_without_cuda_libraries_is_unusable_never_a_pass(tmp_pa
     assert result.returncode == 2 and "the active check could not run: cannot load" in " ".join(result.stderr.split())
     # the agent: the passive checks pass, the active one cannot run: Unknown, not True
     env = {**os.environ, "PATH": f"{fake_nvidia_smi(tmp_path)}:{os.environ['PATH']}"}
-    python = tmp_path / "python"
-    shutil.copytree(REPO_ROOT / "infra" / "kilonode" / "gpu", python / "kilonode" / "gpu")
+    python = node_pythonpath(tmp_path)
     result = subprocess.run([DEBIAN_PYTHON, "-S", "-m", "kilonode.gpu.agent", "--config", str(config_file(tmp_path)),
                              "--dry-run"], capture_output=True, text=True, timeout=120, check=False,
                             env={**env, "PYTHONPATH": str(python)})
@@ -375,7 +373,7 @@ def test_an_unchanged_condition_is_written_only_as_a_heartbeat(tmp_path: Path,
 
 
 def test_a_pass_names_what_it_recorded_without_tainting(recorded: Path) -> None:
-    from kilonode.gpu.rules import xid_catalog
+    from kilonode.node.gpu.rules import xid_catalog
 
     app = min(code for code, row in xid_catalog().items() if row.get("immediate") == "RESTART_APP")
     log = recorded / "dmesg-xid.txt"
@@ -387,7 +385,7 @@ def test_a_pass_names_what_it_recorded_without_tainting(recorded: Path) -> None:
 
 def test_a_cuda_failure_in_the_active_check_is_a_fault_beside_the_passive_findings(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kilonode.gpu import active
+    from kilonode.node.gpu import active
 
     def failing(model: str) -> dict[str, Any]:
         raise active.CudaFailure("cudaMalloc(134217728): CUDA error 2 (out of memory)")
@@ -402,7 +400,7 @@ def test_a_cuda_failure_in_the_active_check_is_a_fault_beside_the_passive_findin
 
 
 def test_without_nvml_nvlink_is_said_to_be_unchecked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kilonode.gpu import nvml
+    from kilonode.node.gpu import nvml
 
     assert nvml.nvlink_states() is None, "this test expects a machine without libnvidia-ml.so.1"
     monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path)}:{os.environ['PATH']}")

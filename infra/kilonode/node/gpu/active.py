@@ -4,7 +4,7 @@ bandwidth, through ctypes on the CUDA 11.8 libraries Debian ships in GPU images
 kilonode.gpu.rules judges both the same way.
 
 UNMEASURED ON A GPU: the floors in thresholds.toml were measured with PyTorch 2.11 (cu130)
-on the fixtures' H100 (tests/gpu/fixtures/h100-80gb-hbm3/README.md). This ctypes path has
+on the fixtures' H100 (tests/node/gpu/fixtures/h100-80gb-hbm3/README.md). This ctypes path has
 not run on a GPU; cuBLAS picks its own kernels, so its figures may differ from PyTorch's
 and the floors need re-checking on the first GPU node before they are trusted.
 

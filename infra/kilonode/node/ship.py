@@ -1,0 +1,109 @@
+"""How a node program reaches its machine: the one table of what goes where, read by every
+caller that ships one (the image build, the etcd renderer, the VM checks).
+
+A program's place in this folder and its name on the machine are separate on purpose: units,
+goldens and running nodes know the machine's names (`python3 -m kilonode.gpu.agent`,
+/usr/local/lib/kilonode/etcd_snapshot.py), and those do not move when the source does.
+Three ways there:
+- "image": written into the node image at build time (kilonode.image.build);
+- "custom data": rendered with the host's files, so it arrives with cloud-init (kilonode.render);
+- "command": its source travels base64-encoded inside one shell command, for a check run over
+  SSH on a VM (a testinfra `host.run` has no stdin, and the VM needs nothing installed).
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal
+
+NODE_DIR = Path(__file__).resolve().parent
+
+Delivery = Literal["image", "custom data", "command"]
+
+# The Python libraries a node program may import beyond the standard library and its own
+# package: import name -> (Debian package, the line of node-image/packages/*.txt that brings it
+# into the images). python3-yaml comes with cloud-init (a Depends of Debian's cloud-init), so
+# every image has it; python3-numpy is in packages/gpu.txt, so GPU images only (the active check).
+NODE_LIBRARIES: dict[str, tuple[str, str]] = {
+    "yaml": ("python3-yaml", "cloud-init"),
+    "numpy": ("python3-numpy", "python3-numpy"),
+}
+# Debian's interpreter on every image (cloud-init runs on it)
+PYTHON = "/usr/bin/python3"
+
+
+@dataclass(frozen=True)
+class NodeProgram:
+    source: str  # a file or a package folder under kilonode/node/
+    delivery: Delivery
+    target: str | None = None  # its path on the machine ("command": none, it is never stored)
+    mode: int = 0o644
+    # a package's import root on the machine (the unit's PYTHONPATH), when it runs as `-m`
+    pythonpath: str | None = None
+    # files the machine needs beside it: (path, text)
+    beside: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return NODE_DIR / self.source
+
+    @property
+    def machine_path(self) -> str:
+        """Where it lives on the machine."""
+        if self.target is None:
+            raise ValueError(f"node/{self.source} travels in a command, not as a file")
+        return self.target
+
+    @property
+    def module(self) -> str:
+        """The import name on the machine (a package under `pythonpath`)."""
+        if self.pythonpath is None:
+            raise ValueError(f"node/{self.source} is not shipped as a package")
+        return ".".join(PurePosixPath(self.machine_path).relative_to(self.pythonpath).parts)
+
+    def files(self) -> list[tuple[str, bytes, int]]:
+        """(path on the machine, content, mode) of every file it ships as: a package folder's
+        .py and .toml files (the .toml are its data), or the one file."""
+        target = self.machine_path
+        found = [self.path]
+        if self.path.is_dir():
+            found = sorted(p for p in self.path.iterdir() if p.is_file() and p.suffix in (".py", ".toml"))
+            if not any(p.name == "__init__.py" for p in found):
+                raise FileNotFoundError(f"{self.path}: not a package (no __init__.py)")
+        shipped = [(f"{target}/{p.name}" if self.path.is_dir() else target, p.read_bytes(), self.mode)
+                   for p in found]
+        return [*((path, text.encode(), 0o644) for path, text in self.beside), *shipped]
+
+    def command(self, args: list[str], python: str = "python3") -> str:
+        """A shell command that runs this file as __main__ with `python` and `args`."""
+        if self.delivery != "command" or self.path.is_dir():
+            raise ValueError(f"node/{self.source} is not shipped in a command")
+        source = base64.b64encode(self.path.read_bytes()).decode()
+        loader = f'import base64; exec(compile(base64.b64decode("{source}"), "{self.path.name}", "exec"))'
+        return " ".join([python, "-c", shlex.quote(loader), *(shlex.quote(a) for a in args)])
+
+
+# The GPU health agent (GPU pools, kilonode-gpu-health.service in node-image/gpu/rootfs) and its
+# taint controller (apiservers: the control-plane image), as the package kilonode.gpu.
+GPU_HEALTH = NodeProgram(
+    "gpu", "image", target="/usr/local/lib/kilonode/python/kilonode/gpu",
+    pythonpath="/usr/local/lib/kilonode/python",
+    # a stand-in for the real kilonode/__init__.py, which belongs to the whole CLI: the image
+    # carries only kilonode.gpu, and this file must import nothing else
+    beside=(("/usr/local/lib/kilonode/python/kilonode/__init__.py",
+             '"""kilonode on a node: only the GPU health agent and taint controller (kilonode.gpu),\n'
+             'copied by `kilonode image build`. The rest of kilonode runs where clusters are built."""\n'),),
+)
+# Every image: kilonode-local-disk.service runs it at boot (node-image/rootfs).
+LOCAL_DISK_SETUP = NodeProgram("local_disk_setup.py", "image", target="/usr/local/lib/kilonode/local-disk-setup",
+                               mode=0o755)
+# Every etcd member, with its timer, unit and config (kilonode.render.etcd_snapshot).
+ETCD_SNAPSHOT = NodeProgram("etcd_snapshot.py", "custom data", target="/usr/local/lib/kilonode/etcd_snapshot.py",
+                            mode=0o755)
+# The ARP lesson's fill, on the VM `kilonode image verify` booted (kilonode.image.arp_lesson).
+ARP_GUEST = NodeProgram("arp_guest.py", "command")
+
+PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, ARP_GUEST)
