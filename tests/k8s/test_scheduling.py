@@ -22,7 +22,7 @@ import yaml
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.azure.mockplan import run_plan
 from kilonode.config import load_stack
-from kilonode.config.catalog import vm_size
+from kilonode.catalog.vm import vm_size
 from kilonode.k8s import scheduling
 from kilonode.plan import ClusterPlan, defaults, plan_stack
 from kilonode.render.control_plane import scheduler_config as default_scheduler_config

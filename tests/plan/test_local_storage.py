@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kilonode.cli import app
 from kilonode.config import load_stack
-from kilonode.config.catalog import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK
+from kilonode.catalog.vm import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import plan_stack
 from kilonode.render import USER_DATA, render_cluster

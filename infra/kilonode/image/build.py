@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from kilonode.catalog import binaries as pins
 from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.image import binaries as pinned
@@ -124,7 +125,7 @@ class ImageInputs:
 
     @property
     def binaries_role(self) -> str:
-        return pinned.pool_role(self.pool.runtime) if self.pool else str(self.role)
+        return pins.pool_role(self.pool.runtime) if self.pool else str(self.role)
 
     @property
     def extras(self) -> tuple[Extra, ...]:
@@ -208,11 +209,11 @@ def build_image(
                     {"path": "/" + path, "sha256": _sha(data), "mode": f"{rendered.mode:04o}", "source": "render"}
                 )
             images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
-            catalog = pinned.load(recipe.binaries_file)
+            catalog = pins.load(recipe.binaries_file)
             downloads = pinned.Downloads(work / "downloads")
             binaries = []
             roles = (
-                pinned.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
+                pins.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
                 else [inputs.binaries_role]
             )
             for binaries_role in roles:
@@ -347,6 +348,7 @@ def build_image(
                 "gpu": accel.gpu_record(
                     recipe, extras, pool, tree, packages, toolkit_result, baked.toolkit_packages,
                     baked.runtime_dropin, baked.agent, baked.images, runtime_config,
+                    plan.components.device_plugin_image,
                 ) if pool else None,
                 "infiniband": accel.infiniband_record(recipe, extras, packages),
                 # kilonode.gpu (agent, taint controller) where this image carries it

@@ -15,10 +15,7 @@ from pathlib import Path
 
 from kilonode.image import cache, mirror
 from kilonode.image.recipe import FLAVOURS, BaseSpec, Extra, Recipe
-
-
-class BuildError(RuntimeError):
-    pass
+from kilonode.problems import BuildError
 
 
 @dataclass(frozen=True)
