@@ -4,6 +4,7 @@ modules share kilonode.cli.common instead of importing each other."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from kilonode.paths import REPO_ROOT
@@ -113,6 +114,7 @@ def test_command_modules_import_only_the_shared_cli_module() -> None:
 # Layers, left to right: each module imports only its own layer and those to its left.
 LAYERS = [
     ("kilonode", "kilonode.problems", "kilonode.paths"),
+    ("kilonode.catalog",),
     ("kilonode.config",),
     ("kilonode.plan",),
     ("kilonode.render",),
@@ -154,3 +156,130 @@ def test_each_layer_imports_only_the_layers_to_its_left() -> None:
                     and dep not in RENDER_CONTRACT and module not in COMPOSITION_ROOTS:
                 problems.append(f"{module} imports {dep}: take rendered files from the caller")
     assert problems == []
+
+
+# --- the catalogue and the plan decide every number and version ------------------------------
+
+# Who reads the catalogue: the config (the boundary checks a stack against it) and the plan
+# (which decides from it); the drivers may read a row directly.
+CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilonode.entry", "kilonode.__main__",
+                     "kilonode.golden", "kilonode.local", "kilonode.review")
+# The one catalogue part read below the plan: the node images' pinned binaries, which the image
+# build takes from the binaries file its recipe names (an input of the build, not of the plan),
+# and which the Pulumi program's composition root shows per role.
+BINARY_PINS = "kilonode.catalog.binaries"
+BINARY_PIN_READERS = {"kilonode.image.binaries", "kilonode.image.build", "kilonode.image.gpu",
+                      "kilonode.azure.program"}
+DOWNSTREAM = ("kilonode.render", "kilonode.azure", "kilonode.k8s", "kilonode.image")
+
+
+def within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_only_the_config_and_the_plan_read_the_catalogue() -> None:
+    problems = []
+    for module, deps in graph().items():
+        if within(module, ("kilonode.catalog", *CATALOGUE_READERS)):
+            continue
+        for dep in sorted(deps):
+            if dep == BINARY_PINS and module in BINARY_PIN_READERS:
+                continue
+            if within(dep, ("kilonode.catalog",)):
+                problems.append(f"{module} imports {dep}: take it from the plan")
+    assert problems == []
+
+
+def defaults_functions() -> set[str]:
+    """Functions the plan's defaults define (none today: the derivations are resolve steps)."""
+    return {node.name for path in (PACKAGE / "plan" / "defaults").glob("*.py")
+            for node in parse(path).body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def defaults_calls(tree: ast.Module, functions: set[str]) -> list[str]:
+    """Uses of a function of kilonode.plan.defaults: `defaults.f`, `<defaults module>.f`, or
+    `from kilonode.plan.defaults[.x] import f`."""
+    modules: set[str] = set()  # local names bound to kilonode.plan.defaults or one of its modules
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if full == "kilonode.plan.defaults" or (node.module == "kilonode.plan.defaults" \
+                        and alias.name not in functions):
+                    modules.add(alias.asname or alias.name)
+                if node.module.startswith("kilonode.plan.defaults") and alias.name in functions:
+                    found.append(f"imports {alias.name}")
+        elif isinstance(node, ast.Import):
+            modules |= {alias.asname for alias in node.names
+                        if alias.asname and alias.name.startswith("kilonode.plan.defaults")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules \
+                and node.attr in functions:
+            found.append(f"uses {node.value.id}.{node.attr}")
+    return found
+
+
+def test_downstream_modules_call_no_function_of_the_plan_defaults() -> None:
+    functions = defaults_functions()
+    problems = [f"{module}: {use}" for module, path in modules().items() if within(module, DOWNSTREAM)
+                for use in defaults_calls(parse(path), functions)]
+    assert problems == []
+
+
+def test_the_defaults_call_finder_finds_a_call() -> None:
+    planted = ast.parse("from kilonode.plan import defaults\nx = defaults.apiserver_inflight(1, 2)\n"
+                        "from kilonode.plan.defaults.dns import dns_replicas\ny = defaults.DNS_MIN_REPLICAS\n")
+    assert defaults_calls(planted, {"apiserver_inflight", "dns_replicas"}) == [
+        "imports dns_replicas", "uses defaults.apiserver_inflight"]
+    assert defaults_calls(ast.parse("from kilonode.plan import defaults\ny = defaults.DNS_MIN_REPLICAS\n"),
+                          {"apiserver_inflight"}) == []
+
+
+# A version (1.2.3, v1.2.3, v1.2), a digest, or an image reference with a tag.
+VERSION_LIKE = re.compile(
+    r"(?<![\w.])v?\d+\.\d+\.\d+(?![\w.])"
+    r"|(?<![\w.])v\d+\.\d+(?![\w.])"
+    r"|sha256:[0-9a-f]{64}"
+    r"|[a-z0-9.-]+(?:/[\w.-]+)+:\w[\w.-]*\d[\w.-]*"
+)
+# Where versions, tags and digests live: the catalogue (outside facts), the config (the stack's
+# own, with its defaults) and the plan (which decides). kilonode.gpu (the node programs) holds
+# none today and is not excluded.
+VERSION_HOMES = ("kilonode.catalog", "kilonode.config", "kilonode.plan")
+VERSION_ALLOWED = {
+    # kilonode's own package version when run from a checkout that was never installed
+    ("kilonode.cli.project", "0.1.0"),
+}
+
+
+def version_literals(tree: ast.Module) -> list[tuple[int, str]]:
+    """Version-like text in the string literals of a module, docstrings left out (they cite the
+    release a fact was read at; nothing the program produces comes from them)."""
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and (body := node.body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    return [(node.lineno, match.group(0)) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            for match in VERSION_LIKE.finditer(node.value)]
+
+
+def test_no_module_outside_the_catalogue_config_and_plan_holds_a_version() -> None:
+    problems = [f"{module}:{line}: {text!r}" for module, path in modules().items()
+                if not within(module, VERSION_HOMES)
+                for line, text in version_literals(parse(path)) if (module, text) not in VERSION_ALLOWED]
+    assert problems == []
+
+
+def test_the_version_finder_finds_versions_tags_and_digests() -> None:
+    planted = ast.parse('''"""Read at v1.34.5 (a docstring: left out)."""
+IMAGE = "registry.k8s.io/coredns/coredns:v1.12.1"
+DIGEST = "sha256:3c54348fe5a57e5700e7d8068e7531d2ef2d5f3ccb70c8f6bac0953432527abd"
+RELEASE = "v0.34.7"
+BARE = "1.35.2"
+PLAIN = ("10.0.0.0/16", "0.001", "100Mi", "apps/v1", "https://10.0.0.4:6443", "v1beta1", "/etc/nccl.conf")
+''')
+    assert [text for _, text in version_literals(planted)] == [
+        "registry.k8s.io/coredns/coredns:v1.12.1",
+        "sha256:3c54348fe5a57e5700e7d8068e7531d2ef2d5f3ccb70c8f6bac0953432527abd",
+        "v0.34.7", "1.35.2"]

@@ -58,3 +58,7 @@ class PlanError(Exception):
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
         super().__init__("\n".join(f"{p.path}: {p.message}" for p in problems))
+
+
+class BuildError(RuntimeError):
+    """A machine image (or what it is built from, such as the pinned binaries) cannot be made."""

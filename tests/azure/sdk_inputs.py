@@ -29,7 +29,7 @@ from kilonode.azure.graph import Recorded
 # them as extensible strings), each with the reason it is open.
 OPEN_ENUMS: dict[str, str] = {
     # VirtualMachineSizeTypes stops at sizes of 2021 (no ND H100 v5, no D v5); Azure takes any
-    # size the region offers, and the VM-size catalogue (infra/kilonode/config/catalog/) checks it.
+    # size the region offers, and the VM-size catalogue (infra/kilonode/catalog/) checks it.
     "hardwareProfile.vmSize": "VirtualMachineSizeTypes predates the sizes in the catalogue",
 }
 

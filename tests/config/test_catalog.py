@@ -1,4 +1,4 @@
-"""Stacks are checked against the Azure facts in infra/kilonode/config/catalog: sizes and regions."""
+"""Stacks are checked against the Azure facts in infra/kilonode/catalog: sizes and regions."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from ipaddress import IPv4Network
 
 import pytest
 
-from kilonode.config import catalog, load_stack
+from kilonode.catalog import vm as catalog
+from kilonode.config import load_stack
 from kilonode.plan import plan_stack
 from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value

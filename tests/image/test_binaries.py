@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
+from kilonode.catalog import binaries
+from kilonode.catalog.binaries import PinError
 from kilonode.config import available_stacks, load_stack
 from kilonode.config.model import SUPPORTED_KUBERNETES_MINORS
-from kilonode.image import binaries
 from kilonode.image.binaries import (
     DigestMismatch,
     Downloads,
     MemberMissing,
-    PinError,
     Unreachable,
     extract_members,
     fetch,

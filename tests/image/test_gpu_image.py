@@ -98,7 +98,7 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
     assert "not pinned" in toolkit["origin"] and "get no GPU" in toolkit["origin"]
     assert toolkit["runtime_config"] == "/etc/docker/daemon-nvidia.json"
     plugin = gpu["device_plugin_image"]
-    if plugin is not None:  # named by kilonode.plan.defaults.DEVICE_PLUGIN_IMAGE
+    if plugin is not None:  # named by the plan (components.device_plugin_image)
         assert plugin["image"].startswith("nvcr.io/nvidia/k8s-device-plugin:")
         assert plugin["preloaded"] or plugin["pulled_at_first_start"]
     assert data["infiniband"] == {"packages": {p: data["packages"][p] for p in

@@ -20,6 +20,7 @@ import yaml
 
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.azure.mockplan import run_plan
+from kilonode.catalog.components import components
 from kilonode.config import load_stack
 from kilonode.config.model import SUPPORTED_KUBERNETES_MINORS
 from kilonode.k8s import autoscaler
@@ -250,11 +251,11 @@ def minor_graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Graph]:
 
 
 def test_the_pinned_releases_are_the_tags_read_one_per_supported_minor() -> None:
-    assert set(defaults.CLUSTER_AUTOSCALER_VERSIONS) == set(SUPPORTED_KUBERNETES_MINORS) == set(TAGS)
+    assert set(components().cluster_autoscaler.versions) == set(SUPPORTED_KUBERNETES_MINORS) == set(TAGS)
     for minor, (tag, _commit, _file) in TAGS.items():
-        assert defaults.CLUSTER_AUTOSCALER_VERSIONS[minor] == "v" + tag.removeprefix("cluster-autoscaler-")
+        assert components().cluster_autoscaler.versions[minor] == "v" + tag.removeprefix("cluster-autoscaler-")
         # the autoscaler's minor is Kubernetes' (its README, "Releases")
-        assert defaults.CLUSTER_AUTOSCALER_VERSIONS[minor].startswith(f"v1.{minor}.")
+        assert components().cluster_autoscaler.versions[minor].startswith(f"v1.{minor}.")
 
 
 @pytest.mark.parametrize("stack", ["local", "research-2500"])
@@ -499,10 +500,14 @@ def test_the_deployment_runs_on_pool_nodes_as_cloud_controller_manager_does(
     assert pdb["maxUnavailable"] == 1 and pdb["selector"] == spec["selector"]
 
 
+# A size the catalogue lacks: the plan carries no vCPUs or memory for it.
+UNCATALOGUED = {"vm_size": "Standard_Unknown_v9", "vcpus": None, "memory_gib": None}
+
+
 def test_the_ceilings_need_every_pools_size_in_the_catalogue(plans: dict[str, ClusterPlan]) -> None:
     plan = plans[AUTOSCALED]
     assert autoscaler.resource_ceilings(plan) == (720_000, 9_250_000)
-    pools = tuple(p.model_copy(update={"vm_size": "Standard_Unknown_v9"}) if p.name == "a100-ib" else p
+    pools = tuple(p.model_copy(update=UNCATALOGUED) if p.name == "a100-ib" else p
                   for p in plan.node_pools)
     with pytest.raises(ValueError, match="Standard_Unknown_v9 is not in kilonode's VM-size catalogue"):
         autoscaler.resource_ceilings(plan.model_copy(update={"node_pools": pools}))
@@ -523,7 +528,7 @@ def test_explain_names_the_version_the_node_groups_and_the_guards(plans: dict[st
 
 def test_explain_says_so_when_a_pools_size_is_not_in_the_catalogue(plans: dict[str, ClusterPlan]) -> None:
     plan = plans[AUTOSCALED]
-    pools = tuple(p.model_copy(update={"vm_size": "Standard_Unknown_v9"}) if p.name == "h100-ib" else p
+    pools = tuple(p.model_copy(update=UNCATALOGUED) if p.name == "h100-ib" else p
                   for p in plan.node_pools)
     lines = autoscaler.describe(plan.model_copy(update={"node_pools": pools}))
     assert lines[-1].startswith("cannot be deployed as planned: pool h100-ib: Standard_Unknown_v9 is not in")

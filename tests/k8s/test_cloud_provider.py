@@ -13,7 +13,8 @@ import pytest
 
 from kilonode.azure.graph import Graph
 from kilonode.azure.identity import NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR, assignment_name
-from kilonode.plan import ClusterPlan, defaults
+from kilonode.catalog.components import components
+from kilonode.plan import ClusterPlan
 
 # Every json field cloud-provider-azure v1.34.13 unmarshals azure.json into
 # (pkg/provider/config/azure.go Config l.33-183, azure_auth.go AzureClientConfig l.33-51,
@@ -113,7 +114,7 @@ def test_the_controller_manager_runs_without_routes_node_cidrs_or_node_init(
     assert {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists",
             "effect": "NoSchedule"} in pod["tolerations"]
     assert spec["replicas"] == 2 and pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
-    version = defaults.CLOUD_PROVIDER_AZURE_VERSIONS[plans[stack].kubernetes_minor]
+    version = components().cloud_provider_azure.versions[plans[stack].kubernetes_minor]
     assert container["image"] == f"mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:{version}"
     assert container["livenessProbe"]["httpGet"]["port"] == int(args["secure-port"])
 
@@ -130,7 +131,7 @@ def test_the_node_manager_initializes_every_node_from_instance_metadata(
     assert args["node-name"] == "$(NODE_NAME)" and "cloud-config" not in args  # no Azure credentials
     assert "volumes" not in pod  # nothing mounted: it reads the instance metadata service only
     assert {"operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    version = defaults.CLOUD_PROVIDER_AZURE_VERSIONS[plans[stack].kubernetes_minor]
+    version = components().cloud_provider_azure.versions[plans[stack].kubernetes_minor]
     assert container["image"] == f"mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:{version}"
     # both images are boot images: preloaded when the stack supplies their archives
     boot = {image for pool in plans[stack].node_pools for image in pool.boot_images_not_preloaded}

@@ -23,13 +23,14 @@ import yaml
 from kilonode.azure.custom_data import decode
 from kilonode.azure.graph import Graph, Recorded, format_markdown, format_text
 from kilonode.azure.mockplan import run_plan
+from kilonode.catalog.components import components
 from kilonode.config import load_stack
 from kilonode.k8s.gpu import describe
 from kilonode.node.gpu import agent as gpu_agent
 from kilonode.node.gpu import controller as gpu_controller
 from kilonode.node.gpu import protocol
 from kilonode.node.gpu.kubeapi import ApiError, Client, load_kubeconfig
-from kilonode.plan import ClusterPlan, defaults, plan_stack, wellknown
+from kilonode.plan import ClusterPlan, plan_stack, wellknown
 from kilonode.render import render_cluster
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.render.consumers import systemd_verify
@@ -112,12 +113,15 @@ def test_the_gpu_objects_are_valid_against_the_openapi_schema_of_the_stacks_vers
         kubernetes_validate.validate(record.plain(), f"1.{plans[stack].kubernetes_minor}.0", strict=True)
 
 
-def test_the_device_plugin_is_pinned_by_the_digest_nvidia_pins(graphs: dict[str, Graph]) -> None:
+def test_the_device_plugin_is_pinned_by_the_digest_nvidia_pins(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan]
+) -> None:
     [container] = daemonset(graphs["research-7500"])["spec"]["template"]["spec"]["containers"]
     image = container["image"]
     assert re.fullmatch(r"nvcr\.io/nvidia/k8s-device-plugin:v0\.17\.\d+@sha256:[0-9a-f]{64}", image), image
-    assert image == defaults.DEVICE_PLUGIN_IMAGE == RECORDED_DEVICE_PLUGIN
-    assert image.endswith(defaults.DEVICE_PLUGIN_DIGEST) and f":{defaults.DEVICE_PLUGIN_VERSION}@" in image
+    plugin = components().device_plugin
+    assert image == plans["research-7500"].components.device_plugin_image == RECORDED_DEVICE_PLUGIN
+    assert image.endswith(str(plugin.digest)) and f":{plugin.version}@" in image
 
 
 def test_the_device_plugin_is_upstreams_static_deployment_with_settings_its_flags_read(
@@ -192,16 +196,17 @@ def test_gpu_pools_boot_the_device_plugin_image_and_preload_it_when_an_archive_i
                                  "vmSize": "Standard_NC24ads_A100_v4", "podsPerNode": 8})
     plan = plan_stack(load_stack(str(write_stack(cluster))))
     pools = {p.name: p for p in plan.node_pools}
-    assert defaults.DEVICE_PLUGIN_IMAGE in pools["gpu"].boot_images_not_preloaded
-    assert defaults.DEVICE_PLUGIN_IMAGE not in pools["cpu"].boot_images_not_preloaded
-    cluster["bootImageArchives"] = [{"image": defaults.DEVICE_PLUGIN_IMAGE, "archive": "device-plugin.tar"}]
+    plugin = plan.components.device_plugin_image
+    assert plugin in pools["gpu"].boot_images_not_preloaded
+    assert plugin not in pools["cpu"].boot_images_not_preloaded
+    cluster["bootImageArchives"] = [{"image": plugin, "archive": "device-plugin.tar"}]
     plan = plan_stack(load_stack(str(write_stack(cluster))))
     pools = {p.name: p for p in plan.node_pools}
-    [preloaded] = [p for p in pools["gpu"].preload_images if p.image == defaults.DEVICE_PLUGIN_IMAGE]
+    [preloaded] = [p for p in pools["gpu"].preload_images if p.image == plugin]
     assert (preloaded.source, preloaded.archive) == ("archive", "device-plugin.tar")
     assert "@" not in preloaded.baked_path and ":" not in preloaded.baked_path.rsplit("/", 1)[1]
-    assert defaults.DEVICE_PLUGIN_IMAGE not in pools["gpu"].boot_images_not_preloaded
-    assert all(p.image != defaults.DEVICE_PLUGIN_IMAGE for p in pools["cpu"].preload_images)
+    assert plugin not in pools["gpu"].boot_images_not_preloaded
+    assert all(p.image != plugin for p in pools["cpu"].preload_images)
 
 
 # --- the controller's RBAC: exactly what it asks for ----------------------------------------

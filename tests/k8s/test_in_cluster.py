@@ -153,7 +153,7 @@ def test_the_serving_cert_approver_is_scoped_to_the_pools_host_names_and_subnets
                       if r.type.endswith("Deployment") and r.name.endswith("approver-deployment"))
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert container["image"] == defaults.SERVING_CERT_APPROVER_IMAGE
+    assert container["image"] == plan.components.serving_cert_approver_image
     assert env["PROVIDER_IP_PREFIXES"].split(",") == [str(p.subnet) for p in plan.node_pools]
     assert env["MAX_EXPIRATION_SEC"] == str(365 * 24 * 3600)
     regex = re.compile(env["PROVIDER_REGEX"])

@@ -21,10 +21,11 @@ import yaml
 
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.azure.mockplan import run_plan
+from kilonode.catalog.components import components
+from kilonode.catalog.vm import vm_size
 from kilonode.config import load_stack
-from kilonode.config.catalog import vm_size
 from kilonode.k8s import scheduling
-from kilonode.plan import ClusterPlan, defaults, plan_stack
+from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.render.control_plane import scheduler_config as default_scheduler_config
 from tests.conftest import StackWriter, shipped_cluster_value
 
@@ -452,14 +453,15 @@ def test_leader_election_uses_a_lease_of_its_own_which_its_role_may_hold(graphs:
 
 @pytest.mark.parametrize("minor", SUPPORTED_MINORS)
 def test_each_supported_minor_has_its_release_pinned(minor: int) -> None:
-    assert defaults.scheduler_plugins_version(f"1.{minor}.3") == RELEASES[minor]
-    assert (minor in defaults.SCHEDULER_PLUGINS_SKEW) == (minor == 35)
+    gang = components().scheduler_plugins
+    assert gang.release("scheduler-plugins", f"1.{minor}.3") == RELEASES[minor]
+    assert (minor in gang.skew) == (minor == 35)
 
 
 @pytest.mark.parametrize("version", ["1.31.9", "1.36.0"])
 def test_a_minor_without_a_pinned_release_is_refused_by_name(version: str) -> None:
     with pytest.raises(ValueError, match=f"no scheduler-plugins release is pinned for Kubernetes {version}"):
-        defaults.scheduler_plugins_version(version)
+        components().scheduler_plugins.release("scheduler-plugins", version)
 
 
 def images(graph: Graph) -> dict[str, str]:

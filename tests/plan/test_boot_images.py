@@ -6,15 +6,16 @@ first start, in the plan, the image manifest and `kilonode explain`."""
 
 from __future__ import annotations
 
-from kilonode.plan import ClusterPlan, defaults
+from kilonode.catalog.components import components
+from kilonode.plan import ClusterPlan
 from kilonode.render import render_cluster
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.plan.test_resolve import plan_of
 
 BOOT = (
     "registry.k8s.io/kube-proxy:v1.34.2",
-    defaults.COREDNS_IMAGE,
-    defaults.SERVING_CERT_APPROVER_IMAGE,
+    "registry.k8s.io/coredns/coredns:v1.12.1",
+    "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",
     "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.34.7",
@@ -23,12 +24,13 @@ BOOT = (
 
 
 AUTOSCALER = "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5"
+DEVICE_PLUGIN = components().device_plugin.image("devicePlugin", str(components().device_plugin.version))
 
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
         # every research-7500 pool has GPUs: the device plugin too; a pool autoscales: the autoscaler
-        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, defaults.DEVICE_PLUGIN_IMAGE)
+        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, DEVICE_PLUGIN)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
     assert AUTOSCALER not in plans["research-2500"].node_pools[0].boot_images_not_preloaded
 
@@ -56,4 +58,4 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
     # ... and the pause image, which every node has from the image build (balloon pods run it)
-    assert images == {*BOOT, AUTOSCALER, defaults.DEVICE_PLUGIN_IMAGE, plans["research-7500"].node_pools[0].pause_image}
+    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, plans["research-7500"].node_pools[0].pause_image}

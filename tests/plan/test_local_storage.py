@@ -12,9 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from kilonode.catalog.vm import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK
 from kilonode.cli import app
 from kilonode.config import load_stack
-from kilonode.config.catalog import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK
 from kilonode.node.ship import LOCAL_DISK_SETUP
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import plan_stack

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from kilonode.catalog import binaries
+from kilonode.catalog.vm import vm_sizes
 from kilonode.config import load_stack
-from kilonode.config.catalog import vm_sizes
-from kilonode.image import binaries
 from kilonode.plan import plan_stack
 from kilonode.plan.wellknown import NCCL_CONF, NCCL_TOPOLOGY_LABEL
 from kilonode.render import render_cluster

@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, compare_resources, compare_stack, effects
+from kilonode.catalog.effects import effects
+from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, compare_resources, compare_stack
 from kilonode.review.refs import Side, affected
 from kilonode.review.report import COMMENT_LIMIT, MARKER, Review, grouped_files, to_markdown
 from kilonode.review.risks import HIGH, MEDIUM, assess

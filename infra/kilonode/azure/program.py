@@ -16,10 +16,10 @@ from kilonode.azure.cluster import Cluster, ClusterArgs
 from kilonode.azure.identity import subscription_of
 from kilonode.azure.node_image import default_vhd, gallery_images
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
+from kilonode.catalog import binaries
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
-from kilonode.image import binaries
 from kilonode.k8s.cloud_provider import AzureTarget
 from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import ClusterPlan, plan_stack

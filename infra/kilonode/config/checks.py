@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from ipaddress import IPv4Network
 
-from kilonode.config import catalog
+from kilonode.catalog import vm as catalog
 from kilonode.config.model import GIB, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.problems import Loc, Problem
@@ -131,7 +131,7 @@ def _location(config: ClusterConfig) -> list[Problem]:
     hint = f"did you mean {close[0]!r}? " if close else ""
     return [Problem(("location",), f"{config.location!r} is not an Azure region name; {hint}"
                     f"the {len(known)} known names come from {catalog.regions_source()} "
-                    "(infra/config/catalog/regions.yaml)")]
+                    "(infra/kilonode/catalog/regions.yaml)")]
 
 
 def _sizes(config: ClusterConfig) -> list[Problem]:
@@ -156,7 +156,7 @@ def _sizes(config: ClusterConfig) -> list[Problem]:
             problems.append(Problem(
                 loc,
                 f"{name!r} is not in kilonode's size catalogue; {hint}it lists {len(sizes)} sizes with their "
-                "pages in infra/config/catalog/vm_sizes.yaml: add a new size there, citing its size page",
+                "pages in infra/kilonode/catalog/vm_sizes.yaml: add a new size there, citing its size page",
             ))
             continue
         # a pool on a size with NVMe disks gets those instead (kilonode.plan.resolve._local_storage)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from kilonode.catalog import binaries as pins
 from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.digest import sha256_bytes, sha256_file, sha256_text
@@ -126,7 +127,7 @@ class ImageInputs:
 
     @property
     def binaries_role(self) -> str:
-        return pinned.pool_role(self.pool.runtime) if self.pool else str(self.role)
+        return pins.pool_role(self.pool.runtime) if self.pool else str(self.role)
 
     @property
     def extras(self) -> tuple[Extra, ...]:
@@ -276,6 +277,7 @@ def build_image(
                 "gpu": accel.gpu_record(
                     recipe, extras, pool, tree, packages, toolkit_result, baked.toolkit_packages,
                     baked.runtime_dropin, baked.agent, baked.images, runtime_config,
+                    plan.components.device_plugin_image,
                 ) if pool else None,
                 "infiniband": accel.infiniband_record(recipe, extras, packages),
                 # kilonode.gpu (agent, taint controller) where this image carries it
@@ -366,10 +368,10 @@ def _place_binaries(
 ) -> list[pinned.BinaryResult]:
     """node-image/binaries.toml's components for the image's roles, placed in the tree."""
     pool = inputs.pool
-    catalog = pinned.load(recipe.binaries_file)
+    catalog = pins.load(recipe.binaries_file)
     downloads = pinned.Downloads(work / "downloads")
     roles = (
-        pinned.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
+        pins.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
         else [inputs.binaries_role]
     )
     binaries: list[pinned.BinaryResult] = []

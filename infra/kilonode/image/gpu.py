@@ -23,6 +23,7 @@ import tomllib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kilonode.catalog import binaries as pins
 from kilonode.digest import sha256_file
 from kilonode.image import binaries as pinned
 from kilonode.image.recipe import Extra, Recipe
@@ -35,7 +36,7 @@ TOOLKIT = "nvidia-container-toolkit"
 # The package whose DKMS module is the driver (node-image/packages/gpu.txt says why not the open one)
 DRIVER_MODULE_PACKAGE = "nvidia-kernel-dkms"
 # binaries.toml's role for what a GPU pool adds to its runtime's role
-GPU_ROLE = pinned.GPU_ROLE
+GPU_ROLE = pins.GPU_ROLE
 # The release tarball's .deb packages, installed in this order (each depends on the ones before).
 TOOLKIT_PACKAGES = (
     "libnvidia-container1",
@@ -70,14 +71,8 @@ def unsupported_gpu(recipe: Recipe, pool: NodePoolPlan) -> str | None:
 
 
 def gpu_model(pool: NodePoolPlan) -> str | None:
-    """The size catalogue's GPU model: from the plan where it carries it, else the catalogue."""
-    model = getattr(pool, "gpu_model", None)
-    if model:
-        return str(model)
-    from kilonode.config.catalog import vm_sizes
-
-    size = vm_sizes().get(pool.vm_size)
-    return size.gpu_model if size else None
+    """The size catalogue's GPU model, as the plan carries it."""
+    return pool.gpu_model
 
 
 # --- the NVIDIA container toolkit ------------------------------------------------------------
@@ -190,6 +185,7 @@ def gpu_record(
     recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, tree: Path, packages: dict[str, str],
     toolkit: pinned.BinaryResult | None, toolkit_packages: dict[str, str], dropin: str | None,
     agent: list[dict[str, str]], preloaded: list[dict[str, str]], runtime_config: str | None,
+    device_plugin: str,
 ) -> dict[str, Any] | None:
     """The manifest's `gpu` section; None for an image without the GPU extra (verify skips its
     GPU checks by this, and checks instead that no NVIDIA package is in the image)."""
@@ -204,7 +200,6 @@ def gpu_record(
     dkms_version = packages.get(DRIVER_MODULE_PACKAGE, "")
     driver_version = dkms_version.split("-", 1)[0] if dkms_version else None
     modules = _files(tree, f"lib/modules/{kernel}/updates/dkms/*.ko*") if kernel else []
-    device_plugin = _device_plugin_image()
     return {
         "model": gpu_model(pool),
         "gpus_per_node": pool.gpus_per_node,
@@ -236,22 +231,13 @@ def gpu_record(
             # the rendered configuration naming the NVIDIA runtime (the drop-in points at it)
             "runtime_config": runtime_config,
         },
-        "device_plugin_image": device_plugin and {
+        "device_plugin_image": {
             "image": device_plugin,
             "preloaded": any(i["image"] == device_plugin for i in preloaded),
             "pulled_at_first_start": device_plugin in pool.boot_images_not_preloaded,
         },
         "agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": agent},
     }
-
-
-def _device_plugin_image() -> str | None:
-    """The NVIDIA device plugin image the cluster runs on GPU pools (kilonode.plan.defaults);
-    None while the plan layer names none."""
-    from kilonode.plan import defaults
-
-    image = getattr(defaults, "DEVICE_PLUGIN_IMAGE", None)
-    return str(image) if image else None
 
 
 def infiniband_record(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str]) -> dict[str, Any] | None:

@@ -17,10 +17,7 @@ from kilonode.digest import sha256_file, sha256_text
 from kilonode.image import cache, mirror
 from kilonode.image.recipe import FLAVOURS, BaseSpec, Extra, Recipe
 from kilonode.node.ship import NodeProgram
-
-
-class BuildError(RuntimeError):
-    pass
+from kilonode.problems import BuildError
 
 
 @dataclass(frozen=True)

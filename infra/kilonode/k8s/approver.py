@@ -30,7 +30,7 @@ class ServingCertApproverArgs:
     cluster: str
     pools: Sequence[str]  # pool names
     pool_subnets: Sequence[str]  # CIDRs
-    image: str = defaults.SERVING_CERT_APPROVER_IMAGE
+    image: str  # the plan's (components)
 
 
 def host_name_regex(cluster: str, pools: Sequence[str]) -> str:

@@ -64,7 +64,6 @@ from itertools import groupby
 import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
-from kilonode.config.catalog import vm_size
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME
 from kilonode.k8s.gpu import POOL_LABEL
@@ -159,19 +158,18 @@ def resource_ceilings(plan: ClusterPlan) -> tuple[int, int]:
     every scale-up. "0" is no way out: 1.32-1.34 read a max of 0 as no limit
     (core/scaleup/resource/manager.go ResourcesLeft), 1.35 as a limit of 0
     (resourcequotas/factory.go NewQuotasTracker). The sizes come from kilonode's VM-size
-    catalogue; the memory there is the VM's, a little above what the kubelet reports, so the
+    catalogue, as the plan carries them; the memory there is the VM's, a little above what the kubelet reports, so the
     ceiling never binds before the node groups' max sizes do.
     """
     cores = memory = 0.0
     for pool in plan.node_pools:
-        size = vm_size(pool.vm_size)
-        if size is None:
+        if pool.vcpus is None or pool.memory_gib is None:
             raise ValueError(
                 f"pool {pool.name}: {pool.vm_size} is not in kilonode's VM-size catalogue, so the cluster "
                 "autoscaler's --cores-total/--memory-total cannot be set from the plan (upstream's defaults would "
-                "stop scale-up at 320,000 vCPUs); add the size to infra/config/catalog/vm_sizes.yaml")
-        cores += pool_ceiling(pool) * size.vcpus
-        memory += pool_ceiling(pool) * size.memory_gib
+                "stop scale-up at 320,000 vCPUs); add the size to infra/kilonode/catalog/vm_sizes.yaml")
+        cores += pool_ceiling(pool) * pool.vcpus
+        memory += pool_ceiling(pool) * pool.memory_gib
     return int(cores), math.ceil(memory)
 
 
@@ -263,7 +261,7 @@ def describe(plan: ClusterPlan) -> list[str]:
     pools = plan.autoscaled_pools
     if not pools:
         return ["no pool has autoscaling: no cluster autoscaler; every scale set keeps its planned capacity"]
-    version = defaults.cluster_autoscaler_version(plan.kubernetes_version)
+    version = plan.components.cluster_autoscaler_version
     lines = [
         f"cluster-autoscaler {version}: Deployment {KUBE_SYSTEM}/{APP}, {defaults.CLUSTER_AUTOSCALER_REPLICAS} "
         f"replicas, one active (Lease {KUBE_SYSTEM}/{LEASE_NAME}); Azure as the cloud provider's user-assigned "
@@ -315,7 +313,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             raise ValueError("ClusterAutoscaler needs a pool with autoscaling; a cluster without one gets none")
         child = pulumi.ResourceOptions(parent=self)
         labels = _labels()
-        version = defaults.cluster_autoscaler_version(plan.kubernetes_version)
 
         account = core.v1.ServiceAccount(
             f"{name}-sa", metadata=meta.v1.ObjectMetaArgs(name=APP, namespace=KUBE_SYSTEM, labels=labels), opts=child)
@@ -376,7 +373,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                         )],
                         containers=[core.v1.ContainerArgs(
                             name=APP,
-                            image=defaults.CLUSTER_AUTOSCALER_IMAGE.format(version=version),
+                            image=plan.components.cluster_autoscaler_image,
                             command=[BINARY],
                             args=autoscaler_args(plan),
                             ports=[core.v1.ContainerPortArgs(name="metrics", container_port=port, protocol="TCP")],

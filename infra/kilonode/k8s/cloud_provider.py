@@ -163,7 +163,6 @@ class CloudProvider(pulumi.ComponentResource):
         super().__init__("kilonode:k8s:CloudProvider", name, None, opts)
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self)
-        version = defaults.cloud_provider_azure_version(plan.kubernetes_version)
 
         accounts = {}
         for app, rules in ((CCM, CCM_RULES), (CNM, CNM_RULES)):
@@ -230,7 +229,7 @@ class CloudProvider(pulumi.ComponentResource):
                         )],
                         containers=[core.v1.ContainerArgs(
                             name=CCM,
-                            image=defaults.CLOUD_CONTROLLER_MANAGER_IMAGE.format(version=version),
+                            image=plan.components.cloud_controller_manager_image,
                             command=["cloud-controller-manager"],
                             args=ccm_args(plan),
                             # the chart's requests and limits
@@ -292,7 +291,7 @@ class CloudProvider(pulumi.ComponentResource):
                         ],
                         containers=[core.v1.ContainerArgs(
                             name=CNM,
-                            image=defaults.CLOUD_NODE_MANAGER_IMAGE.format(version=version),
+                            image=plan.components.cloud_node_manager_image,
                             command=["cloud-node-manager"],
                             args=cnm_args(),
                             env=_node_name_env(),

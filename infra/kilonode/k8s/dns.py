@@ -1,7 +1,7 @@
 """ClusterDns: CoreDNS as the `kube-dns` Service at the plan's cluster DNS address (the
 kubelets' clusterDNS), after kubernetes/kubernetes cluster/addons/dns/coredns: its RBAC,
 Corefile and probes; with required anti-affinity on the host name and replicas computed by
-the plan (kilonode.plan.defaults: DNS_*)."""
+the plan (components.dns_replicas)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pods import system_pod_spec, tolerate_critical_addons
-from kilonode.plan import defaults
 
 APP = "kube-dns"  # the label every DNS client and NetworkPolicy expects
 LABELS = {"k8s-app": APP, "app.kubernetes.io/managed-by": "kilonode"}
@@ -45,12 +44,8 @@ COREFILE = """.:53 {
 class ClusterDnsArgs:
     dns_ip: str  # the plan's cluster DNS address (the kubelets' clusterDNS)
     replicas: int
+    image: str  # the plan's (components)
     cluster_domain: str = "cluster.local"
-    image: str = defaults.COREDNS_IMAGE
-
-
-def dns_replicas(total_nodes: int) -> int:
-    return max(defaults.DNS_MIN_REPLICAS, -(-total_nodes // defaults.DNS_NODES_PER_REPLICA))
 
 
 class ClusterDns(pulumi.ComponentResource):

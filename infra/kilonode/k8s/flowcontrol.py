@@ -21,7 +21,7 @@ reasons in kilonode.plan.defaults, APF_*):
 Both levels borrow nothing (a busy fleet never holds more than its nominal seats) and queue
 per ServiceAccount or user (ByUser), so a burst waits in its own queues and is answered 429
 only past them. Neither takes seats from the built-in levels: the apiservers' concurrency limit
-grows by these levels' shares (kilonode.plan.defaults.apiserver_inflight), and
+grows by these levels' shares (kilonode.plan.resolve.components.apiserver_inflight), and
 tests/k8s/test_flowcontrol.py computes every level's seats as the apiserver does.
 
 Not covered, on purpose:
@@ -150,9 +150,10 @@ def nominal_seats(server_limit: int, shares: Mapping[str, int]) -> dict[str, int
 def describe(plan: ClusterPlan) -> list[str]:
     """What `kilonode explain` says about API Priority and Fairness: one line each."""
     args = ApiProtectionArgs()
-    reads, mutating = defaults.apiserver_inflight(plan.most_nodes, len(plan.control_plane.instances))
+    components = plan.components
+    reads, mutating = components.apiserver_max_requests_inflight, components.apiserver_max_mutating_requests_inflight
     ours = levels(args)
-    seats = nominal_seats(reads + mutating, {**defaults.APF_BUILTIN_SHARES, **{lv.name: lv.shares for lv in ours}})
+    seats = nominal_seats(reads + mutating, {**components.apf_builtin_shares, **{lv.name: lv.shares for lv in ours}})
     lines = [f"API Priority and Fairness ({API_VERSION}): {reads + mutating} seats per apiserver "
              f"(--max-requests-inflight={reads} + --max-mutating-requests-inflight={mutating})"]
     for level in ours:
@@ -162,7 +163,7 @@ def describe(plan: ClusterPlan) -> list[str]:
             f"{level.name}: {seats[level.name]} seats (shares {level.shares}, lends {level.lendable_percent}%, "
             f"borrows {level.borrowing_limit_percent}%), {queues} queues, hand {hand}, {length} per queue; "
             f"FlowSchema {level.name} (precedence {level.precedence}): {who}")
-    builtin = ", ".join(f"{name} {seats[name]}" for name in defaults.APF_BUILTIN_SHARES if name != "exempt")
+    builtin = ", ".join(f"{name} {seats[name]}" for name in components.apf_builtin_shares if name != "exempt")
     lines.append(f"built-in levels keep their seats: {builtin}")
     if plan.gpu_pools:
         lines.append("GPU health agent (the node's identity, group system:nodes): the kubelet's built-in "

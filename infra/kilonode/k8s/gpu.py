@@ -121,7 +121,7 @@ def describe(plan: ClusterPlan) -> list[str]:
         return ["no GPU pools: no device plugin, no GPU health agent or controller"]
     user = defaults.GPU_HEALTH_CONTROLLER_USER
     return [
-        f"device plugin: DaemonSet {KUBE_SYSTEM}/{DAEMONSET_NAME}, image {defaults.DEVICE_PLUGIN_IMAGE}, "
+        f"device plugin: DaemonSet {KUBE_SYSTEM}/{DAEMONSET_NAME}, image {plan.components.device_plugin_image}, "
         f"on pools {', '.join(pools)} ({POOL_LABEL} In {','.join(sorted(pools))})",
         "GPU health agent: the node's own identity (the kubelet's client certificate, system:node:<node>, "
         "group system:nodes), no RBAC of its own; the Node authorizer and NodeRestriction let it: patch its own "
@@ -143,7 +143,7 @@ def _labels(app: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class DevicePluginArgs:
     pools: Sequence[str]  # the GPU pools' names
-    image: str = defaults.DEVICE_PLUGIN_IMAGE
+    image: str  # the plan's (components)
 
 
 class DevicePlugin(pulumi.ComponentResource):

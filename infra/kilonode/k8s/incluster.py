@@ -14,7 +14,7 @@ from kilonode.k8s.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
 from kilonode.k8s.capacity import Capacity, CapacityArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
-from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs, dns_replicas
+from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.monitoring import MonitoringRules, MonitoringRulesArgs
@@ -70,24 +70,27 @@ class InCluster(pulumi.ComponentResource):
                 cluster=plan.cluster,
                 pools=[p.name for p in plan.node_pools],
                 pool_subnets=[str(p.subnet) for p in plan.node_pools],
+                image=plan.components.serving_cert_approver_image,
             ),
             on_cluster,
         )
         KubeProxy(
             f"{name}-kube-proxy",
-            KubeProxyArgs(endpoint=plan.control_plane.endpoint, kubernetes_version=plan.kubernetes_version),
+            KubeProxyArgs(endpoint=plan.control_plane.endpoint, image=plan.components.kube_proxy_image),
             on_cluster,
         )
         ClusterDns(
             f"{name}-dns",
-            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=dns_replicas(plan.most_nodes)),
+            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=plan.components.dns_replicas,
+                           image=plan.components.coredns_image),
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
         # GPU pools: the device plugin on their nodes, and the taint controller's access
         # (the controller itself runs on the apiserver VMs). None without GPU pools.
         if plan.gpu_pools:
-            DevicePlugin(f"{name}-device-plugin", DevicePluginArgs(pools=[p.name for p in plan.gpu_pools]),
+            DevicePlugin(f"{name}-device-plugin", DevicePluginArgs(pools=[p.name for p in plan.gpu_pools],
+                                                                  image=plan.components.device_plugin_image),
                          on_cluster)
             GpuHealthAccess(f"{name}-gpu-health", on_cluster)
         # The 7,500-node lessons inside the cluster (one component each):

@@ -28,7 +28,7 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 @dataclass(frozen=True)
 class KubeProxyArgs:
     endpoint: str  # https://<load balancer>:6443
-    kubernetes_version: str  # the image tag follows the cluster's version
+    image: str  # the plan's kube-proxy image: the cluster's own version
 
 
 def proxy_config() -> dict[str, object]:
@@ -103,7 +103,7 @@ class KubeProxy(pulumi.ComponentResource):
                         tolerations=tolerate_every_taint(),
                         containers=[core.v1.ContainerArgs(
                             name="kube-proxy",
-                            image=defaults.KUBE_PROXY_IMAGE.format(kubernetes_version=args.kubernetes_version),
+                            image=args.image,
                             command=["/usr/local/bin/kube-proxy", f"--config={CONFIG_DIR}/config.conf",
                                      "--hostname-override=$(NODE_NAME)"],
                             env=[core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(

@@ -55,7 +55,6 @@ from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pods import system_pod_spec
-from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
 from kilonode.yamlio import plain_yaml
 
@@ -240,11 +239,12 @@ def _container_security() -> core.v1.SecurityContextArgs:
 
 def describe(plan: ClusterPlan) -> list[str]:
     """What `kilonode explain` says about gang scheduling: one line each."""
-    version = defaults.scheduler_plugins_version(plan.kubernetes_version)
+    components = plan.components
+    version = components.scheduler_plugins_version
     lines = [
         f"gang scheduler: schedulerName {GANG_SCHEDULER_NAME}, Deployment {KUBE_SYSTEM}/{SCHEDULER} "
         f"({REPLICAS} replicas, leader election on Lease {KUBE_SYSTEM}/{LEASE}), scheduler-plugins {version} "
-        f"({defaults.SCHEDULER_PLUGINS_SCHEDULER_IMAGE.format(version=version)})",
+        f"({components.scheduler_plugins_scheduler_image})",
         f"profile {GANG_SCHEDULER_NAME}: Coscheduling (queue sort in place of PrioritySort, PreFilter, "
         f"PostFilter, Permit, Reserve; permit wait {PERMIT_WAITING_TIME_SECONDS} s unless the PodGroup sets "
         "scheduleTimeoutSeconds) with the default scheduler's packing (NodeResourcesFit MostAllocated on "
@@ -253,9 +253,9 @@ def describe(plan: ClusterPlan) -> list[str]:
         f"a gang job sets: a PodGroup ({POD_GROUP_API_VERSION}, spec.minMember) and on every pod "
         f"schedulerName: {GANG_SCHEDULER_NAME} and the label {POD_GROUP_LABEL}: <PodGroup name>",
         f"PodGroup status: Deployment {KUBE_SYSTEM}/{CONTROLLER} "
-        f"({defaults.SCHEDULER_PLUGINS_CONTROLLER_IMAGE.format(version=version)})",
+        f"({components.scheduler_plugins_controller_image})",
     ]
-    skew = defaults.SCHEDULER_PLUGINS_SKEW.get(plan.kubernetes_minor)
+    skew = components.scheduler_plugins_skew
     if skew:
         lines.append(f"Kubernetes {plan.kubernetes_version}: {skew}")
     return lines
@@ -263,19 +263,22 @@ def describe(plan: ClusterPlan) -> list[str]:
 
 @dataclass(frozen=True)
 class GangSchedulerArgs:
-    kubernetes_version: str  # the release follows the minor (defaults.scheduler_plugins_version)
+    # the plan's scheduler-plugins images (components: the release for the cluster's minor)
+    scheduler_image: str
+    controller_image: str
     gpu: bool  # the plan has GPU pools: nvidia.com/gpu joins the packing score, as in the default profile
 
     @staticmethod
     def of(plan: ClusterPlan) -> GangSchedulerArgs:
-        return GangSchedulerArgs(kubernetes_version=plan.kubernetes_version, gpu=bool(plan.gpu_pools))
+        return GangSchedulerArgs(scheduler_image=plan.components.scheduler_plugins_scheduler_image,
+                                 controller_image=plan.components.scheduler_plugins_controller_image,
+                                 gpu=bool(plan.gpu_pools))
 
 
 class GangScheduler(pulumi.ComponentResource):
     def __init__(self, name: str, args: GangSchedulerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:GangScheduler", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        version = defaults.scheduler_plugins_version(args.kubernetes_version)
 
         crds: list[apiextensions.v1.CustomResourceDefinition] = []
         for document in crd_documents():
@@ -338,7 +341,7 @@ class GangScheduler(pulumi.ComponentResource):
             f"{name}-scheduler", SCHEDULER, accounts[SCHEDULER], after_crds,
             core.v1.ContainerArgs(
                 name="kube-scheduler",
-                image=defaults.SCHEDULER_PLUGINS_SCHEDULER_IMAGE.format(version=version),
+                image=args.scheduler_image,
                 command=["/bin/kube-scheduler"],  # the image's entrypoint (build/scheduler/Dockerfile)
                 args=[f"--config={CONFIG_DIR}/{CONFIG_FILE}"],
                 ports=[core.v1.ContainerPortArgs(name="https", container_port=SCHEDULER_PORT, protocol="TCP")],
@@ -355,7 +358,7 @@ class GangScheduler(pulumi.ComponentResource):
             f"{name}-controller", CONTROLLER, accounts[CONTROLLER], after_crds,
             core.v1.ContainerArgs(
                 name="controller",
-                image=defaults.SCHEDULER_PLUGINS_CONTROLLER_IMAGE.format(version=version),
+                image=args.controller_image,
                 command=["/bin/controller"],  # build/controller/Dockerfile
                 # Lease kube-system/sched-plugins-controllers (cmd/controller/app/server.go); the
                 # chart's flag for its controller.leaderElect value.

@@ -40,8 +40,8 @@ from typing import Any
 
 import paramiko
 
+from kilonode.catalog import binaries as pins
 from kilonode.digest import sha256_bytes, sha256_file, sha256_text
-from kilonode.image import binaries as pinned
 from kilonode.image import cache, mirror
 from kilonode.image.build import ImageInputs, build_image, image_name
 from kilonode.image.disk import DiskError
@@ -144,8 +144,8 @@ def release_units(pool: NodePoolPlan) -> list[str]:
     """The pool's units that run a release binary (node-image/binaries.toml `unit`): kubelet,
     cri-dockerd. None is in a package registry this machine reaches, so the image carries the
     units but not the binaries, and each is skipped (ConditionPathExists=) on the node."""
-    catalog = pinned.load(load_recipe().binaries_file)
-    roles = pinned.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology)
+    catalog = pins.load(load_recipe().binaries_file)
+    roles = pins.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology)
     return list(dict.fromkeys(c.unit for role in roles for c in catalog.role(role) if c.unit))
 
 

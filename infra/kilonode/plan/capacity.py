@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kilonode.config import catalog
+from kilonode.catalog import vm as catalog
 from kilonode.config.model import ClusterConfig, NodePoolConfig, TeamConfig
 from kilonode.plan.model import AutoscalingPlan, NodeGroup, NodePoolPlan, ScaleSetShard, TeamPlan
 from kilonode.plan.wellknown import GPU_RESOURCE
@@ -282,7 +282,8 @@ def catalogue_problems(config: ClusterConfig) -> list[Problem]:
         return []
     return [
         Problem(("nodePools", index, "vmSize"),
-                f"{pool.vm_size} is not in kilonode's VM-size catalogue (infra/config/catalog/vm_sizes.yaml), and the "
+                f"{pool.vm_size} is not in kilonode's VM-size catalogue (infra/kilonode/catalog/vm_sizes.yaml), "
+                "and the "
                 "cluster autoscaler's resource ceilings count every node's vCPUs and memory; add the size there, or "
                 "remove autoscaling from every pool")
         for index, pool in enumerate(config.node_pools) if catalog.vm_size(pool.vm_size) is None

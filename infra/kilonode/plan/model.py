@@ -9,12 +9,12 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from typing import Literal
 
+from kilonode.catalog.limits import limits
 from kilonode.config.model import (
     AuditLogConfig,
     LocalDiskConfig,
     StrictModel,
 )
-from kilonode.plan import limits
 from kilonode.plan.wellknown import TEAM_LABEL, team_taint
 
 
@@ -144,6 +144,9 @@ class NodePoolPlan(StrictModel):
     # the NCCL topology family Azure publishes for the size (catalogue `ncclTopology`) on an
     # InfiniBand pool: the image carries /opt/microsoft/<family>/topo.xml and /etc/nccl.conf
     nccl_topology: str | None = None
+    # the size's vCPUs and memory (catalogue; None for a size not in it): the autoscaler's ceilings
+    vcpus: int | None = None
+    memory_gib: float | None = None
     subnet: IPv4Network
     pods_per_node: int
     ip_configs_per_nic: int  # 1 primary + pods_per_node secondary
@@ -237,7 +240,7 @@ class NatGatewayPlan(StrictModel):
 
     @property
     def ports_per_node(self) -> int:
-        return self.public_ips * limits.SNAT_PORTS_PER_IP.value // max(self.nodes, 1)
+        return self.public_ips * limits().azure.snat_ports_per_ip.value // max(self.nodes, 1)
 
 
 class NetworkPlan(StrictModel):
@@ -252,6 +255,35 @@ class NetworkPlan(StrictModel):
     unrecorded: tuple[UnrecordedSubnet, ...] = ()
     # Outbound: one NAT gateway per pool subnet, one for the control-plane and etcd subnets.
     nat_gateways: tuple[NatGatewayPlan, ...] = ()
+
+
+class ComponentsPlan(StrictModel):
+    """What the cluster's components run, decided once: releases and image references for the
+    stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
+    The renderers and the in-cluster modules read these; none looks a release up itself."""
+
+    kubernetes_minor: int  # parsed once, here
+    kube_proxy_image: str
+    coredns_image: str
+    serving_cert_approver_image: str
+    cloud_provider_azure_version: str
+    cloud_controller_manager_image: str
+    cloud_node_manager_image: str
+    scheduler_plugins_version: str
+    # why this minor runs another minor's scheduler-plugins release (None: its own)
+    scheduler_plugins_skew: str | None = None
+    scheduler_plugins_scheduler_image: str
+    scheduler_plugins_controller_image: str
+    cluster_autoscaler_version: str
+    cluster_autoscaler_image: str
+    device_plugin_image: str
+    cni_version: str  # the Azure CNI conflist's cniVersion
+    # upstream's suggested API Priority and Fairness levels and their shares
+    apf_builtin_shares: dict[str, int]
+    # --max-requests-inflight / --max-mutating-requests-inflight of each apiserver
+    apiserver_max_requests_inflight: int
+    apiserver_max_mutating_requests_inflight: int
+    dns_replicas: int  # CoreDNS replicas for the nodes the cluster may reach
 
 
 class ClusterPlan(StrictModel):
@@ -275,6 +307,7 @@ class ClusterPlan(StrictModel):
     teams: tuple[TeamPlan, ...] = ()
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
+    components: ComponentsPlan
 
     @property
     def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:
@@ -282,7 +315,7 @@ class ClusterPlan(StrictModel):
 
     @property
     def kubernetes_minor(self) -> int:
-        return int(self.kubernetes_version.split(".")[1])
+        return self.components.kubernetes_minor
 
     @property
     def total_nodes(self) -> int:

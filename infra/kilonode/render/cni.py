@@ -19,14 +19,11 @@ from typing import Any
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 
 CONFLIST = "etc/cni/net.d/10-azure.conflist"
-# Upstream's own conflist (cni/azure-linux.conflist) declares 0.3.0; the plugins accept it.
-CNI_VERSION = "0.3.0"
-
-
 def azure_conflist(plan: ClusterPlan, pool: NodePoolPlan) -> dict[str, Any]:
     del pool  # one configuration for every pool: the addresses come from each NIC
+    # the catalogue's azureCni: upstream's own conflist declares it; the plugins accept it
     return {
-        "cniVersion": CNI_VERSION,
+        "cniVersion": plan.components.cni_version,
         "name": "azure",
         "plugins": [
             {

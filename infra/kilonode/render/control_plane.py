@@ -26,7 +26,8 @@ GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
     cp = plan.control_plane
     audit = cp.audit_log
-    reads, mutating = defaults.apiserver_inflight(plan.most_nodes, len(cp.instances))
+    reads = plan.components.apiserver_max_requests_inflight
+    mutating = plan.components.apiserver_max_mutating_requests_inflight
     flags: list[Flag] = [
         ("advertise-address", str(instance.ip)),
         ("secure-port", 6443),
@@ -75,7 +76,7 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("enable-priority-and-fairness", True),
         # With APF the two are summed into the server's total concurrency limit, which APF
         # divides among its levels (server_run_options.go l.350-360 and feature.go l.77-85 at
-        # kubernetes/apiserver kubernetes-1.34.2); sized in defaults.apiserver_inflight.
+        # kubernetes/apiserver kubernetes-1.34.2); sized by the plan (components).
         ("max-requests-inflight", reads),
         ("max-mutating-requests-inflight", mutating),
         # Not set: --watch-cache-sizes ("all non-zero values are equivalent", etcd.go l.158-165:

@@ -1,6 +1,6 @@
 """Two snapshots of one stack in, what changed out: the rendered files as unified diffs, and
 each resource created, updated (which inputs), replaced or deleted, with what a changed input
-does (infra/review/effects.toml: replace, restart, rollout, refused; with its source).
+does (kilonode/catalog/effects.toml: replace, restart, rollout, refused; with its source).
 
 Pure: snapshots are the dictionaries kilonode.review.snapshot writes.
 """
@@ -10,30 +10,18 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-EFFECTS_FILE = Path(__file__).with_name("effects.toml")
+from kilonode.catalog.effects import Effect, effects
 
 CREATE, UPDATE, REPLACE, DELETE = "create", "update", "replace", "delete"
 
 
-@dataclass(frozen=True)
-class Effect:
-    type: str
-    path: str  # dotted input path, list elements as []
-    effect: str  # replace | restart | rollout | refused | in-place
-    why: str
-    source: str
-    unverified: bool = False
-
-    def matches(self, changed: str) -> bool:
-        """A changed path at, under, or above (a whole parent replaced) this effect's path."""
-        return covers(changed, (self.path,)) or covers(self.path, (_general(changed),))
+def matches(effect: Effect, changed: str) -> bool:
+    """A changed path at, under, or above (a whole parent replaced) this effect's path."""
+    return covers(changed, (effect.path,)) or covers(effect.path, (_general(changed),))
 
 
 def _general(path: str) -> str:
@@ -50,18 +38,6 @@ def covers(path: str, prefixes: Iterable[str]) -> bool:
 def natural(text: str) -> list[Any]:
     """'x-10' after 'x-9': digits compare as numbers."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text)]
-
-
-@cache
-def effects() -> dict[str, tuple[Effect, ...]]:
-    """effects.toml by resource type."""
-    data = tomllib.loads(EFFECTS_FILE.read_text(encoding="utf-8"))
-    found: dict[str, list[Effect]] = {}
-    for row in data.get("effect", []):
-        entry = Effect(type=row["type"], path=row["path"], effect=row["effect"], why=row.get("why", ""),
-                       source=row.get("source", ""), unverified=bool(row.get("unverified", False)))
-        found.setdefault(entry.type, []).append(entry)
-    return {t: tuple(rows) for t, rows in found.items()}
 
 
 @dataclass(frozen=True)
@@ -154,7 +130,7 @@ def _input_changes(type_: str, before: Mapping[str, Any], after: Mapping[str, An
         if old.get(path, _MISSING) == new.get(path, _MISSING):
             continue
         ignored = covers(path, ignore)
-        found.append(InputChange(path, old.get(path), new.get(path), tuple(e for e in rules if e.matches(path)),
+        found.append(InputChange(path, old.get(path), new.get(path), tuple(e for e in rules if matches(e, path)),
                                  ignored))
     return found
 

@@ -23,7 +23,8 @@ from kilonode.azure.tags import (
     PUBLIC_IP_ACKNOWLEDGED_TAG,
     SUGGESTED_MAX_QUOTA_BYTES,
 )
-from kilonode.config.catalog import infiniband_of
+from kilonode.catalog.limits import limits
+from kilonode.catalog.vm import infiniband_of
 
 VM = "azure-native:compute:VirtualMachine"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
@@ -39,14 +40,14 @@ CONTROL_PLANE_ROLES = frozenset({ETCD_MAIN, ETCD_EVENTS, "apiserver"})
 CONTROL_PLANE_SUBNETS = ("control-plane", "etcd")
 ETCD_PORTS = {2379: "client", 2380: "peer"}
 # 2,500-node post: etcd's default quota (2 GiB) was hit past 1,000 nodes and stopped writes.
-ETCD_DEFAULT_QUOTA_BYTES = 2 << 30
+ETCD_DEFAULT_QUOTA_BYTES = limits().etcd.default_quota_bytes.value
 # etcd's failure tolerance is (n - 1) / 2; fewer than 3 tolerates none, an even count adds a
 # member without adding tolerance, and past 7 every write waits on more replicas for nothing
 # (etcd FAQ, "What is maximum cluster size?"). 7,500-node post: 5 for the main store.
 ETCD_MEMBER_COUNTS = (3, 5, 7)
 # Azure: one InfiniBand fabric per placement group; kilonode keeps an InfiniBand scale set
 # within one (singlePlacementGroup, at most 100 VMs) so every node of a shard shares a fabric.
-INFINIBAND_SCALE_SET_MAX = 100
+INFINIBAND_SCALE_SET_MAX = limits().azure.vms_per_placement_group.value
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,11 @@ a stack that contradicts its size is refused.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-CATALOG_DIR = Path(__file__).resolve().parent
+from kilonode.catalog import CATALOG_DIR, Row, load
+
 # The temp (resource) disk as cloud-init's udev rules name it on Azure: the LocalDiskConfig
 # default, so a size without a temp disk needs another device.
 AZURE_TEMP_DISK = "/dev/disk/cloud/azure_resource"
@@ -28,16 +26,12 @@ AZURE_TEMP_DISK = "/dev/disk/cloud/azure_resource"
 AZURE_NVME_LOCAL_MODELS = ("Microsoft NVMe Direct Disk", "Microsoft NVMe Direct Disk v2")
 
 
-class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
-
-
-class NvmeDisks(_Row):
+class NvmeDisks(Row):
     count: int = Field(ge=1)
     size_gib: int = Field(ge=1)
 
 
-class VmSize(_Row):
+class VmSize(Row):
     vcpus: int = Field(ge=1)
     memory_gib: float = Field(gt=0)
     gpus: int = Field(ge=0)
@@ -55,27 +49,31 @@ class VmSize(_Row):
     source: str = Field(pattern=r"^https://")
 
 
-class _SizeFile(_Row):
+class _SizeFile(Row):
     sizes: dict[str, VmSize]
 
 
-class _RegionFile(_Row):
+class _RegionFile(Row):
     source: str = Field(pattern=r"^https://")
     regions: tuple[str, ...]
 
 
 @cache
 def vm_sizes() -> dict[str, VmSize]:
-    return _SizeFile.model_validate(yaml.safe_load((CATALOG_DIR / "vm_sizes.yaml").read_text())).sizes
+    return load(_SizeFile, CATALOG_DIR / "vm_sizes.yaml").sizes
 
 
 @cache
+def _region_file() -> _RegionFile:
+    return load(_RegionFile, CATALOG_DIR / "regions.yaml")
+
+
 def regions() -> tuple[str, ...]:
-    return _RegionFile.model_validate(yaml.safe_load((CATALOG_DIR / "regions.yaml").read_text())).regions
+    return _region_file().regions
 
 
 def regions_source() -> str:
-    return str(yaml.safe_load((CATALOG_DIR / "regions.yaml").read_text())["source"])
+    return _region_file().source
 
 
 def vm_size(name: str) -> VmSize | None:

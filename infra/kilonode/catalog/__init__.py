@@ -1,0 +1,44 @@
+"""Every outside fact kilonode relies on, as data with its source: what Azure, Kubernetes,
+etcd and the upstream projects document, not what kilonode chooses (those are the plan's
+defaults, kilonode.plan.defaults).
+
+One loader style: a data file (YAML or TOML) beside its module, validated by a pydantic model
+whose rows (or tables) each carry a `source`. Read by kilonode.config and kilonode.plan; the
+renderers, the Pulumi components and the in-cluster modules read the plan instead.
+
+- vm.py (vm_sizes.yaml, regions.yaml): VM sizes and region names;
+- limits.py (limits.yaml): Azure, Kubernetes and etcd limits and defaults;
+- components.py (components.yaml): component versions per Kubernetes minor, image references;
+- binaries.py (node-image/binaries.toml): the pinned upstream binaries of the node images;
+- effects.py (effects.toml): what a changed input does to each Azure and in-cluster resource.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+CATALOG_DIR = Path(__file__).resolve().parent
+M = TypeVar("M", bound=BaseModel)
+
+
+class Row(BaseModel):
+    """A catalogue row or table: closed (an unknown key is a typo), immutable, camelCase keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+def read(path: Path) -> Any:
+    """A data file's content: YAML or TOML by its suffix."""
+    text = path.read_text(encoding="utf-8")
+    return tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+
+
+def load(model: type[M], path: Path) -> M:
+    """A data file validated by its model."""
+    return model.model_validate(read(path))

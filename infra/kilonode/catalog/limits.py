@@ -1,0 +1,60 @@
+"""Azure, Kubernetes and etcd limits and upstream defaults (limits.yaml), each with its source."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from kilonode.catalog import CATALOG_DIR, Row, load
+
+
+class Limit(Row):
+    value: int
+    source: str
+
+
+class Lengths(Row):
+    value: tuple[int, ...]
+    source: str
+
+
+class Shares(Row):
+    value: dict[str, int]
+    source: str
+
+
+class AzureLimits(Row):
+    vnet_private_ips: Limit
+    ip_configs_per_nic: Limit
+    subnets_per_vnet: Limit
+    reserved_per_subnet: Limit
+    vms_per_scale_set: Limit
+    vms_per_placement_group: Limit
+    scale_set_name_prefix: Limit
+    vms_per_gallery_replica: Limit
+    gallery_replicas_max: Limit
+    nat_ips_per_gateway: Limit
+    snat_ports_per_ip: Limit
+    nat_prefix_lengths: Lengths
+
+
+class KubernetesLimits(Row):
+    nodes: Limit
+    pods: Limit
+    pods_per_node: Limit
+    apf_builtin_shares: Shares
+    autoscaler_expendable_priority_cutoff: Limit
+
+
+class EtcdLimits(Row):
+    default_quota_bytes: Limit
+
+
+class Limits(Row):
+    azure: AzureLimits
+    kubernetes: KubernetesLimits
+    etcd: EtcdLimits
+
+
+@cache
+def limits() -> Limits:
+    return load(Limits, CATALOG_DIR / "limits.yaml")

@@ -1,0 +1,20 @@
+"""Built-in choices that are not stack settings, one module per component, each named once
+with its reason and read by the planner (kilonode.plan.resolve), the renderers and the Azure
+and in-cluster components (UPPER_CASE constants only: what a component runs and every number
+derived from the plan come from the plan itself). Listed in the README ("Built-in defaults").
+Change one here, run `make golden`, and the review shows every file it reaches.
+
+Outside facts (what Azure, Kubernetes or a project documents) are not here: kilonode.catalog.
+"""
+
+from kilonode.plan.defaults.access import *  # noqa: F403
+from kilonode.plan.defaults.autoscaler import *  # noqa: F403
+from kilonode.plan.defaults.cloud_provider import *  # noqa: F403
+from kilonode.plan.defaults.dns import *  # noqa: F403
+from kilonode.plan.defaults.etcd_snapshot import *  # noqa: F403
+from kilonode.plan.defaults.flowcontrol import *  # noqa: F403
+from kilonode.plan.defaults.gpu import *  # noqa: F403
+from kilonode.plan.defaults.network import *  # noqa: F403
+from kilonode.plan.defaults.node import *  # noqa: F403
+from kilonode.plan.defaults.priorities import *  # noqa: F403
+from kilonode.plan.defaults.proxy import *  # noqa: F403

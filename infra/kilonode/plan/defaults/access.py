@@ -1,0 +1,29 @@
+"""Certificates and identities: validity, the groups nodes and admins are, the serving-certificate
+approver's scope (its image: the catalogue's kubeletCsrApprover)."""
+
+# Certificates (pulumi-tls, ECDSA P-256): CAs for ten years; leaves for one year, re-issued
+# by the first `pulumi up` in their last 30 days, which re-delivers them through custom data
+# (a control-plane VM replacement, one member at a time: see the README).
+CA_VALIDITY_HOURS = 10 * 365 * 24
+LEAF_VALIDITY_HOURS = 365 * 24
+LEAF_RENEW_BEFORE_HOURS = 30 * 24
+
+# Node TLS bootstrap (kubeadm's scheme). The group every node's bootstrap token adds (it
+# must start with system:bootstrappers:); the bindings below grant it what kubeadm grants
+# its system:bootstrappers:kubeadm:default-node-token group.
+BOOTSTRAP_GROUP = "system:bootstrappers:kilonode:nodes"
+# Who the exported admin kubeconfig is: a group bound to cluster-admin by a
+# ClusterRoleBinding (revocable), not system:masters (which no RBAC change can revoke;
+# kubeadm moved admin.conf off it in 1.29 for that reason). The super-admin identity in
+# system:masters exists only inside the Pulumi state, for the program's own provider.
+CLUSTER_ADMINS_GROUP = "kilonode:cluster-admins"
+SUPER_ADMIN_GROUP = "system:masters"
+# `pulumi up` waits this long for the apiserver to answer /readyz through the load balancer
+# before it creates in-cluster objects (first boot: cloud-init, packages, certificates).
+APISERVER_READY_TIMEOUT_S = 900
+
+# Kubelet serving certificates (serverTLSBootstrap: true) are approved by
+# postfinance/kubelet-csr-approver: only CSRs for the kubernetes.io/kubelet-serving signer
+# from a system:node:<name> user whose CN is that user, whose one DNS name is a pool host
+# name, and whose IPs fall in the pools' subnets. DNS resolution is bypassed: Azure's
+# internal DNS names are not what the kubelet puts in its CSR; the IP scope carries the check.

@@ -1,0 +1,55 @@
+"""The cluster autoscaler (kilonode.k8s.autoscaler) on pools with `autoscaling` (Azure VMSS);
+releases and image: the catalogue's clusterAutoscaler."""
+
+# Two replicas, one active (leader election on a Lease): the other takes over within the
+# lease period when a node goes away.
+CLUSTER_AUTOSCALER_REPLICAS = 2
+# Its FAQ ("What are the Service Level Objectives"): "request full 1 core ... for CA pod in
+# bigger clusters". Memory: it keeps every Node and Pod in informers plus a simulated copy
+# of the cluster each loop; 2 GiB requested, 8 GiB at most, for ~7,500 nodes is an estimate,
+# not a measurement. No CPU limit: a throttled loop is the FAQ's "overloaded node".
+CLUSTER_AUTOSCALER_REQUESTS = {"cpu": "1", "memory": "2Gi"}
+CLUSTER_AUTOSCALER_LIMITS = {"memory": "8Gi"}
+# --address (its default :8085): /metrics and /health-check. hostNetwork, so the port is the
+# node's; clear of the kubelet (10250), kube-proxy (10249, 10256) and the CCM (10268).
+CLUSTER_AUTOSCALER_PORT = 8085
+# Gradual scale-up (field notes: adding hundreds of nodes at once overloads the apiservers):
+# one scale-up adds at most one InfiniBand scale set's worth of nodes (100, a placement
+# group), split over a pool's similar scale sets; the next loop adds more only for pods the
+# nodes already on their way cannot hold.
+CLUSTER_AUTOSCALER_MAX_NODES_PER_SCALEUP = 100
+# A GPU VM's way to a Ready node: Azure allocation (InfiniBand sizes in one placement group),
+# boot, registration, then the GPU health checks under the startup taint before the node
+# takes work (field notes: active GPU tests need seconds to minutes). Upstream's 15m is for
+# ordinary VMs.
+CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME = "30m"
+# The 2,500-node guard (field notes: an etcd outage failed every node's health check and the
+# autoscaler tried to remove the fleet). It halts all activity while more than this share of
+# the cluster's nodes (and more than the count below) is unready; upstream's 45% lets a
+# partial outage (a zone, a third of the fleet) go on scaling down. 10% of 7,500 is 750 nodes:
+# far above the GPU faults a healthy fleet carries, far below an outage.
+CLUSTER_AUTOSCALER_MAX_TOTAL_UNREADY_PERCENTAGE = 10
+# Upstream's 3, kept: the count only matters below 30 nodes (3 = 10% of 30), where one or two
+# unready nodes must not stop every scale-up; at this toolkit's scale the percentage decides.
+CLUSTER_AUTOSCALER_OK_TOTAL_UNREADY_COUNT = 3
+# How much one loop removes (the node groups' min sizes keep every pool at half or more):
+# at most 10 nodes being deleted at once (upstream's default, stated), of which at most one
+# drained (evicting a pod of an MPI job restarts the whole job; field notes).
+CLUSTER_AUTOSCALER_MAX_SCALE_DOWN_PARALLELISM = 10
+CLUSTER_AUTOSCALER_MAX_DRAIN_PARALLELISM = 1
+# One pod per GPU node (field notes): a node is a scale-down candidate only when no pod on it
+# requests a GPU (GPU nodes are judged on GPUs alone) or, on nodes without GPUs, when no pod
+# requests CPU or memory; DaemonSet pods do not count (--ignore-daemonsets-utilization). The
+# scheduler packs nodes, so idle capacity shows as empty nodes; the autoscaler removes those
+# and never evicts running work to consolidate half-used nodes (upstream's 0.5 would drain a
+# node running a 4-GPU job).
+CLUSTER_AUTOSCALER_SCALE_DOWN_UTILIZATION_THRESHOLD = "0"
+CLUSTER_AUTOSCALER_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD = "0"
+# A GPU node idle for less than it takes to get one back (provision time) is churn: jobs
+# arrive in bursts (field notes: a new job creates hundreds of pods at once).
+CLUSTER_AUTOSCALER_SCALE_DOWN_UNNEEDED_TIME = "30m"
+# No scale-down while the nodes of the last scale-up may still be on their way.
+CLUSTER_AUTOSCALER_SCALE_DOWN_DELAY_AFTER_ADD = CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME
+# Verbosity: its FAQ ("How can I increase the information that the CA is logging?"): 0 or 1
+# suffices to follow its activity; more slows it past 1,000 nodes.
+CLUSTER_AUTOSCALER_VERBOSITY = 1

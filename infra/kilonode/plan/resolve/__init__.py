@@ -1,0 +1,86 @@
+"""resolve(config) -> ClusterPlan: pure and deterministic, no I/O, no Pulumi. One module per
+concern (network, budgets, etcd, control plane, pools, components); this one composes them.
+
+Its cost grows with pools and scale-set shards, never with the node count: nothing here
+enumerates nodes.
+"""
+
+from __future__ import annotations
+
+from kilonode.config.model import ClusterConfig
+from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.plan import defaults
+from kilonode.plan.model import ClusterPlan, NetworkPlan
+from kilonode.plan.resolve.budgets import (
+    acknowledged_warnings,
+    budget_problems,
+    budget_warnings,
+    budgets_of,
+    gallery_replicas,
+    unrecorded_warnings,
+)
+from kilonode.plan.resolve.components import components_plan
+from kilonode.plan.resolve.control_plane import control_plane_plan
+from kilonode.plan.resolve.etcd import etcd_cluster
+from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
+from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
+from kilonode.problems import PlanError, Problem
+
+__all__ = ["gallery_replicas", "pool_capacity", "resolve"]
+
+
+def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan:
+    problems: list[Problem] = []
+    budgets = budgets_of(config)
+    problems += budget_problems(config, budgets)
+    gateways, nat_problems = nat_gateways(config)
+    problems += nat_problems
+    if problems:
+        raise PlanError(problems)
+
+    subnets = allocate_subnets(config)  # raises PlanError when the VNet cannot hold them
+    etcd_main = etcd_cluster(config, "main", config.etcd.main, subnets.etcd, defaults.ETCD_MAIN_FIRST_OFFSET)
+    etcd_events = etcd_cluster(
+        config, "events", config.etcd.events, subnets.etcd, defaults.ETCD_EVENTS_FIRST_OFFSET
+    )
+    control_plane = control_plane_plan(config, subnets.control_plane, etcd_main, etcd_events)
+    sysctls = sysctls_of(config, sysctl_profile)
+    pools = tuple(
+        node_pool_plan(config, pool, subnets.pools[pool.name], sysctls) for pool in config.node_pools
+    )
+    pools, teams = place_capacity(config, pools)
+    net = config.network
+    return ClusterPlan(
+        cluster=config.name,
+        location=config.location,
+        zones=config.zones,
+        kubernetes_version=config.kubernetes_version,
+        network=NetworkPlan(
+            vnet_cidr=net.vnet_cidr,
+            control_plane_subnet=subnets.control_plane,
+            etcd_subnet=subnets.etcd,
+            apiserver_allowed_cidrs=net.apiserver_allowed_cidrs,
+            admin_cidr=net.admin_cidr,
+            public_ips_on_control_plane=net.public_ips_on_control_plane,
+            unrecorded=subnets.unrecorded,
+            nat_gateways=gateways,
+        ),
+        etcd_main=etcd_main,
+        etcd_events=etcd_events,
+        control_plane=control_plane,
+        node_pools=pools,
+        gallery_replicas=gallery_replicas(config),
+        node_image_version=config.node_image.version,
+        etcd_image_version=config.etcd_image.version,
+        control_plane_image_version=config.control_plane_image.version,
+        # A handful of VMs, created one group at a time: the production floor is enough.
+        role_image_replicas=config.node_image.min_replicas,
+        acknowledge_restart=config.acknowledge_restart,
+        teams=teams.teams,
+        budgets=tuple(budgets),
+        warnings=tuple(
+            budget_warnings(budgets) + unrecorded_warnings(subnets.unrecorded) + acknowledged_warnings(config)
+            + list(teams.warnings)
+        ),
+        components=components_plan(config, pools),
+    )

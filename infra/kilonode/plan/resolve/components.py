@@ -1,0 +1,108 @@
+"""What the cluster's components run and the numbers derived for them: releases and images
+for the stack's Kubernetes minor (from the catalogue), apiserver concurrency, DNS replicas."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from kilonode.catalog.components import components
+from kilonode.catalog.limits import limits
+from kilonode.catalog.vm import gpus_of
+from kilonode.config.model import ClusterConfig, NodePoolConfig
+from kilonode.plan import defaults
+from kilonode.plan.model import ComponentsPlan, NodePoolPlan
+
+
+@cache
+def _releases(kubernetes_version: str) -> dict[str, Any]:
+    """The releases and image references for this Kubernetes version, from the catalogue."""
+    c = components()
+    cloud = c.cloud_provider_azure.release("cloud-provider-azure", kubernetes_version)
+    gang = c.scheduler_plugins.release("scheduler-plugins", kubernetes_version)
+    autoscaler = c.cluster_autoscaler.release("cluster-autoscaler", kubernetes_version)
+    minor = int(kubernetes_version.split(".")[1])
+
+    def single(component: Any, role: str) -> str:
+        return str(component.image(role, component.release(role, kubernetes_version)))
+
+    return {
+        "kubernetes_minor": minor,
+        "kube_proxy_image": single(c.kube_proxy, "kubeProxy"),
+        "coredns_image": single(c.coredns, "coredns"),
+        "serving_cert_approver_image": single(c.kubelet_csr_approver, "approver"),
+        "cloud_provider_azure_version": cloud,
+        "cloud_controller_manager_image": c.cloud_provider_azure.image("cloudControllerManager", cloud),
+        "cloud_node_manager_image": c.cloud_provider_azure.image("cloudNodeManager", cloud),
+        "scheduler_plugins_version": gang,
+        "scheduler_plugins_skew": c.scheduler_plugins.skew.get(minor),
+        "scheduler_plugins_scheduler_image": c.scheduler_plugins.image("scheduler", gang),
+        "scheduler_plugins_controller_image": c.scheduler_plugins.image("controller", gang),
+        "cluster_autoscaler_version": autoscaler,
+        "cluster_autoscaler_image": c.cluster_autoscaler.image("clusterAutoscaler", autoscaler),
+        "device_plugin_image": single(c.device_plugin, "devicePlugin"),
+        "cni_version": c.azure_cni.release("azure-cni", kubernetes_version),
+    }
+
+
+def apiserver_inflight(total_nodes: int, apiservers: int) -> tuple[int, int]:
+    """(--max-requests-inflight, --max-mutating-requests-inflight) for one apiserver.
+
+    The bracket's seats are what upstream gives its built-in levels; kilonode's two levels
+    bring their own on top (added to the read limit, their traffic being mostly reads), so each
+    built-in level keeps at least the seats the bracket alone would give it.
+    """
+    per_apiserver = -(-total_nodes // max(1, apiservers - 1))  # rounded up
+    reads, mutating = next(((r, m) for above, r, m in defaults.APISERVER_INFLIGHT_BRACKETS if per_apiserver > above),
+                           defaults.APISERVER_INFLIGHT_DEFAULT)
+    builtin = sum(limits().kubernetes.apf_builtin_shares.value.values())
+    extra = -(-(reads + mutating) * (defaults.APF_NODE_AGENTS_SHARES + defaults.APF_MONITORING_SHARES)
+              // builtin)  # rounded up
+    return reads + extra, mutating
+
+
+def dns_replicas(total_nodes: int) -> int:
+    return max(defaults.DNS_MIN_REPLICAS, -(-total_nodes // defaults.DNS_NODES_PER_REPLICA))
+
+
+def most_nodes(pools: tuple[NodePoolPlan, ...]) -> int:
+    """The nodes the cluster may reach: autoscaled pools at their ceiling."""
+    return sum(pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes for pool in pools)
+
+
+def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> ComponentsPlan:
+    """Releases and images for the stack's Kubernetes version; the apiservers' concurrency and
+    the DNS replicas sized for the nodes the cluster may reach."""
+    nodes = most_nodes(pools)
+    reads, mutating = apiserver_inflight(nodes, config.apiserver.replicas)
+    return ComponentsPlan(
+        **_releases(config.kubernetes_version),
+        apf_builtin_shares=limits().kubernetes.apf_builtin_shares.value,
+        apiserver_max_requests_inflight=reads,
+        apiserver_max_mutating_requests_inflight=mutating,
+        dns_replicas=dns_replicas(nodes),
+    )
+
+
+def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tuple[str, ...]:
+    """What the in-cluster program runs that every node (or any node) must start at boot;
+    with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
+    images = _releases(config.kubernetes_version)
+    common: tuple[str, ...] = (
+        images["kube_proxy_image"],
+        images["coredns_image"],
+        images["serving_cert_approver_image"],
+        # every node runs cloud-node-manager before it can take work (it lifts the
+        # uninitialized taint); cloud-controller-manager must start on an uninitialized node
+        images["cloud_node_manager_image"],
+        images["cloud_controller_manager_image"],
+        # the gang scheduler and its controller (kilonode.k8s.scheduling): gang jobs wait for them
+        images["scheduler_plugins_scheduler_image"],
+        images["scheduler_plugins_controller_image"],
+    )
+    if any(p.autoscaling for p in config.node_pools):  # kilonode.k8s.autoscaler
+        common += (images["cluster_autoscaler_image"],)
+    # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu).
+    if pool is not None and gpus_of(pool.vm_size, pool.gpus_per_node):
+        return (*common, images["device_plugin_image"])
+    return common

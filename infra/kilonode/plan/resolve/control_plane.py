@@ -1,0 +1,48 @@
+"""The apiservers and their load balancer."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address, IPv4Network
+
+from kilonode.config.model import ClusterConfig
+from kilonode.plan import defaults
+from kilonode.plan.model import (
+    ApiserverInstance,
+    ControlPlanePlan,
+    EtcdClusterPlan,
+)
+from kilonode.plan.wellknown import (
+    APISERVER_PORT,
+)
+
+
+def control_plane_plan(
+    config: ClusterConfig, subnet: IPv4Network, main: EtcdClusterPlan, events: EtcdClusterPlan
+) -> ControlPlanePlan:
+    api = config.apiserver
+    instances = tuple(
+        ApiserverInstance(
+            name=f"apiserver-{i}",
+            vm_name=f"{config.name}-apiserver-{i}",
+            index=i,
+            ip=subnet.network_address + defaults.APISERVER_FIRST_OFFSET + i,
+            zone=config.zones[i % len(config.zones)],
+        )
+        for i in range(api.replicas)
+    )
+    lb_ip = subnet.network_address + defaults.LB_FRONTEND_OFFSET
+    service_cidr = config.network.service_cidr
+    return ControlPlanePlan(
+        instances=instances,
+        load_balancer_ip=lb_ip,
+        endpoint=f"https://{lb_ip}:{APISERVER_PORT}",
+        etcd_servers=",".join(main.client_endpoints),
+        # 7,500-node post: Events in their own etcd; group/resource#server;server syntax.
+        etcd_servers_overrides="/events#" + ";".join(events.client_endpoints),
+        service_cidr=service_cidr,
+        kubernetes_service_ip=IPv4Address(int(service_cidr.network_address) + 1),
+        cluster_dns_ip=IPv4Address(int(service_cidr.network_address) + 10),
+        audit_log=api.audit_log,
+        vm_size=api.vm_size,
+        local_disk=api.local_disk,
+    )

@@ -1,0 +1,209 @@
+"""Node pools: scale-set shards, local storage, images to preload, GPU and NCCL facts of their
+VM size (looked up once, here), labels and taints; then teams and autoscaling."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Network
+
+from kilonode.catalog.limits import limits
+from kilonode.catalog.vm import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK, gpus_of, infiniband_of, vm_size
+from kilonode.config.checks import effective_sysctls
+from kilonode.config.model import ClusterConfig, NodePoolConfig
+from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
+from kilonode.plan import capacity
+from kilonode.plan.model import (
+    LocalStoragePlan,
+    NodePoolPlan,
+    PreloadImage,
+    ScaleSetShard,
+    SysctlSetting,
+)
+from kilonode.plan.resolve.components import boot_images
+from kilonode.plan.wellknown import (
+    NCCL_TOPOLOGY_LABEL,
+    PRELOAD_DIR,
+)
+from kilonode.problems import PlanError
+
+AZURE = limits().azure
+
+
+def sysctls_of(config: ClusterConfig, profile: SysctlProfile) -> tuple[SysctlSetting, ...]:
+    def reason(name: str) -> str:
+        entry = profile.root.get(name)
+        if name not in config.sysctl.overrides:
+            assert entry is not None  # effective_sysctls holds profile keys and overrides only
+            return entry.reason
+        default = f"; profile default was {entry.value}" if entry else ""
+        return f"stack override (sysctl.overrides){default}"
+
+    return tuple(
+        SysctlSetting(name=name, value=value, reason=reason(name))
+        for name, value in effective_sysctls(config, profile).items()
+    )
+
+
+def shard_name(cluster: str, pool: str, index: int) -> str:
+    return f"{cluster}-{pool}-{index:03d}"
+
+
+def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:
+    infiniband = infiniband_of(pool.vm_size, pool.infiniband)
+    per_set = (AZURE.vms_per_placement_group if infiniband else AZURE.vms_per_scale_set).value
+    count = capacity.shard_count(pool, per_set)
+    base, extra = divmod(pool.nodes, count)
+    return per_set, tuple(
+        ScaleSetShard(
+            name=shard_name(config.name, pool.name, i),
+            index=i,
+            capacity=base + (1 if i < extra else 0),
+            zone=config.zones[i % len(config.zones)],
+            single_placement_group=infiniband,
+        )
+        for i in range(count)
+    )
+
+
+def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage, ...]:
+    def baked(image: str) -> str:
+        safe = image.replace("/", "_").replace(":", "_").replace("@", "_")
+        return f"{PRELOAD_DIR}/{safe}.tar"
+
+    images = [PreloadImage(image=config.pause_image, source="build:pause", baked_path=baked(config.pause_image))]
+    supplied = {entry.image: entry.archive for entry in config.boot_image_archives}
+    for image in boot_images(config, pool):
+        if supplied.get(image):
+            images.append(PreloadImage(image=image, source="archive", archive=supplied[image], baked_path=baked(image)))
+    for entry in pool.preload_images:
+        if entry.image == config.pause_image or any(entry.image == i.image for i in images):
+            continue
+        images.append(PreloadImage(
+            image=entry.image,
+            source="archive" if entry.archive else "pull",
+            archive=entry.archive,
+            baked_path=baked(entry.image),
+        ))
+    return tuple(images)
+
+
+def local_storage(pool: NodePoolConfig) -> LocalStoragePlan:
+    """The pool's local disk, from its size: every NVMe disk the size has (the 2,500-node
+    post's local SSD, at its fastest), else the device localDisk names (Azure's temp disk by
+    default). A device the stack names itself is kept: that is a deliberate choice."""
+    disk = pool.local_disk
+    size = vm_size(pool.vm_size)
+    nvme = size.nvme_disks if size else None
+    if nvme is None or disk.device != AZURE_TEMP_DISK:
+        if disk.device != AZURE_TEMP_DISK:
+            why = "localDisk.device names it" + (f"; the size's {nvme.count} NVMe disk(s) stay unused" if nvme else "")
+        else:
+            why = f"{pool.vm_size} has no local NVMe disks: its temp disk" + (
+                f" ({size.temp_disk_gib} GiB)" if size and size.temp_disk_gib else "")
+        return LocalStoragePlan(kind="device", mount_point=disk.mount_point, filesystem=disk.filesystem,
+                                device=disk.device, reason=why)
+    total = nvme.count * nvme.size_gib
+    return LocalStoragePlan(
+        kind="nvme-raid0" if nvme.count > 1 else "nvme",
+        mount_point=disk.mount_point,
+        filesystem=disk.filesystem,
+        device=None,
+        nvme_models=AZURE_NVME_LOCAL_MODELS,
+        nvme_count=nvme.count,
+        reason=(f"{pool.vm_size} has {nvme.count} local NVMe disk(s) of {nvme.size_gib} GiB ({total} GiB"
+                + (", striped as RAID 0)" if nvme.count > 1 else ")")
+                + (f"; its {size.temp_disk_gib} GiB temp disk is left alone" if size and size.temp_disk_gib else "")),
+    )
+
+
+def _gpu_model(pool: NodePoolConfig) -> str | None:
+    size = vm_size(pool.vm_size)
+    return size.gpu_model if size and gpus_of(pool.vm_size, pool.gpus_per_node) else None
+
+
+def _nccl_topology(pool: NodePoolConfig) -> str | None:
+    """The size's published NCCL topology, on pools that use InfiniBand and GPUs."""
+    size = vm_size(pool.vm_size)
+    if size is None or not gpus_of(pool.vm_size, pool.gpus_per_node):
+        return None
+    if not infiniband_of(pool.vm_size, pool.infiniband):
+        return None
+    return size.nccl_topology
+
+
+def _nccl_label(pool: NodePoolConfig) -> dict[str, str]:
+    """A node label naming the topology, so a training job can select the nodes whose
+    /opt/microsoft/<family>/topo.xml it mounts (NCCL in a container reads the container's
+    files and environment, not the host's /etc/nccl.conf)."""
+    family = _nccl_topology(pool)
+    return {NCCL_TOPOLOGY_LABEL: family} if family else {}
+
+
+def _pool_taints(pool: NodePoolConfig) -> tuple[str, ...]:
+    """The stack's taints, plus on GPU pools the GPU health startup taint: the kubelet
+    registers the node with it (registerWithTaints), so no pod lands before the agent's
+    first check passed; the GPU health controller lifts it (kilonode.gpu.controller)."""
+    if not gpus_of(pool.vm_size, pool.gpus_per_node):
+        return pool.taints
+    startup = f"{STARTUP_TAINT}={STARTUP_VALUE}:{EFFECT}"
+    return pool.taints if startup in pool.taints else (*pool.taints, startup)
+
+
+def node_pool_plan(
+    config: ClusterConfig, pool: NodePoolConfig, subnet: IPv4Network, sysctls: tuple[SysctlSetting, ...]
+) -> NodePoolPlan:
+    per_set, shards = _shards(config, pool)
+    size = vm_size(pool.vm_size)  # the size's facts the plan carries for the layers downstream
+    root_name = "docker" if pool.runtime == "docker" else "containerd"
+    return NodePoolPlan(
+        name=pool.name,
+        nodes=pool.nodes,
+        runtime=pool.runtime,
+        infiniband=infiniband_of(pool.vm_size, pool.infiniband),
+        vm_size=pool.vm_size,
+        gpus_per_node=gpus_of(pool.vm_size, pool.gpus_per_node),
+        gpu_model=_gpu_model(pool),
+        nccl_topology=_nccl_topology(pool),
+        vcpus=size.vcpus if size else None,
+        memory_gib=size.memory_gib if size else None,
+        subnet=subnet,
+        pods_per_node=pool.pods_per_node,
+        ip_configs_per_nic=1 + pool.pods_per_node,
+        max_pods=pool.pods_per_node + pool.host_network_pods,
+        max_vms_per_scale_set=per_set,
+        shards=shards,
+        local_disk=pool.local_disk,
+        local_storage=local_storage(pool),
+        # 2,500-node post: the container runtime's root on the instance's local SSD.
+        runtime_root=f"{pool.local_disk.mount_point}/{root_name}",
+        max_concurrent_downloads=pool.max_concurrent_downloads,
+        max_parallel_image_pulls=pool.max_parallel_image_pulls,
+        image_pull_progress_deadline=pool.image_pull_progress_deadline,
+        pause_image=config.pause_image,
+        preload_images=_preload(config, pool),
+        boot_images_not_preloaded=tuple(
+            image for image in boot_images(config, pool)
+            if image not in {entry.image for entry in config.boot_image_archives if entry.archive}
+        ),
+        sysctls=sysctls,
+        labels={"kilonode.io/pool": pool.name, **_nccl_label(pool), **pool.labels},
+        taints=_pool_taints(pool),
+    )
+
+
+def place_capacity(
+    config: ClusterConfig, pools: tuple[NodePoolPlan, ...]
+) -> tuple[tuple[NodePoolPlan, ...], capacity.TeamPlacement]:
+    """Teams' shards, then each autoscaled pool's node groups (kilonode.plan.capacity)."""
+    placement, problems = capacity.place_teams(config, pools)
+    problems += capacity.catalogue_problems(config)
+    placed = []
+    for index, (pool_config, pool) in enumerate(zip(config.node_pools, pools, strict=True)):
+        shards = tuple(s.model_copy(update={"team": placement.shard_team.get(s.name)}) for s in pool.shards)
+        pool = pool.model_copy(update={"shards": shards})
+        scaling, pool_problems = capacity.plan_autoscaling(index, pool_config, pool)
+        problems += pool_problems
+        placed.append(pool.model_copy(update={"autoscaling": scaling}))
+    if problems:
+        raise PlanError(problems)
+    return tuple(placed), placement
