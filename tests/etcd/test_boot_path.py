@@ -21,6 +21,7 @@ from kilonode.plan import ClusterPlan, plan_stack, wellknown
 from kilonode.problems import StackError
 from kilonode.render import USER_DATA, render_cluster
 from kilonode.render.etcd import ETCD_JOIN, ETCD_UNIT
+from tests import shared
 from tests.conftest import SHIPPED_STACKS, StackWriter, shipped_cluster_value
 from tests.etcd.harness import Unit
 from tests.render.consumers import systemd_verify
@@ -33,7 +34,7 @@ def members(plans: dict[str, ClusterPlan]) -> list[tuple[str, Any, Any, dict[str
     """(stack, cluster, member, its rendered files) for every etcd member of every shipped stack."""
     found = []
     for stack in SHIPPED_STACKS:
-        hosts = render_cluster(plans[stack])
+        hosts = shared.rendered(stack)
         found += [(stack, c, m, hosts[m.name]) for c in plans[stack].etcd_clusters for m in c.members]
     return found
 
@@ -97,8 +98,8 @@ def test_etcd_join_asks_its_own_cluster_with_its_own_certificate(plans: dict[str
         assert flags["peer-trusted-ca-file"] == wellknown.ETCD_CA
 
 
-def test_the_unit_and_the_script_pass_their_consumers(plans: dict[str, ClusterPlan], tmp_path: Path) -> None:
-    files = render_cluster(plans["research-7500"])["etcd-events-0"]
+def test_the_unit_and_the_script_pass_their_consumers(tmp_path: Path) -> None:
+    files = shared.rendered("research-7500")["etcd-events-0"]
     unit = tmp_path / "etcd.service"
     unit.write_text(files[ETCD_UNIT].content)
     # the one complaint: the pinned etcd is not installed on this machine

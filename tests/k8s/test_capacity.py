@@ -14,8 +14,8 @@ import yaml
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.k8s.capacity import BORROW_RULE, NAMESPACE, PRIORITIES
 from kilonode.plan import ClusterPlan, defaults
-from kilonode.render import render_cluster
 from kilonode.render.pool import KUBELET_CONFIG
+from tests import shared
 
 STACKS = ["local", "research-2500", "research-7500"]
 TEAM = "kilonode.io/team"
@@ -92,8 +92,8 @@ def tolerates(tolerations: list[dict[str, str]], taint: dict[str, str]) -> bool:
     return False
 
 
-def test_borrowers_fit_every_teams_nodes_and_others_none(plans: dict[str, ClusterPlan]) -> None:
-    rendered = render_cluster(plans["research-7500"])
+def test_borrowers_fit_every_teams_nodes_and_others_none() -> None:
+    rendered = shared.rendered("research-7500")
     team_taints = {}
     for team in ("language", "vision"):
         config = yaml.safe_load(rendered[f"pool-a100-ib.team-{team}"][KUBELET_CONFIG].content)

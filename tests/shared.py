@@ -1,0 +1,53 @@
+"""What many test modules read about the shipped stacks, computed once per test process.
+
+Planning, rendering and recording a shipped stack are pure and deterministic, and the Pulumi
+mock engine's recording is the most expensive step of the fast suite (a research-7500 graph
+takes seconds): each is done once per pytest process (once per xdist worker) and shared. A
+test that checks determinism or a code path itself still calls the package, not these.
+
+What a test may change is handed out as a copy: `rendered` gives fresh dicts (the files in
+them are frozen). Plans are frozen models; graphs are shared as the session `graphs`
+fixture always shared them, read-only.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from kilonode.azure.graph import Graph
+from kilonode.config import load_stack
+from kilonode.plan import ClusterPlan, plan_stack
+from kilonode.render import HostFiles, render_cluster
+
+SHIPPED_STACKS = ("local", "research-2500", "research-7500")
+
+
+def _shipped(stack: str) -> str:
+    # a stack file written by a test may change under the same path: only shipped stacks are cached
+    if stack not in SHIPPED_STACKS:
+        raise ValueError(f"{stack!r} is not a shipped stack ({', '.join(SHIPPED_STACKS)})")
+    return stack
+
+
+@functools.cache
+def plan(stack: str) -> ClusterPlan:
+    """The plan of a shipped stack."""
+    return plan_stack(load_stack(_shipped(stack)))
+
+
+@functools.cache
+def recorded_graph(stack: str) -> Graph:
+    """The shipped stack's resource graph under Pulumi's mock engine (`kilonode plan`'s)."""
+    from kilonode.azure.mockplan import run_plan  # imports the Pulumi SDKs: only when a graph is asked for
+
+    return run_plan(load_stack(_shipped(stack)))
+
+
+@functools.cache
+def _rendered(stack: str) -> dict[str, HostFiles]:
+    return render_cluster(plan(stack))
+
+
+def rendered(stack: str) -> dict[str, HostFiles]:
+    """render_cluster of the stack's plan: host -> path -> file, the dicts the caller's own."""
+    return {host: dict(files) for host, files in _rendered(stack).items()}
