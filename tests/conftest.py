@@ -58,10 +58,14 @@ def module_workdir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Itera
 
 
 @pytest.fixture(scope="session")
-def graphs() -> dict[str, Any]:
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each shipped stack's resource graph under Pulumi's mock engine (kilonode.azure.graph.Graph),
-    recorded once per test process (tests.shared): tests/azure, tests/k8s and the rest read the same graphs."""
-    return {name: shared.recorded_graph(name) for name in SHIPPED_STACKS}
+    recorded once per test run (tests.shared): tests/azure, tests/k8s and the rest read the same graphs."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return {name: shared.recorded_graph(name) for name in SHIPPED_STACKS}
+    # an xdist worker's temporary directory lies in the run's, which the workers share
+    return shared.graphs_across_workers(tmp_path_factory.getbasetemp().parent, int(worker.removeprefix("gw")))
 
 
 @pytest.fixture(scope="session")

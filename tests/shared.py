@@ -12,7 +12,10 @@ fixture always shared them, read-only.
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import pickle
+from pathlib import Path
 
 from kilonode.azure.graph import Graph
 from kilonode.config import load_stack
@@ -41,6 +44,43 @@ def recorded_graph(stack: str) -> Graph:
     from kilonode.azure.mockplan import run_plan  # imports the Pulumi SDKs: only when a graph is asked for
 
     return run_plan(load_stack(_shipped(stack)))
+
+
+def graphs_across_workers(directory: Path, worker: int) -> dict[str, Graph]:
+    """Every shipped stack's graph, recorded by the xdist worker that gets to it first and read
+    by the others from `directory` (one pickle per stack, written under the stack's lock).
+
+    Workers take the stacks in different orders (the first the biggest, the second the
+    smallest), so two workers asking at once record different stacks side by side instead of
+    one waiting for, or repeating, the other's work."""
+    order = SHIPPED_STACKS[::-1] if worker % 2 == 0 else SHIPPED_STACKS
+    graphs: dict[str, Graph] = {}
+    busy: list[str] = []
+    for stack in order:
+        with (directory / f"{stack}.lock").open("a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                busy.append(stack)  # another worker is recording it: take the next first
+                continue
+            graphs[stack] = _recorded_or_read(directory, stack)
+    for stack in busy:
+        with (directory / f"{stack}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            graphs[stack] = _recorded_or_read(directory, stack)
+    return {stack: graphs[stack] for stack in SHIPPED_STACKS}
+
+
+def _recorded_or_read(directory: Path, stack: str) -> Graph:
+    path = directory / f"{stack}.graph.pickle"
+    if path.exists():
+        graph: Graph = pickle.loads(path.read_bytes())
+        return graph
+    graph = recorded_graph(stack)
+    partial = path.with_suffix(".partial")
+    partial.write_bytes(pickle.dumps(graph))
+    partial.replace(path)  # whole or absent, should a worker die while writing
+    return graph
 
 
 @functools.cache

@@ -167,14 +167,21 @@ def entry(i: int, member_id: str, *, started: bool = True, learner: bool = False
                       CLIENTS[i] if started else "", "true" if learner else "false"])
 
 
-@pytest.fixture
-def join(tmp_path: Path, write_stack: StackWriter) -> Any:
-    """Run etcd-join of etcd-main-2 of a 5-member main cluster against a fake etcdctl playing
-    `scenario`; returns (exit code, output, env file or None, etcdctl calls)."""
+@pytest.fixture(scope="module")
+def join_script(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """etcd-join of etcd-main-2 of a 5-member main cluster, rendered once for the module's runs."""
     cluster = shipped_cluster_value("local")
     cluster["etcd"]["main"]["members"] = 5
-    plan = plan_stack(load_stack(str(write_stack(cluster))))
-    script = render_cluster(plan)["etcd-main-2"][ETCD_JOIN].content
+    path = tmp_path_factory.mktemp("join") / "Pulumi.test.yaml"
+    path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
+    return render_cluster(plan_stack(load_stack(str(path))))["etcd-main-2"][ETCD_JOIN].content
+
+
+@pytest.fixture
+def join(tmp_path: Path, join_script: str) -> Any:
+    """Run etcd-join of etcd-main-2 of a 5-member main cluster against a fake etcdctl playing
+    `scenario`; returns (exit code, output, env file or None, etcdctl calls)."""
+    script = join_script
     fake = tmp_path / "etcdctl"
     fake.write_text(FAKE_ETCDCTL.replace("{python}", sys.executable))
     fake.chmod(0o755)
