@@ -5,6 +5,10 @@ mock engine's recording is the most expensive step of the fast suite (a research
 takes seconds): each is done once per pytest process (once per xdist worker) and shared. A
 test that checks determinism or a code path itself still calls the package, not these.
 
+Several modules validate the same in-cluster objects against the same Kubernetes schema
+(every object, then each subsystem's own): `validate_object` checks each object once per
+version.
+
 What a test may change is handed out as a copy: `rendered` gives fresh dicts (the files in
 them are frozen). Plans are frozen models; graphs are shared as the session `graphs`
 fixture always shared them, read-only.
@@ -14,8 +18,13 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import json
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
 
 from kilonode.azure.graph import Graph
 from kilonode.config import load_stack
@@ -91,3 +100,19 @@ def _rendered(stack: str) -> dict[str, HostFiles]:
 def rendered(stack: str) -> dict[str, HostFiles]:
     """render_cluster of the stack's plan: host -> path -> file, the dicts the caller's own."""
     return {host: dict(files) for host, files in _rendered(stack).items()}
+
+
+_VALID: set[tuple[str, str]] = set()
+
+
+def validate_object(document: Mapping[str, Any], version: str) -> None:
+    """kubernetes_validate.validate(document, version, strict=True), which raises on an invalid
+    object; an object found valid at a version (same JSON, key for key) is not checked again."""
+    try:
+        key = (json.dumps(document, sort_keys=True), version)
+    except TypeError:  # not plain JSON: nothing to key it by, so check it every time
+        kubernetes_validate.validate(document, version, strict=True)
+        return
+    if key not in _VALID:
+        kubernetes_validate.validate(document, version, strict=True)
+        _VALID.add(key)

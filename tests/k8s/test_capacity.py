@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import celpy
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -38,7 +37,7 @@ def test_every_object_is_valid_for_the_stacks_kubernetes_version(
         expected += ["Deployment", "Namespace"]
     assert kinds == sorted(expected)
     for record in objects:
-        kubernetes_validate.validate(record.plain(), f"1.{plans[stack].kubernetes_minor}.0", strict=True)
+        shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")
 
 
 def test_priorities_are_ordered_and_the_balloons_sit_at_the_autoscalers_cutoff(graphs: dict[str, Graph]) -> None:
