@@ -2,8 +2,9 @@
 
 Planning, rendering and recording a shipped stack are pure and deterministic, and the Pulumi
 mock engine's recording is the most expensive step of the fast suite (a research-7500 graph
-takes seconds): each is done once per pytest process (once per xdist worker) and shared. A
-test that checks determinism or a code path itself still calls the package, not these.
+takes seconds): each is done once per pytest process (once per xdist worker) and shared; the
+xdist workers also share the graphs with each other through files (`graphs_across_workers`).
+A test that checks determinism or a code path itself still calls the package, not these.
 
 Several modules validate the same in-cluster objects against the same Kubernetes schema
 (every object, then each subsystem's own): `validate_object` checks each object once per
