@@ -16,12 +16,11 @@ import yaml
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from kilonode.config import load_stack
 from kilonode.image.rootfs import NO_MIRROR_ENV
 from kilonode.paths import EXAMPLE_STACKS_DIR
-from kilonode.plan import ClusterPlan, plan_stack
-
-SHIPPED_STACKS = ("local", "research-2500", "research-7500")
+from kilonode.plan import ClusterPlan
+from tests import shared
+from tests.shared import SHIPPED_STACKS
 
 # Tests never reach a package mirror: what they need, `make test-artefacts` prepared (cloud-init's
 # schema, the image bases). An image build that would need the mirror fails, naming that.
@@ -59,17 +58,19 @@ def module_workdir(tmp_path_factory: pytest.TempPathFactory, name: str) -> Itera
 
 
 @pytest.fixture(scope="session")
-def graphs() -> dict[str, Any]:
+def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Each shipped stack's resource graph under Pulumi's mock engine (kilonode.azure.graph.Graph),
-    recorded once per session: tests/azure and tests/k8s read the same graphs."""
-    from kilonode.azure.mockplan import run_plan
-
-    return {name: run_plan(load_stack(name)) for name in SHIPPED_STACKS}
+    recorded once per test run (tests.shared): tests/azure, tests/k8s and the rest read the same graphs."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return {name: shared.recorded_graph(name) for name in SHIPPED_STACKS}
+    # an xdist worker's temporary directory lies in the run's, which the workers share
+    return shared.graphs_across_workers(tmp_path_factory.getbasetemp().parent, int(worker.removeprefix("gw")))
 
 
 @pytest.fixture(scope="session")
 def plans() -> dict[str, ClusterPlan]:
-    return {name: plan_stack(load_stack(name)) for name in SHIPPED_STACKS}
+    return {name: shared.plan(name) for name in SHIPPED_STACKS}
 
 
 def shipped_cluster_value(name: str) -> dict[str, Any]:

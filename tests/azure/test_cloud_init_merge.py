@@ -14,8 +14,9 @@ import yaml
 
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
-from kilonode.plan import ClusterPlan, wellknown
-from kilonode.render import USER_DATA, render_cluster
+from kilonode.plan import wellknown
+from kilonode.render import USER_DATA
+from tests import shared
 from tests.render.consumers import cloud_init_validator, import_cloud_init
 
 
@@ -54,9 +55,9 @@ POOL_SHARDS = {"pool-a100-ib": "research-7500-a100-ib-049", "pool-a100-ib.team-l
 
 @pytest.mark.parametrize("host", ["etcd-main-0", "etcd-events-1", "apiserver-0", *POOL_SHARDS])
 def test_cloud_init_keeps_every_rendered_file_and_command_and_adds_the_tls_files(
-    graph_7500: Graph, plans: dict[str, ClusterPlan], merge: Any, validate: Any, host: str
+    graph_7500: Graph, merge: Any, validate: Any, host: str
 ) -> None:
-    rendered = yaml.safe_load(render_cluster(plans["research-7500"])[host][USER_DATA].content)
+    rendered = yaml.safe_load(shared.rendered("research-7500")[host][USER_DATA].content)
     if host.startswith("pool-"):
         vmss = graph_7500.named(POOL_SHARDS[host]).plain()
         encoded = vmss["virtualMachineProfile"]["osProfile"]["customData"]

@@ -12,7 +12,7 @@ import pytest
 
 from kilonode.azure import rollout
 from kilonode.azure.graph import Graph, _unwrap, format_json
-from kilonode.azure.mockplan import cluster_value, run_plan, run_program
+from kilonode.azure.mockplan import cluster_value, run_program
 from kilonode.config import load_stack
 from tests.azure.conftest import VM, VMSS
 
@@ -65,9 +65,9 @@ def test_new_members_are_not_restarts_and_acknowledged_groups_pass() -> None:
 # --- the program, under mocks with a previous deployment's outputs -----------------------
 
 @pytest.fixture(scope="module")
-def deployed() -> dict[str, Any]:
+def deployed(graphs: dict[str, Graph]) -> dict[str, Any]:
     """The `local` stack's outputs as the last `pulumi up` would have left them."""
-    return _unwrap(run_plan(load_stack("local")).outputs)
+    return _unwrap(graphs["local"].outputs)
 
 
 def local_with(**changes: Any) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def local_with(**changes: Any) -> dict[str, Any]:
     return raw
 
 
-def test_the_restart_keys_are_exported_without_secrets(deployed: dict[str, Any]) -> None:
+def test_the_restart_keys_are_exported_without_secrets(deployed: dict[str, Any], graphs: dict[str, Graph]) -> None:
     restart = deployed[rollout.RESTART_KEYS_OUTPUT]
     assert sorted(restart) == ["apiservers", "etcd-events", "etcd-main"]
     assert sorted(restart["etcd-main"]) == ["local-etcd-main-0", "local-etcd-main-1", "local-etcd-main-2"]
@@ -90,7 +90,7 @@ def test_the_restart_keys_are_exported_without_secrets(deployed: dict[str, Any])
     assert {k["image"] for k in restart["apiservers"].values()} == {"control-plane@1.0.0"}
     assert key["customDataDigest"].startswith("sha256:") and len(key["customDataDigest"]) == 7 + 64
     # Shown in `kilonode plan` (a reviewer sees which host's custom data changes), not masked.
-    shown = json.loads(format_json(run_plan(load_stack("local"))))["outputs"][rollout.RESTART_KEYS_OUTPUT]
+    shown = json.loads(format_json(graphs["local"]))["outputs"][rollout.RESTART_KEYS_OUTPUT]
     assert shown == restart
 
 

@@ -12,7 +12,8 @@ from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.plan import wellknown as pki
-from kilonode.render import USER_DATA, render_cluster
+from kilonode.render import USER_DATA
+from tests import shared
 from tests.azure.conftest import VM, VMSS
 
 
@@ -42,9 +43,9 @@ def test_custom_data_is_a_secret_input_of_every_vm_and_scale_set(graph_7500: Gra
 
 @pytest.mark.parametrize("host", ["etcd-main-0", "etcd-events-2", "apiserver-4"])
 def test_custom_data_keeps_the_rendered_user_data_unchanged_as_its_first_part(
-    graph_7500: Graph, plans: dict[str, ClusterPlan], host: str
+    graph_7500: Graph, host: str
 ) -> None:
-    rendered = render_cluster(plans["research-7500"])[host][USER_DATA].content
+    rendered = shared.rendered("research-7500")[host][USER_DATA].content
     role, index = host.rsplit("-", 1)
     vm = graph_7500.named(f"research-7500-{role}-{index}").plain()
     first, second = parts(vm["osProfile"]["customData"])

@@ -21,6 +21,7 @@ from kilonode.plan import ClusterPlan, plan_stack, wellknown
 from kilonode.problems import StackError
 from kilonode.render import USER_DATA, render_cluster
 from kilonode.render.etcd import ETCD_JOIN, ETCD_UNIT
+from tests import shared
 from tests.conftest import SHIPPED_STACKS, StackWriter, shipped_cluster_value
 from tests.etcd.harness import Unit
 from tests.render.consumers import systemd_verify
@@ -33,7 +34,7 @@ def members(plans: dict[str, ClusterPlan]) -> list[tuple[str, Any, Any, dict[str
     """(stack, cluster, member, its rendered files) for every etcd member of every shipped stack."""
     found = []
     for stack in SHIPPED_STACKS:
-        hosts = render_cluster(plans[stack])
+        hosts = shared.rendered(stack)
         found += [(stack, c, m, hosts[m.name]) for c in plans[stack].etcd_clusters for m in c.members]
     return found
 
@@ -97,8 +98,8 @@ def test_etcd_join_asks_its_own_cluster_with_its_own_certificate(plans: dict[str
         assert flags["peer-trusted-ca-file"] == wellknown.ETCD_CA
 
 
-def test_the_unit_and_the_script_pass_their_consumers(plans: dict[str, ClusterPlan], tmp_path: Path) -> None:
-    files = render_cluster(plans["research-7500"])["etcd-events-0"]
+def test_the_unit_and_the_script_pass_their_consumers(tmp_path: Path) -> None:
+    files = shared.rendered("research-7500")["etcd-events-0"]
     unit = tmp_path / "etcd.service"
     unit.write_text(files[ETCD_UNIT].content)
     # the one complaint: the pinned etcd is not installed on this machine
@@ -166,14 +167,21 @@ def entry(i: int, member_id: str, *, started: bool = True, learner: bool = False
                       CLIENTS[i] if started else "", "true" if learner else "false"])
 
 
-@pytest.fixture
-def join(tmp_path: Path, write_stack: StackWriter) -> Any:
-    """Run etcd-join of etcd-main-2 of a 5-member main cluster against a fake etcdctl playing
-    `scenario`; returns (exit code, output, env file or None, etcdctl calls)."""
+@pytest.fixture(scope="module")
+def join_script(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """etcd-join of etcd-main-2 of a 5-member main cluster, rendered once for the module's runs."""
     cluster = shipped_cluster_value("local")
     cluster["etcd"]["main"]["members"] = 5
-    plan = plan_stack(load_stack(str(write_stack(cluster))))
-    script = render_cluster(plan)["etcd-main-2"][ETCD_JOIN].content
+    path = tmp_path_factory.mktemp("join") / "Pulumi.test.yaml"
+    path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
+    return render_cluster(plan_stack(load_stack(str(path))))["etcd-main-2"][ETCD_JOIN].content
+
+
+@pytest.fixture
+def join(tmp_path: Path, join_script: str) -> Any:
+    """Run etcd-join of etcd-main-2 of a 5-member main cluster against a fake etcdctl playing
+    `scenario`; returns (exit code, output, env file or None, etcdctl calls)."""
+    script = join_script
     fake = tmp_path / "etcdctl"
     fake.write_text(FAKE_ETCDCTL.replace("{python}", sys.executable))
     fake.chmod(0o755)

@@ -34,7 +34,6 @@ import pytest
 
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, defaults
-from kilonode.render import render_cluster
 from kilonode.render.etcd_snapshot import (
     CONFIG_PATH,
     PYTHON,
@@ -45,6 +44,7 @@ from kilonode.render.etcd_snapshot import (
     on_calendar,
     snapshot_files,
 )
+from tests import shared
 from tests.etcd.snapshot_harness import ETCD, SnapshotCluster
 from tests.render.consumers import systemd_verify
 
@@ -97,7 +97,7 @@ def test_the_runbook_reads_each_members_restore_settings_from_its_rendered_unit(
     plans: dict[str, ClusterPlan], tmp_path: Path
 ) -> None:
     plan = plans["research-7500"]
-    rendered = render_cluster(plan)
+    rendered = shared.rendered("research-7500")
     settings = runbook_steps(RUNBOOK.read_text())["settings", None]
     for cluster in plan.etcd_clusters:
         member = cluster.members[-1]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -13,10 +12,13 @@ import sys
 import tarfile
 import time
 import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from kilonode.cli import main
 from kilonode.config import load_stack
 from kilonode.digest import sha256_file
 from kilonode.image import cache, mirror, rootfs
@@ -30,7 +32,7 @@ from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
 from kilonode.render import pool as render_pool
-from kilonode.render import render_cluster
+from tests import shared
 
 RECIPE = load_recipe()
 
@@ -221,12 +223,33 @@ def test_ssh_target_parse() -> None:
     assert SshTarget.parse("10.0.2.4").user == "debian"
 
 
-def kilonode(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kilonode.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          check=False, env={**os.environ, "COLUMNS": "200"})
+@dataclass(frozen=True)
+class Exited:
+    returncode: int
+    stderr: str
 
 
-def test_build_bad_stack_exits_2_with_problems(tmp_path: Path) -> None:
+Kilonode = Callable[..., Exited]
+
+
+@pytest.fixture
+def kilonode(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Kilonode:
+    """`kilonode ARGS` run in this process, as the console script runs it (a real process per
+    call would start the interpreter and import the package each time; tests/test_cli_help.py
+    and tests/test_cli_errors.py start the real entry point)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.chdir(REPO_ROOT)
+
+    def run(*args: str) -> Exited:
+        monkeypatch.setattr(sys, "argv", ["kilonode", *args])
+        with pytest.raises(SystemExit) as done:
+            main()
+        return Exited(int(done.value.code or 0), capsys.readouterr().err)
+
+    return run
+
+
+def test_build_bad_stack_exits_2_with_problems(kilonode: Kilonode, tmp_path: Path) -> None:
     bad = tmp_path / "Pulumi.bad.yaml"
     bad.write_text("config:\n  kilonode:cluster:\n    name: x\n    nodePools: nope\n")
     result = kilonode("image", "build", str(bad), "--pool", "cpu", "--out", str(tmp_path / "out"))
@@ -236,14 +259,14 @@ def test_build_bad_stack_exits_2_with_problems(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_build_unknown_pool_names_the_pools(tmp_path: Path) -> None:
+def test_build_unknown_pool_names_the_pools(kilonode: Kilonode, tmp_path: Path) -> None:
     result = kilonode("image", "build", "local", "--pool", "gpu", "--out", str(tmp_path / "out"))
     assert result.returncode == 2  # bad input, not a failed check
     assert result.stderr == "kilonode image build: no node pool 'gpu' in cluster local; its pools: cpu\n"
     assert not (tmp_path / "out").exists()
 
 
-def test_verify_missing_image_exits_2(tmp_path: Path) -> None:
+def test_verify_missing_image_exits_2(kilonode: Kilonode, tmp_path: Path) -> None:
     result = kilonode("image", "verify", str(tmp_path / "nope.raw"))
     assert result.returncode == 2
     assert result.stderr == f"kilonode image verify: {tmp_path / 'nope.raw'} not found\n"
@@ -255,7 +278,8 @@ def test_verify_missing_image_exits_2(tmp_path: Path) -> None:
     (["--pool", "cpu", "--role", "etcd"], "not both or neither"),
     (["--role", "etcd-main"], "--role 'etcd-main': the roles are etcd (etcd members of both clusters"),
 ])
-def test_build_needs_a_pool_or_a_control_plane_role(tmp_path: Path, args: list[str], message: str) -> None:
+def test_build_needs_a_pool_or_a_control_plane_role(kilonode: Kilonode, tmp_path: Path, args: list[str],
+                                                    message: str) -> None:
     result = kilonode("image", "build", "local", *args, "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert message in " ".join(result.stderr.split())
@@ -373,7 +397,7 @@ DOCKER_20_10_KEYS = {
 def test_gpu_pools_render_the_nvidia_runtime_beside_the_plain_config(plans: dict[str, ClusterPlan]) -> None:
     plan = plans["research-7500"]
     pool = next(p for p in plan.node_pools if p.name == "h100-ib")
-    files = render_cluster(plan)["pool-h100-ib"]
+    files = shared.rendered("research-7500")["pool-h100-ib"]
     plain = json.loads(files[render_pool.DOCKER_DAEMON_JSON].content)
     nvidia = json.loads(files[render_pool.DOCKER_DAEMON_NVIDIA_JSON].content)
     assert set(nvidia) <= DOCKER_20_10_KEYS and set(plain) <= DOCKER_20_10_KEYS
@@ -391,13 +415,13 @@ def test_gpu_pools_render_the_nvidia_runtime_beside_the_plain_config(plans: dict
     execs = [line for line in text.splitlines() if line.startswith("ExecStart=")]
     assert execs == ["ExecStart=", "ExecStart=/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock "
                      "--config-file=/etc/docker/daemon-nvidia.json $DOCKER_OPTS"]
-    assert render_pool.DOCKER_DAEMON_NVIDIA_JSON not in render_cluster(plans["local"])["pool-cpu"]
+    assert render_pool.DOCKER_DAEMON_NVIDIA_JSON not in shared.rendered("local")["pool-cpu"]
 
 
 def test_containerd_gpu_pool_config_parses_and_defaults_to_nvidia(plans: dict[str, ClusterPlan]) -> None:
     plan = plans["research-2500"]
     pool = plan.node_pools[0]
-    files = render_cluster(plan)[f"pool-{pool.name}"]
+    files = shared.rendered("research-2500")[f"pool-{pool.name}"]
     plain = tomllib.loads(files[render_pool.CONTAINERD_CONFIG].content)
     nvidia = tomllib.loads(files[render_pool.CONTAINERD_NVIDIA_CONFIG].content)
     cri = nvidia["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]

@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -25,6 +24,7 @@ from kilonode.config import load_stack
 from kilonode.config.model import SUPPORTED_KUBERNETES_MINORS
 from kilonode.k8s import autoscaler
 from kilonode.plan import ClusterPlan, defaults, plan_stack
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
 # kubernetes/autoscaler: the tag pinned per minor, its commit, and the file its flags are
@@ -281,7 +281,7 @@ def test_research_7500_gets_seven_objects_valid_against_its_minors_schema(
         "ServiceAccount"]
     minor = plans[AUTOSCALED].kubernetes_minor
     for record in objects:
-        kubernetes_validate.validate(record.plain(), f"1.{minor}.0", strict=True)
+        shared.validate_object(record.plain(), f"1.{minor}.0")
 
 
 @pytest.mark.parametrize("minor", [32, 33, 35])
@@ -289,7 +289,7 @@ def test_the_objects_validate_at_the_other_minors_too(minor_graphs: dict[int, Gr
     objects = autoscaler_objects(minor_graphs[minor])
     assert len(objects) == 7
     for record in objects:
-        kubernetes_validate.validate(record.plain(), f"1.{minor}.0", strict=True)
+        shared.validate_object(record.plain(), f"1.{minor}.0")
 
 
 def test_the_node_groups_are_the_h100_shards_with_the_planned_bounds_and_no_team_shard(

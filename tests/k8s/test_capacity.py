@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import celpy
-import kubernetes_validate
 import pytest
 import yaml
 
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.k8s.capacity import BORROW_RULE, NAMESPACE, PRIORITIES
 from kilonode.plan import ClusterPlan, defaults
-from kilonode.render import render_cluster
 from kilonode.render.pool import KUBELET_CONFIG
+from tests import shared
 
 STACKS = ["local", "research-2500", "research-7500"]
 TEAM = "kilonode.io/team"
@@ -38,7 +37,7 @@ def test_every_object_is_valid_for_the_stacks_kubernetes_version(
         expected += ["Deployment", "Namespace"]
     assert kinds == sorted(expected)
     for record in objects:
-        kubernetes_validate.validate(record.plain(), f"1.{plans[stack].kubernetes_minor}.0", strict=True)
+        shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")
 
 
 def test_priorities_are_ordered_and_the_balloons_sit_at_the_autoscalers_cutoff(graphs: dict[str, Graph]) -> None:
@@ -92,8 +91,8 @@ def tolerates(tolerations: list[dict[str, str]], taint: dict[str, str]) -> bool:
     return False
 
 
-def test_borrowers_fit_every_teams_nodes_and_others_none(plans: dict[str, ClusterPlan]) -> None:
-    rendered = render_cluster(plans["research-7500"])
+def test_borrowers_fit_every_teams_nodes_and_others_none() -> None:
+    rendered = shared.rendered("research-7500")
     team_taints = {}
     for team in ("language", "vision"):
         config = yaml.safe_load(rendered[f"pool-a100-ib.team-{team}"][KUBELET_CONFIG].content)

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -31,7 +30,7 @@ from kilonode.node.gpu import controller as gpu_controller
 from kilonode.node.gpu import protocol
 from kilonode.node.gpu.kubeapi import ApiError, Client, load_kubeconfig
 from kilonode.plan import ClusterPlan, plan_stack, wellknown
-from kilonode.render import render_cluster
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.render.consumers import systemd_verify
 
@@ -110,7 +109,7 @@ def test_the_gpu_objects_are_valid_against_the_openapi_schema_of_the_stacks_vers
     assert sorted(r.type.rsplit(":", 1)[1] for r in objects) == [
         "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Role", "RoleBinding"]
     for record in objects:
-        kubernetes_validate.validate(record.plain(), f"1.{plans[stack].kubernetes_minor}.0", strict=True)
+        shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")
 
 
 def test_the_device_plugin_is_pinned_by_the_digest_nvidia_pins(
@@ -177,7 +176,7 @@ def test_the_device_plugin_runs_on_exactly_the_gpu_pools(
     assert pool_selector(graphs["research-2500"]) == [p.name for p in plans["research-2500"].gpu_pools]
     assert pool_selector(mixed_graph) == ["gpu"]  # not "cpu"
     # the label is the one each pool's kubelet registers
-    rendered = render_cluster(plans["research-7500"])
+    rendered = shared.rendered("research-7500")
     for pool in ("a100-ib", "h100-ib"):
         unit = rendered[f"pool-{pool}"]["etc/systemd/system/kubelet.service"].content
         assert f"kilonode.io/pool={pool}" in unit
@@ -448,12 +447,12 @@ def test_the_controllers_kubeconfig_goes_to_the_apiservers_only(
 
 
 def test_the_controller_unit_runs_on_gpu_clusters_apiservers_after_the_apiserver(
-    plans: dict[str, ClusterPlan], tmp_path: Path
+    tmp_path: Path
 ) -> None:
     if not shutil.which("systemd-analyze"):
         pytest.fail("systemd-analyze missing: run `make setup` (installs .ci/debian-packages.txt)")
     unit_path = "etc/systemd/system/kilonode-gpu-health-controller.service"
-    files = render_cluster(plans["research-7500"])["apiserver-0"]
+    files = shared.rendered("research-7500")["apiserver-0"]
     text = files[unit_path].content
     unit = tmp_path / "kilonode-gpu-health-controller.service"
     unit.write_text(text)
@@ -470,9 +469,9 @@ def test_the_controller_unit_runs_on_gpu_clusters_apiservers_after_the_apiserver
                and "kube-apiserver.service" in cmd]
     assert "kilonode-gpu-health-controller.service" in start
     # only where there are GPU pools, only on apiservers
-    rendered_local = render_cluster(plans["local"])
+    rendered_local = shared.rendered("local")
     assert all(unit_path not in host for host in rendered_local.values())
-    assert all(unit_path not in host for name, host in render_cluster(plans["research-7500"]).items()
+    assert all(unit_path not in host for name, host in shared.rendered("research-7500").items()
                if not name.startswith("apiserver-"))
 
 

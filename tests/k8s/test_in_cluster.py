@@ -23,6 +23,7 @@ from kilonode.azure.graph import Graph, Recorded, _unwrap
 from kilonode.k8s.approver import host_name_regex
 from kilonode.k8s.readiness import SCRIPT
 from kilonode.plan import ClusterPlan, defaults, wellknown
+from tests import shared
 
 STACKS = ["local", "research-2500", "research-7500"]
 # kilonode.k8s.autoscaler: what it creates where pools autoscale
@@ -73,7 +74,7 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         expected["autoscaler"] = AUTOSCALER_OBJECTS
     assert dict(per_component) == expected
     for record in objects:
-        kubernetes_validate.validate(manifest(record), f"1.{minor}.0", strict=True)
+        shared.validate_object(manifest(record), f"1.{minor}.0")
 
 
 def test_the_schema_check_catches_a_misspelt_field(graphs: dict[str, Graph]) -> None:
@@ -268,11 +269,9 @@ def test_the_readiness_gate_fails_naming_the_endpoint_when_no_apiserver_answers(
 def test_cluster_dns_answers_at_the_kubelets_cluster_dns_one_replica_per_vm(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str, replicas: int
 ) -> None:
-    from kilonode.render import render_cluster
-
     objects = {r.name: manifest(r) for r in k8s_objects(graphs[stack])}
     service = objects[f"{stack}-k8s-dns-service"]
-    kubelet = yaml.safe_load(render_cluster(plans[stack])[f"pool-{plans[stack].node_pools[0].name}"]
+    kubelet = yaml.safe_load(shared.rendered(stack)[f"pool-{plans[stack].node_pools[0].name}"]
                              ["etc/kubernetes/kubelet-config.yaml"].content)
     assert service["spec"]["clusterIP"] == kubelet["clusterDNS"][0] == str(plans[stack].control_plane.cluster_dns_ip)
     assert service["metadata"]["name"] == "kube-dns"

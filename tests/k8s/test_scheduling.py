@@ -27,6 +27,7 @@ from kilonode.config import load_stack
 from kilonode.k8s import scheduling
 from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.render.control_plane import scheduler_config as default_scheduler_config
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
 STACKS = ["local", "research-2500", "research-7500"]
@@ -312,7 +313,7 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         + ["ClusterRoleBinding"] * 2 + ["RoleBinding", "ConfigMap"])
     assert len(objects) == 16
     for record in objects:
-        kubernetes_validate.validate(record.plain(), f"1.{plans[stack].kubernetes_minor}.0", strict=True)
+        shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")
     # the check can fail: a misspelt field of the CRD is refused
     crd = next(r.plain() for r in objects if r.type.endswith("CustomResourceDefinition"))
     crd["spec"]["versions"][0]["servd"] = crd["spec"]["versions"][0].pop("served")
@@ -492,7 +493,7 @@ def test_a_stack_written_with_another_minor_gets_that_minors_release(
         "kilonode-gang-controller": f"registry.k8s.io/scheduler-plugins/controller:{release}",
     }
     for record in gang_objects(graph):
-        kubernetes_validate.validate(record.plain(), kubernetes_version, strict=True)
+        shared.validate_object(record.plain(), kubernetes_version)
     lines = scheduling.describe(plan_stack(load_stack(str(path))))
     skewed = [line for line in lines if "version skew policy" in line]
     assert len(skewed) == (1 if kubernetes_version.startswith("1.35.") else 0)
@@ -614,7 +615,7 @@ def test_the_docs_examples_validate_and_are_gangs_of_kilonode_gang() -> None:
                 assert pod_group_errors(doc) == [], doc["metadata"]["name"]
             else:
                 for minor in SUPPORTED_MINORS:
-                    kubernetes_validate.validate(doc, f"1.{minor}.0", strict=True)
+                    shared.validate_object(doc, f"1.{minor}.0")
         assert gang_problems(block) == []
     # a 2-pod gang and a 100-pod gang, each of whole GPU nodes
     sizes = [sum(count for _, _, count in gang_pods(block)) for block in blocks]

@@ -17,8 +17,8 @@ import pytest
 from kilonode.local import etcd, units
 from kilonode.local.addresses import AddressError, address_map, loopback
 from kilonode.plan import ClusterPlan, pki, wellknown
-from kilonode.render import render_cluster
 from kilonode.render.etcd import ETCD_UNIT
+from tests import shared
 
 UNIT = """[Service]
 Environment=ETCD_INITIAL_CLUSTER_STATE=new "OTHER=a b"
@@ -100,7 +100,7 @@ def test_overrides_parse_as_the_apiserver_flag_help_says() -> None:
 def test_every_rendered_member_localises_to_loopback_and_state_files_only(plans: dict[str, ClusterPlan],
                                                                           stack: str) -> None:
     plan = plans[stack]
-    rendered = render_cluster(plan)
+    rendered = shared.rendered(stack)
     addresses = address_map(plan)
     layout = pki.pki_layout(plan)
     for cluster in plan.etcd_clusters:

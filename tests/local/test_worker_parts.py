@@ -19,6 +19,7 @@ from kilonode.local import rehearsal, worker
 from kilonode.plan import ClusterPlan
 from kilonode.render import render_cluster
 from kilonode.render.files import RenderedFile
+from tests import shared
 
 
 def inputs(plan: ClusterPlan) -> ImageInputs:
@@ -100,7 +101,7 @@ def test_not_started_says_what_the_worker_cannot_run_and_when_it_was_skipped(
     plans: dict[str, ClusterPlan], booted: bool
 ) -> None:
     plan = plans["local"]
-    rows = rehearsal.not_started(plan, render_cluster(plan), "cpu" if booted else None)
+    rows = rehearsal.not_started(plan, shared.rendered("local"), "cpu" if booted else None)
     pool_row = next(r for r in rows if r.where.startswith("pool cpu") and r.what != "worker VM")
     skipped = [r for r in rows if r.what == "worker VM"]
     if booted:

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -25,6 +24,7 @@ from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, plan_stack, wellknown
 from kilonode.render import monitoring
 from kilonode.render.etcd import etcd_flags
+from tests import shared
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
 from tests.conftest import StackWriter, shipped_cluster_value
 
@@ -552,4 +552,4 @@ def test_the_configmap_holds_both_files_and_is_valid_against_the_stacks_openapi_
     assert config["data"] == monitoring.monitoring_files(plan)
     assert config_map_size(config["data"]) < CONFIG_MAP_MAX_BYTES
     for manifest in objects.values():
-        kubernetes_validate.validate(manifest, f"1.{plan.kubernetes_minor}.0", strict=True)
+        shared.validate_object(manifest, f"1.{plan.kubernetes_minor}.0")

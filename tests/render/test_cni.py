@@ -9,8 +9,8 @@ import json
 import pytest
 
 from kilonode.plan import ClusterPlan
-from kilonode.render import render_cluster
 from kilonode.render.cni import CONFLIST
+from tests import shared
 
 # azure-container-networking cni/netconfig.go: NetworkConfig's and IPAM's JSON names.
 AZURE_VNET_FIELDS = {
@@ -33,7 +33,7 @@ CNI_SPEC_VERSIONS = {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 def conflists(plans: dict[str, ClusterPlan]) -> list[tuple[str, dict]]:
     found = []
     for stack, plan in plans.items():
-        rendered = render_cluster(plan)
+        rendered = shared.rendered(stack)
         for pool in plan.node_pools:
             found.append((f"{stack}/pool-{pool.name}", json.loads(rendered[f"pool-{pool.name}"][CONFLIST].content)))
     return found
@@ -81,6 +81,6 @@ def test_the_check_names_a_misspelt_field_and_a_wrong_version(plans: dict[str, C
 
 def test_the_conflist_names_the_plans_service_and_vnet_ranges(plans: dict[str, ClusterPlan]) -> None:
     plan = plans["research-7500"]
-    conflist = json.loads(render_cluster(plan)["pool-a100-ib"][CONFLIST].content)
+    conflist = json.loads(shared.rendered("research-7500")["pool-a100-ib"][CONFLIST].content)
     assert conflist["plugins"][0]["serviceCidrs"] == str(plan.control_plane.service_cidr)
     assert conflist["plugins"][0]["vnetCidrs"] == str(plan.network.vnet_cidr)

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from kilonode.plan import ClusterPlan
-from kilonode.render import USER_DATA, HostFiles, render_cluster
+from kilonode.render import USER_DATA, HostFiles
+from tests import shared
 from tests.conftest import SHIPPED_STACKS
 from tests.render.consumers import cloud_init_validator, systemd_verify
 
@@ -28,8 +29,8 @@ ABSENT_HERE = re.compile(
 RUNTIME_UNIT_ABSENT = re.compile(r"Unit (docker|containerd)\.service not found\.$")
 
 
-def all_hosts(plans: dict[str, ClusterPlan]) -> list[tuple[str, str, HostFiles]]:
-    return [(stack, host, files) for stack in SHIPPED_STACKS for host, files in render_cluster(plans[stack]).items()]
+def all_hosts() -> list[tuple[str, str, HostFiles]]:
+    return [(stack, host, files) for stack in SHIPPED_STACKS for host, files in shared.rendered(stack).items()]
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +40,15 @@ def validate_user_data() -> Any:
 
 def test_cloud_init_accepts_every_user_data(plans: dict[str, ClusterPlan], validate_user_data: Any) -> None:
     failures = {}
-    for stack, host, files in all_hosts(plans):
+    for stack, host, files in all_hosts():
         config = yaml.safe_load(files[USER_DATA].content)
         if problems := validate_user_data(config):
             failures[f"{stack}/{host}"] = problems
     assert not failures
 
 
-def test_cloud_init_validator_catches_mistakes(plans: dict[str, ClusterPlan], validate_user_data: Any) -> None:
-    config = yaml.safe_load(render_cluster(plans["local"])["pool-cpu"][USER_DATA].content)
+def test_cloud_init_validator_catches_mistakes(validate_user_data: Any) -> None:
+    config = yaml.safe_load(shared.rendered("local")["pool-cpu"][USER_DATA].content)
     config["runcmnd"] = config.pop("runcmd")
     config["mounts"] = "/dev/vdb"
     assert validate_user_data(config) == [
@@ -60,7 +61,7 @@ def test_systemd_accepts_every_unit(plans: dict[str, ClusterPlan], tmp_path: Pat
     if not shutil.which("systemd-analyze"):
         pytest.fail("systemd-analyze missing: run `make setup` (installs .ci/debian-packages.txt)")
     failures: dict[str, list[str]] = {}
-    for stack, host, files in all_hosts(plans):
+    for stack, host, files in all_hosts():
         if stack != "local" and not host.startswith(("pool-", "etcd-main-0", "apiserver-0")):
             continue  # other members differ only in addresses
         unit_dir = tmp_path / stack / host
@@ -97,7 +98,7 @@ def test_systemd_verify_catches_a_broken_unit(tmp_path: Path) -> None:
 
 def test_runtime_configs_parse(plans: dict[str, ClusterPlan]) -> None:
     seen = set()
-    for _stack, _host, files in all_hosts(plans):
+    for _stack, _host, files in all_hosts():
         for path, file in files.items():
             if path.endswith(".json"):
                 json.loads(file.content)

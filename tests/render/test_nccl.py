@@ -11,8 +11,8 @@ from kilonode.catalog.vm import vm_sizes
 from kilonode.config import load_stack
 from kilonode.plan import plan_stack
 from kilonode.plan.wellknown import NCCL_CONF, NCCL_TOPOLOGY_LABEL
-from kilonode.render import render_cluster
 from kilonode.render.pool import nccl_conf, render_pool
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
 # Azure/azhpc-images components/setup_sku_customizations.sh at 8e9d055f: which VM sizes get
@@ -66,8 +66,8 @@ def test_research_7500_pools_get_their_family_label_and_nccl_conf() -> None:
 @pytest.mark.parametrize("stack", ["local", "research-2500"])
 def test_pools_without_a_published_topology_get_none(stack: str) -> None:
     """local has no GPUs; research-2500's NC A100 v4 pool has GPUs but no InfiniBand."""
-    plan = plan_stack(load_stack(stack))
-    rendered = render_cluster(plan)
+    plan = shared.plan(stack)
+    rendered = shared.rendered(stack)
     for pool in plan.node_pools:
         assert pool.nccl_topology is None and NCCL_TOPOLOGY_LABEL not in pool.labels
         assert NCCL_CONF.lstrip("/") not in rendered[f"pool-{pool.name}"]

@@ -16,6 +16,7 @@ from kilonode.config import load_stack
 from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.render import USER_DATA, render_cluster, render_tree
 from kilonode.render.write import MARKER, OutputDirError, write_tree
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
 runner = CliRunner()
@@ -124,7 +125,7 @@ def test_every_docker_pool_carries_the_field_lessons(rendered_7500: Path, pool: 
 
 def test_containerd_pool_config(plans: dict[str, ClusterPlan]) -> None:
     plan = plans["research-2500"]
-    files = render_cluster(plan)["pool-nc-a100"]
+    files = shared.rendered("research-2500")["pool-nc-a100"]
     assert "etc/docker/daemon.json" not in files
     config = tomllib.loads(files["etc/containerd/config.toml"].content)
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
@@ -138,8 +139,8 @@ def test_containerd_pool_config(plans: dict[str, ClusterPlan]) -> None:
     assert "containerd.service" in files["etc/systemd/system/kilonode-preload-images.service"].content
 
 
-def test_user_data_writes_every_artefact_and_mounts_the_local_ssd(plans: dict[str, ClusterPlan]) -> None:
-    for files in render_cluster(plans["local"]).values():
+def test_user_data_writes_every_artefact_and_mounts_the_local_ssd() -> None:
+    for files in shared.rendered("local").values():
         text = files[USER_DATA].content
         assert text.startswith("#cloud-config\n")
         data = yaml.safe_load(text)
@@ -149,8 +150,8 @@ def test_user_data_writes_every_artefact_and_mounts_the_local_ssd(plans: dict[st
         assert "nofail" in data["mounts"][0][3]
 
 
-def test_pool_user_data_makes_sysctls_live_on_first_boot(plans: dict[str, ClusterPlan]) -> None:
-    data = yaml.safe_load(render_cluster(plans["local"])["pool-cpu"][USER_DATA].content)
+def test_pool_user_data_makes_sysctls_live_on_first_boot() -> None:
+    data = yaml.safe_load(shared.rendered("local")["pool-cpu"][USER_DATA].content)
     assert data["runcmd"][0] == ["sysctl", "--system"]
 
 

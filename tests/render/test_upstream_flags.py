@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from kilonode.plan import ClusterPlan
-from kilonode.render import HostFiles, render_cluster
+from kilonode.render import HostFiles
+from tests import shared
 from tests.conftest import SHIPPED_STACKS
 
 REFERENCE: dict[str, Any] = tomllib.loads(Path(__file__).with_name("upstream_flags.toml").read_text())
@@ -67,7 +68,7 @@ def version_of(program: str, plan: ClusterPlan) -> str:
 
 def rendered(plans: dict[str, ClusterPlan]) -> list[tuple[str, ClusterPlan, str, HostFiles]]:
     return [(stack, plans[stack], host, files)
-            for stack in SHIPPED_STACKS for host, files in render_cluster(plans[stack]).items()]
+            for stack in SHIPPED_STACKS for host, files in shared.rendered(stack).items()]
 
 
 # ---------------------------------------------------------------- checking against the reference
@@ -212,9 +213,9 @@ def test_every_rendered_config_field_exists_upstream(plans: dict[str, ClusterPla
     assert not problems, "\n".join(problems)
 
 
-def test_profiling_is_off_where_the_program_reads_it(plans: dict[str, ClusterPlan]) -> None:
+def test_profiling_is_off_where_the_program_reads_it() -> None:
     """CIS 1.2.x/1.3.2/1.4.1: the flag where the program honours it, the file where --config rules."""
-    files = render_cluster(plans["research-7500"])["apiserver-0"]
+    files = shared.rendered("research-7500")["apiserver-0"]
     for unit in ("kube-apiserver", "kube-controller-manager"):
         assert exec_start(files[f"etc/systemd/system/{unit}.service"].content)[1]["profiling"] == "false"
     _, scheduler = exec_start(files["etc/systemd/system/kube-scheduler.service"].content)
@@ -225,8 +226,8 @@ def test_profiling_is_off_where_the_program_reads_it(plans: dict[str, ClusterPla
 # ---------------------------------------------------------------- the checks catch mistakes
 
 @pytest.fixture(scope="module")
-def apiserver_files(plans: dict[str, ClusterPlan]) -> HostFiles:
-    return render_cluster(plans["research-7500"])["apiserver-0"]
+def apiserver_files() -> HostFiles:
+    return shared.rendered("research-7500")["apiserver-0"]
 
 
 def test_a_misspelt_flag_is_caught(apiserver_files: HostFiles) -> None:
@@ -237,8 +238,8 @@ def test_a_misspelt_flag_is_caught(apiserver_files: HostFiles) -> None:
         "kube-apiserver 1.34: --authorisation-mode is not a flag of kube-apiserver (upstream_flags.toml)"]
 
 
-def test_a_misspelt_config_field_is_caught(plans: dict[str, ClusterPlan]) -> None:
-    files = render_cluster(plans["research-7500"])["pool-h100-ib"]
+def test_a_misspelt_config_field_is_caught() -> None:
+    files = shared.rendered("research-7500")["pool-h100-ib"]
     document = yaml.safe_load(files["etc/kubernetes/kubelet-config.yaml"].content)
     document["serialiseImagePulls"] = document.pop("serializeImagePulls")
     document["authentication"]["x509"]["clientCaFile"] = document["authentication"]["x509"].pop("clientCAFile")
