@@ -74,7 +74,7 @@ def files_part(files: Sequence[FileEntry]) -> str:
         if owner != ROOT:
             entry["defer"] = True
         entries.append(entry)
-    body = block_yaml({"merge_how": MERGE_HOW, "write_files": entries}, width=None, fast=True)
+    body = block_yaml({"merge_how": MERGE_HOW, "write_files": entries}, width=None)
     return "#cloud-config\n" + body
 
 
