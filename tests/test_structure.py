@@ -244,7 +244,7 @@ VERSION_LIKE = re.compile(
     r"|[a-z0-9.-]+(?:/[\w.-]+)+:\w[\w.-]*\d[\w.-]*"
 )
 # Where versions, tags and digests live: the catalogue (outside facts), the config (the stack's
-# own, with its defaults) and the plan (which decides). kilonode.gpu (the node programs) holds
+# own, with its defaults) and the plan (which decides). kilonode.node (the node programs) holds
 # none today and is not excluded.
 VERSION_HOMES = ("kilonode.catalog", "kilonode.config", "kilonode.plan")
 VERSION_ALLOWED = {

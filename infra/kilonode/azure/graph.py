@@ -1,7 +1,7 @@
 """The Pulumi program's resource graph, as recorded under the mock engine: the model
 (Recorded, Graph), secret masking, a stable reading order, and the text/JSON/Markdown
 formats. Graph in, formats out: `kilonode plan`, the tests and the coming review tools
-share it; recording lives in infra/azure/mockplan.py.
+share it; recording lives in kilonode.azure.mockplan.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _plain_scalar(value: Any) -> Any:
 
 # --- order and printing ----------------------------------------------------------------
 
-# Subsystems in the order a reader follows them (the README's "How it fits together").
+# Subsystems in the order a reader follows them (the component tree at the top of docs/azure.md).
 _COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
                     "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "KubeProxy", "ClusterDns",
                     "CloudProvider", "DevicePlugin", "GpuHealthAccess"]

@@ -28,7 +28,7 @@ from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.plan.model import ClusterPlan
 
 # Where `kilonode image build STACK --pool POOL --out build/node-image` writes a pool's disk
-# (infra/image/build.py names it <stack>-<pool>.vhd; --role etcd gives <stack>-etcd.vhd);
+# (kilonode.image.build names it <stack>-<pool>.vhd; --role etcd gives <stack>-etcd.vhd);
 # ClusterArgs may point elsewhere.
 DEFAULT_VHD_DIR = "build/node-image"
 

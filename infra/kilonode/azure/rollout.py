@@ -42,7 +42,7 @@ class Disruption:
             f"at once ({', '.join(self.machines)}): {self.why}. Roll them one at a time: add {self.group!r} to "
             "acknowledgeRestart in the stack file, `pulumi up --target` one machine's VM at a time (waiting for "
             "it to be healthy), one plain `pulumi up` to record the new state, then remove the acknowledgement "
-            "(README: \"Rolling the control plane\")"
+            "(docs/azure.md: \"Rolling the control plane\")"
         )
 
 

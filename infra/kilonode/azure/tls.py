@@ -73,7 +73,7 @@ class Tls(pulumi.ComponentResource):
         # TLS bootstrap, as kubeadm: a token `<id>.<secret>` ([a-z0-9]{6}.[a-z0-9]{16}, the
         # format the apiserver's bootstrap authenticator accepts) in the Pulumi state only.
         # No expiry: scale sets add nodes at any time. Rotate it with
-        # `pulumi up --replace <urn of the token secret>` (README), which updates the Secret and
+        # `pulumi up --replace <urn of the token secret>` (docs/azure.md), which updates the Secret and
         # the pools' custom data (new instances join with the new token).
         token_id = random.RandomString(f"{name}-bootstrap-token-id", length=6, upper=False, special=False,
                                        opts=self._child)

@@ -49,11 +49,12 @@ def diff(
     Renders every affected stack and records its Azure resource graph (Pulumi's mock engine,
     nothing sent to Azure) at both refs, each with that ref's own code, in a git worktree. A
     change to a stack file touches that stack; a change to the toolkit (infra/, templates/,
-    sysctl/, node-image/) touches every stack; docs and tests touch none.
+    sysctl/, node-image/, pyproject.toml, Pulumi.yaml) touches every stack; docs and tests
+    touch none.
 
     The report has, per stack: each resource created, updated (which inputs, and whether Azure
     restarts the machine to apply them), replaced or deleted, with the source that says so
-    (infra/review/effects.toml); the rendered files as unified diffs, custom data included
+    (the catalogue's effects.toml); the rendered files as unified diffs, custom data included
     (secrets masked), the same change on several machines shown once; and the risks, each
     with its level and reason:
 

@@ -1,4 +1,4 @@
-"""The stack commands: validate, allocate, render, explain (registered in infra/cli/__init__.py)."""
+"""The stack commands: validate, allocate, render, explain (registered in kilonode.cli's COMMANDS)."""
 
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def _sizes(config: ClusterConfig) -> list[Problem]:
                 "pages in infra/kilonode/catalog/vm_sizes.yaml: add a new size there, citing its size page",
             ))
             continue
-        # a pool on a size with NVMe disks gets those instead (kilonode.plan.resolve._local_storage)
+        # a pool on a size with NVMe disks gets those instead (kilonode.plan.resolve.pools.local_storage)
         nvme_instead = loc[0] == "nodePools" and size.nvme_disks is not None
         if disk.device == catalog.AZURE_TEMP_DISK and size.temp_disk_gib == 0 and not nvme_instead:
             nvme = (f" or set localDisk.device to one of its {size.nvme_disks.count} local NVMe disks"

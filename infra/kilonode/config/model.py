@@ -329,7 +329,7 @@ class NodePoolConfig(StrictModel):
         description=(
             "7,500-node post: GPU nodes with InfiniBand; a scale set then keeps a single placement group, so "
             "at most 100 VMs per scale set. Unset: whether the size has InfiniBand "
-            "(infra/config/catalog/vm_sizes.yaml); true on a size without it is refused."
+            "(infra/kilonode/catalog/vm_sizes.yaml); true on a size without it is refused."
         ),
     )
     vm_size: str = Field(
@@ -555,7 +555,7 @@ class RoleImageConfig(StrictModel):
             "The Azure Compute Gallery version of this role's image, built by `kilonode image build STACK "
             "--role ...`. Its own version, apart from the pools' and the other role's: a new pool image never "
             "replaces an etcd member. A new version replaces the role's VMs (a new OS disk), so it goes "
-            "through the restart guard one machine at a time (README: \"Rolling the control plane\")."
+            "through the restart guard one machine at a time (docs/azure.md: \"Rolling the control plane\")."
         ),
     )
 
@@ -618,7 +618,7 @@ class ClusterConfig(StrictModel):
     location: str = Field(
         default="westus2", pattern=r"^[a-z0-9]+$",
         description=(
-            "An Azure region name, checked against infra/config/catalog/regions.yaml."
+            "An Azure region name, checked against infra/kilonode/catalog/regions.yaml."
         ),
     )
     zones: tuple[str, ...] = Field(

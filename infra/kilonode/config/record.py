@@ -1,7 +1,7 @@
 """Record planned subnets in the stack file (`kilonode allocate`), keeping its comments and layout.
 
 A recorded subnet is an input from then on, so no change to another pool or role can move
-it (infra/plan/resolve.py). The file is rewritten atomically (a sibling temp file, then a
+it (kilonode.plan.resolve.network). The file is rewritten atomically (a sibling temp file, then a
 rename): an interrupted write leaves the old file whole.
 """
 

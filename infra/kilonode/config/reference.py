@@ -152,7 +152,7 @@ def reference_markdown() -> str:
     lines = [
         "# Stack file reference",
         "",
-        "<!-- Generated from infra/config/model.py by `make golden` (kilonode.config.reference); "
+        "<!-- Generated from infra/kilonode/config/model.py by `make golden` (kilonode.config.reference); "
         "a test keeps it current. -->",
         "",
         f"A stack file is a Pulumi stack config file (`stacks/Pulumi.<stack>.yaml`); kilonode reads the "
@@ -160,7 +160,8 @@ def reference_markdown() -> str:
         "and the reason for it. `kilonode schema` prints the same as JSON Schema for editors; "
         "`kilonode new DIR` writes a first stack with every key commented. Keys are camelCase, "
         "unknown keys are errors, and cross-field rules (odd etcd sizes, subnets inside the VNet, sizes "
-        "against the catalogue, ...) are listed in the README.",
+        "against the catalogue, ...) are listed under `kilonode validate` in "
+        "[stack-files.md](stack-files.md#commands).",
         "",
         "| key | type | default | constraints | why |",
         "|---|---|---|---|---|",

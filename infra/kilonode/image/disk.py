@@ -86,7 +86,7 @@ def make_esp(out: Path, size_mib: int, root_uuid: str, workdir: Path) -> Path:
 
     The embedded config finds the root filesystem by UUID and hands over to its
     /boot/grub/grub.cfg, so kernel command-line changes need no ESP rebuild. (Secure Boot /
-    Trusted Launch needs Debian's signed shim + GRUB instead: see the README, "What cannot exist here".)
+    Trusted Launch needs Debian's signed shim + GRUB instead: see docs/node-images.md, "What cannot exist here".)
     """
     embedded = workdir / "grub-embedded.cfg"
     embedded.write_text(

@@ -7,7 +7,7 @@ module does the rest of the build for them, on the unpacked tree:
 - refuses a GPU model the recipe's driver set cannot drive (recipe [extras.gpu.unsupported_models]);
 - installs the NVIDIA container toolkit's packages when the build was given its release
   tarball, and only then writes the drop-in that points the container runtime at the rendered
-  NVIDIA runtime configuration (infra/render/pool.py: daemon-nvidia.json / config-nvidia.toml);
+  NVIDIA runtime configuration (kilonode.render.pool: daemon-nvidia.json / config-nvidia.toml);
 - describes it all for the manifest: driver packages and version, the kernel the modules were
   built for and the module files, the GSP firmware, the toolkit placed or absent and why, the
   RDMA packages, the device plugin image.
@@ -52,7 +52,7 @@ CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/30-kilonode-nvidia
 # added: dockerd then reads only that file (the plain daemon.json stays for a node without the
 # toolkit). $DOCKER_OPTS (from /etc/default/docker) still applies as in the packaged unit.
 DOCKERD_EXEC = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
-# The runtime name the rendered NVIDIA configuration makes the default (infra/render/pool.py)
+# The runtime name the rendered NVIDIA configuration makes the default (kilonode.render.pool)
 NVIDIA_RUNTIME = "nvidia"
 
 
@@ -119,7 +119,7 @@ def install_toolkit(tree: Path, placed: pinned.BinaryResult) -> dict[str, str]:
 
 def nvidia_runtime_config(pool: NodePoolPlan, files: HostFiles) -> str | None:
     """The host path of the pool's rendered runtime configuration whose default runtime is the
-    NVIDIA one (infra/render/pool.py renders it beside the plain one for GPU pools), found in
+    NVIDIA one (kilonode.render.pool renders it beside the plain one for GPU pools), found in
     the rendered files the caller gives by what it says, not by name; None when there is none."""
     for path, rendered in sorted(files.items()):
         try:
@@ -140,7 +140,7 @@ def nvidia_runtime_config(pool: NodePoolPlan, files: HostFiles) -> str | None:
 def runtime_dropin(pool: NodePoolPlan, config: str, containerd_binary: str) -> tuple[str, str]:
     """(path, text) of the drop-in that runs the pool's runtime with its NVIDIA configuration
     `config` (nvidia_runtime_config). Written only when the toolkit was installed: a default
-    runtime naming a missing binary would fail every container (infra/render/pool.py says more)."""
+    runtime naming a missing binary would fail every container (kilonode.render.pool says more)."""
     why = (
         "# kilonode: the NVIDIA runtime configuration (rendered beside the plain one), read only\n"
         "# because the image build installed the NVIDIA container toolkit.\n"

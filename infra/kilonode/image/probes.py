@@ -1,4 +1,4 @@
-"""Helpers the verification suite's checks share (the suite ships as data: see infra/paths.py)."""
+"""Helpers the verification suite's checks share (the suite ships as data: see kilonode.paths)."""
 
 from __future__ import annotations
 

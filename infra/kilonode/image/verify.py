@@ -12,7 +12,7 @@ Phases, each a pytest run with its own JUnit XML, merged into one report:
     after-reboot the checks marked `persistent`, after the guest's `systemctl reboot` ended
                  its qemu (`-no-reboot`) and a fresh qemu powered on the same OS disk,
                  local SSD, seed and UEFI NVRAM: a power cycle, as an Azure restart
-                 keeps the disks (see infra/image/qemu.py for why not a reset in place).
+                 keeps the disks (see kilonode.image.qemu for why not a reset in place).
 
 The verdict is the union: any failed or errored check fails the run, and is named.
 

@@ -1,7 +1,7 @@
 """ClusterAutoscaler: kubernetes/autoscaler's cluster-autoscaler on the pools with `autoscaling`,
 one node group per shared scale-set shard, with the bounds the plan set (kilonode.plan.capacity).
 
-References, read at the pinned tags (kilonode.plan.defaults.CLUSTER_AUTOSCALER_VERSIONS:
+References, read at the pinned tags (the catalogue's clusterAutoscaler row, components.yaml:
 cluster-autoscaler-1.32.7 f645beb1, -1.33.6 be4b5a18, -1.34.5 cb2123ed, -1.35.2 2d425888,
 paths under cluster-autoscaler/ in kubernetes/autoscaler):
 

@@ -5,7 +5,7 @@ A real check, not a sleep: a `command:local:Command` that runs kubectl against t
 endpoint with the program's own credentials, every 10 s, up to a bounded deadline, and
 fails the update naming the endpoint if the apiserver never answers. It runs where
 `pulumi up` runs, which must reach the internal load balancer (inside the VNet, or over a
-VPN/peering; see the README).
+VPN/peering; see docs/azure.md, "What `pulumi up` does, in order").
 """
 
 from __future__ import annotations

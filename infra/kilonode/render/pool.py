@@ -343,7 +343,7 @@ def nccl_conf(family: str) -> str:
     size's family (Azure/azhpc-images components/customizations/<family>.sh at 8e9d055f):
     the published topology, relaxed PCIe ordering on the A100/H100 families, and CPU affinity
     left to the job. It serves NCCL run on the host (fabric checks); a container reads its own
-    files, so a job mounts the topology file and sets NCCL_TOPO_FILE itself (README)."""
+    files, so a job mounts the topology file and sets NCCL_TOPO_FILE itself (docs/gpu-pools.md)."""
     lines = [f"# {GENERATED}"]
     if family in ("ndv4", "ndv5"):
         lines.append("NCCL_IB_PCI_RELAXED_ORDERING=1")

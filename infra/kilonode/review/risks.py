@@ -120,7 +120,7 @@ def control_plane(diff: StackDiff) -> list[Risk]:
                 f"{len(down)} of {members} {group} members restart or are replaced in one change ({why}); etcd with "
                 f"{members} members tolerates {tolerated} down, so quorum is lost and every write stops. `pulumi up` "
                 f"refuses it (restart guard) unless acknowledgeRestart lists {group}; roll one member at a time "
-                "(README: \"Rolling the control plane\")", names))
+                "(docs/azure.md: \"Rolling the control plane\")", names))
         else:
             found.append(Risk(MEDIUM, "etcd-restarted", diff.stack,
                               f"{len(down)} of {members} {group} members restart or are replaced ({why}); "

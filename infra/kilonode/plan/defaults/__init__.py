@@ -1,7 +1,7 @@
 """Built-in choices that are not stack settings, one module per component, each named once
 with its reason and read by the planner (kilonode.plan.resolve), the renderers and the Azure
 and in-cluster components (UPPER_CASE constants only: what a component runs and every number
-derived from the plan come from the plan itself). Listed in the README ("Built-in defaults").
+derived from the plan come from the plan itself). Listed in docs/stack-files.md ("Built-in defaults").
 Change one here, run `make golden`, and the review shows every file it reaches.
 
 Outside facts (what Azure, Kubernetes or a project documents) are not here: kilonode.catalog.

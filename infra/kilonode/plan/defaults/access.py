@@ -3,7 +3,7 @@ approver's scope (its image: the catalogue's kubeletCsrApprover)."""
 
 # Certificates (pulumi-tls, ECDSA P-256): CAs for ten years; leaves for one year, re-issued
 # by the first `pulumi up` in their last 30 days, which re-delivers them through custom data
-# (a control-plane VM replacement, one member at a time: see the README).
+# (a control-plane VM replacement, one member at a time: docs/azure.md, "Rolling the control plane").
 CA_VALIDITY_HOURS = 10 * 365 * 24
 LEAF_VALIDITY_HOURS = 365 * 24
 LEAF_RENEW_BEFORE_HOURS = 30 * 24
