@@ -30,7 +30,6 @@ KEPT_LONG: dict[str, str] = {
     # certificates in creation order; left for a follow-up
     "azure/backup.py:EtcdBackup.__init__": "not split yet (follow-up)",
     "azure/vm.py:machine": "not split yet (follow-up)",
-    "k8s/scheduling.py:GangScheduler.__init__": "not split yet (follow-up)",
     "local/pki.py:issue": "not split yet (follow-up)",
 }
 
