@@ -71,6 +71,26 @@ class EtcdBackupArgs:
     resource_group_id: pulumi.Output[str]  # the subscription comes from it
 
 
+def _retention_policy() -> storage.ManagementPolicySchemaArgs:
+    """The account's lifecycle rule: a snapshot blob is deleted once older than the retention."""
+    return storage.ManagementPolicySchemaArgs(rules=[storage.ManagementPolicyRuleArgs(
+        name="delete-old-etcd-snapshots",
+        type=storage.RuleType.LIFECYCLE,
+        enabled=True,
+        definition=storage.ManagementPolicyDefinitionArgs(
+            # a prefix starts with the container's name
+            filters=storage.ManagementPolicyFilterArgs(
+                blob_types=["blockBlob"], prefix_match=[f"{defaults.ETCD_SNAPSHOT_CONTAINER}/"],
+            ),
+            actions=storage.ManagementPolicyActionArgs(base_blob=storage.ManagementPolicyBaseBlobArgs(
+                delete=storage.DateAfterModificationArgs(
+                    days_after_modification_greater_than=defaults.ETCD_SNAPSHOT_BLOB_RETENTION_DAYS,
+                ),
+            )),
+        ),
+    )])
+
+
 class EtcdBackup(pulumi.ComponentResource):
     account_name: pulumi.Output[str]
     container_name: pulumi.Output[str]
@@ -116,22 +136,7 @@ class EtcdBackup(pulumi.ComponentResource):
             management_policy_name=MANAGEMENT_POLICY_NAME,
             account_name=account.name,
             resource_group_name=rg,
-            policy=storage.ManagementPolicySchemaArgs(rules=[storage.ManagementPolicyRuleArgs(
-                name="delete-old-etcd-snapshots",
-                type=storage.RuleType.LIFECYCLE,
-                enabled=True,
-                definition=storage.ManagementPolicyDefinitionArgs(
-                    # a prefix starts with the container's name
-                    filters=storage.ManagementPolicyFilterArgs(
-                        blob_types=["blockBlob"], prefix_match=[f"{defaults.ETCD_SNAPSHOT_CONTAINER}/"],
-                    ),
-                    actions=storage.ManagementPolicyActionArgs(base_blob=storage.ManagementPolicyBaseBlobArgs(
-                        delete=storage.DateAfterModificationArgs(
-                            days_after_modification_greater_than=defaults.ETCD_SNAPSHOT_BLOB_RETENTION_DAYS,
-                        ),
-                    )),
-                ),
-            )]),
+            policy=_retention_policy(),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[container]),
         )
         identity = managedidentity.UserAssignedIdentity(

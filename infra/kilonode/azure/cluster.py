@@ -39,6 +39,34 @@ class ClusterArgs:
     own_stack: str | None = None
 
 
+def _user_data(args: ClusterArgs, host: str) -> str:
+    return args.rendered[host][USER_DATA].content
+
+
+# (host, VM name, zone, VM size, image@version) of one control-plane machine: what its
+# restart key names besides its custom data
+_Machine = tuple[str, str, str, str, str]
+
+
+def _control_plane_machines(plan: ClusterPlan) -> dict[str, list[_Machine]]:
+    """Each restart-guarded group (kilonode.azure.rollout) -> its machines."""
+    # the image each machine boots, as the restart key names it: its gallery image@version
+    etcd_image = f"{ETCD_IMAGE}@{plan.etcd_image_version}"
+    apiserver_image = f"{CONTROL_PLANE_IMAGE}@{plan.control_plane_image_version}"
+    return {
+        rollout.ETCD_MAIN: [
+            (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_main.members
+        ],
+        rollout.ETCD_EVENTS: [
+            (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_events.members
+        ],
+        rollout.APISERVERS: [
+            (i.name, i.vm_name, i.zone, plan.control_plane.vm_size, apiserver_image)
+            for i in plan.control_plane.instances
+        ],
+    }
+
+
 class Cluster(pulumi.ComponentResource):
     apiserver_address: pulumi.Output[str | None]
     etcd_main_endpoints: list[str]
@@ -57,11 +85,12 @@ class Cluster(pulumi.ComponentResource):
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self)
 
-        def user_data(host: str) -> str:
-            return args.rendered[host][USER_DATA].content
-
-        net = Network(f"{name}-network", NetworkArgs(plan=plan), child)
-        identity = CloudProviderIdentity(
+        # What every machine group reads (network, credentials, images) is set on self first:
+        # the methods below take it from there. The network also gives the names and IDs the
+        # cloud provider's config needs.
+        self.network = Network(f"{name}-network", NetworkArgs(plan=plan), child)
+        net = self.network
+        self.cloud_identity = CloudProviderIdentity(
             f"{name}-cloud-provider",
             CloudProviderIdentityArgs(
                 cluster=plan.cluster, location=plan.location, resource_group_name=net.resource_group_name,
@@ -69,7 +98,7 @@ class Cluster(pulumi.ComponentResource):
             ),
             child,
         )
-        certs = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
+        self.tls = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
         # where every etcd member's scheduled snapshots go (kilonode.render.etcd_snapshot)
         backup = EtcdBackup(
             f"{name}-etcd-backup",
@@ -77,7 +106,6 @@ class Cluster(pulumi.ComponentResource):
                            resource_group_name=net.resource_group_name, resource_group_id=net.resource_group_id),
             child,
         )
-        etcd_hosts = {m.name for e in plan.etcd_clusters for m in e.members}
         image = NodeImage(
             f"{name}-image",
             NodeImageArgs(
@@ -89,31 +117,41 @@ class Cluster(pulumi.ComponentResource):
             ),
             child,
         )
-        public = plan.network.public_ips_on_control_plane
-        instances = plan.control_plane.instances
+        self.image_version_ids = image.image_version_ids
 
-        # Control-plane custom data, and the restart guard that holds it back: no etcd member
-        # or apiserver VM is created or changed until the update is known not to restart a
-        # majority of an etcd cluster, or every apiserver, at once (kilonode.azure.rollout).
-        # the image each machine boots, as the restart key names it: its gallery image@version
-        etcd_image = f"{ETCD_IMAGE}@{plan.etcd_image_version}"
-        apiserver_image = f"{CONTROL_PLANE_IMAGE}@{plan.control_plane_image_version}"
-        machines = {
-            rollout.ETCD_MAIN: [
-                (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_main.members
-            ],
-            rollout.ETCD_EVENTS: [
-                (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_events.members
-            ],
-            rollout.APISERVERS: [
-                (i.name, i.vm_name, i.zone, plan.control_plane.vm_size, apiserver_image) for i in instances
-            ],
-        }
+        gated = self._guarded_custom_data(name, args, backup)
+        etcd = self._etcd_clusters(name, plan, gated, backup.identity_id)
+        self.control_plane = self._apiservers(name, plan, gated)
+        self.scale_set_ids = self._node_pools(name, args)
+
+        self.apiserver_address = self.control_plane.load_balancer_ip
+        self.etcd_backup_account = backup.account_name
+        self.etcd_main_endpoints = etcd["main"].client_endpoints
+        self.etcd_events_endpoints = etcd["events"].client_endpoints
+        self.admin_ssh_private_key = self.tls.admin_ssh_private_key
+        self.register_outputs({
+            "restartKeys": self.restart_keys,
+            "apiserverAddress": self.apiserver_address,
+            "etcdMainEndpoints": self.etcd_main_endpoints,
+            "etcdEventsEndpoints": self.etcd_events_endpoints,
+            "imageVersionIds": self.image_version_ids,
+            "scaleSetIds": self.scale_set_ids,
+        })
+
+    def _guarded_custom_data(self, name: str, args: ClusterArgs, backup: EtcdBackup) -> dict[str, pulumi.Output[str]]:
+        """Control-plane custom data (host -> value), and the restart guard that holds it back:
+        no etcd member or apiserver VM is created or changed until the update is known not to
+        restart a majority of an etcd cluster, or every apiserver, at once
+        (kilonode.azure.rollout). Sets self.restart_keys."""
+        plan = args.plan
+        machines = _control_plane_machines(plan)
+        etcd_hosts = {m.name for e in plan.etcd_clusters for m in e.members}
+        host_files = self.tls.host_files
         data = {
             host: custom_data(
-                user_data(host),
+                _user_data(args, host),
                 # the etcd members also get the snapshot upload's account, container and identity
-                [*certs.host_files[host], backup.host_file()] if host in etcd_hosts else certs.host_files[host],
+                [*host_files[host], backup.host_file()] if host in etcd_hosts else host_files[host],
                 host,
             )
             for group in machines.values() for host, *_ in group
@@ -128,45 +166,55 @@ class Cluster(pulumi.ComponentResource):
             for group, members in machines.items()
         })
         verdict = self._restart_verdict(f"{name}-last-deployment", args.own_stack, plan.acknowledge_restart)
-        gated = {host: pulumi.Output.all(verdict, value).apply(lambda v: v[1]) for host, value in data.items()}
+        return {host: pulumi.Output.all(verdict, value).apply(lambda v: v[1]) for host, value in data.items()}
 
-        etcd = {
+    def _etcd_clusters(self, name: str, plan: ClusterPlan, gated: Mapping[str, pulumi.Output[str]],
+                       backup_identity_id: pulumi.Output[str]) -> dict[str, EtcdCluster]:
+        """role ("main", "events") -> its etcd cluster."""
+        return {
             e.role: EtcdCluster(
                 f"{name}-etcd-{e.role}",
                 EtcdClusterArgs(
                     etcd=e,
                     cluster=plan.cluster,
                     location=plan.location,
-                    resource_group_name=net.resource_group_name,
-                    subnet_id=net.etcd_subnet_id,
+                    resource_group_name=self.network.resource_group_name,
+                    subnet_id=self.network.etcd_subnet_id,
                     custom_data={m.name: gated[m.name] for m in e.members},
-                    ssh_public_key=certs.admin_ssh_public_key,
-                    image_version_id=image.image_version_ids[ETCD_IMAGE],
-                    public_ips=public,
-                    identity_id=backup.identity_id,
+                    ssh_public_key=self.tls.admin_ssh_public_key,
+                    image_version_id=self.image_version_ids[ETCD_IMAGE],
+                    public_ips=plan.network.public_ips_on_control_plane,
+                    identity_id=backup_identity_id,
                 ),
-                child,
+                pulumi.ResourceOptions(parent=self),
             )
             for e in plan.etcd_clusters
         }
-        control = ControlPlane(
+
+    def _apiservers(self, name: str, plan: ClusterPlan,
+                    gated: Mapping[str, pulumi.Output[str]]) -> ControlPlane:
+        return ControlPlane(
             f"{name}-apiserver",
             ControlPlaneArgs(
                 control_plane=plan.control_plane,
                 cluster=plan.cluster,
                 location=plan.location,
                 zones=plan.zones,
-                resource_group_name=net.resource_group_name,
-                resource_group_id=net.resource_group_id,
-                subnet_id=net.control_plane_subnet_id,
-                custom_data={i.name: gated[i.name] for i in instances},
-                ssh_public_key=certs.admin_ssh_public_key,
-                image_version_id=image.image_version_ids[CONTROL_PLANE_IMAGE],
-                public_ips=public,
+                resource_group_name=self.network.resource_group_name,
+                resource_group_id=self.network.resource_group_id,
+                subnet_id=self.network.control_plane_subnet_id,
+                custom_data={i.name: gated[i.name] for i in plan.control_plane.instances},
+                ssh_public_key=self.tls.admin_ssh_public_key,
+                image_version_id=self.image_version_ids[CONTROL_PLANE_IMAGE],
+                public_ips=plan.network.public_ips_on_control_plane,
             ),
-            child,
+            pulumi.ResourceOptions(parent=self),
         )
-        self.scale_set_ids = {}
+
+    def _node_pools(self, name: str, args: ClusterArgs) -> dict[str, pulumi.Output[str]]:
+        """The GPU pools' scale sets: scale set name -> ID, over every pool."""
+        plan = args.plan
+        scale_set_ids: dict[str, pulumi.Output[str]] = {}
         for pool in plan.node_pools:
             nodes = GpuNodePool(
                 f"{name}-{pool.name}",
@@ -174,36 +222,18 @@ class Cluster(pulumi.ComponentResource):
                     pool=pool,
                     cluster=plan.cluster,
                     location=plan.location,
-                    resource_group_name=net.resource_group_name,
-                    subnet_id=net.pool_subnet_ids[pool.name],
-                    image_version_id=image.image_version_ids[pool.name],
-                    user_data={team: user_data(pool.role(team)) for team in (None, *pool.teams)},
-                    files=certs.node_files,
-                    ssh_public_key=certs.admin_ssh_public_key,
-                    identity_id=identity.id,
+                    resource_group_name=self.network.resource_group_name,
+                    subnet_id=self.network.pool_subnet_ids[pool.name],
+                    image_version_id=self.image_version_ids[pool.name],
+                    user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)},
+                    files=self.tls.node_files,
+                    ssh_public_key=self.tls.admin_ssh_public_key,
+                    identity_id=self.cloud_identity.id,
                 ),
-                child,
+                pulumi.ResourceOptions(parent=self),
             )
-            self.scale_set_ids |= nodes.scale_set_ids
-
-        self.apiserver_address = control.load_balancer_ip
-        self.etcd_backup_account = backup.account_name
-        self.etcd_main_endpoints = etcd["main"].client_endpoints
-        self.etcd_events_endpoints = etcd["events"].client_endpoints
-        self.image_version_ids = image.image_version_ids
-        self.admin_ssh_private_key = certs.admin_ssh_private_key
-        self.tls = certs
-        self.control_plane = control
-        self.cloud_identity = identity
-        self.network = net  # names and IDs the cloud provider's config needs
-        self.register_outputs({
-            "restartKeys": self.restart_keys,
-            "apiserverAddress": self.apiserver_address,
-            "etcdMainEndpoints": self.etcd_main_endpoints,
-            "etcdEventsEndpoints": self.etcd_events_endpoints,
-            "imageVersionIds": self.image_version_ids,
-            "scaleSetIds": self.scale_set_ids,
-        })
+            scale_set_ids |= nodes.scale_set_ids
+        return scale_set_ids
 
     def _restart_verdict(self, name: str, own_stack: str | None, acknowledged: tuple[str, ...]) -> pulumi.Output[bool]:
         """True once the last deployment's restart keys (read through a StackReference to this

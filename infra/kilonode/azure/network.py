@@ -80,6 +80,58 @@ def _deny_all() -> network.SecurityRuleArgs:
     )
 
 
+def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
+    """Each subnet's NSG rules (subnet key -> rules), as the module docstring lists them."""
+    net = plan.network
+    admin = [str(net.admin_cidr)] if net.admin_cidr else []
+    control = str(net.control_plane_subnet)
+    etcd = str(net.etcd_subnet)
+    pools = [str(p.subnet) for p in plan.node_pools]
+
+    def ssh(priority: int, destination: str) -> list[network.SecurityRuleArgs]:
+        return [_allow("allow-ssh-from-admin", priority, admin, destination, str(SSH_PORT))] if admin else []
+
+    apiserver_rules = [
+        _allow("allow-apiserver-from-vnet", 100, [str(net.vnet_cidr)], control, str(APISERVER_PORT)),
+        # Azure's probe source; the deny-all below would otherwise hide it.
+        _allow("allow-apiserver-probe", 110, ["AzureLoadBalancer"], control, str(APISERVER_PORT)),
+    ]
+    if net.apiserver_allowed_cidrs:
+        apiserver_rules.append(_allow(
+            "allow-apiserver-from-allowed-cidrs", 120, [str(c) for c in net.apiserver_allowed_cidrs],
+            control, str(APISERVER_PORT),
+        ))
+    nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
+        "control-plane": [*apiserver_rules, *ssh(200, control), _deny_all()],
+        "etcd": [
+            _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
+            _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
+            # Prometheus runs in the pools (docs/monitoring.md): etcd's metrics listener
+            # (--listen-metrics-urls, plain HTTP, /metrics and /health only: no keys, no data)
+            _allow("allow-etcd-metrics-from-pools", 120, pools, etcd, str(ETCD_METRICS_PORT)),
+            *ssh(200, etcd),
+            _deny_all(),
+        ],
+    }
+    for pool in plan.node_pools:
+        pool_prefix = str(pool.subnet)
+        nsg_rules[f"pool-{pool.name}"] = [
+            _allow("allow-all-from-pools", 100, pools, pool_prefix, "*", protocol="*"),
+            _allow("allow-all-from-control-plane", 110, [control], pool_prefix, "*", protocol="*"),
+            *ssh(200, pool_prefix),
+            _deny_all(),
+        ]
+    return nsg_rules
+
+
+def _subnet_prefixes(plan: ClusterPlan) -> dict[str, str]:
+    """Subnet key -> address prefix, in the order the subnets are created."""
+    net = plan.network
+    return {"control-plane": str(net.control_plane_subnet), "etcd": str(net.etcd_subnet)} | {
+        f"pool-{p.name}": str(p.subnet) for p in plan.node_pools
+    }
+
+
 class Network(pulumi.ComponentResource):
     resource_group_name: pulumi.Output[str]
     resource_group_id: pulumi.Output[str]
@@ -113,54 +165,37 @@ class Network(pulumi.ComponentResource):
             location=location,
             tags=resource_tags,
         )
+        # before any gateway: a rule Azure would refuse fails the run here (_allow)
+        nsg_rules = _nsg_rules(plan)
+        nat_of = self._nat_gateways(name, plan, rg)
+        subnets = self._subnets(name, plan, rg, vnet, nsg_rules, nat_of)
+        subnet_ids = {key: subnet.id for key, (subnet, _) in subnets.items()}
 
-        admin = [str(net.admin_cidr)] if net.admin_cidr else []
-        control = str(net.control_plane_subnet)
-        etcd = str(net.etcd_subnet)
-        pools = [str(p.subnet) for p in plan.node_pools]
+        self.resource_group_name = rg.name
+        self.resource_group_id = rg.id
+        self.vnet_id = vnet.id
+        self.control_plane_subnet_id = subnet_ids["control-plane"]
+        self.etcd_subnet_id = subnet_ids["etcd"]
+        self.pool_subnet_ids = {p.name: subnet_ids[f"pool-{p.name}"] for p in plan.node_pools}
+        self.vnet_name = vnet.name
+        self.pool_subnet_names = {p.name: subnets[f"pool-{p.name}"][0].name for p in plan.node_pools}
+        self.pool_nsg_names = {p.name: subnets[f"pool-{p.name}"][1].name for p in plan.node_pools}
+        self.register_outputs({
+            "resourceGroupName": self.resource_group_name,
+            "vnetId": self.vnet_id,
+            "subnetIds": subnet_ids,
+        })
 
-        def ssh(priority: int, destination: str) -> list[network.SecurityRuleArgs]:
-            return [_allow("allow-ssh-from-admin", priority, admin, destination, str(SSH_PORT))] if admin else []
-
-        apiserver_rules = [
-            _allow("allow-apiserver-from-vnet", 100, [str(net.vnet_cidr)], control, str(APISERVER_PORT)),
-            # Azure's probe source; the deny-all below would otherwise hide it.
-            _allow("allow-apiserver-probe", 110, ["AzureLoadBalancer"], control, str(APISERVER_PORT)),
-        ]
-        if net.apiserver_allowed_cidrs:
-            apiserver_rules.append(_allow(
-                "allow-apiserver-from-allowed-cidrs", 120, [str(c) for c in net.apiserver_allowed_cidrs],
-                control, str(APISERVER_PORT),
-            ))
-        nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
-            "control-plane": [*apiserver_rules, *ssh(200, control), _deny_all()],
-            "etcd": [
-                _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
-                _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
-                # Prometheus runs in the pools (docs/monitoring.md): etcd's metrics listener
-                # (--listen-metrics-urls, plain HTTP, /metrics and /health only: no keys, no data)
-                _allow("allow-etcd-metrics-from-pools", 120, pools, etcd, str(ETCD_METRICS_PORT)),
-                *ssh(200, etcd),
-                _deny_all(),
-            ],
-        }
-        for pool in plan.node_pools:
-            pool_prefix = str(pool.subnet)
-            nsg_rules[f"pool-{pool.name}"] = [
-                _allow("allow-all-from-pools", 100, pools, pool_prefix, "*", protocol="*"),
-                _allow("allow-all-from-control-plane", 110, [control], pool_prefix, "*", protocol="*"),
-                *ssh(200, pool_prefix),
-                _deny_all(),
-            ]
-        prefixes = {"control-plane": control, "etcd": etcd} | {
-            f"pool-{p.name}": str(p.subnet) for p in plan.node_pools
-        }
-
-        # Outbound: each gateway's public IP prefix (Standard, IPv4) sized by the plan; a
-        # subnet leaves through its gateway only (default outbound access is off below).
+    def _nat_gateways(self, name: str, plan: ClusterPlan,
+                      rg: resources.ResourceGroup) -> dict[str, network.NatGateway]:
+        """Outbound: each gateway's public IP prefix (Standard, IPv4) sized by the plan; a
+        subnet leaves through its gateway only (default outbound access is off, _subnets).
+        Returns subnet key -> its gateway; sets self.nat_gateway_ids."""
+        child = pulumi.ResourceOptions(parent=self)
+        location, resource_tags = plan.location, tags(plan.cluster, "network")
         nat_of: dict[str, network.NatGateway] = {}
-        self.nat_gateway_ids: dict[str, pulumi.Output[str]] = {}
-        for gateway in net.nat_gateways:
+        self.nat_gateway_ids = {}
+        for gateway in plan.network.nat_gateways:
             ips = network.PublicIPPrefix(
                 f"{name}-{gateway.name}-nat-ips",
                 public_ip_prefix_name=f"{name}-{gateway.name}-nat-ips",
@@ -187,12 +222,17 @@ class Network(pulumi.ComponentResource):
             self.nat_gateway_ids[gateway.name] = nat.id
             for subnet_key in gateway.subnets:
                 nat_of[subnet_key] = nat
+        return nat_of
 
-        subnet_ids: dict[str, pulumi.Output[str]] = {}
-        subnet_names: dict[str, pulumi.Output[str]] = {}
-        nsg_names: dict[str, pulumi.Output[str]] = {}
+    def _subnets(self, name: str, plan: ClusterPlan, rg: resources.ResourceGroup, vnet: network.VirtualNetwork,
+                 nsg_rules: dict[str, list[network.SecurityRuleArgs]], nat_of: dict[str, network.NatGateway],
+                 ) -> dict[str, tuple[network.Subnet, network.NetworkSecurityGroup]]:
+        """Each subnet with its NSG: subnet key -> (subnet, NSG)."""
+        child = pulumi.ResourceOptions(parent=self)
+        location, resource_tags = plan.location, tags(plan.cluster, "network")
+        subnets: dict[str, tuple[network.Subnet, network.NetworkSecurityGroup]] = {}
         previous: network.Subnet | None = None
-        for key, prefix in prefixes.items():
+        for key, prefix in _subnet_prefixes(plan).items():
             nsg = network.NetworkSecurityGroup(
                 f"{name}-{key}-nsg",
                 network_security_group_name=f"{name}-{key}-nsg",
@@ -216,22 +256,6 @@ class Network(pulumi.ComponentResource):
                 default_outbound_access=False,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[previous] if previous else None),
             )
-            subnet_ids[key] = subnet.id
-            subnet_names[key] = subnet.name
-            nsg_names[key] = nsg.name
+            subnets[key] = (subnet, nsg)
             previous = subnet
-
-        self.resource_group_name = rg.name
-        self.resource_group_id = rg.id
-        self.vnet_id = vnet.id
-        self.control_plane_subnet_id = subnet_ids["control-plane"]
-        self.etcd_subnet_id = subnet_ids["etcd"]
-        self.pool_subnet_ids = {p.name: subnet_ids[f"pool-{p.name}"] for p in plan.node_pools}
-        self.vnet_name = vnet.name
-        self.pool_subnet_names = {p.name: subnet_names[f"pool-{p.name}"] for p in plan.node_pools}
-        self.pool_nsg_names = {p.name: nsg_names[f"pool-{p.name}"] for p in plan.node_pools}
-        self.register_outputs({
-            "resourceGroupName": self.resource_group_name,
-            "vnetId": self.vnet_id,
-            "subnetIds": subnet_ids,
-        })
+        return subnets

@@ -73,11 +73,34 @@ class NodeImageArgs:
     vhds: Mapping[str, str]  # image name -> VHD path from the node-image build
 
 
+@dataclass(frozen=True)
+class _Storage:
+    """Where every image goes: the VHDs' storage account and container, and the gallery."""
+
+    account: storage.StorageAccount
+    container: storage.BlobContainer
+    gallery: compute.Gallery
+
+
+def _blob_name(spec: GalleryImageSpec) -> str:
+    return f"{spec.name}-{spec.version}.vhd"
+
+
 class NodeImage(pulumi.ComponentResource):
     image_version_ids: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: NodeImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:NodeImage", name, None, opts)
+        store = self._storage(name, args)
+        self.image_version_ids = {}
+        for spec in args.images:
+            upload = self._upload_vhd(name, store, spec, args.vhds[spec.name])
+            definition = self._image_definition(name, args, store, spec)
+            version = self._image_version(name, args, store, spec, definition, upload)
+            self.image_version_ids[spec.name] = version.id
+        self.register_outputs({"imageVersionIds": self.image_version_ids})
+
+    def _storage(self, name: str, args: NodeImageArgs) -> _Storage:
         child = pulumi.ResourceOptions(parent=self)
         location, resource_tags = args.location, tags(args.cluster, "node-image")
         rg = args.resource_group_name
@@ -111,74 +134,84 @@ class NodeImage(pulumi.ComponentResource):
             location=location,
             tags=resource_tags,
         )
+        return _Storage(account, container, gallery)
 
-        self.image_version_ids = {}
-        for spec in args.images:
-            blob_name = f"{spec.name}-{spec.version}.vhd"
-            vhd = args.vhds[spec.name]
-            upload = local.Command(
-                f"{name}-{spec.name}-vhd",
-                create=(
-                    'az storage blob upload --auth-mode key --type page --no-progress '
-                    '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" --file "$VHD"'
-                ),
-                delete=(
-                    'az storage blob delete --auth-mode key '
-                    '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB"'
-                ),
-                environment={"ACCOUNT": account.name, "CONTAINER": container.name, "BLOB": blob_name, "VHD": vhd},
-                # A new VHD comes with a new version (a new blob name): replace, never patch.
-                triggers=[vhd, blob_name],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[container]),
-            )
-            # Public-cloud blob endpoint of the blob the command uploaded.
-            blob_url = pulumi.Output.concat(
-                "https://", account.name, ".blob.core.windows.net/", container.name, "/", blob_name
-            )
-            definition = compute.GalleryImage(
-                f"{name}-{spec.name}",
-                gallery_image_name=spec.name,
-                gallery_name=gallery.name,
-                resource_group_name=rg,
-                identifier=compute.GalleryImageIdentifierArgs(
-                    publisher="kilonode", offer=args.cluster, sku=spec.name
-                ),
-                os_type=compute.OperatingSystemTypes.LINUX,
-                os_state=compute.OperatingSystemStateTypes.GENERALIZED,
-                # GPU sizes (ND A100 v4, ND H100 v5) boot Gen2 images only.
-                hyper_v_generation=compute.HyperVGeneration.V2,
-                architecture="x64",
-                features=[compute.GalleryImageFeatureArgs(name="IsAcceleratedNetworkSupported", value="True")],
-                opts=child,
-                location=location,
-                tags=resource_tags,
-            )
-            version = compute.GalleryImageVersion(
-                f"{name}-{spec.name}-{spec.version}",
-                gallery_image_version_name=spec.version,
-                gallery_image_name=definition.name,
-                gallery_name=gallery.name,
-                resource_group_name=rg,
-                storage_profile=compute.GalleryImageVersionStorageProfileArgs(
-                    os_disk_image=compute.GalleryOSDiskImageArgs(
-                        host_caching=compute.HostCaching.READ_ONLY,
-                        source=compute.GalleryDiskImageSourceArgs(uri=blob_url, storage_account_id=account.id),
+    def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, vhd: str) -> local.Command:
+        """The page-blob upload (the module docstring says why a command)."""
+        blob_name = _blob_name(spec)
+        return local.Command(
+            f"{name}-{spec.name}-vhd",
+            create=(
+                'az storage blob upload --auth-mode key --type page --no-progress '
+                '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" --file "$VHD"'
+            ),
+            delete=(
+                'az storage blob delete --auth-mode key '
+                '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB"'
+            ),
+            environment={"ACCOUNT": store.account.name, "CONTAINER": store.container.name, "BLOB": blob_name,
+                         "VHD": vhd},
+            # A new VHD comes with a new version (a new blob name): replace, never patch.
+            triggers=[vhd, blob_name],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[store.container]),
+        )
+
+    def _image_definition(self, name: str, args: NodeImageArgs, store: _Storage,
+                          spec: GalleryImageSpec) -> compute.GalleryImage:
+        child = pulumi.ResourceOptions(parent=self)
+        location, resource_tags = args.location, tags(args.cluster, "node-image")
+        rg = args.resource_group_name
+        return compute.GalleryImage(
+            f"{name}-{spec.name}",
+            gallery_image_name=spec.name,
+            gallery_name=store.gallery.name,
+            resource_group_name=rg,
+            identifier=compute.GalleryImageIdentifierArgs(
+                publisher="kilonode", offer=args.cluster, sku=spec.name
+            ),
+            os_type=compute.OperatingSystemTypes.LINUX,
+            os_state=compute.OperatingSystemStateTypes.GENERALIZED,
+            # GPU sizes (ND A100 v4, ND H100 v5) boot Gen2 images only.
+            hyper_v_generation=compute.HyperVGeneration.V2,
+            architecture="x64",
+            features=[compute.GalleryImageFeatureArgs(name="IsAcceleratedNetworkSupported", value="True")],
+            opts=child,
+            location=location,
+            tags=resource_tags,
+        )
+
+    def _image_version(self, name: str, args: NodeImageArgs, store: _Storage, spec: GalleryImageSpec,
+                       definition: compute.GalleryImage, upload: local.Command) -> compute.GalleryImageVersion:
+        location, resource_tags = args.location, tags(args.cluster, "node-image")
+        rg = args.resource_group_name
+        # Public-cloud blob endpoint of the blob the command uploaded.
+        blob_url = pulumi.Output.concat(
+            "https://", store.account.name, ".blob.core.windows.net/", store.container.name, "/", _blob_name(spec)
+        )
+        return compute.GalleryImageVersion(
+            f"{name}-{spec.name}-{spec.version}",
+            gallery_image_version_name=spec.version,
+            gallery_image_name=definition.name,
+            gallery_name=store.gallery.name,
+            resource_group_name=rg,
+            storage_profile=compute.GalleryImageVersionStorageProfileArgs(
+                os_disk_image=compute.GalleryOSDiskImageArgs(
+                    host_caching=compute.HostCaching.READ_ONLY,
+                    source=compute.GalleryDiskImageSourceArgs(uri=blob_url, storage_account_id=store.account.id),
+                )
+            ),
+            publishing_profile=compute.GalleryImageVersionPublishingProfileArgs(
+                replica_count=spec.replicas,
+                target_regions=[
+                    compute.TargetRegionArgs(
+                        name=args.location,
+                        regional_replica_count=spec.replicas,
+                        # Zone-redundant replicas: scale sets span the plan's zones.
+                        storage_account_type="Standard_ZRS",
                     )
-                ),
-                publishing_profile=compute.GalleryImageVersionPublishingProfileArgs(
-                    replica_count=spec.replicas,
-                    target_regions=[
-                        compute.TargetRegionArgs(
-                            name=args.location,
-                            regional_replica_count=spec.replicas,
-                            # Zone-redundant replicas: scale sets span the plan's zones.
-                            storage_account_type="Standard_ZRS",
-                        )
-                    ],
-                ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[upload]),
-                location=location,
-                tags=resource_tags,
-            )
-            self.image_version_ids[spec.name] = version.id
-        self.register_outputs({"imageVersionIds": self.image_version_ids})
+                ],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[upload]),
+            location=location,
+            tags=resource_tags,
+        )

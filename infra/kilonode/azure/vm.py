@@ -115,6 +115,26 @@ def host_spec(
     )
 
 
+def _public_ip(spec: MachineSpec, parent: pulumi.Resource) -> network.PublicIPAddressArgs | None:
+    """The machine's public address, where the spec asks for one."""
+    if not spec.public_ip:
+        return None
+    # Only when the stack sets network.publicIpsOnControlPlane; the NSG still admits
+    # nothing but its allow rules.
+    pip = network.PublicIPAddress(
+        f"{spec.name}-pip",
+        public_ip_address_name=f"{spec.vm_name}-pip",
+        resource_group_name=spec.resource_group_name,
+        sku=network.PublicIPAddressSkuArgs(name="Standard"),
+        public_ip_allocation_method="Static",
+        zones=[spec.zone],
+        opts=pulumi.ResourceOptions(parent=parent),
+        location=spec.location,
+        tags={**spec.tags, PUBLIC_IP_ACKNOWLEDGED_TAG: "network.publicIpsOnControlPlane"},
+    )
+    return network.PublicIPAddressArgs(id=pip.id)
+
+
 def machine(
     spec: MachineSpec,
     parent: pulumi.Resource,
@@ -122,22 +142,7 @@ def machine(
     nic_depends_on: Sequence[pulumi.Resource] = (),
 ) -> compute.VirtualMachine:
     location, resource_tags = spec.location, spec.tags
-    public: network.PublicIPAddressArgs | None = None
-    if spec.public_ip:
-        # Only when the stack sets network.publicIpsOnControlPlane; the NSG still admits
-        # nothing but its allow rules.
-        pip = network.PublicIPAddress(
-            f"{spec.name}-pip",
-            public_ip_address_name=f"{spec.vm_name}-pip",
-            resource_group_name=spec.resource_group_name,
-            sku=network.PublicIPAddressSkuArgs(name="Standard"),
-            public_ip_allocation_method="Static",
-            zones=[spec.zone],
-            opts=pulumi.ResourceOptions(parent=parent),
-            location=location,
-            tags={**resource_tags, PUBLIC_IP_ACKNOWLEDGED_TAG: "network.publicIpsOnControlPlane"},
-        )
-        public = network.PublicIPAddressArgs(id=pip.id)
+    public = _public_ip(spec, parent)
     nic = network.NetworkInterface(
         f"{spec.name}-nic",
         network_interface_name=f"{spec.vm_name}-nic",

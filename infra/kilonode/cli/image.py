@@ -13,7 +13,7 @@ from kilonode.cli.common import die, err, load_and_plan, out
 from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
-    from kilonode.image.build import ImageInputs
+    from kilonode.image.build import BuildResult, ImageInputs
 
 image_app = typer.Typer(
     name="image",
@@ -111,7 +111,6 @@ def build(
     # other command's start.
     from kilonode.image.build import ROLE_IMAGES, build_image
     from kilonode.image.disk import DiskError
-    from kilonode.image.manifest import Manifest
     from kilonode.image.rootfs import BuildError
 
     if (pool is None) == (role is None):
@@ -132,9 +131,16 @@ def build(
         progress.close()
         die(str(error), "kilonode image build")
     progress.close()
+    _print_built(result, role, time.monotonic() - start)
+
+
+def _print_built(result: BuildResult, role: str | None, elapsed_s: float) -> None:
+    """What the build made, from its manifest: the files, and what the image lacks."""
+    from kilonode.image.manifest import Manifest
+
     manifest = Manifest.load(result.manifest)
     out.print(f"[green]✓[/] {result.raw} ({'base reused from cache' if result.base_cached else 'base built'}) "
-              f"in {time.monotonic() - start:.0f} s")
+              f"in {elapsed_s:.0f} s")
     out.print(f"  VHD       {result.vhd}")
     out.print(f"  manifest  {result.manifest}: {len(manifest.data['packages'])} packages, "
               f"{len(manifest.artefacts)} artefacts, {len(manifest.preloaded_images)} preloaded image(s)")

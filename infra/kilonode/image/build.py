@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kilonode.catalog import binaries as pins
 from kilonode.config import Stack
@@ -169,7 +169,7 @@ def build_image(
 ) -> BuildResult:
     """Build the pool's image into `out`. Raises BuildError."""
     recipe = recipe or load_recipe()
-    stack, plan, pool, files = inputs.stack, inputs.plan, inputs.pool, inputs.files
+    stack, pool, files = inputs.stack, inputs.pool, inputs.files
     steps = Steps(progress)
     out.mkdir(parents=True, exist_ok=True)
     name = image_name(stack, inputs.target)
@@ -199,7 +199,6 @@ def build_image(
 
         steps.run("image hygiene", lambda: _hygiene(tree))
         packages = rootfs.installed_packages(tree)
-        toolkit_result = next((b for b in baked.binaries if b.name == accel.TOOLKIT), None)
         raw = out / f"{name}.raw"
         vhd = out / f"{name}.vhd"
         esp = work / "esp.img"
@@ -216,82 +215,123 @@ def build_image(
         if pool:
             user_data = out / f"{name}.user-data"
             user_data.write_text(files[USER_DATA].content)
-        manifest = Manifest(
-            {
-                "format": FORMAT,
-                "name": name,
-                "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                "stack": stack.name,
-                "stack_file_sha256": sha256_file(stack.file),
-                "cluster": plan.cluster,
-                # what the image is for: a pool, or a control-plane role (ROLE_IMAGES)
-                "pool": pool.name if pool else None,
-                "role": inputs.role,
-                "runtime": pool.runtime if pool else None,
-                "kubernetes_version": plan.kubernetes_version,
-                "disk": {
-                    "raw": raw.name,
-                    "vhd": vhd.name,
-                    "size_bytes": raw.stat().st_size,
-                    "vhd_size_bytes": vhd.stat().st_size,
-                    "partition_table": "gpt",
-                    "boot": "uefi (standalone GRUB at EFI/BOOT/BOOTX64.EFI)",
-                    "root_uuid": root_uuid,
-                    "root_partition": {"start": root_part.start, "size": root_part.size},
-                },
-                "inputs": {
-                    "recipe_version": recipe.version,
-                    "suite": recipe.suite,
-                    "variant": recipe.variant,
-                    "base_cache_key": base.key,
-                    "base_reused_from_cache": base.cached,
-                    "flavour": inputs.flavour,
-                    # what the pool's size added to the base (recipe.toml [extras.*]); [] for none
-                    "extras": list(extras),
-                    "base": inputs.base.label,
-                    "packages_requested": recipe.package_list(inputs.flavour, extras),
-                    "recipe_files": {
-                        f"node-image/{p.relative_to(recipe.root).as_posix()}": sha256_file(p)
-                        for p in sorted(recipe.root.rglob("*"))
-                        # verify/ checks the image and is not part of it
-                        if p.is_file() and "__pycache__" not in p.parts and not p.is_relative_to(recipe.root / "verify")
-                    },
-                },
-                "packages": packages,
-                "artefacts": baked.artefacts,
-                "preloaded_images": baked.images,
-                # images the cluster starts on every node that the stack gave no archive for
-                # (bootImageArchives): the node pulls them at first start
-                "boot_images_not_supplied": [
-                    {"image": image, "reason": "no archive in the stack's bootImageArchives: pulled at first start"}
-                    for image in (pool.boot_images_not_preloaded if pool else ())
-                ],
-                # node-image/binaries.toml's components for this image: "binaries" are those a
-                # unit runs and is skipped without (kubelet, cri-dockerd; etcd; the control
-                # plane), "other_binaries" the rest (crictl, CNI plugins, containerd, runc).
-                "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
-                "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
-                # GPU pools: driver, kernel modules and the kernel they were built for, GSP
-                # firmware, CUDA libraries, the container toolkit placed or absent (and so whether
-                # the runtime names the NVIDIA runtime), the device plugin image; null otherwise
-                "gpu": accel.gpu_record(
-                    recipe, extras, pool, tree, packages, toolkit_result, baked.toolkit_packages,
-                    baked.runtime_dropin, baked.agent, baked.images, runtime_config,
-                    plan.components.device_plugin_image,
-                ) if pool else None,
-                "infiniband": accel.infiniband_record(recipe, extras, packages),
-                # kilonode.gpu (agent, taint controller) where this image carries it
-                "gpu_agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": baked.agent} if baked.agent else None,
-                "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,
-                "pool_plan": pool.model_dump(mode="json") if pool else None,
-                "timings_s": steps.timings,
-            },
-            out / f"{name}.manifest.json",
-        )
+        built = _Built(name, tree, base, baked, packages, runtime_config, root_uuid, root_part, raw, vhd, user_data,
+                       steps.timings)
+        manifest = Manifest(_manifest(inputs, recipe, built), out / f"{name}.manifest.json")
         manifest.write()
         return BuildResult(raw, vhd, manifest.path, user_data, base.cached, steps.timings)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Built:
+    """What build_image's steps made, for the manifest."""
+
+    name: str
+    tree: Path
+    base: rootfs.BaseRootfs
+    baked: Baked
+    packages: dict[str, str]
+    runtime_config: str | None
+    root_uuid: str
+    root_part: disk.Partition
+    raw: Path
+    vhd: Path
+    user_data: Path | None
+    timings: dict[str, float]
+
+
+def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, Any]:
+    """The image's manifest (<image>.manifest.json): what it is for, its disk, what it was
+    built from and what it carries."""
+    stack, plan, pool = inputs.stack, inputs.plan, inputs.pool
+    baked, packages, extras, user_data = built.baked, built.packages, inputs.extras, built.user_data
+    toolkit_result = next((b for b in baked.binaries if b.name == accel.TOOLKIT), None)
+    return {
+        "format": FORMAT,
+        "name": built.name,
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "stack": stack.name,
+        "stack_file_sha256": sha256_file(stack.file),
+        "cluster": plan.cluster,
+        # what the image is for: a pool, or a control-plane role (ROLE_IMAGES)
+        "pool": pool.name if pool else None,
+        "role": inputs.role,
+        "runtime": pool.runtime if pool else None,
+        "kubernetes_version": plan.kubernetes_version,
+        "disk": _disk_record(built),
+        "inputs": _inputs_record(inputs, recipe, built),
+        "packages": packages,
+        "artefacts": baked.artefacts,
+        "preloaded_images": baked.images,
+        # images the cluster starts on every node that the stack gave no archive for
+        # (bootImageArchives): the node pulls them at first start
+        "boot_images_not_supplied": [
+            {"image": image, "reason": "no archive in the stack's bootImageArchives: pulled at first start"}
+            for image in (pool.boot_images_not_preloaded if pool else ())
+        ],
+        # node-image/binaries.toml's components for this image: "binaries" are those a
+        # unit runs and is skipped without (kubelet, cri-dockerd; etcd; the control
+        # plane), "other_binaries" the rest (crictl, CNI plugins, containerd, runc).
+        "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
+        "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
+        # GPU pools: driver, kernel modules and the kernel they were built for, GSP
+        # firmware, CUDA libraries, the container toolkit placed or absent (and so whether
+        # the runtime names the NVIDIA runtime), the device plugin image; null otherwise
+        "gpu": accel.gpu_record(
+            recipe, extras, pool, built.tree, packages, toolkit_result, baked.toolkit_packages,
+            baked.runtime_dropin, baked.agent, baked.images, built.runtime_config,
+            plan.components.device_plugin_image,
+        ) if pool else None,
+        "infiniband": accel.infiniband_record(recipe, extras, packages),
+        # kilonode.gpu (agent, taint controller) where this image carries it
+        "gpu_agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": baked.agent} if baked.agent else None,
+        "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,
+        "pool_plan": pool.model_dump(mode="json") if pool else None,
+        "timings_s": built.timings,
+    }
+
+
+def _disk_record(built: _Built) -> dict[str, Any]:
+    """The image's disk: its files, partitions and root filesystem UUID."""
+    return {
+        "raw": built.raw.name,
+        "vhd": built.vhd.name,
+        "size_bytes": built.raw.stat().st_size,
+        "vhd_size_bytes": built.vhd.stat().st_size,
+        "partition_table": "gpt",
+        "boot": "uefi (standalone GRUB at EFI/BOOT/BOOTX64.EFI)",
+        "root_uuid": built.root_uuid,
+        "root_partition": {"start": built.root_part.start, "size": built.root_part.size},
+    }
+
+
+def _inputs_record(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, Any]:
+    """What the image was built from."""
+    return {
+        "recipe_version": recipe.version,
+        "suite": recipe.suite,
+        "variant": recipe.variant,
+        "base_cache_key": built.base.key,
+        "base_reused_from_cache": built.base.cached,
+        "flavour": inputs.flavour,
+        # what the pool's size added to the base (recipe.toml [extras.*]); [] for none
+        "extras": list(inputs.extras),
+        "base": inputs.base.label,
+        "packages_requested": recipe.package_list(inputs.flavour, inputs.extras),
+        "recipe_files": _recipe_files(recipe),
+    }
+
+
+def _recipe_files(recipe: Recipe) -> dict[str, str]:
+    """node-image/<path> -> sha256 of every recipe file the image is built from."""
+    return {
+        f"node-image/{p.relative_to(recipe.root).as_posix()}": sha256_file(p)
+        for p in sorted(recipe.root.rglob("*"))
+        # verify/ checks the image and is not part of it
+        if p.is_file() and "__pycache__" not in p.parts and not p.is_relative_to(recipe.root / "verify")
+    }
 
 
 def _bake(

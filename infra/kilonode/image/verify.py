@@ -203,6 +203,60 @@ def write_summary(report: VerifyReport, path: Path) -> None:
     )
 
 
+def _vm_config(image: Path, manifest: Manifest, workdir: Path, user_data: str | None) -> VmConfig:
+    """The throwaway VM's configuration: a fresh key pair, the seed with the pool's user-data (or
+    `user_data`), and the pool's blank local NVMe disks."""
+    key_file, public_key = make_keypair(workdir)
+    seed = make_seed(
+        workdir / "seed.img",
+        user_data if user_data is not None else manifest.user_data_path.read_text(),
+        meta_data(public_key, f"{manifest.data['name']}-verify"),
+    )
+    # a pool whose plan chose local NVMe disks gets that many blank ones (qemu's model: only a
+    # plan naming it, as tests/image/test_local_nvme.py's does, finds them)
+    storage = manifest.pool.local_storage if manifest.pool else None
+    nvme = storage.nvme_count if storage and storage.kind != "device" else 0
+    return VmConfig(image=image, seed=seed, workdir=workdir, user=DEFAULT_USER, key_file=key_file,
+                    nvme_disks=nvme)
+
+
+def _checks_in_vm(vm: Vm, manifest: Manifest, workdir: Path, report: VerifyReport, reboot: bool,
+                  progress: Progress) -> list[Path]:
+    """The guest phases in the booted `vm`: first boot, then (`reboot`) after a reboot; their
+    timings go into `report`. Returns the phases' JUnit files."""
+    key_file = vm.config.key_file
+    junits: list[Path] = []
+    t = time.monotonic()
+    vm.wait_ssh()
+    report.timings["boot to SSH"] = round(time.monotonic() - t, 1)
+    state = vm.wait_settled()
+    report.timings["boot to settled"] = round(time.monotonic() - t, 1)
+    progress(f"VM up: SSH after {report.timings['boot to SSH']} s, systemd '{state}' after "
+             f"{report.timings['boot to settled']} s")
+    target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
+    t = time.monotonic()
+    junits.append(run_phase("first-boot", manifest=manifest, image=None, target=target, workdir=workdir,
+                            progress=progress, disposable=True))
+    report.timings["first-boot checks"] = round(time.monotonic() - t, 1)
+    if reboot:
+        progress("rebooting the VM (guest `systemctl reboot`, then a fresh power-on) ...")
+        t2 = time.monotonic()
+        record = vm.reboot()
+        vm.wait_settled()
+        report.timings["reboot to settled"] = round(time.monotonic() - t2, 1)
+        progress(f"VM back after the reboot: shut down in {record.shutdown_s} s, firmware after "
+                 f"{record.firmware_s} s, SSH after {record.ssh_s} s of the power-on, settled "
+                 f"{report.timings['reboot to settled']} s after the request")
+        for note in record.notes:
+            progress(f"note: {note}")
+        target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
+        t = time.monotonic()
+        junits.append(run_phase("after-reboot", manifest=manifest, image=None, target=target,
+                                workdir=workdir, progress=progress, disposable=True))
+        report.timings["after-reboot checks"] = round(time.monotonic() - t, 1)
+    return junits
+
+
 def verify_image(
     image: Path,
     *,
@@ -246,48 +300,10 @@ def verify_image(
         if not image.is_file():
             raise FileNotFoundError(f"{image} not found: the offline checks read the image file")
     else:
-        key_file, public_key = make_keypair(workdir)
-        seed = make_seed(
-            workdir / "seed.img",
-            user_data if user_data is not None else manifest.user_data_path.read_text(),
-            meta_data(public_key, f"{manifest.data['name']}-verify"),
-        )
-        # a pool whose plan chose local NVMe disks gets that many blank ones (qemu's model: only a
-        # plan naming it, as tests/image/test_local_nvme.py's does, finds them)
-        storage = manifest.pool.local_storage if manifest.pool else None
-        nvme = storage.nvme_count if storage and storage.kind != "device" else 0
-        config = VmConfig(image=image, seed=seed, workdir=workdir, user=DEFAULT_USER, key_file=key_file,
-                          nvme_disks=nvme)
+        config = _vm_config(image, manifest, workdir, user_data)
         progress("booting a VM from a throwaway overlay (qemu, TCG, UEFI) ...")
         with Vm(config, progress=progress) as vm:
-            t = time.monotonic()
-            vm.wait_ssh()
-            report.timings["boot to SSH"] = round(time.monotonic() - t, 1)
-            state = vm.wait_settled()
-            report.timings["boot to settled"] = round(time.monotonic() - t, 1)
-            progress(f"VM up: SSH after {report.timings['boot to SSH']} s, systemd '{state}' after "
-                     f"{report.timings['boot to settled']} s")
-            target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
-            t = time.monotonic()
-            junits.append(run_phase("first-boot", manifest=manifest, image=None, target=target, workdir=workdir,
-                                    progress=progress, disposable=True))
-            report.timings["first-boot checks"] = round(time.monotonic() - t, 1)
-            if reboot:
-                progress("rebooting the VM (guest `systemctl reboot`, then a fresh power-on) ...")
-                t2 = time.monotonic()
-                record = vm.reboot()
-                vm.wait_settled()
-                report.timings["reboot to settled"] = round(time.monotonic() - t2, 1)
-                progress(f"VM back after the reboot: shut down in {record.shutdown_s} s, firmware after "
-                         f"{record.firmware_s} s, SSH after {record.ssh_s} s of the power-on, settled "
-                         f"{report.timings['reboot to settled']} s after the request")
-                for note in record.notes:
-                    progress(f"note: {note}")
-                target = SshTarget(DEFAULT_USER, "127.0.0.1", vm.port, key_file)
-                t = time.monotonic()
-                junits.append(run_phase("after-reboot", manifest=manifest, image=None, target=target,
-                                        workdir=workdir, progress=progress, disposable=True))
-                report.timings["after-reboot checks"] = round(time.monotonic() - t, 1)
+            junits.extend(_checks_in_vm(vm, manifest, workdir, report, reboot, progress))
             progress("stopping the VM ...")
             report.boots = [asdict(record) for record in vm.boots]
         progress("VM stopped")

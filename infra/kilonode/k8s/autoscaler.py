@@ -305,6 +305,72 @@ class ClusterAutoscalerArgs:
     plan: ClusterPlan
 
 
+def _pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.PodSpecArgs:
+    """cluster-autoscaler's pod: on the host network, preferably off the nodes it may remove."""
+    port = defaults.CLUSTER_AUTOSCALER_PORT
+    return system_pod_spec(
+        "cluster",  # upstream's chart: the cluster's own capacity depends on it
+        service_account=account,
+        # as cloud-controller-manager: the control-plane VMs run no kubelet, so
+        # it runs on pool nodes, on the host network, where the instance
+        # metadata service gives the identity's token (upstream's MSI example too)
+        host_network=True,
+        tolerations=tolerate_uninitialized_nodes(),
+        # Preferably off the nodes it may remove: a node it runs on is one whose
+        # removal restarts it (a kube-system pod with a PDB: evictable, not pinned).
+        affinity=core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(
+            preferred_during_scheduling_ignored_during_execution=[
+                core.v1.PreferredSchedulingTermArgs(
+                    weight=100,
+                    preference=core.v1.NodeSelectorTermArgs(match_expressions=[
+                        core.v1.NodeSelectorRequirementArgs(
+                            key=POOL_LABEL, operator="NotIn",
+                            values=[p.name for p in plan.autoscaled_pools]),
+                    ]),
+                ),
+            ],
+        )),
+        # replicas on different nodes: one node's loss leaves the other, and
+        # the host-network port is the node's
+        topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
+            max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="DoNotSchedule",
+            label_selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": APP}),
+        )],
+        containers=[core.v1.ContainerArgs(
+            name=APP,
+            image=plan.components.cluster_autoscaler_image,
+            command=[BINARY],
+            args=autoscaler_args(plan),
+            ports=[core.v1.ContainerPortArgs(name="metrics", container_port=port, protocol="TCP")],
+            resources=core.v1.ResourceRequirementsArgs(
+                requests=defaults.CLUSTER_AUTOSCALER_REQUESTS,
+                limits=defaults.CLUSTER_AUTOSCALER_LIMITS),
+            # upstream's chart: /health-check on --address. 200 on a standby
+            # replica; on the active one 500 once no loop succeeded for
+            # --max-failing-time (15m) or none ran for --max-inactivity (10m)
+            # (metrics/liveness.go). A loop that halts for unready nodes succeeds.
+            liveness_probe=core.v1.ProbeArgs(
+                http_get=core.v1.HTTPGetActionArgs(path="/health-check", port=port),
+                initial_delay_seconds=30, period_seconds=10, timeout_seconds=5,
+            ),
+            # the image runs as nonroot (distroless static:nonroot) and writes nothing
+            security_context=core.v1.SecurityContextArgs(
+                allow_privilege_escalation=False, read_only_root_filesystem=True,
+                capabilities=core.v1.CapabilitiesArgs(drop=["ALL"])),
+            volume_mounts=[
+                core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
+                core.v1.VolumeMountArgs(name="ssl-certs", mount_path=CA_BUNDLE, read_only=True),
+            ],
+        )],
+        volumes=[
+            core.v1.VolumeArgs(name="cloud-config", config_map=core.v1.ConfigMapVolumeSourceArgs(
+                name=CONFIG_NAME)),
+            core.v1.VolumeArgs(name="ssl-certs", host_path=core.v1.HostPathVolumeSourceArgs(
+                path=CA_BUNDLE, type="File")),
+        ],
+    )
+
+
 class ClusterAutoscaler(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:ClusterAutoscaler", name, None, opts)
@@ -334,7 +400,6 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             subjects=[subject], opts=child)
 
         selector = {"k8s-app": APP}
-        port = defaults.CLUSTER_AUTOSCALER_PORT
         apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta.v1.ObjectMetaArgs(name=APP, namespace=KUBE_SYSTEM, labels=labels),
@@ -343,67 +408,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 selector=meta.v1.LabelSelectorArgs(match_labels=selector),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=labels),
-                    spec=system_pod_spec(
-                        "cluster",  # upstream's chart: the cluster's own capacity depends on it
-                        service_account=account,
-                        # as cloud-controller-manager: the control-plane VMs run no kubelet, so
-                        # it runs on pool nodes, on the host network, where the instance
-                        # metadata service gives the identity's token (upstream's MSI example too)
-                        host_network=True,
-                        tolerations=tolerate_uninitialized_nodes(),
-                        # Preferably off the nodes it may remove: a node it runs on is one whose
-                        # removal restarts it (a kube-system pod with a PDB: evictable, not pinned).
-                        affinity=core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(
-                            preferred_during_scheduling_ignored_during_execution=[
-                                core.v1.PreferredSchedulingTermArgs(
-                                    weight=100,
-                                    preference=core.v1.NodeSelectorTermArgs(match_expressions=[
-                                        core.v1.NodeSelectorRequirementArgs(
-                                            key=POOL_LABEL, operator="NotIn",
-                                            values=[p.name for p in plan.autoscaled_pools]),
-                                    ]),
-                                ),
-                            ],
-                        )),
-                        # replicas on different nodes: one node's loss leaves the other, and
-                        # the host-network port is the node's
-                        topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
-                            max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="DoNotSchedule",
-                            label_selector=meta.v1.LabelSelectorArgs(match_labels=selector),
-                        )],
-                        containers=[core.v1.ContainerArgs(
-                            name=APP,
-                            image=plan.components.cluster_autoscaler_image,
-                            command=[BINARY],
-                            args=autoscaler_args(plan),
-                            ports=[core.v1.ContainerPortArgs(name="metrics", container_port=port, protocol="TCP")],
-                            resources=core.v1.ResourceRequirementsArgs(
-                                requests=defaults.CLUSTER_AUTOSCALER_REQUESTS,
-                                limits=defaults.CLUSTER_AUTOSCALER_LIMITS),
-                            # upstream's chart: /health-check on --address. 200 on a standby
-                            # replica; on the active one 500 once no loop succeeded for
-                            # --max-failing-time (15m) or none ran for --max-inactivity (10m)
-                            # (metrics/liveness.go). A loop that halts for unready nodes succeeds.
-                            liveness_probe=core.v1.ProbeArgs(
-                                http_get=core.v1.HTTPGetActionArgs(path="/health-check", port=port),
-                                initial_delay_seconds=30, period_seconds=10, timeout_seconds=5,
-                            ),
-                            # the image runs as nonroot (distroless static:nonroot) and writes nothing
-                            security_context=core.v1.SecurityContextArgs(
-                                allow_privilege_escalation=False, read_only_root_filesystem=True,
-                                capabilities=core.v1.CapabilitiesArgs(drop=["ALL"])),
-                            volume_mounts=[
-                                core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
-                                core.v1.VolumeMountArgs(name="ssl-certs", mount_path=CA_BUNDLE, read_only=True),
-                            ],
-                        )],
-                        volumes=[
-                            core.v1.VolumeArgs(name="cloud-config", config_map=core.v1.ConfigMapVolumeSourceArgs(
-                                name=CONFIG_NAME)),
-                            core.v1.VolumeArgs(name="ssl-certs", host_path=core.v1.HostPathVolumeSourceArgs(
-                                path=CA_BUNDLE, type="File")),
-                        ],
-                    ),
+                    spec=_pod_spec(plan, account),
                 ),
             ),
             opts=child,

@@ -158,13 +158,139 @@ class CloudProviderArgs:
     target: pulumi.Output[AzureTarget]  # from the Azure components' outputs
 
 
+def _ccm_pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount, config: core.v1.ConfigMap) -> core.v1.PodSpecArgs:
+    """cloud-controller-manager's pod: azure.json from `config`, the host's /etc/ssl."""
+    return system_pod_spec(
+        "node",
+        service_account=account,
+        # before any CNI or Service works, and to reach the instance metadata
+        # service for the identity's token
+        host_network=True,
+        # it must run on a node not yet initialized: the first node is one
+        tolerations=tolerate_uninitialized_nodes(),
+        # the two replicas on different nodes (the chart's spread constraint)
+        topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
+            max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="DoNotSchedule",
+            label_selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
+        )],
+        containers=[core.v1.ContainerArgs(
+            name=CCM,
+            image=plan.components.cloud_controller_manager_image,
+            command=["cloud-controller-manager"],
+            args=ccm_args(plan),
+            # the chart's requests and limits
+            resources=core.v1.ResourceRequirementsArgs(
+                requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "4", "memory": "2Gi"}),
+            liveness_probe=core.v1.ProbeArgs(
+                http_get=core.v1.HTTPGetActionArgs(
+                    path="/healthz", port=defaults.CLOUD_CONTROLLER_MANAGER_PORT, scheme="HTTPS"),
+                initial_delay_seconds=20, period_seconds=10, timeout_seconds=5,
+            ),
+            volume_mounts=[
+                core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
+                core.v1.VolumeMountArgs(name="ssl", mount_path="/etc/ssl", read_only=True),
+            ],
+        )],
+        volumes=[
+            core.v1.VolumeArgs(name="cloud-config", config_map=core.v1.ConfigMapVolumeSourceArgs(
+                name=config.metadata.name)),
+            core.v1.VolumeArgs(name="ssl", host_path=core.v1.HostPathVolumeSourceArgs(
+                path="/etc/ssl")),
+        ],
+    )
+
+
+def _cnm_pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.PodSpecArgs:
+    """cloud-node-manager's pod, on every Linux node whatever its taints."""
+    return system_pod_spec(
+        "node",
+        service_account=account,
+        host_network=True,  # the node's own hostname and instance metadata
+        node_selector={"kubernetes.io/os": "linux"},
+        tolerations=[
+            *tolerate_critical_addons(),
+            core.v1.TolerationArgs(operator="Exists", effect="NoExecute"),
+            core.v1.TolerationArgs(operator="Exists", effect="NoSchedule"),
+        ],
+        containers=[core.v1.ContainerArgs(
+            name=CNM,
+            image=plan.components.cloud_node_manager_image,
+            command=["cloud-node-manager"],
+            args=cnm_args(),
+            env=_node_name_env(),
+            resources=core.v1.ResourceRequirementsArgs(
+                requests={"cpu": "50m", "memory": "50Mi"}, limits={"cpu": "2", "memory": "512Mi"}),
+        )],
+    )
+
+
 class CloudProvider(pulumi.ComponentResource):
     def __init__(self, name: str, args: CloudProviderArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:CloudProvider", name, None, opts)
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self)
 
-        accounts = {}
+        accounts = self._service_accounts(name)
+        # A ConfigMap, not the Secret upstream's example uses: azure.json holds no credential
+        # (the identity's token comes from the instance metadata service), and as plain data
+        # a reviewer sees it in `kilonode plan` and in a diff.
+        config = core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=meta.v1.ObjectMetaArgs(name=CONFIG_NAME, namespace=KUBE_SYSTEM, labels=_labels(CCM)),
+            data={"azure.json": args.target.apply(
+                lambda target: json.dumps(azure_json(plan, target), indent=2, sort_keys=True) + "\n")},
+            opts=child,
+        )
+
+        ccm_labels = _labels(CCM)
+        apps.v1.Deployment(
+            f"{name}-{CCM}",
+            metadata=meta.v1.ObjectMetaArgs(name=CCM, namespace=KUBE_SYSTEM, labels=ccm_labels),
+            spec=apps.v1.DeploymentSpecArgs(
+                replicas=defaults.CLOUD_CONTROLLER_MANAGER_REPLICAS,
+                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(labels=ccm_labels),
+                    spec=_ccm_pod_spec(plan, accounts[CCM], config),
+                ),
+            ),
+            opts=child,
+        )
+        policy.v1.PodDisruptionBudget(
+            f"{name}-{CCM}-pdb",
+            metadata=meta.v1.ObjectMetaArgs(name=CCM, namespace=KUBE_SYSTEM, labels=ccm_labels),
+            spec=policy.v1.PodDisruptionBudgetSpecArgs(
+                max_unavailable=1, selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM})),
+            opts=child,
+        )
+
+        cnm_labels = _labels(CNM)
+        apps.v1.DaemonSet(
+            f"{name}-{CNM}",
+            metadata=meta.v1.ObjectMetaArgs(name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels),
+            spec=apps.v1.DaemonSetSpecArgs(
+                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CNM}),
+                update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(
+                    type="RollingUpdate",
+                    rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
+                        max_unavailable=defaults.CLOUD_NODE_MANAGER_MAX_UNAVAILABLE)),
+                template=core.v1.PodTemplateSpecArgs(
+                    metadata=meta.v1.ObjectMetaArgs(
+                        labels=cnm_labels,
+                        annotations={"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"},
+                    ),
+                    spec=_cnm_pod_spec(plan, accounts[CNM]),
+                ),
+            ),
+            opts=child,
+        )
+        self.register_outputs({})
+
+    def _service_accounts(self, name: str) -> dict[str, core.v1.ServiceAccount]:
+        """Each app's ServiceAccount (app -> account) with its ClusterRole and binding, and the
+        extension-apiserver reader cloud-controller-manager's secure port needs."""
+        child = pulumi.ResourceOptions(parent=self)
+        accounts: dict[str, core.v1.ServiceAccount] = {}
         for app, rules in ((CCM, CCM_RULES), (CNM, CNM_RULES)):
             accounts[app] = core.v1.ServiceAccount(
                 f"{name}-{app}-sa",
@@ -194,113 +320,4 @@ class CloudProvider(pulumi.ComponentResource):
             subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=CCM, namespace=KUBE_SYSTEM)],
             opts=child,
         )
-        # A ConfigMap, not the Secret upstream's example uses: azure.json holds no credential
-        # (the identity's token comes from the instance metadata service), and as plain data
-        # a reviewer sees it in `kilonode plan` and in a diff.
-        config = core.v1.ConfigMap(
-            f"{name}-config",
-            metadata=meta.v1.ObjectMetaArgs(name=CONFIG_NAME, namespace=KUBE_SYSTEM, labels=_labels(CCM)),
-            data={"azure.json": args.target.apply(
-                lambda target: json.dumps(azure_json(plan, target), indent=2, sort_keys=True) + "\n")},
-            opts=child,
-        )
-
-        ccm_labels = _labels(CCM)
-        apps.v1.Deployment(
-            f"{name}-{CCM}",
-            metadata=meta.v1.ObjectMetaArgs(name=CCM, namespace=KUBE_SYSTEM, labels=ccm_labels),
-            spec=apps.v1.DeploymentSpecArgs(
-                replicas=defaults.CLOUD_CONTROLLER_MANAGER_REPLICAS,
-                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
-                template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=ccm_labels),
-                    spec=system_pod_spec(
-                        "node",
-                        service_account=accounts[CCM],
-                        # before any CNI or Service works, and to reach the instance metadata
-                        # service for the identity's token
-                        host_network=True,
-                        # it must run on a node not yet initialized: the first node is one
-                        tolerations=tolerate_uninitialized_nodes(),
-                        # the two replicas on different nodes (the chart's spread constraint)
-                        topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
-                            max_skew=1, topology_key="kubernetes.io/hostname", when_unsatisfiable="DoNotSchedule",
-                            label_selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
-                        )],
-                        containers=[core.v1.ContainerArgs(
-                            name=CCM,
-                            image=plan.components.cloud_controller_manager_image,
-                            command=["cloud-controller-manager"],
-                            args=ccm_args(plan),
-                            # the chart's requests and limits
-                            resources=core.v1.ResourceRequirementsArgs(
-                                requests={"cpu": "100m", "memory": "128Mi"}, limits={"cpu": "4", "memory": "2Gi"}),
-                            liveness_probe=core.v1.ProbeArgs(
-                                http_get=core.v1.HTTPGetActionArgs(
-                                    path="/healthz", port=defaults.CLOUD_CONTROLLER_MANAGER_PORT, scheme="HTTPS"),
-                                initial_delay_seconds=20, period_seconds=10, timeout_seconds=5,
-                            ),
-                            volume_mounts=[
-                                core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
-                                core.v1.VolumeMountArgs(name="ssl", mount_path="/etc/ssl", read_only=True),
-                            ],
-                        )],
-                        volumes=[
-                            core.v1.VolumeArgs(name="cloud-config", config_map=core.v1.ConfigMapVolumeSourceArgs(
-                                name=config.metadata.name)),
-                            core.v1.VolumeArgs(name="ssl", host_path=core.v1.HostPathVolumeSourceArgs(
-                                path="/etc/ssl")),
-                        ],
-                    ),
-                ),
-            ),
-            opts=child,
-        )
-        policy.v1.PodDisruptionBudget(
-            f"{name}-{CCM}-pdb",
-            metadata=meta.v1.ObjectMetaArgs(name=CCM, namespace=KUBE_SYSTEM, labels=ccm_labels),
-            spec=policy.v1.PodDisruptionBudgetSpecArgs(
-                max_unavailable=1, selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM})),
-            opts=child,
-        )
-
-        cnm_labels = _labels(CNM)
-        apps.v1.DaemonSet(
-            f"{name}-{CNM}",
-            metadata=meta.v1.ObjectMetaArgs(name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels),
-            spec=apps.v1.DaemonSetSpecArgs(
-                selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CNM}),
-                update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(
-                    type="RollingUpdate",
-                    rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
-                        max_unavailable=defaults.CLOUD_NODE_MANAGER_MAX_UNAVAILABLE)),
-                template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(
-                        labels=cnm_labels,
-                        annotations={"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"},
-                    ),
-                    spec=system_pod_spec(
-                        "node",
-                        service_account=accounts[CNM],
-                        host_network=True,  # the node's own hostname and instance metadata
-                        node_selector={"kubernetes.io/os": "linux"},
-                        tolerations=[
-                            *tolerate_critical_addons(),
-                            core.v1.TolerationArgs(operator="Exists", effect="NoExecute"),
-                            core.v1.TolerationArgs(operator="Exists", effect="NoSchedule"),
-                        ],
-                        containers=[core.v1.ContainerArgs(
-                            name=CNM,
-                            image=plan.components.cloud_node_manager_image,
-                            command=["cloud-node-manager"],
-                            args=cnm_args(),
-                            env=_node_name_env(),
-                            resources=core.v1.ResourceRequirementsArgs(
-                                requests={"cpu": "50m", "memory": "50Mi"}, limits={"cpu": "2", "memory": "512Mi"}),
-                        )],
-                    ),
-                ),
-            ),
-            opts=child,
-        )
-        self.register_outputs({})
+        return accounts

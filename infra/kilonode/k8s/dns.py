@@ -48,6 +48,51 @@ class ClusterDnsArgs:
     cluster_domain: str = "cluster.local"
 
 
+def _pod_spec(args: ClusterDnsArgs, account: core.v1.ServiceAccount, config: core.v1.ConfigMap) -> core.v1.PodSpecArgs:
+    """CoreDNS's pod: the Corefile from `config`, one replica per node."""
+    return system_pod_spec(
+        "cluster",
+        service_account=account,
+        dns_policy="Default",  # CoreDNS itself resolves through the node
+        tolerations=tolerate_critical_addons(),
+        # Field notes (2,500 nodes): one replica per VM, never packed.
+        affinity=core.v1.AffinityArgs(pod_anti_affinity=core.v1.PodAntiAffinityArgs(
+            required_during_scheduling_ignored_during_execution=[core.v1.PodAffinityTermArgs(
+                label_selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": APP}),
+                topology_key="kubernetes.io/hostname",
+            )],
+        )),
+        containers=[core.v1.ContainerArgs(
+            name="coredns",
+            image=args.image,
+            args=["-conf", "/etc/coredns/Corefile"],
+            ports=[
+                core.v1.ContainerPortArgs(name="dns", container_port=53, protocol="UDP"),
+                core.v1.ContainerPortArgs(name="dns-tcp", container_port=53, protocol="TCP"),
+                core.v1.ContainerPortArgs(name="metrics", container_port=9153, protocol="TCP"),
+            ],
+            resources=core.v1.ResourceRequirementsArgs(
+                requests={"cpu": "100m", "memory": "70Mi"}, limits={"memory": "170Mi"}),
+            liveness_probe=core.v1.ProbeArgs(
+                http_get=core.v1.HTTPGetActionArgs(path="/health", port=8080),
+                initial_delay_seconds=60, timeout_seconds=5, failure_threshold=5),
+            readiness_probe=core.v1.ProbeArgs(
+                http_get=core.v1.HTTPGetActionArgs(path="/ready", port=8181)),
+            security_context=core.v1.SecurityContextArgs(
+                allow_privilege_escalation=False, read_only_root_filesystem=True,
+                capabilities=core.v1.CapabilitiesArgs(add=["NET_BIND_SERVICE"], drop=["ALL"])),
+            volume_mounts=[core.v1.VolumeMountArgs(name="config", mount_path="/etc/coredns",
+                                                   read_only=True)],
+        )],
+        volumes=[core.v1.VolumeArgs(
+            name="config",
+            config_map=core.v1.ConfigMapVolumeSourceArgs(
+                name=config.metadata.name,
+                items=[core.v1.KeyToPathArgs(key="Corefile", path="Corefile")]),
+        )],
+    )
+
+
 class ClusterDns(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterDnsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:ClusterDns", name, None, opts)
@@ -92,47 +137,7 @@ class ClusterDns(pulumi.ComponentResource):
                     rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
                 template=core.v1.PodTemplateSpecArgs(
                     metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
-                    spec=system_pod_spec(
-                        "cluster",
-                        service_account=account,
-                        dns_policy="Default",  # CoreDNS itself resolves through the node
-                        tolerations=tolerate_critical_addons(),
-                        # Field notes (2,500 nodes): one replica per VM, never packed.
-                        affinity=core.v1.AffinityArgs(pod_anti_affinity=core.v1.PodAntiAffinityArgs(
-                            required_during_scheduling_ignored_during_execution=[core.v1.PodAffinityTermArgs(
-                                label_selector=meta.v1.LabelSelectorArgs(match_labels=selector),
-                                topology_key="kubernetes.io/hostname",
-                            )],
-                        )),
-                        containers=[core.v1.ContainerArgs(
-                            name="coredns",
-                            image=args.image,
-                            args=["-conf", "/etc/coredns/Corefile"],
-                            ports=[
-                                core.v1.ContainerPortArgs(name="dns", container_port=53, protocol="UDP"),
-                                core.v1.ContainerPortArgs(name="dns-tcp", container_port=53, protocol="TCP"),
-                                core.v1.ContainerPortArgs(name="metrics", container_port=9153, protocol="TCP"),
-                            ],
-                            resources=core.v1.ResourceRequirementsArgs(
-                                requests={"cpu": "100m", "memory": "70Mi"}, limits={"memory": "170Mi"}),
-                            liveness_probe=core.v1.ProbeArgs(
-                                http_get=core.v1.HTTPGetActionArgs(path="/health", port=8080),
-                                initial_delay_seconds=60, timeout_seconds=5, failure_threshold=5),
-                            readiness_probe=core.v1.ProbeArgs(
-                                http_get=core.v1.HTTPGetActionArgs(path="/ready", port=8181)),
-                            security_context=core.v1.SecurityContextArgs(
-                                allow_privilege_escalation=False, read_only_root_filesystem=True,
-                                capabilities=core.v1.CapabilitiesArgs(add=["NET_BIND_SERVICE"], drop=["ALL"])),
-                            volume_mounts=[core.v1.VolumeMountArgs(name="config", mount_path="/etc/coredns",
-                                                                   read_only=True)],
-                        )],
-                        volumes=[core.v1.VolumeArgs(
-                            name="config",
-                            config_map=core.v1.ConfigMapVolumeSourceArgs(
-                                name=config.metadata.name,
-                                items=[core.v1.KeyToPathArgs(key="Corefile", path="Corefile")]),
-                        )],
-                    ),
+                    spec=_pod_spec(args, account, config),
                 ),
             ),
             opts=child,

@@ -280,55 +280,10 @@ class GangScheduler(pulumi.ComponentResource):
         super().__init__("kilonode:k8s:GangScheduler", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        crds: list[apiextensions.v1.CustomResourceDefinition] = []
-        for document in crd_documents():
-            plural = document["spec"]["names"]["plural"]
-            metadata = document["metadata"]
-            crds.append(apiextensions.v1.CustomResourceDefinition(
-                f"{name}-crd-{plural}",
-                metadata=meta.v1.ObjectMetaArgs(name=metadata["name"], annotations=metadata["annotations"]),
-                spec=document["spec"],
-                opts=child,
-            ))
+        crds = self._crds(name)
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=crds)
 
-        accounts: dict[str, core.v1.ServiceAccount] = {}
-        parts = (("scheduler", SCHEDULER, SCHEDULER_RULES), ("controller", CONTROLLER, CONTROLLER_RULES))
-        for part, app, rules in parts:
-            accounts[app] = core.v1.ServiceAccount(
-                f"{name}-{part}-sa", metadata=meta.v1.ObjectMetaArgs(name=app, namespace=KUBE_SYSTEM,
-                                                                    labels=_labels(app)),
-                opts=child,
-            )
-            role = rbac.v1.ClusterRole(
-                f"{name}-{part}-role", metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{app}", labels=_labels(app)),
-                rules=_rules(rules), opts=child,
-            )
-            rbac.v1.ClusterRoleBinding(
-                f"{name}-{part}-binding",
-                metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{app}", labels=_labels(app)),
-                role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
-                subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=KUBE_SYSTEM)],
-                opts=child,
-            )
-        for system_role in SCHEDULER_SYSTEM_ROLES:
-            short = system_role.removeprefix("system:")
-            rbac.v1.ClusterRoleBinding(
-                f"{name}-scheduler-{short}",
-                metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{SCHEDULER}:{short}", labels=_labels(SCHEDULER)),
-                role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=system_role),
-                subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=SCHEDULER, namespace=KUBE_SYSTEM)],
-                opts=child,
-            )
-        rbac.v1.RoleBinding(
-            f"{name}-auth-reader",
-            metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{GANG_SCHEDULER_NAME}:{AUTH_READER_ROLE}",
-                                            namespace=KUBE_SYSTEM, labels=_labels(SCHEDULER)),
-            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=AUTH_READER_ROLE),
-            subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=KUBE_SYSTEM)
-                      for app in (SCHEDULER, CONTROLLER)],
-            opts=child,
-        )
+        accounts = self._service_accounts(name)
 
         config = core.v1.ConfigMap(
             f"{name}-config",
@@ -374,6 +329,63 @@ class GangScheduler(pulumi.ComponentResource):
             ),
         )
         self.register_outputs({})
+
+    def _crds(self, name: str) -> list[apiextensions.v1.CustomResourceDefinition]:
+        """scheduler-plugins' CustomResourceDefinitions (crd_documents), one resource each."""
+        child = pulumi.ResourceOptions(parent=self)
+        crds: list[apiextensions.v1.CustomResourceDefinition] = []
+        for document in crd_documents():
+            plural = document["spec"]["names"]["plural"]
+            metadata = document["metadata"]
+            crds.append(apiextensions.v1.CustomResourceDefinition(
+                f"{name}-crd-{plural}",
+                metadata=meta.v1.ObjectMetaArgs(name=metadata["name"], annotations=metadata["annotations"]),
+                spec=document["spec"],
+                opts=child,
+            ))
+        return crds
+
+    def _service_accounts(self, name: str) -> dict[str, core.v1.ServiceAccount]:
+        """The scheduler's and the controller's accounts (app -> account) and their RBAC."""
+        child = pulumi.ResourceOptions(parent=self)
+        accounts: dict[str, core.v1.ServiceAccount] = {}
+        parts = (("scheduler", SCHEDULER, SCHEDULER_RULES), ("controller", CONTROLLER, CONTROLLER_RULES))
+        for part, app, rules in parts:
+            accounts[app] = core.v1.ServiceAccount(
+                f"{name}-{part}-sa", metadata=meta.v1.ObjectMetaArgs(name=app, namespace=KUBE_SYSTEM,
+                                                                    labels=_labels(app)),
+                opts=child,
+            )
+            role = rbac.v1.ClusterRole(
+                f"{name}-{part}-role", metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{app}", labels=_labels(app)),
+                rules=_rules(rules), opts=child,
+            )
+            rbac.v1.ClusterRoleBinding(
+                f"{name}-{part}-binding",
+                metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{app}", labels=_labels(app)),
+                role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
+                subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=KUBE_SYSTEM)],
+                opts=child,
+            )
+        for system_role in SCHEDULER_SYSTEM_ROLES:
+            short = system_role.removeprefix("system:")
+            rbac.v1.ClusterRoleBinding(
+                f"{name}-scheduler-{short}",
+                metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{SCHEDULER}:{short}", labels=_labels(SCHEDULER)),
+                role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=system_role),
+                subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=SCHEDULER, namespace=KUBE_SYSTEM)],
+                opts=child,
+            )
+        rbac.v1.RoleBinding(
+            f"{name}-auth-reader",
+            metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{GANG_SCHEDULER_NAME}:{AUTH_READER_ROLE}",
+                                            namespace=KUBE_SYSTEM, labels=_labels(SCHEDULER)),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=AUTH_READER_ROLE),
+            subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=app, namespace=KUBE_SYSTEM)
+                      for app in (SCHEDULER, CONTROLLER)],
+            opts=child,
+        )
+        return accounts
 
     def _deployment(self, prefix: str, app: str, account: core.v1.ServiceAccount, opts: pulumi.ResourceOptions,
                     container: core.v1.ContainerArgs, volumes: list[core.v1.VolumeArgs] | None = None) -> None:

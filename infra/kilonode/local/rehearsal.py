@@ -310,6 +310,43 @@ def up(stack: Stack, plan: ClusterPlan, state_dir: Path, progress: Progress,
     except UnitError as error:
         raise RehearsalError(f"the rendered etcd unit cannot run here: {error}") from None
     previous = existing.worker if existing is not None else None
+    inputs, key = _worker_inputs(stack, plan, rendered, previous, state_dir, worker)
+    first_pool = plan.node_pools[0] if plan.node_pools else None
+    # a worker left by an earlier `up` stays in the record (so status and down find it) until replaced
+    shown_pool = first_pool.name if first_pool is not None and (inputs is not None or previous) else None
+    record = Record(stack.name, str(stack.file), state_dir, binary, _etcd_version(binary), tuple(clusters),
+                    tuple(not_started(plan, rendered, shown_pool)), previous)
+    if existing is not None:
+        _refuse_restarts(existing, record, stack, state_dir)
+    record.save()
+
+    started = _start_members(record, progress)
+
+    for cluster in record.clusters:
+        progress(f"waiting for the {cluster.role} cluster ({len(cluster.members)} members) to answer ...")
+        _wait(cluster, health_timeout_s)
+    summaries = [summarise(c) for c in record.clusters]
+    progress("checking the rendered kube-apiserver etcd flags against the running clusters ...")
+    checks = apiserver_checks(plan, rendered, record, layout, addresses, summaries)
+    action = None
+    if inputs is not None:
+        try:
+            record, action = _worker_up(record, inputs, key, progress, worker_timeout_s)
+        except workers.WorkerError as error:
+            raise RehearsalError(f"{error}\nThe etcd clusters keep running: `kilonode local down` stops them "
+                                 "(and the worker's state); `up --no-worker` leaves the worker out") from None
+    worker_summary = None
+    # with --no-worker, a worker an earlier `up` left running is still summarised; one left off is not
+    if record.worker is not None and (inputs is not None or workers.probe(record.worker).state == "running"):
+        progress("worker VM: reading its live sysctls, runtime root and image store over SSH ...")
+        worker_summary = workers.summarise(record.worker)
+    return UpResult(record, report, started, summaries, checks, worker_summary, action)
+
+
+def _worker_inputs(stack: Stack, plan: ClusterPlan, rendered: dict[str, HostFiles], previous: WorkerRecord | None,
+                   state_dir: Path, worker: bool) -> tuple[ImageInputs | None, str]:
+    """The worker image's inputs and key (None and "" when no worker is to run: --no-worker, or
+    no pool); refuses to go on while a worker of another image runs."""
     first_pool = plan.node_pools[0] if plan.node_pools else None
     inputs: ImageInputs | None = None
     key = ""
@@ -324,23 +361,25 @@ def up(stack: Stack, plan: ClusterPlan, state_dir: Path, progress: Progress,
                 f"{image_name(stack, first_pool.name)} ({key[:12]}): `kilonode local down {stack.name} --keep "
                 f"--state-dir {state_dir}`, then up again (the worker boots afresh from the new image)"
             )
-    # a worker left by an earlier `up` stays in the record (so status and down find it) until replaced
-    shown_pool = first_pool.name if first_pool is not None and (inputs is not None or previous) else None
-    record = Record(stack.name, str(stack.file), state_dir, binary, _etcd_version(binary), tuple(clusters),
-                    tuple(not_started(plan, rendered, shown_pool)), previous)
-    if existing is not None:
-        # a member that runs with what the stack rendered before keeps running until `down`:
-        # `up` never restarts a healthy member behind the user's back
-        now = {m.name: m for m in record.members}
-        # a member the stack no longer has counts too: the new record would lose its PID file
-        stale = [m.name for m in existing.members if now.get(m.name) != m and etcd.probe(m).state == "running"]
-        if stale:
-            raise RehearsalError(
-                f"the stack now renders other flags for {', '.join(stale)} than the running rehearsal uses: "
-                f"`kilonode local down {stack.name} --keep --state-dir {state_dir}`, then up again (data is kept)"
-            )
-    record.save()
+    return inputs, key
 
+
+def _refuse_restarts(existing: Record, record: Record, stack: Stack, state_dir: Path) -> None:
+    # a member that runs with what the stack rendered before keeps running until `down`:
+    # `up` never restarts a healthy member behind the user's back
+    now = {m.name: m for m in record.members}
+    # a member the stack no longer has counts too: the new record would lose its PID file
+    stale = [m.name for m in existing.members if now.get(m.name) != m and etcd.probe(m).state == "running"]
+    if stale:
+        raise RehearsalError(
+            f"the stack now renders other flags for {', '.join(stale)} than the running rehearsal uses: "
+            f"`kilonode local down {stack.name} --keep --state-dir {state_dir}`, then up again (data is kept)"
+        )
+
+
+def _start_members(record: Record, progress: Progress) -> list[tuple[str, int, str]]:
+    """Start every member not running (refusing to if one runs with other flags, or a port is
+    taken); returns (member, PID, why) of each started."""
     states = {m.name: etcd.probe(m) for m in record.members}
     changed = [f"{name}: {s.detail}" for name, s in states.items() if s.state == "changed"]
     if changed:
@@ -366,26 +405,7 @@ def up(stack: Stack, plan: ClusterPlan, state_dir: Path, progress: Progress,
         progress(f"started {member.name} on {member.address} (PID {pid}): {why}")
     if not started:
         progress(f"all {len(record.members)} etcd members were already running")
-
-    for cluster in record.clusters:
-        progress(f"waiting for the {cluster.role} cluster ({len(cluster.members)} members) to answer ...")
-        _wait(cluster, health_timeout_s)
-    summaries = [summarise(c) for c in record.clusters]
-    progress("checking the rendered kube-apiserver etcd flags against the running clusters ...")
-    checks = apiserver_checks(plan, rendered, record, layout, addresses, summaries)
-    action = None
-    if inputs is not None:
-        try:
-            record, action = _worker_up(record, inputs, key, progress, worker_timeout_s)
-        except workers.WorkerError as error:
-            raise RehearsalError(f"{error}\nThe etcd clusters keep running: `kilonode local down` stops them "
-                                 "(and the worker's state); `up --no-worker` leaves the worker out") from None
-    worker_summary = None
-    # with --no-worker, a worker an earlier `up` left running is still summarised; one left off is not
-    if record.worker is not None and (inputs is not None or workers.probe(record.worker).state == "running"):
-        progress("worker VM: reading its live sysctls, runtime root and image store over SSH ...")
-        worker_summary = workers.summarise(record.worker)
-    return UpResult(record, report, started, summaries, checks, worker_summary, action)
+    return started
 
 
 def _worker_up(record: Record, inputs: ImageInputs, key: str, progress: Progress,

@@ -546,9 +546,39 @@ def _sections(output: str) -> dict[str, tuple[int, str]]:
     return found
 
 
+# the facts script's sections, in the order it runs them
+_FACT_SECTIONS = ("systemd", "failed", "sysctl", "runtime", "mount", "units", "images")
+# what a section the script never reached reads as (exit status, output)
+_NOT_RUN = (1, "")
+
+
 def _facts(session: _Session, worker: WorkerRecord, summary: WorkerSummary) -> None:
+    """Read the worker's live facts in one SSH command into `summary`."""
     pool = worker.pool
+    # sudo: sysctl is in /usr/sbin (outside a plain user's PATH), the runtimes' sockets are root's
+    _rc, out, err = session.run(f"sudo sh -c {shlex.quote(_facts_script(pool))}", timeout=120)
+    found = _sections(out)
+    missing = [n for n in _FACT_SECTIONS if n not in found]
+    if missing:
+        summary.errors.append(f"the facts script did not run through ({', '.join(missing)} missing): "
+                              f"{(err or out).strip()[-300:]}")
+
+    summary.systemd = found.get("systemd", _NOT_RUN)[1].strip() or None
+    summary.failed_units = [line.split()[0] for line in found.get("failed", (0, ""))[1].splitlines() if line.strip()]
+    summary.sysctls = _read_sysctls(pool, found.get("sysctl", _NOT_RUN)[1])
+    _read_runtime(summary, pool, *found.get("runtime", _NOT_RUN))
+    _read_mount(summary, pool, *found.get("mount", _NOT_RUN))
+    summary.release_units.update(_read_units(found.get("units", _NOT_RUN)[1]))
+    _read_images(summary, worker, *found.get("images", _NOT_RUN))
+
+
+def _local_device(pool: NodePoolPlan) -> str | None:
+    """The local disk the runtime's root should be on, where the pool names one."""
     storage = pool.local_storage
+    return storage.device if storage.kind == "device" and storage.device else None
+
+
+def _facts_script(pool: NodePoolPlan) -> str:
     names = " ".join(shlex.quote(s.name) for s in pool.sysctls)
     if pool.runtime == "docker":
         runtime = "info=$(docker info --format '{{.DockerRootDir}} {{.Driver}}') && echo \"$info\" && root=${info%% *}"
@@ -559,8 +589,9 @@ def _facts(session: _Session, worker: WorkerRecord, summary: WorkerSummary) -> N
                    "root=$(echo \"$dump\" | sed -n 's/^root = \"\\(.*\\)\"$/\\1/p')")
         images = "ctr -n k8s.io images ls -q"
     units = " ".join(shlex.quote(u) for u in release_units(pool))
-    device = f" && readlink -f {shlex.quote(storage.device)}" if storage.kind == "device" and storage.device else ""
-    script = _batch([
+    disk = _local_device(pool)
+    device = f" && readlink -f {shlex.quote(disk)}" if disk else ""
+    return _batch([
         ("systemd", "systemctl is-system-running"),
         ("failed", "systemctl --failed --plain --no-legend --no-pager"),
         # -e: a key the kernel lacks is skipped instead of failing the rest
@@ -573,26 +604,19 @@ def _facts(session: _Session, worker: WorkerRecord, summary: WorkerSummary) -> N
          "done" if units else "true"),
         ("images", images),
     ])
-    # sudo: sysctl is in /usr/sbin (outside a plain user's PATH), the runtimes' sockets are root's
-    _rc, out, err = session.run(f"sudo sh -c {shlex.quote(script)}", timeout=120)
-    found = _sections(out)
-    missing = [n for n in ("systemd", "failed", "sysctl", "runtime", "mount", "units", "images") if n not in found]
-    if missing:
-        summary.errors.append(f"the facts script did not run through ({', '.join(missing)} missing): "
-                              f"{(err or out).strip()[-300:]}")
 
-    rc, text = found.get("systemd", (1, ""))
-    summary.systemd = text.strip() or None
-    summary.failed_units = [line.split()[0] for line in found.get("failed", (0, ""))[1].splitlines() if line.strip()]
 
-    live = {}
-    for line in found.get("sysctl", (1, ""))[1].splitlines():
+def _read_sysctls(pool: NodePoolPlan, text: str) -> list[SysctlFact]:
+    live: dict[str, str] = {}
+    for line in text.splitlines():
         key, sep, value = line.partition(" = ")
         if sep:
             live[key.strip()] = value.strip()
-    summary.sysctls = [SysctlFact(s.name, str(s.value), live.get(s.name)) for s in pool.sysctls]
+    return [SysctlFact(s.name, str(s.value), live.get(s.name)) for s in pool.sysctls]
 
-    rc, text = found.get("runtime", (1, ""))
+
+def _read_runtime(summary: WorkerSummary, pool: NodePoolPlan, rc: int, text: str) -> None:
+    """The container runtime's root directory and storage driver (or snapshotter)."""
     if rc != 0:
         summary.errors.append(f"the {pool.runtime} configuration could not be read: {text.strip()[:300]}")
     elif pool.runtime == "docker" and len(text.split()) == 2:
@@ -604,7 +628,11 @@ def _facts(session: _Session, worker: WorkerRecord, summary: WorkerSummary) -> N
         summary.storage_driver = next((line.split("=", 1)[1].strip().strip('"') for line in lines
                                        if line.strip().startswith("snapshotter = ")), None)
 
-    rc, text = found.get("mount", (1, ""))
+
+def _read_mount(summary: WorkerSummary, pool: NodePoolPlan, rc: int, text: str) -> None:
+    """Where the runtime's root is mounted, and whether that is the pool's local disk."""
+    storage = pool.local_storage
+    device = _local_device(pool)
     words = text.split()
     if summary.runtime_root and rc == 0 and len(words) == (6 if device else 5):
         summary.root_mount, summary.root_source, root_dev, os_dev = words[0], words[2], words[3], words[4]
@@ -618,21 +646,29 @@ def _facts(session: _Session, worker: WorkerRecord, summary: WorkerSummary) -> N
     elif summary.runtime_root:
         summary.errors.append(f"cannot tell where {summary.runtime_root} is mounted: {text.strip()[:300]}")
 
+
+def _read_units(text: str) -> dict[str, str]:
+    """Each release unit -> its state and whether its condition (its binary present) held."""
     shown: dict[str, dict[str, str]] = {}
     unit = ""
-    for line in found.get("units", (1, ""))[1].splitlines():
+    for line in text.splitlines():
         key, _, value = line.partition("=")
         if key == "Unit":
             unit = value
             shown[unit] = {}
         elif unit:
             shown[unit][key] = value
+    states: dict[str, str] = {}
     for unit, properties in shown.items():
         condition = {"yes": "condition met", "no": "condition failed: binary absent"}.get(
             properties.get("ConditionResult", ""), "condition not checked")
-        summary.release_units[unit] = f"{properties.get('ActiveState', '?')} ({condition})"
+        states[unit] = f"{properties.get('ActiveState', '?')} ({condition})"
+    return states
 
-    rc, text = found.get("images", (1, ""))
+
+def _read_images(summary: WorkerSummary, worker: WorkerRecord, rc: int, text: str) -> None:
+    """The runtime's image store, and each preloaded image's place in it."""
+    pool = worker.pool
     if rc != 0:
         summary.errors.append(f"the {pool.runtime} image store could not be listed: {text.strip()[:300]}")
     if pool.runtime == "docker":
