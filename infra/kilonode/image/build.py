@@ -355,7 +355,7 @@ def _bake(
         if runtime_config is None:
             raise rootfs.BuildError(
                 f"pool {pool.name}: its rendered files hold no runtime configuration naming the NVIDIA "
-                "runtime (infra/render/pool.py renders one for GPU pools): the toolkit would go unused"
+                "runtime (kilonode/render/pool.py renders one for GPU pools): the toolkit would go unused"
             )
         toolkit_packages = accel.install_toolkit(tree, toolkit)
         pinned_containerd = next((b for b in binaries if b.name == "containerd" and b.present), None)
