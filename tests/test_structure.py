@@ -119,6 +119,9 @@ LAYERS = [
     ("kilonode.plan",),
     ("kilonode.render",),
     ("kilonode.azure", "kilonode.image", "kilonode.k8s"),  # siblings: none imports another
+    # the bring-up proof over the plan, the rendered files, the recorded graph (as JSON) and
+    # image manifests; the Pulumi program runs it as a command, never imports it
+    ("kilonode.preflight",),
     # the CLI and the local rehearsal, which composes the renderers and the image pipeline
     ("kilonode.cli", "kilonode.entry", "kilonode.__main__", "kilonode.local",
      "kilonode.review"),

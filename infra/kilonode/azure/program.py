@@ -7,10 +7,16 @@ user needs. Everything happens when `main()` is called, never at import.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi.runtime.mocks
+import pulumi.runtime.settings
 
 from kilonode.azure.cluster import Cluster, ClusterArgs
 from kilonode.azure.identity import subscription_of
@@ -20,6 +26,7 @@ from kilonode.catalog import binaries
 from kilonode.config import stack_from_value
 from kilonode.config.load import project_stacks_dir
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
+from kilonode.exit_codes import ExitCode
 from kilonode.k8s.cloud_provider import AzureTarget
 from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import ClusterPlan, plan_stack
@@ -40,6 +47,8 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     except StackError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.
         raise pulumi.RunError(str(error)) from None
+    if not _recorded_by_mocks():
+        preflight_gate(stack.file)
     if require_recorded_addresses and plan.network.unrecorded:
         # An unrecorded subnet could move when another pool changes (and with it static IPs
         # or scale sets): nothing gets created at an address the stack file does not hold.
@@ -82,6 +91,43 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
     pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster
+
+
+# A real deployment waits this long for preflight (it renders and records the whole program
+# under the mock engine: seconds at 7,500 nodes).
+PREFLIGHT_TIMEOUT_S = 300
+
+
+def _recorded_by_mocks() -> bool:
+    """True while the program runs under Pulumi's mock engine (kilonode plan, preflight itself,
+    the tests): it is being recorded, not deployed."""
+    return isinstance(pulumi.runtime.settings.SETTINGS.monitor, pulumi.runtime.mocks.MockMonitor)
+
+
+def preflight_gate(stack_file: Path, command: Sequence[str] | None = None) -> None:
+    """`pulumi up` and `pulumi preview` refuse, before they register anything, when preflight
+    finds a break: the same `kilonode preflight STACK` a user runs, in a child process (it
+    records this program under Pulumi's mock engine, which cannot run inside a deployment).
+    Its warnings are shown as the run's warnings."""
+    argv = list(command or [sys.executable, "-m", "kilonode", "preflight", str(stack_file), "--format", "json"])
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise pulumi.RunError(f"kilonode preflight did not finish in {PREFLIGHT_TIMEOUT_S} s; run it yourself: "
+                              f"kilonode preflight {stack_file}") from None
+    if result.returncode not in (ExitCode.OK, ExitCode.FAILED):
+        tail = " ".join(result.stderr.strip().splitlines()[-3:])
+        raise pulumi.RunError(f"kilonode preflight could not check {stack_file} (exit {result.returncode}): {tail}")
+    findings = json.loads(result.stdout or "[]")
+    for finding in findings:
+        if finding["level"] != "break":
+            pulumi.log.warn(f"preflight {finding['check']}: {finding['where']}: {finding['what']} (fix: "
+                            f"{finding['fix']})")
+    broken = [f for f in findings if f["level"] == "break"]
+    if broken:
+        lines = [f"{f['check']}: {f['where']}: {f['what']}\n    fix: {f['fix']}" for f in broken]
+        raise pulumi.RunError(f"preflight found {len(broken)} break(s) in the bring-up of {stack_file}; nothing was "
+                              "created:\n" + "\n".join(lines) + f"\n(`kilonode preflight {stack_file}` shows them)")
 
 
 def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarget]:

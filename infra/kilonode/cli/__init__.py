@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "render": "stack:render",
     "explain": "stack:explain",
     "plan": "plan:plan_command",
+    "preflight": "preflight:preflight",
     "diff": "diff:diff",
     "new": "project:new",
     "schema": "project:schema",

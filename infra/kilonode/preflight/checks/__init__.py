@@ -1,0 +1,1 @@
+"""One module per preflight check: NAME (stable), TITLE, and check(inputs) -> findings."""

@@ -1,0 +1,43 @@
+"""The checks, by their stable names, and running them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kilonode.preflight.model import Finding, Inputs
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # stable: findings, JSON and seeded-break tests name it
+    title: str  # one line: what chain it follows
+    run: Callable[[Inputs], list[Finding]]
+
+
+def _registry() -> tuple[Check, ...]:
+    # Imported here, in the order the report lists them (the order of a machine's bring-up):
+    # who reaches whom, what runs, what resolves, what schedules, what fits, what Azure takes.
+    from kilonode.preflight.checks import boot_pulls
+
+    return tuple(
+        Check(module.NAME, module.TITLE, module.check)
+        for module in (boot_pulls,)
+    )
+
+
+CHECKS: tuple[Check, ...] = _registry()
+
+
+def run(inputs: Inputs, only: Sequence[str] = ()) -> list[Finding]:
+    """Every check's findings (only the named checks, when given), breaks first, each check's
+    in its own order."""
+    unknown = sorted(set(only) - {c.name for c in CHECKS})
+    if unknown:
+        raise ValueError(f"no check named {', '.join(unknown)} (checks: {', '.join(c.name for c in CHECKS)})")
+    findings = [f for c in CHECKS if not only or c.name in only for f in c.run(inputs)]
+    return sorted(findings, key=lambda f: f.level != "break")
+
+
+def breaks(findings: Sequence[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "break"]

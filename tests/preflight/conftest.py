@@ -1,0 +1,57 @@
+"""Preflight's tests: the shipped stacks' artefacts (shared with the other test modules) and
+copies of them with one break planted."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from kilonode.preflight import Inputs
+from kilonode.preflight.load import from_parts
+from kilonode.render.cluster import render_tree
+from tests import shared
+
+
+def artefacts(stack: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """A shipped stack's render ("<host>/<path>" -> text) and recorded graph (JSON form), as
+    copies a test may plant a break in."""
+    loaded = shared.plan(stack)
+    files = {path: f.content for path, f in render_tree(_config(stack), loaded).items()}
+    return files, copy.deepcopy(_graph_json(stack))
+
+
+def inputs_of(stack: str, files: dict[str, str] | None = None, graph: dict[str, Any] | None = None) -> Inputs:
+    """Preflight's inputs for a shipped stack, with `files`/`graph` in place of its own when given."""
+    own_files, own_graph = artefacts(stack)
+    return from_parts(shared.plan(stack), files if files is not None else own_files,
+                      graph if graph is not None else own_graph, source=stack)
+
+
+_GRAPHS: dict[str, dict[str, Any]] = {}
+
+
+def _graph_json(stack: str) -> dict[str, Any]:
+    if stack not in _GRAPHS:
+        _GRAPHS[stack] = shared.recorded_graph(stack).to_json()
+    return _GRAPHS[stack]
+
+
+def _config(stack: str) -> Any:
+    from kilonode.config import load_stack
+
+    return load_stack(stack).config
+
+
+def resource(graph: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    """The recorded Kubernetes object of this kind and metadata.name (to plant a break in)."""
+    found = [r for r in graph["resources"] if r["type"].endswith(f":{kind}")
+             and (r["inputs"].get("metadata") or {}).get("name") == name]
+    assert len(found) == 1, f"{len(found)} {kind} named {name}"
+    return found[0]
+
+
+@pytest.fixture(params=shared.SHIPPED_STACKS)
+def shipped(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
