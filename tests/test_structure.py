@@ -171,7 +171,7 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
 # build takes from the binaries file its recipe names (an input of the build, not of the plan),
 # and which the Pulumi program's composition root shows per role.
 BINARY_PINS = "kilonode.catalog.binaries"
-BINARY_PIN_READERS = {"kilonode.image.binaries", "kilonode.image.build", "kilonode.image.gpu",
+BINARY_PIN_READERS = {"kilonode.image.binaries", "kilonode.image.build", "kilonode.image.gpu", "kilonode.image.needs",
                       "kilonode.azure.program"}
 DOWNSTREAM = ("kilonode.render", "kilonode.azure", "kilonode.k8s", "kilonode.image")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -20,6 +20,8 @@ from kilonode.problems import BuildError
 
 BINARIES_FILE = NODE_IMAGE_DIR / "binaries.toml"
 DATA_NAME = "node-image/binaries.toml"  # how messages name the file
+# The lock beside it: the sha256 the first --fetch recorded of each `lock = true` download.
+LOCK_NAME = "binaries.lock.toml"
 FORMAT = 1
 DIGEST_LENGTHS = {"sha256": 64, "sha512": 128}
 Follows = Literal["kubernetes", "kubernetes-minor"]
@@ -78,8 +80,25 @@ class Component:
     activate: tuple[str, str] | None = None
     absent_means: str | None = None  # what the machine runs instead while it is absent
     # Why no digest is pinned (none is published): never downloaded, only taken from
-    # --binaries; None for every pinned component
+    # --binaries, unless `lock`; None for every pinned component
     unpinned: str | None = None
+    # An unpinned download trusted on first use: --fetch downloads it and records its sha256
+    # in the lock file, later builds verify against that entry (LockEntry)
+    lock: bool = False
+    cni_versions: tuple[str, ...] = ()  # the CNI spec versions a CNI plugin component accepts
+    # the oldest Docker Engine API each version talks to (cri-dockerd), version -> "1.26"
+    docker_api: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def required(self) -> bool:
+        """A machine of its role cannot do its job without it (no `absent_means`)."""
+        return self.absent_means is None
+
+    def expanded_files(self, arch: str) -> tuple[FileSpec, ...]:
+        """Its files at its fixed version (an unpinned component's, which no pin resolves)."""
+        return tuple(FileSpec(expand(f.path, str(self.version), arch),
+                              None if f.member is None else expand(f.member, str(self.version), arch))
+                     for f in self.files)
 
     def versions(self, arch: str) -> list[str]:
         return [p.version for p in self.pins if p.arch == arch]
@@ -137,11 +156,65 @@ class Resolved:
 
 
 @dataclass(frozen=True)
+class DebianPath:
+    """A program a Debian package of the recipe puts at `path` (binaries.toml [debian])."""
+
+    path: str
+    packages: tuple[str, ...]  # any of these in the image's package lists brings it
+    source: str
+    units: tuple[str, ...] = ()  # the package's own systemd units
+    essential: bool = False  # Essential: yes, in every Debian root filesystem
+    docker_api: str | None = None  # dockerd: the newest Engine API it serves
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    """What the first --fetch of a `lock = true` component downloaded (binaries.lock.toml)."""
+
+    component: str
+    version: str
+    arch: str
+    url: str
+    sha256: str
+    recorded: str  # when, UTC ISO 8601
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.component, self.version, self.arch)
+
+
+@dataclass(frozen=True)
 class Catalog:
     arch: str
     sources: dict[str, Source]
     roles: dict[str, tuple[str, ...]]
     components: dict[str, Component]
+    debian: dict[str, DebianPath] = field(default_factory=dict)
+    # binaries.lock.toml's entries by (component, version, arch)
+    locked: dict[tuple[str, str, str], LockEntry] = field(default_factory=dict)
+    lock_file: Path | None = None
+
+    def lock_entry(self, component: Component) -> LockEntry | None:
+        return self.locked.get((component.name, str(component.version), self.arch))
+
+    def docker_api_problem(self, kubernetes_version: str, packages: Iterable[str]) -> str | None:
+        """Why the image's cri-dockerd cannot talk to its Docker (None: it can, or no
+        cri-dockerd): the cri-dockerd release's minimum Engine API against the one the
+        Debian docker.io package serves."""
+        cri = self.components.get("cri-dockerd")
+        dockerd = next((d for d in self.debian.values() if d.docker_api), None)
+        if cri is None or dockerd is None or not set(dockerd.packages) & set(packages):
+            return None
+        version = cri.pin_for(kubernetes_version, self.arch).version if cri.pins else str(cri.version)
+        needed = cri.docker_api.get(version)
+        if needed is None:
+            return (f"cri-dockerd {version}: {DATA_NAME} records no minimum Docker API for it "
+                    "([components.cri-dockerd.docker_api]); add it from that release's libdocker/client.go")
+        if version_key(needed) > version_key(dockerd.docker_api or "0"):
+            return (f"cri-dockerd {version} needs Docker Engine API {needed} or later, and the image's Docker "
+                    f"({', '.join(dockerd.packages)}) serves {dockerd.docker_api}: cri-dockerd refuses to start "
+                    "(\"docker API version is older than ...\"), the kubelet has no runtime and the node never "
+                    f"registers; pin a cri-dockerd whose minimum is at most {dockerd.docker_api} in {DATA_NAME}")
+        return None
 
     def role(self, role: str) -> list[Component]:
         if role not in self.roles:
@@ -214,9 +287,39 @@ def load(path: Path = BINARIES_FILE) -> Catalog:
                 problems.append(f"role {role}: no component {name!r}")
     if not roles:
         problems.append("no [roles]")
+    debian = {p: d for p, raw in data.get("debian", {}).items() if (d := _debian(p, raw, problems))}
     if problems:
         raise PinError(f"{path}: " + "; ".join(problems))
-    return Catalog(arch, sources, roles, components)
+    lock_file = path.with_name(LOCK_NAME)
+    return Catalog(arch, sources, roles, components, debian, load_lock(lock_file), lock_file)
+
+
+def _debian(path: str, raw: dict[str, Any], problems: list[str]) -> DebianPath | None:
+    if not path.startswith("/") or not raw.get("packages") or not raw.get("source"):
+        problems.append(f"debian {path}: an absolute path with packages and a source")
+        return None
+    return DebianPath(path, tuple(raw["packages"]), raw["source"], tuple(raw.get("units", ())),
+                      bool(raw.get("essential", False)), raw.get("docker_api"))
+
+
+def load_lock(path: Path) -> dict[tuple[str, str, str], LockEntry]:
+    """binaries.lock.toml's entries (none when the file does not exist yet). Raises PinError."""
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise PinError(f"{path}: {error}") from error
+    entries: dict[tuple[str, str, str], LockEntry] = {}
+    for index, raw in enumerate(data.get("lock", [])):
+        try:
+            entry = LockEntry(raw["component"], raw["version"], raw["arch"], raw["url"], raw["sha256"], raw["recorded"])
+        except (KeyError, TypeError):
+            raise PinError(f"{path}: lock[{index}] needs component, version, arch, url, sha256 and recorded") from None
+        if not re.fullmatch(r"[0-9a-f]{64}", entry.sha256):
+            raise PinError(f"{path}: lock[{index}] ({entry.component}): sha256 must be 64 lowercase hex digits")
+        entries[entry.key()] = entry
+    return entries
 
 
 def _sources(raw: dict[str, Any], problems: list[str]) -> dict[str, Source]:
@@ -269,6 +372,8 @@ def _component(
             seen.add(pin.version)
             pins.append(pin)
     unpinned = raw.get("unpinned")
+    if raw.get("lock") and unpinned is None:
+        problems.append(f"{where}: lock = true is for an unpinned component (no published digest)")
     if unpinned is not None:
         if pins or version is None:
             problems.append(f"{where}: an unpinned component has a fixed version and no pins")
@@ -284,6 +389,7 @@ def _component(
     return Component(
         name, url, tuple(files), tuple(pins), follows, version, raw.get("unit"),
         (activate["path"], activate["text"]) if activate else None, raw.get("absent_means"), unpinned,
+        bool(raw.get("lock", False)), tuple(raw.get("cni_versions", ())), dict(raw.get("docker_api", {})),
     )
 
 

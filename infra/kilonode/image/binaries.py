@@ -18,15 +18,28 @@ import shutil
 import tarfile
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kilonode.catalog.binaries import DIGEST_LENGTHS, Catalog, Component, FileSpec, PinError, Resolved, expand
+from kilonode.catalog.binaries import (
+    DIGEST_LENGTHS,
+    LOCK_NAME,
+    Catalog,
+    Component,
+    FileSpec,
+    LockEntry,
+    PinError,
+    Resolved,
+    expand,
+    load_lock,
+)
 from kilonode.digest import sha256_file
 from kilonode.image.rootfs import BuildError, host_path
 
@@ -66,7 +79,7 @@ def parse_digest(expected: str) -> tuple[str, str]:
 
 def fetch(
     url: str,
-    sha256: str,
+    sha256: str | None,
     dest: Path,
     *,
     timeout: float = SOCKET_TIMEOUT_S,
@@ -80,8 +93,10 @@ def fetch(
     digest matched, so `dest` is never partial and never the wrong file. `timeout` bounds
     each socket operation, `deadline` the whole download. Raises Unreachable (connection,
     HTTP status, timeout) or DigestMismatch, each a one-line message naming the URL.
+    `sha256` None: nothing to verify against yet (the first fetch of a locked component,
+    which records the returned digest).
     """
-    algorithm, expected = parse_digest(sha256)
+    algorithm, expected = parse_digest(sha256) if sha256 else ("sha256", None)
     if urllib.parse.urlsplit(url).scheme not in ("https", "http"):
         raise Unreachable(f"cannot download {url}: only http(s) URLs are fetched")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +121,7 @@ def fetch(
             except (OSError, http.client.HTTPException) as error:  # TimeoutError, resets, truncation
                 raise Unreachable(f"cannot download {url}: {type(error).__name__}: {error}") from error
         actual = wanted.hexdigest()
-        if actual != expected:
+        if expected is not None and actual != expected:
             raise DigestMismatch(f"refused {url}: {algorithm} mismatch: expected {expected}, got {actual}")
         os.replace(tmp, dest)
         return sha.hexdigest()
@@ -210,6 +225,65 @@ class Downloads:
             self.done[item.url] = dest
         return self.done[item.url]
 
+    def get_locked(self, catalog: Catalog, component: Component) -> tuple[Path, str]:
+        """A `lock = true` component's download, verified against its lock entry, or (first
+        fetch) recorded in the lock file. Returns the file and its origin. Raises
+        DigestMismatch naming both digests."""
+        version = str(component.version)
+        url = expand(component.url, version, catalog.arch)
+        dest = self.directory / f"locked-{PurePosixPath(url).name}"
+        entry = catalog.lock_entry(component)
+        lock_file = catalog.lock_file or Path(LOCK_NAME)
+        if entry is not None and entry.url != url:
+            raise DigestMismatch(f"refused {component.name} {version}: {lock_file} locked it from {entry.url}, "
+                                 f"and {url} is what node-image/binaries.toml names now; review the change and "
+                                 "delete the entry to lock the new URL at the next --fetch")
+        try:
+            got = self.fetcher(url, entry.sha256 if entry else None, dest)
+        except DigestMismatch as error:
+            raise DigestMismatch(f"{error} (the sha256 {lock_file} recorded at {entry.recorded if entry else '?'}; "
+                                 "the download changed since it was locked: review it before deleting the "
+                                 "entry)") from error
+        self.done[url] = dest
+        if entry is not None:
+            return dest, f"{url} (sha256 {got} as locked in {lock_file.name})"
+        record_lock(lock_file, LockEntry(component.name, version, catalog.arch, url, got,
+                                         datetime.now(UTC).isoformat(timespec="seconds")))
+        return dest, f"{url} (first fetch: sha256 {got} recorded in {lock_file}; commit it and review it)"
+
+
+def record_lock(path: Path, entry: LockEntry) -> None:
+    """Add `entry` to the lock file (or replace the one of its component, version and arch):
+    sorted, written to a temporary file beside it and renamed into place, so the file is
+    never half written."""
+    entries = load_lock(path) | {entry.key(): entry}
+    header = ""
+    if path.is_file():  # keep the file's own comment block
+        header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    lines = [header + "format = 1\n"]
+    for key in sorted(entries):
+        e = entries[key]
+        lines.append("\n[[lock]]\n" + "".join(
+            f"{name} = {_toml_string(value)}\n" for name, value in (
+                ("component", e.component), ("version", e.version), ("arch", e.arch), ("url", e.url),
+                ("sha256", e.sha256), ("recorded", e.recorded))))
+    text = "".join(lines)
+    tomllib.loads(text)  # what it writes, it can read back
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(name, 0o644)
+        os.replace(name, path)
+    finally:
+        Path(name).unlink(missing_ok=True)
+
+
+def _toml_string(value: str) -> str:
+    # TOML basic strings take JSON's escapes for the characters a URL or version may hold
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
 
 def place_role(
     root: Path,
@@ -227,6 +301,9 @@ def place_role(
     download is recorded as absent."""
     results = []
     for component in catalog.role(role):
+        if component.lock and allow_fetch and not _all_given(component, catalog, local_dir):
+            results.append(_place_locked(root, catalog, component, downloads))
+            continue
         if component.unpinned:
             # never downloaded: only a file the user gives is placed, recorded as given
             item: Resolved | None = None
@@ -262,6 +339,37 @@ def place_role(
     return results
 
 
+def _all_given(component: Component, catalog: Catalog, local_dir: Path | None) -> bool:
+    return local_dir is not None and all(
+        (local_dir / PurePosixPath(f.path).name).is_file() for f in component.expanded_files(catalog.arch))
+
+
+def _place_locked(root: Path, catalog: Catalog, component: Component, downloads: Downloads) -> BinaryResult:
+    """A `lock = true` component under --fetch: downloaded, verified against (or recorded in)
+    the lock file, its files installed."""
+    specs = component.expanded_files(catalog.arch)
+    version = str(component.version)
+    about: dict[str, Any] = {"unit": component.unit, "version": version,
+                             "url": expand(component.url, version, catalog.arch)}
+    try:
+        download, origin = downloads.get_locked(catalog, component)
+    except Unreachable as error:
+        return BinaryResult(component.name, specs[0].path, False, None, f"absent: {error}", **about)
+    files = _install_download(root, list(specs), download)
+    return BinaryResult(component.name, specs[0].path, True, files[specs[0].path], origin, files=files,
+                        pinned=f"sha256:{sha256_file(download)}", pin_source=f"lock {LOCK_NAME}", **about)
+
+
+def _install_download(root: Path, specs: list[FileSpec], download: Path) -> dict[str, str]:
+    """The download itself, or its tarball's members, at their paths in the tree."""
+    if specs[0].member is None:
+        return {specs[0].path: _install(root, specs[0].path, download)}
+    staged = download.parent / f"{download.name}.members"
+    members = {s.member: staged / _member_name(s.member) for s in specs if s.member}
+    extract_members(download, members)
+    return {s.path: _install(root, s.path, members[s.member]) for s in specs if s.member}
+
+
 def _place(
     root: Path,
     component: Component,
@@ -294,13 +402,7 @@ def _place(
             download = downloads.get(item)
         except Unreachable as error:
             return BinaryResult(component.name, first, False, None, f"absent: {error}", **about)
-        if specs[0].member is None:
-            files = {first: _install(root, first, download)}
-        else:
-            staged = download.parent / f"{download.name}.members"
-            members = {s.member: staged / _member_name(s.member) for s in specs if s.member}
-            extract_members(download, members)
-            files = {s.path: _install(root, s.path, members[s.member]) for s in specs if s.member}
+        files = _install_download(root, specs, download)
         return BinaryResult(component.name, first, True, files[first], item.url, files=files, **about)
     given = ", ".join(f"`{n}`" for n in names[:3]) + (f" and {len(names) - 3} more files" if len(names) > 3 else "")
     if item is None:
