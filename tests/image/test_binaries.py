@@ -339,22 +339,31 @@ def test_placed_containerd_is_activated_and_an_absent_one_says_what_runs_instead
 def test_an_unpinned_component_is_never_downloaded_even_with_fetch(tmp_path: Path) -> None:
     calls: list[str] = []
 
-    def fetcher(url: str, expected: str, dest: Path) -> str:
+    def fetcher(url: str, expected: str | None, dest: Path) -> str:
+        calls.append(url)
+        raise Unreachable(f"{url}: offline")
+
+    toolkit = CATALOG.components["nvidia-container-toolkit"]
+    assert toolkit.unpinned and not toolkit.lock  # no digest published, none recorded on first use
+    [absent] = place_role(tmp_path / "r", CATALOG, "gpu", "1.34.2", local_dir=None, allow_fetch=True,
+                          downloads=Downloads(tmp_path / "d", fetcher))
+    assert calls == [] and not absent.present and "not pinned" in absent.origin
+
+
+def test_a_locked_component_given_as_files_is_taken_as_given_even_with_fetch(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def fetcher(url: str, expected: str | None, dest: Path) -> str:
         calls.append(url)
         raise Unreachable(f"{url}: offline")
 
     local = tmp_path / "bin"
     local.mkdir()
     (local / "azure-vnet").write_bytes(b"vnet")
-    results = {r.name: r for r in place_role(tmp_path / "r", CATALOG, "pool-docker", "1.34.2", local_dir=local,
-                                             allow_fetch=True, downloads=Downloads(tmp_path / "d", fetcher))
-               if r.name == "azure-cni"}
-    # the pinned components were tried; the unpinned one never was
-    assert calls and not [url for url in calls if "azure-cni" in url]
-    assert not results["azure-cni"].present  # azure-vnet-ipam was not given
     (local / "azure-vnet-ipam").write_bytes(b"ipam")
-    given = place_role(tmp_path / "r2", CATALOG, "pool-docker", "1.34.2", local_dir=local, allow_fetch=False,
-                       downloads=Downloads(tmp_path / "d"))[-1]
+    given = place_role(tmp_path / "r2", CATALOG, "pool-docker", "1.34.2", local_dir=local, allow_fetch=True,
+                       downloads=Downloads(tmp_path / "d", fetcher))[-1]
+    assert not [url for url in calls if "azure-cni" in url]
     assert given.present and given.origin.endswith("(taken as given: no digest is pinned)")
     assert (tmp_path / "r2/opt/cni/bin/azure-vnet-ipam").read_bytes() == b"ipam"
 
@@ -493,3 +502,60 @@ def test_the_nvidia_container_toolkit_is_unpinned_and_taken_by_its_release_name(
     assert placed.present and placed.path.endswith(f"/{asset}") and "{" not in placed.path
     assert placed.origin.endswith("(taken as given: no digest is pinned)")
     assert (root / placed.path.lstrip("/")).read_bytes() == b"release tarball"
+
+
+def locked_catalog(tmp_path: Path, url: str) -> binaries.Catalog:
+    """The shipped data's pool-docker role with its locked azure-cni served from loopback, and
+    a lock file of its own."""
+    from dataclasses import replace
+
+    azure = CATALOG.components["azure-cni"]
+    assert azure.lock and not azure.pins
+    served = replace(azure, url=azure.url.replace("https://packages.aks.azure.com", url))
+    lock_file = tmp_path / "binaries.lock.toml"
+    return replace(CATALOG, roles={"pool-docker": ("azure-cni",)}, components={"azure-cni": served},
+                   locked=binaries.load_lock(lock_file), lock_file=lock_file)
+
+
+def test_a_locked_download_is_recorded_at_first_fetch_then_verified_and_a_change_refused(
+        server: Served, tmp_path: Path) -> None:
+    url, www, requests = server
+    name = "azure-vnet-cni-linux-amd64-v1.6.21.tgz"
+    (www / "azure-cni" / "v1.6.21" / "binaries").mkdir(parents=True)
+    served = www / "azure-cni" / "v1.6.21" / "binaries" / name
+    first = tarball({"azure-vnet": b"vnet", "azure-vnet-ipam": b"ipam", "10-azure.conflist": b"{}"})
+    served.write_bytes(first)
+
+    def build(catalog: binaries.Catalog, at: str) -> list[Any]:
+        return place_role(tmp_path / at, catalog, "pool-docker", "1.34.2", local_dir=None, allow_fetch=True,
+                          downloads=Downloads(tmp_path / f"downloads-{at}"))
+
+    catalog = locked_catalog(tmp_path, url)
+    [placed] = build(catalog, "one")
+    assert placed.present and "first fetch: sha256" in placed.origin
+    assert (tmp_path / "one/opt/cni/bin/azure-vnet-ipam").read_bytes() == b"ipam"
+    lock = tomllib.loads(catalog.lock_file.read_text())  # type: ignore[union-attr]
+    [entry] = lock["lock"]
+    assert entry["component"] == "azure-cni" and entry["version"] == "1.6.21" and entry["arch"] == "amd64"
+    assert entry["url"] == f"{url}/azure-cni/v1.6.21/binaries/{name}" and entry["sha256"] == sha(first)
+    assert entry["recorded"] and not list(tmp_path.glob(".binaries.lock.toml.*"))
+
+    # a later build verifies against the entry (and leaves the lock as it was)
+    before = catalog.lock_file.read_text()  # type: ignore[union-attr]
+    [again] = build(locked_catalog(tmp_path, url), "two")
+    assert again.present and f"sha256 {sha(first)} as locked" in again.origin
+    assert catalog.lock_file.read_text() == before  # type: ignore[union-attr]
+
+    # the same URL serving something else is refused, naming both digests
+    changed = tarball({"azure-vnet": b"evil", "azure-vnet-ipam": b"ipam"})
+    served.write_bytes(changed)
+    with pytest.raises(DigestMismatch, match=f"expected {sha(first)}, got {sha(changed)}"):
+        build(locked_catalog(tmp_path, url), "three")
+    assert not (tmp_path / "three").exists() and requests.count(f"/azure-cni/v1.6.21/binaries/{name}") == 3
+
+
+def test_without_fetch_a_locked_component_is_absent_saying_how_to_lock_it(tmp_path: Path) -> None:
+    catalog = locked_catalog(tmp_path, "http://127.0.0.1:9")
+    [absent] = place_role(tmp_path / "root", catalog, "pool-docker", "1.34.2", local_dir=None, allow_fetch=False,
+                          downloads=Downloads(tmp_path / "downloads"))
+    assert not absent.present and "locked at the first --fetch" in absent.origin

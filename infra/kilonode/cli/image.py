@@ -94,7 +94,16 @@ def build(
         typer.Option(
             "--fetch",
             help="Download the pool's binaries from their pinned URLs (node-image/binaries.toml); "
-            "a digest mismatch is refused.",
+            "a digest mismatch is refused. A locked component's first download is recorded in "
+            "node-image/binaries.lock.toml (commit it), later ones are verified against it.",
+        ),
+    ] = False,
+    allow_incomplete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-incomplete",
+            help="Build the image even when it lacks a program its units or conflists run, or a required "
+            "binary (it says which); without it such a build is refused.",
         ),
     ] = False,
 ) -> None:
@@ -126,7 +135,8 @@ def build(
         die(str(error), "kilonode image build")
     progress = _Progress(start)
     try:
-        result = build_image(inputs, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch)
+        result = build_image(inputs, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch,
+                             allow_incomplete=allow_incomplete)
     except (BuildError, DiskError) as error:
         progress.close()
         die(str(error), "kilonode image build")

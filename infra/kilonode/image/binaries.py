@@ -213,7 +213,7 @@ class BinaryResult:
 class Downloads:
     """Verified downloads of one build, each fetched once (several components may share one)."""
 
-    def __init__(self, directory: Path, fetcher: Callable[[str, str, Path], str] = fetch) -> None:
+    def __init__(self, directory: Path, fetcher: Callable[[str, str | None, Path], str] = fetch) -> None:
         self.directory = directory
         self.fetcher = fetcher
         self.done: dict[str, Path] = {}

@@ -14,6 +14,7 @@ files come with its own custom data; the image carries what they all run.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import uuid
@@ -28,7 +29,7 @@ from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.digest import sha256_bytes, sha256_file, sha256_text
 from kilonode.image import binaries as pinned
-from kilonode.image import disk, mirror, rootfs
+from kilonode.image import disk, mirror, needs, rootfs
 from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
@@ -166,8 +167,11 @@ def build_image(
     binaries_dir: Path | None = None,
     fetch: bool = False,
     recipe: Recipe | None = None,
+    allow_incomplete: bool = False,
 ) -> BuildResult:
-    """Build the pool's image into `out`. Raises BuildError."""
+    """Build the pool's image into `out`. Raises BuildError, also for an image missing a
+    program its units or conflists run, or a required component (unless `allow_incomplete`:
+    then the progress and the manifest say what is missing)."""
     recipe = recipe or load_recipe()
     stack, pool, files = inputs.stack, inputs.pool, inputs.files
     steps = Steps(progress)
@@ -183,6 +187,9 @@ def build_image(
     try:
         if pool and (refused := accel.unsupported_gpu(recipe, pool)):
             raise rootfs.BuildError(refused)
+        if pool and pool.runtime == "docker" and (refused := pins.load(recipe.binaries_file).docker_api_problem(
+                inputs.plan.kubernetes_version, recipe.package_list(inputs.flavour, extras))):
+            raise rootfs.BuildError(refused)
         base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, inputs.base, progress))
         progress(f"base root filesystem {inputs.base.label}: {'reused from cache' if base.cached else 'built'} "
                  f"({base.key[:12]})")
@@ -192,6 +199,13 @@ def build_image(
             "bake artefacts and preloaded images",
             lambda: _bake(inputs, recipe, tree, work, runtime_config, binaries_dir=binaries_dir, fetch=fetch),
         )
+        missing = incomplete(inputs, recipe, tree, baked)
+        if missing and not allow_incomplete:
+            raise rootfs.BuildError(
+                f"image {name} would miss what its machines run: {'; '.join(missing)}. Build with --fetch "
+                "(pinned and locked downloads) or --binaries DIR, or pass --allow-incomplete to build it anyway")
+        for line in missing:
+            progress(f"incomplete (--allow-incomplete): {line}")
         # deterministic: the same inputs give the same filesystem UUID (and GRUB config)
         root_uuid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{name}:{base.key}:{sha256_text(repr(baked))}"))
 
@@ -365,6 +379,22 @@ def _bake(
         rootfs.put(tree, dropin, text.encode(), 0o644)
         artefacts.append({"path": dropin, "sha256": sha256_text(text), "mode": "0644", "source": "build:gpu"})
     return Baked(artefacts, images, binaries, toolkit_packages, dropin, shipped.get(GPU_HEALTH, []))
+
+
+def incomplete(inputs: ImageInputs, recipe: Recipe, tree: Path, baked: Baked) -> list[str]:
+    """What the image lacks: each required component (binaries.toml: no `absent_means`) not
+    placed, and each program the baked units, drop-ins, conflists, runtime configs and scripts
+    run that is not in the tree (kilonode.image.needs)."""
+    catalog = pins.load(recipe.binaries_file)
+    missing = [f"{b.name} ({b.path}): {b.origin}" for b in baked.binaries
+               if not b.present and catalog.components[b.name].required]
+    files = {path: rendered.content for path, rendered in inputs.files.items() if path != USER_DATA}
+    for need in needs.programs_invoked(files, needs.known_programs(catalog)):
+        if not any(os.path.lexists(rootfs.host_path(tree, p)) for p in need.paths):
+            line = f"{need.path} ({need.why} in {need.file})"
+            if line not in missing and not any(m.endswith(f"({need.path}): ") for m in missing):
+                missing.append(line)
+    return missing
 
 
 def _place_overlays(inputs: ImageInputs, recipe: Recipe, tree: Path) -> list[dict[str, str]]:
