@@ -62,6 +62,9 @@ def test_which_stacks_a_change_touches() -> None:
     stacks, why = affected(["templates/etc/etcd.j2", "README.md"], known)
     assert stacks == ["local", "research-7500"] and "templates/etc/etcd.j2" in why
     assert affected(["docs/review.md", "tests/test_x.py"], known)[0] == []
+    # a lock change (a download recorded or re-recorded) is a toolkit change: every stack's images
+    stacks, why = affected(["node-image/binaries.lock.toml"], known)
+    assert stacks == ["local", "research-7500"] and "node-image/binaries.lock.toml" in why
 
 
 def test_resources_compare_by_type_and_name_and_replace_on_recorded_paths() -> None:

@@ -286,7 +286,7 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
             for image in (pool.boot_images_not_preloaded if pool else ())
         ],
         # node-image/binaries.toml's components for this image: "binaries" are those a
-        # unit runs and is skipped without (kubelet, cri-dockerd; etcd; the control
+        # unit runs and fails to start without (kubelet, cri-dockerd; etcd; the control
         # plane), "other_binaries" the rest (crictl, CNI plugins, containerd, runc).
         "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
         "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
