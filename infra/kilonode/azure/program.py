@@ -135,8 +135,9 @@ def preflight_gate(stack_file: Path, command: Sequence[str] | None = None) -> No
 
 def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarget]:
     """Where cloud-controller-manager acts (its azure.json). Load balancers for Services take
-    their internal frontends from, and open their ports in, the first pool's subnet and NSG:
-    cloud-provider-azure manages one NSG (securityGroupName)."""
+    their internal frontends from the first pool's subnet and open their ports in the pools'
+    NSG: cloud-provider-azure manages one NSG (securityGroupName), and every pool subnet is in
+    that one (kilonode.azure.network says why)."""
     net, identity = cluster.network, cluster.cloud_identity
     first = plan.node_pools[0].name
     return pulumi.Output.all(
