@@ -12,9 +12,11 @@ from kilonode.plan import ClusterPlan
 from tests.azure.conftest import (
     LB,
     NIC,
+    NSG,
     PUBLIC_IP,
     SUBNET,
     covers_port,
+    mock_id,
     nsg_rules_for,
     sources,
     subnets_by_id,
@@ -121,7 +123,9 @@ def ssh_rules(graph: Graph) -> dict[str, list[dict[str, Any]]]:
 
 
 def inside_the_cluster(graph: Graph) -> set[str]:
-    return {str(prefix) for _, prefix in subnets_by_id(graph).values()}
+    """The cluster's subnets, and Azure's load-balancer probe source: the AzureLoadBalancer tag
+    is the host's 168.63.129.16 and "only includes probe traffic" (service-tags-overview.md)."""
+    return {str(prefix) for _, prefix in subnets_by_id(graph).values()} | {"AzureLoadBalancer"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -210,3 +214,28 @@ def test_every_subnet_leaves_only_through_its_nat_gateway_sized_by_the_plan(
         prefix = prefix_by_id[prefix_ref["id"]]
         assert prefix["prefixLength"] == gateway.prefix_length and prefix["sku"]["name"] == "Standard"
     assert graph.count(NAT) == graph.count(PREFIX) == len(plan.network.nat_gateways)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_pool_subnet_is_in_the_one_nsg_the_cloud_provider_opens_service_ports_in(
+    graphs: dict[str, Graph], stack: str
+) -> None:
+    graph = graphs[stack]
+    pool_nsgs = {s.inputs["networkSecurityGroup"]["id"] for s in graph.of_type(SUBNET)
+                 if s.inputs["subnetName"].startswith("pool-")}
+    assert len(pool_nsgs) == 1
+    (nsg_id,) = pool_nsgs
+    nsg = next(n for n in graph.of_type(NSG) if mock_id(n) == nsg_id)
+    # the cloud provider's azure.json (a ConfigMap) names that NSG
+    named = f'"securityGroupName": "{nsg.inputs["networkSecurityGroupName"]}"'
+    assert any(named in str(r.plain()) for r in graph.of_type("kubernetes:core/v1:ConfigMap"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_load_balancer_probes_reach_the_pools_before_the_deny_all(graphs: dict[str, Graph], stack: str) -> None:
+    names = [s.inputs["subnetName"] for s in graphs[stack].of_type(SUBNET)]
+    pools = [name for name in names if name.startswith("pool-")]
+    for subnet in pools:
+        rules = sorted(nsg_rules_for(graphs[stack], subnet), key=lambda r: r["priority"])
+        first = next(r for r in rules if {"AzureLoadBalancer", "*"} & set(sources(r)))
+        assert first["access"] == "Allow" and first["destinationPortRange"] == "*", subnet

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kilonode.azure.graph import Graph
-from kilonode.azure.identity import NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR, assignment_name
+from kilonode.azure.identity import NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR
 from kilonode.catalog.components import components
 from kilonode.plan import ClusterPlan
 
@@ -187,7 +187,14 @@ def test_the_identity_gets_two_roles_on_the_clusters_resource_group_only(graphs:
         assert vmss.plain()["identity"] == {"type": "UserAssigned", "userAssignedIdentities": [identity_id]}
 
 
-def test_role_assignment_names_are_guids_that_never_move() -> None:
-    first, again = assignment_name("c", "network-contributor"), assignment_name("c", "network-contributor")
-    assert first == again and len(first) == 36 and first.count("-") == 4
-    assert assignment_name("c", "vm-contributor") != first != assignment_name("d", "network-contributor")
+def test_role_assignment_names_are_guids_of_scope_principal_and_role() -> None:
+    from kilonode.plan.azure_names import role_assignment_name
+
+    scope, principal, role = "/subscriptions/a/resourceGroups/c", "p-1", "/providers/x/roleDefinitions/r"
+    first = role_assignment_name(scope, principal, role)
+    assert first == role_assignment_name(scope.upper(), principal, role)  # Azure's IDs are case-insensitive
+    assert len(first) == 36 and first.count("-") == 4
+    # another subscription, a replaced identity, another role: each another name
+    others = {role_assignment_name("/subscriptions/b/resourceGroups/c", principal, role),
+              role_assignment_name(scope, "p-2", role), role_assignment_name(scope, principal, role + "2")}
+    assert first not in others and len(others) == 3

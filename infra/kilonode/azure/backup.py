@@ -18,8 +18,6 @@ etcd members with it.
 from __future__ import annotations
 
 import json
-import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,9 +26,9 @@ from pulumi_azure_native import authorization, managedidentity, storage
 
 from kilonode.azure.common import tags
 from kilonode.azure.custom_data import DeliveredFile
-from kilonode.azure.identity import role_definition_id, subscription_of
-from kilonode.digest import sha256_text
+from kilonode.azure.identity import assignment_name, role_definition_id, subscription_of
 from kilonode.plan import defaults
+from kilonode.plan.azure_names import storage_account_name
 
 # Azure built-in role "Storage Blob Data Contributor": read, write and delete blobs and
 # containers (Microsoft's "Azure built-in roles" reference; the same GUID in every tenant).
@@ -40,21 +38,13 @@ STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 # ManagementPolicyArgs.management_policy_name: "It should always be 'default'").
 MANAGEMENT_POLICY_NAME = "default"
 ROLE = "etcd-backup"
+STORAGE_TAG = "etcdbk"  # kilonode.plan.azure_names.STORAGE_TAGS
 
 
 def backup_account_name(cluster: str, subscription: str) -> str:
-    """3-24 lowercase letters and digits, unique across Azure (Azure's naming rules for storage
-    accounts). The cluster's name, readable, then a hash of the subscription and the cluster:
-    the same cluster in the same subscription always gets the same name (a new name would be a
-    new, empty account), while the same cluster name in another subscription does not collide."""
-    readable = re.sub(r"[^a-z0-9]", "", cluster.lower())[:12]
-    digest = sha256_text(f"kilonode:{subscription}:{cluster}:{ROLE}")[:6]
-    return f"{readable}etcdbk{digest}"
-
-
-def assignment_name(cluster: str) -> str:
-    """Role assignment names are GUIDs; derived, so they never move between runs."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{cluster}:{ROLE}:blob-data-contributor"))
+    """Unique across Azure and stable (kilonode.plan.azure_names.storage_account_name): the
+    same name this account has always had, so existing accounts stay where they are."""
+    return storage_account_name(cluster, STORAGE_TAG, subscription)
 
 
 def blob_endpoint(account_name: str) -> str:
@@ -147,17 +137,19 @@ class EtcdBackup(pulumi.ComponentResource):
             tags=resource_tags,
             opts=child,
         )
+        definition = args.resource_group_id.apply(
+            lambda rg_id: role_definition_id(rg_id, STORAGE_BLOB_DATA_CONTRIBUTOR)
+        )
         authorization.RoleAssignment(
             f"{name}-blob-writer",
-            role_assignment_name=assignment_name(args.cluster),
+            role_assignment_name=assignment_name(container.id, identity.principal_id, definition),
             # the container only: not the account, not the resource group
             scope=container.id,
             principal_id=identity.principal_id,
-            # a just-created identity may not have replicated to Entra ID yet (PrincipalNotFound)
+            # a managed identity is a service principal (the SDK's default is "User"), and given,
+            # Azure skips the Entra ID lookup a just-created identity may fail (PrincipalNotFound)
             principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
-            role_definition_id=args.resource_group_id.apply(
-                lambda rg_id: role_definition_id(rg_id, STORAGE_BLOB_DATA_CONTRIBUTOR)
-            ),
+            role_definition_id=definition,
             description=f"kilonode {args.cluster}: etcd members write their snapshots",
             opts=child,
         )

@@ -34,6 +34,8 @@ class ClusterArgs:
     # image name (each pool's, "etcd", "control-plane") -> VHD from the node-image build
     # (node_image.default_vhd for the usual place)
     node_image_vhds: Mapping[str, str]
+    # image name -> node_image.vhd_digest of its VHD: what its upload is keyed by
+    node_image_digests: Mapping[str, str]
     # this stack's fully qualified name (org/project/stack): its last deployed outputs are
     # read back for the restart guard; None skips the guard (nothing deployed to compare)
     own_stack: str | None = None
@@ -112,8 +114,10 @@ class Cluster(pulumi.ComponentResource):
                 cluster=plan.cluster,
                 location=plan.location,
                 resource_group_name=net.resource_group_name,
+                resource_group_id=net.resource_group_id,
                 images=gallery_images(plan),
                 vhds=args.node_image_vhds,
+                vhd_digests=args.node_image_digests,
             ),
             child,
         )

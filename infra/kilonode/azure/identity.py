@@ -15,24 +15,18 @@ resource group that holds the cluster, not the subscription.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 
 import pulumi
 from pulumi_azure_native import authorization, managedidentity
 
 from kilonode.azure.common import tags
+from kilonode.plan.azure_names import role_assignment_name
 
 # Azure built-in role definition IDs (Microsoft's "Azure built-in roles" reference).
 NETWORK_CONTRIBUTOR = "4d97b98b-1d4f-4787-a291-c67834d212e7"
 VIRTUAL_MACHINE_CONTRIBUTOR = "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"
 ROLES = {"network-contributor": NETWORK_CONTRIBUTOR, "vm-contributor": VIRTUAL_MACHINE_CONTRIBUTOR}
-
-
-def assignment_name(cluster: str, role: str) -> str:
-    """Role assignment names are GUIDs. Derived from the cluster and the role, so the name
-    never moves between runs (a random one would replace the assignment on every state loss)."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"kilonode:{cluster}:cloud-provider:{role}"))
 
 
 def subscription_of(resource_id: str) -> str:
@@ -46,6 +40,14 @@ def subscription_of(resource_id: str) -> str:
 def role_definition_id(resource_group_id: str, role_guid: str) -> str:
     subscription = subscription_of(resource_group_id)
     return f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleDefinitions/{role_guid}"
+
+
+def assignment_name(scope: pulumi.Input[str], principal_id: pulumi.Input[str],
+                    role: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The role assignment's GUID from (scope, principal, role definition)
+    (kilonode.plan.azure_names.role_assignment_name says why). All three are Azure's outputs,
+    so the name is computed once they are known: the logical resource names stay as they are."""
+    return pulumi.Output.all(scope, principal_id, role).apply(lambda v: role_assignment_name(v[0], v[1], v[2]))
 
 
 @dataclass(frozen=True)
@@ -74,15 +76,19 @@ class CloudProviderIdentity(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         for role, guid in ROLES.items():
+            definition = args.resource_group_id.apply(lambda rg, guid=guid: role_definition_id(rg, guid))
             authorization.RoleAssignment(
                 f"{name}-{role}",
-                role_assignment_name=assignment_name(args.cluster, role),
+                role_assignment_name=assignment_name(args.resource_group_id, identity.principal_id, definition),
                 scope=args.resource_group_id,
                 principal_id=identity.principal_id,
-                # Without it Azure looks the principal up in Entra ID, and a just-created
-                # identity may not have replicated yet (PrincipalNotFound).
+                # A managed identity is a service principal; the SDK's default is "User"
+                # (pulumi_azure_native/authorization/role_assignment.py: `if principal_type is
+                # None: principal_type = 'User'`). Given, Azure also skips looking the principal
+                # up in Entra ID, where a just-created identity may not have replicated yet
+                # (PrincipalNotFound).
                 principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
-                role_definition_id=args.resource_group_id.apply(lambda rg, guid=guid: role_definition_id(rg, guid)),
+                role_definition_id=definition,
                 description=f"kilonode {args.cluster}: cloud-controller-manager ({role})",
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -8,8 +8,18 @@ default rules allow all traffic from the VirtualNetwork tag (and from peered net
   etcd subnet, SSH only from network.adminCidr.
 - control-plane subnet: 6443 from the VNet, from network.apiserverAllowedCidrs, and from
   Azure's load-balancer probe; SSH only from network.adminCidr.
-- pool subnets: everything from the pool subnets (pod to pod, native pod IPs) and from the
-  control-plane subnet (apiserver to kubelet, webhooks); SSH only from network.adminCidr.
+- pool subnets, all under ONE NSG: everything from the pool subnets (pod to pod, native pod
+  IPs) and from the control-plane subnet (apiserver to kubelet, webhooks); Azure's
+  load-balancer health probes (Services of type LoadBalancer); SSH only from network.adminCidr.
+
+Why one NSG for every pool subnet: cloud-provider-azure opens each LoadBalancer Service's
+ports in exactly one NSG, the `securityGroupName` of its azure.json (v1.34.13
+pkg/provider/azure.go l.438-444: one nsgRepo; pkg/provider/azure_loadbalancer.go
+reconcileSecurityGroup writes every Service's rules there). With an NSG per pool, Services
+would be reachable only on the nodes of the pool whose NSG it was given (rancher/rancher#17181).
+AKS does the same: one NSG on all node pools. Restricting Services to one pool instead would
+leave every other pool's nodes out of every load balancer. The pools' rules were the same
+apart from their destination, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from kilonode.plan.wellknown import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_METRI
 SSH_PORT = 22
 # The lowest priority a custom rule may have; Azure's defaults (65000+) come after it.
 DENY_ALL_PRIORITY = 4096
+# The one NSG of every pool subnet (the module docstring says why one).
+POOLS_NSG = "pools"
 
 
 @dataclass(frozen=True)
@@ -43,7 +55,7 @@ def _is_prefix(source: str) -> bool:
     return True
 
 
-def _allow(name: str, priority: int, sources: list[str], destination: str, port: str,
+def _allow(name: str, priority: int, sources: list[str], destination: str | list[str], port: str,
            protocol: str = "Tcp") -> network.SecurityRuleArgs:
     # Azure takes a service tag only in the singular sourceAddressPrefix: in the plural
     # list it refuses the rule (SecurityRuleParameterContainsUnsupportedValue, "cannot
@@ -61,7 +73,8 @@ def _allow(name: str, priority: int, sources: list[str], destination: str, port:
         source_address_prefix=sources[0] if single else None,
         source_address_prefixes=None if single else sources,
         source_port_range="*",
-        destination_address_prefix=destination,
+        destination_address_prefix=destination if isinstance(destination, str) else None,
+        destination_address_prefixes=destination if isinstance(destination, list) else None,
         destination_port_range=port,
     )
 
@@ -88,7 +101,7 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
     etcd = str(net.etcd_subnet)
     pools = [str(p.subnet) for p in plan.node_pools]
 
-    def ssh(priority: int, destination: str) -> list[network.SecurityRuleArgs]:
+    def ssh(priority: int, destination: str | list[str]) -> list[network.SecurityRuleArgs]:
         return [_allow("allow-ssh-from-admin", priority, admin, destination, str(SSH_PORT))] if admin else []
 
     apiserver_rules = [
@@ -113,15 +126,24 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
             _deny_all(),
         ],
     }
-    for pool in plan.node_pools:
-        pool_prefix = str(pool.subnet)
-        nsg_rules[f"pool-{pool.name}"] = [
-            _allow("allow-all-from-pools", 100, pools, pool_prefix, "*", protocol="*"),
-            _allow("allow-all-from-control-plane", 110, [control], pool_prefix, "*", protocol="*"),
-            *ssh(200, pool_prefix),
-            _deny_all(),
-        ]
+    nsg_rules[POOLS_NSG] = [
+        _allow("allow-all-from-pools", 100, pools, pools, "*", protocol="*"),
+        _allow("allow-all-from-control-plane", 110, [control], pools, "*", protocol="*"),
+        # Load balancers' health probes come from the AzureLoadBalancer tag (168.63.129.16);
+        # Azure's own allow for them (AllowAzureLoadBalancerInBound, 65001) comes after the
+        # deny-all below, which would drop them and take every Service backend out of its
+        # load balancer (network-security-groups-overview.md, "Default security rules";
+        # service-tags-overview.md, AzureLoadBalancer).
+        _allow("allow-load-balancer-probes", 120, ["AzureLoadBalancer"], pools, "*", protocol="*"),
+        *ssh(200, pools),
+        _deny_all(),
+    ]
     return nsg_rules
+
+
+def _nsg_of(subnet_key: str) -> str:
+    """The NSG a subnet is in: its own, or the pools' shared one."""
+    return POOLS_NSG if subnet_key.startswith("pool-") else subnet_key
 
 
 def _subnet_prefixes(plan: ClusterPlan) -> dict[str, str]:
@@ -141,7 +163,7 @@ class Network(pulumi.ComponentResource):
     pool_subnet_ids: dict[str, pulumi.Output[str]]
     nat_gateway_ids: dict[str, pulumi.Output[str]]
     vnet_name: pulumi.Output[str]
-    # Azure names the cloud provider's config needs (azure.json): pool -> subnet, pool -> NSG
+    # Azure names the cloud provider's config needs (azure.json): pool -> subnet, pool -> NSG (one, shared)
     pool_subnet_names: dict[str, pulumi.Output[str]]
     pool_nsg_names: dict[str, pulumi.Output[str]]
 
@@ -232,16 +254,20 @@ class Network(pulumi.ComponentResource):
         location, resource_tags = plan.location, tags(plan.cluster, "network")
         subnets: dict[str, tuple[network.Subnet, network.NetworkSecurityGroup]] = {}
         previous: network.Subnet | None = None
-        for key, prefix in _subnet_prefixes(plan).items():
-            nsg = network.NetworkSecurityGroup(
+        nsgs = {
+            key: network.NetworkSecurityGroup(
                 f"{name}-{key}-nsg",
                 network_security_group_name=f"{name}-{key}-nsg",
                 resource_group_name=rg.name,
-                security_rules=nsg_rules[key],
+                security_rules=rules,
                 opts=child,
                 location=location,
                 tags=resource_tags,
             )
+            for key, rules in nsg_rules.items()
+        }
+        for key, prefix in _subnet_prefixes(plan).items():
+            nsg = nsgs[_nsg_of(key)]
             # Azure runs one subnet operation per VNet at a time; chaining the subnets
             # avoids "AnotherOperationInProgress" failures on the first `pulumi up`.
             subnet = network.Subnet(

@@ -11,6 +11,14 @@ pulumi-azure-native's `storage.Blob` creates block and append blobs only
 (pulumi/pulumi-azure-native#2151). `az storage blob upload --type page` runs as a
 pulumi-command resource, so it is still in the graph (and in `kilonode plan`), ordered
 after the container and before the image version. It needs the `az` CLI, logged in.
+
+The upload is keyed by the VHD's sha256, not its path: a VHD rebuilt under the same path and
+version is uploaded again (replacing the blob; the old one is deleted first, as both have the
+same name). A gallery image version is a copy Azure makes once, at creation: scale sets boot
+the rebuilt disk only under a new version (nodeImage.version).
+
+The storage account's name is global in Azure (kilonode.plan.azure_names.storage_account_name):
+the cluster's name, "img", and a digest of the subscription and the cluster.
 """
 
 from __future__ import annotations
@@ -18,13 +26,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 from pulumi_azure_native import compute, storage
 from pulumi_command import local
 
 from kilonode.azure.common import tags
+from kilonode.azure.identity import subscription_of
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
+from kilonode.digest import sha256_file
+from kilonode.plan.azure_names import storage_account_name
 from kilonode.plan.model import ClusterPlan
 
 # Where `kilonode image build STACK --pool POOL --out build/node-image` writes a pool's disk
@@ -37,9 +49,20 @@ def default_vhd(stack: str, pool: str) -> str:
     return f"{DEFAULT_VHD_DIR}/{stack}-{pool}.vhd"
 
 
-def storage_account_name(component: str) -> str:
-    """Storage account names are 3-24 lowercase letters and digits, unique in Azure."""
-    return re.sub(r"[^a-z0-9]", "", component.lower())[:24]
+STORAGE_TAG = "img"  # kilonode.plan.azure_names.STORAGE_TAGS
+# What the upload is keyed by when the program does not read the VHDs (under the mock engine,
+# so that a plan is the same on every machine) or a VHD is not built yet.
+NOT_READ = "not-read"
+ABSENT = "absent"
+
+
+def vhd_digest(path: str, read: bool = True) -> str:
+    """The VHD's sha256 (the upload's key), or why there is none. Read in pieces: VHDs are
+    gigabytes (seconds per image at each `pulumi up`)."""
+    if not read:
+        return NOT_READ
+    vhd = Path(path)
+    return f"sha256:{sha256_file(vhd)}" if vhd.is_file() else ABSENT
 
 
 def gallery_name(component: str) -> str:
@@ -69,8 +92,10 @@ class NodeImageArgs:
     cluster: str
     location: str
     resource_group_name: pulumi.Input[str]
+    resource_group_id: pulumi.Output[str]  # the subscription comes from it (the account's name)
     images: Sequence[GalleryImageSpec]  # gallery_images(plan)
     vhds: Mapping[str, str]  # image name -> VHD path from the node-image build
+    vhd_digests: Mapping[str, str]  # image name -> vhd_digest(its VHD)
 
 
 @dataclass(frozen=True)
@@ -94,7 +119,7 @@ class NodeImage(pulumi.ComponentResource):
         store = self._storage(name, args)
         self.image_version_ids = {}
         for spec in args.images:
-            upload = self._upload_vhd(name, store, spec, args.vhds[spec.name])
+            upload = self._upload_vhd(name, store, spec, args.vhds[spec.name], args.vhd_digests[spec.name])
             definition = self._image_definition(name, args, store, spec)
             version = self._image_version(name, args, store, spec, definition, upload)
             self.image_version_ids[spec.name] = version.id
@@ -107,7 +132,9 @@ class NodeImage(pulumi.ComponentResource):
 
         account = storage.StorageAccount(
             f"{name}-vhds",
-            account_name=storage_account_name(f"{name}vhds"),
+            account_name=args.resource_group_id.apply(
+                lambda rg_id: storage_account_name(args.cluster, STORAGE_TAG, subscription_of(rg_id))
+            ),
             resource_group_name=rg,
             kind="StorageV2",
             sku=storage.SkuArgs(name="Standard_LRS"),
@@ -136,7 +163,8 @@ class NodeImage(pulumi.ComponentResource):
         )
         return _Storage(account, container, gallery)
 
-    def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, vhd: str) -> local.Command:
+    def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, vhd: str,
+                    digest: str) -> local.Command:
         """The page-blob upload (the module docstring says why a command)."""
         blob_name = _blob_name(spec)
         return local.Command(
@@ -151,9 +179,12 @@ class NodeImage(pulumi.ComponentResource):
             ),
             environment={"ACCOUNT": store.account.name, "CONTAINER": store.container.name, "BLOB": blob_name,
                          "VHD": vhd},
-            # A new VHD comes with a new version (a new blob name): replace, never patch.
-            triggers=[vhd, blob_name],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[store.container]),
+            # Keyed by content (the module docstring): another VHD, or another version's blob,
+            # replaces the upload, never patches it.
+            triggers=[digest, blob_name],
+            # Same content key, same blob name: the old blob goes first, else the replacement's
+            # delete would remove the blob its create just uploaded.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[store.container], delete_before_replace=True),
         )
 
     def _image_definition(self, name: str, args: NodeImageArgs, store: _Storage,

@@ -20,7 +20,7 @@ import pulumi.runtime.settings
 
 from kilonode.azure.cluster import Cluster, ClusterArgs
 from kilonode.azure.identity import subscription_of
-from kilonode.azure.node_image import default_vhd, gallery_images
+from kilonode.azure.node_image import default_vhd, gallery_images, vhd_digest
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.catalog import binaries
 from kilonode.config import stack_from_value
@@ -57,10 +57,13 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
             f"{stack.file}: subnets not recorded in the stack file: {fields}; run `kilonode allocate "
             f"{stack_name}`, commit the file, then `pulumi up` again"
         )
+    vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
     cluster = Cluster(plan.cluster, ClusterArgs(
         plan=plan,
         rendered=render_cluster(plan),
-        node_image_vhds={image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)},
+        node_image_vhds=vhds,
+        # a recorded plan reads no disk images: the same graph on every machine
+        node_image_digests={name: vhd_digest(path, read=not _recorded_by_mocks()) for name, path in vhds.items()},
         own_stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack_name}",
     ))
     # The in-cluster half: on the cluster's own credentials, once the apiserver answers.
@@ -132,8 +135,9 @@ def preflight_gate(stack_file: Path, command: Sequence[str] | None = None) -> No
 
 def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarget]:
     """Where cloud-controller-manager acts (its azure.json). Load balancers for Services take
-    their internal frontends from, and open their ports in, the first pool's subnet and NSG:
-    cloud-provider-azure manages one NSG (securityGroupName)."""
+    their internal frontends from the first pool's subnet and open their ports in the pools'
+    NSG: cloud-provider-azure manages one NSG (securityGroupName), and every pool subnet is in
+    that one (kilonode.azure.network says why)."""
     net, identity = cluster.network, cluster.cloud_identity
     first = plan.node_pools[0].name
     return pulumi.Output.all(

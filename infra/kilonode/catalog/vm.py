@@ -46,6 +46,8 @@ class VmSize(Row):
     # <family>-topo.xml, chosen per size by components/setup_sku_customizations.sh): NCCL
     # cannot discover the virtualised PCIe/NVLink/IB layout of these VMs on its own.
     nccl_topology: str | None = None
+    # the vCPU quota family Azure counts the size against (vm_sizes.yaml's header cites it)
+    quota_family: str | None = None
     source: str = Field(pattern=r"^https://")
 
 

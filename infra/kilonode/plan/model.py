@@ -9,6 +9,8 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from typing import Literal
 
+from pydantic import Field
+
 from kilonode.catalog.limits import limits
 from kilonode.config.model import (
     AuditLogConfig,
@@ -286,6 +288,13 @@ class ComponentsPlan(StrictModel):
     dns_replicas: int  # CoreDNS replicas for the nodes the cluster may reach
 
 
+class VmSizeFacts(StrictModel):
+    """What the quota check needs of a VM size (catalogue; None: the size is not in it)."""
+
+    vcpus: int | None
+    quota_family: str | None  # Azure's vCPU quota family (Compute Usage API name.value)
+
+
 class ClusterPlan(StrictModel):
     cluster: str
     location: str
@@ -308,6 +317,8 @@ class ClusterPlan(StrictModel):
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
     components: ComponentsPlan
+    # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
+    vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
 
     @property
     def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:

@@ -24,6 +24,7 @@ from kilonode.plan.resolve.control_plane import control_plane_plan
 from kilonode.plan.resolve.etcd import etcd_cluster
 from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
 from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
+from kilonode.plan.resolve.quota import vm_size_facts
 from kilonode.problems import PlanError, Problem
 
 __all__ = ["gallery_replicas", "pool_capacity", "resolve"]
@@ -83,4 +84,5 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
             + list(teams.warnings)
         ),
         components=components_plan(config, pools),
+        vm_sizes=vm_size_facts((etcd_main, etcd_events), control_plane, pools),
     )
