@@ -11,11 +11,34 @@ from typing import Literal
 
 from kilonode.catalog.limits import limits
 from kilonode.config.model import (
-    AuditLogConfig,
     LocalDiskConfig,
     StrictModel,
 )
 from kilonode.plan.wellknown import TEAM_LABEL, team_taint
+
+
+class DisksPlan(StrictModel):
+    """A role's disks as the plan decided them (kilonode.plan.resolve.disks): the managed OS disk
+    (`diskSizeGB` of its VMs or scale sets) and the local SSD the VM size brings."""
+
+    os_disk_gib: int
+    os_disk_tier: str  # the Premium SSD tier that size is provisioned as (kilonode.catalog.disks)
+    os_disk_iops: int
+    # the VM size's local SSD (its temp disk, or its NVMe disks together; catalogue), None: the
+    # size is not in the catalogue, or the stack names another device
+    local_disk_gib: int | None
+    reason: str  # why this OS disk size, in one line (kilonode explain)
+
+
+class AuditLogPlan(StrictModel):
+    """The apiserver's audit log: where (on the local SSD, unless the stack says otherwise) and
+    how many files, sized to that disk (kilonode.plan.resolve.disks)."""
+
+    path: str
+    max_age_days: int
+    max_backup: int
+    max_size_mb: int
+    reason: str
 
 
 class EtcdMember(StrictModel):
@@ -41,6 +64,7 @@ class EtcdClusterPlan(StrictModel):
     snapshot_count: int
     vm_size: str
     local_disk: LocalDiskConfig
+    disks: DisksPlan
     data_dir: str
 
 
@@ -61,9 +85,10 @@ class ControlPlanePlan(StrictModel):
     service_cidr: IPv4Network
     kubernetes_service_ip: IPv4Address
     cluster_dns_ip: IPv4Address
-    audit_log: AuditLogConfig
+    audit_log: AuditLogPlan
     vm_size: str
     local_disk: LocalDiskConfig
+    disks: DisksPlan
 
 
 class ScaleSetShard(StrictModel):
@@ -155,6 +180,7 @@ class NodePoolPlan(StrictModel):
     shards: tuple[ScaleSetShard, ...]
     local_disk: LocalDiskConfig
     local_storage: LocalStoragePlan
+    disks: DisksPlan
     runtime_root: str
     max_concurrent_downloads: int
     max_parallel_image_pulls: int

@@ -7,12 +7,53 @@ from __future__ import annotations
 
 from typing import Any
 
+from kilonode.catalog.vm import AZURE_TEMP_DISK
 from kilonode.config.model import LocalDiskConfig
 from kilonode.render.common import GENERATED
 from kilonode.render.files import USER_DATA, HostFiles
 from kilonode.yamlio import block_yaml
 
 LOCAL_SSD_LABEL = "kn-local-ssd"
+# cloud-init's name for Azure's temp disk (DataSourceAzure: disk_aliases ephemeral0 ->
+# /dev/disk/cloud/azure_resource), and its one partition
+EPHEMERAL0 = "ephemeral0"
+AZURE_TEMP_PARTITION = f"{EPHEMERAL0}.1"
+
+
+def _local_disk(disk: LocalDiskConfig) -> dict[str, Any]:
+    """disk_setup/fs_setup/mounts for the local (temp) SSD, formatted once per instance and
+    mounted with nofail so a missing disk leaves the node up for diagnosis rather than stuck in
+    emergency mode; the units that need it fail (AssertPathIsMountPoint) without the mount.
+
+    On Azure, cloud-init's datasource adds its own temp-disk config whenever the disk exists
+    (cloud-init 22.4.2, DataSourceAzure.py BUILTIN_CLOUD_EPHEMERAL_DISK_CONFIG:
+    disk_setup.ephemeral0 {gpt, layout [100], overwrite}, fs_setup ext4 on ephemeral0.1), and
+    cc_mounts adds ephemeral0 -> /mnt unless a mounts entry names the same device (cc_mounts.py
+    handle(), "add them only if no other entry has the same device name"). User-data wins key
+    by key (helpers.py ConfigMerger: user-data before datasource config; dicts merge, lists are
+    kept whole): so the temp disk is named by the same key, ephemeral0, and its partition
+    ephemeral0.1 -- our disk_setup replaces the built-in's, our fs_setup list replaces its list,
+    and our mounts entry for ephemeral0.1 is the same device as the default's, which is then not
+    added. One gpt partition, as the built-in would make, formatted and mounted once.
+    A device the stack names itself (the local verify VM's /dev/vdb under NoCloud, which has
+    no such built-in) is formatted whole, as named."""
+    if disk.device == AZURE_TEMP_DISK:
+        return {
+            "disk_setup": {EPHEMERAL0: {"table_type": "gpt", "layout": [100], "overwrite": True}},
+            "fs_setup": [{"label": LOCAL_SSD_LABEL, "filesystem": disk.filesystem,
+                          "device": AZURE_TEMP_PARTITION, "overwrite": True}],
+            "mounts": [[AZURE_TEMP_PARTITION, disk.mount_point, disk.filesystem, "defaults,nofail", "0", "2"]],
+        }
+    return {
+        "fs_setup": [{
+            "label": LOCAL_SSD_LABEL,
+            "filesystem": disk.filesystem,
+            "device": disk.device,
+            "partition": "none",
+            "overwrite": True,
+        }],
+        "mounts": [[disk.device, disk.mount_point, disk.filesystem, "defaults,nofail", "0", "2"]],
+    }
 
 
 def user_data(
@@ -40,18 +81,16 @@ def user_data(
         runcmd.append(["systemctl", "enable", "--now", *start_units])
     document: dict[str, Any] = {}
     if local_disk_unit is None:
-        disk = local_disk.device
-        # The local (temp) SSD, formatted once per instance and mounted with nofail so a
-        # missing disk leaves the node up for diagnosis rather than stuck in emergency
-        # mode; the units that need it refuse to start without the mount.
-        document["fs_setup"] = [{
-            "label": LOCAL_SSD_LABEL,
-            "filesystem": local_disk.filesystem,
-            "device": disk,
-            "partition": "none",
-            "overwrite": True,
-        }]
-        document["mounts"] = [[disk, local_disk.mount_point, local_disk.filesystem, "defaults,nofail", "0", "2"]]
+        document |= _local_disk(local_disk)
+    else:
+        # The pool's NVMe disks are mounted at the local-disk mount point (below /mnt) by that
+        # unit; Azure's built-in config would mount the size's temp disk over /mnt, hiding it
+        # whenever it mounts later. An entry naming ephemeral0 alone drops that default
+        # (cc_mounts.py at 22.4.2: "an entry ... containing fs_spec ... but no mountpoint (i.e.
+        # [ swap ] ...)"; the default is skipped as "already previously included"). The
+        # built-in still formats the temp disk, which stays unused. Under NoCloud ephemeral0
+        # names no device and the entry is ignored.
+        document["mounts"] = [[EPHEMERAL0]]
     document |= {
         # cc_locale fails on minimal images without `locales`; C.UTF-8 is always there.
         "locale": "C.UTF-8",
