@@ -1,5 +1,6 @@
-"""Disk facts the plan and preflight size against, each with its source: Azure's Premium SSD
-tiers, and the upstream defaults that decide how much of a disk a writer takes."""
+"""Azure's Premium SSD tiers, with their source: what a managed disk of a given size is
+provisioned (and billed) as. Read by the plan, which sizes the OS disks and carries the table
+on for preflight."""
 
 from __future__ import annotations
 
@@ -40,19 +41,3 @@ def premium_ssd_tier(size_gib: float) -> DiskTier:
         if size_gib <= tier.size_gib:
             return tier
     return PREMIUM_SSD_TIERS[-1]
-
-
-# etcd's hardware guide (etcd.io/docs/v3.5/op-guide/hardware/#disks): "Typically 50 sequential
-# IOPS (e.g., a 7200 RPM disk) is required. For heavily loaded clusters, 500 sequential IOPS (e.g.,
-# a typical local SSD or a high performance virtualized block device) is recommended."
-ETCD_HEAVY_LOAD_IOPS = 500
-
-# journald.conf(5), SystemMaxUse=: "defaults to 10% ... of the size of the respective file
-# system, but ... capped to 4G". The images set no journald limit of their own.
-JOURNAL_SHARE = 0.10
-JOURNAL_CAP_GIB = 4.0
-
-# The kubelet's default evictionHard nodefs.available<10% (DefaultEvictionHard,
-# pkg/kubelet/apis/config/v1beta1/defaults_linux.go):
-# below 10% free on the kubelet root's filesystem it evicts pods.
-KUBELET_NODEFS_EVICTION_SHARE = 0.10

@@ -17,6 +17,15 @@ from kilonode.config.model import (
 from kilonode.plan.wellknown import TEAM_LABEL, team_taint
 
 
+class DiskTierPlan(StrictModel):
+    """A Premium SSD tier (kilonode.catalog.disks, Azure's table), carried for preflight."""
+
+    name: str
+    size_gib: int
+    iops: int
+    mbps: int
+
+
 class DisksPlan(StrictModel):
     """A role's disks as the plan decided them (kilonode.plan.resolve.disks): the managed OS disk
     (`diskSizeGB` of its VMs or scale sets) and the local SSD the VM size brings."""
@@ -27,6 +36,10 @@ class DisksPlan(StrictModel):
     # the VM size's local SSD (its temp disk, or its NVMe disks together; catalogue), None: the
     # size is not in the catalogue, or the stack names another device
     local_disk_gib: int | None
+    # cloud-init's name for the local disk when it is Azure's temp disk ("ephemeral0": the Azure
+    # datasource's disk alias), so that the render overrides its built-in disk config by that key;
+    # None: another device, formatted as named
+    local_disk_alias: str | None = None
     reason: str  # why this OS disk size, in one line (kilonode explain)
 
 
@@ -334,6 +347,8 @@ class ClusterPlan(StrictModel):
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
     components: ComponentsPlan
+    # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by
+    disk_tiers: tuple[DiskTierPlan, ...] = ()
 
     @property
     def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilonode.catalog.vm import AZURE_TEMP_DISK
 from kilonode.config.model import LocalDiskConfig
 from kilonode.render.common import GENERATED
 from kilonode.render.files import USER_DATA, HostFiles
 from kilonode.yamlio import block_yaml
 
 LOCAL_SSD_LABEL = "kn-local-ssd"
-# cloud-init's name for Azure's temp disk (DataSourceAzure: disk_aliases ephemeral0 ->
-# /dev/disk/cloud/azure_resource), and its one partition
-EPHEMERAL0 = "ephemeral0"
-AZURE_TEMP_PARTITION = f"{EPHEMERAL0}.1"
 
 
-def _local_disk(disk: LocalDiskConfig) -> dict[str, Any]:
+def _local_disk(disk: LocalDiskConfig, alias: str | None) -> dict[str, Any]:
     """disk_setup/fs_setup/mounts for the local (temp) SSD, formatted once per instance and
     mounted with nofail so a missing disk leaves the node up for diagnosis rather than stuck in
     emergency mode; the units that need it fail (AssertPathIsMountPoint) without the mount.
@@ -37,12 +32,13 @@ def _local_disk(disk: LocalDiskConfig) -> dict[str, Any]:
     added. One gpt partition, as the built-in would make, formatted and mounted once.
     A device the stack names itself (the local verify VM's /dev/vdb under NoCloud, which has
     no such built-in) is formatted whole, as named."""
-    if disk.device == AZURE_TEMP_DISK:
+    if alias:
+        partition = f"{alias}.1"
         return {
-            "disk_setup": {EPHEMERAL0: {"table_type": "gpt", "layout": [100], "overwrite": True}},
+            "disk_setup": {alias: {"table_type": "gpt", "layout": [100], "overwrite": True}},
             "fs_setup": [{"label": LOCAL_SSD_LABEL, "filesystem": disk.filesystem,
-                          "device": AZURE_TEMP_PARTITION, "overwrite": True}],
-            "mounts": [[AZURE_TEMP_PARTITION, disk.mount_point, disk.filesystem, "defaults,nofail", "0", "2"]],
+                          "device": partition, "overwrite": True}],
+            "mounts": [[partition, disk.mount_point, disk.filesystem, "defaults,nofail", "0", "2"]],
         }
     return {
         "fs_setup": [{
@@ -60,15 +56,18 @@ def user_data(
     *,
     role: str,
     local_disk: LocalDiskConfig,
+    local_disk_alias: str | None,
     files: HostFiles,
     restart_units: list[str],
     start_units: list[str],
     apply_sysctls: bool = False,
     local_disk_unit: str | None = None,
 ) -> str:
-    """`local_disk_unit`: the unit that makes and mounts the local disk itself (a pool's
-    NVMe disks, kilonode-local-disk.service); cloud-init then leaves the disks alone and
-    enables that unit (every later boot runs it) before it restarts the runtime."""
+    """`local_disk_alias`: cloud-init's name for the local disk when it is Azure's temp disk
+    (the plan's DisksPlan.local_disk_alias). `local_disk_unit`: the unit that makes and mounts
+    the local disk itself (a pool's NVMe disks, kilonode-local-disk.service); cloud-init then
+    leaves the disks alone and enables that unit (every later boot runs it) before it restarts
+    the runtime."""
     runcmd: list[list[str]] = []
     if apply_sysctls:
         # A sysctl.d file written now is not live yet: systemd-sysctl ran earlier in boot.
@@ -81,8 +80,8 @@ def user_data(
         runcmd.append(["systemctl", "enable", "--now", *start_units])
     document: dict[str, Any] = {}
     if local_disk_unit is None:
-        document |= _local_disk(local_disk)
-    else:
+        document |= _local_disk(local_disk, local_disk_alias)
+    elif local_disk_alias:
         # The pool's NVMe disks are mounted at the local-disk mount point (below /mnt) by that
         # unit; Azure's built-in config would mount the size's temp disk over /mnt, hiding it
         # whenever it mounts later. An entry naming ephemeral0 alone drops that default
@@ -90,7 +89,7 @@ def user_data(
         # [ swap ] ...)"; the default is skipped as "already previously included"). The
         # built-in still formats the temp disk, which stays unused. Under NoCloud ephemeral0
         # names no device and the entry is ignored.
-        document["mounts"] = [[EPHEMERAL0]]
+        document["mounts"] = [[local_disk_alias]]
     document |= {
         # cc_locale fails on minimal images without `locales`; C.UTF-8 is always there.
         "locale": "C.UTF-8",

@@ -254,6 +254,7 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
     files[USER_DATA] = RenderedFile(user_data(
         role=f"apiserver {instance.name} of cluster {plan.cluster}",
         local_disk=plan.control_plane.local_disk,
+        local_disk_alias=plan.control_plane.disks.local_disk_alias,
         files=files,
         restart_units=[],
         start_units=start_units,

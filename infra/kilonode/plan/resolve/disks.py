@@ -6,17 +6,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kilonode.catalog.disks import premium_ssd_tier
+from kilonode.catalog.disks import PREMIUM_SSD_TIERS, premium_ssd_tier
 from kilonode.catalog.vm import AZURE_TEMP_DISK, vm_size
 from kilonode.config.model import ApiserverConfig, LocalDiskConfig
 from kilonode.plan import defaults
-from kilonode.plan.model import AuditLogPlan, DisksPlan, LocalStoragePlan
+from kilonode.plan.model import AuditLogPlan, DisksPlan, DiskTierPlan, LocalStoragePlan
+
+# cloud-init's Azure datasource names the temp disk so (DataSourceAzure.py at 22.4.2,
+# BUILTIN_DS_CONFIG disk_aliases: {"ephemeral0": "/dev/disk/cloud/azure_resource"})
+AZURE_TEMP_DISK_ALIAS = "ephemeral0"
 
 
-def _disks(os_disk_gib: int, local_disk_gib: int | None, why: str) -> DisksPlan:
+def disk_tiers() -> tuple[DiskTierPlan, ...]:
+    return tuple(DiskTierPlan(name=t.name, size_gib=t.size_gib, iops=t.iops, mbps=t.mbps) for t in PREMIUM_SSD_TIERS)
+
+
+def _disks(os_disk_gib: int, local_disk_gib: int | None, why: str, temp_disk: bool) -> DisksPlan:
     tier = premium_ssd_tier(os_disk_gib)
     return DisksPlan(
         os_disk_gib=os_disk_gib, os_disk_tier=tier.name, os_disk_iops=tier.iops, local_disk_gib=local_disk_gib,
+        local_disk_alias=AZURE_TEMP_DISK_ALIAS if temp_disk else None,
         reason=f"{why}; {tier.name}: {tier.size_gib} GiB, {tier.iops:,} IOPS",
     )
 
@@ -32,12 +41,14 @@ def temp_disk_gib(sizes: Iterable[str], disk: LocalDiskConfig) -> int | None:
 
 def etcd_disks(sizes: Iterable[str], disk: LocalDiskConfig) -> DisksPlan:
     return _disks(defaults.ETCD_OS_DISK_GIB, temp_disk_gib(sizes, disk),
-                  "etcd member: the OS and the journal only, its data and snapshots on the local SSD")
+                  "etcd member: the OS and the journal only, its data and snapshots on the local SSD",
+                  disk.device == AZURE_TEMP_DISK)
 
 
 def apiserver_disks(api: ApiserverConfig) -> DisksPlan:
     return _disks(defaults.APISERVER_OS_DISK_GIB, temp_disk_gib([api.vm_size], api.local_disk),
-                  "apiserver: the OS and the journal only, the audit log on the local SSD")
+                  "apiserver: the OS and the journal only, the audit log on the local SSD",
+                  api.local_disk.device == AZURE_TEMP_DISK)
 
 
 def pool_disks(size_name: str, gpus: int, storage: LocalStoragePlan) -> DisksPlan:
@@ -46,10 +57,13 @@ def pool_disks(size_name: str, gpus: int, storage: LocalStoragePlan) -> DisksPla
         local = size.nvme_disks.count * size.nvme_disks.size_gib if size and size.nvme_disks else None
     else:
         local = size.temp_disk_gib if size and storage.device == AZURE_TEMP_DISK else None
+    # an NVMe pool's temp disk is the datasource's too: its default /mnt mount is dropped by name
+    temp = storage.kind != "device" or storage.device == AZURE_TEMP_DISK
     if gpus:
         return _disks(defaults.GPU_POOL_OS_DISK_GIB, local,
-                      "GPU pool: the kubelet root (emptyDirs of training jobs), pod logs and the journal")
-    return _disks(defaults.POOL_OS_DISK_GIB, local, "pool: the kubelet root (emptyDirs), pod logs and the journal")
+                      "GPU pool: the kubelet root (emptyDirs of training jobs), pod logs and the journal", temp)
+    return _disks(defaults.POOL_OS_DISK_GIB, local, "pool: the kubelet root (emptyDirs), pod logs and the journal",
+                  temp)
 
 
 def audit_log_plan(api: ApiserverConfig, disks: DisksPlan) -> AuditLogPlan:

@@ -45,17 +45,9 @@ from functools import cache
 
 import yaml
 
-from kilonode.catalog.disks import (
-    ETCD_HEAVY_LOAD_IOPS,
-    JOURNAL_CAP_GIB,
-    JOURNAL_SHARE,
-    KUBELET_NODEFS_EVICTION_SHARE,
-    PREMIUM_SSD_TIERS,
-    premium_ssd_tier,
-)
 from kilonode.image.recipe import load_recipe
 from kilonode.plan import defaults
-from kilonode.plan.model import ClusterPlan, DisksPlan
+from kilonode.plan.model import ClusterPlan, DisksPlan, DiskTierPlan
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import KUBELET_CONFIG, unit_exec_args
 
@@ -73,6 +65,18 @@ LOCAL_DISK_CONFIG = "etc/kilonode/local-disk.json"
 # the kubelet's default --root-dir and where it has CRI runtimes write pod logs (containerd)
 KUBELET_ROOT = "/var/lib/kubelet"
 POD_LOGS = "/var/log/pods"
+# etcd's hardware guide (etcd.io/docs/v3.5/op-guide/hardware/#disks): "Typically 50 sequential
+# IOPS (e.g., a 7200 RPM disk) is required. For heavily loaded clusters, 500 sequential IOPS (e.g.,
+# a typical local SSD or a high performance virtualized block device) is recommended."
+ETCD_HEAVY_LOAD_IOPS = 500
+# journald.conf(5), SystemMaxUse=: "defaults to 10% ... of the size of the respective file
+# system, but ... capped to 4G". The images set no journald limit of their own.
+JOURNAL_SHARE = 0.10
+JOURNAL_CAP_GIB = 4.0
+# The kubelet's default evictionHard nodefs.available<10% (DefaultEvictionHard,
+# pkg/kubelet/apis/config/v1beta1/defaults_linux.go): below 10% free on the kubelet root's
+# filesystem it evicts pods.
+KUBELET_NODEFS_EVICTION_SHARE = 0.10
 GIB = 1024**3
 MIB = 1024**2
 _UNITS = {"": 1, "k": 1024, "ki": 1024, "m": MIB, "mi": MIB, "g": GIB, "gi": GIB}
@@ -97,6 +101,12 @@ def flags_of(unit: str) -> dict[str, str]:
     return dict(word[2:].partition("=")[::2] for word in unit_exec_args(unit)[1:] if word.startswith("--"))
 
 
+def premium_ssd_tier(tiers: tuple[DiskTierPlan, ...], size_gib: float) -> DiskTierPlan:
+    """The tier a managed disk of `size_gib` is provisioned as (the plan's copy of Azure's table:
+    a size between two tiers performs as the larger)."""
+    return next((t for t in tiers if size_gib <= t.size_gib), tiers[-1])
+
+
 @dataclass(frozen=True)
 class HostDisks:
     host: str
@@ -104,11 +114,15 @@ class HostDisks:
     os_disk_given: bool  # diskSizeGB set; False: the image's size
     mounts: tuple[str, ...]  # local-SSD mount points
     local_gib: int | None
+    tiers: tuple[DiskTierPlan, ...]
+
+    @property
+    def os_tier(self) -> DiskTierPlan:
+        return premium_ssd_tier(self.tiers, self.os_disk_gib)
 
     @property
     def tier(self) -> str:
-        tier = premium_ssd_tier(self.os_disk_gib)
-        return f"{tier.name} ({tier.iops:,} IOPS)"
+        return f"{self.os_tier.name} ({self.os_tier.iops:,} IOPS)"
 
     def on_local(self, path: str) -> str | None:
         """The local-SSD mount point `path` is below, None: the OS disk."""
@@ -170,7 +184,7 @@ def host_disks(inputs: Inputs, host: str) -> HostDisks | None:
         return None  # a role the graph does not create (or the plan does not know): nothing to size
     size = _os_disk_of(machines)
     return HostDisks(host, size if size is not None else image_gib(), size is not None,
-                     _mounts(inputs.host_files(host)), planned.local_disk_gib)
+                     _mounts(inputs.host_files(host)), planned.local_disk_gib, inputs.plan.disk_tiers)
 
 
 def check(inputs: Inputs) -> list[Finding]:
@@ -199,7 +213,7 @@ def _no_disk_size(disks: HostDisks) -> Finding:
         "the kubelet root and pod logs fill it within hours, and sustained writes drop to the tier's base IOPS "
         "once its 30-minute burst credits are spent",
         "set storageProfile.osDisk.diskSizeGB on the role's VMs / scale sets (kilonode.plan.defaults.disks sizes "
-        f"each role; tiers: {', '.join(f'{t.name} {t.size_gib} GiB {t.iops} IOPS' for t in PREMIUM_SSD_TIERS[5:8])})",
+        f"each role; tiers: {', '.join(f'{t.name} {t.size_gib} GiB {t.iops} IOPS' for t in disks.tiers[5:8])})",
     )
 
 
@@ -209,7 +223,7 @@ def _etcd(plan: ClusterPlan, disks: HostDisks, unit: str) -> list[Finding]:
     quota = int(flags.get("quota-backend-bytes", "0"))
     mount = disks.on_local(data_dir)
     if mount is None:
-        iops = premium_ssd_tier(disks.os_disk_gib).iops
+        iops = disks.os_tier.iops
         return [Finding(
             NAME, "break", disks.host,
             f"etcd's data directory {data_dir} is on {disks.os_disk()}, not the local SSD: every write waits for "
