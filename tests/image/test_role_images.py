@@ -4,7 +4,7 @@ etcd` and `--role control-plane`.
 The etcd image is built, read offline, and booted once with an etcd member's own rendered
 user-data (the path Azure's custom data takes): cloud-init must finish without installing
 anything (a control-plane VM never depends on a download at boot), the data disk must be
-mounted where the unit wants it, and etcd.service's start must fail its assertion, because the
+mounted where the unit wants it, and etcd.service must be skipped, not failed, because the
 pinned etcd 3.5 release cannot be downloaded here (the manifest says so). The rendered etcd
 flags themselves run on real etcd in tests/render/test_etcd_real.py.
 """
@@ -128,16 +128,17 @@ def test_an_etcd_member_boots_the_etcd_image_with_nothing_downloaded(
         # the data dir's disk is the local SSD (2,500-node post), mounted where the unit needs it
         mount = plan.etcd_main.local_disk.mount_point
         assert run(f"findmnt -n -o SOURCE {mount}") == "/dev/vdb"
-        # its start job failed on AssertPathExists= (loudly, in the journal), the binary the
-        # image lacks here (built --allow-incomplete); an assertion leaves the unit inactive
+        # skipped, not failed, with the reason systemd gives: the binary the image lacks here
+        # (built --allow-incomplete)
         show = dict(
             line.split("=", 1) for line in run(
-                "systemctl show etcd.service -p ActiveState -p AssertResult -p UnitFileState"
+                "systemctl show etcd.service -p ActiveState -p Result -p ConditionResult -p UnitFileState"
             ).splitlines()
         )
-        assert show == {"ActiveState": "inactive", "AssertResult": "no", "UnitFileState": "enabled"}, show
-        journal = run("journalctl -b --no-pager")
-        assert "Assertion failed for etcd member" in journal
+        assert show == {"ActiveState": "inactive", "Result": "success", "ConditionResult": "no",
+                        "UnitFileState": "enabled"}, show
+        journal = run("journalctl -b -u etcd.service --no-pager")
+        assert "skipped because of an unmet condition check (ConditionPathExists=/usr/local/bin/etcd)" in journal
         assert run("id -u etcd").isdigit()
         rc, _ = vm.run("dpkg-query -W etcd-server")
         assert rc != 0, "etcd-server was installed at boot"

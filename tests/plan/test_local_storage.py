@@ -87,23 +87,30 @@ def test_nvme_pool_renders_the_unit_config_and_leaves_cloud_init_off_the_disks(w
         "label": "kn-local-ssd", "mountPoint": "/mnt/local-ssd", "diskWaitSeconds": 120,
     }
     user_data = yaml.safe_load(files[USER_DATA].content)
-    assert "fs_setup" not in user_data and "mounts" not in user_data
+    # the size's temp disk: cloud-init's default /mnt mount of ephemeral0 dropped (it would
+    # hide /mnt/local-ssd), nothing of ours formatted
+    assert "fs_setup" not in user_data and "disk_setup" not in user_data and user_data["mounts"] == [["ephemeral0"]]
     assert f"/{LOCAL_DISK_CONFIG}" in {f["path"] for f in user_data["write_files"]}
     runcmd = user_data["runcmd"]
     enable = runcmd.index(["systemctl", "enable", "--now", LOCAL_DISK_UNIT])
     assert enable < runcmd.index(["systemctl", "restart", "docker.service"])
     dropin = files["etc/systemd/system/docker.service.d/10-kilonode-local-ssd.conf"].content
-    assert f"After={LOCAL_DISK_UNIT}" in dropin and "ConditionPathIsMountPoint=/mnt/local-ssd" in dropin
+    assert f"After={LOCAL_DISK_UNIT}" in dropin and "AssertPathIsMountPoint=/mnt/local-ssd" in dropin
     assert cloud_init_validator()(user_data) == []
 
 
-def test_temp_disk_pool_renders_as_before(write_stack: StackWriter) -> None:
+def test_temp_disk_pool_overrides_azures_built_in_temp_disk_config(write_stack: StackWriter) -> None:
     plan, pool = pool_plan(write_stack, "Standard_D4ds_v5")
     files = render_cluster(plan)[f"pool-{pool.name}"]
     assert LOCAL_DISK_CONFIG not in files
     user_data = yaml.safe_load(files[USER_DATA].content)
-    assert user_data["fs_setup"][0]["device"] == AZURE_TEMP_DISK
-    assert user_data["mounts"][0][:2] == [AZURE_TEMP_DISK, "/mnt/local-ssd"]
+    assert pool.local_disk.device == AZURE_TEMP_DISK
+    # by cloud-init's own key for the temp disk (DataSourceAzure disk_aliases), so that the
+    # datasource's built-in disk_setup.ephemeral0 and default ephemeral0 -> /mnt are replaced
+    assert user_data["disk_setup"] == {"ephemeral0": {"table_type": "gpt", "layout": [100], "overwrite": True}}
+    assert user_data["fs_setup"][0]["device"] == "ephemeral0.1"
+    assert user_data["mounts"] == [["ephemeral0.1", "/mnt/local-ssd", "ext4", "defaults,nofail", "0", "2"]]
+    assert cloud_init_validator()(user_data) == []
     assert not any(LOCAL_DISK_UNIT in cmd for cmd in user_data["runcmd"])
     assert LOCAL_DISK_UNIT not in files["etc/systemd/system/docker.service.d/10-kilonode-local-ssd.conf"].content
 

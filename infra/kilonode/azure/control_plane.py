@@ -105,7 +105,8 @@ class ControlPlane(pulumi.ComponentResource):
         self.vm_ids = []
         for instance in cp.instances:
             vm = machine(
-                host_spec(name, instance, cp.vm_size, args, "apiserver", backend_pool_ids=[backend_id]),
+                host_spec(name, instance, cp.vm_size, cp.disks.os_disk_gib, args, "apiserver",
+                          backend_pool_ids=[backend_id]),
                 parent=self,
                 nic_depends_on=[lb],
             )

@@ -47,7 +47,7 @@ class EtcdCluster(pulumi.ComponentResource):
         for member in etcd.members:
             vm = machine(
                 host_spec(
-                    name, member, member.vm_size, args, f"etcd-{etcd.role}",
+                    name, member, member.vm_size, etcd.disks.os_disk_gib, args, f"etcd-{etcd.role}",
                     identity_ids=[args.identity_id] if args.identity_id is not None else [],
                     vm_tags=quota_tags(etcd.quota_backend_bytes),
                 ),

@@ -70,8 +70,11 @@ class GpuNodePool(pulumi.ComponentResource):
         }
         storage = compute.VirtualMachineScaleSetStorageProfileArgs(
             image_reference=gallery_image(args.image_version_id),
+            # Sized by the plan per pool kind (kilonode.plan.defaults.disks): the kubelet root,
+            # pod logs and the journal stay here; without diskSizeGB it is the image's 4 GiB (P1).
             os_disk=compute.VirtualMachineScaleSetOSDiskArgs(
                 create_option="FromImage",
+                disk_size_gb=pool.disks.os_disk_gib,
                 caching=compute.CachingTypes.READ_WRITE,
                 managed_disk=compute.VirtualMachineScaleSetManagedDiskParametersArgs(
                     storage_account_type="Premium_LRS"

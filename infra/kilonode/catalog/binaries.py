@@ -74,7 +74,7 @@ class Component:
     pins: tuple[Pin, ...]
     follows: Follows | None = None
     version: str | None = None  # fixed version, when it does not follow Kubernetes
-    unit: str | None = None  # the systemd unit whose start fails (AssertPathExists=) while absent
+    unit: str | None = None  # the systemd unit skipped (ConditionPathExists=) while absent
     # A file written beside the binaries when they are placed, and only then (a systemd
     # drop-in that points a packaged unit at them): (path, text)
     activate: tuple[str, str] | None = None

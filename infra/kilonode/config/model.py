@@ -202,10 +202,11 @@ class EtcdConfig(StrictModel):
 
 
 class AuditLogConfig(StrictModel):
-    path: str = Field(
-        default="/var/log/kubernetes/audit/audit.log",
+    path: str | None = Field(
+        default=None,
         description=(
-            "2,500-node post: audit logs found the slow and excessive queries."
+            "2,500-node post: audit logs found the slow and excessive queries. Default:"
+            " kubernetes/audit/audit.log below the apiserver's localDisk mountPoint (the local SSD, not the OS disk)."
         ),
     )
     max_age_days: int = Field(
@@ -214,7 +215,13 @@ class AuditLogConfig(StrictModel):
             "CIS Kubernetes Benchmark 1.2.17-1.2.19: maxage 30, maxbackup 10, maxsize 100."
         ),
     )
-    max_backup: int = Field(default=10, ge=1, description="CIS Kubernetes Benchmark 1.2.18: rotated audit files kept.")
+    max_backup: int | None = Field(
+        default=None, ge=1,
+        description=(
+            "CIS Kubernetes Benchmark 1.2.18: rotated audit files kept. Default: as many maxSizeMb files as half the"
+            " apiserver's local disk holds, at least 10."
+        ),
+    )
     max_size_mb: int = Field(
         default=100, ge=1,
         description=(

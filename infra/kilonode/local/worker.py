@@ -143,7 +143,8 @@ def probe(worker: WorkerRecord) -> ProcessState:
 def release_units(pool: NodePoolPlan) -> list[str]:
     """The pool's units that run a release binary (node-image/binaries.toml `unit`): kubelet,
     cri-dockerd. None is in a package registry this machine reaches, so the image carries the
-    units but not the binaries, and each fails its start (AssertPathExists=) on the node."""
+    units but not the binaries (built --allow-incomplete), and each is skipped
+    (ConditionPathExists=) on the node."""
     catalog = pins.load(load_recipe().binaries_file)
     roles = pins.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology)
     return list(dict.fromkeys(c.unit for role in roles for c in catalog.role(role) if c.unit))

@@ -13,11 +13,47 @@ from pydantic import Field
 
 from kilonode.catalog.limits import limits
 from kilonode.config.model import (
-    AuditLogConfig,
     LocalDiskConfig,
     StrictModel,
 )
 from kilonode.plan.wellknown import TEAM_LABEL, team_taint
+
+
+class DiskTierPlan(StrictModel):
+    """A Premium SSD tier (kilonode.catalog.disks, Azure's table), carried for preflight."""
+
+    name: str
+    size_gib: int
+    iops: int
+    mbps: int
+
+
+class DisksPlan(StrictModel):
+    """A role's disks as the plan decided them (kilonode.plan.resolve.disks): the managed OS disk
+    (`diskSizeGB` of its VMs or scale sets) and the local SSD the VM size brings."""
+
+    os_disk_gib: int
+    os_disk_tier: str  # the Premium SSD tier that size is provisioned as (kilonode.catalog.disks)
+    os_disk_iops: int
+    # the VM size's local SSD (its temp disk, or its NVMe disks together; catalogue), None: the
+    # size is not in the catalogue, or the stack names another device
+    local_disk_gib: int | None
+    # cloud-init's name for the local disk when it is Azure's temp disk ("ephemeral0": the Azure
+    # datasource's disk alias), so that the render overrides its built-in disk config by that key;
+    # None: another device, formatted as named
+    local_disk_alias: str | None = None
+    reason: str  # why this OS disk size, in one line (kilonode explain)
+
+
+class AuditLogPlan(StrictModel):
+    """The apiserver's audit log: where (on the local SSD, unless the stack says otherwise) and
+    how many files, sized to that disk (kilonode.plan.resolve.disks)."""
+
+    path: str
+    max_age_days: int
+    max_backup: int
+    max_size_mb: int
+    reason: str
 
 
 class EtcdMember(StrictModel):
@@ -43,6 +79,7 @@ class EtcdClusterPlan(StrictModel):
     snapshot_count: int
     vm_size: str
     local_disk: LocalDiskConfig
+    disks: DisksPlan
     data_dir: str
 
 
@@ -63,9 +100,10 @@ class ControlPlanePlan(StrictModel):
     service_cidr: IPv4Network
     kubernetes_service_ip: IPv4Address
     cluster_dns_ip: IPv4Address
-    audit_log: AuditLogConfig
+    audit_log: AuditLogPlan
     vm_size: str
     local_disk: LocalDiskConfig
+    disks: DisksPlan
 
 
 class ScaleSetShard(StrictModel):
@@ -157,6 +195,7 @@ class NodePoolPlan(StrictModel):
     shards: tuple[ScaleSetShard, ...]
     local_disk: LocalDiskConfig
     local_storage: LocalStoragePlan
+    disks: DisksPlan
     runtime_root: str
     max_concurrent_downloads: int
     max_parallel_image_pulls: int
@@ -319,6 +358,8 @@ class ClusterPlan(StrictModel):
     components: ComponentsPlan
     # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
+    # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by
+    disk_tiers: tuple[DiskTierPlan, ...] = ()
 
     @property
     def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:

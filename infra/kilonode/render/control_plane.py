@@ -52,6 +52,7 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         # Field notes: --apiserver-count, today the lease endpoint reconciler.
         ("endpoint-reconciler-type", "lease"),
         # 2,500-node post: audit logs found the slow and excessive queries (CIS 1.2.16-19).
+        # On the local SSD, the files as many as half that disk holds (kilonode.plan.resolve.disks).
         ("audit-log-path", audit.path),
         ("audit-log-maxage", audit.max_age_days),
         ("audit-log-maxbackup", audit.max_backup),
@@ -207,7 +208,8 @@ def gpu_health_controller_unit() -> RenderedFile:
     ))
 
 
-def _unit(component: str, description: str, flags: list[Flag]) -> RenderedFile:
+def _unit(component: str, description: str, flags: list[Flag], mount_point: str | None = None) -> RenderedFile:
+    """`mount_point`: the local-SSD mount the component writes to, required by the unit."""
     binary = f"{BIN}/{component}"
     return RenderedFile(render_template(
         UNIT_TEMPLATE,
@@ -215,13 +217,22 @@ def _unit(component: str, description: str, flags: list[Flag]) -> RenderedFile:
         description=description,
         binary=binary,
         exec_start=systemd_exec(binary, flags),
+        mount_point=mount_point,
     ))
+
+
+def audit_mount(plan: ClusterPlan) -> str | None:
+    """The apiserver's local-SSD mount point when the audit log is below it (the plan's
+    default), else None: a path the stack put elsewhere is its own choice."""
+    mount = plan.control_plane.local_disk.mount_point.rstrip("/")
+    return mount if plan.control_plane.audit_log.path.startswith(mount + "/") else None
 
 
 def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFiles:
     files: HostFiles = {
         "etc/systemd/system/kube-apiserver.service": _unit(
-            "kube-apiserver", f"Kubernetes API server {instance.name}", apiserver_flags(plan, instance)
+            "kube-apiserver", f"Kubernetes API server {instance.name}", apiserver_flags(plan, instance),
+            audit_mount(plan),
         ),
         "etc/systemd/system/kube-scheduler.service": _unit(
             "kube-scheduler", "Kubernetes scheduler (leader-elected)", scheduler_flags()
@@ -243,6 +254,7 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
     files[USER_DATA] = RenderedFile(user_data(
         role=f"apiserver {instance.name} of cluster {plan.cluster}",
         local_disk=plan.control_plane.local_disk,
+        local_disk_alias=plan.control_plane.disks.local_disk_alias,
         files=files,
         restart_units=[],
         start_units=start_units,

@@ -111,6 +111,7 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
     files[USER_DATA] = RenderedFile(user_data(
         role=f"etcd member {member.name} of cluster {plan.cluster}",
         local_disk=cluster.local_disk,
+        local_disk_alias=cluster.disks.local_disk_alias,
         files=files,
         restart_units=[],
         # the etcd image has the binary and the etcd user: nothing is installed at boot

@@ -112,6 +112,7 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
     files[USER_DATA] = RenderedFile(user_data(
         role=f"pool {pool.name} of cluster {plan.cluster}",
         local_disk=pool.local_disk,
+        local_disk_alias=pool.disks.local_disk_alias,
         files=files,
         restart_units=[runtime_unit(pool)],
         start_units=units[1:],

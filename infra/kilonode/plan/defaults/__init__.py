@@ -10,6 +10,7 @@ Outside facts (what Azure, Kubernetes or a project documents) are not here: kilo
 from kilonode.plan.defaults.access import *  # noqa: F403
 from kilonode.plan.defaults.autoscaler import *  # noqa: F403
 from kilonode.plan.defaults.cloud_provider import *  # noqa: F403
+from kilonode.plan.defaults.disks import *  # noqa: F403
 from kilonode.plan.defaults.dns import *  # noqa: F403
 from kilonode.plan.defaults.etcd_snapshot import *  # noqa: F403
 from kilonode.plan.defaults.flowcontrol import *  # noqa: F403

@@ -21,6 +21,7 @@ from kilonode.plan.resolve.budgets import (
 )
 from kilonode.plan.resolve.components import components_plan
 from kilonode.plan.resolve.control_plane import control_plane_plan
+from kilonode.plan.resolve.disks import disk_tiers
 from kilonode.plan.resolve.etcd import etcd_cluster
 from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
 from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
@@ -79,6 +80,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         acknowledge_restart=config.acknowledge_restart,
         teams=teams.teams,
         budgets=tuple(budgets),
+        disk_tiers=disk_tiers(),
         warnings=tuple(
             budget_warnings(budgets) + unrecorded_warnings(subnets.unrecorded) + acknowledged_warnings(config)
             + list(teams.warnings)

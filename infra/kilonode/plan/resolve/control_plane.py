@@ -11,6 +11,7 @@ from kilonode.plan.model import (
     ControlPlanePlan,
     EtcdClusterPlan,
 )
+from kilonode.plan.resolve.disks import apiserver_disks, audit_log_plan
 from kilonode.plan.wellknown import (
     APISERVER_PORT,
 )
@@ -32,6 +33,7 @@ def control_plane_plan(
     )
     lb_ip = subnet.network_address + defaults.LB_FRONTEND_OFFSET
     service_cidr = config.network.service_cidr
+    disks = apiserver_disks(api)
     return ControlPlanePlan(
         instances=instances,
         load_balancer_ip=lb_ip,
@@ -42,7 +44,8 @@ def control_plane_plan(
         service_cidr=service_cidr,
         kubernetes_service_ip=IPv4Address(int(service_cidr.network_address) + 1),
         cluster_dns_ip=IPv4Address(int(service_cidr.network_address) + 10),
-        audit_log=api.audit_log,
+        audit_log=audit_log_plan(api, disks),
         vm_size=api.vm_size,
         local_disk=api.local_disk,
+        disks=disks,
     )

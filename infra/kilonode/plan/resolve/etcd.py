@@ -9,6 +9,7 @@ from kilonode.plan.model import (
     EtcdClusterPlan,
     EtcdMember,
 )
+from kilonode.plan.resolve.disks import etcd_disks
 from kilonode.plan.wellknown import (
     ETCD_CLIENT_PORT,
     ETCD_METRICS_PORT,
@@ -44,6 +45,7 @@ def etcd_cluster(
         snapshot_count=spec.snapshot_count,
         vm_size=spec.vm_size,
         local_disk=spec.local_disk,
+        disks=etcd_disks([spec.vm_size, *spec.vm_size_overrides.values()], spec.local_disk),
         # 2,500-node post: etcd's data dir on the local SSD (~200 us fsync vs ~2 ms).
         data_dir=f"{spec.local_disk.mount_point}/etcd",
     )

@@ -20,6 +20,7 @@ from kilonode.plan.model import (
     SysctlSetting,
 )
 from kilonode.plan.resolve.components import boot_images
+from kilonode.plan.resolve.disks import pool_disks
 from kilonode.plan.wellknown import (
     NCCL_TOPOLOGY_LABEL,
     PRELOAD_DIR,
@@ -155,6 +156,7 @@ def node_pool_plan(
     per_set, shards = _shards(config, pool)
     size = vm_size(pool.vm_size)  # the size's facts the plan carries for the layers downstream
     root_name = "docker" if pool.runtime == "docker" else "containerd"
+    storage = local_storage(pool)
     return NodePoolPlan(
         name=pool.name,
         nodes=pool.nodes,
@@ -173,7 +175,8 @@ def node_pool_plan(
         max_vms_per_scale_set=per_set,
         shards=shards,
         local_disk=pool.local_disk,
-        local_storage=local_storage(pool),
+        local_storage=storage,
+        disks=pool_disks(pool.vm_size, gpus_of(pool.vm_size, pool.gpus_per_node), storage),
         # 2,500-node post: the container runtime's root on the instance's local SSD.
         runtime_root=f"{pool.local_disk.mount_point}/{root_name}",
         max_concurrent_downloads=pool.max_concurrent_downloads,
