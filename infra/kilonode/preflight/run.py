@@ -18,11 +18,11 @@ class Check:
 def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
     # who reaches whom, what runs, what resolves, what schedules, what fits, what Azure takes.
-    from kilonode.preflight.checks import boot_pulls
+    from kilonode.preflight.checks import boot_pulls, pod_dns, scheduling
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (boot_pulls,)
+        for module in (pod_dns, scheduling, boot_pulls)
     )
 
 
