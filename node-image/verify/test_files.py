@@ -32,6 +32,21 @@ def test_kubelet_config_matches_plan(host: testinfra.host.Host, pool: NodePoolPl
     assert config["serializeImagePulls"] is False
 
 
+@pytest.mark.persistent
+def test_the_resolv_conf_pods_get_exists_and_names_no_loopback(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
+    """The file the kubelet gives dnsPolicy Default and hostNetwork pods (resolvConf, the
+    plan's choice): present once the node is up, and no 127.x/::1 nameserver in it, which
+    inside a pod is the pod itself (CoreDNS's `loop` plugin halts it; kilonode.plan.defaults.node)."""
+    config = yaml.safe_load(run_ok(host, "cat /etc/kubernetes/kubelet-config.yaml"))
+    path = config.get("resolvConf", "/etc/resolv.conf")  # the kubelet's default when unset
+    assert path == pool.resolv_conf
+    servers = [line.split()[1] for line in run_ok(host, f"cat {path}").splitlines()
+               if line.startswith("nameserver") and len(line.split()) > 1]
+    assert servers, f"{path} names no nameserver"
+    loopback = [s for s in servers if s.startswith("127.") or s == "::1"]
+    assert not loopback, f"{path} names loopback nameserver(s) {loopback}: a pod would query itself"
+
+
 def test_kubelet_and_runtime_agree_on_cgroup_driver(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
     """Hand-written: a kubelet/runtime cgroup-driver mismatch leaves every pod failing."""
     config = yaml.safe_load(run_ok(host, "cat /etc/kubernetes/kubelet-config.yaml"))

@@ -49,10 +49,11 @@ def test_the_plan_of_research_7500_meets_the_issues_done_when(graph_7500: Graph)
     assert sum(r["parent"] == "research-7500-apiserver" for r in vms) == 5
     assert len(of("azure-native:network:LoadBalancer")) == 1
     sets = of("azure-native:compute:VirtualMachineScaleSet")
-    assert len(sets) >= 75 and sum(s["inputs"]["sku"]["capacity"] for s in sets) == 7500
+    assert len(sets) >= 75 and sum(s["inputs"]["sku"]["capacity"] for s in sets) == 7503  # + 3 system nodes
     for s in sets:
         (nic,) = s["inputs"]["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]
-        assert len(nic["ipConfigurations"]) == 1 + 3  # podsPerNode: 3 in the stack file
+        # podsPerNode in the stack file: 3 on the GPU pools, 16 on the system pool
+        assert len(nic["ipConfigurations"]) == 1 + (16 if "-system-" in s["name"] else 3)
     control = {"10.0.0.0/24", "10.0.1.0/24"}
     for nsg in of("azure-native:network:NetworkSecurityGroup"):
         for rule in nsg["inputs"]["securityRules"]:
@@ -78,7 +79,7 @@ def test_resources_are_listed_depth_first_under_their_parents(graph_7500: Graph)
 def test_plan_text_ends_with_counts_per_type(graph_7500: Graph) -> None:
     text = format_text(graph_7500)
     counts = text.split("Resources per type:\n", 1)[1]
-    assert re.search(r"azure-native:compute:VirtualMachineScaleSet\s+75\n", counts)
+    assert re.search(r"azure-native:compute:VirtualMachineScaleSet\s+78\n", counts)
     assert re.search(rf"total\s+{len(graph_7500.resources)}\n", counts)
 
 
@@ -106,7 +107,7 @@ def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> 
     from kilonode.azure.graph import _unwrap
 
     pinned = _unwrap(graph_7500.outputs)["pinnedBinaries"]
-    assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib"]
+    assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib", "pool-system"]
     assert sorted(pinned["pool-a100-ib"]) == [
         "azure-cni", "cni-plugins", "cri-dockerd", "crictl", "kubelet",
         "nccl-topology-ndv4", "nvidia-container-toolkit",
@@ -122,6 +123,7 @@ def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> 
     azure_cni = pinned["pool-a100-ib"].pop("azure-cni")
     assert azure_cni.get("digest") is None and azure_cni["unpinned"].startswith("no published digest")
     pinned["pool-h100-ib"].pop("azure-cni")
+    assert pinned["pool-system"].pop("azure-cni").get("digest") is None  # the CPU system pool: the same
     assert pinned["pool-a100-ib"]["kubelet"]["version"] == "1.34.2"
     assert pinned["pool-a100-ib"]["kubelet"]["url"] == "https://dl.k8s.io/release/v1.34.2/bin/linux/amd64/kubelet"
     assert pinned["etcd"]["etcd"]["version"] == "3.5.33"

@@ -302,6 +302,8 @@ def test_extras_follow_the_pools_size(plans: dict[str, ClusterPlan]) -> None:
         ("research-2500", "nc-a100"): "containerd+gpu",
         ("research-7500", "a100-ib"): "docker+gpu+infiniband",
         ("research-7500", "h100-ib"): "docker+gpu+infiniband",
+        ("research-2500", "system"): "containerd",
+        ("research-7500", "system"): "docker",
     }
     assert extras_for(0, True) == ("infiniband",)  # an HPC size: InfiniBand, no GPU
     with pytest.raises(ValueError, match="no extras"):

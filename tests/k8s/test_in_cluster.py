@@ -265,7 +265,7 @@ def test_the_readiness_gate_fails_naming_the_endpoint_when_no_apiserver_answers(
     assert list(tmp_path.iterdir()) == []  # nothing left behind (the kubeconfig was a temp file elsewhere)
 
 
-@pytest.mark.parametrize(("stack", "replicas"), [("local", 2), ("research-2500", 10), ("research-7500", 30)])
+@pytest.mark.parametrize(("stack", "replicas"), [("local", 2), ("research-2500", 11), ("research-7500", 31)])
 def test_cluster_dns_answers_at_the_kubelets_cluster_dns_one_replica_per_vm(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str, replicas: int
 ) -> None:

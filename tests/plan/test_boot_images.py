@@ -29,8 +29,9 @@ DEVICE_PLUGIN = components().device_plugin.image("devicePlugin", str(components(
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
-        # every research-7500 pool has GPUs: the device plugin too; a pool autoscales: the autoscaler
-        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, DEVICE_PLUGIN)
+        # the GPU pools: the device plugin too (not the system pool); a pool autoscales: the autoscaler
+        plugin = (DEVICE_PLUGIN,) if pool.gpus_per_node else ()
+        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
     assert AUTOSCALER not in plans["research-2500"].node_pools[0].boot_images_not_preloaded
 

@@ -20,6 +20,8 @@ def plan_of(cluster: dict, write_stack: StackWriter) -> ClusterPlan:
 def test_infiniband_pools_are_sharded_into_scale_sets_of_at_most_100(plans: dict[str, ClusterPlan]) -> None:
     plan = plans["research-7500"]
     for pool in plan.node_pools:
+        if not pool.gpus_per_node:
+            continue  # the system pool
         assert pool.infiniband
         assert all(s.capacity <= 100 and s.single_placement_group for s in pool.shards)
         assert sum(s.capacity for s in pool.shards) == pool.nodes
@@ -27,10 +29,12 @@ def test_infiniband_pools_are_sharded_into_scale_sets_of_at_most_100(plans: dict
 
 
 def test_non_infiniband_pools_use_scale_sets_of_at_most_1000(plans: dict[str, ClusterPlan]) -> None:
-    [pool] = plans["research-2500"].node_pools
+    pool, system = plans["research-2500"].node_pools
     assert not pool.infiniband
     assert [s.capacity for s in pool.shards] == [834, 833, 833]
     assert not any(s.single_placement_group for s in pool.shards)
+    # a system pool: a scale set per zone, so its nodes spread over the zones
+    assert system.system and [(s.capacity, s.zone) for s in system.shards] == [(1, "1"), (1, "2"), (1, "3")]
 
 
 def test_uneven_pool_spreads_the_remainder_over_the_first_shards(write_stack: StackWriter) -> None:
@@ -88,7 +92,7 @@ def test_appending_a_pool_moves_no_existing_address(write_stack: StackWriter) ->
     after = plan_of(cluster, write_stack)
     assert after.network.etcd_subnet == before.network.etcd_subnet
     assert after.control_plane.instances == before.control_plane.instances
-    assert [p.subnet for p in after.node_pools[:2]] == [p.subnet for p in before.node_pools]
+    assert [p.subnet for p in after.node_pools[:3]] == [p.subnet for p in before.node_pools]
 
 
 def test_pool_overflowing_the_vnet_is_refused_with_arithmetic_and_ways_out(write_stack: StackWriter) -> None:
@@ -98,7 +102,7 @@ def test_pool_overflowing_the_vnet_is_refused_with_arithmetic_and_ways_out(write
         plan_of(cluster, write_stack)
     [problem] = caught.value.problems
     text = problem.format(caught.value.file)
-    assert "5000 × (1 + 16) + 2500 × (1 + 3) + 14 = 95014 > 65536" in text
+    assert "5000 × (1 + 16) + 2500 × (1 + 3) + 3 × (1 + 16) + 14 = 95065 > 65536" in text
     assert "lower podsPerNode" in text and "split the nodes over several clusters" in text
     assert problem.line is not None
 
@@ -214,7 +218,7 @@ def test_scale_set_names_must_fit_azure_hostname_prefixes(write_stack: StackWrit
 
 def test_each_nat_gateway_is_sized_for_its_pools_room_at_the_snat_floor(plans: dict[str, ClusterPlan]) -> None:
     gateways = {g.name: g for g in plans["research-7500"].network.nat_gateways}
-    assert sorted(gateways) == ["control-plane", "pool-a100-ib", "pool-h100-ib"]
+    assert sorted(gateways) == ["control-plane", "pool-a100-ib", "pool-h100-ib", "pool-system"]
     # 5,000 x 128 = 640,000 ports: 10 IPs needed, a /28 (16) given; 16 x 64,512 / 5,000 = 206 each
     a100 = gateways["pool-a100-ib"]
     assert (a100.prefix_length, a100.public_ips, a100.ports_per_node) == (28, 16, 206)

@@ -60,7 +60,7 @@ def spec_problems(conflist: dict) -> list[str]:
 
 def test_every_pool_gets_an_azure_cni_conflist_its_plugins_read(plans: dict[str, ClusterPlan]) -> None:
     found = conflists(plans)
-    assert len(found) == 4
+    assert len(found) == 6  # every pool of the shipped stacks, their system pools included
     for where, conflist in found:
         assert spec_problems(conflist) == [], where
         vnet, portmap = conflist["plugins"]

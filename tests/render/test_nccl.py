@@ -54,9 +54,9 @@ def test_the_catalogue_names_exactly_azures_topology_families() -> None:
 
 def test_research_7500_pools_get_their_family_label_and_nccl_conf() -> None:
     plan = plan_stack(load_stack("research-7500"))
-    families = {pool.name: pool.nccl_topology for pool in plan.node_pools}
+    families = {pool.name: pool.nccl_topology for pool in plan.gpu_pools}
     assert families == {"a100-ib": "ndv4", "h100-ib": "ndv5"}
-    for pool in plan.node_pools:
+    for pool in plan.gpu_pools:
         assert pool.labels[NCCL_TOPOLOGY_LABEL] == pool.nccl_topology
         files = render_pool(plan, pool)
         env = nccl_reads(files[NCCL_CONF.lstrip("/")].content)

@@ -45,7 +45,7 @@ def test_research_7500_renders_one_directory_per_host_role(rendered_7500: Path) 
     assert [n for n in names if n.startswith("etcd-events-")] == [f"etcd-events-{i}" for i in range(3)]
     assert [n for n in names if n.startswith("apiserver-")] == [f"apiserver-{i}" for i in range(5)]
     assert [n for n in names if n.startswith("pool-")] == [
-        "pool-a100-ib", "pool-a100-ib.team-language", "pool-a100-ib.team-vision", "pool-h100-ib"]
+        "pool-a100-ib", "pool-a100-ib.team-language", "pool-a100-ib.team-vision", "pool-h100-ib", "pool-system"]
     assert (rendered_7500 / "config.yaml").is_file() and (rendered_7500 / "plan.yaml").is_file()
 
 
@@ -283,10 +283,10 @@ def test_bad_stacks_exit_2_name_file_and_field_and_write_nothing(
 
 def test_validate_and_explain_report_counts_and_budgets() -> None:
     result = runner.invoke(app, ["validate", "research-7500"])
-    assert result.exit_code == 0 and "7,500 nodes" in result.stdout and "75 scale set" in result.stdout
+    assert result.exit_code == 0 and "7,503 nodes" in result.stdout and "78 scale set" in result.stdout
     result = runner.invoke(app, ["explain", "research-7500"])
     assert result.exit_code == 0
-    assert "VNet private IPs" in result.stdout and "35,522" in result.stdout
+    assert "VNet private IPs" in result.stdout and "35,471" in result.stdout
     assert "50 × 100" in result.stdout
 
 

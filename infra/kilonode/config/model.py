@@ -408,6 +408,15 @@ class NodePoolConfig(StrictModel):
             "`key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated."
         ),
     )
+    system: bool = Field(
+        default=False,
+        description=(
+            "A system pool: its nodes register with kilonode.io/system=true, and the cluster's own workloads "
+            "(CoreDNS, cloud-controller-manager, cluster-autoscaler, the gang scheduler, the CSR approver) prefer "
+            "it. A stack whose every pool carries a taint they do not tolerate (a GPU pool's health startup "
+            "taint) needs one, untainted, or DNS and node initialisation wait on the GPU driver path."
+        ),
+    )
 
     autoscaling: PoolAutoscalingConfig | None = Field(
         default=None,

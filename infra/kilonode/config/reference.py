@@ -203,6 +203,11 @@ def starter_stack(cluster: str, stack: str) -> str:
             out += [f"{indent}# {why}", f"{indent}nodePools:", f"{indent}  - name: gpu", f"{indent}    nodes: 2"]
             out += _commented((k for k in keys() if k.path.startswith("nodePools[].")), indent + "    ",
                               skip={"nodePools[].name", "nodePools[].nodes"})
+            # every GPU node registers with the GPU health startup taint: the cluster's own
+            # workloads need an untainted pool (`kilonode validate` refuses a stack without one)
+            out += [f"{indent}  # The system pool: CoreDNS and the controllers run here, not on tainted GPU nodes.",
+                    f"{indent}  - name: system", f"{indent}    nodes: 3", f"{indent}    system: true",
+                    f"{indent}    vmSize: Standard_D4ds_v5", f"{indent}    gpusPerNode: 0"]
         else:
             out += _commented([key], "    " + "  " * key.depth, skip=set(), relative=False)
     return "\n".join(out) + "\n"

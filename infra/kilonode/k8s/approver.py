@@ -92,6 +92,7 @@ class ServingCertApprover(pulumi.ComponentResource):
                     spec=system_pod_spec(
                         "cluster",
                         service_account=account,
+                        system_pool=True,
                         # Nodes run without a serving certificate until this runs: it must
                         # land on any node, tainted GPU nodes included.
                         tolerations=tolerate_every_taint(),

@@ -311,6 +311,7 @@ def _pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.Pod
     return system_pod_spec(
         "cluster",  # upstream's chart: the cluster's own capacity depends on it
         service_account=account,
+        system_pool=True,
         # as cloud-controller-manager: the control-plane VMs run no kubelet, so
         # it runs on pool nodes, on the host network, where the instance
         # metadata service gives the identity's token (upstream's MSI example too)

@@ -163,6 +163,7 @@ def _ccm_pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount, config: co
     return system_pod_spec(
         "node",
         service_account=account,
+        system_pool=True,
         # before any CNI or Service works, and to reach the instance metadata
         # service for the identity's token
         host_network=True,

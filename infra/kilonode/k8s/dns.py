@@ -53,6 +53,7 @@ def _pod_spec(args: ClusterDnsArgs, account: core.v1.ServiceAccount, config: cor
     return system_pod_spec(
         "cluster",
         service_account=account,
+        system_pool=True,
         dns_policy="Default",  # CoreDNS itself resolves through the node
         tolerations=tolerate_critical_addons(),
         # Field notes (2,500 nodes): one replica per VM, never packed.

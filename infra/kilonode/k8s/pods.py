@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pulumi_kubernetes import core
 
+from kilonode.plan.wellknown import SYSTEM_LABEL
+
 # set by the kubelet of a node that waits for the cloud provider to initialise it
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 
@@ -34,6 +36,35 @@ def tolerate_uninitialized_nodes() -> list[core.v1.TolerationArgs]:
     ]
 
 
+# The weight of the system-pool preference: the highest the scheduler takes (1-100), so it
+# outweighs spreading scores; a preference, not a requirement, because a stack may have no
+# system pool (its workloads then run on any node they tolerate) and a workload with more
+# replicas than the system pool has nodes (CoreDNS: one per node) places the rest elsewhere.
+SYSTEM_POOL_WEIGHT = 100
+
+
+def prefer_system_pool(affinity: core.v1.AffinityArgs | None) -> core.v1.AffinityArgs:
+    """`affinity` plus a preferred node affinity for the system pool's nodes
+    (kilonode.io/system=true, NodePoolConfig.system)."""
+    term = core.v1.PreferredSchedulingTermArgs(
+        weight=SYSTEM_POOL_WEIGHT,
+        preference=core.v1.NodeSelectorTermArgs(match_expressions=[
+            core.v1.NodeSelectorRequirementArgs(key=SYSTEM_LABEL, operator="In", values=["true"]),
+        ]),
+    )
+    node = affinity.node_affinity if affinity is not None else None
+    return core.v1.AffinityArgs(
+        node_affinity=core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=(
+                node.required_during_scheduling_ignored_during_execution if node is not None else None),
+            preferred_during_scheduling_ignored_during_execution=[
+                term, *((node.preferred_during_scheduling_ignored_during_execution or []) if node is not None else [])],
+        ),
+        pod_affinity=affinity.pod_affinity if affinity is not None else None,
+        pod_anti_affinity=affinity.pod_anti_affinity if affinity is not None else None,
+    )
+
+
 def system_pod_spec(
     critical: Literal["node", "cluster"],
     *,
@@ -41,15 +72,23 @@ def system_pod_spec(
     # TolerationArgs, or their plain dict form (the device plugin's, shared with its tests)
     tolerations: Sequence[core.v1.TolerationArgs | Mapping[str, str]] | None = None,
     host_network: bool = False,
-    **spec: Any,  # the rest of core.v1.PodSpecArgs: containers, volumes, affinity, ...
+    # a cluster-wide workload (a Deployment): prefer the system pool's nodes
+    system_pool: bool = False,
+    affinity: core.v1.AffinityArgs | Mapping[str, Any] | None = None,
+    **spec: Any,  # the rest of core.v1.PodSpecArgs: containers, volumes, ...
 ) -> core.v1.PodSpecArgs:
     """A kube-system pod's spec at priority class system-<critical>-critical (node: it serves
     its own node; cluster: the cluster depends on it). Unset fields stay unset, as the
     apiserver would default them."""
+    if system_pool:
+        if affinity is not None and not isinstance(affinity, core.v1.AffinityArgs):
+            raise TypeError("system_pool=True needs affinity as core.v1.AffinityArgs")
+        affinity = prefer_system_pool(affinity)
     return core.v1.PodSpecArgs(
         service_account_name=service_account.metadata.name if service_account is not None else None,
         priority_class_name=f"system-{critical}-critical",
         host_network=True if host_network else None,
         tolerations=tolerations,
+        affinity=affinity,
         **spec,
     )

@@ -406,6 +406,7 @@ class GangScheduler(pulumi.ComponentResource):
                     spec=system_pod_spec(
                         "cluster",
                         service_account=account,
+                        system_pool=True,
                         affinity=_anti_affinity(app),
                         containers=[container],
                         volumes=volumes,

@@ -208,6 +208,13 @@ class NodePoolPlan(StrictModel):
     sysctls: tuple[SysctlSetting, ...]
     labels: dict[str, str]
     taints: tuple[str, ...]
+    # a system pool (NodePoolConfig.system): labelled kilonode.io/system=true, preferred by
+    # the cluster's own workloads
+    system: bool = False
+    # the kubelet's resolvConf: the file whose nameservers dnsPolicy Default and hostNetwork
+    # pods get (kilonode.plan.defaults.node), and why
+    resolv_conf: str
+    resolv_conf_reason: str
     autoscaling: AutoscalingPlan | None = None
 
     def registration(self, team: str | None) -> NodePoolPlan:
@@ -382,6 +389,11 @@ class ClusterPlan(StrictModel):
     @property
     def autoscaled_pools(self) -> tuple[NodePoolPlan, ...]:
         return tuple(pool for pool in self.node_pools if pool.autoscaling is not None)
+
+    @property
+    def system_pools(self) -> tuple[NodePoolPlan, ...]:
+        """Pools the stack marks as system pools (NodePoolConfig.system)."""
+        return tuple(pool for pool in self.node_pools if pool.system)
 
     @property
     def gpu_pools(self) -> tuple[NodePoolPlan, ...]:

@@ -75,5 +75,9 @@ TEAM_TAINT_EFFECT = "NoSchedule"
 def team_taint(team: str) -> str:
     return f"{TEAM_LABEL}={team}:{TEAM_TAINT_EFFECT}"
 
+# System pools (NodePoolConfig.system): their nodes register with this label, and the
+# cluster's own workloads prefer nodes that carry it (kilonode.k8s.pods.system_pod_spec).
+SYSTEM_LABEL = "kilonode.io/system"
+
 # The extended resource the NVIDIA device plugin registers for each GPU (kilonode.k8s.gpu).
 GPU_RESOURCE = "nvidia.com/gpu"

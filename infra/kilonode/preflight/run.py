@@ -18,11 +18,11 @@ class Check:
 def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
     # who reaches whom, what runs, what resolves, what schedules, what fits, what Azure takes.
-    from kilonode.preflight.checks import azure_names, binaries, boot_pulls, disks, quota
+    from kilonode.preflight.checks import azure_names, binaries, boot_pulls, disks, pod_dns, quota, scheduling
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (binaries, disks, azure_names, quota, boot_pulls)
+        for module in (binaries, pod_dns, scheduling, disks, azure_names, quota, boot_pulls)
     )
 
 

@@ -183,6 +183,9 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         "containerRuntimeEndpoint": CRI_DOCKERD_SOCKET if pool.runtime == "docker" else CONTAINERD_SOCKET,
         "clusterDomain": "cluster.local",
         "clusterDNS": [str(plan.control_plane.cluster_dns_ip)],
+        # what dnsPolicy Default and hostNetwork pods (CoreDNS's upstreams among them) get:
+        # the plan's choice and its reason (kilonode.plan.defaults.node KUBELET_RESOLV_CONF)
+        "resolvConf": pool.resolv_conf,
         # One pod IP per NIC secondary address, plus the hostNetwork DaemonSet pods, which
         # need none.
         "maxPods": pool.max_pods,

@@ -11,8 +11,9 @@ from kilonode.config.checks import effective_sysctls
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
-from kilonode.plan import capacity
+from kilonode.plan import capacity, defaults
 from kilonode.plan.model import (
+    ClusterPlan,
     LocalStoragePlan,
     NodePoolPlan,
     PreloadImage,
@@ -24,8 +25,9 @@ from kilonode.plan.resolve.disks import pool_disks
 from kilonode.plan.wellknown import (
     NCCL_TOPOLOGY_LABEL,
     PRELOAD_DIR,
+    SYSTEM_LABEL,
 )
-from kilonode.problems import PlanError
+from kilonode.problems import PlanError, Problem
 
 AZURE = limits().azure
 
@@ -53,6 +55,10 @@ def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[Sca
     infiniband = infiniband_of(pool.vm_size, pool.infiniband)
     per_set = (AZURE.vms_per_placement_group if infiniband else AZURE.vms_per_scale_set).value
     count = capacity.shard_count(pool, per_set)
+    if pool.system:
+        # A system pool's nodes in every zone (one scale set per zone, a scale set being in
+        # one zone): losing a zone leaves CoreDNS and the controllers somewhere to run.
+        count = max(count, min(pool.nodes, len(config.zones)))
     base, extra = divmod(pool.nodes, count)
     return per_set, tuple(
         ScaleSetShard(
@@ -140,6 +146,11 @@ def _nccl_label(pool: NodePoolConfig) -> dict[str, str]:
     return {NCCL_TOPOLOGY_LABEL: family} if family else {}
 
 
+def _system_label(pool: NodePoolConfig) -> dict[str, str]:
+    """kilonode.io/system=true on a system pool: what the cluster's own workloads prefer."""
+    return {SYSTEM_LABEL: "true"} if pool.system else {}
+
+
 def _pool_taints(pool: NodePoolConfig) -> tuple[str, ...]:
     """The stack's taints, plus on GPU pools the GPU health startup taint: the kubelet
     registers the node with it (registerWithTaints), so no pod lands before the agent's
@@ -189,8 +200,11 @@ def node_pool_plan(
             if image not in {entry.image for entry in config.boot_image_archives if entry.archive}
         ),
         sysctls=sysctls,
-        labels={"kilonode.io/pool": pool.name, **_nccl_label(pool), **pool.labels},
+        labels={"kilonode.io/pool": pool.name, **_nccl_label(pool), **_system_label(pool), **pool.labels},
         taints=_pool_taints(pool),
+        system=pool.system,
+        resolv_conf=defaults.KUBELET_RESOLV_CONF,
+        resolv_conf_reason=defaults.KUBELET_RESOLV_CONF_REASON,
     )
 
 
@@ -210,3 +224,23 @@ def place_capacity(
     if problems:
         raise PlanError(problems)
     return tuple(placed), placement
+
+
+def system_pool_problems(plan: ClusterPlan) -> list[Problem]:
+    """The cluster's own workloads (CoreDNS, cloud-controller-manager, cluster-autoscaler, the
+    gang scheduler, the CSR approver) need a node at bootstrap whose registration taints they
+    tolerate. They tolerate the bring-up taints (not-ready, uninitialized) and CriticalAddonsOnly
+    at most, and not all of them even that: so a pool with shared (non-team) nodes at bootstrap
+    and no taint of its own. A GPU pool's health startup taint clears only once the GPU path
+    is healthy: DNS and node initialisation would wait on the driver."""
+    for pool in plan.node_pools:
+        shared = sum(s.capacity for s in pool.shards if s.team is None)
+        if shared and not pool.taints:
+            return []
+    tainted = "; ".join(f"{pool.name}: {', '.join(pool.taints) or 'team nodes only'}" for pool in plan.node_pools)
+    return [Problem(("nodePools",), (
+        f"no pool has untainted nodes at bootstrap ({tainted}), so CoreDNS, cloud-controller-manager, "
+        "cluster-autoscaler, the gang scheduler and the CSR approver cannot schedule until a GPU node passes "
+        "its health check (or never); add a small CPU pool with `system: true` (e.g. 3 nodes of "
+        "Standard_D4ds_v5), then `kilonode allocate` to record its subnet"
+    ))]

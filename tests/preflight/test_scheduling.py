@@ -1,0 +1,94 @@
+"""scheduling: every workload placed on the nodes that exist at bootstrap; seeded breaks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kilonode.preflight import Finding, run
+from kilonode.preflight.checks.scheduling import requests_of
+from tests.preflight.conftest import artefacts, inputs_of, resource
+
+KUBELET_CONFIG = "etc/kubernetes/kubelet-config.yaml"
+
+
+def findings(stack: str, **planted: object) -> list[Finding]:
+    return run(inputs_of(stack, **planted), ["scheduling"])  # type: ignore[arg-type]
+
+
+def by_where(found: list[Finding], level: str = "break") -> dict[str, str]:
+    return {f.where: f.what for f in found if f.level == level}
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj["inputs"]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def without_pool(files: dict[str, str], pool: str) -> None:
+    """Drop a pool's render role, as if the stack had no such pool."""
+    for key in [k for k in files if k.startswith(f"pool-{pool}/")]:
+        del files[key]
+
+
+def test_the_shipped_stacks_place_every_workload(shipped: str) -> None:
+    assert by_where(findings(shipped)) == {}
+
+
+def test_coredns_without_tolerations_on_gpu_only_pools_depends_on_the_gpu_driver_path() -> None:
+    files, graph = artefacts("research-7500")
+    without_pool(files, "system")
+    pod_spec(resource(graph, "Deployment", "coredns"))["tolerations"] = []
+    found = by_where(findings("research-7500", files=files, graph=graph))
+    assert "DNS/node initialisation depend on the GPU driver path" in found["Deployment kube-system/coredns"]
+    assert "kilonode.io/gpu-health=pending:NoSchedule" in found["Deployment kube-system/coredns"]
+    # the same for the cloud controller: nodes are never initialised before a GPU passes
+    assert "GPU driver path" in found["Deployment kube-system/cloud-controller-manager"]
+
+
+def test_a_node_selector_no_node_has_leaves_the_pods_pending() -> None:
+    files, graph = artefacts("local")
+    pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))["nodeSelector"] = {"example.com/rack": "r1"}
+    found = by_where(findings("local", files=files, graph=graph))
+    assert "no node admits them" in found["Deployment kube-system/kubelet-csr-approver"]
+    assert "nodeSelector example.com/rack=r1" in found["Deployment kube-system/kubelet-csr-approver"]
+
+
+def test_anti_affinity_replicas_beyond_the_nodes_stay_pending() -> None:
+    files, graph = artefacts("local")
+    resource(graph, "Deployment", "coredns")["inputs"]["spec"]["replicas"] = 3  # local has 2 nodes
+    found = by_where(findings("local", files=files, graph=graph))
+    assert "3 replicas with required pod anti-affinity on kubernetes.io/hostname need 3 nodes; only 2" in \
+        found["Deployment kube-system/coredns"]
+
+
+def test_a_daemonset_kept_off_a_pool_it_must_run_on() -> None:
+    files, graph = artefacts("local")
+    config = yaml.safe_load(files[f"pool-cpu/{KUBELET_CONFIG}"])
+    config["registerWithTaints"] = [{"key": "example.com/dedicated", "value": "x", "effect": "NoSchedule"}]
+    files[f"pool-cpu/{KUBELET_CONFIG}"] = yaml.safe_dump(config)
+    pod_spec(resource(graph, "DaemonSet", "kube-proxy"))["tolerations"] = []
+    found = by_where(findings("local", files=files, graph=graph))
+    assert "example.com/dedicated=x:NoSchedule not tolerated" in found["DaemonSet kube-system/kube-proxy on pool-cpu"]
+
+
+def test_requests_beyond_a_node_and_no_pod_ip_refuse_the_pool() -> None:
+    files, graph = artefacts("local")
+    approver = pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))
+    approver["containers"][0].setdefault("resources", {})["requests"] = {"cpu": "5", "memory": "1Gi"}
+    found = by_where(findings("local", files=files, graph=graph))
+    assert "requests cpu exceed a Standard_D4ds_v5 node's allocatable" in \
+        found["Deployment kube-system/kubelet-csr-approver"]
+
+
+def test_the_device_plugin_off_team_nodes_is_a_warning_naming_issue_23() -> None:
+    warned = by_where(findings("research-7500"), "warn")
+    team = warned["DaemonSet kube-system/nvidia-device-plugin-daemonset on pool-a100-ib.team-language"]
+    assert "issue 23" in team
+
+
+def test_requests_are_summed_as_the_scheduler_does() -> None:
+    spec = {"containers": [{"resources": {"requests": {"cpu": "100m", "memory": "70Mi"}}},
+                           {"resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}}}],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}]}
+    assert requests_of(spec) == {"cpu": 2000, "memory": 70 * 2**20, "nvidia.com/gpu": 8}
