@@ -15,7 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kilonode.azure.mockplan import run_plan
+from kilonode.azure.graph import Graph
 from kilonode.cli import app
 from kilonode.config import load_stack
 from kilonode.plan import ClusterPlan, plan_stack
@@ -98,9 +98,10 @@ def _kubelet_unit_in(custom_data: str) -> str:
     raise AssertionError("no kubelet unit in the custom data")
 
 
-def test_each_scale_set_carries_its_own_teams_registration(write_stack: StackWriter) -> None:
-    """The Azure side: a team's scale sets get the team's custom data, shared ones the pool's."""
-    graph = run_plan(load_stack(str(two_teams(write_stack))))
+def test_each_scale_set_carries_its_own_teams_registration(graphs: dict[str, Graph]) -> None:
+    """The Azure side: a team's scale sets get the team's custom data, shared ones the pool's
+    (research-7500's two teams on a100-ib, as two_teams() places them)."""
+    graph = graphs["research-7500"]
     expected = {**{f"{i:03d}": "language" for i in range(30)}, **{f"{i:03d}": "vision" for i in range(30, 40)}}
     seen: dict[str, str | None] = {}
     for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet"):
