@@ -232,7 +232,7 @@ def _write_files(mime: str) -> dict[str, dict[str, Any]]:
     for part in message.walk():
         payload = part.get_payload(decode=True)
         if payload and payload.startswith(b"#cloud-config") and b"write_files" in payload:
-            files = yaml.safe_load(payload)["write_files"]
+            files = shared.load_yaml(payload)["write_files"]
             if any(f["path"] == wellknown.KUBELET_BOOTSTRAP_KUBECONFIG for f in files):
                 return {f["path"]: f for f in files}
     raise AssertionError("no #cloud-config part with the bootstrap kubeconfig")

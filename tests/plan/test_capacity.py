@@ -22,6 +22,7 @@ from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.problems import StackError
 from kilonode.render import render_cluster
 from kilonode.render.pool import KUBELET_CONFIG
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
 runner = CliRunner()
@@ -91,7 +92,7 @@ def _kubelet_unit_in(custom_data: str) -> str:
     for part in message.walk():
         payload = part.get_payload(decode=True)
         if payload and b"write_files" in payload:
-            document = yaml.safe_load(payload)
+            document = shared.load_yaml(payload)
             for entry in document["write_files"]:
                 if entry["path"] == "/etc/systemd/system/kubelet.service":
                     return str(entry["content"])
