@@ -43,8 +43,10 @@ test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 test-fast: setup ## Run the tests not marked slow (two workers)
 	$(BIN)/python scripts/prepare-test-artefacts
 	# each test file whole on one worker: its module fixtures (graphs of stack variants, renders)
-	# are built once, not once per worker; the shipped stacks' graphs the workers share (tests/shared.py)
-	$(BIN)/pytest -m 'not slow' -n 2 --dist loadfile
+	# are built once, not once per worker; the shipped stacks' graphs the workers share (tests/shared.py).
+	# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (__pycache__/ is ignored): without
+	# it each worker compiles every test module and the package again, about 2.5 s of CPU each
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -m 'not slow' -n 2 --dist loadfile
 
 golden: setup ## Regenerate tests/golden/<stack>/ and docs/stack-reference.md
 	$(BIN)/python -m tests.golden.update

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import copy
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +13,7 @@ import yaml
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from kilonode.image.cache import cache_root
 from kilonode.image.rootfs import NO_MIRROR_ENV
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import ClusterPlan
@@ -26,12 +24,11 @@ from tests.shared import SHIPPED_STACKS
 # schema, the image bases). An image build that would need the mirror fails, naming that.
 os.environ[NO_MIRROR_ENV] = "1"
 
-# Hypothesis keeps no example database, and its other caches go to a temporary directory,
-# not .hypothesis/ in the checkout: the property tests draw afresh each run, bounded by
-# their max_examples.
-_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="kilonode-hypothesis-")
-atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
-set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+# Hypothesis keeps no example database: the property tests draw afresh each run, bounded by
+# their max_examples. What it does keep goes to kilonode's cache, not .hypothesis/ in the
+# checkout: the constants it reads from every module of the project (once per file content,
+# keyed by its hash), which each pytest process would otherwise parse again at collection.
+set_hypothesis_home_dir(cache_root() / "hypothesis")
 settings.register_profile("kilonode", database=None)
 settings.load_profile("kilonode")
 

@@ -4,6 +4,7 @@ modules share kilonode.cli.common instead of importing each other."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -50,7 +51,9 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (shared by the tests: read, never changed)."""
     mods = modules()
     return {name: imports_of(path, set(mods)) for name, path in mods.items()}
 

@@ -29,8 +29,8 @@ def test_every_image_version_comes_from_the_stack_each_on_its_own() -> None:
     assert versions_of(run_program("local", cluster)) == {"cpu": "2.3.4", "etcd": "3.0.1", "control-plane": "4.5.6"}
 
 
-def test_control_plane_vms_boot_their_roles_image_from_the_gallery() -> None:
-    graph = run_program("local", shipped_cluster_value("local"))
+def test_control_plane_vms_boot_their_roles_image_from_the_gallery(graphs: dict[str, Graph]) -> None:
+    graph = graphs["local"]  # the shipped stack's images
     booted = {vm.plain()["vmName"]: vm.plain()["storageProfile"]["imageReference"] for vm in graph.of_type(VM)}
     assert len(booted) == 7  # 3 + 3 etcd members, 1 apiserver
     etcd = f"mock:{VERSION}::local-image-etcd-1.0.0"

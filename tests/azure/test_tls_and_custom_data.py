@@ -6,7 +6,6 @@ import email
 from email.message import Message
 
 import pytest
-import yaml
 
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
@@ -30,7 +29,7 @@ def payload(part: Message) -> str:
 
 
 def files_of(part: Message) -> dict[str, dict[str, object]]:
-    document = yaml.safe_load(payload(part))
+    document = shared.load_yaml(payload(part))
     assert document["merge_how"] == custom_data.MERGE_HOW
     return {f["path"]: f for f in document["write_files"]}
 

@@ -12,13 +12,16 @@ import base64
 import copy
 import errno
 import json
+import os
 import re
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -234,24 +237,42 @@ def test_the_poisoned_path_catches_a_guest_that_imports_kilonode(tmp_path: Path)
 # --- how the figures reach the report ----------------------------------------------------------
 
 
-def junit_with_property(tmp_path: Path, value: str) -> Path:
-    """A JUnit XML written by pytest itself, the way the verify suite records the figures."""
-    (tmp_path / "test_record.py").write_text(textwrap.dedent(f"""
-        def test_record(record_testsuite_property):
-            record_testsuite_property({arp_lesson.PROPERTY!r}, {value!r})
-    """))
-    junit = tmp_path / "junit.xml"
-    subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_record.py"),
-         f"--junitxml={junit}", "-o", "junit_suite_name=first-boot", "-o", "junit_family=xunit2",
-         "--rootdir", str(tmp_path), "-c", str(tmp_path / "none.ini")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
-    )
+JunitWithProperty = Callable[[Path, str], Path]
+
+
+@pytest.fixture(scope="module")
+def junit_with_property(tmp_path_factory: pytest.TempPathFactory) -> JunitWithProperty:
+    """A JUnit XML written by pytest itself, the way the verify suite records the figures: one
+    pytest run per value for the module (each a second), copied into the test's `tmp_path`."""
+    written: dict[str, Path] = {}
+
+    def junit(tmp_path: Path, value: str) -> Path:
+        if value not in written:
+            run = tmp_path_factory.mktemp("junit")
+            (run / "none.ini").write_text("[pytest]\n")
+            (run / "test_record.py").write_text(textwrap.dedent(f"""
+                def test_record(record_testsuite_property):
+                    record_testsuite_property({arp_lesson.PROPERTY!r}, {value!r})
+            """))
+            written[value] = run / "junit.xml"
+            subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(run / "test_record.py"),
+                 f"--junitxml={written[value]}", "-o", "junit_suite_name=first-boot", "-o", "junit_family=xunit2",
+                 "--rootdir", str(run), "-c", str(run / "none.ini")],
+                # JUnit XML is pytest's own: the installed plugins (hypothesis, xdist, ...) need not load
+                cwd=run, capture_output=True, text=True, timeout=120, check=True,
+                env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+            )
+        copy = tmp_path / "junit.xml"
+        shutil.copyfile(written[value], copy)
+        return copy
+
     return junit
 
 
-def test_merge_puts_the_figures_in_the_summary_and_the_printed_lines(tmp_path: Path) -> None:
-    (tmp_path / "none.ini").write_text("[pytest]\n")
+def test_merge_puts_the_figures_in_the_summary_and_the_printed_lines(
+    tmp_path: Path, junit_with_property: JunitWithProperty
+) -> None:
     junit = junit_with_property(tmp_path, json.dumps({**FIGURES, "check_s": 9.5}))
     report = verify.VerifyReport(junit=tmp_path / "merged.xml")
     verify.merge([junit], report.junit, report)
@@ -272,8 +293,9 @@ def test_a_report_without_the_lesson_says_nothing_of_it(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "summary.json").read_text())["arp"] is None
 
 
-def test_unreadable_figures_are_kept_and_named_not_fatal(tmp_path: Path) -> None:
-    (tmp_path / "none.ini").write_text("[pytest]\n")
+def test_unreadable_figures_are_kept_and_named_not_fatal(
+    tmp_path: Path, junit_with_property: JunitWithProperty
+) -> None:
     junit = junit_with_property(tmp_path, "{not json")
     report = verify.VerifyReport(junit=tmp_path / "merged.xml")
     verify.merge([junit], report.junit, report)
@@ -281,10 +303,11 @@ def test_unreadable_figures_are_kept_and_named_not_fatal(tmp_path: Path) -> None
     assert verify.arp_summary_lines(report)[0].startswith("ARP lesson: figures unreadable (KeyError")
 
 
-def test_verify_prints_the_figures_as_progress_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_verify_prints_the_figures_as_progress_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, junit_with_property: JunitWithProperty
+) -> None:
     """The wiring in verify_image: the phase's property becomes printed lines and the summary's
     `arp` (phases stubbed: the real run is tests/image/test_image_vm.py's)."""
-    (tmp_path / "none.ini").write_text("[pytest]\n")
     junit = junit_with_property(tmp_path, json.dumps({**FIGURES, "check_s": 9.5}))
 
     class StubManifest:

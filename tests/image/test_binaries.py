@@ -152,7 +152,7 @@ def test_fetch_gives_up_on_a_server_that_never_answers(tmp_path: Path) -> None:
         listener.listen(1)
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/kubelet"
         with pytest.raises(Unreachable, match=rf"^cannot download {re.escape(url)}: .*timed out"):
-            fetch(url, sha(RIGHT), tmp_path / "kubelet", timeout=0.5)
+            fetch(url, sha(RIGHT), tmp_path / "kubelet", timeout=0.2)
     assert list(tmp_path.iterdir()) == []
 
 

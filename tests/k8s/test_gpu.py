@@ -403,7 +403,7 @@ def written_files(custom_data: str) -> dict[str, dict[str, Any]]:
     for part in email.message_from_string(decode(custom_data)).walk():
         payload = part.get_payload(decode=True)
         if payload and payload.startswith(b"#cloud-config"):
-            files.update({f["path"]: f for f in (yaml.safe_load(payload) or {}).get("write_files", [])})
+            files.update({f["path"]: f for f in (shared.load_yaml(payload) or {}).get("write_files", [])})
     return files
 
 

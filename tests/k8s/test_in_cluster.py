@@ -232,7 +232,7 @@ def _write_files(mime: str) -> dict[str, dict[str, Any]]:
     for part in message.walk():
         payload = part.get_payload(decode=True)
         if payload and payload.startswith(b"#cloud-config") and b"write_files" in payload:
-            files = yaml.safe_load(payload)["write_files"]
+            files = shared.load_yaml(payload)["write_files"]
             if any(f["path"] == wellknown.KUBELET_BOOTSTRAP_KUBECONFIG for f in files):
                 return {f["path"]: f for f in files}
     raise AssertionError("no #cloud-config part with the bootstrap kubeconfig")
@@ -255,14 +255,36 @@ def test_the_readiness_gate_fails_naming_the_endpoint_when_no_apiserver_answers(
         "users": [{"name": "u", "user": {"token": "abcdef.0123456789abcdef"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}], "current-context": "c",
     })
-    env = {"PATH": str(Path(KUBECTL).parent) + ":/usr/bin:/bin", "HOME": str(tmp_path),
+    # The clock is a fake one second further at each read and the pause is written down, not
+    # waited for: the script's own arithmetic still decides when the deadline has passed.
+    shims, home = tmp_path / "bin", tmp_path / "home"
+    shims.mkdir()
+    home.mkdir()
+    (shims / "date").write_text(FAKE_DATE)
+    (shims / "sleep").write_text(FAKE_SLEEP)
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    env = {"PATH": f"{shims}:{Path(KUBECTL).parent}:/usr/bin:/bin", "HOME": str(home),
            "KILONODE_KUBECONFIG": kubeconfig, "KILONODE_ENDPOINT": endpoint, "KILONODE_TIMEOUT_S": "2",
            "KILONODE_INTERVAL_S": "1"}
     result = subprocess.run(["/bin/sh", "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=120,
                             check=False)
     assert result.returncode == 1
     assert result.stderr.strip() == f"kube-apiserver at {endpoint} did not answer /readyz within 2 s"
-    assert list(tmp_path.iterdir()) == []  # nothing left behind (the kubeconfig was a temp file elsewhere)
+    # deadline 1000 + 2; after the first ask the clock reads 1001: a pause; after the second 1002: the end
+    assert (shims / "sleep.log").read_text().split() == ["1"]
+    assert list(home.iterdir()) == []  # nothing left behind (the kubeconfig was a temp file elsewhere)
+
+
+# `date +%s` from 1000 on, one second later at each call; `sleep` that logs its argument
+FAKE_DATE = """#!/bin/sh
+now=$(cat "$0.now" 2>/dev/null || echo 1000)
+echo $((now + 1)) > "$0.now"
+echo "$now"
+"""
+FAKE_SLEEP = """#!/bin/sh
+echo "$1" >> "$0.log"
+"""
 
 
 @pytest.mark.parametrize(("stack", "replicas"), [("local", 2), ("research-2500", 11), ("research-7500", 31)])

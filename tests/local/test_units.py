@@ -174,7 +174,7 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_bounded_wait(tmp_pat
             if "ready" in member.log_file.read_text():
                 break
             subprocess.run(["sleep", "0.1"], check=True)
-        outcome = etcd.stop([[member]], timeout_s=0.5)
+        outcome = etcd.stop([[member]], timeout_s=0.2)
     finally:
         if etcd.alive(pid):
             os.kill(pid, signal.SIGKILL)

@@ -80,7 +80,7 @@ def test_stop_falls_back_to_sigterm_by_pid_when_the_guest_cannot_be_reached(
     try:
         stuck = record(tmp_path, plans["local"], argv, port=free_port())
         stuck.pid_file.write_text(f"{process.pid}\n")
-        outcome = worker.stop(stuck, lambda _: None, poweroff_timeout_s=1)
+        outcome = worker.stop(stuck, lambda _: None, poweroff_timeout_s=0.2)
         assert outcome.startswith(f"stopped by SIGTERM (PID {process.pid})"), outcome
         assert process.wait(timeout=5) == -15 and not stuck.pid_file.exists()
     finally:

@@ -15,13 +15,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kilonode.azure.mockplan import run_plan
+from kilonode.azure.graph import Graph
 from kilonode.cli import app
 from kilonode.config import load_stack
 from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.problems import StackError
 from kilonode.render import render_cluster
 from kilonode.render.pool import KUBELET_CONFIG
+from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
 runner = CliRunner()
@@ -91,16 +92,17 @@ def _kubelet_unit_in(custom_data: str) -> str:
     for part in message.walk():
         payload = part.get_payload(decode=True)
         if payload and b"write_files" in payload:
-            document = yaml.safe_load(payload)
+            document = shared.load_yaml(payload)
             for entry in document["write_files"]:
                 if entry["path"] == "/etc/systemd/system/kubelet.service":
                     return str(entry["content"])
     raise AssertionError("no kubelet unit in the custom data")
 
 
-def test_each_scale_set_carries_its_own_teams_registration(write_stack: StackWriter) -> None:
-    """The Azure side: a team's scale sets get the team's custom data, shared ones the pool's."""
-    graph = run_plan(load_stack(str(two_teams(write_stack))))
+def test_each_scale_set_carries_its_own_teams_registration(graphs: dict[str, Graph]) -> None:
+    """The Azure side: a team's scale sets get the team's custom data, shared ones the pool's
+    (research-7500's two teams on a100-ib, as two_teams() places them)."""
+    graph = graphs["research-7500"]
     expected = {**{f"{i:03d}": "language" for i in range(30)}, **{f"{i:03d}": "vision" for i in range(30, 40)}}
     seen: dict[str, str | None] = {}
     for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet"):

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -327,9 +328,30 @@ def test_without_the_controllers_taint_the_recheck_is_given_up(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder(taint_after=10**6, pods=[[]])
     runner = idle_agent(tmp_path, recorder, monkeypatch)
+    # the 2 s of taintWaitSeconds pass on a fake clock: polled every POLL_S until they are up
+    clock = FakeClock()
+    monkeypatch.setattr(agent, "time", clock)
+    monkeypatch.setattr(agent, "POLL_S", 0.5)
     assert runner.idle_recheck() is False
     assert recorder.sent == [("Unknown", "ActiveCheckRequested")]
     assert runner.state.last_active == 1.0
+    assert (recorder.gets, clock.now) == (4, 2.0)
+
+
+class FakeClock:
+    """The `time` module as the agent reads it, where a sleep moves the monotonic clock on at once."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def time(self) -> float:
+        return time.time()
 
 
 def test_the_first_check_of_a_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kilonode.entry import main
 from kilonode.node.gpu.readings import UnusableInput, read_dir
 from kilonode.node.gpu.rules import evaluate, thresholds, xid_catalog
 from kilonode.node.ship import GPU_HEALTH
@@ -54,8 +55,29 @@ def faults(node: Path, expect_gpus: int | None = 1) -> dict[str, str]:
 
 
 def kilonode(*args: str) -> subprocess.CompletedProcess[str]:
+    """`kilonode gpu-health ARGS` in a process of its own, as on a node."""
     return subprocess.run([sys.executable, "-m", "kilonode.cli", "gpu-health", *args], capture_output=True,
                           text=True, timeout=60, check=False)
+
+
+GpuHealth = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def gpu_health(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> GpuHealth:
+    """`kilonode gpu-health ARGS` run in this process through the console script's entry point
+    (a process per call would start the interpreter and import the package each time; one
+    test runs the real one, `kilonode` above)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = ["kilonode", "gpu-health", *args]
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as done:
+            main()
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, int(done.value.code or 0), captured.out, captured.err)
+
+    return run
 
 
 # --- the recorded outputs ------------------------------------------------------------------
@@ -113,11 +135,11 @@ DERIVED = {
 
 
 @pytest.mark.parametrize("check", sorted(DERIVED))
-def test_each_derived_fault_takes_the_node_out_naming_itself(node: Path, check: str) -> None:
+def test_each_derived_fault_takes_the_node_out_naming_itself(node: Path, check: str, gpu_health: GpuHealth) -> None:
     file, change = DERIVED[check]
     edit(node / file, change)
     assert list(faults(node)) == [check]
-    result = kilonode("--from", str(node), "--expect-gpus", "1", "--dry-run")
+    result = gpu_health("--from", str(node), "--expect-gpus", "1", "--dry-run")
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"FAULT {check}: " in result.stdout
     reason = "".join(part.capitalize() for part in check.split("-"))
@@ -153,7 +175,7 @@ def xid_line(code: int, text: str) -> str:
     return f"[ 7201.554332] NVRM: Xid (PCI:0000:00:06): {code}, pid=4242, name=python3, {text}\n"
 
 
-def test_xid_events_are_classified_by_nvidias_catalogue(node: Path) -> None:
+def test_xid_events_are_classified_by_nvidias_catalogue(node: Path, gpu_health: GpuHealth) -> None:
     catalog = xid_catalog()
     acting = sorted(code for code, row in catalog.items()
                     if row.get("immediate") not in {"RESTART_APP", "IGNORE", "WORKFLOW_XID_45"})
@@ -165,7 +187,7 @@ def test_xid_events_are_classified_by_nvidias_catalogue(node: Path) -> None:
     assert [(f.check, f.taints, f.action) for f in findings] == [("xid", False, "RESTART_APP")]
     log.write_text(log.read_text() + xid_line(79, "GPU has fallen off the bus."))
     assert faults(node) == {"xid": xid_line(79, "GPU has fallen off the bus.").strip()}
-    result = kilonode("--from", str(node))
+    result = gpu_health("--from", str(node))
     assert result.returncode == 1 and "FAULT xid: Xid 79" in result.stdout
     assert f"recorded (no taint): xid: Xid {app[0]}" in result.stdout
 
@@ -201,11 +223,13 @@ def test_the_command_exits_0_when_healthy_and_says_what_it_did_not_check(node: P
     (lambda d: (d / XML).write_text("<html/>"), "not `nvidia-smi -q -x` output"),
     (lambda d: (d / "nvml.json").write_text("{"), "nvml.json: not JSON"),
 ])
-def test_unusable_input_exits_2_naming_the_file(node: Path, damage: Callable[[Path], None], message: str) -> None:
+def test_unusable_input_exits_2_naming_the_file(
+    node: Path, damage: Callable[[Path], None], message: str, gpu_health: GpuHealth
+) -> None:
     damage(node)
     with pytest.raises(UnusableInput, match=re.escape(message)):
         read_dir(node)
-    result = kilonode("--from", str(node))
+    result = gpu_health("--from", str(node))
     assert result.returncode == 2 and message in " ".join(result.stderr.split())
 
 
