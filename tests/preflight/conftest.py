@@ -4,6 +4,7 @@ copies of them with one break planted."""
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import pytest
@@ -17,16 +18,19 @@ from tests import shared
 def artefacts(stack: str) -> tuple[dict[str, str], dict[str, Any]]:
     """A shipped stack's render ("<host>/<path>" -> text) and recorded graph (JSON form), as
     copies a test may plant a break in."""
-    loaded = shared.plan(stack)
-    files = {path: f.content for path, f in render_tree(_config(stack), loaded).items()}
-    return files, copy.deepcopy(_graph_json(stack))
+    return dict(_files(stack)), copy.deepcopy(_graph_json(stack))
 
 
 def inputs_of(stack: str, files: dict[str, str] | None = None, graph: dict[str, Any] | None = None) -> Inputs:
-    """Preflight's inputs for a shipped stack, with `files`/`graph` in place of its own when given."""
-    own_files, own_graph = artefacts(stack)
-    return from_parts(shared.plan(stack), files if files is not None else own_files,
-                      graph if graph is not None else own_graph, source=stack)
+    """Preflight's inputs for a shipped stack, with `files`/`graph` in place of its own when given
+    (the stack's own are shared, read-only: the checks read their inputs and change nothing)."""
+    return from_parts(shared.plan(stack), files if files is not None else _files(stack),
+                      graph if graph is not None else _graph_json(stack), source=stack)
+
+
+@functools.cache
+def _files(stack: str) -> dict[str, str]:
+    return {path: f.content for path, f in render_tree(_config(stack), shared.plan(stack)).items()}
 
 
 _GRAPHS: dict[str, dict[str, Any]] = {}

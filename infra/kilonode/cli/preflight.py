@@ -63,9 +63,12 @@ def preflight(
     where, what happens on a running cluster, and the fix. Exit 0 without breaks, 1 with one, 2
     when the input cannot be read. `pulumi up` runs the same checks and refuses on a break.
     """
-    from kilonode.preflight import InputError, breaks, run
+    from kilonode.preflight import CHECKS, InputError, breaks, run
     from kilonode.preflight.report import format_json, format_text
 
+    unknown = sorted(set(check or ()) - {c.name for c in CHECKS})
+    if unknown:  # before the stack is rendered and recorded: that takes seconds
+        die(f"no check named {', '.join(unknown)} (checks: {', '.join(c.name for c in CHECKS)})", "kilonode preflight")
     try:
         inputs = _inputs(stack, render, graph, images)
         findings = run(inputs, check or ())
