@@ -59,7 +59,11 @@ def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
 
 
 def regenerate_reference() -> Path:
-    """docs/stack-reference.md, from the model (kilonode.config.reference)."""
+    """docs/stack-reference.md, from the model (kilonode.config.reference), and
+    docs/preflight.md, from the checks (kilonode.preflight.report)."""
+    from kilonode.preflight import report
+
+    (REPO_ROOT / report.PAGE).write_text(report.reference_markdown(), encoding="utf-8")
     target = REPO_ROOT / REFERENCE_DOC
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(reference_markdown(), encoding="utf-8")

@@ -103,3 +103,13 @@ def test_the_program_goes_on_with_warnings_and_stops_when_preflight_cannot_run(t
     preflight_gate(Path("x.yaml"), _fake_preflight(tmp_path, [{**BREAK, "level": "warn"}], 0))
     with pytest.raises(pulumi.RunError, match=r"could not check x\.yaml \(exit 2\)"):
         preflight_gate(Path("x.yaml"), [sys.executable, "-c", "import sys; sys.exit(2)"])
+
+
+def test_the_docs_page_is_generated_from_the_checks() -> None:
+    from kilonode.paths import REPO_ROOT
+    from kilonode.preflight.report import PAGE, reference_markdown
+
+    assert REPO_ROOT is not None
+    page = (REPO_ROOT / PAGE).read_text()
+    assert page == reference_markdown(), "run `make golden` and commit"
+    assert all(f"### `{c.name}`" in page for c in CHECKS)
