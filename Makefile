@@ -13,7 +13,7 @@ help: ## List the targets
 setup: $(VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
 
 test-artefacts: setup ## What the tests read but never download: cloud-init's schema, the image bases
-	$(BIN)/python scripts/prepare-test-artefacts
+	$(BIN)/python -m tests.artefacts
 	# research-7500's pools add the GPU + InfiniBand base tests/image/test_gpu_image.py builds from
 	$(BIN)/kilonode image prepare --stack research-7500
 
@@ -41,7 +41,7 @@ test: test-artefacts ## Run every test, slow ones (VMs, etcd) included, and ruff
 	$(BIN)/pytest -n 2 --dist loadfile --durations=20
 
 test-fast: setup ## Run the tests not marked slow (two workers)
-	$(BIN)/python scripts/prepare-test-artefacts
+	$(BIN)/python -m tests.artefacts
 	# each test file whole on one worker: its module fixtures (graphs of stack variants, renders)
 	# are built once, not once per worker; the shipped stacks' graphs the workers share (tests/shared.py).
 	# Bytecode is written even where PYTHONDONTWRITEBYTECODE is set (__pycache__/ is ignored): without

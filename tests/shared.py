@@ -52,9 +52,9 @@ def plan(stack: str) -> ClusterPlan:
 @functools.cache
 def recorded_graph(stack: str) -> Graph:
     """The shipped stack's resource graph under Pulumi's mock engine (`kilonode plan`'s)."""
-    from kilonode.azure.mockplan import run_plan  # imports the Pulumi SDKs: only when a graph is asked for
+    from tests.graphcache import recorded  # imports the Pulumi SDKs: only when a graph is asked for
 
-    return run_plan(load_stack(_shipped(stack)))
+    return recorded(load_stack(_shipped(stack)))
 
 
 def graphs_across_workers(directory: Path, worker: int) -> dict[str, Graph]:

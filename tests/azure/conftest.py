@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from kilonode.azure.graph import Graph, Recorded
-from kilonode.azure.mockplan import run_plan
 from kilonode.config import load_stack
 from tests.conftest import shipped_cluster_value
+from tests.graphcache import recorded
 
 SUBNET = "azure-native:network:Subnet"
 NSG = "azure-native:network:NetworkSecurityGroup"
@@ -43,7 +43,7 @@ def exposed_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     cluster = shipped_cluster_value("local") | EXPOSED
     path: Path = tmp_path_factory.mktemp("stacks") / "Pulumi.exposed.yaml"
     path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
-    return run_plan(load_stack(str(path)))
+    return recorded(load_stack(str(path)))
 
 
 def mock_id(record: Recorded) -> str:

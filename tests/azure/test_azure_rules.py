@@ -25,11 +25,11 @@ import pytest
 import yaml
 
 from kilonode.azure.graph import Graph
-from kilonode.azure.mockplan import run_plan
 from kilonode.config import load_stack
 from tests.azure.conftest import NIC, NSG, VM, VMSS
 from tests.azure.sdk_inputs import problems
 from tests.conftest import shipped_cluster_value
+from tests.graphcache import recorded
 
 STACKS = ["local", "research-2500", "research-7500"]
 
@@ -46,7 +46,7 @@ def long_names_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     cluster["nodePools"][0]["name"] = LONG_POOL
     path: Path = tmp_path_factory.mktemp("stacks") / "Pulumi.long.yaml"
     path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
-    return run_plan(load_stack(str(path)))
+    return recorded(load_stack(str(path)))
 
 
 def every_graph(graphs: dict[str, Graph], exposed: Graph, long_names: Graph) -> list[Graph]:
@@ -165,7 +165,7 @@ def test_a_pool_name_one_character_longer_is_refused_before_any_resource(tmp_pat
     path = tmp_path / "Pulumi.long.yaml"
     path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
     with pytest.raises(Exception, match=r"scale-set names '<cluster>-<pool>-000' would be 59 characters, above the 58"):
-        run_plan(load_stack(str(path)))
+        recorded(load_stack(str(path)))
 
 
 def test_no_nic_holds_more_than_256_ip_configurations(graphs: dict[str, Graph]) -> None:

@@ -15,6 +15,7 @@ from kilonode.azure.graph import Graph, _unwrap, format_json
 from kilonode.azure.mockplan import cluster_value, run_program
 from kilonode.config import load_stack
 from tests.azure.conftest import VM, VMSS
+from tests.graphcache import recorded_program
 
 
 def keys(n: int, prefix: str, **changed: str) -> dict[str, dict[str, str]]:
@@ -104,7 +105,7 @@ def test_resizing_every_etcd_member_in_one_update_is_refused_naming_them(deploye
 
 def test_the_acknowledgement_lets_the_same_change_through(deployed: dict[str, Any]) -> None:
     raw = local_with(etcd__main__vmSize="Standard_D8ds_v5", acknowledgeRestart=["etcd-main"])
-    graph = run_program("local", raw, None, deployed)
+    graph = recorded_program("local", raw, deployed)
     sizes = {vm.plain()["vmName"]: vm.plain()["hardwareProfile"]["vmSize"] for vm in graph.of_type(VM)}
     assert sizes["local-etcd-main-0"] == "Standard_D8ds_v5" and sizes["local-etcd-events-0"] == "Standard_D4ds_v5"
 
@@ -114,7 +115,7 @@ def test_a_change_to_one_members_custom_data_passes(deployed: dict[str, Any]) ->
     # re-issued certificate, say): this update restarts one of three.
     previous = copy.deepcopy(deployed)
     previous[rollout.RESTART_KEYS_OUTPUT]["etcd-main"]["local-etcd-main-1"]["customDataDigest"] = "sha256:" + "0" * 64
-    graph = run_program("local", local_with(), None, previous)
+    graph = recorded_program("local", local_with(), previous)
     assert graph.count(VM) == 7
 
 
@@ -129,7 +130,7 @@ def test_renewing_every_apiservers_certificates_at_once_is_refused(deployed: dic
 def test_changes_outside_the_control_plane_pass(deployed: dict[str, Any]) -> None:
     raw = local_with()
     raw["nodePools"][0]["nodes"] = raw["nodePools"][0]["nodes"] + 1
-    graph = run_program("local", raw, None, deployed)
+    graph = recorded_program("local", raw, deployed)
     assert sum(v.plain()["sku"]["capacity"] for v in graph.of_type(VMSS)) == raw["nodePools"][0]["nodes"]
 
 
@@ -141,7 +142,7 @@ def test_a_new_etcd_image_version_is_refused_as_a_restart_of_every_member(deploy
 
 def test_a_new_pool_image_or_apiserver_image_leaves_the_etcd_members_alone(deployed: dict[str, Any]) -> None:
     # The pools' image has its own version: rolling it restarts no control-plane machine.
-    graph = run_program("local", local_with(nodeImage__version="1.1.0"), None, deployed)
+    graph = recorded_program("local", local_with(nodeImage__version="1.1.0"), deployed)
     restart = _unwrap(graph.outputs)[rollout.RESTART_KEYS_OUTPUT]
     assert restart == deployed[rollout.RESTART_KEYS_OUTPUT]
     # The apiservers' image is theirs alone: with one apiserver, a new version is refused as

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from kilonode.azure.graph import Graph, Recorded
-from kilonode.azure.mockplan import run_plan
 from kilonode.catalog.components import components
 from kilonode.config import load_stack
 from kilonode.config.model import SUPPORTED_KUBERNETES_MINORS
@@ -26,6 +25,7 @@ from kilonode.k8s import autoscaler
 from kilonode.plan import ClusterPlan, defaults, plan_stack
 from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
+from tests.graphcache import recorded
 
 # kubernetes/autoscaler: the tag pinned per minor, its commit, and the file its flags are
 # registered in (main.go at 1.32; config/flags/flags.go from 1.33).
@@ -246,7 +246,7 @@ def minor_graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Graph]:
         cluster["kubernetesVersion"] = version
         path = tmp_path_factory.mktemp(f"v{minor}") / f"Pulumi.local-{minor}.yaml"
         path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
-        graphs[minor] = run_plan(load_stack(str(path)))
+        graphs[minor] = recorded(load_stack(str(path)))
     return graphs
 
 
@@ -314,7 +314,7 @@ def test_the_node_groups_are_the_h100_shards_with_the_planned_bounds_and_no_team
 
 def test_a_second_autoscaled_pool_gets_its_shared_shards_as_node_groups(write_stack: StackWriter) -> None:
     path = stack_with(write_stack, AUTOSCALED, "two-pools", autoscale=["a100-ib"])
-    graph = run_plan(load_stack(str(path)))
+    graph = recorded(load_stack(str(path)))
     args = args_of(graph)
     # by hand: a100-ib holds 50 shards of 100; language has 0-29, vision 30-39 (4,000 nodes,
     # fixed), so shards 40-49 are its node groups. Half of 5,000 is below the teams' 4,000,

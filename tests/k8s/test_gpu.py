@@ -21,7 +21,6 @@ import yaml
 
 from kilonode.azure.custom_data import decode
 from kilonode.azure.graph import Graph, Recorded, format_markdown, format_text
-from kilonode.azure.mockplan import run_plan
 from kilonode.catalog.components import components
 from kilonode.config import load_stack
 from kilonode.k8s.gpu import describe
@@ -32,6 +31,7 @@ from kilonode.node.gpu.kubeapi import ApiError, Client, load_kubeconfig
 from kilonode.plan import ClusterPlan, plan_stack, wellknown
 from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
+from tests.graphcache import recorded
 from tests.render.consumers import systemd_verify
 
 # NVIDIA's GPU Operator pins the device plugin by digest next to its version: at its tags
@@ -95,7 +95,7 @@ def mixed_graph(tmp_path_factory: pytest.TempPathFactory) -> Graph:
     })
     path = tmp_path_factory.mktemp("mixed") / "Pulumi.mixed.yaml"
     path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": cluster}}, sort_keys=False))
-    return run_plan(load_stack(str(path)))
+    return recorded(load_stack(str(path)))
 
 
 # --- the objects -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@ without installing it: installing the package would start a Prometheus server. O
 usr/bin/promtool is unpacked, into the cache, keyed by the package's version.
 
 Tests only read the cache (they never reach the package mirror); `make test-artefacts`
-(scripts/prepare-test-artefacts) fetches it with fetch=True, once per package version.
+(python -m tests.artefacts) fetches it with fetch=True, once per package version.
 """
 
 from __future__ import annotations
@@ -52,13 +52,13 @@ def promtool_path(fetch: bool = False) -> Path:
         if present:
             return present[-1]
         raise RuntimeError(f"no promtool under {TOOLS} and no candidate version of Debian's {PACKAGE}: "
-                           "run `make test-artefacts` (scripts/prepare-test-artefacts)")
+                           "run `make test-artefacts` (python -m tests.artefacts)")
     target = cached(version)
     if target.is_file() and os.access(target, os.X_OK):
         return target
     if not fetch:
         raise RuntimeError(f"promtool from Debian's {PACKAGE} {version} is not unpacked under {TOOLS}: "
-                           "run `make test-artefacts` (scripts/prepare-test-artefacts)")
+                           "run `make test-artefacts` (python -m tests.artefacts)")
     with tempfile.TemporaryDirectory() as work:
         result = _apt("download", f"{PACKAGE}={version}", cwd=Path(work))
         if result.returncode != 0:

@@ -24,7 +24,7 @@ def cloud_init_dist_packages(fetch: bool = False) -> Path:
     """Debian's cloud-init, unpacked under the cache, keyed by its package version.
 
     Tests only read the cache (they never reach the package mirror); `make test-artefacts`
-    fetches it with fetch=True (scripts/prepare-test-artefacts), once per cloud-init version.
+    fetches it with fetch=True (python -m tests.artefacts), once per cloud-init version.
     """
     policy = subprocess.run(["apt-cache", "policy", "cloud-init"], capture_output=True, text=True, check=False)
     candidate = next((line.split()[-1] for line in policy.stdout.splitlines() if "Candidate:" in line), "")
@@ -37,7 +37,7 @@ def cloud_init_dist_packages(fetch: bool = False) -> Path:
         return dist
     if not fetch:
         raise RuntimeError(f"Debian's cloud-init {candidate or '(unknown version)'} is not unpacked under {CACHE}: "
-                           "run `make test-artefacts` (scripts/prepare-test-artefacts)")
+                           "run `make test-artefacts` (python -m tests.artefacts)")
     with tempfile.TemporaryDirectory() as work:
         result = _apt("download", f"cloud-init={candidate}", cwd=Path(work))
         if result.returncode != 0:
