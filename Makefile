@@ -64,9 +64,12 @@ bench-local: setup ## Time `kilonode local up` cold (image built) and warm, a se
 bench-diff: setup ## Time `kilonode diff --base HEAD~1` on research-7500 in a scratch repo (target 10 s; bench/results/diff.json)
 	$(BIN)/python bench/bench_diff.py
 
+bench-preflight: setup ## Time `kilonode preflight research-7500`, the whole process (target: a few seconds; bench/results/preflight.json)
+	$(BIN)/python bench/bench_preflight.py
+
 bench-etcd: setup ## Main etcd latency under an event storm, isolated vs shared (~4 min; bench/results/etcd-isolation.json)
 	$(BIN)/python bench/bench_etcd_isolation.py
-.PHONY: bench-etcd bench-diff
+.PHONY: bench-etcd bench-diff bench-preflight
 
 bench-reboot: setup ## Reboot a VM 20 times per mechanism, count the hangs (bench/results/reboot.json)
 	$(BIN)/python bench/bench_reboot.py --mode both --cycles 20
