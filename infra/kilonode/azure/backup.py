@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_azure_native import authorization, managedidentity, storage
+from pulumi_azure_native import managedidentity, storage
 
 from kilonode.azure.common import tags
 from kilonode.azure.custom_data import DeliveredFile
-from kilonode.azure.identity import assignment_name, role_definition_id, subscription_of
+from kilonode.azure.identity import assign_role, role_definition_id, subscription_of
 from kilonode.plan import defaults
 from kilonode.plan.azure_names import storage_account_name
 
@@ -140,19 +140,10 @@ class EtcdBackup(pulumi.ComponentResource):
         definition = args.resource_group_id.apply(
             lambda rg_id: role_definition_id(rg_id, STORAGE_BLOB_DATA_CONTRIBUTOR)
         )
-        authorization.RoleAssignment(
-            f"{name}-blob-writer",
-            role_assignment_name=assignment_name(container.id, identity.principal_id, definition),
-            # the container only: not the account, not the resource group
-            scope=container.id,
-            principal_id=identity.principal_id,
-            # a managed identity is a service principal (the SDK's default is "User"), and given,
-            # Azure skips the Entra ID lookup a just-created identity may fail (PrincipalNotFound)
-            principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
-            role_definition_id=definition,
-            description=f"kilonode {args.cluster}: etcd members write their snapshots",
-            opts=child,
-        )
+        # the container only: not the account, not the resource group
+        assign_role(f"{name}-blob-writer", scope=container.id, principal_id=identity.principal_id,
+                    definition=definition, description=f"kilonode {args.cluster}: etcd members write their snapshots",
+                    opts=child)
         self.account_name = account.name
         self.container_name = container.name
         self.blob_endpoint = account.name.apply(blob_endpoint)

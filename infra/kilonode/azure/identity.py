@@ -42,6 +42,26 @@ def role_definition_id(resource_group_id: str, role_guid: str) -> str:
     return f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleDefinitions/{role_guid}"
 
 
+def assign_role(name: str, *, scope: pulumi.Input[str], principal_id: pulumi.Input[str],
+                definition: pulumi.Input[str], description: str,
+                opts: pulumi.ResourceOptions) -> authorization.RoleAssignment:
+    """A role assignment to a managed identity, named from (scope, principal, role)."""
+    return authorization.RoleAssignment(
+        name,
+        role_assignment_name=assignment_name(scope, principal_id, definition),
+        scope=scope,
+        principal_id=principal_id,
+        # A managed identity is a service principal; the SDK's default is "User"
+        # (pulumi_azure_native/authorization/role_assignment.py: `if principal_type is None:
+        # principal_type = 'User'`). Given, Azure also skips looking the principal up in Entra
+        # ID, where a just-created identity may not have replicated yet (PrincipalNotFound).
+        principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
+        role_definition_id=definition,
+        description=description,
+        opts=opts,
+    )
+
+
 def assignment_name(scope: pulumi.Input[str], principal_id: pulumi.Input[str],
                     role: pulumi.Input[str]) -> pulumi.Output[str]:
     """The role assignment's GUID from (scope, principal, role definition)
@@ -77,21 +97,10 @@ class CloudProviderIdentity(pulumi.ComponentResource):
         )
         for role, guid in ROLES.items():
             definition = args.resource_group_id.apply(lambda rg, guid=guid: role_definition_id(rg, guid))
-            authorization.RoleAssignment(
-                f"{name}-{role}",
-                role_assignment_name=assignment_name(args.resource_group_id, identity.principal_id, definition),
-                scope=args.resource_group_id,
-                principal_id=identity.principal_id,
-                # A managed identity is a service principal; the SDK's default is "User"
-                # (pulumi_azure_native/authorization/role_assignment.py: `if principal_type is
-                # None: principal_type = 'User'`). Given, Azure also skips looking the principal
-                # up in Entra ID, where a just-created identity may not have replicated yet
-                # (PrincipalNotFound).
-                principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
-                role_definition_id=definition,
-                description=f"kilonode {args.cluster}: cloud-controller-manager ({role})",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
+            assign_role(f"{name}-{role}", scope=args.resource_group_id, principal_id=identity.principal_id,
+                        definition=definition,
+                        description=f"kilonode {args.cluster}: cloud-controller-manager ({role})",
+                        opts=pulumi.ResourceOptions(parent=self))
         self.id = identity.id
         self.client_id = identity.client_id
         self.tenant_id = identity.tenant_id
