@@ -50,6 +50,39 @@ START_TIMEOUT_S = 30
 SYSTEMD_BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 # Host paths no command may name once localised: they would be this machine's own (a path
 # begins at the start, after a space, a quote, "=", "," or ":").
+# Scripts are written and programs started from several threads at once (members boot together).
+# A child forked by one thread holds every open file of the parent until it execs; executing a
+# script that such a child still holds open for writing fails with ETXTBSY ("Text file busy").
+# Writing a script and forking-until-exec are therefore made mutually exclusive.
+_SPAWN_LOCK = threading.Lock()
+
+
+def spawn(argv: list[str], **options: object) -> subprocess.Popen[bytes]:
+    """subprocess.Popen, returning once the child has exec'd, never while a script is being written."""
+    with _SPAWN_LOCK:
+        return subprocess.Popen(argv, **options)  # type: ignore[call-overload,no-any-return]
+
+
+def run(argv: list[str], *, timeout: float, env: dict[str, str], cwd: Path | None = None,
+        ) -> subprocess.CompletedProcess[str]:
+    """subprocess.run(capture_output=True, text=True, check=False) through spawn()."""
+    process = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+    with process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def write_script(path: Path, text: str) -> None:
+    with _SPAWN_LOCK:
+        path.write_text(text)
+        path.chmod(0o755)
+
+
 HOST_PATH = re.compile(r"""(?:^|[\s'"=,:(])(/etc/etcd|/mnt/|/run/|/var/lib/|/usr/local/)""", re.M)
 
 Tls = tuple[Path, Path, Path]  # CA file, client certificate, client key
@@ -298,14 +331,10 @@ class LocalEtcd:
         text = self.localise(self.rendered(name)[ETCD_JOIN], member)
         leaked = [line for line in text.splitlines() if not line.lstrip().startswith("#") and HOST_PATH.search(line)]
         assert not leaked, f"{name}: etcd-join would touch this machine's own paths: {leaked}"
-        script.write_text(text)
-        script.chmod(0o755)
+        write_script(script, text)
         output = []
         for command in unit.commands("ExecStartPre"):
-            result = subprocess.run(
-                self._argv(member, command), env=self._environment(member, unit),
-                capture_output=True, text=True, timeout=180, check=False,
-            )
+            result = run(self._argv(member, command), env=self._environment(member, unit), timeout=180)
             output.append(result.stdout + result.stderr)
             with member.journal.open("a") as journal:
                 journal.write(result.stdout + result.stderr)
@@ -315,9 +344,7 @@ class LocalEtcd:
         [exec_start] = unit.commands("ExecStart")
         env = self._environment(member, unit)
         journal = member.journal.open("ab")
-        self.processes[name] = subprocess.Popen(
-            self._argv(member, exec_start), env=env, stdout=journal, stderr=subprocess.STDOUT,
-        )
+        self.processes[name] = spawn(self._argv(member, exec_start), env=env, stdout=journal, stderr=subprocess.STDOUT)
         journal.close()
         return BootResult(True, "".join(output), 0, env)
 
@@ -328,8 +355,7 @@ class LocalEtcd:
         assert health.returncode == 0, f"{name} never became ready:\n{health.stderr}\n{self.log_tail(name)}"
         unit = self.unit(name)
         for command in unit.commands("ExecStartPost"):
-            result = subprocess.run(self._argv(member, command), env=self._environment(member, unit),
-                                    capture_output=True, text=True, timeout=30, check=False)
+            result = run(self._argv(member, command), env=self._environment(member, unit), timeout=30)
             assert result.returncode == 0 or command.ignore_failure, result.stderr
 
     def start_cluster(self, role: str, names: Iterable[str] | None = None) -> list[BootResult]:
@@ -406,11 +432,10 @@ class LocalEtcd:
 def etcdctl(tls: Tls, endpoints: list[str], *args: str, env: dict[str, str] | None = None,
             timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
     ca, cert, key = tls
-    return subprocess.run(
+    return run(
         [ETCDCTL, f"--endpoints={','.join(endpoints)}", f"--cacert={ca}", f"--cert={cert}", f"--key={key}",
          "--command-timeout=5s", *args],
-        capture_output=True, text=True, timeout=timeout_s, check=False,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin", **(env or {})},
+        timeout=timeout_s, env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin", **(env or {})},
     )
 
 
@@ -560,5 +585,4 @@ def run_runbook_block(etcd: LocalEtcd, name: str, setup: str, block: str) -> sub
     script = etcd.localise(f"{setup}\n{block}", member).replace("https://127.0.0.1:2379", member.endpoint)
     leaked = HOST_PATH.findall(script)
     assert not leaked, f"the block names this machine's own paths {leaked}:\n{script}"
-    return subprocess.run(["bash", "-eu", "-c", script], capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(SYSTEMD_BASE_ENV), cwd=member.root)
+    return run(["bash", "-eu", "-c", script], timeout=120, env=dict(SYSTEMD_BASE_ENV), cwd=member.root)
