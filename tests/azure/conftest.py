@@ -28,7 +28,8 @@ EXPOSED = {
     "network": {
         "publicIpsOnControlPlane": True,
         "adminCidr": "203.0.113.0/24",
-        "apiserverAllowedCidrs": ["198.51.100.0/24"],
+        # not the shipped stacks' deployer range (198.51.100.0/24): each rule is seen apart
+        "apiserverAllowedCidrs": ["192.0.2.0/24"],
     }
 }
 

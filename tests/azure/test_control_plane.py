@@ -19,7 +19,9 @@ def test_research_7500_has_5_main_3_events_etcd_and_5_apiserver_vms(graph_7500: 
     assert len(vms_under(graph_7500, "research-7500-etcd-main")) == 5
     assert len(vms_under(graph_7500, "research-7500-etcd-events")) == 3
     assert len(vms_under(graph_7500, "research-7500-apiserver")) == 5
-    assert graph_7500.count(LB) == 1
+    # the internal load balancer, and the public one of its internet deployer
+    assert sorted(lb.name for lb in graph_7500.of_type(LB)) == ["research-7500-apiserver-lb",
+                                                                 "research-7500-apiserver-public-lb"]
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -76,11 +78,14 @@ def test_apiserver_lb_is_internal_standard_and_probes_readyz_over_https_6443(
 
 
 def test_every_apiserver_nic_is_in_the_lb_backend_pool_and_no_etcd_nic_is(graph_7500: Graph) -> None:
-    lb = graph_7500.of_type(LB)[0]
+    balancers = sorted(lb.name for lb in graph_7500.of_type(LB))
     for nic in graph_7500.of_type(NIC):
         pools = [p["id"] for c in nic.inputs["ipConfigurations"] for p in c.get("loadBalancerBackendAddressPools", [])]
         if nic.parent == "research-7500-apiserver":
-            assert len(pools) == 1 and pools[0].endswith(f"loadBalancers/{lb.name}/backendAddressPools/apiservers")
+            # one internal and one public pool: the most Azure allows a NIC's IP configuration
+            assert sorted(pools) == [f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/"
+                                     f"research-7500/providers/Microsoft.Network/loadBalancers/{name}/"
+                                     "backendAddressPools/apiservers" for name in balancers]
         else:
             assert pools == []
 

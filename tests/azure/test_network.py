@@ -106,10 +106,11 @@ def test_apiserver_port_is_open_to_the_vnet_the_probe_and_configured_cidrs_only(
 ) -> None:
     local = {s for r in nsg_rules_for(graphs["local"], "control-plane")
              if r["access"] == "Allow" and covers_port(r, 6443) for s in sources(r)}
-    assert local == {"10.0.0.0/16", "AzureLoadBalancer"}
+    # the VNet, Azure's probe, and the stack's deployer (the machine running `pulumi up`)
+    assert local == {"10.0.0.0/16", "AzureLoadBalancer", "198.51.100.0/24"}
     exposed = {s for r in nsg_rules_for(exposed_graph, "control-plane")
                if r["access"] == "Allow" and covers_port(r, 6443) for s in sources(r)}
-    assert exposed == {"10.0.0.0/16", "AzureLoadBalancer", "198.51.100.0/24"}
+    assert exposed == {"10.0.0.0/16", "AzureLoadBalancer", "198.51.100.0/24", "192.0.2.0/24"}
 
 
 def ssh_rules(graph: Graph) -> dict[str, list[dict[str, Any]]]:
@@ -156,7 +157,9 @@ def test_every_static_ip_is_unique_and_inside_its_subnet(graphs: dict[str, Graph
     subnets = subnets_by_id(graph)
     seen: list[IPv4Address] = []
     configs = [c for nic in graph.of_type(NIC) for c in nic.inputs["ipConfigurations"]]
-    configs += [f for lb in graph.of_type(LB) for f in lb.inputs["frontendIPConfigurations"]]
+    # private frontends (the deployer's public frontend has an Azure-chosen public address)
+    configs += [f for lb in graph.of_type(LB) for f in lb.inputs["frontendIPConfigurations"]
+                if "publicIPAddress" not in f]
     for config in configs:
         assert config["privateIPAllocationMethod"] == "Static"
         ip = IPv4Address(config["privateIPAddress"])
@@ -171,14 +174,16 @@ def test_every_static_ip_is_unique_and_inside_its_subnet(graphs: dict[str, Graph
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_etcd_or_apiserver_vm_has_a_public_ip(graphs: dict[str, Graph], stack: str) -> None:
     graph = graphs[stack]
-    assert graph.count(PUBLIC_IP) == 0
+    # the one public address: the apiservers' public frontend, for the internet deployer
+    [public] = graph.of_type(PUBLIC_IP)
+    assert public.name == f"{graph.stack}-apiserver-public-ip"
     for nic in graph.of_type(NIC):
         assert all("publicIPAddress" not in c for c in nic.inputs["ipConfigurations"])
 
 
 def test_public_ips_appear_on_the_control_plane_only_when_the_stack_asks(exposed_graph: Graph) -> None:
     vms = exposed_graph.count("azure-native:compute:VirtualMachine")
-    assert exposed_graph.count(PUBLIC_IP) == vms
+    assert exposed_graph.count(PUBLIC_IP) == vms + 1  # and the deployer's frontend
     for nic in exposed_graph.of_type(NIC):
         assert all("publicIPAddress" in c for c in nic.inputs["ipConfigurations"])
 

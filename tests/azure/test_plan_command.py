@@ -47,7 +47,7 @@ def test_the_plan_of_research_7500_meets_the_issues_done_when(graph_7500: Graph)
     assert sum(r["parent"] == "research-7500-etcd-main" for r in vms) == 5
     assert sum(r["parent"] == "research-7500-etcd-events" for r in vms) == 3
     assert sum(r["parent"] == "research-7500-apiserver" for r in vms) == 5
-    assert len(of("azure-native:network:LoadBalancer")) == 1
+    assert len(of("azure-native:network:LoadBalancer")) == 2  # internal, and public for the deployer
     sets = of("azure-native:compute:VirtualMachineScaleSet")
     assert len(sets) >= 75 and sum(s["inputs"]["sku"]["capacity"] for s in sets) == 7503  # + 3 system nodes
     for s in sets:

@@ -122,6 +122,28 @@ def test_world_open_access_needs_an_acknowledgement(write_stack: StackWriter, fi
         (world, ()) if field == "adminCidr" else (None, (world,)))
 
 
+RUNNER_VNET = ("/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/ci/providers/"
+               "Microsoft.Network/virtualNetworks/runners")
+
+
+@pytest.mark.parametrize(("deployer", "expected"), [
+    ({"network": "internet", "cidrs": ["0.0.0.0/0"]},
+     "deployer.cidrs[0]: 0.0.0.0/0 opens the apiserver (6443) to the whole internet; name the ranges that need it"),
+    ({"network": "peered", "vnetId": RUNNER_VNET, "cidrs": ["10.0.9.0/24"]},
+     "deployer.cidrs[0]: 10.0.9.0/24 overlaps network.vnetCidr 10.0.0.0/16: Azure cannot peer overlapping"),
+    ({"network": "peered", "cidrs": ["10.200.0.0/24"]}, "network: peered needs vnetId"),
+    ({"network": "internet", "vnetId": RUNNER_VNET, "cidrs": ["20.1.2.3/32"]}, "vnetId is for network: peered"),
+    ({"network": "internet", "cidrs": []}, "deployer.cidrs"),
+    ({"network": "peered", "vnetId": "/subscriptions/x/resourceGroups/ci", "cidrs": ["10.200.0.0/24"]},
+     "deployer.vnetId"),
+])
+def test_a_deployer_azure_could_not_connect_is_refused(write_stack: StackWriter, deployer: dict[str, object],
+                                                       expected: str) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["deployer"] = deployer
+    assert any(expected in problem for problem in problems_of(cluster, write_stack)), problems_of(cluster, write_stack)
+
+
 def test_a_rolling_resize_names_existing_members_and_known_sizes(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("research-7500")
     cluster["etcd"]["main"]["vmSizeOverrides"] = {3: "Standard_D32ds_v5"}

@@ -126,6 +126,9 @@ class Cluster(pulumi.ComponentResource):
         gated = self._guarded_custom_data(name, args, backup)
         etcd = self._etcd_clusters(name, plan, gated, backup.identity_id)
         self.control_plane = self._apiservers(name, plan, gated)
+        # The kubeconfigs of whoever runs `pulumi up` name the endpoint it can reach.
+        self.tls.through(self.control_plane.deployer_endpoint,
+                         public=plan.network.deployer is not None and plan.network.deployer.public_frontend)
         self.scale_set_ids = self._node_pools(name, args)
 
         self.apiserver_address = self.control_plane.load_balancer_ip
@@ -211,6 +214,7 @@ class Cluster(pulumi.ComponentResource):
                 ssh_public_key=self.tls.admin_ssh_public_key,
                 image_version_id=self.image_version_ids[CONTROL_PLANE_IMAGE],
                 public_ips=plan.network.public_ips_on_control_plane,
+                deployer=plan.network.deployer,
             ),
             pulumi.ResourceOptions(parent=self),
         )

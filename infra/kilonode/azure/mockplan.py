@@ -104,6 +104,10 @@ class RecordingMocks(mocks.Mocks):
             # {principalId, clientId}: the output type the SDK deserializes into.
             assigned = {i: {} for i in identity["userAssignedIdentities"]}
             outputs["identity"] = identity | {"userAssignedIdentities": assigned}
+        if args.typ == "azure-native:network:PublicIPAddress":
+            # Azure chooses a static address at creation: a placeholder from TEST-NET-3 (RFC 5737,
+            # documentation only), from the name, so the recorded graph is the same every time.
+            outputs.setdefault("ipAddress", f"203.0.113.{int(sha256_text(args.name)[:2], 16) % 254 + 1}")
         for key, template in _TLS_OUTPUTS.get(args.typ, {}).items():
             outputs[key] = template.format(name=args.name)
         if args.typ.startswith("azure-native:"):

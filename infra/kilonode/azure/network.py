@@ -6,8 +6,13 @@ default rules allow all traffic from the VirtualNetwork tag (and from peered net
 
 - etcd subnet: 2379 (client) only from the control-plane subnet, 2380 (peer) only from the
   etcd subnet, SSH only from network.adminCidr.
-- control-plane subnet: 6443 from the VNet, from network.apiserverAllowedCidrs, and from
-  Azure's load-balancer probe; SSH only from network.adminCidr.
+- control-plane subnet: 6443 from the VNet, from the deployer's addresses (the stack's
+  `deployer.cidrs`: the machine running `pulumi up`), from network.apiserverAllowedCidrs, and
+  from Azure's load-balancer probe; SSH only from network.adminCidr.
+
+A `peered` deployer's VNet is peered with the cluster's both ways (a peering is connected only
+once both sides exist: virtual-network-manage-peering.md), so its runner reaches the internal
+load balancer; the deny-all below still admits nothing of it but 6443.
 - pool subnets, all under ONE NSG: everything from the pool subnets (pod to pod, native pod
   IPs) and from the control-plane subnet (apiserver to kubelet, webhooks); Azure's
   load-balancer health probes (Services of type LoadBalancer); SSH only from network.adminCidr.
@@ -37,6 +42,8 @@ from kilonode.plan.wellknown import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_METRI
 SSH_PORT = 22
 # The lowest priority a custom rule may have; Azure's defaults (65000+) come after it.
 DENY_ALL_PRIORITY = 4096
+DEPLOYER_RULE = "allow-apiserver-from-deployer"
+DEPLOYER_RULE_PRIORITY = 115
 # The one NSG of every pool subnet (the module docstring says why one).
 POOLS_NSG = "pools"
 
@@ -109,6 +116,13 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
         # Azure's probe source; the deny-all below would otherwise hide it.
         _allow("allow-apiserver-probe", 110, ["AzureLoadBalancer"], control, str(APISERVER_PORT)),
     ]
+    if net.deployer is not None:
+        # The machine running `pulumi up`: its Kubernetes provider creates the objects without
+        # which no node joins (kilonode.config.model.DeployerConfig).
+        apiserver_rules.append(_allow(
+            DEPLOYER_RULE, DEPLOYER_RULE_PRIORITY, [str(c) for c in net.deployer.cidrs], control,
+            str(APISERVER_PORT),
+        ))
     if net.apiserver_allowed_cidrs:
         apiserver_rules.append(_allow(
             "allow-apiserver-from-allowed-cidrs", 120, [str(c) for c in net.apiserver_allowed_cidrs],
@@ -141,6 +155,20 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
     return nsg_rules
 
 
+@dataclass(frozen=True)
+class VnetRef:
+    subscription: str
+    resource_group: str
+    name: str
+
+
+def parse_vnet_id(vnet_id: str) -> VnetRef:
+    """`/subscriptions/<s>/resourceGroups/<g>/providers/Microsoft.Network/virtualNetworks/<n>`
+    (the shape kilonode.config.model.VNET_ID admits) -> its parts."""
+    parts = vnet_id.strip("/").split("/")
+    return VnetRef(subscription=parts[1], resource_group=parts[3], name=parts[7])
+
+
 def _nsg_of(subnet_key: str) -> str:
     """The NSG a subnet is in: its own, or the pools' shared one."""
     return POOLS_NSG if subnet_key.startswith("pool-") else subnet_key
@@ -166,6 +194,8 @@ class Network(pulumi.ComponentResource):
     # Azure names the cloud provider's config needs (azure.json): pool -> subnet, pool -> NSG (one, shared)
     pool_subnet_names: dict[str, pulumi.Output[str]]
     pool_nsg_names: dict[str, pulumi.Output[str]]
+    # a `peered` deployer's two peerings (none otherwise): the in-cluster layer waits for them
+    deployer_peerings: list[network.VirtualNetworkPeering]
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Network", name, None, opts)
@@ -192,6 +222,7 @@ class Network(pulumi.ComponentResource):
         nat_of = self._nat_gateways(name, plan, rg)
         subnets = self._subnets(name, plan, rg, vnet, nsg_rules, nat_of)
         subnet_ids = {key: subnet.id for key, (subnet, _) in subnets.items()}
+        self.deployer_peerings = self._peer_deployer(name, plan, rg, vnet, [s for s, _ in subnets.values()])
 
         self.resource_group_name = rg.name
         self.resource_group_id = rg.id
@@ -207,6 +238,44 @@ class Network(pulumi.ComponentResource):
             "vnetId": self.vnet_id,
             "subnetIds": subnet_ids,
         })
+
+    def _peer_deployer(self, name: str, plan: ClusterPlan, rg: resources.ResourceGroup,
+                       vnet: network.VirtualNetwork, after: list[network.Subnet],
+                       ) -> list[network.VirtualNetworkPeering]:
+        """A `peered` deployer's VNet and the cluster's, peered both ways: the runner then reaches
+        the internal load balancer (Standard load balancers answer across peerings). Forwarded
+        traffic and gateway transit stay off: the runner's VNet is a neighbour, not a route."""
+        deployer = plan.network.deployer
+        if deployer is None or deployer.vnet_id is None:
+            return []
+        remote = parse_vnet_id(deployer.vnet_id)
+        # Azure runs one operation per VNet at a time: after the subnets (AnotherOperationInProgress).
+        opts = pulumi.ResourceOptions(parent=self, depends_on=list(after))
+        to_runner = network.VirtualNetworkPeering(
+            f"{name}-to-deployer",
+            virtual_network_peering_name=f"{plan.cluster}-to-deployer",
+            resource_group_name=rg.name,
+            virtual_network_name=vnet.name,
+            remote_virtual_network=network.SubResourceArgs(id=deployer.vnet_id),
+            allow_virtual_network_access=True,
+            allow_forwarded_traffic=False,
+            allow_gateway_transit=False,
+            use_remote_gateways=False,
+            opts=opts,
+        )
+        from_runner = network.VirtualNetworkPeering(
+            f"{name}-from-deployer",
+            virtual_network_peering_name=f"to-{plan.cluster}",
+            resource_group_name=remote.resource_group,
+            virtual_network_name=remote.name,
+            remote_virtual_network=network.SubResourceArgs(id=vnet.id),
+            allow_virtual_network_access=True,
+            allow_forwarded_traffic=False,
+            allow_gateway_transit=False,
+            use_remote_gateways=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[to_runner]),
+        )
+        return [to_runner, from_runner]
 
     def _nat_gateways(self, name: str, plan: ClusterPlan,
                       rg: resources.ResourceGroup) -> dict[str, network.NatGateway]:

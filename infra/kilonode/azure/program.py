@@ -66,18 +66,22 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
         node_image_digests={name: vhd_digest(path, read=not _recorded_by_mocks()) for name, path in vhds.items()},
         own_stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack_name}",
     ))
-    # The in-cluster half: on the cluster's own credentials, once the apiserver answers.
+    # The in-cluster half: on the cluster's own credentials, once the apiserver answers, through
+    # the endpoint the machine running `pulumi up` reaches (the stack's `deployer`).
     InCluster(f"{plan.cluster}-k8s", InClusterArgs(
         plan=plan,
         kubeconfig=cluster.tls.super_admin_kubeconfig,
+        endpoint=cluster.control_plane.deployer_endpoint,
         bootstrap_token_id=cluster.tls.bootstrap_token_id,
         bootstrap_token_secret=cluster.tls.bootstrap_token_secret,
         cloud_target=cloud_target(plan, cluster),
         monitoring_files=monitoring_files(plan),
-        depends_on=(cluster.control_plane,),
+        depends_on=(cluster.control_plane, *cluster.network.deployer_peerings),
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
+    # what adminKubeconfig names: the public frontend for an internet deployer
+    pulumi.export("deployerEndpoint", cluster.control_plane.deployer_endpoint)
     pulumi.export("etcdMainEndpoints", cluster.etcd_main_endpoints)
     pulumi.export("etcdEventsEndpoints", cluster.etcd_events_endpoints)
     # where the etcd snapshots are (docs/runbooks/etcd-restore-from-snapshot.md)

@@ -56,6 +56,7 @@ class Tls(pulumi.ComponentResource):
         self._name = name
         self._child = pulumi.ResourceOptions(parent=self)
         layout = pki.pki_layout(args.plan)
+        self._layout = layout
 
         # RSA: every Azure Linux image and API version accepts it (Ed25519 only lately). Not
         # part of the TLS trust layout: the VMs' admin SSH key.
@@ -113,11 +114,22 @@ class Tls(pulumi.ComponentResource):
                 return self._kubeconfig(content)
         raise TypeError(f"unknown PKI file content {content!r}")
 
-    def _kubeconfig(self, spec: pki.Kubeconfig) -> pulumi.Output[str]:
+    def _kubeconfig(self, spec: pki.Kubeconfig, server: pulumi.Input[str] | None = None,
+                    tls_server_name: str | None = None) -> pulumi.Output[str]:
         ca = self._pairs[spec.ca].cert_pem
+        where = spec.server if server is None else server
         if spec.client is None:
-            return kubeconfig(spec.server, ca, spec.user, token=self._token)
-        return kubeconfig(spec.server, ca, spec.user, cert=self._pairs[spec.client])
+            return kubeconfig(where, ca, spec.user, token=self._token, tls_server_name=tls_server_name)
+        return kubeconfig(where, ca, spec.user, cert=self._pairs[spec.client], tls_server_name=tls_server_name)
+
+    def through(self, endpoint: pulumi.Output[str], public: bool) -> None:
+        """Point the admin and super-admin kubeconfigs at the endpoint the machine running `pulumi
+        up` uses (kilonode.azure.control_plane, `deployer_endpoint`). The public frontend's
+        address is Azure's to choose and no apiserver certificate names it: `public` kubeconfigs
+        ask for DEPLOYER_TLS_SERVER_NAME instead."""
+        name = pki.DEPLOYER_TLS_SERVER_NAME if public else None
+        self.admin_kubeconfig = self._kubeconfig(self._layout.admin_kubeconfig, endpoint, name)
+        self.super_admin_kubeconfig = self._kubeconfig(self._layout.super_admin_kubeconfig, endpoint, name)
 
     def _key(self, name: str) -> tls.PrivateKey:
         return tls.PrivateKey(f"{self._name}-{name}-key", algorithm=pki.KEY_ALGORITHM, ecdsa_curve=pki.KEY_CURVE,
@@ -161,17 +173,18 @@ class Tls(pulumi.ComponentResource):
         return _Pair(cert.cert_pem, pulumi.Output.secret(key.private_key_pem))
 
 
-def kubeconfig(server: str, ca_pem: pulumi.Output[str], user: str, *, cert: _Pair | None = None,
-               token: pulumi.Output[str] | None = None) -> pulumi.Output[str]:
+def kubeconfig(server: pulumi.Input[str], ca_pem: pulumi.Output[str], user: str, *, cert: _Pair | None = None,
+               token: pulumi.Output[str] | None = None, tls_server_name: str | None = None) -> pulumi.Output[str]:
     """A kubeconfig (secret): the cluster CA, and a client certificate and key or a token
     (kilonode.plan.pki.kubeconfig_text writes the document)."""
 
     def text(values: list[str]) -> str:
         if cert is not None:
-            return pki.kubeconfig_text(server, values[0], user, cert_pem=values[1], key_pem=values[2])
-        return pki.kubeconfig_text(server, values[0], user, token=values[1])
+            return pki.kubeconfig_text(values[0], values[1], user, cert_pem=values[2], key_pem=values[3],
+                                       tls_server_name=tls_server_name)
+        return pki.kubeconfig_text(values[0], values[1], user, token=values[2], tls_server_name=tls_server_name)
 
-    parts = [ca_pem, cert.cert_pem, cert.key_pem] if cert is not None else [ca_pem, token]
+    parts = [server, ca_pem, cert.cert_pem, cert.key_pem] if cert is not None else [server, ca_pem, token]
     return pulumi.Output.secret(pulumi.Output.all(*parts).apply(text))
 
 

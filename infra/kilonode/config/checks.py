@@ -28,6 +28,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_location(config),
         *_sizes(config),
         *_world_open(config),
+        *_deployer(config),
         *_cidrs(config),
         *_gc_thresh(config, profile),
     ]
@@ -116,11 +117,32 @@ def _world_open(config: ClusterConfig) -> list[Problem]:
                 f"{cidr} opens the apiserver (6443) to the whole internet{ack}")
         for i, cidr in enumerate(net.apiserver_allowed_cidrs) if cidr.prefixlen == 0
     ]
+    if config.deployer is not None:
+        problems += [
+            Problem(("deployer", "cidrs", i), f"{cidr} opens the apiserver (6443) to the whole internet{ack}")
+            for i, cidr in enumerate(config.deployer.cidrs) if cidr.prefixlen == 0
+        ]
     if net.admin_cidr is not None and net.admin_cidr.prefixlen == 0:
         problems.append(Problem(("network", "adminCidr"),
                                 f"{net.admin_cidr} opens SSH (22) on every control-plane VM to the whole "
                                 f"internet{through}{ack}"))
     return problems
+
+
+def _deployer(config: ClusterConfig) -> list[Problem]:
+    """A peered runner's addresses must not overlap the cluster's VNet: Azure refuses to peer
+    VNets with overlapping address spaces (virtual-network-manage-peering.md, "Requirements and
+    constraints"), and an overlapping source would be the cluster's own addresses anyway."""
+    deployer = config.deployer
+    if deployer is None or deployer.network != "peered":
+        return []
+    vnet = config.network.vnet_cidr
+    return [
+        Problem(("deployer", "cidrs", i),
+                f"{cidr} overlaps network.vnetCidr {vnet}: Azure cannot peer overlapping address spaces; "
+                "give the runner's subnet in its own VNet")
+        for i, cidr in enumerate(deployer.cidrs) if cidr.overlaps(vnet)
+    ]
 
 
 def _location(config: ClusterConfig) -> list[Problem]:

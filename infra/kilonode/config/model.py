@@ -536,6 +536,53 @@ class NetworkConfig(StrictModel):
     )
 
 
+VNET_ID = (
+    r"^/subscriptions/[0-9a-fA-F-]{36}/resourceGroups/[-\w._()]{1,90}"
+    r"/providers/Microsoft\.Network/virtualNetworks/[A-Za-z0-9][-A-Za-z0-9_.]{0,62}[A-Za-z0-9_]$"
+)
+
+
+class DeployerConfig(StrictModel):
+    """Where `pulumi up` runs, so that its Kubernetes objects reach the apiserver on the first run.
+
+    The in-cluster layer (bootstrap token, RBAC, kube-proxy, CoreDNS, the cloud provider: without
+    them no node joins) is created through the apiserver by the machine running `pulumi up`. The
+    apiservers sit behind an internal load balancer in a VNet that the same run creates, so a
+    laptop or a hosted CI runner has no path to them unless the stack makes one (docs/azure.md,
+    "How `pulumi up` reaches the apiserver")."""
+
+    network: Literal["internet", "peered"] = Field(
+        description=(
+            "`internet`: a laptop or hosted CI runner; the apiservers get a second, public Standard load "
+            "balancer admitting 6443 only from `cidrs` (as AKS's authorized IP ranges), and the program's "
+            "kubeconfig names it. `peered`: a runner in a VNet of yours (`vnetId`); the program peers it "
+            "with the cluster's VNet both ways and admits `cidrs`; no public address."
+        ),
+    )
+    cidrs: tuple[IPv4Network, ...] = Field(
+        min_length=1,
+        description=(
+            "The deployer's source addresses as the apiserver sees them: its egress (NAT) addresses for "
+            "`internet`, its subnet for `peered`. Admitted on 6443 only."
+        ),
+    )
+    vnet_id: str | None = Field(
+        default=None, pattern=VNET_ID,
+        description=(
+            "`peered` only: the runner's VNet, as an Azure resource ID. Its address space must not overlap "
+            "the cluster's VNet (Azure refuses to peer them)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _vnet_for_peered(self) -> DeployerConfig:
+        if self.network == "peered" and self.vnet_id is None:
+            raise ValueError("network: peered needs vnetId, the runner's VNet resource ID")
+        if self.network == "internet" and self.vnet_id is not None:
+            raise ValueError("vnetId is for network: peered; an internet deployer has no VNet to peer")
+        return self
+
+
 class NodeImageConfig(StrictModel):
     max_concurrent_vm_creates: int = Field(
         default=1000, ge=1,
@@ -660,6 +707,14 @@ class ClusterConfig(StrictModel):
         default=NetworkConfig(),
         description=(
             "The VNet, its subnets and who may reach the control plane."
+        ),
+    )
+    deployer: DeployerConfig | None = Field(
+        default=None,
+        description=(
+            "Where `pulumi up` runs and how it reaches the apiserver. None: the stack does not say, "
+            "`kilonode preflight` (and so `pulumi up`) refuses: no first run could create the in-cluster "
+            "objects."
         ),
     )
     etcd: EtcdConfig = Field(default=EtcdConfig(), description="The two etcd clusters: main and events.")

@@ -193,8 +193,8 @@ def starter_stack(cluster: str, stack: str) -> str:
         f"  {CONFIG_KEY}:",
     ]
     for key in keys():
-        if "[]." in key.path:
-            continue  # a list's items: the pool's below, other lists show as their default
+        if "[]." in key.path or key.path.startswith("deployer."):
+            continue  # a list's items: the pool's below, other lists show as their default; the deployer's below
         indent = "    " + "  " * key.depth
         why = key.field.description or ""
         if key.path == "name":
@@ -208,6 +208,13 @@ def starter_stack(cluster: str, stack: str) -> str:
             out += [f"{indent}  # The system pool: CoreDNS and the controllers run here, not on tainted GPU nodes.",
                     f"{indent}  - name: system", f"{indent}    nodes: 3", f"{indent}    system: true",
                     f"{indent}    vmSize: Standard_D4ds_v5", f"{indent}    gpusPerNode: 0"]
+        elif key.path == "deployer":
+            # preflight refuses a stack that does not say where `pulumi up` runs: a placeholder the
+            # user replaces (preflight warns until then)
+            out += [f"{indent}# {why}", f"{indent}deployer:", f"{indent}  network: internet",
+                    f"{indent}  # 198.51.100.0/24 is a documentation range (RFC 5737): put your runner's egress "
+                    "addresses here",
+                    f"{indent}  cidrs: [198.51.100.0/24]"]
         else:
             out += _commented([key], "    " + "  " * key.depth, skip=set(), relative=False)
     return "\n".join(out) + "\n"

@@ -28,6 +28,8 @@ from kilonode.plan.model import ClusterPlan
 class InClusterArgs:
     plan: ClusterPlan
     kubeconfig: pulumi.Output[str]  # secret: the program's own (super-admin) credentials
+    # the apiserver as the machine running `pulumi up` reaches it (kilonode.azure.control_plane)
+    endpoint: pulumi.Input[str]
     bootstrap_token_id: pulumi.Output[str]
     bootstrap_token_secret: pulumi.Output[str]  # secret
     cloud_target: pulumi.Output[AzureTarget]  # where the cloud provider acts (azure.json)
@@ -46,7 +48,7 @@ class InCluster(pulumi.ComponentResource):
         plan = args.plan
         ready = ApiserverReady(
             f"{name}-apiserver-ready",
-            ApiserverReadyArgs(endpoint=plan.control_plane.endpoint, kubeconfig=args.kubeconfig,
+            ApiserverReadyArgs(endpoint=args.endpoint, kubeconfig=args.kubeconfig,
                                after=args.depends_on),
             pulumi.ResourceOptions(parent=self),
         )

@@ -4,8 +4,10 @@ balancer before it creates any in-cluster object.
 A real check, not a sleep: a `command:local:Command` that runs kubectl against the
 endpoint with the program's own credentials, every 10 s, up to a bounded deadline, and
 fails the update naming the endpoint if the apiserver never answers. It runs where
-`pulumi up` runs, which must reach the internal load balancer (inside the VNet, or over a
-VPN/peering; see docs/azure.md, "What `pulumi up` does, in order").
+`pulumi up` runs, through the endpoint the stack's `deployer` gives it (the public frontend
+admitted from the deployer's addresses, or the internal load balancer over a peering;
+docs/azure.md, "How `pulumi up` reaches the apiserver"); `kilonode preflight`'s
+deployer-path check traces that path through the graph before anything is created.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ echo "kube-apiserver at $KILONODE_ENDPOINT is ready"
 
 @dataclass(frozen=True)
 class ApiserverReadyArgs:
-    endpoint: str  # https://<load balancer IP>:6443, from the plan
+    # https://<load balancer IP>:6443: the internal one (from the plan) or, for a deployer on the
+    # internet, the public frontend's (Azure's address, known once it exists)
+    endpoint: pulumi.Input[str]
     kubeconfig: pulumi.Output[str]  # secret
     # What must exist before asking (the apiserver VMs, their load balancer): a component
     # here stands for all its children.

@@ -291,6 +291,20 @@ class NatGatewayPlan(StrictModel):
         return self.public_ips * limits().azure.snat_ports_per_ip.value // max(self.nodes, 1)
 
 
+class DeployerPlan(StrictModel):
+    """Where `pulumi up` runs (the stack's `deployer`), and so which apiserver frontend its
+    Kubernetes provider and readiness check use."""
+
+    network: Literal["internet", "peered"]
+    cidrs: tuple[IPv4Network, ...]
+    vnet_id: str | None  # peered: the runner's VNet (resource ID)
+
+    @property
+    def public_frontend(self) -> bool:
+        """The apiservers get a public load balancer admitting `cidrs`: the deployer has no other way in."""
+        return self.network == "internet"
+
+
 class NetworkPlan(StrictModel):
     vnet_cidr: IPv4Network
     control_plane_subnet: IPv4Network
@@ -298,6 +312,8 @@ class NetworkPlan(StrictModel):
     apiserver_allowed_cidrs: tuple[IPv4Network, ...]
     admin_cidr: IPv4Network | None
     public_ips_on_control_plane: bool
+    # None: the stack does not say where `pulumi up` runs; preflight's deployer-path refuses it
+    deployer: DeployerPlan | None = None
     # Placed by this plan, not recorded in the stack: `kilonode allocate` records them, and
     # the Pulumi program refuses to create them until then (they could move otherwise).
     unrecorded: tuple[UnrecordedSubnet, ...] = ()

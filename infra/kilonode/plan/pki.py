@@ -315,9 +315,19 @@ def bundle_text(pems: list[str]) -> str:
     return "".join(t if t.endswith("\n") else t + "\n" for t in pems)
 
 
+# The name a kubeconfig asks the apiserver's certificate for when its server is an address the
+# certificate cannot carry (the public frontend's, which Azure chooses): a SAN every apiserver
+# serving certificate has (KUBERNETES_SERVICE_NAMES). client-go's kubeconfig field
+# `tls-server-name` (k8s.io/client-go tools/clientcmd/api/v1 types.go, Cluster.TLSServerName)
+# sets the SNI and the name verified, for kubectl and pulumi-kubernetes alike.
+DEPLOYER_TLS_SERVER_NAME = "kubernetes"
+
+
 def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None = None,
-                    key_pem: str | None = None, token: str | None = None) -> str:
-    """A kubeconfig document: the cluster CA, and a client certificate and key or a token."""
+                    key_pem: str | None = None, token: str | None = None,
+                    tls_server_name: str | None = None) -> str:
+    """A kubeconfig document: the cluster CA, and a client certificate and key or a token;
+    `tls_server_name` when the server's address is not among the certificate's names."""
     if cert_pem is not None and key_pem is not None:
         credentials = {"client-certificate-data": base64.b64encode(cert_pem.encode()).decode(),
                        "client-key-data": base64.b64encode(key_pem.encode()).decode()}
@@ -330,6 +340,7 @@ def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None
         "kind": "Config",
         "clusters": [{"name": "kilonode", "cluster": {
             "server": server, "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+            **({"tls-server-name": tls_server_name} if tls_server_name else {}),
         }}],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "kilonode", "context": {"cluster": "kilonode", "user": user}}],

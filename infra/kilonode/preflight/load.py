@@ -41,6 +41,12 @@ def resources_from_json(data: Any, where: str) -> tuple[Resource, ...]:
     return tuple(found)
 
 
+def outputs_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded graph's stack outputs; none in a graph recorded before they were kept."""
+    outputs = data.get("outputs")
+    return dict(outputs) if isinstance(outputs, dict) else {}
+
+
 def images_from_dir(directory: Path) -> dict[str, Mapping[str, Any]]:
     """Every built image's manifest in `directory` or its folders (`kilonode image build --out`
     writes <image>.manifest.json beside the image), by image name."""
@@ -81,6 +87,7 @@ def from_directories(render: Path, graph: Path, images: Path | None = None) -> I
         plan=plan_from_yaml((render / PLAN_FILE).read_text(encoding="utf-8"), str(render / PLAN_FILE)),
         files=files,
         resources=resources_from_json(data, str(graph)),
+        outputs=outputs_from_json(data),
         images=images_from_dir(images) if images else None,
         source=f"{render} + {graph}",
     )
@@ -91,4 +98,5 @@ def from_parts(plan: ClusterPlan, files: Mapping[str, str], graph: Mapping[str, 
     """Inputs from artefacts in memory: a render tree ("<host>/<path>" -> text, the top-level
     config.yaml and plan.yaml left out or kept) and a graph's JSON form."""
     return Inputs(plan=plan, files={k: v for k, v in files.items() if "/" in k},
-                  resources=resources_from_json(graph, source or "the recorded graph"), images=images, source=source)
+                  resources=resources_from_json(graph, source or "the recorded graph"),
+                  outputs=outputs_from_json(graph), images=images, source=source)

@@ -68,6 +68,9 @@ class Inputs:
     plan: ClusterPlan
     files: Mapping[str, str]
     resources: tuple[Resource, ...]
+    # the recorded graph's stack outputs (secrets masked): e.g. deployerEndpoint, what the
+    # program's own kubeconfig names
+    outputs: Mapping[str, Any] = field(default_factory=dict)
     # built images' manifests (kilonode image build), by image name; None: no images given
     images: Mapping[str, Mapping[str, Any]] | None = None
     source: str = ""  # where the inputs came from, for the report's heading

@@ -18,11 +18,20 @@ class Check:
 def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
     # who reaches whom, what runs, what resolves, what schedules, what fits, what Azure takes.
-    from kilonode.preflight.checks import azure_names, binaries, boot_pulls, disks, pod_dns, quota, scheduling
+    from kilonode.preflight.checks import (
+        azure_names,
+        binaries,
+        boot_pulls,
+        deployer_path,
+        disks,
+        pod_dns,
+        quota,
+        scheduling,
+    )
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (binaries, pod_dns, scheduling, disks, azure_names, quota, boot_pulls)
+        for module in (deployer_path, binaries, pod_dns, scheduling, disks, azure_names, quota, boot_pulls)
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from kilonode.config.model import ClusterConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.plan import defaults
-from kilonode.plan.model import ClusterPlan, NetworkPlan
+from kilonode.plan.model import ClusterPlan, DeployerPlan, NetworkPlan
 from kilonode.plan.resolve.budgets import (
     acknowledged_warnings,
     budget_problems,
@@ -64,6 +64,9 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
             apiserver_allowed_cidrs=net.apiserver_allowed_cidrs,
             admin_cidr=net.admin_cidr,
             public_ips_on_control_plane=net.public_ips_on_control_plane,
+            deployer=None if config.deployer is None else DeployerPlan(
+                network=config.deployer.network, cidrs=config.deployer.cidrs, vnet_id=config.deployer.vnet_id,
+            ),
             unrecorded=subnets.unrecorded,
             nat_gateways=gateways,
         ),
