@@ -97,9 +97,9 @@ class ControlPlane(pulumi.ComponentResource):
     def _public_frontend(self, name: str, args: ControlPlaneArgs) -> _Balancer:
         """A second, public Standard load balancer in front of the same apiservers, for a deployer
         on the internet (the stack's `deployer.network: internet`): the internal one stays what
-        nodes and components use. A NIC's IP configuration may sit in the backend pools of one
-        internal and one public load balancer (load-balancer-multiple-ip.md; Azure's
-        "LoadBalancer.BackendAddressPools" rule). Only `deployer.cidrs` get through: the
+        nodes and components use. "A virtual machine can reference backend address pools of one
+        public and one internal load balancer" (Azure's REST spec, the IP configuration's
+        loadBalancerBackendAddressPools). Only `deployer.cidrs` get through: the
         control-plane NSG admits them on 6443 and nothing else from the internet
         (kilonode.azure.network), and every request still needs a client certificate."""
         ip = network.PublicIPAddress(
