@@ -10,8 +10,10 @@ import json
 import re
 
 import pytest
+from typer.testing import CliRunner
 
 from kilonode.azure.graph import Graph, Recorded, format_manifests
+from kilonode.cli import app
 from kilonode.k8s.capacity import NAMESPACE as BALLOON_NAMESPACE
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.plan.resolve.components import awaits_plan
@@ -108,6 +110,15 @@ def test_the_recorded_graph_shows_timeouts_to_a_reviewer(graphs: dict[str, Graph
     assert as_json[dns.name]["customTimeouts"] == {"create": "40m", "update": "47m"}
     assert "customTimeouts" not in as_json["research-7500-k8s-kube-proxy-daemonset"]
     assert f"# {dns.name} [create timeout 40m, update timeout 47m]\n" in format_manifests(graph)["in-cluster/dns.yaml"]
+
+
+def test_explain_says_how_long_pulumi_up_waits() -> None:
+    result = CliRunner().invoke(app, ["explain", "research-7500"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())  # rich wraps long lines
+    assert "how long `pulumi up` waits" in text
+    assert "create 40 min: a node's way to Ready (30 min)" in text
+    assert "CoreDNS's 31 replicas replaced one at a time (90 s each, 47 min)" in text
 
 
 @pytest.mark.parametrize(("duration", "expected"), [("40m", 40), ("1h30m", 90), ("90s", 1.5)])
