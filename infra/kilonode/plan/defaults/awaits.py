@@ -10,7 +10,11 @@ and a Service until it has a ready endpoint, 10 minutes by default
 overrides.go TimeoutDuration; v4.32.0). Those 10 minutes assume the pods' nodes exist. On a
 first `pulumi up` the in-cluster objects are created as soon as the apiservers answer, while
 the scale sets, the system pool's included, are still allocating: the wait must hold a node's
-whole way to Ready as well.
+whole way to Ready as well. A Deployment's own progressDeadlineSeconds (600 s by default) does
+not end the wait earlier: past it the controller sets Progressing=False
+(ProgressDeadlineExceeded), which the awaiter reports as a warning and keeps waiting, and sets
+it back to NewReplicaSetAvailable once the replicas are available (deployment.go
+processDeploymentEvent, v4.32.0).
 """
 
 # The part of the wait after a pod's node is Ready: scheduling, the image pull (the boot
