@@ -35,6 +35,9 @@ class Recorded:
     replace_on_changes: tuple[str, ...] = ()  # input paths whose change replaces the resource
     provider: str | None = None  # the explicit provider's name (None: the default provider)
     ignore_changes: tuple[str, ...] = ()  # input paths `pulumi up` leaves to someone else (the autoscaler)
+    # the customTimeouts option, operation -> duration ("create": "40m"): how long `pulumi up`
+    # waits for it where the provider's default would not do (kilonode.k8s.pods.awaited)
+    custom_timeouts: dict[str, str] = field(default_factory=dict)
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -78,7 +81,8 @@ class Graph:
             "resources": [
                 {"type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect,
                  "replaceOnChanges": list(r.replace_on_changes),
-                 **({"ignoreChanges": list(r.ignore_changes)} if r.ignore_changes else {}), "inputs": r.masked()}
+                 **({"ignoreChanges": list(r.ignore_changes)} if r.ignore_changes else {}),
+                 **({"customTimeouts": r.custom_timeouts} if r.custom_timeouts else {}), "inputs": r.masked()}
                 for r in self.resources
             ],
             "counts": self.counts(),
@@ -196,6 +200,7 @@ def _scalar(value: Any) -> str:
 def _flags(r: Recorded, left: str, right: str) -> str:
     flags = (["protect"] if r.protect else []) + [f"replace on {path}" for path in r.replace_on_changes]
     flags += [f"ignores changes to {path}" for path in r.ignore_changes]
+    flags += [f"{operation} timeout {duration}" for operation, duration in r.custom_timeouts.items()]
     return f" {left}{', '.join(flags)}{right}" if flags else ""
 
 
@@ -289,5 +294,7 @@ def format_manifests(graph: Graph) -> dict[str, str]:
         if not (r.custom and r.type.startswith("kubernetes:") and r.parent):
             continue
         component = r.parent.removeprefix(prefix)
-        files.setdefault(f"{IN_CLUSTER_DIR}/{component}.yaml", []).append(f"# {r.name}\n" + block_yaml(_manifest(r)))
+        # the resource's options, which are no part of the object (its timeouts), beside its name
+        files.setdefault(f"{IN_CLUSTER_DIR}/{component}.yaml", []).append(
+            f"# {r.name}{_flags(r, '[', ']')}\n" + block_yaml(_manifest(r)))
     return {path: "---\n".join(docs) for path, docs in sorted(files.items())}

@@ -154,7 +154,9 @@ class RecordingMonitor(mocks.MockMonitor):
                           dict(inputs), depends, tuple(request.replaceOnChanges),
                           # a provider reference is "<urn>::<id>": urn:pulumi:<stack>::<project>::<type>::<name>
                           request.provider.split("::")[3] if request.provider else None,
-                          tuple(request.ignoreChanges))
+                          tuple(request.ignoreChanges),
+                          {operation: duration for operation in ("create", "update", "delete")
+                           if (duration := getattr(request.customTimeouts, operation))})
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)

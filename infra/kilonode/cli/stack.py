@@ -178,6 +178,8 @@ def _in_cluster(plan: ClusterPlan) -> None:
         out.print(f"  [bold]{title}[/]")
         for line in lines:
             out.print(f"    {escape(line)}")
+    out.print(f"  [bold]how long `pulumi up` waits[/] (Deployments, the DNS Service; DaemonSets and balloons: not "
+              f"at all)\n    {escape(plan.components.awaits.reason)}")
 
 
 def explain(stack: StackArg) -> None:

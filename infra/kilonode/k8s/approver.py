@@ -18,8 +18,9 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import system_pod_spec, tolerate_every_taint
+from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
+from kilonode.plan.model import AwaitsPlan
 
 APP = "kubelet-csr-approver"
 LABELS = {"app.kubernetes.io/name": APP, "app.kubernetes.io/managed-by": "kilonode"}
@@ -31,6 +32,7 @@ class ServingCertApproverArgs:
     pools: Sequence[str]  # pool names
     pool_subnets: Sequence[str]  # CIDRs
     image: str  # the plan's (components)
+    awaits: AwaitsPlan  # the plan's (components): how long `pulumi up` waits for the replicas
 
 
 def host_name_regex(cluster: str, pools: Sequence[str]) -> str:
@@ -114,6 +116,7 @@ class ServingCertApprover(pulumi.ComponentResource):
                     ),
                 ),
             ),
-            opts=child,
+            # its pods wait for the first pool node, still allocating on a first run
+            opts=awaited(child, args.awaits),
         )
         self.register_outputs({})

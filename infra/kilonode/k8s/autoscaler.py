@@ -67,7 +67,7 @@ from pulumi_kubernetes import apps, core, meta, policy, rbac
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME
 from kilonode.k8s.gpu import POOL_LABEL
-from kilonode.k8s.pods import system_pod_spec, tolerate_uninitialized_nodes
+from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_uninitialized_nodes
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, NodeGroup, NodePoolPlan
@@ -412,7 +412,8 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                     spec=_pod_spec(plan, account),
                 ),
             ),
-            opts=child,
+            # its pods wait for the first pool node, still allocating on a first run
+            opts=awaited(child, plan.components.awaits),
         )
         policy.v1.PodDisruptionBudget(
             f"{name}-pdb",

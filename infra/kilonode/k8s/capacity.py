@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_kubernetes import admissionregistration, apps, core, meta, scheduling
 
+from kilonode.k8s.pods import SKIP_AWAIT
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
@@ -186,10 +187,14 @@ class Capacity(pulumi.ComponentResource):
         for pool in balloons:
             assert pool.autoscaling is not None
             selector = {"app": BALLOON_APP, POOL_LABEL: pool.name}
+            # Not waited for (kilonode.k8s.pods.SKIP_AWAIT): a balloon pod is Pending by design
+            # whenever its pool has no free node (the autoscaler adds one for it, up to the
+            # pool's ceiling; at the ceiling it stays Pending), and it exists to be preempted.
+            # Its readiness says nothing about the cluster, so no timeout would be right.
             apps.v1.Deployment(
                 f"{name}-{balloon_name(pool.name)}",
                 metadata=meta.v1.ObjectMetaArgs(name=balloon_name(pool.name), namespace=namespace.metadata.name,
-                                                labels={**LABELS, **selector}),
+                                                labels={**LABELS, **selector}, annotations=SKIP_AWAIT),
                 spec=apps.v1.DeploymentSpecArgs(
                     replicas=pool.autoscaling.warm_nodes,
                     selector=meta.v1.LabelSelectorArgs(match_labels=selector),

@@ -31,7 +31,13 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import system_pod_spec, tolerate_critical_addons, tolerate_uninitialized_nodes
+from kilonode.k8s.pods import (
+    SKIP_AWAIT,
+    awaited,
+    system_pod_spec,
+    tolerate_critical_addons,
+    tolerate_uninitialized_nodes,
+)
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
 
@@ -255,7 +261,8 @@ class CloudProvider(pulumi.ComponentResource):
                     spec=_ccm_pod_spec(plan, accounts[CCM], config),
                 ),
             ),
-            opts=child,
+            # its pods wait for the first pool node, still allocating on a first run
+            opts=awaited(child, plan.components.awaits),
         )
         policy.v1.PodDisruptionBudget(
             f"{name}-{CCM}-pdb",
@@ -268,7 +275,9 @@ class CloudProvider(pulumi.ComponentResource):
         cnm_labels = _labels(CNM)
         apps.v1.DaemonSet(
             f"{name}-{CNM}",
-            metadata=meta.v1.ObjectMetaArgs(name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels),
+            # on every node: not waited for (kilonode.k8s.pods.SKIP_AWAIT says why)
+            metadata=meta.v1.ObjectMetaArgs(name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels,
+                                            annotations=SKIP_AWAIT),
             spec=apps.v1.DaemonSetSpecArgs(
                 selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CNM}),
                 update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(

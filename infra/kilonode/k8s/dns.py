@@ -11,7 +11,8 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import system_pod_spec, tolerate_critical_addons
+from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_critical_addons
+from kilonode.plan.model import AwaitsPlan
 
 APP = "kube-dns"  # the label every DNS client and NetworkPolicy expects
 LABELS = {"k8s-app": APP, "app.kubernetes.io/managed-by": "kilonode"}
@@ -45,6 +46,7 @@ class ClusterDnsArgs:
     dns_ip: str  # the plan's cluster DNS address (the kubelets' clusterDNS)
     replicas: int
     image: str  # the plan's (components)
+    awaits: AwaitsPlan  # the plan's (components): how long `pulumi up` waits for the replicas and the Service
     cluster_domain: str = "cluster.local"
 
 
@@ -127,6 +129,9 @@ class ClusterDns(pulumi.ComponentResource):
             opts=child,
         )
         selector = {"k8s-app": APP}
+        # Both wait for replicas on pool nodes (every replica: the Deployment; one ready
+        # endpoint: the Service), which a first run is still creating.
+        on_nodes = awaited(child, args.awaits)
         apps.v1.Deployment(
             f"{name}-deployment",
             metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
@@ -141,7 +146,7 @@ class ClusterDns(pulumi.ComponentResource):
                     spec=_pod_spec(args, account, config),
                 ),
             ),
-            opts=child,
+            opts=on_nodes,
         )
         policy.v1.PodDisruptionBudget(
             f"{name}-pdb",
@@ -162,6 +167,6 @@ class ClusterDns(pulumi.ComponentResource):
                     core.v1.ServicePortArgs(name="metrics", port=9153, protocol="TCP", target_port=9153),
                 ],
             ),
-            opts=child,
+            opts=on_nodes,
         )
         self.register_outputs({})

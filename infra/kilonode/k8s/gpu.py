@@ -30,7 +30,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import system_pod_spec
+from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan
@@ -154,7 +154,9 @@ class DevicePlugin(pulumi.ComponentResource):
         labels = {**SELECTOR, **_labels(DEVICE_PLUGIN)}
         apps.v1.DaemonSet(
             f"{name}-daemonset",
-            metadata=meta.v1.ObjectMetaArgs(name=DAEMONSET_NAME, namespace=KUBE_SYSTEM, labels=labels),
+            # on every GPU node: not waited for (kilonode.k8s.pods.SKIP_AWAIT says why)
+            metadata=meta.v1.ObjectMetaArgs(name=DAEMONSET_NAME, namespace=KUBE_SYSTEM, labels=labels,
+                                            annotations=SKIP_AWAIT),
             spec=apps.v1.DaemonSetSpecArgs(
                 selector=meta.v1.LabelSelectorArgs(match_labels=SELECTOR),
                 update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(

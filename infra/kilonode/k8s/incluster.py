@@ -73,6 +73,7 @@ class InCluster(pulumi.ComponentResource):
                 pools=[p.name for p in plan.node_pools],
                 pool_subnets=[str(p.subnet) for p in plan.node_pools],
                 image=plan.components.serving_cert_approver_image,
+                awaits=plan.components.awaits,
             ),
             on_cluster,
         )
@@ -84,7 +85,7 @@ class InCluster(pulumi.ComponentResource):
         ClusterDns(
             f"{name}-dns",
             ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=plan.components.dns_replicas,
-                           image=plan.components.coredns_image),
+                           image=plan.components.coredns_image, awaits=plan.components.awaits),
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)

@@ -1,19 +1,47 @@
 """The pod spec every kilonode system workload shares (the kube-system DaemonSets and
 Deployments): its service account, its priority class, the host network where it needs one,
 and the tolerations that say where it must still run. Each component adds its own
-containers, volumes, affinity and the like."""
+containers, volumes, affinity and the like. And how long `pulumi up` waits for each
+workload: a sized timeout, or not at all."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import pulumi
 from pulumi_kubernetes import core
 
+from kilonode.plan.model import AwaitsPlan
 from kilonode.plan.wellknown import SYSTEM_LABEL
 
 # set by the kubelet of a node that waits for the cloud provider to initialise it
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
+
+
+# pulumi-kubernetes (>= 4.12) waits for a DaemonSet until kstatus calls it Current
+# (provider/pkg/await/daemonset.go: `done := res.Status == status.CurrentStatus`, 10 minutes
+# by default), that is until the pod of every node it selects is updated and available. For
+# a DaemonSet over the pools' nodes that is the whole fleet: on a first `pulumi up` thousands
+# of nodes are still allocating and joining, and later at 7,500 nodes some are always being
+# repaired, so the wait would fail the run whatever its length. The annotation turns the wait
+# off for the object (metadata/overrides.go ReadyCondition: "the ready condition will no-op");
+# nothing in the program reads such a DaemonSet's outputs (no resource depends on one), so
+# nothing downstream starts early. Where their readiness shows instead: each node's Ready
+# condition and taints (cloud-node-manager lifts the uninitialized taint), the DaemonSet's
+# status (`kubectl -n kube-system get ds`: desired, ready, available), and, before any run,
+# `kilonode preflight`'s `scheduling` check, which traces offline that each lands on the nodes
+# it must. Also on the balloons (kilonode.k8s.capacity), which may rightly stay Pending.
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+
+
+def awaited(opts: pulumi.ResourceOptions, awaits: AwaitsPlan) -> pulumi.ResourceOptions:
+    """`opts` plus the plan's timeouts (components.awaits), for a workload whose pods land on
+    pool nodes that may still be on their way (a Deployment) or that waits for such a pod
+    (the DNS Service's endpoint): pulumi-kubernetes's 10 minutes assume the nodes exist.
+    `customTimeouts` comes first in its order (metadata/overrides.go TimeoutDuration)."""
+    return pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(custom_timeouts=pulumi.CustomTimeouts(
+        create=f"{awaits.create_min}m", update=f"{awaits.update_min}m")))
 
 
 def tolerate_every_taint() -> list[core.v1.TolerationArgs]:

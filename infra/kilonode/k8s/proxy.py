@@ -16,7 +16,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import system_pod_spec, tolerate_every_taint
+from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
 from kilonode.yamlio import plain_yaml
 
@@ -87,7 +87,9 @@ class KubeProxy(pulumi.ComponentResource):
         )
         apps.v1.DaemonSet(
             f"{name}-daemonset",
-            metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
+            # on every node: not waited for (kilonode.k8s.pods.SKIP_AWAIT says why)
+            metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS,
+                                            annotations=SKIP_AWAIT),
             spec=apps.v1.DaemonSetSpecArgs(
                 selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-proxy"}),
                 update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(

@@ -54,8 +54,8 @@ import yaml
 from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import system_pod_spec
-from kilonode.plan.model import ClusterPlan
+from kilonode.k8s.pods import awaited, system_pod_spec
+from kilonode.plan.model import AwaitsPlan, ClusterPlan
 from kilonode.yamlio import plain_yaml
 
 # What a job names (docs/gang-scheduling.md).
@@ -267,12 +267,13 @@ class GangSchedulerArgs:
     scheduler_image: str
     controller_image: str
     gpu: bool  # the plan has GPU pools: nvidia.com/gpu joins the packing score, as in the default profile
+    awaits: AwaitsPlan  # the plan's (components): how long `pulumi up` waits for the replicas
 
     @staticmethod
     def of(plan: ClusterPlan) -> GangSchedulerArgs:
         return GangSchedulerArgs(scheduler_image=plan.components.scheduler_plugins_scheduler_image,
                                  controller_image=plan.components.scheduler_plugins_controller_image,
-                                 gpu=bool(plan.gpu_pools))
+                                 gpu=bool(plan.gpu_pools), awaits=plan.components.awaits)
 
 
 class GangScheduler(pulumi.ComponentResource):
@@ -281,7 +282,9 @@ class GangScheduler(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         crds = self._crds(name)
-        after_crds = pulumi.ResourceOptions(parent=self, depends_on=crds)
+        # the two Deployments: after the CRDs they watch; their pods wait for pool nodes,
+        # still allocating on a first run
+        after_crds = awaited(pulumi.ResourceOptions(parent=self, depends_on=crds), args.awaits)
 
         accounts = self._service_accounts(name)
 

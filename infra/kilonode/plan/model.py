@@ -321,6 +321,17 @@ class NetworkPlan(StrictModel):
     nat_gateways: tuple[NatGatewayPlan, ...] = ()
 
 
+class AwaitsPlan(StrictModel):
+    """How long `pulumi up` waits for an in-cluster workload it waits for (the `customTimeouts`
+    of the Deployments and the DNS Service; kilonode.plan.defaults.awaits): decided by
+    kilonode.plan.resolve.components.awaits_plan. DaemonSets over pool nodes and the balloons
+    are not waited for at all (`pulumi.com/skipAwait`, kilonode.k8s.pods)."""
+
+    create_min: int  # a first run: the nodes are still on their way
+    update_min: int  # a later run: a rolling update of the largest one-at-a-time Deployment
+    reason: str  # how, in one line (kilonode explain)
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -348,6 +359,7 @@ class ComponentsPlan(StrictModel):
     apiserver_max_requests_inflight: int
     apiserver_max_mutating_requests_inflight: int
     dns_replicas: int  # CoreDNS replicas for the nodes the cluster may reach
+    awaits: AwaitsPlan
 
 
 class VmSizeFacts(StrictModel):

@@ -1,6 +1,8 @@
 """The cluster autoscaler (kilonode.k8s.autoscaler) on pools with `autoscaling` (Azure VMSS);
 releases and image: the catalogue's clusterAutoscaler."""
 
+from kilonode.plan.defaults.node import NODE_READY_MIN
+
 # Two replicas, one active (leader election on a Lease): the other takes over within the
 # lease period when a node goes away.
 CLUSTER_AUTOSCALER_REPLICAS = 2
@@ -18,11 +20,9 @@ CLUSTER_AUTOSCALER_PORT = 8085
 # group), split over a pool's similar scale sets; the next loop adds more only for pods the
 # nodes already on their way cannot hold.
 CLUSTER_AUTOSCALER_MAX_NODES_PER_SCALEUP = 100
-# A GPU VM's way to a Ready node: Azure allocation (InfiniBand sizes in one placement group),
-# boot, registration, then the GPU health checks under the startup taint before the node
-# takes work (field notes: active GPU tests need seconds to minutes). Upstream's 15m is for
-# ordinary VMs.
-CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME = "30m"
+# A new VM's way to a Ready node (NODE_READY_MIN, kilonode.plan.defaults.node, which `pulumi
+# up`'s awaits are sized from too). Upstream's 15m is for ordinary VMs.
+CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME = f"{NODE_READY_MIN}m"
 # The 2,500-node guard (field notes: an etcd outage failed every node's health check and the
 # autoscaler tried to remove the fleet). It halts all activity while more than this share of
 # the cluster's nodes (and more than the count below) is unready; upstream's 45% lets a

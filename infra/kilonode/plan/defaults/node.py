@@ -20,3 +20,11 @@ KUBELET_RESOLV_CONF_REASON = (
     "the node image runs systemd-resolved, whose /etc/resolv.conf stub (127.0.0.53) is the pod itself inside a "
     "pod; resolved's /run/systemd/resolve/resolv.conf names the upstream servers (kubeadm's choice too)"
 )
+
+# A new VM's way to a Ready node that takes work, at most: Azure allocation (InfiniBand sizes
+# in one placement group), boot, the kubelet's TLS bootstrap and registration, cloud-node-manager
+# lifting the uninitialized taint, then on GPU nodes the health checks under the startup taint
+# (field notes: active GPU tests need seconds to minutes). The cluster autoscaler's
+# --max-node-provision-time (kilonode.plan.defaults.autoscaler) and `pulumi up`'s awaits of
+# in-cluster workloads (kilonode.plan.resolve.components.awaits_plan) are sized from it.
+NODE_READY_MIN = 30

@@ -11,7 +11,7 @@ from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.plan import defaults
-from kilonode.plan.model import ComponentsPlan, NodePoolPlan
+from kilonode.plan.model import AwaitsPlan, ComponentsPlan, NodePoolPlan
 
 
 @cache
@@ -65,22 +65,44 @@ def dns_replicas(total_nodes: int) -> int:
     return max(defaults.DNS_MIN_REPLICAS, -(-total_nodes // defaults.DNS_NODES_PER_REPLICA))
 
 
+def awaits_plan(dns_replicas: int) -> AwaitsPlan:
+    """How long `pulumi up` waits for a Deployment or the DNS Service (kilonode.plan.defaults.awaits).
+
+    Created: a node's whole way to Ready (the in-cluster objects are created while the scale
+    sets still allocate), then the workload's start on it. Updated: the nodes exist, but
+    CoreDNS, the one Deployment whose replicas grow with the cluster, replaces them one at a
+    time; never less than a creation, since a run may add the pool a workload lands on."""
+    create = defaults.NODE_READY_MIN + defaults.WORKLOAD_START_MIN
+    rollout = -(-dns_replicas * defaults.ROLLOUT_STEP_S // 60)  # rounded up to whole minutes
+    update = max(create, rollout)
+    return AwaitsPlan(
+        create_min=create,
+        update_min=update,
+        reason=(f"create {create} min: a node's way to Ready ({defaults.NODE_READY_MIN} min) and a workload's "
+                f"start on it ({defaults.WORKLOAD_START_MIN} min); update {update} min: the larger of that and "
+                f"CoreDNS's {dns_replicas} replicas replaced one at a time ({defaults.ROLLOUT_STEP_S} s each, "
+                f"{rollout} min)"),
+    )
+
+
 def most_nodes(pools: tuple[NodePoolPlan, ...]) -> int:
     """The nodes the cluster may reach: autoscaled pools at their ceiling."""
     return sum(pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes for pool in pools)
 
 
 def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> ComponentsPlan:
-    """Releases and images for the stack's Kubernetes version; the apiservers' concurrency and
-    the DNS replicas sized for the nodes the cluster may reach."""
+    """Releases and images for the stack's Kubernetes version; the apiservers' concurrency, the
+    DNS replicas and `pulumi up`'s awaits sized for the nodes the cluster may reach."""
     nodes = most_nodes(pools)
     reads, mutating = apiserver_inflight(nodes, config.apiserver.replicas)
+    dns = dns_replicas(nodes)
     return ComponentsPlan(
         **_releases(config.kubernetes_version),
         apf_builtin_shares=limits().kubernetes.apf_builtin_shares.value,
         apiserver_max_requests_inflight=reads,
         apiserver_max_mutating_requests_inflight=mutating,
-        dns_replicas=dns_replicas(nodes),
+        dns_replicas=dns,
+        awaits=awaits_plan(dns),
     )
 
 
