@@ -62,8 +62,9 @@ list of findings. Exit 0 without breaks, 1 with one, 2 when the input cannot be 
 the program registers anything, and refuse on a break (its warnings become the run's
 warnings): kilonode.azure.program.preflight_gate.
 
-Not yet checked (issue 22 continues): `deployer-path` (whether the machine running `pulumi up`
-reaches the apiserver the in-cluster objects are created through).
+What no offline check can prove (the quota and rights Azure really grants, unless `quota` asks
+it; Azure's capacity; resources actually created; the deployer's real egress address) is listed
+in docs/azure.md, "What `pulumi up` does, in order".
 
 ## Checks, in the order of a machine's bring-up
 """
