@@ -122,3 +122,18 @@ def test_a_built_image_without_the_binary_is_a_break_even_when_pinned() -> None:
     [what] = broken(found, f"pool-{pool.name}")
     assert what.startswith("/usr/local/bin/kubelet (ExecStart in /etc/systemd/system/kubelet.service)")
     assert "absent: not downloaded" in what
+
+
+def test_a_vhd_upload_keyed_by_its_path_is_a_break() -> None:
+    from kilonode.preflight import breaks, run
+    from tests.preflight.conftest import artefacts, inputs_of
+
+    files, graph = artefacts("local")
+    uploads = [r for r in graph["resources"] if r["type"] == "command:local:Command"
+               and "az storage blob upload" in str(r["inputs"].get("create"))]
+    assert uploads and all(r["inputs"]["triggers"][0] == "not-read" for r in uploads)
+    assert not breaks(run(inputs_of("local", files=files, graph=graph), ["binaries"]))
+    uploads[0]["inputs"]["triggers"] = [uploads[0]["inputs"]["environment"]["VHD"]]  # the old key: its path
+    [finding] = breaks(run(inputs_of("local", files=files, graph=graph), ["binaries"]))
+    assert finding.where == f"command:local:Command {uploads[0]['name']}"
+    assert "never uploaded" in finding.what

@@ -92,3 +92,31 @@ def test_requests_are_summed_as_the_scheduler_does() -> None:
                            {"resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "8"}}}],
             "initContainers": [{"resources": {"requests": {"cpu": "2"}}}]}
     assert requests_of(spec) == {"cpu": 2000, "memory": 70 * 2**20, "nvidia.com/gpu": 8}
+
+
+def test_a_daemonset_awaited_over_a_joining_fleet_is_a_break() -> None:
+    from kilonode.preflight import breaks, run
+    from tests.preflight.conftest import artefacts, inputs_of, resource
+
+    files, graph = artefacts("research-7500")
+    proxy = resource(graph, "DaemonSet", "kube-proxy")
+    del proxy["inputs"]["metadata"]["annotations"]["pulumi.com/skipAwait"]
+    [finding] = breaks(run(inputs_of("research-7500", files=files, graph=graph), ["scheduling"]))
+    assert finding.where == "DaemonSet kube-system/kube-proxy"
+    assert "every node's pod is available" in finding.what and "skipAwait" in finding.fix
+
+
+def test_a_deployment_awaited_for_the_providers_default_is_a_break() -> None:
+    from kilonode.preflight import breaks, run
+    from tests.preflight.conftest import artefacts, inputs_of, resource
+
+    files, graph = artefacts("research-7500")
+    dns = resource(graph, "Deployment", "coredns")
+    del dns["customTimeouts"]
+    approver = resource(graph, "Deployment", "kubelet-csr-approver")
+    approver["customTimeouts"] = {"create": "15m", "update": "15m"}
+    found = {f.where: f.what for f in breaks(run(inputs_of("research-7500", files=files, graph=graph),
+                                                 ["scheduling"]))}
+    assert set(found) == {"Deployment kube-system/coredns", "Deployment kube-system/kubelet-csr-approver"}
+    assert "pulumi-kubernetes's default 10 min" in found["Deployment kube-system/coredns"]
+    assert "customTimeouts create 15m" in found["Deployment kube-system/kubelet-csr-approver"]

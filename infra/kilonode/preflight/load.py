@@ -37,7 +37,8 @@ def resources_from_json(data: Any, where: str) -> tuple[Resource, ...]:
     for index, item in enumerate(data["resources"]):
         if not isinstance(item, dict) or not {"type", "name"} <= item.keys():
             raise InputError(f"{where}: resources[{index}] has no type and name")
-        found.append(Resource(item["type"], item["name"], item.get("parent"), item.get("inputs") or {}))
+        found.append(Resource(item["type"], item["name"], item.get("parent"), item.get("inputs") or {},
+                              item.get("customTimeouts") or {}))
     return tuple(found)
 
 

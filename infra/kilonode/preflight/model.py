@@ -38,6 +38,9 @@ class Resource:
     name: str
     parent: str | None
     inputs: Mapping[str, Any]
+    # the customTimeouts resource option, operation -> duration ("create": "40m"); none: the
+    # provider's default
+    custom_timeouts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def is_kubernetes(self) -> bool:

@@ -27,11 +27,13 @@ def _registry() -> tuple[Check, ...]:
         pod_dns,
         quota,
         scheduling,
+        service_path,
     )
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (deployer_path, binaries, pod_dns, scheduling, disks, azure_names, quota, boot_pulls)
+        for module in (deployer_path, service_path, binaries, pod_dns, scheduling, disks, azure_names, quota,
+                       boot_pulls)
     )
 
 

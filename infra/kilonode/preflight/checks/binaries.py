@@ -37,10 +37,17 @@ cri-dockerd's minimum Docker Engine API (per release, binaries.toml) must be at 
 image's docker.io serves, or cri-dockerd refuses to start and the node never registers;
 `kilonode image build` refuses such an image too, and refuses an image missing a program
 unless `--allow-incomplete`.
+
+The images reach Azure as VHD uploads (kilonode.azure.node_image: a `command:local:Command`
+per image): each upload must be keyed by its VHD's sha256 (its first trigger; `not-read` when
+the graph was recorded without reading the disks), so that a VHD rebuilt under the same
+gallery version is uploaded again. Keyed by its path or blob name alone, Pulumi sees no change
+and the gallery keeps the old image: every fix in the rebuilt image is silently absent.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -184,4 +191,26 @@ def _version_findings(catalog: Catalog, spec: ImageSpec, host: str, need: Need, 
 
 
 def check(inputs: Inputs) -> list[Finding]:
-    return [f for host in inputs.hosts() for f in _host_findings(inputs, host)]
+    return [*(f for host in inputs.hosts() for f in _host_findings(inputs, host)), *_vhd_uploads(inputs)]
+
+
+COMMAND = "command:local:Command"
+VHD_UPLOAD = re.compile(r"\baz storage blob upload\b.*--type page")
+VHD_KEY = re.compile(r"^(sha256:[0-9a-f]{64}|not-read|absent)$")
+
+
+def _vhd_uploads(inputs: Inputs) -> list[Finding]:
+    """Every VHD upload is keyed by its VHD's digest (the module docstring says why)."""
+    findings = []
+    for upload in inputs.of_type(COMMAND):
+        if not VHD_UPLOAD.search(str(upload.inputs.get("create", ""))):
+            continue
+        triggers = [str(t) for t in upload.inputs.get("triggers") or []]
+        if not any(VHD_KEY.match(t) for t in triggers):
+            findings.append(Finding(
+                NAME, "break", upload.describe(),
+                f"the upload is keyed by {triggers or 'nothing'}, not by the VHD's sha256: a VHD rebuilt under the "
+                "same version is never uploaded, and the gallery keeps serving the old image",
+                "key the upload on kilonode.azure.node_image.vhd_digest (its first trigger)",
+            ))
+    return findings

@@ -65,6 +65,9 @@ AZURE_DEFAULT_RULES: tuple[dict[str, Any], ...] = (
      "direction": "Inbound"},
 )
 ANY = ("*", "any", "internet")
+# The AzureLoadBalancer service tag: the host's virtual IP, where Azure's health probes come from
+# (service-tags-overview.md, AzureLoadBalancer; what-is-ip-address-168-63-129-16.md).
+AZURE_PROBE_SOURCE = IPv4Network("168.63.129.16/32")
 
 
 def check(inputs: Inputs) -> list[Finding]:
@@ -79,7 +82,7 @@ def check(inputs: Inputs) -> list[Finding]:
             FIX_STACK,
         )]
     findings = _documentation_addresses(deployer)
-    graph = _Graph(inputs)
+    graph = NetworkGraph(inputs)
     for hop in (_endpoint, _load_balancer, _peerings, _nsgs):
         found = hop(inputs.plan, deployer, graph)
         findings += found
@@ -88,7 +91,7 @@ def check(inputs: Inputs) -> list[Finding]:
     return findings
 
 
-class _Graph:
+class NetworkGraph:
     """The recorded graph's network resources, and lookups by the IDs the program wired."""
 
     def __init__(self, inputs: Inputs) -> None:
@@ -137,7 +140,7 @@ def _documentation_addresses(deployer: DeployerPlan) -> list[Finding]:
     )]
 
 
-def _endpoint(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> list[Finding]:
+def _endpoint(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> list[Finding]:
     """Hop 2: the kubeconfig's server is a frontend this deployer can reach."""
     endpoint = graph.outputs.get("deployerEndpoint")
     if not isinstance(endpoint, str):
@@ -170,7 +173,7 @@ def _endpoint(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> list[
     return []
 
 
-def _load_balancer(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> list[Finding]:
+def _load_balancer(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> list[Finding]:
     """Hop 3: a load balancer whose frontend the deployer reaches forwards 6443 to every apiserver."""
     internal = str(plan.control_plane.load_balancer_ip)
     wanted = "public" if deployer.public_frontend else f"internal ({internal})"
@@ -197,7 +200,7 @@ def _load_balancer(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> 
     return problems
 
 
-def _forwards(lb: Resource, front: Mapping[str, Any], graph: _Graph, plan: ClusterPlan) -> list[Finding]:
+def _forwards(lb: Resource, front: Mapping[str, Any], graph: NetworkGraph, plan: ClusterPlan) -> list[Finding]:
     where = lb.describe()
     public = front.get("publicIPAddress")
     if public:
@@ -235,7 +238,7 @@ def _forwards(lb: Resource, front: Mapping[str, Any], graph: _Graph, plan: Clust
     return []
 
 
-def _peerings(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> list[Finding]:
+def _peerings(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> list[Finding]:
     """Hop 4 (peered): both sides of the peering exist, with VNet access on."""
     if deployer.vnet_id is None:
         return []
@@ -263,7 +266,7 @@ def _peerings(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> list[
     )]
 
 
-def _nsgs(plan: ClusterPlan, deployer: DeployerPlan, graph: _Graph) -> list[Finding]:
+def _nsgs(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> list[Finding]:
     """Hop 5: every NSG on the way admits each deployer CIDR on TCP 6443."""
     control = str(plan.network.control_plane_subnet)
     groups: list[Resource] = []
@@ -345,7 +348,7 @@ def _networks(prefixes: list[str], vnet_space: list[IPv4Network]) -> list[IPv4Ne
         elif prefix.lower() == "virtualnetwork":
             found += vnet_space
         elif prefix.lower() == "azureloadbalancer":
-            continue  # Azure's probe source (168.63.129.16), never the deployer
+            found.append(AZURE_PROBE_SOURCE)
         else:
             try:
                 found.append(IPv4Network(str(ip_network(prefix, strict=False))))

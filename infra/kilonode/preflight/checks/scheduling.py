@@ -28,6 +28,13 @@ A Deployment or StatefulSet with required pod anti-affinity on kubernetes.io/hos
 as many distinct nodes as it has replicas. A DaemonSet must reach every pool it is meant for
 (its node selector and required affinity name them; none: every pool); a taint that keeps
 it off one is a finding.
+
+How long `pulumi up` waits for it: pulumi-kubernetes awaits a Deployment, DaemonSet or
+StatefulSet for 10 minutes unless told otherwise (provider/pkg/await, v4.32.0). A DaemonSet is
+ready only when every node's pod is, never true of a fleet still joining: one not annotated
+`pulumi.com/skipAwait: "true"` is a break; any other workload awaited for less than the plan's
+`components.awaits.create_min` (nodes allocating, joining, pulling) is a break: the first run
+would report failure even when the cluster converges.
 """
 
 from __future__ import annotations
@@ -297,4 +304,54 @@ def check(inputs: Inputs) -> list[Finding]:
             findings += _daemonset(found, groups)
         else:
             findings += _replicated(found)
+        findings += _awaited(found.workload, inputs.plan.components.awaits.create_min)
     return findings
+
+
+# pulumi-kubernetes waits this long for a Deployment, DaemonSet or StatefulSet without
+# customTimeouts (provider/pkg/await deployment.go DefaultDeploymentTimeoutMins, daemonset.go
+# _defaultDaemonSetTimeout, statefulset.go DefaultStatefulSetTimeoutMins: 10 minutes each).
+PROVIDER_DEFAULT_AWAIT_MIN = 10
+SKIP_AWAIT = "pulumi.com/skipAwait"
+
+
+def _minutes(duration: str) -> float | None:
+    """A Pulumi duration ("40m", "1h30m", "90s") in minutes; None when unreadable."""
+    total, number = 0.0, ""
+    units = {"h": 60.0, "m": 1.0, "s": 1 / 60}
+    for char in duration.strip():
+        if char.isdigit() or char == ".":
+            number += char
+        elif char in units and number:
+            total, number = total + float(number) * units[char], ""
+        else:
+            return None
+    return total if not number else None
+
+
+def _awaited(workload: Resource, needed_min: int) -> list[Finding]:
+    """How long the first `pulumi up` waits for this workload, against the time its pods need
+    (the plan's components.awaits: nodes allocating, joining, pulling). A DaemonSet is ready
+    only when every node's pod is: on a fleet still joining it is never awaited."""
+    annotations = (workload.inputs.get("metadata") or {}).get("annotations") or {}
+    if str(annotations.get(SKIP_AWAIT, "")).lower() == "true":
+        return []
+    where = workload.describe()
+    if workload.kind == "DaemonSet":
+        return [Finding(NAME, "break", where,
+                        "`pulumi up` waits until every node's pod is available: on a first run thousands of nodes "
+                        "are still allocating and joining, so the run reports failure after the await's deadline "
+                        "even when the cluster would converge",
+                        f"annotate it {SKIP_AWAIT}: \"true\" (kilonode.k8s.pods.SKIP_AWAIT); watch DaemonSet status "
+                        "and node conditions instead")]
+    create = workload.custom_timeouts.get("create")
+    waits = _minutes(create) if create else PROVIDER_DEFAULT_AWAIT_MIN
+    if waits is not None and waits >= needed_min:
+        return []
+    said = f"customTimeouts create {create}" if create else \
+        f"pulumi-kubernetes's default {PROVIDER_DEFAULT_AWAIT_MIN} min"
+    return [Finding(NAME, "break", where,
+                    f"`pulumi up` waits {said} for its pods, which need up to {needed_min} min on a first run (the "
+                    "plan's components.awaits: nodes allocating, joining, pulling): the run reports failure even "
+                    "when it would converge",
+                    "give it customTimeouts from the plan (kilonode.k8s.pods.awaited)")]
