@@ -6,7 +6,9 @@ import json
 import re
 from typing import Any
 
-from kilonode.preflight import run
+import pytest
+
+from kilonode.preflight import breaks, run
 from kilonode.preflight.checks.disks import image_gib, size_bytes
 from tests.preflight.conftest import artefacts, inputs_of
 
@@ -84,3 +86,21 @@ def test_a_container_log_budget_larger_than_the_kubelet_roots_disk_is_a_break() 
     found = breaks_at("research-2500", "pool-nc-a100", files=files, graph=graph)
     assert len(found) == 1 and "container log budget does not fit the kubelet root's disk" in found[0]
     assert "10240 MiB x 3 x" in found[0] and "512 x 90%" in found[0]
+
+
+@pytest.mark.parametrize(("host", "unit", "path"), [
+    ("etcd-main-0", "etcd.service", "etc/systemd/system/etcd.service"),
+    ("pool-system", "docker.service", "etc/systemd/system/docker.service.d/10-kilonode-local-ssd.conf"),
+    ("apiserver-0", "kube-apiserver.service", "etc/systemd/system/kube-apiserver.service"),
+])
+def test_a_unit_that_skips_instead_of_failing_without_its_mount_is_a_break(host: str, unit: str, path: str) -> None:
+    files, graph = artefacts("research-7500")
+    key = f"{host}/{path}"
+    assert "AssertPathIsMountPoint=/mnt/local-ssd" in files[key]
+    files[key] = files[key].replace("AssertPathIsMountPoint=", "ConditionPathIsMountPoint=")
+    found = breaks(run(inputs_of("research-7500", files=files, graph=graph), ["disks"]))
+    assert [f.where for f in found] == [f"{host}: {unit}"]
+    assert "silently does not run" in found[0].what
+    files[key] = "\n".join(line for line in files[key].splitlines() if "MountPoint=" not in line)
+    [finding] = breaks(run(inputs_of("research-7500", files=files, graph=graph), ["disks"]))
+    assert "fills the OS disk" in finding.what

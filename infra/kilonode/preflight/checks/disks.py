@@ -27,7 +27,11 @@ Writers, per role:
   most 4 GiB) and the image (whose size includes the preloaded image archives). The kubelet
   evicts pods below 10% free (nodefs.available), so the room is 90% of the disk, less the image
   and the journal; a log budget larger than that room is a break.
-- every role: an OS disk without `diskSizeGB` is a break (the image's size leaves no room).
+- every role: an OS disk without `diskSizeGB` is a break (the image's size leaves no room);
+  every unit that writes below a local-SSD mount (its unit or drop-in names a path there, or a
+  runtime whose root is there) must fail when the mount is missing (`AssertPathIsMountPoint=`):
+  with a `Condition...=` it is skipped silently, with neither it fills the OS disk under the
+  empty mount point.
 
 What it cannot see: the real write rates of a workload (emptyDir use is the job's own), and
 ephemeral OS disks (none are used: `diffDiskSettings` would carve the OS disk out of the same
@@ -202,6 +206,47 @@ def check(inputs: Inputs) -> list[Finding]:
             findings += _audit(inputs.plan, disks, files[APISERVER_UNIT])
         if KUBELET_CONFIG in files:
             findings += _pool(disks, files)
+        findings += _mount_asserted(disks, files)
+    return findings
+
+
+UNIT_FILE = re.compile(r"^etc/systemd/system/(?P<unit>[^/]+\.service)(?:\.d/[^/]+\.conf)?$")
+# The runtimes keep their root in their own config, not in their unit (kilonode.render).
+RUNTIME_ROOTS = {"docker.service": ("etc/docker/daemon.json", re.compile(r'"data-root":\s*"([^"]+)"')),
+                 "containerd.service": ("etc/containerd/config.toml", re.compile(r'^root\s*=\s*"([^"]+)"', re.M))}
+
+
+def _mount_asserted(disks: HostDisks, files: Mapping[str, str]) -> list[Finding]:
+    """Every unit that writes below a local-SSD mount (its unit text names a path there, or it is
+    a runtime whose root is there) fails when the mount is missing: `AssertPathIsMountPoint=`.
+    A `Condition...=` instead skips the unit silently (systemd.unit(5): a failed condition is
+    not a failure), so etcd, the runtime and with it the kubelet would just not run, or a unit
+    without either would fill the OS disk under the empty mount point."""
+    units: dict[str, str] = {}
+    for path, text in sorted(files.items()):
+        found = UNIT_FILE.match(path)
+        if found:
+            units[found["unit"]] = units.get(found["unit"], "") + "\n" + text
+    findings = []
+    for unit, text in units.items():
+        written = {m for m in disks.mounts if re.search(rf"{re.escape(m.rstrip('/'))}/", text)}
+        if unit in RUNTIME_ROOTS:
+            config, root = RUNTIME_ROOTS[unit]
+            match = root.search(files.get(config, ""))
+            mount = disks.on_local(match.group(1)) if match else None
+            written |= {mount} if mount else set()
+        for mount in sorted(written):
+            if re.search(rf"^AssertPathIsMountPoint={re.escape(mount)}$", text, re.M):
+                continue
+            skipped = re.search(rf"^Condition\w+={re.escape(mount)}", text, re.M)
+            findings.append(Finding(
+                NAME, "break", f"{disks.host}: {unit}",
+                f"it writes below {mount} (the local SSD) but "
+                + ("only skips by a Condition when the mount is missing: the unit silently does not run, and "
+                   "`systemctl status` shows no failure" if skipped else
+                   "nothing stops it when the mount is missing: it fills the OS disk under the empty mount point"),
+                f"give the unit (or a drop-in) RequiresMountsFor={mount} and AssertPathIsMountPoint={mount}",
+            ))
     return findings
 
 
