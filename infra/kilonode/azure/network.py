@@ -169,6 +169,24 @@ def parse_vnet_id(vnet_id: str) -> VnetRef:
     return VnetRef(subscription=parts[1], resource_group=parts[3], name=parts[7])
 
 
+def _peering(logical: str, peering_name: str, resource_group: pulumi.Input[str], vnet_name: pulumi.Input[str],
+             remote_vnet_id: pulumi.Input[str], opts: pulumi.ResourceOptions) -> network.VirtualNetworkPeering:
+    """One side of a peering: VNet access on; forwarded traffic and gateway transit off (the
+    deployer's VNet is a neighbour, not a route)."""
+    return network.VirtualNetworkPeering(
+        logical,
+        virtual_network_peering_name=peering_name,
+        resource_group_name=resource_group,
+        virtual_network_name=vnet_name,
+        remote_virtual_network=network.SubResourceArgs(id=remote_vnet_id),
+        allow_virtual_network_access=True,
+        allow_forwarded_traffic=False,
+        allow_gateway_transit=False,
+        use_remote_gateways=False,
+        opts=opts,
+    )
+
+
 def _nsg_of(subnet_key: str) -> str:
     """The NSG a subnet is in: its own, or the pools' shared one."""
     return POOLS_NSG if subnet_key.startswith("pool-") else subnet_key
@@ -251,30 +269,10 @@ class Network(pulumi.ComponentResource):
         remote = parse_vnet_id(deployer.vnet_id)
         # Azure runs one operation per VNet at a time: after the subnets (AnotherOperationInProgress).
         opts = pulumi.ResourceOptions(parent=self, depends_on=list(after))
-        to_runner = network.VirtualNetworkPeering(
-            f"{name}-to-deployer",
-            virtual_network_peering_name=f"{plan.cluster}-to-deployer",
-            resource_group_name=rg.name,
-            virtual_network_name=vnet.name,
-            remote_virtual_network=network.SubResourceArgs(id=deployer.vnet_id),
-            allow_virtual_network_access=True,
-            allow_forwarded_traffic=False,
-            allow_gateway_transit=False,
-            use_remote_gateways=False,
-            opts=opts,
-        )
-        from_runner = network.VirtualNetworkPeering(
-            f"{name}-from-deployer",
-            virtual_network_peering_name=f"to-{plan.cluster}",
-            resource_group_name=remote.resource_group,
-            virtual_network_name=remote.name,
-            remote_virtual_network=network.SubResourceArgs(id=vnet.id),
-            allow_virtual_network_access=True,
-            allow_forwarded_traffic=False,
-            allow_gateway_transit=False,
-            use_remote_gateways=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[to_runner]),
-        )
+        to_runner = _peering(f"{name}-to-deployer", f"{plan.cluster}-to-deployer", rg.name, vnet.name,
+                             deployer.vnet_id, opts)
+        from_runner = _peering(f"{name}-from-deployer", f"to-{plan.cluster}", remote.resource_group, remote.name,
+                               vnet.id, pulumi.ResourceOptions(parent=self, depends_on=[to_runner]))
         return [to_runner, from_runner]
 
     def _nat_gateways(self, name: str, plan: ClusterPlan,
