@@ -153,7 +153,7 @@ def test_the_device_plugin_tolerates_the_gpu_taints_and_every_taint_gpu_pools_re
 ) -> None:
     tolerations = daemonset(graphs["research-7500"])["spec"]["template"]["spec"]["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
-    assert {t["key"] for t in tolerations} == GPU_TAINTS | {"nvidia.com/gpu"}
+    assert {t["key"] for t in tolerations} == GPU_TAINTS | {"nvidia.com/gpu", wellknown.TEAM_LABEL}
     assert {protocol.STARTUP_TAINT, protocol.FAULT_TAINT, protocol.CHECK_TAINT} == GPU_TAINTS
     for toleration in tolerations:  # any value: the fault taint's value is the failed check
         assert toleration["operator"] == "Exists" and toleration["effect"] == "NoSchedule"
@@ -165,6 +165,9 @@ def test_the_device_plugin_tolerates_the_gpu_taints_and_every_taint_gpu_pools_re
 
     for pool in plans["research-7500"].gpu_pools:
         assert all(tolerated(taint) for taint in pool.taints), pool.taints
+    # a team's reserved nodes register its taint too: a DaemonSet pod needs it tolerated
+    teams = plans["research-7500"].teams
+    assert teams and all(tolerated(wellknown.team_taint(team.name)) for team in teams)
     assert tolerated(f"{protocol.STARTUP_TAINT}={protocol.STARTUP_VALUE}:{protocol.EFFECT}")
     assert not tolerated("node.kubernetes.io/unschedulable:NoSchedule")  # not a blanket toleration
 

@@ -81,10 +81,15 @@ def test_requests_beyond_a_node_and_no_pod_ip_refuse_the_pool() -> None:
         found["Deployment kube-system/kubelet-csr-approver"]
 
 
-def test_the_device_plugin_off_team_nodes_is_a_warning_naming_issue_23() -> None:
-    warned = by_where(findings("research-7500"), "warn")
-    team = warned["DaemonSet kube-system/nvidia-device-plugin-daemonset on pool-a100-ib.team-language"]
-    assert "issue 23" in team
+def test_the_device_plugin_reaches_team_nodes_and_off_them_is_a_break() -> None:
+    assert not [w for w in by_where(findings("research-7500"), "warn") if "device-plugin" in w]
+    files, graph = artefacts("research-7500")
+    spec = pod_spec(resource(graph, "DaemonSet", "nvidia-device-plugin-daemonset"))
+    spec["tolerations"] = [t for t in spec["tolerations"] if t["key"] != "kilonode.io/team"]
+    found = by_where(findings("research-7500", files=files, graph=graph))
+    for team, nodes in (("language", "3,000"), ("vision", "1,000")):
+        what = found[f"DaemonSet kube-system/nvidia-device-plugin-daemonset on pool-a100-ib.team-{team}"]
+        assert f"the team's {nodes} nodes" in what and "0 nvidia.com/gpu" in what
 
 
 def test_requests_are_summed_as_the_scheduler_does() -> None:

@@ -76,10 +76,15 @@ def device_plugin_tolerations() -> list[dict[str, str]]:
     the kubelet keeps counting the GPUs (`kubectl describe node` shows what is there), and
     a DaemonSet update does not leave a tainted node without its plugin -- so a node returned
     to service offers its GPUs at once. The taints keep every other pod off either way.
+
+    And every team's taint (kilonode.io/team=<team>:NoSchedule, kilonode.plan.capacity): a
+    DaemonSet pod needs every NoSchedule taint of its node tolerated, so without it the
+    team-reserved nodes (4,000 of research-7500's A100s) would register no GPU at all.
     """
     return [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         *({"key": key, "operator": "Exists", "effect": protocol.EFFECT} for key in gpu_taint_keys()),
+        {"key": wellknown.TEAM_LABEL, "operator": "Exists", "effect": wellknown.TEAM_TAINT_EFFECT},
     ]
 
 

@@ -284,10 +284,10 @@ def _daemonset(found: Placement, groups: list[PoolNodes]) -> list[Finding]:
         team_only = all(t.key == TEAM_LABEL for t in _blocking("DaemonSet", spec, group))
         if team_only:
             findings.append(Finding(
-                NAME, "warn", f"{workload.describe()} on {group.host}",
-                f"its pods never run on the team's {group.count:,} nodes ({why}): their GPUs are never registered "
-                "(issue 23, item 5)",
-                "let it tolerate the team taint (issue 23, item 5)"))
+                NAME, "break", f"{workload.describe()} on {group.host}",
+                f"its pods never run on the team's {group.count:,} nodes ({why}): what it serves there is missing "
+                "(the device plugin's: the team's GPUs are never registered, the nodes offer 0 nvidia.com/gpu)",
+                f"tolerate {TEAM_LABEL} with operator Exists (any team), effect NoSchedule"))
         else:
             findings.append(Finding(
                 NAME, "break", f"{workload.describe()} on {group.host}",
