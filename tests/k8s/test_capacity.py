@@ -32,7 +32,8 @@ def test_every_object_is_valid_for_the_stacks_kubernetes_version(
     kinds = sorted(r.type.rsplit(":", 1)[1] for r in objects)
     expected = ["PriorityClass"] * 4
     if plans[stack].teams:
-        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        # the borrowing rule on pods, the team rule on nodes
+        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
     if any(p.autoscaling and p.autoscaling.warm_nodes for p in plans[stack].node_pools):
         expected += ["Deployment", "Namespace"]
     assert kinds == sorted(expected)
@@ -111,24 +112,91 @@ def borrow_rule() -> Any:
     return env.program(env.compile(BORROW_RULE))
 
 
-def admitted(rule: Any, spec: dict[str, Any]) -> bool:
-    return bool(rule.evaluate({"object": celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": spec})}))
+def admitted(rule: Any, spec: dict[str, Any], namespace: str = "research",
+             labels: dict[str, str] | None = None) -> bool:
+    """The rule as the apiserver evaluates it: the pod, the request's namespace and that
+    Namespace object (its labels name the team it belongs to, if any)."""
+    namespace_object: dict[str, Any] = {"metadata": {"name": namespace, **({"labels": labels} if labels else {})}}
+    return bool(rule.evaluate({
+        "object": celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": spec}),
+        "request": celpy.json_to_cel({"namespace": namespace}),
+        "namespaceObject": celpy.json_to_cel(namespace_object),
+    }))
 
 
 def test_the_borrowing_policy_admits_only_low_priority_borrowers(graphs: dict[str, Graph], borrow_rule: Any) -> None:
     [policy] = [r.plain() for r in capacity_objects(graphs["research-7500"])
-                if r.type.endswith(":ValidatingAdmissionPolicy")]
+                if r.type.endswith(":ValidatingAdmissionPolicy")
+                and r.plain()["metadata"]["name"] == "kilonode-team-borrowing"]
     [validation] = policy["spec"]["validations"]
     assert validation["expression"] == BORROW_RULE
     any_team = [{"key": TEAM, "operator": "Exists", "effect": "NoSchedule"}]
     assert admitted(borrow_rule, {"priorityClassName": "kilonode-borrowable", "tolerations": any_team})
     assert not admitted(borrow_rule, {"tolerations": any_team})  # team priority, by default
     assert not admitted(borrow_rule, {"priorityClassName": "kilonode-team", "tolerations": any_team})
-    # a team's own pods, pods without tolerations, and DaemonSets' tolerate-everything: untouched
-    assert admitted(borrow_rule, {"tolerations": [{"key": TEAM, "operator": "Equal", "value": "vision"}]})
+    # pods without tolerations, and kube-system's per-node agents that tolerate everything: untouched
     assert admitted(borrow_rule, {"containers": []})
-    assert admitted(borrow_rule, {"tolerations": [{"operator": "Exists"}]})
+    everything = [{"operator": "Exists"}]
+    assert admitted(borrow_rule, {"tolerations": everything}, namespace="kube-system")
+    # a key-less Exists tolerates every team's taint too: borrowing, anywhere else
+    assert not admitted(borrow_rule, {"tolerations": everything})
+    assert not admitted(borrow_rule, {"tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]})
+    assert admitted(borrow_rule, {"priorityClassName": "kilonode-borrowable", "tolerations": everything})
+    # a team's own value: admitted in a namespace labelled with that team, and only there
+    vision = [{"key": TEAM, "operator": "Equal", "value": "vision", "effect": "NoSchedule"}]
+    assert admitted(borrow_rule, {"tolerations": vision}, labels={TEAM: "vision"})
+    assert not admitted(borrow_rule, {"tolerations": vision}, labels={TEAM: "language"})
+    assert not admitted(borrow_rule, {"tolerations": vision})  # an unlabelled namespace has no team
+    # operator defaults to Equal; a value-less Equal matches only an empty value: still not its own
+    assert not admitted(borrow_rule, {"tolerations": [{"key": TEAM, "value": "vision"}]}, labels={TEAM: "language"})
+    assert admitted(borrow_rule, {"tolerations": [{"key": TEAM, "value": "vision"}]}, labels={TEAM: "vision"})
+    assert not admitted(borrow_rule, {"tolerations": [{"key": TEAM}]}, labels={TEAM: "vision"})
+    # unrelated tolerations stay free
+    assert admitted(borrow_rule, {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]})
     [binding] = [r.plain() for r in capacity_objects(graphs["research-7500"])
-                 if r.type.endswith(":ValidatingAdmissionPolicyBinding")]
+                 if r.type.endswith(":ValidatingAdmissionPolicyBinding")
+                 and r.plain()["metadata"]["name"] == "kilonode-team-borrowing"]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def node_admitted(rule: Any, name: str, labels: dict[str, str], taints: list[dict[str, str]],
+                  user: str | None = None, operation: str = "CREATE") -> bool:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+            "spec": {"taints": taints}}
+    return bool(rule.evaluate({
+        "object": celpy.json_to_cel(node),
+        "request": celpy.json_to_cel({"operation": operation, "userInfo": {"username": user or f"system:node:{name}"}}),
+    }))
+
+
+def test_a_node_cannot_choose_its_team(graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
+    from kilonode.k8s.capacity import team_node_rule
+
+    plan = plans["research-7500"]
+    rule_text = team_node_rule(plan)
+    [policy] = [r.plain() for r in capacity_objects(graphs["research-7500"])
+                if r.type.endswith(":ValidatingAdmissionPolicy")
+                and r.plain()["metadata"]["name"] == "kilonode-team-nodes"]
+    assert policy["spec"]["validations"][0]["expression"] == rule_text
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
+    env = celpy.Environment()
+    rule = env.program(env.compile(rule_text))
+    language, vision = (next(t for t in plan.teams if t.name == n) for n in ("language", "vision"))
+    pool = next(p for p in plan.node_pools if p.name == "a100-ib")
+    shared = next(s.name for s in pool.shards if s.team is None)
+
+    def taint(team: str) -> list[dict[str, str]]:
+        return [{"key": TEAM, "value": team, "effect": "NoSchedule"}]
+
+    own = f"{vision.shards[0]}00000a"
+    assert node_admitted(rule, own, {TEAM: "vision"}, taint("vision"))
+    assert not node_admitted(rule, own, {TEAM: "language"}, taint("language"))  # another team's label
+    assert not node_admitted(rule, own, {}, [])  # leaving its team: untainted capacity
+    assert not node_admitted(rule, own, {TEAM: "vision"}, [])  # registering without the taint
+    assert node_admitted(rule, own, {TEAM: "vision"}, [], operation="UPDATE")  # taints are NodeRestriction's
+    assert node_admitted(rule, f"{language.shards[-1]}00000b", {TEAM: "language"}, taint("language"))
+    assert not node_admitted(rule, f"{shared}00000c", {TEAM: "vision"}, taint("vision"))  # a shared node
+    assert node_admitted(rule, f"{shared}00000c", {}, [])
+    # an administrator (or a controller) labelling a node is not the node itself
+    assert node_admitted(rule, f"{shared}00000c", {TEAM: "vision"}, [], user="kilonode-admin")

@@ -59,16 +59,83 @@ PRIORITIES = (
 BORROWING_CLASSES = ("kilonode-borrowable", "kilonode-balloon")
 
 # The admission rule, in CEL (ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1, GA
-# in 1.30): a pod that tolerates every team's taint (key kilonode.io/team, operator Exists)
-# must be of a borrowing class. Tolerations without a key (DaemonSets' "tolerate everything")
-# are left alone: they are the per-node agents every node needs.
+# in 1.30). A toleration reaches a team's nodes in three forms, and each is checked:
+# - key kilonode.io/team, operator Exists: every team's nodes;
+# - no key, operator Exists: every taint at all, every team's among them (core/v1 Toleration:
+#   "Empty means match all taint keys. If the key is empty, operator must be Exists");
+# - key kilonode.io/team, operator Equal (the default when none is given) with a value: that
+#   one team's nodes.
+# Borrowing (the first two, or another team's value) needs a borrowing class, so the team it
+# borrows from can preempt it. A team's own value is admitted when the pod's namespace carries
+# that team's label (`kilonode.io/team=<team>` on the Namespace: namespaces are labelled by
+# whoever may update them, not by the pod's author). kube-system is exempt: its DaemonSets are
+# the per-node agents every node needs, and they tolerate everything.
+_TEAM = wellknown.TEAM_LABEL
+_NAMESPACE_TEAM = (
+    f"(has(namespaceObject.metadata.labels) && '{_TEAM}' in namespaceObject.metadata.labels "
+    f"? namespaceObject.metadata.labels['{_TEAM}'] : '')"
+)
+_BORROWS = (
+    "((!has(t.key) || t.key == '') && has(t.operator) && t.operator == 'Exists') || "
+    f"(has(t.key) && t.key == '{_TEAM}' && has(t.operator) && t.operator == 'Exists') || "
+    f"(has(t.key) && t.key == '{_TEAM}' && (!has(t.operator) || t.operator == 'Equal') && "
+    f"(!has(t.value) || t.value != {_NAMESPACE_TEAM}))"
+)
 BORROW_RULE = (
-    "!has(object.spec.tolerations) || "
-    f"!object.spec.tolerations.exists(t, has(t.key) && t.key == '{wellknown.TEAM_LABEL}' && "
-    "has(t.operator) && t.operator == 'Exists') || "
+    "request.namespace == 'kube-system' || !has(object.spec.tolerations) || "
+    f"!object.spec.tolerations.exists(t, {_BORROWS}) || "
     "(has(object.spec.priorityClassName) && object.spec.priorityClassName in "
     f"[{', '.join(repr(name) for name in BORROWING_CLASSES)}])"
 )
+
+
+def team_node_rule(plan: ClusterPlan) -> str:
+    """CEL: a node writing its own Node object (user system:node:<name>) carries the team label of
+    the scale set its name comes from (a scale set's computer-name prefix is its shard name,
+    kilonode.azure.node_pool), and none on a shared scale set; when it registers (CREATE), the
+    team's NoSchedule taint too. NodeRestriction (on in every apiserver) already keeps a kubelet
+    to its own Node and forbids it to change taints after registration; it does not restrict
+    kilonode.io/ labels, so without this a node (its kubelet flags, or a stolen node credential)
+    could claim any team's capacity or join a team without its taint."""
+    expected = "''"
+    for team in reversed(plan.teams):
+        prefixes = ", ".join(repr(shard) for shard in team.shards)
+        expected = f"([{prefixes}].exists(p, object.metadata.name.startsWith(p)) ? '{team.name}' : {expected})"
+    label = (f"(has(object.metadata.labels) && '{_TEAM}' in object.metadata.labels "
+             f"? object.metadata.labels['{_TEAM}'] : '')")
+    tainted = (f"has(object.spec.taints) && object.spec.taints.exists(t, t.key == '{_TEAM}' && has(t.value) && "
+               f"t.value == {expected} && t.effect == '{wellknown.TEAM_TAINT_EFFECT}')")
+    return (f"!request.userInfo.username.startsWith('system:node:') || ({label} == {expected} && "
+            f"(request.operation != 'CREATE' || {expected} == '' || ({tainted})))")
+
+
+def _admission_policy(name: str, policy_name: str, resource: str, rule: str, message: str,
+                      opts: pulumi.ResourceOptions) -> None:
+    """A ValidatingAdmissionPolicy with one rule on creates and updates of `resource` (core/v1),
+    and its binding that denies."""
+    policy = admissionregistration.v1.ValidatingAdmissionPolicy(
+        f"{name}-policy",
+        metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=LABELS),
+        spec=admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
+            failure_policy="Fail",
+            match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
+                admissionregistration.v1.NamedRuleWithOperationsArgs(
+                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=[resource],
+                ),
+            ]),
+            validations=[admissionregistration.v1.ValidationArgs(expression=rule, message=message,
+                                                                 reason="Forbidden")],
+        ),
+        opts=opts,
+    )
+    admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+        f"{name}-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=LABELS),
+        spec=admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+            policy_name=policy.metadata.name, validation_actions=["Deny"],
+        ),
+        opts=opts,
+    )
 
 
 @dataclass(frozen=True)
@@ -148,34 +215,20 @@ class Capacity(pulumi.ComponentResource):
                 opts=child,
             )
         if plan.teams:
-            policy = admissionregistration.v1.ValidatingAdmissionPolicy(
-                f"{name}-borrowing-policy",
-                metadata=meta.v1.ObjectMetaArgs(name="kilonode-team-borrowing", labels=LABELS),
-                spec=admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
-                    failure_policy="Fail",
-                    match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
-                        admissionregistration.v1.NamedRuleWithOperationsArgs(
-                            api_groups=[""], api_versions=["v1"], operations=["CREATE"], resources=["pods"],
-                        ),
-                    ]),
-                    validations=[admissionregistration.v1.ValidationArgs(
-                        expression=BORROW_RULE,
-                        message=(f"a pod that tolerates every team's taint ({wellknown.TEAM_LABEL} with operator "
-                                 f"Exists) borrows other teams' nodes: give it priorityClassName "
-                                 f"{BORROWING_CLASSES[0]}, so the team it borrows from can preempt it"),
-                        reason="Forbidden",
-                    )],
-                ),
-                opts=child,
+            _admission_policy(
+                f"{name}-borrowing", "kilonode-team-borrowing", "pods", BORROW_RULE,
+                f"a pod that tolerates another team's taint ({wellknown.TEAM_LABEL} with operator Exists, a "
+                f"toleration of every taint, or a team value its namespace's {wellknown.TEAM_LABEL} label does not "
+                f"name) borrows that team's nodes: give it priorityClassName {BORROWING_CLASSES[0]}, so the team it "
+                "borrows from can preempt it",
+                child,
             )
-            admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-                f"{name}-borrowing-binding",
-                metadata=meta.v1.ObjectMetaArgs(name="kilonode-team-borrowing", labels=LABELS),
-                spec=admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
-                    policy_name=policy.metadata.name,
-                    validation_actions=["Deny"],
-                ),
-                opts=child,
+            _admission_policy(
+                f"{name}-team-nodes", "kilonode-team-nodes", "nodes", team_node_rule(plan),
+                f"a node's {wellknown.TEAM_LABEL} label (and, when it registers, its NoSchedule taint) must name the "
+                "team its scale set is reserved for, and no team on a shared scale set: a node cannot choose its "
+                "team",
+                child,
             )
         balloons = [pool for pool in plan.autoscaled_pools if pool.autoscaling and pool.autoscaling.warm_nodes]
         if not balloons:
