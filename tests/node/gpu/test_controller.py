@@ -14,6 +14,7 @@ from tests.node.gpu.nodes import node, run_debian, validate
 
 PENDING = p.taint(p.STARTUP_TAINT, p.STARTUP_VALUE)
 CHECKING = p.taint(p.CHECK_TAINT, p.CHECK_VALUE)
+HOLD = "cluster-autoscaler.kubernetes.io/scale-down-disabled"  # the autoscaler's name for it
 UNINITIALIZED = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}
 
 
@@ -51,14 +52,20 @@ def test_a_failure_taints_once_records_it_and_a_person_returning_the_node_is_res
     failed = node(taints=[PENDING], conditions=[condition("False", "EccVolatile", message="ecc-volatile: GPU 0 ...")])
     after, events = step(failed)
     assert keys(after) == ["kilonode.io/gpu-unhealthy=EccVolatile"]
-    assert after["metadata"]["annotations"] == {p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1"}
+    # kept with its evidence: the autoscaler may not remove it while it is faulty
+    assert after["metadata"]["annotations"] == {p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1",
+                                                HOLD: "true", p.ANNOTATION_HELD: "true"}
     assert [(e["type"], e["reason"]) for e in events] == [("Normal", "GPUHealthTaintRemoved"),
-                                                          ("Warning", "GPUHealthTaintAdded")]
+                                                          ("Warning", "GPUHealthTaintAdded"),
+                                                          ("Normal", "GPUHealthScaleDownDisabled")]
     assert "ecc-volatile: GPU 0" in events[1]["message"]
-    # a person removes the taint: the same failure is not tainted again
+    # a person removes the taint: the same failure is not tainted again, and the hold goes
     returned = json.loads(json.dumps(after))
     returned["spec"]["taints"] = []
-    assert decide(returned).node is None
+    released, events = step(returned)
+    assert keys(released) == [] and HOLD not in released["metadata"]["annotations"]
+    assert [e["reason"] for e in events] == ["GPUHealthScaleDownEnabled"]
+    returned = released
     # a new failure (a new transition, e.g. after a reboot that failed again) is
     later = json.loads(json.dumps(returned))
     later["status"]["conditions"][1] = condition("False", "Xid79", since="2026-11-24T08:00:00Z")
@@ -70,13 +77,25 @@ def test_a_failure_taints_once_records_it_and_a_person_returning_the_node_is_res
 def test_the_fault_taint_is_lifted_only_by_a_passing_check_in_another_boot() -> None:
     tainted = node(boot="boot-1", taints=[p.taint(p.FAULT_TAINT, "EccVolatile")],
                    conditions=[condition("True", "Passed")],
-                   annotations={p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1"})
+                   annotations={p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1",
+                                HOLD: "true", p.ANNOTATION_HELD: "true"})
     assert decide(tainted).node is None  # the same boot: stays out
     rebooted = json.loads(json.dumps(tainted))
     rebooted["status"]["nodeInfo"]["bootID"] = "boot-2"
     after, events = step(rebooted)
-    assert keys(after) == []
+    assert keys(after) == [] and HOLD not in after["metadata"]["annotations"]
     assert "after a reboot (boot boot-2, the failure was in boot boot-1)" in events[0]["message"]
+
+
+def test_a_hold_someone_else_set_is_left_alone() -> None:
+    # an operator keeps a healthy node from scale-down: not the controller's to remove
+    kept = node(taints=[], conditions=[condition("True", "Passed")], annotations={HOLD: "true"})
+    assert decide(kept).node is None
+    # a node tainted by an older controller (no hold yet) gets one
+    old = node(taints=[p.taint(p.FAULT_TAINT, "Xid79")], conditions=[condition("False", "Xid79")],
+               annotations={p.ANNOTATION_SINCE: "2026-11-23T10:00:00Z", p.ANNOTATION_BOOT: "boot-1"})
+    held, _ = step(old)
+    assert held["metadata"]["annotations"][HOLD] == "true"
 
 
 def test_the_idle_recheck_gets_its_taint_and_loses_it_when_it_passes() -> None:

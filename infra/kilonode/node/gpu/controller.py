@@ -20,6 +20,12 @@ The rules (kilonode.gpu.protocol names the keys):
   person: it is not tainted again.
 - Unknown/ActiveCheckRequested: add the check-running taint (the agent waits for it before
   its idle re-check, so the scheduler places no GPU pod meanwhile).
+- While a node carries the fault taint the autoscaler may not remove it
+  (`cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`, set with the taint): the
+  fault taint makes the node unready to the autoscaler (a startup taint, so a fleet-wide fault
+  halts it), and an unready node without work would otherwise be deleted after 20 minutes,
+  the evidence with it. The hold goes when the fault taint goes (a reboot whose checks passed,
+  or a person), and only if the controller set it.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ def decide(node: dict[str, Any], instance: str = "controller") -> Decision:
             annotations[p.ANNOTATION_BOOT] = boot
     elif status == "Unknown" and reason == p.REASON_CHECK_REQUESTED:
         add(p.CHECK_TAINT, p.CHECK_VALUE, "Normal", "the GPU health agent runs its idle active check")
+    _hold_while_faulty(taints, annotations, notes)
     if taints == before_taints and annotations == before_annotations:
         return Decision(None)
     changed = copy.deepcopy(node)
@@ -117,6 +124,22 @@ def decide(node: dict[str, Any], instance: str = "controller") -> Decision:
     events = [p.node_event(node, kind=kind, reason=why, message=message, action="Taint",
                            controller=CONTROLLER, instance=instance) for kind, why, message in notes]
     return Decision(changed, events)
+
+
+def _hold_while_faulty(taints: list[dict[str, Any]], annotations: dict[str, str],
+                       notes: list[tuple[str, str, str]]) -> None:
+    """Keep a faulty node from the autoscaler's scale-down; release only a hold of its own."""
+    faulty = _has(taints, p.FAULT_TAINT) is not None
+    if faulty and annotations.get(p.SCALE_DOWN_DISABLED) != "true":
+        annotations[p.SCALE_DOWN_DISABLED] = "true"
+        annotations[p.ANNOTATION_HELD] = "true"
+        notes.append(("Normal", "GPUHealthScaleDownDisabled",
+                      "the cluster autoscaler may not remove this node while it carries the fault taint: "
+                      "it stays, with its evidence, until a reboot or a person returns it"))
+    elif not faulty and annotations.pop(p.ANNOTATION_HELD, None) is not None:
+        annotations.pop(p.SCALE_DOWN_DISABLED, None)
+        notes.append(("Normal", "GPUHealthScaleDownEnabled",
+                      "the fault taint is gone: the cluster autoscaler may remove this node again"))
 
 
 # --- the loop (needs an apiserver) ----------------------------------------------------------

@@ -28,6 +28,14 @@ EFFECT = "NoSchedule"
 
 ANNOTATION_SINCE = "kilonode.io/gpu-unhealthy-since"  # the failure's lastTransitionTime
 ANNOTATION_BOOT = "kilonode.io/gpu-unhealthy-boot"  # the bootID the failure was seen in
+# A failed node is kept, with its evidence, until a reboot or a person returns it: the cluster
+# autoscaler must not remove it as an unready, empty node after --scale-down-unready-time.
+# Its documented per-node opt-out (cluster-autoscaler FAQ, "How can I prevent Cluster
+# Autoscaler from scaling down a particular node?"; core/scaledown/eligibility checks it for
+# every candidate, unready ones included). HELD says the controller set it, so it removes only
+# its own.
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+ANNOTATION_HELD = "kilonode.io/gpu-unhealthy-held"
 
 # Kubernetes pkg/apis/core/validation/events.go (legacyValidateEvent, read at commit
 # 04791b4906602ffda5ccf9bc4c84d3329f1d7080; these limits have not moved for many releases):
