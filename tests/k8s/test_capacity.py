@@ -32,8 +32,9 @@ def test_every_object_is_valid_for_the_stacks_kubernetes_version(
     kinds = sorted(r.type.rsplit(":", 1)[1] for r in objects)
     expected = ["PriorityClass"] * 4
     if plans[stack].teams:
-        # the borrowing rule on pods, the team rule on nodes
-        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]  # borrowing, on pods
+    if plans[stack].teams or any(p.infiniband for p in plans[stack].node_pools):
+        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]  # node identity
     if any(p.autoscaling and p.autoscaling.warm_nodes for p in plans[stack].node_pools):
         expected += ["Deployment", "Namespace"]
     assert kinds == sorted(expected)
@@ -171,14 +172,14 @@ def node_admitted(rule: Any, name: str, labels: dict[str, str], taints: list[dic
 
 
 def test_a_node_cannot_choose_its_team(graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
-    from kilonode.k8s.capacity import team_node_rule
+    from kilonode.k8s.capacity import FABRIC_NODE_RULE, team_node_rule
 
     plan = plans["research-7500"]
     rule_text = team_node_rule(plan)
     [policy] = [r.plain() for r in capacity_objects(graphs["research-7500"])
                 if r.type.endswith(":ValidatingAdmissionPolicy")
-                and r.plain()["metadata"]["name"] == "kilonode-team-nodes"]
-    assert policy["spec"]["validations"][0]["expression"] == rule_text
+                and r.plain()["metadata"]["name"] == "kilonode-node-identity"]
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [rule_text, FABRIC_NODE_RULE]
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
     env = celpy.Environment()
     rule = env.program(env.compile(rule_text))
@@ -200,3 +201,17 @@ def test_a_node_cannot_choose_its_team(graphs: dict[str, Graph], plans: dict[str
     assert node_admitted(rule, f"{shared}00000c", {}, [])
     # an administrator (or a controller) labelling a node is not the node itself
     assert node_admitted(rule, f"{shared}00000c", {TEAM: "vision"}, [], user="kilonode-admin")
+
+
+def test_a_node_cannot_name_another_fabric() -> None:
+    from kilonode.k8s.capacity import FABRIC_NODE_RULE
+
+    env = celpy.Environment()
+    rule = env.program(env.compile(FABRIC_NODE_RULE))
+    fabric = "kilonode.io/fabric"
+    name = "research-7500-h100-ib-017000004"
+    assert node_admitted(rule, name, {fabric: "research-7500-h100-ib-017"}, [])
+    assert not node_admitted(rule, name, {fabric: "research-7500-h100-ib-018"}, [])
+    assert not node_admitted(rule, name, {fabric: "research-7500-h100-ib-01"}, [])  # a prefix, not its scale set
+    assert node_admitted(rule, name, {}, [])  # no label: in no gang's fabric at all
+    assert node_admitted(rule, name, {fabric: "anything"}, [], user="kilonode-admin")

@@ -62,9 +62,11 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         "gang": 16,
         "api-protection": 4,  # 2 PriorityLevelConfigurations, 2 FlowSchemas
         "monitoring": 2,  # Namespace, ConfigMap
-        # 4 PriorityClasses; with teams the borrowing (pods) and team (nodes) policies and their
-        # bindings; with balloons their Namespace and a Deployment per pool
-        "capacity": 4 + (4 if plan.teams else 0)
+        # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; with teams or
+        # InfiniBand pools the node-identity policy and its binding; with balloons their
+        # Namespace and a Deployment per pool
+        "capacity": 4 + (2 if plan.teams else 0)
+        + (2 if plan.teams or any(p.infiniband for p in plan.node_pools) else 0)
         + (1 + sum(1 for p in plan.autoscaled_pools if p.autoscaling and p.autoscaling.warm_nodes)
            if any(p.autoscaling and p.autoscaling.warm_nodes for p in plan.autoscaled_pools) else 0),
     }

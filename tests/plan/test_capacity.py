@@ -83,7 +83,9 @@ def test_team_shards_register_with_the_teams_label_and_taint_and_shared_ones_wit
     # only the kubelet's registration differs between a team's files and the shared ones
     shared, language = rendered["pool-a100-ib"], rendered["pool-a100-ib.team-language"]
     differ = {path for path in shared if shared[path].content != language[path].content}
-    assert differ == {"etc/systemd/system/kubelet.service", KUBELET_CONFIG, "user-data"}
+    # and, on InfiniBand pools, which scale sets' names the fabric label accepts
+    assert differ == {"etc/systemd/system/kubelet.service", KUBELET_CONFIG, "user-data",
+                      "usr/local/lib/kilonode/fabric-label"}
 
 
 def _kubelet_unit_in(custom_data: str) -> str:

@@ -109,10 +109,20 @@ def team_node_rule(plan: ClusterPlan) -> str:
             f"(request.operation != 'CREATE' || {expected} == '' || ({tainted})))")
 
 
-def _admission_policy(name: str, policy_name: str, resource: str, rule: str, message: str,
+# CEL: a node's own fabric label (kilonode.render.pool: fabric-label) names the scale set its
+# name comes from; a node writing its Node object cannot name another.
+FABRIC_NODE_RULE = (
+    "!request.userInfo.username.startsWith('system:node:') || !has(object.metadata.labels) || "
+    f"!('{wellknown.FABRIC_LABEL}' in object.metadata.labels) || "
+    f"(object.metadata.name.startsWith(object.metadata.labels['{wellknown.FABRIC_LABEL}']) && "
+    f"size(object.metadata.name) == size(object.metadata.labels['{wellknown.FABRIC_LABEL}']) + 6)"
+)
+
+
+def _admission_policy(name: str, policy_name: str, resource: str, rules: list[tuple[str, str]],
                       opts: pulumi.ResourceOptions) -> None:
-    """A ValidatingAdmissionPolicy with one rule on creates and updates of `resource` (core/v1),
-    and its binding that denies."""
+    """A ValidatingAdmissionPolicy with `rules` (CEL expression, message) on creates and updates
+    of `resource` (core/v1), and its binding that denies."""
     policy = admissionregistration.v1.ValidatingAdmissionPolicy(
         f"{name}-policy",
         metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=LABELS),
@@ -124,7 +134,7 @@ def _admission_policy(name: str, policy_name: str, resource: str, rule: str, mes
                 ),
             ]),
             validations=[admissionregistration.v1.ValidationArgs(expression=rule, message=message,
-                                                                 reason="Forbidden")],
+                                                                 reason="Forbidden") for rule, message in rules],
         ),
         opts=opts,
     )
@@ -216,20 +226,31 @@ class Capacity(pulumi.ComponentResource):
             )
         if plan.teams:
             _admission_policy(
-                f"{name}-borrowing", "kilonode-team-borrowing", "pods", BORROW_RULE,
-                f"a pod that tolerates another team's taint ({wellknown.TEAM_LABEL} with operator Exists, a "
-                f"toleration of every taint, or a team value its namespace's {wellknown.TEAM_LABEL} label does not "
-                f"name) borrows that team's nodes: give it priorityClassName {BORROWING_CLASSES[0]}, so the team it "
-                "borrows from can preempt it",
+                f"{name}-borrowing", "kilonode-team-borrowing", "pods", [(
+                    BORROW_RULE,
+                    f"a pod that tolerates another team's taint ({wellknown.TEAM_LABEL} with operator Exists, a "
+                    f"toleration of every taint, or a team value its namespace's {wellknown.TEAM_LABEL} label does "
+                    f"not name) borrows that team's nodes: give it priorityClassName {BORROWING_CLASSES[0]}, so "
+                    "the team it borrows from can preempt it",
+                )],
                 child,
             )
-            _admission_policy(
-                f"{name}-team-nodes", "kilonode-team-nodes", "nodes", team_node_rule(plan),
+        node_rules = []
+        if plan.teams:
+            node_rules.append((
+                team_node_rule(plan),
                 f"a node's {wellknown.TEAM_LABEL} label (and, when it registers, its NoSchedule taint) must name the "
                 "team its scale set is reserved for, and no team on a shared scale set: a node cannot choose its "
                 "team",
-                child,
-            )
+            ))
+        if any(pool.infiniband for pool in plan.node_pools):
+            node_rules.append((
+                FABRIC_NODE_RULE,
+                f"a node's {wellknown.FABRIC_LABEL} label must name its own scale set (its name less the 6 "
+                "characters of the instance): a node cannot join another InfiniBand fabric's gangs",
+            ))
+        if node_rules:
+            _admission_policy(f"{name}-node-identity", "kilonode-node-identity", "nodes", node_rules, child)
         balloons = [pool for pool in plan.autoscaled_pools if pool.autoscaling and pool.autoscaling.warm_nodes]
         if not balloons:
             self.register_outputs({})

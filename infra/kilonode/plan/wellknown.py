@@ -69,6 +69,12 @@ def nccl_topology_file(family: str) -> str:
 # NoSchedule taint of the same key, so only pods that tolerate it (the team's own, and
 # low-priority borrowers that tolerate the key with any value) land there.
 TEAM_LABEL = "kilonode.io/team"
+# InfiniBand pools: every node is labelled with its fabric, the scale set it is an instance of
+# (on Azure RDMA reaches only the VMs of one scale set). The kubelet gets the value at boot from
+# the file a unit writes (kilonode.render.pool: fabric-label), from the node's own host name.
+FABRIC_LABEL = "kilonode.io/fabric"
+FABRIC_ENV_VAR = "KILONODE_FABRIC"
+FABRIC_ENV_FILE = "/run/kilonode/fabric.env"
 TEAM_TAINT_EFFECT = "NoSchedule"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any
 
@@ -11,7 +12,7 @@ from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 from kilonode.render import cni
 from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
-from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec, to_json
+from kilonode.render.common import GENERATED, EndsInVariable, Flag, render_template, systemd_exec, to_json
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 from kilonode.yamlio import block_yaml
 
@@ -24,6 +25,8 @@ SYSCTL_FILE = "etc/sysctl.d/90-kilonode.conf"
 PRELOAD_MANIFEST = "etc/kilonode/preload-images.json"
 PRELOAD_LOADER = "usr/local/lib/kilonode/load-preloaded-images"
 PRELOAD_UNIT = "etc/systemd/system/kilonode-preload-images.service"
+FABRIC_SCRIPT = "usr/local/lib/kilonode/fabric-label"
+FABRIC_UNIT = "etc/systemd/system/kilonode-fabric-label.service"
 # The local NVMe disks: what the node image's kilonode-local-disk.service reads, at every boot.
 LOCAL_DISK_CONFIG = "etc/kilonode/local-disk.json"
 LOCAL_DISK_UNIT = "kilonode-local-disk.service"
@@ -66,6 +69,8 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
             cri_unit=cri_unit(pool),
             binary=KUBELET_BINARY,
             exec_start=systemd_exec(KUBELET_BINARY, kubelet_flags(pool)),
+            fabric_unit=FABRIC_UNIT.rpartition("/")[2] if pool.infiniband else None,
+            fabric_env=wellknown.FABRIC_ENV_FILE if pool.infiniband else None,
         )),
         f"etc/systemd/system/{runtime_unit(pool)}.d/10-kilonode-local-ssd.conf": RenderedFile(render_template(
             "etc/systemd/system/RUNTIME.service.d/10-kilonode-local-ssd.conf",
@@ -107,6 +112,12 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         units.append(GPU_HEALTH_UNIT)
     if pool.nccl_topology:
         files[wellknown.NCCL_CONF.lstrip("/")] = RenderedFile(nccl_conf(pool.nccl_topology))
+    if pool.infiniband:
+        files[FABRIC_SCRIPT] = RenderedFile(fabric_script(pool), mode=0o755)
+        files[FABRIC_UNIT] = RenderedFile(render_template(
+            FABRIC_UNIT, script=f"/{FABRIC_SCRIPT}", output=wellknown.FABRIC_ENV_FILE,
+        ))
+        units.insert(units.index("kubelet.service"), FABRIC_UNIT.rpartition("/")[2])
     if pool.runtime == "docker":
         units.insert(1, "cri-docker.service")
     files[USER_DATA] = RenderedFile(user_data(
@@ -211,14 +222,35 @@ def _taint(text: str) -> dict[str, str]:
 
 
 def kubelet_flags(pool: NodePoolPlan) -> list[Flag]:
+    labels = ",".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))
+    # the node's fabric (InfiniBand pools), known at boot only: systemd fills it in from the
+    # EnvironmentFile the fabric-label unit writes
+    node_labels: str | EndsInVariable = (
+        EndsInVariable(f"{labels},{wellknown.FABRIC_LABEL}=", wellknown.FABRIC_ENV_VAR) if pool.infiniband else labels
+    )
     return [
         ("config", f"/{KUBELET_CONFIG}"),
         ("kubeconfig", wellknown.KUBELET_KUBECONFIG),
         ("bootstrap-kubeconfig", wellknown.KUBELET_BOOTSTRAP_KUBECONFIG),
         # Node addresses and routes come from Azure (native pod networking).
         ("cloud-provider", "external"),
-        ("node-labels", ",".join(f"{k}={v}" for k, v in sorted(pool.labels.items()))),
+        ("node-labels", node_labels),
     ]
+
+
+SHARD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def fabric_script(pool: NodePoolPlan) -> str:
+    """The boot script naming the node's fabric: this role's scale sets (its team's, or the
+    shared ones), each name checked so that it is safe as a shell case pattern."""
+    team = pool.labels.get(wellknown.TEAM_LABEL)
+    shards = [s.name for s in pool.shards if s.team == team]
+    for name in shards:
+        if not SHARD_NAME.match(name) or len(name) > 63:
+            raise ValueError(f"scale set name {name!r} is not a label value (lowercase, digits, '-'; 63 at most)")
+    return render_template(FABRIC_SCRIPT, label=wellknown.FABRIC_LABEL, variable=wellknown.FABRIC_ENV_VAR,
+                           shards=shards, role=pool.role(team))
 
 
 def docker_daemon_json(pool: NodePoolPlan, *, nvidia: bool = False) -> dict[str, Any]:
