@@ -26,14 +26,15 @@ def _registry() -> tuple[Check, ...]:
         disks,
         pod_dns,
         quota,
+        rdma,
         scheduling,
         service_path,
     )
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (deployer_path, service_path, binaries, pod_dns, scheduling, disks, azure_names, quota,
-                       boot_pulls)
+        for module in (deployer_path, service_path, binaries, pod_dns, scheduling, rdma, disks, azure_names,
+                       quota, boot_pulls)
     )
 
 

@@ -1,0 +1,48 @@
+"""rdma: research-7500's InfiniBand nodes each name their fabric; each seeded break in that chain
+(no label, an optional or unwritten environment file, a kubelet that does not wait for the
+writer) is named under the check."""
+
+from __future__ import annotations
+
+import pytest
+
+from kilonode.preflight import breaks, run
+from tests.preflight.conftest import artefacts, inputs_of
+
+CHECK = ["rdma"]
+KUBELET = "pool-h100-ib/etc/systemd/system/kubelet.service"
+
+
+def found(files: dict[str, str]) -> list[tuple[str, str]]:
+    _, graph = artefacts("research-7500")
+    return [(f.where, f.what) for f in breaks(run(inputs_of("research-7500", files=files, graph=graph), CHECK))]
+
+
+def test_the_shipped_ib_pools_name_their_fabric_and_the_missing_rdma_path_is_said() -> None:
+    findings = run(inputs_of("research-7500"), CHECK)
+    assert not breaks(findings)
+    [warn] = findings
+    assert "NCCL traffic goes over TCP" in warn.what
+    assert run(inputs_of("local"), CHECK) == []  # no InfiniBand: nothing to say
+
+
+@pytest.mark.parametrize(("plant", "expected"), [
+    (lambda text: text.replace(",kilonode.io/fabric=${KILONODE_FABRIC}", ""), "register no kilonode.io/fabric"),
+    (lambda text: text.replace("EnvironmentFile=/run", "EnvironmentFile=-/run"), "is optional"),
+    (lambda text: text.replace("Requires=kilonode-fabric-label.service\n", ""), "neither Requires= nor"),
+    (lambda text: text.replace("EnvironmentFile=/run/kilonode/fabric.env\n", ""), "from no EnvironmentFile"),
+])
+def test_a_broken_link_of_the_fabric_label_is_a_break(plant: object, expected: str) -> None:
+    files, _ = artefacts("research-7500")
+    planted = plant(files[KUBELET])  # type: ignore[operator]
+    assert planted != files[KUBELET]
+    files[KUBELET] = planted
+    [(where, what)] = found(files)
+    assert where == "pool-h100-ib: kubelet" and expected in what
+
+
+def test_a_fabric_script_the_render_lacks_is_a_break() -> None:
+    files, _ = artefacts("research-7500")
+    del files["pool-h100-ib/usr/local/lib/kilonode/fabric-label"]
+    [(_, what)] = found(files)
+    assert "which the render does not write" in what
