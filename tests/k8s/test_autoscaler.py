@@ -357,7 +357,8 @@ def test_the_guards_by_flag_name_and_value(graphs: dict[str, Graph]) -> None:
         # gradual scale-up, and time for a GPU VM to come up
         "max-nodes-per-scaleup": "100",
         "max-node-provision-time": "30m",
-        "balance-similar-node-groups": "true",
+        # h100-ib is autoscaled InfiniBand: its scale sets are fabrics, never balanced
+        "balance-similar-node-groups": "false",
         # by hand: a100-ib 5,000 x 96 vCPUs + h100-ib 2,500 x 96 = 720,000; 5,000 x 900 GiB +
         # 2,500 x 1,900 GiB = 9,250,000 GiB (the VM-size catalogue). Upstream's defaults,
         # 320,000 and 6,400,000 (config/const.go), would refuse every scale-up.
@@ -534,3 +535,9 @@ def test_explain_says_so_when_a_pools_size_is_not_in_the_catalogue(plans: dict[s
                   for p in plan.node_pools)
     lines = autoscaler.describe(plan.model_copy(update={"node_pools": pools}))
     assert lines[-1].startswith("cannot be deployed as planned: pool h100-ib: Standard_Unknown_v9 is not in")
+
+
+def test_similar_node_groups_are_balanced_unless_they_are_fabrics(minor_graphs: dict[int, Graph]) -> None:
+    # `local` autoscales a CPU pool: its zone shards are balanced; research-7500 (above) does not
+    for graph in minor_graphs.values():
+        assert values(args_of(graph), "balance-similar-node-groups") == ["true"]

@@ -202,8 +202,12 @@ def autoscaler_args(plan: ClusterPlan) -> list[str]:
         f"--max-node-provision-time={defaults.CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME}",
         # the shards of one pool are alike (labels differ only in zone, which the Azure
         # comparator ignores: processors/nodegroupset/azure_nodegroups.go + BasicIgnoredLabels);
-        # pools differ in kilonode.io/pool, so each pool is balanced on its own
-        "--balance-similar-node-groups=true",
+        # pools differ in kilonode.io/pool, so each pool is balanced on its own. Not with an
+        # autoscaled InfiniBand pool: each of its shards is one fabric (RDMA reaches only the VMs
+        # of one scale set), and a gang's new nodes split over several would be nodes its pods
+        # cannot use together; unbalanced, one scale-up grows one scale set (the expander's
+        # choice among those that fit the pods, their fabric affinity included).
+        f"--balance-similar-node-groups={'false' if _grows_fabrics(plan) else 'true'}",
         # the planned cluster at its ceiling (upstream's defaults would refuse every scale-up)
         f"--cores-total=0:{cores}",
         f"--memory-total=0:{memory}",
@@ -224,6 +228,11 @@ def autoscaler_args(plan: ClusterPlan) -> list[str]:
         *(_gpu_taint_flags() if gpu_groups else []),
         f"--v={defaults.CLUSTER_AUTOSCALER_VERBOSITY}",
     ]
+
+
+def _grows_fabrics(plan: ClusterPlan) -> bool:
+    """An autoscaled InfiniBand pool: its node groups are fabrics, never to be balanced."""
+    return any(pool.infiniband for pool in plan.autoscaled_pools)
 
 
 def _gpu_taint_flags() -> list[str]:
