@@ -305,13 +305,17 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
 ) -> None:
     objects = gang_objects(graphs[stack])
+    plan = plans[stack]
+    # every GPU pool InfiniBand: the fabric policy and its binding (GANG_FABRIC_RULE)
+    fabric = bool(plan.gpu_pools) and all(p.infiniband for p in plan.gpu_pools)
     # 2 CRDs; 2 x (ServiceAccount, ClusterRole, binding, Deployment, PDB); the scheduler's 2
     # system-role bindings; the auth-reader RoleBinding; the config ConfigMap
     assert sorted(r.type.rsplit(":", 1)[1] for r in objects) == sorted(
         ["CustomResourceDefinition"] * 2 + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
                                             "PodDisruptionBudget"] * 2
-        + ["ClusterRoleBinding"] * 2 + ["RoleBinding", "ConfigMap"])
-    assert len(objects) == 16
+        + ["ClusterRoleBinding"] * 2 + ["RoleBinding", "ConfigMap"]
+        + (["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] if fabric else []))
+    assert len(objects) == 16 + (2 if fabric else 0)
     for record in objects:
         shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")
     # the check can fail: a misspelt field of the CRD is refused
@@ -687,3 +691,39 @@ def test_describe_names_the_scheduler_its_release_and_what_a_job_sets(plans: dic
     assert "scheduling.x-k8s.io/pod-group: <PodGroup name>" in text and "spec.minMember" in text
     assert "permit wait 300 s" in text
     assert "NodeResourcesFit MostAllocated on cpu, memory;" in "\n".join(scheduling.describe(plans["local"]))
+
+
+def fabric_admitted(pod: dict[str, Any]) -> bool:
+    import celpy
+
+    env = celpy.Environment()
+    program = env.program(env.compile(scheduling.GANG_FABRIC_RULE))
+    return bool(program.evaluate({"object": celpy.json_to_cel(pod)}))
+
+
+def test_a_gangs_gpu_pods_keep_to_one_fabric(graphs: dict[str, Graph]) -> None:
+    # research-7500 (every GPU pool InfiniBand) has the policy; research-2500's GPU pool has no
+    # InfiniBand (no fabric label), where the rule would strand every gang: none there
+    policies = {stack: [r.plain() for r in gang_objects(graph) if r.type.endswith(":ValidatingAdmissionPolicy")]
+                for stack, graph in graphs.items()}
+    [policy] = policies["research-7500"]
+    assert policy["spec"]["validations"][0]["expression"] == scheduling.GANG_FABRIC_RULE
+    assert policies["research-2500"] == [] and policies["local"] == []
+    # the docs' examples pass it, as written
+    for block in doc_blocks():
+        for meta, spec, _ in gang_pods(block):
+            assert fabric_admitted({"metadata": meta, "spec": spec}), meta
+    meta, spec, _ = gang_pods(doc_blocks()[0])[0]
+    # without the affinity: refused; with it to another group: refused
+    bare = {**spec, "affinity": {}}
+    assert not fabric_admitted({"metadata": meta, "spec": bare})
+    other = copy.deepcopy(spec)
+    other["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["labelSelector"][
+        "matchLabels"]["scheduling.x-k8s.io/pod-group"] = "someone-else"
+    assert not fabric_admitted({"metadata": meta, "spec": other})
+    # an explicit opt-in to crossing fabrics, a gang pod without GPUs, a pod of no gang: admitted
+    crossing = {**meta, "annotations": {"kilonode.io/cross-fabric": "true"}}
+    assert fabric_admitted({"metadata": crossing, "spec": bare})
+    cpu_only = {**bare, "containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}
+    assert fabric_admitted({"metadata": meta, "spec": cpu_only})
+    assert fabric_admitted({"metadata": {"name": "solo"}, "spec": bare})

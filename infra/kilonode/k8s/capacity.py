@@ -22,8 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_kubernetes import admissionregistration, apps, core, meta, scheduling
+from pulumi_kubernetes import apps, core, meta, scheduling
 
+from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.pods import SKIP_AWAIT
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
@@ -119,35 +120,6 @@ FABRIC_NODE_RULE = (
 )
 
 
-def _admission_policy(name: str, policy_name: str, resource: str, rules: list[tuple[str, str]],
-                      opts: pulumi.ResourceOptions) -> None:
-    """A ValidatingAdmissionPolicy with `rules` (CEL expression, message) on creates and updates
-    of `resource` (core/v1), and its binding that denies."""
-    policy = admissionregistration.v1.ValidatingAdmissionPolicy(
-        f"{name}-policy",
-        metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=LABELS),
-        spec=admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
-            failure_policy="Fail",
-            match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
-                admissionregistration.v1.NamedRuleWithOperationsArgs(
-                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=[resource],
-                ),
-            ]),
-            validations=[admissionregistration.v1.ValidationArgs(expression=rule, message=message,
-                                                                 reason="Forbidden") for rule, message in rules],
-        ),
-        opts=opts,
-    )
-    admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-        f"{name}-binding",
-        metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=LABELS),
-        spec=admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
-            policy_name=policy.metadata.name, validation_actions=["Deny"],
-        ),
-        opts=opts,
-    )
-
-
 @dataclass(frozen=True)
 class CapacityArgs:
     plan: ClusterPlan
@@ -225,7 +197,7 @@ class Capacity(pulumi.ComponentResource):
                 opts=child,
             )
         if plan.teams:
-            _admission_policy(
+            admission_policy(
                 f"{name}-borrowing", "kilonode-team-borrowing", "pods", [(
                     BORROW_RULE,
                     f"a pod that tolerates another team's taint ({wellknown.TEAM_LABEL} with operator Exists, a "
@@ -233,7 +205,7 @@ class Capacity(pulumi.ComponentResource):
                     f"not name) borrows that team's nodes: give it priorityClassName {BORROWING_CLASSES[0]}, so "
                     "the team it borrows from can preempt it",
                 )],
-                child,
+                LABELS, child,
             )
         node_rules = []
         if plan.teams:
@@ -250,7 +222,7 @@ class Capacity(pulumi.ComponentResource):
                 "characters of the instance): a node cannot join another InfiniBand fabric's gangs",
             ))
         if node_rules:
-            _admission_policy(f"{name}-node-identity", "kilonode-node-identity", "nodes", node_rules, child)
+            admission_policy(f"{name}-node-identity", "kilonode-node-identity", "nodes", node_rules, LABELS, child)
         balloons = [pool for pool in plan.autoscaled_pools if pool.autoscaling and pool.autoscaling.warm_nodes]
         if not balloons:
             self.register_outputs({})

@@ -53,9 +53,11 @@ import pulumi
 import yaml
 from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
+from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pods import awaited, system_pod_spec
 from kilonode.plan.model import AwaitsPlan, ClusterPlan
+from kilonode.plan.wellknown import FABRIC_LABEL, GPU_RESOURCE
 from kilonode.yamlio import plain_yaml
 
 # What a job names (docs/gang-scheduling.md).
@@ -72,7 +74,6 @@ CONFIG_DIR = "/etc/kubernetes/kilonode-gang"
 CONFIG_FILE = "scheduler-config.yaml"
 SCHEDULER_PORT = 10259  # kube-scheduler's secure port: /healthz, as upstream's chart probes it
 CONTROLLER_PROBE_PORT = 8081  # the controller's --probeAddr default (cmd/controller/app/options.go)
-GPU_RESOURCE = "nvidia.com/gpu"
 CRD_DIR = Path(__file__).parent / "crds"
 CRD_FILES = ("scheduling.x-k8s.io_podgroups.yaml", "scheduling.x-k8s.io_elasticquotas.yaml")
 
@@ -261,6 +262,41 @@ def describe(plan: ClusterPlan) -> list[str]:
     return lines
 
 
+# Keep a gang inside one InfiniBand fabric (on Azure one scale set: RDMA reaches only its own
+# VMs). The mechanism: every GPU pod of a gang carries required pod affinity to its own
+# PodGroup's pods with topologyKey kilonode.io/fabric (each IB node's scale set,
+# kilonode.render.pool). The first pod may go to any fabric (the scheduler's rule for a pod
+# that matches its own affinity term and finds no peer); every other pod then only to that one,
+# and Coscheduling's Permit holds them all until minMember fit: a gang is placed inside one
+# fabric or waits (its scheduleTimeoutSeconds, then it tries again). Chosen over Kueue's
+# topology-aware scheduling (another controller, queue and CRDs to run and pin) and over a
+# scheduler-plugins extension (none at the pinned releases places a group by a node label):
+# it uses what is already deployed. What it cannot do: pick the fabric with room first (a
+# full fabric chosen by the first pod waits out the timeout). A job that may span fabrics (it
+# gives up RDMA between them) says so: kilonode.io/cross-fabric: "true" on its pods.
+CROSS_FABRIC_ANNOTATION = "kilonode.io/cross-fabric"
+POLICY_LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of": "kilonode-gang"}
+GANG_FABRIC_RULE = (
+    f"!has(object.metadata.labels) || !('{POD_GROUP_LABEL}' in object.metadata.labels) || "
+    f"(has(object.metadata.annotations) && '{CROSS_FABRIC_ANNOTATION}' in object.metadata.annotations && "
+    f"object.metadata.annotations['{CROSS_FABRIC_ANNOTATION}'] == 'true') || "
+    "!object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) && "
+    f"'{GPU_RESOURCE}' in c.resources.limits) || "
+    "(has(object.spec.affinity) && has(object.spec.affinity.podAffinity) && "
+    "has(object.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution) && "
+    "object.spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution.exists(t, "
+    f"t.topologyKey == '{FABRIC_LABEL}' && has(t.labelSelector) && has(t.labelSelector.matchLabels) && "
+    f"'{POD_GROUP_LABEL}' in t.labelSelector.matchLabels && "
+    f"t.labelSelector.matchLabels['{POD_GROUP_LABEL}'] == object.metadata.labels['{POD_GROUP_LABEL}']))"
+)
+GANG_FABRIC_MESSAGE = (
+    f"a gang's GPU pod ({POD_GROUP_LABEL} label, {GPU_RESOURCE} limit) must stay inside one InfiniBand fabric: give it "
+    f"required podAffinity to its PodGroup's pods (labelSelector.matchLabels {POD_GROUP_LABEL}: <group>) with "
+    f"topologyKey {FABRIC_LABEL} (docs/gang-scheduling.md), or annotate it {CROSS_FABRIC_ANNOTATION}: \"true\" "
+    "if it may span fabrics without RDMA between them"
+)
+
+
 @dataclass(frozen=True)
 class GangSchedulerArgs:
     # the plan's scheduler-plugins images (components: the release for the cluster's minor)
@@ -268,12 +304,16 @@ class GangSchedulerArgs:
     controller_image: str
     gpu: bool  # the plan has GPU pools: nvidia.com/gpu joins the packing score, as in the default profile
     awaits: AwaitsPlan  # the plan's (components): how long `pulumi up` waits for the replicas
+    # every GPU pool is InfiniBand: a gang's GPU pods must keep to one fabric (GANG_FABRIC_RULE).
+    # With a GPU pool without InfiniBand (no fabric label) the rule would strand its gangs.
+    fabric_locality: bool = False
 
     @staticmethod
     def of(plan: ClusterPlan) -> GangSchedulerArgs:
         return GangSchedulerArgs(scheduler_image=plan.components.scheduler_plugins_scheduler_image,
                                  controller_image=plan.components.scheduler_plugins_controller_image,
-                                 gpu=bool(plan.gpu_pools), awaits=plan.components.awaits)
+                                 gpu=bool(plan.gpu_pools), awaits=plan.components.awaits,
+                                 fabric_locality=bool(plan.gpu_pools) and all(p.infiniband for p in plan.gpu_pools))
 
 
 class GangScheduler(pulumi.ComponentResource):
@@ -331,6 +371,9 @@ class GangScheduler(pulumi.ComponentResource):
                 security_context=_container_security(),
             ),
         )
+        if args.fabric_locality:
+            admission_policy(f"{name}-fabric", "kilonode-gang-fabric", "pods",
+                             [(GANG_FABRIC_RULE, GANG_FABRIC_MESSAGE)], POLICY_LABELS, child)
         self.register_outputs({})
 
     def _crds(self, name: str) -> list[apiextensions.v1.CustomResourceDefinition]:

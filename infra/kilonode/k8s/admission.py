@@ -1,0 +1,39 @@
+"""ValidatingAdmissionPolicy, one way for every component: a policy with its CEL rules on
+creates and updates of one core/v1 resource, and a binding that denies
+(admissionregistration.k8s.io/v1, GA in 1.30)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pulumi
+from pulumi_kubernetes import admissionregistration, meta
+
+
+def admission_policy(name: str, policy_name: str, resource: str, rules: Sequence[tuple[str, str]],
+                     labels: Mapping[str, str], opts: pulumi.ResourceOptions) -> None:
+    """A ValidatingAdmissionPolicy with `rules` (CEL expression, message) on creates and updates
+    of `resource` (core/v1), and its binding that denies."""
+    policy = admissionregistration.v1.ValidatingAdmissionPolicy(
+        f"{name}-policy",
+        metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=dict(labels)),
+        spec=admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
+            failure_policy="Fail",
+            match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
+                admissionregistration.v1.NamedRuleWithOperationsArgs(
+                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=[resource],
+                ),
+            ]),
+            validations=[admissionregistration.v1.ValidationArgs(expression=rule, message=message,
+                                                                 reason="Forbidden") for rule, message in rules],
+        ),
+        opts=opts,
+    )
+    admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+        f"{name}-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=dict(labels)),
+        spec=admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
+            policy_name=policy.metadata.name, validation_actions=["Deny"],
+        ),
+        opts=opts,
+    )
