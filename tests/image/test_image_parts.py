@@ -393,6 +393,8 @@ def test_a_gpu_the_driver_cannot_drive_is_refused(plans: dict[str, ClusterPlan])
 DOCKER_20_10_KEYS = {
     "data-root", "storage-driver", "max-concurrent-downloads", "exec-opts", "live-restore", "log-driver", "log-opts",
     "runtimes", "default-runtime",
+    # moby 20.10 daemon/config/config_unix.go: Ulimits `json:"default-ulimits"` (InfiniBand pools: memlock)
+    "default-ulimits",
 }
 
 

@@ -73,6 +73,8 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     }
     if plan.gpu_pools:  # kilonode.k8s.gpu: the device plugin's DaemonSet; the controller's roles and bindings
         expected |= {"device-plugin": 1, "gpu-health": 4}
+    if any(p.infiniband for p in plan.node_pools):  # kilonode.k8s.rdma: its ConfigMap and DaemonSet
+        expected["rdma"] = 2
     if plan.autoscaled_pools:  # kilonode.k8s.autoscaler
         expected["autoscaler"] = AUTOSCALER_OBJECTS
     assert dict(per_component) == expected

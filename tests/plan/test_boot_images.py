@@ -25,13 +25,17 @@ BOOT = (
 
 AUTOSCALER = "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5"
 DEVICE_PLUGIN = components().device_plugin.image("devicePlugin", str(components().device_plugin.version))
+RDMA_PLUGIN = components().rdma_shared_device_plugin.image(
+    "rdmaSharedDevicePlugin", str(components().rdma_shared_device_plugin.version))
 
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
-        # the GPU pools: the device plugin too (not the system pool); a pool autoscales: the autoscaler
+        # the GPU pools: the device plugin too (not the system pool), the InfiniBand pools the RDMA
+        # device plugin; a pool autoscales: the autoscaler
         plugin = (DEVICE_PLUGIN,) if pool.gpus_per_node else ()
-        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin)
+        rdma = (RDMA_PLUGIN,) if pool.infiniband else ()
+        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin, *rdma)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
     assert AUTOSCALER not in plans["research-2500"].node_pools[0].boot_images_not_preloaded
 
@@ -59,4 +63,4 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
     # ... and the pause image, which every node has from the image build (balloon pods run it)
-    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, plans["research-7500"].node_pools[0].pause_image}
+    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, RDMA_PLUGIN, plans["research-7500"].node_pools[0].pause_image}

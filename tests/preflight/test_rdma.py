@@ -1,8 +1,11 @@
-"""rdma: research-7500's InfiniBand nodes each name their fabric; each seeded break in that chain
-(no label, an optional or unwritten environment file, a kubelet that does not wait for the
-writer) is named under the check."""
+"""rdma: research-7500's InfiniBand nodes each name their fabric, register rdma/ib and let
+containers pin memory; each seeded break in those chains (no label, an optional or unwritten
+environment file, a kubelet that does not wait for the writer, no rdma/ib, memlock left at its
+default) is named under the check."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -18,11 +21,11 @@ def found(files: dict[str, str]) -> list[tuple[str, str]]:
     return [(f.where, f.what) for f in breaks(run(inputs_of("research-7500", files=files, graph=graph), CHECK))]
 
 
-def test_the_shipped_ib_pools_name_their_fabric_and_the_missing_rdma_path_is_said() -> None:
+def test_the_shipped_ib_pools_reach_their_hcas_and_the_missing_gpudirect_is_said() -> None:
     findings = run(inputs_of("research-7500"), CHECK)
     assert not breaks(findings)
     [warn] = findings
-    assert "NCCL traffic goes over TCP" in warn.what
+    assert "no GPUDirect RDMA" in warn.what and "stages through host memory" in warn.what
     assert run(inputs_of("local"), CHECK) == []  # no InfiniBand: nothing to say
 
 
@@ -46,3 +49,22 @@ def test_a_fabric_script_the_render_lacks_is_a_break() -> None:
     del files["pool-h100-ib/usr/local/lib/kilonode/fabric-label"]
     [(_, what)] = found(files)
     assert "which the render does not write" in what
+
+
+def test_memlock_left_at_its_default_is_a_break() -> None:
+    files, _ = artefacts("research-7500")
+    key = "pool-a100-ib.team-vision/etc/docker/daemon.json"
+    config = json.loads(files[key])
+    del config["default-ulimits"]
+    files[key] = json.dumps(config)
+    [(where, what)] = found(files)
+    assert where == "pool-a100-ib.team-vision: etc/docker/daemon.json" and "64 KiB memlock" in what
+
+
+def test_no_daemonset_registering_rdma_ib_is_a_break() -> None:
+    files, graph = artefacts("research-7500")
+    [config] = [r for r in graph["resources"] if r["type"] == "kubernetes:core/v1:ConfigMap"
+                and r["inputs"]["metadata"]["name"] == "rdma-devices"]
+    config["inputs"]["data"]["config.json"] = config["inputs"]["data"]["config.json"].replace('"ib"', '"hca"')
+    [finding] = breaks(run(inputs_of("research-7500", files=files, graph=graph), CHECK))
+    assert finding.where == "InfiniBand pools" and "no DaemonSet of the graph registers rdma/ib" in finding.what

@@ -152,7 +152,7 @@ def _plain_scalar(value: Any) -> Any:
 # Subsystems in the order a reader follows them (the component tree at the top of docs/azure.md).
 _COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
                     "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "KubeProxy", "ClusterDns",
-                    "CloudProvider", "DevicePlugin", "GpuHealthAccess"]
+                    "CloudProvider", "DevicePlugin", "GpuHealthAccess", "RdmaDevicePlugin"]
 
 
 def _natural(text: str) -> list[Any]:

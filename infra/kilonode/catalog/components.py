@@ -54,6 +54,7 @@ class Components(Row):
     kube_proxy: Component
     kubelet_csr_approver: Component
     device_plugin: Component
+    rdma_shared_device_plugin: Component
     azure_cni: Component
 
 

@@ -19,6 +19,7 @@ from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.monitoring import MonitoringRules, MonitoringRulesArgs
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
+from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
 from kilonode.k8s.scheduling import GangScheduler, GangSchedulerArgs
 from kilonode.plan.model import ClusterPlan
@@ -96,6 +97,12 @@ class InCluster(pulumi.ComponentResource):
                                                                   image=plan.components.device_plugin_image),
                          on_cluster)
             GpuHealthAccess(f"{name}-gpu-health", on_cluster)
+        # InfiniBand pools: their HCAs into pods as rdma/ib (kilonode.k8s.rdma). None without them.
+        infiniband = [p.name for p in plan.node_pools if p.infiniband]
+        if infiniband:
+            RdmaDevicePlugin(f"{name}-rdma", RdmaDevicePluginArgs(pools=infiniband,
+                                                                image=plan.components.rdma_device_plugin_image),
+                             on_cluster)
         # The 7,500-node lessons inside the cluster (one component each):
         # [scheduling] gang scheduling: a second scheduler with Coscheduling (kilonode.k8s.scheduling)
         GangScheduler(f"{name}-gang", GangSchedulerArgs.of(plan), on_cluster)

@@ -352,6 +352,7 @@ class ComponentsPlan(StrictModel):
     cluster_autoscaler_version: str
     cluster_autoscaler_image: str
     device_plugin_image: str
+    rdma_device_plugin_image: str  # InfiniBand pools: rdma/ib for pods (kilonode.k8s.rdma)
     cni_version: str  # the Azure CNI conflist's cniVersion
     # upstream's suggested API Priority and Fairness levels and their shares
     apf_builtin_shares: dict[str, int]

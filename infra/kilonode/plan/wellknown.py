@@ -75,6 +75,10 @@ TEAM_LABEL = "kilonode.io/team"
 FABRIC_LABEL = "kilonode.io/fabric"
 FABRIC_ENV_VAR = "KILONODE_FABRIC"
 FABRIC_ENV_FILE = "/run/kilonode/fabric.env"
+# What a pod asks for to get the node's InfiniBand devices (/dev/infiniband/*): the RDMA shared
+# device plugin's resource, "rdma/" + its configured resourceName (kilonode.k8s.rdma).
+RDMA_RESOURCE_NAME = "ib"
+RDMA_RESOURCE = f"rdma/{RDMA_RESOURCE_NAME}"
 TEAM_TAINT_EFFECT = "NoSchedule"
 
 

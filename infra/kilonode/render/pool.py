@@ -113,6 +113,8 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
     if pool.nccl_topology:
         files[wellknown.NCCL_CONF.lstrip("/")] = RenderedFile(nccl_conf(pool.nccl_topology))
     if pool.infiniband:
+        files[f"etc/systemd/system/{runtime_unit(pool)}.d/20-kilonode-memlock.conf"] = RenderedFile(render_template(
+            "etc/systemd/system/RUNTIME.service.d/20-kilonode-memlock.conf"))
         files[FABRIC_SCRIPT] = RenderedFile(fabric_script(pool), mode=0o755)
         files[FABRIC_UNIT] = RenderedFile(render_template(
             FABRIC_UNIT, script=f"/{FABRIC_SCRIPT}", output=wellknown.FABRIC_ENV_FILE,
@@ -274,6 +276,11 @@ def docker_daemon_json(pool: NodePoolPlan, *, nvidia: bool = False) -> dict[str,
             "max-file": str(defaults.CONTAINER_LOG_MAX_FILES),
         },
     }
+    if pool.infiniband:
+        # RDMA registers (pins) the memory it sends from: with the default 64 KiB memlock
+        # limit, ibv_reg_mr fails and NCCL falls back to sockets. Unlimited, for every container
+        # of an InfiniBand node (moby api/types/container Ulimit {Name, Hard, Soft}; -1: unlimited).
+        config["default-ulimits"] = {"memlock": {"Name": "memlock", "Hard": -1, "Soft": -1}}
     if nvidia:
         config["runtimes"] = {NVIDIA_RUNTIME: {"path": NVIDIA_CONTAINER_RUNTIME}}
         # the default, not only a named runtime: the device plugin's pod and pods without a

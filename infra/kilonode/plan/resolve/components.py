@@ -41,6 +41,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "cluster_autoscaler_version": autoscaler,
         "cluster_autoscaler_image": c.cluster_autoscaler.image("clusterAutoscaler", autoscaler),
         "device_plugin_image": single(c.device_plugin, "devicePlugin"),
+        "rdma_device_plugin_image": single(c.rdma_shared_device_plugin, "rdmaSharedDevicePlugin"),
         "cni_version": c.azure_cni.release("azure-cni", kubernetes_version),
     }
 
@@ -124,7 +125,10 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     )
     if any(p.autoscaling for p in config.node_pools):  # kilonode.k8s.autoscaler
         common += (images["cluster_autoscaler_image"],)
-    # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu).
+    # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu), and an
+    # InfiniBand node rdma/ib only once the RDMA device plugin does (kilonode.k8s.rdma).
     if pool is not None and gpus_of(pool.vm_size, pool.gpus_per_node):
-        return (*common, images["device_plugin_image"])
+        common = (*common, images["device_plugin_image"])
+    if pool is not None and pool.infiniband:
+        common = (*common, images["rdma_device_plugin_image"])
     return common

@@ -11,13 +11,26 @@ is in. Traced from the render, for every InfiniBand pool role:
    rather than registering an unlabelled node), written by a unit the kubelet `Requires=` and
    starts `After=`, running a script the render writes for the role.
 
-Not yet traced (issue 23 continues), and said as a warning: whether a pod can reach the node's
-InfiniBand devices at all (an RDMA device resource, `/dev/infiniband`, memlock), without which
-NCCL falls back to TCP on the front-end NIC.
+3. a pod can reach the node's InfiniBand devices: a DaemonSet of the graph registers the RDMA
+   resource (`rdma/ib`: the shared device plugin's config names resource `ib`, prefix `rdma`,
+   kilonode.k8s.rdma) and is meant for the pool (the `scheduling` check says whether it can be
+   placed there);
+4. a container may pin memory for RDMA: memlock unlimited, by Docker's daemon.json
+   `default-ulimits` (Docker pools) or the runtime unit's `LimitMEMLOCK=infinity` (containerd
+   pools, whose CRI sets no memlock of its own). With the default 64 KiB, ibv_reg_mr fails and
+   NCCL falls back to sockets on the front-end NIC.
+
+Said as a warning: GPUDirect RDMA (the NIC reading GPU memory directly) is not available with
+the image's driver: Debian's proprietary 535 module offers it only through nvidia-peermem,
+which needs MOFED's peer-memory API (not in the image's kernel), and DMA-BUF needs the open
+module, which does not build for it (node-image/packages/gpu.txt). NCCL then stages each
+transfer through host memory: the bandwidth per NIC stays InfiniBand's, at the cost of a copy
+and of host memory bandwidth on both ends.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 
@@ -37,14 +50,68 @@ def check(inputs: Inputs) -> list[Finding]:
         if not group.pool.infiniband:
             continue
         findings += _fabric_label(inputs, group.host, group.node.labels.get(wellknown.FABRIC_LABEL))
-    if any(p.infiniband for p in inputs.plan.node_pools):
+        findings += _memlock(inputs.host_files(group.host), group.host)
+    infiniband = [p.name for p in inputs.plan.node_pools if p.infiniband]
+    if infiniband:
+        findings += _rdma_resource(inputs, infiniband)
         findings.append(Finding(
             NAME, "warn", "InfiniBand pools",
-            "no RDMA device resource or /dev/infiniband in pods yet, no memlock limit raised: a gang's NCCL "
-            "traffic goes over TCP on the front-end NIC, not InfiniBand",
-            "issue 23 item 3 (RDMA into pods) is not done yet",
+            "no GPUDirect RDMA: Debian's proprietary 535 driver offers it only through nvidia-peermem (MOFED's "
+            "peer-memory API, not in the image's kernel) and DMA-BUF needs the open module; NCCL stages through "
+            "host memory (InfiniBand's bandwidth per NIC, one more copy on each end)",
+            "none needed to run; for GPUDirect, a driver set with the open kernel module that builds for the image's "
+            "kernel",
         ))
     return findings
+
+
+MEMLOCK_UNLIMITED = re.compile(r"^LimitMEMLOCK=infinity$", re.M)
+
+
+def _memlock(files: Mapping[str, str], host: str) -> list[Finding]:
+    """Containers may pin memory: Docker's default-ulimits, or the runtime unit's own limit."""
+    daemon = files.get("etc/docker/daemon.json")
+    if daemon is not None:
+        memlock = (json.loads(daemon).get("default-ulimits") or {}).get("memlock") or {}
+        if memlock.get("Hard") == -1 and memlock.get("Soft") == -1:
+            return []
+        where, fix = "etc/docker/daemon.json", 'daemon.json "default-ulimits": {"memlock": {"Hard": -1, "Soft": -1}}'
+    else:
+        dropins = [t for path, t in files.items() if path.startswith(f"{UNIT_DIR}containerd.service.d/")]
+        if any(MEMLOCK_UNLIMITED.search(t) for t in dropins):
+            return []
+        where, fix = "containerd.service", "a containerd.service drop-in with LimitMEMLOCK=infinity"
+    return [Finding(
+        NAME, "break", f"{host}: {where}",
+        "containers keep the default 64 KiB memlock limit: RDMA cannot register (pin) NCCL's buffers, and NCCL "
+        "falls back to sockets on the front-end NIC",
+        f"give {fix} (kilonode.render.pool)",
+    )]
+
+
+def _rdma_resource(inputs: Inputs, pools: list[str]) -> list[Finding]:
+    """A DaemonSet registers rdma/ib: its config (a ConfigMap it mounts) names the resource."""
+    configs = {}
+    for r in inputs.of_type("kubernetes:core/v1:ConfigMap"):
+        text = (r.inputs.get("data") or {}).get("config.json")
+        meta = r.inputs.get("metadata") or {}
+        if isinstance(text, str) and "configList" in text:
+            configs[(meta.get("namespace"), meta.get("name"))] = json.loads(text)
+    for ds in inputs.of_type("kubernetes:apps/v1:DaemonSet"):
+        namespace = (ds.inputs.get("metadata") or {}).get("namespace")
+        spec = ((ds.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
+        for volume in spec.get("volumes") or []:
+            config = configs.get((namespace, (volume.get("configMap") or {}).get("name")))
+            names = [f"{c.get('resourcePrefix') or 'rdma'}/{c.get('resourceName')}"
+                     for c in (config or {}).get("configList", [])]
+            if wellknown.RDMA_RESOURCE in names:
+                return []
+    return [Finding(
+        NAME, "break", "InfiniBand pools",
+        f"no DaemonSet of the graph registers {wellknown.RDMA_RESOURCE}: a pod cannot ask for the node's InfiniBand "
+        f"devices ({', '.join(pools)}), /dev/infiniband is not in its containers, and NCCL falls back to sockets",
+        "deploy the RDMA shared device plugin on the InfiniBand pools (kilonode.k8s.rdma)",
+    )]
 
 
 def _fabric_label(inputs: Inputs, host: str, value: str | None) -> list[Finding]:
