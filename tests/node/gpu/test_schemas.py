@@ -119,13 +119,14 @@ def test_the_pcie_link_is_judged_under_load_only() -> None:
     assert judged(xml(gen=(1, 4), reasons=False), 12) == {"unknown-clock-event-reasons": True}
 
 
-def test_a_missing_element_is_unknown_never_healthy() -> None:
+def test_a_missing_element_is_unknown_never_healthy(tmp_path: Path) -> None:
     text = xml(ecc=False)
     assert judged(text, 12) == {"unknown-ecc-volatile": True, "unknown-ecc-aggregate": True}
     _, [gpu] = parse_smi_xml(text, "built")
     assert gpu.ecc_uncorrectable_volatile is None
     # reported distinctly: condition False, reason Unknown<Reading>, the elements looked for
-    findings = evaluate(read_dir_of(text), 1)
+    (tmp_path / "nvidia-smi-q.xml").write_text(text)
+    findings = evaluate(read_dir(tmp_path), 1)
     report = agent.decide(agent.State("boot-1"), findings, "ok", "2026-11-23T10:00:00Z", "gpu-1")
     assert (report.condition["status"], report.condition["reason"]) == ("False", "UnknownEccVolatile")
     assert "no <ecc_errors><volatile>" in report.condition["message"]
@@ -133,14 +134,6 @@ def test_a_missing_element_is_unknown_never_healthy() -> None:
     assert judged(xml().replace("<sram_uncorrectable>0<", "<sram_uncorrectable>N/A<")
                   .replace("<dram_uncorrectable>0<", "<dram_uncorrectable>N/A<"), 12) \
         == {"unknown-ecc-volatile": True, "unknown-ecc-aggregate": True}
-
-
-def read_dir_of(text: str) -> object:
-    import tempfile
-
-    directory = Path(tempfile.mkdtemp(prefix="kilonode-schema-"))
-    (directory / "nvidia-smi-q.xml").write_text(text)
-    return read_dir(directory)
 
 
 @pytest.mark.parametrize("recording", ["nvidia-smi-q.xml", "under-load/nvidia-smi-q-under-load.xml"])
