@@ -356,11 +356,19 @@ class FakeClock:
 
 def test_the_first_check_of_a_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # first registration: the startup taint keeps pods away, so the check runs at once
-    recorder = Recorder(taint_after=10**6, pods=[], pending=True)
+    recorder = Recorder(taint_after=10**6, pods=[[]], pending=True)
     runner = idle_agent(tmp_path, recorder, monkeypatch)
     runner.state = agent.State("boot-1")
     runner.startup()
     assert recorder.sent == [("True", "Passed")] and runner.state.last_active > 0
+    assert recorder.pods == [], "the GPU pods were listed before the active check"
+    # ... unless a GPU pod is already bound there (it tolerates the startup taint, or was
+    # created with spec.nodeName, which no taint stops): passive only, the GPUs stay its own
+    recorder = Recorder(taint_after=10**6, pods=[[GPU_POD]], pending=True)
+    runner = idle_agent(tmp_path, recorder, monkeypatch)
+    runner.state = agent.State("boot-1")
+    runner.startup()
+    assert recorder.sent == [("True", "Passed")] and runner.state.last_active == 0
     # a reboot: no startup taint (it applies at registration only), the job's pods restart:
     # the agent asks for the GPUs first
     recorder = Recorder(taint_after=0, pods=[[], []])
@@ -419,6 +427,34 @@ def test_a_cuda_failure_in_the_active_check_is_a_fault_beside_the_passive_findin
     assert readings is not None and unusable is None
     assert [(f.check, f.taints) for f in found] == [("gpu-count", True), ("active-check-error", True)]
     assert "out of memory" in found[1].evidence
+
+
+def test_a_gpu_pod_that_arrived_during_the_active_check_voids_its_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kilonode.node.gpu import active
+
+    burn = json.loads((FIXTURES / "burn.json").read_text())
+    burn["gemm_bf16_8192"]["tflops_median"] = 100.0  # what sharing the GPU with a job looks like
+    monkeypatch.setenv("PATH", f"{fake_nvidia_smi(tmp_path)}:{os.environ['PATH']}")
+    monkeypatch.setattr(active, "run", lambda model: dict(burn))
+    config = agent.load_config(config_file(tmp_path, expectGpus=2))
+    # a pod bound before the check taint landed shows up once the check has run: the figures
+    # are not judged (no active-gemm fault), the run is recorded as shared, not tainting
+    readings, found, unusable = agent.check(config, tmp_path / "work", True, None, lambda: ["ml/train"])
+    assert readings is not None and readings.burn is None and unusable is None
+    assert [(f.check, f.taints) for f in found] == [("gpu-count", True), (agent.SHARED, False)]
+    assert found[1].evidence == "ml/train"
+    # the control: alone on the GPUs, the same figures fail the floor
+    readings, found, unusable = agent.check(config, tmp_path / "work2", True, None, lambda: [])
+    assert [(f.check, f.taints) for f in found] == [("gpu-count", True), ("active-gemm", True)]
+    # and the agent does not count a shared run: the idle re-check stays due
+    recorder = Recorder(taint_after=0, pods=[[GPU_POD]])
+    runner = idle_agent(tmp_path, recorder, monkeypatch)
+    runner.recorded = None
+    monkeypatch.setattr(agent, "gpu_processes", lambda: [])
+    runner.state.last_active = 1.0
+    runner._full_check(tmp_path / "work3", active=True)
+    assert runner.state.last_active == 1.0 and recorder.pods == []
 
 
 def test_without_nvml_nvlink_is_said_to_be_unchecked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,10 +3,11 @@ bandwidth, through ctypes on the CUDA 11.8 libraries Debian ships in GPU images
 (libcudart.so.11.0, libcublas.so.11). It yields the figures burn.json has, so
 kilonode.gpu.rules judges both the same way.
 
-UNMEASURED ON A GPU: the floors in thresholds.toml were measured with PyTorch 2.11 (cu130)
-on the fixtures' H100 (tests/node/gpu/fixtures/h100-80gb-hbm3/README.md). This ctypes path has
-not run on a GPU; cuBLAS picks its own kernels, so its figures may differ from PyTorch's
-and the floors need re-checking on the first GPU node before they are trusted.
+UNMEASURED ON A GPU: this ctypes path has not run on a GPU. Its floors (thresholds.toml,
+models.<name>.cublas11, A100 and H100) are stated fractions of NVIDIA's published peaks, set
+for cuBLAS 11 (no Hopper wgmma kernels); the PyTorch 2.11 (cu130) floor measured on the
+fixtures' H100 applies to that stack only. Record the first GPU node's figures and re-set
+the floors from them.
 
 Signatures and enum values, from NVIDIA's headers:
 - cuda_runtime_api.h: cudaGetDeviceCount(int*), cudaSetDevice(int), cudaMalloc(void**,
@@ -34,6 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+# The floors in thresholds.toml are per stack: this check's figures are cuBLAS 11's.
+STACK = "cublas11"
 CUDART = ("libcudart.so.11.0", "libcudart.so")
 CUBLAS = ("libcublas.so.11", "libcublas.so")
 CUBLASLT = ("libcublasLt.so.11", "libcublasLt.so")
@@ -254,6 +257,7 @@ def run(model: str, seconds: float = GEMM_SECONDS) -> dict[str, Any]:
         raise CudaFailure("cudaGetDeviceCount found no GPU")
     return {
         "tool": "kilonode.gpu.active (ctypes, cuBLAS 11)",
+        "stack": STACK,
         "device": model,
         "gpus": [check_gpu(libs, index, seconds) for index in range(count.value)],
     }

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ TOOL_TIMEOUT_S = 120  # nvidia-smi -q on 8 GPUs takes seconds; a hung driver mus
 RETRY_S = 30  # after a failed API call or tool run: the kubelet's TLS bootstrap takes about this long
 POLL_S = 5  # how often the agent reads its Node while waiting for the check-running taint
 GPU_RESOURCE = "nvidia.com/gpu"
+SHARED = "active-check-shared"  # the finding of an active check a GPU pod or process shared
 
 
 class ConfigError(ValueError):
@@ -274,13 +276,17 @@ def gpu_processes() -> list[str]:
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
 
 
-def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None) -> tuple[NodeReadings | None,
-                                                                                         list[Finding], str | None]:
+def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
+          busy: Callable[[], list[str]] | None = None) -> tuple[NodeReadings | None, list[Finding], str | None]:
     """Passive checks, and the active one if asked. Returns the readings, the findings, and
-    why the active check could not run (None: it ran, or was not asked)."""
+    why the active check could not run (None: it ran, or was not asked). `busy` (the GPU
+    pods and processes now on the node) is asked again once the active check has run: a
+    GPU pod that got onto the node meanwhile (bound before the check taint landed, or one
+    that tolerates it) shared the GPUs, so the figures are thrown away, not judged."""
     from . import active as active_check
 
     unusable = None
+    shared: Finding | None = None
     if recorded is not None:
         source = recorded
     else:
@@ -297,7 +303,13 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None) 
                 burn = active_check.run(config.gpu_model or "")
                 names = sorted({g.name for g in read_dir(work).gpus})
                 burn["device"] = names[0] if len(names) == 1 else burn["device"]
-                (work / BURN_JSON).write_text(json.dumps(burn, indent=2))
+                sharing = busy() if busy is not None else []
+                if sharing:
+                    shared = Finding(SHARED, None, "a GPU pod or process appeared during the active check: its "
+                                     "figures are not judged", ", ".join(sharing), taints=False,
+                                     action="active check again when the node is idle")
+                else:
+                    (work / BURN_JSON).write_text(json.dumps(burn, indent=2))
             except active_check.CudaFailure as error:
                 readings = read_dir(work)
                 return readings, [*evaluate(readings, config.expect_gpus),
@@ -306,7 +318,7 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None) 
             except active_check.Unusable as error:
                 unusable = str(error)
     readings = read_dir(source)
-    return readings, evaluate(readings, config.expect_gpus), unusable
+    return readings, [*evaluate(readings, config.expect_gpus), *([shared] if shared else [])], unusable
 
 
 # --- the loop ---------------------------------------------------------------------------------
@@ -354,6 +366,12 @@ class Agent:
         for fault in report.faults:
             print(f"FAULT {fault.line()}", file=sys.stderr)
 
+    def busy(self) -> list[str]:
+        """The GPU pods bound to this node (any phase but finished: bound and not yet running
+        counts) and the processes using a GPU: while there is one, the GPUs are not the
+        agent's to take."""
+        return gpu_pods(self.api().list_pods_on(self.node_name)) or gpu_processes()
+
     def full_check(self, active: bool) -> int:
         if self.dry_run:
             with tempfile.TemporaryDirectory(prefix="kilonode-gpu-health-") as work:
@@ -361,9 +379,11 @@ class Agent:
         return self._full_check(self.config.state_dir / "readings", active)
 
     def _full_check(self, work: Path, active: bool) -> int:
-        readings, findings, unusable = check(self.config, work, active, self.recorded)
-        if active:
-            self.state.last_active = time.time()
+        # --from and --dry-run read no cluster: there is no pod to share the GPUs with
+        guard = None if self.dry_run else self.busy
+        readings, findings, unusable = check(self.config, work, active, self.recorded, guard)
+        if active and not any(f.check == SHARED for f in findings):
+            self.state.last_active = time.time()  # a shared run does not count: the re-check stays due
         if unusable and not any(f.taints for f in findings):
             # not a pass and not a GPU fault: the node stays pending (no True)
             print(f"active check unusable: {unusable}", file=sys.stderr)
@@ -381,8 +401,7 @@ class Agent:
         did not run (a GPU pod or process, or no taint in time); the caller checks passively,
         which also lifts the taint (the condition leaves Unknown)."""
         api = self.api()
-        busy = gpu_pods(api.list_pods_on(self.node_name)) or gpu_processes()
-        if busy:
+        if self.busy():
             return False
         self.send(request_check(self.state, p.now(), self.node_name))
         deadline = time.monotonic() + self.config.taint_wait_s
@@ -394,8 +413,8 @@ class Agent:
         else:
             print("the controller did not add the check-running taint in time: no idle check", file=sys.stderr)
             return False
-        if gpu_pods(api.list_pods_on(self.node_name)) or gpu_processes():
-            return False  # a GPU pod arrived before the taint: leave the GPUs to it
+        if self.busy():
+            return False  # a GPU pod was bound before the taint landed: leave the GPUs to it
         self.full_check(active=True)
         return True
 
@@ -409,7 +428,14 @@ class Agent:
             return
         taints = self.api().get_node(self.node_name).get("spec", {}).get("taints") or []
         if any(t.get("key") == p.STARTUP_TAINT for t in taints):
-            self.full_check(active=True)
+            # the startup taint keeps the scheduler's pods away, not a pod that tolerates it
+            # or one created with spec.nodeName (no scheduler, no taint check): with one
+            # there, check passively and leave the active check to an idle re-check
+            if self.busy():
+                print("a GPU pod or process is on the node at startup: passive check only", file=sys.stderr)
+                self.full_check(active=False)
+            else:
+                self.full_check(active=True)
         elif not self.idle_recheck():
             self.full_check(active=False)
 

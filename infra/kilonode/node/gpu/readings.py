@@ -45,19 +45,27 @@ class XidEvent:
 
 @dataclass(frozen=True)
 class GpuReading:
+    """One GPU's readings. None in a reading the XML should carry means unknown: the elements
+    that hold it were not found (a schema this parser does not know) or held no number. It is
+    never read as healthy; `unknown` names each such reading and what was looked for
+    (kilonode.gpu.rules judges them). Where nvidia-smi itself says N/A for a feature the GPU
+    does not have (page retirement on a row-remapping GPU), the reading is None and not
+    unknown."""
+
     index: int
     name: str
     uuid: str
     bus_id: str
-    ecc_uncorrectable_volatile: int
-    ecc_uncorrectable_aggregate: int
-    remapped_rows_pending: bool
-    remapped_rows_failure: bool
+    ecc_uncorrectable_volatile: int | None
+    ecc_uncorrectable_aggregate: int | None
+    remapped_rows_pending: bool | None  # None: the GPU does not remap rows (N/A), or unknown
+    remapped_rows_failure: bool | None
     retired_pages_pending: bool | None  # None: not reported (row remapping GPUs say N/A)
-    clock_event_reasons: frozenset[str]  # the active ones: "hw_slowdown", "sw_power_cap", ...
+    clock_event_reasons: frozenset[str] | None  # the active ones: "hw_slowdown", "sw_power_cap", ...
     pcie_gen: tuple[int, int] | None  # (current, max)
     pcie_width: tuple[int, int] | None  # (current, max)
     nvlink_down: tuple[int, ...] = ()  # links NVML reports inactive, where the GPU has links
+    unknown: tuple[tuple[str, str], ...] = ()  # (reading, what was looked for and not found)
 
 
 @dataclass(frozen=True)
@@ -77,18 +85,89 @@ def _text(element: ET.Element | None, path: str, where: str) -> str:
     return found.text.strip()
 
 
-def _int(value: str) -> int:
-    """'0' -> 0; 'N/A' and friends count as 0 (not reported)."""
-    return int(value) if value.isdigit() else 0
+# Where each reading lives in `nvidia-smi -q -x`, per schema. The schemas: nvsmi_device_v11
+# (driver 470, Debian bullseye's nvidia-smi 470.256.02-2), v12 (driver 535, Debian bookworm's
+# nvidia-smi 535.261.03-1 and 535.309.01-0+deb12u1, the driver the GPU image ships), both read
+# from the DTD embedded in those binaries (element lists derived in
+# tests/node/gpu/fixtures/nvsmi/); v13 (driver 580) from the real H100 recording in
+# tests/node/gpu/fixtures/h100-80gb-hbm3/ (no v13 DTD is packaged in Debian bookworm).
+#
+# Uncorrectable ECC counters under ecc_errors/volatile and ecc_errors/aggregate, one of the
+# DTDs' alternatives per GPU:
+#   (single_bit, double_bit)                                v11, v12: pre-Ampere; double_bit/total
+#   (sram_correctable, sram_uncorrectable, dram_*)          v11, v12: e.g. A100 on 535
+#   (sram_correctable, sram_uncorrectable_parity,
+#    sram_uncorrectable_secded, dram_*)                     v12, v13: e.g. H100 on 535 and 580
+ECC_UNCORRECTABLE = ("dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity",
+                     "sram_uncorrectable_secded", "double_bit/total")
+# The clock event reasons: v12 and v13 name them clocks_event_reasons/clocks_event_reason_*;
+# v11 (and drivers before 535) clocks_throttle_reasons/clocks_throttle_reason_*, the same
+# suffixes (gpu_idle, hw_slowdown, hw_thermal_slowdown, sw_thermal_slowdown, ...).
+CLOCK_REASONS = (("clocks_event_reasons", "clocks_event_reason_"),
+                 ("clocks_throttle_reasons", "clocks_throttle_reason_"))
+# The same in v11, v12 and v13: pci/pci_gpu_link_info/pcie_gen/{current,max}_link_gen,
+# pci/pci_gpu_link_info/link_widths/{current,max}_link_width, remapped_rows/
+# remapped_row_{pending,failure} (text N/A where the GPU does not remap rows),
+# retired_pages/pending_retirement.
+LINK = "pci/pci_gpu_link_info"
+NOT_APPLICABLE = {"n/a", "not supported", "[n/a]", "[not supported]"}
 
 
-def _yes(value: str) -> bool:
-    return value.strip().lower() == "yes"
+def _number(value: str | None) -> int | None:
+    """'0' -> 0; anything else (missing, N/A, an error text) -> None: not a reading."""
+    value = (value or "").strip()
+    return int(value) if value.isdigit() else None
 
 
-def _link(value: str) -> int | None:
-    digits = value.rstrip("x")
+def _yes_no(value: str | None) -> bool | None:
+    value = (value or "").strip().lower()
+    return {"yes": True, "no": False}.get(value)
+
+
+def _link(value: str | None) -> int | None:
+    digits = (value or "").strip().rstrip("x")
     return int(digits) if digits.isdigit() else None
+
+
+def _ecc(ecc: ET.Element | None, kind: str) -> tuple[int | None, str]:
+    """The sum of the uncorrectable counters in ecc_errors/<kind>, or None and what was
+    missing. A block with no counter that reads as a number is unknown (N/A: ECC off)."""
+    block = ecc.find(kind) if ecc is not None else None
+    if block is None:
+        return None, f"no <ecc_errors><{kind}>"
+    values = {path: _number(block.findtext(path)) for path in ECC_UNCORRECTABLE if block.find(path) is not None}
+    counted = [v for v in values.values() if v is not None]
+    if not counted:
+        seen = ", ".join(f"{k}={(block.findtext(k) or '').strip()!r}" for k in values) or "none of them"
+        return None, f"<ecc_errors><{kind}>: no uncorrectable counter as a number ({'|'.join(ECC_UNCORRECTABLE)}; " \
+                     f"found {seen})"
+    return sum(counted), ""
+
+
+def _clock_reasons(gpu: ET.Element) -> frozenset[str] | None:
+    for block, prefix in CLOCK_REASONS:
+        reasons = gpu.find(block)
+        if reasons is not None and len(reasons):
+            return frozenset(child.tag.removeprefix(prefix) for child in reasons
+                             if (child.text or "").strip() == "Active")
+    return None
+
+
+def _remapped(gpu: ET.Element, name: str) -> tuple[bool | None, str]:
+    rows = gpu.find("remapped_rows")
+    if rows is None:
+        return None, "no <remapped_rows>"
+    if not len(rows) and (rows.text or "").strip().lower() in NOT_APPLICABLE:
+        return None, ""  # the GPU does not remap rows (pre-Ampere): not applicable
+    value = _yes_no(rows.findtext(name))
+    return value, "" if value is not None else f"<remapped_rows><{name}> not Yes/No"
+
+
+def _pair(link: ET.Element | None, block: str, kind: str) -> tuple[int, int] | None:
+    if link is None:
+        return None
+    current, top = (_link(link.findtext(f"{block}/{which}_{kind}")) for which in ("current", "max"))
+    return (current, top) if current and top else None
 
 
 def parse_smi_xml(text: str, where: str) -> tuple[str, list[GpuReading]]:
@@ -102,44 +181,43 @@ def parse_smi_xml(text: str, where: str) -> tuple[str, list[GpuReading]]:
     gpus = []
     for index, gpu in enumerate(root.findall("gpu")):
         at = f"{where} gpu {gpu.get('id', index)}"
+        unknown: list[tuple[str, str]] = []
         ecc = gpu.find("ecc_errors")
-
-        def uncorrectable(kind: str, ecc: ET.Element | None = ecc, at: str = at) -> int:
-            block = ecc.find(kind) if ecc is not None else None
-            if block is None:
-                raise UnusableInput(f"{at}: no <ecc_errors><{kind}>")
-            return sum(_int((block.findtext(name) or "0").strip())
-                       for name in ("dram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded"))
-
-        reasons = gpu.find("clocks_event_reasons")
-        active = frozenset(
-            child.tag.removeprefix("clocks_event_reason_")
-            for child in (reasons if reasons is not None else [])
-            if (child.text or "").strip() == "Active"
-        )
-        link = gpu.find("pci/pci_gpu_link_info")
-        gen = width = None
-        if link is not None:
-            current_gen, max_gen = (_link(link.findtext(f"pcie_gen/{k}") or "") for k in
-                                    ("current_link_gen", "max_link_gen"))
-            current_w, max_w = (_link(link.findtext(f"link_widths/{k}") or "") for k in
-                                ("current_link_width", "max_link_width"))
-            gen = (current_gen, max_gen) if current_gen and max_gen else None
-            width = (current_w, max_w) if current_w and max_w else None
+        volatile, why = _ecc(ecc, "volatile")
+        if volatile is None:
+            unknown.append(("ecc-volatile", why))
+        aggregate, why = _ecc(ecc, "aggregate")
+        if aggregate is None:
+            unknown.append(("ecc-aggregate", why))
+        reasons = _clock_reasons(gpu)
+        if reasons is None:
+            unknown.append(("clock-event-reasons", "no <clocks_event_reasons> (v12, v13) nor "
+                                                   "<clocks_throttle_reasons> (v11) with reasons in it"))
+        pending, why_pending = _remapped(gpu, "remapped_row_pending")
+        failure, why_failure = _remapped(gpu, "remapped_row_failure")
+        if why_pending or why_failure:
+            unknown.append(("remapped-rows", why_pending or why_failure))
+        link = gpu.find(LINK)
+        gen, width = _pair(link, "pcie_gen", "link_gen"), _pair(link, "link_widths", "link_width")
+        if gen is None:
+            unknown.append(("pcie-generation", f"no number in <{LINK}/pcie_gen/current_link_gen|max_link_gen>"))
+        if width is None:
+            unknown.append(("pcie-width", f"no number in <{LINK}/link_widths/current_link_width|max_link_width>"))
         pending_retire = (gpu.findtext("retired_pages/pending_retirement") or "N/A").strip()
         gpus.append(GpuReading(
             index=index,
             name=_text(gpu, "product_name", at),
             uuid=_text(gpu, "uuid", at),
             bus_id=gpu.get("id", ""),
-            ecc_uncorrectable_volatile=uncorrectable("volatile"),
-            ecc_uncorrectable_aggregate=uncorrectable("aggregate"),
-            remapped_rows_pending=_yes(gpu.findtext("remapped_rows/remapped_row_pending") or "No"),
-            remapped_rows_failure=_yes(gpu.findtext("remapped_rows/remapped_row_failure") or "No"),
-            retired_pages_pending=None if pending_retire == "N/A" else _yes(pending_retire),
-            clock_event_reasons=active,
+            ecc_uncorrectable_volatile=volatile,
+            ecc_uncorrectable_aggregate=aggregate,
+            remapped_rows_pending=pending,
+            remapped_rows_failure=failure,
+            retired_pages_pending=_yes_no(pending_retire),
+            clock_event_reasons=reasons,
             pcie_gen=gen,
             pcie_width=width,
+            unknown=tuple(unknown),
         ))
     declared = root.findtext("attached_gpus")
     if declared is not None and declared.strip().isdigit() and int(declared) != len(gpus):

@@ -57,15 +57,29 @@ def _gpu(g: GpuReading) -> str:
     return f"{g.index} ({g.uuid})"
 
 
+def unknown_findings(g: GpuReading, limits: dict[str, Any]) -> list[Finding]:
+    """A reading the XML did not give is unknown, never healthy. A required one takes the node
+    out (condition False, reason Unknown<Reading>): the agent cannot vouch for a GPU it cannot
+    read, and a node left True would keep taking work (the controller leaves a node as it is
+    on any Unknown status but the check request). The others are recorded."""
+    required = set(limits["readings"]["required"])
+    return [Finding(f"unknown-{reading}", _gpu(g), f"{reading} unknown: nvidia-smi's output does not carry it "
+                    "as this agent reads it (driver schema not known?)", why,
+                    taints=reading in required,
+                    action="read the driver's nvidia-smi -q -x and map the element (kilonode.gpu.readings)")
+            for reading, why in g.unknown]
+
+
 def gpu_findings(g: GpuReading, limits: dict[str, Any]) -> list[Finding]:
-    found = []
+    found = unknown_findings(g, limits)
     ecc = limits["ecc"]
-    if g.ecc_uncorrectable_volatile > ecc["uncorrectable_volatile_max"]:
+    volatile, aggregate = g.ecc_uncorrectable_volatile, g.ecc_uncorrectable_aggregate
+    if volatile is not None and volatile > ecc["uncorrectable_volatile_max"]:
         found.append(Finding("ecc-volatile", _gpu(g), "uncorrectable ECC errors since the driver loaded",
-                             f"ecc_errors/volatile uncorrectable = {g.ecc_uncorrectable_volatile}"))
-    if g.ecc_uncorrectable_aggregate > ecc["uncorrectable_aggregate_max"]:
+                             f"ecc_errors/volatile uncorrectable = {volatile}"))
+    if aggregate is not None and aggregate > ecc["uncorrectable_aggregate_max"]:
         found.append(Finding("ecc-aggregate", _gpu(g), "uncorrectable ECC errors in the GPU's lifetime",
-                             f"ecc_errors/aggregate uncorrectable = {g.ecc_uncorrectable_aggregate}"))
+                             f"ecc_errors/aggregate uncorrectable = {aggregate}"))
     if g.remapped_rows_failure:
         found.append(Finding("remapped-rows-failure", _gpu(g), "row remapping failed: the memory cannot be repaired",
                              "remapped_rows/remapped_row_failure = Yes", action="drain (RMA)"))
@@ -75,15 +89,24 @@ def gpu_findings(g: GpuReading, limits: dict[str, Any]) -> list[Finding]:
     if g.retired_pages_pending:
         found.append(Finding("retired-pages-pending", _gpu(g), "a page retirement waits for a GPU reset",
                              "retired_pages/pending_retirement = Yes", action="RESET_GPU"))
-    slowed = sorted(g.clock_event_reasons & set(limits["clock_event_reasons"]["fault"]))
+    reasons = g.clock_event_reasons
+    slowed = sorted((reasons or frozenset()) & set(limits["clock_event_reasons"]["fault"]))
     if slowed:
         found.append(Finding("clock-slowdown", _gpu(g), "the GPU is slowing itself down",
-                             "clocks_event_reasons active: " + ", ".join(slowed)))
+                             "clock event reasons active: " + ", ".join(slowed)))
+    # The link's current generation and width "may be reduced when the GPU is not in use"
+    # (nvidia-smi(1), 535: GPU Link information, Current): at idle a link below its maximum
+    # is power management, so it is judged only while the GPU is known to be busy (the idle
+    # reason known and not active). At idle a narrower link is recorded, not tainting.
+    busy = reasons is not None and "gpu_idle" not in reasons
+    pcie = limits["pcie"]
     if g.pcie_width and g.pcie_width[0] < g.pcie_width[1]:
-        found.append(Finding("pcie-width", _gpu(g), "PCIe link narrower than its maximum",
-                             f"link width x{g.pcie_width[0]} of x{g.pcie_width[1]}"))
-    busy = "gpu_idle" not in g.clock_event_reasons
-    if limits["pcie"]["check_generation_when_busy"] and busy and g.pcie_gen and g.pcie_gen[0] < g.pcie_gen[1]:
+        judged = busy or not pcie["width_only_when_busy"]
+        found.append(Finding("pcie-width" if judged else "pcie-width-idle", _gpu(g),
+                             "PCIe link narrower than its maximum" + ("" if judged else " at idle"),
+                             f"link width x{g.pcie_width[0]} of x{g.pcie_width[1]}", taints=judged,
+                             action="drain" if judged else "none: judged again under load"))
+    if busy and pcie["check_generation_when_busy"] and g.pcie_gen and g.pcie_gen[0] < g.pcie_gen[1]:
         found.append(Finding("pcie-generation", _gpu(g), "PCIe link below its maximum generation while busy",
                              f"link gen {g.pcie_gen[0]} of {g.pcie_gen[1]}"))
     if g.nvlink_down:
@@ -102,17 +125,28 @@ def xid_finding(event: XidEvent) -> Finding:
                    event.line, taints=action not in NOT_TAINTING, action=action)
 
 
+def burn_stack(burn: dict[str, Any]) -> str:
+    """Which library measured: "stack" as kilonode.gpu.active writes it ("cublas11"), or a
+    PyTorch recording's build ("torch": "2.11.0+cu130" -> "pytorch_cu130")."""
+    if "stack" in burn:
+        return str(burn["stack"])
+    if "torch" in burn:
+        return "pytorch_" + str(burn["torch"]).partition("+")[2]
+    return ""
+
+
 def burn_findings(readings: NodeReadings, limits: dict[str, Any]) -> list[Finding]:
-    """The active check's figures against the model's floors: one run (burn.json as recorded
-    with PyTorch) or one per GPU under "gpus" (kilonode.gpu.active, with each GPU's index)."""
+    """The active check's figures against the model's floors for the stack that measured: one
+    run (burn.json as recorded with PyTorch) or one per GPU under "gpus" (kilonode.gpu.active,
+    with each GPU's index)."""
     burn = readings.burn
     if not burn:
         return []
-    model = str(burn.get("device", ""))
-    floors = limits.get("models", {}).get(model)
+    model, stack = str(burn.get("device", "")), burn_stack(burn)
+    floors = limits.get("models", {}).get(model, {}).get(stack)
     if floors is None:
-        return [Finding("active-check", None, f"no floors for {model!r} in thresholds.toml", "burn.json",
-                        taints=False, action="add the model's floors")]
+        return [Finding("active-check", None, f"no floors for {model!r} measured with {stack or 'an unnamed stack'!r} "
+                        "in thresholds.toml", "burn.json", taints=False, action="add the model's floors")]
     found = []
     for run in burn.get("gpus") or [burn]:
         gpu = str(run["index"]) if "index" in run else None
