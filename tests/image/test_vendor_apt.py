@@ -249,3 +249,65 @@ def test_an_absent_package_is_missing_not_mismatched() -> None:
     # the build lists an absent FM as missing (and refuses without --allow-incomplete)
     assert vendor_apt.version_problems({"nvidia-kernel-dkms": "535.309.01-0+deb12u1"}, EQUAL) == []
     assert vendor_apt.version_problems({"nvidia-fabricmanager-535": "535.1-1"}, EQUAL) == []
+
+
+# --- the build's side: what an image without NVIDIA's repositories says, Fabric Manager's unit ----------
+
+
+def test_without_fetch_the_vendor_packages_are_listed_missing_by_name(tmp_path: Path) -> None:
+    from kilonode.image import gpu as accel
+    from kilonode.image.recipe import load_recipe
+
+    recipe = load_recipe()
+    vendor = accel.install_vendor(recipe, ("gpu", "infiniband"), tmp_path / "tree", tmp_path / "work", fetch=False)
+    assert vendor.installed == {}
+    named = {line.split(" ", 1)[0] for line in vendor.missing}
+    assert named == {"nvidia-fabricmanager-535", "libnvidia-nscq-535", "libnvidia-container1",
+                     "libnvidia-container-tools", "nvidia-container-toolkit-base", "nvidia-container-toolkit"}
+    assert all("no --fetch" in line for line in vendor.missing)
+    # a pool without GPUs takes nothing from them
+    assert accel.install_vendor(recipe, ("infiniband",), tmp_path / "t", tmp_path / "w", fetch=True).missing == []
+
+
+def test_an_unreachable_repository_makes_the_packages_missing_not_a_crash(tmp_path: Path) -> None:
+    from kilonode.image import gpu as accel
+    from kilonode.image.recipe import load_recipe
+
+    recipe = load_recipe()
+    port = free_port()  # nothing listens there
+    repos = {name: replace(repo, url=f"http://127.0.0.1:{port}/{name}/", key_url=f"http://127.0.0.1:{port}/key")
+             for name, repo in recipe.apt_repositories.items()}
+    vendor = accel.install_vendor(replace(recipe, apt_repositories=repos), ("gpu",), tmp_path / "tree",
+                                  tmp_path / "work", fetch=True)
+    assert vendor.installed == {} and len(vendor.missing) == 6
+    assert all("absent:" in line and "signing key" in line for line in vendor.missing)
+
+
+@pytest.mark.skipif(not shutil.which("systemctl"), reason="needs systemctl (systemd)")
+@pytest.mark.parametrize(("vm_size", "enabled"), [("Standard_ND96isr_H100_v5", True),
+                                                  ("Standard_ND96asr_v4", True),
+                                                  ("Standard_NC24ads_A100_v4", False)])
+def test_fabric_manager_is_enabled_on_nvswitch_sizes_only(tmp_path: Path, vm_size: str, enabled: bool) -> None:
+    from types import SimpleNamespace
+
+    from kilonode.image import gpu as accel
+    from kilonode.image.recipe import load_recipe
+
+    recipe = load_recipe()
+    unit = recipe.extras["gpu"].fabric_manager_unit
+    tree = tmp_path / "tree"
+    (tree / "lib/systemd/system").mkdir(parents=True)
+    (tree / "etc/systemd/system").mkdir(parents=True)
+    (tree / f"lib/systemd/system/{unit}").write_text(
+        "[Unit]\nDescription=stand-in\n[Service]\nExecStart=/usr/bin/nv-fabricmanager\n[Install]\n"
+        "WantedBy=multi-user.target\n")
+    vendor = accel.VendorInstall(installed={"nvidia-fabricmanager-535": "535.309.01-1"})
+    pool = SimpleNamespace(vm_size=vm_size)
+    record = accel.fabric_manager_unit(recipe, ("gpu",), pool, vendor, tree)  # type: ignore[arg-type]
+    assert record is not None and record["enabled"] is enabled and record["nvswitch"] is enabled
+    link = tree / f"etc/systemd/system/multi-user.target.wants/{unit}"
+    assert link.is_symlink() is enabled
+    # not installed: never enabled, whatever the size
+    absent = accel.fabric_manager_unit(recipe, ("gpu",), SimpleNamespace(vm_size=vm_size),  # type: ignore[arg-type]
+                                       accel.VendorInstall(), tmp_path / "other")
+    assert absent is not None and absent["enabled"] is False and absent["present"] is False
