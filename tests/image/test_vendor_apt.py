@@ -301,13 +301,15 @@ def test_fabric_manager_is_enabled_on_nvswitch_sizes_only(tmp_path: Path, vm_siz
     (tree / f"lib/systemd/system/{unit}").write_text(
         "[Unit]\nDescription=stand-in\n[Service]\nExecStart=/usr/bin/nv-fabricmanager\n[Install]\n"
         "WantedBy=multi-user.target\n")
+    from kilonode.catalog.vm import nvswitch_of
+
     vendor = accel.VendorInstall(installed={"nvidia-fabricmanager-535": "535.309.01-1"})
-    pool = SimpleNamespace(vm_size=vm_size)
+    pool = SimpleNamespace(vm_size=vm_size, nvswitch=nvswitch_of(vm_size))
     record = accel.fabric_manager_unit(recipe, ("gpu",), pool, vendor, tree)  # type: ignore[arg-type]
     assert record is not None and record["enabled"] is enabled and record["nvswitch"] is enabled
     link = tree / f"etc/systemd/system/multi-user.target.wants/{unit}"
     assert link.is_symlink() is enabled
     # not installed: never enabled, whatever the size
-    absent = accel.fabric_manager_unit(recipe, ("gpu",), SimpleNamespace(vm_size=vm_size),  # type: ignore[arg-type]
+    absent = accel.fabric_manager_unit(recipe, ("gpu",), pool,  # type: ignore[arg-type]
                                        accel.VendorInstall(), tmp_path / "other")
     assert absent is not None and absent["enabled"] is False and absent["present"] is False

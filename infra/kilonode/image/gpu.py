@@ -25,7 +25,6 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kilonode.catalog import binaries as pins
-from kilonode.catalog.vm import nvswitch_of
 from kilonode.digest import sha256_file
 from kilonode.image import binaries as pinned
 from kilonode.image import vendor_apt
@@ -197,7 +196,7 @@ def fabric_manager_unit(recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoo
     spec = recipe.extras["gpu"]
     package = spec.equal_versions.get("fabric_manager")
     unit = spec.fabric_manager_unit
-    nvswitch = nvswitch_of(pool.vm_size)
+    nvswitch = pool.nvswitch
     present = bool(package and package in vendor.installed)
     enabled = False
     if nvswitch and present and unit:

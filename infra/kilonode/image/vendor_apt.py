@@ -30,6 +30,9 @@ import shutil
 import subprocess
 import tempfile
 import tomllib
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -199,6 +202,21 @@ def keyring(key: bytes, fingerprint: str, dest: Path, *, what: str) -> Path:
     dest.write_bytes(exported.stdout)
     os.chmod(dest, 0o644)
     return dest
+
+
+def download(url: str, _digest: str | None, dest: Path, timeout: float = 30.0) -> str:
+    """Fetch `url` (http or https) to `dest`: the signing key, checked by fingerprint afterwards.
+    Raises RepositoryUnreachable with one line naming the URL."""
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise RepositoryUnreachable(f"cannot download {url}: only http(s) URLs are fetched")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            data = response.read(1 << 20)  # a public key is a few KiB
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise RepositoryUnreachable(f"cannot download {url}: {getattr(error, 'reason', error)}") from error
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def key_bytes(repo: Repository, work: Path, fetcher: Callable[[str, str | None, Path], str]) -> bytes:
@@ -372,7 +390,7 @@ def fetch(
     RepositoryRefused, LockMismatch or RepositoryUnreachable; writes the lock (atomically) only
     after every package of every repository was verified."""
     if fetcher is None:
-        from kilonode.image.binaries import fetch as fetcher  # the verified http(s) download
+        fetcher = download
     repos = list(repos)
     if not repos:
         return FetchResult()
@@ -402,10 +420,10 @@ def fetch(
     debs = work / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     wanted = [f"{p.name}={p.version}" for r in repos for p in r.packages]
-    download = apt.run("download", *wanted, cwd=debs)
-    if download.returncode != 0:
+    got_debs = apt.run("download", *wanted, cwd=debs)
+    if got_debs.returncode != 0:
         raise RepositoryRefused(f"apt refused a declared package or version ({' '.join(wanted)}):\n"
-                                f"{_apt_failure(download)}")
+                                f"{_apt_failure(got_debs)}")
     locked = load_lock(lock_file)
     result = FetchResult()
     pending: list[LockEntry] = []
