@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kilonode.catalog.vm import nvswitch_of
 from kilonode.image.disk import ImageFs
 from kilonode.image.manifest import Manifest
 from kilonode.plan.model import NodePoolPlan
@@ -251,6 +252,48 @@ def test_runtime_names_nvidia_runtime_iff_toolkit_placed(
         containerd = tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
         assert containerd["default_runtime_name"] == "nvidia"
         assert containerd["runtimes"]["nvidia"]["options"]["BinaryName"] == NVIDIA_RUNTIME_BINARY
+
+
+def wants_links(image_fs: ImageFs, unit: str) -> list[str]:
+    """Every /etc/systemd/system/<target>.wants/<unit> link in the image (what `enable` made)."""
+    return [f"/etc/systemd/system/{d}/{unit}" for d in image_fs.listdir("/etc/systemd/system")
+            if d.endswith(".wants") and unit in image_fs.listdir(f"/etc/systemd/system/{d}")]
+
+
+def test_fabric_manager_enabled_on_nvswitch_sizes(
+    image_fs: ImageFs, gpu: dict[str, Any], pool: NodePoolPlan, installed: dict[str, str]
+) -> None:
+    """On a size whose GPUs are joined by NVSwitch (the size catalogue, not the manifest, says
+    which), Fabric Manager is installed and its unit enabled; on any other size it is not
+    enabled. An image built without it (--allow-incomplete) must say so in its manifest."""
+    fabric_manager = gpu["fabric_manager"]
+    package, unit = fabric_manager["package"], fabric_manager["unit"]
+    links = wants_links(image_fs, unit)
+    if package not in installed:
+        assert links == [], f"{unit} enabled but {package} is not installed"
+        assert any(m.startswith(f"{package} ") for m in gpu["vendor_packages"]["missing"]), \
+            f"{package} is absent and the manifest does not list it missing"
+        return
+    if nvswitch_of(pool.vm_size):
+        assert links, f"{pool.vm_size} has NVSwitch: {unit} must be enabled (CUDA cannot initialise without it)"
+        assert resolve(image_fs, links[0]).endswith(f"/{unit}"), links
+    else:
+        assert links == [], f"{pool.vm_size} has no NVSwitch, yet {unit} is enabled: {links}"
+
+
+def test_driver_fabric_manager_and_nscq_are_one_release(gpu: dict[str, Any], installed: dict[str, str]) -> None:
+    """From the image's own dpkg database: the driver's kernel module package, Fabric Manager and
+    NSCQ (those installed) have one upstream version; the manifest's record agrees."""
+    versions = gpu["versions"]
+    releases = {}
+    for role in ("driver", "fabric_manager", "nscq"):
+        package = versions[role]["package"]
+        if package in installed:
+            release = installed[package].split(":", 1)[-1].rsplit("-", 1)[0]
+            releases[role] = release
+            assert versions[role]["installed"] == installed[package], (role, package)
+    assert len(set(releases.values())) <= 1, f"driver, Fabric Manager and NSCQ differ: {releases}"
+    assert versions["driver_fm_nscq_equal"] == (len(releases) == 3)
 
 
 def test_gpu_health_agent_delivered_not_enabled(image_fs: ImageFs, gpu: dict[str, Any]) -> None:

@@ -46,6 +46,23 @@ def test_catalogue_rows_are_consistent() -> None:
     assert sizes["Standard_NC24ads_A100_v4"].infiniband is False
 
 
+def test_every_gpu_size_says_whether_it_has_nvswitch() -> None:
+    sizes = catalog.vm_sizes()
+    for name, size in sizes.items():
+        assert (size.nvswitch is not None) == (size.gpus > 0), name
+    # the shipped GPU sizes are HGX boards: Fabric Manager must run on them
+    assert catalog.nvswitch_of("Standard_ND96asr_v4") and catalog.nvswitch_of("Standard_ND96isr_H100_v5")
+    # PCIe cards and NDv2's hybrid cube-mesh have no NVSwitch; a CPU size or an unknown one neither
+    assert not catalog.nvswitch_of("Standard_NC24ads_A100_v4") and not catalog.nvswitch_of("Standard_ND40rs_v2")
+    assert not catalog.nvswitch_of("Standard_D16ds_v5") and not catalog.nvswitch_of("Standard_Nope")
+    row = sizes["Standard_NC24ads_A100_v4"].model_dump(by_alias=True)
+    with pytest.raises(ValueError, match="must state nvswitch"):
+        catalog.VmSize.model_validate({**row, "nvswitch": None})
+    cpu = sizes["Standard_D16ds_v5"].model_dump(by_alias=True)
+    with pytest.raises(ValueError, match="nvswitch: true on a size without GPUs"):
+        catalog.VmSize.model_validate({**cpu, "nvswitch": True})
+
+
 def test_an_unknown_size_is_refused_with_the_close_match(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("local")
     cluster["nodePools"][0]["vmSize"] = "Standard_ND96isr_H100_v6"

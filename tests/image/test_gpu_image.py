@@ -46,6 +46,8 @@ GPU_CHECKS = {
     "test_cuda_libraries_for_the_active_check",
     "test_runtime_names_nvidia_runtime_iff_toolkit_placed",
     "test_gpu_health_agent_delivered_not_enabled",
+    "test_fabric_manager_enabled_on_nvswitch_sizes",
+    "test_driver_fabric_manager_and_nscq_are_one_release",
 }
 
 
@@ -95,7 +97,21 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
     # no toolkit can be had here: absent, saying what the node lacks, and no runtime drop-in
     toolkit = gpu["container_toolkit"]
     assert toolkit["present"] is False and toolkit["runtime_dropin"] is None and toolkit["packages"] == {}
-    assert "not pinned" in toolkit["origin"] and "get no GPU" in toolkit["origin"]
+    assert toolkit["origin"].startswith("absent: nvidia-container-toolkit 1.17.8-1 (apt repository ")
+    assert "no --fetch" in toolkit["origin"] and toolkit["config"] is None
+    # Fabric Manager, NSCQ and the toolkit come from NVIDIA's apt repositories, unreachable here:
+    # listed missing (the build without --allow-incomplete refuses the image, naming them)
+    missing = " ".join(gpu["vendor_packages"]["missing"])
+    for package in ("nvidia-fabricmanager-535", "libnvidia-nscq-535", "nvidia-container-toolkit",
+                    "libnvidia-container1"):
+        assert package in missing, package
+    versions = gpu["versions"]
+    assert versions["driver"]["installed"] == "535.309.01-0+deb12u1" and versions["driver"]["release"] == "535.309.01"
+    assert versions["fabric_manager"]["declared"] == "535.309.01-1" and versions["fabric_manager"]["installed"] is None
+    assert versions["nscq"]["declared"] == "535.309.01-1" and versions["container_toolkit"]["declared"] == "1.17.8-1"
+    assert versions["driver_fm_nscq_equal"] is False
+    assert gpu["fabric_manager"] == {"package": "nvidia-fabricmanager-535", "version": None, "present": False,
+                                     "unit": "nvidia-fabricmanager.service", "nvswitch": True, "enabled": False}
     assert toolkit["runtime_config"] == "/etc/docker/daemon-nvidia.json"
     plugin = gpu["device_plugin_image"]
     if plugin is not None:  # named by the plan (components.device_plugin_image)

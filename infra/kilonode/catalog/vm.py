@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kilonode.catalog import CATALOG_DIR, Row, load
 
@@ -48,7 +48,20 @@ class VmSize(Row):
     nccl_topology: str | None = None
     # the vCPU quota family Azure counts the size against (vm_sizes.yaml's header cites it)
     quota_family: str | None = None
+    # Whether the size's GPUs are joined by NVSwitch (an HGX board): then NVIDIA Fabric Manager
+    # must run, at the driver's exact version, before CUDA can initialise (the GPU image enables
+    # nvidia-fabricmanager.service on such sizes only). Every GPU size states it, citing its page.
+    nvswitch: bool | None = None
     source: str = Field(pattern=r"^https://")
+
+    @model_validator(mode="after")
+    def _nvswitch_stated(self) -> VmSize:
+        if self.gpus > 0 and self.nvswitch is None:
+            raise ValueError("a GPU size must state nvswitch: true|false (its page says whether its GPUs "
+                             "are joined by NVSwitch)")
+        if self.gpus == 0 and self.nvswitch:
+            raise ValueError("nvswitch: true on a size without GPUs")
+        return self
 
 
 class _SizeFile(Row):
@@ -88,6 +101,13 @@ def gpus_of(vm: str, explicit: int | None) -> int:
         return explicit
     size = vm_size(vm)
     return size.gpus if size else 0
+
+
+def nvswitch_of(vm: str) -> bool:
+    """Whether the size's GPUs are joined by NVSwitch (Fabric Manager must run); False for a size
+    not in the catalogue."""
+    size = vm_size(vm)
+    return bool(size and size.nvswitch)
 
 
 def infiniband_of(vm: str, explicit: bool | None) -> bool:

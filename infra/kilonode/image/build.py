@@ -29,7 +29,7 @@ from kilonode.config import Stack
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.digest import sha256_bytes, sha256_file, sha256_text
 from kilonode.image import binaries as pinned
-from kilonode.image import disk, mirror, needs, rootfs
+from kilonode.image import disk, mirror, needs, rootfs, vendor_apt
 from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
@@ -88,6 +88,9 @@ class Baked:
     runtime_dropin: str | None = None  # the NVIDIA runtime drop-in, written with the toolkit only
     # the GPU health package's files (kilonode.gpu on the node), where the image carries it
     agent: list[dict[str, str]] = field(default_factory=list)
+    # packages from the extras' vendor apt repositories (Fabric Manager, NSCQ, the toolkit)
+    vendor: accel.VendorInstall = field(default_factory=accel.VendorInstall)
+    fabric_manager: dict[str, Any] | None = None  # its unit, enabled on NVSwitch sizes only
 
 
 def find_pool(plan: ClusterPlan, name: str) -> NodePoolPlan:
@@ -199,6 +202,9 @@ def build_image(
             "bake artefacts and preloaded images",
             lambda: _bake(inputs, recipe, tree, work, runtime_config, binaries_dir=binaries_dir, fetch=fetch),
         )
+        if "gpu" in extras and (mismatch := vendor_apt.version_problems(
+                rootfs.installed_packages(tree), recipe.extras["gpu"].equal_versions)):
+            raise rootfs.BuildError(f"image {name}: the GPU software is not one driver release: {'; '.join(mismatch)}")
         missing = incomplete(inputs, recipe, tree, baked)
         if missing and not allow_incomplete:
             raise rootfs.BuildError(
@@ -296,7 +302,7 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
         "gpu": accel.gpu_record(
             recipe, extras, pool, built.tree, packages, toolkit_result, baked.toolkit_packages,
             baked.runtime_dropin, baked.agent, baked.images, built.runtime_config,
-            plan.components.device_plugin_image,
+            plan.components.device_plugin_image, baked.vendor, baked.fabric_manager,
         ) if pool else None,
         "infiniband": accel.infiniband_record(recipe, extras, packages),
         # kilonode.gpu (agent, taint controller) where this image carries it
@@ -364,21 +370,34 @@ def _bake(
     binaries = _place_binaries(inputs, recipe, tree, work, binaries_dir=binaries_dir, fetch=fetch)
     toolkit_packages: dict[str, str] = {}
     dropin: str | None = None
+    fabric_manager: dict[str, Any] | None = None
+    vendor = accel.VendorInstall()
+    if pool and "gpu" in inputs.extras:
+        vendor = accel.install_vendor(recipe, inputs.extras, tree, work, fetch=fetch)
+        fabric_manager = accel.fabric_manager_unit(recipe, inputs.extras, pool, vendor, tree)
     toolkit = next((b for b in binaries if b.name == accel.TOOLKIT), None)
-    if pool and toolkit and toolkit.present:
+    vendor_toolkit = accel.TOOLKIT in vendor.installed
+    if pool and (vendor_toolkit or (toolkit and toolkit.present)):
         if runtime_config is None:
             raise rootfs.BuildError(
                 f"pool {pool.name}: its rendered files hold no runtime configuration naming the NVIDIA "
                 "runtime (kilonode/render/pool.py renders one for GPU pools): the toolkit would go unused"
             )
-        toolkit_packages = accel.install_toolkit(tree, toolkit)
+        if vendor_toolkit:
+            toolkit_packages = {p: vendor.installed.get(p, "") for p in accel.TOOLKIT_PACKAGES}
+        elif toolkit:
+            toolkit_packages = accel.install_toolkit(tree, toolkit)
+        rootfs.put(tree, accel.TOOLKIT_CONFIG, accel.TOOLKIT_CONFIG_TEXT.encode(), 0o644)
+        artefacts.append({"path": accel.TOOLKIT_CONFIG, "sha256": sha256_text(accel.TOOLKIT_CONFIG_TEXT),
+                          "mode": "0644", "source": "build:gpu"})
         pinned_containerd = next((b for b in binaries if b.name == "containerd" and b.present), None)
         dropin, text = accel.runtime_dropin(
             pool, runtime_config, pinned_containerd.path if pinned_containerd else "/usr/bin/containerd"
         )
         rootfs.put(tree, dropin, text.encode(), 0o644)
         artefacts.append({"path": dropin, "sha256": sha256_text(text), "mode": "0644", "source": "build:gpu"})
-    return Baked(artefacts, images, binaries, toolkit_packages, dropin, shipped.get(GPU_HEALTH, []))
+    return Baked(artefacts, images, binaries, toolkit_packages, dropin, shipped.get(GPU_HEALTH, []), vendor,
+                 fabric_manager)
 
 
 def incomplete(inputs: ImageInputs, recipe: Recipe, tree: Path, baked: Baked) -> list[str]:
@@ -388,6 +407,8 @@ def incomplete(inputs: ImageInputs, recipe: Recipe, tree: Path, baked: Baked) ->
     catalog = pins.load(recipe.binaries_file)
     missing = [f"{b.name} ({b.path}): {b.origin}" for b in baked.binaries
                if not b.present and catalog.components[b.name].required]
+    # Fabric Manager, NSCQ and the container toolkit (vendor apt repositories): required on GPU pools
+    missing += baked.vendor.missing
     files = {path: rendered.content for path, rendered in inputs.files.items() if path != USER_DATA}
     for need in needs.programs_invoked(files, needs.known_programs(catalog)):
         if not any(os.path.lexists(rootfs.host_path(tree, p)) for p in need.paths):

@@ -20,12 +20,14 @@ import shutil
 import subprocess
 import tarfile
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kilonode.catalog import binaries as pins
 from kilonode.digest import sha256_file
 from kilonode.image import binaries as pinned
+from kilonode.image import vendor_apt
 from kilonode.image.recipe import Extra, Recipe
 from kilonode.image.rootfs import BuildError, host_path
 from kilonode.node.ship import GPU_HEALTH
@@ -54,6 +56,21 @@ CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/30-kilonode-nvidia
 DOCKERD_EXEC = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
 # The runtime name the rendered NVIDIA configuration makes the default (kilonode.render.pool)
 NVIDIA_RUNTIME = "nvidia"
+# The toolkit's own configuration (the runtime and its hook read it). Keys: NVIDIA/nvidia-container-
+# toolkit internal/config/config.go (commit 9c029cac, the 1.17 line), `Config`:
+# AcceptEnvvarUnprivileged `toml:"accept-nvidia-visible-devices-envvar-when-unprivileged"` (default
+# true) and AcceptDeviceListAsVolumeMounts `toml:"accept-nvidia-visible-devices-as-volume-mounts"`.
+# With them an unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored (a pod that requests no
+# GPU cannot name all eight) and the device list comes only as volume mounts under
+# /var/run/nvidia-container-devices, which the device plugin's volume-mounts strategy writes.
+# Written after the packages are installed (their maintainer scripts may write a default one);
+# the other keys keep the toolkit's defaults.
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+TOOLKIT_CONFIG_TEXT = """# kilonode: GPUs reach a container only through the device plugin's volume-mounts device list.
+accept-nvidia-visible-devices-envvar-when-unprivileged = false
+accept-nvidia-visible-devices-as-volume-mounts = true
+"""
+VENDOR_STAGING = "/var/lib/kilonode/vendor-debs"
 
 
 def unsupported_gpu(recipe: Recipe, pool: NodePoolPlan) -> str | None:
@@ -115,6 +132,80 @@ def install_toolkit(tree: Path, placed: pinned.BinaryResult) -> dict[str, str]:
         raise BuildError(f"{TOOLKIT}: dpkg --install failed in the image:\n{(result.stdout + result.stderr)[-3000:]}")
     versions = installed(tree)
     return {p: versions.get(p, "") for p in TOOLKIT_PACKAGES}
+
+
+# --- packages from vendor apt repositories (Fabric Manager, NSCQ, the container toolkit) ----------
+
+
+@dataclass(frozen=True)
+class VendorInstall:
+    """What the build installed from the extras' vendor apt repositories, or why not."""
+
+    installed: dict[str, str] = field(default_factory=dict)  # package -> version, as dpkg has it
+    fetched: list[dict[str, Any]] = field(default_factory=list)  # vendor_apt.Fetched entries
+    missing: list[str] = field(default_factory=list)  # "<package> <version> (apt repository <r>): <why>"
+    lock_written: list[str] = field(default_factory=list)  # packages the first fetch locked
+
+    def declared(self, recipe: Recipe, extras: tuple[Extra, ...]) -> dict[str, str]:
+        return {p.name: p.version for r in recipe.vendor_repositories(extras) for p in r.packages}
+
+
+def install_vendor(recipe: Recipe, extras: tuple[Extra, ...], tree: Path, work: Path, *, fetch: bool) -> VendorInstall:
+    """Fetch the extras' vendor packages (kilonode.image.vendor_apt: the pinned key, the exact
+    versions, the sha256 pin or lock) and install them in the tree with dpkg. Without --fetch, or
+    with the repository unreachable, nothing is installed and each package is listed missing with
+    the reason. A refusal (key, signature, version, digest) raises: it is never "incomplete"."""
+    repos = recipe.vendor_repositories(extras)
+    if not repos:
+        return VendorInstall()
+    if not fetch:
+        why = "not fetched (no --fetch): build with --fetch to download it from NVIDIA's signed apt repository"
+        return VendorInstall(missing=[f"{p.name} {p.version} (apt repository {r.name}): {why}"
+                                      for r in repos for p in r.packages])
+    try:
+        result = vendor_apt.fetch(repos, work / "vendor-apt", recipe.apt_lock_file)
+    except vendor_apt.RepositoryUnreachable as error:
+        return VendorInstall(missing=[f"{p.name} {p.version} (apt repository {r.name}): absent: {error}"
+                                      for r in repos for p in r.packages])
+    staging = host_path(tree, VENDOR_STAGING)
+    staging.mkdir(parents=True, exist_ok=True)
+    for fetched in result.fetched:
+        shutil.copyfile(fetched.path, staging / fetched.path.name)
+    outcome = subprocess.run(
+        ["chroot", str(tree), "dpkg", "--install", *(f"{VENDOR_STAGING}/{f.path.name}" for f in result.fetched)],
+        capture_output=True, text=True, check=False,
+    )
+    shutil.rmtree(staging)
+    if outcome.returncode != 0:
+        raise BuildError(f"vendor packages: dpkg --install failed in the image:\n"
+                         f"{(outcome.stdout + outcome.stderr)[-3000:]}")
+    versions = installed(tree)
+    return VendorInstall(
+        installed={f.package: versions.get(f.package, "") for f in result.fetched},
+        fetched=[f.manifest_entry() for f in result.fetched],
+        lock_written=[e.package for e in result.lock_written],
+    )
+
+
+def fabric_manager_unit(recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, vendor: VendorInstall,
+                        tree: Path) -> dict[str, Any] | None:
+    """Enable Fabric Manager's unit on a size whose GPUs are joined by NVSwitch (the size
+    catalogue's `nvswitch`), where it is installed; None for an image without the GPU extra."""
+    if "gpu" not in extras:
+        return None
+    spec = recipe.extras["gpu"]
+    package = spec.equal_versions.get("fabric_manager")
+    unit = spec.fabric_manager_unit
+    nvswitch = pool.nvswitch
+    present = bool(package and package in vendor.installed)
+    enabled = False
+    if nvswitch and present and unit:
+        from kilonode.image.rootfs import systemctl
+
+        systemctl(tree, "enable", [unit])
+        enabled = True
+    return {"package": package, "version": vendor.installed.get(package or ""), "present": present, "unit": unit,
+            "nvswitch": nvswitch, "enabled": enabled}
 
 
 def nvidia_runtime_config(pool: NodePoolPlan, files: HostFiles) -> str | None:
@@ -185,7 +276,7 @@ def gpu_record(
     recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, tree: Path, packages: dict[str, str],
     toolkit: pinned.BinaryResult | None, toolkit_packages: dict[str, str], dropin: str | None,
     agent: list[dict[str, str]], preloaded: list[dict[str, str]], runtime_config: str | None,
-    device_plugin: str,
+    device_plugin: str, vendor: VendorInstall | None = None, fabric_manager: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The manifest's `gpu` section; None for an image without the GPU extra (verify skips its
     GPU checks by this, and checks instead that no NVIDIA package is in the image)."""
@@ -221,15 +312,25 @@ def gpu_record(
             if name in packages
         },
         "container_toolkit": {
-            "present": bool(toolkit and toolkit.present),
-            "version": toolkit.version if toolkit else None,
-            "origin": toolkit.origin if toolkit else "not in node-image/binaries.toml's gpu role",
+            "present": bool(toolkit and toolkit.present) or TOOLKIT in (vendor or VendorInstall()).installed,
+            **_toolkit_origin(toolkit, vendor or VendorInstall(), packages),
             "packages": toolkit_packages,
+            # its own configuration: the env-var device list refused for unprivileged containers,
+            # the volume-mounts device list accepted (written with the toolkit only)
+            "config": TOOLKIT_CONFIG if toolkit_packages else None,
             # the drop-in that makes the runtime read its NVIDIA configuration; None: it runs
             # runc only, and containers get no GPU
             "runtime_dropin": dropin,
             # the rendered configuration naming the NVIDIA runtime (the drop-in points at it)
             "runtime_config": runtime_config,
+        },
+        # driver, Fabric Manager, NSCQ and the toolkit: the versions the recipe declares and the
+        # versions installed (the build refused the image if driver, FM and NSCQ differ)
+        "versions": _versions(recipe, extras, packages, vendor or VendorInstall()),
+        "fabric_manager": fabric_manager,
+        "vendor_packages": {
+            "fetched": (vendor or VendorInstall()).fetched,
+            "missing": (vendor or VendorInstall()).missing,
         },
         "device_plugin_image": {
             "image": device_plugin,
@@ -238,6 +339,34 @@ def gpu_record(
         },
         "agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": agent},
     }
+
+
+def _toolkit_origin(toolkit: pinned.BinaryResult | None, vendor: VendorInstall,
+                    packages: dict[str, str]) -> dict[str, Any]:
+    if TOOLKIT in vendor.installed:
+        return {"version": vendor.installed[TOOLKIT], "origin": "apt repository nvidia-container-toolkit "
+                "(node-image/recipe.toml, signed by the pinned key, sha256 as published)"}
+    if toolkit and toolkit.present:
+        return {"version": toolkit.version, "origin": toolkit.origin}
+    missing = [m for m in vendor.missing if m.startswith(f"{TOOLKIT} ")]
+    return {"version": None, "origin": "absent: " + (missing[0] if missing else
+                                                     toolkit.origin if toolkit else "not declared")}
+
+
+def _versions(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str],
+              vendor: VendorInstall) -> dict[str, Any]:
+    equal = recipe.extras["gpu"].equal_versions if "gpu" in recipe.extras else {}
+    declared = vendor.declared(recipe, extras)
+    roles = {**equal, "container_toolkit": TOOLKIT}
+    entries = {
+        role: {"package": package, "declared": declared.get(package), "installed": packages.get(package),
+               "release": vendor_apt.upstream_version(packages[package]) if package in packages else None}
+        for role, package in roles.items()
+    }
+    releases = {entries[r]["release"] for r in equal if entries[r]["release"]}
+    present = all(entries[r]["installed"] for r in equal)
+    return {**entries, "driver_fm_nscq_equal": present and len(releases) == 1,
+            "missing": [f"{r} ({entries[r]['package']})" for r in roles if not entries[r]["installed"]]}
 
 
 def infiniband_record(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str]) -> dict[str, Any] | None:

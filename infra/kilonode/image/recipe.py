@@ -7,11 +7,13 @@ cache inputs from it.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from kilonode.digest import sha256_file
+from kilonode.image.vendor_apt import LOCK_NAME as APT_LOCK_NAME
+from kilonode.image.vendor_apt import Repository, load_repositories
 from kilonode.paths import NODE_IMAGE_DIR
 
 Runtime = Literal["docker", "containerd"]
@@ -33,6 +35,11 @@ class ExtraSpec:
     components: tuple[str, ...]  # deb822 components its packages need besides the host's
     dkms_modules: tuple[str, ...]  # DKMS modules that must be built for the image's kernel
     unsupported_models: dict[str, str]  # catalogue gpuModel -> why this extra cannot drive it
+    # [extras.<name>.vendor]: packages from vendor apt repositories (installed by the build, not
+    # the cached base), the packages that must be one driver release, and Fabric Manager's unit
+    vendor_repositories: tuple[str, ...] = ()
+    equal_versions: dict[str, str] = field(default_factory=dict)
+    fabric_manager_unit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,17 @@ class Recipe:
     enable_units: tuple[str, ...]
     disable_units: tuple[str, ...]
     extras: dict[str, ExtraSpec]
+    apt_repositories: dict[str, Repository] = field(default_factory=dict)
+
+    @property
+    def apt_lock_file(self) -> Path:
+        """The sha256 each vendor .deb without a published pin had at its first fetch."""
+        return self.root / APT_LOCK_NAME
+
+    def vendor_repositories(self, extras: tuple[Extra, ...]) -> list[Repository]:
+        """The vendor apt repositories the extras take packages from, in the recipe's order."""
+        names = dict.fromkeys(n for e in extras for n in self.extras[e].vendor_repositories)
+        return [self.apt_repositories[n] for n in names]
 
     @property
     def overlay_dir(self) -> Path:
@@ -172,11 +190,21 @@ def _extra(root: Path, name: str, table: dict[str, Any]) -> ExtraSpec:
         components=tuple(table.get("components", ())),
         dkms_modules=tuple(table.get("dkms_modules", ())),
         unsupported_models=dict(table.get("unsupported_models", {})),
+        vendor_repositories=tuple(table.get("vendor", {}).get("repositories", ())),
+        equal_versions=dict(table.get("vendor", {}).get("equal_versions", {})),
+        fabric_manager_unit=table.get("vendor", {}).get("fabric_manager_unit"),
     )
 
 
 def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
     data = tomllib.loads((root / "recipe.toml").read_text())
+    repositories = load_repositories(data.get("apt_repositories", {}), root)
+    extras = {name: _extra(root, name, table) for name, table in data.get("extras", {}).items()}
+    for extra in extras.values():
+        unknown = [r for r in extra.vendor_repositories if r not in repositories]
+        if unknown:
+            raise ValueError(f"{root / 'recipe.toml'}: [extras.{extra.name}.vendor] names no "
+                             f"[apt_repositories.*] {', '.join(unknown)}")
     return Recipe(
         root=root,
         version=int(data["version"]),
@@ -189,5 +217,6 @@ def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
         package_files={name: root / rel for name, rel in data["packages"].items()},
         enable_units=tuple(data["units"]["enable"]),
         disable_units=tuple(data["units"]["disable"]),
-        extras={name: _extra(root, name, table) for name, table in data.get("extras", {}).items()},
+        extras=extras,
+        apt_repositories=repositories,
     )

@@ -184,6 +184,9 @@ class NodePoolPlan(StrictModel):
     # the NCCL topology family Azure publishes for the size (catalogue `ncclTopology`) on an
     # InfiniBand pool: the image carries /opt/microsoft/<family>/topo.xml and /etc/nccl.conf
     nccl_topology: str | None = None
+    # the size's GPUs are joined by NVSwitch (catalogue `nvswitch`): the image enables NVIDIA
+    # Fabric Manager, without which CUDA cannot initialise there
+    nvswitch: bool = False
     # the size's vCPUs and memory (catalogue; None for a size not in it): the autoscaler's ceilings
     vcpus: int | None = None
     memory_gib: float | None = None

@@ -177,6 +177,7 @@ def node_pool_plan(
         gpus_per_node=gpus_of(pool.vm_size, pool.gpus_per_node),
         gpu_model=_gpu_model(pool),
         nccl_topology=_nccl_topology(pool),
+        nvswitch=bool(size and size.nvswitch and gpus_of(pool.vm_size, pool.gpus_per_node)),
         vcpus=size.vcpus if size else None,
         memory_gib=size.memory_gib if size else None,
         subnet=subnet,
