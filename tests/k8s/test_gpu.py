@@ -507,3 +507,18 @@ def test_the_plan_command_prints_the_gpu_section() -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["notes"] == {"GPU access": ["no GPU pools: no device plugin, no GPU health agent or controller"]}
+
+
+def test_gpus_reach_a_container_only_as_the_device_plugins_volume_mounts(graphs: dict[str, Graph]) -> None:
+    """The device plugin hands out GPUs as volume mounts, and the image's toolkit takes them
+    that way and ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers: both halves agree."""
+    import tomllib
+
+    from kilonode.image.gpu import TOOLKIT_CONFIG_TEXT
+
+    env = {e["name"]: e["value"]
+           for e in daemonset(graphs["research-7500"])["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DEVICE_LIST_STRATEGY"] == "volume-mounts"
+    toolkit = tomllib.loads(TOOLKIT_CONFIG_TEXT)
+    assert toolkit == {"accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+                       "accept-nvidia-visible-devices-as-volume-mounts": True}

@@ -54,11 +54,14 @@ DEVICE_PLUGIN_ENV = {
     "FAIL_ON_INIT_ERROR": "true",
     # Data-centre GPUs through NVML; "auto" would also probe for Tegra (values: auto, nvml, tegra).
     "DEVICE_DISCOVERY_STRATEGY": "nvml",
-    # The GPUs a pod gets travel in NVIDIA_VISIBLE_DEVICES, which the NVIDIA runtime (the
-    # GPU nodes' default runtime, from the container toolkit) reads: the flag's default,
-    # named so a change of runtime set-up shows here (values: envvar, volume-mounts,
-    # cdi-annotations, cdi-cri; api/config/v1/consts.go).
-    "DEVICE_LIST_STRATEGY": "envvar",
+    # The GPUs a pod gets travel as volume mounts under /var/run/nvidia-container-devices, which
+    # only the kubelet can give a container, not in NVIDIA_VISIBLE_DEVICES, which any pod can set
+    # (and with the NVIDIA runtime as Docker's default a pod that asks for no GPU would see all
+    # eight). The image's toolkit config accepts volume mounts and refuses the variable from
+    # unprivileged containers (accept-nvidia-visible-devices-as-volume-mounts = true,
+    # accept-nvidia-visible-devices-envvar-when-unprivileged = false: kilonode.image.gpu). Values:
+    # envvar, volume-mounts, cdi-annotations, cdi-cri (api/config/v1/consts.go at v0.17.4).
+    "DEVICE_LIST_STRATEGY": "volume-mounts",
 }
 
 
