@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from kilonode.digest import sha256_file
 from kilonode.image import vendor_apt
 from kilonode.image.vendor_apt import (
     KeyRefused,
@@ -148,7 +149,7 @@ def test_the_pinned_key_and_versions_fetch_and_the_first_fetch_writes_the_lock(s
     for fetched in got.values():
         assert fetched.path.is_file() and fetched.version == "535.309.01-1"
         assert fetched.verified_by.startswith("first fetch")
-        assert vendor_apt._sha256(fetched.path) == fetched.sha256
+        assert sha256_file(fetched.path) == fetched.sha256
     # the lock: written once, whole, sorted, and nothing half-written left beside it
     data = tomllib.loads(lock.read_text())
     assert data["format"] == 1

@@ -18,7 +18,6 @@ import shutil
 import tarfile
 import tempfile
 import time
-import tomllib
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,6 +40,7 @@ from kilonode.catalog.binaries import (
     load_lock,
 )
 from kilonode.digest import sha256_file
+from kilonode.image.lockfile import toml_string, write_toml_atomically
 from kilonode.image.rootfs import BuildError, host_path
 
 # Seconds one socket operation (connect, a read) may take, and the whole download.
@@ -264,25 +264,10 @@ def record_lock(path: Path, entry: LockEntry) -> None:
     for key in sorted(entries):
         e = entries[key]
         lines.append("\n[[lock]]\n" + "".join(
-            f"{name} = {_toml_string(value)}\n" for name, value in (
+            f"{name} = {toml_string(value)}\n" for name, value in (
                 ("component", e.component), ("version", e.version), ("arch", e.arch), ("url", e.url),
                 ("sha256", e.sha256), ("recorded", e.recorded))))
-    text = "".join(lines)
-    tomllib.loads(text)  # what it writes, it can read back
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    finally:
-        Path(name).unlink(missing_ok=True)
-
-
-def _toml_string(value: str) -> str:
-    # TOML basic strings take JSON's escapes for the characters a URL or version may hold
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    write_toml_atomically(path, "".join(lines))
 
 
 def place_role(

@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kilonode.digest import sha256_file
+from kilonode.image.lockfile import toml_string, write_toml_atomically
 from kilonode.problems import BuildError
 
 LOCK_NAME = "apt.lock.toml"
@@ -348,28 +350,10 @@ def record_lock(path: Path, new: Iterable[LockEntry]) -> None:
     for key in sorted(entries):
         e = entries[key]
         parts.append("\n[[lock]]\n" + "".join(
-            f'{name} = "{value}"\n' for name, value in (
+            f"{name} = {toml_string(value)}\n" for name, value in (
                 ("repository", e.repository), ("package", e.package), ("version", e.version), ("arch", e.arch),
                 ("sha256", e.sha256), ("recorded", e.recorded))))
-    text = "".join(parts)
-    tomllib.loads(text)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(name, 0o644)
-        os.replace(name, path)
-    finally:
-        Path(name).unlink(missing_ok=True)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    write_toml_atomically(path, "".join(parts))
 
 
 def _apt_failure(result: subprocess.CompletedProcess[str]) -> str:
@@ -430,7 +414,7 @@ def fetch(
     for repo in repos:
         for pin in repo.packages:
             deb = _downloaded(debs, pin, repo.architecture)
-            got = _sha256(deb)
+            got = sha256_file(deb)
             key = (repo.name, pin.name, pin.version, repo.architecture)
             if pin.sha256:
                 if got != pin.sha256:
