@@ -32,7 +32,8 @@ UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 # status (`kubectl -n kube-system get ds`: desired, ready, available), and, before any run,
 # `kilonode preflight`'s `scheduling` check, which traces offline that each lands on the nodes
 # it must. Also on the balloons (kilonode.k8s.capacity), which may rightly stay Pending.
-SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+SKIP_AWAIT = {SKIP_AWAIT_ANNOTATION: "true"}
 
 
 def awaited(opts: pulumi.ResourceOptions, awaits: AwaitsPlan) -> pulumi.ResourceOptions:

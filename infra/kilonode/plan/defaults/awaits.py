@@ -17,11 +17,15 @@ it back to NewReplicaSetAvailable once the replicas are available (deployment.go
 processDeploymentEvent, v4.32.0).
 """
 
+# pulumi-kubernetes's own wait for a Deployment, DaemonSet, StatefulSet or Service without
+# customTimeouts (the module docstring's sources): what `kilonode preflight` holds a workload
+# to when the graph gives it none.
+PROVIDER_DEFAULT_AWAIT_MIN = 10
 # The part of the wait after a pod's node is Ready: scheduling, the image pull (the boot
 # images a pool image does not carry come from public registries through the pool's NAT
 # gateway, every node of a first run at once: `kilonode preflight`'s boot-pulls), start and
 # readiness probe. pulumi-kubernetes's own default for the whole wait, kept for this part.
-WORKLOAD_START_MIN = 10
+WORKLOAD_START_MIN = PROVIDER_DEFAULT_AWAIT_MIN
 
 # One step of a rolling update that replaces pods one at a time (maxUnavailable 1, maxSurge 0:
 # CoreDNS, whose replicas grow with the cluster): the old pod's 30 s grace period (the

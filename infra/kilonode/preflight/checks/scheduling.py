@@ -43,7 +43,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kilonode.k8s.pods import SKIP_AWAIT_ANNOTATION
 from kilonode.node.gpu.protocol import STARTUP_TAINT
+from kilonode.plan.defaults import awaits as awaits_defaults
 from kilonode.plan.wellknown import GPU_RESOURCE, TEAM_LABEL
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import PoolNodes, bootstrap_nodes
@@ -308,11 +310,9 @@ def check(inputs: Inputs) -> list[Finding]:
     return findings
 
 
-# pulumi-kubernetes waits this long for a Deployment, DaemonSet or StatefulSet without
-# customTimeouts (provider/pkg/await deployment.go DefaultDeploymentTimeoutMins, daemonset.go
-# _defaultDaemonSetTimeout, statefulset.go DefaultStatefulSetTimeoutMins: 10 minutes each).
-PROVIDER_DEFAULT_AWAIT_MIN = 10
-SKIP_AWAIT = "pulumi.com/skipAwait"
+# pulumi-kubernetes's wait without customTimeouts, and its opt-out annotation: one home each
+PROVIDER_DEFAULT_AWAIT_MIN = awaits_defaults.PROVIDER_DEFAULT_AWAIT_MIN
+SKIP_AWAIT = SKIP_AWAIT_ANNOTATION
 
 
 def _minutes(duration: str) -> float | None:
