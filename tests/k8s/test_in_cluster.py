@@ -59,8 +59,8 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         "cloud-provider": 11,  # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet
         # kilonode.k8s.scheduling: 2 CRDs; scheduler and controller: SA, role, binding, Deployment,
         # PDB each; 2 system bindings, 1 RoleBinding, the config ConfigMap
-        # and, when every GPU pool is InfiniBand, the fabric policy and its binding
-        "gang": 16 + (2 if plan.gpu_pools and all(p.infiniband for p in plan.gpu_pools) else 0),
+        # and, when every GPU pool is InfiniBand, the fabric and gang-size policies and bindings
+        "gang": 16 + (4 if plan.gpu_pools and all(p.infiniband for p in plan.gpu_pools) else 0),
         "api-protection": 4,  # 2 PriorityLevelConfigurations, 2 FlowSchemas
         "monitoring": 2,  # Namespace, ConfigMap
         # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; with teams or

@@ -306,7 +306,7 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
 ) -> None:
     objects = gang_objects(graphs[stack])
     plan = plans[stack]
-    # every GPU pool InfiniBand: the fabric policy and its binding (GANG_FABRIC_RULE)
+    # every GPU pool InfiniBand: the fabric and gang-size policies and their bindings
     fabric = bool(plan.gpu_pools) and all(p.infiniband for p in plan.gpu_pools)
     # 2 CRDs; 2 x (ServiceAccount, ClusterRole, binding, Deployment, PDB); the scheduler's 2
     # system-role bindings; the auth-reader RoleBinding; the config ConfigMap
@@ -314,8 +314,8 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         ["CustomResourceDefinition"] * 2 + ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment",
                                             "PodDisruptionBudget"] * 2
         + ["ClusterRoleBinding"] * 2 + ["RoleBinding", "ConfigMap"]
-        + (["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] if fabric else []))
-    assert len(objects) == 16 + (2 if fabric else 0)
+        + (["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2 if fabric else []))
+    assert len(objects) == 16 + (4 if fabric else 0)
     for record in objects:
         shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")
     # the check can fail: a misspelt field of the CRD is refused
@@ -690,6 +690,8 @@ def test_describe_names_the_scheduler_its_release_and_what_a_job_sets(plans: dic
     assert "NodeResourcesFit MostAllocated on cpu, memory, nvidia.com/gpu" in text
     assert "scheduling.x-k8s.io/pod-group: <PodGroup name>" in text and "spec.minMember" in text
     assert "permit wait 300 s" in text
+    assert "largest fabric (100 nodes, 800 GPUs) is refused (kilonode-gang-size)" in text
+    assert "kilonode-gang-size" not in "\n".join(scheduling.describe(plans["research-2500"]))
     assert "NodeResourcesFit MostAllocated on cpu, memory;" in "\n".join(scheduling.describe(plans["local"]))
 
 
@@ -706,7 +708,7 @@ def test_a_gangs_gpu_pods_keep_to_one_fabric(graphs: dict[str, Graph]) -> None:
     # InfiniBand (no fabric label), where the rule would strand every gang: none there
     policies = {stack: [r.plain() for r in gang_objects(graph) if r.type.endswith(":ValidatingAdmissionPolicy")]
                 for stack, graph in graphs.items()}
-    [policy] = policies["research-7500"]
+    [policy] = [p for p in policies["research-7500"] if p["metadata"]["name"] == "kilonode-gang-fabric"]
     assert policy["spec"]["validations"][0]["expression"] == scheduling.GANG_FABRIC_RULE
     assert policies["research-2500"] == [] and policies["local"] == []
     # the docs' examples pass it, as written
@@ -727,3 +729,51 @@ def test_a_gangs_gpu_pods_keep_to_one_fabric(graphs: dict[str, Graph]) -> None:
     cpu_only = {**bare, "containers": [{"name": "c", "image": "x", "resources": {"limits": {"cpu": "1"}}}]}
     assert fabric_admitted({"metadata": meta, "spec": cpu_only})
     assert fabric_admitted({"metadata": {"name": "solo"}, "spec": bare})
+
+
+def gang_size_admitted(rule: str, pod_group: dict[str, Any]) -> bool:
+    import celpy
+
+    env = celpy.Environment()
+    return bool(env.program(env.compile(rule)).evaluate({"object": celpy.json_to_cel(pod_group)}))
+
+
+def test_a_pod_group_larger_than_the_largest_fabric_is_refused_up_front(
+        graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
+    policies = {stack: {r.plain()["metadata"]["name"]: r.plain() for r in gang_objects(graph)
+                        if r.type.endswith(":ValidatingAdmissionPolicy")} for stack, graph in graphs.items()}
+    policy = policies["research-7500"]["kilonode-gang-size"]
+    [match] = policy["spec"]["matchConstraints"]["resourceRules"]
+    # the group and version the CRD serves (the vendored CRD), podgroups, creates and updates
+    assert (match["apiGroups"], match["apiVersions"], match["resources"]) == (
+        ["scheduling.x-k8s.io"], ["v1alpha1"], ["podgroups"])
+    crd = yaml.safe_load((Path(scheduling.__file__).parent / "crds" / "scheduling.x-k8s.io_podgroups.yaml").read_text())
+    assert (crd["spec"]["group"], [v["name"] for v in crd["spec"]["versions"]]) == ("scheduling.x-k8s.io",
+                                                                                   ["v1alpha1"])
+    # research-7500's largest fabric: h100-ib's scale sets of 100 VMs x 8 GPUs (the autoscaler's
+    # ceiling for its shared shards), read from the plan, not restated
+    ib = [p for p in plans["research-7500"].gpu_pools if p.infiniband]
+    nodes = max(max(s.capacity for s in p.shards) for p in ib)
+    assert scheduling.largest_fabric(plans["research-7500"]) == (100, 800) and nodes <= 100
+    rule = policy["spec"]["validations"][0]["expression"]
+    assert "800" in rule and "100" in rule
+    assert "kilonode-gang-size" not in policies["research-2500"] and not policies["local"]
+
+    def group(spec: dict[str, Any], **annotations: str) -> dict[str, Any]:
+        return {"metadata": {"name": "g", "annotations": annotations}, "spec": spec}
+
+    # the docs' PodGroups pass it, as written
+    for block in doc_blocks():
+        for doc in block:
+            if doc["kind"] == "PodGroup":
+                assert gang_size_admitted(rule, doc), doc["metadata"]
+    assert gang_size_admitted(rule, group({"minMember": 100}))
+    # one node more than a fabric holds: refused; stated as GPUs of shared nodes: judged by them
+    assert not gang_size_admitted(rule, group({"minMember": 101}))
+    assert gang_size_admitted(rule, group({"minMember": 200, "minResources": {"nvidia.com/gpu": 200}}))
+    assert gang_size_admitted(rule, group({"minMember": 200, "minResources": {"nvidia.com/gpu": "800"}}))
+    assert not gang_size_admitted(rule, group({"minMember": 2, "minResources": {"nvidia.com/gpu": "801"}}))
+    assert not gang_size_admitted(rule, group({"minMember": 2, "minResources": {"nvidia.com/gpu": "1k"}}))
+    # the opt-in to crossing fabrics: admitted at any size
+    assert gang_size_admitted(rule, group({"minMember": 1000}, **{"kilonode.io/cross-fabric": "true"}))
+    assert not gang_size_admitted(rule, group({"minMember": 1000}, **{"kilonode.io/cross-fabric": "yes"}))

@@ -1,5 +1,5 @@
 """ValidatingAdmissionPolicy, one way for every component: a policy with its CEL rules on
-creates and updates of one core/v1 resource, and a binding that denies
+creates and updates of one resource (core/v1 unless told), and a binding that denies
 (admissionregistration.k8s.io/v1, GA in 1.30)."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from pulumi_kubernetes import admissionregistration, meta
 
 
 def admission_policy(name: str, policy_name: str, resource: str, rules: Sequence[tuple[str, str]],
-                     labels: Mapping[str, str], opts: pulumi.ResourceOptions) -> None:
+                     labels: Mapping[str, str], opts: pulumi.ResourceOptions,
+                     group_version: tuple[str, str] = ("", "v1")) -> None:
     """A ValidatingAdmissionPolicy with `rules` (CEL expression, message) on creates and updates
-    of `resource` (core/v1), and its binding that denies."""
+    of `resource` in `group_version` (API group, version; core/v1 by default), and its binding
+    that denies."""
     policy = admissionregistration.v1.ValidatingAdmissionPolicy(
         f"{name}-policy",
         metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=dict(labels)),
@@ -21,7 +23,8 @@ def admission_policy(name: str, policy_name: str, resource: str, rules: Sequence
             failure_policy="Fail",
             match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
                 admissionregistration.v1.NamedRuleWithOperationsArgs(
-                    api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=[resource],
+                    api_groups=[group_version[0]], api_versions=[group_version[1]], operations=["CREATE", "UPDATE"],
+                    resources=[resource],
                 ),
             ]),
             validations=[admissionregistration.v1.ValidationArgs(expression=rule, message=message,

@@ -256,6 +256,12 @@ def describe(plan: ClusterPlan) -> list[str]:
         f"PodGroup status: Deployment {KUBE_SYSTEM}/{CONTROLLER} "
         f"({components.scheduler_plugins_controller_image})",
     ]
+    args = GangSchedulerArgs.of(plan)
+    if args.fabric_locality:
+        nodes, gpus = args.largest_fabric
+        lines.append(f"one InfiniBand fabric per gang: a gang's GPU pods need required podAffinity on {FABRIC_LABEL} "
+                     f"(policy kilonode-gang-fabric); a PodGroup larger than the largest fabric ({nodes} nodes, "
+                     f"{gpus} GPUs) is refused (kilonode-gang-size); {CROSS_FABRIC_ANNOTATION}: \"true\" opts out")
     skew = components.scheduler_plugins_skew
     if skew:
         lines.append(f"Kubernetes {plan.kubernetes_version}: {skew}")
@@ -297,6 +303,44 @@ GANG_FABRIC_MESSAGE = (
 )
 
 
+
+# A gang larger than the largest fabric can never be placed inside one: with the affinity above
+# its pods would wait out every scheduleTimeoutSeconds, forever. Refused when the PodGroup is
+# created instead, with the reason. A PodGroup says its size in pods (spec.minMember) and, if it
+# chooses, in resources (spec.minResources, a ResourceList: int-or-string quantities in the
+# CRD). An NCCL gang is one pod per node (all of a node's GPUs, its HCAs): minMember is then its
+# node count. A gang of smaller pods states its GPUs in minResources, which is judged instead
+# (a GPU count is a whole number: any other quantity form is refused, as no GPU is fractional).
+def gang_size_rule(fabric_nodes: int, fabric_gpus: int) -> str:
+    """The CEL rule on PodGroups: the gang fits the largest fabric (`fabric_nodes` nodes,
+    `fabric_gpus` GPUs), or it opts into crossing fabrics."""
+    gpus = f"object.spec.minResources['{GPU_RESOURCE}']"
+    return (
+        f"(has(object.metadata.annotations) && '{CROSS_FABRIC_ANNOTATION}' in object.metadata.annotations && "
+        f"object.metadata.annotations['{CROSS_FABRIC_ANNOTATION}'] == 'true') || !has(object.spec) || "
+        f"((has(object.spec.minResources) && '{GPU_RESOURCE}' in object.spec.minResources) ? "
+        f"(string({gpus}).matches('^[0-9]+$') && int(string({gpus})) <= {fabric_gpus}) : "
+        f"(!has(object.spec.minMember) || object.spec.minMember <= {fabric_nodes}))"
+    )
+
+
+def gang_size_message(fabric_nodes: int, fabric_gpus: int) -> str:
+    return (
+        f"this PodGroup can never be placed inside one InfiniBand fabric: the largest holds {fabric_nodes} nodes, "
+        f"{fabric_gpus} GPUs (one scale set of the GPU pools; RDMA reaches only its own VMs). Split the job, or "
+        f"if its pods share nodes state its GPUs as spec.minResources {GPU_RESOURCE} (a whole number), or annotate "
+        f"the PodGroup and its pods {CROSS_FABRIC_ANNOTATION}: \"true\" if it may span fabrics without RDMA "
+        "between them (docs/gang-scheduling.md)"
+    )
+
+
+def largest_fabric(plan: ClusterPlan) -> tuple[int, int]:
+    """(nodes, GPUs) of the largest InfiniBand fabric among the GPU pools."""
+    ib = [p for p in plan.gpu_pools if p.infiniband]
+    return (max((p.largest_scale_set for p in ib), default=0),
+            max((p.largest_scale_set * p.gpus_per_node for p in ib), default=0))
+
+
 @dataclass(frozen=True)
 class GangSchedulerArgs:
     # the plan's scheduler-plugins images (components: the release for the cluster's minor)
@@ -307,13 +351,16 @@ class GangSchedulerArgs:
     # every GPU pool is InfiniBand: a gang's GPU pods must keep to one fabric (GANG_FABRIC_RULE).
     # With a GPU pool without InfiniBand (no fabric label) the rule would strand its gangs.
     fabric_locality: bool = False
+    # (nodes, GPUs) of the largest fabric: a PodGroup larger is refused (gang_size_rule)
+    largest_fabric: tuple[int, int] = (0, 0)
 
     @staticmethod
     def of(plan: ClusterPlan) -> GangSchedulerArgs:
         return GangSchedulerArgs(scheduler_image=plan.components.scheduler_plugins_scheduler_image,
                                  controller_image=plan.components.scheduler_plugins_controller_image,
                                  gpu=bool(plan.gpu_pools), awaits=plan.components.awaits,
-                                 fabric_locality=bool(plan.gpu_pools) and all(p.infiniband for p in plan.gpu_pools))
+                                 fabric_locality=bool(plan.gpu_pools) and all(p.infiniband for p in plan.gpu_pools),
+                                 largest_fabric=largest_fabric(plan))
 
 
 class GangScheduler(pulumi.ComponentResource):
@@ -374,6 +421,10 @@ class GangScheduler(pulumi.ComponentResource):
         if args.fabric_locality:
             admission_policy(f"{name}-fabric", "kilonode-gang-fabric", "pods",
                              [(GANG_FABRIC_RULE, GANG_FABRIC_MESSAGE)], POLICY_LABELS, child)
+            group, version = POD_GROUP_API_VERSION.split("/")
+            admission_policy(f"{name}-gang-size", "kilonode-gang-size", "podgroups",
+                             [(gang_size_rule(*args.largest_fabric), gang_size_message(*args.largest_fabric))],
+                             POLICY_LABELS, child, group_version=(group, version))
         self.register_outputs({})
 
     def _crds(self, name: str) -> list[apiextensions.v1.CustomResourceDefinition]:

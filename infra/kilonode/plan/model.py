@@ -241,6 +241,14 @@ class NodePoolPlan(StrictModel):
         """The teams with shards in this pool, in shard order."""
         return tuple(dict.fromkeys(s.team for s in self.shards if s.team is not None))
 
+    @property
+    def largest_scale_set(self) -> int:
+        """The most nodes one of the pool's scale sets can hold: its planned capacity, or the
+        autoscaler's ceiling for the shards it grows. On an InfiniBand pool, the largest gang
+        one fabric can take (RDMA reaches only the VMs of one scale set)."""
+        grown = [g.max_size for g in self.autoscaling.node_groups] if self.autoscaling else []
+        return max([s.capacity for s in self.shards] + grown)
+
 
 class TeamPlan(StrictModel):
     """A team's reserved capacity: a contiguous run of whole shards of one pool."""
