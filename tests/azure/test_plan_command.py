@@ -88,6 +88,8 @@ def test_plan_command_prints_json_for_a_stack_name() -> None:
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     assert plan["stack"] == "local" and plan["resources"][0]["type"] == "kilonode:azure:Cluster"
+    # the GPU section (kilonode.k8s.gpu.describe): who acts on GPU nodes has no object of its own
+    assert plan["notes"] == {"GPU access": ["no GPU pools: no device plugin, no GPU health agent or controller"]}
 
 
 def test_plan_command_exits_2_with_the_stack_problems(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import email
-import json
 import re
 import shutil
 import urllib.parse
@@ -496,17 +495,6 @@ def test_the_plan_output_shows_the_agents_identity_the_controllers_role_and_the_
                 "Role default/kilonode:gpu-health-controller: events create" in section)
     assert "## GPU access" in format_markdown(graph)
     assert describe(plans["local"]) == ["no GPU pools: no device plugin, no GPU health agent or controller"]
-
-
-def test_the_plan_command_prints_the_gpu_section() -> None:
-    from typer.testing import CliRunner
-
-    from kilonode.cli import app
-
-    result = CliRunner().invoke(app, ["plan", "local", "--format", "json"])
-    assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    assert document["notes"] == {"GPU access": ["no GPU pools: no device plugin, no GPU health agent or controller"]}
 
 
 def test_gpus_reach_a_container_only_as_the_device_plugins_volume_mounts(graphs: dict[str, Graph]) -> None:
