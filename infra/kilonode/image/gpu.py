@@ -25,11 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import tomli_w
+
 from kilonode.digest import sha256_file
 from kilonode.image import vendor_apt
 from kilonode.image.recipe import Extra, Recipe
 from kilonode.image.rootfs import BuildError, host_path
 from kilonode.node.ship import GPU_HEALTH
+from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import HostFiles
 
@@ -54,20 +57,20 @@ CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/30-kilonode-nvidia
 DOCKERD_EXEC = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
 # The runtime name the rendered NVIDIA configuration makes the default (kilonode.render.pool)
 NVIDIA_RUNTIME = "nvidia"
-# The toolkit's own configuration (the runtime and its hook read it). Keys: NVIDIA/nvidia-container-
-# toolkit internal/config/config.go (commit 9c029cac, the 1.17 line), `Config`:
-# AcceptEnvvarUnprivileged `toml:"accept-nvidia-visible-devices-envvar-when-unprivileged"` (default
-# true) and AcceptDeviceListAsVolumeMounts `toml:"accept-nvidia-visible-devices-as-volume-mounts"`.
-# With them an unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored (a pod that requests no
-# GPU cannot name all eight) and the device list comes only as volume mounts under
+# The toolkit's own configuration (the runtime and its hook read it), as data: its keys and
+# the upstream defaults are kilonode.plan.wellknown's (TOOLKIT_*), shared with the device
+# plugin's side. An unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored (a pod that
+# requests no GPU cannot name all eight) and the device list comes only as volume mounts under
 # /var/run/nvidia-container-devices, which the device plugin's volume-mounts strategy writes.
 # Written after the packages are installed (their maintainer scripts may write a default one);
 # the other keys keep the toolkit's defaults.
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-TOOLKIT_CONFIG_TEXT = """# kilonode: GPUs reach a container only through the device plugin's volume-mounts device list.
-accept-nvidia-visible-devices-envvar-when-unprivileged = false
-accept-nvidia-visible-devices-as-volume-mounts = true
-"""
+TOOLKIT_SETTINGS: dict[str, bool] = {
+    wellknown.TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED: False,
+    wellknown.TOOLKIT_VOLUME_MOUNTS: True,
+}
+TOOLKIT_CONFIG_TEXT = ("# kilonode: GPUs reach a container only through the device plugin's volume-mounts device "
+                       "list.\n" + tomli_w.dumps(TOOLKIT_SETTINGS))
 VENDOR_STAGING = "/var/lib/kilonode/vendor-debs"
 
 
@@ -143,25 +146,34 @@ def install_vendor(recipe: Recipe, extras: tuple[Extra, ...], tree: Path, work: 
     )
 
 
+def fabric_manager_to_enable(recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan) -> str | None:
+    """The Fabric Manager unit the build enables for this pool where its package is installed:
+    on a size whose GPUs are joined by NVSwitch (the plan's `nvswitch`, from the size
+    catalogue), where CUDA cannot initialise without it (cudaErrorSystemNotReady, 802); None
+    elsewhere, where nv-fabricmanager finds no NVSwitch and exits 1 (NV_WARN_NOTHING_TO_DO,
+    NVIDIA/gpu-operator#610), and for an image without the GPU extra."""
+    if "gpu" not in extras or not pool.nvswitch:
+        return None
+    spec = recipe.extras["gpu"]
+    return spec.fabric_manager_unit if spec.equal_versions.get(vendor_apt.FABRIC_MANAGER) else None
+
+
 def fabric_manager_unit(recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, vendor: VendorInstall,
                         tree: Path) -> dict[str, Any] | None:
-    """Enable Fabric Manager's unit on a size whose GPUs are joined by NVSwitch (the size
-    catalogue's `nvswitch`), where it is installed; None for an image without the GPU extra."""
+    """Enable Fabric Manager's unit where fabric_manager_to_enable says, if its package was
+    installed; the manifest's record. None for an image without the GPU extra."""
     if "gpu" not in extras:
         return None
     spec = recipe.extras["gpu"]
-    package = spec.equal_versions.get("fabric_manager")
-    unit = spec.fabric_manager_unit
-    nvswitch = pool.nvswitch
+    package = spec.equal_versions.get(vendor_apt.FABRIC_MANAGER)
+    unit = fabric_manager_to_enable(recipe, extras, pool)
     present = bool(package and package in vendor.installed)
-    enabled = False
-    if nvswitch and present and unit:
+    if unit and present:
         from kilonode.image.rootfs import systemctl
 
         systemctl(tree, "enable", [unit])
-        enabled = True
-    return {"package": package, "version": vendor.installed.get(package or ""), "present": present, "unit": unit,
-            "nvswitch": nvswitch, "enabled": enabled}
+    return {"package": package, "version": vendor.installed.get(package or ""), "present": present,
+            "unit": spec.fabric_manager_unit, "nvswitch": pool.nvswitch, "enabled": bool(unit and present)}
 
 
 def nvidia_runtime_config(pool: NodePoolPlan, files: HostFiles) -> str | None:
