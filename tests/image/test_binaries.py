@@ -337,17 +337,29 @@ def test_placed_containerd_is_activated_and_an_absent_one_says_what_runs_instead
 
 
 def test_an_unpinned_component_is_never_downloaded_even_with_fetch(tmp_path: Path) -> None:
+    """A component with no digest and no lock (none in the shipped data: azure-cni's lock taken
+    off here) is never downloaded: absent with the reason, or taken as given from --binaries."""
+    from dataclasses import replace
+
     calls: list[str] = []
 
     def fetcher(url: str, expected: str | None, dest: Path) -> str:
         calls.append(url)
         raise Unreachable(f"{url}: offline")
 
-    toolkit = CATALOG.components["nvidia-container-toolkit"]
-    assert toolkit.unpinned and not toolkit.lock  # no digest published, none recorded on first use
-    [absent] = place_role(tmp_path / "r", CATALOG, "gpu", "1.34.2", local_dir=None, allow_fetch=True,
+    unlocked = replace(CATALOG.components["azure-cni"], lock=False)
+    assert unlocked.unpinned and not unlocked.pins
+    catalog = replace(CATALOG, roles={"pool-docker": ("azure-cni",)}, components={"azure-cni": unlocked})
+    [absent] = place_role(tmp_path / "r", catalog, "pool-docker", "1.34.2", local_dir=None, allow_fetch=True,
                           downloads=Downloads(tmp_path / "d", fetcher))
     assert calls == [] and not absent.present and "not pinned" in absent.origin
+    local = tmp_path / "bin"
+    local.mkdir()
+    for name in ("azure-vnet", "azure-vnet-ipam"):
+        (local / name).write_bytes(b"given")
+    [placed] = place_role(tmp_path / "r", catalog, "pool-docker", "1.34.2", local_dir=local, allow_fetch=True,
+                          downloads=Downloads(tmp_path / "d", fetcher))
+    assert calls == [] and placed.present and placed.origin.endswith("(taken as given: no digest is pinned)")
 
 
 def test_a_locked_component_given_as_files_is_taken_as_given_even_with_fetch(tmp_path: Path) -> None:
@@ -410,7 +422,10 @@ def test_every_digest_is_well_formed_and_names_its_source() -> None:
     pins = [(name, pin) for name, c in RAW["components"].items() for pin in c.get("pins", {}).get("amd64", [])]
     # a component without pins says why, and is never downloaded
     assert {name for name, c in RAW["components"].items() if "pins" not in c} == {
-        c.name for c in CATALOG.components.values() if c.unpinned} == {"azure-cni", "nvidia-container-toolkit"}
+        c.name for c in CATALOG.components.values() if c.unpinned} == {"azure-cni"}
+    # ... and is locked: every shipped component has a delivery path (the NVIDIA container
+    # toolkit is no component: it comes from NVIDIA's apt repository, recipe.toml)
+    assert all(c.lock for c in CATALOG.components.values() if c.unpinned)
     assert len(pins) > 100
     for name, pin in pins:
         assert pin["source"] in sources, (name, pin)
@@ -469,39 +484,6 @@ def test_malformed_data_is_refused_naming_the_entry(tmp_path: Path) -> None:
     bad.write_text(text.replace('source = "kubespray@57364f4"', 'source = "nowhere"', 1))
     with pytest.raises(PinError, match=r"source 'nowhere' is not in \[sources\]"):
         binaries.load(bad)
-
-
-def test_the_nvidia_container_toolkit_is_unpinned_and_taken_by_its_release_name(tmp_path: Path) -> None:
-    """GPU pools' role: the toolkit's release tarball, never downloaded (no digest is published),
-    taken from --binaries under the release asset's own name, absent otherwise with the reason
-    and what the node lacks."""
-    assert CATALOG.roles["gpu"] == ("nvidia-container-toolkit",)
-    toolkit = CATALOG.components["nvidia-container-toolkit"]
-    assert toolkit.unpinned and not toolkit.pins and toolkit.version and toolkit.version.startswith("1.17.")
-    asset = f"nvidia-container-toolkit_{toolkit.version}_deb_amd64.tar.gz"
-    assert binaries.expand(toolkit.url, toolkit.version, "amd64") == (
-        f"https://github.com/NVIDIA/nvidia-container-toolkit/releases/download/v{toolkit.version}/{asset}"
-    )
-    calls: list[str] = []
-
-    def fetcher(url: str, expected: str, dest: Path) -> str:
-        calls.append(url)
-        raise Unreachable(url)
-
-    root = tmp_path / "root"
-    (absent,) = place_role(root, CATALOG, "gpu", "1.34.2", local_dir=None, allow_fetch=True,
-                           downloads=Downloads(tmp_path / "downloads", fetcher))
-    assert calls == [] and not absent.present
-    assert "not pinned" in absent.origin and f"`{asset}`" in absent.origin
-    assert "containers (the device plugin's and pods') get no GPU" in absent.origin
-    local = tmp_path / "bin"
-    local.mkdir()
-    (local / asset).write_bytes(b"release tarball")
-    (placed,) = place_role(root, CATALOG, "gpu", "1.34.2", local_dir=local, allow_fetch=False,
-                           downloads=Downloads(tmp_path / "downloads", fetcher))
-    assert placed.present and placed.path.endswith(f"/{asset}") and "{" not in placed.path
-    assert placed.origin.endswith("(taken as given: no digest is pinned)")
-    assert (root / placed.path.lstrip("/")).read_bytes() == b"release tarball"
 
 
 def locked_catalog(tmp_path: Path, url: str) -> binaries.Catalog:

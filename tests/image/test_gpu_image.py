@@ -6,17 +6,15 @@ firmware, CUDA's runtime and cuBLAS, the RDMA user space) comes from the cache t
 `make test-artefacts` filled (`kilonode image prepare --stack research-7500`). The image is
 read offline by the verify suite (nothing here has a GPU to boot it with), its manifest is
 checked, and a seeded defect (a runtime drop-in naming the NVIDIA runtime in an image without
-the toolkit) must be named by its check. The same pool is built again with a stand-in of the
-NVIDIA container toolkit's release tarball (the real one cannot be downloaded here), to take
-the build's other branch; and the control-plane image is checked for the taint controller.
+the toolkit) must be named by its check; and the control-plane image is checked for the taint
+controller. The toolkit comes only from NVIDIA's apt repository (unreachable here), so the
+build's installed-toolkit branch is not built here.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import tarfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,8 +121,8 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
     assert f"{GPU_HEALTH.machine_path}/agent.py" in agent and f"{GPU_HEALTH.machine_path}/__init__.py" in agent
     assert any(a["path"] == "/etc/systemd/system/kilonode-gpu-health.service" and a["source"] == "recipe:gpu"
                for a in data["artefacts"])
-    toolkit_entry = next(b for b in data["other_binaries"] if b["name"] == "nvidia-container-toolkit")
-    assert toolkit_entry["present"] is False and toolkit_entry["version"] == "1.17.8"
+    # the toolkit has one source, NVIDIA's apt repository: no binaries.toml component for it
+    assert not [b for b in data["binaries"] + data["other_binaries"] if b["name"] == accel.TOOLKIT]
     # ND H100 v5's NCCL topology (binaries.toml nccl-ndv5): pinned, not downloaded here
     topo = next(b for b in data["other_binaries"] if b["name"] == "nccl-topology-ndv5")
     assert topo["present"] is False and topo["version"] == "2026.7.29"
@@ -158,62 +156,6 @@ def test_a_runtime_pointed_at_a_missing_nvidia_runtime_is_named(
     assert failed == {"offline: test_offline_gpu::test_runtime_names_nvidia_runtime_iff_toolkit_placed"}, (
         report.failures
     )
-
-
-def stand_in_toolkit(directory: Path, version: str) -> Path:
-    """A STAND-IN for NVIDIA's release tarball (nothing here can download the real one): the
-    same name and layout, four .deb packages of the real names and dependencies, whose
-    nvidia-container-runtime is a script that only execs runc. It proves what the build does
-    with a given tarball (dpkg installs it in the image, the runtime drop-in is written, the
-    manifest and verify follow), not NVIDIA's software."""
-    release = directory / f"release-v{version}-stable/packages/ubuntu18.04/amd64"
-    release.mkdir(parents=True)
-    depends = {
-        "libnvidia-container1": "libc6",
-        "libnvidia-container-tools": f"libnvidia-container1 (>= {version}-1)",
-        "nvidia-container-toolkit-base": "",
-        "nvidia-container-toolkit": f"nvidia-container-toolkit-base (= {version}-1), libnvidia-container-tools",
-    }
-    for package, depends_on in depends.items():
-        root = directory / "build" / package
-        (root / "DEBIAN").mkdir(parents=True)
-        control = (f"Package: {package}\nVersion: {version}-1\nArchitecture: amd64\nMaintainer: kilonode tests\n"
-                   f"Description: stand-in for NVIDIA's {package} (kilonode tests)\n")
-        if depends_on:
-            control += f"Depends: {depends_on}\n"
-        (root / "DEBIAN/control").write_text(control)
-        if package == "nvidia-container-toolkit-base":
-            runtime = root / "usr/bin/nvidia-container-runtime"
-            runtime.parent.mkdir(parents=True)
-            runtime.write_text("#!/bin/sh\n# kilonode test stand-in, not NVIDIA's runtime\nexec runc \"$@\"\n")
-            runtime.chmod(0o755)
-        subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root),
-                        str(release / f"{package}_{version}-1_amd64.deb")], check=True, capture_output=True)
-    out = directory / "bin"
-    out.mkdir()
-    tarball = out / f"nvidia-container-toolkit_{version}_deb_amd64.tar.gz"
-    with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(directory / f"release-v{version}-stable", arcname=f"release-v{version}-stable")
-    return out
-
-
-def test_with_the_toolkit_given_the_runtime_names_the_nvidia_runtime(work: Path) -> None:
-    """The same pool built with (a stand-in of) the toolkit's tarball: its packages are installed,
-    the drop-in starts dockerd on daemon-nvidia.json, and the offline checks pass on that branch."""
-    binaries = stand_in_toolkit(work / "toolkit", "1.17.8")
-    result = build_image(image_inputs("research-7500", "h100-ib"), work / "with-toolkit", binaries_dir=binaries,
-                         allow_incomplete=True)
-    manifest = Manifest.load(result.manifest)
-    toolkit = manifest.data["gpu"]["container_toolkit"]
-    assert toolkit["present"] is True and toolkit["runtime_dropin"] == accel.DOCKER_DROPIN
-    assert toolkit["packages"] == dict.fromkeys(accel.TOOLKIT_PACKAGES, "1.17.8-1")
-    assert all(manifest.data["packages"][p] == "1.17.8-1" for p in accel.TOOLKIT_PACKAGES)
-    fs = ImageFs(result.raw)
-    # the tarball itself is not left in the image: the installed packages are the record
-    assert fs.stat("/var/lib/kilonode/nvidia-container-toolkit") is None
-    report = verify_image(result.raw, workdir=work / "verify-with-toolkit", boot=False)
-    assert report.passed, report.failures
-    assert outcomes(report)["test_runtime_names_nvidia_runtime_iff_toolkit_placed"] == "passed"
 
 
 def test_the_control_plane_image_carries_the_taint_controller(work: Path) -> None:

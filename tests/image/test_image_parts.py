@@ -3,7 +3,6 @@ hygiene, the mirror scrubber, the cache key, the verify report and the CLI's err
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import signal
@@ -23,7 +22,6 @@ from kilonode.config import load_stack
 from kilonode.digest import sha256_file
 from kilonode.image import cache, mirror, rootfs
 from kilonode.image import gpu as accel
-from kilonode.image.binaries import BinaryResult
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
 from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list
@@ -448,22 +446,6 @@ def test_containerd_gpu_pool_config_parses_and_defaults_to_nvidia(plans: dict[st
     path, text = accel.runtime_dropin(pool, config, "/usr/local/bin/containerd")
     assert path.endswith("containerd.service.d/30-kilonode-nvidia-runtime.conf")
     assert "ExecStart=\nExecStart=/usr/local/bin/containerd --config /etc/containerd/config-nvidia.toml\n" in text
-
-
-def test_the_toolkit_tarball_must_hold_its_four_packages(tmp_path: Path) -> None:
-    tree = tmp_path / "tree"
-    path = "/var/lib/kilonode/nvidia-container-toolkit/nvidia-container-toolkit_1.17.8_deb_amd64.tar.gz"
-    target = tree / path.lstrip("/")
-    target.parent.mkdir(parents=True)
-    with tarfile.open(target, "w:gz") as tar:
-        for name in ("libnvidia-container1", "libnvidia-container-tools", "nvidia-container-toolkit-base"):
-            data = b"not a real deb"
-            info = tarfile.TarInfo(f"release-v1.17.8-stable/packages/ubuntu18.04/amd64/{name}_1.17.8-1_amd64.deb")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    placed = BinaryResult("nvidia-container-toolkit", path, True, "0" * 64, "local directory x")
-    with pytest.raises(rootfs.BuildError, match=r"holds no nvidia-container-toolkit \.deb"):
-        accel.install_toolkit(tree, placed)
 
 
 def test_the_node_programs_are_placed_where_ship_says(tmp_path: Path) -> None:

@@ -158,7 +158,7 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
     version; a role without pins says why (its machines could not get their binaries)."""
     catalog = binaries.load()
     roles = {"etcd": [ETCD_IMAGE], "apiserver": [CONTROL_PLANE_IMAGE]} | {
-        f"pool-{pool.name}": binaries.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology)
+        f"pool-{pool.name}": binaries.pool_roles(pool.runtime, pool.nccl_topology)
         for pool in plan.node_pools
     }
     shown: dict[str, Any] = {}

@@ -251,16 +251,11 @@ def pool_role(runtime: str) -> str:
     return f"pool-{runtime}"
 
 
-# The role added for a pool whose size has GPUs (the container toolkit).
-GPU_ROLE = "gpu"
-
-
-def pool_roles(runtime: str, gpus_per_node: int, nccl_topology: str | None) -> list[str]:
-    """Every binaries.toml role a pool's image takes: its runtime's, the GPU one where the size
-    has GPUs, and its size's NCCL topology (`nccl-<family>`) where the plan names one."""
+def pool_roles(runtime: str, nccl_topology: str | None) -> list[str]:
+    """Every binaries.toml role a pool's image takes: its runtime's, and its size's NCCL
+    topology (`nccl-<family>`) where the plan names one. A GPU pool's container toolkit is no
+    component: it comes from NVIDIA's apt repository (recipe.toml [apt_repositories.*])."""
     roles = [pool_role(runtime)]
-    if gpus_per_node > 0:
-        roles.append(GPU_ROLE)
     if nccl_topology:
         roles.append(f"nccl-{nccl_topology}")
     return roles

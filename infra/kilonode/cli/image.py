@@ -170,8 +170,8 @@ def _print_built(result: BuildResult, role: str | None, elapsed_s: float) -> Non
                   f"{driver['kernel']}: {', '.join(m['path'].rsplit('/', 1)[-1] for m in driver['modules'])}")
         if not gpu["container_toolkit"]["present"]:
             out.print("  [yellow]![/] GPU containers cannot run on this image: the NVIDIA container toolkit is "
-                      "absent, so the runtime keeps runc as its default (give the toolkit's release tarball "
-                      "with --binaries DIR)")
+                      "absent, so the runtime keeps runc as its default (build with --fetch: it comes from NVIDIA's "
+                      "apt repository, node-image/recipe.toml)")
 
 
 @image_app.command()

@@ -267,7 +267,6 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
     built from and what it carries."""
     stack, plan, pool = inputs.stack, inputs.plan, inputs.pool
     baked, packages, extras, user_data = built.baked, built.packages, inputs.extras, built.user_data
-    toolkit_result = next((b for b in baked.binaries if b.name == accel.TOOLKIT), None)
     return {
         "format": FORMAT,
         "name": built.name,
@@ -297,10 +296,10 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
         "binaries": [b.manifest_entry() for b in baked.binaries if b.unit],
         "other_binaries": [b.manifest_entry() for b in baked.binaries if not b.unit],
         # GPU pools: driver, kernel modules and the kernel they were built for, GSP
-        # firmware, CUDA libraries, the container toolkit placed or absent (and so whether
+        # firmware, CUDA libraries, the container toolkit installed or absent (and so whether
         # the runtime names the NVIDIA runtime), the device plugin image; null otherwise
         "gpu": accel.gpu_record(
-            recipe, extras, pool, built.tree, packages, toolkit_result, baked.toolkit_packages,
+            recipe, extras, pool, built.tree, packages, baked.toolkit_packages,
             baked.runtime_dropin, baked.agent, baked.images, built.runtime_config,
             plan.components.device_plugin_image, baked.vendor, baked.fabric_manager,
         ) if pool else None,
@@ -375,18 +374,13 @@ def _bake(
     if pool and "gpu" in inputs.extras:
         vendor = accel.install_vendor(recipe, inputs.extras, tree, work, fetch=fetch)
         fabric_manager = accel.fabric_manager_unit(recipe, inputs.extras, pool, vendor, tree)
-    toolkit = next((b for b in binaries if b.name == accel.TOOLKIT), None)
-    vendor_toolkit = accel.TOOLKIT in vendor.installed
-    if pool and (vendor_toolkit or (toolkit and toolkit.present)):
+    if pool and accel.TOOLKIT in vendor.installed:
         if runtime_config is None:
             raise rootfs.BuildError(
                 f"pool {pool.name}: its rendered files hold no runtime configuration naming the NVIDIA "
                 "runtime (kilonode/render/pool.py renders one for GPU pools): the toolkit would go unused"
             )
-        if vendor_toolkit:
-            toolkit_packages = {p: vendor.installed.get(p, "") for p in accel.TOOLKIT_PACKAGES}
-        elif toolkit:
-            toolkit_packages = accel.install_toolkit(tree, toolkit)
+        toolkit_packages = {p: vendor.installed.get(p, "") for p in accel.TOOLKIT_PACKAGES}
         rootfs.put(tree, accel.TOOLKIT_CONFIG, accel.TOOLKIT_CONFIG_TEXT.encode(), 0o644)
         artefacts.append({"path": accel.TOOLKIT_CONFIG, "sha256": sha256_text(accel.TOOLKIT_CONFIG_TEXT),
                           "mode": "0644", "source": "build:gpu"})
@@ -462,7 +456,7 @@ def _place_binaries(
     catalog = pins.load(recipe.binaries_file)
     downloads = pinned.Downloads(work / "downloads")
     roles = (
-        pins.pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology) if pool
+        pins.pool_roles(pool.runtime, pool.nccl_topology) if pool
         else [inputs.binaries_role]
     )
     binaries: list[pinned.BinaryResult] = []

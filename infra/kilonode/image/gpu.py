@@ -5,11 +5,13 @@ and cuBLAS, the RDMA user space) are in the pool's cached base (recipe.toml [ext
 module does the rest of the build for them, on the unpacked tree:
 
 - refuses a GPU model the recipe's driver set cannot drive (recipe [extras.gpu.unsupported_models]);
-- installs the NVIDIA container toolkit's packages when the build was given its release
-  tarball, and only then writes the drop-in that points the container runtime at the rendered
-  NVIDIA runtime configuration (kilonode.render.pool: daemon-nvidia.json / config-nvidia.toml);
+- installs Fabric Manager, NSCQ and the NVIDIA container toolkit from NVIDIA's signed apt
+  repositories (kilonode.image.vendor_apt; recipe.toml [apt_repositories.*]), enables Fabric
+  Manager's unit on NVSwitch sizes, and only with the toolkit installed writes its config and
+  the drop-in that points the container runtime at the rendered NVIDIA runtime configuration
+  (kilonode.render.pool: daemon-nvidia.json / config-nvidia.toml);
 - describes it all for the manifest: driver packages and version, the kernel the modules were
-  built for and the module files, the GSP firmware, the toolkit placed or absent and why, the
+  built for and the module files, the GSP firmware, the toolkit installed or absent and why, the
   RDMA packages, the device plugin image.
 """
 
@@ -18,28 +20,27 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tarfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kilonode.catalog import binaries as pins
+import tomli_w
+
 from kilonode.digest import sha256_file
-from kilonode.image import binaries as pinned
 from kilonode.image import vendor_apt
 from kilonode.image.recipe import Extra, Recipe
 from kilonode.image.rootfs import BuildError, host_path
 from kilonode.node.ship import GPU_HEALTH
+from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import HostFiles
 
 TOOLKIT = "nvidia-container-toolkit"
 # The package whose DKMS module is the driver (node-image/packages/gpu.txt says why not the open one)
 DRIVER_MODULE_PACKAGE = "nvidia-kernel-dkms"
-# binaries.toml's role for what a GPU pool adds to its runtime's role
-GPU_ROLE = pins.GPU_ROLE
-# The release tarball's .deb packages, installed in this order (each depends on the ones before).
+# The toolkit's .deb packages (recipe.toml [apt_repositories.nvidia-container-toolkit.packages]),
+# each depending on the ones before.
 TOOLKIT_PACKAGES = (
     "libnvidia-container1",
     "libnvidia-container-tools",
@@ -56,20 +57,20 @@ CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/30-kilonode-nvidia
 DOCKERD_EXEC = "/usr/sbin/dockerd -H fd:// --containerd=/run/containerd/containerd.sock"
 # The runtime name the rendered NVIDIA configuration makes the default (kilonode.render.pool)
 NVIDIA_RUNTIME = "nvidia"
-# The toolkit's own configuration (the runtime and its hook read it). Keys: NVIDIA/nvidia-container-
-# toolkit internal/config/config.go (commit 9c029cac, the 1.17 line), `Config`:
-# AcceptEnvvarUnprivileged `toml:"accept-nvidia-visible-devices-envvar-when-unprivileged"` (default
-# true) and AcceptDeviceListAsVolumeMounts `toml:"accept-nvidia-visible-devices-as-volume-mounts"`.
-# With them an unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored (a pod that requests no
-# GPU cannot name all eight) and the device list comes only as volume mounts under
+# The toolkit's own configuration (the runtime and its hook read it), as data: its keys and
+# the upstream defaults are kilonode.plan.wellknown's (TOOLKIT_*), shared with the device
+# plugin's side. An unprivileged container's NVIDIA_VISIBLE_DEVICES is ignored (a pod that
+# requests no GPU cannot name all eight) and the device list comes only as volume mounts under
 # /var/run/nvidia-container-devices, which the device plugin's volume-mounts strategy writes.
 # Written after the packages are installed (their maintainer scripts may write a default one);
 # the other keys keep the toolkit's defaults.
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-TOOLKIT_CONFIG_TEXT = """# kilonode: GPUs reach a container only through the device plugin's volume-mounts device list.
-accept-nvidia-visible-devices-envvar-when-unprivileged = false
-accept-nvidia-visible-devices-as-volume-mounts = true
-"""
+TOOLKIT_SETTINGS: dict[str, bool] = {
+    wellknown.TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED: False,
+    wellknown.TOOLKIT_VOLUME_MOUNTS: True,
+}
+TOOLKIT_CONFIG_TEXT = ("# kilonode: GPUs reach a container only through the device plugin's volume-mounts device "
+                       "list.\n" + tomli_w.dumps(TOOLKIT_SETTINGS))
 VENDOR_STAGING = "/var/lib/kilonode/vendor-debs"
 
 
@@ -90,48 +91,6 @@ def unsupported_gpu(recipe: Recipe, pool: NodePoolPlan) -> str | None:
 def gpu_model(pool: NodePoolPlan) -> str | None:
     """The size catalogue's GPU model, as the plan carries it."""
     return pool.gpu_model
-
-
-# --- the NVIDIA container toolkit ------------------------------------------------------------
-
-
-def install_toolkit(tree: Path, placed: pinned.BinaryResult) -> dict[str, str]:
-    """Install the four .deb packages of the toolkit's release tarball (placed in the tree by
-    binaries.place_role) with dpkg in the tree, then remove the tarball (the packages are the
-    record). Returns package -> version. Raises BuildError naming what is wrong."""
-    tarball = host_path(tree, placed.path)
-    staging = tarball.parent / "debs"
-    staging.mkdir(parents=True, exist_ok=True)
-    found: dict[str, str] = {}
-    try:
-        with tarfile.open(tarball, "r:*") as tar:
-            for info in tar:
-                name = PurePosixPath(info.name).name
-                package = name.split("_", 1)[0]
-                # packages/ubuntu18.04/amd64/<package>_<version>-1_amd64.deb in the release tarball
-                if info.isfile() and name.endswith("_amd64.deb") and package in TOOLKIT_PACKAGES:
-                    source = tar.extractfile(info)
-                    assert source is not None  # a regular file
-                    (staging / name).write_bytes(source.read())
-                    found[package] = name
-    except (tarfile.TarError, OSError, EOFError) as error:
-        raise BuildError(f"{TOOLKIT}: {tarball.name} is not a readable tarball: {error}") from error
-    missing = [p for p in TOOLKIT_PACKAGES if p not in found]
-    if missing:
-        raise BuildError(
-            f"{TOOLKIT}: {tarball.name} holds no {', '.join(missing)} .deb for amd64 "
-            "(expected the release's packages/ubuntu18.04/amd64/*.deb)"
-        )
-    inside = "/" + staging.relative_to(tree).as_posix()
-    result = subprocess.run(
-        ["chroot", str(tree), "dpkg", "--install", *(f"{inside}/{found[p]}" for p in TOOLKIT_PACKAGES)],
-        capture_output=True, text=True, check=False,
-    )
-    shutil.rmtree(tarball.parent)
-    if result.returncode != 0:
-        raise BuildError(f"{TOOLKIT}: dpkg --install failed in the image:\n{(result.stdout + result.stderr)[-3000:]}")
-    versions = installed(tree)
-    return {p: versions.get(p, "") for p in TOOLKIT_PACKAGES}
 
 
 # --- packages from vendor apt repositories (Fabric Manager, NSCQ, the container toolkit) ----------
@@ -187,25 +146,34 @@ def install_vendor(recipe: Recipe, extras: tuple[Extra, ...], tree: Path, work: 
     )
 
 
+def fabric_manager_to_enable(recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan) -> str | None:
+    """The Fabric Manager unit the build enables for this pool where its package is installed:
+    on a size whose GPUs are joined by NVSwitch (the plan's `nvswitch`, from the size
+    catalogue), where CUDA cannot initialise without it (cudaErrorSystemNotReady, 802); None
+    elsewhere, where nv-fabricmanager finds no NVSwitch and exits 1 (NV_WARN_NOTHING_TO_DO,
+    NVIDIA/gpu-operator#610), and for an image without the GPU extra."""
+    if "gpu" not in extras or not pool.nvswitch:
+        return None
+    spec = recipe.extras["gpu"]
+    return spec.fabric_manager_unit if spec.equal_versions.get(vendor_apt.FABRIC_MANAGER) else None
+
+
 def fabric_manager_unit(recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, vendor: VendorInstall,
                         tree: Path) -> dict[str, Any] | None:
-    """Enable Fabric Manager's unit on a size whose GPUs are joined by NVSwitch (the size
-    catalogue's `nvswitch`), where it is installed; None for an image without the GPU extra."""
+    """Enable Fabric Manager's unit where fabric_manager_to_enable says, if its package was
+    installed; the manifest's record. None for an image without the GPU extra."""
     if "gpu" not in extras:
         return None
     spec = recipe.extras["gpu"]
-    package = spec.equal_versions.get("fabric_manager")
-    unit = spec.fabric_manager_unit
-    nvswitch = pool.nvswitch
+    package = spec.equal_versions.get(vendor_apt.FABRIC_MANAGER)
+    unit = fabric_manager_to_enable(recipe, extras, pool)
     present = bool(package and package in vendor.installed)
-    enabled = False
-    if nvswitch and present and unit:
+    if unit and present:
         from kilonode.image.rootfs import systemctl
 
         systemctl(tree, "enable", [unit])
-        enabled = True
-    return {"package": package, "version": vendor.installed.get(package or ""), "present": present, "unit": unit,
-            "nvswitch": nvswitch, "enabled": enabled}
+    return {"package": package, "version": vendor.installed.get(package or ""), "present": present,
+            "unit": spec.fabric_manager_unit, "nvswitch": pool.nvswitch, "enabled": bool(unit and present)}
 
 
 def nvidia_runtime_config(pool: NodePoolPlan, files: HostFiles) -> str | None:
@@ -274,7 +242,7 @@ def boot_kernel(tree: Path) -> str | None:
 
 def gpu_record(
     recipe: Recipe, extras: tuple[Extra, ...], pool: NodePoolPlan, tree: Path, packages: dict[str, str],
-    toolkit: pinned.BinaryResult | None, toolkit_packages: dict[str, str], dropin: str | None,
+    toolkit_packages: dict[str, str], dropin: str | None,
     agent: list[dict[str, str]], preloaded: list[dict[str, str]], runtime_config: str | None,
     device_plugin: str, vendor: VendorInstall | None = None, fabric_manager: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
@@ -312,8 +280,8 @@ def gpu_record(
             if name in packages
         },
         "container_toolkit": {
-            "present": bool(toolkit and toolkit.present) or TOOLKIT in (vendor or VendorInstall()).installed,
-            **_toolkit_origin(toolkit, vendor or VendorInstall(), packages),
+            "present": TOOLKIT in (vendor or VendorInstall()).installed,
+            **_toolkit_origin(vendor or VendorInstall()),
             "packages": toolkit_packages,
             # its own configuration: the env-var device list refused for unprivileged containers,
             # the volume-mounts device list accepted (written with the toolkit only)
@@ -341,16 +309,12 @@ def gpu_record(
     }
 
 
-def _toolkit_origin(toolkit: pinned.BinaryResult | None, vendor: VendorInstall,
-                    packages: dict[str, str]) -> dict[str, Any]:
+def _toolkit_origin(vendor: VendorInstall) -> dict[str, Any]:
     if TOOLKIT in vendor.installed:
         return {"version": vendor.installed[TOOLKIT], "origin": "apt repository nvidia-container-toolkit "
                 "(node-image/recipe.toml, signed by the pinned key, sha256 as published)"}
-    if toolkit and toolkit.present:
-        return {"version": toolkit.version, "origin": toolkit.origin}
     missing = [m for m in vendor.missing if m.startswith(f"{TOOLKIT} ")]
-    return {"version": None, "origin": "absent: " + (missing[0] if missing else
-                                                     toolkit.origin if toolkit else "not declared")}
+    return {"version": None, "origin": "absent: " + (missing[0] if missing else "not declared")}
 
 
 def _versions(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str],

@@ -225,9 +225,10 @@ def overlay_paths(recipe: Recipe, spec: ImageSpec, role_image: str | None) -> se
 
 def providers(catalog: Catalog, recipe: Recipe, spec: ImageSpec) -> dict[str, Provider]:
     """Every path the image provides by the data: its components' files and the Debian
-    packages its lists install."""
+    packages its lists and its extras' vendor apt repositories install."""
     found: dict[str, Provider] = {}
-    packages = set(recipe.package_list(spec.flavour, spec.extras))
+    packages = {entry.split("=", 1)[0] for entry in recipe.package_list(spec.flavour, spec.extras)}
+    packages |= {p.name for r in recipe.vendor_repositories(spec.extras) for p in r.packages}
     for path, deb in catalog.debian.items():
         listed = sorted(packages & set(deb.packages))
         if deb.essential or listed:

@@ -43,6 +43,14 @@ class ExtraSpec:
 
 
 @dataclass(frozen=True)
+class Declared:
+    """A package as the recipe declares it: its version (None: whatever apt picks) and where."""
+
+    version: str | None
+    where: str  # "node-image/packages/gpu.txt", "node-image/recipe.toml [apt_repositories.<r>.packages]"
+
+
+@dataclass(frozen=True)
 class BaseSpec:
     """Which cached base root filesystem an image starts from: a flavour and its extras."""
 
@@ -114,6 +122,26 @@ class Recipe:
         for extra in extras:
             names += read_list(self.extras[extra].package_file)
         return names
+
+    def declared_packages(self, flavour: Flavour, extras: tuple[Extra, ...] = ()) -> dict[str, Declared]:
+        """Every package an image of this flavour and extras is built with, by name: the version
+        the recipe gives it (a list's `package=version`, apt's syntax; a vendor repository's
+        exact version) or None, and the file and table that say so."""
+        found: dict[str, Declared] = {}
+        lists = [self.package_files["base"], self.package_files[flavour]]
+        for path in [*lists, *(self.extras[e].package_file for e in extras)]:
+            for entry in read_list(path):
+                name, _, version = entry.partition("=")
+                found[name] = Declared(version or None, self.shown(path))
+        for repo in self.vendor_repositories(extras):
+            for pin in repo.packages:
+                where = f"node-image/recipe.toml [apt_repositories.{repo.name}.packages]"
+                found[pin.name] = Declared(pin.version, where)
+        return found
+
+    def shown(self, path: Path) -> str:
+        """A recipe file as messages name it: node-image/<path>, or as given outside the recipe."""
+        return f"node-image/{path.relative_to(self.root).as_posix()}" if path.is_relative_to(self.root) else str(path)
 
     def components(self, extras: tuple[Extra, ...]) -> tuple[str, ...]:
         """The deb822 components the extras need on top of the host's (sorted, unique)."""

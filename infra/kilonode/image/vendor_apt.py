@@ -450,6 +450,21 @@ def _downloaded(debs: Path, pin: PackagePin, arch: str) -> Path:
 
 # --- version equality --------------------------------------------------------------------------------
 
+# The roles recipe.toml [extras.gpu.vendor] equal_versions maps to a package each: the driver's
+# kernel module, Fabric Manager and NSCQ must be one driver release.
+DRIVER = "driver"
+FABRIC_MANAGER = "fabric_manager"
+NSCQ = "nscq"
+# An exact Debian version: [epoch:]upstream[-revision], the upstream part starting with a digit,
+# of letters, digits and . + ~ (and - only before the revision) (Debian Policy 5.6.12,
+# "Version"). Anything else (empty, a glob such as 535.*, a relation, a suite) lets apt choose.
+EXACT_VERSION = re.compile(r"^(\d+:)?\d[A-Za-z0-9.+~-]*$")
+
+
+def exact_version(version: str | None) -> bool:
+    """Whether `version` names one Debian version, as apt's `package=version` takes it."""
+    return bool(version) and EXACT_VERSION.match(version or "") is not None and not (version or "").endswith("-")
+
 
 def upstream_version(version: str) -> str:
     """A Debian version without its epoch and revision: '535.309.01-0+deb12u1' -> '535.309.01'."""
@@ -462,13 +477,13 @@ def version_problems(installed: dict[str, str], equal: dict[str, str]) -> list[s
     (driver, fabric_manager, nscq) to its package; each installed package's upstream version
     must be the driver's. Returns one line per mismatch (an absent package is not a mismatch:
     the build lists it as missing). Pure: the caller gives the resolved versions."""
-    driver_package = equal.get("driver")
+    driver_package = equal.get(DRIVER)
     if driver_package is None or driver_package not in installed:
         return []
     driver = upstream_version(installed[driver_package])
     problems = []
     for role, package in equal.items():
-        if role == "driver" or package not in installed:
+        if role == DRIVER or package not in installed:
             continue
         if upstream_version(installed[package]) != driver:
             problems.append(

@@ -44,6 +44,10 @@ DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # The label every pool's kubelet registers (kilonode.render.pool: --node-labels).
 POOL_LABEL = "kilonode.io/pool"
 
+# The variable the plugin's --device-list-strategy flag reads, and its value when unset
+# (cmd/nvidia-device-plugin/main.go at v0.17.4 l.92-97: a comma list, default "envvar").
+DEVICE_LIST_STRATEGY_ENV = "DEVICE_LIST_STRATEGY"
+DEVICE_LIST_STRATEGY_DEFAULT = wellknown.DEVICE_LIST_ENVVAR
 # The plugin's settings, as environment variables its flags read (cmd/nvidia-device-plugin/
 # main.go at v0.17.4: each flag's EnvVars).
 DEVICE_PLUGIN_ENV = {
@@ -58,10 +62,9 @@ DEVICE_PLUGIN_ENV = {
     # only the kubelet can give a container, not in NVIDIA_VISIBLE_DEVICES, which any pod can set
     # (and with the NVIDIA runtime as Docker's default a pod that asks for no GPU would see all
     # eight). The image's toolkit config accepts volume mounts and refuses the variable from
-    # unprivileged containers (accept-nvidia-visible-devices-as-volume-mounts = true,
-    # accept-nvidia-visible-devices-envvar-when-unprivileged = false: kilonode.image.gpu). Values:
-    # envvar, volume-mounts, cdi-annotations, cdi-cri (api/config/v1/consts.go at v0.17.4).
-    "DEVICE_LIST_STRATEGY": "volume-mounts",
+    # unprivileged containers (kilonode.image.gpu TOOLKIT_SETTINGS; the keys and which strategy
+    # each accepts: kilonode.plan.wellknown DEVICE_LIST_TOOLKIT_KEY).
+    DEVICE_LIST_STRATEGY_ENV: wellknown.DEVICE_LIST_VOLUME_MOUNTS,
 }
 
 

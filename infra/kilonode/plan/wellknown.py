@@ -91,3 +91,26 @@ SYSTEM_LABEL = "kilonode.io/system"
 
 # The extended resource the NVIDIA device plugin registers for each GPU (kilonode.k8s.gpu).
 GPU_RESOURCE = "nvidia.com/gpu"
+
+# How a GPU pod's device list travels from the NVIDIA device plugin (kilonode.k8s.gpu) to the
+# container toolkit in the node image (kilonode.image.gpu): the two must agree, and neither
+# may import the other. The plugin's device-list strategies (NVIDIA/k8s-device-plugin v0.17.4,
+# fd56a747, api/config/v1/consts.go l.39-42: envvar, volume-mounts, cdi-annotations, cdi-cri).
+DEVICE_LIST_ENVVAR = "envvar"
+DEVICE_LIST_VOLUME_MOUNTS = "volume-mounts"
+# The toolkit's config.toml keys that decide what it takes from an unprivileged container
+# (NVIDIA/nvidia-container-toolkit v1.17.8, f202b80a, internal/config/config.go l.62-63), and
+# their values when the file leaves them out (GetDefault l.100: AcceptEnvvarUnprivileged true;
+# AcceptDeviceListAsVolumeMounts is Go's zero value, false).
+TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+TOOLKIT_VOLUME_MOUNTS = "accept-nvidia-visible-devices-as-volume-mounts"
+TOOLKIT_DEFAULTS = {TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED: True, TOOLKIT_VOLUME_MOUNTS: False}
+# Which key must be true for the toolkit to take a device list handed over by that strategy
+# (its hook, cmd/nvidia-container-runtime-hook/container_config.go l.162-179 at v1.17.8: the
+# volume mounts first when accepted, then NVIDIA_VISIBLE_DEVICES when the container is
+# privileged or the envvar key is true). The CDI strategies need a CDI spec on
+# the node (`nvidia-ctk cdi generate`), which the image does not write: no key takes them.
+DEVICE_LIST_TOOLKIT_KEY = {
+    DEVICE_LIST_ENVVAR: TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED,
+    DEVICE_LIST_VOLUME_MOUNTS: TOOLKIT_VOLUME_MOUNTS,
+}

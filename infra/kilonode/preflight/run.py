@@ -17,13 +17,14 @@ class Check:
 
 def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
-    # who reaches whom, what runs, what resolves, what schedules, what fits, what Azure takes.
+    # who reaches whom, what runs, what a GPU pod gets, what resolves, what schedules, what fits, what Azure takes.
     from kilonode.preflight.checks import (
         azure_names,
         binaries,
         boot_pulls,
         deployer_path,
         disks,
+        gpu_runtime,
         pod_dns,
         quota,
         rdma,
@@ -33,8 +34,8 @@ def _registry() -> tuple[Check, ...]:
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (deployer_path, service_path, binaries, pod_dns, scheduling, rdma, disks, azure_names,
-                       quota, boot_pulls)
+        for module in (deployer_path, service_path, binaries, gpu_runtime, pod_dns, scheduling, rdma, disks,
+                       azure_names, quota, boot_pulls)
     )
 
 

@@ -92,7 +92,7 @@ def _spec(inputs: Inputs, host: str) -> tuple[ImageSpec, str | None, Mapping[str
     pool = next((p for p in inputs.plan.node_pools if host in {p.role(), *(p.role(t) for t in p.teams)}), None)
     if pool is None:
         return None
-    roles = tuple(pool_roles(pool.runtime, pool.gpus_per_node, pool.nccl_topology))
+    roles = tuple(pool_roles(pool.runtime, pool.nccl_topology))
     built = next((m for m in manifests if m.get("pool") == pool.name), None)
     return ImageSpec(roles, pool.runtime, extras_for(pool.gpus_per_node, pool.infiniband), k8s), None, built
 
