@@ -149,9 +149,9 @@ def nccl_job(
     has no NCCL topology; a team with no nodes in the pool; a gang larger than the pool's
     largest fabric (a scale set: RDMA reaches only its own VMs) unless --cross-fabric.
 
-    Run it: kilonode gpu nccl-job research-7500 --pool h100-ib | kubectl apply -f -, then
-    kubectl logs -f job/nccl-allreduce. How to read the output, and the bandwidth to expect per
-    size: docs/nccl-job.md.
+    Run it: kilonode gpu nccl-job research-7500 --pool h100-ib | kubectl apply -f -, then follow
+    pod 0's log (kubectl logs -f -l batch.kubernetes.io/job-completion-index=0,...). How to read
+    the output, and the bandwidth to expect per size: docs/nccl-job.md.
     """
     from dataclasses import replace
 
