@@ -10,6 +10,8 @@ changing. tests/render/test_golden.py compares the same `expected` trees with wh
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -70,11 +72,41 @@ def regenerate_reference() -> Path:
     return target
 
 
+# docs/nccl-job.md: each marker names a `kilonode gpu nccl-job` command; the ```yaml block that
+# follows it is that command's output (tests/k8s/test_nccl_job.py keeps them equal).
+NCCL_JOB_DOC = REPO_ROOT / "docs" / "nccl-job.md"
+NCCL_JOB_MARKER = re.compile(r"(<!-- generated: kilonode (gpu nccl-job [^>]*?) -->\n)(\n```yaml\n.*?```\n)?", re.S)
+
+
+def cli_output(args: list[str]) -> str:
+    """What `kilonode ARGS` prints (run in this process, as the installed command runs it)."""
+    from typer.testing import CliRunner
+
+    from kilonode.cli import app
+
+    result = CliRunner().invoke(app, args)
+    if result.exit_code != 0:
+        raise RuntimeError(f"kilonode {shlex.join(args)}: exit {result.exit_code}: {result.output}")
+    return result.stdout
+
+
+def nccl_job_doc(text: str) -> str:
+    """The page with every marker followed by its command's output."""
+    return NCCL_JOB_MARKER.sub(
+        lambda m: f"{m.group(1)}\n```yaml\n{cli_output(shlex.split(m.group(2)))}```\n", text)
+
+
+def regenerate_nccl_job_doc() -> Path:
+    NCCL_JOB_DOC.write_text(nccl_job_doc(NCCL_JOB_DOC.read_text(encoding="utf-8")), encoding="utf-8")
+    return NCCL_JOB_DOC
+
+
 if __name__ == "__main__":
     try:
         for written in regenerate():
             print(f"regenerated {GOLDEN_DIR}/{written}")
         print(f"regenerated {regenerate_reference()}")
+        print(f"regenerated {regenerate_nccl_job_doc()}")
     except StackError as error:
         print(error, file=sys.stderr)
         sys.exit(2)

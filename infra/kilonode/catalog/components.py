@@ -55,6 +55,7 @@ class Components(Row):
     kubelet_csr_approver: Component
     device_plugin: Component
     rdma_shared_device_plugin: Component
+    nccl_benchmark: Component
     azure_cni: Component
 
 

@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "new": "project:new",
     "schema": "project:schema",
     "gpu-health": "gpu:gpu_health",
+    "gpu": "gpu:gpu_app",
     "image": "image:image_app",
     "local": "local:local_app",
 }

@@ -1,8 +1,9 @@
-"""`kilonode gpu-health --from DIR`: the GPU health agent's rules, off the node.
+"""`kilonode gpu-health --from DIR`: the GPU health agent's rules, off the node; and `kilonode
+gpu nccl-job STACK --pool POOL`: an NCCL all-reduce gang over InfiniBand, generated from the plan.
 
-The same parsers and rules the agent runs on a GPU node, applied to outputs recorded there
-(support, tests, a rehearsal): exit 0 healthy, 1 a fault (one line each: the check, the GPU,
-the evidence, the action), 2 unusable input.
+gpu-health applies the same parsers and rules the agent runs on a GPU node to outputs recorded
+there (support, tests, a rehearsal): exit 0 healthy, 1 a fault (one line each: the check, the
+GPU, the evidence, the action), 2 unusable input.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kilonode.cli.common import die, out
+from kilonode.cli.common import StackArg, die, load_and_plan, out
 from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
@@ -100,3 +101,69 @@ def _dry_run(findings: list[Finding]) -> list[str]:
     return [f"the agent would report condition {condition['type']}={condition['status']} "
             f"reason={condition['reason']}", *[f"  {line}" for line in condition["message"].splitlines()],
             f"the controller would leave the node with taints: {', '.join(taints) or 'none'}"]
+
+
+gpu_app = typer.Typer(
+    name="gpu",
+    help="GPU work on the cluster a stack describes: jobs generated from its plan.",
+    no_args_is_help=True,
+)
+
+
+@gpu_app.command("nccl-job")
+def nccl_job(
+    stack: StackArg,
+    pool: Annotated[str, typer.Option("--pool", help="The InfiniBand GPU pool to run on (e.g. h100-ib).")],
+    nodes: Annotated[
+        int | None,
+        typer.Option("--nodes", min=1, show_default=False,
+                     help="Nodes in the gang, one pod of all their GPUs each. Default: 2, the smallest gang whose "
+                     "traffic crosses InfiniBand."),
+    ] = None,
+    namespace: Annotated[str, typer.Option("--namespace", help="The namespace of every object.")] = "default",
+    team: Annotated[
+        str | None,
+        typer.Option("--team", help="Run on this team's reserved nodes of the pool (tolerating its taint); the "
+                     "namespace must carry the label kilonode.io/team=<team>. Without it: the pool's shared nodes."),
+    ] = None,
+    cross_fabric: Annotated[
+        bool,
+        typer.Option("--cross-fabric", help="Let the gang span InfiniBand fabrics (scale sets): no fabric affinity, "
+                     "the kilonode.io/cross-fabric annotation, no rdma/ib, and NCCL over TCP (NCCL_IB_DISABLE=1), "
+                     "since InfiniBand does not reach from one scale set to another."),
+    ] = False,
+    name: Annotated[str, typer.Option("--name", help="The name of the Job, PodGroup and Service.")]
+    = "nccl-allreduce",
+) -> None:
+    """Print a complete NCCL all-reduce gang over InfiniBand for a pool, as YAML for `kubectl apply -f -`.
+
+    Generated from the stack's plan, nothing hand-written: a ConfigMap with the benchmark
+    (torch.distributed all_reduce from 1 MiB to 8 GiB per GPU, printing algbw and busbw as
+    nccl-tests defines them), a PodGroup of --nodes pods for the gang scheduler, a headless
+    Service, and an Indexed Job whose pods select the pool's nodes, tolerate the taints they
+    register with, keep to one InfiniBand fabric, ask for every GPU and rdma/ib, mount the
+    node's NCCL topology file where NCCL_TOPO_FILE names it, carry the size's NCCL settings,
+    and run torchrun with its rendezvous at pod 0.
+
+    Refused (exit 2, with the reason): a pool without GPUs, without InfiniBand, or whose size
+    has no NCCL topology; a team with no nodes in the pool; a gang larger than the pool's
+    largest fabric (a scale set: RDMA reaches only its own VMs) unless --cross-fabric.
+
+    Run it: kilonode gpu nccl-job research-7500 --pool h100-ib | kubectl apply -f -, then follow
+    pod 0's log (kubectl logs -f -l batch.kubernetes.io/job-completion-index=0,...). How to read
+    the output, and the bandwidth to expect per size: docs/nccl-job.md.
+    """
+    from dataclasses import replace
+
+    from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest, to_yaml
+    from kilonode.k8s.nccl_job import nccl_job as build
+
+    _, plan = load_and_plan(stack)
+    request = NcclJobRequest(pool=pool, namespace=namespace, team=team, cross_fabric=cross_fabric, name=name)
+    if nodes is not None:
+        request = replace(request, nodes=nodes)
+    try:
+        objects = build(plan, request)
+    except NcclJobError as error:
+        die(str(error), "kilonode gpu nccl-job")
+    print(to_yaml(objects), end="")

@@ -55,15 +55,15 @@ from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
 from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.gang import CROSS_FABRIC_ANNOTATION, GANG_SCHEDULER_NAME, POD_GROUP_API_VERSION, POD_GROUP_LABEL
 from kilonode.k8s.pods import awaited, system_pod_spec
 from kilonode.plan.model import AwaitsPlan, ClusterPlan
 from kilonode.plan.wellknown import FABRIC_LABEL, GPU_RESOURCE
 from kilonode.yamlio import plain_yaml
 
-# What a job names (docs/gang-scheduling.md).
-GANG_SCHEDULER_NAME = "kilonode-gang"
-POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # v1alpha1.PodGroupLabel at every pinned tag
-POD_GROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+# What a job names (GANG_SCHEDULER_NAME, POD_GROUP_LABEL, ...) lives in kilonode.k8s.gang, free
+# of Pulumi, which job builders share; imported here, and read as scheduling.<NAME> as before.
+__all__ = ["CROSS_FABRIC_ANNOTATION", "GANG_SCHEDULER_NAME", "POD_GROUP_API_VERSION", "POD_GROUP_LABEL"]
 
 SCHEDULER = "kilonode-gang-scheduler"  # Deployment, ServiceAccount, ClusterRole, ConfigMap
 CONTROLLER = "kilonode-gang-controller"
@@ -279,8 +279,8 @@ def describe(plan: ClusterPlan) -> list[str]:
 # scheduler-plugins extension (none at the pinned releases places a group by a node label):
 # it uses what is already deployed. What it cannot do: pick the fabric with room first (a
 # full fabric chosen by the first pod waits out the timeout). A job that may span fabrics (it
-# gives up RDMA between them) says so: kilonode.io/cross-fabric: "true" on its pods.
-CROSS_FABRIC_ANNOTATION = "kilonode.io/cross-fabric"
+# gives up RDMA between them) says so: kilonode.io/cross-fabric: "true" on its pods. The
+# affinity itself: kilonode.k8s.gang.fabric_affinity, which this rule admits.
 POLICY_LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of": "kilonode-gang"}
 GANG_FABRIC_RULE = (
     f"!has(object.metadata.labels) || !('{POD_GROUP_LABEL}' in object.metadata.labels) || "

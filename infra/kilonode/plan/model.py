@@ -364,6 +364,9 @@ class ComponentsPlan(StrictModel):
     cluster_autoscaler_image: str
     device_plugin_image: str
     rdma_device_plugin_image: str  # InfiniBand pools: rdma/ib for pods (kilonode.k8s.rdma)
+    # the image of the NCCL all-reduce job kilonode generates (kilonode.k8s.nccl_job); no node
+    # runs it at boot, so it is in no preload list
+    nccl_benchmark_image: str
     cni_version: str  # the Azure CNI conflist's cniVersion
     # upstream's suggested API Priority and Fairness levels and their shares
     apf_builtin_shares: dict[str, int]

@@ -65,6 +65,37 @@ NCCL_TOPOLOGY_LABEL = "kilonode.io/nccl-topology"
 def nccl_topology_file(family: str) -> str:
     return f"/opt/microsoft/{family}/topo.xml"
 
+
+# The NCCL settings of a topology family, one home for the host's /etc/nccl.conf
+# (kilonode.render.pool.nccl_conf) and a job's environment (kilonode.k8s.nccl_job): as Azure's
+# HPC images write /etc/nccl.conf (Azure/azhpc-images 8e9d055f components/customizations/
+# ndv4.sh l.11-15, ndv5.sh l.11-15, ndv2.sh l.11-14): relaxed PCIe ordering on the A100 and
+# H100/H200 families only, the published topology, and CPU affinity left to the job.
+NCCL_RELAXED_ORDERING_FAMILIES = ("ndv4", "ndv5")
+
+
+def nccl_host_settings(family: str) -> tuple[tuple[str, str], ...]:
+    """/etc/nccl.conf's KEY=VALUE pairs for a family, in the order Azure's images write them."""
+    relaxed = (("NCCL_IB_PCI_RELAXED_ORDERING", "1"),) if family in NCCL_RELAXED_ORDERING_FAMILIES else ()
+    return (*relaxed, ("NCCL_TOPO_FILE", nccl_topology_file(family)), ("NCCL_IGNORE_CPU_AFFINITY", "1"))
+
+
+# What a pod needs beyond the host file, which NCCL in a container never reads (it reads the
+# container's /etc). As Azure's own NCCL runs on these sizes set them (Azure/azhpc-images
+# 8e9d055f tests/test-definitions.sh l.245-256, the standard_nd96*v4 case, and
+# tests/health_checks/NDv4/test-nccl.sh l.38-40): NCCL's bootstrap and socket traffic on eth0
+# (in a pod: its own network interface; the InfiniBand HCAs carry the data over verbs, and
+# without this NCCL may pick another interface), and CUDA's device order by PCI bus ID, the
+# order the topology file describes. Not NCCL_NET_GDR_LEVEL=5, which those runs also set: it
+# asks for GPUDirect RDMA, which these nodes lack (kilonode.preflight.checks.rdma).
+NCCL_POD_SETTINGS: tuple[tuple[str, str], ...] = (("NCCL_SOCKET_IFNAME", "eth0"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
+
+
+def nccl_pod_environment(family: str) -> tuple[tuple[str, str], ...]:
+    """A container's NCCL environment on a family's nodes: the host file's settings (the
+    topology file mounted at the same path) and what a pod needs besides."""
+    return (*nccl_host_settings(family), *NCCL_POD_SETTINGS)
+
 # Team capacity (kilonode.plan.capacity): a team's shards register with this label and a
 # NoSchedule taint of the same key, so only pods that tolerate it (the team's own, and
 # low-priority borrowers that tolerate the key with any value) land there.

@@ -383,12 +383,9 @@ def preload_loader(pool: NodePoolPlan) -> str:
 
 def nccl_conf(family: str) -> str:
     """/etc/nccl.conf (NCCL reads it as KEY=VALUE lines) as Azure's HPC images write it for the
-    size's family (Azure/azhpc-images components/customizations/<family>.sh at 8e9d055f):
-    the published topology, relaxed PCIe ordering on the A100/H100 families, and CPU affinity
-    left to the job. It serves NCCL run on the host (fabric checks); a container reads its own
-    files, so a job mounts the topology file and sets NCCL_TOPO_FILE itself (docs/gpu-pools.md)."""
-    lines = [f"# {GENERATED}"]
-    if family in ("ndv4", "ndv5"):
-        lines.append("NCCL_IB_PCI_RELAXED_ORDERING=1")
-    lines += [f"NCCL_TOPO_FILE={wellknown.nccl_topology_file(family)}", "NCCL_IGNORE_CPU_AFFINITY=1"]
+    size's family (kilonode.plan.wellknown.nccl_host_settings says which and where they were
+    read). It serves NCCL run on the host (fabric checks); a container reads its own files, so
+    a job mounts the topology file and takes the same settings as its environment
+    (kilonode.k8s.nccl_job, docs/nccl-job.md)."""
+    lines = [f"# {GENERATED}", *(f"{key}={value}" for key, value in wellknown.nccl_host_settings(family))]
     return "\n".join(lines) + "\n"

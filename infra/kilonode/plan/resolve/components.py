@@ -42,6 +42,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "cluster_autoscaler_image": c.cluster_autoscaler.image("clusterAutoscaler", autoscaler),
         "device_plugin_image": single(c.device_plugin, "devicePlugin"),
         "rdma_device_plugin_image": single(c.rdma_shared_device_plugin, "rdmaSharedDevicePlugin"),
+        "nccl_benchmark_image": single(c.nccl_benchmark, "pytorch"),
         "cni_version": c.azure_cni.release("azure-cni", kubernetes_version),
     }
 

@@ -1,0 +1,428 @@
+"""The NCCL all-reduce gang `kilonode gpu nccl-job` generates (kilonode.k8s.nccl_job), checked
+against what consumes it: the Kubernetes OpenAPI schema of every supported minor and the vendored
+PodGroup CRD; the cluster's own admission rules (gang-fabric and team-borrowing CEL, evaluated
+with cel-python); the pool's nodes as the render registers them (labels and taints); the image's
+topology file (node-image/binaries.toml); nccl-tests' bus bandwidth; and docs/nccl-job.md, whose
+YAML blocks must be the generator's output. Each check is shown failing on a seeded break."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kilonode.catalog.binaries import load as load_binaries
+from kilonode.cli import app
+from kilonode.k8s import gang, nccl_allreduce, nccl_job
+from kilonode.k8s.capacity import BORROW_RULE
+from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest
+from kilonode.node.gpu import protocol
+from kilonode.plan import ClusterPlan, defaults, wellknown
+from kilonode.preflight.nodes import KUBELET_CONFIG, KUBELET_UNIT, _pairs, _taints, flags_of, unit_exec_args
+from kilonode.preflight.placement import Taint, selector_mismatch, untolerated
+from kilonode.render.pool import nccl_conf
+from tests import shared
+from tests.golden.update import NCCL_JOB_DOC, NCCL_JOB_MARKER, nccl_job_doc
+from tests.k8s.test_scheduling import SUPPORTED_MINORS, fabric_admitted, gang_problems, pod_group_errors
+
+STACK = "research-7500"
+SHIPPED_POOLS = ("h100-ib", "a100-ib")
+# the variants every structural check runs over: each shipped size, a team's job, a gang across fabrics
+REQUESTS = [
+    NcclJobRequest(pool="h100-ib", namespace="research"),
+    NcclJobRequest(pool="a100-ib", namespace="research"),
+    NcclJobRequest(pool="a100-ib", namespace="language", team="language", nodes=4),
+    NcclJobRequest(pool="a100-ib", namespace="research", nodes=150, cross_fabric=True, name="wide"),
+]
+
+
+@pytest.fixture(scope="module")
+def plan() -> ClusterPlan:
+    return shared.plan(STACK)
+
+
+def objects_of(plan: ClusterPlan, request: NcclJobRequest) -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in nccl_job.nccl_job(plan, request)}
+
+
+def pod_of(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The Job's pod as the apiserver's admission sees it: template metadata, the namespace."""
+    job = objects["Job"]
+    template = job["spec"]["template"]
+    return {"metadata": {**template["metadata"], "namespace": job["metadata"]["namespace"]},
+            "spec": template["spec"]}
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    [container] = pod["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+# --- docs/nccl-job.md: the generator's output, per shipped size ----------------------------------
+
+def doc_blocks() -> list[tuple[str, list[dict[str, Any]]]]:
+    """(command, documents) for each generated block of the page."""
+    text = NCCL_JOB_DOC.read_text()
+    return [(m.group(2), [d for d in yaml.safe_load_all(m.group(3).removeprefix("\n```yaml\n").removesuffix("```\n"))
+                          if d])
+            for m in NCCL_JOB_MARKER.finditer(text)]
+
+
+def test_the_docs_blocks_are_the_commands_output_for_each_shipped_size(plan: ClusterPlan) -> None:
+    text = NCCL_JOB_DOC.read_text()
+    assert nccl_job_doc(text) == text, "docs/nccl-job.md is stale: run `make golden` (python -m tests.golden.update)"
+    blocks = doc_blocks()
+    pools = []
+    for command, documents in blocks:
+        args = shlex.split(command)
+        assert args[:3] == ["gpu", "nccl-job", STACK]
+        pool = args[args.index("--pool") + 1]
+        pools.append(pool)
+        assert documents == nccl_job.nccl_job(plan, NcclJobRequest(pool=pool, namespace="research"))
+    # one block for each GPU size the stack ships, and they are its two sizes
+    assert sorted(pools) == sorted(SHIPPED_POOLS)
+    assert {p.vm_size for p in plan.gpu_pools} == {"Standard_ND96asr_v4", "Standard_ND96isr_H100_v5"}
+    # the check can fail: one changed value in a block makes the page stale
+    assert nccl_job_doc(text.replace("value: eth0", "value: ib0", 1)) != text.replace("value: eth0", "value: ib0", 1)
+
+
+# --- the objects validate -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.pool}-{r.team or 'shared'}-{r.nodes}")
+def test_every_object_validates_for_every_supported_minor_and_is_a_gang(plan: ClusterPlan,
+                                                                          request_: NcclJobRequest) -> None:
+    documents = nccl_job.nccl_job(plan, request_)
+    assert [d["kind"] for d in documents] == ["ConfigMap", "PodGroup", "Service", "Job"]
+    for doc in documents:
+        if doc["kind"] == "PodGroup":
+            assert doc["apiVersion"] == gang.POD_GROUP_API_VERSION
+            assert pod_group_errors(doc) == []
+        else:
+            for minor in SUPPORTED_MINORS:
+                shared.validate_object(doc, f"1.{minor}.0")
+    # the gang rules of docs/gang-scheduling.md: schedulerName, label, minMember = its pods
+    assert gang_problems(documents) == []
+    group = documents[1]
+    assert group["spec"]["minMember"] == request_.nodes
+    assert group["spec"]["minResources"] == {wellknown.GPU_RESOURCE: request_.nodes * 8}
+
+
+def test_the_schema_checks_can_fail(plan: ClusterPlan) -> None:
+    objects = objects_of(plan, REQUESTS[0])
+    job = copy.deepcopy(objects["Job"])
+    job["spec"]["template"]["spec"]["subdomian"] = job["spec"]["template"]["spec"].pop("subdomain")
+    with pytest.raises(kubernetes_validate.ValidationError, match="subdomian"):
+        kubernetes_validate.validate(job, "1.34.0", strict=True)
+    assert any("minimum of 1" in e for e in pod_group_errors(
+        {**objects["PodGroup"], "spec": {**objects["PodGroup"]["spec"], "minMember": 0}}))
+
+
+# --- the cluster's admission policies -----------------------------------------------------------
+
+def borrowing_admitted(pod: dict[str, Any], namespace_labels: dict[str, str] | None = None) -> bool:
+    env = celpy.Environment()
+    program = env.program(env.compile(BORROW_RULE))
+    namespace = pod["metadata"]["namespace"]
+    labels = {"labels": namespace_labels} if namespace_labels else {}
+    return bool(program.evaluate({
+        "object": celpy.json_to_cel({"apiVersion": "v1", "kind": "Pod", "spec": pod["spec"]}),
+        "request": celpy.json_to_cel({"namespace": namespace}),
+        "namespaceObject": celpy.json_to_cel({"metadata": {"name": namespace, **labels}}),
+    }))
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.pool}-{r.team or 'shared'}-{r.nodes}")
+def test_the_pods_pass_the_gang_fabric_and_team_borrowing_policies(plan: ClusterPlan,
+                                                                   request_: NcclJobRequest) -> None:
+    pod = pod_of(objects_of(plan, request_))
+    assert fabric_admitted(pod)
+    team_label = {wellknown.TEAM_LABEL: request_.team} if request_.team else None
+    assert borrowing_admitted(pod, team_label)
+    if request_.cross_fabric:
+        assert pod["metadata"]["annotations"] == {gang.CROSS_FABRIC_ANNOTATION: "true"}
+        assert "affinity" not in pod["spec"]
+    else:
+        # exactly the affinity the policy names, with the job's own group
+        assert pod["spec"]["affinity"] == gang.fabric_affinity(request_.name)
+
+
+def test_the_admission_checks_can_fail(plan: ClusterPlan) -> None:
+    pod = pod_of(objects_of(plan, REQUESTS[0]))
+    assert not fabric_admitted({**pod, "spec": {k: v for k, v in pod["spec"].items() if k != "affinity"}})
+    # a team's job in a namespace that is not the team's borrows: refused at team priority
+    team_pod = pod_of(objects_of(plan, REQUESTS[2]))
+    assert not borrowing_admitted(team_pod)
+    assert not borrowing_admitted(team_pod, {wellknown.TEAM_LABEL: "vision"})
+
+
+def test_the_docs_examples_use_the_same_fabric_affinity() -> None:
+    text = (NCCL_JOB_DOC.parent / "gang-scheduling.md").read_text()
+    for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL):
+        for doc in yaml.safe_load_all(block):
+            spec = doc["spec"]["template"]["spec"] if doc["kind"] == "Job" else doc.get("spec", {})
+            if "affinity" in spec:
+                group = (doc["spec"]["template"] if doc["kind"] == "Job" else doc)["metadata"]["labels"][
+                    gang.POD_GROUP_LABEL]
+                assert spec["affinity"] == gang.fabric_affinity(group)
+
+
+# --- the pool's nodes, as the render registers them -----------------------------------------------
+
+def registered(stack: str, host: str) -> tuple[dict[str, str], list[Taint]]:
+    """A pool role's node labels and taints, from its rendered kubelet flags and config."""
+    files = shared.rendered(stack)[host]
+    config = yaml.safe_load(files[KUBELET_CONFIG].content) or {}
+    flags = flags_of(unit_exec_args(files[KUBELET_UNIT].content))
+    return _pairs(flags.get("node-labels", ""), "="), _taints(config, flags)
+
+
+def placement_problems(pod: dict[str, Any], labels: dict[str, str], taints: list[Taint]) -> list[str]:
+    """What keeps the pod off a node once its GPUs passed their checks (the health taint lifted)."""
+    problems = [f"untolerated {t}" for t in untolerated(pod["spec"].get("tolerations", []), taints)
+                if t.key != protocol.STARTUP_TAINT]
+    mismatch = selector_mismatch(pod["spec"], labels)
+    return problems + ([mismatch] if mismatch else [])
+
+
+@pytest.mark.parametrize(("request_", "host"), [
+    (REQUESTS[0], "pool-h100-ib"), (REQUESTS[1], "pool-a100-ib"), (REQUESTS[2], "pool-a100-ib.team-language"),
+])
+def test_the_pod_tolerates_and_selects_the_pools_nodes(plan: ClusterPlan, request_: NcclJobRequest,
+                                                       host: str) -> None:
+    pod = pod_of(objects_of(plan, request_))
+    labels, taints = registered(STACK, host)
+    assert placement_problems(pod, labels, taints) == []
+    # it waits for the GPU health agent: the startup taint is the one it does not tolerate
+    assert [str(t) for t in untolerated(pod["spec"].get("tolerations", []), taints)] == [
+        f"{protocol.STARTUP_TAINT}={protocol.STARTUP_VALUE}:NoSchedule"]
+
+
+def test_the_placement_checks_can_fail(plan: ClusterPlan) -> None:
+    team_pod = pod_of(objects_of(plan, REQUESTS[2]))
+    labels, taints = registered(STACK, "pool-a100-ib.team-language")
+    # a toleration dropped: the team's taint keeps it off its nodes
+    bare = copy.deepcopy(team_pod)
+    bare["spec"]["tolerations"] = []
+    assert placement_problems(bare, labels, taints) == [f"untolerated {wellknown.TEAM_LABEL}=language:NoSchedule"]
+    # a shared job's pod does not reach the team's nodes, nor the other team's job
+    assert placement_problems(pod_of(objects_of(plan, REQUESTS[1])), labels, taints)
+    other_labels, other_taints = registered(STACK, "pool-a100-ib.team-vision")
+    assert placement_problems(team_pod, other_labels, other_taints)
+    # another pool's nodes are not selected
+    h100_labels, h100_taints = registered(STACK, "pool-h100-ib")
+    assert placement_problems(team_pod, h100_labels, h100_taints)
+
+
+def test_every_taint_of_the_pool_is_read_from_the_plan(write_stack: Any) -> None:
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+    from tests.conftest import shipped_cluster_value
+
+    cluster = shipped_cluster_value(STACK)
+    h100 = next(p for p in cluster["nodePools"] if p["name"] == "h100-ib")
+    h100["taints"] = ["example.com/dedicated=nccl:NoSchedule", "example.com/maintenance:NoExecute"]
+    planned = plan_stack(load_stack(str(write_stack(cluster))))
+    pod = pod_of(objects_of(planned, NcclJobRequest(pool="h100-ib")))
+    assert pod["spec"]["tolerations"] == [
+        {"key": "example.com/dedicated", "operator": "Equal", "effect": "NoSchedule", "value": "nccl"},
+        {"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"},
+    ]
+    taints = [Taint(k, e, v) for k, e, v in (("example.com/dedicated", "NoSchedule", "nccl"),
+                                             ("example.com/maintenance", "NoExecute", ""))]
+    assert untolerated(pod["spec"]["tolerations"], taints) == []
+    assert untolerated(pod["spec"]["tolerations"][:1], taints) == [taints[1]]
+
+
+# --- resources, RDMA, the NCCL topology and environment ------------------------------------------
+
+def resource_problems(pod: dict[str, Any], gpus: int) -> list[str]:
+    [container] = pod["spec"]["containers"]
+    resources = container["resources"]
+    problems = []
+    for name, want in ((wellknown.GPU_RESOURCE, gpus), (wellknown.RDMA_RESOURCE, 1)):
+        if resources.get("limits", {}).get(name) != want or resources.get("requests", {}).get(name, want) != want:
+            problems.append(f"{name}: {resources}")
+    if "IPC_LOCK" not in container.get("securityContext", {}).get("capabilities", {}).get("add", []):
+        problems.append("no IPC_LOCK")
+    return problems
+
+
+@pytest.mark.parametrize("pool", SHIPPED_POOLS)
+def test_the_pod_asks_for_every_gpu_the_rdma_devices_and_leaves_headroom(plan: ClusterPlan, pool: str) -> None:
+    planned = next(p for p in plan.node_pools if p.name == pool)
+    pod = pod_of(objects_of(plan, NcclJobRequest(pool=pool)))
+    assert resource_problems(pod, planned.gpus_per_node) == []
+    # the RDMA resource is the one the RDMA device plugin registers (kilonode.k8s.rdma)
+    from kilonode.k8s.rdma import plugin_config
+
+    resource_name = plugin_config()["configList"][0]["resourceName"]  # type: ignore[index]
+    assert f"rdma/{resource_name}" == wellknown.RDMA_RESOURCE
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    assert planned.vcpus and planned.memory_gib
+    assert int(requests["cpu"]) <= 0.85 * planned.vcpus and int(requests["memory"].removesuffix("Gi")) <= (
+        0.85 * planned.memory_gib)
+    # seeded breaks: the RDMA request dropped, one GPU short, no IPC_LOCK
+    for break_ in ("rdma", "gpu", "ipc"):
+        broken = copy.deepcopy(pod)
+        [container] = broken["spec"]["containers"]
+        if break_ == "rdma":
+            del container["resources"]["limits"][wellknown.RDMA_RESOURCE]
+        elif break_ == "gpu":
+            container["resources"]["limits"][wellknown.GPU_RESOURCE] = 7
+        else:
+            del container["securityContext"]
+        assert resource_problems(broken, planned.gpus_per_node), break_
+
+
+def topology_problems(pod: dict[str, Any], image_path: str) -> list[str]:
+    """NCCL_TOPO_FILE names a read-only mount of the node's file at the path the image installs."""
+    spec = pod["spec"]
+    [container] = spec["containers"]
+    topo = env_of(pod).get("NCCL_TOPO_FILE")
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mount = mounts.get(topo or "")
+    if mount is None:
+        return [f"NCCL_TOPO_FILE {topo!r} is not mounted"]
+    host_path = volumes[mount["name"]].get("hostPath", {}).get("path")
+    problems = [] if mount.get("readOnly") else ["the topology mount is writable"]
+    return problems + ([] if host_path == image_path == topo else [f"{topo} <- {host_path}, image has {image_path}"])
+
+
+@pytest.mark.parametrize("pool", SHIPPED_POOLS)
+def test_nccl_topo_file_names_the_mounted_file_the_pool_image_installs(plan: ClusterPlan, pool: str) -> None:
+    planned = next(p for p in plan.node_pools if p.name == pool)
+    family = planned.nccl_topology
+    assert family is not None
+    [component] = load_binaries().role(f"nccl-{family}")
+    [image_file] = component.files
+    pod = pod_of(objects_of(plan, NcclJobRequest(pool=pool)))
+    assert topology_problems(pod, image_file.path) == []
+    assert pod["spec"]["nodeSelector"][wellknown.NCCL_TOPOLOGY_LABEL] == family
+    # seeded breaks: NCCL_TOPO_FILE pointing elsewhere; the file taken from another family
+    moved = copy.deepcopy(pod)
+    for env in moved["spec"]["containers"][0]["env"]:
+        if env["name"] == "NCCL_TOPO_FILE":
+            env["value"] = "/opt/microsoft/topo.xml"
+    assert topology_problems(moved, image_file.path)
+    assert topology_problems(pod, wellknown.nccl_topology_file("ndv2"))
+
+
+@pytest.mark.parametrize("pool", SHIPPED_POOLS)
+def test_the_pod_carries_every_setting_of_the_hosts_nccl_conf_and_the_pods_own(plan: ClusterPlan, pool: str) -> None:
+    planned = next(p for p in plan.node_pools if p.name == pool)
+    assert planned.nccl_topology is not None
+    env = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool))))
+    host = dict(line.split("=", 1) for line in nccl_conf(planned.nccl_topology).splitlines()
+                if not line.startswith("#"))
+    assert host == {"NCCL_IB_PCI_RELAXED_ORDERING": "1", "NCCL_TOPO_FILE": f"/opt/microsoft/{planned.nccl_topology}"
+                    "/topo.xml", "NCCL_IGNORE_CPU_AFFINITY": "1"}
+    assert host.items() <= env.items()
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "NCCL_IB_DISABLE" not in env and "NCCL_NET_GDR_LEVEL" not in env
+    # the rendered host file is this text (one home: the render and the job read the same pairs)
+    files = shared.rendered(STACK)[f"pool-{pool}"]
+    assert files[wellknown.NCCL_CONF.lstrip("/")].content == nccl_conf(planned.nccl_topology)
+
+
+def test_ndv2_gets_no_relaxed_ordering_as_azure_writes_it() -> None:
+    assert dict(wellknown.nccl_host_settings("ndv2")) == {
+        "NCCL_TOPO_FILE": "/opt/microsoft/ndv2/topo.xml", "NCCL_IGNORE_CPU_AFFINITY": "1"}
+
+
+def test_a_gang_across_fabrics_runs_over_tcp_and_says_so(plan: ClusterPlan) -> None:
+    pod = pod_of(objects_of(plan, REQUESTS[3]))
+    env = env_of(pod)
+    assert env["NCCL_IB_DISABLE"] == "1"
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert wellknown.RDMA_RESOURCE not in limits and limits[wellknown.GPU_RESOURCE] == 8
+
+
+# --- the launcher and the benchmark ----------------------------------------------------------------
+
+def test_the_launcher_rendezvous_at_pod_zero_through_the_headless_service(plan: ClusterPlan) -> None:
+    objects = objects_of(plan, REQUESTS[0])
+    job, service = objects["Job"], objects["Service"]
+    spec = job["spec"]["template"]["spec"]
+    name = job["metadata"]["name"]
+    assert spec["subdomain"] == service["metadata"]["name"] == name
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {nccl_job.JOB_NAME_LABEL: name}
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == REQUESTS[0].nodes
+    script = spec["containers"][0]["command"][2]
+    master = f"{name}-0.{name}"  # the Indexed Job's hostname pattern under its subdomain
+    assert f"getent hosts {master}" in script
+    assert (f"torchrun --nnodes=2 --nproc_per_node=8 --node_rank=\"$JOB_COMPLETION_INDEX\" --master_addr={master} "
+            f"--master_port={defaults.NCCL_JOB_MASTER_PORT} /opt/kilonode-nccl/allreduce.py") in script
+    # the script is the ConfigMap's, mounted where the command runs it
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    [volume] = [v for v in spec["volumes"] if v["name"] == "benchmark"]
+    assert volume["configMap"]["name"] == objects["ConfigMap"]["metadata"]["name"]
+    assert mounts["benchmark"] == nccl_job.SCRIPT_DIR
+    assert objects["ConfigMap"]["data"] == {nccl_job.SCRIPT_KEY: nccl_job.SCRIPT.read_text()}
+    assert spec["containers"][0]["image"] == plan.components.nccl_benchmark_image
+
+
+def test_the_benchmark_compiles_and_computes_nccl_tests_bus_bandwidth() -> None:
+    compile(nccl_job.SCRIPT.read_text(), str(nccl_job.SCRIPT), "exec")
+    # doc/PERFORMANCE.md, AllReduce: busbw = algbw * 2(n-1)/n
+    assert nccl_allreduce.bus_bandwidth(100.0, 16) == pytest.approx(187.5)
+    assert nccl_allreduce.bus_bandwidth(100.0, 8) == pytest.approx(175.0)
+    assert nccl_allreduce.bus_bandwidth(100.0, 2) == pytest.approx(100.0)
+    assert nccl_allreduce.bus_bandwidth(100.0, 1) == 0.0
+    sizes = list(nccl_allreduce.sizes(defaults.NCCL_JOB_MAX_BYTES))
+    assert sizes[0] == 1 << 20 and sizes[-1] == 8 << 30 and len(sizes) == 14
+    # 1 GiB in 10 ms over 16 ranks: algbw 107.37 GB/s, busbw 201.33
+    assert nccl_allreduce.row(1 << 30, 0.01, 16, 0).split()[-3:] == ["107.37", "201.33", "0"]
+    # a wrong formula would not pass: n/(n-1) instead of 2(n-1)/n
+    assert nccl_allreduce.bus_bandwidth(100.0, 16) != pytest.approx(100.0 * 16 / 15)
+
+
+# --- refusals and the command --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("stack", "request_", "message"), [
+    (STACK, NcclJobRequest(pool="system"), "has no GPUs"),
+    ("research-2500", NcclJobRequest(pool="nc-a100"), "has no InfiniBand"),
+    (STACK, NcclJobRequest(pool="h200"), "no pool is named 'h200'"),
+    (STACK, NcclJobRequest(pool="a100-ib", nodes=101), "do not fit in one InfiniBand fabric"),
+    (STACK, NcclJobRequest(pool="a100-ib", nodes=1001, cross_fabric=True), "hold 1000 in all"),
+    (STACK, NcclJobRequest(pool="a100-ib", team="research"), "team 'research' has no nodes"),
+    (STACK, NcclJobRequest(pool="h100-ib", nodes=0), "at least one node"),
+])
+def test_what_cannot_run_is_refused_with_the_reason(stack: str, request_: NcclJobRequest, message: str) -> None:
+    with pytest.raises(NcclJobError, match=message):
+        nccl_job.nccl_job(shared.plan(stack), request_)
+
+
+def test_a_pool_reserved_whole_for_teams_needs_a_team(plan: ClusterPlan) -> None:
+    a100 = next(p for p in plan.node_pools if p.name == "a100-ib")
+    reserved = a100.model_copy(update={"shards": tuple(s.model_copy(update={"team": s.team or "vision"})
+                                                       for s in a100.shards)})
+    planned = plan.model_copy(update={"node_pools": tuple(reserved if p.name == "a100-ib" else p
+                                                          for p in plan.node_pools)})
+    with pytest.raises(NcclJobError, match=r"reserved for a team .*pass --team"):
+        nccl_job.nccl_job(planned, NcclJobRequest(pool="a100-ib"))
+    assert nccl_job.nccl_job(planned, NcclJobRequest(pool="a100-ib", team="vision"))
+
+
+def test_the_command_prints_the_objects_and_refuses_with_exit_2() -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["gpu", "nccl-job", STACK, "--pool", "h100-ib", "--nodes", "3"])
+    assert result.exit_code == 0, result.output
+    documents = [d for d in yaml.safe_load_all(result.stdout) if d]
+    assert documents == nccl_job.nccl_job(shared.plan(STACK), NcclJobRequest(pool="h100-ib", nodes=3))
+    refused = runner.invoke(app, ["gpu", "nccl-job", STACK, "--pool", "a100-ib", "--nodes", "101"])
+    assert refused.exit_code == 2
+    assert "--cross-fabric" in refused.output and "holds 100" in refused.output
+    shown = runner.invoke(app, ["gpu", "nccl-job", "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0
+    for word in ("--pool", "--nodes", "--team", "--cross-fabric", "rdma/ib", "NCCL_TOPO_FILE", "docs/nccl-job.md"):
+        assert word in shown.output, word
