@@ -52,6 +52,7 @@ FLAGS: dict[str, tuple[str, tuple[int, int, int, int]]] = {
     "max-scale-down-parallelism": ("int", (250, 191, 191, 194)),
     "max-drain-parallelism": ("int", (251, 192, 192, 195)),
     "max-nodes-per-scaleup": ("int", (253, 194, 194, 197)),
+    "parallel-scale-up": ("bool", (180, 125, 125, 126)),
     "max-node-provision-time": ("duration", (181, 126, 126, 127)),
     "balance-similar-node-groups": ("bool", (213, 158, 158, 160)),
     "cores-total": ("minmax", (167, 113, 113, 114)),
@@ -75,6 +76,8 @@ OTHER_FLAGS = {"leader-elect": "bool", "v": "int"}
 # ... and one kilonode does not pass, registered at 1.32 only (main.go l.174, "DEPRECATED: Use
 # --max-scale-down-parallelism instead"): used below to show a flag of another tag is refused.
 FLAGS_AT_32_ONLY = {"max-empty-bulk-delete": ("int", (174, 0, 0, 0))}
+# ... and one registered at 1.35.2 only (flags.go l.128), which kilonode therefore does not pass
+FLAGS_AT_35_ONLY = {"max-node-startup-time": ("duration", (0, 0, 0, 128))}
 
 GO_DURATION = re.compile(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+")
 GO_BOOL = {"1", "t", "T", "TRUE", "true", "True", "0", "f", "F", "FALSE", "false", "False"}
@@ -354,8 +357,10 @@ def test_the_guards_by_flag_name_and_value(graphs: dict[str, Graph]) -> None:
         # how much one loop removes
         "max-scale-down-parallelism": "10",
         "max-drain-parallelism": "1",
-        # gradual scale-up, and time for a GPU VM to come up
+        # gradual scale-up (one wave of joins at most: 327 nodes here), one pool per scale-up,
+        # and time for a GPU VM to come up
         "max-nodes-per-scaleup": "100",
+        "parallel-scale-up": "false",
         "max-node-provision-time": "30m",
         # h100-ib is autoscaled InfiniBand: its scale sets are fabrics, never balanced
         "balance-similar-node-groups": "false",
@@ -410,6 +415,11 @@ def test_a_misspelt_flag_a_flag_of_another_tag_and_a_bad_value_are_caught(graphs
     assert flag_problems([*args, "--max-empty-bulk-delete=10"], 32, known) == []
     assert flag_problems([*args, "--max-empty-bulk-delete=10"], 34, known) == [
         "--max-empty-bulk-delete is not registered at cluster-autoscaler-1.34.5"]
+    # registered at 1.35 only: refused at every earlier tag
+    newer = {**FLAGS, **FLAGS_AT_35_ONLY}
+    assert flag_problems([*args, "--max-node-startup-time=30m"], 35, newer) == []
+    assert flag_problems([*args, "--max-node-startup-time=30m"], 34, newer) == [
+        "--max-node-startup-time is not registered at cluster-autoscaler-1.34.5"]
     bad = [a.replace("--max-node-provision-time=30m", "--max-node-provision-time=30 minutes") for a in args]
     assert flag_problems(bad, 34) == ["--max-node-provision-time=30 minutes is not a valid duration"]
     assert flag_problems([*args, "--leader-elect=yes"], 34) == ["--leader-elect given twice",

@@ -61,7 +61,7 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # PDB each; 2 system bindings, 1 RoleBinding, the config ConfigMap
         # and, when every GPU pool is InfiniBand, the fabric and gang-size policies and bindings
         "gang": 16 + (4 if plan.gpu_pools and all(p.infiniband for p in plan.gpu_pools) else 0),
-        "api-protection": 4,  # 2 PriorityLevelConfigurations, 2 FlowSchemas
+        "api-protection": 6,  # 3 PriorityLevelConfigurations, 3 FlowSchemas
         "monitoring": 2,  # Namespace, ConfigMap
         # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; with teams or
         # InfiniBand pools the node-identity policy and its binding; with balloons their

@@ -220,11 +220,12 @@ class Cluster(pulumi.ComponentResource):
         )
 
     def _node_pools(self, name: str, args: ClusterArgs) -> dict[str, pulumi.Output[str]]:
-        """The GPU pools' scale sets: scale set name -> ID, over every pool."""
+        """The GPU pools' scale sets: scale set name -> ID, over every pool. Created wave by
+        wave (the plan's components.joins): each scale set of a wave waits for every one of the
+        wave before, so a first `pulumi up` boots at most a wave's nodes at once."""
         plan = args.plan
-        scale_set_ids: dict[str, pulumi.Output[str]] = {}
-        for pool in plan.node_pools:
-            nodes = GpuNodePool(
+        pools = {
+            pool.name: GpuNodePool(
                 f"{name}-{pool.name}",
                 GpuNodePoolArgs(
                     pool=pool,
@@ -240,8 +241,16 @@ class Cluster(pulumi.ComponentResource):
                 ),
                 pulumi.ResourceOptions(parent=self),
             )
-            scale_set_ids |= nodes.scale_set_ids
-        return scale_set_ids
+            for pool in plan.node_pools
+        }
+        shards = {s.name: (pool.name, s) for pool in plan.node_pools for s in pool.shards}
+        previous: list[pulumi.Resource] = []
+        for wave in plan.components.joins.waves:
+            previous = [pools[shards[n][0]].scale_set(shards[n][1], after=previous) for n in wave]
+        for component in pools.values():
+            component.done()
+        # in the plan's pool and shard order, whatever the waves' order
+        return {s.name: pools[pool.name].scale_set_ids[s.name] for pool in plan.node_pools for s in pool.shards}
 
     def _restart_verdict(self, name: str, own_stack: str | None, acknowledged: tuple[str, ...]) -> pulumi.Output[bool]:
         """True once the last deployment's restart keys (read through a StackReference to this

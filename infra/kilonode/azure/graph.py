@@ -204,15 +204,24 @@ def _flags(r: Recorded, left: str, right: str) -> str:
     return f" {left}{', '.join(flags)}{right}" if flags else ""
 
 
+def after_line(r: Recorded, types: dict[str, str]) -> list[str]:
+    """The resources of its own type it waits for: an order no input explains (the waves of
+    scale sets, kilonode.plan.resolve.joins; subnets created one at a time)."""
+    peers = [name for name in r.depends_on if types.get(name) == r.type]
+    return [f"    after: {', '.join(peers)}"] if peers else []
+
+
 def format_text(graph: Graph) -> str:
     lines = [
         f"kilonode plan {graph.stack}: {len(graph.resources)} resources "
         "(Pulumi mock engine; nothing was sent to Azure)",
         "",
     ]
+    types = {r.name: r.type for r in graph.resources}
     for r in graph.resources:
         lines.append(f"{r.type} {r.name}{_flags(r, '[', ']')}")
         lines.append(f"    parent: {r.parent or '-'}")
+        lines += after_line(r, types)
         lines += [f"    {key}: {_scalar(value)}" for key, value in _flatten(r.masked()) if key]
     if graph.outputs:
         lines += ["", "Stack outputs:"]

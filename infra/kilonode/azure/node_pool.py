@@ -5,6 +5,9 @@
 - Native pod networking (field notes: flannel capped pods at ~2 Gbit/s): each NIC has a
   primary IP configuration plus `podsPerNode` secondary ones from the pool subnet; the
   plan's `ip_configs_per_nic` is that count.
+- Waves (kilonode.plan.resolve.joins): the cluster creates the scale sets in the plan's order,
+  each wave's dependsOn the previous wave's, so no more nodes boot at once than the
+  apiservers are sized to take joining.
 - Manual upgrade policy: a new image or custom data reaches a node only when an operator
   upgrades it (pods are semi-stateful; field notes). No overprovisioning: extra VMs would
   join the cluster and churn MPI jobs, and eat subnet IPs.
@@ -20,7 +23,7 @@ from pulumi_azure_native import compute
 
 from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
-from kilonode.plan.model import NodePoolPlan
+from kilonode.plan.model import NodePoolPlan, ScaleSetShard
 
 
 @dataclass(frozen=True)
@@ -58,17 +61,21 @@ def ip_configurations(
 
 
 class GpuNodePool(pulumi.ComponentResource):
+    """The pool's component; its scale sets are added one by one (`scale_set`) in the order of
+    the plan's waves (kilonode.azure.cluster), then `done` registers the outputs."""
+
     scale_set_ids: dict[str, pulumi.Output[str]]
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:GpuNodePool", name, None, opts)
+        self._name, self._args = name, args
         pool = args.pool
         # One custom data per registration group: the pool's shared shards share one, each
         # team's shards another (their kubelet registers the team's label and taint).
-        data = {
+        self._data = {
             team: custom_data(text, args.files, pool.role(team)) for team, text in args.user_data.items()
         }
-        storage = compute.VirtualMachineScaleSetStorageProfileArgs(
+        self._storage = compute.VirtualMachineScaleSetStorageProfileArgs(
             image_reference=gallery_image(args.image_version_id),
             # Sized by the plan per pool kind (kilonode.plan.defaults.disks): the kubelet root,
             # pod logs and the journal stay here; without diskSizeGB it is the image's 4 GiB (P1).
@@ -81,7 +88,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 ),
             ),
         )
-        network = compute.VirtualMachineScaleSetNetworkProfileArgs(
+        self._network = compute.VirtualMachineScaleSetNetworkProfileArgs(
             network_interface_configurations=[
                 compute.VirtualMachineScaleSetNetworkConfigurationArgs(
                     name="primary",
@@ -91,45 +98,55 @@ class GpuNodePool(pulumi.ComponentResource):
                 )
             ]
         )
+        self._scaled = {group.shard for group in pool.autoscaling.node_groups} if pool.autoscaling else set()
         self.scale_set_ids = {}
-        scaled = {group.shard for group in pool.autoscaling.node_groups} if pool.autoscaling else set()
-        for shard in pool.shards:
-            profile = compute.VirtualMachineScaleSetVMProfileArgs(
-                os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
-                    # Instance hostnames are the prefix plus a per-scale-set instance number,
-                    # so the prefix must be the shard's unique name: with the pool's name,
-                    # every shard's first VM would be the same Kubernetes node name. Linux
-                    # takes prefixes up to 58 characters (64-character hostnames).
-                    computer_name_prefix=shard.name,
-                    admin_username=ADMIN_USERNAME,
-                    custom_data=data[shard.team],
-                    linux_configuration=linux_config(args.ssh_public_key),
-                ),
-                storage_profile=storage,
-                network_profile=network,
-            )
-            vmss = compute.VirtualMachineScaleSet(
-                f"{name}-{shard.index:03d}",
-                vm_scale_set_name=shard.name,
-                resource_group_name=args.resource_group_name,
-                location=args.location,
-                tags=tags(args.cluster, pool.role(shard.team)),
-                zones=[shard.zone],
-                sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
-                orchestration_mode="Uniform",
-                single_placement_group=shard.single_placement_group,
-                overprovision=False,
-                upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
-                identity=compute.VirtualMachineScaleSetIdentityArgs(
-                    type=compute.ResourceIdentityType.USER_ASSIGNED,
-                    user_assigned_identities=[args.identity_id],
-                ),
-                virtual_machine_profile=profile,
-                # The autoscaler owns an autoscaled shard's capacity (kilonode.plan.capacity):
-                # `pulumi up` sets it when it creates the scale set and never resets it after.
-                opts=pulumi.ResourceOptions(
-                    parent=self, ignore_changes=["sku.capacity"] if shard.name in scaled else None
-                ),
-            )
-            self.scale_set_ids[shard.name] = vmss.id
+
+    def scale_set(self, shard: ScaleSetShard, after: Sequence[pulumi.Resource] = ()) -> compute.VirtualMachineScaleSet:
+        """The shard's scale set, created once every scale set in `after` (the previous wave of
+        the plan's joins) is: Azure boots its VMs only then."""
+        args, pool = self._args, self._args.pool
+        profile = compute.VirtualMachineScaleSetVMProfileArgs(
+            os_profile=compute.VirtualMachineScaleSetOSProfileArgs(
+                # Instance hostnames are the prefix plus a per-scale-set instance number,
+                # so the prefix must be the shard's unique name: with the pool's name,
+                # every shard's first VM would be the same Kubernetes node name. Linux
+                # takes prefixes up to 58 characters (64-character hostnames).
+                computer_name_prefix=shard.name,
+                admin_username=ADMIN_USERNAME,
+                custom_data=self._data[shard.team],
+                linux_configuration=linux_config(args.ssh_public_key),
+            ),
+            storage_profile=self._storage,
+            network_profile=self._network,
+        )
+        vmss = compute.VirtualMachineScaleSet(
+            f"{self._name}-{shard.index:03d}",
+            vm_scale_set_name=shard.name,
+            resource_group_name=args.resource_group_name,
+            location=args.location,
+            tags=tags(args.cluster, pool.role(shard.team)),
+            zones=[shard.zone],
+            sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
+            orchestration_mode="Uniform",
+            single_placement_group=shard.single_placement_group,
+            overprovision=False,
+            upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
+            identity=compute.VirtualMachineScaleSetIdentityArgs(
+                type=compute.ResourceIdentityType.USER_ASSIGNED,
+                user_assigned_identities=[args.identity_id],
+            ),
+            virtual_machine_profile=profile,
+            # The autoscaler owns an autoscaled shard's capacity (kilonode.plan.capacity):
+            # `pulumi up` sets it when it creates the scale set and never resets it after.
+            # dependsOn orders creation and updates, and is no input: adding it to a scale set
+            # that exists changes nothing in Azure.
+            opts=pulumi.ResourceOptions(
+                parent=self, ignore_changes=["sku.capacity"] if shard.name in self._scaled else None,
+                depends_on=list(after) or None,
+            ),
+        )
+        self.scale_set_ids[shard.name] = vmss.id
+        return vmss
+
+    def done(self) -> None:
         self.register_outputs({"scaleSetIds": self.scale_set_ids})

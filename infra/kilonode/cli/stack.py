@@ -164,6 +164,7 @@ def _in_cluster(plan: ClusterPlan) -> None:
     """The in-cluster layer's lessons, one heading each (kilonode.k8s.*.describe)."""
     # Imported here: the in-cluster modules import pulumi (~0.5 s), which only explain pays.
     from kilonode.k8s import autoscaler, capacity, flowcontrol, scheduling
+    from kilonode.plan.resolve import joins
     from kilonode.render import monitoring
 
     out.print("[bold]In the cluster[/] (kilonode:k8s:*, created by `pulumi up` once the apiservers answer)")
@@ -172,6 +173,7 @@ def _in_cluster(plan: ClusterPlan) -> None:
         "priorities, team borrowing, balloons": capacity.describe(plan),
         "cluster autoscaler": autoscaler.describe(plan),
         "apiserver protection (API Priority and Fairness)": flowcontrol.describe(plan),
+        "node joins (how many boot at once, against what the apiservers are sized for)": joins.describe(plan),
         "alerts for your Prometheus (docs/monitoring.md)": monitoring.describe(plan),
     }
     for title, lines in sections.items():

@@ -196,9 +196,12 @@ def autoscaler_args(plan: ClusterPlan) -> list[str]:
         f"--max-drain-parallelism={defaults.CLUSTER_AUTOSCALER_MAX_DRAIN_PARALLELISM}",
         # --- gradual scale-up ----------------------------------------------------------------
         # Upstream documents this flag as a bound on one scale-up's size for the algorithm's
-        # latency, "not a tool to rate-limit scale-up throughput": each loop (>= 10 s apart) can
-        # add this many again. It bounds a burst; it is not a rate limit (none exists at the tag).
-        f"--max-nodes-per-scaleup={defaults.CLUSTER_AUTOSCALER_MAX_NODES_PER_SCALEUP}",
+        # latency, "not a tool to rate-limit scale-up throughput": the loop after a scale-up
+        # starts at once and can add this many again. It bounds a burst to a wave of the plan's
+        # joins; it is not a rate limit (none exists at the tag).
+        f"--max-nodes-per-scaleup={max_nodes_per_scaleup(plan)}",
+        # one pool's node groups per scale-up (upstream's default, stated)
+        f"--parallel-scale-up={str(defaults.CLUSTER_AUTOSCALER_PARALLEL_SCALE_UP).lower()}",
         f"--max-node-provision-time={defaults.CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME}",
         # the shards of one pool are alike (labels differ only in zone, which the Azure
         # comparator ignores: processors/nodegroupset/azure_nodegroups.go + BasicIgnoredLabels);
@@ -228,6 +231,11 @@ def autoscaler_args(plan: ClusterPlan) -> list[str]:
         *(_gpu_taint_flags() if gpu_groups else []),
         f"--v={defaults.CLUSTER_AUTOSCALER_VERBOSITY}",
     ]
+
+
+def max_nodes_per_scaleup(plan: ClusterPlan) -> int:
+    """One scale-up: a placement group's worth, never more than one wave of the plan's joins."""
+    return min(defaults.CLUSTER_AUTOSCALER_MAX_NODES_PER_SCALEUP, plan.components.joins.wave_nodes)
 
 
 def _grows_fabrics(plan: ClusterPlan) -> bool:
@@ -290,9 +298,10 @@ def describe(plan: ClusterPlan) -> list[str]:
         f"{defaults.CLUSTER_AUTOSCALER_MAX_TOTAL_UNREADY_PERCENTAGE}% (and more than "
         f"{defaults.CLUSTER_AUTOSCALER_OK_TOTAL_UNREADY_COUNT}) of the cluster's nodes are unready "
         "(upstream: 45%); no pool below its node groups' min sizes (half of its nodes, or minNodes)",
-        f"scale-up: at most {defaults.CLUSTER_AUTOSCALER_MAX_NODES_PER_SCALEUP} nodes per scale-up, balanced over "
-        f"a pool's scale sets; a new node has {defaults.CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME} to become "
-        "ready",
+        f"scale-up: at most {max_nodes_per_scaleup(plan)} nodes per scale-up (a wave of joins: "
+        f"{plan.components.joins.wave_nodes}), one pool at a time, balanced over its scale sets; not a rate limit "
+        "(the next loop starts at once after a scale-up); a new node has "
+        f"{defaults.CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME} to become ready",
         "scale-down: only nodes where no pod requests a GPU (GPU nodes) or anything (other nodes), DaemonSets "
         f"aside, unneeded for {defaults.CLUSTER_AUTOSCALER_SCALE_DOWN_UNNEEDED_TIME}; at most "
         f"{defaults.CLUSTER_AUTOSCALER_MAX_SCALE_DOWN_PARALLELISM} nodes deleted at once, "

@@ -1,7 +1,7 @@
 """ApiProtection: API Priority and Fairness (flowcontrol.apiserver.k8s.io/v1, GA in 1.29) for the
 traffic the field notes warn of: agents on every node that LIST and WATCH the apiserver.
 
-Two Limited priority levels of kilonode's own, each with one FlowSchema (numbers and their
+Three Limited priority levels of kilonode's own, each with one FlowSchema (numbers and their
 reasons in kilonode.plan.defaults, APF_*):
 
 - kilonode-node-agents: the per-node DaemonSets of this repository that talk to the apiserver,
@@ -17,10 +17,15 @@ reasons in kilonode.plan.defaults, APF_*):
   monitoring-agents and an annotation saying how to join. Without it such agents land in
   workload-low (ServiceAccounts) or global-default (everyone else), next to every workload and
   every cluster admin.
+- kilonode-node-bootstrap: joining nodes, as long as they authenticate with a bootstrap token
+  (group system:bootstrappers: creating their client CSR and waiting for it). Without it they
+  land in global-default beside every user, and since every node uses the one token, as one
+  flow there: a wave of joins would fill that flow's queues and be answered 429. Here they
+  have their own seats and a deep queue (kilonode.plan.defaults APF_BOOTSTRAP_*).
 
-Both levels borrow nothing (a busy fleet never holds more than its nominal seats) and queue
+The levels borrow nothing (a busy fleet never holds more than its nominal seats) and queue
 per ServiceAccount or user (ByUser), so a burst waits in its own queues and is answered 429
-only past them. Neither takes seats from the built-in levels: the apiservers' concurrency limit
+only past them. None takes seats from the built-in levels: the apiservers' concurrency limit
 grows by these levels' shares (kilonode.plan.resolve.components.apiserver_inflight), and
 tests/k8s/test_flowcontrol.py computes every level's seats as the apiserver does.
 
@@ -38,6 +43,11 @@ Not covered, on purpose:
   node-health reports, which node-high exists to keep flowing; and both schemas distinguish
   ByUser, so each node is its own flow -- a misbehaving agent queues behind its own kubelet
   only. kilonode's schemas name no system:nodes identity and come after both.
+- The kubelet of a joining node, once it has its client certificate: its Node, nodes/status and
+  Lease stay in the built-in system-node-high (level node-high), the rest in system-nodes
+  (level system), as any kubelet's; a new node's are the same requests as a running one's, and
+  node-high exists so that node heartbeats are never starved. How many nodes join at once is
+  bounded where they are created (kilonode.plan.resolve.joins), not by moving their requests.
 - Deployments (CoreDNS, cloud-controller-manager, the CSR approver) run a few replicas, not
   one per node, and keep the built-in kube-system-service-accounts schema. The GPU health
   controller (user kilonode:gpu-health-controller, one per apiserver VM) falls to
@@ -50,7 +60,6 @@ FlowSchemas and levels with that annotation whose names are not in its bootstrap
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -61,10 +70,16 @@ from kilonode.k8s.bootstrap import KUBE_SYSTEM
 from kilonode.k8s.cloud_provider import CNM
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
+from kilonode.plan.resolve.joins import nominal_seats
 
 API_VERSION = "flowcontrol.apiserver.k8s.io/v1"
-NODE_AGENTS = "kilonode-node-agents"
-MONITORING = "kilonode-monitoring"
+NODE_AGENTS = defaults.APF_NODE_AGENTS_LEVEL
+MONITORING = defaults.APF_MONITORING_LEVEL
+BOOTSTRAP = defaults.APF_BOOTSTRAP_LEVEL
+# The group every bootstrap token authenticates in (kubernetes/cluster-bootstrap token/api/
+# types.go BootstrapDefaultGroup l.91, added to every token's groups by util/secrets/secrets.go
+# GetGroups l.94, at kubernetes-1.32.0 and -1.35.0).
+BOOTSTRAPPERS = "system:bootstrappers"
 HOOK_LABEL = "kilonode.io/hook"
 HOOK_ANNOTATION = "kilonode.io/how-to-join"
 KUBE_PROXY_SERVICE_ACCOUNT = "kube-proxy"  # kilonode.k8s.proxy's ServiceAccount
@@ -123,9 +138,10 @@ class ApiProtectionArgs:
     node_agents: Sequence[tuple[str, str]] = NODE_AGENT_SERVICE_ACCOUNTS
     monitoring_namespace: str = defaults.MONITORING_NAMESPACE
     monitoring_group: str = defaults.MONITORING_AGENTS_GROUP
+    bootstrap_group: str = BOOTSTRAPPERS
 
 
-def levels(args: ApiProtectionArgs) -> tuple[Level, Level]:
+def levels(args: ApiProtectionArgs) -> tuple[Level, ...]:
     join = (f"run the agent under a ServiceAccount in namespace {args.monitoring_namespace}, or authenticate "
             f"it with group {args.monitoring_group} (a client certificate's O=, an OIDC groups claim); its "
             f"requests then queue in priority level {MONITORING}, not beside the control plane's")
@@ -137,14 +153,10 @@ def levels(args: ApiProtectionArgs) -> tuple[Level, Level]:
               defaults.APF_MONITORING_QUEUING, defaults.APF_MONITORING_PRECEDENCE,
               (Subject("ServiceAccount", ALL, args.monitoring_namespace), Subject("Group", args.monitoring_group)),
               labels={HOOK_LABEL: "monitoring-agents"}, annotations={HOOK_ANNOTATION: join}),
+        Level(BOOTSTRAP, defaults.APF_BOOTSTRAP_SHARES, defaults.APF_BOOTSTRAP_LENDABLE_PERCENT,
+              defaults.APF_BOOTSTRAP_QUEUING, defaults.APF_BOOTSTRAP_PRECEDENCE,
+              (Subject("Group", args.bootstrap_group),)),
     )
-
-
-def nominal_seats(server_limit: int, shares: Mapping[str, int]) -> dict[str, int]:
-    """Each level's nominal concurrency limit: ceil(server limit x shares / sum of all shares)
-    (kubernetes/apiserver kubernetes-1.34.2 pkg/util/flowcontrol/apf_controller.go l.863)."""
-    total = sum(shares.values())
-    return {name: math.ceil(server_limit * share / total) for name, share in shares.items()}
 
 
 def describe(plan: ClusterPlan) -> list[str]:
@@ -165,6 +177,9 @@ def describe(plan: ClusterPlan) -> list[str]:
             f"FlowSchema {level.name} (precedence {level.precedence}): {who}")
     builtin = ", ".join(f"{name} {seats[name]}" for name in components.apf_builtin_shares if name != "exempt")
     lines.append(f"built-in levels keep their seats: {builtin}")
+    lines.append(f"joining nodes: {BOOTSTRAP} while on the bootstrap token (CSR create, LIST, WATCH); then the "
+                 "kubelet's built-in system-node-high (Node, Lease) and system-nodes; how many join at once: "
+                 "`node joins` below")
     if plan.gpu_pools:
         lines.append("GPU health agent (the node's identity, group system:nodes): the kubelet's built-in "
                      "system-node-high and system-nodes schemas; NVIDIA device plugin: no API client")

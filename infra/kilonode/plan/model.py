@@ -343,6 +343,26 @@ class AwaitsPlan(StrictModel):
     reason: str  # how, in one line (kilonode explain)
 
 
+class JoinPlan(StrictModel):
+    """How fast nodes may join (kilonode.plan.resolve.joins): what the apiservers are sized for,
+    and the waves of scale sets a `pulumi up` creates one after the other so that no more
+    nodes boot at once than that (kilonode.azure.cluster: each wave dependsOn the one before)."""
+
+    # nodes per minute the levels a join lands in serve, with one apiserver down, at the
+    # share of their seats joins may take (kilonode.plan.defaults.joins)
+    sized_for_per_min: int
+    wave_nodes: int  # the most nodes one wave may boot at once: a minute's worth of that rate
+    # scale-set shard names, wave by wave; the first holds the pools the cluster's own workloads
+    # run on, so `pulumi up`'s awaits (components.awaits) never wait on a later wave
+    waves: tuple[tuple[str, ...], ...]
+    # shards of more nodes than wave_nodes (a scale set cannot be split without moving its
+    # name): each boots alone, as its own wave
+    over_bound: tuple[str, ...] = ()
+    admitted_per_min: int  # the largest wave per scale-set creation: what `pulumi up` admits
+    bring_up_min: int  # a first `pulumi up`: every wave created, the last one's nodes Ready
+    reason: str  # the arithmetic, in one line (kilonode explain)
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -375,6 +395,7 @@ class ComponentsPlan(StrictModel):
     apiserver_max_mutating_requests_inflight: int
     dns_replicas: int  # CoreDNS replicas for the nodes the cluster may reach
     awaits: AwaitsPlan
+    joins: JoinPlan  # how fast nodes may join, and the waves of scale sets that bound it
 
 
 class VmSizeFacts(StrictModel):

@@ -16,6 +16,7 @@ from kilonode.plan.defaults.dns import *  # noqa: F403
 from kilonode.plan.defaults.etcd_snapshot import *  # noqa: F403
 from kilonode.plan.defaults.flowcontrol import *  # noqa: F403
 from kilonode.plan.defaults.gpu import *  # noqa: F403
+from kilonode.plan.defaults.joins import *  # noqa: F403
 from kilonode.plan.defaults.network import *  # noqa: F403
 from kilonode.plan.defaults.node import *  # noqa: F403
 from kilonode.plan.defaults.priorities import *  # noqa: F403

@@ -15,11 +15,29 @@ CLUSTER_AUTOSCALER_LIMITS = {"memory": "8Gi"}
 # --address (its default :8085): /metrics and /health-check. hostNetwork, so the port is the
 # node's; clear of the kubelet (10250), kube-proxy (10249, 10256) and the CCM (10268).
 CLUSTER_AUTOSCALER_PORT = 8085
-# Gradual scale-up (field notes: adding hundreds of nodes at once overloads the apiservers):
-# one scale-up adds at most one InfiniBand scale set's worth of nodes (100, a placement
-# group), split over a pool's similar scale sets; the next loop adds more only for pods the
-# nodes already on their way cannot hold.
+# Gradual scale-up (field notes: adding hundreds of nodes at once overloads the apiservers).
+# What the autoscaler can and cannot bound, read at every pinned tag (cluster-autoscaler-1.32.7
+# main.go, -1.33.6/-1.34.5/-1.35.2 config/flags/flags.go; the lines in tests/k8s/
+# test_autoscaler.py):
+# - --max-nodes-per-scaleup: "Max nodes added in a single scale-up. This is intended strictly
+#   for optimizing CA algorithm latency and not a tool to rate-limit scale-up throughput." One
+#   scale-up adds at most one InfiniBand scale set's worth (100, a placement group), and never
+#   more than one wave of the plan's joins (kilonode.plan.resolve.joins: the lower of the two,
+#   kilonode.k8s.autoscaler), so one scale-up's nodes boot no more at once than a wave's.
+# - Not a rate: after a scale-up the next loop starts at once (loop/trigger.go l.78-80,
+#   "starts new iteration immediately if the previous one was productive"), so --scan-interval
+#   does not space scale-ups, and neither does --new-pod-scale-up-delay (pods left pending
+#   after one scale-up are already older than any delay); both left at upstream's defaults
+#   (10s, 0s), which keep a gang's scale-up prompt.
+# - --parallel-scale-up=false (upstream's default, stated): one loop scales one pool's node
+#   groups, not several pools at once, each up to --max-nodes-per-scaleup.
+# - --max-node-startup-time exists at 1.35.2 only (flags.go l.128), so it is not passed.
+# - What bounds a burst: each pool's node groups' max sizes (a pool grows at most from its floor,
+#   half its nodes, to its ceiling), and the apiservers' APF levels, which queue the joins
+#   (kilonode.k8s.flowcontrol). --max-total-unready-percentage (below) halts scale-up too, but
+#   only once joined nodes stay unready: nodes younger than 15 min count as starting.
 CLUSTER_AUTOSCALER_MAX_NODES_PER_SCALEUP = 100
+CLUSTER_AUTOSCALER_PARALLEL_SCALE_UP = False
 # A new VM's way to a Ready node (NODE_READY_MIN, kilonode.plan.defaults.node, which `pulumi
 # up`'s awaits are sized from too). Upstream's 15m is for ordinary VMs.
 CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME = f"{NODE_READY_MIN}m"

@@ -22,6 +22,42 @@ from kilonode.plan.defaults.network import LB_PROBE_INTERVAL_S, LB_PROBE_THRESHO
 # notes warn of, and gets the smallest level.
 APF_NODE_AGENTS_SHARES = 20
 APF_MONITORING_SHARES = 10
+# The levels' names (kilonode.k8s.flowcontrol creates them; the plan's join arithmetic reads
+# their seats, kilonode.plan.resolve.joins).
+APF_NODE_AGENTS_LEVEL = "kilonode-node-agents"
+APF_MONITORING_LEVEL = "kilonode-monitoring"
+APF_BOOTSTRAP_LEVEL = "kilonode-node-bootstrap"
+# A joining node's first requests, made with the bootstrap token (user system:bootstrap:<id>,
+# groups system:bootstrappers and system:authenticated: kubernetes/cluster-bootstrap
+# util/secrets/secrets.go GetGroups l.92-94 "always include the default group", token/api/
+# types.go l.87-91, at kubernetes-1.32.0 and -1.35.0; kubernetes/apiserver pkg/authentication/
+# group/authenticated_group_adder.go l.56 at kubernetes-1.32.0 ... -1.35.0). No built-in
+# FlowSchema names system:bootstrappers, so without a level of their own they fall to
+# global-default (precedence 9900, default.go l.422-438 at kubernetes-1.34.2), beside every
+# cluster admin and every user; and since every node uses the same token, ByUser makes the
+# whole fleet's joins one flow there: a burst fills that flow's 6 queues of 50 (handSize x
+# queueLengthLimit) and the rest is answered 429 and retried. Its own level gives joins their
+# seats and deep queues, and takes none from the built-in levels (apiserver_inflight grows by
+# its shares). What the token does (kubernetes/client-go util/certificate/csr/csr.go at
+# kubernetes-1.35.0: RequestCertificateWithContext creates the CSR, l.141; WaitForCertificate
+# LISTs it by name, l.185, then LISTs and WATCHes it, l.189-194; the same at kubernetes-1.32.0
+# l.165-181): four requests, one after the other, per node, so a wave of N nodes holds at
+# most N of them at once. Everything after (the node's client certificate: group system:nodes)
+# is the kubelet's, in the built-in system-node-high and system-nodes schemas; the approval is
+# kube-controller-manager's (workload-high).
+# Shares: as monitoring's, the smallest: ~80 seats per apiserver at research-7500 serve a
+# request that takes milliseconds; lends 90% (joins are rare: the level is idle most of the
+# time); queues: one flow per token (8 of 8 queues: 3 bits x 8 <= 60), 128 each, so 1,024
+# bootstrap requests per apiserver wait rather than fail -- a wave's whole burst, spread over
+# the apiservers. A queued request waits at most a quarter of its deadline, 15 s of the
+# apiserver's 60 s request timeout (kubernetes/apiserver pkg/server/filters/
+# priority-and-fairness.go getRequestWaitContext l.419; pkg/server/config.go l.444), then 429.
+APF_BOOTSTRAP_SHARES = 10
+APF_BOOTSTRAP_LENDABLE_PERCENT = 90
+APF_BOOTSTRAP_QUEUING = (8, 8, 128)
+# After kilonode's other schemas, before global-default (9900), the only built-in schema that
+# names these identities (through system:authenticated).
+APF_BOOTSTRAP_PRECEDENCE = 870
 # What each lends to other levels while idle (watches hold no seat once started, so agents are
 # idle most of the time): half for node agents (kube-proxy keeps the data plane in step with
 # Services; half its seats are always its own), 90% for monitoring, as upstream's own

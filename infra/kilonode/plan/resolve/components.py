@@ -12,6 +12,7 @@ from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.plan import defaults
 from kilonode.plan.model import AwaitsPlan, ComponentsPlan, NodePoolPlan
+from kilonode.plan.resolve.joins import join_plan, kilonode_shares
 
 
 @cache
@@ -50,7 +51,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
 def apiserver_inflight(total_nodes: int, apiservers: int) -> tuple[int, int]:
     """(--max-requests-inflight, --max-mutating-requests-inflight) for one apiserver.
 
-    The bracket's seats are what upstream gives its built-in levels; kilonode's two levels
+    The bracket's seats are what upstream gives its built-in levels; kilonode's levels
     bring their own on top (added to the read limit, their traffic being mostly reads), so each
     built-in level keeps at least the seats the bracket alone would give it.
     """
@@ -58,8 +59,7 @@ def apiserver_inflight(total_nodes: int, apiservers: int) -> tuple[int, int]:
     reads, mutating = next(((r, m) for above, r, m in defaults.APISERVER_INFLIGHT_BRACKETS if per_apiserver > above),
                            defaults.APISERVER_INFLIGHT_DEFAULT)
     builtin = sum(limits().kubernetes.apf_builtin_shares.value.values())
-    extra = -(-(reads + mutating) * (defaults.APF_NODE_AGENTS_SHARES + defaults.APF_MONITORING_SHARES)
-              // builtin)  # rounded up
+    extra = -(-(reads + mutating) * sum(kilonode_shares().values()) // builtin)  # rounded up
     return reads + extra, mutating
 
 
@@ -94,10 +94,12 @@ def most_nodes(pools: tuple[NodePoolPlan, ...]) -> int:
 
 def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> ComponentsPlan:
     """Releases and images for the stack's Kubernetes version; the apiservers' concurrency, the
-    DNS replicas and `pulumi up`'s awaits sized for the nodes the cluster may reach."""
+    DNS replicas and `pulumi up`'s awaits sized for the nodes the cluster may reach; how fast
+    nodes may join, and the waves of scale sets that keep `pulumi up` under it."""
     nodes = most_nodes(pools)
     reads, mutating = apiserver_inflight(nodes, config.apiserver.replicas)
     dns = dns_replicas(nodes)
+    builtin = limits().kubernetes.apf_builtin_shares.value
     return ComponentsPlan(
         **_releases(config.kubernetes_version),
         apf_builtin_shares=limits().kubernetes.apf_builtin_shares.value,
@@ -105,6 +107,7 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
         apiserver_max_mutating_requests_inflight=mutating,
         dns_replicas=dns,
         awaits=awaits_plan(dns),
+        joins=join_plan(pools, reads + mutating, config.apiserver.replicas, builtin),
     )
 
 
