@@ -314,3 +314,16 @@ def test_fabric_manager_is_enabled_on_nvswitch_sizes_only(tmp_path: Path, vm_siz
     absent = accel.fabric_manager_unit(recipe, ("gpu",), pool,  # type: ignore[arg-type]
                                        accel.VendorInstall(), tmp_path / "other")
     assert absent is not None and absent["enabled"] is False and absent["present"] is False
+
+
+def test_the_gpu_health_agent_starts_after_fabric_manager() -> None:
+    """On NVSwitch sizes CUDA initialises only once Fabric Manager runs: the agent's first active
+    check must come after it, ordered by the unit the recipe enables (one name for both)."""
+    import configparser
+
+    from kilonode.image.recipe import NODE_IMAGE_DIR, load_recipe
+
+    unit = load_recipe().extras["gpu"].fabric_manager_unit
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.read(NODE_IMAGE_DIR / "gpu/rootfs/etc/systemd/system/kilonode-gpu-health.service")
+    assert unit in parser["Unit"]["After"].split()
