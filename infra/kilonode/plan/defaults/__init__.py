@@ -18,5 +18,6 @@ from kilonode.plan.defaults.flowcontrol import *  # noqa: F403
 from kilonode.plan.defaults.gpu import *  # noqa: F403
 from kilonode.plan.defaults.network import *  # noqa: F403
 from kilonode.plan.defaults.node import *  # noqa: F403
+from kilonode.plan.defaults.pod_security import *  # noqa: F403
 from kilonode.plan.defaults.priorities import *  # noqa: F403
 from kilonode.plan.defaults.proxy import *  # noqa: F403
