@@ -36,7 +36,7 @@ def test_every_object_is_valid_for_the_stacks_kubernetes_version(
     if plans[stack].teams or any(p.infiniband for p in plans[stack].node_pools):
         expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]  # node identity
     if any(p.autoscaling and p.autoscaling.warm_nodes for p in plans[stack].node_pools):
-        expected += ["Deployment", "Namespace"]
+        expected += ["Deployment", "Namespace", "NetworkPolicy"]  # the balloons' default deny
     assert kinds == sorted(expected)
     for record in objects:
         shared.validate_object(record.plain(), f"1.{plans[stack].kubernetes_minor}.0")

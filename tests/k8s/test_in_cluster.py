@@ -62,13 +62,14 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # and, when every GPU pool is InfiniBand, the fabric and gang-size policies and bindings
         "gang": 16 + (4 if plan.gpu_pools and all(p.infiniband for p in plan.gpu_pools) else 0),
         "api-protection": 6,  # 3 PriorityLevelConfigurations, 3 FlowSchemas
-        "monitoring": 2,  # Namespace, ConfigMap
+        "monitoring": 4,  # Namespace, ConfigMap, 2 NetworkPolicies
+        "kube-system-pod-security": 1,  # kube-system's PodSecurity labels (a NamespacePatch)
         # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; with teams or
         # InfiniBand pools the node-identity policy and its binding; with balloons their
-        # Namespace and a Deployment per pool
+        # Namespace, its NetworkPolicy and a Deployment per pool
         "capacity": 4 + (2 if plan.teams else 0)
         + (2 if plan.teams or any(p.infiniband for p in plan.node_pools) else 0)
-        + (1 + sum(1 for p in plan.autoscaled_pools if p.autoscaling and p.autoscaling.warm_nodes)
+        + (2 + sum(1 for p in plan.autoscaled_pools if p.autoscaling and p.autoscaling.warm_nodes)
            if any(p.autoscaling and p.autoscaling.warm_nodes for p in plan.autoscaled_pools) else 0),
     }
     if plan.gpu_pools:  # kilonode.k8s.gpu: the device plugin's DaemonSet; the controller's roles and bindings

@@ -545,7 +545,9 @@ def test_the_configmap_holds_both_files_and_is_valid_against_the_stacks_openapi_
 ) -> None:
     plan = plans[stack]
     objects = {r.type: r.plain() for r in monitoring_objects(graphs[stack])}
-    assert set(objects) == {"kubernetes:core/v1:Namespace", "kubernetes:core/v1:ConfigMap"}
+    # and two NetworkPolicies (kilonode.k8s.network_policy; tests/k8s/test_network_policy.py)
+    assert set(objects) == {"kubernetes:core/v1:Namespace", "kubernetes:core/v1:ConfigMap",
+                            "kubernetes:networking.k8s.io/v1:NetworkPolicy"}
     config = objects["kubernetes:core/v1:ConfigMap"]
     assert config["metadata"]["name"] == CONFIG_MAP and config["metadata"]["namespace"] == NAMESPACE
     assert objects["kubernetes:core/v1:Namespace"]["metadata"]["name"] == NAMESPACE

@@ -18,6 +18,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pod_security import pod_security_context
 from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
 from kilonode.plan.model import AwaitsPlan
@@ -98,7 +99,7 @@ class ServingCertApprover(pulumi.ComponentResource):
                         # Nodes run without a serving certificate until this runs: it must
                         # land on any node, tainted GPU nodes included.
                         tolerations=tolerate_every_taint(),
-                        security_context=core.v1.PodSecurityContextArgs(run_as_non_root=True, run_as_user=65532),
+                        security_context=pod_security_context(run_as_non_root=True, run_as_user=65532),
                         containers=[core.v1.ContainerArgs(
                             name=APP,
                             image=args.image,

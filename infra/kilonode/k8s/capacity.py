@@ -25,6 +25,8 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, scheduling
 
 from kilonode.k8s.admission import admission_policy
+from kilonode.k8s.network_policy import default_deny
+from kilonode.k8s.pod_security import RUNTIME_DEFAULT_SECCOMP, pod_security_labels
 from kilonode.k8s.pods import SKIP_AWAIT
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
@@ -156,6 +158,7 @@ def balloon_pod_spec(pool: NodePoolPlan) -> dict[str, object]:
         # preempted: gone at once, so the real pod starts without waiting
         "terminationGracePeriodSeconds": 0,
         "automountServiceAccountToken": False,
+        "securityContext": dict(RUNTIME_DEFAULT_SECCOMP),
         "nodeSelector": {POOL_LABEL: pool.name},
         "tolerations": balloon_tolerations(pool),
         "affinity": {
@@ -228,8 +231,13 @@ class Capacity(pulumi.ComponentResource):
             self.register_outputs({})
             return
         namespace = core.v1.Namespace(
-            f"{name}-namespace", metadata=meta.v1.ObjectMetaArgs(name=NAMESPACE, labels=LABELS), opts=child,
+            f"{name}-namespace",
+            metadata=meta.v1.ObjectMetaArgs(
+                name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, plan.kubernetes_minor)}),
+            opts=child,
         )
+        # pause containers: they serve nothing and call nothing (no service-account token)
+        default_deny(f"{name}-default-deny", namespace.metadata.name, LABELS, egress=True, opts=child)
         for pool in balloons:
             assert pool.autoscaling is not None
             selector = {"app": BALLOON_APP, POOL_LABEL: pool.name}

@@ -184,6 +184,7 @@ class DevicePlugin(pulumi.ComponentResource):
                             name=CONTAINER_NAME,
                             image=args.image,
                             env=[core.v1.EnvVarArgs(name=k, value=v) for k, v in DEVICE_PLUGIN_ENV.items()],
+                            resources=core.v1.ResourceRequirementsArgs(requests=defaults.DEVICE_PLUGIN_REQUESTS),
                             # upstream's: it needs no privilege, only the kubelet's socket directory
                             security_context=core.v1.SecurityContextArgs(
                                 allow_privilege_escalation=False,

@@ -18,6 +18,7 @@ from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.monitoring import MonitoringRules, MonitoringRulesArgs
+from kilonode.k8s.pod_security import KubeSystemPodSecurity
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
@@ -61,7 +62,11 @@ class InCluster(pulumi.ComponentResource):
             cluster_identifier=plan.cluster,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ready]),
         )
-        on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider)
+        # kube-system's PodSecurity labels first; every pod creator below waits for them
+        kube_system = KubeSystemPodSecurity(f"{name}-kube-system-pod-security", plan.kubernetes_minor,
+                                            pulumi.ResourceOptions(parent=self, provider=self.provider))
+        on_cluster = pulumi.ResourceOptions(parent=self, provider=self.provider,
+                                            transformations=[kube_system.after_labels])
         NodeBootstrap(
             f"{name}-node-bootstrap",
             NodeBootstrapArgs(token_id=args.bootstrap_token_id, token_secret=args.bootstrap_token_secret),
@@ -111,7 +116,8 @@ class InCluster(pulumi.ComponentResource):
         ApiProtection(f"{name}-api-protection", ApiProtectionArgs(), on_cluster)
         # [monitoring] the rule file and scrape fragment for the user's Prometheus, in a ConfigMap
         # (kilonode.k8s.monitoring)
-        MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(files=args.monitoring_files), on_cluster)
+        MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(
+            files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor), on_cluster)
         # [capacity] priorities, teams' borrowing rule, balloons (kilonode.k8s.capacity)
         Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
         # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from

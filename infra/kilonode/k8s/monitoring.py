@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import pulumi
 from pulumi_kubernetes import core, meta
 
+from kilonode.k8s.network_policy import PROMETHEUS_PORT, default_deny, same_namespace_port
+from kilonode.k8s.pod_security import pod_security_labels
 from kilonode.plan import defaults
 
 # The namespace API Priority and Fairness already classifies (kilonode.k8s.flowcontrol): a
@@ -33,6 +35,7 @@ CONFIG_MAP_MAX_BYTES = 1024 * 1024
 class MonitoringRulesArgs:
     # file name -> text (kilonode.render.monitoring.monitoring_files): the ConfigMap's data
     files: Mapping[str, str] = field(default_factory=dict)
+    kubernetes_minor: int = 0  # the cluster's: the PodSecurity version labels (required)
 
 
 def config_map_size(files: Mapping[str, str]) -> int:
@@ -48,10 +51,19 @@ class MonitoringRules(pulumi.ComponentResource):
         size = config_map_size(args.files)
         if size > CONFIG_MAP_MAX_BYTES:
             raise ValueError(f"MonitoringRules: {size} bytes exceed a ConfigMap's {CONFIG_MAP_MAX_BYTES}")
+        if not args.kubernetes_minor:
+            raise ValueError("MonitoringRules: no kubernetes_minor")
         child = pulumi.ResourceOptions(parent=self)
         namespace = core.v1.Namespace(
-            f"{name}-namespace", metadata=meta.v1.ObjectMetaArgs(name=NAMESPACE, labels=LABELS), opts=child,
+            f"{name}-namespace",
+            metadata=meta.v1.ObjectMetaArgs(
+                name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, args.kubernetes_minor)}),
+            opts=child,
         )
+        # The user's Prometheus scrapes out (egress stays open: apiservers, etcd, kubelets) and
+        # is queried in: from its own namespace only, unless the user adds a policy.
+        default_deny(f"{name}-default-deny", namespace.metadata.name, LABELS, egress=False, opts=child)
+        same_namespace_port(f"{name}-allow-prometheus", namespace.metadata.name, LABELS, PROMETHEUS_PORT, child)
         core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=CONFIG_MAP, namespace=namespace.metadata.name, labels=LABELS),

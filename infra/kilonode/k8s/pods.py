@@ -12,6 +12,7 @@ from typing import Any, Literal
 import pulumi
 from pulumi_kubernetes import core
 
+from kilonode.k8s.pod_security import pod_security_context
 from kilonode.plan.model import AwaitsPlan
 from kilonode.plan.wellknown import SYSTEM_LABEL
 
@@ -108,7 +109,12 @@ def system_pod_spec(
 ) -> core.v1.PodSpecArgs:
     """A kube-system pod's spec at priority class system-<critical>-critical (node: it serves
     its own node; cluster: the cluster depends on it). Unset fields stay unset, as the
-    apiserver would default them."""
+    apiserver would default them, except the pod security context: RuntimeDefault seccomp on
+    every pod (kilonode.k8s.pod_security; pass `security_context` built by its
+    pod_security_context to add to it)."""
+    security = spec.pop("security_context", None) or pod_security_context()
+    if not isinstance(security, core.v1.PodSecurityContextArgs) or security.seccomp_profile is None:
+        raise ValueError("system_pod_spec: security_context needs kilonode.k8s.pod_security.pod_security_context")
     if system_pool:
         if affinity is not None and not isinstance(affinity, core.v1.AffinityArgs):
             raise TypeError("system_pool=True needs affinity as core.v1.AffinityArgs")
@@ -119,5 +125,6 @@ def system_pod_spec(
         host_network=True if host_network else None,
         tolerations=tolerations,
         affinity=affinity,
+        security_context=security,
         **spec,
     )

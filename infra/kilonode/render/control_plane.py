@@ -16,6 +16,7 @@ BIN = "/usr/local/bin"
 UNIT_TEMPLATE = "etc/systemd/system/kube-control-plane.service"
 AUDIT_POLICY = "etc/kubernetes/audit-policy.yaml"
 AUTHENTICATION_CONFIG = "etc/kubernetes/authentication-config.yaml"
+ADMISSION_CONFIG = "etc/kubernetes/admission-config.yaml"
 # The only paths an unauthenticated client may read: what the load balancer probes.
 ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
@@ -49,6 +50,9 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         # CIS 1.2.7-1.2.9: Node and RBAC authorization.
         ("authorization-mode", "Node,RBAC"),
         ("enable-admission-plugins", "NodeRestriction"),
+        # PodSecurity (on by default since 1.25) enforces the cluster's default levels from
+        # this file (admission_config); namespaces carry their own labels (kilonode.k8s.pod_security).
+        ("admission-control-config-file", f"/{ADMISSION_CONFIG}"),
         # Field notes: --apiserver-count, today the lease endpoint reconciler.
         ("endpoint-reconciler-type", "lease"),
         # 2,500-node post: audit logs found the slow and excessive queries (CIS 1.2.16-19).
@@ -180,6 +184,32 @@ def authentication_config(plan: ClusterPlan) -> str:
     return f"# {GENERATED}\n" + block_yaml(config)
 
 
+def admission_config(plan: ClusterPlan) -> str:
+    """The PodSecurity plugin's defaults for namespaces without labels (plan.defaults.pod_security).
+    AdmissionConfiguration: apiserver.config.k8s.io/v1 (staging/src/k8s.io/apiserver/pkg/apis/
+    apiserver/v1/types.go: plugins[].name, .configuration); PodSecurityConfiguration:
+    pod-security.admission.config.k8s.io/v1, GA since 1.25 (staging/src/k8s.io/pod-security-
+    admission/admission/api/v1/types.go: defaults.{enforce,audit,warn}[-version], exemptions)."""
+    version = f"v1.{plan.kubernetes_minor}"
+    pod_security = {
+        "apiVersion": "pod-security.admission.config.k8s.io/v1",
+        "kind": "PodSecurityConfiguration",
+        "defaults": {
+            "enforce": defaults.POD_SECURITY_DEFAULT_ENFORCE, "enforce-version": version,
+            "audit": defaults.POD_SECURITY_DEFAULT_AUDIT, "audit-version": version,
+            "warn": defaults.POD_SECURITY_DEFAULT_WARN, "warn-version": version,
+        },
+        # No exemptions: kube-system's node agents are admitted by its own `privileged` label.
+        "exemptions": {"usernames": [], "runtimeClasses": [], "namespaces": []},
+    }
+    config = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [{"name": "PodSecurity", "configuration": pod_security}],
+    }
+    return f"# {GENERATED}\n" + block_yaml(config)
+
+
 def audit_policy() -> str:
     policy = {
         "apiVersion": "audit.k8s.io/v1",
@@ -242,6 +272,7 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
             controller_manager_flags(),
         ),
         AUDIT_POLICY: RenderedFile(audit_policy()),
+        ADMISSION_CONFIG: RenderedFile(admission_config(plan)),
         AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
         SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
     }

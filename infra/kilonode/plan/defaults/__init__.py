@@ -19,5 +19,6 @@ from kilonode.plan.defaults.gpu import *  # noqa: F403
 from kilonode.plan.defaults.joins import *  # noqa: F403
 from kilonode.plan.defaults.network import *  # noqa: F403
 from kilonode.plan.defaults.node import *  # noqa: F403
+from kilonode.plan.defaults.pod_security import *  # noqa: F403
 from kilonode.plan.defaults.priorities import *  # noqa: F403
 from kilonode.plan.defaults.proxy import *  # noqa: F403
