@@ -49,6 +49,11 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         # CIS 1.2.7-1.2.9: Node and RBAC authorization.
         ("authorization-mode", "Node,RBAC"),
         ("enable-admission-plugins", "NodeRestriction"),
+        # Secrets encrypted in etcd (kilonode.plan.encryption: which provider and why). The
+        # file holds the key: the Pulumi program delivers it, 0600, to the apiservers only. No
+        # --encryption-provider-config-automatic-reload: the file changes only with a VM's
+        # custom data, which a VM reads at its first boot.
+        ("encryption-provider-config", wellknown.ENCRYPTION_CONFIG),
         # Field notes: --apiserver-count, today the lease endpoint reconciler.
         ("endpoint-reconciler-type", "lease"),
         # 2,500-node post: audit logs found the slow and excessive queries (CIS 1.2.16-19).
