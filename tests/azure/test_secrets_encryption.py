@@ -18,7 +18,7 @@ import pytest
 
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph, Recorded
-from kilonode.plan import ClusterPlan, encryption, wellknown
+from kilonode.plan import ClusterPlan, defaults, encryption, wellknown
 from tests import shared
 from tests.azure.conftest import VM, VMSS
 from tests.azure.test_tls_and_custom_data import files_of, parts
@@ -163,3 +163,18 @@ def test_the_key_reaches_the_apiservers_custom_data_and_nothing_else(
     # seeded: an output that exports it
     with pytest.raises(AssertionError, match="stack output"):
         carriers(replace(graph, outputs={"oops": key}), key)
+
+
+@pytest.mark.parametrize("stack", shared.SHIPPED_STACKS)
+def test_the_snapshot_identity_is_a_secret_output_no_vm_carries_but_its_recipient_reaches_every_etcd_member(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    plan, graph = plans[stack], graphs[stack]
+    output = graph.outputs["etcdSnapshotIdentity"]
+    assert isinstance(output, dict) and "value" in output and output["value"].startswith("AGE-SECRET-KEY-1")
+    assert output["value"] not in json.dumps([r.masked() for r in graph.resources])
+    texts = [custom_data.decode(vm.plain()["osProfile"]["customData"]) for vm in graph.of_type(VM)]
+    assert not any(output["value"] in text for text in texts)
+    recipients = {json.loads(str(delivered(graph.named(f"{plan.cluster}-{m.name}"))[defaults.ETCD_SNAPSHOT_AZURE_CONFIG]
+                                 ["content"]))["ageRecipient"] for e in plan.etcd_clusters for m in e.members}
+    assert len(recipients) == 1 and recipients.pop().startswith("age1")

@@ -133,6 +133,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.apiserver_address = self.control_plane.load_balancer_ip
         self.etcd_backup_account = backup.account_name
+        self.etcd_snapshot_identity = backup.snapshot_identity
         self.etcd_main_endpoints = etcd["main"].client_endpoints
         self.etcd_events_endpoints = etcd["events"].client_endpoints
         self.admin_ssh_private_key = self.tls.admin_ssh_private_key
