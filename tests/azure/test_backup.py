@@ -4,18 +4,24 @@ name, and the file the snapshot script reads."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
 import importlib.util
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from dataclasses import replace
 from typing import Any
 
 import pulumi
 import pytest
+from pulumi.runtime import rpc
 
-from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs, backup_account_name
+from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs, age_keys, backup_account_name
 from kilonode.azure.graph import Graph
 from kilonode.azure.mockplan import MOCK_SUBSCRIPTION, run_program
 from kilonode.node.ship import ETCD_SNAPSHOT
@@ -30,6 +36,7 @@ CONTAINER = "azure-native:storage:BlobContainer"
 POLICY = "azure-native:storage:ManagementPolicy"
 IDENTITY = "azure-native:managedidentity:UserAssignedIdentity"
 ASSIGNMENT = "azure-native:authorization:RoleAssignment"
+RANDOM_BYTES = "random:index/randomBytes:RandomBytes"  # the age key the snapshots are encrypted to
 RESOURCE_GROUP_ID = f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/local-rg"
 # Azure's rule for the one resource type NAME_RULES does not know yet: a storage account's
 # lifecycle policy is always named "default".
@@ -46,6 +53,7 @@ def record(cluster: str = "local", zones: tuple[str, ...] = ("1", "2", "3")) -> 
         pulumi.export("azureConfigPath", delivered.path)
         pulumi.export("azureConfig", delivered.content)
         pulumi.export("identityId", backup.identity_id)
+        pulumi.export("snapshotIdentity", backup.snapshot_identity)
 
     return run_program("local", shipped_cluster_value("local"), program)
 
@@ -62,7 +70,7 @@ def one(graph: Graph, type_: str) -> Any:
 
 def test_every_input_matches_the_provider_sdks_input_types(graph: Graph) -> None:
     assert sorted(r.type for r in graph.resources if r.custom) == sorted([ACCOUNT, CONTAINER, POLICY, IDENTITY,
-                                                                          ASSIGNMENT])
+                                                                          ASSIGNMENT, RANDOM_BYTES])
     assert [p for r in graph.resources for p in problems(r)] == []
 
 
@@ -81,6 +89,8 @@ def test_every_resource_is_named_within_azures_rules_and_parented_to_the_compone
             assert resource.type == "kilonode:azure:EtcdBackup"
             continue
         assert resource.parent == "local-etcd-backup" and resource.name.startswith("local-etcd-backup-")
+        if resource.type == RANDOM_BYTES:
+            continue  # not an Azure resource: no Azure name
         field, low, high, pattern = RULES[resource.type]
         name = resource.plain().get(field)
         assert isinstance(name, str) and low <= len(name) <= high and re.fullmatch(pattern, name), (resource.type, name)
@@ -138,13 +148,39 @@ def test_the_recorded_account_name_is_the_derived_one_on_every_run(graph: Graph)
     assert recorded.startswith("localetcdbk")
 
 
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+@pytest.mark.skipif(not shutil.which("age-keygen"), reason="checked where age is installed (make setup)")
+def test_the_age_keys_are_what_age_itself_derives() -> None:
+    """age-keygen -y prints an identity's recipient: ours must be the same string."""
+    for raw in (bytes(31) + b"\x01", hashlib.sha256(b"kilonode").digest(), os.urandom(32)):
+        identity, recipient = age_keys(base64.b64encode(raw).decode())
+        derived = subprocess.run(["age-keygen", "-y"], input=identity + "\n", capture_output=True, text=True,
+                                 timeout=30, check=True)
+        assert derived.stdout.strip() == recipient
+    # seeded: one flipped bit in the identity's checksum and age refuses it
+    broken = identity[:-1] + ("Q" if identity[-1] != "Q" else "P")
+    refused = subprocess.run(["age-keygen", "-y"], input=broken + "\n", capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0
+    with pytest.raises(ValueError, match="32 bytes, not 16"):
+        age_keys(base64.b64encode(bytes(16)).decode())
+
+
 def test_the_delivered_file_is_what_the_snapshot_script_reads(graph: Graph) -> None:
     assert graph.outputs["azureConfigPath"] == defaults.ETCD_SNAPSHOT_AZURE_CONFIG
     azure = json.loads(graph.outputs["azureConfig"])
     account = backup_account_name("local", MOCK_SUBSCRIPTION)
+    recipient = azure.pop("ageRecipient")
     assert azure == {"blobEndpoint": f"https://{account}.blob.core.windows.net/",
                      "container": defaults.ETCD_SNAPSHOT_CONTAINER,
                      "clientId": "mock-client-id:local-etcd-backup-identity"}
+    # the members get the public recipient of the identity the stack keeps as a secret
+    identity = graph.outputs["snapshotIdentity"]
+    assert is_secret(identity) and not is_secret(graph.outputs["azureConfig"])
+    assert identity["value"].startswith("AGE-SECRET-KEY-1") and recipient.startswith("age1")
+    assert identity["value"] not in json.dumps(graph.outputs["azureConfig"])
     assert graph.outputs["identityId"] == mock_id(one(graph, IDENTITY))
     # the script (kilonode/node/etcd_snapshot.py) builds its blob URLs from it
     spec = importlib.util.spec_from_file_location("etcd_snapshot_for_backup", ETCD_SNAPSHOT.path)

@@ -76,7 +76,8 @@ def test_apiservers_get_every_pki_path_the_renderer_references(graph_7500: Graph
               pki.APISERVER_KUBELET_CLIENT_KEY, pki.SERVICE_ACCOUNT_KEY, pki.SERVICE_ACCOUNT_PUB}
     assert wanted <= set(files)
     for path, entry in files.items():
-        assert entry["permissions"] == ("0600" if path.endswith(".key") or "kubeconfig" in path else "0644")
+        secret = path.endswith(".key") or "kubeconfig" in path or path == pki.ENCRYPTION_CONFIG
+        assert entry["permissions"] == ("0600" if secret else "0644")
     bundle = str(files[pki.APISERVER_ETCD_CA_BUNDLE]["content"]).splitlines()
     assert bundle == ["mock-certificate:research-7500-tls-etcd-main-ca",
                       "mock-certificate:research-7500-tls-etcd-events-ca"]

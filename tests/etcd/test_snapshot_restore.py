@@ -32,9 +32,12 @@ from typing import Any
 
 import pytest
 
+from kilonode.azure.backup import age_keys
+from kilonode.image.recipe import load_recipe
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.render.etcd_snapshot import (
+    AGE,
     CONFIG_PATH,
     PYTHON,
     SCRIPT_PATH,
@@ -52,8 +55,8 @@ assert REPO_ROOT is not None, "runs from a source checkout"
 RUNBOOK = REPO_ROOT / "docs/runbooks/etcd-restore-from-snapshot.md"
 # (step, etcd version or None when one command serves both) -> the block the test runs
 STEPS = {
-    ("settings", None), ("pick-local", None), ("check", "3.4"), ("check", "3.5"), ("set-aside", None),
-    ("restore", "3.4"), ("restore", "3.5"), ("own", None), ("verify", None),
+    ("settings", None), ("pick-local", None), ("decrypt", None), ("check", "3.4"), ("check", "3.5"),
+    ("set-aside", None), ("restore", "3.4"), ("restore", "3.5"), ("own", None), ("verify", None),
 }
 BLOCK = re.compile(r"^```sh step=(?P<step>[a-z-]+)(?: etcd=(?P<etcd>[\d.]+))?\n(?P<body>.*?)^```$", re.M | re.S)
 
@@ -325,7 +328,94 @@ def test_the_sender_gives_up_after_bounded_retries_on_a_refused_connection(scrip
     assert waits == [2.0, 4.0]  # three attempts, backing off
 
 
+# --- encrypted before upload ----------------------------------------------------------------
+
+# bbolt's meta page magic 0xED0CDAED (etcd's backend, bbolt db.go `magic`), little-endian as
+# amd64 writes it: in every snapshot file, twice.
+BOLT_MAGIC = (0xED0CDAED).to_bytes(4, "little")
+AGE_HEADER = b"age-encryption.org/v1\n"
+
+
+def age_key(tmp_path: Path) -> tuple[Path, str]:
+    """A fresh age key as the Pulumi program derives it: (identity file, recipient)."""
+    identity, recipient = age_keys(base64.b64encode(os.urandom(32)).decode())
+    path = tmp_path / "identity.txt"
+    path.write_text(identity + "\n")
+    path.chmod(0o600)
+    return path, recipient
+
+
+def uploaded_bytes(requests: list[Any]) -> bytes:
+    """The blob the requests leave in Azure: the Put Blob's body, or the blocks in order."""
+    return b"".join(r.body for r in requests if r.method == "PUT" and "comp=blocklist" not in r.url)
+
+
+def decrypt(data: bytes, identity: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([AGE, "--decrypt", "--identity", str(identity)], input=data, capture_output=True,
+                          timeout=60, check=False)
+
+
+def test_the_upload_sends_only_age_ciphertext_that_the_stacks_identity_decrypts(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    if not Path(AGE).exists():
+        pytest.fail("age missing: run `make setup` (installs .ci/debian-packages.txt)")
+    identity, recipient = age_key(tmp_path)
+    snapshot = tmp_path / "20261123T174500Z-rev42-etcd-main-0.db"
+    plain = BOLT_MAGIC + b"/registry/secrets/kube-system/bootstrap-token-abcdef" + os.urandom(2500)
+    snapshot.write_bytes(plain)
+    send = Recorder(script)
+    config = CONFIG | {"age": AGE, "saveTimeoutSeconds": 60}
+    url = script.upload_encrypted(config, AZURE | {"ageRecipient": recipient}, snapshot, {"revision": "42"}, send)
+    assert url.endswith(f"/etcd-snapshots/main/{snapshot.name}.age")
+    sent = uploaded_bytes(send.requests)
+    assert sent.startswith(AGE_HEADER)
+    assert BOLT_MAGIC not in sent and b"bootstrap-token" not in sent
+    assert decrypt(sent, identity).stdout == plain
+    assert send.requests[-1].headers["x-ms-meta-encryption"] == "age"
+    # the ciphertext is gone from the disk, the snapshot stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["identity.txt", snapshot.name])
+    # seeded: the plain upload (what the job did before) is caught by the same checks
+    send = Recorder(script)
+    script.upload(config, AZURE, snapshot, {}, send)
+    assert BOLT_MAGIC in uploaded_bytes(send.requests)
+
+
+def test_without_a_recipient_nothing_is_uploaded(script: ModuleType, tmp_path: Path) -> None:
+    snapshot = tmp_path / "20261123T174500Z-rev42-etcd-main-0.db"
+    snapshot.write_bytes(BOLT_MAGIC)
+    send = Recorder(script)
+    config = CONFIG | {"age": AGE, "saveTimeoutSeconds": 60}
+    with pytest.raises(ValueError, match="no ageRecipient: not uploading a plaintext snapshot"):
+        script.upload_encrypted(config, AZURE, snapshot, {}, send)
+    with pytest.raises(ValueError, match="not an age X25519 recipient"):
+        script.upload_encrypted(config, AZURE | {"ageRecipient": "ssh-ed25519 AAAA"}, snapshot, {}, send)
+    assert send.requests == []
+
+
+def test_the_etcd_image_carries_the_age_the_job_runs(plans: dict[str, ClusterPlan]) -> None:
+    plan = plans["research-7500"]
+    config = json.loads(snapshot_files(plan, plan.etcd_main, plan.etcd_main.members[0])[CONFIG_PATH].content)
+    assert config["age"] == AGE == "/usr/bin/age"  # where Debian's package puts it (dpkg -L age)
+    assert "age" in load_recipe().package_list("control")
+
+
 # --- the real cluster: snapshot, total loss, restore by the runbook ----------------------------
+
+
+def upload_like_azure(etcd: SnapshotCluster, script: ModuleType, leader: str, recipient: str, tmp_path: Path) -> bytes:
+    """Run the job's main() for the leader with an Azure config (the stack's recipient) and a
+    recorder for the blob service: what it uploaded."""
+    azure = tmp_path / "azure.json"
+    azure.write_text(json.dumps(AZURE | {"ageRecipient": recipient}))
+    config_path = etcd.snapshot_config(leader)
+    config = json.loads(config_path.read_text()) | {"azureConfig": str(azure)}
+    config_path.write_text(json.dumps(config))
+    send = Recorder(script)
+    assert script.main(["--config", str(config_path)], send=send) == 0
+    [_token, put] = send.requests  # one Put Blob: the snapshot fits in one 64 MiB block
+    assert put.url.endswith(".db.age")
+    return uploaded_bytes(send.requests)
 
 
 def kvs(etcd: SnapshotCluster, prefix: str) -> dict[str, str]:
@@ -337,7 +427,7 @@ def kvs(etcd: SnapshotCluster, prefix: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_leaders_scheduled_snapshot(
-    plans: dict[str, ClusterPlan], tmp_path: Path
+    plans: dict[str, ClusterPlan], script: ModuleType, tmp_path: Path
 ) -> None:
     if not Path(ETCD).exists():
         pytest.fail("etcd missing: run `make setup` (installs Debian's etcd-server)")
@@ -357,8 +447,8 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
         cluster_id = etcd.statuses()[members[0]]["header"]["cluster_id"]
 
         # the timer fires on every member at once: each runs the rendered script
-        script, leader = etcd.snapshot_script(), etcd.leader()
-        runs = {name: subprocess.run([PYTHON, str(script), "--config", str(etcd.snapshot_config(name))],
+        script_path, leader = etcd.snapshot_script(), etcd.leader()
+        runs = {name: subprocess.run([PYTHON, str(script_path), "--config", str(etcd.snapshot_config(name))],
                                      capture_output=True, text=True, timeout=120, check=False) for name in members}
         assert {n: r.returncode for n, r in runs.items()} == dict.fromkeys(members, 0), {
             n: r.stderr for n, r in runs.items()}
@@ -370,19 +460,29 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
         assert re.fullmatch(rf"\d{{8}}T\d{{6}}Z-rev\d+-{leader}\.db", snapshot.name)
         assert "not uploading" in runs[leader].stdout  # no Azure config: local path only
 
+        # The leader's next run as in Azure: its Azure config names the stack's age recipient.
+        # No Azure here: the job runs in this process with a recorder for the blob service.
+        identity, recipient = age_key(tmp_path)
+        blob = upload_like_azure(etcd, script, leader, recipient, tmp_path)
+        newest = sorted((etcd.home(leader) / "snapshots").glob("*.db"))[-1]
+        plain = newest.read_bytes()
+        assert BOLT_MAGIC in plain and b"/kilonode/restore/000" in plain  # what the checks look for
+        assert blob.startswith(AGE_HEADER)
+        assert BOLT_MAGIC not in blob and b"/kilonode/restore/" not in blob and b"value-1" not in blob
+
         # a write after the snapshot: gone after the restore
         assert etcd.etcdctl("put", "/kilonode/restore/after-snapshot", "lost").returncode == 0
         # a member whose etcd is down cannot tell whether it leads: its run fails, visibly
         follower = next(n for n in members if n != leader)
         etcd.stop(follower)
-        down = subprocess.run([PYTHON, str(script), "--config", str(etcd.snapshot_config(follower))],
+        down = subprocess.run([PYTHON, str(script_path), "--config", str(etcd.snapshot_config(follower))],
                               capture_output=True, text=True, timeout=120, check=False)
         assert down.returncode == 1 and "etcdctl endpoint status failed" in down.stderr, down.stderr
 
-        # what survives a total loss: the copy kept off the members (Azure's, in Azure)
+        # what survives a total loss: the copy kept off the members, the uploaded ciphertext
         kept = tmp_path / "kept"
         kept.mkdir()
-        shutil.copy2(snapshot, kept)
+        (kept / f"{newest.name}.age").write_bytes(blob)
         etcd.stop_all()
         for name in members:
             shutil.rmtree(etcd.data_dir(name))
@@ -391,6 +491,13 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
         steps = runbook_steps(RUNBOOK.read_text())
         ca, cert, key = etcd.tls
         tls = {"ETCDCTL_CACERT": str(ca), "ETCDCTL_CERT": str(cert), "ETCDCTL_KEY": str(key)}
+        # decrypted off the members, with the identity only the stack holds
+        decrypted = kept / newest.name
+        done = bash(steps["decrypt", None], {"IDENTITY": str(identity), "ENCRYPTED": str(kept / f"{newest.name}.age"),
+                                             "SNAPSHOT": str(decrypted)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert decrypted.read_bytes() == plain
+        (kept / f"{newest.name}.age").unlink()
         restore = [steps[s] for s in (("settings", None), ("pick-local", None), ("check", "3.4"),
                                       ("set-aside", None), ("restore", "3.4"), ("own", None))]
         etcd_uid = pwd.getpwnam("etcd").pw_uid
@@ -399,7 +506,7 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
                          "ETCDCTL_ENDPOINTS": etcd.endpoints[name]}
             done = bash("\n".join(restore), env)
             assert done.returncode == 0, done.stdout + done.stderr
-            assert f"NAME={name}\n" in done.stdout and f"SNAPSHOT={kept / snapshot.name}\n" in done.stdout
+            assert f"NAME={name}\n" in done.stdout and f"SNAPSHOT={decrypted}\n" in done.stdout
             data = etcd.data_dir(name)
             assert data.stat().st_uid == etcd_uid and stat.S_IMODE(data.stat().st_mode) == 0o700
 

@@ -9,6 +9,11 @@ identity and writes with the Blob REST API; it needs the account's blob endpoint
 and the identity's client ID, which Azure knows only once it created them: `host_file()` is
 that file, for the program to deliver beside the TLS files (custom data).
 
+Snapshots leave the member encrypted with `age` (kilonode.node.etcd_snapshot): the members hold
+only the recipient (a public X25519 key), so no VM can read back what was uploaded; the
+identity that decrypts is random bytes Pulumi keeps as a secret, exported as the stack output
+`etcdSnapshotIdentity` for the restore (docs/runbooks/etcd-restore-from-snapshot.md).
+
 The account takes no anonymous access, no shared keys (only Microsoft Entra tokens, so no
 account key exists that could leak), HTTPS with TLS 1.2 or later only; zone-redundant where
 the region has availability zones, so the copies outlive the zone that may have taken the
@@ -17,11 +22,15 @@ etcd members with it.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_random as random
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pulumi_azure_native import managedidentity, storage
 
 from kilonode.azure.common import tags
@@ -39,6 +48,45 @@ STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 MANAGEMENT_POLICY_NAME = "default"
 ROLE = "etcd-backup"
 STORAGE_TAG = "etcdbk"  # kilonode.plan.azure_names.STORAGE_TAGS
+
+
+# age's X25519 keys (C2SP age.md, "The X25519 recipient type"; FiloSottile/age v1.1.1, the
+# version Debian bookworm ships): the recipient is Bech32 with HRP "age" of the public key, the
+# identity Bech32 with HRP "AGE-SECRET-KEY-" of the 32-byte scalar, upper-cased.
+AGE_KEY_BYTES = 32
+_BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+
+
+def _bech32_polymod(values: list[int]) -> int:
+    """BIP 173's checksum (plain Bech32, constant 1: what age uses, not Bech32m)."""
+    generator = [0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3]
+    check = 1
+    for value in values:
+        top = check >> 25
+        check = (check & 0x1FFFFFF) << 5 ^ value
+        for i in range(5):
+            check ^= generator[i] if (top >> i) & 1 else 0
+    return check
+
+
+def bech32(hrp: str, data: bytes) -> str:
+    """Bech32 of `data` under `hrp` (lower case); age puts no limit of 90 characters on it."""
+    bits = "".join(f"{byte:08b}" for byte in data)
+    bits += "0" * (-len(bits) % 5)
+    words = [int(bits[i:i + 5], 2) for i in range(0, len(bits), 5)]
+    expanded = [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
+    polymod = _bech32_polymod(expanded + words + [0] * 6) ^ 1
+    checksum = [(polymod >> 5 * (5 - i)) & 31 for i in range(6)]
+    return hrp + "1" + "".join(_BECH32[w] for w in words + checksum)
+
+
+def age_keys(key_b64: str) -> tuple[str, str]:
+    """(identity, recipient) of the age X25519 key whose scalar is these 32 bytes (base64)."""
+    scalar = base64.b64decode(key_b64, validate=True)
+    if len(scalar) != AGE_KEY_BYTES:
+        raise ValueError(f"an age X25519 key is {AGE_KEY_BYTES} bytes, not {len(scalar)}")
+    public = X25519PrivateKey.from_private_bytes(scalar).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return bech32("age-secret-key-", scalar).upper(), bech32("age", public)
 
 
 def backup_account_name(cluster: str, subscription: str) -> str:
@@ -87,6 +135,8 @@ class EtcdBackup(pulumi.ComponentResource):
     blob_endpoint: pulumi.Output[str]
     identity_id: pulumi.Output[str]  # attach to every etcd VM (user-assigned)
     client_id: pulumi.Output[str]  # the token request names it (IMDS client_id)
+    snapshot_recipient: pulumi.Output[str]  # age recipient the members encrypt to (public)
+    snapshot_identity: pulumi.Output[str]  # secret: the age identity that decrypts them
 
     def __init__(self, name: str, args: EtcdBackupArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:EtcdBackup", name, None, opts)
@@ -149,17 +199,31 @@ class EtcdBackup(pulumi.ComponentResource):
         self.blob_endpoint = account.name.apply(blob_endpoint)
         self.identity_id = identity.id
         self.client_id = identity.client_id
+        self._snapshot_key(name)
         self.register_outputs({
             "accountName": self.account_name, "container": self.container_name,
             "blobEndpoint": self.blob_endpoint, "identityId": self.identity_id, "clientId": self.client_id,
         })
 
+    def _snapshot_key(self, name: str) -> None:
+        """The age key the snapshots are encrypted to. Replacing it leaves the snapshots already
+        uploaded readable only with the old identity (kept in the stack's history until the
+        retention deletes them)."""
+        key = random.RandomBytes(f"{name}-snapshot-key", length=AGE_KEY_BYTES,
+                                 opts=pulumi.ResourceOptions(parent=self))
+        keys = key.base64.apply(age_keys)
+        self.snapshot_identity = pulumi.Output.secret(keys.apply(lambda pair: pair[0]))
+        # the recipient is a public key: unsecret, so the members' config and a plan show it
+        self.snapshot_recipient = pulumi.Output.unsecret(keys.apply(lambda pair: pair[1]))
+
     def host_file(self) -> DeliveredFile:
         """The Azure half of the snapshot job's config (defaults.ETCD_SNAPSHOT_AZURE_CONFIG), for
         every etcd member's custom data: only formatting happens in the apply."""
-        content = pulumi.Output.all(self.blob_endpoint, self.container_name, self.client_id).apply(
+        content = pulumi.Output.all(self.blob_endpoint, self.container_name, self.client_id,
+                                    self.snapshot_recipient).apply(
             lambda values: json.dumps(
-                {"blobEndpoint": values[0], "container": values[1], "clientId": values[2]}, indent=2
+                {"blobEndpoint": values[0], "container": values[1], "clientId": values[2], "ageRecipient": values[3]},
+                indent=2,
             ) + "\n"
         )
         return DeliveredFile(defaults.ETCD_SNAPSHOT_AZURE_CONFIG, content)

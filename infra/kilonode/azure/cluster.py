@@ -14,7 +14,7 @@ import pulumi
 
 from kilonode.azure import rollout
 from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs
-from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs
+from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs, secrets_encryption_file
 from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
 from kilonode.azure.identity import CloudProviderIdentity, CloudProviderIdentityArgs
@@ -133,6 +133,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.apiserver_address = self.control_plane.load_balancer_ip
         self.etcd_backup_account = backup.account_name
+        self.etcd_snapshot_identity = backup.snapshot_identity
         self.etcd_main_endpoints = etcd["main"].client_endpoints
         self.etcd_events_endpoints = etcd["events"].client_endpoints
         self.admin_ssh_private_key = self.tls.admin_ssh_private_key
@@ -152,15 +153,13 @@ class Cluster(pulumi.ComponentResource):
         (kilonode.azure.rollout). Sets self.restart_keys."""
         plan = args.plan
         machines = _control_plane_machines(plan)
-        etcd_hosts = {m.name for e in plan.etcd_clusters for m in e.members}
-        host_files = self.tls.host_files
+        # beside the TLS files: the etcd members get the snapshot upload's account, container
+        # and identity, the apiservers the key that encrypts Secrets in etcd
+        extra = dict.fromkeys((m.name for e in plan.etcd_clusters for m in e.members), backup.host_file())
+        extra |= dict.fromkeys((i.name for i in plan.control_plane.instances),
+                               secrets_encryption_file(f"{name}-tls-secrets-encryption-key", self.tls))
         data = {
-            host: custom_data(
-                _user_data(args, host),
-                # the etcd members also get the snapshot upload's account, container and identity
-                [*host_files[host], backup.host_file()] if host in etcd_hosts else host_files[host],
-                host,
-            )
+            host: custom_data(_user_data(args, host), [*self.tls.host_files[host], extra[host]], host)
             for group in machines.values() for host, *_ in group
         }
         self.restart_keys = pulumi.Output.from_input({

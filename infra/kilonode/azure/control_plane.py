@@ -17,13 +17,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_random as random
 from pulumi_azure_native import network
 
 from kilonode.azure.common import tags
+from kilonode.azure.custom_data import KEY_MODE, DeliveredFile
 from kilonode.azure.vm import host_spec, machine
 from kilonode.plan import defaults
+from kilonode.plan.encryption import KEY_BYTES, encryption_configuration
 from kilonode.plan.model import ControlPlanePlan, DeployerPlan
-from kilonode.plan.wellknown import APISERVER_PORT
+from kilonode.plan.wellknown import APISERVER_PORT, ENCRYPTION_CONFIG
 
 FRONTEND = "apiserver"
 PUBLIC_FRONTEND = "apiserver-public"
@@ -129,6 +132,19 @@ class ControlPlane(pulumi.ComponentResource):
         # kubeconfig asks for a name it does carry (kilonode.azure.tls, DEPLOYER_TLS_SERVER_NAME).
         self.deployer_endpoint = ip.ip_address.apply(lambda address: f"https://{address}:{APISERVER_PORT}")
         return balancer
+
+
+def secrets_encryption_file(name: str, parent: pulumi.Resource) -> DeliveredFile:
+    """kube-apiserver's EncryptionConfiguration (kilonode.plan.encryption), for every
+    apiserver's custom data and nothing else: its key is random bytes Pulumi keeps as a secret
+    (RandomBytes marks `base64` secret), and the file is 0600 root. Every apiserver must hold
+    the same key (each reads what the others wrote), so there is one for the cluster.
+
+    Replacing this resource changes the key: Secrets written under the old one stop reading.
+    A rotation adds a second key first (docs/azure.md, "Secrets at rest")."""
+    key = random.RandomBytes(name, length=KEY_BYTES, opts=pulumi.ResourceOptions(parent=parent))
+    content = pulumi.Output.secret(key.base64.apply(encryption_configuration))
+    return DeliveredFile(ENCRYPTION_CONFIG, content, KEY_MODE)
 
 
 @dataclass(frozen=True)

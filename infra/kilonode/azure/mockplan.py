@@ -12,9 +12,11 @@ labelled placeholders, never key material, so a plan can be shared and diffed.
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import copy
 import functools
+import hashlib
 import json
 import threading
 from collections.abc import Callable
@@ -98,6 +100,12 @@ class RecordingMocks(mocks.Mocks):
             # the name: deterministic, and plainly not a secret anyone uses.
             length = int(args.inputs.get("length", 16))
             outputs["result"] = sha256_text(f"mock:{args.name}")[:length]
+        if args.typ == "random:index/randomBytes:RandomBytes":
+            # Placeholder bytes of the asked length, from the name (a SHA-256 per 32 bytes):
+            # deterministic, the shape the consumers check (a secretbox key is 32 bytes).
+            length = int(args.inputs.get("length", 32))
+            raw = b"".join(hashlib.sha256(f"mock:{args.name}:{i}".encode()).digest() for i in range(-(-length // 32)))
+            outputs |= {"base64": base64.b64encode(raw[:length]).decode(), "hex": raw[:length].hex()}
         identity = outputs.get("identity")
         if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
             # Azure takes the identities as a list of IDs and returns them as a map of ID to

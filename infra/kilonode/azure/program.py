@@ -86,6 +86,9 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     pulumi.export("etcdEventsEndpoints", cluster.etcd_events_endpoints)
     # where the etcd snapshots are (docs/runbooks/etcd-restore-from-snapshot.md)
     pulumi.export("etcdBackupAccount", cluster.etcd_backup_account)
+    # Secret: the age identity that decrypts them; no VM holds it (the members encrypt to its
+    # public recipient).
+    pulumi.export("etcdSnapshotIdentity", cluster.etcd_snapshot_identity)
     pulumi.export("nodeImageVersionIds", cluster.image_version_ids)
     pulumi.export("scaleSetIds", cluster.scale_set_ids)
     # Secret: `pulumi stack output adminSshPrivateKey --show-secrets` when SSH is needed.

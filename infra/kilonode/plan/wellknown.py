@@ -43,6 +43,9 @@ CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
 # The GPU health taint controller (kilonode.gpu.controller) on every apiserver VM, as the
 # user kilonode:gpu-health-controller (kilonode.k8s.gpu binds its ClusterRole).
 GPU_HEALTH_CONTROLLER_KUBECONFIG = "/etc/kubernetes/gpu-health-controller.kubeconfig"
+# kube-apiserver's EncryptionConfiguration (kilonode.plan.encryption): it holds the key that
+# encrypts Secrets in etcd, so only the apiservers' custom data carries it (0600, root).
+ENCRYPTION_CONFIG = "/etc/kubernetes/encryption-config.yaml"
 KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.kubeconfig"
 KUBELET_BOOTSTRAP_KUBECONFIG = "/etc/kubernetes/bootstrap-kubelet.kubeconfig"
 

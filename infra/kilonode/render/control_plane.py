@@ -53,6 +53,11 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         # PodSecurity (on by default since 1.25) enforces the cluster's default levels from
         # this file (admission_config); namespaces carry their own labels (kilonode.k8s.pod_security).
         ("admission-control-config-file", f"/{ADMISSION_CONFIG}"),
+        # Secrets encrypted in etcd (kilonode.plan.encryption: which provider and why). The
+        # file holds the key: the Pulumi program delivers it, 0600, to the apiservers only. No
+        # --encryption-provider-config-automatic-reload: the file changes only with a VM's
+        # custom data, which a VM reads at its first boot.
+        ("encryption-provider-config", wellknown.ENCRYPTION_CONFIG),
         # Field notes: --apiserver-count, today the lease endpoint reconciler.
         ("endpoint-reconciler-type", "lease"),
         # 2,500-node post: audit logs found the slow and excessive queries (CIS 1.2.16-19).

@@ -40,6 +40,8 @@ UNITS_TO_ENABLE = (TIMER,)
 BIN = "/usr/local/bin"
 ETCDCTL = f"{BIN}/etcdctl"
 ETCDUTL = f"{BIN}/etcdutl"
+# Debian's age (node-image/packages/control.txt): encrypts each snapshot before it is uploaded.
+AGE = "/usr/bin/age"
 # Every member also listens for clients on 127.0.0.1 (kilonode.render.etcd listen-client-urls),
 # and its server certificate names 127.0.0.1 (kilonode.azure.tls).
 LOCAL_ENDPOINT = f"https://127.0.0.1:{wellknown.ETCD_CLIENT_PORT}"
@@ -76,6 +78,7 @@ def snapshot_config(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMem
         "keyFile": wellknown.ETCD_SERVER_KEY,
         "etcdctl": ETCDCTL,
         "etcdutl": ETCDUTL,
+        "age": AGE,
         "directory": snapshot_directory(cluster),
         "keep": defaults.ETCD_SNAPSHOT_KEEP_LOCAL,
         "saveTimeoutSeconds": SAVE_TIMEOUT_S,

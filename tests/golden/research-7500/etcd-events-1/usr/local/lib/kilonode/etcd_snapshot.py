@@ -13,14 +13,23 @@ caFile/certFile/keyFile (the member's own server certificate, which carries clie
 etcdctl/etcdutl (binaries; etcdutl is used for `snapshot status` where it exists, 3.5+),
 directory (local snapshots), keep (how many stay there), saveTimeoutSeconds, blobPrefix
 (main/, events/), blockBytes, requestTimeoutSeconds, and azureConfig: the path of a second
-JSON file that the Pulumi program delivers in Azure with blobEndpoint, container and clientId
-(the user-assigned identity's). No such file: no upload.
+JSON file that the Pulumi program delivers in Azure with blobEndpoint, container, clientId
+(the user-assigned identity's) and ageRecipient. No such file: no upload. `age` is the path of
+age (Debian's package, in the etcd image: node-image/packages/control.txt).
 
 Each run, in order: ask the local member for its status; not the leader -> exit 0, nothing
 done. Else `etcdctl snapshot save` into a hidden partial file in the directory, read its
 revision (`snapshot status`), rename it into place (atomic: a reader never sees half a
-snapshot), delete the oldest beyond `keep`, then upload it: an IMDS token for Azure Storage,
-one Put Blob when the file fits in one block, else Put Block per block and Put Block List.
+snapshot), delete the oldest beyond `keep`, then encrypt it with `age` to the Azure config's
+recipient into a hidden file beside it and upload only that (`<name>.db.age`): an IMDS token
+for Azure Storage, one Put Blob when the file fits in one block, else Put Block per block and
+Put Block List; the encrypted copy is deleted afterwards. An Azure config without a recipient
+uploads nothing: a plaintext snapshot never leaves the member.
+
+Why age and not AES-GCM written here: age is a reviewed format (C2SP age.md) that streams in
+64 KiB chunks, each with its own nonce (an 8 GiB snapshot never sits in memory, and no nonce
+bookkeeping is ours to get wrong), and it encrypts to a public X25519 key, so the members
+never hold what decrypts the snapshots (the stack output etcdSnapshotIdentity does).
 Any failure exits 1 with the reason (the unit fails, visibly); a snapshot that was saved stays
 on the local disk even when its upload fails.
 """
@@ -305,18 +314,46 @@ def blob_url(azure: dict[str, Any], name: str) -> str:
 
 
 def upload(config: dict[str, Any], azure: dict[str, Any], snapshot: Path, metadata: dict[str, str],
-           send: Send, date: Callable[[], str] = lambda: email.utils.formatdate(usegmt=True)) -> str:
+           send: Send, date: Callable[[], str] = lambda: email.utils.formatdate(usegmt=True),
+           name: str | None = None) -> str:
+    """Upload the file as it is to <prefix><name> (its own name by default)."""
     token = storage_token(azure["clientId"], send)
-    url = blob_url(azure, f"{config['blobPrefix']}{snapshot.name}")
+    url = blob_url(azure, f"{config['blobPrefix']}{name or snapshot.name}")
     for request in upload_requests(snapshot, url, token, int(config["blockBytes"]), metadata, date):
         expect(send(request), request)
     return url
 
 
+def encrypt(config: dict[str, Any], recipient: str, snapshot: Path, run: Run = run_command) -> Path:
+    """`age` encrypts the snapshot to the recipient into a hidden file beside it (0600: age
+    creates it with the umask; the directory is the etcd user's own)."""
+    if not recipient.startswith("age1"):
+        raise ValueError(f"ageRecipient {recipient[:20]!r} is not an age X25519 recipient (age1...)")
+    encrypted = snapshot.parent / f"{PARTIAL_PREFIX}{snapshot.name}.age"
+    checked(run([config["age"], "--encrypt", "--recipient", recipient, "--output", str(encrypted), str(snapshot)],
+                int(config["saveTimeoutSeconds"])), "age --encrypt")
+    return encrypted
+
+
+def upload_encrypted(config: dict[str, Any], azure: dict[str, Any], snapshot: Path, metadata: dict[str, str],
+                     send: Send, run: Run = run_command) -> str:
+    """Encrypt, upload the ciphertext as <snapshot name>.age, delete the ciphertext; no
+    recipient: refuse (ValueError), nothing is sent."""
+    recipient = azure.get("ageRecipient")
+    if not recipient:
+        raise ValueError("the Azure config names no ageRecipient: not uploading a plaintext snapshot")
+    encrypted = encrypt(config, str(recipient), snapshot, run)
+    try:
+        return upload(config, azure, encrypted, metadata | {"encryption": "age"}, send, name=f"{snapshot.name}.age")
+    finally:
+        encrypted.unlink(missing_ok=True)
+
+
 # --- main ----------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, send: Send | None = None) -> int:
+    """`send`: the HTTP sender (a test's recorder); urllib by default."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--config", required=True, type=Path)
     args = parser.parse_args(argv)
@@ -338,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         azure = json.loads(azure_file.read_text())
         metadata = {"member": member, "revision": str(info["revision"]), "cluster": config["cluster"]}
-        url = upload(config, azure, snapshot, metadata, http_send(float(config["requestTimeoutSeconds"])))
+        sender = send or http_send(float(config["requestTimeoutSeconds"]))
+        url = upload_encrypted(config, azure, snapshot, metadata, sender)
         log(f"uploaded {snapshot.name} to {url}")
         return 0
     except (RuntimeError, ValueError, OSError, KeyError, subprocess.TimeoutExpired) as error:
