@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+CHECKOV_VENV := .venv-checkov
+CHECKOV_VERSION := 3.3.30
 STACK ?= local
 OUT ?= out/$(STACK)
 
@@ -10,7 +12,7 @@ OUT ?= out/$(STACK)
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: $(VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
 
 test-artefacts: setup ## What the tests read but never download: cloud-init's schema, the image bases
 	$(BIN)/python -m tests.artefacts
@@ -21,6 +23,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# checkov (tests/k8s/test_checkov.py) in its own environment: checkov 3.3.30 requires
+# packaging<24, pulumi packaging>=26, so pip cannot install both into .venv.
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
 	touch $@
 
 host-packages: ## Install the Debian packages the tests use (apt, from this machine's sources)

@@ -6,7 +6,7 @@ resource is still found (a fixed one is removed from the file). Slow: checkov ta
 
 checkov is not in pyproject's test extras: checkov 3.3.30 requires packaging<24 and the pinned
 pulumi 3.272 requires packaging>=26, so pip cannot resolve both into one environment. It runs
-from wherever `checkov` is on PATH or beside this Python; without it the test says so."""
+from .venv-checkov (`make setup`), beside this Python or on PATH; without it the test says so."""
 
 from __future__ import annotations
 
@@ -23,11 +23,13 @@ from kilonode.azure.graph import Graph, format_manifests
 from kilonode.paths import REPO_ROOT
 from tests import shared
 
-CHECKOV = shutil.which("checkov") or next(
-    (str(p) for p in [Path(sys.executable).parent / "checkov"] if p.exists()), None)
+# `make setup` installs it in .venv-checkov (its own environment, see the Makefile)
+CHECKOV = next((str(p) for p in [Path(__file__).resolve().parents[2] / ".venv-checkov/bin/checkov",
+                                  Path(sys.executable).parent / "checkov"] if p.exists()),
+               shutil.which("checkov"))
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(CHECKOV is None, reason="checkov is not installed (pip install checkov, its own environment)"),
+    pytest.mark.skipif(CHECKOV is None, reason="checkov is not installed (`make setup` puts it in .venv-checkov)"),
 ]
 
 
