@@ -24,6 +24,7 @@ def _registry() -> tuple[Check, ...]:
         boot_pulls,
         deployer_path,
         disks,
+        identities,
         pod_dns,
         quota,
         rdma,
@@ -34,7 +35,7 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, service_path, binaries, pod_dns, scheduling, rdma, disks, azure_names,
-                       quota, boot_pulls)
+                       identities, quota, boot_pulls)
     )
 
 
