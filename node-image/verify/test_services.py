@@ -38,7 +38,9 @@ def runtime_unit(pool: NodePoolPlan) -> str:
 
 @pytest.mark.persistent
 @pytest.mark.parametrize(
-    "unit", ["runtime", "ssh.service", "systemd-networkd.service", "kilonode-preload-images.service"]
+    "unit", ["runtime", "ssh.service", "systemd-networkd.service", "kilonode-preload-images.service",
+             # pods' traffic to the instance metadata service dropped (kilonode.render.metadata_block)
+             "kilonode-metadata-block.service"]
 )
 def test_service_active(host: testinfra.host.Host, pool: NodePoolPlan, unit: str) -> None:
     name = runtime_unit(pool) if unit == "runtime" else unit

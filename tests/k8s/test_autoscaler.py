@@ -426,7 +426,7 @@ def test_a_misspelt_flag_a_flag_of_another_tag_and_a_bad_value_are_caught(graphs
                                                                   "--leader-elect=yes is not a valid bool"]
 
 
-def test_the_azure_config_it_reads_is_the_cloud_providers_and_names_the_identity_and_vmss(
+def test_the_azure_config_it_reads_is_the_cloud_providers_with_its_own_identity_and_vmss(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan]
 ) -> None:
     graph = graphs[AUTOSCALED]
@@ -442,14 +442,17 @@ def test_the_azure_config_it_reads_is_the_cloud_providers_and_names_the_identity
     config = json.loads(config_map["data"][path.name])
     assert config["vmType"] == "vmss"
     cluster = plans[AUTOSCALED].cluster
-    # the cloud provider's user-assigned identity, the one on every pool scale set (the mock
-    # engine's client ID for it), read from the instance metadata service
+    # its own user-assigned identity, not cloud-controller-manager's (the mock engine's client ID
+    # for it), read from the instance metadata service; otherwise the cloud provider's azure.json
     assert config["useManagedIdentityExtension"] is True
-    assert config["userAssignedIdentityID"] == f"mock-client-id:{cluster}-cloud-provider-identity"
-    # where the scale sets are: the cluster's resource group
-    assert config["resourceGroup"] == cluster
+    assert config["userAssignedIdentityID"] == f"mock-client-id:{cluster}-controllers-autoscaler-identity"
+    [ccm] = [json.loads(r.plain()["data"]["azure.json"]) for r in graph.of_type("kubernetes:core/v1:ConfigMap")
+             if r.plain()["metadata"]["name"] == "azure-cloud-provider"]
+    assert config == ccm | {"userAssignedIdentityID": config["userAssignedIdentityID"]}
+    # where the scale sets are: the pools' resource group
+    assert config["resourceGroup"] == plans[AUTOSCALED].node_resource_group
     assert {vmss.plain()["resourceGroupName"] for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet")
-            } == {cluster}
+            } == {plans[AUTOSCALED].node_resource_group}
     assert azure_config_problems(config) == []
 
 

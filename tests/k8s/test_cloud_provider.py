@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kilonode.azure.graph import Graph
-from kilonode.azure.identity import NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR
+from kilonode.azure.identity import NETWORK_CONTRIBUTOR, READER, VIRTUAL_MACHINE_CONTRIBUTOR
 from kilonode.catalog.components import components
 from kilonode.plan import ClusterPlan
 
@@ -89,8 +89,11 @@ def test_azure_json_uses_only_fields_the_provider_reads_and_no_ignored_rate_limi
     assert data["vmType"] == "vmss" and data["disableAvailabilitySetNodes"] is True
     assert "routeTableName" not in data and data["disableOutboundSNAT"] is True
     cluster = plans[stack].cluster
-    assert data["resourceGroup"] == data["vnetResourceGroup"] == cluster
-    assert data["userAssignedIdentityID"] == f"mock-client-id:{cluster}-cloud-provider-identity"
+    # the scale sets (and the load balancers it makes) in the pools' group; the VNet and the NSG
+    # in the cluster's own
+    assert data["resourceGroup"] == plans[stack].node_resource_group == f"{cluster}-nodes"
+    assert data["vnetResourceGroup"] == data["securityGroupResourceGroup"] == cluster
+    assert data["userAssignedIdentityID"] == f"mock-client-id:{cluster}-controllers-cloud-provider-identity"
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
@@ -111,6 +114,10 @@ def test_the_controller_manager_runs_without_routes_node_cidrs_or_node_init(
     assert volume["configMap"]["name"] == "azure-cloud-provider"
     # it starts where nothing else can yet: host network, on a node still uninitialized
     assert pod["hostNetwork"] is True
+    # only on the controller pools, the scale sets that carry its identity
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "kilonode.io/pool", "operator": "In",
+                                          "values": sorted(p.name for p in plans[stack].controller_pools)}]}
     assert {"key": "node.cloudprovider.kubernetes.io/uninitialized", "operator": "Exists",
             "effect": "NoSchedule"} in pod["tolerations"]
     assert spec["replicas"] == 2 and pod["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
@@ -140,24 +147,30 @@ def test_the_node_manager_initializes_every_node_from_instance_metadata(
     assert container["image"].replace("node-manager", "controller-manager") in boot
 
 
-def test_the_rbac_is_upstreams_own(graphs: dict[str, Graph]) -> None:
+def test_the_rbac_is_upstreams_own_less_secrets_and_service_accounts(graphs: dict[str, Graph]) -> None:
     role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
                    "kilonode:cloud-controller-manager")
     # cloud-provider-azure v1.34.13, helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
-    # l.35-134 (ClusterRole system:cloud-controller-manager), rule by rule
+    # l.35-134 (ClusterRole system:cloud-controller-manager), rule by rule, without its
+    # serviceaccounts rule (--use-service-account-credentials only) and its secrets rule (a cloud
+    # config kept in a Secret only): kilonode.k8s.cloud_provider CCM_RULES says where each is read
     assert [(r["apiGroups"][0], r["resources"][0], r["verbs"]) for r in role["rules"]] == [
         ("", "events", ["create", "patch", "update"]),
         ("", "nodes", ["*"]),
         ("", "nodes/status", ["patch"]),
         ("", "services", ["list", "patch", "update", "watch"]),
         ("", "services/status", ["list", "patch", "update", "watch"]),
-        ("", "serviceaccounts", ["create", "get", "list", "watch", "update"]),
         ("", "persistentvolumes", ["get", "list", "update", "watch"]),
         ("", "endpoints", ["create", "get", "list", "watch", "update"]),
-        ("", "secrets", ["get", "list", "watch"]),
         ("coordination.k8s.io", "leases", ["get", "create", "update"]),
         ("discovery.k8s.io", "endpointslices", ["get", "list", "watch"]),
     ]
+    container = of_kind(graphs["local"], "kubernetes:apps/v1:Deployment",
+                        "cloud-controller-manager")["spec"]["template"]["spec"]["containers"][0]
+    # what would make either rule needed is off
+    args = flags(container["args"])
+    assert "cloud-config-secret-name" not in args and "use-service-account-credentials" not in args
+    assert args["cloud-config"]
     node_role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
                         "kilonode:cloud-node-manager")
     assert node_role["rules"] == [
@@ -166,25 +179,63 @@ def test_the_rbac_is_upstreams_own(graphs: dict[str, Graph]) -> None:
     ]
 
 
+def _rg_id(name: str) -> str:
+    return f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/{name}"
+
+
+def _mock_id(type_: str, name: str) -> str:
+    return f"mock:azure-native:{type_}::{name}"
+
+
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
-def test_the_identity_gets_two_roles_on_the_clusters_resource_group_only(graphs: dict[str, Graph], stack: str) -> None:
-    graph = graphs[stack]
-    # the cloud provider's identity (the etcd members' snapshot identity is kilonode.azure.backup's)
-    [identity] = [i for i in graph.of_type("azure-native:managedidentity:UserAssignedIdentity")
-                  if i.parent == f"{stack}-cloud-provider"]
+def test_each_controller_identity_has_its_roles_on_the_pools_resources_only(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    graph, plan = graphs[stack], plans[stack]
+    component = f"{stack}-controllers"
     assignments = [a.plain() for a in graph.of_type("azure-native:authorization:RoleAssignment")
-                   if a.parent == f"{stack}-cloud-provider"]
-    [rg] = graph.of_type("azure-native:resources:ResourceGroup")
-    rg_id = f"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/{rg.plain()['resourceGroupName']}"
-    assert sorted(a["roleDefinitionId"].rsplit("/", 1)[1] for a in assignments) == sorted(
-        [NETWORK_CONTRIBUTOR, VIRTUAL_MACHINE_CONTRIBUTOR])
-    assert {a["scope"] for a in assignments} == {rg_id}  # not the subscription
-    assert {a["principalId"] for a in assignments} == {f"mock-principal-id:{identity.name}"}
-    assert {a["principalType"] for a in assignments} == {"ServicePrincipal"}
-    # every pool scale set carries the identity cloud-controller-manager reads from IMDS
-    identity_id = f"mock:azure-native:managedidentity:UserAssignedIdentity::{identity.name}"
-    for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet"):
-        assert vmss.plain()["identity"] == {"type": "UserAssigned", "userAssignedIdentities": [identity_id]}
+                   if a.parent == component]
+    granted: dict[str, set[tuple[str, str]]] = {}
+    for a in assignments:
+        who = a["principalId"].removeprefix(f"mock-principal-id:{component}-").removesuffix("-identity")
+        granted.setdefault(who, set()).add((a["roleDefinitionId"].rsplit("/", 1)[1], a["scope"]))
+        assert a["principalType"] == "ServicePrincipal"
+    nodes = _rg_id(plan.node_resource_group)
+    assert granted.pop("cloud-provider") == {
+        (NETWORK_CONTRIBUTOR, nodes), (VIRTUAL_MACHINE_CONTRIBUTOR, nodes),
+        (NETWORK_CONTRIBUTOR, _mock_id("network:NetworkSecurityGroup", f"{stack}-network-pools-nsg")),
+        *[(NETWORK_CONTRIBUTOR, _mock_id("network:Subnet", f"{stack}-network-pool-{p.name}")) for p in plan.node_pools],
+    }
+    groups = [g.shard for p in plan.autoscaled_pools for g in (p.autoscaling.node_groups if p.autoscaling else ())]
+    if groups:  # a scale set's logical name is its shard's name
+        assert granted.pop("autoscaler") == {(READER, nodes)} | {
+            (VIRTUAL_MACHINE_CONTRIBUTOR, _mock_id("compute:VirtualMachineScaleSet", shard)) for shard in groups}
+    assert granted == {}
+    # nothing on the cluster's own group, where the control plane is, nor on the subscription
+    assert all(a["scope"].startswith(("mock:", nodes)) for a in assignments)
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_only_the_controller_pools_scale_sets_carry_identities(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    graph, plan = graphs[stack], plans[stack]
+    controllers = {p.name for p in plan.controller_pools}
+    assert controllers == ({"system"} if stack == "research-7500" else {"cpu"})
+    identities = {_mock_id("managedidentity:UserAssignedIdentity", f"{stack}-controllers-{who}-identity")
+                  for who in ("cloud-provider", *(["autoscaler"] if plan.autoscaled_pools else []))}
+    for pool in plan.node_pools:
+        names = {s.name for s in pool.shards}
+        for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet"):
+            inputs = vmss.plain()
+            if inputs["vmScaleSetName"] not in names:
+                continue
+            assert inputs["resourceGroupName"] == plan.node_resource_group
+            if pool.name in controllers:
+                assert inputs["identity"]["type"] == "UserAssigned"
+                assert set(inputs["identity"]["userAssignedIdentities"]) == identities
+            else:  # a GPU pool's nodes: no identity at all
+                assert "identity" not in inputs, inputs["vmScaleSetName"]
 
 
 def test_role_assignment_names_are_guids_of_scope_principal_and_role() -> None:

@@ -56,7 +56,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         "serving-cert-approver": 4,  # SA, role, binding, Deployment
         "dns": 7,  # SA, role, binding, ConfigMap, Deployment, PDB, Service
         "kube-proxy": 4,  # SA, binding, ConfigMap, DaemonSet
-        "cloud-provider": 11,  # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet
+        # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet; with autoscaled
+        # pools the autoscaler's azure.json (its own identity)
+        "cloud-provider": 11 + (1 if plan.autoscaled_pools else 0),
         # kilonode.k8s.scheduling: 2 CRDs; scheduler and controller: SA, role, binding, Deployment,
         # PDB each; 2 system bindings, 1 RoleBinding, the config ConfigMap
         # and, when every GPU pool is InfiniBand, the fabric and gang-size policies and bindings

@@ -45,6 +45,8 @@ def test_a_role_assignment_without_principal_type_or_a_duplicate_triple_is_a_bre
     _, graph = artefacts("local")
     first, second = azure(graph, "azure-native:authorization:RoleAssignment")[:2]
     del first["inputs"]["principalType"]
+    second["inputs"]["scope"] = first["inputs"]["scope"]
+    second["inputs"]["principalId"] = first["inputs"]["principalId"]
     second["inputs"]["roleDefinitionId"] = first["inputs"]["roleDefinitionId"]
     second["inputs"]["roleAssignmentName"] = first["inputs"]["roleAssignmentName"]
     whats = " | ".join(what for _, what in findings("local", graph))

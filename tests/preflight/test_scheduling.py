@@ -42,8 +42,10 @@ def test_coredns_without_tolerations_on_gpu_only_pools_depends_on_the_gpu_driver
     found = by_where(findings("research-7500", files=files, graph=graph))
     assert "DNS/node initialisation depend on the GPU driver path" in found["Deployment kube-system/coredns"]
     assert "kilonode.io/gpu-health=pending:NoSchedule" in found["Deployment kube-system/coredns"]
-    # the same for the cloud controller: nodes are never initialised before a GPU passes
-    assert "GPU driver path" in found["Deployment kube-system/cloud-controller-manager"]
+    # the cloud controller runs only on the controller pools (the system pool: its identity is
+    # there alone), so without that pool no node of the cluster takes it: nodes are never initialised
+    assert "no node admits them" in found["Deployment kube-system/cloud-controller-manager"]
+    assert "required node affinity matches no label" in found["Deployment kube-system/cloud-controller-manager"]
 
 
 def test_a_node_selector_no_node_has_leaves_the_pods_pending() -> None:

@@ -19,12 +19,13 @@ from tests.conftest import SHIPPED_STACKS
 from tests.render.consumers import cloud_init_validator, systemd_verify
 
 # Binaries that are in no registry we reach (kubelet, cri-dockerd, Kubernetes control
-# plane); the units name them and systemd-analyze says they are missing. That is the only
-# complaint tolerated, with the runtime units Debian's docker.io/containerd ship inside the
-# node image (checked on a booted image by tests/image).
+# plane), and nft, which the node image installs (nftables, node-image/packages/base.txt) and
+# this machine need not have; the units name them and systemd-analyze says they are missing.
+# That is the only complaint tolerated, with the runtime units Debian's docker.io/containerd
+# ship inside the node image (checked on a booted image by tests/image).
 ABSENT_HERE = re.compile(
-    r"Command /usr/local/bin/(kubelet|cri-dockerd|kube-apiserver|kube-scheduler|kube-controller-manager|etcd)"
-    r" is not executable: No such file or directory$"
+    r"Command (/usr/local/bin/(kubelet|cri-dockerd|kube-apiserver|kube-scheduler|kube-controller-manager|etcd)"
+    r"|/usr/sbin/nft) is not executable: No such file or directory$"
 )
 RUNTIME_UNIT_ABSENT = re.compile(r"Unit (docker|containerd)\.service not found\.$")
 

@@ -17,7 +17,7 @@ from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs, secrets_encryption_file
 from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
-from kilonode.azure.identity import CloudProviderIdentity, CloudProviderIdentityArgs
+from kilonode.azure.identity import ControllerIdentities, ControllerIdentitiesArgs
 from kilonode.azure.network import Network, NetworkArgs
 from kilonode.azure.node_image import NodeImage, NodeImageArgs, gallery_images
 from kilonode.azure.node_pool import GpuNodePool, GpuNodePoolArgs
@@ -79,7 +79,8 @@ class Cluster(pulumi.ComponentResource):
     tls: Tls  # credentials: kubeconfigs, the bootstrap token
     control_plane: ControlPlane  # the apiservers and their load balancer
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
-    cloud_identity: CloudProviderIdentity  # what cloud-controller-manager acts as
+    # the pools' resource group, and what cloud-controller-manager and the autoscaler act as
+    identities: ControllerIdentities
     network: Network
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -92,11 +93,13 @@ class Cluster(pulumi.ComponentResource):
         # cloud provider's config needs.
         self.network = Network(f"{name}-network", NetworkArgs(plan=plan), child)
         net = self.network
-        self.cloud_identity = CloudProviderIdentity(
-            f"{name}-cloud-provider",
-            CloudProviderIdentityArgs(
+        self.identities = ControllerIdentities(
+            f"{name}-controllers",
+            ControllerIdentitiesArgs(
                 cluster=plan.cluster, location=plan.location, resource_group_name=net.resource_group_name,
-                resource_group_id=net.resource_group_id,
+                resource_group_id=net.resource_group_id, node_resource_group=plan.node_resource_group,
+                pools_nsg_id=net.pools_nsg_id, pool_subnet_ids=net.pool_subnet_ids,
+                autoscaler=bool(plan.autoscaled_pools),
             ),
             child,
         )
@@ -130,6 +133,11 @@ class Cluster(pulumi.ComponentResource):
         self.tls.through(self.control_plane.deployer_endpoint,
                          public=plan.network.deployer is not None and plan.network.deployer.public_frontend)
         self.scale_set_ids = self._node_pools(name, args)
+        # the autoscaler acts on its node groups' scale sets only, once they exist
+        self.identities.grant_node_groups({
+            group.shard: self.scale_set_ids[group.shard]
+            for pool in plan.autoscaled_pools for group in (pool.autoscaling.node_groups if pool.autoscaling else ())
+        })
 
         self.apiserver_address = self.control_plane.load_balancer_ip
         self.etcd_backup_account = backup.account_name
@@ -219,10 +227,16 @@ class Cluster(pulumi.ComponentResource):
         )
 
     def _node_pools(self, name: str, args: ClusterArgs) -> dict[str, pulumi.Output[str]]:
-        """The GPU pools' scale sets: scale set name -> ID, over every pool. Created wave by
-        wave (the plan's components.joins): each scale set of a wave waits for every one of the
-        wave before, so a first `pulumi up` boots at most a wave's nodes at once."""
+        """The pools' scale sets, in the pools' own resource group: scale set name -> ID, over
+        every pool. Only the controller pools' carry identities (the controllers run there);
+        every other pool's nodes carry none (kilonode.azure.identity). Created wave by wave (the
+        plan's components.joins): each scale set of a wave waits for every one of the wave
+        before, so a first `pulumi up` boots at most a wave's nodes at once."""
         plan = args.plan
+        controllers = {pool.name for pool in plan.controller_pools}
+        identities = [self.identities.cloud_provider.id]
+        if self.identities.autoscaler is not None:
+            identities.append(self.identities.autoscaler.id)
         pools = {
             pool.name: GpuNodePool(
                 f"{name}-{pool.name}",
@@ -230,13 +244,13 @@ class Cluster(pulumi.ComponentResource):
                     pool=pool,
                     cluster=plan.cluster,
                     location=plan.location,
-                    resource_group_name=self.network.resource_group_name,
+                    resource_group_name=self.identities.node_resource_group_name,
                     subnet_id=self.network.pool_subnet_ids[pool.name],
                     image_version_id=self.image_version_ids[pool.name],
                     user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)},
                     files=self.tls.node_files,
                     ssh_public_key=self.tls.admin_ssh_public_key,
-                    identity_id=self.cloud_identity.id,
+                    identity_ids=identities if pool.name in controllers else [],
                 ),
                 pulumi.ResourceOptions(parent=self),
             )

@@ -212,6 +212,7 @@ class Network(pulumi.ComponentResource):
     # Azure names the cloud provider's config needs (azure.json): pool -> subnet, pool -> NSG (one, shared)
     pool_subnet_names: dict[str, pulumi.Output[str]]
     pool_nsg_names: dict[str, pulumi.Output[str]]
+    pools_nsg_id: pulumi.Output[str]  # that one NSG: a scope of cloud-controller-manager's rights
     # a `peered` deployer's two peerings (none otherwise): the in-cluster layer waits for them
     deployer_peerings: list[network.VirtualNetworkPeering]
 
@@ -251,6 +252,7 @@ class Network(pulumi.ComponentResource):
         self.vnet_name = vnet.name
         self.pool_subnet_names = {p.name: subnets[f"pool-{p.name}"][0].name for p in plan.node_pools}
         self.pool_nsg_names = {p.name: subnets[f"pool-{p.name}"][1].name for p in plan.node_pools}
+        self.pools_nsg_id = subnets[f"pool-{plan.node_pools[0].name}"][1].id
         self.register_outputs({
             "resourceGroupName": self.resource_group_name,
             "vnetId": self.vnet_id,

@@ -39,9 +39,10 @@ class GpuNodePoolArgs:
     user_data: Mapping[str | None, str]
     files: Sequence[DeliveredFile]
     ssh_public_key: pulumi.Input[str]
-    # the cloud provider's user-assigned identity: cloud-controller-manager runs on pool nodes
-    # and reads its token from the instance metadata service (kilonode.azure.identity)
-    identity_id: pulumi.Input[str]
+    # user-assigned identities: the controllers' on the pools they run on (the plan's
+    # controller_pools), where they read their tokens from the instance metadata service;
+    # none on any other pool (kilonode.azure.identity)
+    identity_ids: Sequence[pulumi.Input[str]]
 
 
 def ip_configurations(
@@ -133,8 +134,8 @@ class GpuNodePool(pulumi.ComponentResource):
             upgrade_policy=compute.UpgradePolicyArgs(mode=compute.UpgradeMode.MANUAL),
             identity=compute.VirtualMachineScaleSetIdentityArgs(
                 type=compute.ResourceIdentityType.USER_ASSIGNED,
-                user_assigned_identities=[args.identity_id],
-            ),
+                user_assigned_identities=list(args.identity_ids),
+            ) if args.identity_ids else None,
             virtual_machine_profile=profile,
             # The autoscaler owns an autoscaled shard's capacity (kilonode.plan.capacity):
             # `pulumi up` sets it when it creates the scale set and never resets it after.

@@ -141,18 +141,22 @@ def preflight_gate(stack_file: Path, command: Sequence[str] | None = None) -> No
 
 
 def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarget]:
-    """Where cloud-controller-manager acts (its azure.json). Load balancers for Services take
-    their internal frontends from the first pool's subnet and open their ports in the pools'
-    NSG: cloud-provider-azure manages one NSG (securityGroupName), and every pool subnet is in
-    that one (kilonode.azure.network says why)."""
-    net, identity = cluster.network, cluster.cloud_identity
+    """Where cloud-controller-manager and the autoscaler act (their azure.json). The scale sets,
+    and the load balancers and public IPs Services get, are in the pools' resource group; the
+    VNet and the NSG in the cluster's own. Internal frontends come from the first pool's subnet,
+    Service ports open in the pools' NSG: cloud-provider-azure manages one NSG
+    (securityGroupName), and every pool subnet is in that one (kilonode.azure.network says why)."""
+    net, ids = cluster.network, cluster.identities
     first = plan.node_pools[0].name
+    autoscaler = ids.autoscaler.client_id if ids.autoscaler is not None else None
     return pulumi.Output.all(
-        identity.tenant_id, net.resource_group_id, net.resource_group_name, net.vnet_name,
-        net.pool_subnet_names[first], net.pool_nsg_names[first], identity.client_id,
+        ids.cloud_provider.tenant_id, net.resource_group_id, ids.node_resource_group_name, net.resource_group_name,
+        net.vnet_name, net.pool_subnet_names[first], net.pool_nsg_names[first], ids.cloud_provider.client_id,
+        autoscaler,
     ).apply(lambda v: AzureTarget(
-        tenant_id=v[0], subscription_id=subscription_of(v[1]), resource_group=v[2], vnet_name=v[3],
-        subnet_name=v[4], security_group_name=v[5], identity_client_id=v[6],
+        tenant_id=v[0], subscription_id=subscription_of(v[1]), resource_group=v[2], network_resource_group=v[3],
+        vnet_name=v[4], subnet_name=v[5], security_group_name=v[6], identity_client_id=v[7],
+        autoscaler_identity_client_id=v[8],
     ))
 
 

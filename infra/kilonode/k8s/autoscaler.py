@@ -20,8 +20,9 @@ paths under cluster-autoscaler/ in kubernetes/autoscaler):
   half of its nodes, whatever the autoscaler sees; no flag does this (see
   shared/docs/limits-and-modern-equivalents.md).
 
-Azure access: the cloud provider's azure.json, reused from the `azure-cloud-provider`
-ConfigMap (kilonode.k8s.cloud_provider). The autoscaler parses it into its own Config
+Azure access: the cloud provider's azure.json with the autoscaler's own identity, from the
+`cluster-autoscaler-azure` ConfigMap (kilonode.k8s.cloud_provider AUTOSCALER_CONFIG_NAME).
+The autoscaler parses it into its own Config
 (cloudprovider/azure/azure_config.go BuildAzureConfig: json.Unmarshal into a struct that
 embeds cloud-provider-azure's Config, v1.29.4 with pkg/azclient v0.0.13 for 1.32-1.34, v1.34.3
 with pkg/azclient v0.9.2 for 1.35), and every field it needs for uniform scale sets with a
@@ -30,10 +31,11 @@ are), subscriptionId (else it asks the instance metadata service), vmType "vmss"
 useManagedIdentityExtension + userAssignedIdentityID (a client ID, which both its ARM
 clients and the agent-pool client accept), cloud. The CCM's load-balancer and network
 fields are parsed and not used by the autoscaler: they are the CCM's settings, not its. The
-identity is the one on every pool scale set, with Virtual Machine Contributor on the
-cluster's resource group (kilonode.azure.identity): enough to change a scale set's capacity
-and delete its instances. The test checks each key's name and JSON type against both
-structs, so a type the autoscaler cannot decode (it would refuse to start) fails there.
+identity is its own, on the controller pools' scale sets only: Reader on the pools' resource
+group (it LISTs the group's scale sets and VMs) and Virtual Machine Contributor on each node
+group's scale set (kilonode.azure.identity): enough to change a scale set's capacity and
+delete its instances, and nothing of the control plane. The test checks each key's name and
+JSON type against both structs, so a type the autoscaler cannot decode (it would refuse to start) fails there.
 
 What "unhealthy" does, at every pinned tag (core/static_autoscaler.go RunOnce, 1.34.5
 l.417-422; clusterstate/clusterstate.go IsClusterHealthy, 1.34.5 l.418-430): the cluster is
@@ -65,7 +67,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.cloud_provider import CONFIG_DIR, CONFIG_NAME
+from kilonode.k8s.cloud_provider import AUTOSCALER_CONFIG_NAME, CONFIG_DIR, controller_affinity
 from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_uninitialized_nodes
 from kilonode.node.gpu import protocol
@@ -283,8 +285,8 @@ def describe(plan: ClusterPlan) -> list[str]:
     version = plan.components.cluster_autoscaler_version
     lines = [
         f"cluster-autoscaler {version}: Deployment {KUBE_SYSTEM}/{APP}, {defaults.CLUSTER_AUTOSCALER_REPLICAS} "
-        f"replicas, one active (Lease {KUBE_SYSTEM}/{LEASE_NAME}); Azure as the cloud provider's user-assigned "
-        f"identity, from azure.json in ConfigMap {KUBE_SYSTEM}/{CONFIG_NAME} (vmType vmss)",
+        f"replicas, one active (Lease {KUBE_SYSTEM}/{LEASE_NAME}); Azure as its own user-assigned "
+        f"identity, from azure.json in ConfigMap {KUBE_SYSTEM}/{AUTOSCALER_CONFIG_NAME} (vmType vmss)",
     ]
     for pool in pools:
         assert pool.autoscaling is not None
@@ -333,24 +335,24 @@ def _pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.Pod
         service_account=account,
         system_pool=True,
         # as cloud-controller-manager: the control-plane VMs run no kubelet, so
-        # it runs on pool nodes, on the host network, where the instance
-        # metadata service gives the identity's token (upstream's MSI example too)
+        # it runs on the controller pools, whose scale sets alone carry its
+        # identity, on the host network, where the instance metadata service
+        # gives the identity's token (upstream's MSI example too)
         host_network=True,
         tolerations=tolerate_uninitialized_nodes(),
-        # Preferably off the nodes it may remove: a node it runs on is one whose
-        # removal restarts it (a kube-system pod with a PDB: evictable, not pinned).
-        affinity=core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(
-            preferred_during_scheduling_ignored_during_execution=[
-                core.v1.PreferredSchedulingTermArgs(
-                    weight=100,
-                    preference=core.v1.NodeSelectorTermArgs(match_expressions=[
-                        core.v1.NodeSelectorRequirementArgs(
-                            key=POOL_LABEL, operator="NotIn",
-                            values=[p.name for p in plan.autoscaled_pools]),
-                    ]),
-                ),
-            ],
-        )),
+        # Required: the controller pools. Preferably off the nodes it may remove: a node it
+        # runs on is one whose removal restarts it (a kube-system pod with a PDB: evictable,
+        # not pinned).
+        affinity=controller_affinity(plan, preferred=[
+            core.v1.PreferredSchedulingTermArgs(
+                weight=100,
+                preference=core.v1.NodeSelectorTermArgs(match_expressions=[
+                    core.v1.NodeSelectorRequirementArgs(
+                        key=POOL_LABEL, operator="NotIn",
+                        values=[p.name for p in plan.autoscaled_pools]),
+                ]),
+            ),
+        ]),
         # replicas on different nodes: one node's loss leaves the other, and
         # the host-network port is the node's
         topology_spread_constraints=[core.v1.TopologySpreadConstraintArgs(
@@ -385,7 +387,7 @@ def _pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.Pod
         )],
         volumes=[
             core.v1.VolumeArgs(name="cloud-config", config_map=core.v1.ConfigMapVolumeSourceArgs(
-                name=CONFIG_NAME)),
+                name=AUTOSCALER_CONFIG_NAME)),
             core.v1.VolumeArgs(name="ssl-certs", host_path=core.v1.HostPathVolumeSourceArgs(
                 path=CA_BUNDLE, type="File")),
         ],

@@ -7,16 +7,21 @@ in the cluster, as its helm chart and examples deploy it, set for Azure CNI.
   (`--cloud-provider=external`). With --use-instance-metadata it reads no azure.json and
   needs no Azure credentials (cmd/cloud-node-manager, pkg/node/node.go: a hard-coded
   IMDS config).
-- cloud-controller-manager, a Deployment (the control-plane VMs run no kubelet, so it runs
-  on pool nodes, hostNetwork, tolerating the uninitialized taint): Services of type
-  LoadBalancer. Its cloud-node controller is off (`--controllers=*,-cloud-node`: the node
+- cloud-controller-manager, a Deployment: Services of type LoadBalancer. The control-plane
+  VMs run no kubelet, so it runs on the plan's controller pools (the system pools), required
+  by node affinity: theirs are the only scale sets carrying its identity
+  (kilonode.azure.identity), and it reads the token on the host network, where the instance
+  metadata service still answers (pods' traffic to it is dropped on every pool node:
+  kilonode.render.metadata_block). It tolerates the uninitialized taint (the first node is
+  one). Its cloud-node controller is off (`--controllers=*,-cloud-node`: the node
   manager does that), and so are the two that Azure CNI makes wrong: routes
   (`--configure-cloud-routes=false`: pods take VNet addresses, there is no route table) and
   node CIDRs (`--allocate-node-cidrs=false`).
 
 azure.json is built here from the plan and the cluster's Azure outputs (the identity's
 client ID is only known once Azure made it), kept in a ConfigMap (it holds no credential),
-and mounted into cloud-controller-manager only. Field names are those of cloud-provider-azure's config
+and mounted into cloud-controller-manager only; the cluster autoscaler gets its own
+(AUTOSCALER_CONFIG_NAME), the same but naming its own identity. Field names are those of cloud-provider-azure's config
 structs at the pinned release (pkg/provider/config/azure.go, azure_auth.go,
 pkg/azclient/arm_conf.go, auth_conf.go); tests/k8s/test_cloud_provider.py checks them.
 """
@@ -31,6 +36,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.pods import (
     SKIP_AWAIT,
     awaited,
@@ -44,6 +50,8 @@ from kilonode.plan.model import ClusterPlan
 CCM = "cloud-controller-manager"
 CNM = "cloud-node-manager"
 CONFIG_NAME = "azure-cloud-provider"
+# the cluster autoscaler's azure.json (kilonode.k8s.autoscaler): its own identity
+AUTOSCALER_CONFIG_NAME = "cluster-autoscaler-azure"
 CONFIG_DIR = "/etc/kubernetes/cloud-config"
 
 
@@ -53,11 +61,16 @@ class AzureTarget:
 
     tenant_id: str
     subscription_id: str
+    # the pools' own group: their scale sets, and the load balancers and public IPs Services get
+    # (the plan's node_resource_group)
     resource_group: str
+    network_resource_group: str  # the cluster's own group: the VNet, its subnets, the pools' NSG
     vnet_name: str
     subnet_name: str  # where internal load balancers get their frontend address
     security_group_name: str  # the NSG cloud-controller-manager opens Service ports in
-    identity_client_id: str  # the user-assigned identity on the pool scale sets
+    identity_client_id: str  # cloud-controller-manager's, on the controller pools' scale sets
+    # the autoscaler's (kilonode.azure.identity), on the same scale sets; None without one
+    autoscaler_identity_client_id: str | None = None
 
 
 def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
@@ -81,10 +94,10 @@ def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
         # ... so no node is in an availability set: skip those lookups (ARM calls at scale).
         "disableAvailabilitySetNodes": True,
         "vnetName": target.vnet_name,
-        "vnetResourceGroup": target.resource_group,
+        "vnetResourceGroup": target.network_resource_group,
         "subnetName": target.subnet_name,
         "securityGroupName": target.security_group_name,
-        "securityGroupResourceGroup": target.resource_group,
+        "securityGroupResourceGroup": target.network_resource_group,
         "loadBalancerSku": "standard",
         # Outbound goes through each subnet's NAT gateway (kilonode.azure.network): load
         # balancer rules must not add SNAT of their own.
@@ -93,6 +106,29 @@ def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
         "userAssignedIdentityID": target.identity_client_id,
         "useInstanceMetadata": True,
     }
+
+
+def autoscaler_azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
+    """The cluster autoscaler's azure.json: the cloud provider's (it reads the same struct,
+    kilonode.k8s.autoscaler), acting as its own identity, whose rights are its node groups'
+    scale sets (kilonode.azure.identity)."""
+    if target.autoscaler_identity_client_id is None:
+        raise ValueError("the plan has autoscaled pools but the cluster made no autoscaler identity")
+    return azure_json(plan, target) | {"userAssignedIdentityID": target.autoscaler_identity_client_id}
+
+
+def controller_affinity(plan: ClusterPlan,
+                        preferred: list[core.v1.PreferredSchedulingTermArgs] | None = None) -> core.v1.AffinityArgs:
+    """Required: a node of the plan's controller pools (kilonode.io/pool), the only ones whose
+    scale sets carry the controllers' identities; `preferred` terms kept. Elsewhere the
+    controller would find no token, and it must not land where the identity is not meant to be."""
+    return core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=core.v1.NodeSelectorArgs(node_selector_terms=[
+            core.v1.NodeSelectorTermArgs(match_expressions=[core.v1.NodeSelectorRequirementArgs(
+                key=POOL_LABEL, operator="In", values=sorted(p.name for p in plan.controller_pools))]),
+        ]),
+        preferred_during_scheduling_ignored_during_execution=preferred,
+    ))
 
 
 def ccm_args(plan: ClusterPlan) -> list[str]:
@@ -123,17 +159,25 @@ def cnm_args() -> list[str]:
 
 
 # cloud-provider-azure v1.34.13 helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
-# (ClusterRole system:cloud-controller-manager, identical in examples/out-of-tree), verbatim.
+# (ClusterRole system:cloud-controller-manager, identical in examples/out-of-tree), less two
+# rules that upstream grants for modes kilonode does not run, read at the same tag:
+# - secrets get/list/watch: the CCM reads a Secret only for a cloud config kept in one, with
+#   --enable-dynamic-reloading and --cloud-config-secret-name
+#   (cmd/cloud-controller-manager/app/controllermanager.go l.229-234, l.361-367:
+#   dynamic.RunSecretWatcherOrDie, provider.NewCloudFromSecret; pkg/azclient/configloader/
+#   loader_secret.go is the one Secrets().Get). kilonode passes --cloud-config (a file), so none:
+#   with the chart's rule it could read every Secret of the cluster.
+# - serviceaccounts create/get/list/watch/update: for --use-service-account-credentials only
+#   (cmd/cloud-controller-manager/app/options/options.go l.224-235: NewDynamicClientBuilder
+#   creates a ServiceAccount per controller); ccm_args does not set it, so its own account acts.
 CCM_RULES: list[tuple[str, str, list[str]]] = [
     ("", "events", ["create", "patch", "update"]),
     ("", "nodes", ["*"]),
     ("", "nodes/status", ["patch"]),
     ("", "services", ["list", "patch", "update", "watch"]),
     ("", "services/status", ["list", "patch", "update", "watch"]),
-    ("", "serviceaccounts", ["create", "get", "list", "watch", "update"]),
     ("", "persistentvolumes", ["get", "list", "update", "watch"]),
     ("", "endpoints", ["create", "get", "list", "watch", "update"]),
-    ("", "secrets", ["get", "list", "watch"]),
     ("coordination.k8s.io", "leases", ["get", "create", "update"]),
     ("discovery.k8s.io", "endpointslices", ["get", "list", "watch"]),
 ]
@@ -147,6 +191,10 @@ CNM_RULES: list[tuple[str, str, list[str]]] = [
 def _rules(rules: list[tuple[str, str, list[str]]]) -> list[rbac.v1.PolicyRuleArgs]:
     return [rbac.v1.PolicyRuleArgs(api_groups=[group], resources=[resource], verbs=verbs)
             for group, resource, verbs in rules]
+
+
+def _json(config: dict[str, Any]) -> str:
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
 def _labels(app: str) -> dict[str, str]:
@@ -170,8 +218,10 @@ def _ccm_pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount, config: co
         "node",
         service_account=account,
         system_pool=True,
+        # only where its identity is (kilonode.azure.identity)
+        affinity=controller_affinity(plan),
         # before any CNI or Service works, and to reach the instance metadata
-        # service for the identity's token
+        # service for the identity's token (pods' traffic to it is dropped)
         host_network=True,
         # it must run on a node not yet initialized: the first node is one
         tolerations=tolerate_uninitialized_nodes(),
@@ -244,10 +294,18 @@ class CloudProvider(pulumi.ComponentResource):
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=CONFIG_NAME, namespace=KUBE_SYSTEM, labels=_labels(CCM)),
-            data={"azure.json": args.target.apply(
-                lambda target: json.dumps(azure_json(plan, target), indent=2, sort_keys=True) + "\n")},
+            data={"azure.json": args.target.apply(lambda target: _json(azure_json(plan, target)))},
             opts=child,
         )
+        if plan.autoscaled_pools:
+            # the autoscaler's, as its own identity (kilonode.k8s.autoscaler mounts it)
+            core.v1.ConfigMap(
+                f"{name}-autoscaler-config",
+                metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER_CONFIG_NAME, namespace=KUBE_SYSTEM,
+                                                labels=_labels("cluster-autoscaler")),
+                data={"azure.json": args.target.apply(lambda target: _json(autoscaler_azure_json(plan, target)))},
+                opts=child,
+            )
 
         ccm_labels = _labels(CCM)
         apps.v1.Deployment(

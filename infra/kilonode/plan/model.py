@@ -460,6 +460,26 @@ class ClusterPlan(StrictModel):
         return tuple(pool for pool in self.node_pools if pool.system)
 
     @property
+    def controller_pools(self) -> tuple[NodePoolPlan, ...]:
+        """Where the controllers that act on Azure run (cloud-controller-manager, the cluster
+        autoscaler) and so the only scale sets that carry their identities: the system pools,
+        or, in a stack without one, the pools with untainted shared nodes (the ones those
+        controllers can land on at bootstrap; resolve refuses a stack with neither). A GPU
+        pool's nodes carry no identity where a system pool exists (kilonode.azure.identity)."""
+        if self.system_pools:
+            return self.system_pools
+        return tuple(pool for pool in self.node_pools
+                     if not pool.taints and any(s.team is None for s in pool.shards))
+
+    @property
+    def node_resource_group(self) -> str:
+        """The resource group of the pools' scale sets and of the Service load balancers and
+        public IPs cloud-controller-manager creates: apart from the cluster's own group (named
+        after the cluster), which holds the control plane, so that the controllers' roles can be
+        scoped to a group holding no control-plane resource (kilonode.azure.identity)."""
+        return f"{self.cluster}-nodes"
+
+    @property
     def gpu_pools(self) -> tuple[NodePoolPlan, ...]:
         """Pools whose size has GPUs: where the device plugin and the GPU health agent run."""
         return tuple(pool for pool in self.node_pools if pool.gpus_per_node)

@@ -148,3 +148,13 @@ DEVICE_LIST_TOOLKIT_KEY = {
     DEVICE_LIST_ENVVAR: TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED,
     DEVICE_LIST_VOLUME_MOUNTS: TOOLKIT_VOLUME_MOUNTS,
 }
+# Azure's host endpoints, at the same addresses in every VM ("Azure Instance Metadata
+# Service", learn.microsoft.com/azure/virtual-machines/instance-metadata-service: 169.254.169.254,
+# non-routable, HTTP on port 80, where managed-identity tokens are issued; "What is IP address
+# 168.63.129.16", learn.microsoft.com/azure/virtual-network/what-is-ip-address-168-63-129-16:
+# the WireServer on 80 and the HostGAPlugin on 32526, both serving the VM agent, and Azure's
+# DNS resolver on 53, which pods' resolvers need). Every pool node drops pods' traffic to the
+# first and to the second's TCP ports (kilonode.render.metadata_block).
+AZURE_IMDS_ADDRESS = "169.254.169.254"
+AZURE_WIRESERVER_ADDRESS = "168.63.129.16"
+AZURE_WIRESERVER_TCP_PORTS = (80, 32526)

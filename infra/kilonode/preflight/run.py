@@ -25,6 +25,7 @@ def _registry() -> tuple[Check, ...]:
         deployer_path,
         disks,
         gpu_runtime,
+        identities,
         pod_dns,
         quota,
         rdma,
@@ -35,7 +36,7 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, service_path, binaries, gpu_runtime, pod_dns, scheduling, rdma, disks,
-                       azure_names, quota, boot_pulls)
+                       azure_names, identities, quota, boot_pulls)
     )
 
 
