@@ -175,6 +175,7 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
 # and which the Pulumi program's composition root shows per role.
 BINARY_PINS = "kilonode.catalog.binaries"
 BINARY_PIN_READERS = {"kilonode.image.binaries", "kilonode.image.build", "kilonode.image.gpu", "kilonode.image.needs",
+                      "kilonode.image.topology",
                       "kilonode.azure.program"}
 DOWNSTREAM = ("kilonode.render", "kilonode.azure", "kilonode.k8s", "kilonode.image")
 

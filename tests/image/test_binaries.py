@@ -4,6 +4,7 @@ download that verifies a digest or refuses it, against a real HTTP server on loo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import http.server
 import io
@@ -29,10 +30,13 @@ from kilonode.image.binaries import (
     Downloads,
     MemberMissing,
     Unreachable,
+    download_cache,
+    download_name,
     extract_members,
     fetch,
     place_role,
 )
+from kilonode.image.cache import cache_root
 
 CATALOG = binaries.load()
 RAW = tomllib.loads(binaries.BINARIES_FILE.read_text())
@@ -274,6 +278,28 @@ def test_a_download_shared_by_components_is_fetched_once(tmp_path: Path) -> None
     item = CATALOG.resolve("control-plane", "1.34.2")[0]
     assert item.name == "kubernetes-server"
     assert downloads.get(item) == downloads.get(item) and calls == [item.url]
+
+
+def test_a_kept_download_is_reused_only_while_it_matches_its_pin(tmp_path: Path) -> None:
+    """The build keeps its downloads (kilonode.image.binaries.download_cache): a file there with
+    the pinned digest is not fetched again; one that differs is fetched over."""
+    calls: list[str] = []
+
+    def fake_fetch(url: str, digest: str, dest: Path) -> str:
+        calls.append(url)
+        dest.write_bytes(b"fetched")
+        return sha(b"fetched")
+
+    item = CATALOG.resolve("control-plane", "1.34.2")[0]
+    kept = tmp_path / download_name(item)
+    kept.write_bytes(b"not the pinned file")
+    assert Downloads(tmp_path, fetcher=fake_fetch).get(item) == kept and calls == [item.url]
+    pinned_item = dataclasses.replace(item, pin=dataclasses.replace(item.pin, algorithm="sha256",
+                                                                    digest=sha(b"fetched")))
+    kept_pinned = tmp_path / download_name(pinned_item)
+    kept_pinned.write_bytes(b"fetched")
+    assert Downloads(tmp_path, fetcher=fake_fetch).get(pinned_item) == kept_pinned and calls == [item.url]
+    assert download_cache() == cache_root() / "downloads"
 
 
 def test_without_fetch_or_a_directory_the_pool_binaries_are_absent_with_the_reason(tmp_path: Path) -> None:

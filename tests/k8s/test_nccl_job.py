@@ -1,28 +1,40 @@
 """The NCCL all-reduce gang `kilonode gpu nccl-job` generates (kilonode.k8s.nccl_job), checked
 against what consumes it: the Kubernetes OpenAPI schema of every supported minor and the vendored
 PodGroup CRD; the cluster's own admission rules (gang-fabric and team-borrowing CEL, evaluated
-with cel-python); the pool's nodes as the render registers them (labels and taints); the image's
-topology file (node-image/binaries.toml); nccl-tests' bus bandwidth; and docs/nccl-job.md, whose
-YAML blocks must be the generator's output. Each check is shown failing on a seeded break."""
+with cel-python, and PodSecurity `baseline`, the default of every unlabelled namespace, with the
+project's port of its checks); the pool's nodes as the render registers them (labels and
+taints); the image's topology file (node-image/binaries.toml), delivered in a ConfigMap; nccl-
+tests' bus bandwidth; and docs/nccl-job.md, whose YAML blocks must be the generator's output.
+Each check is shown failing on a seeded break.
+
+The topology files are Azure/azhpc-images' and are not in this repository: the tests use a
+stand-in XML, pinned by monkeypatching the catalogue's digest where the pin is read."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import os
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import celpy
 import kubernetes_validate
 import pytest
 import yaml
+from click.testing import Result
 from typer.testing import CliRunner
 
 from kilonode.catalog.binaries import load as load_binaries
 from kilonode.cli import app
+from kilonode.digest import sha256_text
+from kilonode.image import topology
+from kilonode.image.binaries import download_cache
 from kilonode.k8s import gang, nccl_allreduce, nccl_job
 from kilonode.k8s.capacity import BORROW_RULE
-from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest
+from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest, NcclTopology
 from kilonode.node.gpu import protocol
 from kilonode.plan import ClusterPlan, defaults, wellknown
 from kilonode.preflight.nodes import KUBELET_CONFIG, KUBELET_UNIT, _pairs, _taints, flags_of, unit_exec_args
@@ -30,6 +42,7 @@ from kilonode.preflight.placement import Taint, selector_mismatch, untolerated
 from kilonode.render.pool import nccl_conf
 from tests import shared
 from tests.golden.update import NCCL_JOB_DOC, NCCL_JOB_MARKER, nccl_job_doc
+from tests.k8s import pod_security_standards as pss
 from tests.k8s.test_scheduling import SUPPORTED_MINORS, fabric_admitted, gang_problems, pod_group_errors
 
 STACK = "research-7500"
@@ -43,13 +56,32 @@ REQUESTS = [
 ]
 
 
+# a stand-in for a family's topology file (the real ones are Azure's, not copied here)
+def stand_in_text(family: str) -> str:
+    return f'<system version="1"><!-- kilonode test stand-in for {family} --><cpu numaid="0"/></system>\n'
+
+
+def stand_in(family: str = "ndv4") -> NcclTopology:
+    text = stand_in_text(family)
+    return NcclTopology(topology.component_name(family), sha256_text(text), text)
+
+
 @pytest.fixture(scope="module")
 def plan() -> ClusterPlan:
     return shared.plan(STACK)
 
 
+def build(plan: ClusterPlan, request: NcclJobRequest) -> list[dict[str, Any]]:
+    """The generator's objects, with the stand-in topology file of the pool's family."""
+    family = nccl_job.gpu_pool(plan, request.pool).nccl_topology
+    assert family is not None
+    return nccl_job.nccl_job(plan, request, stand_in(family))
+
+
 def objects_of(plan: ClusterPlan, request: NcclJobRequest) -> dict[str, dict[str, Any]]:
-    return {doc["kind"]: doc for doc in nccl_job.nccl_job(plan, request)}
+    """By kind; the topology file's ConfigMap as "Topology" (the benchmark's is "ConfigMap")."""
+    return {"Topology" if doc["metadata"]["name"] == nccl_job.topology_config_map_name(request) else doc["kind"]: doc
+            for doc in build(plan, request)}
 
 
 def pod_of(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -82,10 +114,18 @@ def test_the_docs_blocks_are_the_commands_output_for_each_shipped_size(plan: Clu
     pools = []
     for command, documents in blocks:
         args = shlex.split(command)
-        assert args[:3] == ["gpu", "nccl-job", STACK]
+        assert args[:3] == ["gpu", "nccl-job", STACK] and "--topology-digest-only" in args
         pool = args[args.index("--pool") + 1]
         pools.append(pool)
-        assert documents == nccl_job.nccl_job(plan, NcclJobRequest(pool=pool, namespace="research"))
+        family = nccl_job.gpu_pool(plan, pool).nccl_topology
+        assert family is not None
+        pin = topology.pinned(family)
+        assert documents == nccl_job.nccl_job(plan, NcclJobRequest(pool=pool, namespace="research"),
+                                              NcclTopology(pin.component, pin.sha256))
+        # the page shows the pinned file's name and digest, never its content
+        [shown] = [d for d in documents if d["metadata"]["name"].endswith("-nccl-topology")]
+        assert shown["data"][nccl_job.TOPOLOGY_KEY].startswith("<!-- digest-only rendering")
+        assert pin.sha256 in shown["data"][nccl_job.TOPOLOGY_KEY]
     # one block for each GPU size the stack ships, and they are its two sizes
     assert sorted(pools) == sorted(SHIPPED_POOLS)
     assert {p.vm_size for p in plan.gpu_pools} == {"Standard_ND96asr_v4", "Standard_ND96isr_H100_v5"}
@@ -98,8 +138,8 @@ def test_the_docs_blocks_are_the_commands_output_for_each_shipped_size(plan: Clu
 @pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.pool}-{r.team or 'shared'}-{r.nodes}")
 def test_every_object_validates_for_every_supported_minor_and_is_a_gang(plan: ClusterPlan,
                                                                           request_: NcclJobRequest) -> None:
-    documents = nccl_job.nccl_job(plan, request_)
-    assert [d["kind"] for d in documents] == ["ConfigMap", "PodGroup", "Service", "Job"]
+    documents = build(plan, request_)
+    assert [d["kind"] for d in documents] == ["ConfigMap", "ConfigMap", "PodGroup", "Service", "Job"]
     for doc in documents:
         if doc["kind"] == "PodGroup":
             assert doc["apiVersion"] == gang.POD_GROUP_API_VERSION
@@ -109,7 +149,7 @@ def test_every_object_validates_for_every_supported_minor_and_is_a_gang(plan: Cl
                 shared.validate_object(doc, f"1.{minor}.0")
     # the gang rules of docs/gang-scheduling.md: schedulerName, label, minMember = its pods
     assert gang_problems(documents) == []
-    group = documents[1]
+    group = documents[2]
     assert group["spec"]["minMember"] == request_.nodes
     assert group["spec"]["minResources"] == {wellknown.GPU_RESOURCE: request_.nodes * 8}
 
@@ -160,6 +200,29 @@ def test_the_admission_checks_can_fail(plan: ClusterPlan) -> None:
     team_pod = pod_of(objects_of(plan, REQUESTS[2]))
     assert not borrowing_admitted(team_pod)
     assert not borrowing_admitted(team_pod, {wellknown.TEAM_LABEL: "vision"})
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.pool}-{r.team or 'shared'}-{r.nodes}")
+def test_the_pods_are_admitted_under_pod_security_baseline(plan: ClusterPlan, request_: NcclJobRequest) -> None:
+    spec = pod_of(objects_of(plan, request_))["spec"]
+    for minor in SUPPORTED_MINORS:
+        assert pss.violations(spec, "baseline", minor) == [], minor
+    # and nothing beyond it: no added capability at all, no volume from the node
+    [container] = spec["containers"]
+    assert "securityContext" not in container
+    assert {next(k for k in v if k != "name") for v in spec["volumes"]} == {"emptyDir", "configMap"}
+
+
+def test_a_seeded_host_path_or_ipc_lock_is_refused_under_baseline(plan: ClusterPlan) -> None:
+    spec = pod_of(objects_of(plan, REQUESTS[0]))["spec"]
+    host = copy.deepcopy(spec)
+    [volume] = [v for v in host["volumes"] if v["name"] == "nccl-topology"]
+    del volume["configMap"]
+    volume["hostPath"] = {"path": wellknown.nccl_topology_file("ndv5"), "type": "File"}
+    assert pss.violations(host, "baseline", 35) == ["hostPath volume nccl-topology"]
+    locked = copy.deepcopy(spec)
+    locked["containers"][0]["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert pss.violations(locked, "baseline", 35) == ["capability IPC_LOCK (allreduce)"]
 
 
 def test_the_docs_examples_use_the_same_fabric_affinity() -> None:
@@ -249,8 +312,6 @@ def resource_problems(pod: dict[str, Any], gpus: int) -> list[str]:
     for name, want in ((wellknown.GPU_RESOURCE, gpus), (wellknown.RDMA_RESOURCE, 1)):
         if resources.get("limits", {}).get(name) != want or resources.get("requests", {}).get(name, want) != want:
             problems.append(f"{name}: {resources}")
-    if "IPC_LOCK" not in container.get("securityContext", {}).get("capabilities", {}).get("add", []):
-        problems.append("no IPC_LOCK")
     return problems
 
 
@@ -268,51 +329,87 @@ def test_the_pod_asks_for_every_gpu_the_rdma_devices_and_leaves_headroom(plan: C
     assert planned.vcpus and planned.memory_gib
     assert int(requests["cpu"]) <= 0.85 * planned.vcpus and int(requests["memory"].removesuffix("Gi")) <= (
         0.85 * planned.memory_gib)
-    # seeded breaks: the RDMA request dropped, one GPU short, no IPC_LOCK
-    for break_ in ("rdma", "gpu", "ipc"):
+    # seeded breaks: the RDMA request dropped, one GPU short
+    for break_ in ("rdma", "gpu"):
         broken = copy.deepcopy(pod)
         [container] = broken["spec"]["containers"]
         if break_ == "rdma":
             del container["resources"]["limits"][wellknown.RDMA_RESOURCE]
-        elif break_ == "gpu":
-            container["resources"]["limits"][wellknown.GPU_RESOURCE] = 7
         else:
-            del container["securityContext"]
+            container["resources"]["limits"][wellknown.GPU_RESOURCE] = 7
         assert resource_problems(broken, planned.gpus_per_node), break_
 
 
-def topology_problems(pod: dict[str, Any], image_path: str) -> list[str]:
-    """NCCL_TOPO_FILE names a read-only mount of the node's file at the path the image installs."""
-    spec = pod["spec"]
-    [container] = spec["containers"]
+def test_memlock_is_unlimited_for_the_containers_of_an_infiniband_pool() -> None:
+    """Why the pod adds no IPC_LOCK: the memory RDMA registers is bounded by RLIMIT_MEMLOCK
+    only, and the render lifts it for the runtime and (Docker) every container it starts."""
+    import json
+
+    from kilonode.preflight.checks.rdma import MEMLOCK_UNLIMITED
+
+    for host in ("pool-h100-ib", "pool-a100-ib"):
+        files = shared.rendered(STACK)[host]
+        units = [f.content for path, f in files.items() if path.endswith("20-kilonode-memlock.conf")]
+        assert len(units) == 1 and MEMLOCK_UNLIMITED.search(units[0]), host
+        daemon = json.loads(files["etc/docker/daemon.json"].content)
+        assert daemon["default-ulimits"]["memlock"] == {"Name": "memlock", "Hard": -1, "Soft": -1}, host
+
+
+def topology_problems(objects: dict[str, dict[str, Any]], image_path: str, pinned_sha256: str) -> list[str]:
+    """NCCL_TOPO_FILE names a read-only subPath mount, at the path the image installs the file,
+    of the job's topology ConfigMap, which names the pinned file and holds exactly it."""
+    pod = pod_of(objects)
+    [container] = pod["spec"]["containers"]
     topo = env_of(pod).get("NCCL_TOPO_FILE")
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    volumes = {v["name"]: v for v in spec["volumes"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     mount = mounts.get(topo or "")
     if mount is None:
         return [f"NCCL_TOPO_FILE {topo!r} is not mounted"]
-    host_path = volumes[mount["name"]].get("hostPath", {}).get("path")
+    config_map = objects["Topology"]
     problems = [] if mount.get("readOnly") else ["the topology mount is writable"]
-    return problems + ([] if host_path == image_path == topo else [f"{topo} <- {host_path}, image has {image_path}"])
+    if volumes[mount["name"]].get("configMap", {}).get("name") != config_map["metadata"]["name"]:
+        problems.append(f"{topo} is not mounted from {config_map['metadata']['name']}")
+    if list(config_map["data"]) != [mount.get("subPath")]:
+        problems.append(f"subPath {mount.get('subPath')!r}, ConfigMap keys {list(config_map['data'])}")
+    annotated = config_map["metadata"]["annotations"][nccl_job.TOPOLOGY_SHA256_ANNOTATION]
+    held = sha256_text(next(iter(config_map["data"].values())))
+    if not annotated == held == pinned_sha256:
+        problems.append(f"ConfigMap holds sha256 {held}, says {annotated}, the pin is {pinned_sha256}")
+    return problems + ([] if image_path == topo else [f"NCCL_TOPO_FILE {topo}, the image has {image_path}"])
 
 
 @pytest.mark.parametrize("pool", SHIPPED_POOLS)
-def test_nccl_topo_file_names_the_mounted_file_the_pool_image_installs(plan: ClusterPlan, pool: str) -> None:
+def test_nccl_topo_file_names_the_mounted_pinned_file_at_the_image_path(plan: ClusterPlan, pool: str) -> None:
     planned = next(p for p in plan.node_pools if p.name == pool)
     family = planned.nccl_topology
     assert family is not None
     [component] = load_binaries().role(f"nccl-{family}")
     [image_file] = component.files
-    pod = pod_of(objects_of(plan, NcclJobRequest(pool=pool)))
-    assert topology_problems(pod, image_file.path) == []
-    assert pod["spec"]["nodeSelector"][wellknown.NCCL_TOPOLOGY_LABEL] == family
-    # seeded breaks: NCCL_TOPO_FILE pointing elsewhere; the file taken from another family
-    moved = copy.deepcopy(pod)
-    for env in moved["spec"]["containers"][0]["env"]:
+    objects = objects_of(plan, NcclJobRequest(pool=pool))
+    # the stand-in is what this test pins (the real file is not in the repository)
+    assert topology_problems(objects, image_file.path, sha256_text(stand_in_text(family))) == []
+    assert objects["Topology"]["metadata"]["annotations"][nccl_job.TOPOLOGY_COMPONENT_ANNOTATION] == component.name
+    assert pod_of(objects)["spec"]["nodeSelector"][wellknown.NCCL_TOPOLOGY_LABEL] == family
+    # seeded breaks: NCCL_TOPO_FILE elsewhere; another family's path; another file in the ConfigMap
+    moved = copy.deepcopy(objects)
+    for env in moved["Job"]["spec"]["template"]["spec"]["containers"][0]["env"]:
         if env["name"] == "NCCL_TOPO_FILE":
             env["value"] = "/opt/microsoft/topo.xml"
-    assert topology_problems(moved, image_file.path)
-    assert topology_problems(pod, wellknown.nccl_topology_file("ndv2"))
+    assert topology_problems(moved, image_file.path, sha256_text(stand_in_text(family)))
+    assert topology_problems(objects, wellknown.nccl_topology_file("ndv2"), sha256_text(stand_in_text(family)))
+    swapped = copy.deepcopy(objects)
+    swapped["Topology"]["data"][nccl_job.TOPOLOGY_KEY] = stand_in_text("ndv2")
+    assert topology_problems(swapped, image_file.path, sha256_text(stand_in_text(family)))
+
+
+def test_the_generator_refuses_a_topology_file_that_is_not_the_pinned_one(plan: ClusterPlan) -> None:
+    right = stand_in("ndv5")
+    assert build(plan, REQUESTS[0])
+    with pytest.raises(NcclJobError, match="not the pinned"):
+        nccl_job.nccl_job(plan, REQUESTS[0], NcclTopology(right.component, right.sha256, right.data() + " "))
+    with pytest.raises(NcclJobError, match="needs nccl-topology-ndv5, not nccl-topology-ndv4"):
+        nccl_job.nccl_job(plan, REQUESTS[0], stand_in("ndv4"))
 
 
 @pytest.mark.parametrize("pool", SHIPPED_POOLS)
@@ -399,7 +496,7 @@ def test_the_benchmark_compiles_and_computes_nccl_tests_bus_bandwidth() -> None:
 ])
 def test_what_cannot_run_is_refused_with_the_reason(stack: str, request_: NcclJobRequest, message: str) -> None:
     with pytest.raises(NcclJobError, match=message):
-        nccl_job.nccl_job(shared.plan(stack), request_)
+        nccl_job.nccl_job(shared.plan(stack), request_, stand_in())
 
 
 def test_a_pool_reserved_whole_for_teams_needs_a_team(plan: ClusterPlan) -> None:
@@ -409,20 +506,85 @@ def test_a_pool_reserved_whole_for_teams_needs_a_team(plan: ClusterPlan) -> None
     planned = plan.model_copy(update={"node_pools": tuple(reserved if p.name == "a100-ib" else p
                                                           for p in plan.node_pools)})
     with pytest.raises(NcclJobError, match=r"reserved for a team .*pass --team"):
-        nccl_job.nccl_job(planned, NcclJobRequest(pool="a100-ib"))
-    assert nccl_job.nccl_job(planned, NcclJobRequest(pool="a100-ib", team="vision"))
+        build(planned, NcclJobRequest(pool="a100-ib"))
+    assert build(planned, NcclJobRequest(pool="a100-ib", team="vision"))
 
 
-def test_the_command_prints_the_objects_and_refuses_with_exit_2() -> None:
-    runner = CliRunner()
-    result = runner.invoke(app, ["gpu", "nccl-job", STACK, "--pool", "h100-ib", "--nodes", "3"])
+@pytest.fixture
+def pinned_stand_ins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """node-image/binaries.toml as read by kilonode.image.topology, each family's topology pin
+    the stand-in's digest; the --fetch downloads in an empty cache of the test's own. Returns
+    a directory for --binaries."""
+    real = load_binaries()
+    components = dict(real.components)
+    for family in ("ndv2", "ndv4", "ndv5"):
+        name = topology.component_name(family)
+        digest = sha256_text(stand_in_text(family))
+        pins = tuple(dataclasses.replace(p, digest=digest) for p in real.components[name].pins)
+        components[name] = dataclasses.replace(real.components[name], pins=pins)
+    monkeypatch.setattr(topology, "load_catalog", lambda: dataclasses.replace(real, components=components))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    given = tmp_path / "binaries"
+    given.mkdir()
+    return given
+
+
+def invoke(*args: str) -> Result:
+    result = CliRunner().invoke(app, ["gpu", "nccl-job", STACK, *args], env={"COLUMNS": "2000"})
+    return result
+
+
+def flat(output: str) -> str:
+    return " ".join(output.split())
+
+
+def test_the_command_prints_the_objects_with_the_pinned_file_and_refuses_with_exit_2(pinned_stand_ins: Path) -> None:
+    (pinned_stand_ins / "topo.xml").write_text(stand_in_text("ndv5"))
+    result = invoke("--pool", "h100-ib", "--nodes", "3", "--binaries", str(pinned_stand_ins))
     assert result.exit_code == 0, result.output
     documents = [d for d in yaml.safe_load_all(result.stdout) if d]
-    assert documents == nccl_job.nccl_job(shared.plan(STACK), NcclJobRequest(pool="h100-ib", nodes=3))
-    refused = runner.invoke(app, ["gpu", "nccl-job", STACK, "--pool", "a100-ib", "--nodes", "101"])
+    assert documents == nccl_job.nccl_job(shared.plan(STACK), NcclJobRequest(pool="h100-ib", nodes=3),
+                                          stand_in("ndv5"))
+    # the ConfigMap carries exactly the pinned file, byte for byte
+    [config_map] = [d for d in documents if d["metadata"]["name"] == "nccl-allreduce-nccl-topology"]
+    assert config_map["data"] == {nccl_job.TOPOLOGY_KEY: stand_in_text("ndv5")}
+    refused = invoke("--pool", "a100-ib", "--nodes", "101", "--binaries", str(pinned_stand_ins))
     assert refused.exit_code == 2
     assert "--cross-fabric" in refused.output and "holds 100" in refused.output
-    shown = runner.invoke(app, ["gpu", "nccl-job", "--help"], env={"COLUMNS": "200"})
+    shown = CliRunner().invoke(app, ["gpu", "nccl-job", "--help"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0
-    for word in ("--pool", "--nodes", "--team", "--cross-fabric", "rdma/ib", "NCCL_TOPO_FILE", "docs/nccl-job.md"):
+    for word in ("--pool", "--nodes", "--team", "--cross-fabric", "rdma/ib", "NCCL_TOPO_FILE", "docs/nccl-job.md",
+                 "--binaries", "--topology-digest-only", "baseline"):
         assert word in shown.output, word
+
+
+def test_the_topology_file_is_taken_by_its_download_name_or_from_the_fetch_downloads(pinned_stand_ins: Path) -> None:
+    (pinned_stand_ins / "ndv4-topo.xml").write_text(stand_in_text("ndv4"))
+    given = invoke("--pool", "a100-ib", "--binaries", str(pinned_stand_ins))
+    assert given.exit_code == 0, given.output
+    assert stand_in_text("ndv4").strip() in given.stdout
+    # no --binaries: the verified download `kilonode image build --fetch` keeps
+    item = load_binaries().resolve_component(load_binaries().components["nccl-topology-ndv5"], "")
+    cached = download_cache() / f"{sha256_text(stand_in_text('ndv5'))[:16]}-{Path(item.url).name}"
+    assert cached.parent.is_relative_to(Path(os.environ["XDG_CACHE_HOME"]))
+    cached.parent.mkdir(parents=True)
+    cached.write_text(stand_in_text("ndv5"))
+    fetched = invoke("--pool", "h100-ib")
+    assert fetched.exit_code == 0, fetched.output
+    assert stand_in_text("ndv5").strip() in fetched.stdout
+
+
+def test_a_missing_or_wrong_topology_file_is_refused_with_exit_2_naming_both_ways(pinned_stand_ins: Path) -> None:
+    missing = invoke("--pool", "h100-ib", "--binaries", str(pinned_stand_ins))
+    assert missing.exit_code == 2 and not missing.stdout
+    for words in ("nccl-topology-ndv5", f"sha256 {sha256_text(stand_in_text('ndv5'))}) not found",
+                  "--binaries DIR holding `topo.xml` or `ndv5-topo.xml`", "kilonode image build --fetch"):
+        assert words in flat(missing.output), words
+    # another family's file is not the pinned one: refused, not taken as given
+    (pinned_stand_ins / "topo.xml").write_text(stand_in_text("ndv4"))
+    wrong = invoke("--pool", "h100-ib", "--binaries", str(pinned_stand_ins))
+    assert wrong.exit_code == 2 and not wrong.stdout
+    assert "is not the pinned nccl-topology-ndv5" in flat(wrong.output)
+    assert "kilonode image build --fetch" in flat(wrong.output)
+    # the digest-only rendering needs no file
+    assert invoke("--pool", "h100-ib", "--topology-digest-only").exit_code == 0

@@ -17,6 +17,7 @@ from kilonode.cli.common import StackArg, die, load_and_plan, out
 from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
+    from kilonode.k8s.nccl_job import NcclTopology
     from kilonode.node.gpu.rules import Finding
 
 def gpu_health(
@@ -134,6 +135,19 @@ def nccl_job(
     ] = False,
     name: Annotated[str, typer.Option("--name", help="The name of the Job, PodGroup and Service.")]
     = "nccl-allreduce",
+    binaries: Annotated[
+        Path | None,
+        typer.Option("--binaries", metavar="DIR",
+                     help="Directory holding the pool's NCCL topology file (node-image/binaries.toml "
+                     "nccl-topology-<family>) as `kilonode image build --binaries` takes it: topo.xml, or "
+                     "<family>-topo.xml. Without it: the verified download `kilonode image build --fetch` kept."),
+    ] = None,
+    topology_digest_only: Annotated[
+        bool,
+        typer.Option("--topology-digest-only",
+                     help="Put a line naming the pinned topology file and its sha256 in its ConfigMap instead "
+                     "of the file (how docs/nccl-job.md shows the job): for reading, not for applying."),
+    ] = False,
 ) -> None:
     """Print a complete NCCL all-reduce gang over InfiniBand for a pool, as YAML for `kubectl apply -f -`.
 
@@ -142,12 +156,15 @@ def nccl_job(
     nccl-tests defines them), a PodGroup of --nodes pods for the gang scheduler, a headless
     Service, and an Indexed Job whose pods select the pool's nodes, tolerate the taints they
     register with, keep to one InfiniBand fabric, ask for every GPU and rdma/ib, mount the
-    node's NCCL topology file where NCCL_TOPO_FILE names it, carry the size's NCCL settings,
-    and run torchrun with its rendezvous at pod 0.
+    size's NCCL topology file (a second ConfigMap: no hostPath) where NCCL_TOPO_FILE names it,
+    carry the size's NCCL settings, and run torchrun with its rendezvous at pod 0. Admitted
+    under PodSecurity baseline: no hostPath, no added capability.
 
     Refused (exit 2, with the reason): a pool without GPUs, without InfiniBand, or whose size
     has no NCCL topology; a team with no nodes in the pool; a gang larger than the pool's
-    largest fabric (a scale set: RDMA reaches only its own VMs) unless --cross-fabric.
+    largest fabric (a scale set: RDMA reaches only its own VMs) unless --cross-fabric; the
+    topology file pinned in node-image/binaries.toml neither in --binaries DIR nor among
+    --fetch's downloads, or a file there that is not the pinned one.
 
     Run it: kilonode gpu nccl-job research-7500 --pool h100-ib | kubectl apply -f -, then follow
     pod 0's log (kubectl logs -f -l batch.kubernetes.io/job-completion-index=0,...). How to read
@@ -155,7 +172,7 @@ def nccl_job(
     """
     from dataclasses import replace
 
-    from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest, to_yaml
+    from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest, check_placement, gpu_pool, to_yaml
     from kilonode.k8s.nccl_job import nccl_job as build
 
     _, plan = load_and_plan(stack)
@@ -163,7 +180,27 @@ def nccl_job(
     if nodes is not None:
         request = replace(request, nodes=nodes)
     try:
-        objects = build(plan, request)
+        # the request's own refusals before the topology file's: they do not depend on it
+        planned = gpu_pool(plan, pool)
+        check_placement(planned, request)
+        assert planned.nccl_topology is not None  # gpu_pool refuses a pool without one
+        objects = build(plan, request, _topology(planned.nccl_topology, binaries, topology_digest_only))
     except NcclJobError as error:
         die(str(error), "kilonode gpu nccl-job")
     print(to_yaml(objects), end="")
+
+
+def _topology(family: str, binaries: Path | None, digest_only: bool) -> NcclTopology:
+    """The family's pinned topology file, found and verified (kilonode.image.topology), or only
+    its name and digest (--topology-digest-only). Exit 2 when it cannot be had."""
+    from kilonode.image import topology
+    from kilonode.k8s.nccl_job import NcclTopology
+
+    try:
+        if digest_only:
+            pin = topology.pinned(family)
+            return NcclTopology(pin.component, pin.sha256)
+        found = topology.find(family, binaries)
+    except topology.TopologyUnavailable as error:
+        die(str(error), "kilonode gpu nccl-job")
+    return NcclTopology(found.pinned.component, found.pinned.sha256, found.content)

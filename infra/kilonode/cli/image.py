@@ -111,10 +111,12 @@ def build(
 
     The base root filesystem (mmdebstrap from this machine's Debian mirror) is cached under
     ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs, so a rebuild
-    that only changes artefacts takes seconds. Writes <stack>-<pool>.raw (GPT: ESP + ext4
-    root), <stack>-<pool>.vhd (fixed, for the Azure Compute Gallery), <stack>-<pool>.manifest.json
-    (package versions, sha256 of every baked artefact and preloaded image, build inputs) and
-    <stack>-<pool>.user-data (the pool's cloud-init user-data, for verify's seed).
+    that only changes artefacts takes seconds. Pinned downloads (--fetch) are kept, verified,
+    under ${XDG_CACHE_HOME:-~/.cache}/kilonode/downloads/ and reused while their digest matches.
+    Writes <stack>-<pool>.raw (GPT: ESP + ext4 root), <stack>-<pool>.vhd (fixed, for the Azure
+    Compute Gallery), <stack>-<pool>.manifest.json (package versions, sha256 of every baked
+    artefact and preloaded image, build inputs) and <stack>-<pool>.user-data (the pool's
+    cloud-init user-data, for verify's seed).
     """
     # Imported here: the build/VM stack (paramiko among it) would otherwise slow every
     # other command's start.

@@ -34,12 +34,14 @@ from kilonode.catalog.binaries import (
     Component,
     FileSpec,
     LockEntry,
+    Pin,
     PinError,
     Resolved,
     expand,
     load_lock,
 )
 from kilonode.digest import sha256_file
+from kilonode.image.cache import cache_root
 from kilonode.image.lockfile import toml_string, write_toml_atomically
 from kilonode.image.rootfs import BuildError, host_path
 
@@ -210,8 +212,33 @@ class BinaryResult:
         }
 
 
+def download_cache() -> Path:
+    """Where `kilonode image build --fetch` keeps its verified pinned downloads between builds
+    (${XDG_CACHE_HOME:-~/.cache}/kilonode/downloads), and where other commands look for one
+    (`kilonode gpu nccl-job`'s NCCL topology file)."""
+    return cache_root() / "downloads"
+
+
+def download_name(item: Resolved) -> str:
+    """A pinned download's file name in the cache: its pinned digest names it, so a changed pin
+    never reads an old file."""
+    return f"{item.pin.digest[:16]}-{PurePosixPath(item.url).name}"
+
+
+def matches_pin(path: Path, pin: Pin) -> bool:
+    """The file exists and its digest is the pin's."""
+    if not path.is_file():
+        return False
+    digest = hashlib.new(pin.algorithm)
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest() == pin.digest
+
+
 class Downloads:
-    """Verified downloads of one build, each fetched once (several components may share one)."""
+    """Verified downloads of one build, each fetched once (several components may share one);
+    a pinned one already in `directory` with the pinned digest is reused, not fetched again."""
 
     def __init__(self, directory: Path, fetcher: Callable[[str, str | None, Path], str] = fetch) -> None:
         self.directory = directory
@@ -220,8 +247,9 @@ class Downloads:
 
     def get(self, item: Resolved) -> Path:
         if item.url not in self.done:
-            dest = self.directory / f"{item.pin.digest[:16]}-{PurePosixPath(item.url).name}"
-            self.fetcher(item.url, item.pin.expected, dest)
+            dest = self.directory / download_name(item)
+            if not matches_pin(dest, item.pin):
+                self.fetcher(item.url, item.pin.expected, dest)
             self.done[item.url] = dest
         return self.done[item.url]
 

@@ -366,7 +366,7 @@ def _bake(
     artefacts += [entry for entries in shipped.values() for entry in entries]
     artefacts += _place_rendered(inputs.files, tree)
     images = preload(pool, recipe, tree, work, inputs.project_dir) if pool else []
-    binaries = _place_binaries(inputs, recipe, tree, work, binaries_dir=binaries_dir, fetch=fetch)
+    binaries = _place_binaries(inputs, recipe, tree, binaries_dir=binaries_dir, fetch=fetch)
     toolkit_packages: dict[str, str] = {}
     dropin: str | None = None
     fabric_manager: dict[str, Any] | None = None
@@ -449,12 +449,14 @@ def _place_rendered(files: HostFiles, tree: Path) -> list[dict[str, str]]:
 
 
 def _place_binaries(
-    inputs: ImageInputs, recipe: Recipe, tree: Path, work: Path, *, binaries_dir: Path | None, fetch: bool,
+    inputs: ImageInputs, recipe: Recipe, tree: Path, *, binaries_dir: Path | None, fetch: bool,
 ) -> list[pinned.BinaryResult]:
     """node-image/binaries.toml's components for the image's roles, placed in the tree."""
     pool = inputs.pool
     catalog = pins.load(recipe.binaries_file)
-    downloads = pinned.Downloads(work / "downloads")
+    # kept between builds (named by the pinned digest): a rebuild does not fetch a pinned file
+    # it has again, and `kilonode gpu nccl-job` finds the NCCL topology file there
+    downloads = pinned.Downloads(pinned.download_cache())
     roles = (
         pins.pool_roles(pool.runtime, pool.nccl_topology) if pool
         else [inputs.binaries_role]

@@ -13,12 +13,17 @@ so kilonode writes the job instead. From a ClusterPlan and one InfiniBand GPU po
   the team's label for a team's job), a toleration for each taint the pool's nodes register
   with (the stack's pool taints, and the team's taint for a team's job; not the GPU health
   agent's, so a node runs the job only once its GPUs passed their checks), the fabric affinity
-  of kilonode.k8s.gang, every GPU of the node and the RDMA resource, IPC_LOCK, /dev/shm in
-  memory, the node's topology file mounted read-only at the path NCCL_TOPO_FILE names, the
+  of kilonode.k8s.gang, every GPU of the node and the RDMA resource, /dev/shm in memory, the
+  topology file mounted read-only from a second ConfigMap at the path NCCL_TOPO_FILE names, the
   family's NCCL environment (kilonode.plan.wellknown.nccl_pod_environment), and torchrun with
   a static rendezvous at pod 0.
 
-Pure: plan in, plain Kubernetes objects out (the CLI prints them as YAML). No Pulumi.
+Admitted under PodSecurity `baseline` (the default of every unlabelled namespace,
+kilonode.k8s.pod_security): no hostPath volume and no added capability. The topology file comes
+in a ConfigMap, not from the node, and IPC_LOCK is not needed (container() says why).
+
+Pure: plan and the topology file's text in, plain Kubernetes objects out (the CLI finds and
+verifies the file, kilonode.image.topology, and prints the objects as YAML). No Pulumi.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kilonode.digest import sha256_text
 from kilonode.k8s.gang import (
     CROSS_FABRIC_ANNOTATION,
     GANG_SCHEDULER_NAME,
@@ -42,6 +48,10 @@ from kilonode.yamlio import block_yaml
 SCRIPT = Path(__file__).with_name("nccl_allreduce.py")
 SCRIPT_KEY = "allreduce.py"
 SCRIPT_DIR = "/opt/kilonode-nccl"
+TOPOLOGY_KEY = "topo.xml"
+# on the topology ConfigMap: which pinned file it carries (node-image/binaries.toml), and its digest
+TOPOLOGY_COMPONENT_ANNOTATION = "kilonode.io/nccl-topology-component"
+TOPOLOGY_SHA256_ANNOTATION = "kilonode.io/nccl-topology-sha256"
 POOL_LABEL = "kilonode.io/pool"
 # the Job controller's label on its pods (batch.kubernetes.io/job-name, Kubernetes >= 1.27)
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -58,6 +68,24 @@ CROSS_FABRIC_NCCL = (("NCCL_IB_DISABLE", "1"),)
 
 class NcclJobError(ValueError):
     """The request cannot be met by the plan: the message says why and what would."""
+
+
+@dataclass(frozen=True)
+class NcclTopology:
+    """The pool's NCCL topology file for the job's ConfigMap: its pinned component
+    (node-image/binaries.toml `nccl-topology-<family>`), the pinned sha256, and its text; None
+    for the digest-only rendering (docs/nccl-job.md), which names the file instead of carrying
+    it and is for reading, not for applying."""
+
+    component: str
+    sha256: str
+    content: str | None = None
+
+    def data(self) -> str:
+        if self.content is not None:
+            return self.content
+        return (f"<!-- digest-only rendering: here kilonode gpu nccl-job puts {self.component}, sha256 {self.sha256} "
+                "(docs/nccl-job.md) -->\n")
 
 
 @dataclass(frozen=True)
@@ -192,25 +220,49 @@ def container(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) ->
         "env": environment(family, request.cross_fabric),
         # extended resources are requested through limits (requests equal them)
         "resources": {"requests": wants, "limits": extended},
-        # RDMA registers (pins) NCCL's buffers: memlock is unlimited on these nodes' runtime,
-        # and IPC_LOCK lets the process lock memory beyond any limit left
-        "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+        # No securityContext adding IPC_LOCK (PodSecurity baseline refuses it): RDMA registers
+        # (pins) NCCL's buffers, which the kernel bounds by RLIMIT_MEMLOCK unless the process
+        # has CAP_IPC_LOCK, and every container on an InfiniBand pool already starts with
+        # memlock unlimited (kilonode.render.pool: Docker's daemon.json `default-ulimits`,
+        # the runtime unit's LimitMEMLOCK=infinity; preflight's `rdma` check proves it).
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "nccl-topology", "mountPath": wellknown.nccl_topology_file(family), "readOnly": True},
+            # subPath: the one file at the path NCCL_TOPO_FILE names, the directory left as is
+            {"name": "nccl-topology", "mountPath": wellknown.nccl_topology_file(family), "subPath": TOPOLOGY_KEY,
+             "readOnly": True},
             {"name": "benchmark", "mountPath": SCRIPT_DIR, "readOnly": True},
         ],
     }
 
 
-def volumes(pool: NodePoolPlan, request: NcclJobRequest) -> list[dict[str, Any]]:
-    family = pool.nccl_topology
-    assert family is not None
+def topology_config_map_name(request: NcclJobRequest) -> str:
+    return f"{request.name}-nccl-topology"
+
+
+def check_topology(pool: NodePoolPlan, topology: NcclTopology) -> None:
+    """The file is the pool's family's, and its text is the pinned one."""
+    wanted = f"nccl-topology-{pool.nccl_topology}"
+    if topology.component != wanted:
+        raise NcclJobError(f"pool {pool.name!r} needs {wanted}, not {topology.component}")
+    if topology.content is not None and (got := sha256_text(topology.content)) != topology.sha256:
+        raise NcclJobError(f"the {topology.component} text given has sha256 {got}, not the pinned {topology.sha256}")
+
+
+def topology_config_map(request: NcclJobRequest, topology: NcclTopology) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": topology_config_map_name(request), "namespace": request.namespace,
+                         "labels": dict(LABELS),
+                         "annotations": {TOPOLOGY_COMPONENT_ANNOTATION: topology.component,
+                                         TOPOLOGY_SHA256_ANNOTATION: topology.sha256}},
+            "data": {TOPOLOGY_KEY: topology.data()}}
+
+
+def volumes(request: NcclJobRequest) -> list[dict[str, Any]]:
     return [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": defaults.NCCL_JOB_SHM_SIZE}},
-        # the file the pool image carries at Azure's path (node-image/binaries.toml
-        # nccl-topology-<family>); type File: a node without it fails the pod at once
-        {"name": "nccl-topology", "hostPath": {"path": wellknown.nccl_topology_file(family), "type": "File"}},
+        # the pinned file itself, not the node's copy by hostPath: PodSecurity baseline
+        # refuses hostPath volumes in the namespaces users run in
+        {"name": "nccl-topology", "configMap": {"name": topology_config_map_name(request)}},
         {"name": "benchmark", "configMap": {"name": f"{request.name}-benchmark"}},
     ]
 
@@ -226,7 +278,7 @@ def pod_spec(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) -> 
         spec["tolerations"] = wanted
     if not request.cross_fabric:
         spec["affinity"] = fabric_affinity(request.name)
-    return {**spec, "containers": [container(plan, pool, request)], "volumes": volumes(pool, request)}
+    return {**spec, "containers": [container(plan, pool, request)], "volumes": volumes(request)}
 
 
 def job(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) -> dict[str, Any]:
@@ -248,15 +300,17 @@ def job(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) -> dict[
     }
 
 
-def nccl_job(plan: ClusterPlan, request: NcclJobRequest) -> list[dict[str, Any]]:
-    """The ConfigMap, PodGroup, headless Service and Indexed Job of an all-reduce gang, in the
-    order to apply them (the PodGroup before its pods)."""
+def nccl_job(plan: ClusterPlan, request: NcclJobRequest, topology: NcclTopology) -> list[dict[str, Any]]:
+    """The ConfigMaps (benchmark, topology file), PodGroup, headless Service and Indexed Job of
+    an all-reduce gang, in the order to apply them (the PodGroup before its pods)."""
     pool = gpu_pool(plan, request.pool)
     check_placement(pool, request)
+    check_topology(pool, topology)
     meta = {"namespace": request.namespace, "labels": dict(LABELS)}
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{request.name}-benchmark", **meta},
          "data": {SCRIPT_KEY: SCRIPT.read_text()}},
+        topology_config_map(request, topology),
         {"apiVersion": POD_GROUP_API_VERSION, "kind": "PodGroup", "metadata": {"name": request.name, **meta},
          "spec": {"minMember": request.nodes,
                   "minResources": {wellknown.GPU_RESOURCE: request.nodes * pool.gpus_per_node}}},
