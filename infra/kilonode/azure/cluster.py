@@ -12,7 +12,7 @@ from typing import Any
 
 import pulumi
 
-from kilonode.azure import rollout
+from kilonode.azure import join_waves, rollout
 from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs, secrets_encryption_file
 from kilonode.azure.custom_data import custom_data
@@ -74,6 +74,7 @@ class Cluster(pulumi.ComponentResource):
     etcd_main_endpoints: list[str]
     etcd_events_endpoints: list[str]
     image_version_ids: dict[str, pulumi.Output[str]]
+    node_image: NodeImage  # the node images: the first join timer waits for them
     scale_set_ids: dict[str, pulumi.Output[str]]
     admin_ssh_private_key: pulumi.Output[str]
     tls: Tls  # credentials: kubeconfigs, the bootstrap token
@@ -125,6 +126,7 @@ class Cluster(pulumi.ComponentResource):
             child,
         )
         self.image_version_ids = image.image_version_ids
+        self.node_image = image
 
         gated = self._guarded_custom_data(name, args, backup)
         etcd = self._etcd_clusters(name, plan, gated, backup.identity_id)
@@ -229,9 +231,10 @@ class Cluster(pulumi.ComponentResource):
     def _node_pools(self, name: str, args: ClusterArgs) -> dict[str, pulumi.Output[str]]:
         """The pools' scale sets, in the pools' own resource group: scale set name -> ID, over
         every pool. Only the controller pools' carry identities (the controllers run there);
-        every other pool's nodes carry none (kilonode.azure.identity). Created wave by wave (the
-        plan's components.joins): each scale set of a wave waits for every one of the wave
-        before, so a first `pulumi up` boots at most a wave's nodes at once."""
+        every other pool's nodes carry none (kilonode.azure.identity). Started wave by wave (the
+        plan's components.joins, kilonode.azure.join_waves): each wave's scale sets wait for
+        their timer, a chain that starts the waves the plan's gaps apart, and for the scale sets
+        of the wave in_flight_waves before."""
         plan = args.plan
         controllers = {pool.name for pool in plan.controller_pools}
         identities = [self.identities.cloud_provider.id]
@@ -257,9 +260,16 @@ class Cluster(pulumi.ComponentResource):
             for pool in plan.node_pools
         }
         shards = {s.name: (pool.name, s) for pool in plan.node_pools for s in pool.shards}
-        previous: list[pulumi.Resource] = []
-        for wave in plan.components.joins.waves:
-            previous = [pools[shards[n][0]].scale_set(shards[n][1], after=previous) for n in wave]
+        joins = plan.components.joins
+        # the first timer starts when the first wave can: once what the scale sets read exists
+        # (the pools' group and the identities, not the ControllerIdentities component: its
+        # autoscaler role assignments are scoped to these scale sets and wait for them)
+        gate = [self.network, *self.identities.ready, self.tls, self.node_image]
+        timers = join_waves.JoinWaves(name, joins, gate, pulumi.ResourceOptions(parent=self))
+        created: list[list[pulumi.Resource]] = []
+        for k, wave in enumerate(joins.waves):
+            waits = timers.after(k, created)
+            created.append([pools[shards[n][0]].scale_set(shards[n][1], after=waits) for n in wave])
         for component in pools.values():
             component.done()
         # in the plan's pool and shard order, whatever the waves' order

@@ -16,6 +16,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime import rpc
 
+from kilonode.azure import join_waves
 from kilonode.yamlio import block_yaml
 
 SECRET = "[secret]"
@@ -38,6 +39,8 @@ class Recorded:
     # the customTimeouts option, operation -> duration ("create": "40m"): how long `pulumi up`
     # waits for it where the provider's default would not do (kilonode.k8s.pods.awaited)
     custom_timeouts: dict[str, str] = field(default_factory=dict)
+    # the deleteBeforeReplace option: its replacement also replaces what dependsOn it (not printed)
+    delete_before_replace: bool = False
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -151,6 +154,7 @@ def _plain_scalar(value: Any) -> Any:
 
 # Subsystems in the order a reader follows them (the component tree at the top of docs/azure.md).
 _COMPONENT_ORDER = ["Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
+                    "JoinWaves",
                     "InCluster", "ApiserverReady", "NodeBootstrap", "ServingCertApprover", "KubeProxy", "ClusterDns",
                     "CloudProvider", "DevicePlugin", "GpuHealthAccess", "RdmaDevicePlugin"]
 
@@ -205,9 +209,9 @@ def _flags(r: Recorded, left: str, right: str) -> str:
 
 
 def after_line(r: Recorded, types: dict[str, str]) -> list[str]:
-    """The resources of its own type it waits for: an order no input explains (the waves of
-    scale sets, kilonode.plan.resolve.joins; subnets created one at a time)."""
-    peers = [name for name in r.depends_on if types.get(name) == r.type]
+    """The resources of its own type it waits for, and the join timer: an order no input
+    explains (the waves of scale sets, kilonode.azure.join_waves; subnets created one at a time)."""
+    peers = [name for name in r.depends_on if types.get(name) == r.type or join_waves.TIMER_MARK in name]
     return [f"    after: {', '.join(peers)}"] if peers else []
 
 

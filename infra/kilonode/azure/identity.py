@@ -139,12 +139,17 @@ class ControllerIdentities(pulumi.ComponentResource):
     ) -> None:
         super().__init__("kilonode:azure:ControllerIdentities", name, None, opts)
         self._name, self._args = name, args
+        # what a scale set of the pools needs to exist first (the group, the identities): the
+        # first join wave's gate; not the component itself, whose autoscaler role assignments
+        # are scoped to the scale sets and wait for them
+        self.ready: list[pulumi.Resource] = []
         child = pulumi.ResourceOptions(parent=self)
         # The pools' own group: the scope of the controllers' rights (the docstring says why)
         nodes = resources.ResourceGroup(
             f"{name}-nodes-rg", resource_group_name=args.node_resource_group, location=args.location,
             tags=tags(args.cluster, "nodes"), opts=child,
         )
+        self.ready.append(nodes)
         self.node_resource_group_name = nodes.name
         self.node_resource_group_id = nodes.id
         ccm = self._identity(f"{name}-cloud-provider", "cloud-provider")
@@ -186,6 +191,7 @@ class ControllerIdentities(pulumi.ComponentResource):
             tags=tags(args.cluster, role),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.ready.append(identity)
         return Identity(id=identity.id, client_id=identity.client_id, principal_id=identity.principal_id,
                         tenant_id=identity.tenant_id)
 

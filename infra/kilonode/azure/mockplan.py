@@ -164,7 +164,8 @@ class RecordingMonitor(mocks.MockMonitor):
                           request.provider.split("::")[3] if request.provider else None,
                           tuple(request.ignoreChanges),
                           {operation: duration for operation in ("create", "update", "delete")
-                           if (duration := getattr(request.customTimeouts, operation))})
+                           if (duration := getattr(request.customTimeouts, operation))},
+                          bool(request.deleteBeforeReplace))
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)

@@ -6,8 +6,8 @@
   primary IP configuration plus `podsPerNode` secondary ones from the pool subnet; the
   plan's `ip_configs_per_nic` is that count.
 - Waves (kilonode.plan.resolve.joins): the cluster creates the scale sets in the plan's order,
-  each wave's dependsOn the previous wave's, so no more nodes boot at once than the
-  apiservers are sized to take joining.
+  each wave's dependsOn its timer (kilonode.azure.join_waves), so nodes join no faster than
+  the apiservers are sized to take.
 - Manual upgrade policy: a new image or custom data reaches a node only when an operator
   upgrades it (pods are semi-stateful; field notes). No overprovisioning: extra VMs would
   join the cluster and churn MPI jobs, and eat subnet IPs.
@@ -103,8 +103,8 @@ class GpuNodePool(pulumi.ComponentResource):
         self.scale_set_ids = {}
 
     def scale_set(self, shard: ScaleSetShard, after: Sequence[pulumi.Resource] = ()) -> compute.VirtualMachineScaleSet:
-        """The shard's scale set, created once every scale set in `after` (the previous wave of
-        the plan's joins) is: Azure boots its VMs only then."""
+        """The shard's scale set, created once everything in `after` is (its wave's timer and
+        an earlier wave, kilonode.azure.join_waves): Azure boots its VMs only then."""
         args, pool = self._args, self._args.pool
         profile = compute.VirtualMachineScaleSetVMProfileArgs(
             os_profile=compute.VirtualMachineScaleSetOSProfileArgs(

@@ -345,20 +345,27 @@ class AwaitsPlan(StrictModel):
 
 class JoinPlan(StrictModel):
     """How fast nodes may join (kilonode.plan.resolve.joins): what the apiservers are sized for,
-    and the waves of scale sets a `pulumi up` creates one after the other so that no more
-    nodes boot at once than that (kilonode.azure.cluster: each wave dependsOn the one before)."""
+    and the waves of scale sets a `pulumi up` starts one after the other, paced by timers, so
+    that nodes join no faster than that (kilonode.azure.join_waves, kilonode.azure.cluster)."""
 
     # nodes per minute the levels a join lands in serve, with one apiserver down, at the
     # share of their seats joins may take (kilonode.plan.defaults.joins)
     sized_for_per_min: int
-    wave_nodes: int  # the most nodes one wave may boot at once: a minute's worth of that rate
+    wave_nodes: int  # the most nodes one wave may boot at once: one interval's worth of that rate
     # scale-set shard names, wave by wave; the first holds the pools the cluster's own workloads
     # run on, so `pulumi up`'s awaits (components.awaits) never wait on a later wave
     waves: tuple[tuple[str, ...], ...]
     # shards of more nodes than wave_nodes (a scale set cannot be split without moving its
     # name): each boots alone, as its own wave
     over_bound: tuple[str, ...] = ()
-    admitted_per_min: int  # the largest wave per scale-set creation: what `pulumi up` admits
+    # one per wave after the first: how long after the wave before it may start (its timer's
+    # sleep): one interval (kilonode.plan.defaults.JOIN_WAVE_INTERVAL_S) per wave_nodes the wave
+    # before holds, so a wave over the bound holds the next one back for as long as its nodes take
+    wave_gaps_s: tuple[int, ...] = ()
+    # a wave also waits until the wave this many before it is created: at most this many waves'
+    # scale sets are being created at once, whatever Azure's creation time
+    in_flight_waves: int
+    admitted_per_min: int  # the most nodes one wave starts per minute until the next may start
     bring_up_min: int  # a first `pulumi up`: every wave created, the last one's nodes Ready
     reason: str  # the arithmetic, in one line (kilonode explain)
 

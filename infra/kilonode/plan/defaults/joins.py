@@ -20,9 +20,20 @@ JOIN_SEAT_SECONDS = 1
 # running fleet keeps the rest (every kubelet renews its Lease in node-high every 10 s).
 JOIN_SEAT_SHARE_PERCENT = 10
 # A wave's nodes are allocated and boot together, so their joins arrive within about a minute:
-# a wave may hold one minute's worth of joins at the rate the apiservers are sized for.
-JOIN_WAVE_SPREAD_MIN = 1
-# How long Azure takes to create one wave's scale sets, which `pulumi up` waits for before it
-# creates the next wave (the scale set's create operation, from allocation to every VM
-# provisioned). An assumption, not a measurement: only Azure shows it, per size and region.
+# a wave holds one interval's worth of joins at the rate the apiservers are sized for, and the
+# waves start one interval apart (a timer per wave, kilonode.azure.join_waves), so the joins
+# arrive at that rate. The one home of the interval: the wave's size (wave_nodes) and the
+# timers' sleeps (wave_gaps_s) are both derived from it.
+JOIN_WAVE_INTERVAL_S = 60
+# How long Azure takes to create one wave's scale sets (the scale set's create operation, from
+# allocation to every VM provisioned): the waves' joins land about this long after their start.
+# An assumption, not a measurement: only Azure shows it, per size and region.
 SCALE_SET_CREATE_MIN = 10
+# The most waves whose scale sets are being created at once: a wave also waits until the wave
+# this many before it is created. At the assumed creation time that is exactly as many as the
+# timers start meanwhile (10 min / 1 min), so the bound costs a bring-up that goes as assumed
+# nothing; when Azure is slower, the later waves stop starting instead of piling up behind the
+# slow one, so at most this many waves' VMs boot together. A tighter bound (2) would cap the
+# pace at 2 waves per creation time (about 60 nodes/min at research-7500, a 2 h 40 min
+# bring-up), not the rate the apiservers are sized for.
+JOIN_WAVES_IN_FLIGHT = -(-SCALE_SET_CREATE_MIN * 60 // JOIN_WAVE_INTERVAL_S)

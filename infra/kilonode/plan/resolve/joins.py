@@ -9,11 +9,14 @@ What bounds the join rate, and what does not:
   seats into nodes per minute (sized_for_per_min) with the estimates in
   kilonode.plan.defaults.joins.
 - A first `pulumi up`: Pulumi creates independent resources in parallel, so every scale set
-  with its full capacity at once (thousands of VMs at research-7500). The program chains them
-  in waves of at most wave_nodes nodes, each wave dependsOn the one before ("The dependsOn
-  option ensures that resource creation, update, and deletion operations are executed in the
-  correct order": pulumi docs, concepts/options/dependson): a wave starts once Azure has
-  created the previous wave's scale sets.
+  with its full capacity at once (thousands of VMs at research-7500). The program splits them
+  into waves of at most wave_nodes nodes and starts the waves one interval apart: a chain of
+  timers (kilonode.azure.join_waves), each dependsOn the one before, and each wave's scale sets
+  dependsOn their timer ("The dependsOn option ensures that resource creation, update, and
+  deletion operations are executed in the correct order": pulumi docs, concepts/options/
+  dependson). A wave does not wait for the one before to be created (Azure takes ~10 min per
+  scale set, which would admit a tenth of the rate); it waits for the wave in_flight_waves
+  before it, so a slow Azure holds the later waves instead of letting them pile up.
 - The cluster autoscaler does not: --max-nodes-per-scaleup bounds one scale-up "strictly for
   optimizing CA algorithm latency and not a tool to rate-limit scale-up throughput", and after
   a scale-up the next loop starts at once, not after --scan-interval (kubernetes/autoscaler
@@ -26,7 +29,7 @@ What bounds the join rate, and what does not:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, JoinPlan, NodePoolPlan
@@ -91,25 +94,54 @@ def waves(pools: tuple[NodePoolPlan, ...], bound: int) -> tuple[tuple[tuple[str,
     return tuple(tuple(w) for w in result), tuple(over)
 
 
+def gap(nodes: int, bound: int) -> int:
+    """How long a wave of `nodes` holds the next one back: one interval per `bound` nodes
+    (rounded up), so a wave over the bound holds it as long as its joins take at the sized rate."""
+    return -(-max(1, nodes) // bound) * defaults.JOIN_WAVE_INTERVAL_S
+
+
+def schedule(gaps_s: Sequence[int], create_s: Sequence[int], in_flight: int) -> list[tuple[int, int]]:
+    """(start, created) of each wave in seconds, as `pulumi up` runs them: a wave starts once its
+    timer has run (the previous timer, then its gap) and the wave `in_flight` before it is
+    created; it is created create_s[k] after its start. The waves k, k + in_flight, ... are
+    thus created one after the other: at most `in_flight` at once, however long each takes."""
+    result: list[tuple[int, int]] = []
+    timer = 0
+    for k, create in enumerate(create_s):
+        timer += gaps_s[k - 1] if k else 0
+        start = max(timer, result[k - in_flight][1] if k >= in_flight else 0)
+        result.append((start, start + create))
+    return result
+
+
 def join_plan(pools: tuple[NodePoolPlan, ...], server_limit: int, apiservers: int,
               builtin_shares: Mapping[str, int]) -> JoinPlan:
     sized = sized_for_per_min(server_limit, apiservers, builtin_shares)
-    bound = max(1, sized * defaults.JOIN_WAVE_SPREAD_MIN)
+    interval = defaults.JOIN_WAVE_INTERVAL_S
+    bound = max(1, sized * interval // 60)
     chained, over = waves(pools, bound)
     capacity = {s.name: s.capacity for p in pools for s in p.shards}
-    largest = max((sum(capacity[name] for name in wave) for wave in chained), default=0)
-    admitted = -(-largest // defaults.SCALE_SET_CREATE_MIN)
-    bring_up = len(chained) * defaults.SCALE_SET_CREATE_MIN + defaults.NODE_READY_MIN
+    sizes = [sum(capacity[name] for name in wave) for wave in chained]
+    gaps = tuple(gap(nodes, bound) for nodes in sizes[:-1])
+    create = defaults.SCALE_SET_CREATE_MIN * 60
+    runs = schedule(gaps, [create] * len(chained), defaults.JOIN_WAVES_IN_FLIGHT)
+    # a wave's nodes over the time until the next may start: its gap (JOIN_WAVES_IN_FLIGHT never
+    # holds a wave back longer at the assumed creation time; tests/plan/test_joins.py)
+    admitted = max((-(-nodes * 60 // gap(nodes, bound)) for nodes in sizes), default=0)
+    bring_up = -(-max((end for _, end in runs), default=0) // 60) + defaults.NODE_READY_MIN
+    return JoinPlan(sized_for_per_min=sized, wave_nodes=bound, waves=chained, over_bound=over, wave_gaps_s=gaps,
+                    in_flight_waves=defaults.JOIN_WAVES_IN_FLIGHT, admitted_per_min=admitted,
+                    bring_up_min=bring_up, reason=_reason(server_limit, apiservers, builtin_shares, sized, bound))
+
+
+def _reason(server_limit: int, apiservers: int, builtin_shares: Mapping[str, int], sized: int, bound: int) -> str:
     serving = f"{apiservers - 1} apiservers (one down)" if apiservers > 1 else "1 apiserver"
-    reason = (
+    return (
         f"{serving} x {join_seats(server_limit, builtin_shares)} seats in the join levels "
         f"({', '.join(JOIN_LEVELS)}) x {defaults.JOIN_SEAT_SHARE_PERCENT}% for joins, "
         f"{defaults.JOIN_SEAT_SECONDS} s per request, {defaults.JOIN_REQUESTS_PER_NODE} requests per join: "
-        f"{sized} nodes/min; a wave boots at most {defaults.JOIN_WAVE_SPREAD_MIN} min of that ({bound} nodes); "
-        f"{len(chained)} waves x {defaults.SCALE_SET_CREATE_MIN} min per scale-set creation (assumed) + "
-        f"{defaults.NODE_READY_MIN} min for the last wave's nodes to be Ready")
-    return JoinPlan(sized_for_per_min=sized, wave_nodes=bound, waves=chained, over_bound=over,
-                    admitted_per_min=admitted, bring_up_min=bring_up, reason=reason)
+        f"{sized} nodes/min; a wave boots at most {defaults.JOIN_WAVE_INTERVAL_S} s of that ({bound} nodes), "
+        f"and the waves start {defaults.JOIN_WAVE_INTERVAL_S} s apart per {bound} nodes of the wave before")
 
 
 def _duration(minutes: int) -> str:
@@ -122,14 +154,28 @@ def describe(plan: ClusterPlan) -> list[str]:
     joins = plan.components.joins
     capacity = {s.name: s.capacity for p in plan.node_pools for s in p.shards}
     sizes = [sum(capacity[name] for name in wave) for wave in joins.waves]
+    create, interval, flight = defaults.SCALE_SET_CREATE_MIN, defaults.JOIN_WAVE_INTERVAL_S, joins.in_flight_waves
+    # the waves k, k + flight, k + 2 x flight ... are created one after the other: at most one
+    # of each such chain at a time, so at most the `flight` largest waves together
+    together = sum(sorted(sizes, reverse=True)[:flight])
+    last = schedule(joins.wave_gaps_s, [create * 60] * len(sizes), flight)[-1][0] // 60 if sizes else 0
     lines = [
-        f"admitted: {joins.admitted_per_min} nodes/min on `pulumi up` -- {len(joins.waves)} waves of scale sets, each "
-        f"created once Azure has created the one before (dependsOn), at most {joins.wave_nodes} nodes booting per "
-        f"wave (largest {max(sizes, default=0)}), one wave per ~{defaults.SCALE_SET_CREATE_MIN} min (assumed)",
+        f"admitted: {joins.admitted_per_min} nodes/min on `pulumi up` -- {len(joins.waves)} waves of scale sets, "
+        f"started by a chain of {len(joins.wave_gaps_s)} timers (each dependsOn the one before; a wave's scale sets "
+        f"dependsOn its timer), {interval} s apart per {joins.wave_nodes} nodes of the wave before; at most "
+        f"{joins.wave_nodes} nodes booting per wave (largest {max(sizes, default=0)})",
         f"sized for: {joins.sized_for_per_min} nodes/min ({joins.reason})",
-        f"first bring-up: {_duration(joins.bring_up_min)} until the last of {sum(sizes):,} nodes is Ready; the first "
+        f"in flight: at most {flight} waves being created at once (a wave also waits until the wave {flight} before "
+        f"it is created): as many as the timers start in the ~{create} min a creation takes (assumed), so it costs "
+        f"nothing then; when Azure is slower the later waves wait, so at most {flight} waves ({together:,} nodes at "
+        "most) boot together, and a wave s min late joins together with the waves started in those s min",
+        f"first bring-up: {_duration(joins.bring_up_min)} until the last of {sum(sizes):,} nodes is Ready (the last "
+        f"wave starts at {last} min, ~{create} min to create, {defaults.NODE_READY_MIN} min to Ready); the first "
         f"wave ({', '.join(joins.waves[0]) if joins.waves else '-'}) holds the nodes the cluster's own workloads "
         "run on, so `pulumi up`'s awaits never wait on a later wave",
+        "growth: a later `pulumi up` runs no timer that exists (each runs its sleep once, on creation; a changed "
+        "timer's update is a no-op), so scale sets added in new waves are paced by the new timers after the last "
+        "one, but those packed into a wave whose timer has run start at once, together",
     ]
     if joins.over_bound:
         lines.append(
