@@ -8,6 +8,7 @@ import pytest
 
 from kilonode.config import load_stack
 from kilonode.config.model import GIB
+from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
@@ -194,3 +195,17 @@ def test_labels_and_taints_are_checked(write_stack: StackWriter) -> None:
     pool = load_stack(str(write_stack(cluster))).config.node_pools[0]
     assert pool.labels == {"example.com/team": "vision"}
     assert pool.taints == ("nvidia.com/gpu=present:NoSchedule",)
+
+
+def test_an_alias_is_read_as_its_value(tmp_path: Path) -> None:
+    """Aliases are YAML's, and tools that write YAML use them for a repeated value; only their
+    expansion is bounded (tests/config/hostile/billion-laughs.yaml)."""
+    text = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text(encoding="utf-8")
+    main = "        localDisk: {device: /dev/vdb}\n      events:"
+    events = "        localDisk: {device: /dev/vdb}\n    apiserver:"
+    text = text.replace(main, main.replace("localDisk: ", "localDisk: &disk "), 1)
+    text = text.replace(events, events.replace("{device: /dev/vdb}", "*disk"), 1)
+    assert "*disk" in text
+    path = tmp_path / "Pulumi.aliased.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert load_stack(str(path)).config.etcd.events.local_disk.device == "/dev/vdb"

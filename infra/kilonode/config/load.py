@@ -484,6 +484,8 @@ def _hint(kind: str, given: Any) -> str:
         return "; write the number without quotes"
     if kind in ("int_type", "int_from_float") and isinstance(given, float):
         return "; write it without a decimal point"
+    if kind == "int_type" and isinstance(given, bool):
+        return "; write a number, not true or false"
     if kind == "bool_type" and isinstance(given, str):
         return "; write true or false without quotes"
     if kind == "bool_type" and isinstance(given, int):

@@ -117,7 +117,8 @@ class EtcdClusterConfig(StrictModel):
             "A rolling resize, one member per commit: member index -> VM size. Azure resizes a VM by restarting "
             "it, so a new vmSize restarts every member at once (quorum lost; `pulumi up` refuses it). Instead add "
             "one member here per change (each `pulumi up` restarts one member, which rejoins from its peers), and "
-            "when every member is moved, set vmSize and remove the overrides: that last change restarts nothing. "
+            "when all but one are moved, set vmSize and remove the overrides: that last change restarts the last "
+            "member only. Overrides that move every member at once are refused (the same as a new vmSize). "
             "`kilonode diff` reports each step."
         ),
     )
