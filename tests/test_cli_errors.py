@@ -36,8 +36,8 @@ POOL = b"    nodePools:\n      - name: a\n        nodes: 1\n        vmSize: Stan
 @pytest.mark.parametrize(("body", "expected"), [
     (b"    name: \xff\n" + POOL,
      "Pulumi.t.yaml:3: (top level): byte 0xff at column 11 is not UTF-8; save the file as UTF-8"),
-    (b"    name: x\n    name: y\n" + POOL, "Pulumi.t.yaml:4: (top level): not valid YAML: duplicate key 'name' "
-                                          "(first given on line 3)"),
+    (b"    name: x\n    name: y\n" + POOL, "Pulumi.t.yaml:4: name: given twice (first on line 3); YAML would keep "
+                                          "only the last one silently: remove one of them"),
     (b"    name: x\n    kubernetesVersion: 1.34\n" + POOL,
      "Pulumi.t.yaml:4: kubernetesVersion: YAML reads the unquoted 1.34 as a number; write the value in quotes"),
     (b"    name: x\n    network: {serviceCidr: 172.16.0.1/16}\n" + POOL,

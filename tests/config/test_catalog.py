@@ -169,7 +169,7 @@ def test_a_rolling_resize_names_existing_members_and_known_sizes(write_stack: St
                                                                                      "Standard_D16ds_v5"]
     cluster["etcd"]["main"]["vmSizeOverrides"] = {5: "Standard_D32ds_v5"}
     [problem] = problems_of(cluster, write_stack)
-    assert "etcd.main" in problem and "vmSizeOverrides names member(s) 5" in problem and "0 to 4" in problem
+    assert "etcd.main.vmSizeOverrides[5]: names member 5, but the members are numbered 0 to 4" in problem
     cluster["etcd"]["main"]["vmSizeOverrides"] = {1: "Standard_D32s_v5"}
     [problem] = problems_of(cluster, write_stack)
     assert "etcd.main.vmSizeOverrides[1]" in problem and "no local temp disk" in problem, problem

@@ -8,6 +8,7 @@ import pytest
 
 from kilonode.config import load_stack
 from kilonode.config.model import GIB
+from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
@@ -115,7 +116,7 @@ def test_invalid_cidr_is_refused(write_stack: StackWriter) -> None:
     assert problem.endswith(": network.vnetCidr: 10.0.0.1/16 has host bits set; write the network itself: 10.0.0.0/16")
 
 
-@pytest.mark.parametrize(("version", "ok"), [("1.31.9", False), ("1.32.0", True), ("1.35.1", True), ("1.36.0", False)])
+@pytest.mark.parametrize(("version", "ok"), [("1.31.9", False), ("1.32.7", True), ("1.35.4", True), ("1.36.0", False)])
 def test_supported_kubernetes_versions(write_stack: StackWriter, version: str, ok: bool) -> None:
     cluster = shipped_cluster_value("local")
     cluster["kubernetesVersion"] = version
@@ -125,6 +126,20 @@ def test_supported_kubernetes_versions(write_stack: StackWriter, version: str, o
     else:
         [problem] = problems_of(path)
         assert "kubernetesVersion" in problem and "use 1.32 to 1.35" in problem
+
+
+@pytest.mark.parametrize(("version", "missing"), [
+    ("1.34.999", "kubectl, kubelet, kubernetes-server"),
+    # kubelet and kubectl are pinned for 1.35.0, the control plane (the server tarball) only for 1.35.4
+    ("1.35.0", "kubernetes-server"),
+])
+def test_a_kubernetes_version_without_pinned_binaries_is_refused(write_stack: StackWriter, version: str,
+                                                                 missing: str) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["kubernetesVersion"] = version
+    [problem] = problems_of(write_stack(cluster))
+    assert f": kubernetesVersion: {version} has no pinned {missing} in node-image/binaries.toml" in problem
+    assert "pinned for every machine: 1.32.7-1.32.8, 1.33.4-1.33.5, 1.34.0-1.34.7, 1.35.4" in problem
 
 
 def test_all_problems_are_reported_at_once(write_stack: StackWriter) -> None:
@@ -170,12 +185,27 @@ def test_labels_and_taints_are_checked(write_stack: StackWriter) -> None:
     cluster["nodePools"][0]["labels"] = {"team": "a,b"}
     cluster["nodePools"][0]["taints"] = ["gpu:Sometimes"]
     labels, taints = problems_of(write_stack(cluster))
-    assert labels.endswith(": nodePools[0].labels: label team='a,b': at most 63 of [A-Za-z0-9_.-], "
+    assert labels.endswith(": nodePools[0].labels.team: label value 'a,b': at most 63 of [A-Za-z0-9_.-], "
                            "alphanumeric at both ends")
-    assert taints.endswith(": nodePools[0].taints: 'gpu:Sometimes' is not a taint like "
-                           "'nvidia.com/gpu=present:NoSchedule'")
+    assert taints.endswith(": nodePools[0].taints[0]: 'gpu:Sometimes' is not a taint like "
+                           "'nvidia.com/gpu=present:NoSchedule' (key[=value]:effect, the effect one of NoSchedule, "
+                           "PreferNoSchedule, NoExecute)")
     cluster["nodePools"][0]["labels"] = {"example.com/team": "vision"}
     cluster["nodePools"][0]["taints"] = ["nvidia.com/gpu=present:NoSchedule"]
     pool = load_stack(str(write_stack(cluster))).config.node_pools[0]
     assert pool.labels == {"example.com/team": "vision"}
     assert pool.taints == ("nvidia.com/gpu=present:NoSchedule",)
+
+
+def test_an_alias_is_read_as_its_value(tmp_path: Path) -> None:
+    """Aliases are YAML's, and tools that write YAML use them for a repeated value; only their
+    expansion is bounded (tests/config/hostile/billion-laughs.yaml)."""
+    text = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text(encoding="utf-8")
+    main = "        localDisk: {device: /dev/vdb}\n      events:"
+    events = "        localDisk: {device: /dev/vdb}\n    apiserver:"
+    text = text.replace(main, main.replace("localDisk: ", "localDisk: &disk "), 1)
+    text = text.replace(events, events.replace("{device: /dev/vdb}", "*disk"), 1)
+    assert "*disk" in text
+    path = tmp_path / "Pulumi.aliased.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert load_stack(str(path)).config.etcd.events.local_disk.device == "/dev/vdb"

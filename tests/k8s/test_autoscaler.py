@@ -243,7 +243,8 @@ def stack_with(write_stack: StackWriter, base: str, name: str, **changes: Any) -
 def minor_graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Graph]:
     """`local` with autoscaling on its pool, at each supported minor but research-7500's."""
     graphs = {}
-    for minor, version in ((32, "1.32.9"), (33, "1.33.5"), (35, "1.35.0")):
+    # patch releases every machine's binaries are pinned for (node-image/binaries.toml)
+    for minor, version in ((32, "1.32.8"), (33, "1.33.5"), (35, "1.35.4")):
         cluster = shipped_cluster_value("local")
         cluster["nodePools"][0]["autoscaling"] = {}
         cluster["kubernetesVersion"] = version

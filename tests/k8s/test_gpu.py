@@ -201,6 +201,7 @@ def test_gpu_pools_boot_the_device_plugin_image_and_preload_it_when_an_archive_i
     assert plugin in pools["gpu"].boot_images_not_preloaded
     assert plugin not in pools["cpu"].boot_images_not_preloaded
     cluster["bootImageArchives"] = [{"image": plugin, "archive": "device-plugin.tar"}]
+    (tmp_path / "device-plugin.tar").write_bytes(b"")  # validate wants it there; the image build reads it
     plan = plan_stack(load_stack(str(write_stack(cluster))))
     pools = {p.name: p for p in plan.node_pools}
     [preloaded] = [p for p in pools["gpu"].preload_images if p.image == plugin]

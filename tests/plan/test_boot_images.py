@@ -6,6 +6,8 @@ first start, in the plan, the image manifest and `kilonode explain`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kilonode.catalog.components import components
 from kilonode.plan import ClusterPlan
 from kilonode.render import render_cluster
@@ -41,10 +43,12 @@ def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(pla
 
 
 def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loader_list(
-    write_stack: StackWriter,
+    write_stack: StackWriter, tmp_path: Path,
 ) -> None:
     cluster = shipped_cluster_value("local")
     cluster["bootImageArchives"] = [{"image": BOOT[0], "archive": "archives/kube-proxy.tar"}]
+    (tmp_path / "archives").mkdir()
+    (tmp_path / "archives" / "kube-proxy.tar").write_bytes(b"")  # validate wants it there; the image build reads it
     plan = plan_of(cluster, write_stack)
     (pool,) = plan.node_pools
     proxy = pool.preload_images[1]

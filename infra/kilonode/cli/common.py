@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 import typer.main
 from rich.console import Console
+from rich.markup import escape
 
 from kilonode.exit_codes import ExitCode
 from kilonode.problems import StackError
@@ -49,13 +50,26 @@ def load_and_plan(ref: str) -> tuple[Stack, ClusterPlan]:
         fail(error)
 
 
+# The most a refusal prints of its problems: a hostile file can hold thousands (each problem is
+# one line, and quotes at most ~80 characters of a value)
+MAX_PROBLEM_BYTES = 3072
+
+
 def fail(error: StackError) -> NoReturn:
-    """A stack's problems: a header, then one plain line per problem; exit 2."""
+    """A stack's problems: a header, then one plain line per problem (at most MAX_PROBLEM_BYTES
+    of them, then how many more); exit 2."""
     count = len(error.problems)
-    err.print(f"[bold red]kilonode:[/] {count} problem{'s' * (count != 1)} in {error.file}; nothing was written")
-    for problem in error.problems:
+    plural = "s" * (count != 1)
+    err.print(f"[bold red]kilonode:[/] {count} problem{plural} in {escape(error.file)}; nothing was written")
+    budget = MAX_PROBLEM_BYTES
+    for index, problem in enumerate(error.problems):
+        line = problem.format(error.file)
+        budget -= len(line.encode()) + 1
+        if budget < 0:
+            err.print(f"[bold red]kilonode:[/] {count - index} more not shown; fix these and run again")
+            break
         # plain print: a problem line must stay one line, whatever the terminal width
-        print(problem.format(error.file), file=sys.stderr)
+        print(line, file=sys.stderr)
     raise typer.Exit(code=ExitCode.STOPPED)
 
 

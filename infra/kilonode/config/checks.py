@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import difflib
+import math
+from functools import cache
 from ipaddress import IPv4Network
+from pathlib import Path
 
+from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
+from kilonode.catalog.limits import limits
 from kilonode.config.model import GIB, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.config.values import shown, taint_key_effect
 from kilonode.problems import Loc, Problem
 
 GC_THRESH = tuple(f"net.ipv4.neigh.default.gc_thresh{i}" for i in (1, 2, 3))
@@ -23,6 +29,11 @@ def effective_sysctls(config: ClusterConfig, profile: SysctlProfile) -> dict[str
 def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:
     return [
         *_etcd_quota(config),
+        *_etcd_overrides(config),
+        *_kubernetes_pins(config),
+        *_taints(config),
+        *_image_replicas(config),
+        *_sysctl_kinds(config, profile),
         *_pool_names(config),
         *_max_nodes(config),
         *_location(config),
@@ -45,6 +56,125 @@ def _etcd_quota(config: ClusterConfig) -> list[Problem]:
                 f"({8 * GIB}); lower it, or also set etcd.{which}."
                 "acknowledgeQuotaAboveSuggestedMaximum: true if you have load-tested it",
             ))
+    return problems
+
+
+def _etcd_overrides(config: ClusterConfig) -> list[Problem]:
+    """vmSizeOverrides is a rolling resize, one member per change: each entry must name a
+    member, and not every member may be overridden at once (that is a new vmSize, which
+    restarts the whole cluster: quorum lost)."""
+    problems = []
+    for which in ("main", "events"):
+        cluster = getattr(config.etcd, which)
+        loc: Loc = ("etcd", which, "vmSizeOverrides")
+        problems += [
+            Problem((*loc, index), f"names member {index}, but the members are numbered 0 to {cluster.members - 1}")
+            for index in sorted(cluster.vm_size_overrides) if not 0 <= index < cluster.members
+        ]
+        moved = {i for i, size in cluster.vm_size_overrides.items() if size != cluster.vm_size}
+        if cluster.members > 1 and moved >= set(range(cluster.members)):
+            problems.append(Problem(
+                loc, f"resizes every member (0 to {cluster.members - 1}) away from vmSize: Azure restarts each "
+                "resized VM, and all of them in one change loses quorum. Move one member per change; once all but "
+                "one are moved, set vmSize to the new size and remove the overrides (that change restarts the last)",
+            ))
+    return problems
+
+
+@cache
+def _binaries() -> binaries.Catalog:
+    return binaries.load()
+
+
+def _kubernetes_pins(config: ClusterConfig) -> list[Problem]:
+    """Every binary the stack's machines take at its Kubernetes version is pinned
+    (node-image/binaries.toml): otherwise no image can be built for it."""
+    version = config.kubernetes_version
+    pins = _binaries()
+    roles = ["control-plane", *sorted({binaries.pool_role(pool.runtime) for pool in config.node_pools})]
+    components = {c.name: c for role in roles for c in pins.role(role) if not c.unpinned}
+    missing = []
+    for component in components.values():
+        try:
+            component.pin_for(version, pins.arch)
+        except binaries.PinError:
+            missing.append(component.name)
+    if not missing:
+        return []
+    exact = [set(c.versions(pins.arch)) for c in components.values() if c.follows == "kubernetes"]
+    every = set.intersection(*exact) if exact else set()
+    return [Problem(("kubernetesVersion",), (
+        f"{version} has no pinned {', '.join(sorted(missing))} in {binaries.DATA_NAME}, so no image can be built "
+        f"for it; pinned for every machine: {binaries.summarise(every) or 'none'}"
+    ))]
+
+
+def _taints(config: ClusterConfig) -> list[Problem]:
+    """Kubernetes allows one taint per key and effect on a node (the API server refuses a
+    Node with two: core validation, validateNodeTaints)."""
+    problems = []
+    for index, pool in enumerate(config.node_pools):
+        seen: dict[tuple[str, str], int] = {}
+        for position, taint in enumerate(pool.taints):
+            identity = taint_key_effect(taint)
+            if identity in seen:
+                problems.append(Problem(
+                    ("nodePools", index, "taints", position),
+                    f"{taint} repeats the key and effect of taints[{seen[identity]}] ({pool.taints[seen[identity]]}); "
+                    "a node holds one taint per key and effect: remove one",
+                ))
+            seen.setdefault(identity, position)
+    return problems
+
+
+def _image_replicas(config: ClusterConfig) -> list[Problem]:
+    """The gallery replicates a version at most gallery_replicas_max times, one replica per
+    vms_per_gallery_replica VMs created at once: a burst beyond that is refused, not capped."""
+    azure = limits().azure
+    per, most = azure.vms_per_gallery_replica.value, azure.gallery_replicas_max.value
+    creates = config.node_image.max_concurrent_vm_creates
+    if math.ceil(creates / per) <= most:
+        return []
+    return [Problem(("nodeImage", "maxConcurrentVmCreates"), (
+        f"{creates} VMs created at once need {math.ceil(creates / per)} gallery replicas (1 per {per} VMs), and an "
+        f"image version has at most {most}: lower it to {per * most} or less, and create the scale sets in waves "
+        "of that size"
+    ))]
+
+
+def _sysctl_kinds(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:
+    """An override takes the kind of value the profile gives its key: an integer key stays an
+    integer (a word there would be refused by the kernel at boot, or mean something else)."""
+    return [
+        Problem(("sysctl", "overrides", name),
+                f"the profile gives {name} an integer ({profile.root[name].value}); give an integer, not "
+                f"{shown(value)}")
+        for name, value in config.sysctl.overrides.items()
+        if name in profile.root and isinstance(profile.root[name].value, int) and not isinstance(value, int)
+    ]
+
+
+def archive_problems(config: ClusterConfig, project: Path) -> list[Problem]:
+    """Each image archive the stack names is a file inside the project (the folder of its
+    Pulumi.yaml), found now rather than when an image is built."""
+    named: list[tuple[Loc, str]] = [(("bootImageArchives", i, "archive"), entry.archive)
+                                    for i, entry in enumerate(config.boot_image_archives) if entry.archive]
+    named += [(("nodePools", p, "preloadImages", i, "archive"), entry.archive)
+              for p, pool in enumerate(config.node_pools)
+              for i, entry in enumerate(pool.preload_images) if entry.archive]
+    problems = []
+    root = project.resolve()
+    for loc, archive in named:
+        path = (project / archive).resolve()
+        if not path.is_relative_to(root):
+            problems.append(Problem(loc, f"{archive} leads outside the project folder {project} (through a link); "
+                                         "keep the archive inside it"))
+        elif path.is_dir():
+            problems.append(Problem(loc, f"{archive} is a directory in {project}; name the archive file "
+                                         "(`docker save -o FILE IMAGE` writes one)"))
+        elif not path.is_file():
+            problems.append(Problem(loc, f"no file {archive} in the project folder {project}; write it with "
+                                         "`docker save -o FILE IMAGE`, or remove the entry to pull the image"))
     return problems
 
 

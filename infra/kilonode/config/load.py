@@ -3,6 +3,11 @@
 The stack file is a Pulumi stack config file (`stacks/Pulumi.<stack>.yaml`); kilonode reads
 the structured value under `kilonode:cluster`. Problems are collected, never thrown one at a
 time: a user fixing a stack sees everything wrong in one run.
+
+The file is hostile until proven otherwise: it is read only up to MAX_FILE_BYTES, its YAML
+structure is checked event by event before anything is built from it (one document, no merge
+keys or tags, bounded nesting and alias expansion, no key given twice: each refused at its own
+line and field path), and every value an error quotes is shown at most ~80 characters long.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import difflib
 import types
 import typing
 from dataclasses import dataclass
+from functools import lru_cache
 from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
@@ -19,13 +25,27 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from kilonode.config.checks import cross_field_problems
+from kilonode.config.checks import archive_problems, cross_field_problems
 from kilonode.config.model import ClusterConfig
 from kilonode.config.sysctl_profile import SysctlProfile
+from kilonode.config.values import shown
 from kilonode.paths import EXAMPLE_STACKS_DIR, SYSCTL_DIR
 from kilonode.problems import Loc, PlanError, Problem, StackError
 
 CONFIG_KEY = "kilonode:cluster"
+# The largest stack file read: research-7500's is under 4 KiB; anything near this is not a
+# stack file, and YAML would take minutes over 50 MB.
+MAX_FILE_BYTES = 1024 * 1024
+# Values in the document once aliases are expanded: far above any stack (research-7500 has a
+# few hundred), far below what an alias bomb makes of a few lines (a billion).
+MAX_VALUES = 100_000
+# Collections inside collections: a stack file needs 6 (config, the cluster, nodePools, a
+# pool, its preloadImages, an entry); PyYAML builds nodes recursively, so a deeper file could
+# exhaust the stack.
+MAX_DEPTH = 16
+# How long a message about a stack may be, whatever it quotes (a safety net: values are
+# already shown truncated).
+MAX_MESSAGE = 600
 
 
 @dataclass(frozen=True)
@@ -102,26 +122,49 @@ def load_stack(ref: str, stacks_dir: Path | None = None, sysctl_dir: Path = SYSC
     """Load and validate a stack file; raise StackError listing every problem."""
     file = stack_file(ref, stacks_dir)
     text = read_text(file)
+    problems = structure_problems(text)
+    if problems:
+        raise StackError(display_path(file), problems)
+    loader = UniqueKeyLoader(text)
     try:
-        document = yaml.load(text, Loader=UniqueKeyLoader)
+        # composed once: the nodes give the problems their lines, the document the values
+        root = loader.get_single_node()
+        document = None if root is None else loader.construct_document(root)
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        line = mark.line + 1 if mark else None
-        message = f"not valid YAML: {getattr(err, 'problem', err)}"
-        raise StackError(display_path(file), [Problem((), message, line)]) from None
+        raise StackError(display_path(file), [_yaml_problem(err, text)]) from None
+    finally:
+        loader.dispose()
     raw, problems = _cluster_value(document)
-    return _validated(stack_name_of(file), file, raw, problems, sysctl_dir)
+    project = project_root(file.parent) or file.parent
+    return _validated(stack_name_of(file), file, raw, problems, sysctl_dir, project, root)
+
+
+def _yaml_problem(error: yaml.YAMLError, text: str) -> Problem:
+    """A YAML error as one problem at its line (a character YAML refuses has no mark, only a
+    position)."""
+    if isinstance(error, yaml.reader.ReaderError):
+        line = text[: error.position].count("\n") + 1
+        return Problem((), f"not valid YAML: the character {shown(chr(error.character))} is not allowed in YAML; "
+                           "write it as an escape in double quotes, or remove it", line)
+    mark = getattr(error, "problem_mark", None)
+    line = mark.line + 1 if mark else 1
+    return Problem((), f"not valid YAML: {getattr(error, 'problem', None) or error}", line)
 
 
 def read_text(file: Path) -> str:
     """The stack file's text, or a StackError saying why it cannot be read."""
     try:
-        data = file.read_bytes()
+        with file.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
     except IsADirectoryError:
         raise StackError(display_path(file), [Problem((), "is a directory, not a stack file")]) from None
     except OSError as error:
         why = f"cannot read the stack file: {error.strerror or error}; check that it exists and is readable"
         raise StackError(display_path(file), [Problem((), why)]) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise StackError(display_path(file), [Problem(
+            (), f"is larger than {MAX_FILE_BYTES // 1024} KiB, the most a stack file may be (a large cluster's is "
+                "a few KiB); this is not a stack file", 1)])
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -132,7 +175,138 @@ def read_text(file: Path) -> str:
             line)]) from None
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
+@dataclass
+class _Collection:
+    """A map or list being read, in structure_problems."""
+
+    path: tuple[Any, ...]  # in the document: ("config", "kilonode:cluster", "nodePools", 0, ...)
+    is_map: bool
+    keys: dict[Any, int]  # a map's keys so far, with the line each was given on
+    index: int = 0  # a list's next index
+    key: Any = None  # a map's key whose value comes next
+    has_key: bool = False
+
+
+_SCALARS = yaml.SafeLoader("")
+# libyaml's parser where PyYAML has it (PyPI's wheels do): the same events and marks, and a
+# 1 MiB file read in a fraction of the pure-Python parser's seconds
+_FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _key_value(event: yaml.ScalarEvent) -> Any:
+    """What a scalar key is to YAML (1 and '1' differ, 'name' and "name" do not)."""
+    tag = event.tag or _SCALARS.resolve(yaml.ScalarNode, event.value, event.implicit)
+    try:
+        return _SCALARS.construct_object(yaml.ScalarNode(tag, event.value, style=event.style))
+    except (yaml.YAMLError, ValueError):
+        return event.value
+
+
+def _document_loc(path: tuple[Any, ...]) -> Loc:
+    """A document path as a problem's loc: relative to kilonode:cluster, or the config key."""
+    if path[:2] == ("config", CONFIG_KEY):
+        return tuple(path[2:])
+    if len(path) >= 2 and path[0] == "config":
+        return tuple(path[1:])
+    return ()
+
+
+def structure_problems(text: str) -> list[Problem]:
+    """What YAML itself would accept but a stack file must not hold, read event by event
+    (nothing is built, so nothing can grow): a second document, a merge key, a tag, a key that
+    is not a plain value, a key given twice, nesting beyond MAX_DEPTH, and aliases that expand
+    to more than MAX_VALUES values (an alias bomb: a billion from a few lines). Each at its
+    line and field path; a YAML syntax error is one problem at its line."""
+    problems: list[Problem] = []
+    open_: list[_Collection] = []
+    documents = values = 0
+    # an anchor's size once expanded, and where each open anchored collection started counting
+    sizes: dict[str, int] = {}
+    anchored: list[tuple[str, int] | None] = []
+    try:
+        for event in yaml.parse(text, Loader=_FAST_LOADER):
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+                if documents > 1:
+                    problems.append(Problem((), "a second YAML document ('---'): a stack file is one document; "
+                                                "remove the '---' and what follows it", line))
+                    break
+            elif isinstance(event, yaml.CollectionEndEvent):
+                open_.pop()
+                anchor = anchored.pop()
+                if anchor is not None:
+                    sizes[anchor[0]] = values - anchor[1]
+            elif isinstance(event, yaml.NodeEvent):
+                where = open_[-1] if open_ else None
+                if where is not None and where.is_map and not where.has_key:
+                    problem = _key_problem(event, where, line)
+                    if problem is not None:
+                        problems.append(problem)
+                        break  # a key that is not a value: what follows cannot be placed
+                    values += 1
+                    continue
+                path = _node_path(where)
+                values += sizes.get(event.anchor or "", 1) if isinstance(event, yaml.AliasEvent) else 1
+                if values > MAX_VALUES:
+                    problems.append(Problem(_document_loc(path), f"the file holds more than {MAX_VALUES:,} values "
+                                            "once its aliases are expanded (an alias bomb?); a stack has a few hundred",
+                                            line))
+                    break
+                if getattr(event, "tag", None) is not None:  # set only when the file writes one
+                    problems.append(Problem(_document_loc(path), f"a YAML tag ({shown(event.tag, 60)}): stack files "
+                                            "hold plain maps, lists and values; remove the tag", line))
+                if isinstance(event, yaml.ScalarEvent) and event.anchor:
+                    sizes[event.anchor] = 1
+                if isinstance(event, yaml.CollectionStartEvent):
+                    if len(open_) >= MAX_DEPTH:
+                        loc = _document_loc(path)[:1]
+                        problems.append(Problem(loc, f"nested more than {MAX_DEPTH} maps and lists deep at line "
+                                                     f"{line}; no stack key takes that", line))
+                        break
+                    open_.append(_Collection(path, isinstance(event, yaml.MappingStartEvent), {}))
+                    anchored.append((event.anchor, values - 1) if event.anchor else None)
+    except yaml.YAMLError as error:
+        problems.append(_yaml_problem(error, text))
+    return problems
+
+
+def _node_path(where: _Collection | None) -> tuple[Any, ...]:
+    """The path of the value that comes next in `where`, and move `where` past it."""
+    if where is None:
+        return ()
+    if where.is_map:
+        where.has_key = False
+        return (*where.path, where.key)
+    where.index += 1
+    return (*where.path, where.index - 1)
+
+
+def _key_problem(event: yaml.NodeEvent, where: _Collection, line: int) -> Problem | None:
+    """Take `event` as the next key of the map `where`; the problem with it, if any."""
+    loc = _document_loc(where.path)
+    if not isinstance(event, yaml.ScalarEvent):
+        return Problem(loc, "a key that is a map, a list or an alias: keys are plain names", line)
+    if event.value == "<<" and event.implicit[0]:  # a plain `<<`: YAML 1.1's merge key
+        return Problem(_document_loc((*where.path, "<<")), "a YAML merge key ('<<:'): stack files take none (YAML "
+                       "1.2 dropped them, and a reviewer must see each value where it applies); write the keys out",
+                       line)
+    key = _key_value(event)
+    try:
+        first = where.keys.get(key)
+    except TypeError:  # an unhashable key YAML built from a tag
+        return Problem(loc, "a key that is not a plain name", line)
+    where.key, where.has_key = key, True
+    if first is not None:
+        path = (*where.path, key)
+        loc = (CONFIG_KEY,) if path == ("config", CONFIG_KEY) else _document_loc(path)
+        return Problem(loc, f"given twice (first on line {first}); YAML would keep only the last one silently: "
+                            "remove one of them", line)
+    where.keys[key] = line
+    return None
+
+
+class UniqueKeyLoader(_FAST_LOADER):  # type: ignore[misc,valid-type]
     """SafeLoader that refuses a key given twice in one map (PyYAML keeps the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -161,8 +335,11 @@ def stack_from_value(name: str, raw: Any, file: Path, sysctl_dir: Path = SYSCTL_
 
 
 def _validated(
-    name: str, file: Path, raw: dict[str, Any] | None, problems: list[Problem], sysctl_dir: Path
+    name: str, file: Path, raw: dict[str, Any] | None, problems: list[Problem], sysctl_dir: Path,
+    project: Path | None = None, root: yaml.Node | None = None,
 ) -> Stack:
+    """`project`: where the stack's files (image archives) are, when they must exist now;
+    `root`: the file's YAML nodes, when the caller has them."""
     config: ClusterConfig | None = None
     if raw is not None:
         try:
@@ -176,15 +353,20 @@ def _validated(
         problems += profile_problems
     if config is not None and profile is not None:
         problems += cross_field_problems(config, profile)
+    if config is not None and project is not None:
+        problems += archive_problems(config, project)
     if problems or config is None or profile is None:
-        raise StackError(display_path(file), _with_lines(problems, _compose(file)))
+        raise StackError(display_path(file), _with_lines(problems, root or _compose(file)))
     return Stack(name, file, config, profile, raw or {})
 
 
 def _compose(file: Path) -> yaml.Node | None:
+    """The file's YAML nodes, for lines: only a file that passed read_text and structure_problems
+    (the Pulumi program's stack_from_value reads one that did not)."""
     try:
-        return yaml.compose(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        text = read_text(file)
+        return None if structure_problems(text) else yaml.compose(text, Loader=_FAST_LOADER)
+    except (StackError, yaml.YAMLError):
         return None
 
 
@@ -241,6 +423,8 @@ def _from_pydantic(error: Any) -> Problem:
     loc: Loc = tuple(error["loc"])
     kind = error["type"]
     given = error.get("input")
+    if "[key]" in loc:  # a map's key was refused: the entry's own path (_with_lines makes it printable)
+        loc = loc[: loc.index("[key]")]
     if kind == "extra_forbidden":
         known = _known_keys(loc[:-1])
         camel = to_camel(str(loc[-1]))
@@ -254,14 +438,16 @@ def _from_pydantic(error: Any) -> Problem:
     if kind == "too_short":
         return Problem(loc, f"needs at least {error.get('ctx', {}).get('min_length', 1)} entry")
     if kind == "string_pattern_mismatch" and loc[-1] == "name":
-        return Problem(loc, f"{given!r} is not a valid name: 1-32 lowercase letters, digits and '-', "
-                       "starting with a letter and not ending with '-' (it names Azure resources and directories)")
+        return Problem(loc, f"{shown(given)} is not a valid name: 1-32 lowercase letters, digits and '-', starting "
+                       "with a letter and not ending with '-' (it names Azure resources and directories)")
     if kind == "string_pattern_mismatch" and given == "latest":
         return Problem(loc, "'latest' is refused: pin a version, so that a new image arrives as a reviewed "
                             "stack change and not with the next VM Azure creates")
     if kind == "string_type" and isinstance(given, int | float) and not isinstance(given, bool):
         example = " like '1.34.2'" if loc[-1] == "kubernetesVersion" else ""
         return Problem(loc, f"YAML reads the unquoted {given!r} as a number; write the value in quotes{example}")
+    if kind in _TAKES:
+        return Problem(loc, f"takes {_TAKES[kind]}, and YAML reads {_yaml_reading(given)} here{_hint(kind, given)}")
     if kind == "ip_v4_network" and isinstance(given, str):
         try:
             network = IPv4Network(given, strict=False)
@@ -271,8 +457,60 @@ def _from_pydantic(error: Any) -> Problem:
             return Problem(loc, f"{given} has host bits set; write the network itself: {network}")
     message = error["msg"].removeprefix("Value error, ")
     if kind != "value_error" and not isinstance(given, dict | list):
-        message += f" (got {given!r})"
+        message += f" (got {shown(given)})"
     return Problem(loc, message)
+
+
+# strict types: what a key of each kind takes
+_TAKES = {"int_type": "a whole number", "bool_type": "true or false", "string_type": "text",
+          "int_from_float": "a whole number"}
+
+
+def _yaml_reading(given: Any) -> str:
+    """What YAML made of the value, in words."""
+    if isinstance(given, bool):
+        return f"the boolean {str(given).lower()}"
+    if isinstance(given, int | float):
+        return f"the number {shown(given)}"
+    if isinstance(given, str):
+        return f"the text {shown(given)}"
+    if given is None:
+        return "nothing (null)"
+    return {list: "a list", dict: "a map"}.get(type(given), f"a {type(given).__name__} ({shown(given)})")
+
+
+def _hint(kind: str, given: Any) -> str:
+    if kind in ("int_type", "int_from_float") and isinstance(given, str):
+        return "; write the number without quotes"
+    if kind in ("int_type", "int_from_float") and isinstance(given, float):
+        return "; write it without a decimal point"
+    if kind == "int_type" and isinstance(given, bool):
+        return "; write a number, not true or false"
+    if kind == "bool_type" and isinstance(given, str):
+        return "; write true or false without quotes"
+    if kind == "bool_type" and isinstance(given, int):
+        return "; write true or false, not a number"
+    return ""
+
+
+def _showable(part: Any) -> bool:
+    """Whether a key can stand in a field path as it is: printable, no spaces, not long."""
+    return isinstance(part, int) or (isinstance(part, str) and part.isprintable() and " " not in part
+                                     and 0 < len(part) <= 80)
+
+
+def _safe_part(part: str | int) -> str | int:
+    """A loc part as a one-line, bounded piece of a field path."""
+    if _showable(part):
+        return part
+    text = ascii(str(part))[1:-1].replace(" ", "\\x20")
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _safe_message(message: str) -> str:
+    """One line, bounded: a safety net under the messages, which already quote values truncated."""
+    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
+    return text if len(text) <= MAX_MESSAGE else f"{text[: MAX_MESSAGE - 3]}..."
 
 
 def _known_keys(loc: Loc) -> list[str]:
@@ -306,7 +544,13 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _with_lines(problems: list[Problem], root: yaml.Node | None) -> list[Problem]:
-    return [Problem(p.loc, p.message, p.line or _line_of(p.loc, root)) for p in problems]
+    """Every problem at a line (the file's first, when nothing in it is nearer), its path and
+    message made safe to print on one line."""
+    return [
+        Problem(tuple(_safe_part(part) for part in p.loc), _safe_message(p.message),
+                p.line or _line_of(p.loc, root) or 1)
+        for p in problems
+    ]
 
 
 def _line_of(loc: Loc, root: yaml.Node | None) -> int | None:
@@ -326,11 +570,20 @@ def _line_of(loc: Loc, root: yaml.Node | None) -> int | None:
     return line
 
 
+@lru_cache(maxsize=256)
+def _entries(node: yaml.MappingNode) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+    """A map's (key node, value node) by key text, built once per map: a file with thousands
+    of problems in one map looks each up in constant time."""
+    entries: dict[str, tuple[yaml.Node, yaml.Node]] = {}
+    for key, value in node.value:
+        entries.setdefault(str(key.value), (key, value))
+    return entries
+
+
 def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if key.value == part:
-                return value
+        # a YAML key is text here; a member number is an int in a loc
+        return _entries(node).get(str(part), (None, None))[1]
     if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
         return node.value[part]
     return None
@@ -338,9 +591,7 @@ def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
 
 def _key_node(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):
-        for key, _value in node.value:
-            if key.value == part:
-                return key
+        return _entries(node).get(str(part), (None, None))[0]
     return None
 
 

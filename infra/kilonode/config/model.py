@@ -14,6 +14,26 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from kilonode.config.values import (
+    Bool,
+    Cidr,
+    DevicePath,
+    Int,
+    LabelKey,
+    LabelValue,
+    LogFile,
+    MountPoint,
+    PoolLabelKey,
+    RelativePath,
+    Retention,
+    Str,
+    SysctlKey,
+    SysctlValue,
+    Taint,
+    VmSize,
+    shown,
+)
+
 GIB = 1024**3
 
 # Kubernetes minors this toolkit renders flags for. From 1.32 the apiserver can allow
@@ -27,8 +47,6 @@ ETCD_IMAGE = "etcd"
 CONTROL_PLANE_IMAGE = "control-plane"
 ROLE_IMAGES = (ETCD_IMAGE, CONTROL_PLANE_IMAGE)
 
-LABEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-LABEL_VALUE = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?"
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 
 
@@ -44,7 +62,7 @@ class StrictModel(BaseModel):
 class LocalDiskConfig(StrictModel):
     """The instance's local (temp or NVMe) SSD, formatted and mounted at first boot."""
 
-    device: str = Field(
+    device: DevicePath = Field(
         default="/dev/disk/cloud/azure_resource",
         description=(
             "Azure exposes the temp (resource) disk of `d` sizes through cloud-init's udev link. For a node pool"
@@ -52,7 +70,7 @@ class LocalDiskConfig(StrictModel):
             " as one RAID 0 array when there are several, made at every boot; another device is used as named."
         ),
     )
-    mount_point: str = Field(
+    mount_point: MountPoint = Field(
         default="/mnt/local-ssd",
         description=(
             "Where the local disk is mounted; etcd's data and the runtime root go below it."
@@ -65,48 +83,42 @@ class LocalDiskConfig(StrictModel):
         ),
     )
 
-    @field_validator("device", "mount_point")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") != value or " " in value:
-            raise ValueError(f"must be an absolute path without spaces or trailing '/' (got {value!r})")
-        return value
-
 
 class EtcdClusterConfig(StrictModel):
-    members: int = Field(
+    members: Int = Field(
         default=5,
         description=(
             "7,500-node post: 5 etcd nodes for the main store; 3 tolerate 1 failure, 5 tolerate 2."
         ),
     )
-    quota_backend_bytes: int = Field(
+    quota_backend_bytes: Int = Field(
         default=8 * GIB,
         description=(
             "2,500-node post: the 2 GB default quota was hit past 1,000 nodes and stopped all writes; etcd "
             "documents 8 GiB as the suggested maximum."
         ),
     )
-    acknowledge_quota_above_suggested_maximum: bool = Field(
+    acknowledge_quota_above_suggested_maximum: Bool = Field(
         default=False,
         description=(
             "Above 8 GiB etcd only warns; we refuse unless the stack says it knows."
         ),
     )
-    vm_size: str = Field(
+    vm_size: VmSize = Field(
         default="Standard_D16ds_v5",
         description=(
             'etcd hardware guide "xLarge" (~3,000-node cluster): 16 vCPU, 64 GB RAM; the `d` in Ddsv5 gives a'
             " local temp SSD (2,500-node post: ~200 us fsync vs ~2 ms on premium SSD)."
         ),
     )
-    vm_size_overrides: dict[int, str] = Field(
+    vm_size_overrides: dict[Int, VmSize] = Field(
         default_factory=dict,
         description=(
             "A rolling resize, one member per commit: member index -> VM size. Azure resizes a VM by restarting "
             "it, so a new vmSize restarts every member at once (quorum lost; `pulumi up` refuses it). Instead add "
             "one member here per change (each `pulumi up` restarts one member, which rejoins from its peers), and "
-            "when every member is moved, set vmSize and remove the overrides: that last change restarts nothing. "
+            "when all but one are moved, set vmSize and remove the overrides: that last change restarts the last "
+            "member only. Overrides that move every member at once are refused (the same as a new vmSize). "
             "`kilonode diff` reports each step."
         ),
     )
@@ -117,21 +129,21 @@ class EtcdClusterConfig(StrictModel):
             "remote disk)."
         ),
     )
-    auto_compaction_retention: str = Field(
+    auto_compaction_retention: Retention = Field(
         default="1h",
         description=(
             "kube-apiserver compacts every 5 min; etcd's own periodic compaction is the backstop that keeps "
             "history bounded if every apiserver is down."
         ),
     )
-    snapshot_count: int = Field(
+    snapshot_count: Int = Field(
         default=10000, ge=100,
         description=(
             "etcd --snapshot-count: committed transactions between snapshots (etcd's own default since 3.2)."
         ),
     )
 
-    rejoining: tuple[int, ...] = Field(
+    rejoining: tuple[Int, ...] = Field(
         default=(),
         description=(
             "Deprecated, must stay empty: a member whose data dir is blank (a replaced, resized or deallocated "
@@ -154,16 +166,6 @@ class EtcdClusterConfig(StrictModel):
                 "remove the key. docs/runbooks/etcd-member-lost-its-disk.md says what to check."
             )
         return value
-
-    @model_validator(mode="after")
-    def _overrides_name_members(self) -> EtcdClusterConfig:
-        outside = sorted(i for i in self.vm_size_overrides if not 0 <= i < self.members)
-        if outside:
-            raise ValueError(
-                f"vmSizeOverrides names member(s) {', '.join(map(str, outside))}, but the members are numbered "
-                f"0 to {self.members - 1}"
-            )
-        return self
 
     @field_validator("members")
     @classmethod
@@ -202,27 +204,27 @@ class EtcdConfig(StrictModel):
 
 
 class AuditLogConfig(StrictModel):
-    path: str | None = Field(
+    path: LogFile | None = Field(
         default=None,
         description=(
             "2,500-node post: audit logs found the slow and excessive queries. Default:"
             " kubernetes/audit/audit.log below the apiserver's localDisk mountPoint (the local SSD, not the OS disk)."
         ),
     )
-    max_age_days: int = Field(
+    max_age_days: Int = Field(
         default=30, ge=1,
         description=(
             "CIS Kubernetes Benchmark 1.2.17-1.2.19: maxage 30, maxbackup 10, maxsize 100."
         ),
     )
-    max_backup: int | None = Field(
+    max_backup: Int | None = Field(
         default=None, ge=1,
         description=(
             "CIS Kubernetes Benchmark 1.2.18: rotated audit files kept. Default: as many maxSizeMb files as half the"
             " apiserver's local disk holds, at least 10."
         ),
     )
-    max_size_mb: int = Field(
+    max_size_mb: Int = Field(
         default=100, ge=1,
         description=(
             "CIS Kubernetes Benchmark 1.2.19: audit file size before rotation."
@@ -231,8 +233,8 @@ class AuditLogConfig(StrictModel):
 
 
 class ApiserverConfig(StrictModel):
-    replicas: int = Field(default=5, ge=1, le=15, description="7,500-node post: 5 dedicated apiserver nodes.")
-    vm_size: str = Field(
+    replicas: Int = Field(default=5, ge=1, le=15, description="7,500-node post: 5 dedicated apiserver nodes.")
+    vm_size: VmSize = Field(
         default="Standard_D32ds_v5",
         description=(
             "7,500-node post: dedicated apiserver VMs; 32 vCPUs and a local temp disk for the audit log."
@@ -247,11 +249,17 @@ class ApiserverConfig(StrictModel):
     local_disk: LocalDiskConfig = Field(default=LocalDiskConfig(), description="The apiserver VM's local SSD.")
 
 
+def image_reference(value: str) -> str:
+    if len(value) > 255 or not re.fullmatch(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?", value):
+        raise ValueError(f"is not an image reference like 'registry/name:tag' (got {shown(value)})")
+    return value
+
+
 class PreloadImageConfig(StrictModel):
     """An image baked into the node image so a fresh node needs no pull for it."""
 
-    image: str = Field(description="The image reference, like 'registry/name:tag' (a digest may follow).")
-    archive: str | None = Field(
+    image: Str = Field(description="The image reference, like 'registry/name:tag' (a digest may follow).")
+    archive: RelativePath | None = Field(
         default=None,
         description=(
             "A docker-archive tarball supplied by the user (a path relative to the stack's project, the "
@@ -263,15 +271,13 @@ class PreloadImageConfig(StrictModel):
     @field_validator("image")
     @classmethod
     def _reference(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?", value):
-            raise ValueError(f"is not an image reference like 'registry/name:tag' (got {value!r})")
-        return value
+        return image_reference(value)
 
 
 class PoolAutoscalingConfig(StrictModel):
     """The cluster autoscaler on one pool: its shards not given to a team become node groups."""
 
-    min_nodes: int | None = Field(
+    min_nodes: Int | None = Field(
         default=None, ge=0,
         description=(
             "The fewest nodes the autoscaler may leave in the pool (teams' shards included, which it never "
@@ -280,7 +286,7 @@ class PoolAutoscalingConfig(StrictModel):
             "half). Unset: half of `nodes`, rounded up. The most is maxNodes (or nodes)."
         ),
     )
-    warm_nodes: int = Field(
+    warm_nodes: Int = Field(
         default=0, ge=0,
         description=(
             "Balloon pods: placeholder pods of the lowest priority that each take a whole node, so the "
@@ -291,7 +297,7 @@ class PoolAutoscalingConfig(StrictModel):
 
 
 class NodePoolConfig(StrictModel):
-    name: str = Field(
+    name: Str = Field(
         pattern=NAME_PATTERN,
         description=(
             "The pool's name: it names its scale sets (<cluster>-<pool>-000), subnet and render directory. "
@@ -309,15 +315,15 @@ class NodePoolConfig(StrictModel):
             )
         return value
 
-    nodes: int = Field(ge=1, description="How many nodes the pool has now (see maxNodes for its room to grow).")
-    pods_per_node: int = Field(
+    nodes: Int = Field(ge=1, description="How many nodes the pool has now (see maxNodes for its room to grow).")
+    pods_per_node: Int = Field(
         default=8, ge=0,
         description=(
             "Native pod networking: routable secondary NIC IPs per node (field notes: flannel capped pods at "
             "~2 Gbit/s). One GPU pod per node is the common shape; 0 means hostNetwork pods only."
         ),
     )
-    host_network_pods: int = Field(
+    host_network_pods: Int = Field(
         default=8, ge=0, le=100,
         description=(
             "hostNetwork DaemonSet pods (device plugin, DCGM exporter, log agent) need no pod IP but count "
@@ -331,7 +337,7 @@ class NodePoolConfig(StrictModel):
             "dockerd, as the 2,500/7,500-node clusters ran it."
         ),
     )
-    infiniband: bool | None = Field(
+    infiniband: Bool | None = Field(
         default=None,
         description=(
             "7,500-node post: GPU nodes with InfiniBand; a scale set then keeps a single placement group, so "
@@ -339,13 +345,13 @@ class NodePoolConfig(StrictModel):
             "(infra/kilonode/catalog/vm_sizes.yaml); true on a size without it is refused."
         ),
     )
-    vm_size: str = Field(
+    vm_size: VmSize = Field(
         default="Standard_ND96asr_v4",
         description=(
             "The 7,500-node post's GPU nodes: 8 A100s with InfiniBand (ND A100 v4)."
         ),
     )
-    gpus_per_node: int | None = Field(
+    gpus_per_node: Int | None = Field(
         default=None, ge=0, le=16,
         description=(
             "Unset: the size's GPU count from the catalogue; a different number is refused."
@@ -357,19 +363,19 @@ class NodePoolConfig(StrictModel):
             "2,500-node post: the container runtime's root on the instance's local SSD, not the OS disk."
         ),
     )
-    max_concurrent_downloads: int = Field(
+    max_concurrent_downloads: Int = Field(
         default=10, ge=1, le=64,
         description=(
             "2,500-node post: Docker max-concurrent-downloads 10 so big layers pull in parallel."
         ),
     )
-    max_parallel_image_pulls: int = Field(
+    max_parallel_image_pulls: Int = Field(
         default=10, ge=1, le=64,
         description=(
             "2,500-node post: serialized pulls let one 17 GB image block all others."
         ),
     )
-    image_pull_progress_deadline: str = Field(
+    image_pull_progress_deadline: Str = Field(
         default="30m", pattern=r"^[0-9]+[smh]$",
         description=(
             '2,500-node post: big pulls were cancelled for "lack of progress" at the default.'
@@ -381,7 +387,7 @@ class NodePoolConfig(StrictModel):
             "Images baked into the node image besides the pause image, so a fresh node pulls none of them."
         ),
     )
-    max_nodes: int | None = Field(
+    max_nodes: Int | None = Field(
         default=None, ge=1,
         description=(
             "The most nodes this pool may grow to. Its subnet is sized for max(nodes, maxNodes) when it is "
@@ -389,26 +395,29 @@ class NodePoolConfig(StrictModel):
             " beyond what the subnet's power-of-two size happens to leave)."
         ),
     )
-    subnet: IPv4Network | None = Field(
+    subnet: Cidr | None = Field(
         default=None,
         description=(
             "Recorded by `kilonode allocate` (or pinned by hand): once recorded, no change to another pool or"
             " role moves it. Unset: the plan places it, and warns until it is recorded."
         ),
     )
-    labels: dict[str, str] = Field(
+    labels: dict[PoolLabelKey, LabelValue] = Field(
         default_factory=dict,
         description=(
-            "Node labels the kubelet registers with (kilonode.io/pool is always set)."
+            "Node labels the kubelet registers with (kilonode.io/pool is always set). Keys and values as "
+            "Kubernetes' own (apimachinery's IsQualifiedName, IsValidLabelValue); none under kubernetes.io/, k8s.io/ "
+            "or kilonode.io/, which are the kubelet's and kilonode's."
         ),
     )
-    taints: tuple[str, ...] = Field(
+    taints: tuple[Taint, ...] = Field(
         default=(),
         description=(
-            "`key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated."
+            "`key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated; one per key "
+            "and effect, as Kubernetes allows."
         ),
     )
-    system: bool = Field(
+    system: Bool = Field(
         default=False,
         description=(
             "A system pool: its nodes register with kilonode.io/system=true, and the cluster's own workloads "
@@ -426,97 +435,73 @@ class NodePoolConfig(StrictModel):
         ),
     )
 
-    @field_validator("labels")
-    @classmethod
-    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, label in value.items():
-            if not re.fullmatch(LABEL_KEY, key):
-                raise ValueError(f"{key!r} is not a Kubernetes label key like 'example.com/team'")
-            if not re.fullmatch(LABEL_VALUE, label):
-                raise ValueError(f"label {key}={label!r}: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends")
-        return value
-
-    @field_validator("taints")
-    @classmethod
-    def _taints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for taint in value:
-            if not re.fullmatch(rf"{LABEL_KEY}(={LABEL_VALUE})?:(NoSchedule|PreferNoSchedule|NoExecute)", taint):
-                raise ValueError(f"{taint!r} is not a taint like 'nvidia.com/gpu=present:NoSchedule'")
-        return value
-
 
 class SysctlConfig(StrictModel):
-    profile: str = Field(
+    profile: Str = Field(
         default="gpu-worker", pattern=r"^[a-z0-9-]+$",
         description=(
             "A file in sysctl/ (without .yaml) with a value and a reason per key."
         ),
     )
-    overrides: dict[str, int | str] = Field(
+    overrides: dict[SysctlKey, SysctlValue] = Field(
         default_factory=dict,
         description=(
-            "Sysctl values that replace the profile's, each reported as a stack override."
+            "Sysctl values that replace the profile's, each reported as a stack override. An integer where the "
+            "profile has one; a string is words of letters, digits and `_.,:-` (never a path or a pipe, which "
+            "kernel.core_pattern or kernel.modprobe would run as root)."
         ),
     )
 
-    @field_validator("overrides")
-    @classmethod
-    def _names(cls, value: dict[str, int | str]) -> dict[str, int | str]:
-        for key in value:
-            if not re.fullmatch(r"[a-z0-9_]+(\.[a-zA-Z0-9_-]+)+", key):
-                raise ValueError(f"{key!r} is not a sysctl name like 'net.ipv4.ip_forward'")
-        return value
-
 
 class NetworkConfig(StrictModel):
-    vnet_cidr: IPv4Network = Field(
+    vnet_cidr: Cidr = Field(
         default=IPv4Network("10.0.0.0/16"),
         description=(
             "One VNet per cluster; Azure counts at most 65,536 private IPs in it, whatever its address space,"
             " so a larger space only helps subnet alignment."
         ),
     )
-    control_plane_subnet: IPv4Network | None = Field(
+    control_plane_subnet: Cidr | None = Field(
         default=None,
         description=(
             "Recorded by `kilonode allocate` (or pinned by hand); unset, the plan places them and warns until"
             " they are recorded, since the static etcd/apiserver/LB IPs derive from them."
         ),
     )
-    etcd_subnet: IPv4Network | None = Field(
+    etcd_subnet: Cidr | None = Field(
         default=None,
         description=(
             "Recorded by `kilonode allocate` (or pinned by hand): the etcd members' static IPs sit at fixed "
             "offsets in it."
         ),
     )
-    service_cidr: IPv4Network = Field(
+    service_cidr: Cidr = Field(
         default=IPv4Network("172.16.0.0/16"),
         description=(
             "Kubernetes Service IPs: virtual, outside the VNet; .1 is the kubernetes Service, .10 cluster "
             "DNS."
         ),
     )
-    apiserver_allowed_cidrs: tuple[IPv4Network, ...] = Field(
+    apiserver_allowed_cidrs: tuple[Cidr, ...] = Field(
         default=(),
         description=(
             "Who may reach the apiserver load balancer on 6443 besides the VNet itself."
         ),
     )
-    admin_cidr: IPv4Network | None = Field(
+    admin_cidr: Cidr | None = Field(
         default=None,
         description=(
             "SSH (22) is allowed only from here; none means no SSH rule at all."
         ),
     )
-    public_ips_on_control_plane: bool = Field(
+    public_ips_on_control_plane: Bool = Field(
         default=False,
         description=(
             "Public IPs on etcd and apiserver VMs; off by default: the control plane is reached from inside "
             "the VNet."
         ),
     )
-    min_snat_ports_per_node: int = Field(
+    min_snat_ports_per_node: Int = Field(
         default=128, ge=1, le=64_512,
         description=(
             "Outbound: each subnet leaves through its own NAT gateway (at most 16 public IPs x 64,512 SNAT "
@@ -527,7 +512,7 @@ class NetworkConfig(StrictModel):
             "bulk data to Azure services belongs on private endpoints, not on the NAT."
         ),
     )
-    acknowledge_world_open_access: bool = Field(
+    acknowledge_world_open_access: Bool = Field(
         default=False,
         description=(
             "0.0.0.0/0 in adminCidr or apiserverAllowedCidrs opens SSH or the apiserver to the whole "
@@ -559,14 +544,14 @@ class DeployerConfig(StrictModel):
             "with the cluster's VNet both ways and admits `cidrs`; no public address."
         ),
     )
-    cidrs: tuple[IPv4Network, ...] = Field(
+    cidrs: tuple[Cidr, ...] = Field(
         min_length=1,
         description=(
             "The deployer's source addresses as the apiserver sees them: its egress (NAT) addresses for "
             "`internet`, its subnet for `peered`. Admitted on 6443 only."
         ),
     )
-    vnet_id: str | None = Field(
+    vnet_id: Str | None = Field(
         default=None, pattern=VNET_ID,
         description=(
             "`peered` only: the runner's VNet, as an Azure resource ID. Its address space must not overlap "
@@ -584,20 +569,20 @@ class DeployerConfig(StrictModel):
 
 
 class NodeImageConfig(StrictModel):
-    max_concurrent_vm_creates: int = Field(
+    max_concurrent_vm_creates: Int = Field(
         default=1000, ge=1,
         description=(
             "Azure Compute Gallery: 1 replica per 20 VMs created at once, >= 3 for production, at most 100 "
             "per version. The largest burst is one wave of scale-set creation."
         ),
     )
-    min_replicas: int = Field(
+    min_replicas: Int = Field(
         default=3, ge=1, le=100,
         description=(
             "Azure Compute Gallery guidance: at least 3 replicas for production images."
         ),
     )
-    version: str = Field(
+    version: Str = Field(
         default="1.0.0",
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
         description=(
@@ -611,7 +596,7 @@ class NodeImageConfig(StrictModel):
 class RoleImageConfig(StrictModel):
     """The gallery version of one control-plane role's image (etcd members, or apiservers)."""
 
-    version: str = Field(
+    version: Str = Field(
         default="1.0.0",
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
         description=(
@@ -639,28 +624,28 @@ class TeamConfig(StrictModel):
     """A team's reserved capacity: whole scale-set shards of a pool, labelled and tainted for
     the team when their nodes register (field notes: team capacity)."""
 
-    name: str = Field(
+    name: Str = Field(
         pattern=NAME_PATTERN,
         description="The team: the value of the kilonode.io/team label and taint on its nodes.",
     )
-    pool: str | None = Field(
-        default=None, description="The pool its nodes come from (or give nodeSelector instead)."
+    pool: Str | None = Field(
+        default=None, pattern=NAME_PATTERN, description="The pool its nodes come from (or give nodeSelector instead)."
     )
-    node_selector: dict[str, str] | None = Field(
+    node_selector: dict[LabelKey, LabelValue] | None = Field(
         default=None,
         description=(
             "Labels the pool must carry (its `labels`, kilonode.io/pool, kilonode.io/nccl-topology): exactly "
             "one pool must match. Use it where the team's need is a kind of node rather than a pool name."
         ),
     )
-    nodes: int = Field(
+    nodes: Int = Field(
         ge=1,
         description=(
             "How many nodes the team gets, rounded up to whole scale sets (a shard is one scale set: 100 VMs "
             "on InfiniBand pools): labels and taints are set per scale set, at registration."
         ),
     )
-    first_shard: int | None = Field(
+    first_shard: Int | None = Field(
         default=None, ge=0,
         description=(
             "The first of the team's contiguous scale sets in its pool (<cluster>-<pool>-<NNN>). Recorded by "
@@ -677,26 +662,26 @@ class TeamConfig(StrictModel):
 
 
 class ClusterConfig(StrictModel):
-    name: str = Field(pattern=NAME_PATTERN, description="The cluster's name: it prefixes every Azure resource name.")
-    location: str = Field(
+    name: Str = Field(pattern=NAME_PATTERN, description="The cluster's name: it prefixes every Azure resource name.")
+    location: Str = Field(
         default="westus2", pattern=r"^[a-z0-9]+$",
         description=(
             "An Azure region name, checked against infra/kilonode/catalog/regions.yaml."
         ),
     )
-    zones: tuple[str, ...] = Field(
+    zones: tuple[Str, ...] = Field(
         default=("1", "2", "3"),
         description=(
             "Availability zones the members and scale-set shards spread over, round robin."
         ),
     )
-    kubernetes_version: str = Field(
+    kubernetes_version: Str = Field(
         default="1.34.2",
         description=(
             "A minor in SUPPORTED_KUBERNETES_MINORS; flags and config fields are rendered for it."
         ),
     )
-    pause_image: str = Field(
+    pause_image: Str = Field(
         default="registry.k8s.io/pause:3.10",
         description=(
             "Preloaded on every node (field notes: a registry quota hit on the pause pull blocks the whole "
@@ -779,7 +764,7 @@ class ClusterConfig(StrictModel):
     def _supported_version(cls, value: str) -> str:
         match = re.fullmatch(r"1\.(\d+)\.(\d+)", value)
         if not match:
-            raise ValueError(f"must look like '1.34.2' (got {value!r})")
+            raise ValueError(f"must look like '1.34.2' (got {shown(value)})")
         minor = int(match.group(1))
         if minor not in SUPPORTED_KUBERNETES_MINORS:
             first, last = SUPPORTED_KUBERNETES_MINORS[0], SUPPORTED_KUBERNETES_MINORS[-1]
@@ -789,13 +774,13 @@ class ClusterConfig(StrictModel):
     @field_validator("pause_image")
     @classmethod
     def _pause_reference(cls, value: str) -> str:
-        return PreloadImageConfig(image=value).image
+        return image_reference(value)
 
     @field_validator("zones")
     @classmethod
     def _zones(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value or len(set(value)) != len(value) or not all(z in {"1", "2", "3"} for z in value):
-            raise ValueError(f"must be distinct Azure zones among '1', '2', '3' (got {list(value)})")
+            raise ValueError(f"must be distinct Azure zones among '1', '2', '3' (got {shown(list(value))})")
         return value
 
     @property

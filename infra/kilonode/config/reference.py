@@ -10,7 +10,7 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Network
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined
 
 from kilonode.config.load import CONFIG_KEY
 from kilonode.config.model import ClusterConfig
+from kilonode.config.values import Accepts
 from kilonode.yamlio import flow_yaml
 
 REFERENCE_DOC = "docs/stack-reference.md"
@@ -95,6 +96,8 @@ def keys(model: type[BaseModel] = ClusterConfig, prefix: str = "", depth: int = 
 
 def type_name(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:  # a typed value (kilonode.config.values): named by what it holds
+        return type_name(args[0])
     if annotation is IPv4Network:
         return "CIDR"
     if annotation in (int, str, bool, float):
@@ -134,8 +137,15 @@ def default_text(key: Key) -> str:
     return f"`{json.dumps(value)}`"
 
 
+def _accepts(annotation: Any) -> list[str]:
+    """What the typed values in `annotation` accept (values.Accepts), the innermost last."""
+    found = [m.text for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Accepts)][-1:]
+    return found + [text for arg in typing.get_args(annotation) for text in _accepts(arg)]
+
+
 def constraints(info: FieldInfo) -> str:
-    words: list[str] = []
+    words: list[str] = [m.text for m in info.metadata if isinstance(m, Accepts)][-1:]
+    words += [] if words else list(dict.fromkeys(_accepts(info.annotation)))
     for item in info.metadata:
         for attr, symbol in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
             if getattr(item, attr, None) is not None:

@@ -19,7 +19,7 @@ from kilonode.plan.resolve.budgets import (
     gallery_replicas,
     unrecorded_warnings,
 )
-from kilonode.plan.resolve.components import components_plan
+from kilonode.plan.resolve.components import components_plan, unused_archive_problems
 from kilonode.plan.resolve.control_plane import control_plane_plan
 from kilonode.plan.resolve.disks import disk_tiers
 from kilonode.plan.resolve.etcd import etcd_cluster
@@ -37,6 +37,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     problems += budget_problems(config, budgets)
     gateways, nat_problems = nat_gateways(config)
     problems += nat_problems
+    problems += unused_archive_problems(config)
     if problems:
         raise PlanError(problems)
 

@@ -13,6 +13,7 @@ from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.plan import defaults
 from kilonode.plan.model import AwaitsPlan, ComponentsPlan, NodePoolPlan
 from kilonode.plan.resolve.joins import join_plan, kilonode_shares
+from kilonode.problems import Problem
 
 
 @cache
@@ -136,3 +137,15 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     if pool is not None and pool.infiniband:
         common = (*common, images["rdma_device_plugin_image"])
     return common
+
+
+def unused_archive_problems(config: ClusterConfig) -> list[Problem]:
+    """A bootImageArchives entry reaches a pool's image only for an image the pool starts at
+    boot (boot_images): one no node starts would be dropped silently, so it is refused."""
+    used = {image for pool in config.node_pools for image in boot_images(config, pool)}
+    return [
+        Problem(("bootImageArchives", index, "image"),
+                f"no node starts {entry.image} at boot, so its archive would reach no image; `kilonode explain` "
+                "lists the boot images (a pool's preloadImages takes any other image)")
+        for index, entry in enumerate(config.boot_image_archives) if entry.image not in used
+    ]

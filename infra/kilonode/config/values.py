@@ -1,0 +1,262 @@
+"""The kinds of value a stack file may hold, each defined once as a pydantic annotated type.
+
+Every string that reaches a host (a systemd unit or drop-in, /etc/sysctl.d, a shell script,
+cloud-init, a kubelet flag) is one of these, so that no value can add a line, a word or a
+shell token to what is rendered: the renderers may then write values as they are. A value a
+type refuses is reported with its field path, shown at most `SHOWN` characters long.
+
+Numbers and booleans are strict: YAML's `true` is not 1, `4.0` is not 4 and `"4"` is not 4
+(pydantic's lax mode would take all three). Text is strict too: a YAML number is not text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator, Field, Strict
+
+# how much of a value an error message shows: a 50 MB value must not come back 50 MB long
+SHOWN = 80
+
+
+def shown(value: Any, limit: int = SHOWN) -> str:
+    """`value` as an error message quotes it: repr (control characters escaped), at most
+    `limit` characters."""
+    text = ascii(value) if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+@dataclass(frozen=True)
+class Accepts:
+    """What a typed value accepts, in words: docs/stack-reference.md's constraints column."""
+
+    text: str
+
+
+Int = Annotated[int, Strict()]
+Bool = Annotated[bool, Strict()]
+Str = Annotated[str, Strict()]
+
+
+def _text_only(value: Any) -> Any:
+    if not isinstance(value, str | IPv4Network):
+        raise ValueError(f"takes a CIDR in quotes or plain, like '10.0.0.0/16' (got {shown(value)})")
+    return value
+
+
+# a network as text (or one already made): pydantic would also make one from a YAML integer
+# (167772160 -> 10.0.0.0/32)
+Cidr = Annotated[IPv4Network, BeforeValidator(_text_only)]
+
+# --- paths -------------------------------------------------------------------------------------
+# A path component: what a mount point, a device link or a log file needs, and nothing a unit
+# file (whitespace, `%` specifiers, `$` variables), a shell (quotes, `$(...)`, `;`, globs) or
+# cloud-init's mounts list would read as anything but part of the path.
+_COMPONENT = r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+PATH_MAX = 200
+# Directories of the operating system itself: a local disk mounted there hides it, a log file
+# written there overwrites it.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr")
+# Directories a mount would hide whole (the OS's state, homes, temporary files).
+NOT_MOUNT_POINTS = ("/var", "/var/lib", "/var/log", "/home", "/root", "/tmp")
+
+
+def _absolute_path(value: str) -> str:
+    if len(value) > PATH_MAX:
+        raise ValueError(f"is {len(value)} characters long; a path here has at most {PATH_MAX} (got {shown(value)})")
+    if not value.startswith("/"):
+        raise ValueError(f"must be an absolute path, starting with '/' (got {shown(value)})")
+    parts = value[1:].split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"must be a normalised absolute path: no '.', '..', '//' or trailing '/' (got {shown(value)})")
+    bad = next((p for p in parts if not re.fullmatch(_COMPONENT, p)), None)
+    if bad is not None:
+        raise ValueError(
+            f"may hold only letters, digits and '.', '_', '-' between its '/': no whitespace, control characters, "
+            f"quotes or $ ; % ` * (got {shown(value)})"
+        )
+    return value
+
+
+def _under(value: str, folders: tuple[str, ...]) -> str | None:
+    return next((f for f in folders if value == f or value.startswith(f + "/")), None)
+
+
+def _mount_point(value: str) -> str:
+    system = _under(value, SYSTEM_DIRS)
+    if system is not None or value in NOT_MOUNT_POINTS:
+        raise ValueError(f"{value} would hide {system or value}, which the operating system needs; mount the local "
+                         "disk at a folder of its own, like /mnt/local-ssd")
+    return value
+
+
+def _device(value: str) -> str:
+    if not value.startswith("/dev/"):
+        raise ValueError(f"must be a block device under /dev/, like /dev/vdb (got {shown(value)}): it is formatted at "
+                         "first boot")
+    return value
+
+
+def _log_file(value: str) -> str:
+    system = _under(value, SYSTEM_DIRS)
+    if system is not None:
+        raise ValueError(f"{value} is under {system}, which belongs to the operating system; write the log on the "
+                         "local disk or under /var/log")
+    return value
+
+
+def _relative_path(value: str) -> str:
+    if len(value) > PATH_MAX:
+        raise ValueError(f"is {len(value)} characters long; a path here has at most {PATH_MAX} (got {shown(value)})")
+    if value.startswith("/"):
+        raise ValueError(f"must be relative to the stack's project folder (the folder of its Pulumi.yaml), not "
+                         f"absolute (got {shown(value)})")
+    parts = value.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"must be a normalised relative path inside the project: no '.', '..', '//' or trailing "
+                         f"'/' (got {shown(value)})")
+    if not all(re.fullmatch(_COMPONENT, part) for part in parts):
+        raise ValueError(f"may hold only letters, digits and '.', '_', '-' between its '/' (got {shown(value)})")
+    return value
+
+
+_PATH_WORDS = "absolute, normalised (no `.`, `..`, `//`, trailing `/`), letters, digits, `._-` between `/`"
+AbsolutePath = Annotated[str, Strict(), AfterValidator(_absolute_path), Accepts(_PATH_WORDS)]
+MountPoint = Annotated[AbsolutePath, AfterValidator(_mount_point),
+                       Accepts(f"{_PATH_WORDS}; not `/` nor a system folder (`/etc`, `/usr`, `/var`, ...)")]
+DevicePath = Annotated[AbsolutePath, AfterValidator(_device), Accepts(f"{_PATH_WORDS}; under `/dev/`")]
+LogFile = Annotated[AbsolutePath, AfterValidator(_log_file), Accepts(f"{_PATH_WORDS}; not under a system folder")]
+RelativePath = Annotated[str, Strict(), AfterValidator(_relative_path), Accepts(
+    "relative to the project folder, inside it (no `..`), letters, digits, `._-` between `/`; the file must exist")]
+
+# --- etcd ----------------------------------------------------------------------------------------
+
+
+def _retention(value: str) -> str:
+    # etcd --auto-compaction-retention: hours as a number, or a Go duration (1h, 30m, 1h30m)
+    if len(value) > 32 or not re.fullmatch(r"[0-9]+|([0-9]+(\.[0-9]+)?(h|m|s|ms))+", value):
+        raise ValueError(f"must be hours as a number or a duration like '1h', '30m', '1h30m' (got {shown(value)})")
+    return value
+
+
+Retention = Annotated[str, Strict(), AfterValidator(_retention),
+                      Accepts("hours as a number, or a duration: `1h`, `30m`")]
+
+# --- sysctl --------------------------------------------------------------------------------------
+SYSCTL_KEY = r"[a-z0-9_]+(\.[a-zA-Z0-9_-]+)+"
+# A string value: words of letters, digits and `_ . , : -`, single spaces between them (a port
+# range "1024 65535", a qdisc "fq"). Never a path or a pipe: kernel.core_pattern `|prog` or
+# kernel.modprobe `/path` would run a program as root, and a line break would add a setting.
+SYSCTL_WORDS = r"[A-Za-z0-9_.,:-]+( [A-Za-z0-9_.,:-]+)*"
+
+
+def _sysctl_key(value: str) -> str:
+    if len(value) > 128 or not re.fullmatch(SYSCTL_KEY, value):
+        raise ValueError(f"{shown(value)} is not a sysctl name like 'net.ipv4.ip_forward'")
+    return value
+
+
+def _sysctl_value(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"takes an integer, or words of letters and digits (got {shown(value)})")
+    if isinstance(value, str) and (len(value) > 128 or not re.fullmatch(SYSCTL_WORDS, value)):
+        raise ValueError(
+            "a string value is words of letters, digits and '_ . , : -', single spaces between them: no path, "
+            f"pipe, quote, line break or control character (got {shown(value)})"
+        )
+    return value
+
+
+SysctlKey = Annotated[str, Strict(), AfterValidator(_sysctl_key)]
+SysctlValue = Annotated[int | str, BeforeValidator(_sysctl_value), Accepts(
+    "an integer (for a key the profile gives an integer), or words of letters, digits and `_.,:-`")]
+
+# --- Kubernetes labels and taints ----------------------------------------------------------------
+# k8s.io/apimachinery/pkg/util/validation/validation.go: a label key is IsQualifiedName (an
+# optional DNS-1123 subdomain prefix of at most 253 characters, "/", then a name of at most 63
+# characters), a label value IsValidLabelValue.
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+QUALIFIED_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
+LABEL_VALUE = rf"({QUALIFIED_NAME})?"
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# The kubelet refuses to start with --node-labels in kubernetes.io/ or k8s.io/ beyond its own few
+# (k8s.io/kubelet's IsKubeletLabel), and kilonode.io/ is kilonode's own: kilonode.io/pool,
+# /team, /system, /fabric and /nccl-topology place workloads and teams, and a stack's label
+# would override the tool's. Taints there are Kubernetes' controllers' and kilonode's (the team
+# taint, the GPU health startup taint).
+RESERVED_PREFIXES = ("kubernetes.io", "k8s.io", "kilonode.io")
+
+
+def label_key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (len(prefix) > 253 or not re.fullmatch(DNS_SUBDOMAIN, prefix)):
+        return (f"{shown(key)} is not a label key: its prefix before '/' must be a DNS subdomain (lowercase "
+                "letters, digits, '-' and '.')")
+    if len(name) > 63 or not re.fullmatch(QUALIFIED_NAME, name):
+        return (f"{shown(key)} is not a label key like 'example.com/team': the name has at most 63 of "
+                "[A-Za-z0-9_.-], alphanumeric at both ends")
+    return None
+
+
+def reserved(key: str) -> str | None:
+    """The reserved prefix `key` is under, if any."""
+    prefix = key.rpartition("/")[0]
+    return next((r for r in RESERVED_PREFIXES if prefix == r or prefix.endswith("." + r)), None)
+
+
+def _label_key(value: str) -> str:
+    problem = label_key_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _own_label_key(value: str) -> str:
+    prefix = reserved(value)
+    if prefix is not None:
+        raise ValueError(f"{value}: labels under {prefix}/ are not the stack's to set (the kubelet refuses most of "
+                         "them, and kilonode sets its own); use a prefix of your own, like example.com/")
+    return value
+
+
+def _label_value(value: str) -> str:
+    if len(value) > 63 or not re.fullmatch(LABEL_VALUE, value):
+        raise ValueError(f"label value {shown(value)}: at most 63 of [A-Za-z0-9_.-], alphanumeric at both ends")
+    return value
+
+
+def _taint(value: str) -> str:
+    match = re.fullmatch(r"(?P<key>[^=:]+)(=(?P<value>[^=:]*))?:(?P<effect>[A-Za-z]+)", value)
+    if not match or match["effect"] not in TAINT_EFFECTS:
+        raise ValueError(f"{shown(value)} is not a taint like 'nvidia.com/gpu=present:NoSchedule' (key[=value]:effect, "
+                         f"the effect one of {', '.join(TAINT_EFFECTS)})")
+    problem = label_key_problem(match["key"])
+    if problem:
+        raise ValueError(f"taint {problem}")
+    _label_value(match["value"] or "")
+    prefix = reserved(match["key"])
+    if prefix is not None:
+        raise ValueError(f"{value}: taints under {prefix}/ belong to Kubernetes' controllers and kilonode (team and "
+                         "GPU health taints); use a key of your own, like example.com/dedicated")
+    return value
+
+
+def taint_key_effect(taint: str) -> tuple[str, str]:
+    """A taint's identity: Kubernetes allows one taint per key and effect on a node."""
+    key_value, _, effect = taint.rpartition(":")
+    return key_value.split("=", 1)[0], effect
+
+
+LabelKey = Annotated[str, Strict(), AfterValidator(_label_key)]
+PoolLabelKey = Annotated[LabelKey, AfterValidator(_own_label_key)]
+LabelValue = Annotated[str, Strict(), AfterValidator(_label_value)]
+Taint = Annotated[str, Strict(), AfterValidator(_taint), Accepts(
+    "`key[=value]:Effect`, key and value as labels' (apimachinery); no key under `kubernetes.io/`, `k8s.io/`, "
+    "`kilonode.io/`")]
+
+# --- Azure names ---------------------------------------------------------------------------------
+VmSize = Annotated[str, Strict(), Field(pattern=r"^[A-Za-z0-9_]{1,64}$")]
