@@ -35,6 +35,9 @@ from kilonode.digest import sha256_text
 PROJECT = "kilonode"
 MOCK_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 
+# A new identity's principal ID under the mocks: this prefix and its logical name
+# (kilonode.preflight.checks.identities reads it back).
+MOCK_PRINCIPAL = "mock-principal-id:"
 # Placeholders for pulumi-tls outputs: recognisably fake, never PEM.
 _TLS_OUTPUTS = {
     "tls:index/privateKey:PrivateKey": {
@@ -50,14 +53,14 @@ _TLS_OUTPUTS = {
     # What Azure assigns a new identity (GUIDs there); placeholders that say so, from the name.
     "azure-native:managedidentity:UserAssignedIdentity": {
         "clientId": "mock-client-id:{name}",
-        "principalId": "mock-principal-id:{name}",
+        "principalId": MOCK_PRINCIPAL + "{name}",
         "tenantId": "mock-tenant-id",
     },
 }
 
 
 # Which input names each azure-native resource itself (the others name its parents).
-_AZURE_NAME_INPUT = {
+AZURE_NAME_INPUT = {
     "azure-native:storage:StorageAccount": "accountName",
     "azure-native:storage:BlobContainer": "containerName",
     "azure-native:storage:ManagementPolicy": "managementPolicyName",
@@ -120,7 +123,7 @@ class RecordingMocks(mocks.Mocks):
             outputs[key] = template.format(name=args.name)
         if args.typ.startswith("azure-native:"):
             # Azure-native resources report their Azure name as `name`.
-            own = _AZURE_NAME_INPUT.get(args.typ)
+            own = AZURE_NAME_INPUT.get(args.typ)
             outputs.setdefault("name", args.inputs.get(own, args.name) if own else args.name)
         return f"mock:{args.typ}::{args.name}", outputs
 

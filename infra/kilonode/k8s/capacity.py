@@ -136,17 +136,8 @@ def balloon_tolerations(pool: NodePoolPlan) -> list[dict[str, str]]:
     agent's (a balloon waits for a checked node like any pod) nor a team's (balloons keep the
     shared scale sets warm: the autoscaler's node groups)."""
     skip = {protocol.STARTUP_TAINT, wellknown.TEAM_LABEL}
-    tolerations = []
-    for taint in pool.taints:
-        key_value, _, effect = taint.partition(":")
-        key, _, value = key_value.partition("=")
-        if key in skip:
-            continue
-        toleration = {"key": key, "operator": "Equal" if value else "Exists", "effect": effect}
-        if value:
-            toleration["value"] = value
-        tolerations.append(toleration)
-    return tolerations
+    found = [wellknown.toleration_of(taint) for taint in pool.taints]
+    return [t for t in found if t["key"] not in skip]
 
 
 def balloon_pod_spec(pool: NodePoolPlan) -> dict[str, object]:

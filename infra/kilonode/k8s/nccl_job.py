@@ -150,17 +150,8 @@ def check_placement(pool: NodePoolPlan, request: NcclJobRequest) -> None:
 def tolerations(pool: NodePoolPlan, team: str | None) -> list[dict[str, str]]:
     """One toleration for each taint the pool's nodes (the team's, for a team) register with,
     read from the plan, less the GPU health agent's."""
-    found = []
-    for taint in pool.registration(team).taints:
-        key_value, _, effect = taint.partition(":")
-        key, _, value = key_value.partition("=")
-        if key in HEALTH_TAINTS:
-            continue
-        toleration = {"key": key, "operator": "Equal" if value else "Exists", "effect": effect}
-        if value:
-            toleration["value"] = value
-        found.append(toleration)
-    return found
+    found = [wellknown.toleration_of(taint) for taint in pool.registration(team).taints]
+    return [t for t in found if t["key"] not in HEALTH_TAINTS]
 
 
 def node_selector(pool: NodePoolPlan, team: str | None) -> dict[str, str]:

@@ -119,6 +119,16 @@ TEAM_TAINT_EFFECT = "NoSchedule"
 def team_taint(team: str) -> str:
     return f"{TEAM_LABEL}={team}:{TEAM_TAINT_EFFECT}"
 
+
+def toleration_of(taint: str) -> dict[str, str]:
+    """The toleration (a pod spec's dict) that tolerates exactly one taint as the plan writes
+    it, `key[=value]:effect` (the kubelet's --register-with-taints form): Equal on its value,
+    Exists when it has none."""
+    key_value, _, effect = taint.partition(":")
+    key, _, value = key_value.partition("=")
+    return {"key": key, "operator": "Equal", "value": value, "effect": effect} if value else {
+        "key": key, "operator": "Exists", "effect": effect}
+
 # System pools (NodePoolConfig.system): their nodes register with this label, and the
 # cluster's own workloads prefer nodes that carry it (kilonode.k8s.pods.system_pod_spec).
 SYSTEM_LABEL = "kilonode.io/system"

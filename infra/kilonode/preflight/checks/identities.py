@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from kilonode.azure.mockplan import AZURE_NAME_INPUT, MOCK_PRINCIPAL
 from kilonode.plan.wellknown import AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS, AZURE_WIRESERVER_TCP_PORTS
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import KUBELET_UNIT
@@ -52,26 +53,8 @@ VM = "azure-native:compute:VirtualMachine"
 ROLE_ASSIGNMENT = "azure-native:authorization:RoleAssignment"
 RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
 # What the recorded graph names (kilonode.azure.mockplan): a resource's ID is
-# `mock:<type>::<logical name>`, a user-assigned identity's principal `mock-principal-id:<logical name>`.
-MOCK_PRINCIPAL = "mock-principal-id:"
-# The input that holds each Azure resource's own name: children name their parent by it.
-OWN_NAME = {
-    "azure-native:network:VirtualNetwork": "virtualNetworkName",
-    "azure-native:network:Subnet": "subnetName",
-    "azure-native:network:NetworkSecurityGroup": "networkSecurityGroupName",
-    "azure-native:network:NetworkInterface": "networkInterfaceName",
-    "azure-native:network:LoadBalancer": "loadBalancerName",
-    "azure-native:network:PublicIPAddress": "publicIpAddressName",
-    "azure-native:network:NatGateway": "natGatewayName",
-    "azure-native:storage:StorageAccount": "accountName",
-    "azure-native:storage:BlobContainer": "containerName",
-    "azure-native:compute:Gallery": "galleryName",
-    "azure-native:compute:GalleryImage": "galleryImageName",
-    "azure-native:compute:GalleryImageVersion": "galleryImageVersionName",
-    VM: "vmName",
-    SCALE_SET: "vmScaleSetName",
-    "azure-native:managedidentity:UserAssignedIdentity": "resourceName",
-}
+# `mock:<type>::<logical name>`, a user-assigned identity's principal MOCK_PRINCIPAL<logical name>;
+# each resource's own name is its AZURE_NAME_INPUT input.
 # Built-in roles by GUID, for the message ("Azure built-in roles", learn.microsoft.com/azure/
 # role-based-access-control/built-in-roles); any other is shown by its GUID.
 ROLE_NAMES = {
@@ -150,7 +133,7 @@ class _Graph:
     def _with_children(self, parent: Resource) -> list[Resource]:
         if parent.type == RESOURCE_GROUP:
             return [parent, *(r for r in self.azure if _group(r) == parent.inputs.get("resourceGroupName"))]
-        key = OWN_NAME.get(parent.type)
+        key = AZURE_NAME_INPUT.get(parent.type)
         name = parent.inputs.get(key) if key else None
         return [parent, *(r for r in self.azure if r is not parent and r.type != parent.type and name is not None
                           and _group(r) == _group(parent) and r.inputs.get(key) == name)]
@@ -162,7 +145,7 @@ def _group(r: Resource) -> str | None:
 
 
 def _own_name(r: Resource) -> str | None:
-    key = OWN_NAME.get(r.type)
+    key = AZURE_NAME_INPUT.get(r.type)
     value = r.inputs.get(key) if key else None
     return value if isinstance(value, str) else None
 
