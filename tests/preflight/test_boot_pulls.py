@@ -26,6 +26,10 @@ def test_each_pool_counts_its_daemonsets_images_over_its_nodes() -> None:
     assert "DaemonSet kube-system/rdma-shared-dp-ds" in h100
     # the pause image is preloaded into every image: never pulled
     assert "pause" not in " ".join(found.values())
+    # how many pull at a time: one join wave (the plan's), not the pool; a scale set larger
+    # than a wave boots whole (research-2500's 834-node scale sets)
+    assert "327 nodes at a time (one join wave" in h100
+    assert "834 nodes at a time" in pulls("research-2500")["pool-nc-a100"]
 
 
 def test_a_daemonset_kept_off_a_pool_by_its_taint_adds_no_pull_there() -> None:

@@ -2,8 +2,8 @@
 over the nodes that start together, and where those pulls go.
 
 A node's first pod needs the pause image, and every DaemonSet that lands on the node starts
-its pod at boot: each image not preloaded into the node image is one pull per node, all nodes
-of a first `pulumi up` at once. The 7,500-node post: a registry quota hit on the pause image
+its pod at boot: each image not preloaded into the node image is one pull per node, a join
+wave's nodes at once (kilonode.plan.resolve.joins). The 7,500-node post: a registry quota hit on the pause image
 blocks the whole node; 17 GB images took 30 minutes. A pull that cannot finish is a node
 that never runs its pods; a few thousand pulls of the same image through one NAT gateway is
 a cost and a rate-limit risk the operator should see before the first run.
@@ -25,7 +25,7 @@ from kilonode.preflight.placement import (
 )
 
 NAME = "boot-pulls"
-TITLE = "registry pulls before each node runs its pods, counted over the nodes that start together"
+TITLE = "registry pulls before each node runs its pods, and how many nodes pull at once (a join wave)"
 # Taints that clear by themselves during bring-up (the node turns Ready; cloud-node-manager
 # initialises it): a DaemonSet that tolerates everything else lands on the node in the end.
 TRANSIENT = frozenset({NOT_READY, UNINITIALIZED})
@@ -44,8 +44,17 @@ def _images(spec: dict) -> list[str]:  # type: ignore[type-arg]
     return [c["image"] for key in ("initContainers", "containers") for c in spec.get(key) or [] if c.get("image")]
 
 
+def at_once(inputs: Inputs) -> int:
+    """The most nodes that boot together on a first `pulumi up`: one join wave (the plan's
+    components.joins), or a scale set larger than a wave, which boots whole."""
+    joins = inputs.plan.components.joins
+    capacity = {s.name: s.capacity for pool in inputs.plan.node_pools for s in pool.shards}
+    return max([joins.wave_nodes, *(capacity[name] for name in joins.over_bound)])
+
+
 def check(inputs: Inputs) -> list[Finding]:
     findings = []
+    together = at_once(inputs)
     daemonsets = [r for r in inputs.workloads() if r.kind == "DaemonSet"]
     for group in bootstrap_nodes(inputs):
         if group.count == 0:
@@ -73,7 +82,9 @@ def check(inputs: Inputs) -> list[Finding]:
         findings.append(Finding(
             NAME, "warn", group.host,
             f"{group.count:,} nodes x {len(pulls)} image(s) = {group.count * len(pulls):,} registry pulls before "
-            f"their pods run, through the pool's NAT gateway, per registry: {spread}. Pulled: {listing}",
+            f"their pods run, through the pool's NAT gateway, {min(group.count, together):,} nodes at a time "
+            "(one join wave; more if Azure creates waves slower than the plan assumes), "
+            f"per registry: {spread}. Pulled: {listing}",
             "preload them into the node image (the stack's bootImageArchives: `kilonode image build` loads each "
             "archive into the image), or serve them from a registry inside the VNet",
         ))
