@@ -209,3 +209,22 @@ def test_an_alias_is_read_as_its_value(tmp_path: Path) -> None:
     path = tmp_path / "Pulumi.aliased.yaml"
     path.write_text(text, encoding="utf-8")
     assert load_stack(str(path)).config.etcd.events.local_disk.device == "/dev/vdb"
+
+
+def test_member_indices_read_through_pulumi_config_are_text_and_still_indices(tmp_path: Path) -> None:
+    """The Pulumi program reads the stack value as JSON (pulumi.Config), whose object keys are
+    always text: vmSizeOverrides' "3" is member 3 there, as YAML's 3 is; other text is refused."""
+    import json
+
+    from kilonode.config.load import stack_from_value
+
+    raw = shipped_cluster_value("research-7500")
+    raw["etcd"]["main"]["vmSizeOverrides"] = {3: "Standard_D32ds_v5"}
+    as_pulumi_reads_it = json.loads(json.dumps(raw))
+    assert as_pulumi_reads_it["etcd"]["main"]["vmSizeOverrides"] == {"3": "Standard_D32ds_v5"}
+    stack = stack_from_value("research-7500", as_pulumi_reads_it, tmp_path / "Pulumi.research-7500.yaml")
+    assert stack.config.etcd.main.vm_size_overrides == {3: "Standard_D32ds_v5"}
+    for bad in ("true", "3a", "-1"):
+        raw["etcd"]["main"]["vmSizeOverrides"] = {bad: "Standard_D32ds_v5"}
+        with pytest.raises(StackError, match="takes a member index"):
+            stack_from_value("research-7500", json.loads(json.dumps(raw)), tmp_path / "Pulumi.research-7500.yaml")

@@ -18,6 +18,7 @@ from kilonode.config.values import (
     Bool,
     Cidr,
     DevicePath,
+    IndexKey,
     Int,
     LabelKey,
     LabelValue,
@@ -111,7 +112,7 @@ class EtcdClusterConfig(StrictModel):
             " local temp SSD (2,500-node post: ~200 us fsync vs ~2 ms on premium SSD)."
         ),
     )
-    vm_size_overrides: dict[Int, VmSize] = Field(
+    vm_size_overrides: dict[IndexKey, VmSize] = Field(
         default_factory=dict,
         description=(
             "A rolling resize, one member per commit: member index -> VM size. Azure resizes a VM by restarting "

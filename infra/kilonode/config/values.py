@@ -41,6 +41,20 @@ Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
 
 
+def _index_key(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise ValueError(f"takes a member index, a whole number like 3 (got {shown(value)})")
+
+
+# A map's key that is a member's index. A YAML key 3 is a number, but the same value read by
+# the Pulumi program (pulumi.Config, as JSON) has the text "3": JSON object keys are always
+# text. Both are the index; a boolean or any other text is not.
+IndexKey = Annotated[int, BeforeValidator(_index_key)]
+
+
 def _text_only(value: Any) -> Any:
     if not isinstance(value, str | IPv4Network):
         raise ValueError(f"takes a CIDR in quotes or plain, like '10.0.0.0/16' (got {shown(value)})")
