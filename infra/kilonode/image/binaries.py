@@ -42,7 +42,7 @@ from kilonode.catalog.binaries import (
 )
 from kilonode.digest import sha256_file
 from kilonode.image.cache import cache_root
-from kilonode.image.lockfile import toml_string, write_toml_atomically
+from kilonode.image.lockfile import write_lock
 from kilonode.image.rootfs import BuildError, host_path
 
 # Seconds one socket operation (connect, a read) may take, and the whole download.
@@ -288,14 +288,9 @@ def record_lock(path: Path, entry: LockEntry) -> None:
     header = ""
     if path.is_file():  # keep the file's own comment block
         header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
-    lines = [header + "format = 1\n"]
-    for key in sorted(entries):
-        e = entries[key]
-        lines.append("\n[[lock]]\n" + "".join(
-            f"{name} = {toml_string(value)}\n" for name, value in (
-                ("component", e.component), ("version", e.version), ("arch", e.arch), ("url", e.url),
-                ("sha256", e.sha256), ("recorded", e.recorded))))
-    write_toml_atomically(path, "".join(lines))
+    write_lock(path, header, 1, (
+        {"component": e.component, "version": e.version, "arch": e.arch, "url": e.url, "sha256": e.sha256,
+         "recorded": e.recorded} for _, e in sorted(entries.items())))
 
 
 def place_role(

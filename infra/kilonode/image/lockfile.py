@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import tempfile
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import tomli_w
 
 
 def write_toml_atomically(path: Path, text: str) -> None:
@@ -24,6 +27,7 @@ def write_toml_atomically(path: Path, text: str) -> None:
         Path(name).unlink(missing_ok=True)
 
 
-def toml_string(value: str) -> str:
-    # TOML basic strings take JSON's escapes for the characters a URL or version may hold
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def write_lock(path: Path, header: str, version: int, entries: Iterable[Mapping[str, str]]) -> None:
+    """A lock file: `header` (comment lines), `format = version`, then one [[lock]] table per
+    entry, in the order given, serialised by tomli_w (every string escaped as TOML wants)."""
+    write_toml_atomically(path, header + tomli_w.dumps({"format": version, "lock": [dict(e) for e in entries]}))

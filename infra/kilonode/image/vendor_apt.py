@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kilonode.digest import sha256_file
-from kilonode.image.lockfile import toml_string, write_toml_atomically
+from kilonode.image.lockfile import write_lock
 from kilonode.problems import BuildError
 
 LOCK_NAME = "apt.lock.toml"
@@ -346,14 +346,9 @@ def record_lock(path: Path, new: Iterable[LockEntry]) -> None:
     """Add entries to the lock (replacing those of the same repository, package, version and
     arch): written to a temporary file beside it, read back, and renamed into place."""
     entries = load_lock(path) | {e.key(): e for e in new}
-    parts = [LOCK_HEADER, f"format = {LOCK_FORMAT}\n"]
-    for key in sorted(entries):
-        e = entries[key]
-        parts.append("\n[[lock]]\n" + "".join(
-            f"{name} = {toml_string(value)}\n" for name, value in (
-                ("repository", e.repository), ("package", e.package), ("version", e.version), ("arch", e.arch),
-                ("sha256", e.sha256), ("recorded", e.recorded))))
-    write_toml_atomically(path, "".join(parts))
+    write_lock(path, LOCK_HEADER, LOCK_FORMAT, (
+        {"repository": e.repository, "package": e.package, "version": e.version, "arch": e.arch,
+         "sha256": e.sha256, "recorded": e.recorded} for _, e in sorted(entries.items())))
 
 
 def _apt_failure(result: subprocess.CompletedProcess[str]) -> str:
