@@ -62,7 +62,7 @@ def stand_in_text(family: str) -> str:
 
 def stand_in(family: str = "ndv4") -> NcclTopology:
     text = stand_in_text(family)
-    return NcclTopology(topology.component_name(family), sha256_text(text), text)
+    return NcclTopology(wellknown.nccl_topology_component(family), sha256_text(text), text)
 
 
 @pytest.fixture(scope="module")
@@ -517,7 +517,7 @@ def pinned_stand_ins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     real = load_binaries()
     components = dict(real.components)
     for family in ("ndv2", "ndv4", "ndv5"):
-        name = topology.component_name(family)
+        name = wellknown.nccl_topology_component(family)
         digest = sha256_text(stand_in_text(family))
         pins = tuple(dataclasses.replace(p, digest=digest) for p in real.components[name].pins)
         components[name] = dataclasses.replace(real.components[name], pins=pins)

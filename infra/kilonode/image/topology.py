@@ -18,6 +18,7 @@ from kilonode.catalog.binaries import Catalog, PinError, Resolved
 from kilonode.catalog.binaries import load as load_catalog
 from kilonode.digest import sha256_file
 from kilonode.image.binaries import download_cache, download_name
+from kilonode.plan import wellknown
 
 
 class TopologyUnavailable(Exception):
@@ -40,12 +41,8 @@ class TopologyFile:
     origin: Path
 
 
-def component_name(family: str) -> str:
-    return f"nccl-topology-{family}"
-
-
 def _resolved(family: str, catalog: Catalog) -> Resolved:
-    name = component_name(family)
+    name = wellknown.nccl_topology_component(family)
     if name not in catalog.components:
         raise TopologyUnavailable(f"node-image/binaries.toml pins no {name}")
     try:

@@ -232,7 +232,8 @@ def topology_config_map_name(request: NcclJobRequest) -> str:
 
 def check_topology(pool: NodePoolPlan, topology: NcclTopology) -> None:
     """The file is the pool's family's, and its text is the pinned one."""
-    wanted = f"nccl-topology-{pool.nccl_topology}"
+    assert pool.nccl_topology is not None
+    wanted = wellknown.nccl_topology_component(pool.nccl_topology)
     if topology.component != wanted:
         raise NcclJobError(f"pool {pool.name!r} needs {wanted}, not {topology.component}")
     if topology.content is not None and (got := sha256_text(topology.content)) != topology.sha256:

@@ -69,6 +69,11 @@ def nccl_topology_file(family: str) -> str:
     return f"/opt/microsoft/{family}/topo.xml"
 
 
+def nccl_topology_component(family: str) -> str:
+    """The node-image/binaries.toml component that pins the family's topology file."""
+    return f"nccl-topology-{family}"
+
+
 # The NCCL settings of a topology family, one home for the host's /etc/nccl.conf
 # (kilonode.render.pool.nccl_conf) and a job's environment (kilonode.k8s.nccl_job): as Azure's
 # HPC images write /etc/nccl.conf (Azure/azhpc-images 8e9d055f components/customizations/
