@@ -133,7 +133,11 @@ def test_the_device_plugin_is_upstreams_static_deployment_with_settings_its_flag
     assert value["spec"]["selector"]["matchLabels"] == {"name": "nvidia-device-plugin-ds"}
     assert pod["priorityClassName"] == "system-node-critical"
     assert container["name"] == "nvidia-device-plugin-ctr"
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    # upstream's, and a read-only root filesystem (it writes only its socket, in the hostPath)
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                             "readOnlyRootFilesystem": True}
+    # it builds no Kubernetes client (kilonode.k8s.gpu): no ServiceAccount token in the pod
+    assert pod["automountServiceAccountToken"] is False
     assert container["volumeMounts"] == [{"name": "kubelet-device-plugins-dir",
                                           "mountPath": "/var/lib/kubelet/device-plugins"}]
     assert pod["volumes"] == [{"name": "kubelet-device-plugins-dir",

@@ -69,6 +69,7 @@ from pulumi_kubernetes import apps, core, meta, policy, rbac
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.cloud_provider import AUTOSCALER_CONFIG_NAME, CONFIG_DIR, controller_affinity
 from kilonode.k8s.gpu import POOL_LABEL
+from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_uninitialized_nodes
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults
@@ -376,10 +377,10 @@ def _pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.Pod
                 http_get=core.v1.HTTPGetActionArgs(path="/health-check", port=port),
                 initial_delay_seconds=30, period_seconds=10, timeout_seconds=5,
             ),
-            # the image runs as nonroot (distroless static:nonroot) and writes nothing
-            security_context=core.v1.SecurityContextArgs(
-                allow_privilege_escalation=False, read_only_root_filesystem=True,
-                capabilities=core.v1.CapabilitiesArgs(drop=["ALL"])),
+            # the image runs as distroless's nonroot user (cluster-autoscaler/Dockerfile at every
+            # pinned tag, 1.32.7 to 1.35.2: FROM gcr.io/distroless/static:nonroot, no USER of its
+            # own), named here for the kubelet's runAsNonRoot check, and writes nothing
+            security_context=container_security_context(NONROOT_USER),
             volume_mounts=[
                 core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
                 core.v1.VolumeMountArgs(name="ssl-certs", mount_path=CA_BUNDLE, read_only=True),

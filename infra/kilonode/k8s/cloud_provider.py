@@ -37,6 +37,7 @@ from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.gpu import POOL_LABEL
+from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import (
     SKIP_AWAIT,
     awaited,
@@ -188,6 +189,30 @@ CNM_RULES: list[tuple[str, str, list[str]]] = [
 ]
 
 
+# What each program writes and needs, read at every pinned release (v1.32.20 dbfb0288, v1.33.17
+# 0479db5b, v1.34.13 44b37e17, v1.35.8 b93010ae: Dockerfile, cloud-node-manager.Dockerfile and the
+# code, alike in this at all four). Neither writes a file: the serving certificate of
+# --secure-port is made in memory (cmd/*/app/options/options.go: "leave certificate directory
+# blank to generate in-memory by default"), logs go to stderr, and no code under cmd/ or pkg/
+# writes to disk (pkg/azclient/client-gen is a code generator, not in the images); the Azure
+# token comes from the instance metadata service over the host network, which the metadata
+# block leaves to the host (an nftables forward-hook rule: no match on the user,
+# kilonode.render.metadata_block). So both run read-only, with no capability, as a non-root user.
+def ccm_security_context() -> core.v1.SecurityContextArgs:
+    """cloud-controller-manager's container. Its image runs as root (Dockerfile: FROM
+    gcr.io/distroless/base, no USER), which it does not need: its port (10268) is unprivileged,
+    and what it reads is readable by any user (azure.json from a ConfigMap, mode 0644; the
+    host's CA bundle under /etc/ssl; its ServiceAccount token). So it runs as distroless's
+    nonroot user, named here, as the kubelet needs to verify runAsNonRoot."""
+    return container_security_context(NONROOT_USER)
+
+
+def cnm_security_context() -> core.v1.SecurityContextArgs:
+    """cloud-node-manager's container, as its image's own user (cloud-node-manager.Dockerfile:
+    USER 65532:65532)."""
+    return container_security_context(NONROOT_USER)
+
+
 def _rules(rules: list[tuple[str, str, list[str]]]) -> list[rbac.v1.PolicyRuleArgs]:
     return [rbac.v1.PolicyRuleArgs(api_groups=[group], resources=[resource], verbs=verbs)
             for group, resource, verbs in rules]
@@ -243,6 +268,7 @@ def _ccm_pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount, config: co
                     path="/healthz", port=defaults.CLOUD_CONTROLLER_MANAGER_PORT, scheme="HTTPS"),
                 initial_delay_seconds=20, period_seconds=10, timeout_seconds=5,
             ),
+            security_context=ccm_security_context(),
             volume_mounts=[
                 core.v1.VolumeMountArgs(name="cloud-config", mount_path=CONFIG_DIR, read_only=True),
                 core.v1.VolumeMountArgs(name="ssl", mount_path="/etc/ssl", read_only=True),
@@ -277,6 +303,7 @@ def _cnm_pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1
             env=_node_name_env(),
             resources=core.v1.ResourceRequirementsArgs(
                 requests={"cpu": "50m", "memory": "50Mi"}, limits={"cpu": "2", "memory": "512Mi"}),
+            security_context=cnm_security_context(),
         )],
     )
 

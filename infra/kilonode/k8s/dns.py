@@ -11,6 +11,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_critical_addons
 from kilonode.plan.model import AwaitsPlan
 
@@ -81,9 +82,11 @@ def _pod_spec(args: ClusterDnsArgs, account: core.v1.ServiceAccount, config: cor
                 initial_delay_seconds=60, timeout_seconds=5, failure_threshold=5),
             readiness_probe=core.v1.ProbeArgs(
                 http_get=core.v1.HTTPGetActionArgs(path="/ready", port=8181)),
-            security_context=core.v1.SecurityContextArgs(
-                allow_privilege_escalation=False, read_only_root_filesystem=True,
-                capabilities=core.v1.CapabilitiesArgs(add=["NET_BIND_SERVICE"], drop=["ALL"])),
+            # Upstream's (cluster/addons/dns/coredns): read-only, every capability dropped but
+            # NET_BIND_SERVICE for port 53. The image's user is `USER nonroot:nonroot`
+            # (coredns/coredns Dockerfile at v1.12.1: FROM gcr.io/distroless/static-debian12:nonroot),
+            # a name the kubelet cannot check runAsNonRoot against: its UID, 65532, is named here.
+            security_context=container_security_context(NONROOT_USER, add_capabilities=["NET_BIND_SERVICE"]),
             volume_mounts=[core.v1.VolumeMountArgs(name="config", mount_path="/etc/coredns",
                                                    read_only=True)],
         )],

@@ -30,6 +30,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
+from kilonode.k8s.pod_security import container_security_context
 from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
@@ -147,6 +148,19 @@ def describe(plan: ClusterPlan) -> list[str]:
     ]
 
 
+def device_plugin_security_context() -> core.v1.SecurityContextArgs:
+    """Upstream's (no privilege escalation, every capability dropped: it needs no privilege,
+    only the kubelet's socket directory), and a read-only root filesystem: at v0.17.4 it writes
+    only its socket, into the kubelet's device-plugin directory (a hostPath; internal/plugin/
+    server.go net.Listen("unix", ...)); its one other writer, the CDI spec under /var/run/cdi,
+    runs only for a cdi-* device-list strategy (internal/cdi/cdi.go New returns a null handler
+    otherwise) and DEVICE_PLUGIN_ENV chooses volume-mounts. It stays its image's user, root
+    (deployments/container/Dockerfile: FROM nvcr.io/nvidia/cuda:*-base-ubi9, no USER): the
+    kubelet's device-plugin directory and its socket, which the plugin creates and the
+    kubelet dials, are root's."""
+    return container_security_context(None)
+
+
 def _labels(app: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "kilonode"}
 
@@ -178,6 +192,11 @@ class DevicePlugin(pulumi.ComponentResource):
                     metadata=meta.v1.ObjectMetaArgs(labels=labels),
                     spec=system_pod_spec(
                         "node",  # upstream: a critical add-on, rescheduled first after a failure
+                        # The plugin never calls the apiserver: cmd/nvidia-device-plugin at v0.17.4
+                        # builds no Kubernetes client (only config-manager and gpu-feature-discovery,
+                        # which kilonode does not run, import internal/flags/kubeclient.go); it
+                        # speaks only the kubelet's device-plugin gRPC API. So no token in the pod.
+                        automount_service_account_token=False,
                         affinity=device_plugin_affinity(args.pools),
                         tolerations=device_plugin_tolerations(),
                         containers=[core.v1.ContainerArgs(
@@ -185,10 +204,7 @@ class DevicePlugin(pulumi.ComponentResource):
                             image=args.image,
                             env=[core.v1.EnvVarArgs(name=k, value=v) for k, v in DEVICE_PLUGIN_ENV.items()],
                             resources=core.v1.ResourceRequirementsArgs(requests=defaults.DEVICE_PLUGIN_REQUESTS),
-                            # upstream's: it needs no privilege, only the kubelet's socket directory
-                            security_context=core.v1.SecurityContextArgs(
-                                allow_privilege_escalation=False,
-                                capabilities=core.v1.CapabilitiesArgs(drop=["ALL"])),
+                            security_context=device_plugin_security_context(),
                             volume_mounts=[core.v1.VolumeMountArgs(
                                 name="kubelet-device-plugins-dir", mount_path=DEVICE_PLUGIN_DIR)],
                         )],

@@ -9,6 +9,7 @@ Label keys: kubernetes staging/src/k8s.io/pod-security-admission/api/constants.g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -42,6 +43,42 @@ def pod_security_context(**more: Any) -> core.v1.PodSecurityContextArgs:
     """The pod security context of a kilonode pod: RuntimeDefault seccomp, plus `more`."""
     return core.v1.PodSecurityContextArgs(
         seccomp_profile=core.v1.SeccompProfileArgs(type="RuntimeDefault"), **more)
+
+
+# The user the distroless images name `nonroot` (gcr.io/distroless base images: passwd entry
+# nonroot:x:65532:65532), which most images kilonode runs are built as or can run as; each
+# caller cites its image's Dockerfile.
+NONROOT_USER = 65532
+
+
+def container_security_context(
+    run_as_user: int | None,
+    *,
+    add_capabilities: Sequence[str] = (),
+    read_only_root_filesystem: bool = True,
+) -> core.v1.SecurityContextArgs:
+    """An unprivileged container's security context: no privilege escalation (no_new_privs),
+    every capability dropped and only `add_capabilities` given back, a read-only root filesystem
+    (a program that writes files gets an emptyDir at that path, never a writable image), and,
+    with `run_as_user`, that user with runAsNonRoot.
+
+    runAsNonRoot always comes with a numeric runAsUser: the kubelet verifies the user it is
+    about to start the container as, and without runAsUser that is the image's USER, which it
+    refuses when it is root and also when it is a name it cannot resolve (distroless's `USER
+    nonroot`): "container has runAsNonRoot and image has non-numeric user ..., cannot verify
+    user is non-root" (kubernetes pkg/kubelet/kuberuntime/security_context_others.go,
+    verifyRunAsNonRoot). `run_as_user` None leaves the image's own user (root, where a
+    program needs it: the caller says why)."""
+    if run_as_user is not None and run_as_user <= 0:
+        raise ValueError(f"run_as_user must be a non-root UID, got {run_as_user}")
+    return core.v1.SecurityContextArgs(
+        allow_privilege_escalation=False,
+        capabilities=core.v1.CapabilitiesArgs(drop=["ALL"], add=list(add_capabilities) or None),
+        read_only_root_filesystem=read_only_root_filesystem,
+        run_as_non_root=True if run_as_user is not None else None,
+        run_as_user=run_as_user,
+        run_as_group=run_as_user,
+    )
 
 
 class KubeSystemPodSecurity(pulumi.ComponentResource):

@@ -56,6 +56,7 @@ from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.gang import CROSS_FABRIC_ANNOTATION, GANG_SCHEDULER_NAME, POD_GROUP_API_VERSION, POD_GROUP_LABEL
+from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import awaited, system_pod_spec
 from kilonode.plan.model import AwaitsPlan, ClusterPlan
 from kilonode.plan.wellknown import FABRIC_LABEL, GPU_RESOURCE
@@ -90,11 +91,19 @@ CRD_FILES = ("scheduling.x-k8s.io_podgroups.yaml", "scheduling.x-k8s.io_elasticq
 # strict (serializer.EnableStrict), and podGroupRejectPercentage exists only from v0.34.
 PERMIT_WAITING_TIME_SECONDS = 300
 
-# Requests, not limits: the scheduler's and controller's caches grow with the cluster's pods and
-# nodes, and an OOM-killed leader stops gang scheduling; sizes for a 7,500-node cluster's watch
-# caches, small beside a GPU node.
+# Both keep every Pod and Node of the cluster in informer caches (the scheduler for its
+# snapshot; the controller's PodGroup reconciler watches all Pods), so their memory grows with
+# the cluster. Requests: sizes for a 7,500-node cluster's watch caches, small beside a GPU node.
+# Limits at four times the request: an estimate, not a measurement, with the room a cluster
+# at Kubernetes' documented ceiling of 150,000 pods ("Considerations for large clusters") needs
+# at a few KiB per cached Pod, while a leak stops there instead of taking the system node's
+# memory from everything else on it. Reaching the limit OOM-kills the one container; the other
+# replica takes the lease (a standby holds the same caches, so both are sized alike). No CPU
+# limit: a throttled scheduler is a slow one (CKV_K8S_11 in policy/security-exceptions.yaml).
 SCHEDULER_REQUESTS = {"cpu": "1", "memory": "1Gi"}
+SCHEDULER_LIMITS = {"memory": "4Gi"}
 CONTROLLER_REQUESTS = {"cpu": "200m", "memory": "512Mi"}
+CONTROLLER_LIMITS = {"memory": "2Gi"}
 REPLICAS = 2
 
 # (apiGroups, resources, verbs, resourceNames). Upstream's chart at v0.34.7,
@@ -233,9 +242,13 @@ def _anti_affinity(app: str) -> core.v1.AffinityArgs:
 
 
 def _container_security() -> core.v1.SecurityContextArgs:
-    # Both images run as 65532 (build/*/Dockerfile: distroless, USER 65532:65532) and need nothing more.
-    return core.v1.SecurityContextArgs(allow_privilege_escalation=False, run_as_non_root=True,
-                                       capabilities=core.v1.CapabilitiesArgs(drop=["ALL"]))
+    """Both images run as 65532 (build/scheduler/Dockerfile and build/controller/Dockerfile at
+    v0.32.7, v0.33.5 and v0.34.7: distroless, USER 65532:65532) and need nothing more. Neither
+    writes a file: kube-scheduler makes its serving certificate in memory (kubernetes
+    cmd/kube-scheduler/app/options/options.go: CertDirectory ""), the controller serves only
+    plain-HTTP metrics and probes and registers no webhook (cmd/controller/app/server.go), and
+    no code of either under cmd/ or pkg/ writes to disk: a read-only root filesystem."""
+    return container_security_context(NONROOT_USER)
 
 
 def describe(plan: ClusterPlan) -> list[str]:
@@ -392,7 +405,7 @@ class GangScheduler(pulumi.ComponentResource):
                 ports=[core.v1.ContainerPortArgs(name="https", container_port=SCHEDULER_PORT, protocol="TCP")],
                 liveness_probe=core.v1.ProbeArgs(http_get=scheduler_probe, initial_delay_seconds=15),
                 readiness_probe=core.v1.ProbeArgs(http_get=scheduler_probe),
-                resources=core.v1.ResourceRequirementsArgs(requests=SCHEDULER_REQUESTS),
+                resources=core.v1.ResourceRequirementsArgs(requests=SCHEDULER_REQUESTS, limits=SCHEDULER_LIMITS),
                 security_context=_container_security(),
                 volume_mounts=[core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_DIR, read_only=True)],
             ),
@@ -414,7 +427,7 @@ class GangScheduler(pulumi.ComponentResource):
                     path="/healthz", port=CONTROLLER_PROBE_PORT), initial_delay_seconds=15),
                 readiness_probe=core.v1.ProbeArgs(http_get=core.v1.HTTPGetActionArgs(
                     path="/readyz", port=CONTROLLER_PROBE_PORT)),
-                resources=core.v1.ResourceRequirementsArgs(requests=CONTROLLER_REQUESTS),
+                resources=core.v1.ResourceRequirementsArgs(requests=CONTROLLER_REQUESTS, limits=CONTROLLER_LIMITS),
                 security_context=_container_security(),
             ),
         )
