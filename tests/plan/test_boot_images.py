@@ -16,7 +16,8 @@ from tests.plan.test_resolve import plan_of
 
 BOOT = (
     "registry.k8s.io/kube-proxy:v1.34.2",
-    "registry.k8s.io/coredns/coredns:v1.12.1",
+    # by digest: the catalogue's, from registry.k8s.io's promotion manifest
+    "registry.k8s.io/coredns/coredns:v1.12.1@sha256:e8c262566636e6bc340ece6473b0eed193cad045384401529721ddbe6463d31c",
     "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",
