@@ -4,11 +4,12 @@ namespace, and a policy with policyTypes [Ingress] and no rules admits nothing,
 kubernetes/website content/en/docs/concepts/services-networking/network-policies.md
 "Default deny all ingress traffic").
 
-Not enforced yet: the pools' CNI is Azure CNI's azure-vnet plugin alone (kilonode.render.cni),
-which does not implement NetworkPolicy; that takes a policy engine on every node (Azure
-Network Policy Manager or Cilium), which kilonode does not run. The objects are what the
-namespaces need once one does, and docs/in-cluster.md and policy/security-exceptions.yaml
-say plainly that nothing enforces them today.
+Not enforced: the pools' CNI is Azure CNI's azure-vnet plugin alone (kilonode.render.cni),
+which does not implement NetworkPolicy; that takes a policy engine on every node, and neither
+candidate is shipped (Azure Network Policy Manager stops at 250 nodes on Linux; Cilium chained
+after azure-vnet is not yet sized or tested at this scale: docs/in-cluster.md, "NetworkPolicy:
+what is enforced, and why no engine is shipped"). The objects are what the namespaces need
+once one runs, and policy/security-exceptions.yaml says plainly that nothing enforces them.
 
 kube-system has none: most of its pods use the host network, which NetworkPolicy does not
 cover, and CoreDNS must answer every pod; a rule there would protect nothing it names.
