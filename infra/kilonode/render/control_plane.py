@@ -24,6 +24,10 @@ GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller.service"
 # Units that carry a component's command line, root's alone (CIS 1.1.1-1.1.6: 600 or stricter;
 # systemd reads them as root).
 UNIT_MODE = 0o600
+# CIS 1.2.29: the benchmark list's TLS 1.2 suites for an ECDSA key (the serving key is ECDSA
+# P-256, kilonode.plan.pki; TLS 1.3's suites are not configurable in Go). They are the suites Go
+# negotiates with that key by default, so every client that connects today, the load balancer's
+# probe among them, still does; the list holds should Go's defaults change.
 APISERVER_CIPHER_SUITES = (
     "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
     "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
@@ -59,8 +63,7 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("enable-bootstrap-token-auth", True),
         # CIS 1.2.7-1.2.9: Node and RBAC authorization.
         ("authorization-mode", "Node,RBAC"),
-        # CIS 1.2.3: no Service may claim an arbitrary external IP (CVE-2020-8554); kilonode's
-        # Services use none (in AllOrderedPlugins, pkg/kubeapiserver/options/plugins.go).
+        # CIS 1.2.3: no Service claims an external IP (CVE-2020-8554); kilonode's use none.
         ("enable-admission-plugins", "NodeRestriction,DenyServiceExternalIPs"),
         # PodSecurity (on by default since 1.25) enforces the cluster's default levels from
         # this file (admission_config); namespaces carry their own labels (kilonode.k8s.pod_security).
@@ -82,10 +85,6 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("client-ca-file", wellknown.K8S_CA),
         ("tls-cert-file", wellknown.APISERVER_CERT),
         ("tls-private-key-file", wellknown.APISERVER_KEY),
-        # CIS 1.2.29: the benchmark list's TLS 1.2 suites for an ECDSA key (the serving key is
-        # ECDSA P-256, kilonode.plan.pki; TLS 1.3's suites are not configurable in Go). They are
-        # the suites Go negotiates with that key by default, so every client that connects today,
-        # the load balancer's probe among them, still does; the list holds should Go's defaults change.
         ("tls-cipher-suites", ",".join(APISERVER_CIPHER_SUITES)),
         ("kubelet-client-certificate", wellknown.APISERVER_KUBELET_CLIENT_CERT),
         ("kubelet-client-key", wellknown.APISERVER_KUBELET_CLIENT_KEY),
