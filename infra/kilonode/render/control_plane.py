@@ -21,6 +21,20 @@ ADMISSION_CONFIG = "etc/kubernetes/admission-config.yaml"
 ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
 GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller.service"
+# Units that carry a component's command line, root's alone (CIS 1.1.1-1.1.6: 600 or stricter;
+# systemd reads them as root).
+UNIT_MODE = 0o600
+# CIS 1.2.29: the benchmark list's TLS 1.2 suites for an ECDSA key (the serving key is ECDSA
+# P-256, kilonode.plan.pki; TLS 1.3's suites are not configurable in Go). They are the suites Go
+# negotiates with that key by default, so every client that connects today, the load balancer's
+# probe among them, still does; the list holds should Go's defaults change.
+APISERVER_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+)
 GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
 
 
@@ -49,7 +63,8 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("enable-bootstrap-token-auth", True),
         # CIS 1.2.7-1.2.9: Node and RBAC authorization.
         ("authorization-mode", "Node,RBAC"),
-        ("enable-admission-plugins", "NodeRestriction"),
+        # CIS 1.2.3: no Service claims an external IP (CVE-2020-8554); kilonode's use none.
+        ("enable-admission-plugins", "NodeRestriction,DenyServiceExternalIPs"),
         # PodSecurity (on by default since 1.25) enforces the cluster's default levels from
         # this file (admission_config); namespaces carry their own labels (kilonode.k8s.pod_security).
         ("admission-control-config-file", f"/{ADMISSION_CONFIG}"),
@@ -70,6 +85,7 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("client-ca-file", wellknown.K8S_CA),
         ("tls-cert-file", wellknown.APISERVER_CERT),
         ("tls-private-key-file", wellknown.APISERVER_KEY),
+        ("tls-cipher-suites", ",".join(APISERVER_CIPHER_SUITES)),
         ("kubelet-client-certificate", wellknown.APISERVER_KUBELET_CLIENT_CERT),
         ("kubelet-client-key", wellknown.APISERVER_KUBELET_CLIENT_KEY),
         ("kubelet-certificate-authority", wellknown.K8S_CA),
@@ -253,7 +269,7 @@ def _unit(component: str, description: str, flags: list[Flag], mount_point: str 
         binary=binary,
         exec_start=systemd_exec(binary, flags),
         mount_point=mount_point,
-    ))
+    ), mode=UNIT_MODE)
 
 
 def audit_mount(plan: ClusterPlan) -> str | None:

@@ -103,7 +103,7 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
             state_directory=STATE_DIRECTORY,
             ready_marker=READY_MARKER,
             exec_start=systemd_exec(ETCD_BINARY, etcd_flags(cluster, member)),
-        )),
+        ), mode=0o600),  # CIS 1.1.7: the unit with etcd's command line, root's alone
         ETCD_JOIN: RenderedFile(render_etcd_join(cluster, member), mode=0o755),
         # scheduled snapshots, taken by the cluster's leader (kilonode.render.etcd_snapshot)
         **snapshot_files(plan, cluster, member),

@@ -36,6 +36,14 @@ LOCAL_DISK_WAIT_S = 120
 # The GPU health agent (kilonode.gpu.agent) on GPU pools: its config, and its unit in the GPU image.
 GPU_HEALTH_CONFIG = "etc/kilonode/gpu-health.json"
 GPU_HEALTH_UNIT = "kilonode-gpu-health.service"
+KUBELET_CIPHER_SUITES = (
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+)
 CRI_DOCKERD_SOCKET = "unix:///run/cri-dockerd.sock"
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
 # GPU pools: the runtime configuration that names the NVIDIA container runtime, beside the
@@ -63,7 +71,8 @@ def cri_unit(pool: NodePoolPlan) -> str:
 
 def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
     files: HostFiles = {
-        KUBELET_CONFIG: RenderedFile(kubelet_config(plan, pool)),
+        # CIS 4.1.1/4.1.9: the kubelet's unit and config, root's alone (the kubelet runs as root)
+        KUBELET_CONFIG: RenderedFile(kubelet_config(plan, pool), mode=0o600),
         "etc/systemd/system/kubelet.service": RenderedFile(render_template(
             "etc/systemd/system/kubelet.service",
             cri_unit=cri_unit(pool),
@@ -72,7 +81,7 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
             fabric_unit=FABRIC_UNIT.rpartition("/")[2] if pool.infiniband else None,
             fabric_env=wellknown.FABRIC_ENV_FILE if pool.infiniband else None,
             metadata_block_unit=metadata_block.UNIT_NAME,
-        )),
+        ), mode=0o600),
         # pods' traffic to the instance metadata service and the WireServer dropped
         metadata_block.RULESET: RenderedFile(metadata_block.ruleset()),
         metadata_block.UNIT: RenderedFile(metadata_block.unit()),
@@ -196,6 +205,9 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         # CIS 4.2.11/4.2.12: rotate client certificates, bootstrap serving certificates.
         "rotateCertificates": True,
         "serverTLSBootstrap": True,
+        # CIS 4.2.12: forward-secret AEAD suites of the benchmark's kubelet list, for TLS 1.2
+        # clients (the apiserver and the metrics scrapers are Go and speak TLS 1.3 anyway).
+        "tlsCipherSuites": list(KUBELET_CIPHER_SUITES),
         "cgroupDriver": "systemd",
         "containerRuntimeEndpoint": CRI_DOCKERD_SOCKET if pool.runtime == "docker" else CONTAINERD_SOCKET,
         "clusterDomain": "cluster.local",
