@@ -206,3 +206,20 @@ def test_the_markdown_of_a_toolkit_change_fits_one_comment(repo: Path) -> None:
     assert len(text) < COMMENT_LIMIT
     assert "fleet-rollout" in text and re.search(r"every scale set of pool-a100-ib \(\d+\)", text)
     assert {c.action for d in result.changed for c in d.resources} <= {UPDATE, REPLACE, CREATE}
+
+
+def test_widening_a_budgeted_daemonsets_cluster_wide_watch_is_high(repo: Path) -> None:
+    """cloud-node-manager states its budget (its own Node); a change that also lets it list and
+    watch every Pod is a new per-node watch the budget does not cover: every node x one watch."""
+    branch = change(repo, "cnm-pods", replace_text(
+        "infra/kilonode/k8s/cloud_provider.py", '    ("", "nodes/status", ["patch"]),\n]\n\n\n',
+        '    ("", "nodes/status", ["patch"]),\n    ("", "pods", ["list", "watch"]),\n]\n\n\n'),
+        "let cloud-node-manager watch pods")
+    result = reviewed(repo, branch, stacks=["local"])
+    [risk] = [r for r in result.risks if r.rule == "daemonset-api-load"]
+    nodes = sum(p["nodes"] for p in yaml.safe_load(result.changed[0].head["files"]["plan.yaml"])["nodePools"])
+    assert risk.level == HIGH and risk.subjects == ("local-k8s-cloud-provider-cloud-node-manager",)
+    assert risk.summary.startswith(f"{nodes:,} nodes x a watch of pods on the apiservers: the 2,500-node lesson")
+    assert "ClusterRole kilonode:cloud-node-manager" in risk.summary and "its stated budget" in risk.summary
+    # the budget covers it for the policy pack: no policy risk, only the load story
+    assert not any(r.rule.startswith("policy:") for r in result.risks)

@@ -41,7 +41,8 @@ from pulumi_policy.proxy import (
 )
 
 from kilonode.azure.tags import ETCD_QUOTA_ACKNOWLEDGED_TAG, ETCD_QUOTA_TAG, PUBLIC_IP_ACKNOWLEDGED_TAG
-from kilonode.review import rules
+from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
+from kilonode.review import apiload, rules
 
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
 PROJECT = "kilonode"
@@ -314,6 +315,43 @@ def test_infiniband_scale_set_over_a_placement_group(pack: ModuleType, graphs: d
     [(message, urn)] = violations_of(pack, "infiniband-scale-set-size", "research-7500", resources)
     assert message.startswith(f"{scale_set.name}: 101 Standard_ND96asr_v4 VMs in one InfiniBand scale set")
     assert urn == scale_set.urn("research-7500")
+
+
+def daemonset(resources: Iterable[Item], name: str) -> Item:
+    return next(r for r in resources if r.type == apiload.DAEMONSET and r.props["metadata"]["name"] == name)
+
+
+def test_daemonset_listing_cluster_wide_without_a_budget(pack: ModuleType, graphs: dict[str, Any]) -> None:
+    resources = items(graphs["research-7500"])
+    proxy = daemonset(resources, "kube-proxy")
+    assert API_LOAD_BUDGET_ANNOTATION in proxy.props["metadata"]["annotations"]
+    assert violations_of(pack, "daemonset-api-load", "research-7500", resources) == []
+
+    del proxy.props["metadata"]["annotations"][API_LOAD_BUDGET_ANNOTATION]
+    [(message, urn)] = violations_of(pack, "daemonset-api-load", "research-7500", resources)
+    assert message.startswith(f"{proxy.name}: DaemonSet kube-system/kube-proxy runs as ServiceAccount "
+                              "kube-system/kube-proxy, which may list or watch ")
+    # through the built-in role kubeadm-like setups bind it to (kilonode.catalog.rbac)
+    assert "discovery.k8s.io/endpointslices" in message and "services" in message
+    assert "ClusterRoleBinding kilonode:node-proxier -> ClusterRole system:node-proxier" in message
+    assert urn == proxy.urn("research-7500")
+
+
+def test_a_daemonset_whose_default_account_gets_cluster_admin(pack: ModuleType, graphs: dict[str, Any]) -> None:
+    """The device plugin runs as kube-system/default and needs no API: binding that account to
+    cluster-admin (a debugging shortcut) makes it a per-node agent that may watch everything."""
+    resources = items(graphs["research-7500"])
+    plugin = daemonset(resources, "nvidia-device-plugin-daemonset")
+    assert "serviceAccountName" not in plugin.props["spec"]["template"]["spec"]
+    shortcut = Item(apiload.CLUSTER_ROLE_BINDING, "research-7500-debug-admin", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "debug-admin"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "kube-system"}]})
+    found = violations_of(pack, "daemonset-api-load", "research-7500", [*resources, shortcut])
+    # the RDMA plugin runs as the same account but mounts no token: only the device plugin
+    assert [urn for _, urn in found] == [plugin.urn("research-7500")]
+    assert "*/* cluster-wide (ClusterRoleBinding debug-admin -> ClusterRole cluster-admin)" in found[0][0]
 
 
 # --- values not known at preview -----------------------------------------------------------

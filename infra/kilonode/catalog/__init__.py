@@ -10,7 +10,8 @@ renderers, the Pulumi components and the in-cluster modules read the plan instea
 - limits.py (limits.yaml): Azure, Kubernetes and etcd limits and defaults;
 - components.py (components.yaml): component versions per Kubernetes minor, image references;
 - binaries.py (node-image/binaries.toml): the pinned upstream binaries of the node images;
-- effects.py (effects.toml): what a changed input does to each Azure and in-cluster resource.
+- effects.py (effects.toml): what a changed input does to each Azure and in-cluster resource;
+- rbac.py (rbac.yaml): the RBAC roles and bindings every apiserver creates for itself.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from kilonode.k8s.pods import (
 )
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
+from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
 
 CCM = "cloud-controller-manager"
 CNM = "cloud-node-manager"
@@ -182,7 +183,9 @@ CCM_RULES: list[tuple[str, str, list[str]]] = [
     ("coordination.k8s.io", "leases", ["get", "create", "update"]),
     ("discovery.k8s.io", "endpointslices", ["get", "list", "watch"]),
 ]
-# ... and ClusterRole cloud-node-manager.
+# ... and ClusterRole cloud-node-manager. Its list/watch of Nodes cannot be narrowed to the pod's
+# own Node (one ClusterRole for every node cannot name each node), so the DaemonSet states its
+# budget instead (CNM_API_LOAD_BUDGET).
 CNM_RULES: list[tuple[str, str, list[str]]] = [
     ("", "nodes", ["watch", "list", "get", "update", "patch"]),
     ("", "nodes/status", ["patch"]),
@@ -211,6 +214,20 @@ def cnm_security_context() -> core.v1.SecurityContextArgs:
     """cloud-node-manager's container, as its image's own user (cloud-node-manager.Dockerfile:
     USER 65532:65532)."""
     return container_security_context(NONROOT_USER)
+
+
+# What cloud-node-manager reads, at cloud-provider-azure v1.34.13: its shared informers list and
+# watch Nodes with the field selector metadata.name=<node> ("Only need to watch the node itself",
+# cmd/cloud-node-manager/app/options/options.go l.192-195), with no resync unless
+# --min-resync-period is set (l.132, l.208-213; cnm_args sets none); pkg/nodemanager/nodemanager.go
+# GETs and UPDATEs its Node when it initializes it (l.416-425) and PATCHes nodes/status every
+# --node-status-update-frequency, 5 minutes by default (options.go l.58, l.103).
+CNM_API_LOAD_BUDGET = (
+    "Nodes: its own only, one list and watch with fieldSelector metadata.name=<node> (RBAC cannot name each "
+    "node in one ClusterRole, so the role grants list/watch of all Nodes; the program never lists without "
+    "the selector); a GET and UPDATE of its Node when it initializes it and a PATCH of nodes/status every "
+    "5 minutes; no informer resync; its requests fall in the kilonode-node-agents priority level."
+)
 
 
 def _rules(rules: list[tuple[str, str, list[str]]]) -> list[rbac.v1.PolicyRuleArgs]:
@@ -361,8 +378,9 @@ class CloudProvider(pulumi.ComponentResource):
         apps.v1.DaemonSet(
             f"{name}-{CNM}",
             # on every node: not waited for (kilonode.k8s.pods.SKIP_AWAIT says why)
-            metadata=meta.v1.ObjectMetaArgs(name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels,
-                                            annotations=SKIP_AWAIT),
+            metadata=meta.v1.ObjectMetaArgs(
+                name=CNM, namespace=KUBE_SYSTEM, labels=cnm_labels,
+                annotations={**SKIP_AWAIT, API_LOAD_BUDGET_ANNOTATION: CNM_API_LOAD_BUDGET}),
             spec=apps.v1.DaemonSetSpecArgs(
                 selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CNM}),
                 update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(

@@ -18,11 +18,28 @@ from pulumi_kubernetes import apps, core, meta, rbac
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
+from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
 from kilonode.yamlio import plain_yaml
 
 LABELS = {"k8s-app": "kube-proxy", "app.kubernetes.io/managed-by": "kilonode"}
 CONFIG_DIR = "/var/lib/kube-proxy"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Its per-node API load, as the policy pack asks a DaemonSet with cluster-wide list/watch to state
+# it (kilonode.review.apiload). What kube-proxy lists and watches: cmd/kube-proxy/app/server.go
+# (one informer factory for Services and EndpointSlices, label-selected with
+# service.kubernetes.io/service-proxy-name and service.kubernetes.io/headless DoesNotExist, plus
+# ServiceCIDRs under MultiCIDRServiceAllocator; a second factory for Nodes with the field selector
+# metadata.name=<hostname>), read in the search index's copies, not at the cluster's tag. Upstream
+# accepts this watch: every node must program every Service.
+API_LOAD_BUDGET = (
+    "Services, EndpointSlices and ServiceCIDRs of the whole cluster: every node programs every Service, "
+    "so each kube-proxy lists them once at start, then watches (label-selected: Services with a "
+    "service-proxy-name label and the EndpointSlices of headless Services left out); Nodes: its own only "
+    "(fieldSelector metadata.name). EndpointSlices, not Endpoints: the N^2 Endpoints watch of the 2,500-node "
+    "clusters cut about 1000x (system:node-proxier still grants Endpoints; kube-proxy does not read them). "
+    "Bounded: the configSyncPeriod resync (15m default) replays its local cache, not the apiserver; it "
+    "re-lists only after a broken watch; its requests fall in the kilonode-node-agents priority level."
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,7 @@ class KubeProxy(pulumi.ComponentResource):
             f"{name}-daemonset",
             # on every node: not waited for (kilonode.k8s.pods.SKIP_AWAIT says why)
             metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS,
-                                            annotations=SKIP_AWAIT),
+                                            annotations={**SKIP_AWAIT, API_LOAD_BUDGET_ANNOTATION: API_LOAD_BUDGET}),
             spec=apps.v1.DaemonSetSpecArgs(
                 selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": "kube-proxy"}),
                 update_strategy=apps.v1.DaemonSetUpdateStrategyArgs(

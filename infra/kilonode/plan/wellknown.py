@@ -173,3 +173,9 @@ DEVICE_LIST_TOOLKIT_KEY = {
 AZURE_IMDS_ADDRESS = "169.254.169.254"
 AZURE_WIRESERVER_ADDRESS = "168.63.129.16"
 AZURE_WIRESERVER_TCP_PORTS = (80, 32526)
+
+
+# A DaemonSet's stated per-node API load (kilonode.review.apiload): what its pods list or watch,
+# why, and how it is bounded. A DaemonSet whose ServiceAccount may list or watch cluster-wide
+# and carries no such annotation is refused by the policy pack and flagged by `kilonode diff`.
+API_LOAD_BUDGET_ANNOTATION = "kilonode.io/api-load-budget"

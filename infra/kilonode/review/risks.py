@@ -10,7 +10,8 @@ or image of every node of a pool (a fleet-wide rollout), a field lesson made wea
 below the field value, image pulls serialized, the runtime root off the local disk).
 
 And high: an in-place update Azure refuses (effects.toml "refused"), which stops `pulumi up`
-partway.
+partway; a DaemonSet added, or one whose cluster-wide list/watch grows, budget stated or not
+(kilonode.review.apiload: every node's pod is one more watch on the apiservers).
 
 Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, risks out.
 """
@@ -25,7 +26,7 @@ from typing import Any
 import yaml
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
-from kilonode.review import rules
+from kilonode.review import apiload, rules
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 
 HIGH, MEDIUM = "high", "medium"
@@ -309,6 +310,34 @@ def lessons(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     return found
 
 
+def _node_count(plan: Mapping[str, Any]) -> int:
+    """Every pool's nodes: the most pods one DaemonSet can run."""
+    return sum(int(p.get("nodes") or 0) for p in plan.get("nodePools") or [] if isinstance(p, Mapping))
+
+
+def api_load(diff: StackDiff) -> list[Risk]:
+    """A DaemonSet that may list or watch more cluster-wide at the head than at the base (a new
+    one, or wider rights): N nodes, N watches."""
+    if diff.head is None:
+        return []
+    before = {load.resource_name: load.resources() for load in apiload.api_loads(_resources(diff.base))}
+    nodes = _node_count(_plan(diff.head))
+    found = []
+    for load in apiload.api_loads(_resources(diff.head)):
+        wider = load.resources() - before.get(load.resource_name, set())
+        if not wider:
+            continue
+        what = "new DaemonSet" if load.resource_name not in before else "DaemonSet"
+        budget = (f"its stated budget: {load.budget!r}" if load.budget else
+                  f"no {apiload.API_LOAD_BUDGET_ANNOTATION} annotation, so `pulumi preview` refuses it "
+                  "(policy daemonset-api-load)")
+        found.append(Risk(HIGH, "daemonset-api-load", diff.stack,
+                          f"{nodes:,} nodes x a watch of {load.what(wider)} on the apiservers: the 2,500-node "
+                          f"lesson ({what} {load.daemonset} as {load.account}, {load.sources()}; {budget})",
+                          (load.resource_name,)))
+    return found
+
+
 def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     """Every risk of one stack's change, high first."""
     if diff.errors:
@@ -316,5 +345,5 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
         return [Risk(HIGH if side == "head" else MEDIUM, "stack-invalid", diff.stack,
                      f"the stack does not load at the {side}: `pulumi up` would stop there", ())]
     found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *refused(diff),
-             *fleet(diff), *lessons(diff, base_lessons)]
+             *fleet(diff), *lessons(diff, base_lessons), *api_load(diff)]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
