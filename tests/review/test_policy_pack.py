@@ -338,18 +338,24 @@ def test_daemonset_listing_cluster_wide_without_a_budget(pack: ModuleType, graph
 
 
 def test_a_daemonset_whose_default_account_gets_cluster_admin(pack: ModuleType, graphs: dict[str, Any]) -> None:
-    """The device plugin runs as kube-system/default and needs no API: binding that account to
-    cluster-admin (a debugging shortcut) makes it a per-node agent that may watch everything."""
+    """The device plugin runs as kube-system/default and needs no API, so it mounts no token.
+    Binding that account to cluster-admin (a debugging shortcut) is harmless while it does; once
+    its token is mounted again it is a per-node agent that may watch everything."""
     resources = items(graphs["research-7500"])
     plugin = daemonset(resources, "nvidia-device-plugin-daemonset")
-    assert "serviceAccountName" not in plugin.props["spec"]["template"]["spec"]
+    pod = plugin.props["spec"]["template"]["spec"]
+    assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
     shortcut = Item(apiload.CLUSTER_ROLE_BINDING, "research-7500-debug-admin", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "debug-admin"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": "kube-system"}]})
+    # no token mounted by either plugin on kube-system/default: nothing to flag
+    assert violations_of(pack, "daemonset-api-load", "research-7500", [*resources, shortcut]) == []
+
+    del pod["automountServiceAccountToken"]
     found = violations_of(pack, "daemonset-api-load", "research-7500", [*resources, shortcut])
-    # the RDMA plugin runs as the same account but mounts no token: only the device plugin
+    # the RDMA plugin runs as the same account but still mounts no token: only the device plugin
     assert [urn for _, urn in found] == [plugin.urn("research-7500")]
     assert "*/* cluster-wide (ClusterRoleBinding debug-admin -> ClusterRole cluster-admin)" in found[0][0]
 
