@@ -167,7 +167,7 @@ def issue(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str],
                            frozenset(local_ips(leaf.ip_addresses, addresses)), *_uses(leaf.uses))
         key_path, cert_path = where.key(leaf.name, "leaf"), where.cert(leaf.name, "leaf")
         issuer = certs[leaf.ca]
-        why = _reusable(cert_path, key_path, profile, issuer, now, renew_hours=pki.RENEW_HOURS)
+        why = _reusable(cert_path, key_path, profile, issuer, now, renew_hours=pki.early_renewal_hours(leaf))
         if why is None:
             keys[leaf.name], certs[leaf.name] = _load(key_path), _load_cert(cert_path)
             report.reused.append(leaf.name)

@@ -222,8 +222,10 @@ def etcd_members(plan: ClusterPlan, rendered: dict[str, HostFiles], state_dir: P
             quota = int(flag(local, "quota-backend-bytes"))
             members.append(Member(cluster.role, m.name, addresses[str(m.ip)], (etcd_binary, *args), directory,
                                   flag(local, "advertise-client-urls").split(",")[0], tuple(listens), env))
+        # the rehearsal reaches etcd as the first apiserver does, with its client certificate
+        client = pki.apiserver_etcd_client(plan.control_plane.instances[0].name)
         tls = ClientTls(where.cert(pki.etcd_ca_name(cluster.role), "authority"),
-                        where.cert(pki.APISERVER_ETCD_CLIENT, "leaf"), where.key(pki.APISERVER_ETCD_CLIENT, "leaf"))
+                        where.cert(client, "leaf"), where.key(client, "leaf"))
         clusters.append(ClusterRecord(cluster.role, tuple(members), tls, quota))
     return clusters
 
