@@ -219,6 +219,22 @@ def issue(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str],
     return report
 
 
+def renew_host(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str], host: str) -> IssueReport:
+    """Issue `host`'s leaves again with new keys (the same CAs, new serials), as a new
+    generation of that host does in Azure, and rewrite its files; every other host's files are
+    rewritten unchanged. The report's `created` names the renewed leaves."""
+    leaves = pki.host_leaves(layout, host)
+    if not leaves:
+        raise ValueError(f"{host} holds no certificate of its own in this layout (hosts: "
+                         f"{', '.join(h for h in layout.hosts)})")
+    where = LocalPki(root)
+    for leaf in leaves:
+        # absent key and certificate: `issue` makes a new key and has the CA sign it
+        where.key(leaf.name, "leaf").unlink(missing_ok=True)
+        where.cert(leaf.name, "leaf").unlink(missing_ok=True)
+    return issue(layout, root, addresses)
+
+
 _ABSENT_CERT = "no certificate for its key"
 
 
