@@ -84,7 +84,7 @@ def test_apiservers_get_every_pki_path_the_renderer_references(graph_7500: Graph
 
 
 def test_apiserver_etcd_client_cert_is_signed_by_the_main_etcd_ca(graph_7500: Graph) -> None:
-    cert = graph_7500.named("research-7500-tls-apiserver-etcd-client").plain()
+    cert = graph_7500.named("research-7500-tls-apiserver-4-etcd-client").plain()
     assert cert["caCertPem"] == "mock-certificate:research-7500-tls-etcd-main-ca"
     assert cert["allowedUses"] == ["digital_signature", "key_encipherment", "client_auth"]
 

@@ -434,18 +434,18 @@ def test_the_controllers_kubeconfig_goes_to_the_apiservers_only(
     config = yaml.safe_load(entry["content"])
     [user] = config["users"]
     assert base64.b64decode(user["user"]["client-certificate-data"]).decode() == \
-        "mock-certificate:research-7500-tls-gpu-health-controller"
+        "mock-certificate:research-7500-tls-apiserver-0-gpu-health-controller"
     assert config["clusters"][0]["cluster"]["server"] == f"https://127.0.0.1:{wellknown.APISERVER_PORT}"
-    csr = graph.named("research-7500-tls-gpu-health-controller-csr").plain()
+    csr = graph.named("research-7500-tls-apiserver-0-gpu-health-controller-csr").plain()
     assert csr["subject"] == {"commonName": CONTROLLER_USER}  # the user the RBAC binds; no group
-    signed = graph.named("research-7500-tls-gpu-health-controller").plain()
+    signed = graph.named("research-7500-tls-apiserver-0-gpu-health-controller").plain()
     assert signed["caCertPem"] == "mock-certificate:research-7500-tls-kubernetes-ca"
     assert signed["allowedUses"] == ["digital_signature", "key_encipherment", "client_auth"]
     # the controller's own kubeconfig reader takes it
     (tmp_path / "kubeconfig").write_text(entry["content"])
     loaded = load_kubeconfig(tmp_path / "kubeconfig")
     assert loaded.server == f"https://127.0.0.1:{wellknown.APISERVER_PORT}"
-    assert loaded.cert_pem == b"mock-certificate:research-7500-tls-gpu-health-controller"
+    assert loaded.cert_pem == b"mock-certificate:research-7500-tls-apiserver-0-gpu-health-controller"
     # no GPU pool: no certificate, no kubeconfig
     local = graphs["local"]
     assert not [r for r in local.resources if "gpu-health-controller" in r.name]

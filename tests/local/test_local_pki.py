@@ -119,14 +119,22 @@ def test_what_is_no_longer_right_is_reissued_and_named(plans: dict[str, ClusterP
     assert openssl_verify(main_ca, peer).returncode == 0
 
 
-def test_a_leaf_inside_its_renewal_window_is_reissued(plans: dict[str, ClusterPlan], tmp_path: Path) -> None:
+def test_only_the_administrators_leaves_renew_early_and_a_hosts_leaf_only_once_expired(
+    plans: dict[str, ClusterPlan], tmp_path: Path
+) -> None:
+    # As pulumi-tls does with the layout's early_renewal_hours: a host's leaves are renewed by
+    # its generation (or `kilonode local renew-certs`), never all at once by the calendar.
     plan = plans["local"]
     layout, _ = local_pki.issue_plan(plan, tmp_path)
-    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=pki.LEAF_HOURS - pki.RENEW_HOURS + 1)
-    report = local_pki.issue(layout, tmp_path, address_map(plan), now=later)
-    reasons = dict(report.reissued)
-    assert set(reasons) == {leaf.name for leaf in layout.leaves}  # CAs live ten years
-    assert "inside its renewal window" in reasons["etcd-main-0-server"]
+    now = datetime.datetime.now(datetime.UTC)
+    in_window = now + datetime.timedelta(hours=pki.LEAF_HOURS - pki.RENEW_HOURS + 1)
+    reasons = dict(local_pki.issue(layout, tmp_path, address_map(plan), now=in_window).reissued)
+    assert set(reasons) == {"admin", "super-admin"}
+    assert "inside its renewal window" in reasons["admin"]
+    expired = now + datetime.timedelta(hours=pki.LEAF_HOURS + 1)
+    reasons = dict(local_pki.issue(layout, tmp_path, address_map(plan), now=expired).reissued)
+    # every host leaf once expired (the admins' were just reissued); CAs live ten years
+    assert set(reasons) == {leaf.name for leaf in layout.leaves if leaf.host is not None}
 
 
 def test_a_changed_address_map_reissues_the_certificates_that_name_the_address(

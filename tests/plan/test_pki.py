@@ -32,8 +32,10 @@ def test_each_etcd_cluster_has_its_own_ca_which_signs_only_its_members(layout: p
             assert files[wellknown.ETCD_CA].content == pki.Cert(f"etcd-{cluster.role}-ca")
 
 
-def test_the_apiserver_has_one_etcd_client_certificate_that_both_clusters_accept(layout: pki.PkiLayout) -> None:
-    client = layout.leaf("apiserver-etcd-client")
+def test_each_apiserver_has_its_own_etcd_client_certificate_that_both_clusters_accept(
+    layout: pki.PkiLayout,
+) -> None:
+    client = layout.leaf("apiserver-0-etcd-client")
     assert client.ca == "etcd-main-ca" and client.uses == ("digital_signature", "key_encipherment", "client_auth")
     client_ca = {name: {f.path: f.content for f in files}[wellknown.ETCD_CLIENT_CA]
                  for name, files in layout.hosts.items() if name.startswith("etcd-")}
@@ -41,7 +43,48 @@ def test_the_apiserver_has_one_etcd_client_certificate_that_both_clusters_accept
     assert client_ca["etcd-events-0"] == pki.Bundle(("etcd-main-ca", "etcd-events-ca"))
     apiserver = {f.path: f.content for f in layout.hosts["apiserver-0"]}
     assert apiserver[wellknown.APISERVER_ETCD_CA_BUNDLE] == pki.Bundle(("etcd-main-ca", "etcd-events-ca"))
-    assert apiserver[wellknown.APISERVER_ETCD_CLIENT_CERT] == pki.Cert("apiserver-etcd-client")
+    assert apiserver[wellknown.APISERVER_ETCD_CLIENT_CERT] == pki.Cert("apiserver-0-etcd-client")
+
+
+def test_every_leaf_a_host_holds_is_that_hosts_alone_so_one_generation_renews_one_host(
+    plans: dict[str, ClusterPlan],
+) -> None:
+    # research-7500: 5 apiservers, GPU pools (the GPU health controller's identity too)
+    layout = pki.pki_layout(plans["research-7500"])
+    holders: dict[str, set[str]] = {}
+    for host, files in layout.hosts.items():
+        for f in files:
+            names = {f.content.of} if isinstance(f.content, pki.Cert | pki.PrivateKey) else \
+                {f.content.client} if isinstance(f.content, pki.Kubeconfig) and f.content.client else set()
+            for name in names:
+                holders.setdefault(name, set()).add(host)
+    for leaf in layout.leaves:
+        if leaf.host is None:
+            # on no host: the administrators' credentials, in the Pulumi state alone
+            assert leaf.name in ("admin", "super-admin") and leaf.name not in holders, leaf.name
+        else:
+            assert holders[leaf.name] == {leaf.host}, leaf.name
+    apiserver_3 = {leaf.name for leaf in pki.host_leaves(layout, "apiserver-3")}
+    assert apiserver_3 == {"apiserver-3-serving", "apiserver-3-etcd-client", "apiserver-3-kubelet-client",
+                           "apiserver-3-kube-scheduler", "apiserver-3-kube-controller-manager",
+                           "apiserver-3-gpu-health-controller"}
+    # the CA keys stay shared: renewing a host never touches what signs it
+    assert holders.get("kubernetes-ca", set()) == {f"apiserver-{i}" for i in range(5)}
+
+
+def test_a_hosts_generation_reaches_its_leaves_and_no_others(plans: dict[str, ClusterPlan]) -> None:
+    plan = plans["research-7500"].model_copy(update={"certificate_generations": {"etcd-main-2": 3,
+                                                                                  "apiserver-1": 1}})
+    layout = pki.pki_layout(plan)
+    renewed = {leaf.name: leaf.generation for leaf in layout.leaves if leaf.generation}
+    assert renewed == {"etcd-main-2-server": 3, "etcd-main-2-peer": 3,
+                       **{f"apiserver-1-{n}": 1 for n in ("serving", "etcd-client", "kubelet-client",
+                                                          "kube-scheduler", "kube-controller-manager",
+                                                          "gpu-health-controller")}}
+    # pulumi-tls early renewal: off on every host's leaf, 30 days on the administrators'
+    hours = {leaf.name: pki.early_renewal_hours(leaf) for leaf in layout.leaves}
+    assert {h for n, h in hours.items() if n not in ("admin", "super-admin")} == {0}
+    assert hours["admin"] == hours["super-admin"] == 30 * 24
 
 
 def test_member_certificates_name_the_member_its_vm_and_its_address(layout: pki.PkiLayout) -> None:
@@ -96,7 +139,7 @@ def _marked(layout: pki.PkiLayout) -> pki.PkiLayout:
     """The layout with one extra leaf and one changed subject: what no second copy could know."""
     extra = pki.Leaf("marker", "etcd-events-ca", "marker-cn", "marker-org", ("marker.example",), ("10.0.1.20",),
                      pki.CLIENT_USES)
-    leaves = tuple(dataclasses.replace(leaf, common_name="changed-cn") if leaf.name == "apiserver-etcd-client"
+    leaves = tuple(dataclasses.replace(leaf, common_name="changed-cn") if leaf.name == "apiserver-0-etcd-client"
                    else leaf for leaf in layout.leaves)
     return dataclasses.replace(layout, leaves=(*leaves, extra))
 
@@ -117,7 +160,7 @@ def test_the_azure_component_and_the_local_issuer_read_the_same_layout_object(
     graph = run_program("local", {}, lambda: Tls("t", TlsArgs(plan=plan)))
     requests = {r.name: r.inputs for r in graph.of_type("tls:index/certRequest:CertRequest")}
     assert requests["t-marker-csr"]["subject"] == {"commonName": "marker-cn", "organization": "marker-org"}
-    assert requests["t-apiserver-etcd-client-csr"]["subject"]["commonName"] == "changed-cn"
+    assert requests["t-apiserver-0-etcd-client-csr"]["subject"]["commonName"] == "changed-cn"
     signed = {r.name: r.inputs for r in graph.of_type("tls:index/locallySignedCert:LocallySignedCert")}
     assert signed["t-marker"]["caCertPem"] == "mock-certificate:t-etcd-events-ca"
 
@@ -126,7 +169,7 @@ def test_the_azure_component_and_the_local_issuer_read_the_same_layout_object(
     marker = local_pki.profile_of(local_pki._load_cert(where.cert("marker", "leaf")))
     assert (marker.common_name, marker.organization) == ("marker-cn", "marker-org")
     assert marker.ip_addresses == {"127.0.1.20"}  # the local issuer maps the address, nothing else
-    client = local_pki.profile_of(local_pki._load_cert(where.cert("apiserver-etcd-client", "leaf")))
+    client = local_pki.profile_of(local_pki._load_cert(where.cert("apiserver-0-etcd-client", "leaf")))
     assert client.common_name == "changed-cn"
     assert len(calls) == 2
 

@@ -155,6 +155,9 @@ NOT_RENDERED = {
     "bootImageArchives[].archive": "read by the image build, never rendered",
     # an Azure resource ID, passed to the Pulumi program as an input, never to a host
     "deployer.vnetId": "an Azure resource ID for the Pulumi program, never rendered",
+    # a control-plane host's name, matched whole by a strict pattern (etcd-main-N, ...) and looked
+    # up among the plan's hosts; only its generation, a number, reaches the Pulumi program
+    "certificateGenerations{key}": "a host name looked up in the plan, never rendered",
 }
 
 

@@ -41,6 +41,9 @@ class Recorded:
     custom_timeouts: dict[str, str] = field(default_factory=dict)
     # the deleteBeforeReplace option: its replacement also replaces what dependsOn it (not printed)
     delete_before_replace: bool = False
+    # the replacementTrigger option (None: none): a new value replaces the resource (a host's
+    # certificate generation, kilonode.azure.tls)
+    replacement_trigger: Any = None
 
     def plain(self) -> dict[str, Any]:
         """Inputs with secrets unwrapped: for tests that look inside custom data."""
@@ -205,6 +208,8 @@ def _flags(r: Recorded, left: str, right: str) -> str:
     flags = (["protect"] if r.protect else []) + [f"replace on {path}" for path in r.replace_on_changes]
     flags += [f"ignores changes to {path}" for path in r.ignore_changes]
     flags += [f"{operation} timeout {duration}" for operation, duration in r.custom_timeouts.items()]
+    if r.replacement_trigger is not None:
+        flags.append(f"replaced when its trigger changes from {json.dumps(r.replacement_trigger)}")
     return f" {left}{', '.join(flags)}{right}" if flags else ""
 
 

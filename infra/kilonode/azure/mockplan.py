@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pulumi
+from google.protobuf import json_format
 from pulumi.runtime import mocks, rpc, settings
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
@@ -150,8 +151,11 @@ class RecordingMonitor(mocks.MockMonitor):
             typ=request.type, name=request.name, inputs=inputs, provider=request.provider,
             resource_id=request.importId, custom=request.custom or False,
         )
+        trigger = _plain_trigger(request)
         if request.custom:
             id_, state = self.mocks.new_resource(args)
+            if trigger:
+                state = renewed(request.type, state, trigger)
         else:
             id_, state = None, {}
         for key in request.additionalSecretOutputs:
@@ -168,12 +172,29 @@ class RecordingMonitor(mocks.MockMonitor):
                           tuple(request.ignoreChanges),
                           {operation: duration for operation in ("create", "update", "delete")
                            if (duration := getattr(request.customTimeouts, operation))},
-                          bool(request.deleteBeforeReplace))
+                          bool(request.deleteBeforeReplace), trigger)
         with self._lock:
             self.recorded.append((urn, record))
             self.resources[urn] = mocks.MockMonitor.ResourceRegistration(urn, id_ or "", state)
         obj = _sync_await(rpc.serialize_properties(state, {}))
         return resource_pb2.RegisterResourceResponse(urn=urn, id=id_ or "", object=obj)
+
+
+def _plain_trigger(request: Any) -> Any:
+    """The request's replacementTrigger as a plain value (None: not set)."""
+    if not request.HasField("replacement_trigger"):
+        return None
+    value = json_format.MessageToDict(request.replacement_trigger)
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def renewed(type_: str, state: dict[str, Any], trigger: Any) -> dict[str, Any]:
+    """A pulumi-tls resource's placeholders once its trigger is not its first value (0): what
+    the engine's replacement gives, new key material, shown as the generation it belongs to. At
+    0 the placeholders stay as they were, as a first deployment's do."""
+    if type_ not in _TLS_OUTPUTS:
+        return state
+    return state | {key: f"{state[key]}#generation-{trigger}" for key in _TLS_OUTPUTS[type_] if key in state}
 
 
 def cluster_value(stack: Stack) -> Any:

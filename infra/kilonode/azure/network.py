@@ -37,7 +37,13 @@ from pulumi_azure_native import network, resources
 
 from kilonode.azure.common import tags
 from kilonode.plan.model import ClusterPlan
-from kilonode.plan.wellknown import APISERVER_PORT, ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_PEER_PORT
+from kilonode.plan.wellknown import (
+    APISERVER_PORT,
+    CERT_METRICS_PORT,
+    ETCD_CLIENT_PORT,
+    ETCD_METRICS_PORT,
+    ETCD_PEER_PORT,
+)
 
 SSH_PORT = 22
 # The lowest priority a custom rule may have; Azure's defaults (65000+) come after it.
@@ -129,13 +135,17 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
             control, str(APISERVER_PORT),
         ))
     nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
-        "control-plane": [*apiserver_rules, *ssh(200, control), _deny_all()],
+        # Prometheus in the pools reads each host's certificate expiry (kilonode.render.cert_metrics:
+        # plain HTTP, expiry dates only)
+        "control-plane": [*apiserver_rules, _allow("allow-cert-metrics-from-pools", 130, pools, control,
+                                                   str(CERT_METRICS_PORT)), *ssh(200, control), _deny_all()],
         "etcd": [
             _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
             _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
             # Prometheus runs in the pools (docs/monitoring.md): etcd's metrics listener
             # (--listen-metrics-urls, plain HTTP, /metrics and /health only: no keys, no data)
             _allow("allow-etcd-metrics-from-pools", 120, pools, etcd, str(ETCD_METRICS_PORT)),
+            _allow("allow-cert-metrics-from-pools", 130, pools, etcd, str(CERT_METRICS_PORT)),
             *ssh(200, etcd),
             _deny_all(),
         ],

@@ -9,7 +9,9 @@ what Azure would apply by restarting or replacing it (its *restart key*: size, z
 and a digest of its custom data), exports it as a stack output, and on the next run reads
 the last deployed value back through a StackReference to its own stack (a pattern Pulumi's
 maintainers give in pulumi/pulumi#3722). A change is refused when the machines whose key
-changed would be a majority of one etcd cluster, or every apiserver, naming them.
+changed would be a majority of one etcd cluster, or every apiserver, naming them. A
+certificate renewal goes through the same rule: a host's new certificateGenerations entry changes
+that host's custom data alone (kilonode.azure.tls), one machine, which passes.
 
 Everything here is pure: previous and current keys in, problems out.
 """
@@ -42,7 +44,8 @@ class Disruption:
             f"at once ({', '.join(self.machines)}): {self.why}. Roll them one at a time: add {self.group!r} to "
             "acknowledgeRestart in the stack file, `pulumi up --target` one machine's VM at a time (waiting for "
             "it to be healthy), one plain `pulumi up` to record the new state, then remove the acknowledgement "
-            "(docs/azure.md: \"Rolling the control plane\")"
+            "(docs/azure.md: \"Rolling the control plane\"). Renewing certificates? Raise one host's "
+            "certificateGenerations entry per update instead (docs/runbooks/certificate-renewal.md)"
         )
 
 

@@ -131,9 +131,9 @@ class Tls(pulumi.ComponentResource):
         self.admin_kubeconfig = self._kubeconfig(self._layout.admin_kubeconfig, endpoint, name)
         self.super_admin_kubeconfig = self._kubeconfig(self._layout.super_admin_kubeconfig, endpoint, name)
 
-    def _key(self, name: str) -> tls.PrivateKey:
+    def _key(self, name: str, opts: pulumi.ResourceOptions | None = None) -> tls.PrivateKey:
         return tls.PrivateKey(f"{self._name}-{name}-key", algorithm=pki.KEY_ALGORITHM, ecdsa_curve=pki.KEY_CURVE,
-                              opts=self._child)
+                              opts=opts or self._child)
 
     def _ca(self, authority: pki.Authority) -> _Pair:
         key = self._key(authority.name)
@@ -149,8 +149,20 @@ class Tls(pulumi.ComponentResource):
         )
         return _Pair(cert.cert_pem, pulumi.Output.secret(key.private_key_pem))
 
+    def _renewal(self, leaf: pki.Leaf) -> pulumi.ResourceOptions:
+        """A host's leaf is replaced (key, request and certificate) when its host's generation
+        changes, and only then. `replacement_trigger` (pulumi/pulumi PR #20936, in the pinned SDK
+        3.272; the CLI running `pulumi up` must know it too, which the runbook has preview show):
+        the engine compares the value with the one the last deployment recorded and replaces the
+        resource when both are set and differ. A trigger set for the first time (a stack deployed
+        before this option) replaces nothing, so the generation is always given, 0 included."""
+        if leaf.host is None:
+            return self._child
+        return pulumi.ResourceOptions(parent=self, replacement_trigger=leaf.generation)
+
     def _signed(self, leaf: pki.Leaf) -> _Pair:
-        key = self._key(leaf.name)
+        renewal = self._renewal(leaf)
+        key = self._key(leaf.name, renewal)
         ca = self._pairs[leaf.ca]
         csr = tls.CertRequest(
             f"{self._name}-{leaf.name}-csr",
@@ -158,7 +170,7 @@ class Tls(pulumi.ComponentResource):
             subject=tls.CertRequestSubjectArgs(common_name=leaf.common_name, organization=leaf.organization),
             dns_names=list(leaf.dns_names) or None,
             ip_addresses=list(leaf.ip_addresses) or None,
-            opts=self._child,
+            opts=renewal,
         )
         cert = tls.LocallySignedCert(
             f"{self._name}-{leaf.name}",
@@ -166,9 +178,10 @@ class Tls(pulumi.ComponentResource):
             ca_cert_pem=ca.cert_pem,
             ca_private_key_pem=ca.key_pem,
             validity_period_hours=pki.LEAF_HOURS,
-            early_renewal_hours=pki.RENEW_HOURS,
+            # 0 for a host's leaves: renewed by generation, never all at once (kilonode.plan.defaults)
+            early_renewal_hours=pki.early_renewal_hours(leaf),
             allowed_uses=list(leaf.uses),
-            opts=self._child,
+            opts=renewal,
         )
         return _Pair(cert.cert_pem, pulumi.Output.secret(key.private_key_pem))
 

@@ -1,4 +1,4 @@
-"""`kilonode local up|status|down`: rehearse a stack's etcd clusters and a worker VM on this machine."""
+"""`kilonode local up|status|down|renew-certs`: rehearse a stack's etcd clusters and a worker VM on this machine."""
 
 from __future__ import annotations
 
@@ -223,6 +223,39 @@ def down(
         rehearsal.down(directory, keep, progress)
     except _errors() as error:
         die(escape(str(error)), "kilonode local down")
+
+
+@local_app.command("renew-certs")
+def renew_certs(
+    host: Annotated[str, typer.Argument(metavar="HOST", help="A control-plane host: etcd-main-N, etcd-events-N or "
+                                        "apiserver-N.")],
+    stack: LocalStackArg = "local",
+    state_dir: StateDirOption = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the member's cluster to answer again.", min=1)
+    ] = 60.0,
+) -> None:
+    """Renew one host's certificates on the running rehearsal, as raising its
+    certificateGenerations entry does in Azure (docs/runbooks/certificate-renewal.md).
+
+    Refuses unless the host's etcd cluster is healthy. Issues the host's leaves again (new
+    keys, the same CA, new serials), restarts that member alone from its rendered unit's command
+    line, waits for its cluster to answer, and checks that the member serves the new
+    certificates on its client and peer ports. For an apiserver the files are issued again; no
+    kube-apiserver runs here. Exit status 2 when the renewal could not be done or checked.
+    """
+    from kilonode.local import rehearsal
+
+    directory = _state_dir(stack, state_dir)
+    loaded, plan = load_and_plan(stack)
+    try:
+        done = rehearsal.renew(loaded, plan, directory, host, _Progress(), health_timeout_s=timeout)
+    except _errors() as error:
+        die(escape(str(error)), "kilonode local renew-certs")
+    for listener, (old, new) in done.serials.items():
+        out.print(f"{escape(host)} {listener} certificate: serial {old:x} -> {new:x}")
+    out.print(f"{escape(host)}: {len(done.renewed)} certificate(s) renewed"
+              + (f"; {escape(done.restarted)}" if done.restarted else ""))
 
 
 def _size(value: int | None) -> str:

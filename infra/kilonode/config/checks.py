@@ -30,6 +30,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
     return [
         *_etcd_quota(config),
         *_etcd_overrides(config),
+        *_certificate_generations(config),
         *_kubernetes_pins(config),
         *_taints(config),
         *_image_replicas(config),
@@ -77,6 +78,22 @@ def _etcd_overrides(config: ClusterConfig) -> list[Problem]:
                 loc, f"resizes every member (0 to {cluster.members - 1}) away from vmSize: Azure restarts each "
                 "resized VM, and all of them in one change loses quorum. Move one member per change; once all but "
                 "one are moved, set vmSize to the new size and remove the overrides (that change restarts the last)",
+            ))
+    return problems
+
+
+def _certificate_generations(config: ClusterConfig) -> list[Problem]:
+    """Each certificateGenerations key must name a host the stack has: a generation for a
+    member that does not exist would renew nothing, silently."""
+    counts = {"etcd-main": config.etcd.main.members, "etcd-events": config.etcd.events.members,
+              "apiserver": config.apiserver.replicas}
+    problems = []
+    for host in sorted(config.certificate_generations):
+        group, _, index = host.rpartition("-")
+        if int(index) >= counts[group]:
+            problems.append(Problem(
+                ("certificateGenerations", host),
+                f"names {host}, but this stack's {group} hosts are numbered 0 to {counts[group] - 1}",
             ))
     return problems
 

@@ -17,7 +17,9 @@ from pydantic.alias_generators import to_camel
 from kilonode.config.values import (
     Bool,
     Cidr,
+    ControlPlaneHost,
     DevicePath,
+    Generation,
     IndexKey,
     Int,
     LabelKey,
@@ -757,6 +759,19 @@ class ClusterConfig(StrictModel):
             "Groups of control-plane machines that the next `pulumi up` may restart or replace all at "
             "once: without it, an update that would take down a majority of an etcd cluster (quorum lost) "
             "or every apiserver is refused, naming the machines. Set it for that one update, then remove it."
+        ),
+    )
+    certificate_generations: dict[ControlPlaneHost, Generation] = Field(
+        default_factory=dict,
+        description=(
+            "Certificate renewal, one host at a time: control-plane host (etcd-main-N, etcd-events-N, apiserver-N) "
+            "-> its renewal generation (absent: 0). Raising a host's generation by one makes the next `pulumi up` "
+            "issue that host's certificates again with new keys (the CAs stay) and replace that VM alone, which "
+            "the restart guard allows one member at a time. An apiserver's generation also renews the client "
+            "certificates it holds (its etcd and kubelet clients, its scheduler's and controller manager's). "
+            "Leaf certificates last one year and are never renewed behind your back: the "
+            "KilonodeCertificateExpiresSoon alert says when (docs/runbooks/certificate-renewal.md). Never lower or "
+            "remove a generation: any change renews."
         ),
     )
 

@@ -274,3 +274,30 @@ Taint = Annotated[str, Strict(), AfterValidator(_taint), Accepts(
 
 # --- Azure names ---------------------------------------------------------------------------------
 VmSize = Annotated[str, Strict(), Field(pattern=r"^[A-Za-z0-9_]{1,64}$")]
+
+# --- certificates --------------------------------------------------------------------------------
+# A control-plane host as the plan names it (kilonode.plan.resolve): an etcd member of either
+# cluster or an apiserver, by index. Whether the index exists is checked against the stack's
+# member counts (kilonode.config.checks).
+CONTROL_PLANE_HOST = r"(etcd-main|etcd-events|apiserver)-(0|[1-9][0-9]?)"
+# A renewal generation: a count an operator bumps by one per renewal; far below any limit, and
+# small enough that a typo (a date, a serial) stands out.
+MAX_GENERATION = 10_000
+
+
+def _control_plane_host(value: str) -> str:
+    if not re.fullmatch(CONTROL_PLANE_HOST, value):
+        raise ValueError(f"{shown(value)} is not a control-plane host: etcd-main-N, etcd-events-N or apiserver-N "
+                         "(N the member's index, as `kilonode explain` and the rendered host folders name them)")
+    return value
+
+
+def _generation(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GENERATION:
+        raise ValueError(f"takes a whole number from 0 to {MAX_GENERATION}, one more than the last renewal "
+                         f"(got {shown(value)})")
+    return value
+
+
+ControlPlaneHost = Annotated[str, Strict(), AfterValidator(_control_plane_host)]
+Generation = Annotated[int, BeforeValidator(_generation), Accepts(f"a whole number, 0 to {MAX_GENERATION}")]

@@ -15,6 +15,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -287,6 +288,24 @@ def etcdctl(endpoints: Sequence[str], tls: ClientTls, *args: str,
          f"--key={tls.key}", f"--command-timeout={timeout_s}s", f"--dial-timeout={min(timeout_s, 3)}s", *args],
         capture_output=True, text=True, timeout=timeout_s * 3, check=False, env=env,
     )
+
+
+def served_certificate(address: str, port: int, tls: ClientTls, timeout_s: float = 5.0) -> bytes:
+    """The certificate (DER) a member presents on address:port, verified against `tls.ca`, to a
+    client that shows `tls.cert`: what a peer or the apiserver sees in the handshake."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(cafile=str(tls.ca))
+    context.load_cert_chain(str(tls.cert), str(tls.key))
+    context.check_hostname = False  # the address is checked by the caller's verify of the SANs
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s) as raw, \
+                context.wrap_socket(raw) as conn:
+            der = conn.getpeercert(binary_form=True)
+    except (OSError, ssl.SSLError) as error:
+        raise EtcdError(f"{address}:{port}: no verified TLS handshake ({error})") from None
+    if der is None:
+        raise EtcdError(f"{address}:{port} presented no certificate")
+    return der
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,7 @@ def issue(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str],
                            frozenset(local_ips(leaf.ip_addresses, addresses)), *_uses(leaf.uses))
         key_path, cert_path = where.key(leaf.name, "leaf"), where.cert(leaf.name, "leaf")
         issuer = certs[leaf.ca]
-        why = _reusable(cert_path, key_path, profile, issuer, now, renew_hours=pki.RENEW_HOURS)
+        why = _reusable(cert_path, key_path, profile, issuer, now, renew_hours=pki.early_renewal_hours(leaf))
         if why is None:
             keys[leaf.name], certs[leaf.name] = _load(key_path), _load_cert(cert_path)
             report.reused.append(leaf.name)
@@ -217,6 +217,22 @@ def issue(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str],
     for name, spec in (("admin", layout.admin_kubeconfig), ("super-admin", layout.super_admin_kubeconfig)):
         report.files_written += _write(where.kubeconfig(name), content(spec).encode(), pki.KEY_MODE)
     return report
+
+
+def renew_host(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str], host: str) -> IssueReport:
+    """Issue `host`'s leaves again with new keys (the same CAs, new serials), as a new
+    generation of that host does in Azure, and rewrite its files; every other host's files are
+    rewritten unchanged. The report's `created` names the renewed leaves."""
+    leaves = pki.host_leaves(layout, host)
+    if not leaves:
+        raise ValueError(f"{host} holds no certificate of its own in this layout (hosts: "
+                         f"{', '.join(h for h in layout.hosts)})")
+    where = LocalPki(root)
+    for leaf in leaves:
+        # absent key and certificate: `issue` makes a new key and has the CA sign it
+        where.key(leaf.name, "leaf").unlink(missing_ok=True)
+        where.cert(leaf.name, "leaf").unlink(missing_ok=True)
+    return issue(layout, root, addresses)
 
 
 _ABSENT_CERT = "no certificate for its key"

@@ -1,4 +1,4 @@
-"""`kilonode local up|status|down`: a stack's etcd clusters, run here from its rendered units,
+"""`kilonode local up|status|down|renew-certs`: a stack's etcd clusters, run here from its rendered units,
 and one worker VM booted from its first node pool's image.
 
     up      issue the PKI layout (kilonode.local.pki), start every etcd member of both
@@ -12,7 +12,10 @@ and one worker VM booted from its first node pool's image.
             that is off is powered on again on its kept disks;
     status  what runs, from the state directory alone (no stack needed);
     down    stop what `up` started, by PID (the worker: guest poweroff first); remove the
-            state unless kept.
+            state unless kept;
+    renew   one host's certificates issued again and that member alone restarted, checked
+            to serve the new ones (`kilonode local renew-certs HOST`: a certificate
+            generation's rehearsal).
 
 Everything lives in one state directory (`default_state_dir`), described by its
 `rehearsal.json`: a directory without that file is never deleted.
@@ -31,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cryptography import x509
+
 from kilonode.config import Stack
 from kilonode.config.load import project_root
 from kilonode.image.build import ImageInputs, image_name
@@ -39,7 +44,7 @@ from kilonode.local import worker as workers
 from kilonode.local.addresses import address_map
 from kilonode.local.check import ApiserverCheck, check_apiserver_etcd
 from kilonode.local.etcd import ClientTls, EtcdError, Member, ProcessState
-from kilonode.local.pki import IssueReport, LocalPki, issue_plan
+from kilonode.local.pki import IssueReport, LocalPki, issue_plan, renew_host
 from kilonode.local.units import UnitError, environment, exec_start, flag, flags_of, localise
 from kilonode.local.worker import WorkerRecord, WorkerSummary
 from kilonode.plan import pki
@@ -222,8 +227,10 @@ def etcd_members(plan: ClusterPlan, rendered: dict[str, HostFiles], state_dir: P
             quota = int(flag(local, "quota-backend-bytes"))
             members.append(Member(cluster.role, m.name, addresses[str(m.ip)], (etcd_binary, *args), directory,
                                   flag(local, "advertise-client-urls").split(",")[0], tuple(listens), env))
+        # the rehearsal reaches etcd as the first apiserver does, with its client certificate
+        client = pki.apiserver_etcd_client(plan.control_plane.instances[0].name)
         tls = ClientTls(where.cert(pki.etcd_ca_name(cluster.role), "authority"),
-                        where.cert(pki.APISERVER_ETCD_CLIENT, "leaf"), where.key(pki.APISERVER_ETCD_CLIENT, "leaf"))
+                        where.cert(client, "leaf"), where.key(client, "leaf"))
         clusters.append(ClusterRecord(cluster.role, tuple(members), tls, quota))
     return clusters
 
@@ -493,6 +500,89 @@ def apiserver_checks(plan: ClusterPlan, rendered: dict[str, HostFiles], record: 
                              where.host_files(i.name, layout), cluster_ids, member_urls)
         for i in plan.control_plane.instances
     ]
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What `renew` did to one host."""
+
+    host: str
+    renewed: tuple[str, ...]  # the leaves issued again (new keys, new serials)
+    # for an etcd member: listener ("client", "peer") -> (serial served before, serial served after)
+    serials: dict[str, tuple[int, int]] = field(default_factory=dict)
+    restarted: str | None = None  # "stopped (PID n), started (PID m)"; None: not run here (an apiserver)
+
+
+def renew(stack: Stack, plan: ClusterPlan, state_dir: Path, host: str, progress: Progress,
+          health_timeout_s: float = HEALTH_TIMEOUT_S) -> Renewal:
+    """Renew one host's certificates as a new generation does in Azure, on the running rehearsal:
+    refuse unless the host's etcd cluster is healthy (every member answers), issue the host's
+    leaves again (new keys, the same CAs, new serials), restart that member alone from its
+    rendered unit's command line (the same command: the files changed, not the flags), wait for
+    the cluster to answer, and check that the member now serves the new certificates, on its
+    client and its peer port. An apiserver's leaves are issued again and its files rewritten;
+    no kube-apiserver runs here to restart."""
+    state_dir = state_dir.absolute()
+    record = Record.load(state_dir) if state_dir.exists() else None
+    if record is None or record.stack_file != str(stack.file):
+        raise RehearsalError(f"no rehearsal of stack {stack.name} in {state_dir}: `kilonode local up` starts one")
+    layout = pki.pki_layout(plan)
+    where = LocalPki(state_dir)
+    found = [(c, m) for c in record.clusters for m in c.members if m.name == host]
+    if not found:
+        if host not in layout.hosts:
+            raise RehearsalError(f"{host} is no control-plane host of stack {stack.name} ("
+                                 f"{', '.join(layout.hosts)})")
+        report = _renew_files(layout, state_dir, plan, host)
+        progress(f"{host}: issued again {', '.join(report.created)}; its files in {where.host_dir(host)} rewritten "
+                 "(no kube-apiserver runs here to restart)")
+        return Renewal(host, tuple(report.created))
+    cluster, member = found[0]
+    health = etcd.etcdctl(cluster.endpoints, cluster.tls, "endpoint", "health")
+    if health.returncode != 0:
+        raise RehearsalError(f"the {cluster.role} cluster is not healthy ({(health.stderr or health.stdout).strip()}): "
+                             f"renewing {host} now would take another member down; `kilonode local status` first")
+    before = _served_serials(cluster, member, where)
+    report = _renew_files(layout, state_dir, plan, host)
+    progress(f"{host}: issued again {', '.join(report.created)} (new keys, same CA)")
+    stopped = etcd.stop([[member]])[member.name]
+    progress(f"{host}: {stopped}; starting it again from its unit's command line ...")
+    try:
+        pid = etcd.start(member)
+    except EtcdError as error:
+        raise RehearsalError(str(error)) from None
+    _wait(cluster, health_timeout_s)
+    after = _served_serials(cluster, member, where)
+    serials = {name: (before[name], after[name]) for name in before}
+    same = [name for name, (old, new) in serials.items() if old == new]
+    if same:
+        raise RehearsalError(f"{host} still serves its old certificate on its {', '.join(same)} port(s) after the "
+                             f"restart (log {member.log_file})")
+    progress(f"{host}: started (PID {pid}); the {cluster.role} cluster answers; it serves the new certificates")
+    return Renewal(host, tuple(report.created), serials, f"{stopped}, started (PID {pid})")
+
+
+def _renew_files(layout: pki.PkiLayout, state_dir: Path, plan: ClusterPlan, host: str) -> IssueReport:
+    try:
+        return renew_host(layout, state_dir, address_map(plan), host)
+    except ValueError as error:
+        raise RehearsalError(str(error)) from None
+
+
+def _served_serials(cluster: ClusterRecord, member: Member, where: LocalPki) -> dict[str, int]:
+    """The serial of the certificate `member` presents on its client and on its peer port, each
+    verified against its cluster's CA. The peer port asks for a peer of the same cluster, so the
+    handshake shows another member's peer certificate (a member of the cluster that stays up)."""
+    peers = [m for m in cluster.members if m.name != member.name] or [member]
+    peer_tls = ClientTls(cluster.tls.ca, where.cert(f"{peers[0].name}-peer", "leaf"),
+                         where.key(f"{peers[0].name}-peer", "leaf"))
+    found = {}
+    for listener, tls in (("client", cluster.tls), ("peer", peer_tls)):
+        flag_name = f"listen-{listener}-urls"
+        address, port = next((a, p) for a, p, f in member.listens if f == flag_name)
+        der = etcd.served_certificate(address, port, tls)
+        found[listener] = x509.load_der_x509_certificate(der).serial_number
+    return found
 
 
 def status(state_dir: Path) -> tuple[Record, list[ClusterSummary], WorkerSummary | None]:

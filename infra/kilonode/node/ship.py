@@ -103,7 +103,10 @@ LOCAL_DISK_SETUP = NodeProgram("local_disk_setup.py", "image", target="/usr/loca
 # Every etcd member, with its timer, unit and config (kilonode.render.etcd_snapshot).
 ETCD_SNAPSHOT = NodeProgram("etcd_snapshot.py", "custom data", target="/usr/local/lib/kilonode/etcd_snapshot.py",
                             mode=0o755)
+# Every control-plane host: the expiry of the certificates it serves and uses, one answer per
+# scrape (kilonode.render.cert_metrics).
+CERT_EXPIRY = NodeProgram("cert_expiry.py", "custom data", target="/usr/local/lib/kilonode/cert-metrics", mode=0o755)
 # The ARP lesson's fill, on the VM `kilonode image verify` booted (kilonode.image.arp_lesson).
 ARP_GUEST = NodeProgram("arp_guest.py", "command")
 
-PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, ARP_GUEST)
+PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, CERT_EXPIRY, ARP_GUEST)

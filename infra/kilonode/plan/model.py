@@ -430,6 +430,8 @@ class ClusterPlan(StrictModel):
     role_image_replicas: int  # gallery replicas of each role image version
     # control-plane groups the next `pulumi up` may restart all at once (kilonode.azure.rollout)
     acknowledge_restart: tuple[str, ...] = ()
+    # control-plane host -> its certificate renewal generation (kilonode.plan.pki); absent: 0
+    certificate_generations: dict[str, int] = Field(default_factory=dict)
     teams: tuple[TeamPlan, ...] = ()
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]

@@ -19,11 +19,16 @@ The trust rules (kilonode.plan.wellknown explains the paths):
 - each etcd cluster (main, events) has its own CA, which signs its members' server and peer
   certificates; a member's `--peer-trusted-ca-file` is its own cluster's CA alone, so a
   member of one cluster can never join the other;
-- kube-apiserver has one etcd client certificate, signed by the main etcd CA; each cluster's
-  client CA file therefore holds the main CA (the events one also its own CA, for etcdctl
-  with a member's certificate); the apiserver's etcd CA bundle holds both etcd CAs;
-- a Kubernetes CA signs the apiserver's serving certificate, its kubelet client certificate,
-  the co-located components' client certificates and the administrators'.
+- each kube-apiserver has its own etcd client certificate, signed by the main etcd CA; each
+  cluster's client CA file therefore holds the main CA (the events one also its own CA, for
+  etcdctl with a member's certificate); the apiserver's etcd CA bundle holds both etcd CAs;
+- a Kubernetes CA signs each apiserver's serving certificate, its kubelet client certificate,
+  its co-located components' client certificates, and the administrators'.
+
+Renewal is per host, never all at once: every leaf a control-plane host holds is that host's
+alone (`Leaf.host`), so the host's generation (the stack's certificateGenerations) renews
+its files and no other host's. The CAs are not renewed by any generation (ten years; the
+runbook, docs/runbooks/certificate-renewal.md, says what that means).
 """
 
 from __future__ import annotations
@@ -42,10 +47,17 @@ from kilonode.yamlio import plain_yaml
 KEY_ALGORITHM = "ECDSA"
 KEY_CURVE = "P256"
 
-# Lifetimes: kilonode.plan.defaults (CAs ten years; leaves one year, renewed in their last 30 days).
+# Lifetimes: kilonode.plan.defaults (CAs ten years; leaves one year). A host's leaves renew by
+# its generation only; the administrators' (on no host) in their last 30 days.
 CA_HOURS = defaults.CA_VALIDITY_HOURS
 LEAF_HOURS = defaults.LEAF_VALIDITY_HOURS
 RENEW_HOURS = defaults.LEAF_RENEW_BEFORE_HOURS
+HOST_RENEW_HOURS = defaults.HOST_LEAF_EARLY_RENEWAL_HOURS
+
+
+def early_renewal_hours(leaf: Leaf) -> int:
+    """pulumi-tls `early_renewal_hours` for `leaf` (kilonode.plan.defaults says why)."""
+    return HOST_RENEW_HOURS if leaf.host is not None else RENEW_HOURS
 
 # pulumi-tls `allowed_uses` names (terraform-provider-tls internal/provider/common_cert.go:
 # keyUsages and extendedKeyUsages); kilonode.local.pki maps them to X.509 the same way.
@@ -90,7 +102,12 @@ class Authority:
 
 @dataclass(frozen=True)
 class Leaf:
-    """A certificate signed by `ca`, for its own key. `name` names key, CSR and certificate."""
+    """A certificate signed by `ca`, for its own key. `name` names key, CSR and certificate.
+
+    `host` is the one control-plane host that carries it (None: it is on no host, only in the
+    Pulumi state: the admin and super-admin credentials), and `generation` that host's renewal
+    generation (the stack's certificateGenerations): a new generation issues the key and the
+    certificate again, and so changes that host's files alone."""
 
     name: str
     ca: str
@@ -99,6 +116,8 @@ class Leaf:
     dns_names: tuple[str, ...]
     ip_addresses: tuple[str, ...]  # as the plan has them (Azure addresses)
     uses: tuple[Use, ...]
+    host: str | None = None
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,9 +218,18 @@ def etcd_ca_name(role: str) -> str:
 
 
 KUBERNETES_CA = "kubernetes-ca"
-APISERVER_ETCD_CLIENT = "apiserver-etcd-client"
-APISERVER_KUBELET_CLIENT = "apiserver-kubelet-client"
 SERVICE_ACCOUNT = "service-account"
+
+
+def apiserver_etcd_client(instance: str) -> str:
+    """The etcd client certificate of apiserver `instance` (apiserver-0): each apiserver holds its
+    own, so renewing one apiserver's certificates changes no other apiserver's files."""
+    return f"{instance}-etcd-client"
+
+
+def host_leaves(layout: PkiLayout, host: str) -> tuple[Leaf, ...]:
+    """The leaves `host`'s generation renews: every certificate that host holds alone."""
+    return tuple(leaf for leaf in layout.leaves if leaf.host == host)
 
 
 def pki_layout(plan: ClusterPlan) -> PkiLayout:
@@ -215,43 +243,52 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
     leaves: list[Leaf] = []
     hosts: dict[str, tuple[HostFile, ...]] = {}
     for etcd in plan.etcd_clusters:
-        # Each cluster accepts clients signed by the main CA (the apiserver's one client
-        # cert); events also trusts its own CA for etcdctl with a member's certificate.
+        # Each cluster accepts clients signed by the main CA (each apiserver's etcd client
+        # certificate); events also trusts its own CA for etcdctl with a member's certificate.
         client_cas = (main_ca,) if etcd.role == "main" else (main_ca, events_ca)
-        for name, files in _etcd_members(etcd, client_cas, leaves):
+        for name, files in _etcd_members(etcd, client_cas, leaves, plan.certificate_generations):
             hosts[name] = files
 
-    def client(name: str, ca: str, common_name: str, organization: str | None = None) -> str:
-        leaves.append(Leaf(name, ca, common_name, organization, (), (), CLIENT_USES))
+    def client(name: str, ca: str, common_name: str, organization: str | None = None,
+               host: str | None = None) -> str:
+        generation = plan.certificate_generations.get(host, 0) if host else 0
+        leaves.append(Leaf(name, ca, common_name, organization, (), (), CLIENT_USES, host, generation))
         return name
 
-    etcd_client = client(APISERVER_ETCD_CLIENT, main_ca, "kube-apiserver-etcd-client")
-    # kubeadm's identity for this certificate: the apiserver acts on kubelets as an
-    # administrator (logs, exec, port-forward).
-    kubelet_client = client(APISERVER_KUBELET_CLIENT, KUBERNETES_CA, "kube-apiserver-kubelet-client",
-                            "system:masters")
-    component_kubeconfigs = {
-        wellknown.SCHEDULER_KUBECONFIG: client("kube-scheduler", KUBERNETES_CA, "system:kube-scheduler"),
-        wellknown.CONTROLLER_MANAGER_KUBECONFIG: client(
-            "kube-controller-manager", KUBERNETES_CA, "system:kube-controller-manager"
-        ),
-    }
-    # The GPU health taint controller runs beside each apiserver too, only where there are
-    # GPU pools: its own identity, bound to its own ClusterRole (kilonode.k8s.gpu).
-    if plan.gpu_pools:
-        component_kubeconfigs[wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG] = client(
-            "gpu-health-controller", KUBERNETES_CA, defaults.GPU_HEALTH_CONTROLLER_USER
-        )
     cp = plan.control_plane
     for instance in cp.instances:
-        serving = f"{instance.name}-serving"
+        host = instance.name
+        serving = f"{host}-serving"
         leaves.append(Leaf(
             serving, KUBERNETES_CA, "kube-apiserver", None,
             (*KUBERNETES_SERVICE_NAMES, instance.name, instance.vm_name, "localhost"),
             (str(instance.ip), str(cp.load_balancer_ip), str(cp.kubernetes_service_ip), "127.0.0.1"),
-            SERVER_USES,
+            SERVER_USES, host, plan.certificate_generations.get(host, 0),
         ))
-        hosts[instance.name] = (
+        # Every client certificate an apiserver host holds is its own, not shared with the
+        # other apiservers: one shared certificate sits in every apiserver's custom data, so
+        # renewing it would replace every apiserver at once (the restart guard refuses that).
+        # Same subjects as kubeadm's; etcd and the kubelets authorise by CA and subject, not
+        # by which certificate.
+        etcd_client = client(apiserver_etcd_client(host), main_ca, "kube-apiserver-etcd-client", host=host)
+        # kubeadm's identity for this certificate: the apiserver acts on kubelets as an
+        # administrator (logs, exec, port-forward).
+        kubelet_client = client(f"{host}-kubelet-client", KUBERNETES_CA, "kube-apiserver-kubelet-client",
+                                "system:masters", host)
+        component_kubeconfigs = {
+            wellknown.SCHEDULER_KUBECONFIG: client(f"{host}-kube-scheduler", KUBERNETES_CA, "system:kube-scheduler",
+                                                   host=host),
+            wellknown.CONTROLLER_MANAGER_KUBECONFIG: client(
+                f"{host}-kube-controller-manager", KUBERNETES_CA, "system:kube-controller-manager", host=host
+            ),
+        }
+        # The GPU health taint controller runs beside each apiserver too, only where there are
+        # GPU pools: its own identity, bound to its own ClusterRole (kilonode.k8s.gpu).
+        if plan.gpu_pools:
+            component_kubeconfigs[wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG] = client(
+                f"{host}-gpu-health-controller", KUBERNETES_CA, defaults.GPU_HEALTH_CONTROLLER_USER, host=host
+            )
+        hosts[host] = (
             HostFile(wellknown.K8S_CA, Cert(KUBERNETES_CA)),
             HostFile(wellknown.K8S_CA_KEY, PrivateKey(KUBERNETES_CA), KEY_MODE),
             HostFile(wellknown.APISERVER_CERT, Cert(serving)),
@@ -268,6 +305,7 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
                 for path, user in component_kubeconfigs.items()
             ],
         )
+    # The administrators' credentials are on no host: nothing but the Pulumi state holds them.
     admin = client("admin", KUBERNETES_CA, "kilonode-admin", defaults.CLUSTER_ADMINS_GROUP)
     super_admin = client("super-admin", KUBERNETES_CA, "kilonode-super-admin", defaults.SUPER_ADMIN_GROUP)
     endpoint = cp.endpoint  # the load balancer: what kubelets and operators use
@@ -289,15 +327,17 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
 
 
 def _etcd_members(
-    etcd: EtcdClusterPlan, client_cas: tuple[str, ...], leaves: list[Leaf]
+    etcd: EtcdClusterPlan, client_cas: tuple[str, ...], leaves: list[Leaf], generations: Mapping[str, int]
 ) -> list[tuple[str, tuple[HostFile, ...]]]:
     ca = etcd_ca_name(etcd.role)
     hosts = []
     for m in etcd.members:
         names = (m.name, m.vm_name, "localhost")
+        generation = generations.get(m.name, 0)
         # The server cert also authenticates local etcdctl health checks as a client.
-        server = Leaf(f"{m.name}-server", ca, m.name, None, names, (str(m.ip), "127.0.0.1"), PEER_USES)
-        peer = Leaf(f"{m.name}-peer", ca, m.name, None, names, (str(m.ip),), PEER_USES)
+        server = Leaf(f"{m.name}-server", ca, m.name, None, names, (str(m.ip), "127.0.0.1"), PEER_USES,
+                      m.name, generation)
+        peer = Leaf(f"{m.name}-peer", ca, m.name, None, names, (str(m.ip),), PEER_USES, m.name, generation)
         leaves += [server, peer]
         hosts.append((m.name, (
             HostFile(wellknown.ETCD_CA, Cert(ca)),

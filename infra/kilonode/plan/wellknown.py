@@ -54,6 +54,9 @@ ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 ETCD_METRICS_PORT = 2381
 APISERVER_PORT = 6443
+# kilonode's own: each control-plane host's certificate expiry metrics (kilonode.render.cert_metrics);
+# a port no component of the control plane uses
+CERT_METRICS_PORT = 9479
 
 # Where the node image bakes preloaded image archives.
 PRELOAD_DIR = "/opt/kilonode/preload"

@@ -7,6 +7,8 @@ from typing import Any
 from kilonode.node.ship import GPU_HEALTH, PYTHON
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
+from kilonode.render.cert_metrics import UNITS_TO_ENABLE as CERT_METRICS_UNITS
+from kilonode.render.cert_metrics import cert_metrics_files
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -297,7 +299,10 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
         AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
         SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
     }
-    start_units = ["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service"]
+    # its certificates' expiry, for the alert (kilonode.render.cert_metrics)
+    files |= cert_metrics_files(plan, instance.name, str(instance.ip))
+    start_units = ["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service",
+                   *CERT_METRICS_UNITS]
     # GPU nodes register with a startup taint only this controller lifts: it runs wherever
     # there are GPU pools, and only there.
     if plan.gpu_pools:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from kilonode.plan import wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
+from kilonode.render.cert_metrics import UNITS_TO_ENABLE as CERT_METRICS_UNITS
+from kilonode.render.cert_metrics import cert_metrics_files
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import Flag, render_template, systemd_exec
 from kilonode.render.etcd_snapshot import UNITS_TO_ENABLE as SNAPSHOT_UNITS
@@ -107,6 +109,8 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
         ETCD_JOIN: RenderedFile(render_etcd_join(cluster, member), mode=0o755),
         # scheduled snapshots, taken by the cluster's leader (kilonode.render.etcd_snapshot)
         **snapshot_files(plan, cluster, member),
+        # its certificates' expiry, for the alert (kilonode.render.cert_metrics)
+        **cert_metrics_files(plan, member.name, str(member.ip)),
     }
     files[USER_DATA] = RenderedFile(user_data(
         role=f"etcd member {member.name} of cluster {plan.cluster}",
@@ -115,6 +119,6 @@ def render_etcd_member(plan: ClusterPlan, cluster: EtcdClusterPlan, member: Etcd
         files=files,
         restart_units=[],
         # the etcd image has the binary and the etcd user: nothing is installed at boot
-        start_units=["etcd.service", *SNAPSHOT_UNITS],
+        start_units=["etcd.service", *SNAPSHOT_UNITS, *CERT_METRICS_UNITS],
     ))
     return dict(sorted(files.items()))

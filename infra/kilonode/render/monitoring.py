@@ -1,5 +1,6 @@
 """What a user's own Prometheus needs to watch the cluster kilonode built: a rule file (alert
-and recording rules for the signals the 2,500- and 7,500-node posts learnt to watch) and a
+and recording rules for the signals the 2,500- and 7,500-node posts learnt to watch, and the
+control plane's certificate expiry) and a
 scrape-configuration fragment that names this cluster's apiservers and etcd members and
 labels each etcd member with its cluster (main or events). Pure: plan in, text out.
 
@@ -43,7 +44,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from kilonode.node.gpu import protocol
-from kilonode.plan import wellknown
+from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
 from kilonode.render.common import GENERATED
 from kilonode.yamlio import block_yaml
@@ -60,6 +61,7 @@ JOB_APISERVER = "kilonode-apiserver"
 JOB_KUBELET = "kilonode-kubelet"
 JOB_CADVISOR = "kilonode-cadvisor"
 JOB_KUBE_STATE_METRICS = "kilonode-kube-state-metrics"
+JOB_CERTIFICATES = "kilonode-certificates"
 ETCD_JOB_PREFIX = "kilonode-etcd-"
 ETCD_JOBS = f'{ETCD_JOB_PREFIX}.+'
 
@@ -114,6 +116,14 @@ ETCD_LEADER_CHANGES_15M = 4
 # common cause (a driver, firmware or image rollout, or a broken check) that strands jobs across
 # the pool; 5% pages well before the field notes' 50% line at which an autoscaler must stop.
 GPU_UNHEALTHY_CRITICAL_FRACTION = 0.05
+
+# Certificates (kilonode.render.cert_metrics exports each control-plane host's): leaves last a
+# year and are renewed one host per `pulumi up` by the stack's certificateGenerations
+# (docs/runbooks/certificate-renewal.md). 45 days leave room to renew the 13 hosts of
+# research-7500 one a day with time to spare; 14 days is the last fortnight, when it pages.
+CERT_EXPIRY_WARNING_DAYS = defaults.CERT_EXPIRY_WARNING_DAYS
+CERT_EXPIRY_CRITICAL_DAYS = defaults.CERT_EXPIRY_CRITICAL_DAYS
+CERT_RUNBOOK = "docs/runbooks/certificate-renewal.md"
 
 Severity = Literal["warning", "critical"]
 
@@ -339,7 +349,7 @@ def etcd_group(plan: ClusterPlan) -> Group:
 # --- scrape targets ------------------------------------------------------------------------------
 def targets_group() -> Group:
     # Per-node jobs are left out: one node down is one NotReady node, not a monitoring failure.
-    jobs = f"{JOB_APISERVER}|{ETCD_JOBS}|{JOB_KUBE_STATE_METRICS}"
+    jobs = f"{JOB_APISERVER}|{ETCD_JOBS}|{JOB_CERTIFICATES}|{JOB_KUBE_STATE_METRICS}"
     return Group("kilonode-targets", (
         Alert("KilonodeScrapeTargetDown", f'up{{job=~"{jobs}"}} == 0', "10m", "warning",
               "Prometheus cannot scrape {{ $labels.job }} target {{ $labels.instance }}",
@@ -349,6 +359,34 @@ def targets_group() -> Group:
               f"(http, port {wellknown.ETCD_METRICS_PORT}) from where Prometheus runs (the etcd subnet's "
               "security group must allow it), and the RBAC of Prometheus' ServiceAccount.",
               "scrape-targets"),
+    ))
+
+
+# --- certificates --------------------------------------------------------------------------------
+CERT_EXPIRY = "kilonode:certificate_expiry:seconds"
+
+
+def certificates_group() -> Group:
+    where = "{{ $labels.path }} on {{ $labels.host }}"
+    renew = (
+        f"Renew that host: raise its certificateGenerations entry by one in the stack, `pulumi up`, wait for "
+        f"it to be healthy, then the next host ({CERT_RUNBOOK}). A CA (ca.crt, the etcd CA bundle) is not "
+        "renewed that way: its renewal is not automated (same runbook).")
+    return Group("kilonode-certificates", (
+        Record(CERT_EXPIRY, f'kilonode_certificate_not_after_seconds{{job="{JOB_CERTIFICATES}"}} - time()'),
+        Alert("KilonodeCertificateExpiresSoon", f"{CERT_EXPIRY} < {CERT_EXPIRY_WARNING_DAYS} * 86400", "1h",
+              "warning", f"The certificate in {where} expires in less than {CERT_EXPIRY_WARNING_DAYS} days",
+              "A control-plane certificate expires within weeks", renew, "certificate-expiry"),
+        Alert("KilonodeCertificateExpiresSoon", f"{CERT_EXPIRY} < {CERT_EXPIRY_CRITICAL_DAYS} * 86400", "10m",
+              "critical", f"The certificate in {where} expires in less than {CERT_EXPIRY_CRITICAL_DAYS} days",
+              "A control-plane certificate expires within days: past it, etcd members and apiservers refuse "
+              "each other", renew, "certificate-expiry"),
+        Alert("KilonodeCertificateUnreadable",
+              f'max by (host, path) (kilonode_certificate_unreadable{{job="{JOB_CERTIFICATES}"}}) > 0', "30m",
+              "warning", f"The certificate file {where} cannot be read or parsed",
+              "A control-plane certificate cannot be read",
+              "The file is missing or not a PEM certificate: the expiry alert is blind to it. Compare the host's "
+              "files with its custom data (a VM not replaced since its files changed).", "certificate-expiry"),
     ))
 
 
@@ -420,7 +458,7 @@ def gpu_group(plan: ClusterPlan) -> Group | None:
 
 
 def rule_groups(plan: ClusterPlan) -> list[Group]:
-    groups = [apiserver_group(), etcd_group(plan), targets_group()]
+    groups = [apiserver_group(), etcd_group(plan), certificates_group(), targets_group()]
     gpu = gpu_group(plan)
     return groups + ([gpu] if gpu else [])
 
@@ -537,6 +575,19 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
                 ],
             },
         ))
+    hosts = [(m.name, m.ip) for c in plan.etcd_clusters for m in c.members] + [(i.name, i.ip) for i in cp.instances]
+    jobs.append(Job(
+        ("Each control-plane host's certificate expiry (kilonode.render.cert_metrics: a socket unit on its",
+         f"address, port {wellknown.CERT_METRICS_PORT}, plain http: expiry dates only, no key, no data),",
+         "labelled with the host's name. An answer reads a dozen files: every 5 minutes is plenty."),
+        {
+            "job_name": JOB_CERTIFICATES,
+            "scrape_interval": "5m",
+            "scheme": "http",
+            "static_configs": [{"targets": [f"{ip}:{wellknown.CERT_METRICS_PORT}"], "labels": {"member": name}}
+                               for name, ip in hosts],
+        },
+    ))
     node_sd = [{"role": "node"}]
     jobs += [
         Job(

@@ -1,12 +1,27 @@
 """Certificates and identities: validity, the groups nodes and admins are, the serving-certificate
 approver's scope (its image: the catalogue's kubeletCsrApprover)."""
 
-# Certificates (pulumi-tls, ECDSA P-256): CAs for ten years; leaves for one year, re-issued
-# by the first `pulumi up` in their last 30 days, which re-delivers them through custom data
-# (a control-plane VM replacement, one member at a time: docs/azure.md, "Rolling the control plane").
+# Certificates (pulumi-tls, ECDSA P-256): CAs for ten years (renewing one is not automated:
+# docs/runbooks/certificate-renewal.md); leaves for one year.
 CA_VALIDITY_HOURS = 10 * 365 * 24
 LEAF_VALIDITY_HOURS = 365 * 24
+# A control-plane host's leaves are renewed only when the stack raises that host's
+# certificateGenerations entry: one host per `pulumi up`, a VM replacement the restart guard
+# allows. pulumi-tls's own early renewal is off for them (0 hours): it would re-issue every leaf
+# of the first `pulumi up` in the same later `pulumi up`, replacing every control-plane VM at once.
+# At 0, pulumi-tls re-issues a leaf only once it has expired (terraform-provider-tls
+# common_cert.go, modifyPlanIfCertificateReadyForRenewal: ready when now >= notAfter - hours),
+# which the expiry alert exists to prevent (and the restart guard still refuses a majority).
+HOST_LEAF_EARLY_RENEWAL_HOURS = 0
+# The administrators' client certificates are on no host (Pulumi state and the exported
+# kubeconfig only): pulumi-tls renews them in the first `pulumi up` of their last 30 days,
+# which replaces no machine. The program's own provider names its cluster (clusterIdentifier),
+# so its new kubeconfig updates the provider rather than replacing every in-cluster object.
 LEAF_RENEW_BEFORE_HOURS = 30 * 24
+# The expiry alert (kilonode.render.monitoring): a warning this many days before a
+# certificate's notAfter (time to renew one host a day, with room), critical at the second.
+CERT_EXPIRY_WARNING_DAYS = 45
+CERT_EXPIRY_CRITICAL_DAYS = 14
 
 # Node TLS bootstrap (kubeadm's scheme). The group every node's bootstrap token adds (it
 # must start with system:bootstrappers:); the bindings below grant it what kubeadm grants

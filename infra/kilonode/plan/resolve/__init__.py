@@ -82,6 +82,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         # A handful of VMs, created one group at a time: the production floor is enough.
         role_image_replicas=config.node_image.min_replicas,
         acknowledge_restart=config.acknowledge_restart,
+        certificate_generations=dict(sorted(config.certificate_generations.items())),
         teams=teams.teams,
         budgets=tuple(budgets),
         disk_tiers=disk_tiers(),

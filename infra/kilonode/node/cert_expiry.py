@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""The notAfter of every certificate a control-plane host serves and uses, as Prometheus metrics.
+
+Neither etcd 3.5 nor kube-apiserver exports its own certificates' expiry (kube-apiserver's
+apiserver_client_certificate_expiration_seconds is a histogram of the certificates clients
+present to it; etcd has no such metric, etcd-io/etcd#21622), so this program reads the files.
+It runs once per scrape under systemd socket activation (kilonode-cert-metrics.socket,
+Accept=yes): the HTTP request on stdin, the response on stdout, the files read at that moment.
+With --print it writes the metrics alone to stdout (by hand, or for node_exporter's textfile
+collector). Standard library only: the notAfter is read from the certificate's DER
+(RFC 5280 4.1: Certificate -> tbsCertificate -> validity -> notAfter).
+
+Its config (/etc/kilonode/certificates.json, rendered from the PKI layout) lists the files:
+{"host": "etcd-main-0", "files": ["/etc/etcd/pki/ca.crt", ...]}. Each certificate of each file
+(a bundle holds several) is one series; a file that cannot be read or parsed is one
+kilonode_certificate_unreadable series, never silence.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import re
+import sys
+from typing import BinaryIO
+
+CONFIG = "/etc/kilonode/certificates.json"
+PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.+?)-----END CERTIFICATE-----", re.S)
+MAX_REQUEST = 8192  # a scrape's request line and headers; anything longer is not Prometheus
+HELP = (
+    "# HELP kilonode_certificate_not_after_seconds The certificate's notAfter, in seconds since the epoch.\n"
+    "# TYPE kilonode_certificate_not_after_seconds gauge\n"
+    "# HELP kilonode_certificate_unreadable A certificate file that could not be read or parsed (1).\n"
+    "# TYPE kilonode_certificate_unreadable gauge\n"
+)
+
+
+def _tlv(data: bytes, at: int) -> tuple[int, int, int]:
+    """(tag, start of content, end of content) of the DER element at `at`."""
+    tag, length = data[at], data[at + 1]
+    at += 2
+    if length & 0x80:
+        count = length & 0x7F
+        if not 1 <= count <= 4:
+            raise ValueError("unsupported DER length")
+        length = int.from_bytes(data[at:at + count], "big")
+        at += count
+    if at + length > len(data):
+        raise ValueError("truncated DER")
+    return tag, at, at + length
+
+
+def _time(tag: int, text: bytes) -> datetime.datetime:
+    # UTCTime YYMMDDHHMMSSZ (years 1950-2049) or GeneralizedTime YYYYMMDDHHMMSSZ (RFC 5280 4.1.2.5)
+    value = text.decode("ascii")
+    if tag == 0x17:
+        year = int(value[:2])
+        value = f"{1900 + year if year >= 50 else 2000 + year}{value[2:]}"
+    elif tag != 0x18:
+        raise ValueError(f"not a time (tag {tag:#x})")
+    return datetime.datetime.strptime(value, "%Y%m%d%H%M%SZ").replace(tzinfo=datetime.UTC)
+
+
+def not_after(der: bytes) -> datetime.datetime:
+    """A DER certificate's notAfter."""
+    _, start, _ = _tlv(der, 0)  # Certificate
+    _, at, _ = _tlv(der, start)  # tbsCertificate
+    if der[at] == 0xA0:  # [0] version, present from v2 on
+        at = _tlv(der, at)[2]
+    for _field in ("serialNumber", "signature", "issuer"):
+        at = _tlv(der, at)[2]
+    _, at, _ = _tlv(der, at)  # validity
+    at = _tlv(der, at)[2]  # notBefore
+    tag, start, end = _tlv(der, at)
+    return _time(tag, der[start:end])
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def metrics(config: dict[str, object]) -> str:
+    host = _label(str(config["host"]))
+    lines = []
+    for path in config["files"]:  # type: ignore[attr-defined]
+        where = f'host="{host}",path="{_label(str(path))}"'
+        try:
+            with open(path, "rb") as handle:
+                blocks = PEM.findall(handle.read())
+            if not blocks:
+                raise ValueError("no certificate")
+            found = [not_after(base64.b64decode(block)) for block in blocks]
+        except (OSError, ValueError, IndexError) as error:
+            lines.append(f'kilonode_certificate_unreadable{{{where},error="{_label(type(error).__name__)}"}} 1')
+            continue
+        # a bundle holds several certificates: one series each, told apart by their place in the file
+        lines += [f'kilonode_certificate_not_after_seconds{{{where},index="{i}"}} {int(when.timestamp())}'
+                  for i, when in enumerate(found)]
+    return HELP + "\n".join(lines) + "\n"
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO, config: dict[str, object]) -> None:
+    """Answer one HTTP request (socket activation: the connection is stdin and stdout)."""
+    request = stdin.readline(MAX_REQUEST)
+    method = request.split(b" ", 1)[0]
+    for _header in range(100):  # the headers, bounded: nothing in them changes the answer
+        if stdin.readline(MAX_REQUEST) in (b"", b"\r\n", b"\n"):
+            break
+    if method not in (b"GET", b"HEAD"):
+        stdout.write(b"HTTP/1.0 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+        return
+    body = metrics(config).encode()
+    stdout.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + (body if method == b"GET" else b""))
+    stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    path = argv[argv.index("--config") + 1] if "--config" in argv else CONFIG
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    if "--print" in argv:
+        sys.stdout.write(metrics(config))
+        return 0
+    serve(sys.stdin.buffer, sys.stdout.buffer, config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,55 @@
+"""The expiry of a control-plane host's certificates, exposed for Prometheus: a socket unit on
+the host's own address (wellknown.CERT_METRICS_PORT), the per-connection service it starts, the
+program that answers (kilonode/node/cert_expiry.py, shipped verbatim where kilonode.node.ship
+says) and its config: the host's certificate files, read from the PKI layout (every file that
+holds a certificate: its own leaves and the CAs it trusts). Pure: plan in, files out.
+
+Why a program of our own: etcd 3.5 exports no certificate expiry (etcd-io/etcd#21622), and
+kube-apiserver's apiserver_client_certificate_expiration_seconds is a histogram of the
+certificates clients present to it, not of its own files. Why socket activation: each scrape
+reads the files as they are then, and nothing runs between scrapes (no daemon, no timer, no
+file that can go stale); systemd bounds the connections.
+"""
+
+from __future__ import annotations
+
+from kilonode.node.ship import CERT_EXPIRY, PYTHON
+from kilonode.plan import pki, wellknown
+from kilonode.plan.model import ClusterPlan
+from kilonode.render.common import render_template, to_json
+from kilonode.render.files import HostFiles, RenderedFile
+
+SOCKET = "kilonode-cert-metrics.socket"
+SERVICE = "kilonode-cert-metrics@.service"
+SOCKET_PATH = f"etc/systemd/system/{SOCKET}"
+SERVICE_PATH = f"etc/systemd/system/{SERVICE}"
+SCRIPT_PATH = CERT_EXPIRY.machine_path.lstrip("/")
+CONFIG_PATH = "etc/kilonode/certificates.json"
+# What the host's cloud-init enables and starts: the socket; the service runs per connection.
+UNITS_TO_ENABLE = (SOCKET,)
+# Prometheus scrapes each host every 30 s; a handful at once is already a misbehaving client.
+MAX_CONNECTIONS = 8
+# One answer reads a dozen small files: a second is plenty, and a stuck one must not pile up.
+RUNTIME_MAX_S = 10
+
+
+def certificate_files(layout: pki.PkiLayout, host: str) -> list[str]:
+    """The host paths of the files that hold certificates (its leaves, the CAs and bundles)."""
+    return sorted(f.path for f in layout.hosts[host] if isinstance(f.content, pki.Cert | pki.Bundle))
+
+
+def cert_metrics_files(plan: ClusterPlan, host: str, address: str) -> HostFiles:
+    """Socket, service, program and config for `host`, listening on `address`."""
+    layout = pki.pki_layout(plan)
+    return {
+        SOCKET_PATH: RenderedFile(render_template(
+            SOCKET_PATH, host=host, address=address, port=wellknown.CERT_METRICS_PORT,
+            max_connections=MAX_CONNECTIONS,
+        )),
+        SERVICE_PATH: RenderedFile(render_template(
+            SERVICE_PATH, host=host, exec_start=f"{PYTHON} /{SCRIPT_PATH} --config /{CONFIG_PATH}",
+            runtime_max_s=RUNTIME_MAX_S,
+        )),
+        SCRIPT_PATH: RenderedFile(CERT_EXPIRY.files()[0][1].decode(), mode=CERT_EXPIRY.mode),
+        CONFIG_PATH: RenderedFile(to_json({"host": host, "files": certificate_files(layout, host)})),
+    }

@@ -1,0 +1,235 @@
+"""Certificate expiry, from the host to the alert: the program each control-plane host runs per
+scrape (kilonode/node/cert_expiry.py) read against `cryptography` on the PKI the local issuer
+makes, behind a real socket (systemd-socket-activate, as the rendered socket unit's Accept=yes
+starts it); its units checked by systemd-analyze; its scrape job and NSG path; and the alerts
+evaluated by promtool on synthetic series (each fires when it should, and only then)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+
+from kilonode.azure.graph import Graph
+from kilonode.local import pki as local_pki
+from kilonode.node import cert_expiry
+from kilonode.node.ship import CERT_EXPIRY
+from kilonode.plan import ClusterPlan, pki, wellknown
+from kilonode.render import cert_metrics, monitoring, render_cluster
+from tests.azure.conftest import covers_port, nsg_rules_for, sources
+from tests.monitoring.test_rules import expected, promtool_test
+from tests.render.consumers import systemd_verify
+
+DAY = 86400
+
+
+def metric_lines(text: str) -> dict[str, float]:
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line and not line.startswith("#")}
+
+
+@pytest.fixture
+def issued(plans: dict[str, ClusterPlan], tmp_path: Path) -> tuple[ClusterPlan, Path, Path]:
+    """The `local` PKI issued here, and etcd-main-0's certificate config pointing at its files."""
+    plan = plans["local"]
+    layout, _ = local_pki.issue_plan(plan, tmp_path / "state")
+    where = local_pki.LocalPki(tmp_path / "state")
+    rendered = json.loads(render_cluster(plan)["etcd-main-0"][cert_metrics.CONFIG_PATH].content)
+    local = {"host": rendered["host"], "files": [str(where.host_file("etcd-main-0", p)) for p in rendered["files"]]}
+    config = tmp_path / "certificates.json"
+    config.write_text(json.dumps(local))
+    assert layout.hosts["etcd-main-0"]
+    return plan, config, tmp_path / "state"
+
+
+def test_the_program_reports_each_certificates_not_after_as_cryptography_reads_it(
+    issued: tuple[ClusterPlan, Path, Path],
+) -> None:
+    _plan, config, _state = issued
+    out = subprocess.run([sys.executable, str(CERT_EXPIRY.path), "--print", "--config", str(config)],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    found = metric_lines(out)
+    files = json.loads(config.read_text())["files"]
+    wanted = {}
+    for path in files:
+        certs = x509.load_pem_x509_certificates(Path(path).read_bytes())
+        for i, cert in enumerate(certs):
+            key = f'kilonode_certificate_not_after_seconds{{host="etcd-main-0",path="{path}",index="{i}"}}'
+            wanted[key] = cert.not_valid_after_utc.timestamp()
+    assert found == wanted
+    # the member's CA, its client CA bundle, its server and peer certificates: four files, four certificates
+    assert len(files) == 4 and len(found) == 4
+
+
+def test_a_missing_or_broken_file_is_reported_never_silent(issued: tuple[ClusterPlan, Path, Path],
+                                                           tmp_path: Path) -> None:
+    _plan, config, _state = issued
+    broken = tmp_path / "broken.crt"
+    broken.write_text("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+    document = json.loads(config.read_text())
+    document["files"] += [str(tmp_path / "absent.crt"), str(broken)]
+    found = metric_lines(cert_expiry.metrics(document))
+    assert found[f'kilonode_certificate_unreadable{{host="etcd-main-0",path="{tmp_path / "absent.crt"}",'
+                 'error="FileNotFoundError"}'] == 1
+    assert any(k.startswith("kilonode_certificate_unreadable") and str(broken) in k for k in found)
+    assert sum(k.startswith("kilonode_certificate_not_after_seconds") for k in found) == 4
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_behind_a_real_accepting_socket_each_connection_gets_one_answer(issued: tuple[ClusterPlan, Path, Path]) -> None:
+    if not shutil.which("systemd-socket-activate"):
+        pytest.fail("systemd-socket-activate missing (Debian's systemd package)")
+    _plan, config, _state = issued
+    port = free_port()
+    # --inetd: the connection on stdin and stdout, as the rendered service's StandardInput=socket
+    server = subprocess.Popen(["systemd-socket-activate", "--accept", "--inetd", "-l", f"127.0.0.1:{port}",
+                               sys.executable, str(CERT_EXPIRY.path), "--config", str(config)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        answers = []
+        while len(answers) < 2 and time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                    conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/plain\r\n\r\n")
+                    data = b""
+                    while chunk := conn.recv(65536):
+                        data += chunk
+                answers.append(data.decode())
+            except ConnectionRefusedError:
+                time.sleep(0.1)
+        assert len(answers) == 2
+        for answer in answers:
+            head, _, body = answer.partition("\r\n\r\n")
+            assert head.startswith("HTTP/1.0 200 OK") and "text/plain; version=0.0.4" in head
+            assert len(metric_lines(body)) == 4
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_the_units_pass_systemd_analyze_verify_and_listen_where_prometheus_scrapes(
+    plans: dict[str, ClusterPlan], tmp_path: Path
+) -> None:
+    if not shutil.which("systemd-analyze"):
+        pytest.fail("systemd-analyze missing: run `make setup` (installs .ci/debian-packages.txt)")
+    plan = plans["research-7500"]
+    hosts = render_cluster(plan)
+    files = hosts["apiserver-3"]
+    units = []
+    for path in (cert_metrics.SOCKET_PATH, cert_metrics.SERVICE_PATH):
+        unit = tmp_path / Path(path).name
+        unit.write_text(files[path].content)
+        units.append(unit)
+    assert systemd_verify(tmp_path, units) == []
+    # a misspelt key is caught by the same check (the check can fail)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / cert_metrics.SOCKET).write_text(files[cert_metrics.SOCKET_PATH].content.replace("Accept=", "Acept="))
+    (broken / cert_metrics.SERVICE).write_text(files[cert_metrics.SERVICE_PATH].content)
+    assert any("Acept" in line for line in systemd_verify(broken, [broken / cert_metrics.SOCKET]))
+
+    [job] = [j for j in yaml.safe_load(monitoring.scrape_config(plan))["scrape_configs"]
+             if j["job_name"] == monitoring.JOB_CERTIFICATES]
+    targets = {group["labels"]["member"]: group["targets"] for group in job["static_configs"]}
+    for name, host_files in hosts.items():
+        if cert_metrics.SOCKET_PATH not in host_files:
+            continue
+        listen = next(line.split("=", 1)[1] for line in host_files[cert_metrics.SOCKET_PATH].content.splitlines()
+                      if line.startswith("ListenStream="))
+        assert targets.pop(name) == [listen], name
+        # started at boot with the host's other units
+        assert cert_metrics.SOCKET in host_files["user-data"].content
+    assert targets == {}  # every target is a host that listens
+    control_plane = {m.name for c in plan.etcd_clusters for m in c.members} | \
+        {i.name for i in plan.control_plane.instances}
+    assert {n for n, f in hosts.items() if cert_metrics.SOCKET_PATH in f} == control_plane
+
+
+def test_each_host_lists_every_certificate_file_it_holds(plans: dict[str, ClusterPlan]) -> None:
+    plan = plans["research-7500"]
+    layout = pki.pki_layout(plan)
+    rendered = render_cluster(plan)
+    for host in layout.hosts:
+        config = json.loads(rendered[host][cert_metrics.CONFIG_PATH].content)
+        assert config["host"] == host
+        held = {f.path for f in layout.hosts[host] if f.path.endswith(".crt")}
+        assert set(config["files"]) == held, host
+    assert wellknown.APISERVER_ETCD_CA_BUNDLE in json.loads(rendered["apiserver-0"][cert_metrics.CONFIG_PATH]
+                                                            .content)["files"]
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_prometheus_in_the_pools_can_reach_every_hosts_certificate_metrics(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    pools = {str(p.subnet) for p in plans[stack].node_pools}
+    for nsg in ("etcd", "control-plane"):
+        rules = [r for r in nsg_rules_for(graphs[stack], nsg)
+                 if r["access"] == "Allow" and covers_port(r, wellknown.CERT_METRICS_PORT)]
+        assert pools <= {s for r in rules for s in sources(r)}, nsg
+
+
+# --- the alerts, evaluated by promtool ----------------------------------------------------------------
+def cert_series(host: str, path: str, days_left_at_2h: float) -> tuple[str, str]:
+    # promtool's clock starts at 0: time() at eval time 2h is 7200
+    not_after = int(7200 + days_left_at_2h * DAY)
+    return (f'kilonode_certificate_not_after_seconds{{job="{monitoring.JOB_CERTIFICATES}",host="{host}",'
+            f'path="{path}",index="0"}}', f"{not_after}x180")
+
+
+def test_the_expiry_alert_warns_at_45_days_pages_at_14_and_is_quiet_before(
+    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
+) -> None:
+    plan = plans["local"]
+    series = [cert_series("etcd-main-0", "/etc/etcd/pki/server.crt", 100),
+              cert_series("etcd-main-1", "/etc/etcd/pki/server.crt", 40),
+              cert_series("apiserver-0", "/etc/kubernetes/pki/apiserver.crt", 10)]
+
+    def alert(host: str, path: str, severity: str) -> dict[str, object]:
+        labels = {"severity": severity, "job": monitoring.JOB_CERTIFICATES, "host": host, "path": path,
+                  "index": "0"}
+        return expected(plan, "KilonodeCertificateExpiresSoon", labels)
+
+    result = promtool_test(promtool, plan, tmp_path, series, [
+        ("2h", "KilonodeCertificateExpiresSoon", [
+            alert("etcd-main-1", "/etc/etcd/pki/server.crt", "warning"),
+            alert("apiserver-0", "/etc/kubernetes/pki/apiserver.crt", "warning"),
+            alert("apiserver-0", "/etc/kubernetes/pki/apiserver.crt", "critical"),
+        ]),
+        # the warning waits its hour, the critical its 10 minutes
+        ("30m", "KilonodeCertificateExpiresSoon", [alert("apiserver-0", "/etc/kubernetes/pki/apiserver.crt",
+                                                         "critical")]),
+        ("2h", "KilonodeCertificateUnreadable", []),
+    ])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_an_unreadable_certificate_alerts_and_a_readable_one_does_not(
+    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
+) -> None:
+    plan = plans["local"]
+    job = f'job="{monitoring.JOB_CERTIFICATES}"'
+    series = [(f'kilonode_certificate_unreadable{{{job},host="etcd-events-2",path="/etc/etcd/pki/peer.crt",'
+               'error="FileNotFoundError"}', "1x60"),
+              cert_series("etcd-events-1", "/etc/etcd/pki/peer.crt", 300)]
+    labels = {"severity": "warning", "host": "etcd-events-2", "path": "/etc/etcd/pki/peer.crt"}
+    result = promtool_test(promtool, plan, tmp_path, series, [
+        ("40m", "KilonodeCertificateUnreadable", [expected(plan, "KilonodeCertificateUnreadable", labels)]),
+        ("20m", "KilonodeCertificateUnreadable", []),
+        ("40m", "KilonodeCertificateExpiresSoon", []),
+    ])
+    assert result.returncode == 0, result.stdout + result.stderr
