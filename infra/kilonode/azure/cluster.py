@@ -107,7 +107,7 @@ class Cluster(pulumi.ComponentResource):
         )
         self.tls = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
         # each role's SSH keys, none shared, no private half exported (kilonode.azure.ssh)
-        self.ssh_keys = ssh.role_keys(name, plan, self)
+        self.ssh_keys = ssh.SshKeys(f"{name}-ssh-key", plan, child).keys
         # the storage accounts admit the machine running `pulumi up` by its public addresses
         deployer_ip_rules = storage_ip_rules(plan.network.deployer.cidrs) if plan.network.deployer else []
         # where every etcd member's scheduled snapshots go (kilonode.render.etcd_snapshot)

@@ -33,15 +33,21 @@ def roles(plan: ClusterPlan) -> list[str]:
     return [ETCD_MAIN, ETCD_EVENTS, APISERVERS, *(pool.name for pool in plan.node_pools)]
 
 
-def role_keys(name: str, plan: ClusterPlan, parent: pulumi.Resource) -> dict[str, list[pulumi.Input[str]]]:
-    """role -> the public keys its machines authorize: the stack's, or a generated one."""
-    keys: dict[str, list[pulumi.Input[str]]] = {}
-    for role in roles(plan):
-        given = plan.ssh_keys.get(role)
-        if given:
-            keys[role] = list(given)
-            continue
-        key = tls.PrivateKey(f"{name}-ssh-key-{role}", algorithm="RSA", rsa_bits=4096,
-                             opts=pulumi.ResourceOptions(parent=parent))
-        keys[role] = [key.public_key_openssh]
-    return keys
+class SshKeys(pulumi.ComponentResource):
+    """`keys`: role -> the public keys its machines authorize, the stack's or a generated one."""
+
+    keys: dict[str, list[pulumi.Input[str]]]
+
+    def __init__(self, name: str, plan: ClusterPlan, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("kilonode:azure:SshKeys", name, None, opts)
+        self.keys = {}
+        for role in roles(plan):
+            given = plan.ssh_keys.get(role)
+            if given:
+                self.keys[role] = list(given)
+                continue
+            # the public half only leaves this component; nothing reads private_key_openssh
+            key = tls.PrivateKey(f"{name}-{role}", algorithm="RSA", rsa_bits=4096,
+                                 opts=pulumi.ResourceOptions(parent=self))
+            self.keys[role] = [key.public_key_openssh]
+        self.register_outputs({"publicKeys": self.keys})
