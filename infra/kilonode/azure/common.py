@@ -74,9 +74,10 @@ def storage_network_rules(ip_rules: Sequence[str], subnet_ids: Sequence[pulumi.I
     return storage.NetworkRuleSetArgs(
         default_action=storage.DefaultAction.DENY,
         bypass=storage.Bypass.AZURE_SERVICES if azure_services else storage.Bypass.NONE,
-        ip_rules=[storage.IPRuleArgs(i_p_address_or_range=rule, action=storage.Action.ALLOW) for rule in ip_rules],
+        ip_rules=[storage.IPRuleArgs(i_p_address_or_range=rule, action=storage.Action.ALLOW)
+                  for rule in ip_rules] or None,
         virtual_network_rules=[
             storage.VirtualNetworkRuleArgs(virtual_network_resource_id=s, action=storage.Action.ALLOW)
             for s in subnet_ids
-        ],
+        ] or None,
     )
