@@ -97,3 +97,13 @@ def test_a_size_the_catalogue_says_supports_it_breaks_without_it_and_warns_no_mo
     [(level, where, what)] = found("local", "encryption-at-host", graph, plan=known)
     assert level == "break" and where.endswith(" local-apiserver-0")
     assert f"{size} gets no securityProfile.encryptionAtHost although the catalogue says it supports it" in what
+
+
+def test_a_principal_type_on_the_deployers_role_assignment_is_a_break() -> None:
+    _, graph = artefacts("local")
+    [uploader] = [r for r in graph["resources"] if r["name"] == "local-image-vhds-uploader"]
+    assert "principalType" not in uploader["inputs"]
+    uploader["inputs"]["principalType"] = "User"  # the SDK's default: fails a CI service principal
+    [(level, where, what)] = found("local", "azure-names", graph)
+    assert (level, where) == ("break", "azure-native:authorization:RoleAssignment local-image-vhds-uploader")
+    assert "UnmatchedPrincipalType" in what

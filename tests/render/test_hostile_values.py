@@ -155,6 +155,10 @@ NOT_RENDERED = {
     "bootImageArchives[].archive": "read by the image build, never rendered",
     # an Azure resource ID, passed to the Pulumi program as an input, never to a host
     "deployer.vnetId": "an Azure resource ID for the Pulumi program, never rendered",
+    # operators' public keys: an Azure input (osProfile...ssh.publicKeys), written to authorized_keys by
+    # Azure; SshPublicKey refuses options, line breaks and control characters
+    "sshKeys{}": "Azure's osProfile input, never rendered",
+    "sshKeys{key}": "a role name, checked against the stack's roles, never rendered",
 }
 
 

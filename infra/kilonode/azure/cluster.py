@@ -107,7 +107,8 @@ class Cluster(pulumi.ComponentResource):
         )
         self.tls = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
         # each role's SSH keys, none shared, no private half exported (kilonode.azure.ssh)
-        self.ssh_keys = ssh.SshKeys(f"{name}-ssh-key", plan, child).keys
+        self._ssh = ssh.SshKeys(f"{name}-ssh-key", plan, child)
+        self.ssh_keys = self._ssh.keys
         # the storage accounts admit the machine running `pulumi up` by its public addresses
         deployer_ip_rules = storage_ip_rules(plan.network.deployer.cidrs) if plan.network.deployer else []
         # where every etcd member's scheduled snapshots go (kilonode.render.etcd_snapshot)
@@ -273,7 +274,7 @@ class Cluster(pulumi.ComponentResource):
         # the first timer starts when the first wave can: once what the scale sets read exists
         # (the pools' group and the identities, not the ControllerIdentities component: its
         # autoscaler role assignments are scoped to these scale sets and wait for them)
-        gate = [self.network, *self.identities.ready, self.tls, self.node_image]
+        gate = [self.network, *self.identities.ready, self.tls, self._ssh, self.node_image]
         timers = join_waves.JoinWaves(name, joins, gate, pulumi.ResourceOptions(parent=self))
         created: list[list[pulumi.Resource]] = []
         for k, wave in enumerate(joins.waves):
