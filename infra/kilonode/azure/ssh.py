@@ -3,10 +3,11 @@
 Roles: etcd-main, etcd-events, apiservers and each pool (by name); no two roles share a key, so
 a key that leaks from one role's machines opens no other role's. A role the stack gives keys to
 (`sshKeys`, kilonode.config.values.SshPublicKey) gets exactly those: their private halves are
-the operators' and never pass through kilonode. A role it does not name still needs one: Azure
-refuses a Linux VM with password login off and no SSH public key ("linuxConfiguration.ssh:
-Specifies the ssh key configuration for a Linux OS", and disablePasswordAuthentication's
-"requires ... ssh" in the compute API's OSProfile; az vm create refuses the same). That role gets
+the operators' and never pass through kilonode. A role it does not name still needs one: with
+`disablePasswordAuthentication: true` (kilonode never sets a password) the compute API's
+OSProfile takes the SSH configuration as the only way in, and Azure refuses such a Linux VM
+without a key (the API's validation; not exercised against Azure here: no credentials).
+That role gets
 a generated RSA key (RSA: every Azure Linux image and API version takes it) whose private half is
 exported by nothing: no stack output, no file, no custom data. It stays only in the Pulumi state,
 encrypted as a secret, where nothing of the program reads it. docs/operations.md says how an
