@@ -38,6 +38,7 @@ IDENTITY = "azure-native:managedidentity:UserAssignedIdentity"
 ASSIGNMENT = "azure-native:authorization:RoleAssignment"
 RANDOM_BYTES = "random:index/randomBytes:RandomBytes"  # the age key the snapshots are encrypted to
 RESOURCE_GROUP_ID = f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/local-rg"
+ETCD_SUBNET = f"{RESOURCE_GROUP_ID}/providers/Microsoft.Network/virtualNetworks/local-vnet/subnets/etcd"
 # Azure's rule for the one resource type NAME_RULES does not know yet: a storage account's
 # lifecycle policy is always named "default".
 RULES = NAME_RULES | {POLICY: ("managementPolicyName", 7, 7, r"default")}
@@ -47,7 +48,8 @@ def record(cluster: str = "local", zones: tuple[str, ...] = ("1", "2", "3")) -> 
     def program() -> None:
         backup = EtcdBackup(f"{cluster}-etcd-backup", EtcdBackupArgs(
             cluster=cluster, location="westus2", zones=zones, resource_group_name="local-rg",
-            resource_group_id=pulumi.Output.from_input(RESOURCE_GROUP_ID),
+            resource_group_id=pulumi.Output.from_input(RESOURCE_GROUP_ID), etcd_subnet_id=ETCD_SUBNET,
+            deployer_ip_rules=["198.51.100.0/24", "203.0.113.7"],
         ))
         delivered = backup.host_file()
         pulumi.export("azureConfigPath", delivered.path)
@@ -107,6 +109,15 @@ def test_the_account_takes_no_anonymous_access_no_shared_keys_and_tls_12_and_is_
     assert account.protect
     assert one(graph, CONTAINER).plain()["publicAccess"] == "None"
     assert one(record(zones=()), ACCOUNT).plain()["sku"] == {"name": "Standard_LRS"}
+
+
+def test_the_account_denies_every_network_but_the_etcd_subnet_and_the_deployers_addresses(graph: Graph) -> None:
+    rules = one(graph, ACCOUNT).plain()["networkRuleSet"]
+    assert rules["defaultAction"] == "Deny"
+    # nothing of Azure's own reads snapshots: no trusted-services exception
+    assert rules["bypass"] == "None"
+    assert rules["virtualNetworkRules"] == [{"virtualNetworkResourceId": ETCD_SUBNET, "action": "Allow"}]
+    assert [r["iPAddressOrRange"] for r in rules["ipRules"]] == ["198.51.100.0/24", "203.0.113.7"]
 
 
 def test_the_identity_may_write_blobs_in_the_snapshot_container_and_nowhere_else(graph: Graph) -> None:

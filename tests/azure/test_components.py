@@ -15,7 +15,7 @@ from kilonode.plan import ClusterPlan
 from tests.source import parse
 
 COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
-              "ControllerIdentities", "EtcdBackup", "JoinWaves"}
+              "ControllerIdentities", "EtcdBackup", "JoinWaves", "SshKeys"}
 
 
 def test_the_tree_is_cluster_then_one_component_per_subsystem(graph_7500: Graph) -> None:

@@ -158,6 +158,12 @@ NOT_RENDERED = {
     # a control-plane host's name, matched whole by a strict pattern (etcd-main-N, ...) and looked
     # up among the plan's hosts; only its generation, a number, reaches the Pulumi program
     "certificateGenerations{key}": "a host name looked up in the plan, never rendered",
+
+
+    # operators' public keys: an Azure input (osProfile...ssh.publicKeys), written to authorized_keys by
+    # Azure; SshPublicKey refuses options, line breaks and control characters
+    "sshKeys{}": "Azure's osProfile input, never rendered",
+    "sshKeys{key}": "a role name, checked against the stack's roles, never rendered",
 }
 
 

@@ -17,7 +17,11 @@ identity that decrypts is random bytes Pulumi keeps as a secret, exported as the
 The account takes no anonymous access, no shared keys (only Microsoft Entra tokens, so no
 account key exists that could leak), HTTPS with TLS 1.2 or later only; zone-redundant where
 the region has availability zones, so the copies outlive the zone that may have taken the
-etcd members with it.
+etcd members with it. Its network rules deny every source but two: the etcd subnet (a
+`Microsoft.Storage` service endpoint on it, kilonode.azure.network, and a virtual network rule
+here: the members write from private addresses, which IP rules never match) and the deployer's
+public addresses (`deployer.cidrs`, kilonode.azure.common.storage_ip_rules), where the restore
+runbook reads snapshots back. No Azure service reads this account: no bypass.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pulumi_azure_native import managedidentity, storage
 
-from kilonode.azure.common import tags
+from kilonode.azure.common import storage_network_rules, tags
 from kilonode.azure.custom_data import DeliveredFile
 from kilonode.azure.identity import assign_role, role_definition_id, subscription_of
 from kilonode.plan import defaults
@@ -107,6 +111,8 @@ class EtcdBackupArgs:
     zones: Sequence[str]  # the plan's zones: none -> a locally redundant account
     resource_group_name: pulumi.Input[str]
     resource_group_id: pulumi.Output[str]  # the subscription comes from it
+    etcd_subnet_id: pulumi.Input[str]  # the members' subnet: the one network that writes snapshots
+    deployer_ip_rules: Sequence[str] = ()  # storage_ip_rules(deployer.cidrs): the restore reads from there
 
 
 def _retention_policy() -> storage.ManagementPolicySchemaArgs:
@@ -158,6 +164,7 @@ class EtcdBackup(pulumi.ComponentResource):
             default_to_o_auth_authentication=True,
             enable_https_traffic_only=True,
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
+            network_rule_set=storage_network_rules(args.deployer_ip_rules, [args.etcd_subnet_id]),
             tags=resource_tags,
             # Losing this account loses every snapshot: a `pulumi destroy` must not take it along
             # without someone lifting the flag first.

@@ -12,8 +12,9 @@ from typing import Any
 
 import pulumi
 
-from kilonode.azure import join_waves, rollout
+from kilonode.azure import join_waves, rollout, ssh
 from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs
+from kilonode.azure.common import storage_ip_rules
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs, secrets_encryption_file
 from kilonode.azure.custom_data import custom_data
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
@@ -76,8 +77,8 @@ class Cluster(pulumi.ComponentResource):
     image_version_ids: dict[str, pulumi.Output[str]]
     node_image: NodeImage  # the node images: the first join timer waits for them
     scale_set_ids: dict[str, pulumi.Output[str]]
-    admin_ssh_private_key: pulumi.Output[str]
     tls: Tls  # credentials: kubeconfigs, the bootstrap token
+    ssh_keys: dict[str, list[pulumi.Input[str]]]  # role -> its authorized keys (kilonode.azure.ssh)
     control_plane: ControlPlane  # the apiservers and their load balancer
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
     # the pools' resource group, and what cloud-controller-manager and the autoscaler act as
@@ -105,11 +106,17 @@ class Cluster(pulumi.ComponentResource):
             child,
         )
         self.tls = Tls(f"{name}-tls", TlsArgs(plan=plan), child)
+        # each role's SSH keys, none shared, no private half exported (kilonode.azure.ssh)
+        self._ssh = ssh.SshKeys(f"{name}-ssh-key", plan, child)
+        self.ssh_keys = self._ssh.keys
+        # the storage accounts admit the machine running `pulumi up` by its public addresses
+        deployer_ip_rules = storage_ip_rules(plan.network.deployer.cidrs) if plan.network.deployer else []
         # where every etcd member's scheduled snapshots go (kilonode.render.etcd_snapshot)
         backup = EtcdBackup(
             f"{name}-etcd-backup",
             EtcdBackupArgs(cluster=plan.cluster, location=plan.location, zones=plan.zones,
-                           resource_group_name=net.resource_group_name, resource_group_id=net.resource_group_id),
+                           resource_group_name=net.resource_group_name, resource_group_id=net.resource_group_id,
+                           etcd_subnet_id=net.etcd_subnet_id, deployer_ip_rules=deployer_ip_rules),
             child,
         )
         image = NodeImage(
@@ -122,6 +129,7 @@ class Cluster(pulumi.ComponentResource):
                 images=gallery_images(plan),
                 vhds=args.node_image_vhds,
                 vhd_digests=args.node_image_digests,
+                deployer_ip_rules=deployer_ip_rules,
             ),
             child,
         )
@@ -146,7 +154,6 @@ class Cluster(pulumi.ComponentResource):
         self.etcd_snapshot_identity = backup.snapshot_identity
         self.etcd_main_endpoints = etcd["main"].client_endpoints
         self.etcd_events_endpoints = etcd["events"].client_endpoints
-        self.admin_ssh_private_key = self.tls.admin_ssh_private_key
         self.register_outputs({
             "restartKeys": self.restart_keys,
             "apiserverAddress": self.apiserver_address,
@@ -197,7 +204,8 @@ class Cluster(pulumi.ComponentResource):
                     resource_group_name=self.network.resource_group_name,
                     subnet_id=self.network.etcd_subnet_id,
                     custom_data={m.name: gated[m.name] for m in e.members},
-                    ssh_public_key=self.tls.admin_ssh_public_key,
+                    ssh_public_keys=self.ssh_keys[f"etcd-{e.role}"],
+                    encryption_at_host=plan.encryption_at_host,
                     image_version_id=self.image_version_ids[ETCD_IMAGE],
                     public_ips=plan.network.public_ips_on_control_plane,
                     identity_id=backup_identity_id,
@@ -220,7 +228,8 @@ class Cluster(pulumi.ComponentResource):
                 resource_group_id=self.network.resource_group_id,
                 subnet_id=self.network.control_plane_subnet_id,
                 custom_data={i.name: gated[i.name] for i in plan.control_plane.instances},
-                ssh_public_key=self.tls.admin_ssh_public_key,
+                ssh_public_keys=self.ssh_keys[ssh.APISERVERS],
+                encryption_at_host=plan.encryption_at_host,
                 image_version_id=self.image_version_ids[CONTROL_PLANE_IMAGE],
                 public_ips=plan.network.public_ips_on_control_plane,
                 deployer=plan.network.deployer,
@@ -252,7 +261,8 @@ class Cluster(pulumi.ComponentResource):
                     image_version_id=self.image_version_ids[pool.name],
                     user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)},
                     files=self.tls.node_files,
-                    ssh_public_key=self.tls.admin_ssh_public_key,
+                    ssh_public_keys=self.ssh_keys[pool.name],
+                    encryption_at_host=plan.encryption_at_host(pool.vm_size),
                     identity_ids=identities if pool.name in controllers else [],
                 ),
                 pulumi.ResourceOptions(parent=self),
@@ -264,7 +274,7 @@ class Cluster(pulumi.ComponentResource):
         # the first timer starts when the first wave can: once what the scale sets read exists
         # (the pools' group and the identities, not the ControllerIdentities component: its
         # autoscaler role assignments are scoped to these scale sets and wait for them)
-        gate = [self.network, *self.identities.ready, self.tls, self.node_image]
+        gate = [self.network, *self.identities.ready, self.tls, self._ssh, self.node_image]
         timers = join_waves.JoinWaves(name, joins, gate, pulumi.ResourceOptions(parent=self))
         created: list[list[pulumi.Resource]] = []
         for k, wave in enumerate(joins.waves):

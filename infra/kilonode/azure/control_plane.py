@@ -13,7 +13,7 @@ running `pulumi up` must reach the apiserver to create the objects without which
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -46,7 +46,8 @@ class ControlPlaneArgs:
     # apiserver-0 -> its custom data (rendered user-data + TLS files), secret, released only
     # once the restart guard (kilonode.azure.rollout) let the update through
     custom_data: Mapping[str, pulumi.Output[str]]
-    ssh_public_key: pulumi.Input[str]
+    ssh_public_keys: Sequence[pulumi.Input[str]]  # the apiservers' role's (kilonode.azure.ssh)
+    encryption_at_host: Callable[[str], bool]  # by VM size: ClusterPlan.encryption_at_host
     image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
     # where `pulumi up` runs: an internet deployer gets the public frontend

@@ -8,7 +8,7 @@ The VMs are protected: replacing a member is a remove-then-add procedure, never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -28,7 +28,8 @@ class EtcdClusterArgs:
     # member name (etcd-main-0) -> its custom data (rendered user-data + TLS files), secret,
     # released only once the restart guard (kilonode.azure.rollout) let the update through
     custom_data: Mapping[str, pulumi.Output[str]]
-    ssh_public_key: pulumi.Input[str]
+    ssh_public_keys: Sequence[pulumi.Input[str]]  # this etcd cluster's role's (kilonode.azure.ssh)
+    encryption_at_host: Callable[[str], bool]  # by VM size: ClusterPlan.encryption_at_host
     image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
     # the snapshot uploader's identity (kilonode.azure.backup): Storage Blob Data Contributor

@@ -39,6 +39,8 @@ MOCK_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 # A new identity's principal ID under the mocks: this prefix and its logical name
 # (kilonode.preflight.checks.identities reads it back).
 MOCK_PRINCIPAL = "mock-principal-id:"
+# The object ID of whoever runs `pulumi up` (authorization.getClientConfig) under the mocks.
+MOCK_DEPLOYER = "mock-deployer-object-id"
 # Placeholders for pulumi-tls outputs: recognisably fake, never PEM.
 _TLS_OUTPUTS = {
     "tls:index/privateKey:PrivateKey": {
@@ -128,8 +130,12 @@ class RecordingMocks(mocks.Mocks):
             outputs.setdefault("name", args.inputs.get(own, args.name) if own else args.name)
         return f"mock:{args.typ}::{args.name}", outputs
 
-    def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        raise NotImplementedError(f"the program makes no provider calls; got {args.token}")
+    def call(self, args: mocks.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        if args.token == "azure-native:authorization:getClientConfig":
+            # Who runs `pulumi up`: placeholders that say so (Azure returns GUIDs).
+            return {"clientId": "mock-deployer-client-id", "objectId": MOCK_DEPLOYER,
+                    "subscriptionId": MOCK_SUBSCRIPTION, "tenantId": "mock-tenant-id"}, []
+        raise NotImplementedError(f"the program makes no provider call but getClientConfig; got {args.token}")
 
 
 class RecordingMonitor(mocks.MockMonitor):

@@ -202,6 +202,20 @@ def _nsg_of(subnet_key: str) -> str:
     return POOLS_NSG if subnet_key.startswith("pool-") else subnet_key
 
 
+# The subnets whose machines write to a storage account that admits no other network: the etcd
+# members' snapshots (kilonode.azure.backup). A `Microsoft.Storage` service endpoint makes their
+# traffic to Storage in the region leave from the subnet's private addresses, which the account's
+# virtual network rule admits (Azure Storage network security: virtual network rules). Turning it
+# on closes the subnet's open connections to Storage once (they switch source address).
+STORAGE_ENDPOINT_SUBNETS = ("etcd",)
+
+
+def _service_endpoints(key: str, location: str) -> list[network.ServiceEndpointPropertiesFormatArgs] | None:
+    if key not in STORAGE_ENDPOINT_SUBNETS:
+        return None
+    return [network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage", locations=[location])]
+
+
 def _subnet_prefixes(plan: ClusterPlan) -> dict[str, str]:
     """Subnet key -> address prefix, in the order the subnets are created."""
     net = plan.network
@@ -359,6 +373,7 @@ class Network(pulumi.ComponentResource):
                 nat_gateway=network.SubResourceArgs(id=nat_of[key].id),
                 # Azure retires implicit outbound access for new subnets: only the NAT leads out.
                 default_outbound_access=False,
+                service_endpoints=_service_endpoints(key, location),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[previous] if previous else None),
             )
             subnets[key] = (subnet, nsg)

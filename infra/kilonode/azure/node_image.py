@@ -7,10 +7,32 @@ production, <= 100 per version), `plan.role_image_replicas` for a role. The VHD 
 the node-image build's output; this component only uploads and publishes them.
 
 Why a command for the upload: Azure builds disk images from page blobs only, and
-pulumi-azure-native's `storage.Blob` creates block and append blobs only
-(pulumi/pulumi-azure-native#2151). `az storage blob upload --type page` runs as a
-pulumi-command resource, so it is still in the graph (and in `kilonode plan`), ordered
-after the container and before the image version. It needs the `az` CLI, logged in.
+pulumi-azure-native's `storage.Blob` creates block and append blobs only (its BlobType enum
+offers Block and Append: provider/pkg/resources/customresources/custom_storage_azidentity.go;
+pulumi/pulumi-azure-native#2151). That resource would authenticate well enough (its data-plane
+client is `azblob.NewClient` with the provider's Entra ID token credential, no account key),
+but it cannot write a page blob. `az storage blob upload --type page --auth-mode login` runs as
+a pulumi-command resource, so it is still in the graph (and in `kilonode plan`), ordered after
+the container and the deployer's role assignment, before the image version. It needs the `az`
+CLI, logged in as the identity `pulumi up` runs as.
+
+No shared keys: the account refuses them (`allowSharedKeyAccess: false`), so no account key
+exists to leak or to list. The upload runs as whoever runs `pulumi up`: the program gives that
+principal (`authorization.get_client_config()`, its object ID) "Storage Blob Data Contributor"
+on this account, as a resource of its own. Azure may take minutes to apply a new role
+assignment ("Troubleshoot Azure RBAC": up to 10 minutes), so the upload retries for as long.
+
+Network: the account denies every source (`networkRuleSet.defaultAction: Deny`) but the
+deployer's public addresses (`deployer.cidrs`, kilonode.azure.common.storage_ip_rules), which
+the upload comes from, and `bypass: AzureServices`, the only exception Azure Storage offers
+for the platform's own readers. Compute (the gallery, which copies the VHD into an image
+version) is not on Microsoft's published list of trusted services
+(storage-network-security-trusted-azure-services.md), and no Microsoft page says whether a
+gallery reads a VHD from an account behind a firewall: docs/azure.md says how to confirm it on
+a first deployment, and what to do if it fails. A `peered` deployer's runner reaches the
+account from private addresses that no IP rule matches (Azure's own rule: same-region traffic
+is never matched by IP rules): preflight's `storage-access` says so, and docs/azure.md how to
+admit its subnet.
 
 The upload is keyed by the VHD's sha256, not its path: a VHD rebuilt under the same path and
 version is uploaded again (replacing the blob; the old one is deleted first, as both have the
@@ -29,11 +51,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
-from pulumi_azure_native import compute, storage
+from pulumi_azure_native import authorization, compute, storage
 from pulumi_command import local
 
-from kilonode.azure.common import tags
-from kilonode.azure.identity import subscription_of
+from kilonode.azure.backup import STORAGE_BLOB_DATA_CONTRIBUTOR
+from kilonode.azure.common import storage_network_rules, tags
+from kilonode.azure.identity import assignment_name, role_definition_id, subscription_of
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.digest import sha256_file
 from kilonode.plan.azure_names import storage_account_name
@@ -63,6 +86,27 @@ def vhd_digest(path: str, read: bool = True) -> str:
         return NOT_READ
     vhd = Path(path)
     return f"sha256:{sha256_file(vhd)}" if vhd.is_file() else ABSENT
+
+
+# A new role assignment can take up to 10 minutes to apply ("Troubleshoot Azure RBAC"): the upload
+# tries UPLOAD_ATTEMPTS times, UPLOAD_RETRY_S apart, before it fails the run.
+UPLOAD_ATTEMPTS = 21
+UPLOAD_RETRY_S = 30
+UPLOAD_COMMAND = (
+    f'for attempt in $(seq {UPLOAD_ATTEMPTS}); do '
+    'az storage blob upload --auth-mode login --type page --overwrite --no-progress '
+    '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" --file "$VHD" && exit 0; '
+    f'echo "upload of $BLOB refused (attempt $attempt): a new role assignment can take minutes" >&2; '
+    f'sleep {UPLOAD_RETRY_S}; done; exit 1'
+)
+
+
+def _no_principal_type(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+    """Drop the principalType the SDK fills in as "User" when none is given (its RoleAssignment
+    constructor: `if principal_type is None: principal_type = 'User'`): Azure then reads the
+    principal's type from Entra ID itself."""
+    props = {key: value for key, value in args.props.items() if key != "principal_type"}
+    return pulumi.ResourceTransformationResult(props, args.opts)
 
 
 def gallery_name(component: str) -> str:
@@ -96,6 +140,7 @@ class NodeImageArgs:
     images: Sequence[GalleryImageSpec]  # gallery_images(plan)
     vhds: Mapping[str, str]  # image name -> VHD path from the node-image build
     vhd_digests: Mapping[str, str]  # image name -> vhd_digest(its VHD)
+    deployer_ip_rules: Sequence[str] = ()  # storage_ip_rules(deployer.cidrs): where the upload comes from
 
 
 @dataclass(frozen=True)
@@ -105,6 +150,7 @@ class _Storage:
     account: storage.StorageAccount
     container: storage.BlobContainer
     gallery: compute.Gallery
+    uploader: authorization.RoleAssignment  # the deployer's right to write the VHDs
 
 
 def _blob_name(spec: GalleryImageSpec) -> str:
@@ -139,7 +185,12 @@ class NodeImage(pulumi.ComponentResource):
             kind="StorageV2",
             sku=storage.SkuArgs(name="Standard_LRS"),
             allow_blob_public_access=False,
-            minimum_tls_version="TLS1_2",
+            # Entra ID only (the module docstring): no account key exists that could leak.
+            allow_shared_key_access=False,
+            default_to_o_auth_authentication=True,
+            enable_https_traffic_only=True,
+            minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
+            network_rule_set=storage_network_rules(args.deployer_ip_rules, azure_services=True),
             opts=child,
             location=location,
             tags=resource_tags,
@@ -161,20 +212,38 @@ class NodeImage(pulumi.ComponentResource):
             location=location,
             tags=resource_tags,
         )
-        return _Storage(account, container, gallery)
+        return _Storage(account, container, gallery, self._uploader(name, args, account))
+
+    def _uploader(self, name: str, args: NodeImageArgs,
+                  account: storage.StorageAccount) -> authorization.RoleAssignment:
+        """The deployer's Storage Blob Data Contributor on this account: what the upload and its
+        delete run as. Its principal is whoever runs `pulumi up` (a user or a service principal:
+        the program cannot tell which, so it names no principalType and Azure looks it up; the
+        SDK's default "User" would fail a CI service principal with UnmatchedPrincipalType)."""
+        deployer = authorization.get_client_config_output().object_id
+        definition = args.resource_group_id.apply(
+            lambda rg_id: role_definition_id(rg_id, STORAGE_BLOB_DATA_CONTRIBUTOR)
+        )
+        return authorization.RoleAssignment(
+            f"{name}-vhds-uploader",
+            role_assignment_name=assignment_name(account.id, deployer, definition),
+            scope=account.id,
+            principal_id=deployer,
+            role_definition_id=definition,
+            description=f"kilonode {args.cluster}: `pulumi up` uploads the node images' VHDs",
+            opts=pulumi.ResourceOptions(parent=self, transformations=[_no_principal_type]),
+        )
 
     def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, vhd: str,
                     digest: str) -> local.Command:
-        """The page-blob upload (the module docstring says why a command)."""
+        """The page-blob upload, as the deployer's Entra ID identity (the module docstring says
+        why a command, and why it retries)."""
         blob_name = _blob_name(spec)
         return local.Command(
             f"{name}-{spec.name}-vhd",
-            create=(
-                'az storage blob upload --auth-mode key --type page --no-progress '
-                '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB" --file "$VHD"'
-            ),
+            create=UPLOAD_COMMAND,
             delete=(
-                'az storage blob delete --auth-mode key '
+                'az storage blob delete --auth-mode login '
                 '--account-name "$ACCOUNT" --container-name "$CONTAINER" --name "$BLOB"'
             ),
             environment={"ACCOUNT": store.account.name, "CONTAINER": store.container.name, "BLOB": blob_name,
@@ -184,7 +253,8 @@ class NodeImage(pulumi.ComponentResource):
             triggers=[digest, blob_name],
             # Same content key, same blob name: the old blob goes first, else the replacement's
             # delete would remove the blob its create just uploaded.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[store.container], delete_before_replace=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[store.container, store.uploader],
+                                        delete_before_replace=True),
         )
 
     def _image_definition(self, name: str, args: NodeImageArgs, store: _Storage,

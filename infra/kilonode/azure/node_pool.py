@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute
 
-from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
+from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, security_profile, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.plan.model import NodePoolPlan, ScaleSetShard
 
@@ -38,7 +38,8 @@ class GpuNodePoolArgs:
     # team's name for its own (NodePoolPlan.role)
     user_data: Mapping[str | None, str]
     files: Sequence[DeliveredFile]
-    ssh_public_key: pulumi.Input[str]
+    ssh_public_keys: Sequence[pulumi.Input[str]]  # the pool's role's (kilonode.azure.ssh)
+    encryption_at_host: bool  # ClusterPlan.encryption_at_host(pool.vm_size)
     # user-assigned identities: the controllers' on the pools they run on (the plan's
     # controller_pools), where they read their tokens from the instance metadata service;
     # none on any other pool (kilonode.azure.identity)
@@ -115,8 +116,9 @@ class GpuNodePool(pulumi.ComponentResource):
                 computer_name_prefix=shard.name,
                 admin_username=ADMIN_USERNAME,
                 custom_data=self._data[shard.team],
-                linux_configuration=linux_config(args.ssh_public_key),
+                linux_configuration=linux_config(args.ssh_public_keys),
             ),
+            security_profile=security_profile(args.encryption_at_host),
             storage_profile=self._storage,
             network_profile=self._network,
         )

@@ -91,8 +91,6 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     pulumi.export("etcdSnapshotIdentity", cluster.etcd_snapshot_identity)
     pulumi.export("nodeImageVersionIds", cluster.image_version_ids)
     pulumi.export("scaleSetIds", cluster.scale_set_ids)
-    # Secret: `pulumi stack output adminSshPrivateKey --show-secrets` when SSH is needed.
-    pulumi.export("adminSshPrivateKey", cluster.admin_ssh_private_key)
     # Secret: `pulumi stack output adminKubeconfig --show-secrets > ~/.kube/<cluster>`; its
     # identity is the kilonode:cluster-admins group, bound to cluster-admin (revocable).
     pulumi.export("adminKubeconfig", cluster.tls.admin_kubeconfig)

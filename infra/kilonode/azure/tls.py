@@ -44,8 +44,6 @@ class Tls(pulumi.ComponentResource):
 
     host_files: dict[str, list[DeliveredFile]]
     node_files: list[DeliveredFile]
-    admin_ssh_public_key: pulumi.Output[str]
-    admin_ssh_private_key: pulumi.Output[str]
     bootstrap_token_id: pulumi.Output[str]
     bootstrap_token_secret: pulumi.Output[str]  # secret
     admin_kubeconfig: pulumi.Output[str]  # secret; kilonode:cluster-admins, through the load balancer
@@ -57,12 +55,6 @@ class Tls(pulumi.ComponentResource):
         self._child = pulumi.ResourceOptions(parent=self)
         layout = pki.pki_layout(args.plan)
         self._layout = layout
-
-        # RSA: every Azure Linux image and API version accepts it (Ed25519 only lately). Not
-        # part of the TLS trust layout: the VMs' admin SSH key.
-        ssh = tls.PrivateKey(f"{name}-admin-ssh-key", algorithm="RSA", rsa_bits=4096, opts=self._child)
-        self.admin_ssh_public_key = ssh.public_key_openssh
-        self.admin_ssh_private_key = pulumi.Output.secret(ssh.private_key_openssh)
 
         self._pairs: dict[str, _Pair] = {}
         for authority in layout.authorities:

@@ -6,7 +6,7 @@ its own names, addresses and sizes from the plan.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 from typing import Protocol
@@ -14,7 +14,7 @@ from typing import Protocol
 import pulumi
 from pulumi_azure_native import compute, network
 
-from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, tags
+from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, security_profile, tags
 from kilonode.azure.tags import PUBLIC_IP_ACKNOWLEDGED_TAG
 
 CUSTOM_DATA_PATH = "osProfile.customData"
@@ -35,9 +35,10 @@ class MachineSpec:
     resource_group_name: pulumi.Input[str]
     subnet_id: pulumi.Input[str]
     custom_data: pulumi.Output[str]
-    ssh_public_key: pulumi.Input[str]
+    ssh_public_keys: Sequence[pulumi.Input[str]]  # the role's (kilonode.azure.ssh)
     image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     tags: dict[str, str]
+    encryption_at_host: bool  # ClusterPlan.encryption_at_host(vm_size)
     public_ip: bool
     backend_pool_ids: Sequence[pulumi.Input[str]] = ()
     # user-assigned managed identities (the etcd members': the snapshot upload, kilonode.azure.backup)
@@ -75,7 +76,9 @@ class RoleArgs(Protocol):
     @property
     def custom_data(self) -> Mapping[str, pulumi.Output[str]]: ...
     @property
-    def ssh_public_key(self) -> pulumi.Input[str]: ...
+    def ssh_public_keys(self) -> Sequence[pulumi.Input[str]]: ...
+    @property
+    def encryption_at_host(self) -> Callable[[str], bool]: ...  # by VM size: ClusterPlan.encryption_at_host
     @property
     def image_version_id(self) -> pulumi.Input[str]: ...
     @property
@@ -108,7 +111,8 @@ def host_spec(
         resource_group_name=args.resource_group_name,
         subnet_id=args.subnet_id,
         custom_data=args.custom_data[host.name],
-        ssh_public_key=args.ssh_public_key,
+        ssh_public_keys=args.ssh_public_keys,
+        encryption_at_host=args.encryption_at_host(vm_size),
         image_version_id=args.image_version_id,
         tags=tags(args.cluster, role),
         public_ip=args.public_ips,
@@ -181,8 +185,9 @@ def machine(
             computer_name=spec.vm_name,
             admin_username=ADMIN_USERNAME,
             custom_data=spec.custom_data,
-            linux_configuration=linux_config(spec.ssh_public_key),
+            linux_configuration=linux_config(spec.ssh_public_keys),
         ),
+        security_profile=security_profile(spec.encryption_at_host),
         identity=compute.VirtualMachineIdentityArgs(
             type=compute.ResourceIdentityType.USER_ASSIGNED, user_assigned_identities=list(spec.identity_ids),
         ) if spec.identity_ids else None,

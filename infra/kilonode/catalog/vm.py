@@ -52,6 +52,11 @@ class VmSize(Row):
     # must run, at the driver's exact version, before CUDA can initialise (the GPU image enables
     # nvidia-fabricmanager.service on such sizes only). Every GPU size states it, citing its page.
     nvswitch: bool | None = None
+    # Whether the size supports encryption at host (Resource SKUs capability EncryptionAtHostSupported).
+    # Microsoft publishes the list only through that API ("Use the Azure CLI to enable end-to-end
+    # encryption using encryption at host", Supported VM sizes: "can be pulled programmatically"),
+    # not on the size pages: null (unknown) unless a first-party page says; vm_sizes.yaml's header.
+    encryption_at_host: bool | None = None
     source: str = Field(pattern=r"^https://")
 
     @model_validator(mode="after")

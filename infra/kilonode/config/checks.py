@@ -36,6 +36,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_image_replicas(config),
         *_sysctl_kinds(config, profile),
         *_pool_names(config),
+        *_ssh_roles(config),
         *_max_nodes(config),
         *_location(config),
         *_sizes(config),
@@ -206,6 +207,26 @@ def _pool_names(config: ClusterConfig) -> list[Problem]:
                 "pool names must be unique (they name scale sets and directories)",
             ))
         seen.setdefault(pool.name, index)
+    return problems
+
+
+# The machine roles that take their own SSH keys besides the pools (kilonode.azure.rollout's groups).
+SSH_CONTROL_PLANE_ROLES = ("etcd-main", "etcd-events", "apiservers")
+
+
+def _ssh_roles(config: ClusterConfig) -> list[Problem]:
+    roles = [*SSH_CONTROL_PLANE_ROLES, *(pool.name for pool in config.node_pools)]
+    problems = []
+    for role, keys in config.ssh_keys.items():
+        if role not in roles:
+            near = difflib.get_close_matches(role, roles, n=1)
+            problems.append(Problem(("sshKeys", role), f"{shown(role)} is no role of this stack; the roles are "
+                                    f"{', '.join(roles)}" + (f" (did you mean {near[0]}?)" if near else "")))
+        elif not keys:
+            problems.append(Problem(("sshKeys", role), "an empty list; give at least one key, or leave the role "
+                                    "out (it then gets a key no one holds)"))
+        elif len(set(keys)) != len(keys):
+            problems.append(Problem(("sshKeys", role), "the same key is listed twice"))
     return problems
 
 

@@ -29,6 +29,7 @@ from kilonode.config.values import (
     PoolLabelKey,
     RelativePath,
     Retention,
+    SshPublicKey,
     Str,
     SysctlKey,
     SysctlValue,
@@ -751,6 +752,16 @@ class ClusterConfig(StrictModel):
             "Reserved capacity per team (field notes: a team-resource-manager labelled and tainted nodes per "
             "team; low-priority pods tolerate any team's taint to borrow idle capacity). Whole scale sets are "
             "given in order; what is left is shared. `kilonode explain` shows the split."
+        ),
+    )
+    ssh_keys: dict[Str, tuple[SshPublicKey, ...]] = Field(
+        default_factory=dict,
+        description=(
+            "Operators' OpenSSH public keys per role (`etcd-main`, `etcd-events`, `apiservers`, or a pool's "
+            "name): the admin login's authorized keys on that role's machines, reached only from "
+            "network.adminCidr. A role not named gets a key of its own whose private half no output holds "
+            "(docs/operations.md: getting a shell). Azure sets the keys when it creates a machine: a change "
+            "reaches existing VMs only by replacing them (kilonode diff says so)."
         ),
     )
     acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "apiservers"], ...] = Field(

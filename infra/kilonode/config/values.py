@@ -11,6 +11,7 @@ Numbers and booleans are strict: YAML's `true` is not 1, `4.0` is not 4 and `"4"
 
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass
 from ipaddress import IPv4Network
@@ -301,3 +302,58 @@ def _generation(value: Any) -> Any:
 
 ControlPlaneHost = Annotated[str, Strict(), AfterValidator(_control_plane_host)]
 Generation = Annotated[int, BeforeValidator(_generation), Accepts(f"a whole number, 0 to {MAX_GENERATION}")]
+
+
+# --- SSH ---------------------------------------------------------------------------------------
+# An operator's OpenSSH public key, one authorized_keys line as `ssh-keygen` writes it: type, the
+# base64 key blob (RFC 4253 section 6.6: its first field repeats the type), an optional comment.
+# Azure takes RSA of at least 2048 bits and Ed25519 for Linux VMs ("Supported SSH key formats",
+# learn.microsoft.com/azure/virtual-machines/linux/mac-create-ssh-keys); it writes the line to
+# the admin user's authorized_keys, so no option prefix (`command=...`) and no control character.
+SSH_KEY_MAX = 4096
+SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
+RSA_MIN_BITS = 2048
+
+
+def _ssh_fields(blob: bytes) -> list[bytes]:
+    fields, at = [], 0
+    while at < len(blob):
+        if at + 4 > len(blob):
+            raise ValueError("truncated")
+        size = int.from_bytes(blob[at:at + 4], "big")
+        if at + 4 + size > len(blob):
+            raise ValueError("truncated")
+        fields.append(blob[at + 4:at + 4 + size])
+        at += 4 + size
+    return fields
+
+
+def _ssh_public_key(value: str) -> str:
+    if len(value) > SSH_KEY_MAX:
+        raise ValueError(f"is {len(value)} characters long; an OpenSSH public key line has at most {SSH_KEY_MAX} "
+                         f"(got {shown(value)})")
+    match = re.fullmatch(r"(?P<type>[a-z0-9-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})( (?P<comment>[ -~]*))?", value)
+    example = "an OpenSSH public key line like 'ssh-ed25519 AAAAC3Nz... alice@example.com' (the .pub file's one line)"
+    if match is None:
+        raise ValueError(f"is not {example}: no options, no line break or control character (got {shown(value)})")
+    if match["type"] not in SSH_KEY_TYPES:
+        raise ValueError(f"key type {shown(match['type'])} is not one Azure takes for Linux VMs: use "
+                         f"{' or '.join(SSH_KEY_TYPES)}")
+    try:
+        fields = _ssh_fields(base64.b64decode(match["blob"], validate=True))
+    except ValueError:
+        raise ValueError(f"the key data of {shown(value)} is not valid base64 of an SSH key") from None
+    if not fields or fields[0].decode("ascii", "replace") != match["type"]:
+        raise ValueError(f"the key data says another type than {match['type']} (got {shown(value)})")
+    if match["type"] == "ssh-rsa":
+        bits = int.from_bytes(fields[2], "big").bit_length() if len(fields) == 3 else 0
+        if bits < RSA_MIN_BITS:
+            raise ValueError(f"an RSA key of {bits} bits; Azure takes RSA keys of at least {RSA_MIN_BITS} bits "
+                             "(or use ssh-ed25519)")
+    elif len(fields) != 2 or len(fields[1]) != 32:
+        raise ValueError(f"an ssh-ed25519 key holds 32 bytes (got {shown(value)})")
+    return value
+
+
+SshPublicKey = Annotated[str, Strict(), AfterValidator(_ssh_public_key), Accepts(
+    "one OpenSSH public key line (`ssh-ed25519` or `ssh-rsa` of at least 2048 bits), no options")]

@@ -410,6 +410,8 @@ class VmSizeFacts(StrictModel):
 
     vcpus: int | None
     quota_family: str | None  # Azure's vCPU quota family (Compute Usage API name.value)
+    # whether the size supports encryption at host (catalogue); None: no first-party source says
+    encryption_at_host: bool | None = None
 
 
 class ClusterPlan(StrictModel):
@@ -440,6 +442,17 @@ class ClusterPlan(StrictModel):
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
     # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by
     disk_tiers: tuple[DiskTierPlan, ...] = ()
+    # machine role (etcd-main, etcd-events, apiservers, a pool's name) -> the operators' SSH keys the
+    # stack gives it; a role not here gets a generated key whose private half nothing exports
+    ssh_keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    def encryption_at_host(self, vm_size: str) -> bool:
+        """Whether the machines of this size get encryption at host: unless the catalogue says
+        the size lacks it. Unknown sizes get it too: Azure then refuses an unsupported size at
+        creation, loudly, where leaving it off would leave the disks' host cache unencrypted
+        silently (preflight's encryption-at-host warns of each unknown size)."""
+        facts = self.vm_sizes.get(vm_size)
+        return facts is None or facts.encryption_at_host is not False
 
     @property
     def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:

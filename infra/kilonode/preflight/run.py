@@ -24,6 +24,7 @@ def _registry() -> tuple[Check, ...]:
         boot_pulls,
         deployer_path,
         disks,
+        encryption_at_host,
         gpu_runtime,
         identities,
         pod_dns,
@@ -31,12 +32,13 @@ def _registry() -> tuple[Check, ...]:
         rdma,
         scheduling,
         service_path,
+        storage_access,
     )
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, service_path, binaries, gpu_runtime, pod_dns, scheduling, rdma, disks,
-                       azure_names, identities, quota, boot_pulls)
+                       azure_names, identities, storage_access, encryption_at_host, quota, boot_pulls)
     )
 
 

@@ -92,4 +92,5 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         ),
         components=components_plan(config, pools),
         vm_sizes=vm_size_facts((etcd_main, etcd_events), control_plane, pools),
+        ssh_keys=dict(config.ssh_keys),
     )

@@ -17,5 +17,6 @@ def vm_size_facts(etcd: tuple[EtcdClusterPlan, ...], control_plane: ControlPlane
     for name in sorted(names):
         size = vm_size(name)
         facts[name] = VmSizeFacts(vcpus=size.vcpus if size else None,
-                                  quota_family=size.quota_family if size else None)
+                                  quota_family=size.quota_family if size else None,
+                                  encryption_at_host=size.encryption_at_host if size else None)
     return facts

@@ -11,8 +11,9 @@ resource-name-rules.md; https://learn.microsoft.com/azure/azure-resource-manager
   (kilonode.plan.azure_names.role_assignment_name). A name from the cluster and role alone is
   the same in every subscription of the tenant (RoleAssignmentExists, HTTP 409) and stays when
   an identity is replaced (RoleAssignmentUpdateNotPermitted: "Tenant ID, application ID,
-  principal ID, and scope are not allowed to be updated"). `principalType` must be given: the
-  SDK defaults it to User, and kilonode assigns roles to managed identities only.
+  principal ID, and scope are not allowed to be updated"). `principalType` must be given for
+  the managed identities: the SDK defaults it to User. The one other principal, whoever runs
+  `pulumi up` (the VHD upload's role), may be either kind: its assignment names no type.
 - Storage accounts (scope: **all of Azure**, 3-24 lowercase letters and digits): the name must
   carry the digest of the subscription (kilonode.plan.azure_names.storage_account_name). A name
   that is a function of the stack name alone is taken by whoever deploys that stack first.
@@ -32,6 +33,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
+from kilonode.azure.mockplan import MOCK_DEPLOYER
 from kilonode.plan.azure_names import STORAGE_NAME, STORAGE_TAGS, role_assignment_name, storage_account_name
 from kilonode.preflight.model import Finding, Inputs, Resource
 
@@ -101,7 +103,16 @@ def _role_assignments(resources: list[Resource]) -> list[Finding]:
                 "RoleAssignmentUpdateNotPermitted",
                 f"derive it from (scope, principal id, role definition id) inside an apply: {expected} here "
                 "(kilonode.plan.azure_names.role_assignment_name)"))
-        if r.inputs.get("principalType") in (None, "User"):
+        if principal == MOCK_DEPLOYER:
+            # whoever runs `pulumi up` (kilonode.azure.node_image): a user or a service principal, so
+            # no type is given and Azure looks it up
+            if r.inputs.get("principalType") is not None:
+                findings.append(Finding(
+                    NAME, "break", r.describe(),
+                    f"principalType {r.inputs.get('principalType')} for the deployer, who may be a user or a service "
+                    "principal: Azure refuses the other kind (UnmatchedPrincipalType)",
+                    "give no principalType for the deployer's assignment (kilonode.azure.node_image)"))
+        elif r.inputs.get("principalType") in (None, "User"):
             findings.append(Finding(
                 NAME, "break", r.describe(),
                 "principalType is User (the SDK's default when none is given) for a managed identity: Azure looks "
