@@ -77,7 +77,7 @@ class Cluster(pulumi.ComponentResource):
     node_image: NodeImage  # the node images: the first join timer waits for them
     scale_set_ids: dict[str, pulumi.Output[str]]
     admin_ssh_private_key: pulumi.Output[str]
-    tls: Tls  # credentials: kubeconfigs, the bootstrap token
+    tls: Tls  # credentials: kubeconfigs, the pools' join tokens
     control_plane: ControlPlane  # the apiservers and their load balancer
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
     # the pools' resource group, and what cloud-controller-manager and the autoscaler act as
@@ -251,7 +251,7 @@ class Cluster(pulumi.ComponentResource):
                     subnet_id=self.network.pool_subnet_ids[pool.name],
                     image_version_id=self.image_version_ids[pool.name],
                     user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)},
-                    files=self.tls.node_files,
+                    files=self.tls.pool_node_files[pool.name],
                     ssh_public_key=self.tls.admin_ssh_public_key,
                     identity_ids=identities if pool.name in controllers else [],
                 ),

@@ -236,6 +236,11 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
             "kube-controller-manager", KUBERNETES_CA, "system:kube-controller-manager"
         ),
     }
+    # The node client approver runs beside each apiserver: its own identity, bound to its own
+    # ClusterRole (kilonode.k8s.bootstrap).
+    component_kubeconfigs[wellknown.NODE_CLIENT_APPROVER_KUBECONFIG] = client(
+        "node-client-approver", KUBERNETES_CA, defaults.NODE_CLIENT_APPROVER_USER
+    )
     # The GPU health taint controller runs beside each apiserver too, only where there are
     # GPU pools: its own identity, bound to its own ClusterRole (kilonode.k8s.gpu).
     if plan.gpu_pools:

@@ -26,6 +26,7 @@ def _registry() -> tuple[Check, ...]:
         disks,
         gpu_runtime,
         identities,
+        node_join,
         pod_dns,
         quota,
         rdma,
@@ -36,7 +37,7 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, service_path, binaries, gpu_runtime, pod_dns, scheduling, rdma, disks,
-                       azure_names, identities, quota, boot_pulls)
+                       azure_names, identities, node_join, quota, boot_pulls)
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilonode.node.ship import GPU_HEALTH, PYTHON
+from kilonode.node.ship import GPU_HEALTH, NODE_CLIENT_APPROVER, PYTHON
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
 from kilonode.render.cloud_init import user_data
@@ -22,6 +22,8 @@ ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz")
 SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
 GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller.service"
 GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
+NODE_CLIENT_APPROVER_SERVICE = "kilonode-node-client-approver.service"
+NODE_CLIENT_APPROVER_UNIT = f"etc/systemd/system/{NODE_CLIENT_APPROVER_SERVICE}"
 
 
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
@@ -128,8 +130,11 @@ def controller_manager_flags() -> list[Flag]:
         ("leader-elect", True),
         ("use-service-account-credentials", True),
         # TLS bootstrap: both are off by default (cmd/kube-controller-manager/names:
-        # disabled-by-default controllers); the token cleaner deletes expired bootstrap tokens,
-        # the bootstrap signer signs cluster-info for token discovery, as kubeadm enables them.
+        # disabled-by-default controllers); the token cleaner deletes expired bootstrap tokens
+        # (the pools' join tokens carry an `expiration`: kilonode.k8s.bootstrap), the bootstrap
+        # signer signs cluster-info for token discovery, as kubeadm enables them. csrapproving
+        # (in "*") still approves renewals (selfnodeclient); a first client certificate is the
+        # node client approver's (no nodeclient binding).
         ("controllers", "*,bootstrap-signer-controller,token-cleaner-controller"),
         ("root-ca-file", wellknown.K8S_CA),
         ("cluster-signing-cert-file", wellknown.K8S_CA),
@@ -243,6 +248,19 @@ def gpu_health_controller_unit() -> RenderedFile:
     ))
 
 
+def node_client_approver_unit() -> RenderedFile:
+    """The node client approver (kilonode.node.node_client_approver on the machine), from the
+    package the control-plane image carries (kilonode.node.ship), with its own kubeconfig
+    (kilonode.azure.tls delivers it). Its pool table is a ConfigMap (kilonode.k8s.bootstrap), not a
+    file here: a pool's new scale set must not change every apiserver's custom data."""
+    return RenderedFile(render_template(
+        NODE_CLIENT_APPROVER_UNIT,
+        python_path=NODE_CLIENT_APPROVER.pythonpath,
+        exec_start=systemd_exec(f"{PYTHON} -m {NODE_CLIENT_APPROVER.module}.main",
+                                [("kubeconfig", wellknown.NODE_CLIENT_APPROVER_KUBECONFIG)]),
+    ))
+
+
 def _unit(component: str, description: str, flags: list[Flag], mount_point: str | None = None) -> RenderedFile:
     """`mount_point`: the local-SSD mount the component writes to, required by the unit."""
     binary = f"{BIN}/{component}"
@@ -280,8 +298,12 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
         ADMISSION_CONFIG: RenderedFile(admission_config(plan)),
         AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
         SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
+        # a joining kubelet's first client certificate: kube-controller-manager approves none
+        # (kilonode.k8s.bootstrap binds no nodeclient), this does, per pool
+        NODE_CLIENT_APPROVER_UNIT: node_client_approver_unit(),
     }
-    start_units = ["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service"]
+    start_units = ["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service",
+                   NODE_CLIENT_APPROVER_SERVICE]
     # GPU nodes register with a startup taint only this controller lifts: it runs wherever
     # there are GPU pools, and only there.
     if plan.gpu_pools:
