@@ -75,8 +75,8 @@ def _expiry_findings(tokens: tuple[JoinTokenPlan, ...], now: datetime) -> list[F
         if left <= timedelta(0):
             findings.append(Finding(
                 NAME, "break", which,
-                f"expired at {token.expires}: the apiserver refuses it and the token cleaner deleted its Secrets, so no "
-                "new VM of any pool joins (the autoscaler's included); nodes that joined keep their certificates",
+                f"expired at {token.expires}: the apiserver refuses it and the token cleaner deleted its Secrets, so "
+                "no new VM of any pool joins (the autoscaler's included); nodes that joined keep their certificates",
                 ROTATE))
         elif left <= timedelta(days=defaults.JOIN_TOKEN_WARN_DAYS):
             findings.append(Finding(
