@@ -243,9 +243,13 @@ def test_every_pool_node_gets_a_bootstrap_kubeconfig_kubectl_reads(graphs: dict[
                                                                     plans: dict[str, ClusterPlan],
                                                                     tmp_path: Path) -> None:
     graph = graphs["research-7500"]
-    secret = next(r for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret")
-    data = manifest(secret)["stringData"]
     vmss = next(r for r in graph.resources if r.type == "azure-native:compute:VirtualMachineScaleSet")
+    # its pool's current join token (the scale set's name is its shard's: <cluster>-<pool>-<index>)
+    plan = plans["research-7500"]
+    [token] = [t for t in plan.join_tokens if t.current and vmss.plain()["vmScaleSetName"] in t.prefixes]
+    [data] = [manifest(r)["stringData"] for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret"
+              and manifest(r)["metadata"]["labels"]["kilonode.io/pool"] == token.pool
+              and manifest(r)["stringData"].get("expiration") == token.expires]
     mime = decode(vmss.plain()["virtualMachineProfile"]["osProfile"]["customData"])
     written = _write_files(mime)
     assert written[wellknown.KUBELET_BOOTSTRAP_KUBECONFIG]["permissions"] == "0600"

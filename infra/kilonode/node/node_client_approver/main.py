@@ -23,16 +23,31 @@ python3-kubernetes and python3-cryptography come with the control-plane image
 from __future__ import annotations
 
 import argparse
+import base64
 import logging
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from .rules import POOLS_CONFIGMAP, POOLS_KEY, POOLS_NAMESPACE, SIGNER, Decision, Pool, Request, decide, pools_from_json
+from .rules import (
+    BOOTSTRAP_USER,
+    NODE_USER_PREFIX,
+    POOLS_CONFIGMAP,
+    POOLS_KEY,
+    POOLS_NAMESPACE,
+    SIGNER,
+    Decision,
+    Pool,
+    Request,
+    decide,
+    pools_from_json,
+)
 
 LOG = logging.getLogger("node-client-approver")
 # A watch is ended by the server after this long and opened again (a fresh list first).
@@ -46,32 +61,29 @@ def _decided(csr: Any) -> bool:
 
 
 def _approved_node(csr: Any) -> str | None:
-    """The node name an already approved CSR of our signer was for (read from its username
-    for renewals is not enough: it is the request's subject that becomes the certificate)."""
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
+    """The node name of an approved *first* certificate request (from a bootstrap token user) of
+    our signer, read from the request's subject. Renewals (users system:node:<name>) do not
+    count: their node exists, and a name Azure reuses after a scale-in must not wait for
+    kube-controller-manager's CSR cleaner (it deletes approved requests after an hour)."""
     approved = any(c.type == "Approved" and c.status == "True" for c in (csr.status.conditions or []))
-    if not approved or csr.spec.signer_name != SIGNER:
+    if not approved or csr.spec.signer_name != SIGNER or not BOOTSTRAP_USER.fullmatch(csr.spec.username or ""):
         return None
     try:
         cn = x509.load_pem_x509_csr(_pem(csr)).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     except ValueError:
         return None
-    return str(cn[0].value).removeprefix("system:node:") if cn else None
+    return str(cn[0].value).removeprefix(NODE_USER_PREFIX) if cn else None
 
 
 def _pem(csr: Any) -> bytes:
-    # the client decodes the base64 `request` field to str in some releases and bytes in others
+    """The PEM request: the client gives the base64 `request` field as a str (format byte)."""
     request = csr.spec.request
     if isinstance(request, bytes):
         return request
-    import base64
-
     try:
         return base64.b64decode(request, validate=True)
     except ValueError:
-        return request.encode()
+        return str(request).encode()
 
 
 def request_of(csr: Any) -> Request:
