@@ -18,10 +18,11 @@ an apiserver's included. Here, on top of all of that:
   request carries no extension at all (the kubelet's has none: certutil.MakeCSR with no SANs,
   pkg/kubelet/certificate/bootstrap/bootstrap.go requestNodeCertificate);
 - <name> is one of the pool's scale-set computer-name prefixes followed by the six base-36
-  characters Azure appends to a Uniform scale set's instances (kilonode.plan.wellknown
-  VMSS_INSTANCE_SUFFIX says where that is written), lower-cased as the kubelet lower-cases
-  its hostname (component-helpers node util GetHostname); and no other pool's prefix also
-  gives that name;
+  characters Azure appends to a Uniform scale set's instances (Microsoft Learn, "Understand
+  names and instance IDs for Azure Virtual Machine Scale Set VMs": computer name =
+  {computer-name-prefix}{base-36-instance-id}, always six digits, zero-padded, e.g.
+  nsgvmss00002D for instance 85), lower-cased as the kubelet lower-cases its hostname
+  (pkg/util/node GetHostname: strings.ToLower); and no other pool's prefix also gives it;
 - no Node of that name exists, and no other CSR for that name is already approved: a stolen
   token cannot take over a node that has joined, nor a name another request already holds;
 - the usages are one of the two sets above, key encipherment only with an RSA key.
