@@ -52,7 +52,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     plan = plans[stack]
     per_component = Counter(r.parent.removeprefix(f"{stack}-k8s-") for r in objects if r.parent)
     expected = {
-        "node-bootstrap": 5,  # the token Secret, 4 bindings
+        # a token Secret per pool and generation, 3 bindings, the node client approver's ClusterRole,
+        # binding, pool-table ConfigMap, Role and RoleBinding
+        "node-bootstrap": len(plan.join_tokens) + 8,
         "serving-cert-approver": 4,  # SA, role, binding, Deployment
         "dns": 7,  # SA, role, binding, ConfigMap, Deployment, PDB, Service
         "kube-proxy": 4,  # SA, binding, ConfigMap, DaemonSet
@@ -106,18 +108,33 @@ def test_every_object_goes_through_the_programs_own_provider_which_waits_for_rea
     assert {"research-7500-apiserver-lb", "research-7500-apiserver-0"} <= set(ready.depends_on)
 
 
-def test_the_bootstrap_token_secret_is_what_the_apiservers_authenticator_reads(graphs: dict[str, Graph]) -> None:
-    secret = next(r for r in k8s_objects(graphs["research-7500"]) if r.type == "kubernetes:core/v1:Secret")
-    value = manifest(secret)
-    data = value["stringData"]
-    assert value["type"] == "bootstrap.kubernetes.io/token"
-    assert value["metadata"] == {"name": f"bootstrap-token-{data['token-id']}", "namespace": "kube-system",
-                                 "labels": {"app.kubernetes.io/managed-by": "kilonode"}}
-    # k8s.io/cluster-bootstrap/token/api: [a-z0-9]{6} and [a-z0-9]{16}
-    assert re.fullmatch(r"[a-z0-9]{6}", data["token-id"]) and re.fullmatch(r"[a-z0-9]{16}", data["token-secret"])
-    assert data["usage-bootstrap-authentication"] == "true" and data["usage-bootstrap-signing"] == "true"
-    assert data["auth-extra-groups"] == "system:bootstrappers:kilonode:nodes"
-    assert "expiration" not in data  # scale sets add nodes at any time
+def test_each_pools_join_token_secret_is_what_the_apiservers_authenticator_reads(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan]
+) -> None:
+    plan = plans["research-7500"]
+    secrets = [manifest(r) for r in k8s_objects(graphs["research-7500"]) if r.type == "kubernetes:core/v1:Secret"]
+    assert len(secrets) == len(plan.join_tokens)
+    by_pool = {}
+    for value in secrets:
+        data = value["stringData"]
+        assert value["type"] == "bootstrap.kubernetes.io/token"
+        assert value["metadata"]["name"] == f"bootstrap-token-{data['token-id']}"
+        assert value["metadata"]["namespace"] == "kube-system"
+        # k8s.io/cluster-bootstrap/token/api: [a-z0-9]{6} and [a-z0-9]{16}
+        assert re.fullmatch(r"[a-z0-9]{6}", data["token-id"]) and re.fullmatch(r"[a-z0-9]{16}", data["token-secret"])
+        assert data["usage-bootstrap-authentication"] == "true" and data["usage-bootstrap-signing"] == "true"
+        # cluster-bootstrap token/api/types.go BootstrapGroupPattern, for every extra group
+        groups = data["auth-extra-groups"].split(",")
+        assert all(re.fullmatch(r"system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]", g) for g in groups), groups
+        pool = value["metadata"]["labels"]["kilonode.io/pool"]
+        assert groups == ["system:bootstrappers:kilonode:nodes", f"system:bootstrappers:kilonode:pool:{pool}"]
+        # time.Parse(time.RFC3339, ...) in cluster-bootstrap util/secrets GetExpiration: whole seconds, Z
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["expiration"]), data["expiration"]
+        by_pool.setdefault(pool, []).append(data["expiration"])
+    # the stack's current and previous generation: two live tokens per pool, each its own expiry
+    assert {pool: sorted(e) for pool, e in by_pool.items()} == {
+        p.name: sorted(t.expires for t in plan.join_tokens if t.pool == p.name) for p in plan.node_pools}
+    assert all(len(set(e)) == 2 for e in by_pool.values())
 
 
 def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -> None:
@@ -132,8 +149,6 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
     }
     assert bindings == {
         "kilonode:kubelet-bootstrap": ("system:node-bootstrapper", [("Group", defaults.BOOTSTRAP_GROUP)]),
-        "kilonode:node-autoapprove-bootstrap": (
-            "system:certificates.k8s.io:certificatesigningrequests:nodeclient", [("Group", defaults.BOOTSTRAP_GROUP)]),
         "kilonode:node-autoapprove-certificate-rotation": (
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [("Group", "system:nodes")]),
         "kilonode:cluster-admins": ("cluster-admin", [("Group", "kilonode:cluster-admins")]),
@@ -146,6 +161,8 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         "kilonode:cloud-node-manager": ("kilonode:cloud-node-manager", [("ServiceAccount", "cloud-node-manager")]),
         "kilonode:gpu-health-controller": ("kilonode:gpu-health-controller",
                                            [("User", "kilonode:gpu-health-controller")]),
+        "kilonode:node-client-approver": ("kilonode:node-client-approver",
+                                          [("User", "kilonode:node-client-approver")]),
     }
     role = next(manifest(r) for r in k8s_objects(graphs["research-7500"])
                 if r.type.endswith(":ClusterRole") and r.name.endswith("serving-cert-approver-role"))
@@ -226,9 +243,13 @@ def test_every_pool_node_gets_a_bootstrap_kubeconfig_kubectl_reads(graphs: dict[
                                                                     plans: dict[str, ClusterPlan],
                                                                     tmp_path: Path) -> None:
     graph = graphs["research-7500"]
-    secret = next(r for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret")
-    data = manifest(secret)["stringData"]
     vmss = next(r for r in graph.resources if r.type == "azure-native:compute:VirtualMachineScaleSet")
+    # its pool's current join token (the scale set's name is its shard's: <cluster>-<pool>-<index>)
+    plan = plans["research-7500"]
+    [token] = [t for t in plan.join_tokens if t.current and vmss.plain()["vmScaleSetName"] in t.prefixes]
+    [data] = [manifest(r)["stringData"] for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret"
+              and manifest(r)["metadata"]["labels"]["kilonode.io/pool"] == token.pool
+              and manifest(r)["stringData"].get("expiration") == token.expires]
     mime = decode(vmss.plain()["virtualMachineProfile"]["osProfile"]["customData"])
     written = _write_files(mime)
     assert written[wellknown.KUBELET_BOOTSTRAP_KUBECONFIG]["permissions"] == "0600"

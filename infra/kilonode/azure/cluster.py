@@ -77,7 +77,7 @@ class Cluster(pulumi.ComponentResource):
     image_version_ids: dict[str, pulumi.Output[str]]
     node_image: NodeImage  # the node images: the first join timer waits for them
     scale_set_ids: dict[str, pulumi.Output[str]]
-    tls: Tls  # credentials: kubeconfigs, the bootstrap token
+    tls: Tls  # credentials: kubeconfigs, the pools' join tokens
     ssh_keys: dict[str, list[pulumi.Input[str]]]  # role -> its authorized keys (kilonode.azure.ssh)
     control_plane: ControlPlane  # the apiservers and their load balancer
     restart_keys: pulumi.Output[dict[str, dict[str, dict[str, str]]]]
@@ -260,7 +260,7 @@ class Cluster(pulumi.ComponentResource):
                     subnet_id=self.network.pool_subnet_ids[pool.name],
                     image_version_id=self.image_version_ids[pool.name],
                     user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)},
-                    files=self.tls.node_files,
+                    files=self.tls.pool_node_files[pool.name],
                     ssh_public_keys=self.ssh_keys[pool.name],
                     encryption_at_host=plan.encryption_at_host(pool.vm_size),
                     identity_ids=identities if pool.name in controllers else [],

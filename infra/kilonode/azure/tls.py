@@ -39,13 +39,13 @@ class Tls(pulumi.ComponentResource):
     """CAs and certificates, and the per-host file sets they land in.
 
     `host_files` is keyed like render_cluster's output (`etcd-main-0`, `apiserver-0`);
-    `node_files` go to every pool node.
+    `pool_node_files[pool]` go to every node of that pool.
     """
 
     host_files: dict[str, list[DeliveredFile]]
-    node_files: list[DeliveredFile]
-    bootstrap_token_id: pulumi.Output[str]
-    bootstrap_token_secret: pulumi.Output[str]  # secret
+    pool_node_files: dict[str, list[DeliveredFile]]  # pool -> its nodes' files (its join token)
+    # (pool, generation) -> the join token's id and secret (secret), for the token Secrets
+    join_tokens: dict[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
     admin_kubeconfig: pulumi.Output[str]  # secret; kilonode:cluster-admins, through the load balancer
     super_admin_kubeconfig: pulumi.Output[str]  # secret; system:masters, for the program's own provider
 
@@ -63,21 +63,28 @@ class Tls(pulumi.ComponentResource):
             self._pairs[leaf.name] = self._signed(leaf)
         self._bare: dict[str, tls.PrivateKey] = {key.name: self._key(key.name) for key in layout.keys}
 
-        # TLS bootstrap, as kubeadm: a token `<id>.<secret>` ([a-z0-9]{6}.[a-z0-9]{16}, the
-        # format the apiserver's bootstrap authenticator accepts) in the Pulumi state only.
-        # No expiry: scale sets add nodes at any time. Rotate it with
-        # `pulumi up --replace <urn of the token secret>` (docs/azure.md), which updates the Secret and
-        # the pools' custom data (new instances join with the new token).
-        token_id = random.RandomString(f"{name}-bootstrap-token-id", length=6, upper=False, special=False,
-                                       opts=self._child)
-        token_secret = random.RandomString(f"{name}-bootstrap-token-secret", length=16, upper=False,
-                                           special=False, opts=self._child)
-        self.bootstrap_token_id = token_id.result
-        self.bootstrap_token_secret = pulumi.Output.secret(token_secret.result)
-        self._token = pulumi.Output.secret(pulumi.Output.concat(token_id.result, ".", token_secret.result))
+        # TLS bootstrap, as kubeadm, with one token per pool and generation (the plan's
+        # join_tokens): `<id>.<secret>` ([a-z0-9]{6}.[a-z0-9]{16}, the format the apiserver's
+        # bootstrap authenticator accepts) in the Pulumi state only. Named by pool and generation:
+        # a new generation in the stack is a new token, a generation no longer named is deleted.
+        # Each pool's custom data carries its current one (docs/azure.md, "Node join credentials").
+        self.join_tokens = {}
+        current: dict[str, pulumi.Output[str]] = {}
+        for token in args.plan.join_tokens:
+            which = f"{name}-join-token-{token.pool}-g{token.generation}"
+            token_id = random.RandomString(f"{which}-id", length=6, upper=False, special=False, opts=self._child)
+            token_secret = random.RandomString(f"{which}-secret", length=16, upper=False, special=False,
+                                               opts=self._child)
+            self.join_tokens[(token.pool, token.generation)] = (
+                token_id.result, pulumi.Output.secret(token_secret.result))
+            if token.current:
+                current[token.pool] = pulumi.Output.secret(
+                    pulumi.Output.concat(token_id.result, ".", token_secret.result))
 
         self.host_files = {host: [self._delivered(f) for f in files] for host, files in layout.hosts.items()}
-        self.node_files = [self._delivered(f) for f in layout.node_files]
+        self.pool_node_files = {
+            pool: [self._delivered(f, token) for f in layout.node_files] for pool, token in current.items()
+        }
         self.admin_kubeconfig = self._kubeconfig(layout.admin_kubeconfig)
         self.super_admin_kubeconfig = self._kubeconfig(layout.super_admin_kubeconfig)
 
@@ -87,10 +94,10 @@ class Tls(pulumi.ComponentResource):
             "kubernetesCaCert": self._pairs[pki.KUBERNETES_CA].cert_pem,
         })
 
-    def _delivered(self, file: pki.HostFile) -> DeliveredFile:
-        return DeliveredFile(file.path, self._content(file.content), file.mode, file.owner)
+    def _delivered(self, file: pki.HostFile, token: pulumi.Output[str] | None = None) -> DeliveredFile:
+        return DeliveredFile(file.path, self._content(file.content, token), file.mode, file.owner)
 
-    def _content(self, content: pki.Content) -> pulumi.Output[str]:
+    def _content(self, content: pki.Content, token: pulumi.Output[str] | None = None) -> pulumi.Output[str]:
         match content:
             case pki.Cert(of=name):
                 return self._pairs[name].cert_pem
@@ -103,15 +110,17 @@ class Tls(pulumi.ComponentResource):
             case pki.Bundle(cas=cas):
                 return _bundle([self._pairs[ca].cert_pem for ca in cas])
             case pki.Kubeconfig():
-                return self._kubeconfig(content)
+                return self._kubeconfig(content, token=token)
         raise TypeError(f"unknown PKI file content {content!r}")
 
     def _kubeconfig(self, spec: pki.Kubeconfig, server: pulumi.Input[str] | None = None,
-                    tls_server_name: str | None = None) -> pulumi.Output[str]:
+                    tls_server_name: str | None = None, token: pulumi.Output[str] | None = None) -> pulumi.Output[str]:
         ca = self._pairs[spec.ca].cert_pem
         where = spec.server if server is None else server
         if spec.client is None:
-            return kubeconfig(where, ca, spec.user, token=self._token, tls_server_name=tls_server_name)
+            if token is None:
+                raise ValueError(f"kubeconfig for {spec.user} has no client certificate and no pool's join token")
+            return kubeconfig(where, ca, spec.user, token=token, tls_server_name=tls_server_name)
         return kubeconfig(where, ca, spec.user, cert=self._pairs[spec.client], tls_server_name=tls_server_name)
 
     def through(self, endpoint: pulumi.Output[str], public: bool) -> None:

@@ -8,10 +8,11 @@ Pulumi and Kubernetes YAML. Unknown keys are errors: a typo must never be ignore
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from ipaddress import IPv4Network
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from kilonode.config.values import (
@@ -624,6 +625,59 @@ class RoleImageConfig(StrictModel):
         return value
 
 
+class JoinTokenConfig(StrictModel):
+    """One generation of the pools' join (bootstrap) tokens."""
+
+    generation: Int = Field(
+        ge=1,
+        description=(
+            "Which tokens: each pool's token of this generation is random and kept in the Pulumi state; a new "
+            "number is a new token for every pool (the old one's state is dropped once no entry names it)."
+        ),
+    )
+    expires: AwareDatetime = Field(
+        description=(
+            "When the apiserver stops accepting these tokens and kube-controller-manager's token cleaner deletes "
+            "them (the token Secret's `expiration`, RFC 3339 in UTC): e.g. 2027-05-31T00:00:00Z. "
+            "`kilonode preflight` warns 30 days before and refuses once it has passed."
+        ),
+    )
+
+    @field_validator("expires")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.astimezone(UTC)
+
+
+class JoinTokensConfig(StrictModel):
+    """The pools' join tokens: the one new VMs get, and the one before it while it drains."""
+
+    current: JoinTokenConfig = Field(
+        description="The generation in every scale set's custom data: what a VM created from now on joins with."
+    )
+    previous: JoinTokenConfig | None = Field(
+        default=None,
+        description=(
+            "The generation before `current`, kept valid until its own expiry after a rotation: a VM Azure "
+            "created from a scale-set model older than the rotation still joins (docs/azure.md, \"Node join "
+            "credentials\"). Its generation is current's minus one."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _previous_before_current(self) -> JoinTokensConfig:
+        if self.previous is None:
+            return self
+        if self.previous.generation != self.current.generation - 1:
+            raise ValueError(
+                f"previous.generation must be current.generation - 1 ({self.current.generation - 1}), got "
+                f"{self.previous.generation}: another number would be a new random token, not the one VMs hold"
+            )
+        if self.previous.expires > self.current.expires:
+            raise ValueError("previous.expires is after current.expires: the older token must not outlive the newer")
+        return self
+
+
 class TeamConfig(StrictModel):
     """A team's reserved capacity: whole scale-set shards of a pool, labelled and tainted for
     the team when their nodes register (field notes: team capacity)."""
@@ -762,6 +816,14 @@ class ClusterConfig(StrictModel):
             "network.adminCidr. A role not named gets a key of its own whose private half no output holds "
             "(docs/operations.md: getting a shell). Azure sets the keys when it creates a machine: a change "
             "reaches existing VMs only by replacing them (kilonode diff says so)."
+        ),
+    )
+    join_tokens: JoinTokensConfig | None = Field(
+        default=None,
+        description=(
+            "The node pools' join (bootstrap) tokens: one per pool and generation, each with an expiry. Rotate "
+            "before `current.expires` (docs/azure.md, \"Node join credentials\"). None: tokens without expiry, "
+            "which `kilonode preflight` (and so `pulumi up`) refuses."
         ),
     )
     acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "apiservers"], ...] = Field(

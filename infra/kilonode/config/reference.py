@@ -203,8 +203,10 @@ def starter_stack(cluster: str, stack: str) -> str:
         f"  {CONFIG_KEY}:",
     ]
     for key in keys():
-        if "[]." in key.path or key.path.startswith("deployer."):
-            continue  # a list's items: the pool's below, other lists show as their default; the deployer's below
+        if "[]." in key.path or key.path.startswith(("deployer.", "joinTokens.")):
+            # a list's items: the pool's below, other lists show as their default; the deployer's
+            # below; joinTokens' keys are under "Node join credentials" in docs/azure.md
+            continue
         indent = "    " + "  " * key.depth
         why = key.field.description or ""
         if key.path == "name":

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from kilonode.catalog.binaries import LOCK_NAME, Catalog, Component, PinError, load, pool_roles
 from kilonode.image.recipe import Extra, Flavour, Recipe
-from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP
+from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP, NODE_CLIENT_APPROVER
 
 Kind = Literal["unit", "cni", "ipam", "runtime", "script"]
 EXEC_KEYS = ("ExecStartPre", "ExecStart", "ExecStartPost", "ExecReload", "ExecStop", "ExecStopPost")
@@ -219,7 +219,8 @@ def overlay_paths(recipe: Recipe, spec: ImageSpec, role_image: str | None) -> se
     if role_image:
         dirs.append(recipe.role_overlay_dir(role_image))
     found = {"/" + p.relative_to(d).as_posix() for d in dirs if d.is_dir() for p in d.rglob("*") if p.is_file()}
-    programs = [LOCAL_DISK_SETUP, *((GPU_HEALTH,) if "gpu" in spec.extras or role_image == "control-plane" else ())]
+    programs = [LOCAL_DISK_SETUP, *((GPU_HEALTH,) if "gpu" in spec.extras or role_image == "control-plane" else ()),
+                *((NODE_CLIENT_APPROVER,) if role_image == "control-plane" else ())]
     return found | {path for program in programs for path, _, _ in program.files()}
 
 

@@ -1,11 +1,23 @@
-"""NodeBootstrap: what lets a new node join, as kubeadm sets it up.
+"""NodeBootstrap: what lets a new node join (kubeadm's scheme, narrowed per pool).
 
-- the bootstrap token as a `bootstrap.kubernetes.io/token` Secret in kube-system (the
-  apiserver's --enable-bootstrap-token-auth reads it; the token cleaner removes it once
-  expired, and it has no expiry: scale sets add nodes at any time);
-- ClusterRoleBindings for the token's group: create CSRs (system:node-bootstrapper) and have
-  the controller manager auto-approve the first client certificate (...:nodeclient); and
-  for system:nodes, the renewal of their own client certificates (...:selfnodeclient);
+- each pool's join tokens (the plan's join_tokens: its current generation, and the previous one
+  while it drains) as `bootstrap.kubernetes.io/token` Secrets in kube-system, with their
+  `expiration`: the apiserver's bootstrap authenticator refuses a token past it, and
+  kube-controller-manager's token cleaner (token-cleaner-controller, enabled in
+  kilonode.render.control_plane) deletes the Secret then (pkg/controller/bootstrap/tokencleaner.go:
+  evalSecret deletes once cluster-bootstrap's GetExpiration says expired, and re-queues the
+  Secret for that moment otherwise). Each token adds the shared group (may create CSRs) and its
+  pool's own group (which names it gets a certificate for);
+- ClusterRoleBindings: the shared group may create CSRs (system:node-bootstrapper); system:nodes
+  may renew their own client certificates (...:selfnodeclient, approved by kube-controller-manager).
+  No binding of ...:nodeclient: kube-controller-manager's approval of a first client certificate
+  checks no name (kilonode.node.node_client_approver.rules says what it checks), so that approval
+  is the node client approver's, per pool;
+- the node client approver's ClusterRole, bound to its user, and nothing more: get/list/watch
+  CSRs, update their approval, `approve` for the kubelet client signer only (the CSR approval
+  admission plugin checks that verb on `signers` with the signer's name as resourceName:
+  plugin/pkg/admission/certificates/approval/admission.go), get Nodes; and in kube-system a Role
+  to get its pool table, a ConfigMap of each pool's scale-set computer-name prefixes;
 - the cluster-admins group bound to cluster-admin (the exported admin kubeconfig's identity).
 
 Kubelet *serving* certificates are the ServingCertApprover's (kilonode.k8s.approver).
@@ -13,68 +25,133 @@ Kubelet *serving* certificates are the ServingCertApprover's (kilonode.k8s.appro
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
 from pulumi_kubernetes import core, meta, rbac
 
+from kilonode.node.node_client_approver.rules import POOLS_CONFIGMAP, POOLS_KEY, POOLS_NAMESPACE, Pool, pools_to_json
 from kilonode.plan import defaults
+from kilonode.plan.model import JoinTokenPlan
 
 KUBE_SYSTEM = "kube-system"
 RBAC_GROUP = "rbac.authorization.k8s.io"
+KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+NODE_CLIENT_APPROVER_ROLE = "kilonode:node-client-approver"
 
-# kubeadm's names for the same bindings (cmd/kubeadm/app/phases/bootstraptoken/node).
+# kubeadm's names for the same bindings (cmd/kubeadm/app/phases/bootstraptoken/node), less
+# kubeadm's node-autoapprove-bootstrap (nodeclient for every bootstrap token).
 BINDINGS = {
     "kilonode:kubelet-bootstrap": ("system:node-bootstrapper", defaults.BOOTSTRAP_GROUP),
-    "kilonode:node-autoapprove-bootstrap": (
-        "system:certificates.k8s.io:certificatesigningrequests:nodeclient", defaults.BOOTSTRAP_GROUP,
-    ),
     "kilonode:node-autoapprove-certificate-rotation": (
         "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes",
     ),
     "kilonode:cluster-admins": ("cluster-admin", defaults.CLUSTER_ADMINS_GROUP),
 }
 
+# (api group, resource, verbs, resource names): exactly the approver's requests
+# (kilonode.node.node_client_approver.main)
+NODE_CLIENT_APPROVER_RULES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("certificates.k8s.io", "certificatesigningrequests", ("get", "list", "watch"), ()),
+    ("certificates.k8s.io", "certificatesigningrequests/approval", ("update",), ()),
+    ("certificates.k8s.io", "signers", ("approve",), (KUBELET_CLIENT_SIGNER,)),
+    ("", "nodes", ("get",), ()),
+)
+
 
 @dataclass(frozen=True)
 class NodeBootstrapArgs:
-    token_id: pulumi.Output[str]
-    token_secret: pulumi.Output[str]  # secret
+    tokens: Sequence[JoinTokenPlan]
+    # (pool, generation) -> the token's id and secret (secret): kilonode.azure.tls
+    values: Mapping[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
 
 
 def cluster_role_binding(name: str, role: str, group: str, opts: pulumi.ResourceOptions,
-                         resource_name: str) -> rbac.v1.ClusterRoleBinding:
+                         resource_name: str, kind: str = "Group") -> rbac.v1.ClusterRoleBinding:
     return rbac.v1.ClusterRoleBinding(
         resource_name,
         metadata=meta.v1.ObjectMetaArgs(name=name, labels={"app.kubernetes.io/managed-by": "kilonode"}),
         role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role),
-        subjects=[rbac.v1.SubjectArgs(api_group=RBAC_GROUP, kind="Group", name=group)],
+        subjects=[rbac.v1.SubjectArgs(api_group=RBAC_GROUP, kind=kind, name=group)],
         opts=opts,
     )
+
+
+def pool_table(tokens: Sequence[JoinTokenPlan]) -> str:
+    """Each pool with a token, and its scale sets' computerNamePrefixes (the approver's table)."""
+    prefixes = {t.pool: t.prefixes for t in tokens}
+    return pools_to_json([Pool(pool, names) for pool, names in prefixes.items()])
+
+
+def token_data(token: JoinTokenPlan, token_id: pulumi.Input[str],
+               token_secret: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
+    """The Secret's keys, as cluster-bootstrap names them (token/api/types.go)."""
+    data: dict[str, pulumi.Input[str]] = {
+        "description": f"kilonode: pool {token.pool}'s join token, generation {token.generation}; its kubelets "
+                       "authenticate with it until they have a client certificate",
+        "token-id": token_id,
+        "token-secret": token_secret,
+        "usage-bootstrap-authentication": "true",
+        "usage-bootstrap-signing": "true",
+        "auth-extra-groups": f"{defaults.BOOTSTRAP_GROUP},{token.group}",
+    }
+    if token.expires is not None:
+        data["expiration"] = token.expires
+    return data
 
 
 class NodeBootstrap(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:NodeBootstrap", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        core.v1.Secret(
-            f"{name}-token",
-            metadata=meta.v1.ObjectMetaArgs(
-                name=pulumi.Output.concat("bootstrap-token-", args.token_id), namespace=KUBE_SYSTEM,
-                labels={"app.kubernetes.io/managed-by": "kilonode"},
-            ),
-            type="bootstrap.kubernetes.io/token",
-            string_data={
-                "description": "kilonode: the node pools' kubelets authenticate with it until they have a "
-                               "client certificate",
-                "token-id": args.token_id,
-                "token-secret": args.token_secret,
-                "usage-bootstrap-authentication": "true",
-                "usage-bootstrap-signing": "true",
-                "auth-extra-groups": defaults.BOOTSTRAP_GROUP,
-            },
-            opts=child,
-        )
+        for token in args.tokens:
+            token_id, token_secret = args.values[(token.pool, token.generation)]
+            core.v1.Secret(
+                f"{name}-token-{token.pool}-g{token.generation}",
+                metadata=meta.v1.ObjectMetaArgs(
+                    name=pulumi.Output.concat("bootstrap-token-", token_id), namespace=KUBE_SYSTEM,
+                    labels={"app.kubernetes.io/managed-by": "kilonode", "kilonode.io/pool": token.pool},
+                ),
+                type="bootstrap.kubernetes.io/token",
+                string_data=token_data(token, token_id, token_secret),
+                opts=child,
+            )
         for binding, (role, group) in BINDINGS.items():
             cluster_role_binding(binding, role, group, child, f"{name}-{binding.split(':', 1)[1]}")
+        rbac.v1.ClusterRole(
+            f"{name}-node-client-approver",
+            metadata=meta.v1.ObjectMetaArgs(name=NODE_CLIENT_APPROVER_ROLE,
+                                            labels={"app.kubernetes.io/managed-by": "kilonode"}),
+            rules=[rbac.v1.PolicyRuleArgs(api_groups=[group], resources=[resource], verbs=list(verbs),
+                                          resource_names=list(names) or None)
+                   for group, resource, verbs, names in NODE_CLIENT_APPROVER_RULES],
+            opts=child,
+        )
+        cluster_role_binding(NODE_CLIENT_APPROVER_ROLE, NODE_CLIENT_APPROVER_ROLE, defaults.NODE_CLIENT_APPROVER_USER,
+                             child, f"{name}-node-client-approver-binding", kind="User")
+        self._pool_table(name, args.tokens, child)
         self.register_outputs({})
+
+    def _pool_table(self, name: str, tokens: Sequence[JoinTokenPlan], child: pulumi.ResourceOptions) -> None:
+        labels = {"app.kubernetes.io/managed-by": "kilonode"}
+        core.v1.ConfigMap(
+            f"{name}-node-client-approver-pools",
+            metadata=meta.v1.ObjectMetaArgs(name=POOLS_CONFIGMAP, namespace=POOLS_NAMESPACE, labels=labels),
+            data={POOLS_KEY: pool_table(tokens)},
+            opts=child,
+        )
+        rbac.v1.Role(
+            f"{name}-node-client-approver-pools-reader",
+            metadata=meta.v1.ObjectMetaArgs(name=NODE_CLIENT_APPROVER_ROLE, namespace=POOLS_NAMESPACE, labels=labels),
+            rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["configmaps"], verbs=["get"],
+                                          resource_names=[POOLS_CONFIGMAP])],
+            opts=child,
+        )
+        rbac.v1.RoleBinding(
+            f"{name}-node-client-approver-pools-reader-binding",
+            metadata=meta.v1.ObjectMetaArgs(name=NODE_CLIENT_APPROVER_ROLE, namespace=POOLS_NAMESPACE, labels=labels),
+            role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=NODE_CLIENT_APPROVER_ROLE),
+            subjects=[rbac.v1.SubjectArgs(api_group=RBAC_GROUP, kind="User", name=defaults.NODE_CLIENT_APPROVER_USER)],
+            opts=child,
+        )

@@ -32,8 +32,8 @@ class InClusterArgs:
     kubeconfig: pulumi.Output[str]  # secret: the program's own (super-admin) credentials
     # the apiserver as the machine running `pulumi up` reaches it (kilonode.azure.control_plane)
     endpoint: pulumi.Input[str]
-    bootstrap_token_id: pulumi.Output[str]
-    bootstrap_token_secret: pulumi.Output[str]  # secret
+    # (pool, generation) -> each join token's id and secret (secret): kilonode.azure.tls
+    join_tokens: Mapping[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
     cloud_target: pulumi.Output[AzureTarget]  # where the cloud provider acts (azure.json)
     # the rule file and scrape fragment for the user's Prometheus, rendered by the caller
     # (kilonode.render.monitoring.monitoring_files)
@@ -69,7 +69,7 @@ class InCluster(pulumi.ComponentResource):
                                             transformations=[kube_system.after_labels])
         NodeBootstrap(
             f"{name}-node-bootstrap",
-            NodeBootstrapArgs(token_id=args.bootstrap_token_id, token_secret=args.bootstrap_token_secret),
+            NodeBootstrapArgs(tokens=plan.join_tokens, values=args.join_tokens),
             on_cluster,
         )
         ServingCertApprover(

@@ -27,9 +27,13 @@ Delivery = Literal["image", "custom data", "command"]
 # package: import name -> (Debian package, the line of node-image/packages/*.txt that brings it
 # into the images). python3-yaml comes with cloud-init (a Depends of Debian's cloud-init), so
 # every image has it; python3-numpy is in packages/gpu.txt, so GPU images only (the active check).
+# python3-kubernetes and python3-cryptography are in packages/control.txt (the control-plane
+# image: the node client approver).
 NODE_LIBRARIES: dict[str, tuple[str, str]] = {
     "yaml": ("python3-yaml", "cloud-init"),
     "numpy": ("python3-numpy", "python3-numpy"),
+    "kubernetes": ("python3-kubernetes", "python3-kubernetes"),
+    "cryptography": ("python3-cryptography", "python3-cryptography"),
 }
 # Debian's interpreter on every image (cloud-init runs on it)
 PYTHON = "/usr/bin/python3"
@@ -109,4 +113,11 @@ CERT_EXPIRY = NodeProgram("cert_expiry.py", "custom data", target="/usr/local/li
 # The ARP lesson's fill, on the VM `kilonode image verify` booted (kilonode.image.arp_lesson).
 ARP_GUEST = NodeProgram("arp_guest.py", "command")
 
-PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, CERT_EXPIRY, ARP_GUEST)
+# The node client certificate approver (kilonode-node-client-approver.service on every apiserver
+# VM): a package of its own import root, so it shares no kilonode/__init__.py with kilonode.gpu.
+NODE_CLIENT_APPROVER = NodeProgram(
+    "node_client_approver", "image", target="/usr/local/lib/kilonode/approver/node_client_approver",
+    pythonpath="/usr/local/lib/kilonode/approver",
+)
+
+PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, CERT_EXPIRY, ARP_GUEST, NODE_CLIENT_APPROVER)

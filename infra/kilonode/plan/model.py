@@ -16,6 +16,7 @@ from kilonode.config.model import (
     LocalDiskConfig,
     StrictModel,
 )
+from kilonode.plan.defaults.access import POOL_BOOTSTRAP_GROUP_PREFIX
 from kilonode.plan.wellknown import TEAM_LABEL, team_taint
 
 
@@ -414,6 +415,24 @@ class VmSizeFacts(StrictModel):
     encryption_at_host: bool | None = None
 
 
+class JoinTokenPlan(StrictModel):
+    """One pool's join (bootstrap) token of one generation (kilonode.plan.resolve.join_tokens)."""
+
+    pool: str
+    generation: int
+    # RFC 3339, UTC (the token Secret's `expiration`); None: the stack sets no expiry
+    expires: str | None
+    # the generation in the pool's custom data (else: the previous one, valid while it drains)
+    current: bool
+    # the pool's scale-set computerNamePrefixes: the names its token may get a certificate for
+    prefixes: tuple[str, ...]
+
+    @property
+    def group(self) -> str:
+        """The token's extra group (cluster-bootstrap auth-extra-groups), one per pool."""
+        return f"{POOL_BOOTSTRAP_GROUP_PREFIX}{self.pool}"
+
+
 class ClusterPlan(StrictModel):
     cluster: str
     location: str
@@ -434,6 +453,8 @@ class ClusterPlan(StrictModel):
     acknowledge_restart: tuple[str, ...] = ()
     # control-plane host -> its certificate renewal generation (kilonode.plan.pki); absent: 0
     certificate_generations: dict[str, int] = Field(default_factory=dict)
+    # every pool's join tokens, the current generation first (kilonode.plan.resolve.join_tokens)
+    join_tokens: tuple[JoinTokenPlan, ...] = ()
     teams: tuple[TeamPlan, ...] = ()
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]

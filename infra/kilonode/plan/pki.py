@@ -282,6 +282,11 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
                 f"{host}-kube-controller-manager", KUBERNETES_CA, "system:kube-controller-manager", host=host
             ),
         }
+        # The node client approver runs beside each apiserver: its own identity, bound to its own
+        # ClusterRole (kilonode.k8s.bootstrap).
+        component_kubeconfigs[wellknown.NODE_CLIENT_APPROVER_KUBECONFIG] = client(
+            f"{host}-node-client-approver", KUBERNETES_CA, defaults.NODE_CLIENT_APPROVER_USER, host=host
+        )
         # The GPU health taint controller runs beside each apiserver too, only where there are
         # GPU pools: its own identity, bound to its own ClusterRole (kilonode.k8s.gpu).
         if plan.gpu_pools:

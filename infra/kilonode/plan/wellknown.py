@@ -43,6 +43,9 @@ CONTROLLER_MANAGER_KUBECONFIG = "/etc/kubernetes/controller-manager.kubeconfig"
 # The GPU health taint controller (kilonode.gpu.controller) on every apiserver VM, as the
 # user kilonode:gpu-health-controller (kilonode.k8s.gpu binds its ClusterRole).
 GPU_HEALTH_CONTROLLER_KUBECONFIG = "/etc/kubernetes/gpu-health-controller.kubeconfig"
+# The node client approver (kilonode.node.node_client_approver) on every apiserver VM, as the
+# user kilonode:node-client-approver (kilonode.k8s.bootstrap binds its ClusterRole).
+NODE_CLIENT_APPROVER_KUBECONFIG = "/etc/kubernetes/node-client-approver.kubeconfig"
 # kube-apiserver's EncryptionConfiguration (kilonode.plan.encryption): it holds the key that
 # encrypts Secrets in etcd, so only the apiservers' custom data carries it (0600, root).
 ENCRYPTION_CONFIG = "/etc/kubernetes/encryption-config.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from kilonode.plan.model import ClusterPlan
@@ -77,6 +78,8 @@ class Inputs:
     # built images' manifests (kilonode image build), by image name; None: no images given
     images: Mapping[str, Mapping[str, Any]] | None = None
     source: str = ""  # where the inputs came from, for the report's heading
+    # when preflight runs: what expiries (the pools' join tokens) are judged against
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
     _by_host: dict[str, dict[str, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def hosts(self) -> list[str]:

@@ -27,6 +27,7 @@ def _registry() -> tuple[Check, ...]:
         encryption_at_host,
         gpu_runtime,
         identities,
+        node_join,
         pod_dns,
         quota,
         rdma,
@@ -38,7 +39,7 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, service_path, binaries, gpu_runtime, pod_dns, scheduling, rdma, disks,
-                       azure_names, identities, storage_access, encryption_at_host, quota, boot_pulls)
+                       azure_names, identities, storage_access, encryption_at_host, node_join, quota, boot_pulls)
     )
 
 

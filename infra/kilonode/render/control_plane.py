@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilonode.node.ship import GPU_HEALTH, PYTHON
+from kilonode.node.ship import GPU_HEALTH, NODE_CLIENT_APPROVER, PYTHON
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ApiserverInstance, ClusterPlan
 from kilonode.render.cert_metrics import UNITS_TO_ENABLE as CERT_METRICS_UNITS
@@ -38,6 +38,8 @@ APISERVER_CIPHER_SUITES = (
     "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
 )
 GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
+NODE_CLIENT_APPROVER_SERVICE = "kilonode-node-client-approver.service"
+NODE_CLIENT_APPROVER_UNIT = f"etc/systemd/system/{NODE_CLIENT_APPROVER_SERVICE}"
 
 
 def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag]:
@@ -146,8 +148,11 @@ def controller_manager_flags() -> list[Flag]:
         ("leader-elect", True),
         ("use-service-account-credentials", True),
         # TLS bootstrap: both are off by default (cmd/kube-controller-manager/names:
-        # disabled-by-default controllers); the token cleaner deletes expired bootstrap tokens,
-        # the bootstrap signer signs cluster-info for token discovery, as kubeadm enables them.
+        # disabled-by-default controllers); the token cleaner deletes expired bootstrap tokens
+        # (the pools' join tokens carry an `expiration`: kilonode.k8s.bootstrap), the bootstrap
+        # signer signs cluster-info for token discovery, as kubeadm enables them. csrapproving
+        # (in "*") still approves renewals (selfnodeclient); a first client certificate is the
+        # node client approver's (no nodeclient binding).
         ("controllers", "*,bootstrap-signer-controller,token-cleaner-controller"),
         ("root-ca-file", wellknown.K8S_CA),
         ("cluster-signing-cert-file", wellknown.K8S_CA),
@@ -261,6 +266,19 @@ def gpu_health_controller_unit() -> RenderedFile:
     ))
 
 
+def node_client_approver_unit() -> RenderedFile:
+    """The node client approver (kilonode.node.node_client_approver on the machine), from the
+    package the control-plane image carries (kilonode.node.ship), with its own kubeconfig
+    (kilonode.azure.tls delivers it). Its pool table is a ConfigMap (kilonode.k8s.bootstrap), not a
+    file here: a pool's new scale set must not change every apiserver's custom data."""
+    return RenderedFile(render_template(
+        NODE_CLIENT_APPROVER_UNIT,
+        python_path=NODE_CLIENT_APPROVER.pythonpath,
+        exec_start=systemd_exec(f"{PYTHON} -m {NODE_CLIENT_APPROVER.module}.main",
+                                [("kubeconfig", wellknown.NODE_CLIENT_APPROVER_KUBECONFIG)]),
+    ))
+
+
 def _unit(component: str, description: str, flags: list[Flag], mount_point: str | None = None) -> RenderedFile:
     """`mount_point`: the local-SSD mount the component writes to, required by the unit."""
     binary = f"{BIN}/{component}"
@@ -298,11 +316,14 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
         ADMISSION_CONFIG: RenderedFile(admission_config(plan)),
         AUTHENTICATION_CONFIG: RenderedFile(authentication_config(plan)),
         SCHEDULER_CONFIG: RenderedFile(scheduler_config(plan)),
+        # a joining kubelet's first client certificate: kube-controller-manager approves none
+        # (kilonode.k8s.bootstrap binds no nodeclient), this does, per pool
+        NODE_CLIENT_APPROVER_UNIT: node_client_approver_unit(),
     }
     # its certificates' expiry, for the alert (kilonode.render.cert_metrics)
     files |= cert_metrics_files(plan, instance.name, str(instance.ip))
     start_units = ["kube-apiserver.service", "kube-scheduler.service", "kube-controller-manager.service",
-                   *CERT_METRICS_UNITS]
+                   NODE_CLIENT_APPROVER_SERVICE, *CERT_METRICS_UNITS]
     # GPU nodes register with a startup taint only this controller lifts: it runs wherever
     # there are GPU pools, and only there.
     if plan.gpu_pools:

@@ -27,6 +27,17 @@ CERT_EXPIRY_CRITICAL_DAYS = 14
 # must start with system:bootstrappers:); the bindings below grant it what kubeadm grants
 # its system:bootstrappers:kubeadm:default-node-token group.
 BOOTSTRAP_GROUP = "system:bootstrappers:kilonode:nodes"
+# Each pool's tokens add a group of their own, <prefix><pool>: the node client approver
+# (kilonode.node.node_client_approver, which holds the same prefix) approves a first client
+# certificate only for a name of that pool's scale sets. Pool names ([a-z0-9-]) keep it inside
+# cluster-bootstrap's BootstrapGroupPattern, \Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z.
+POOL_BOOTSTRAP_GROUP_PREFIX = "system:bootstrappers:kilonode:pool:"
+# `kilonode preflight` warns this many days before the current join tokens expire: time for a
+# rotation (a stack change and `pulumi up`) while new nodes still join.
+JOIN_TOKEN_WARN_DAYS = 30
+# The node client approver's identity on the apiserver VMs: a client certificate (CN = this
+# user, no group), bound by name to its own ClusterRole (kilonode.k8s.bootstrap).
+NODE_CLIENT_APPROVER_USER = "kilonode:node-client-approver"
 # Who the exported admin kubeconfig is: a group bound to cluster-admin by a
 # ClusterRoleBinding (revocable), not system:masters (which no RBAC change can revoke;
 # kubeadm moved admin.conf off it in 1.29 for that reason). The super-admin identity in

@@ -23,6 +23,7 @@ from kilonode.plan.resolve.components import components_plan, unused_archive_pro
 from kilonode.plan.resolve.control_plane import control_plane_plan
 from kilonode.plan.resolve.disks import disk_tiers
 from kilonode.plan.resolve.etcd import etcd_cluster
+from kilonode.plan.resolve.join_tokens import join_tokens
 from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
 from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
 from kilonode.plan.resolve.quota import vm_size_facts
@@ -83,6 +84,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         role_image_replicas=config.node_image.min_replicas,
         acknowledge_restart=config.acknowledge_restart,
         certificate_generations=dict(sorted(config.certificate_generations.items())),
+        join_tokens=join_tokens(config, pools),
         teams=teams.teams,
         budgets=tuple(budgets),
         disk_tiers=disk_tiers(),

@@ -1,0 +1,44 @@
+"""joinTokens at the boundary: what a stack may say about the pools' join tokens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from kilonode.config.model import JoinTokensConfig
+from kilonode.plan.resolve.join_tokens import rfc3339
+from tests.conftest import StackWriter, shipped_cluster_value
+
+
+def tokens(value: dict[str, Any]) -> JoinTokensConfig:
+    return JoinTokensConfig.model_validate(value)
+
+
+def test_an_unquoted_yaml_timestamp_and_a_string_mean_the_same_utc_moment(write_stack: StackWriter) -> None:
+    from kilonode.config import load_stack
+
+    cluster = shipped_cluster_value("local")
+    cluster["joinTokens"] = {"current": {"generation": 3, "expires": datetime(2027, 5, 31, 2, tzinfo=UTC)}}
+    path = write_stack(cluster)  # yaml.safe_dump writes it unquoted: a YAML timestamp
+    config = load_stack(path).config
+    assert config.join_tokens is not None
+    assert rfc3339(config.join_tokens.current) == "2027-05-31T02:00:00Z"
+    offset = tokens({"current": {"generation": 1, "expires": "2027-05-31T04:00:00+02:00"}})
+    assert rfc3339(offset.current) == "2027-05-31T02:00:00Z"
+
+
+@pytest.mark.parametrize(("value", "found"), [
+    ({"current": {"generation": 1, "expires": "2027-05-31T00:00:00"}}, "timezone"),  # no zone: which day?
+    ({"current": {"generation": 0, "expires": "2027-05-31T00:00:00Z"}}, "greater than or equal to 1"),
+    ({"current": {"generation": 3, "expires": "2027-05-31T00:00:00Z"},
+      "previous": {"generation": 1, "expires": "2027-01-31T00:00:00Z"}}, r"current\.generation - 1 \(2\)"),
+    ({"current": {"generation": 3, "expires": "2027-05-31T00:00:00Z"},
+      "previous": {"generation": 2, "expires": "2027-06-30T00:00:00Z"}}, "must not outlive the newer"),
+    ({"current": {"generation": 1, "expires": "2027-05-31T00:00:00Z", "ttl": "90d"}}, "Extra inputs"),
+])
+def test_a_schedule_that_cannot_be_right_is_refused(value: dict[str, Any], found: str) -> None:
+    with pytest.raises(ValidationError, match=found):
+        tokens(value)
