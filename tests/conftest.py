@@ -17,12 +17,18 @@ from kilonode.image.cache import cache_root
 from kilonode.image.rootfs import NO_MIRROR_ENV
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import ClusterPlan
+from kilonode.preflight.model import NOW_ENV
 from tests import shared
 from tests.shared import SHIPPED_STACKS
 
 # Tests never reach a package mirror: what they need, `make test-artefacts` prepared (cloud-init's
 # schema, the image bases). An image build that would need the mirror fails, naming that.
 os.environ[NO_MIRROR_ENV] = "1"
+
+# Preflight judges the shipped stacks' join tokens as of a fixed day, not the day a test runs: real
+# tokens expire (2027-11-30 in the shipped stacks) and no test may start failing on a date. Tests of
+# expiry pass their own `now`.
+os.environ[NOW_ENV] = "2026-12-01T00:00:00+00:00"
 
 # Hypothesis keeps no example database: the property tests draw afresh each run, bounded by
 # their max_examples. What it does keep goes to kilonode's cache, not .hypothesis/ in the

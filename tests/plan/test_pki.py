@@ -67,7 +67,7 @@ def test_every_leaf_a_host_holds_is_that_hosts_alone_so_one_generation_renews_on
     apiserver_3 = {leaf.name for leaf in pki.host_leaves(layout, "apiserver-3")}
     assert apiserver_3 == {"apiserver-3-serving", "apiserver-3-etcd-client", "apiserver-3-kubelet-client",
                            "apiserver-3-kube-scheduler", "apiserver-3-kube-controller-manager",
-                           "apiserver-3-gpu-health-controller"}
+                           "apiserver-3-gpu-health-controller", "apiserver-3-node-client-approver"}
     # the CA keys stay shared: renewing a host never touches what signs it
     assert holders.get("kubernetes-ca", set()) == {f"apiserver-{i}" for i in range(5)}
 
@@ -80,7 +80,7 @@ def test_a_hosts_generation_reaches_its_leaves_and_no_others(plans: dict[str, Cl
     assert renewed == {"etcd-main-2-server": 3, "etcd-main-2-peer": 3,
                        **{f"apiserver-1-{n}": 1 for n in ("serving", "etcd-client", "kubelet-client",
                                                           "kube-scheduler", "kube-controller-manager",
-                                                          "gpu-health-controller")}}
+                                                          "gpu-health-controller", "node-client-approver")}}
     # pulumi-tls early renewal: off on every host's leaf, 30 days on the administrators'
     hours = {leaf.name: pki.early_renewal_hours(leaf) for leaf in layout.leaves}
     assert {h for n, h in hours.items() if n not in ("admin", "super-admin")} == {0}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
+import pytest
+
 from kilonode.preflight.checks import node_join
 from kilonode.preflight.model import Inputs
 from kilonode.render.control_plane import NODE_CLIENT_APPROVER_SERVICE
@@ -63,3 +65,19 @@ def test_apiservers_without_the_approver_break() -> None:
         files[key] = files[key].replace(NODE_CLIENT_APPROVER_SERVICE, "kilonode-something-else.service")
     [(level, where, what)] = at(inputs_of("local", files, graph), BEFORE)
     assert (level, where) == ("break", "apiserver-0") and "no VM of any pool joins" in what
+
+
+def test_preflight_judges_expiry_as_of_at_or_kilonode_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One clock: --at sets KILONODE_NOW, which Inputs reads; a time without a zone is refused
+    by name (a token's expiry against a local time would be off by hours)."""
+    from kilonode.preflight.model import NOW_ENV, InputError, clock, parse_time
+
+    monkeypatch.setenv(NOW_ENV, "2027-11-29T23:00:00Z")
+    assert clock() == datetime(2027, 11, 29, 23, tzinfo=UTC)
+    monkeypatch.setenv(NOW_ENV, "2027-11-30T01:00:00+02:00")
+    assert clock() == datetime(2027, 11, 29, 23, tzinfo=UTC)
+    with pytest.raises(InputError, match="--at: '2027-11-30' has no time zone"):
+        parse_time("2027-11-30", "--at")
+    with pytest.raises(InputError, match="KILONODE_NOW: 'soon' is not a time"):
+        monkeypatch.setenv(NOW_ENV, "soon")
+        clock()

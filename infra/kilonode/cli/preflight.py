@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -46,6 +47,11 @@ def preflight(
     output_format: Annotated[
         PreflightFormat, typer.Option("--format", help="text (readable) or json (a list of findings).")
     ] = PreflightFormat.text,
+    at: Annotated[
+        str | None, typer.Option("--at", metavar="TIME", help="Judge expiries (the join tokens) as of this time, "
+                                 "RFC 3339 with a zone (2027-01-31T00:00:00Z), not now: check a stack for a planned "
+                                 "bring-up date. Default: now, or KILONODE_NOW when set.")
+    ] = None,
 ) -> None:
     """Trace a stack's bring-up offline and name the first break of each chain; exit 1 on one.
 
@@ -64,12 +70,15 @@ def preflight(
     when the input cannot be read. `pulumi up` runs the same checks and refuses on a break.
     """
     from kilonode.preflight import CHECKS, InputError, breaks, run
+    from kilonode.preflight.model import NOW_ENV, parse_time
     from kilonode.preflight.report import format_json, format_text
 
     unknown = sorted(set(check or ()) - {c.name for c in CHECKS})
     if unknown:  # before the stack is rendered and recorded: that takes seconds
         die(f"no check named {', '.join(unknown)} (checks: {', '.join(c.name for c in CHECKS)})", "kilonode preflight")
     try:
+        if at is not None:  # one clock for the whole run, the Pulumi program's recording included
+            os.environ[NOW_ENV] = parse_time(at, "--at").isoformat()
         inputs = _inputs(stack, render, graph, images)
         findings = run(inputs, check or ())
     except (InputError, ValueError) as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,30 @@ Level = Literal["break", "warn"]
 
 class InputError(ValueError):
     """The artefacts cannot be read as preflight needs them: which file, what is wrong."""
+
+
+# When preflight judges expiries (the pools' join tokens): now, unless this names another time
+# (RFC 3339 with a zone): `kilonode preflight --at` sets it, to check a stack as of a planned
+# bring-up date, and the tests pin it so that no test's outcome depends on the day it runs (the
+# shipped stacks' tokens expire, as real ones must). The Pulumi program's preflight reads it too.
+NOW_ENV = "KILONODE_NOW"
+
+
+def parse_time(text: str, what: str) -> datetime:
+    """An RFC 3339 time with its zone, in UTC; InputError naming `what` otherwise."""
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(f"{what}: {text[:64]!r} is not a time like 2027-01-31T00:00:00Z") from None
+    if at.tzinfo is None:
+        raise InputError(f"{what}: {text[:64]!r} has no time zone: add Z (UTC) or an offset like +01:00")
+    return at.astimezone(UTC)
+
+
+def clock() -> datetime:
+    """Preflight's now: KILONODE_NOW when set, else the wall clock."""
+    pinned = os.environ.get(NOW_ENV)
+    return parse_time(pinned, NOW_ENV) if pinned else datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -79,7 +104,7 @@ class Inputs:
     images: Mapping[str, Mapping[str, Any]] | None = None
     source: str = ""  # where the inputs came from, for the report's heading
     # when preflight runs: what expiries (the pools' join tokens) are judged against
-    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    now: datetime = field(default_factory=clock)
     _by_host: dict[str, dict[str, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def hosts(self) -> list[str]:
