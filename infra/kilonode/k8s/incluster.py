@@ -117,20 +117,25 @@ class InCluster(pulumi.ComponentResource):
         # [flow-control] API Priority and Fairness: per-node agents and monitoring agents in their
         # own limited priority levels (kilonode.k8s.flowcontrol)
         ApiProtection(f"{name}-api-protection", ApiProtectionArgs(), on_cluster)
-        # [monitoring] the rule file and scrape fragment for the user's Prometheus, in a ConfigMap
-        # (kilonode.k8s.monitoring)
-        monitoring = MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(
-            files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor), on_cluster)
-        # [capacity] priorities, teams' borrowing rule, balloons (kilonode.k8s.capacity)
-        capacity = Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
-        # no API token unless a pod's account or the pod asks (CIS 5.1.5): every namespace's
-        # default ServiceAccount, the built-in ones' and kilonode's (kilonode.k8s.service_accounts)
-        own = {MONITORING_NAMESPACE: monitoring.namespace}
-        if capacity.namespace is not None:
-            own[CAPACITY_NAMESPACE] = capacity.namespace
-        DefaultServiceAccounts(f"{name}-default-service-accounts", DefaultServiceAccountsArgs(own=own), on_cluster)
+        # [monitoring] the user's Prometheus's rules (kilonode.k8s.monitoring), [capacity] priorities,
+        # borrowing, balloons (kilonode.k8s.capacity); every namespace's default account tokenless
+        _namespaced(name, plan, args, on_cluster)
         # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from
         # the plan (kilonode.k8s.autoscaler). None without autoscaled pools.
         if plan.autoscaled_pools:
             ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan=plan), on_cluster)
         self.register_outputs({})
+
+
+
+def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: pulumi.ResourceOptions) -> None:
+    """MonitoringRules and Capacity, which create kilonode's namespaces, then the default
+    ServiceAccount of those and the built-in namespaces without a token (CIS 5.1.5,
+    kilonode.k8s.service_accounts): a patch per namespace, after the Namespace kilonode creates."""
+    monitoring = MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(
+        files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor), on_cluster)
+    capacity = Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
+    own: dict[str, pulumi.Resource] = {MONITORING_NAMESPACE: monitoring.namespace}
+    if capacity.namespace is not None:
+        own[CAPACITY_NAMESPACE] = capacity.namespace
+    DefaultServiceAccounts(f"{name}-default-service-accounts", DefaultServiceAccountsArgs(own=own), on_cluster)
