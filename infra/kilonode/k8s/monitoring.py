@@ -54,7 +54,8 @@ class MonitoringRules(pulumi.ComponentResource):
         if not args.kubernetes_minor:
             raise ValueError("MonitoringRules: no kubernetes_minor")
         child = pulumi.ResourceOptions(parent=self)
-        namespace = core.v1.Namespace(
+        # kilonode.k8s.service_accounts patches its default account
+        namespace = self.namespace = core.v1.Namespace(
             f"{name}-namespace",
             metadata=meta.v1.ObjectMetaArgs(
                 name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, args.kubernetes_minor)}),
