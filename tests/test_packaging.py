@@ -71,6 +71,10 @@ def test_render_explain_and_plan_work_outside_the_checkout(installed: Path, tmp_
     planned = run([kilonode, "plan", "local", "--format", "json"], cwd=tmp_path)
     assert planned.returncode == 0, planned.stderr[-2000:]
     assert json.loads(planned.stdout)["counts"]["azure-native:compute:VirtualMachine"] == 7
+    # preflight's checks are a package of their own (once missing from the wheel)
+    checked = run([kilonode, "preflight", "local", "--check", "node-join", "--format", "json"], cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert json.loads(checked.stdout) == []
 
 
 def test_the_image_commands_find_their_recipe_and_suite(installed: Path, tmp_path: Path) -> None:

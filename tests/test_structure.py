@@ -290,3 +290,16 @@ PLAIN = ("10.0.0.0/16", "0.001", "100Mi", "apps/v1", "https://10.0.0.4:6443", "v
         "registry.k8s.io/coredns/coredns:v1.12.1",
         "sha256:3c54348fe5a57e5700e7d8068e7531d2ef2d5f3ccb70c8f6bac0953432527abd",
         "v0.34.7", "1.35.2"]
+
+
+def test_every_package_is_in_the_wheel() -> None:
+    """pyproject lists the packages the wheel holds by name: a new package left off it imports
+    in the checkout and fails only where users install kilonode (the slow packaging test)."""
+    import tomllib
+
+    assert REPO_ROOT is not None
+    listed = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    root = REPO_ROOT / "infra"
+    packages = {".".join(init.parent.relative_to(root).parts) for init in (root / "kilonode").rglob("__init__.py")
+                if "__pycache__" not in init.parts}
+    assert packages - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
