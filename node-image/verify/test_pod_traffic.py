@@ -111,8 +111,8 @@ SETUP = "\n".join([
         f"ip -n {netns} addr add {address}/24 dev eth0",
         f"ip -n {netns} link set eth0 up",
         f"ip -n {netns} route add default via {gateway}",
-        f"echo 'table inet kn {{ chain input {{ type filter hook input priority 0; udp dport {PORT} drop; }} }}'"
-        f" | ip netns exec {netns} {NFT} -f -",
+        f"printf 'table inet kn {{\\n chain input {{\\n type filter hook input priority 0; policy accept;\\n"
+        f" udp dport {PORT} drop\\n }}\\n}}\\n' | ip netns exec {netns} {NFT} -f -",
     )),
     "sysctl -qw net.ipv4.ip_forward=1",
 ])
