@@ -33,13 +33,14 @@ DOC = REPO_ROOT / monitoring.RUNBOOK_DOC
 # Prometheus' Kubernetes service discovery, read at v2.42.0 (Debian's promtool) and v3.14.0
 # (discovery/kubernetes/kubernetes.go: SDConfig's yaml fields l.123-131 / l.108-116, inline
 # HTTPClientConfig aside; Role.UnmarshalYAML l.110-120) and the meta labels the roles set
-# (node.go nodeLabels: __meta_kubernetes_node_name and ..._node_label_<sanitized key>;
+# (node.go nodeLabels: __meta_kubernetes_node_name and ..._node_label_<sanitized key>; node.go
+# nodeAddressPrefix ..._node_address_<NodeAddressType as the Node lists it, e.g. InternalIP>;
 # endpointslice.go l.257 ..._endpointslice_port_name; service.go serviceLabels
 # ..._service_label_<sanitized key>, attached to EndpointSlice targets by addServiceLabels l.453).
 SD_FIELDS = {"api_server", "role", "kubeconfig_file", "namespaces", "selectors", "attach_metadata"}
 SD_ROLES = {"node", "pod", "service", "endpoints", "endpointslice", "ingress"}
 SD_META = {
-    "node": ("__meta_kubernetes_node_name", "__meta_kubernetes_node_label_"),
+    "node": ("__meta_kubernetes_node_name", ("__meta_kubernetes_node_label_", "__meta_kubernetes_node_address_")),
     "endpointslice": ("__meta_kubernetes_endpointslice_port_name", "__meta_kubernetes_service_label_"),
 }
 
@@ -152,7 +153,8 @@ def test_kubernetes_service_discovery_uses_only_fields_roles_and_meta_labels_pro
     fragment = yaml.safe_load(monitoring.scrape_config(plans[stack]))
     discovered = [job for job in fragment["scrape_configs"] if "kubernetes_sd_configs" in job]
     assert {job["job_name"] for job in discovered} == {
-        monitoring.JOB_KUBELET, monitoring.JOB_CADVISOR, monitoring.JOB_KUBE_STATE_METRICS}
+        monitoring.JOB_KUBELET, monitoring.JOB_CADVISOR, monitoring.JOB_KUBE_STATE_METRICS,
+        monitoring.JOB_POD_TRAFFIC}
     for job in discovered:
         [sd] = job["kubernetes_sd_configs"]
         assert set(sd) <= SD_FIELDS and sd["role"] in SD_ROLES, job["job_name"]

@@ -110,6 +110,9 @@ ETCD_SNAPSHOT = NodeProgram("etcd_snapshot.py", "custom data", target="/usr/loca
 # Every control-plane host: the expiry of the certificates it serves and uses, one answer per
 # scrape (kilonode.render.cert_metrics).
 CERT_EXPIRY = NodeProgram("cert_expiry.py", "custom data", target="/usr/local/lib/kilonode/cert-metrics", mode=0o755)
+# Every pool node: per-pod traffic counters, kept in line with azure-vnet's state and answered
+# per scrape (kilonode.render.pod_traffic).
+POD_TRAFFIC = NodeProgram("pod_traffic.py", "custom data", target="/usr/local/lib/kilonode/pod-traffic", mode=0o755)
 # The ARP lesson's fill, on the VM `kilonode image verify` booted (kilonode.image.arp_lesson).
 ARP_GUEST = NodeProgram("arp_guest.py", "command")
 
@@ -120,4 +123,4 @@ NODE_CLIENT_APPROVER = NodeProgram(
     pythonpath="/usr/local/lib/kilonode/approver",
 )
 
-PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, CERT_EXPIRY, ARP_GUEST, NODE_CLIENT_APPROVER)
+PROGRAMS = (GPU_HEALTH, LOCAL_DISK_SETUP, ETCD_SNAPSHOT, CERT_EXPIRY, POD_TRAFFIC, ARP_GUEST, NODE_CLIENT_APPROVER)

@@ -60,6 +60,9 @@ APISERVER_PORT = 6443
 # kilonode's own: each control-plane host's certificate expiry metrics (kilonode.render.cert_metrics);
 # a port no component of the control plane uses
 CERT_METRICS_PORT = 9479
+# kilonode's own: each pool node's per-pod traffic metrics (kilonode.render.pod_traffic); next to
+# the one above, used by no component of the nodes
+POD_TRAFFIC_METRICS_PORT = 9480
 
 # Where the node image bakes preloaded image archives.
 PRELOAD_DIR = "/opt/kilonode/preload"

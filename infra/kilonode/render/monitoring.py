@@ -62,6 +62,7 @@ JOB_KUBELET = "kilonode-kubelet"
 JOB_CADVISOR = "kilonode-cadvisor"
 JOB_KUBE_STATE_METRICS = "kilonode-kube-state-metrics"
 JOB_CERTIFICATES = "kilonode-certificates"
+JOB_POD_TRAFFIC = "kilonode-pod-traffic"
 ETCD_JOB_PREFIX = "kilonode-etcd-"
 ETCD_JOBS = f'{ETCD_JOB_PREFIX}.+'
 
@@ -457,8 +458,24 @@ def gpu_group(plan: ClusterPlan) -> Group | None:
     ))
 
 
+# --- per-pod network accounting ----------------------------------------------------------------
+# Every pool node counts each pod's forwarded bytes (kilonode.render.pod_traffic; field notes:
+# per-namespace/pod network accounting). The per-namespace rate is what "who used the network"
+# asks first; the per-pod series stay for the drill-down (docs/monitoring.md, "Who used the network").
+POD_TRAFFIC_NAMESPACE_RATE = "namespace:kilonode_pod_network_bytes:rate5m"
+
+
+def pod_traffic_group() -> Group:
+    bytes_total = f'kilonode_pod_network_bytes_total{{job="{JOB_POD_TRAFFIC}"}}'
+    return Group("kilonode-pod-traffic", (
+        # bytes per second, by namespace and direction (in: to the namespace's pods, out: from them),
+        # summed over every node
+        Record(POD_TRAFFIC_NAMESPACE_RATE, f"sum by (namespace, direction) (rate({bytes_total}[5m]))"),
+    ))
+
+
 def rule_groups(plan: ClusterPlan) -> list[Group]:
-    groups = [apiserver_group(), etcd_group(plan), certificates_group(), targets_group()]
+    groups = [apiserver_group(), etcd_group(plan), certificates_group(), targets_group(), pod_traffic_group()]
     gpu = gpu_group(plan)
     return groups + ([gpu] if gpu else [])
 
@@ -640,7 +657,30 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             },
         ),
     ]
+    jobs.append(pod_traffic_scrape_job())
     return jobs
+
+
+def pod_traffic_scrape_job() -> Job:
+    """Every pool node's per-pod traffic metrics (kilonode.render.pod_traffic), at the node's
+    InternalIP: Kubernetes' node discovery finds them, so no per-node list is kept here."""
+    return Job(
+        ("Every node's per-pod traffic counters (kilonode.render.pod_traffic: a socket unit on port",
+         f"{wellknown.POD_TRAFFIC_METRICS_PORT}, plain http: pod names and byte counts, no payload). Four series",
+         f"per pod, {PER_NODE_INTERVAL} like the other per-node jobs. A node without the socket (a control-plane",
+         "host registered as a node, if any) is simply down for this job."),
+        {
+            "job_name": JOB_POD_TRAFFIC,
+            "scrape_interval": PER_NODE_INTERVAL,
+            "scheme": "http",
+            "kubernetes_sd_configs": [{"role": "node"}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_node_address_InternalIP"], "regex": "(.+)",
+                 "target_label": "__address__", "replacement": f"$1:{wellknown.POD_TRAFFIC_METRICS_PORT}"},
+                *_node_labels(),
+            ],
+        },
+    )
 
 
 def scrape_config(plan: ClusterPlan) -> str:

@@ -10,7 +10,7 @@ import tomli_w
 
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
-from kilonode.render import cni, metadata_block
+from kilonode.render import cni, metadata_block, pod_traffic
 from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
 from kilonode.render.common import GENERATED, EndsInVariable, Flag, render_template, systemd_exec, to_json
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -85,6 +85,8 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         # pods' traffic to the instance metadata service and the WireServer dropped
         metadata_block.RULESET: RenderedFile(metadata_block.ruleset()),
         metadata_block.UNIT: RenderedFile(metadata_block.unit()),
+        # bytes and packets per pod, by namespace, for Prometheus
+        **pod_traffic.pod_traffic_files(),
         f"etc/systemd/system/{runtime_unit(pool)}.d/10-kilonode-local-ssd.conf": RenderedFile(render_template(
             "etc/systemd/system/RUNTIME.service.d/10-kilonode-local-ssd.conf",
             mount_point=pool.local_storage.mount_point,
@@ -118,7 +120,8 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         files[CONTAINERD_CONFIG] = RenderedFile(containerd_config(pool))
         if pool.gpus_per_node > 0:
             files[CONTAINERD_NVIDIA_CONFIG] = RenderedFile(containerd_config(pool, nvidia=True))
-    units = [runtime_unit(pool), "kilonode-preload-images.service", metadata_block.UNIT_NAME, "kubelet.service"]
+    units = [runtime_unit(pool), "kilonode-preload-images.service", metadata_block.UNIT_NAME,
+             *pod_traffic.UNIT_NAMES, "kubelet.service"]
     if pool.gpus_per_node:
         # the unit is in the GPU image (node-image/gpu/rootfs); its config is per pool
         files[GPU_HEALTH_CONFIG] = RenderedFile(to_json(gpu_health_config(pool)))
