@@ -7,6 +7,7 @@ should, and only then)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import socket
@@ -65,6 +66,32 @@ def test_the_program_reports_each_certificates_not_after_as_cryptography_reads_i
     assert found == wanted
     # the member's CA, its client CA bundle, its server and peer certificates: four files, four certificates
     assert len(files) == 4 and len(found) == 4
+
+
+def test_a_kubeconfigs_embedded_certificates_are_reported_as_cryptography_reads_them(
+    plans: dict[str, ClusterPlan], tmp_path: Path,
+) -> None:
+    """apiserver-0's component kubeconfigs (scheduler, controller manager, node client approver)
+    carry client certificates that expire like any other: each kubeconfig gives two series, the CA
+    it trusts and its client certificate."""
+    plan = plans["local"]
+    local_pki.issue_plan(plan, tmp_path / "state")
+    where = local_pki.LocalPki(tmp_path / "state")
+    rendered = json.loads(render_cluster(plan)["apiserver-0"][cert_metrics.CONFIG_PATH].content)
+    kubeconfigs = [p for p in rendered["files"] if not p.endswith(".crt")]
+    assert wellknown.SCHEDULER_KUBECONFIG in kubeconfigs and wellknown.NODE_CLIENT_APPROVER_KUBECONFIG in kubeconfigs
+    files = [str(where.host_file("apiserver-0", p)) for p in kubeconfigs]
+    found = metric_lines(cert_expiry.metrics({"host": "apiserver-0", "files": files}))
+    wanted = {}
+    for path in files:
+        user = yaml.safe_load(Path(path).read_text())["users"][0]["user"]
+        cluster = yaml.safe_load(Path(path).read_text())["clusters"][0]["cluster"]
+        # in the file's order: the cluster (its CA) comes before the user (its client certificate)
+        for i, data in enumerate((cluster["certificate-authority-data"], user["client-certificate-data"])):
+            cert = x509.load_pem_x509_certificate(base64.b64decode(data))
+            key = f'kilonode_certificate_not_after_seconds{{host="apiserver-0",path="{path}",index="{i}"}}'
+            wanted[key] = cert.not_valid_after_utc.timestamp()
+    assert found == wanted and len(found) == 2 * len(files)
 
 
 def test_a_missing_or_broken_file_is_reported_never_silent(issued: tuple[ClusterPlan, Path, Path],
@@ -165,6 +192,8 @@ def test_each_host_lists_every_certificate_file_it_holds(plans: dict[str, Cluste
         config = json.loads(rendered[host][cert_metrics.CONFIG_PATH].content)
         assert config["host"] == host
         held = {f.path for f in layout.hosts[host] if f.path.endswith(".crt")}
+        # and the co-located components' kubeconfigs, which embed their client certificates
+        held |= {f.path for f in layout.hosts[host] if isinstance(f.content, pki.Kubeconfig) and f.content.client}
         assert set(config["files"]) == held, host
     assert wellknown.APISERVER_ETCD_CA_BUNDLE in json.loads(rendered["apiserver-0"][cert_metrics.CONFIG_PATH]
                                                             .content)["files"]

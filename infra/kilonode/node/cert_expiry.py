@@ -11,8 +11,9 @@ collector). Standard library only: the notAfter is read from the certificate's D
 (RFC 5280 4.1: Certificate -> tbsCertificate -> validity -> notAfter).
 
 Its config (/etc/kilonode/certificates.json, rendered from the PKI layout) lists the files:
-{"host": "etcd-main-0", "files": ["/etc/etcd/pki/ca.crt", ...]}. Each certificate of each file
-(a bundle holds several) is one series; a file that cannot be read or parsed is one
+{"host": "etcd-main-0", "files": ["/etc/etcd/pki/ca.crt", ...]}: PEM files and kubeconfigs (whose
+client-certificate-data and certificate-authority-data hold base64 PEM). Each certificate of each
+file (a bundle holds several) is one series; a file that cannot be read or parsed is one
 kilonode_certificate_unreadable series, never silence.
 """
 
@@ -27,6 +28,9 @@ from typing import BinaryIO
 
 CONFIG = "/etc/kilonode/certificates.json"
 PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n(.+?)-----END CERTIFICATE-----", re.S)
+# A kubeconfig's embedded certificates (the components' client certificates and the CA they
+# trust): base64 of PEM, as kilonode.plan.pki.kubeconfig_text writes them.
+EMBEDDED = re.compile(rb"^\s*(?:client-certificate|certificate-authority)-data:\s*([A-Za-z0-9+/=]+)\s*$", re.M)
 MAX_REQUEST = 8192  # a scrape's request line and headers; anything longer is not Prometheus
 HELP = (
     "# HELP kilonode_certificate_not_after_seconds The certificate's notAfter, in seconds since the epoch.\n"
@@ -87,7 +91,9 @@ def metrics(config: dict[str, object]) -> str:
         where = f'host="{host}",path="{_label(str(path))}"'
         try:
             with open(path, "rb") as handle:
-                blocks = PEM.findall(handle.read())
+                text = handle.read()
+            blocks = PEM.findall(text) + [block for data in EMBEDDED.findall(text)
+                                          for block in PEM.findall(base64.b64decode(data))]
             if not blocks:
                 raise ValueError("no certificate")
             found = [not_after(base64.b64decode(block)) for block in blocks]

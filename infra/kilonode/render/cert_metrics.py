@@ -34,8 +34,10 @@ RUNTIME_MAX_S = 10
 
 
 def certificate_files(layout: pki.PkiLayout, host: str) -> list[str]:
-    """The host paths of the files that hold certificates (its leaves, the CAs and bundles)."""
-    return sorted(f.path for f in layout.hosts[host] if isinstance(f.content, pki.Cert | pki.Bundle))
+    """The host paths of the files that hold certificates: its leaves, the CAs and bundles, and the
+    kubeconfigs that embed a client certificate (the co-located components')."""
+    return sorted(f.path for f in layout.hosts[host] if isinstance(f.content, pki.Cert | pki.Bundle)
+                  or (isinstance(f.content, pki.Kubeconfig) and f.content.client is not None))
 
 
 def cert_metrics_files(plan: ClusterPlan, host: str, address: str) -> HostFiles:
