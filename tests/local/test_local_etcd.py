@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kilonode.local import etcd, rehearsal
+from kilonode.local import etcd
 from kilonode.local.addresses import address_map
 from kilonode.local.check import check_apiserver_etcd
 from kilonode.local.etcd import ClientTls
@@ -36,16 +36,6 @@ def kilonode(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=180, check=False, env=os.environ | {"COLUMNS": "200"})
 
 
-@pytest.fixture
-def state(tmp_path: Path):
-    if not Path("/usr/bin/etcd").exists():
-        pytest.fail("etcd missing: run `make setup` (installs Debian's etcd-server and etcd-client)")
-    directory = tmp_path / "state"
-    try:
-        yield directory
-    finally:
-        # whatever happened, stop what the test started: by the PID files, as `down` does
-        rehearsal.down(directory, keep=False, progress=lambda _: None)
 
 
 def status_json(directory: Path) -> dict[str, Any]:

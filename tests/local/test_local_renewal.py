@@ -31,16 +31,6 @@ def kilonode(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[st
                           timeout=timeout, check=False, env=os.environ | {"COLUMNS": "200"})
 
 
-@pytest.fixture
-def state(tmp_path: Path):
-    if not Path("/usr/bin/etcd").exists():
-        pytest.fail("etcd missing: run `make setup` (installs Debian's etcd-server and etcd-client)")
-    directory = tmp_path / "state"
-    try:
-        yield directory
-    finally:
-        # whatever happened, stop what the test started, by the PID files (as `down` does)
-        rehearsal.down(directory, keep=False, progress=lambda _: None)
 
 
 def serial(path: Path) -> int:

@@ -26,7 +26,7 @@ import pytest
 
 from kilonode.config import load_stack
 from kilonode.image import cache
-from kilonode.local import etcd, rehearsal
+from kilonode.local import etcd
 from kilonode.plan import plan_stack
 from tests.conftest import StackWriter, shipped_cluster_value
 
@@ -60,16 +60,6 @@ def stack(write_stack: StackWriter) -> Path:
     return write_stack(cluster, name="local")
 
 
-@pytest.fixture
-def state(tmp_path: Path):
-    if not Path("/usr/bin/etcd").exists():
-        pytest.fail("etcd missing: run `make setup` (installs Debian's etcd-server and etcd-client)")
-    directory = tmp_path / "state"
-    try:
-        yield directory
-    finally:
-        # whatever happened, stop what the test started, by the PID files, as `down` does
-        rehearsal.down(directory, keep=False, progress=lambda _: None)
 
 
 def status_json(env: dict[str, str], state: Path, expect_rc: int = 0) -> dict[str, Any]:
