@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import os
 import shlex
 import shutil
@@ -160,6 +161,22 @@ def _tree_hashes(root: Path) -> dict[str, str]:
     }
 
 
+def _parse(path: Path) -> ast.Module:
+    """ast.parse with the garbage collector paused. Twice in CI (CPython 3.11.7, pytest with
+    hypothesis, whose gc callback runs Python code whenever a collection happens), ast.parse of an
+    ordinary module raised "SystemError: AST constructor recursion depth mismatch": building the
+    AST's Python objects counts its depth against the thread's, and a collection in the middle
+    runs callbacks. Pausing collection for one parse of a small module costs nothing. A mitigation
+    of a suspected cause, not a proven fix."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(path.read_text(), str(path))
+    finally:
+        if paused:
+            gc.enable()
+
+
 def build_modules() -> list[Path]:
     """The kilonode.image modules an image build runs: build.py and what it imports from the
     package, transitively (not verify, qemu, the probes: they check an image, never make one)."""
@@ -172,7 +189,7 @@ def build_modules() -> list[Path]:
         if name in found or not path.is_file():
             continue
         found[name] = path
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_parse(path)):
             if isinstance(node, ast.ImportFrom):
                 module = node.module or ""
                 if node.level == 1 or module == "kilonode.image":  # from . import x / from kilonode.image import x
