@@ -254,7 +254,8 @@ def _shape(files: dict[str, str], value: str, benign: str,
     shape = {}
     for path, content in files.items():
         script = content.startswith("#!/bin/sh") or content.startswith("#!/bin/bash")
-        shape[path if path in known else path.replace(value, benign)] = (content.count("\n"), len(content.splitlines()), len(content.split()),
+        key = path if path in known else path.replace(value, benign)
+        shape[key] = (content.count("\n"), len(content.splitlines()), len(content.split()),
                                               len(_tokens(content)) if script else 0)
     return shape
 
