@@ -26,7 +26,7 @@ from pulumi_kubernetes import apps, core, meta, scheduling
 
 from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.network_policy import default_deny
-from kilonode.k8s.pod_security import RUNTIME_DEFAULT_SECCOMP, pod_security_labels
+from kilonode.k8s.pod_security import RUNTIME_DEFAULT_SECCOMP, kilonode_namespace
 from kilonode.k8s.pods import SKIP_AWAIT
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
@@ -223,12 +223,8 @@ class Capacity(pulumi.ComponentResource):
         if not balloons:
             self.register_outputs({})
             return
-        namespace = self.namespace = core.v1.Namespace(
-            f"{name}-namespace",
-            metadata=meta.v1.ObjectMetaArgs(
-                name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, plan.kubernetes_minor)}),
-            opts=child,
-        )
+        namespace = self.namespace = kilonode_namespace(f"{name}-namespace", NAMESPACE, LABELS,
+                                                        plan.kubernetes_minor, child)
         # pause containers: they serve nothing and call nothing (no service-account token)
         default_deny(f"{name}-default-deny", namespace.metadata.name, LABELS, egress=True, opts=child)
         for pool in balloons:

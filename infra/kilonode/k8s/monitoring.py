@@ -16,7 +16,7 @@ import pulumi
 from pulumi_kubernetes import core, meta
 
 from kilonode.k8s.network_policy import PROMETHEUS_PORT, default_deny, same_namespace_port
-from kilonode.k8s.pod_security import pod_security_labels
+from kilonode.k8s.pod_security import kilonode_namespace
 from kilonode.plan import defaults
 
 # The namespace API Priority and Fairness already classifies (kilonode.k8s.flowcontrol): a
@@ -54,13 +54,8 @@ class MonitoringRules(pulumi.ComponentResource):
         if not args.kubernetes_minor:
             raise ValueError("MonitoringRules: no kubernetes_minor")
         child = pulumi.ResourceOptions(parent=self)
-        # kilonode.k8s.service_accounts patches its default account
-        namespace = self.namespace = core.v1.Namespace(
-            f"{name}-namespace",
-            metadata=meta.v1.ObjectMetaArgs(
-                name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, args.kubernetes_minor)}),
-            opts=child,
-        )
+        namespace = self.namespace = kilonode_namespace(f"{name}-namespace", NAMESPACE, LABELS,
+                                                        args.kubernetes_minor, child)
         # The user's Prometheus scrapes out (egress stays open: apiservers, etcd, kubelets) and
         # is queried in: from its own namespace only, unless the user adds a policy.
         default_deny(f"{name}-default-deny", namespace.metadata.name, LABELS, egress=False, opts=child)

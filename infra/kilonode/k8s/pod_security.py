@@ -39,6 +39,18 @@ def pod_security_labels(namespace: str, minor: int) -> dict[str, str]:
     return labels
 
 
+def kilonode_namespace(resource_name: str, namespace: str, labels: dict[str, str], minor: int,
+                       opts: pulumi.ResourceOptions) -> core.v1.Namespace:
+    """One of kilonode's own namespaces, labelled with `labels` and its PodSecurity levels
+    (kilonode.plan.defaults.POD_SECURITY_NAMESPACES) at the cluster's minor. Its default
+    ServiceAccount is patched by kilonode.k8s.service_accounts."""
+    return core.v1.Namespace(
+        resource_name,
+        metadata=meta.v1.ObjectMetaArgs(name=namespace, labels={**labels, **pod_security_labels(namespace, minor)}),
+        opts=opts,
+    )
+
+
 def pod_security_context(**more: Any) -> core.v1.PodSecurityContextArgs:
     """The pod security context of a kilonode pod: RuntimeDefault seccomp, plus `more`."""
     return core.v1.PodSecurityContextArgs(
