@@ -49,7 +49,7 @@ from kilonode.render.etcd_snapshot import (
 )
 from tests import shared
 from tests.etcd.snapshot_harness import ETCD, SnapshotCluster
-from tests.render.consumers import systemd_verify
+from tests.render.consumers import verify_rendered_units
 
 assert REPO_ROOT is not None, "runs from a source checkout"
 RUNBOOK = REPO_ROOT / "docs/runbooks/etcd-restore-from-snapshot.md"
@@ -144,16 +144,9 @@ def test_every_member_of_both_clusters_gets_the_job_with_its_own_name_and_cluste
 
 
 def test_the_snapshot_units_pass_systemd_analyze_verify(plans: dict[str, ClusterPlan], tmp_path: Path) -> None:
-    if not shutil.which("systemd-analyze"):
-        pytest.fail("systemd-analyze missing: run `make setup` (installs .ci/debian-packages.txt)")
     plan = plans["research-7500"]
     files = snapshot_files(plan, plan.etcd_events, plan.etcd_events.members[0])
-    units = []
-    for path in (SERVICE_PATH, TIMER_PATH):
-        unit = tmp_path / Path(path).name
-        unit.write_text(files[path].content)
-        units.append(unit)
-    assert systemd_verify(tmp_path, units) == []
+    assert verify_rendered_units(tmp_path, files, (SERVICE_PATH, TIMER_PATH)) == []
 
 
 def test_the_timer_fires_on_the_same_wall_clock_minutes_on_every_member() -> None:

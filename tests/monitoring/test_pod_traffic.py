@@ -24,7 +24,7 @@ from kilonode.render.files import USER_DATA
 from tests import shared
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
 from tests.node.test_pod_traffic import hostile_snapshot
-from tests.render.consumers import systemd_verify
+from tests.render.consumers import systemd_verify, verify_rendered_units
 
 
 def check_metrics(promtool: Path, text: str) -> str:
@@ -85,16 +85,10 @@ def test_the_ruleset_declares_the_sets_the_program_fills_and_decides_nothing() -
 
 
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
-    if not shutil.which("systemd-analyze"):
-        pytest.fail("systemd-analyze missing: run `make setup` (installs .ci/debian-packages.txt)")
     files = pod_traffic.pod_traffic_files()
-    units = []
-    for path in (pod_traffic.TABLE_UNIT, pod_traffic.SYNC_UNIT, pod_traffic.PATH_UNIT, pod_traffic.SOCKET_UNIT,
-                 pod_traffic.SERVE_UNIT):
-        unit = tmp_path / Path(path).name
-        unit.write_text(files[path].content)
-        units.append(unit)
-    assert systemd_verify(tmp_path, units) == []
+    assert verify_rendered_units(tmp_path, files, (
+        pod_traffic.TABLE_UNIT, pod_traffic.SYNC_UNIT, pod_traffic.PATH_UNIT, pod_traffic.SOCKET_UNIT,
+        pod_traffic.SERVE_UNIT)) == []
     broken = tmp_path / "broken"
     broken.mkdir()
     name = Path(pod_traffic.PATH_UNIT).name

@@ -10,8 +10,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from kilonode.render.files import RenderedFile
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kilonode"
 
@@ -82,6 +87,19 @@ def cloud_init_validator() -> Any:
         return problems
 
     return validate
+
+
+def verify_rendered_units(unit_dir: Path, files: Mapping[str, RenderedFile], paths: Iterable[str]) -> list[str]:
+    """Write the rendered units at `paths` (host paths in `files`) into `unit_dir` under their own
+    names and systemd-analyze verify them together; every line it printed."""
+    if not shutil.which("systemd-analyze"):
+        pytest.fail("systemd-analyze missing: run `make setup` (installs .ci/debian-packages.txt)")
+    units = []
+    for path in paths:
+        unit = unit_dir / Path(path).name
+        unit.write_text(files[path].content)
+        units.append(unit)
+    return systemd_verify(unit_dir, units)
 
 
 def systemd_verify(unit_dir: Path, units: list[Path]) -> list[str]:
