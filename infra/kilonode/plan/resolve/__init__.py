@@ -24,6 +24,7 @@ from kilonode.plan.resolve.control_plane import control_plane_plan
 from kilonode.plan.resolve.disks import disk_tiers
 from kilonode.plan.resolve.etcd import etcd_cluster
 from kilonode.plan.resolve.join_tokens import join_tokens
+from kilonode.plan.resolve.monitoring import prometheus_plan
 from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
 from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
 from kilonode.plan.resolve.quota import vm_size_facts
@@ -93,6 +94,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
             + list(teams.warnings)
         ),
         components=components_plan(config, pools),
+        prometheus=prometheus_plan(config, pools, (etcd_main, etcd_events), control_plane),
         vm_sizes=vm_size_facts((etcd_main, etcd_events), control_plane, pools),
         ssh_keys=dict(config.ssh_keys),
     )

@@ -32,6 +32,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "kubernetes_minor": minor,
         "kube_proxy_image": single(c.kube_proxy, "kubeProxy"),
         "coredns_image": single(c.coredns, "coredns"),
+        "prometheus_image": single(c.prometheus, "prometheus"),
         "serving_cert_approver_image": single(c.kubelet_csr_approver, "approver"),
         "cloud_provider_azure_version": cloud,
         "cloud_controller_manager_image": c.cloud_provider_azure.image("cloudControllerManager", cloud),
