@@ -17,7 +17,7 @@ from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProvide
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
-from kilonode.k8s.monitoring import MonitoringRules, MonitoringRulesArgs
+from kilonode.k8s.monitoring import Monitoring, MonitoringArgs
 from kilonode.k8s.pod_security import KubeSystemPodSecurity
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
@@ -114,10 +114,10 @@ class InCluster(pulumi.ComponentResource):
         # [flow-control] API Priority and Fairness: per-node agents and monitoring agents in their
         # own limited priority levels (kilonode.k8s.flowcontrol)
         ApiProtection(f"{name}-api-protection", ApiProtectionArgs(), on_cluster)
-        # [monitoring] the rule file and scrape fragment for the user's Prometheus, in a ConfigMap
-        # (kilonode.k8s.monitoring)
-        MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(
-            files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor), on_cluster)
+        # [monitoring] the cluster's Prometheus with the rules and scrape jobs (kilonode.k8s.monitoring)
+        Monitoring(f"{name}-monitoring", MonitoringArgs(
+            files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor, prometheus=plan.prometheus,
+            image=plan.components.prometheus_image, awaits=plan.components.awaits), on_cluster)
         # [capacity] priorities, teams' borrowing rule, balloons (kilonode.k8s.capacity)
         Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
         # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from

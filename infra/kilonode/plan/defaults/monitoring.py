@@ -9,6 +9,14 @@ the scrape interval before any cluster exists. Replace one with what a running c
 
 from __future__ import annotations
 
+# Where the ConfigMap (kilonode.k8s.monitoring) is mounted in the Prometheus pod, and the file in
+# it Prometheus runs: the renderer writes the paths into prometheus.yml, the pod mounts them.
+PROMETHEUS_CONFIG_DIR = "/etc/prometheus/kilonode"
+PROMETHEUS_CONFIG_FILE = "prometheus.yml"
+# Namespaces Prometheus discovers pods and EndpointSlices in (a Role in each, not a cluster-wide
+# watch of every pod): cluster-autoscaler's, and where kube-state-metrics (the user's) may run.
+PROMETHEUS_DISCOVERY_NAMESPACES = ("kube-system", "monitoring")
+
 # --- series per target (estimates) --------------------------------------------------------------
 # The kubelet's own /metrics once kilonode.render.monitoring drops its per-operation histograms
 # and feature-gate series: Go and process runtime (~60), the PLEG, pod-start and pod-worker

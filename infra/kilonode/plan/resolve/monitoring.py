@@ -119,7 +119,7 @@ def prometheus_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...], etcd
     if days < defaults.PROMETHEUS_RETENTION_DAYS_MIN:
         raise PlanError([Problem(("nodePools",), (
             f"the Prometheus on pool {pool.name} would hold {days} days: {samples:,.0f} samples/s x 2 B x 86,400 = "
-            f"{daily / GIB:.1f} GiB a day against {retention_size} GiB; fewer series or a pool with a larger OS disk"))])
+            f"{daily / GIB:.1f} GiB a day against {retention_size} GiB; fewer series or a larger OS disk"))])
     return PrometheusPlan(
         pool=pool.name, pool_taints=pool.taints, vm_size=pool.vm_size, why_pool=why, terms=terms, series=series,
         samples_per_s=round(samples), head_bytes_per_series=per_series, head_bytes=head,
