@@ -143,3 +143,34 @@ def _fits(config: ClusterConfig, pool: NodePoolPlan, cpus: int, memory_gib: int)
         f"the cluster's Prometheus needs {cpus} CPUs and {memory_gib} GiB (docs/monitoring.md; `kilonode explain`), "
         f"more than {pool.vm_size} leaves it ({max(1, room_cpus)} CPUs, {room_gib:.0f} GiB); add a pool of one "
         "memory-optimised VM (an Edsv5 size) with `monitoring: true`"))])
+
+
+def describe(p: PrometheusPlan) -> list[str]:
+    """The arithmetic, one line per step, for `kilonode explain`."""
+    f = limits().prometheus
+    gib = 1024**3
+    lines = [f"on pool {p.pool} ({p.vm_size}): {p.why_pool}"]
+    lines += [f"{t.what}: {t.targets:,} x {t.per_target:,} = {t.series:,} series, every {t.interval_s} s"
+              for t in p.terms]
+    lines += [
+        f"active series (estimate): {p.series:,}; {p.samples_per_s:,} samples/s (per-node jobs every "
+        f"{p.per_node_interval_s} s: the shortest of {defaults.PROMETHEUS_PER_NODE_INTERVALS_S} within "
+        f"{defaults.PROMETHEUS_INGEST_BUDGET:,} samples/s)",
+        f"head: {f.head_gc_factor.value} x ({f.head_bytes_per_series.value} + "
+        f"{defaults.PROMETHEUS_LABEL_PAIRS_PER_SERIES} x {f.head_bytes_per_label_pair.value} + 2 x "
+        f"{defaults.PROMETHEUS_NAME_BYTES}) B cardinality + ingestion of "
+        f"{f.head_hours.value} h at {f.disk_bytes_per_sample.value} B/sample x {f.head_chunk_overhead_percent.value}% "
+        f"x {f.head_gc_factor.value} = {p.head_bytes_per_series:,} B/series -> {p.head_bytes / gib:.1f} GiB "
+        f"({f.head_bytes_per_series.source})",
+        f"memory: {p.head_bytes / gib:.1f} GiB + {defaults.PROMETHEUS_MEMORY_MARGIN_PERCENT}% + queries "
+        f"{p.query_max_concurrency} x {p.query_max_samples:,} samples x {f.query_sample_bytes.value} B = "
+        f"{p.memory_gib} GiB (request = limit)",
+        f"CPUs: {p.cpus} (one per {defaults.PROMETHEUS_SERIES_PER_CPU:,} series; GOMAXPROCS={p.cpus}); "
+        f"--query.timeout={p.query_timeout} --query.max-concurrency={p.query_max_concurrency} "
+        f"--query.max-samples={p.query_max_samples}",
+        f"disk: emptyDir of {p.disk_gib} GiB ({defaults.PROMETHEUS_OS_DISK_PERCENT}% of the node's OS disk); "
+        f"{p.samples_per_s:,} samples/s x {f.disk_bytes_per_sample.value} B x 86,400 = {p.daily_bytes / gib:.1f} GiB "
+        f"a day; --storage.tsdb.retention.size={p.retention_size_gib}GB ({f.retention_size_percent.value}%), "
+        f"--storage.tsdb.retention.time={p.retention_days}d; history is lost when the pod leaves its node",
+    ]
+    return lines
