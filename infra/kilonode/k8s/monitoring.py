@@ -167,13 +167,13 @@ class Monitoring(pulumi.ComponentResource):
         opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
             aliases=[pulumi.Alias(type_="kilonode:k8s:MonitoringRules")]))
         super().__init__("kilonode:k8s:Monitoring", name, None, opts)
-        if not args.files or PROMETHEUS_FILE not in args.files:
+        if not args.files or (args.prometheus is not None and PROMETHEUS_FILE not in args.files):
             raise ValueError(f"Monitoring: no files to deliver, or no {PROMETHEUS_FILE}")
         size = config_map_size(args.files)
         if size > CONFIG_MAP_MAX_BYTES:
             raise ValueError(f"Monitoring: {size} bytes exceed a ConfigMap's {CONFIG_MAP_MAX_BYTES}")
-        if not args.kubernetes_minor or args.prometheus is None or not args.image or args.awaits is None:
-            raise ValueError("Monitoring: kubernetes_minor, prometheus, image and awaits are required")
+        if not args.kubernetes_minor or not args.image or args.awaits is None:
+            raise ValueError("Monitoring: kubernetes_minor, image and awaits are required")
         child = pulumi.ResourceOptions(parent=self)
         namespace = core.v1.Namespace(
             f"{name}-namespace",
@@ -191,7 +191,8 @@ class Monitoring(pulumi.ComponentResource):
             data=dict(args.files),
             opts=child,
         )
-        self._prometheus(name, args, namespace, config, child)
+        if args.prometheus is not None:  # None: no pool can take it (the plan warns)
+            self._prometheus(name, args, namespace, config, child)
         self.register_outputs({})
 
     def _prometheus(self, name: str, args: MonitoringArgs, namespace: core.v1.Namespace, config: core.v1.ConfigMap,
@@ -221,7 +222,8 @@ class Monitoring(pulumi.ComponentResource):
             spec=core.v1.ServiceSpecArgs(
                 selector=PROMETHEUS_LABELS,
                 ports=[core.v1.ServicePortArgs(name="web", port=PROMETHEUS_PORT, target_port="web")]),
-            opts=child)
+            # waits for the pod's endpoint, whose node may still be joining
+            opts=awaited(child, args.awaits))
         assert args.awaits is not None
         apps.v1.StatefulSet(
             f"{name}-prometheus",

@@ -503,7 +503,8 @@ class ClusterPlan(StrictModel):
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
     components: ComponentsPlan
-    prometheus: PrometheusPlan
+    # the cluster's Prometheus; None where no pool can take it (the plan warns)
+    prometheus: PrometheusPlan | None = None
     # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
     # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by

@@ -557,8 +557,10 @@ def _seconds(value: int) -> str:
 
 def scrape_jobs(plan: ClusterPlan) -> list[Job]:
     cp = plan.control_plane
-    control_interval = _seconds(plan.prometheus.control_plane_interval_s)
-    node_interval = _seconds(plan.prometheus.per_node_interval_s)
+    p = plan.prometheus
+    # no Prometheus of kilonode's (no pool for it): the fragment alone, at the largest interval
+    control_interval = _seconds(p.control_plane_interval_s if p else defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S)
+    node_interval = _seconds(p.per_node_interval_s if p else defaults.PROMETHEUS_PER_NODE_INTERVALS_S[-1])
     jobs = [Job(
         ("The apiservers, each at its own address (the load balancer would hide which one is in trouble).",
          "Dropped: per-resource latency/size histograms (APISERVER_DROPPED); the alert rules read",
@@ -692,11 +694,13 @@ def scrape_config(plan: ClusterPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prometheus_config(plan: ClusterPlan) -> str:
+def prometheus_config(plan: ClusterPlan) -> str | None:
     """The whole prometheus.yml the cluster's Prometheus runs (kilonode.k8s.monitoring mounts it at
     CONFIG_DIR): the rule file beside it and every scrape job inline (`scrape_config_files:` needs
     2.43+, and the same jobs stay in SCRAPE_FILE for a Prometheus of the user's own)."""
     p = plan.prometheus
+    if p is None:
+        return None
     config = {
         "global": {
             # the control plane's interval for any job without its own; the rules evaluate as often
@@ -709,14 +713,16 @@ def prometheus_config(plan: ClusterPlan) -> str:
         "scrape_configs": [job.config for job in scrape_jobs(plan)],
     }
     header = (f"# {GENERATED}\n"
-              f"# The cluster's Prometheus ({plan.prometheus.pool} pool; kilonode.render.monitoring). Each job's\n"
+              f"# The cluster's Prometheus ({p.pool} pool; kilonode.render.monitoring). Each job's\n"
               f"# reasons are in {SCRAPE_FILE} beside it; sizes and flags: `kilonode explain {plan.cluster}`.\n")
     return header + block_yaml(config)
 
 
 def monitoring_files(plan: ClusterPlan) -> dict[str, str]:
     """The ConfigMap's data (kilonode.k8s.monitoring)."""
-    return {RULES_FILE: alert_rules(plan), SCRAPE_FILE: scrape_config(plan), PROMETHEUS_FILE: prometheus_config(plan)}
+    files = {RULES_FILE: alert_rules(plan), SCRAPE_FILE: scrape_config(plan)}
+    whole = prometheus_config(plan)
+    return files | ({PROMETHEUS_FILE: whole} if whole is not None else {})
 
 
 def describe(plan: ClusterPlan) -> list[str]:

@@ -25,7 +25,11 @@ GIB = 1024**3
 DAY_S = 86_400
 
 
-def _pool(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple[NodePoolPlan, str]:
+NO_POOL_WARNING = ("no Prometheus: no pool is marked `monitoring: true`, and none is a system pool or untainted; "
+                   "kilonode's alerts cannot fire until one is (docs/monitoring.md)")
+
+
+def _pool(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple[NodePoolPlan, str] | None:
     named = [p for p in pools if p.monitoring]
     if len(named) > 1:
         raise PlanError([Problem(("nodePools",), "more than one pool has `monitoring: true` ("
@@ -38,8 +42,7 @@ def _pool(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple[NodeP
     untainted = [p for p in pools if not p.taints]
     if untainted:
         return untainted[0], "no monitoring or system pool: the first untainted pool"
-    raise PlanError([Problem(("nodePools",), "no pool can hold the cluster's Prometheus: mark one `monitoring: true` "
-                             "(docs/monitoring.md)")])
+    return None
 
 
 def _nodes(pool: NodePoolPlan) -> int:
@@ -97,8 +100,12 @@ def head_bytes_per_series(interval_s: int) -> int:
 
 
 def prometheus_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, ...],
-                    control: ControlPlanePlan) -> PrometheusPlan:
-    pool, why = _pool(config, pools)
+                    control: ControlPlanePlan) -> PrometheusPlan | None:
+    """None where no pool can take it (a stack of GPU pools alone): the plan warns (NO_POOL_WARNING)."""
+    placed = _pool(config, pools)
+    if placed is None:
+        return None
+    pool, why = placed
     autoscaler = defaults.CLUSTER_AUTOSCALER_REPLICAS if any(p.autoscaling for p in pools) else 0
     terms = series_terms(pools, etcd, control, autoscaler)
     per_node = terms[0].interval_s
@@ -145,8 +152,10 @@ def _fits(config: ClusterConfig, pool: NodePoolPlan, cpus: int, memory_gib: int)
         "memory-optimised VM (an Edsv5 size) with `monitoring: true`"))])
 
 
-def describe(p: PrometheusPlan) -> list[str]:
+def describe(p: PrometheusPlan | None) -> list[str]:
     """The arithmetic, one line per step, for `kilonode explain`."""
+    if p is None:
+        return [NO_POOL_WARNING]
     f = limits().prometheus
     gib = 1024**3
     lines = [f"on pool {p.pool} ({p.vm_size}): {p.why_pool}"]
