@@ -197,3 +197,16 @@ def test_promtool_accepts_the_whole_prometheus_yml(
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 rule files found" in result.stdout + result.stderr
+
+
+def test_prometheus_may_discover_but_not_read_or_write_anything_else(graphs: dict[str, Graph]) -> None:
+    objects = [r.plain() for r in graphs["research-7500"].resources
+               if r.custom and r.parent == "research-7500-k8s-monitoring"]
+    (cluster_role,) = [o for o in objects if o.get("kind") == "ClusterRole" or ("rules" in o and "namespace"
+                       not in o["metadata"])]
+    verbs = {(tuple(r.get("resources", r.get("nonResourceURLs", []))), tuple(r["verbs"]))
+             for r in cluster_role["rules"]}
+    assert verbs == {(("nodes",), ("list", "watch")), (("nodes/metrics",), ("get",)), (("/metrics",), ("get",))}
+    roles = [o for o in objects if "rules" in o and "namespace" in o["metadata"]]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["kube-system", "monitoring"]
+    assert all(set(rule["verbs"]) == {"list", "watch"} for r in roles for rule in r["rules"])
