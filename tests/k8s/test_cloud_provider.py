@@ -147,17 +147,20 @@ def test_the_node_manager_initializes_every_node_from_instance_metadata(
     assert container["image"].replace("node-manager", "controller-manager") in boot
 
 
-def test_the_rbac_is_upstreams_own_less_secrets_and_service_accounts(graphs: dict[str, Graph]) -> None:
+def test_the_rbac_is_upstreams_own_less_secrets_service_accounts_and_unused_node_verbs(
+    graphs: dict[str, Graph],
+) -> None:
     role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
                    "kilonode:cloud-controller-manager")
     # cloud-provider-azure v1.34.13, helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
     # l.35-134 (ClusterRole system:cloud-controller-manager), rule by rule, without its
     # serviceaccounts rule (--use-service-account-credentials only) and its secrets rule (a cloud
-    # config kept in a Secret only): kilonode.k8s.cloud_provider CCM_RULES says where each is read
+    # config kept in a Secret only), its nodes ["*"] narrowed to what cloud-node-lifecycle, the
+    # service controller and the provider's taints call, and no nodes/status (cloud-node, routes
+    # and node-ipam are off): kilonode.k8s.cloud_provider CCM_RULES says where each is read
     assert [(r["apiGroups"][0], r["resources"][0], r["verbs"]) for r in role["rules"]] == [
         ("", "events", ["create", "patch", "update"]),
-        ("", "nodes", ["*"]),
-        ("", "nodes/status", ["patch"]),
+        ("", "nodes", ["delete", "get", "list", "patch", "watch"]),
         ("", "services", ["list", "patch", "update", "watch"]),
         ("", "services/status", ["list", "patch", "update", "watch"]),
         ("", "persistentvolumes", ["get", "list", "update", "watch"]),
@@ -170,6 +173,10 @@ def test_the_rbac_is_upstreams_own_less_secrets_and_service_accounts(graphs: dic
     # what would make either rule needed is off
     args = flags(container["args"])
     assert "cloud-config-secret-name" not in args and "use-service-account-credentials" not in args
+    # ... and what would write nodes/status, or Nodes beyond the lifecycle controller's taints
+    assert (args["controllers"], args["configure-cloud-routes"], args["allocate-node-cidrs"]) == (
+        "*,-cloud-node", "false", "false")
+    assert "*" not in {verb for rule in role["rules"] for verb in rule["verbs"]}
     assert args["cloud-config"]
     node_role = of_kind(graphs["local"], "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
                         "kilonode:cloud-node-manager")

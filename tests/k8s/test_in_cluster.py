@@ -70,6 +70,10 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # Service, StatefulSet
         "monitoring": 4 + (9 if plan.prometheus else 0),
         "kube-system-pod-security": 1,  # kube-system's PodSecurity labels (a NamespacePatch)
+        # the default ServiceAccount's automount off (a ServiceAccountPatch each): the 4 built-in
+        # namespaces, monitoring and, with balloons, kilonode-capacity
+        "default-service-accounts": 5 + (1 if any(p.autoscaling and p.autoscaling.warm_nodes
+                                                  for p in plan.autoscaled_pools) else 0),
         # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; with teams or
         # InfiniBand pools the node-identity policy and its binding; with balloons their
         # Namespace, its NetworkPolicy and a Deployment per pool

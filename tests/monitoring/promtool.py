@@ -1,6 +1,8 @@
-"""promtool, Prometheus' own checker, taken from Debian's `prometheus` package (2.42 on bookworm)
-without installing it: installing the package would start a Prometheus server. Only
-usr/bin/promtool is unpacked, into the cache, keyed by the package's version.
+"""promtool, Prometheus' own checker, and the Prometheus server itself, taken from Debian's
+`prometheus` package (2.42 on bookworm) without installing it: installing the package would start
+a Prometheus server as a system service. Only usr/bin/promtool and usr/bin/prometheus are unpacked,
+into the cache, keyed by the package's version; a test that runs the server starts it itself, on
+127.0.0.1, and stops it by its PID (tests/monitoring/test_live_etcd_quota.py).
 
 Tests only read the cache (they never reach the package mirror); `make test-artefacts`
 (python -m tests.artefacts) fetches it with fetch=True, once per package version.
@@ -9,6 +11,7 @@ Tests only read the cache (they never reach the package mirror); `make test-arte
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -18,7 +21,7 @@ from tests.render.consumers import CACHE
 
 TOOLS = CACHE / "tools"
 PACKAGE = "prometheus"
-MEMBER = "./usr/bin/promtool"
+TOOLS_IN_PACKAGE = ("promtool", "prometheus")
 
 
 def _apt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -33,32 +36,40 @@ def candidate_version() -> str:
     return "" if version == "(none)" else version
 
 
-def cached(version: str) -> Path:
-    return TOOLS / f"promtool-{version}"
+def cached(version: str, tool: str = "promtool") -> Path:
+    return TOOLS / f"{tool}-{version}"
 
 
-def promtool_path(fetch: bool = False) -> Path:
-    """The promtool binary in the cache, for the candidate version of Debian's `prometheus`.
+def tool_path(tool: str, fetch: bool = False) -> Path:
+    """`tool` (promtool or prometheus) in the cache, for the candidate version of Debian's `prometheus`.
 
-    Without package lists (no candidate) the newest promtool already in the cache serves.
+    Without package lists (no candidate) the newest one already in the cache serves.
     Raises RuntimeError naming `make test-artefacts` when there is none and fetch is False.
     """
+    if tool not in TOOLS_IN_PACKAGE:
+        raise ValueError(f"{tool}: not one of {TOOLS_IN_PACKAGE}")
     version = candidate_version()
     if not version and fetch:
         _apt("update", "-qq")
         version = candidate_version()
     if not version:
-        present = sorted(TOOLS.glob("promtool-*"))
+        present = sorted(TOOLS.glob(f"{tool}-*"))
         if present:
             return present[-1]
-        raise RuntimeError(f"no promtool under {TOOLS} and no candidate version of Debian's {PACKAGE}: "
+        raise RuntimeError(f"no {tool} under {TOOLS} and no candidate version of Debian's {PACKAGE}: "
                            "run `make test-artefacts` (python -m tests.artefacts)")
-    target = cached(version)
+    target = cached(version, tool)
     if target.is_file() and os.access(target, os.X_OK):
         return target
     if not fetch:
-        raise RuntimeError(f"promtool from Debian's {PACKAGE} {version} is not unpacked under {TOOLS}: "
+        raise RuntimeError(f"{tool} from Debian's {PACKAGE} {version} is not unpacked under {TOOLS}: "
                            "run `make test-artefacts` (python -m tests.artefacts)")
+    _unpack(version)
+    return target
+
+
+def _unpack(version: str) -> None:
+    """Download the package once and unpack every tool of TOOLS_IN_PACKAGE into the cache."""
     with tempfile.TemporaryDirectory() as work:
         result = _apt("download", f"{PACKAGE}={version}", cwd=Path(work))
         if result.returncode != 0:
@@ -67,19 +78,30 @@ def promtool_path(fetch: bool = False) -> Path:
         tar = Path(work) / "data.tar"
         with tar.open("wb") as out:
             subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=out, check=True, timeout=300)
+        TOOLS.mkdir(parents=True, exist_ok=True)
         with tarfile.open(tar) as archive:
-            member = archive.getmember(MEMBER)
-            source = archive.extractfile(member)
-            if source is None:
-                raise RuntimeError(f"{deb.name}: {MEMBER} is not a regular file")
-            TOOLS.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(target.name + ".partial")
-            partial.write_bytes(source.read())
-        partial.chmod(0o755)
-        partial.replace(target)  # whole or absent: a cut-off run leaves no half binary
-    return target
+            for tool in TOOLS_IN_PACKAGE:
+                member = f"./usr/bin/{tool}"
+                source = archive.extractfile(archive.getmember(member))
+                if source is None:
+                    raise RuntimeError(f"{deb.name}: {member} is not a regular file")
+                target = cached(version, tool)
+                partial = target.with_name(target.name + ".partial")
+                with partial.open("wb") as out:
+                    shutil.copyfileobj(source, out)
+                partial.chmod(0o755)
+                partial.replace(target)  # whole or absent: a cut-off run leaves no half binary
+
+
+def promtool_path(fetch: bool = False) -> Path:
+    return tool_path("promtool", fetch)
+
+
+def prometheus_path(fetch: bool = False) -> Path:
+    return tool_path("prometheus", fetch)
 
 
 def promtool_version(path: Path) -> str:
+    """The first line of `--version` (promtool and prometheus print alike)."""
     result = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60, check=True)
     return (result.stdout or result.stderr).splitlines()[0]

@@ -2,7 +2,8 @@
 scrape (kilonode/node/cert_expiry.py) read against `cryptography` on the PKI the local issuer
 makes, behind a real socket (systemd-socket-activate, as the rendered socket unit's Accept=yes
 starts it); its units checked by systemd-analyze; its scrape job and NSG path; and the alerts
-evaluated by promtool on synthetic series (each fires when it should, and only then)."""
+evaluated by promtool on synthetic series (tests/monitoring/alert_cases.py: each fires when it
+should, and only then)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,7 @@ from kilonode.node.ship import CERT_EXPIRY
 from kilonode.plan import ClusterPlan, pki, wellknown
 from kilonode.render import cert_metrics, monitoring, render_cluster
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
-from tests.monitoring.test_rules import expected, promtool_test
 from tests.render.consumers import systemd_verify
-
-DAY = 86400
 
 
 def metric_lines(text: str) -> dict[str, float]:
@@ -183,53 +181,4 @@ def test_prometheus_in_the_pools_can_reach_every_hosts_certificate_metrics(
         assert pools <= {s for r in rules for s in sources(r)}, nsg
 
 
-# --- the alerts, evaluated by promtool ----------------------------------------------------------------
-def cert_series(host: str, path: str, days_left_at_2h: float) -> tuple[str, str]:
-    # promtool's clock starts at 0: time() at eval time 2h is 7200
-    not_after = int(7200 + days_left_at_2h * DAY)
-    return (f'kilonode_certificate_not_after_seconds{{job="{monitoring.JOB_CERTIFICATES}",host="{host}",'
-            f'path="{path}",index="0"}}', f"{not_after}x180")
-
-
-def test_the_expiry_alert_warns_at_45_days_pages_at_14_and_is_quiet_before(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["local"]
-    series = [cert_series("etcd-main-0", "/etc/etcd/pki/server.crt", 100),
-              cert_series("etcd-main-1", "/etc/etcd/pki/server.crt", 40),
-              cert_series("apiserver-0", "/etc/kubernetes/pki/apiserver.crt", 10)]
-
-    def alert(host: str, path: str, severity: str) -> dict[str, object]:
-        labels = {"severity": severity, "job": monitoring.JOB_CERTIFICATES, "host": host, "path": path,
-                  "index": "0"}
-        return expected(plan, "KilonodeCertificateExpiresSoon", labels)
-
-    result = promtool_test(promtool, plan, tmp_path, series, [
-        ("2h", "KilonodeCertificateExpiresSoon", [
-            alert("etcd-main-1", "/etc/etcd/pki/server.crt", "warning"),
-            alert("apiserver-0", "/etc/kubernetes/pki/apiserver.crt", "warning"),
-            alert("apiserver-0", "/etc/kubernetes/pki/apiserver.crt", "critical"),
-        ]),
-        # the warning waits its hour, the critical its 10 minutes
-        ("30m", "KilonodeCertificateExpiresSoon", [alert("apiserver-0", "/etc/kubernetes/pki/apiserver.crt",
-                                                         "critical")]),
-        ("2h", "KilonodeCertificateUnreadable", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_an_unreadable_certificate_alerts_and_a_readable_one_does_not(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["local"]
-    job = f'job="{monitoring.JOB_CERTIFICATES}"'
-    series = [(f'kilonode_certificate_unreadable{{{job},host="etcd-events-2",path="/etc/etcd/pki/peer.crt",'
-               'error="FileNotFoundError"}', "1x60"),
-              cert_series("etcd-events-1", "/etc/etcd/pki/peer.crt", 300)]
-    labels = {"severity": "warning", "host": "etcd-events-2", "path": "/etc/etcd/pki/peer.crt"}
-    result = promtool_test(promtool, plan, tmp_path, series, [
-        ("40m", "KilonodeCertificateUnreadable", [expected(plan, "KilonodeCertificateUnreadable", labels)]),
-        ("20m", "KilonodeCertificateUnreadable", []),
-        ("40m", "KilonodeCertificateExpiresSoon", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
+# The expiry and unreadable alerts' promtool cases are in tests/monitoring/alert_cases.py (certificate_*).

@@ -16,20 +16,17 @@ import pytest
 import yaml
 
 from kilonode.azure.graph import Graph, Recorded
-from kilonode.config import load_stack
 from kilonode.k8s.gpu import POOL_LABEL as GPU_POOL_LABEL
 from kilonode.k8s.monitoring import CONFIG_MAP, CONFIG_MAP_MAX_BYTES, NAMESPACE, config_map_size
 from kilonode.node.gpu import protocol
 from kilonode.paths import REPO_ROOT
-from kilonode.plan import ClusterPlan, plan_stack, wellknown
+from kilonode.plan import ClusterPlan, wellknown
 from kilonode.render import monitoring
 from kilonode.render.etcd import etcd_flags
 from tests import shared
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
-from tests.conftest import StackWriter, shipped_cluster_value
 
 STACKS = ["local", "research-2500", "research-7500"]
-GIB = 1024**3
 assert REPO_ROOT is not None, "runs from a source checkout"
 DOC = REPO_ROOT / monitoring.RUNBOOK_DOC
 
@@ -62,13 +59,6 @@ def run(promtool: Path, *args: str, cwd: Path | None = None) -> subprocess.Compl
 
 def rule_count(plan: ClusterPlan) -> int:
     return sum(len(group.rules) for group in monitoring.rule_groups(plan))
-
-
-def plan_with(write_stack: StackWriter, base: str, etcd: dict[str, Any]) -> ClusterPlan:
-    cluster = shipped_cluster_value(base)
-    for role, values in etcd.items():
-        cluster.setdefault("etcd", {}).setdefault(role, {}).update(values)
-    return plan_stack(load_stack(str(write_stack(cluster))))
 
 
 # --- promtool check rules / check config ---------------------------------------------------------
@@ -283,259 +273,8 @@ def test_describe_gives_each_alert_one_line_with_its_threshold(plans: dict[str, 
     assert any("KilonodeApiserverThrottling [warning, for 10m]" in line and "1%" in line for line in lines)
 
 
-# --- promtool test rules: the alerts fire when they should, and only then ---------------------------
-def expected(plan: ClusterPlan, name: str, labels: dict[str, str]) -> dict[str, Any]:
-    """The alert promtool should report: the rule's annotations with $labels filled in."""
-    [rule] = [r.rule() for r in monitoring.alerts(plan)
-              if r.name == name and r.severity == labels["severity"]
-              and all(labels.get(k) == v for k, v in r.labels)]
-    annotations = {key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], value)
-                   for key, value in rule["annotations"].items()}
-    return {"exp_labels": labels, "exp_annotations": annotations}
-
-
-def promtool_test(promtool: Path, plan: ClusterPlan, tmp_path: Path, series: list[tuple[str, str]],
-                  checks: list[tuple[str, str, list[dict[str, Any]]]]) -> subprocess.CompletedProcess[str]:
-    """Run `promtool test rules` on the plan's rules: series (selector, values) at a 1m interval;
-    checks (eval time, alert name, the alerts expected then)."""
-    (tmp_path / monitoring.RULES_FILE).write_text(monitoring.alert_rules(plan))
-    test = {
-        "rule_files": [monitoring.RULES_FILE],
-        "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [{"series": s, "values": v} for s, v in series],
-            "alert_rule_test": [{"eval_time": t, "alertname": a, "exp_alerts": e} for t, a, e in checks],
-        }],
-    }
-    path = tmp_path / "test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    return run(promtool, "test", "rules", path.name, cwd=tmp_path)
-
-
-def apiserver_series(ok_per_s: int, code: str, bad_per_s: int) -> list[tuple[str, str]]:
-    job = f'job="{monitoring.JOB_APISERVER}"'
-    return [
-        (f'apiserver_request_total{{{job},verb="LIST",resource="pods",code="200"}}', f"0+{ok_per_s * 60}x40"),
-        (f'apiserver_request_total{{{job},verb="POST",resource="pods",code="{code}"}}', f"0+{bad_per_s * 60}x40"),
-        # WATCH is long-running and left out: if it counted, 20 refused of 10,120 would be 0.2%
-        (f'apiserver_request_total{{{job},verb="WATCH",resource="pods",code="200"}}', "0+600000x40"),
-        # an aggregated API server's own 429s are not the apiservers'
-        ('apiserver_request_total{job="metrics-server",verb="GET",code="429"}', "0+6000x40"),
-    ]
-
-
-def test_the_429_alert_fires_on_a_429_storm(promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path) -> None:
-    plan = plans["local"]
-    # 20 of 120 requests a second refused: 16.7%
-    result = promtool_test(promtool, plan, tmp_path, apiserver_series(100, "429", 20), [
-        ("20m", "KilonodeApiserverThrottling", [
-            expected(plan, "KilonodeApiserverThrottling", {"severity": "warning"}),
-            expected(plan, "KilonodeApiserverThrottling", {"severity": "critical"}),
-        ]),
-        ("20m", "KilonodeApiserverErrors", []),
-        # the warning waits its 10 minutes: at 8m only the critical (5m) fires
-        ("8m", "KilonodeApiserverThrottling", [
-            expected(plan, "KilonodeApiserverThrottling", {"severity": "critical"})]),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_the_429_alert_stays_quiet_on_healthy_traffic(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["local"]
-    # 6 of 60,000 a minute refused (0.01%), and the metrics-server's own 429s besides
-    series = [*apiserver_series(1000, "429", 0),
-              (f'apiserver_request_total{{job="{monitoring.JOB_APISERVER}",verb="GET",code="429"}}', "0+6x40")]
-    result = promtool_test(promtool, plan, tmp_path, series, [
-        ("30m", "KilonodeApiserverThrottling", []),
-        ("30m", "KilonodeApiserverErrors", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_the_5xx_alert_fires_when_the_apiservers_fail_requests(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["local"]
-    # 2 of 102 a second: 2%, a warning, not a page
-    result = promtool_test(promtool, plan, tmp_path, apiserver_series(100, "503", 2), [
-        ("20m", "KilonodeApiserverErrors", [expected(plan, "KilonodeApiserverErrors", {"severity": "warning"})]),
-        ("20m", "KilonodeApiserverThrottling", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def etcd_series(plan: ClusterPlan, size: dict[str, int], quota: dict[str, int]) -> list[tuple[str, str]]:
-    """Every member of each cluster at `size[role]` bytes; exporting `quota[role]` where given."""
-    series = []
-    for cluster in plan.etcd_clusters:
-        for m in cluster.members:
-            labels = (f'job="{monitoring.etcd_job(cluster.role)}",cluster_role="{cluster.role}",'
-                      f'member="{m.name}",instance="{m.ip}:{wellknown.ETCD_METRICS_PORT}"')
-            series.append((f"etcd_mvcc_db_total_size_in_bytes{{{labels}}}", f"{size[cluster.role]}x40"))
-            if cluster.role in quota:
-                series.append((f"etcd_server_quota_backend_bytes{{{labels}}}", f"{quota[cluster.role]}x40"))
-    return series
-
-
-def member_alerts(plan: ClusterPlan, role: str, name: str, severities: list[str]) -> list[dict[str, Any]]:
-    cluster = plan.etcd_events if role == "events" else plan.etcd_main
-    return [expected(plan, name, {"severity": s, "cluster_role": role,
-                                  "instance": f"{m.ip}:{wellknown.ETCD_METRICS_PORT}"})
-            for m in cluster.members for s in severities]
-
-
-@pytest.fixture
-def events_quota_4gib(write_stack: StackWriter) -> ClusterPlan:
-    """The shipped quotas are equal (8 GiB both): here the events cluster has half main's."""
-    plan = plan_with(write_stack, "local", {"events": {"quotaBackendBytes": 4 * GIB}})
-    assert (plan.etcd_main.quota_backend_bytes, plan.etcd_events.quota_backend_bytes) == (8 * GIB, 4 * GIB)
-    return plan
-
-
-@pytest.mark.parametrize("exported", [True, False], ids=["quota-exported", "quota-from-plan"])
-def test_the_quota_alert_fires_for_events_at_90_percent_of_its_quota_not_for_main_at_the_same_size(
-    promtool: Path, events_quota_4gib: ClusterPlan, tmp_path: Path, exported: bool
-) -> None:
-    plan = events_quota_4gib
-    size = int(0.9 * 4 * GIB)  # 90% of events' 4 GiB, 45% of main's 8 GiB
-    quota = {"main": 8 * GIB, "events": 4 * GIB} if exported else {}
-    result = promtool_test(promtool, plan, tmp_path, etcd_series(plan, {"main": size, "events": size}, quota), [
-        ("20m", "KilonodeEtcdDatabaseNearQuota",
-         member_alerts(plan, "events", "KilonodeEtcdDatabaseNearQuota", ["warning", "critical"])),
-        ("20m", "KilonodeEtcdNoSpace", []),
-        ("20m", "KilonodeEtcdQuotaNotAsPlanned", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_the_quota_alert_stays_quiet_at_half_the_quota(
-    promtool: Path, events_quota_4gib: ClusterPlan, tmp_path: Path
-) -> None:
-    plan = events_quota_4gib
-    size = {"main": 4 * GIB, "events": 2 * GIB}
-    result = promtool_test(promtool, plan, tmp_path, etcd_series(plan, size, {"main": 8 * GIB, "events": 4 * GIB}), [
-        ("30m", "KilonodeEtcdDatabaseNearQuota", []),
-        ("30m", "KilonodeEtcdNoSpace", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_a_member_running_another_quota_is_reported_and_judged_by_its_own(
-    promtool: Path, events_quota_4gib: ClusterPlan, tmp_path: Path
-) -> None:
-    plan = events_quota_4gib
-    # the events members run etcd's 2 GiB default (the flag never reached them) and hold 1.9 GB:
-    # 45% of the stack's 4 GiB, 89% of what etcd enforces
-    size = {"main": GIB, "events": int(0.89 * 2 * GIB)}
-    result = promtool_test(promtool, plan, tmp_path, etcd_series(plan, size, {"main": 8 * GIB, "events": 2 * GIB}), [
-        ("20m", "KilonodeEtcdQuotaNotAsPlanned", member_alerts(plan, "events", "KilonodeEtcdQuotaNotAsPlanned",
-                                                               ["warning"])),
-        ("20m", "KilonodeEtcdDatabaseNearQuota",
-         member_alerts(plan, "events", "KilonodeEtcdDatabaseNearQuota", ["warning", "critical"])),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_the_nospace_alert_fires_when_a_member_reaches_its_quota(
-    promtool: Path, events_quota_4gib: ClusterPlan, tmp_path: Path
-) -> None:
-    plan = events_quota_4gib
-    result = promtool_test(promtool, plan, tmp_path, etcd_series(plan, {"main": GIB, "events": 4 * GIB}, {}), [
-        ("5m", "KilonodeEtcdNoSpace", member_alerts(plan, "events", "KilonodeEtcdNoSpace", ["critical"])),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def gpu_node_series(pool: str, nodes: int, tainted: int, prefix: str) -> list[tuple[str, str]]:
-    series = []
-    for i in range(nodes):
-        node = f'node="{prefix}-{i}"'
-        series += [
-            (f'kube_node_labels{{job="{monitoring.JOB_KUBE_STATE_METRICS}",{node},label_kilonode_io_pool="{pool}"}}',
-             "1x40"),
-            (f'kube_node_info{{{node}}}', "1x40"),
-            (f'kube_node_status_condition{{{node},condition="{protocol.CONDITION}",status="true"}}',
-             "0x40" if i < tainted else "1x40"),
-        ]
-        if i < tainted:
-            series.append((f'kube_node_spec_taint{{{node},key="{protocol.FAULT_TAINT}",value="EccVolatile",'
-                           f'effect="{protocol.EFFECT}"}}', "1x40"))
-    return series
-
-
-def test_the_gpu_taint_alerts_fire_per_pool_when_nodes_carry_the_taint(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["research-7500"]
-    series = (
-        gpu_node_series("a100-ib", 40, 1, "a")  # 2.5%: a warning
-        + gpu_node_series("h100-ib", 4, 1, "h")  # 25%: a page as well
-        # other taints, and nodes outside the GPU pools, count for nothing
-        + [('kube_node_spec_taint{node="a-5",key="kilonode.io/gpu-check",value="running",effect="NoSchedule"}',
-            "1x40"),
-           ('kube_node_labels{node="c-0",label_kilonode_io_pool="cpu"}', "1x40"),
-           (f'kube_node_spec_taint{{node="c-0",key="{protocol.FAULT_TAINT}",value="x",effect="NoSchedule"}}',
-            "1x40")]
-    )
-    result = promtool_test(promtool, plan, tmp_path, series, [
-        ("20m", "KilonodeGpuNodesUnhealthy", [
-            expected(plan, "KilonodeGpuNodesUnhealthy", {"severity": "warning", "pool": "a100-ib"}),
-            expected(plan, "KilonodeGpuNodesUnhealthy", {"severity": "warning", "pool": "h100-ib"}),
-        ]),
-        ("20m", "KilonodeGpuPoolDegraded", [
-            expected(plan, "KilonodeGpuPoolDegraded", {"severity": "critical", "pool": "h100-ib"})]),
-        # before its 15 minutes the warning waits
-        ("10m", "KilonodeGpuNodesUnhealthy", []),
-        ("30m", "KilonodeGpuHealthNotReported", []),
-        ("30m", "KilonodePoolLabelNotExported", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_the_gpu_alerts_stay_quiet_on_a_healthy_pool(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["research-7500"]
-    result = promtool_test(promtool, plan, tmp_path, gpu_node_series("a100-ib", 10, 0, "a"), [
-        ("30m", "KilonodeGpuNodesUnhealthy", []),
-        ("30m", "KilonodeGpuPoolDegraded", []),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_missing_pool_labels_and_silent_agents_are_reported(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    plan = plans["research-7500"]
-    series = [('kube_node_labels{node="n-0"}', "1x50"), ('kube_node_info{node="n-0"}', "1x50")]
-    result = promtool_test(promtool, plan, tmp_path, series, [
-        ("40m", "KilonodePoolLabelNotExported", [expected(plan, "KilonodePoolLabelNotExported",
-                                                          {"severity": "warning"})]),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-    # a GPU-pool node with no GPUHealthy condition at all: the agent is not reporting
-    series = [('kube_node_labels{node="a-0",label_kilonode_io_pool="a100-ib"}', "1x50")]
-    result = promtool_test(promtool, plan, tmp_path, series, [
-        ("40m", "KilonodeGpuHealthNotReported", [expected(plan, "KilonodeGpuHealthNotReported",
-                                                          {"severity": "warning", "pool": "a100-ib"})]),
-    ])
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_a_wrong_expectation_fails_promtool_test_rules(
-    promtool: Path, plans: dict[str, ClusterPlan], tmp_path: Path
-) -> None:
-    # the harness itself can fail: healthy traffic expected to page is reported as a failure
-    plan = plans["local"]
-    result = promtool_test(promtool, plan, tmp_path, apiserver_series(1000, "429", 0), [
-        ("30m", "KilonodeApiserverThrottling", [expected(plan, "KilonodeApiserverThrottling",
-                                                         {"severity": "critical"})]),
-    ])
-    assert result.returncode != 0
-    assert "KilonodeApiserverThrottling" in result.stdout + result.stderr
+# --- promtool test rules: tests/monitoring/alert_cases.py holds every alert's firing and quiet cases,
+# tests/monitoring/test_alert_cases.py runs them and checks that none is missing.
 
 
 # --- the ConfigMap in the cluster ----------------------------------------------------------------------

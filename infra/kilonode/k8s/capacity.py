@@ -178,6 +178,8 @@ def balloon_pod_spec(pool: NodePoolPlan) -> dict[str, object]:
 class Capacity(pulumi.ComponentResource):
     def __init__(self, name: str, args: CapacityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:Capacity", name, None, opts)
+        # its namespace, where it makes one (balloons): kilonode.k8s.service_accounts patches its default account
+        self.namespace: core.v1.Namespace | None = None
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self)
         for priority in PRIORITIES:
@@ -221,7 +223,7 @@ class Capacity(pulumi.ComponentResource):
         if not balloons:
             self.register_outputs({})
             return
-        namespace = core.v1.Namespace(
+        namespace = self.namespace = core.v1.Namespace(
             f"{name}-namespace",
             metadata=meta.v1.ObjectMetaArgs(
                 name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, plan.kubernetes_minor)}),

@@ -161,8 +161,8 @@ def cnm_args() -> list[str]:
 
 
 # cloud-provider-azure v1.34.13 helm/cloud-provider-azure/templates/cloud-provider-azure.yaml
-# (ClusterRole system:cloud-controller-manager, identical in examples/out-of-tree), less two
-# rules that upstream grants for modes kilonode does not run, read at the same tag:
+# (ClusterRole system:cloud-controller-manager, identical in examples/out-of-tree), less what
+# upstream grants for modes and controllers kilonode does not run, read at the same tag:
 # - secrets get/list/watch: the CCM reads a Secret only for a cloud config kept in one, with
 #   --enable-dynamic-reloading and --cloud-config-secret-name
 #   (cmd/cloud-controller-manager/app/controllermanager.go l.229-234, l.361-367:
@@ -172,10 +172,25 @@ def cnm_args() -> list[str]:
 # - serviceaccounts create/get/list/watch/update: for --use-service-account-credentials only
 #   (cmd/cloud-controller-manager/app/options/options.go l.224-235: NewDynamicClientBuilder
 #   creates a ServiceAccount per controller); ccm_args does not set it, so its own account acts.
+# - nodes ["*"] narrowed to the verbs its running controllers call (CIS 5.1.3; issue 24), read at
+#   every pinned release (v1.32.20, v1.33.17, v1.34.13, v1.35.8, alike): ccm_args runs
+#   cloud-node-lifecycle, service and (doing nothing) route and node-ipam
+#   (cmd/cloud-controller-manager/app/core.go: startRouteController returns at once without
+#   --configure-cloud-routes, startNodeIpamController without --allocate-node-cidrs). The shared
+#   informer lists and watches Nodes (core.go; pkg/provider/azure.go SetInformers); the lifecycle
+#   controller DELETEs a Node whose VM is gone (vendor/k8s.io/cloud-provider/controllers/
+#   nodelifecycle/node_lifecycle_controller.go MonitorNodes) and, like the provider's out-of-service
+#   taint (pkg/provider/azure.go updateNodeTaint), GETs and PATCHes a Node's taints
+#   (vendor/k8s.io/cloud-provider/node/helpers/taints.go AddOrUpdateTaintOnNode,
+#   RemoveTaintOffNode: Get, then a strategic-merge Patch); the service controller reads Nodes from
+#   the informer only. No code path it runs creates or updates a Node, nor calls deletecollection.
+# - nodes/status patch dropped: what writes it is off here: the cloud-node controller
+#   (--controllers=*,-cloud-node), and the NetworkUnavailable condition of the route controller
+#   (vendor/k8s.io/cloud-provider/controllers/route/route_controller.go) and of node-ipam
+#   (pkg/nodeipam/ipam/cloud_cidr_allocator.go, pkg/util/node/node.go SetNodeCondition).
 CCM_RULES: list[tuple[str, str, list[str]]] = [
     ("", "events", ["create", "patch", "update"]),
-    ("", "nodes", ["*"]),
-    ("", "nodes/status", ["patch"]),
+    ("", "nodes", ["delete", "get", "list", "patch", "watch"]),
     ("", "services", ["list", "patch", "update", "watch"]),
     ("", "services/status", ["list", "patch", "update", "watch"]),
     ("", "persistentvolumes", ["get", "list", "update", "watch"]),

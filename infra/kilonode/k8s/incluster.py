@@ -12,17 +12,20 @@ import pulumi_kubernetes as k8s
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from kilonode.k8s.capacity import NAMESPACE as CAPACITY_NAMESPACE
 from kilonode.k8s.capacity import Capacity, CapacityArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
+from kilonode.k8s.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from kilonode.k8s.monitoring import Monitoring, MonitoringArgs
 from kilonode.k8s.pod_security import KubeSystemPodSecurity
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
 from kilonode.k8s.scheduling import GangScheduler, GangSchedulerArgs
+from kilonode.k8s.service_accounts import DefaultServiceAccounts, DefaultServiceAccountsArgs
 from kilonode.plan.model import ClusterPlan
 
 
@@ -114,14 +117,26 @@ class InCluster(pulumi.ComponentResource):
         # [flow-control] API Priority and Fairness: per-node agents and monitoring agents in their
         # own limited priority levels (kilonode.k8s.flowcontrol)
         ApiProtection(f"{name}-api-protection", ApiProtectionArgs(), on_cluster)
-        # [monitoring] the cluster's Prometheus with the rules and scrape jobs (kilonode.k8s.monitoring)
-        Monitoring(f"{name}-monitoring", MonitoringArgs(
-            files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor, prometheus=plan.prometheus,
-            image=plan.components.prometheus_image, awaits=plan.components.awaits), on_cluster)
-        # [capacity] priorities, teams' borrowing rule, balloons (kilonode.k8s.capacity)
-        Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
+        # [monitoring] the cluster's Prometheus with the rules and scrape jobs (kilonode.k8s.monitoring),
+        # [capacity] priorities, borrowing, balloons (kilonode.k8s.capacity); every namespace's default
+        # account tokenless
+        _namespaced(name, plan, args, on_cluster)
         # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from
         # the plan (kilonode.k8s.autoscaler). None without autoscaled pools.
         if plan.autoscaled_pools:
             ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan=plan), on_cluster)
         self.register_outputs({})
+
+
+def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: pulumi.ResourceOptions) -> None:
+    """Monitoring and Capacity, which create kilonode's namespaces, then the default
+    ServiceAccount of those and the built-in namespaces without a token (CIS 5.1.5,
+    kilonode.k8s.service_accounts): a patch per namespace, after the Namespace kilonode creates."""
+    monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
+        files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor, prometheus=plan.prometheus,
+        image=plan.components.prometheus_image, awaits=plan.components.awaits), on_cluster)
+    capacity = Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
+    own: dict[str, pulumi.Resource] = {MONITORING_NAMESPACE: monitoring.namespace}
+    if capacity.namespace is not None:
+        own[CAPACITY_NAMESPACE] = capacity.namespace
+    DefaultServiceAccounts(f"{name}-default-service-accounts", DefaultServiceAccountsArgs(own=own), on_cluster)

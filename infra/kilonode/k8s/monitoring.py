@@ -175,7 +175,8 @@ class Monitoring(pulumi.ComponentResource):
         if not args.kubernetes_minor or not args.image or args.awaits is None:
             raise ValueError("Monitoring: kubernetes_minor, image and awaits are required")
         child = pulumi.ResourceOptions(parent=self)
-        namespace = core.v1.Namespace(
+        # kilonode.k8s.service_accounts patches its default account
+        namespace = self.namespace = core.v1.Namespace(
             f"{name}-namespace",
             metadata=meta.v1.ObjectMetaArgs(
                 name=NAMESPACE, labels={**LABELS, **pod_security_labels(NAMESPACE, args.kubernetes_minor)}),

@@ -224,6 +224,9 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         # kilonode.plan.defaults: a chatty training job cannot fill the OS disk.
         "containerLogMaxSize": defaults.CONTAINER_LOG_MAX_SIZE,
         "containerLogMaxFiles": defaults.CONTAINER_LOG_MAX_FILES,
+        # CIS 4.2.13: one pod cannot take every PID of the node; sized to training pods'
+        # processes times their threads (kilonode.plan.defaults.node POD_PIDS_LIMIT).
+        "podPidsLimit": defaults.POD_PIDS_LIMIT,
     }
     if pool.taints:
         config["registerWithTaints"] = [_taint(t) for t in pool.taints]

@@ -28,3 +28,25 @@ KUBELET_RESOLV_CONF_REASON = (
 # --max-node-provision-time (kilonode.plan.defaults.autoscaler) and `pulumi up`'s awaits of
 # in-cluster workloads (kilonode.plan.resolve.components.awaits_plan) are sized from it.
 NODE_READY_MIN = 30
+
+# The kubelet's podPidsLimit (KubeletConfiguration, kubernetes/kubelet config/v1beta1/types.go at
+# kubernetes-1.34.2: `PodPidsLimit *int64`, "the maximum number of PIDs in any pod", default -1 =
+# none; CIS Kubernetes Benchmark 4.2.13). The pids cgroup counts tasks, threads included, so a
+# training pod's bound is its processes times their threads. One pod takes a whole GPU node
+# (ND96: 96 vCPUs, 8 GPUs): 8 ranks, each a trainer (about 64 threads: its OpenMP pool of
+# 96/8 = 12, CUDA's and NCCL's helper threads, PyTorch's pin-memory and autograd threads), up to
+# 12 data-loader worker processes (one per vCPU of its share) of up to 32 threads each (decoders,
+# their own OpenMP pools) and torch.compile's up to 32 compile workers (inductor's compile_threads,
+# min(32, CPUs)): 8 x (64 + 12 x 32 + 32) = 3,840 tasks. 32,768 is 8.5 times that: a job that
+# hits it is a runaway, not a big job, where a limit too low would fail the job's fork() or
+# clone() with EAGAIN. The node keeps its PIDs: kernel.pid_max is systemd's 4,194,304 on 64-bit
+# (/usr/lib/sysctl.d/50-pid-max.conf, shipped by Debian bookworm's systemd 252, the node image's
+# base), and POD_PIDS_LIMIT x maxPods must stay below it so that no set of pods at their limit
+# exhausts the node (tests/security/test_pids.py checks every shipped pool: research-7500's
+# largest maxPods, 24, is 786,432 PIDs).
+POD_PIDS_LIMIT = 32768
+# kernel.pid_max where no sysctl (the profile or a stack's sysctl.overrides) sets it: systemd's
+# sysctl.d/50-pid-max.conf ("2^22 ... is possible maximum of 64bit ... kernels"), which
+# systemd-sysctl.service applies at every boot; also the kernel's PID_MAX_LIMIT on 64-bit
+# (include/linux/threads.h: 4 * 1024 * 1024), so no setting can raise it.
+KERNEL_PID_MAX = 4194304

@@ -19,6 +19,7 @@ from kilonode.catalog.limits import limits
 from kilonode.config.model import ClusterConfig
 from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan, EtcdClusterPlan, NodePoolPlan, PrometheusPlan, SeriesTerm
+from kilonode.plan.resolve.components import prometheus_pool
 from kilonode.problems import PlanError, Problem
 
 GIB = 1024**3
@@ -30,19 +31,22 @@ NO_POOL_WARNING = ("no Prometheus: no pool is marked `monitoring: true`, and non
 
 
 def _pool(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple[NodePoolPlan, str] | None:
+    """The pool the stack's config chose (prometheus_pool: also what names its image among that pool's
+    boot images), as planned, and why it was chosen."""
     named = [p for p in pools if p.monitoring]
     if len(named) > 1:
         raise PlanError([Problem(("nodePools",), "more than one pool has `monitoring: true` ("
                                  + ", ".join(p.name for p in named) + "); the cluster runs one Prometheus")])
-    if named:
-        return named[0], "the pool the stack marks `monitoring: true`"
-    system = [p for p in pools if p.system]
-    if system:
-        return system[0], "no pool is marked `monitoring: true`: the first system pool"
-    untainted = [p for p in pools if not p.taints]
-    if untainted:
-        return untainted[0], "no monitoring or system pool: the first untainted pool"
-    return None
+    chosen = prometheus_pool(config)
+    if chosen is None:
+        return None
+    [pool] = [p for p in pools if p.name == chosen.name]
+    if pool.monitoring:
+        return pool, "the pool the stack marks `monitoring: true`"
+    if pool.system:
+        return pool, "no pool is marked `monitoring: true`: the first system pool"
+    assert not pool.taints, pool.taints  # prometheus_pool's untainted agrees with the planned taints
+    return pool, "no monitoring or system pool: the first untainted pool"
 
 
 def _nodes(pool: NodePoolPlan) -> int:
