@@ -49,11 +49,13 @@ def test_the_plan_of_research_7500_meets_the_issues_done_when(graph_7500: Graph)
     assert sum(r["parent"] == "research-7500-apiserver" for r in vms) == 5
     assert len(of("azure-native:network:LoadBalancer")) == 2  # internal, and public for the deployer
     sets = of("azure-native:compute:VirtualMachineScaleSet")
-    assert len(sets) >= 75 and sum(s["inputs"]["sku"]["capacity"] for s in sets) == 7503  # + 3 system nodes
+    # 7,500 GPU nodes + 3 system nodes + the monitoring node
+    assert len(sets) >= 75 and sum(s["inputs"]["sku"]["capacity"] for s in sets) == 7500 + 3 + 1
     for s in sets:
         (nic,) = s["inputs"]["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]
-        # podsPerNode in the stack file: 3 on the GPU pools, 16 on the system pool
-        assert len(nic["ipConfigurations"]) == 1 + (16 if "-system-" in s["name"] else 3)
+        # podsPerNode in the stack file: 3 on the GPU pools, 16 on the system pool, 4 on the monitoring pool
+        pods = 16 if "-system-" in s["name"] else 4 if "-monitoring-" in s["name"] else 3
+        assert len(nic["ipConfigurations"]) == 1 + pods
     control = {"10.0.0.0/24", "10.0.1.0/24"}
     for nsg in of("azure-native:network:NetworkSecurityGroup"):
         for rule in nsg["inputs"]["securityRules"]:
@@ -79,7 +81,8 @@ def test_resources_are_listed_depth_first_under_their_parents(graph_7500: Graph)
 def test_plan_text_ends_with_counts_per_type(graph_7500: Graph) -> None:
     text = format_text(graph_7500)
     counts = text.split("Resources per type:\n", 1)[1]
-    assert re.search(r"azure-native:compute:VirtualMachineScaleSet\s+78\n", counts)
+    # a100-ib's 50 and h100-ib's 25 scale sets of 100, system's 3 (one per zone), monitoring's 1
+    assert re.search(rf"azure-native:compute:VirtualMachineScaleSet\s+{50 + 25 + 3 + 1}\n", counts)
     assert re.search(rf"total\s+{len(graph_7500.resources)}\n", counts)
 
 
@@ -109,7 +112,7 @@ def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> 
     from kilonode.azure.graph import _unwrap
 
     pinned = _unwrap(graph_7500.outputs)["pinnedBinaries"]
-    assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib", "pool-system"]
+    assert sorted(pinned) == ["apiserver", "etcd", "pool-a100-ib", "pool-h100-ib", "pool-monitoring", "pool-system"]
     assert sorted(pinned["pool-a100-ib"]) == [
         "azure-cni", "cni-plugins", "cri-dockerd", "crictl", "kubelet",
         "nccl-topology-ndv4",
@@ -124,6 +127,7 @@ def test_the_plan_shows_the_pinned_binaries_of_every_role(graph_7500: Graph) -> 
     assert azure_cni.get("digest") is None and azure_cni["unpinned"].startswith("no published digest")
     pinned["pool-h100-ib"].pop("azure-cni")
     assert pinned["pool-system"].pop("azure-cni").get("digest") is None  # the CPU system pool: the same
+    assert pinned["pool-monitoring"].pop("azure-cni").get("digest") is None  # and the CPU monitoring pool
     assert pinned["pool-a100-ib"]["kubelet"]["version"] == "1.34.2"
     assert pinned["pool-a100-ib"]["kubelet"]["url"] == "https://dl.k8s.io/release/v1.34.2/bin/linux/amd64/kubelet"
     assert pinned["etcd"]["etcd"]["version"] == "3.5.33"

@@ -56,14 +56,15 @@ def test_no_stack_output_holds_a_private_key_and_no_role_shares_a_key(graph_7500
     for machine in [*graph_7500.of_type(VM), *graph_7500.of_type(VMSS)]:
         role = machine.plain()["tags"]["kilonode-role"].split(".")[0]  # a team's scale sets are their pool's
         by_role.setdefault(role, set()).update(authorized(machine))
-    assert set(by_role) == {"etcd-main", "etcd-events", "apiserver", "pool-a100-ib", "pool-h100-ib", "pool-system"}
+    assert set(by_role) == {"etcd-main", "etcd-events", "apiserver", "pool-a100-ib", "pool-h100-ib", "pool-system",
+                            "pool-monitoring"}
     assert all(len(keys) == 1 for keys in by_role.values())
     keys = [next(iter(k)) for k in by_role.values()]
     assert len(set(keys)) == len(keys)
     # one generated key per role, named after the role alone
     assert sorted(r.name for r in graph_7500.of_type(PRIVATE_KEY) if "-ssh-key-" in r.name) == [
         f"research-7500-ssh-key-{role}" for role in
-        ("a100-ib", "apiservers", "etcd-events", "etcd-main", "h100-ib", "system")]
+        ("a100-ib", "apiservers", "etcd-events", "etcd-main", "h100-ib", "monitoring", "system")]
 
 
 def test_a_role_given_operator_keys_gets_exactly_those_and_the_other_roles_keep_their_keys(tmp_path: Path) -> None:

@@ -101,7 +101,9 @@ def test_a_cpu_pool_without_gpus_per_node_gets_its_sizes_zero_gpus(write_stack: 
 
 def test_a_gpu_pool_without_gpus_or_infiniband_gets_them_from_its_size(write_stack: StackWriter) -> None:
     cluster = shipped_cluster_value("research-7500")
-    cluster["nodePools"] = [pool for pool in cluster["nodePools"] if not pool.get("system")]  # the GPU pools
+    # the GPU pools: every pool but those the stack declares without GPUs (system, monitoring)
+    cluster["nodePools"] = [pool for pool in cluster["nodePools"] if pool.get("gpusPerNode") != 0]
+    assert [pool["name"] for pool in cluster["nodePools"]] == ["a100-ib", "h100-ib"]
     for pool in cluster["nodePools"]:
         pool.pop("gpusPerNode", None)
         pool.pop("infiniband", None)

@@ -302,6 +302,9 @@ def test_extras_follow_the_pools_size(plans: dict[str, ClusterPlan]) -> None:
         ("research-7500", "h100-ib"): "docker+gpu+infiniband",
         ("research-2500", "system"): "containerd",
         ("research-7500", "system"): "docker",
+        # the Prometheus pools: memory-optimised E sizes, no GPU, no InfiniBand
+        ("research-2500", "monitoring"): "containerd",
+        ("research-7500", "monitoring"): "docker",
     }
     assert extras_for(0, True) == ("infiniband",)  # an HPC size: InfiniBand, no GPU
     with pytest.raises(ValueError, match="no extras"):

@@ -206,6 +206,11 @@ UPSTREAM_NAMESPACE_RULES = [
 
 AUTOSCALED = "research-7500"
 H100_SHARDS = [f"research-7500-h100-ib-{i:03d}" for i in range(25)]
+# The stack at its planned maximum, by hand from the sizes' published figures: 5,000
+# ND96asr_v4 (96 vCPUs, 900 GiB), 2,500 ND96isr_H100_v5 (96, 1,900), 3 system D4ds_v5 (4, 16)
+# and the monitoring pool's one E16ds_v5 (16, 128).
+CORES_TOTAL = 5_000 * 96 + 2_500 * 96 + 3 * 4 + 1 * 16
+MEMORY_TOTAL = 5_000 * 900 + 2_500 * 1_900 + 3 * 16 + 1 * 128
 
 
 def autoscaler_objects(graph: Graph) -> list[Recorded]:
@@ -335,7 +340,7 @@ def test_a_second_autoscaled_pool_gets_its_shared_shards_as_node_groups(write_st
             "research-7500-a100-ib-049); the pool between 4,000 and 5,000 nodes; 40 teams' scale sets are not node "
             "groups") in autoscaler.describe(plan)
     # the ceiling did not move: neither pool may grow past its nodes (no maxNodes)
-    assert values(args, "cores-total") == ["0:720012"]
+    assert values(args, "cores-total") == [f"0:{CORES_TOTAL}"]
     # the autoscaler prefers nodes it will not remove: neither autoscaled pool
     pod = one(graph, "Deployment")["spec"]["template"]["spec"]
     # after the system pool's preference (kilonode.k8s.pods.prefer_system_pool)
@@ -368,8 +373,8 @@ def test_the_guards_by_flag_name_and_value(graphs: dict[str, Graph]) -> None:
         # by hand: a100-ib 5,000 x 96 vCPUs + h100-ib 2,500 x 96 = 720,000; 5,000 x 900 GiB +
         # 2,500 x 1,900 GiB = 9,250,000 GiB (the VM-size catalogue). Upstream's defaults,
         # 320,000 and 6,400,000 (config/const.go), would refuse every scale-up.
-        "cores-total": "0:720012",
-        "memory-total": "0:9250048",
+        "cores-total": f"0:{CORES_TOTAL}",  # 720,028
+        "memory-total": f"0:{MEMORY_TOTAL}",
         # a node with any GPU pod is full; one with DaemonSets only is empty
         "scale-down-utilization-threshold": "0",
         "scale-down-gpu-utilization-threshold": "0",
@@ -523,7 +528,7 @@ UNCATALOGUED = {"vm_size": "Standard_Unknown_v9", "vcpus": None, "memory_gib": N
 
 def test_the_ceilings_need_every_pools_size_in_the_catalogue(plans: dict[str, ClusterPlan]) -> None:
     plan = plans[AUTOSCALED]
-    assert autoscaler.resource_ceilings(plan) == (720_012, 9_250_048)
+    assert autoscaler.resource_ceilings(plan) == (CORES_TOTAL, MEMORY_TOTAL)
     pools = tuple(p.model_copy(update=UNCATALOGUED) if p.name == "a100-ib" else p
                   for p in plan.node_pools)
     with pytest.raises(ValueError, match="Standard_Unknown_v9 is not in kilonode's VM-size catalogue"):
@@ -539,7 +544,8 @@ def test_explain_names_the_version_the_node_groups_and_the_guards(plans: dict[st
             ) in lines
     assert "a100-ib" not in text
     assert "more than 10% (and more than 3) of the cluster's nodes are unready" in text
-    assert "at most 100 nodes per scale-up" in text and "cluster ceiling: 720,012 vCPUs, 9,250,048 GiB" in text
+    assert "at most 100 nodes per scale-up" in text
+    assert f"cluster ceiling: {CORES_TOTAL:,} vCPUs, {MEMORY_TOTAL:,} GiB" in text
     assert "at most 10 nodes deleted at once, 1 drained" in text
 
 

@@ -39,9 +39,13 @@ DOC = REPO_ROOT / monitoring.RUNBOOK_DOC
 # ..._service_label_<sanitized key>, attached to EndpointSlice targets by addServiceLabels l.453).
 SD_FIELDS = {"api_server", "role", "kubeconfig_file", "namespaces", "selectors", "attach_metadata"}
 SD_ROLES = {"node", "pod", "service", "endpoints", "endpointslice", "ingress"}
+# The pod role, read at v3.5.5 (the pinned Prometheus): pod.go l.191 pod_container_port_name,
+# kubernetes.go addObjectMetaLabels l.786-792 (<role>_name, <role>_label_<sanitized key>).
 SD_META = {
-    "node": ("__meta_kubernetes_node_name", ("__meta_kubernetes_node_label_", "__meta_kubernetes_node_address_")),
-    "endpointslice": ("__meta_kubernetes_endpointslice_port_name", "__meta_kubernetes_service_label_"),
+    "node": (("__meta_kubernetes_node_name",), ("__meta_kubernetes_node_label_", "__meta_kubernetes_node_address_")),
+    "endpointslice": (("__meta_kubernetes_endpointslice_port_name",), "__meta_kubernetes_service_label_"),
+    "pod": (("__meta_kubernetes_pod_name", "__meta_kubernetes_pod_container_port_name"),
+            "__meta_kubernetes_pod_label_"),
 }
 
 
@@ -154,14 +158,14 @@ def test_kubernetes_service_discovery_uses_only_fields_roles_and_meta_labels_pro
     discovered = [job for job in fragment["scrape_configs"] if "kubernetes_sd_configs" in job]
     assert {job["job_name"] for job in discovered} == {
         monitoring.JOB_KUBELET, monitoring.JOB_CADVISOR, monitoring.JOB_KUBE_STATE_METRICS,
-        monitoring.JOB_POD_TRAFFIC}
+        monitoring.JOB_POD_TRAFFIC} | ({monitoring.JOB_AUTOSCALER} if plans[stack].autoscaled_pools else set())
     for job in discovered:
         [sd] = job["kubernetes_sd_configs"]
         assert set(sd) <= SD_FIELDS and sd["role"] in SD_ROLES, job["job_name"]
-        name, prefix = SD_META[sd["role"]]
+        names, prefix = SD_META[sd["role"]]
         for relabel in job.get("relabel_configs", []):
             for label in relabel["source_labels"]:
-                assert label == name or label.startswith(prefix), (job["job_name"], label)
+                assert label in names or label.startswith(prefix), (job["job_name"], label)
     # the pool label the per-node jobs copy is one every node registers with
     assert monitoring.POOL_LABEL == GPU_POOL_LABEL
     assert all(pool.labels[monitoring.POOL_LABEL] == pool.name for pool in plans[stack].node_pools)
@@ -276,7 +280,7 @@ def test_describe_gives_each_alert_one_line_with_its_threshold(plans: dict[str, 
 
 # --- the ConfigMap in the cluster ----------------------------------------------------------------------
 def monitoring_objects(graph: Graph) -> list[Recorded]:
-    [component] = [r for r in graph.resources if r.type == "kilonode:k8s:MonitoringRules"]
+    [component] = [r for r in graph.resources if r.type == "kilonode:k8s:Monitoring"]
     return [r for r in graph.children(component.name) if r.custom]
 
 
@@ -287,7 +291,8 @@ def test_the_configmap_holds_both_files_and_is_valid_against_the_stacks_openapi_
     plan = plans[stack]
     objects = {r.type: r.plain() for r in monitoring_objects(graphs[stack])}
     # and two NetworkPolicies (kilonode.k8s.network_policy; tests/k8s/test_network_policy.py)
-    assert set(objects) == {"kubernetes:core/v1:Namespace", "kubernetes:core/v1:ConfigMap",
+    # and the Prometheus (tests/monitoring/test_prometheus.py)
+    assert set(objects) >= {"kubernetes:core/v1:Namespace", "kubernetes:core/v1:ConfigMap",
                             "kubernetes:networking.k8s.io/v1:NetworkPolicy"}
     config = objects["kubernetes:core/v1:ConfigMap"]
     assert config["metadata"]["name"] == CONFIG_MAP and config["metadata"]["namespace"] == NAMESPACE

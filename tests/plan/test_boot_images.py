@@ -30,17 +30,23 @@ AUTOSCALER = "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5"
 DEVICE_PLUGIN = components().device_plugin.image("devicePlugin", str(components().device_plugin.version))
 RDMA_PLUGIN = components().rdma_shared_device_plugin.image(
     "rdmaSharedDevicePlugin", str(components().rdma_shared_device_plugin.version))
+PROMETHEUS = "quay.io/prometheus/prometheus:v3.5.5"  # on its pool only (kilonode.k8s.monitoring)
 
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
         # the GPU pools: the device plugin too (not the system pool), the InfiniBand pools the RDMA
-        # device plugin; a pool autoscales: the autoscaler
+        # device plugin; a pool autoscales: the autoscaler; the monitoring pool: Prometheus
         plugin = (DEVICE_PLUGIN,) if pool.gpus_per_node else ()
         rdma = (RDMA_PLUGIN,) if pool.infiniband else ()
-        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin, *rdma)
+        prometheus = (PROMETHEUS,) if pool.name == "monitoring" else ()
+        assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin, *rdma, *prometheus)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
     assert AUTOSCALER not in plans["research-2500"].node_pools[0].boot_images_not_preloaded
+    # where no pool is marked, Prometheus is the first system or untainted pool's: local's cpu pool
+    [cpu] = plans["local"].node_pools
+    assert plans["local"].prometheus is not None and plans["local"].prometheus.pool == cpu.name
+    assert cpu.boot_images_not_preloaded[-1] == PROMETHEUS
 
 
 def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loader_list(
@@ -54,7 +60,8 @@ def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loa
     (pool,) = plan.node_pools
     proxy = pool.preload_images[1]
     assert (proxy.image, proxy.source, proxy.archive) == (BOOT[0], "archive", "archives/kube-proxy.tar")
-    assert pool.boot_images_not_preloaded == BOOT[1:]
+    # local's one pool also runs the cluster's Prometheus, pulled at first start like the rest
+    assert pool.boot_images_not_preloaded == (*BOOT[1:], PROMETHEUS)
     loader_list = render_cluster(plan)[f"pool-{pool.name}"]["etc/kilonode/preload-images.json"].content
     assert BOOT[0] in loader_list and BOOT[1] not in loader_list
 
@@ -68,4 +75,9 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
     # ... and the pause image, which every node has from the image build (balloon pods run it)
-    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, RDMA_PLUGIN, plans["research-7500"].node_pools[0].pause_image}
+    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, RDMA_PLUGIN, PROMETHEUS,
+                      plans["research-7500"].node_pools[0].pause_image}
+    # each image the program runs is one some pool's nodes preload or name as pulled at first start
+    named = {i for pool in plans["research-7500"].node_pools
+             for i in (*pool.boot_images_not_preloaded, *(p.image for p in pool.preload_images))}
+    assert images <= named

@@ -29,12 +29,14 @@ def test_infiniband_pools_are_sharded_into_scale_sets_of_at_most_100(plans: dict
 
 
 def test_non_infiniband_pools_use_scale_sets_of_at_most_1000(plans: dict[str, ClusterPlan]) -> None:
-    pool, system = plans["research-2500"].node_pools
+    pool, system, monitoring = plans["research-2500"].node_pools
     assert not pool.infiniband
     assert [s.capacity for s in pool.shards] == [834, 833, 833]
     assert not any(s.single_placement_group for s in pool.shards)
     # a system pool: a scale set per zone, so its nodes spread over the zones
     assert system.system and [(s.capacity, s.zone) for s in system.shards] == [(1, "1"), (1, "2"), (1, "3")]
+    # the Prometheus pool: one node, one scale set
+    assert monitoring.monitoring and [s.capacity for s in monitoring.shards] == [1]
 
 
 def test_uneven_pool_spreads_the_remainder_over_the_first_shards(write_stack: StackWriter) -> None:
@@ -92,7 +94,7 @@ def test_appending_a_pool_moves_no_existing_address(write_stack: StackWriter) ->
     after = plan_of(cluster, write_stack)
     assert after.network.etcd_subnet == before.network.etcd_subnet
     assert after.control_plane.instances == before.control_plane.instances
-    assert [p.subnet for p in after.node_pools[:3]] == [p.subnet for p in before.node_pools]
+    assert [p.subnet for p in after.node_pools[:-1]] == [p.subnet for p in before.node_pools]
 
 
 def test_pool_overflowing_the_vnet_is_refused_with_arithmetic_and_ways_out(write_stack: StackWriter) -> None:
@@ -102,7 +104,9 @@ def test_pool_overflowing_the_vnet_is_refused_with_arithmetic_and_ways_out(write
         plan_of(cluster, write_stack)
     [problem] = caught.value.problems
     text = problem.format(caught.value.file)
-    assert "5000 × (1 + 16) + 2500 × (1 + 3) + 3 × (1 + 16) + 14 = 95065 > 65536" in text
+    # the pools in order (a100-ib now at 16 pods, h100-ib, system, monitoring), then the control plane
+    assert "5000 × (1 + 16) + 2500 × (1 + 3) + 3 × (1 + 16) + 1 × (1 + 4) + 14 = 95070 > 65536" in text
+    assert 5000 * 17 + 2500 * 4 + 3 * 17 + 1 * 5 + 14 == 95070
     assert "lower podsPerNode" in text and "split the nodes over several clusters" in text
     assert problem.line is not None
 
@@ -218,7 +222,7 @@ def test_scale_set_names_must_fit_azure_hostname_prefixes(write_stack: StackWrit
 
 def test_each_nat_gateway_is_sized_for_its_pools_room_at_the_snat_floor(plans: dict[str, ClusterPlan]) -> None:
     gateways = {g.name: g for g in plans["research-7500"].network.nat_gateways}
-    assert sorted(gateways) == ["control-plane", "pool-a100-ib", "pool-h100-ib", "pool-system"]
+    assert sorted(gateways) == ["control-plane", "pool-a100-ib", "pool-h100-ib", "pool-monitoring", "pool-system"]
     # 5,000 x 128 = 640,000 ports: 10 IPs needed, a /28 (16) given; 16 x 64,512 / 5,000 = 206 each
     a100 = gateways["pool-a100-ib"]
     assert (a100.prefix_length, a100.public_ips, a100.ports_per_node) == (28, 16, 206)
@@ -226,6 +230,8 @@ def test_each_nat_gateway_is_sized_for_its_pools_room_at_the_snat_floor(plans: d
     assert (gateways["pool-h100-ib"].prefix_length, gateways["pool-h100-ib"].ports_per_node) == (29, 206)
     assert gateways["control-plane"].subnets == ("control-plane", "etcd")
     assert gateways["control-plane"].prefix_length == 31
+    # the monitoring pool's one node: the smallest prefix Azure allows, /31 (2 IPs)
+    assert (gateways["pool-monitoring"].nodes, gateways["pool-monitoring"].prefix_length) == (1, 31)
 
 
 def test_a_pool_one_gateway_cannot_serve_is_refused_with_the_arithmetic(write_stack: StackWriter) -> None:

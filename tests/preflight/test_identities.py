@@ -93,9 +93,13 @@ def test_a_gpu_pool_given_the_cloud_providers_identity_is_a_warning_and_its_old_
     gpu["inputs"]["identity"] = {"type": "UserAssigned", "userAssignedIdentities": [ccm]}
     [(level, where, what)] = found("research-7500", graph=graph)
     assert level == "warn" and where.endswith("research-7500-a100-ib-007") and "for nothing" in what
-    for assignment in assignments(graph, "cloud-provider"):
+    moved = assignments(graph, "cloud-provider")
+    for assignment in moved:
         assignment["inputs"]["scope"] = RG.format("research-7500")
-    assert [level for level, *_ in found("research-7500", graph=graph)].count("break") == 6
+    # each moved assignment is its own break: the two on the node resource group, the pools' NSG
+    # and one per pool subnet (the cloud provider manages every pool's, the monitoring pool's too)
+    assert len(moved) == 3 + len(inputs_of("research-7500").plan.node_pools)
+    assert [level for level, *_ in found("research-7500", graph=graph)].count("break") == len(moved)
 
 
 def test_a_system_assigned_identity_on_a_scale_set_is_a_break() -> None:

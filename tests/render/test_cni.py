@@ -60,7 +60,11 @@ def spec_problems(conflist: dict) -> list[str]:
 
 def test_every_pool_gets_an_azure_cni_conflist_its_plugins_read(plans: dict[str, ClusterPlan]) -> None:
     found = conflists(plans)
-    assert len(found) == 6  # every pool of the shipped stacks, their system pools included
+    # every pool of the shipped stacks, their system and monitoring pools included
+    assert sorted(where for where, _ in found) == [
+        "local/pool-cpu", "research-2500/pool-monitoring", "research-2500/pool-nc-a100", "research-2500/pool-system",
+        "research-7500/pool-a100-ib", "research-7500/pool-h100-ib", "research-7500/pool-monitoring",
+        "research-7500/pool-system"]
     for where, conflist in found:
         assert spec_problems(conflist) == [], where
         vnet, portmap = conflist["plugins"]

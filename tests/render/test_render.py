@@ -45,7 +45,8 @@ def test_research_7500_renders_one_directory_per_host_role(rendered_7500: Path) 
     assert [n for n in names if n.startswith("etcd-events-")] == [f"etcd-events-{i}" for i in range(3)]
     assert [n for n in names if n.startswith("apiserver-")] == [f"apiserver-{i}" for i in range(5)]
     assert [n for n in names if n.startswith("pool-")] == [
-        "pool-a100-ib", "pool-a100-ib.team-language", "pool-a100-ib.team-vision", "pool-h100-ib", "pool-system"]
+        "pool-a100-ib", "pool-a100-ib.team-language", "pool-a100-ib.team-vision", "pool-h100-ib", "pool-monitoring",
+        "pool-system"]
     assert (rendered_7500 / "config.yaml").is_file() and (rendered_7500 / "plan.yaml").is_file()
 
 
@@ -283,10 +284,13 @@ def test_bad_stacks_exit_2_name_file_and_field_and_write_nothing(
 
 def test_validate_and_explain_report_counts_and_budgets() -> None:
     result = runner.invoke(app, ["validate", "research-7500"])
-    assert result.exit_code == 0 and "7,503 nodes" in result.stdout and "78 scale set" in result.stdout
+    # 5,000 + 2,500 GPU nodes, 3 system nodes and the monitoring node; 50 + 25 GPU scale sets, 3
+    # system (one per zone) and 1 monitoring
+    assert result.exit_code == 0 and "7,504 nodes" in result.stdout and "79 scale set" in result.stdout
     result = runner.invoke(app, ["explain", "research-7500"])
     assert result.exit_code == 0
-    assert "VNet private IPs" in result.stdout and "35,471" in result.stdout
+    # 65,536 - (7,500 x (1 + 3) + 3 x (1 + 16) + 1 x (1 + 4) + 14 control plane) = 35,466 left
+    assert "VNet private IPs" in result.stdout and f"{65_536 - (7_500 * 4 + 3 * 17 + 1 * 5 + 14):,}" in result.stdout
     assert "50 × 100" in result.stdout
 
 

@@ -51,6 +51,7 @@ class Components(Row):
     scheduler_plugins: Component
     cluster_autoscaler: Component
     coredns: Component
+    prometheus: Component
     kube_proxy: Component
     kubelet_csr_approver: Component
     device_plugin: Component

@@ -49,10 +49,22 @@ class EtcdLimits(Row):
     default_quota_bytes: Limit
 
 
+class PrometheusFigures(Row):
+    disk_bytes_per_sample: Limit
+    retention_size_percent: Limit
+    head_bytes_per_series: Limit
+    head_bytes_per_label_pair: Limit
+    head_gc_factor: Limit
+    head_hours: Limit
+    head_chunk_overhead_percent: Limit
+    query_sample_bytes: Limit
+
+
 class Limits(Row):
     azure: AzureLimits
     kubernetes: KubernetesLimits
     etcd: EtcdLimits
+    prometheus: PrometheusFigures
 
 
 @cache

@@ -165,6 +165,7 @@ def _in_cluster(plan: ClusterPlan) -> None:
     # Imported here: the in-cluster modules import pulumi (~0.5 s), which only explain pays.
     from kilonode.k8s import autoscaler, capacity, flowcontrol, scheduling
     from kilonode.plan.resolve import joins
+    from kilonode.plan.resolve import monitoring as prometheus
     from kilonode.render import monitoring
 
     out.print("[bold]In the cluster[/] (kilonode:k8s:*, created by `pulumi up` once the apiservers answer)")
@@ -174,7 +175,8 @@ def _in_cluster(plan: ClusterPlan) -> None:
         "cluster autoscaler": autoscaler.describe(plan),
         "apiserver protection (API Priority and Fairness)": flowcontrol.describe(plan),
         "node joins (how many boot at once, against what the apiservers are sized for)": joins.describe(plan),
-        "alerts for your Prometheus (docs/monitoring.md)": monitoring.describe(plan),
+        "Prometheus: series, memory, disk (docs/monitoring.md)": prometheus.describe(plan.prometheus),
+        "alerts it evaluates (docs/monitoring.md)": monitoring.describe(plan),
     }
     for title, lines in sections.items():
         out.print(f"  [bold]{title}[/]")

@@ -431,6 +431,14 @@ class NodePoolConfig(StrictModel):
             "taint) needs one, untainted, or DNS and node initialisation wait on the GPU driver path."
         ),
     )
+    monitoring: Bool = Field(
+        default=False,
+        description=(
+            "The pool the cluster's Prometheus runs on (kilonode.io/pool selects it; it tolerates the pool's "
+            "taints). At most one. Unset everywhere: the first system pool, else the first untainted pool; the "
+            "plan refuses a pool whose VM size cannot hold the Prometheus it estimates (docs/monitoring.md)."
+        ),
+    )
 
     autoscaling: PoolAutoscalingConfig | None = Field(
         default=None,

@@ -19,7 +19,7 @@ from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.monitoring import NAMESPACE as MONITORING_NAMESPACE
-from kilonode.k8s.monitoring import MonitoringRules, MonitoringRulesArgs
+from kilonode.k8s.monitoring import Monitoring, MonitoringArgs
 from kilonode.k8s.pod_security import KubeSystemPodSecurity
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
@@ -117,8 +117,9 @@ class InCluster(pulumi.ComponentResource):
         # [flow-control] API Priority and Fairness: per-node agents and monitoring agents in their
         # own limited priority levels (kilonode.k8s.flowcontrol)
         ApiProtection(f"{name}-api-protection", ApiProtectionArgs(), on_cluster)
-        # [monitoring] the user's Prometheus's rules (kilonode.k8s.monitoring), [capacity] priorities,
-        # borrowing, balloons (kilonode.k8s.capacity); every namespace's default account tokenless
+        # [monitoring] the cluster's Prometheus with the rules and scrape jobs (kilonode.k8s.monitoring),
+        # [capacity] priorities, borrowing, balloons (kilonode.k8s.capacity); every namespace's default
+        # account tokenless
         _namespaced(name, plan, args, on_cluster)
         # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from
         # the plan (kilonode.k8s.autoscaler). None without autoscaled pools.
@@ -127,13 +128,13 @@ class InCluster(pulumi.ComponentResource):
         self.register_outputs({})
 
 
-
 def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: pulumi.ResourceOptions) -> None:
-    """MonitoringRules and Capacity, which create kilonode's namespaces, then the default
+    """Monitoring and Capacity, which create kilonode's namespaces, then the default
     ServiceAccount of those and the built-in namespaces without a token (CIS 5.1.5,
     kilonode.k8s.service_accounts): a patch per namespace, after the Namespace kilonode creates."""
-    monitoring = MonitoringRules(f"{name}-monitoring", MonitoringRulesArgs(
-        files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor), on_cluster)
+    monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
+        files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor, prometheus=plan.prometheus,
+        image=plan.components.prometheus_image, awaits=plan.components.awaits), on_cluster)
     capacity = Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
     own: dict[str, pulumi.Resource] = {MONITORING_NAMESPACE: monitoring.namespace}
     if capacity.namespace is not None:

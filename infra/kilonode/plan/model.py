@@ -215,6 +215,8 @@ class NodePoolPlan(StrictModel):
     # a system pool (NodePoolConfig.system): labelled kilonode.io/system=true, preferred by
     # the cluster's own workloads
     system: bool = False
+    # the pool the stack names for the cluster's Prometheus (NodePoolConfig.monitoring)
+    monitoring: bool = False
     # the kubelet's resolvConf: the file whose nameservers dnsPolicy Default and hostNetwork
     # pods get (kilonode.plan.defaults.node), and why
     resolv_conf: str
@@ -371,6 +373,47 @@ class JoinPlan(StrictModel):
     reason: str  # the arithmetic, in one line (kilonode explain)
 
 
+class SeriesTerm(StrictModel):
+    """One line of the Prometheus series estimate: targets x series per target."""
+
+    what: str
+    targets: int
+    per_target: int
+    interval_s: int  # the job's scrape interval
+
+    @property
+    def series(self) -> int:
+        return self.targets * self.per_target
+
+
+class PrometheusPlan(StrictModel):
+    """The cluster's Prometheus (kilonode.k8s.monitoring, kilonode.plan.resolve.monitoring):
+    where it runs, what it is estimated to hold, and every flag sized from that."""
+
+    pool: str  # the pool it runs on (nodeSelector kilonode.io/pool)
+    pool_taints: tuple[str, ...]  # that pool's taints, each tolerated
+    vm_size: str
+    why_pool: str
+    terms: tuple[SeriesTerm, ...]
+    series: int
+    samples_per_s: int
+    head_bytes_per_series: int  # cardinality + ingestion at the per-node interval
+    head_bytes: int
+    per_node_interval_s: int
+    control_plane_interval_s: int
+    cpus: int  # request = limit = GOMAXPROCS
+    memory_gib: int  # request = limit
+    query_timeout: str
+    query_max_concurrency: int
+    query_max_samples: int
+    query_bytes: int  # concurrency x samples x bytes per sample
+    disk_gib: int  # the data emptyDir's sizeLimit
+    retention_size_gib: int
+    retention_days: int
+    daily_bytes: int
+    wal_compression: bool = True
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -379,6 +422,7 @@ class ComponentsPlan(StrictModel):
     kubernetes_minor: int  # parsed once, here
     kube_proxy_image: str
     coredns_image: str
+    prometheus_image: str  # the cluster's Prometheus (kilonode.k8s.monitoring)
     serving_cert_approver_image: str
     cloud_provider_azure_version: str
     cloud_controller_manager_image: str
@@ -459,6 +503,8 @@ class ClusterPlan(StrictModel):
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
     components: ComponentsPlan
+    # the cluster's Prometheus; None where no pool can take it (the plan warns)
+    prometheus: PrometheusPlan | None = None
     # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
     # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by

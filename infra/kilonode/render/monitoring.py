@@ -52,6 +52,9 @@ from kilonode.yamlio import block_yaml
 # The two files, as the ConfigMap's keys and the names docs/monitoring.md mounts them under.
 RULES_FILE = "kilonode-rules.yaml"
 SCRAPE_FILE = "kilonode-scrape-configs.yaml"
+# The whole configuration of the cluster's own Prometheus, and where the ConfigMap is mounted.
+PROMETHEUS_FILE = defaults.PROMETHEUS_CONFIG_FILE
+CONFIG_DIR = defaults.PROMETHEUS_CONFIG_DIR
 # docs/monitoring.md, relative to the repository: each alert's runbook is a section there.
 RUNBOOK_DOC = "docs/monitoring.md"
 
@@ -63,6 +66,11 @@ JOB_CADVISOR = "kilonode-cadvisor"
 JOB_KUBE_STATE_METRICS = "kilonode-kube-state-metrics"
 JOB_CERTIFICATES = "kilonode-certificates"
 JOB_POD_TRAFFIC = "kilonode-pod-traffic"
+JOB_AUTOSCALER = "kilonode-cluster-autoscaler"
+# cluster-autoscaler's namespace and pod label (kilonode.k8s.autoscaler: Deployment kube-system/
+# cluster-autoscaler, labels k8s-app=cluster-autoscaler); named here, not imported (layers).
+AUTOSCALER_NAMESPACE = "kube-system"
+AUTOSCALER_APP = "cluster-autoscaler"
 ETCD_JOB_PREFIX = "kilonode-etcd-"
 ETCD_JOBS = f'{ETCD_JOB_PREFIX}.+'
 
@@ -544,10 +552,8 @@ CADVISOR_KEPT = [
     "container_memory_working_set_bytes",
     "container_oom_events_total",
 ]
-# Per-node jobs at 7,500 nodes: every second of interval is 7,500 scrapes; a minute halves what
-# the usual 30 s costs, and node-level trends need no more.
-PER_NODE_INTERVAL = "60s"
-CONTROL_PLANE_INTERVAL = "30s"
+# The per-node jobs' interval and the control plane's come from the plan (PrometheusPlan:
+# per_node_interval_s, sized so the nodes' samples per second stay in an ingest budget).
 # kube-state-metrics answers for every object in the cluster in one response (a 7,500-node
 # cluster: tens of thousands of pods): more than the default 10 s timeout.
 KSM_INTERVAL = "60s"
@@ -562,15 +568,23 @@ def _node_labels() -> list[dict[str, Any]]:
     ]
 
 
+def _seconds(value: int) -> str:
+    return f"{value}s"
+
+
 def scrape_jobs(plan: ClusterPlan) -> list[Job]:
     cp = plan.control_plane
+    p = plan.prometheus
+    # no Prometheus of kilonode's (no pool for it): the fragment alone, at the largest interval
+    control_interval = _seconds(p.control_plane_interval_s if p else defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S)
+    node_interval = _seconds(p.per_node_interval_s if p else defaults.PROMETHEUS_PER_NODE_INTERVALS_S[-1])
     jobs = [Job(
         ("The apiservers, each at its own address (the load balancer would hide which one is in trouble).",
          "Dropped: per-resource latency/size histograms (APISERVER_DROPPED); the alert rules read",
          "apiserver_request_total only."),
         {
             "job_name": JOB_APISERVER,
-            "scrape_interval": CONTROL_PLANE_INTERVAL,
+            "scrape_interval": control_interval,
             **_in_cluster_auth(),
             "static_configs": [{"targets": [f"{i.ip}:{wellknown.APISERVER_PORT}" for i in cp.instances]}],
             "metric_relabel_configs": [_drop(APISERVER_DROPPED)],
@@ -583,7 +597,7 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
              f"({cluster.quota_backend_bytes} bytes). A handful of targets: nothing dropped."),
             {
                 "job_name": etcd_job(cluster.role),
-                "scrape_interval": CONTROL_PLANE_INTERVAL,
+                "scrape_interval": control_interval,
                 "scheme": "http",
                 "static_configs": [
                     {"targets": [urlsplit(m.metrics_url).netloc],
@@ -609,11 +623,11 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
     jobs += [
         Job(
             ("Every kubelet (:10250, its serving certificate signed by the cluster CA). Per node, so",
-             f"{PER_NODE_INTERVAL} and dropped: the runtime/volume/API-client histograms and the feature-gate",
+             f"{node_interval} and dropped: the runtime/volume/API-client histograms and the feature-gate",
              "series (KUBELET_DROPPED): at 7,500 nodes each costs millions of series. Needs RBAC: get nodes/metrics."),
             {
                 "job_name": JOB_KUBELET,
-                "scrape_interval": PER_NODE_INTERVAL,
+                "scrape_interval": node_interval,
                 **_in_cluster_auth(),
                 "kubernetes_sd_configs": node_sd,
                 "relabel_configs": _node_labels(),
@@ -626,7 +640,7 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
              "pod- and slice-level cgroups nor the pause containers."),
             {
                 "job_name": JOB_CADVISOR,
-                "scrape_interval": PER_NODE_INTERVAL,
+                "scrape_interval": node_interval,
                 "metrics_path": "/metrics/cadvisor",
                 **_in_cluster_auth(),
                 "kubernetes_sd_configs": node_sd,
@@ -640,14 +654,16 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
         ),
         Job(
             ("kube-state-metrics, found through its Service's EndpointSlices (label app.kubernetes.io/name,",
-             "port http-metrics, as its own manifests name them). Run it with",
+             "port http-metrics, as its own manifests name them) in kube-system or monitoring, the namespaces",
+             "Prometheus may watch (a Role in each, no cluster-wide pod watch). Run it with",
              f"--metric-labels-allowlist=nodes=[{POOL_LABEL}]: without it kube_node_labels has no pool label",
              "and the GPU pool rules see nothing (KilonodePoolLabelNotExported says so)."),
             {
                 "job_name": JOB_KUBE_STATE_METRICS,
                 "scrape_interval": KSM_INTERVAL,
                 "scrape_timeout": KSM_TIMEOUT,
-                "kubernetes_sd_configs": [{"role": "endpointslice"}],
+                "kubernetes_sd_configs": [{"role": "endpointslice", "namespaces": {
+                    "names": list(defaults.PROMETHEUS_DISCOVERY_NAMESPACES)}}],
                 "relabel_configs": [
                     {"source_labels": ["__meta_kubernetes_service_label_app_kubernetes_io_name"],
                      "regex": "kube-state-metrics", "action": "keep"},
@@ -657,21 +673,39 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             },
         ),
     ]
-    jobs.append(pod_traffic_scrape_job())
+    jobs.append(pod_traffic_scrape_job(node_interval))
+    if plan.autoscaled_pools:
+        jobs.append(Job(
+            ("cluster-autoscaler: its pods in kube-system (label k8s-app, port `metrics`: --address, plain http).",
+             "Found through pod discovery in that one namespace (a namespaced Role, not a cluster-wide watch);",
+             "standby replicas answer too, the leader's autoscaler metrics are the ones that move."),
+            {
+                "job_name": JOB_AUTOSCALER,
+                "scrape_interval": control_interval,
+                "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": [AUTOSCALER_NAMESPACE]}}],
+                "relabel_configs": [
+                    {"source_labels": ["__meta_kubernetes_pod_label_k8s_app"], "regex": AUTOSCALER_APP,
+                     "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics",
+                     "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                ],
+            },
+        ))
     return jobs
 
 
-def pod_traffic_scrape_job() -> Job:
+def pod_traffic_scrape_job(node_interval: str) -> Job:
     """Every pool node's per-pod traffic metrics (kilonode.render.pod_traffic), at the node's
     InternalIP: Kubernetes' node discovery finds them, so no per-node list is kept here."""
     return Job(
         ("Every node's per-pod traffic counters (kilonode.render.pod_traffic: a socket unit on port",
          f"{wellknown.POD_TRAFFIC_METRICS_PORT}, plain http: pod names and byte counts, no payload). Four series",
-         f"per pod, {PER_NODE_INTERVAL} like the other per-node jobs. A node without the socket (a control-plane",
+         f"per pod, every {node_interval} like the other per-node jobs. A node without the socket (a control-plane",
          "host registered as a node, if any) is simply down for this job."),
         {
             "job_name": JOB_POD_TRAFFIC,
-            "scrape_interval": PER_NODE_INTERVAL,
+            "scrape_interval": node_interval,
             "scheme": "http",
             "kubernetes_sd_configs": [{"role": "node"}],
             "relabel_configs": [
@@ -700,9 +734,35 @@ def scrape_config(plan: ClusterPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prometheus_config(plan: ClusterPlan) -> str | None:
+    """The whole prometheus.yml the cluster's Prometheus runs (kilonode.k8s.monitoring mounts it at
+    CONFIG_DIR): the rule file beside it and every scrape job inline (`scrape_config_files:` needs
+    2.43+, and the same jobs stay in SCRAPE_FILE for a Prometheus of the user's own)."""
+    p = plan.prometheus
+    if p is None:
+        return None
+    config = {
+        "global": {
+            # the control plane's interval for any job without its own; the rules evaluate as often
+            "scrape_interval": _seconds(p.control_plane_interval_s),
+            "evaluation_interval": _seconds(p.control_plane_interval_s),
+            # every series carries its cluster: several clusters' alerts in one Alertmanager stay apart
+            "external_labels": {"cluster": plan.cluster},
+        },
+        "rule_files": [f"{CONFIG_DIR}/{RULES_FILE}"],
+        "scrape_configs": [job.config for job in scrape_jobs(plan)],
+    }
+    header = (f"# {GENERATED}\n"
+              f"# The cluster's Prometheus ({p.pool} pool; kilonode.render.monitoring). Each job's\n"
+              f"# reasons are in {SCRAPE_FILE} beside it; sizes and flags: `kilonode explain {plan.cluster}`.\n")
+    return header + block_yaml(config)
+
+
 def monitoring_files(plan: ClusterPlan) -> dict[str, str]:
     """The ConfigMap's data (kilonode.k8s.monitoring)."""
-    return {RULES_FILE: alert_rules(plan), SCRAPE_FILE: scrape_config(plan)}
+    files = {RULES_FILE: alert_rules(plan), SCRAPE_FILE: scrape_config(plan)}
+    whole = prometheus_config(plan)
+    return files | ({PROMETHEUS_FILE: whole} if whole is not None else {})
 
 
 def describe(plan: ClusterPlan) -> list[str]:

@@ -47,7 +47,7 @@ MAX_ADDRESSES = 1024
 # Before the metadata block (filter - 10): a pod's packet it drops is still counted as sent,
 # and no other table's verdict at the forward hook hides a packet from the count.
 CHAIN_PRIORITY = "filter - 20"
-# Prometheus scrapes each node once a minute (kilonode.render.monitoring PER_NODE_INTERVAL); a
+# Prometheus scrapes each node every 15 to 60 s (the plan's per-node interval); a
 # handful at once is already a misbehaving client.
 MAX_CONNECTIONS = 8
 # An answer is two nft calls and a small file read: a second is plenty; a stuck one is ended.

@@ -32,9 +32,9 @@ POD_SECURITY_NAMESPACES: dict[str, dict[str, str]] = {
     # is not `restricted`; no warnings, as each of these pods is known and listed in
     # policy/security-exceptions.yaml (a warning on every `pulumi up` teaches people to skip them).
     "kube-system": {"enforce": "privileged", "audit": "restricted", "warn": "privileged"},
-    # The user's own Prometheus runs here (docs/monitoring.md): the tool does not write its pod,
-    # so the cluster default, named.
-    "monitoring": {"enforce": "baseline", "audit": "restricted", "warn": "restricted"},
+    # The cluster's Prometheus (kilonode.k8s.monitoring): non-root, no host access, configMap and
+    # emptyDir volumes only, so `restricted`; a user's exporter added here must meet it too.
+    "monitoring": {"enforce": "restricted", "audit": "restricted", "warn": "restricted"},
     # The balloons: pause containers the tool writes whole, which need nothing from the node.
     "kilonode-capacity": {"enforce": "restricted", "audit": "restricted", "warn": "restricted"},
 }

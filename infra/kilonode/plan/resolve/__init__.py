@@ -24,6 +24,7 @@ from kilonode.plan.resolve.control_plane import control_plane_plan
 from kilonode.plan.resolve.disks import disk_tiers
 from kilonode.plan.resolve.etcd import etcd_cluster
 from kilonode.plan.resolve.join_tokens import join_tokens
+from kilonode.plan.resolve.monitoring import NO_POOL_WARNING, prometheus_plan
 from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
 from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
 from kilonode.plan.resolve.quota import vm_size_facts
@@ -53,6 +54,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         node_pool_plan(config, pool, subnets.pools[pool.name], sysctls) for pool in config.node_pools
     )
     pools, teams = place_capacity(config, pools)
+    prometheus = prometheus_plan(config, pools, (etcd_main, etcd_events), control_plane)
     net = config.network
     return ClusterPlan(
         cluster=config.name,
@@ -90,9 +92,10 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         disk_tiers=disk_tiers(),
         warnings=tuple(
             budget_warnings(budgets) + unrecorded_warnings(subnets.unrecorded) + acknowledged_warnings(config)
-            + list(teams.warnings)
+            + list(teams.warnings) + ([] if prometheus else [NO_POOL_WARNING])
         ),
         components=components_plan(config, pools),
+        prometheus=prometheus,
         vm_sizes=vm_size_facts((etcd_main, etcd_events), control_plane, pools),
         ssh_keys=dict(config.ssh_keys),
     )

@@ -32,6 +32,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "kubernetes_minor": minor,
         "kube_proxy_image": single(c.kube_proxy, "kubeProxy"),
         "coredns_image": single(c.coredns, "coredns"),
+        "prometheus_image": single(c.prometheus, "prometheus"),
         "serving_cert_approver_image": single(c.kubelet_csr_approver, "approver"),
         "cloud_provider_azure_version": cloud,
         "cloud_controller_manager_image": c.cloud_provider_azure.image("cloudControllerManager", cloud),
@@ -136,7 +137,23 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         common = (*common, images["device_plugin_image"])
     if pool is not None and pool.infiniband:
         common = (*common, images["rdma_device_plugin_image"])
+    # The cluster's Prometheus (kilonode.k8s.monitoring) runs on one node of one pool, but a
+    # registry hiccup when that node first starts leaves every alert silent, like the autoscaler's.
+    placed = prometheus_pool(config)
+    if pool is not None and placed is not None and placed.name == pool.name:
+        common = (*common, images["prometheus_image"])
     return common
+
+
+def prometheus_pool(config: ClusterConfig) -> NodePoolConfig | None:
+    """The pool the cluster's Prometheus runs on (kilonode.plan.resolve.monitoring): the first marked
+    `monitoring: true` (the plan refuses a second), else the first system pool, else the first
+    untainted one; a GPU pool is never untainted (it registers with the GPU health startup taint,
+    kilonode.plan.resolve.pools). None: no pool can take it."""
+    marked = [p for p in config.node_pools if p.monitoring]
+    system = [p for p in config.node_pools if p.system]
+    untainted = [p for p in config.node_pools if not p.taints and not gpus_of(p.vm_size, p.gpus_per_node)]
+    return next(iter(marked or system or untainted), None)
 
 
 def unused_archive_problems(config: ClusterConfig) -> list[Problem]:

@@ -51,7 +51,7 @@ def apiserver_disks(api: ApiserverConfig) -> DisksPlan:
                   api.local_disk.device == AZURE_TEMP_DISK)
 
 
-def pool_disks(size_name: str, gpus: int, storage: LocalStoragePlan) -> DisksPlan:
+def pool_disks(size_name: str, gpus: int, storage: LocalStoragePlan, monitoring: bool = False) -> DisksPlan:
     size = vm_size(size_name)
     if storage.kind != "device":
         local = size.nvme_disks.count * size.nvme_disks.size_gib if size and size.nvme_disks else None
@@ -62,6 +62,10 @@ def pool_disks(size_name: str, gpus: int, storage: LocalStoragePlan) -> DisksPla
     if gpus:
         return _disks(defaults.GPU_POOL_OS_DISK_GIB, local,
                       "GPU pool: the kubelet root (emptyDirs of training jobs), pod logs and the journal", temp)
+    if monitoring:
+        return _disks(defaults.MONITORING_POOL_OS_DISK_GIB, local,
+                      "monitoring pool: Prometheus' data (an emptyDir on the kubelet root), pod logs and the journal",
+                      temp)
     return _disks(defaults.POOL_OS_DISK_GIB, local, "pool: the kubelet root (emptyDirs), pod logs and the journal",
                   temp)
 

@@ -68,8 +68,9 @@ def sized_for_per_min(server_limit: int, apiservers: int, builtin_shares: Mappin
 
 
 def _first(pool: NodePoolPlan) -> bool:
-    """Pools the cluster's own workloads run on: a system pool, or an untainted one."""
-    return pool.system or not pool.taints
+    """Pools the cluster's own workloads run on: a system pool, the Prometheus pool (tainted for
+    Prometheus alone, yet its StatefulSet and Service await its node), or an untainted one."""
+    return pool.system or pool.monitoring or not pool.taints
 
 
 def waves(pools: tuple[NodePoolPlan, ...], bound: int) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...]]:

@@ -188,7 +188,7 @@ def node_pool_plan(
         shards=shards,
         local_disk=pool.local_disk,
         local_storage=storage,
-        disks=pool_disks(pool.vm_size, gpus_of(pool.vm_size, pool.gpus_per_node), storage),
+        disks=pool_disks(pool.vm_size, gpus_of(pool.vm_size, pool.gpus_per_node), storage, pool.monitoring),
         # 2,500-node post: the container runtime's root on the instance's local SSD.
         runtime_root=f"{pool.local_disk.mount_point}/{root_name}",
         max_concurrent_downloads=pool.max_concurrent_downloads,
@@ -204,6 +204,7 @@ def node_pool_plan(
         labels={"kilonode.io/pool": pool.name, **_nccl_label(pool), **_system_label(pool), **pool.labels},
         taints=_pool_taints(pool),
         system=pool.system,
+        monitoring=pool.monitoring,
         resolv_conf=defaults.KUBELET_RESOLV_CONF,
         resolv_conf_reason=defaults.KUBELET_RESOLV_CONF_REASON,
     )

@@ -1,0 +1,103 @@
+"""The cluster's Prometheus (kilonode.k8s.monitoring): what it is estimated to hold and how its
+flags are sized (kilonode.plan.resolve.monitoring). Prometheus' own figures (bytes per series and
+per sample, the retention-size share) are outside facts: kilonode.catalog limits.yaml `prometheus`.
+
+The per-target series counts below are ESTIMATES, not measurements: they decide the VM size and
+the scrape interval before any cluster exists. Replace one with what a running cluster shows
+(`count by (job) ({__name__=~".+"}) / count by (job) (up)` in its Prometheus) when it differs.
+"""
+
+from __future__ import annotations
+
+# Where the ConfigMap (kilonode.k8s.monitoring) is mounted in the Prometheus pod, and the file in
+# it Prometheus runs: the renderer writes the paths into prometheus.yml, the pod mounts them.
+PROMETHEUS_CONFIG_DIR = "/etc/prometheus/kilonode"
+PROMETHEUS_CONFIG_FILE = "prometheus.yml"
+# Namespaces Prometheus discovers pods and EndpointSlices in (a Role in each, not a cluster-wide
+# watch of every pod): cluster-autoscaler's, and where kube-state-metrics (the user's) may run.
+PROMETHEUS_DISCOVERY_NAMESPACES = ("kube-system", "monitoring")
+
+# --- series per target (estimates) --------------------------------------------------------------
+# The kubelet's own /metrics once kilonode.render.monitoring drops its per-operation histograms
+# and feature-gate series: Go and process runtime (~60), the PLEG, pod-start and pod-worker
+# histograms (a few hundred), workqueue and cgroup-manager series, per-volume stats. 1,200 leaves
+# room for a kubelet with many volumes.
+PROMETHEUS_SERIES_PER_KUBELET = 1_200
+# cAdvisor through the kubelet, trimmed to the kept families (render.monitoring CADVISOR_KEPT:
+# CPU, working set, OOM events), one series each per container; pod-level cgroups and pause
+# containers are dropped. Containers per node: the pool's maxPods (one container per pod).
+PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER = 3
+# kube-state-metrics (the user's: kilonode scrapes it, does not run it): per Node object its
+# conditions x statuses, capacity/allocatable per resource, labels, taints, info (~40); per Pod
+# its phase, conditions, container states, requests and limits (~25).
+PROMETHEUS_KSM_SERIES_PER_NODE = 40
+PROMETHEUS_KSM_SERIES_PER_POD = 25
+# Per-pod network accounting (kilonode.render.pod_traffic), per node: bytes and packets in each
+# direction per pod address's owner (4 per pod, maxPods pods), and the node's three gauges (state
+# readable, endpoints skipped, addresses). Exact, from the program's own output.
+PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD = 4
+PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE = 3
+# One apiserver once APISERVER_DROPPED is dropped: apiserver_request_total (verb x resource x code),
+# the request SLI histogram kept for the latency objective (resource x verb x scope x ~20 buckets),
+# APF, admission and storage series: tens of thousands at a cluster with many resource types.
+PROMETHEUS_SERIES_PER_APISERVER = 30_000
+# One etcd member: grpc_server_handled_total per method x code dominates, then the disk and
+# backend histograms.
+PROMETHEUS_SERIES_PER_ETCD_MEMBER = 1_500
+# One control-plane host's certificate-expiry answer (kilonode.render.cert_metrics): one series per
+# certificate file on the host.
+PROMETHEUS_SERIES_PER_CERT_TARGET = 20
+# One cluster-autoscaler replica: its function-duration histograms and per-node-group series.
+PROMETHEUS_SERIES_PER_AUTOSCALER = 1_000
+# Prometheus' own series and the recording rules' results: small beside the rest.
+PROMETHEUS_SERIES_SELF = 5_000
+# What a series' labels cost in the head (the catalogue's per-label-pair figure): job, instance,
+# node, pool, name and the metric's own labels; the name's bytes, stored twice.
+PROMETHEUS_LABEL_PAIRS_PER_SERIES = 10
+PROMETHEUS_NAME_BYTES = 40
+
+# --- scrape intervals ----------------------------------------------------------------------------
+# The per-node jobs (kubelet, cAdvisor) take the shortest of these whose samples per second stay
+# within PROMETHEUS_INGEST_BUDGET: every second of interval is one scrape per node, and at 7,500
+# nodes the samples per second decide the WAL's size, hence its replay time after a restart (the
+# field notes' hours-long WAL replay) and the disk per day.
+PROMETHEUS_PER_NODE_INTERVALS_S = (15, 30, 60)
+# 200,000 samples/s: ~35 GB a day at the catalogue's 2 bytes per sample, and a WAL of two hours
+# (~1.4 billion samples) that replays in minutes on the cores the pod gets. A cluster whose per-node
+# jobs exceed it even at 60 s is scraped at 60 s and its cost shown (`kilonode explain`).
+PROMETHEUS_INGEST_BUDGET = 200_000
+# The control plane's few targets: the rules' 5-minute rates want several samples each.
+PROMETHEUS_CONTROL_PLANE_INTERVAL_S = 30
+
+# --- resources -----------------------------------------------------------------------------------
+# One core per this many active series (ingestion, head compaction every two hours, rule
+# evaluation), at least one: the pod's CPU request and limit, and its GOMAXPROCS.
+PROMETHEUS_SERIES_PER_CPU = 1_000_000
+# Memory: the head estimate plus this margin (label-value churn as pods come and go, compaction's
+# temporary blocks), plus what the admitted queries may hold (query.max-concurrency x
+# query.max-samples x the catalogue's bytes per query sample). Request = limit: the kubelet never
+# reclaims it, and the OOM killer is the one to decide only if the estimate is wrong.
+PROMETHEUS_MEMORY_MARGIN_PERCENT = 25
+# What of the VM the pod may take: the rest is the kubelet's and system reservations, the node's
+# DaemonSets (kube-proxy, cloud-node-manager) and the page cache Prometheus reads blocks through.
+PROMETHEUS_VM_MEMORY_PERCENT = 75
+PROMETHEUS_VM_RESERVED_CPUS = 2
+
+# --- the lessons as flags ------------------------------------------------------------------------
+# Field notes: Prometheus crashed under dashboard queries until they were bounded. 30 s (the
+# default is 2 m): a dashboard panel that needs longer reads millions of series and should be a
+# recording rule; the rules evaluate every minute and must finish well inside it.
+PROMETHEUS_QUERY_TIMEOUT = "30s"
+# The default 50,000,000 samples (800 MB at 16 bytes each) per query, and no more than the cores
+# at once (the default is 20): a query beyond the cores only queues inside and holds its memory.
+PROMETHEUS_QUERY_MAX_SAMPLES = 50_000_000
+
+# --- storage -------------------------------------------------------------------------------------
+# The data directory: an emptyDir on the node's kubelet root (its managed OS disk), sized to this
+# share of that disk; the rest is the OS, the journal and the other pods' emptyDirs.
+PROMETHEUS_OS_DISK_PERCENT = 60
+# Prometheus' default retention time; shortened when the disk holds fewer days.
+PROMETHEUS_RETENTION_DAYS_MAX = 15
+# Fewer days than this and the plan refuses: the alerts' `for:` and rates need hours, but a person
+# on call needs yesterday to compare with.
+PROMETHEUS_RETENTION_DAYS_MIN = 2

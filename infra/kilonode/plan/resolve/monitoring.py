@@ -1,0 +1,191 @@
+"""The cluster's Prometheus: which pool holds it, how many series it is estimated to hold at the
+size the cluster may reach, and every number that follows: the per-node scrape interval, CPUs
+(and GOMAXPROCS), memory, the query limits, the data volume and the retention it holds.
+
+    series       = sum over jobs of targets x series per target (kilonode.plan.defaults.monitoring)
+    head/series  = gc x (base + label pairs x per pair + 2 x name)            cardinality
+                 + gc x chunk overhead x bytes/sample x head hours x 3600 / interval   ingestion
+    memory       = head x (1 + margin) + concurrency x max samples x 16 B, in whole GiB
+    disk/day     = samples/s x 86,400 x bytes/sample; retention = 80% of the volume / disk/day
+
+Prometheus' own figures: kilonode.catalog limits.yaml `prometheus`, each with its source.
+"""
+
+from __future__ import annotations
+
+import math
+
+from kilonode.catalog.limits import limits
+from kilonode.config.model import ClusterConfig
+from kilonode.plan import defaults
+from kilonode.plan.model import ControlPlanePlan, EtcdClusterPlan, NodePoolPlan, PrometheusPlan, SeriesTerm
+from kilonode.plan.resolve.components import prometheus_pool
+from kilonode.problems import PlanError, Problem
+
+GIB = 1024**3
+DAY_S = 86_400
+
+
+NO_POOL_WARNING = ("no Prometheus: no pool is marked `monitoring: true`, and none is a system pool or untainted; "
+                   "kilonode's alerts cannot fire until one is (docs/monitoring.md)")
+
+
+def _pool(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple[NodePoolPlan, str] | None:
+    """The pool the stack's config chose (prometheus_pool: also what names its image among that pool's
+    boot images), as planned, and why it was chosen."""
+    named = [p for p in pools if p.monitoring]
+    if len(named) > 1:
+        raise PlanError([Problem(("nodePools",), "more than one pool has `monitoring: true` ("
+                                 + ", ".join(p.name for p in named) + "); the cluster runs one Prometheus")])
+    chosen = prometheus_pool(config)
+    if chosen is None:
+        return None
+    [pool] = [p for p in pools if p.name == chosen.name]
+    if pool.monitoring:
+        return pool, "the pool the stack marks `monitoring: true`"
+    if pool.system:
+        return pool, "no pool is marked `monitoring: true`: the first system pool"
+    assert not pool.taints, pool.taints  # prometheus_pool's untainted agrees with the planned taints
+    return pool, "no monitoring or system pool: the first untainted pool"
+
+
+def _nodes(pool: NodePoolPlan) -> int:
+    return pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes
+
+
+def per_node_series(pool: NodePoolPlan) -> int:
+    """kubelet + cAdvisor + kube-state-metrics' share + per-pod traffic for one node of `pool`."""
+    return (defaults.PROMETHEUS_SERIES_PER_KUBELET
+            + defaults.PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER * pool.max_pods
+            + defaults.PROMETHEUS_KSM_SERIES_PER_NODE + defaults.PROMETHEUS_KSM_SERIES_PER_POD * pool.max_pods
+            + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE
+            + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * pool.max_pods)
+
+
+def per_node_interval(node_series: int) -> int:
+    """The shortest per-node interval whose samples per second stay in the ingest budget."""
+    for interval in defaults.PROMETHEUS_PER_NODE_INTERVALS_S:
+        if node_series / interval <= defaults.PROMETHEUS_INGEST_BUDGET:
+            return interval
+    return defaults.PROMETHEUS_PER_NODE_INTERVALS_S[-1]
+
+
+def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, ...], control: ControlPlanePlan,
+                 autoscaler_replicas: int) -> tuple[SeriesTerm, ...]:
+    node_series = sum(_nodes(p) * per_node_series(p) for p in pools)
+    per_node = per_node_interval(node_series)
+    cp = defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S
+    terms = [SeriesTerm(what=f"nodes of {p.name} (kubelet, cAdvisor x {p.max_pods} containers, kube-state-metrics, pod traffic)",
+                        targets=_nodes(p), per_target=per_node_series(p), interval_s=per_node) for p in pools]
+    members = sum(len(c.members) for c in etcd)
+    terms += [
+        SeriesTerm(what="apiservers", targets=len(control.instances),
+                   per_target=defaults.PROMETHEUS_SERIES_PER_APISERVER, interval_s=cp),
+        SeriesTerm(what="etcd members (main and events)", targets=members,
+                   per_target=defaults.PROMETHEUS_SERIES_PER_ETCD_MEMBER, interval_s=cp),
+        SeriesTerm(what="control-plane hosts' certificate expiry", targets=members + len(control.instances),
+                   per_target=defaults.PROMETHEUS_SERIES_PER_CERT_TARGET, interval_s=300),
+        SeriesTerm(what="Prometheus itself and the recording rules", targets=1,
+                   per_target=defaults.PROMETHEUS_SERIES_SELF, interval_s=cp),
+    ]
+    if autoscaler_replicas:
+        terms.append(SeriesTerm(what="cluster-autoscaler replicas", targets=autoscaler_replicas,
+                                per_target=defaults.PROMETHEUS_SERIES_PER_AUTOSCALER, interval_s=cp))
+    return tuple(terms)
+
+
+def head_bytes_per_series(interval_s: int) -> int:
+    f = limits().prometheus
+    gc = f.head_gc_factor.value
+    cardinality = gc * (f.head_bytes_per_series.value
+                        + defaults.PROMETHEUS_LABEL_PAIRS_PER_SERIES * f.head_bytes_per_label_pair.value
+                        + 2 * defaults.PROMETHEUS_NAME_BYTES)
+    samples_in_head = f.head_hours.value * 3600 // interval_s
+    ingestion = (gc * f.head_chunk_overhead_percent.value * f.disk_bytes_per_sample.value * samples_in_head) // 100
+    return cardinality + ingestion
+
+
+def prometheus_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, ...],
+                    control: ControlPlanePlan) -> PrometheusPlan | None:
+    """None where no pool can take it (a stack of GPU pools alone): the plan warns (NO_POOL_WARNING)."""
+    placed = _pool(config, pools)
+    if placed is None:
+        return None
+    pool, why = placed
+    autoscaler = defaults.CLUSTER_AUTOSCALER_REPLICAS if any(p.autoscaling for p in pools) else 0
+    terms = series_terms(pools, etcd, control, autoscaler)
+    per_node = terms[0].interval_s
+    series = sum(t.series for t in terms)
+    samples = sum(t.series / t.interval_s for t in terms)
+    per_series = head_bytes_per_series(per_node)
+    head = series * per_series
+    f = limits().prometheus
+    cpus = max(1, math.ceil(series / defaults.PROMETHEUS_SERIES_PER_CPU))
+    concurrency = cpus
+    query = concurrency * defaults.PROMETHEUS_QUERY_MAX_SAMPLES * f.query_sample_bytes.value
+    memory = math.ceil((head * (100 + defaults.PROMETHEUS_MEMORY_MARGIN_PERCENT) // 100 + query) / GIB)
+    _fits(config, pool, cpus, memory)
+    disk = pool.disks.os_disk_gib * defaults.PROMETHEUS_OS_DISK_PERCENT // 100
+    retention_size = disk * f.retention_size_percent.value // 100
+    daily = math.ceil(samples * DAY_S * f.disk_bytes_per_sample.value)
+    days = min(defaults.PROMETHEUS_RETENTION_DAYS_MAX, retention_size * GIB // daily)
+    if days < defaults.PROMETHEUS_RETENTION_DAYS_MIN:
+        raise PlanError([Problem(("nodePools",), (
+            f"the Prometheus on pool {pool.name} would hold {days} days: {samples:,.0f} samples/s x 2 B x 86,400 = "
+            f"{daily / GIB:.1f} GiB a day against {retention_size} GiB; fewer series or a larger OS disk"))])
+    return PrometheusPlan(
+        pool=pool.name, pool_taints=pool.taints, vm_size=pool.vm_size, why_pool=why, terms=terms, series=series,
+        samples_per_s=round(samples), head_bytes_per_series=per_series, head_bytes=head,
+        per_node_interval_s=per_node, control_plane_interval_s=defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S,
+        cpus=cpus, memory_gib=memory, query_timeout=defaults.PROMETHEUS_QUERY_TIMEOUT,
+        query_max_concurrency=concurrency, query_max_samples=defaults.PROMETHEUS_QUERY_MAX_SAMPLES, query_bytes=query,
+        disk_gib=disk, retention_size_gib=retention_size, retention_days=days, daily_bytes=daily,
+    )
+
+
+def _fits(config: ClusterConfig, pool: NodePoolPlan, cpus: int, memory_gib: int) -> None:
+    """The pod fits the pool's VM with room for the node's own: or the plan says what to choose."""
+    if pool.memory_gib is None or pool.vcpus is None:
+        return  # a size not in the catalogue: preflight's placement check has the allocatable
+    room_gib = pool.memory_gib * defaults.PROMETHEUS_VM_MEMORY_PERCENT / 100
+    room_cpus = pool.vcpus - defaults.PROMETHEUS_VM_RESERVED_CPUS
+    if memory_gib <= room_gib and cpus <= max(1, room_cpus):
+        return
+    index = next(i for i, p in enumerate(config.node_pools) if p.name == pool.name)
+    raise PlanError([Problem(("nodePools", index, "vmSize"), (
+        f"the cluster's Prometheus needs {cpus} CPUs and {memory_gib} GiB (docs/monitoring.md; `kilonode explain`), "
+        f"more than {pool.vm_size} leaves it ({max(1, room_cpus)} CPUs, {room_gib:.0f} GiB); add a pool of one "
+        "memory-optimised VM (an Edsv5 size) with `monitoring: true`"))])
+
+
+def describe(p: PrometheusPlan | None) -> list[str]:
+    """The arithmetic, one line per step, for `kilonode explain`."""
+    if p is None:
+        return [NO_POOL_WARNING]
+    f = limits().prometheus
+    gib = 1024**3
+    lines = [f"on pool {p.pool} ({p.vm_size}): {p.why_pool}"]
+    lines += [f"{t.what}: {t.targets:,} x {t.per_target:,} = {t.series:,} series, every {t.interval_s} s"
+              for t in p.terms]
+    lines += [
+        f"active series (estimate): {p.series:,}; {p.samples_per_s:,} samples/s (per-node jobs every "
+        f"{p.per_node_interval_s} s: the shortest of {defaults.PROMETHEUS_PER_NODE_INTERVALS_S} within "
+        f"{defaults.PROMETHEUS_INGEST_BUDGET:,} samples/s)",
+        f"head: {f.head_gc_factor.value} x ({f.head_bytes_per_series.value} + "
+        f"{defaults.PROMETHEUS_LABEL_PAIRS_PER_SERIES} x {f.head_bytes_per_label_pair.value} + 2 x "
+        f"{defaults.PROMETHEUS_NAME_BYTES}) B cardinality + ingestion of "
+        f"{f.head_hours.value} h at {f.disk_bytes_per_sample.value} B/sample x {f.head_chunk_overhead_percent.value}% "
+        f"x {f.head_gc_factor.value} = {p.head_bytes_per_series:,} B/series -> {p.head_bytes / gib:.1f} GiB "
+        f"({f.head_bytes_per_series.source})",
+        f"memory: {p.head_bytes / gib:.1f} GiB + {defaults.PROMETHEUS_MEMORY_MARGIN_PERCENT}% + queries "
+        f"{p.query_max_concurrency} x {p.query_max_samples:,} samples x {f.query_sample_bytes.value} B = "
+        f"{p.memory_gib} GiB (request = limit)",
+        f"CPUs: {p.cpus} (one per {defaults.PROMETHEUS_SERIES_PER_CPU:,} series; GOMAXPROCS={p.cpus}); "
+        f"--query.timeout={p.query_timeout} --query.max-concurrency={p.query_max_concurrency} "
+        f"--query.max-samples={p.query_max_samples}",
+        f"disk: emptyDir of {p.disk_gib} GiB ({defaults.PROMETHEUS_OS_DISK_PERCENT}% of the node's OS disk); "
+        f"{p.samples_per_s:,} samples/s x {f.disk_bytes_per_sample.value} B x 86,400 = {p.daily_bytes / gib:.1f} GiB "
+        f"a day; --storage.tsdb.retention.size={p.retention_size_gib}GB ({f.retention_size_percent.value}%), "
+        f"--storage.tsdb.retention.time={p.retention_days}d; history is lost when the pod leaves its node",
+    ]
+    return lines
