@@ -75,7 +75,8 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
     node_series = sum(_nodes(p) * per_node_series(p) for p in pools)
     per_node = per_node_interval(node_series)
     cp = defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S
-    terms = [SeriesTerm(what=f"nodes of {p.name} (kubelet, cAdvisor x {p.max_pods} containers, kube-state-metrics, pod traffic)",
+    terms = [SeriesTerm(what=f"nodes of {p.name} (kubelet, cAdvisor x {p.max_pods} containers, kube-state-metrics, "
+                             "pod traffic)",
                         targets=_nodes(p), per_target=per_node_series(p), interval_s=per_node) for p in pools]
     members = sum(len(c.members) for c in etcd)
     terms += [
