@@ -47,6 +47,8 @@ class KubernetesLimits(Row):
 
 class EtcdLimits(Row):
     default_quota_bytes: Limit
+    max_request_bytes: Limit
+    kv_overhead_bytes: Limit
 
 
 class PrometheusFigures(Row):

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from kilonode.catalog.limits import limits
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
@@ -240,6 +241,7 @@ def apiserver_group() -> Group:
 
 # --- etcd --------------------------------------------------------------------------------------
 ETCD_QUOTA_RATIO = "kilonode:etcd_db_quota:ratio"
+ETCD_QUOTA_HEADROOM = "kilonode:etcd_db_quota_headroom:bytes"
 ETCD_WAL_FSYNC_P99 = "kilonode:etcd_disk_wal_fsync_duration_seconds:p99"
 ETCD_BACKEND_COMMIT_P99 = "kilonode:etcd_disk_backend_commit_duration_seconds:p99"
 BY_MEMBER = f"{CLUSTER_ROLE_LABEL}, instance"
@@ -266,6 +268,29 @@ def _quota_ratio(cluster: EtcdClusterPlan) -> Record:
     )
 
 
+def _quota_headroom(cluster: EtcdClusterPlan) -> Record:
+    """Each member's quota (as etcd reports it, else the plan's) less its database size: what one
+    write may still cost before the member refuses it and raises NOSPACE."""
+    job = f'job="{etcd_job(cluster.role)}"'
+    size = f"max by ({BY_MEMBER}) (etcd_mvcc_db_total_size_in_bytes{{{job}}})"
+    return Record(
+        ETCD_QUOTA_HEADROOM,
+        f"(\n"
+        f"  max by ({BY_MEMBER}) (etcd_server_quota_backend_bytes{{{job}}})\n"
+        f"  or on ({BY_MEMBER}) ({size} * 0 + {cluster.quota_backend_bytes})\n"
+        f")\n"
+        f"- on ({BY_MEMBER}) {size}",
+        labels=((CLUSTER_ROLE_LABEL, cluster.role),),
+    )
+
+
+def largest_write_cost() -> int:
+    """etcd's cost of the largest write it accepts: --max-request-bytes (etcd's default, which
+    kilonode keeps) plus the per-key overhead its quota counts (catalogue limits.yaml, etcd)."""
+    f = limits().etcd
+    return f.max_request_bytes.value + f.kv_overhead_bytes.value
+
+
 def etcd_group(plan: ClusterPlan) -> Group:
     jobs = f'job=~"{ETCD_JOBS}"'
     member = f"{{{{ $labels.{CLUSTER_ROLE_LABEL} }}}} etcd member {{{{ $labels.instance }}}}"
@@ -290,6 +315,7 @@ def etcd_group(plan: ClusterPlan) -> Group:
         "at a time: a new VM's member rejoins by itself (docs/runbooks/etcd-member-lost-its-disk.md).")
     return Group("kilonode-etcd", (
         *(_quota_ratio(c) for c in plan.etcd_clusters),
+        *(_quota_headroom(c) for c in plan.etcd_clusters),
         Record(ETCD_WAL_FSYNC_P99,
                f"histogram_quantile(0.99, sum by ({BY_MEMBER}, le) "
                f"(rate(etcd_disk_wal_fsync_duration_seconds_bucket{{{jobs}}}[5m])))"),
@@ -304,12 +330,18 @@ def etcd_group(plan: ClusterPlan) -> Group:
               f"The {member} database is above {_percent(ETCD_QUOTA_CRITICAL)} of its quota "
               f"(planned quotas in bytes: {quotas})",
               "etcd database close to its quota: writes stop at 100%", space_action, "etcd-database-size"),
+        # The NOSPACE alarm is the cluster's, not a member's: once any member raises it every
+        # member refuses writes. Before etcd 3.6 there is no alarm metric; a member refuses a write
+        # (and raises the alarm) when its size plus the write's cost reaches the quota, and sizes
+        # differ between members and grow in steps, so the sign is any member within the largest
+        # write of its quota (etcd server/etcdserver/quota.go), not a size at 100%.
         Alert("KilonodeEtcdNoSpace",
-              f'max by ({BY_MEMBER}) (etcd_debugging_server_alarms{{{jobs},alarm_type="NOSPACE"}}) > 0\n'
-              f"or {ETCD_QUOTA_RATIO} >= 1",
+              f'max by ({CLUSTER_ROLE_LABEL}) (etcd_debugging_server_alarms{{{jobs},alarm_type="NOSPACE"}}) > 0\n'
+              f"or min by ({CLUSTER_ROLE_LABEL}) ({ETCD_QUOTA_HEADROOM}) <= {largest_write_cost()}",
               "1m", "critical",
-              f"The {member} has reached its quota or reports the NOSPACE alarm (the alarm metric exists from "
-              f"etcd 3.6; on 3.5 the size reaching the quota is the sign)",
+              f"The {{{{ $labels.{CLUSTER_ROLE_LABEL} }}}} etcd cluster reports the NOSPACE alarm, or one of its "
+              f"members is within the largest write ({largest_write_cost()} bytes) of its quota: the next such "
+              f"write is refused and arms the alarm for every member (the alarm metric exists from etcd 3.6)",
               "etcd is out of space and refuses writes", nospace_action, "etcd-nospace"),
         Alert("KilonodeEtcdRejectingWrites",
               f"sum by ({BY_MEMBER}) "
