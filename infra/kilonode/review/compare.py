@@ -24,9 +24,14 @@ def matches(effect: Effect, changed: str) -> bool:
     return covers(changed, (effect.path,)) or covers(effect.path, (_general(changed),))
 
 
+# A list item's place in a path: its index, or its identity (`[name=allow-ssh]`, see flatten).
+_ITEM = re.compile(r"\[(?:\d+|[A-Za-z]+=[^\[\]]*)\]")
+
+
 def _general(path: str) -> str:
-    """`a.b[3].c` -> `a.b[].c`: the form effects.toml, replaceOnChanges and ignoreChanges use."""
-    return re.sub(r"\[\d+\]", "[]", path)
+    """`a.b[3].c`, `a.b[name=x].c` -> `a.b[].c`: the form effects.toml, replaceOnChanges and
+    ignoreChanges use."""
+    return _ITEM.sub("[]", path)
 
 
 def covers(path: str, prefixes: Iterable[str]) -> bool:
@@ -110,13 +115,42 @@ class StackDiff:
                 if entry and "error" in entry]
 
 
+# The keys that name a list item, first match wins: Azure's sub-resources (security rules, IP
+# configurations, frontends, probes) and Kubernetes' named items (containers, env, ports,
+# volumes) carry `name`; a list of strings is a set of values (address prefixes, port ranges).
+IDENTITY_KEYS = ("name", "key", "mountPath", "containerPort")
+
+
+def _identity(items: list[Any]) -> str | None:
+    """The key every item of `items` has, uniquely, if any."""
+    if not all(isinstance(v, Mapping) for v in items):
+        return None
+    for key in IDENTITY_KEYS:
+        values = [v.get(key) for v in items]
+        if all(isinstance(x, str | int) and not isinstance(x, bool) and str(x) for x in values) \
+                and len(set(map(str, values))) == len(values):
+            return key
+    return None
+
+
 def flatten(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Leaf paths and values. List items are placed by identity, not position, where they have
+    one (`securityRules[name=allow-ssh].access`): a rule inserted before others then reads as one
+    new rule, not as every later rule changed into its neighbour. A list of plain values is one
+    leaf, shown whole (address prefixes, zones, a container's args)."""
     if isinstance(value, Mapping) and value:
         for k in sorted(value):
             yield from flatten(value[k], f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(value, list) and value:
-        for i, v in enumerate(value):
-            yield from flatten(v, f"{prefix}[{i}]")
+        key = _identity(value)
+        if key is not None:
+            for v in value:
+                yield from flatten(v, f"{prefix}[{key}={v[key]}]")
+        elif all(isinstance(v, str | int | float | bool) for v in value):
+            yield prefix, list(value)  # whole: the order of args matters, a prefix list reads best whole
+        else:
+            for i, v in enumerate(value):
+                yield from flatten(v, f"{prefix}[{i}]")
     else:
         yield prefix, value
 

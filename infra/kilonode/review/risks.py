@@ -18,6 +18,7 @@ Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, r
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,13 +27,14 @@ from typing import Any
 import yaml
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
-from kilonode.review import apiload, rules
+from kilonode.review import apiload, exposure, lifecycle, rules, versions
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
+from kilonode.review.finding import HIGH, MEDIUM, Finding
 
-HIGH, MEDIUM = "high", "medium"
 LEVELS = (HIGH, MEDIUM)
 APISERVER_ROLE = "apiserver"
 
+VNET = "azure-native:network:VirtualNetwork"
 # Inputs whose change moves an address something else already points at.
 MOVES = {
     rules.SUBNET: ("addressPrefix", "addressPrefixes"),
@@ -102,9 +104,19 @@ def _why(diff: StackDiff, machines: set[str]) -> str:
     return ", ".join(sorted(r for r in reasons if r)) or "restart key changed"
 
 
+def _stopped(diff: StackDiff) -> set[str]:
+    """Machines whose replacement stops `pulumi up` before anything goes down (kilonode.review.lifecycle
+    tells that story): protected, or a fixed Azure name replaced create-before-delete."""
+    stops = {name for f in lifecycle.replacements(diff) for name in f.subjects}
+    return {_machine_of(name) for name in stops}
+
+
 def control_plane(diff: StackDiff) -> list[Risk]:
     found = []
+    stopped = _stopped(diff)
     for group, (down, members) in _down_together(diff).items():
+        if down <= stopped:
+            continue  # `pulumi up` stops at the first of them: the replace-stops risk says so
         names = tuple(sorted(down, key=lambda n: (len(n), n)))
         why = _why(diff, down)
         if group == APISERVERS:
@@ -185,6 +197,22 @@ def pools(diff: StackDiff) -> list[Risk]:
     return found
 
 
+def _networks(value: Any) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network] | None:
+    """A prefix or a list of prefixes as networks; None where any is not one."""
+    texts = value if isinstance(value, list) else [value]
+    try:
+        return [ipaddress.ip_network(str(t), strict=False) for t in texts]
+    except ValueError:
+        return None
+
+
+def _kept(before: Any, after: Any) -> bool:
+    """Every old prefix inside a new one: widened, no address moves."""
+    old, new = _networks(before), _networks(after)
+    return bool(old and new) and all(any(o.version == n.version and o.subnet_of(n)  # type: ignore[arg-type]
+                                         for n in new) for o in old)
+
+
 def moves(diff: StackDiff) -> list[Risk]:
     found = []
     for c in diff.resources:
@@ -192,8 +220,17 @@ def moves(diff: StackDiff) -> list[Risk]:
         if not patterns or c.action in (CREATE, DELETE):
             continue
         moved = [i for i in c.inputs if covers(i.path, patterns) and i.before is not None]
+        widened = [i for i in moved if c.type == VNET and _kept(i.before, i.after)]
+        if widened and len(widened) == len(moved):
+            detail = "; ".join(f"{i.path}: {short(i.before, 400)} -> {short(i.after, 400)}" for i in widened)
+            found.append(Risk(MEDIUM, "vnet-widened", diff.stack,
+                              f"{c.name} widens its address space ({detail}): Azure updates a VNet's address "
+                              "space in place and every old prefix is inside the new one, so no address moves. "
+                              "Peered VNets need their peering synced afterwards, and the new range must not "
+                              "overlap a peer's", (c.name,)))
+            continue
         if moved:
-            detail = "; ".join(f"{i.path}: {short(i.before)} -> {short(i.after)}" for i in moved)
+            detail = "; ".join(f"{i.path}: {short(i.before, 400)} -> {short(i.after, 400)}" for i in moved)
             found.append(Risk(HIGH, "address-moved", diff.stack,
                               f"{c.name} moves an existing address ({detail}): what points at it (nodes, "
                               "certificates, --etcd-servers, kubeconfigs) breaks, and Azure refuses a subnet "
@@ -274,23 +311,36 @@ def lessons(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     field_values = base_lessons.get("sysctl", {})
     found = []
     before, after = _sysctls(base_files), _sysctls(head_files)
+    weaker: dict[tuple[str, str, str], list[str]] = {}
     for host, values in sorted(after.items()):
         for key, value in sorted(values.items()):
             lesson, now = _number(str(field_values.get(key))), _number(value)
             was = _number(before.get(host, {}).get(key))
             if lesson is None or now is None or now >= lesson or (was is not None and was < lesson):
                 continue
-            found.append(Risk(MEDIUM, "sysctl-weaker", diff.stack,
-                              f"{host}: {key} = {value}, below the field value {field_values[key]} "
-                              f"(was {before.get(host, {}).get(key, 'unset')}; sysctl/ says why)",
-                              (f"{host}/etc/sysctl.d",)))
+            weaker.setdefault((key, value, str(before.get(host, {}).get(key, "unset"))), []).append(host)
+    # one line per decision: the keys lowered together on the same hosts
+    by_hosts: dict[tuple[str, ...], list[str]] = {}
+    for (key, value, was_text), hosts in sorted(weaker.items()):
+        by_hosts.setdefault(tuple(hosts), []).append(
+            f"{key} = {value} (field value {field_values[key]}, was {was_text})")
+    for hosts, keys in sorted(by_hosts.items()):
+        found.append(Risk(MEDIUM, "sysctl-weaker", diff.stack,
+                          f"below the field values on {len(hosts)} host(s) ({', '.join(hosts)}): {'; '.join(keys)} "
+                          "(sysctl/ says why each value)", tuple(f"{h}/etc/sysctl.d" for h in hosts)))
+    serialized: dict[str, list[str]] = {}
     for path, text in sorted(head_files.items()):
         if path.endswith("etc/kubernetes/kubelet-config.yaml") and path in base_files:
             was, now = yaml.safe_load(base_files[path]) or {}, yaml.safe_load(text) or {}
-            if now.get("serializeImagePulls", True) and not was.get("serializeImagePulls", True):
-                found.append(Risk(MEDIUM, "image-pulls-serialized", diff.stack,
-                                  f"{path}: serializeImagePulls turned on: one slow pull blocks every other pod's "
-                                  "images on the node (field notes: parallel pulls)", (path,)))
+            if _pulls_serialized(now) and not _pulls_serialized(was):
+                serialized.setdefault(_pull_setting(now), []).append(path)
+    for setting, paths in sorted(serialized.items()):
+        found.append(Risk(MEDIUM, "image-pulls-serialized", diff.stack,
+                          f"image pulls serialised ({setting}) on {len(paths)} host(s) "
+                          f"({', '.join(p.split('/', 1)[0] for p in paths)}): one slow pull blocks every other "
+                          "pod's images on the node, the 2,500-node clusters' default (field notes: parallel pulls)",
+                          tuple(paths)))
+    found += _audit_log(diff, base_files, head_files)
     head_pools = {p["name"]: p for p in _plan(diff.head).get("nodePools") or [] if "name" in p}
     for pool in _plan(diff.base).get("nodePools") or []:
         now = head_pools.get(pool.get("name"))
@@ -308,6 +358,46 @@ def lessons(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
                               "the OS disk (field notes: the runtime root on the local disk)",
                               (f"pool {pool['name']}",)))
     return found
+
+
+def _pulls_serialized(config: Mapping[str, Any]) -> bool:
+    """The kubelet pulls one image at a time: serializeImagePulls (default true), or parallel pulls
+    capped at one (maxParallelImagePulls, read only when serializeImagePulls is false; kubelet
+    config v1beta1)."""
+    if config.get("serializeImagePulls", True):
+        return True
+    limit = config.get("maxParallelImagePulls")
+    return isinstance(limit, int) and limit <= 1
+
+
+def _pull_setting(config: Mapping[str, Any]) -> str:
+    if config.get("serializeImagePulls", True):
+        return "serializeImagePulls: true"
+    return f"maxParallelImagePulls: {config.get('maxParallelImagePulls')}"
+
+
+AUDIT_FLAG = "--audit-log-path"
+
+
+def _audit_paths(files: Mapping[str, str]) -> dict[str, str]:
+    """apiserver host -> its --audit-log-path ('' where the flag is absent or empty)."""
+    found = {}
+    for path, text in files.items():
+        if path.endswith("etc/systemd/system/kube-apiserver.service"):
+            match = re.search(rf"{AUDIT_FLAG}=(\S*)", text)
+            found[path.split("/", 1)[0]] = match.group(1).rstrip("\\") if match else ""
+    return found
+
+
+def _audit_log(diff: StackDiff, base_files: Mapping[str, str], head_files: Mapping[str, str]) -> list[Risk]:
+    before, after = _audit_paths(base_files), _audit_paths(head_files)
+    off = sorted(h for h, p in after.items() if p in ("", "-") and before.get(h, "") not in ("", "-"))
+    if not off:
+        return []
+    return [Risk(HIGH, "audit-log-off", diff.stack,
+                 f"the apiservers' audit log is turned off ({AUDIT_FLAG} empty or '-', i.e. none or stdout) on "
+                 f"{', '.join(off)}: no record of who changed or read what in the cluster (CIS 1.2.16-1.2.19); "
+                 "controlPlane.auditLog.path set it back", tuple(off))]
 
 
 def _node_count(plan: Mapping[str, Any]) -> int:
@@ -345,5 +435,30 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
         return [Risk(HIGH if side == "head" else MEDIUM, "stack-invalid", diff.stack,
                      f"the stack does not load at the {side}: `pulumi up` would stop there", ())]
     found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *refused(diff),
-             *fleet(diff), *lessons(diff, base_lessons), *api_load(diff)]
+             *fleet(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
+             *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
+
+
+def _risks(diff: StackDiff, findings: list[Finding]) -> list[Risk]:
+    return [Risk(f.level, f.rule, diff.stack, f.summary, f.subjects) for f in findings]
+
+
+def _versions(diff: StackDiff) -> list[Finding]:
+    base, head = _plan(diff.base), _plan(diff.head)
+    base_contents = (diff.base or {}).get("imageContents") or {}
+    head_contents = (diff.head or {}).get("imageContents") or {}
+    return [*versions.skew(base, head, base_contents, head_contents),
+            *versions.image_contents(base_contents, head_contents)]
+
+
+def world(diff: StackDiff) -> list[Risk]:
+    """New ways in from the Internet, one line per decision (the same rule on several NSGs)."""
+    new = exposure.new_exposures((diff.base or {}).get("resources", []), (diff.head or {}).get("resources", []))
+    groups: dict[str, list[str]] = {}
+    for owner, what in new.values():
+        groups.setdefault(what, []).append(owner)
+    return [Risk(HIGH, "world-open", diff.stack,
+                 f"{what}, on {len(owners)} resource(s): {', '.join(sorted(owners))}. Admit named prefixes "
+                 "(network.adminCidr, apiserverAllowedCidrs, deployer.cidrs), never the world", tuple(sorted(owners)))
+            for what, owners in sorted(groups.items())]

@@ -70,11 +70,45 @@ def _stack(name: str) -> dict[str, Any]:
     for r in graph.resources:
         resources.append({
             "type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect, "custom": r.custom,
+            "deleteBeforeReplace": r.delete_before_replace,
             "replaceOnChanges": list(r.replace_on_changes), "ignoreChanges": list(r.ignore_changes),
             "inputs": _with_digests(r.masked(), r.plain()),
         })
     outputs = graph.to_json()["outputs"]
-    return {"files": dict(sorted(files.items())), "resources": resources, "outputs": outputs}
+    return {"files": dict(sorted(files.items())), "resources": resources, "outputs": outputs,
+            "imageContents": _image_contents(plan)}
+
+
+def _image_contents(plan: Any) -> dict[str, Any]:
+    """What each machine image this stack boots would carry if built at this ref: its version
+    (the stack's), the pinned binaries at their versions (node-image/binaries.toml for the
+    stack's Kubernetes version) and the container images baked in for preloading. A review
+    compares them where the version did not move: a built image never changes under its version."""
+    from kilonode.catalog.binaries import load, pool_roles
+
+    try:
+        catalog = load()
+    except Exception as error:  # an unreadable catalogue is the build's error to report, not the review's
+        return {"error": str(error)}
+
+    def binaries(roles: list[str]) -> dict[str, str] | str:
+        try:
+            return {r.name: r.version for role in roles for r in catalog.resolve(role, plan.kubernetes_version)}
+        except Exception as error:
+            return str(error)
+
+    found: dict[str, Any] = {
+        "control-plane": {"version": plan.control_plane_image_version, "binaries": binaries(["control-plane"]),
+                          "preload": []},
+        "etcd": {"version": plan.etcd_image_version, "binaries": binaries(["etcd"]), "preload": []},
+    }
+    for pool in plan.node_pools:
+        found[f"pool-{pool.name}"] = {
+            "version": plan.node_image_version,
+            "binaries": binaries(pool_roles(pool.runtime, pool.nccl_topology)),
+            "preload": sorted(item.image for item in pool.preload_images),
+        }
+    return found
 
 
 def _lessons() -> dict[str, Any]:
