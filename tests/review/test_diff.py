@@ -70,9 +70,13 @@ def test_one_member_of_a_rolling_resize_is_medium(repo: Path) -> None:
         "research-7500", lambda c: c["etcd"]["main"].update({"vmSizeOverrides": {3: "Standard_D32ds_v5"}})),
         "roll etcd-main-3 to the bigger size")
     result = reviewed(repo, branch)
-    [risk] = result.risks
+    [risk] = [r for r in result.risks if r.rule == "etcd-restarted"]
     assert (risk.level, risk.rule, risk.subjects) == (MEDIUM, "etcd-restarted", ("etcd-main-3",))
     assert "1 of 5 etcd-main members" in risk.summary and "4 keep quorum" in risk.summary
+    # and what the resize does to its data: the local SSD does not follow it, the member rejoins empty
+    [data] = [r for r in result.risks if r.rule == "etcd-data-lost"]
+    assert data.level == MEDIUM and "must rejoin" in data.summary
+    assert {r.rule for r in result.risks} == {"etcd-restarted", "etcd-data-lost"}
 
 
 def test_removing_the_events_cluster_breaks_the_policy_invariant(repo: Path) -> None:

@@ -239,3 +239,23 @@ def short(value: Any, limit: int = 80) -> str:
         return "(none)"
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown(before: Any, after: Any, limit: int = 80) -> tuple[str, str]:
+    """Two values for a report line: whole where they fit, else the window where they differ
+    (from the first differing character, with the common start elided) so that the two never
+    read the same when they are not."""
+    old, new = short(before, 10**9), short(after, 10**9)
+    if len(old) <= limit and len(new) <= limit:
+        return old, new
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    begin = max(0, start - limit // 4)
+
+    def window(text: str) -> str:
+        part = text[begin:begin + limit]
+        return ("…" if begin else "") + part + ("…" if begin + limit < len(text) else "")
+
+    return window(old), window(new)
+

@@ -20,8 +20,8 @@ from kilonode.review.compare import (
     ResourceChange,
     StackDiff,
     natural,
-    short,
 )
+from kilonode.review.compare import shown as pair
 from kilonode.review.refs import Side
 from kilonode.review.risks import HIGH, MEDIUM, Risk
 
@@ -120,7 +120,8 @@ def _what(c: ResourceChange, limit: int = 4) -> str:
     for i in c.inputs[:limit]:
         effect = sorted({e.effect for e in i.effects} - {"in-place"})
         note = " [ignored: ignoreChanges]" if i.ignored else (f" [{', '.join(effect)}]" if effect else "")
-        shown.append(f"{i.path}: {short(i.before, 40)} → {short(i.after, 40)}{note}")
+        was, now = pair(i.before, i.after, 60)
+        shown.append(f"{i.path}: {was} → {now}{note}")
     if len(c.inputs) > limit:
         shown.append(f"and {len(c.inputs) - limit} more input(s)")
     if c.protect[0] != c.protect[1]:
@@ -178,7 +179,8 @@ def to_text(review: Review) -> str:
             lines.append(f"  {_action(c):<17} {c.type} {c.name}")
             for i in c.inputs:
                 note = " (ignored: ignoreChanges)" if i.ignored else ""
-                lines.append(f"      {i.path}: {short(i.before, 200)} -> {short(i.after, 200)}{note}")
+                was, now = pair(i.before, i.after, 200)
+                lines.append(f"      {i.path}: {was} -> {now}{note}")
                 lines += [f"          {e.effect}: {e.why} [{e.source}]" for e in i.effects]
             if c.protect[0] != c.protect[1]:
                 lines.append(f"      protect: {c.protect[0]} -> {c.protect[1]}")
