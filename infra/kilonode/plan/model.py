@@ -76,6 +76,10 @@ class EtcdClusterPlan(StrictModel):
     initial_cluster: str
     client_endpoints: tuple[str, ...]
     quota_backend_bytes: int
+    # etcd's cost of the largest write it accepts (its default --max-request-bytes, which kilonode
+    # keeps, plus the per-key overhead its quota counts): a member within this of its quota may
+    # raise NOSPACE on the next write (kilonode.render.monitoring KilonodeEtcdNoSpace)
+    largest_write_bytes: int
     auto_compaction_retention: str
     snapshot_count: int
     vm_size: str

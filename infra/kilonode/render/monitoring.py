@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from kilonode.catalog.limits import limits
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
@@ -284,11 +283,9 @@ def _quota_headroom(cluster: EtcdClusterPlan) -> Record:
     )
 
 
-def largest_write_cost() -> int:
-    """etcd's cost of the largest write it accepts: --max-request-bytes (etcd's default, which
-    kilonode keeps) plus the per-key overhead its quota counts (catalogue limits.yaml, etcd)."""
-    f = limits().etcd
-    return f.max_request_bytes.value + f.kv_overhead_bytes.value
+def largest_write_cost(plan: ClusterPlan) -> int:
+    """etcd's cost of the largest write it accepts (the plan's, from the catalogue)."""
+    return max(c.largest_write_bytes for c in plan.etcd_clusters)
 
 
 def etcd_group(plan: ClusterPlan) -> Group:
@@ -337,10 +334,10 @@ def etcd_group(plan: ClusterPlan) -> Group:
         # write of its quota (etcd server/etcdserver/quota.go), not a size at 100%.
         Alert("KilonodeEtcdNoSpace",
               f'max by ({CLUSTER_ROLE_LABEL}) (etcd_debugging_server_alarms{{{jobs},alarm_type="NOSPACE"}}) > 0\n'
-              f"or min by ({CLUSTER_ROLE_LABEL}) ({ETCD_QUOTA_HEADROOM}) <= {largest_write_cost()}",
+              f"or min by ({CLUSTER_ROLE_LABEL}) ({ETCD_QUOTA_HEADROOM}) <= {largest_write_cost(plan)}",
               "1m", "critical",
               f"The {{{{ $labels.{CLUSTER_ROLE_LABEL} }}}} etcd cluster reports the NOSPACE alarm, or one of its "
-              f"members is within the largest write ({largest_write_cost()} bytes) of its quota: the next such "
+              f"members is within the largest write ({largest_write_cost(plan)} bytes) of its quota: the next such "
               f"write is refused and arms the alarm for every member (the alarm metric exists from etcd 3.6)",
               "etcd is out of space and refuses writes", nospace_action, "etcd-nospace"),
         Alert("KilonodeEtcdRejectingWrites",

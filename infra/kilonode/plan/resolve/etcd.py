@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ipaddress import IPv4Network
 
+from kilonode.catalog.limits import limits
 from kilonode.config.model import ClusterConfig, EtcdClusterConfig
 from kilonode.plan.model import (
     EtcdClusterPlan,
@@ -41,6 +42,7 @@ def etcd_cluster(
         initial_cluster=",".join(f"{m.name}={m.peer_url}" for m in members),
         client_endpoints=tuple(m.client_url for m in members),
         quota_backend_bytes=spec.quota_backend_bytes,
+        largest_write_bytes=limits().etcd.max_request_bytes.value + limits().etcd.kv_overhead_bytes.value,
         auto_compaction_retention=spec.auto_compaction_retention,
         snapshot_count=spec.snapshot_count,
         vm_size=spec.vm_size,
