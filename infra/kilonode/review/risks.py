@@ -396,7 +396,8 @@ def _audit_log(diff: StackDiff, base_files: Mapping[str, str], head_files: Mappi
         return []
     return [Risk(HIGH, "audit-log-off", diff.stack,
                  f"the apiservers' audit log is turned off ({AUDIT_FLAG} empty or '-', i.e. none or stdout) on "
-                 f"{', '.join(off)}: no record of who changed or read what in the cluster (the CIS benchmark's audit-log checks); "
+                 f"{', '.join(off)}: no record of who changed or read what in the cluster (the CIS benchmark's "
+                 "audit-log checks); "
                  "controlPlane.auditLog.path set it back", tuple(off))]
 
 
