@@ -10,7 +10,7 @@ import tomli_w
 
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
-from kilonode.render import cni, metadata_block, pod_traffic
+from kilonode.render import cni, gpu_metrics, metadata_block, pod_traffic
 from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
 from kilonode.render.common import GENERATED, EndsInVariable, Flag, render_template, systemd_exec, to_json
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -126,6 +126,9 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         # the unit is in the GPU image (node-image/gpu/rootfs); its config is per pool
         files[GPU_HEALTH_CONFIG] = RenderedFile(to_json(gpu_health_config(pool)))
         units.append(GPU_HEALTH_UNIT)
+        # what the agent has been doing, for Prometheus
+        files |= gpu_metrics.agent_metrics_files()
+        units += gpu_metrics.AGENT_UNITS
     if pool.nccl_topology:
         files[wellknown.NCCL_CONF.lstrip("/")] = RenderedFile(nccl_conf(pool.nccl_topology))
     if pool.infiniband:
