@@ -48,7 +48,7 @@ def test_systemd_accepts_the_agents_unit_and_it_runs_the_agent_as_specified(tmp_
     config = tmp_path / "gpu-health.json"
     config.write_text(json.dumps({"expectGpus": 8, "kubeconfig": wellknown.KUBELET_KUBECONFIG}))
     assert agent.load_config(config).state_dir == Path("/run/kilonode/gpu-health") == Path(metrics.AGENT_STATE_DIR)
-    assert metrics.AGENT_RECORD == f"/run/{service['RuntimeDirectory']}/{metrics.METRICS_FILE}"
+    assert f"/run/{service['RuntimeDirectory']}/{metrics.METRICS_FILE}" == metrics.AGENT_RECORD
     # hardening that leaves the GPUs reachable: /dev/nvidia* device nodes, nvidia-uvm loading
     # (systemd.exec(5): ProtectClock implies DeviceAllow=char-rtc r, and any DeviceAllow turns
     # the default DevicePolicy=auto into an allow-list; ProtectKernelLogs hides /dev/kmsg)

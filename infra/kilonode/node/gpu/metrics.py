@@ -274,13 +274,13 @@ class Exposition:
         return "\n".join(self.lines) + "\n"
 
 
-def _readable(out: Exposition, prefix: str, readable: bool) -> None:
-    out.family(f"{prefix}_state_readable", "gauge",
-               "Whether the record of this boot could be read (1) or not (0: missing, unparsable, another boot's).",
+def _readable(out: Exposition, prefix: str, readable: bool, why_not: str) -> None:
+    out.family(f"{prefix}_state_readable", "gauge", f"Whether the record could be read (1) or not (0: {why_not}).",
                [({}, int(readable))])
 
 
 A = "kilonode_gpu_health"
+AGENT_UNREADABLE = "missing, unparsable, or another boot's"
 
 
 def agent_metrics(data: dict[str, Any] | None, boot: str | None) -> str:
@@ -291,9 +291,9 @@ def agent_metrics(data: dict[str, Any] | None, boot: str | None) -> str:
     except BAD_RECORD:
         record = None
     if record is None or (boot is not None and record.boot_id != boot):
-        _readable(out, A, False)
+        _readable(out, A, False, AGENT_UNREADABLE)
         return out.text()
-    _readable(out, A, True)
+    _readable(out, A, True, AGENT_UNREADABLE)
     _agent_checks(out, record)
     _agent_gpus(out, record)
     return out.text()
@@ -342,6 +342,7 @@ def _agent_gpus(out: Exposition, r: AgentRecord) -> None:
 
 
 C = "kilonode_gpu_health_controller"
+CONTROLLER_UNREADABLE = "missing (the controller stopped), or unparsable"
 
 
 def controller_metrics(data: dict[str, Any] | None) -> str:
@@ -351,10 +352,10 @@ def controller_metrics(data: dict[str, Any] | None) -> str:
     except BAD_RECORD:
         record = None
     if record is None:
-        _readable(out, C, False)
+        _readable(out, C, False, CONTROLLER_UNREADABLE)
         return out.text()
     r = record
-    _readable(out, C, True)
+    _readable(out, C, True, CONTROLLER_UNREADABLE)
     out.family(f"{C}_start_timestamp_seconds", "gauge", "When this controller process started.", [({}, r.start)])
     out.family(f"{C}_last_sync_timestamp_seconds", "gauge",
                "When the controller last had a current view of every Node: a list reconciled, or a watch the "
