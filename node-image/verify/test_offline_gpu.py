@@ -301,6 +301,8 @@ def test_gpu_health_agent_delivered_not_enabled(image_fs: ImageFs, gpu: dict[str
     the pool's cloud-init to start (enabled in the image, it would run before its config exists)."""
     pythonpath = gpu["agent"]["pythonpath"]
     assert "agent.py" in image_fs.listdir(f"{pythonpath}/kilonode/gpu")
+    # what the pool's kilonode-gpu-health-metrics.socket runs per scrape (kilonode.render.gpu_metrics)
+    assert "metrics.py" in image_fs.listdir(f"{pythonpath}/kilonode/gpu")
     assert image_fs.stat(f"{pythonpath}/kilonode/__init__.py") is not None
     unit = "kilonode-gpu-health.service"
     assert image_fs.stat(f"/etc/systemd/system/{unit}") is not None, f"{unit} not in the image"

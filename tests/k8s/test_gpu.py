@@ -465,7 +465,10 @@ def test_the_controller_unit_runs_on_gpu_clusters_apiservers_after_the_apiserver
     unit.write_text(text)
     assert systemd_verify(tmp_path, [unit]) == []
     assert "ExecStart=/usr/bin/python3 -m kilonode.gpu.controller \\\n" \
-           "    --kubeconfig=/etc/kubernetes/gpu-health-controller.kubeconfig\n" in text
+           "    --kubeconfig=/etc/kubernetes/gpu-health-controller.kubeconfig \\\n" \
+           "    --metrics-file=/run/kilonode/gpu-health-controller/metrics.json\n" in text
+    # its record for Prometheus in its runtime directory, the one place its sandbox lets it write
+    assert "RuntimeDirectory=kilonode/gpu-health-controller\n" in text and "ProtectSystem=strict\n" in text
     assert "Environment=PYTHONPATH=/usr/local/lib/kilonode/python\n" in text
     assert "Restart=on-failure\n" in text
     after = next(line for line in text.splitlines() if line.startswith("After="))

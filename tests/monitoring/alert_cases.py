@@ -719,3 +719,134 @@ def gpu_nodes_passing_their_first_check_within_the_hour(plan: ClusterPlan) -> tu
     series = [*gpu_node_series("h100-ib", 2, 0, "h", samples=100),
               startup_taint("h-0", "1x50 stale"), startup_taint("h-1", "1x10 stale")]
     return series, [("90m", "KilonodeGpuHealthPending", [])]
+
+
+# --- the GPU health agent and taint controller (their own metrics) -------------------------------------
+def agent_labels(node: str, pool: str = "h100-ib") -> dict[str, str]:
+    return {"job": monitoring.JOB_GPU_HEALTH_AGENT, "instance": f"{node}:{wellknown.GPU_HEALTH_AGENT_METRICS_PORT}",
+            "node": node, "pool": pool}
+
+
+def agent_series(node: str, passive: str | None = "0+60x200", readable: str = "1x200", report: str | None = "0+60x200",
+                 up: str = "1x200", ready: str = "1x200") -> list[Series]:
+    """One GPU node's agent series. Timestamps in promtool's notation: "0+60x200" is a check (or a
+    report) every minute, the value the time it was sampled at; a constant is one that stopped."""
+    labels = agent_labels(node)
+    series = [(selector("kilonode_gpu_health_state_readable", labels), readable),
+              (selector("kilonode_gpu_health_first_start_timestamp_seconds", labels), "0x200"),
+              (selector("up", labels), up),
+              (f'kube_node_status_condition{{node="{node}",condition="Ready",status="true"}}', ready)]
+    if passive is not None:
+        series.append((selector("kilonode_gpu_health_last_check_timestamp_seconds", {**labels, "check": "passive"}),
+                       passive))
+    if report is not None:
+        series.append((selector("kilonode_gpu_health_last_report_timestamp_seconds", labels), report))
+    return series
+
+
+def agent_alert(plan: ClusterPlan, name: str, node: str) -> dict[str, Any]:
+    return expected(plan, name, {"severity": "warning", "node": node, "pool": "h100-ib"})
+
+
+@case(stack="research-7500")
+def gpu_health_agents_checking_and_reporting(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # passive checks every minute here (every 5 in life), reports every hour; a node down is NotReady,
+    # not the agent's alert
+    series = [*agent_series("h-0"), *agent_series("h-1", report="0x60 3600x60 7200x80"),
+              *agent_series("h-2", up="0x200", ready="0x200")]
+    return series, [("40m", "KilonodeGpuHealthAgentStale", []), ("150m", "KilonodeGpuHealthAgentStale", []),
+                    ("150m", "KilonodeGpuHealthAgentCannotReport", [])]
+
+
+@case(stack="research-7500")
+def gpu_health_agents_stopped_checking_or_unseen(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    stale = "KilonodeGpuHealthAgentStale"
+    series = [
+        *agent_series("h-0", passive="0+60x5 300x60"),  # the last passive check at 5m: 900 s stale at 20m
+        *agent_series("h-1", passive=None, readable="0x60", report=None),  # its record unreadable
+        *agent_series("h-2", passive=None),  # started at 0, never a passive check
+        # a Ready node whose endpoint does not answer: a failed scrape leaves `up` alone
+        *[s for s in agent_series("h-3", up="0x60") if s[0].startswith(("up", "kube_node"))],
+        *agent_series("h-4"),  # checking every minute
+    ]
+    return series, [
+        ("30m", stale, [agent_alert(plan, stale, n) for n in ("h-0", "h-1", "h-2", "h-3")]),
+        # 20m: h-0 has just reached 15 minutes and h-2 too: pending; h-1 and h-3 fire after their 5m
+        ("20m", stale, [agent_alert(plan, stale, n) for n in ("h-1", "h-3")]),
+        ("4m", stale, []),
+    ]
+
+
+@case(stack="research-7500")
+def gpu_health_agents_that_cannot_report(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeGpuHealthAgentCannotReport"
+    series = [*agent_series("h-0", report="0x200"),  # its one report at 0: two hours ago at 120m
+              *agent_series("h-1", report=None),  # checking, never reported in this boot
+              *agent_series("h-2")]
+    return series, [
+        ("140m", name, [agent_alert(plan, name, "h-0"), agent_alert(plan, name, "h-1")]),
+        ("125m", name, []),  # past the two hours, within the 10m
+        ("140m", "KilonodeGpuHealthAgentStale", []),
+    ]
+
+
+def controller_series(host: str, sync: str | None = "0+60x60", readable: str = "1x60",
+                      up: str = "1x60") -> list[Series]:
+    labels = {"job": monitoring.JOB_GPU_HEALTH_CONTROLLER,
+              "instance": f"{host}:{wellknown.GPU_HEALTH_CONTROLLER_METRICS_PORT}", "host": host}
+    series = [(selector("kilonode_gpu_health_controller_state_readable", labels), readable),
+              (selector("kilonode_gpu_health_controller_start_timestamp_seconds", labels), "0x60"),
+              (selector("up", labels), up)]
+    if sync is not None:
+        series.append((selector("kilonode_gpu_health_controller_last_sync_timestamp_seconds", labels), sync))
+    return series
+
+
+def apiservers(plan: ClusterPlan) -> list[str]:
+    return [i.name for i in plan.control_plane.instances]
+
+
+@case(stack="research-7500")
+def gpu_health_controllers_syncing(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    series = [s for host in apiservers(plan) for s in controller_series(host)]
+    # one that missed a few scrapes (a restart) and came back
+    series += controller_series("apiserver-9", sync="0+60x5 300x4 540+60x50", up="1x5 0x4 1x50")
+    return series, [("40m", "KilonodeGpuHealthControllerStale", []),
+                    ("40m", "KilonodeGpuHealthControllerNotSyncing", [])]
+
+
+@case(stack="research-7500")
+def gpu_health_controllers_failing_one_by_one(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeGpuHealthControllerStale"
+    hosts = apiservers(plan)
+    series = [*controller_series(hosts[0], sync="60x60"),  # stuck since 1m: 600 s stale at 11m
+              *controller_series(hosts[1], sync=None, readable="0x60"),  # stopped: its record gone
+              *controller_series(hosts[2], sync="0+60x20", up="1x20 0x40"),  # unreachable from 20m
+              *controller_series(hosts[3], sync=None),  # started, never synced
+              *controller_series(hosts[4])]
+    alert = lambda host: expected(plan, name, {"severity": "warning", "host": host})  # noqa: E731
+    return series, [
+        ("45m", name, [alert(h) for h in hosts[:4]]),
+        ("15m", name, [alert(hosts[1])]),  # the others still pending
+        # one controller still syncing: the cluster's taints are still kept
+        ("45m", "KilonodeGpuHealthControllerNotSyncing", []),
+    ]
+
+
+@case(stack="research-7500")
+def gpu_health_no_controller_syncing(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeGpuHealthControllerNotSyncing"
+    series = [s for host in apiservers(plan) for s in controller_series(host, sync="60x60")]
+    return series, [
+        ("30m", name, [expected(plan, name, {"severity": "critical"})]),
+        ("10m", name, []),  # 540 s since the last sync: not yet
+    ]
+
+
+@case(stack="research-7500")
+def gpu_health_no_controller_seen(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # no sync series at all: every controller stopped, or Prometheus cannot reach any
+    name = "KilonodeGpuHealthControllerNotSyncing"
+    series = [s for host in apiservers(plan) for s in controller_series(host, sync=None, readable="0x60")]
+    return series, [("20m", name, [expected(plan, name, {"severity": "critical",
+                                                         "job": monitoring.JOB_GPU_HEALTH_CONTROLLER})])]

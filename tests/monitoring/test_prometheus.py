@@ -59,14 +59,17 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     p = plan.prometheus
     gpu = next(pool for pool in plan.node_pools if pool.name == "a100-ib")
     # kubelet 1,200 + cAdvisor 3 per container + kube-state-metrics 40 per node and 25 per pod
-    # + pod traffic 3 per node and 4 per pod (bytes and packets, in and out)
-    assert per_node_series(gpu) == 1_200 + 3 * gpu.max_pods + 40 + 25 * gpu.max_pods + 3 + 4 * gpu.max_pods
+    # + pod traffic 3 per node and 4 per pod (bytes and packets, in and out) + the GPU health
+    # agent's 18 fixed series, 2 of findings and 3 per GPU (8 on an ND96asr_v4)
+    assert gpu.gpus_per_node == 8
+    assert per_node_series(gpu) == (1_200 + 3 * gpu.max_pods + 40 + 25 * gpu.max_pods + 3 + 4 * gpu.max_pods
+                                    + 18 + 2 + 3 * 8)
     assert p.series == sum(t.targets * t.per_target for t in p.terms)
     nodes = sum(t.targets for t in p.terms if t.what.startswith("nodes of "))
     assert nodes == 5_000 + 2_500 + 3 + 1
     assert [t.targets for t in p.terms if t.what == "apiservers"] == [5]
     assert [t.targets for t in p.terms if t.what.startswith("etcd members")] == [5 + 3]
-    # ~12.1 million series: more than a 16 GiB system node holds, within one E16ds_v5
+    # ~12.5 million series: more than a 16 GiB system node holds, within one E16ds_v5
     assert 10_000_000 < p.series < 13_000_000
     # at 60 s: 2 x (732 + 10 x 32 + 2 x 40) cardinality + 2 x 1.5 x 2 B x 180 samples ingestion
     assert head_bytes_per_series(60) == 2 * (732 + 320 + 80) + 2 * 3 * 180 == 3_344

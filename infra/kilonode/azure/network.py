@@ -43,6 +43,7 @@ from kilonode.plan.wellknown import (
     ETCD_CLIENT_PORT,
     ETCD_METRICS_PORT,
     ETCD_PEER_PORT,
+    GPU_HEALTH_CONTROLLER_METRICS_PORT,
 )
 
 SSH_PORT = 22
@@ -50,6 +51,10 @@ SSH_PORT = 22
 DENY_ALL_PRIORITY = 4096
 DEPLOYER_RULE = "allow-apiserver-from-deployer"
 DEPLOYER_RULE_PRIORITY = 115
+# Prometheus in the pools reads the GPU health taint controller's metrics on each apiserver VM
+# (kilonode.render.gpu_metrics: plain HTTP, sync times and counts); only where GPU pools run it.
+GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-pools"
+GPU_HEALTH_CONTROLLER_RULE_PRIORITY = 160
 # The one NSG of every pool subnet (the module docstring says why one).
 POOLS_NSG = "pools"
 
@@ -106,6 +111,14 @@ def _deny_all() -> network.SecurityRuleArgs:
     )
 
 
+def _gpu_health_rules(plan: ClusterPlan, pools: list[str], control: str) -> list[network.SecurityRuleArgs]:
+    """The control plane's admission of the GPU health controller's metrics, where it runs."""
+    if not plan.gpu_pools:
+        return []
+    return [_allow(GPU_HEALTH_CONTROLLER_RULE, GPU_HEALTH_CONTROLLER_RULE_PRIORITY, pools, control,
+                   str(GPU_HEALTH_CONTROLLER_METRICS_PORT))]
+
+
 def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
     """Each subnet's NSG rules (subnet key -> rules), as the module docstring lists them."""
     net = plan.network
@@ -138,7 +151,8 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
         # Prometheus in the pools reads each host's certificate expiry (kilonode.render.cert_metrics:
         # plain HTTP, expiry dates only)
         "control-plane": [*apiserver_rules, _allow("allow-cert-metrics-from-pools", 130, pools, control,
-                                                   str(CERT_METRICS_PORT)), *ssh(200, control), _deny_all()],
+                                                   str(CERT_METRICS_PORT)), *_gpu_health_rules(plan, pools, control),
+                          *ssh(200, control), _deny_all()],
         "etcd": [
             _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
             _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),

@@ -63,6 +63,14 @@ CERT_METRICS_PORT = 9479
 # kilonode's own: each pool node's per-pod traffic metrics (kilonode.render.pod_traffic); next to
 # the one above, used by no component of the nodes
 POD_TRAFFIC_METRICS_PORT = 9480
+# kilonode's own: the GPU health agent's metrics on each GPU node and the taint controller's on each
+# apiserver VM (kilonode.render.gpu_metrics). Next to the two above, so kilonode's exporters sit in
+# one block; no component kilonode runs on those hosts listens on either (the kubelet 10250,
+# kube-proxy 10249/10256, the apiserver 6443, the certificate metrics 9479, the pod traffic
+# 9480), nor do the exporters a user is likeliest to add there (node-exporter 9100, NVIDIA's
+# DCGM exporter 9400). Two ports, not one: the control-plane NSG admits only the controller's.
+GPU_HEALTH_AGENT_METRICS_PORT = 9481
+GPU_HEALTH_CONTROLLER_METRICS_PORT = 9482
 
 # Where the node image bakes preloaded image archives.
 PRELOAD_DIR = "/opt/kilonode/preload"

@@ -12,6 +12,12 @@ from kilonode.render.cert_metrics import cert_metrics_files
 from kilonode.render.cloud_init import user_data
 from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
+from kilonode.render.gpu_metrics import (
+    CONTROLLER_RECORD,
+    CONTROLLER_RUNTIME_DIRECTORY,
+    CONTROLLER_UNITS,
+    controller_metrics_files,
+)
 from kilonode.yamlio import block_yaml
 
 BIN = "/usr/local/bin"
@@ -262,7 +268,9 @@ def gpu_health_controller_unit() -> RenderedFile:
         GPU_HEALTH_CONTROLLER_UNIT,
         python_path=GPU_HEALTH.pythonpath,
         exec_start=systemd_exec(f"{PYTHON} -m {GPU_HEALTH.module}.controller",
-                                [("kubeconfig", wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG)]),
+                                [("kubeconfig", wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG),
+                                 ("metrics-file", CONTROLLER_RECORD)]),
+        runtime_directory=CONTROLLER_RUNTIME_DIRECTORY,
     ))
 
 
@@ -329,6 +337,9 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
     if plan.gpu_pools:
         files[GPU_HEALTH_CONTROLLER_UNIT] = gpu_health_controller_unit()
         start_units.append(GPU_HEALTH_CONTROLLER)
+        # what the controller has been doing, for Prometheus
+        files |= controller_metrics_files(instance.name, str(instance.ip))
+        start_units += CONTROLLER_UNITS
     files[USER_DATA] = RenderedFile(user_data(
         role=f"apiserver {instance.name} of cluster {plan.cluster}",
         local_disk=plan.control_plane.local_disk,

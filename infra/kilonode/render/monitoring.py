@@ -43,10 +43,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from kilonode.node.gpu import controller as gpu_controller
 from kilonode.node.gpu import protocol
+from kilonode.node.gpu.rules import thresholds as gpu_thresholds
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
 from kilonode.render.common import GENERATED
+from kilonode.render.pool import gpu_health_config
 from kilonode.yamlio import block_yaml
 
 # The two files, as the ConfigMap's keys and the names docs/monitoring.md mounts them under.
@@ -511,10 +514,122 @@ def pod_traffic_group() -> Group:
     ))
 
 
+# --- the GPU health agent and taint controller ----------------------------------------------------
+# Their own metrics (kilonode.gpu.metrics, served per scrape: kilonode.render.gpu_metrics): the
+# agent's on every GPU node, the controller's on every apiserver VM. The Node taints and condition
+# above say what they decided; these say whether they are still deciding.
+JOB_GPU_HEALTH_AGENT = "kilonode-gpu-health-agent"
+JOB_GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller"
+GPU_AGENT = "kilonode_gpu_health"
+GPU_CONTROLLER = "kilonode_gpu_health_controller"
+# Passive checks missed before the agent is stale: it checks every passive interval, and an idle
+# re-check between two of them adds its wait for the controller's taint and the active check's
+# minutes (thresholds.toml [agent]: 300 s, 120 s, ~2 min for 8 GPUs), so two intervals can pass
+# in health; three cannot.
+GPU_AGENT_STALE_INTERVALS = 3
+# Heartbeats without a condition written to the API: the agent writes at a change and otherwise
+# once per heartbeat, at its next check after the heartbeat falls due; two heartbeats without a
+# write is an agent that cannot reach the API or is refused by it.
+GPU_AGENT_REPORT_HEARTBEATS = 2
+# Watch lengths without a sync before a controller is stale: the apiserver ends each watch after
+# WATCH_TIMEOUT_S (300 s) and the controller lists every RESYNC_S (600 s), each a sync; twice the
+# watch's length without one is a controller stuck or failing.
+GPU_CONTROLLER_STALE_S = 2 * gpu_controller.WATCH_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class AgentIntervals:
+    passive_s: int
+    heartbeat_s: int
+
+
+def gpu_agent_intervals(plan: ClusterPlan) -> AgentIntervals:
+    """The agent's passive interval and heartbeat as its config on each GPU pool sets them (the
+    rendered gpu-health.json), else as it defaults them (thresholds.toml [agent]): the longest."""
+    defaults_ = gpu_thresholds()["agent"]
+    configs = [gpu_health_config(pool) for pool in plan.gpu_pools]
+    return AgentIntervals(
+        passive_s=max(int(c.get("passiveIntervalSeconds", defaults_["passive_interval_s"])) for c in configs),
+        heartbeat_s=max(int(c.get("heartbeatSeconds", defaults_["heartbeat_s"])) for c in configs),
+    )
+
+
+def _gpu_agent_alerts(plan: ClusterPlan) -> tuple[Alert, ...]:
+    intervals = gpu_agent_intervals(plan)
+    stale = GPU_AGENT_STALE_INTERVALS * intervals.passive_s
+    report = GPU_AGENT_REPORT_HEARTBEATS * intervals.heartbeat_s
+    job = f'job="{JOB_GPU_HEALTH_AGENT}"'
+    passive = f'{GPU_AGENT}_last_check_timestamp_seconds{{{job},check="passive"}}'
+    first_start = f"max by (node, pool) ({GPU_AGENT}_first_start_timestamp_seconds{{{job}}})"
+    last_report = f"{GPU_AGENT}_last_report_timestamp_seconds{{{job}}}"
+    where = "The GPU health agent on {{ $labels.node }} (pool {{ $labels.pool }})"
+    return (
+        Alert("KilonodeGpuHealthAgentStale",
+              f"time() - max by (node, pool) ({passive}) > {stale}\n"
+              f"or max by (node, pool) ({GPU_AGENT}_state_readable{{{job}}}) == 0\n"
+              f"or (time() - {first_start} > {stale} unless on (node, pool) {passive})\n"
+              f"or (max by (node, pool) (up{{{job}}}) == 0\n"
+              f'    and on (node) max by (node) (kube_node_status_condition{{condition="Ready",status="true"}}) == 1)',
+              "5m", "warning",
+              f"{where} has not finished a passive check in {stale // 60} minutes ({GPU_AGENT_STALE_INTERVALS} "
+              "of its intervals), or cannot say: its record unreadable, or its metrics endpoint down on a Ready node",
+              "A GPU node's health agent has stopped checking",
+              "Until it checks again, a GPU fault on the node goes unseen and the node keeps taking work. On the "
+              "node: systemctl status kilonode-gpu-health (and kilonode-gpu-health-metrics.socket), journalctl -u "
+              "kilonode-gpu-health; a hung nvidia-smi points to the driver (drain the node).", "gpu-health-agent"),
+        Alert("KilonodeGpuHealthAgentCannotReport",
+              f"time() - max by (node, pool) ({last_report}) > {report}\n"
+              f"or (time() - {first_start} > {report} unless on (node, pool) {last_report})",
+              "10m", "warning",
+              f"{where} has not written its {protocol.CONDITION} condition in {report // 3600} hours "
+              f"({GPU_AGENT_REPORT_HEARTBEATS} heartbeats)",
+              "A GPU node's health agent cannot report",
+              "It checks but cannot tell the API: a fault it finds taints nothing. Look at its log for the API's "
+              "answer (kilonode_gpu_health_errors_total counts the failures): the kubelet's credentials, "
+              "NodeRestriction, the apiservers' reachability from the node.", "gpu-health-agent"),
+    )
+
+
+def _gpu_controller_alerts() -> tuple[Alert, ...]:
+    job = f'job="{JOB_GPU_HEALTH_CONTROLLER}"'
+    sync = f"{GPU_CONTROLLER}_last_sync_timestamp_seconds{{{job}}}"
+    minutes = GPU_CONTROLLER_STALE_S // 60
+    return (
+        Alert("KilonodeGpuHealthControllerStale",
+              f"time() - max by (host) ({sync}) > {GPU_CONTROLLER_STALE_S}\n"
+              f"or max by (host) ({GPU_CONTROLLER}_state_readable{{{job}}}) == 0\n"
+              f"or (time() - max by (host) ({GPU_CONTROLLER}_start_timestamp_seconds{{{job}}}) > "
+              f"{GPU_CONTROLLER_STALE_S} unless on (host) {sync})\n"
+              f"or max by (host) (up{{{job}}}) == 0",
+              "10m", "warning",
+              f"The GPU health taint controller on {{{{ $labels.host }}}} has not had a current view of the Nodes "
+              f"in {minutes} minutes, or cannot say (its record unreadable, its metrics endpoint down)",
+              "A GPU health taint controller has stopped syncing",
+              "The other apiservers' controllers still act; this one is stuck, failing or stopped. On the host: "
+              "systemctl status kilonode-gpu-health-controller, journalctl -u kilonode-gpu-health-controller "
+              "(its credentials, the local apiserver).", "gpu-health-controller"),
+        Alert("KilonodeGpuHealthControllerNotSyncing",
+              f"time() - max({sync}) > {GPU_CONTROLLER_STALE_S}\nor absent({sync})", "5m", "critical",
+              f"No apiserver's GPU health taint controller has had a current view of the Nodes in {minutes} minutes",
+              "No GPU health taint controller is working",
+              "Nothing turns GPU health into taints: new GPU nodes keep their startup taint (no capacity comes up) "
+              "and a GPU that fails keeps taking work. Check the controller on every apiserver VM (systemctl status "
+              "kilonode-gpu-health-controller), its kubeconfig's certificate (KilonodeCertificateExpiresSoon), and "
+              "that Prometheus reaches their metrics port.", "gpu-health-controller"),
+    )
+
+
+def gpu_health_groups(plan: ClusterPlan) -> list[Group]:
+    """The agent's and controller's alerts, where GPU pools run them."""
+    if not plan.gpu_pools:
+        return []
+    return [Group("kilonode-gpu-health", (*_gpu_agent_alerts(plan), *_gpu_controller_alerts()))]
+
+
 def rule_groups(plan: ClusterPlan) -> list[Group]:
     groups = [apiserver_group(), etcd_group(plan), certificates_group(), targets_group(), pod_traffic_group()]
     gpu = gpu_group(plan)
-    return groups + ([gpu] if gpu else [])
+    return groups + ([gpu] if gpu else []) + gpu_health_groups(plan)
 
 
 def alerts(plan: ClusterPlan) -> list[Alert]:
@@ -703,6 +818,7 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
         ),
     ]
     jobs.append(pod_traffic_scrape_job(node_interval))
+    jobs += gpu_health_scrape_jobs(plan, node_interval, control_interval)
     if plan.autoscaled_pools:
         jobs.append(Job(
             ("cluster-autoscaler: its pods in kube-system (label k8s-app, port `metrics`: --address, plain http).",
@@ -744,6 +860,45 @@ def pod_traffic_scrape_job(node_interval: str) -> Job:
             ],
         },
     )
+
+
+def gpu_health_scrape_jobs(plan: ClusterPlan, node_interval: str, control_interval: str) -> list[Job]:
+    """The GPU health agents (every GPU pool's nodes, by node discovery kept to those pools) and
+    the taint controllers (each apiserver VM's address): only where there are GPU pools."""
+    if not plan.gpu_pools:
+        return []
+    agent_port, controller_port = wellknown.GPU_HEALTH_AGENT_METRICS_PORT, wellknown.GPU_HEALTH_CONTROLLER_METRICS_PORT
+    return [
+        Job(
+            ("The GPU health agent on every node of the GPU pools (kilonode.render.gpu_metrics: a socket unit on",
+             f"port {agent_port}, plain http: check times, results, findings counts and active-check figures).",
+             f"Node discovery kept to those pools by their label; every {node_interval} like the other per-node jobs."),
+            {
+                "job_name": JOB_GPU_HEALTH_AGENT,
+                "scrape_interval": node_interval,
+                "scheme": "http",
+                "kubernetes_sd_configs": [{"role": "node"}],
+                "relabel_configs": [
+                    {"source_labels": ["__meta_kubernetes_node_label_kilonode_io_pool"],
+                     "regex": _pool_regex(plan), "action": "keep"},
+                    {"source_labels": ["__meta_kubernetes_node_address_InternalIP"], "regex": "(.+)",
+                     "target_label": "__address__", "replacement": f"$1:{agent_port}"},
+                    *_node_labels(),
+                ],
+            },
+        ),
+        Job(
+            ("The GPU health taint controller on every apiserver VM (kilonode.render.gpu_metrics: a socket unit on",
+             f"the host's address, port {controller_port}, plain http: sync times and counts), labelled host."),
+            {
+                "job_name": JOB_GPU_HEALTH_CONTROLLER,
+                "scrape_interval": control_interval,
+                "scheme": "http",
+                "static_configs": [{"targets": [f"{i.ip}:{controller_port}"], "labels": {"host": i.name}}
+                                   for i in plan.control_plane.instances],
+            },
+        ),
+    ]
 
 
 def scrape_config(plan: ClusterPlan) -> str:

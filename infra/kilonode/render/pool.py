@@ -10,7 +10,7 @@ import tomli_w
 
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
-from kilonode.render import cni, metadata_block, pod_traffic
+from kilonode.render import cni, gpu_metrics, metadata_block, pod_traffic
 from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
 from kilonode.render.common import GENERATED, EndsInVariable, Flag, render_template, systemd_exec, to_json
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -123,9 +123,9 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
     units = [runtime_unit(pool), "kilonode-preload-images.service", metadata_block.UNIT_NAME,
              *pod_traffic.UNIT_NAMES, "kubelet.service"]
     if pool.gpus_per_node:
-        # the unit is in the GPU image (node-image/gpu/rootfs); its config is per pool
-        files[GPU_HEALTH_CONFIG] = RenderedFile(to_json(gpu_health_config(pool)))
-        units.append(GPU_HEALTH_UNIT)
+        agent_files, agent_units = gpu_health_files(pool)
+        files |= agent_files
+        units += agent_units
     if pool.nccl_topology:
         files[wellknown.NCCL_CONF.lstrip("/")] = RenderedFile(nccl_conf(pool.nccl_topology))
     if pool.infiniband:
@@ -173,6 +173,13 @@ def local_disk_config(pool: NodePoolPlan) -> dict[str, Any]:
         # NVMe controllers probe asynchronously after boot; past this the node refuses
         "diskWaitSeconds": LOCAL_DISK_WAIT_S,
     }
+
+
+def gpu_health_files(pool: NodePoolPlan) -> tuple[HostFiles, list[str]]:
+    """A GPU pool's files and units of the GPU health agent: its config (the unit is in the GPU
+    image, node-image/gpu/rootfs), and the socket that answers Prometheus for it."""
+    files = {GPU_HEALTH_CONFIG: RenderedFile(to_json(gpu_health_config(pool))), **gpu_metrics.agent_metrics_files()}
+    return files, [GPU_HEALTH_UNIT, *gpu_metrics.AGENT_UNITS]
 
 
 def gpu_health_config(pool: NodePoolPlan) -> dict[str, Any]:

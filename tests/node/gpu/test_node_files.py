@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kilonode.node.gpu import agent, protocol
+from kilonode.node.gpu import agent, metrics, protocol
 from kilonode.node.ship import GPU_HEALTH
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, wellknown
-from kilonode.render import USER_DATA
+from kilonode.render import USER_DATA, gpu_metrics
 from kilonode.render.pool import GPU_HEALTH_CONFIG, KUBELET_CONFIG, render_pool
 from tests.render.consumers import systemd_verify
 
@@ -44,7 +44,11 @@ def test_systemd_accepts_the_agents_unit_and_it_runs_the_agent_as_specified(tmp_
     assert service["Restart"] == "on-failure" and int(unit["StartLimitBurst"]) > 0
     # its per-boot state: /run (tmpfs), kept across restarts of the agent
     assert service["RuntimeDirectory"] == "kilonode/gpu-health" and service["RuntimeDirectoryPreserve"] == "yes"
-    assert '"/run/kilonode/gpu-health"' in Path(agent.__file__).read_text(), "the agent's default stateDir"
+    # the agent's default stateDir is that directory, and its metrics record is there
+    config = tmp_path / "gpu-health.json"
+    config.write_text(json.dumps({"expectGpus": 8, "kubeconfig": wellknown.KUBELET_KUBECONFIG}))
+    assert agent.load_config(config).state_dir == Path("/run/kilonode/gpu-health") == Path(metrics.AGENT_STATE_DIR)
+    assert f"/run/{service['RuntimeDirectory']}/{metrics.METRICS_FILE}" == metrics.AGENT_RECORD
     # hardening that leaves the GPUs reachable: /dev/nvidia* device nodes, nvidia-uvm loading
     # (systemd.exec(5): ProtectClock implies DeviceAllow=char-rtc r, and any DeviceAllow turns
     # the default DevicePolicy=auto into an allow-list; ProtectKernelLogs hides /dev/kmsg)
@@ -78,11 +82,15 @@ def test_gpu_pools_get_the_agent_its_config_and_the_startup_taint(plans: dict[st
             in kubelet["registerWithTaints"]
         runcmd = yaml.safe_load(files[USER_DATA].content)["runcmd"]
         enable = next(c for c in runcmd if c[:3] == ["systemctl", "enable", "--now"] and "kubelet.service" in c)
-        assert enable[-1] == "kilonode-gpu-health.service" and enable.index("kubelet.service") < len(enable) - 1
+        # the agent after the kubelet, then the socket that answers for it
+        assert enable[-2:] == ["kilonode-gpu-health.service", gpu_metrics.AGENT_SOCKET]
+        assert enable.index("kubelet.service") < len(enable) - 2
+        assert set(gpu_metrics.agent_metrics_files()) <= set(files)
     for pool in cpu:
         files = render_pool(plan, pool)
         assert GPU_HEALTH_CONFIG not in files and startup not in pool.taints
-        assert "kilonode-gpu-health.service" not in files[USER_DATA].content
+        assert "kilonode-gpu-health" not in files[USER_DATA].content
+        assert not set(gpu_metrics.agent_metrics_files()) & set(files)
     if stack == "research-2500":
         assert [p.name for p in gpu] == ["nc-a100"]
         assert json.loads(render_pool(plan, gpu[0])[GPU_HEALTH_CONFIG].content)["gpuModel"] == "NVIDIA A100 80GB PCIe"

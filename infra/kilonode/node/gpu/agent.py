@@ -11,9 +11,12 @@ passive_interval_s, and every active_interval_s an idle re-check when no pod on 
 requests nvidia.com/gpu and no process uses a GPU: it asks for the GPUs (Unknown/
 ActiveCheckRequested), waits for the controller's check-running taint, makes sure no GPU
 pod arrived, runs, reports. Sticky per boot: once False, never True again in this boot (the
-state in /run, tmpfs, records the boot). `--dry-run` prints the bodies it would send and
-changes nothing; `--from DIR` reads recorded outputs (the `kilonode gpu-health` layout)
-instead of running the tools. Exit (with --once): 0 reported True, 1 False, 2 unusable.
+state in /run, tmpfs, records the boot). Beside that state it keeps a record of its work for
+Prometheus (kilonode.gpu.metrics: when each kind of check last ran and what it found, the
+condition, the active check's figures, the last write to the API). `--dry-run` prints the
+bodies it would send and changes nothing; `--from DIR` reads recorded outputs (the `kilonode
+gpu-health` layout) instead of running the tools. Exit (with --once): 0 reported True, 1
+False, 2 unusable.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 from . import nvml
 from . import protocol as p
+from .metrics import ACTIVE, AGENT_STATE_DIR, METRICS_FILE, PASSIVE, AgentRecord, Figures
 from .readings import BURN_JSON, KERNEL_LOG, NVML_JSON, SMI_XML, NodeReadings, UnusableInput, read_dir
 from .rules import Finding, evaluate, thresholds
 
@@ -44,6 +48,9 @@ RETRY_S = 30  # after a failed API call or tool run: the kubelet's TLS bootstrap
 POLL_S = 5  # how often the agent reads its Node while waiting for the check-running taint
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED = "active-check-shared"  # the finding of an active check a GPU pod or process shared
+# The active check's own findings are named so (rules.burn_findings, and active-check-error and
+# SHARED here); every other finding is of the passive readings.
+ACTIVE_RULES = "active-"
 
 
 class ConfigError(ValueError):
@@ -102,7 +109,7 @@ def load_config(path: Path) -> AgentConfig:
         active_interval_s=positive("activeIntervalSeconds", defaults.get("active_interval_s")),
         taint_wait_s=positive("taintWaitSeconds", defaults.get("taint_wait_s")),
         heartbeat_s=positive("heartbeatSeconds", defaults.get("heartbeat_s")),
-        state_dir=Path(text("stateDir", False) or "/run/kilonode/gpu-health"),
+        state_dir=Path(text("stateDir", False) or AGENT_STATE_DIR),
     )
 
 
@@ -208,6 +215,31 @@ def _report(state: State, status: str, reason: str, message: str, at: str, node_
                               reason="GPUUnhealthy" if status == "False" else "GPUHealthy",
                               message=message, action="Check", controller=AGENT, instance=node_name)
     return Report(condition, record, new, faults, changed)
+
+
+def check_results(findings: list[Finding], active_ran: bool, unusable: str | None) -> dict[str, str]:
+    """Each kind of check's result, for the metrics record: the passive readings fail on a
+    tainting finding of theirs; the active check (when it was asked for and the GPUs could be
+    queried at all) on a tainting finding of its own, unless it could not run or was voided."""
+    passive = [f for f in findings if not f.check.startswith(ACTIVE_RULES)]
+    results = {PASSIVE: "failed" if any(f.taints for f in passive) else "passed"}
+    if active_ran:
+        own = [f for f in findings if f.check.startswith(ACTIVE_RULES)]
+        results[ACTIVE] = ("unusable" if unusable else "shared" if any(f.check == SHARED for f in own)
+                           else "failed" if any(f.taints for f in own) else "passed")
+    return results
+
+
+def burn_figures(burn: dict[str, Any] | None) -> list[Figures]:
+    """Per GPU, the figures the rules judged (burn.json: one run, or one per GPU under "gpus")."""
+    def number(x: Any) -> float | None:
+        return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+    runs = (burn or {}).get("gpus") or ([burn] if burn else [])
+    return [Figures(str(run.get("index", i)), number((run.get("gemm_bf16_8192") or {}).get("tflops_median")),
+                    number(run.get("gemm_bf16_max_rel_error_vs_fp64")),
+                    number(run.get("d2d_copy_TBps_read_plus_write")))
+            for i, run in enumerate(runs) if isinstance(run, dict)]
 
 
 def status_patch(condition: dict[str, Any]) -> dict[str, Any]:
@@ -331,6 +363,9 @@ class Agent:
         self.node_name = config.node_name or socket.gethostname().strip().lower()
         boot = BOOT_ID.read_text().strip() if BOOT_ID.exists() else "unknown"
         self.state = State(boot) if dry_run else State.load(config.state_dir, boot)
+        # what it did, for Prometheus (kilonode.gpu.metrics); none in a dry run
+        self.record = None if dry_run else AgentRecord.begin(config.state_dir / METRICS_FILE, boot, time.time(),
+                                                             config.expect_gpus)
         self.client: Any = None
 
     def api(self) -> Any:
@@ -340,13 +375,41 @@ class Agent:
             self.client = Client(load_kubeconfig(self.config.kubeconfig))
         return self.client
 
+    def save_record(self) -> None:
+        """The metrics record; a failure to write it is said, and changes nothing else."""
+        if self.record is None:
+            return
+        try:
+            self.record.save(self.config.state_dir / METRICS_FILE)
+        except OSError as error:
+            print(f"the metrics record cannot be written: {error}", file=sys.stderr)
+
+    def observe(self, active: bool, readings: NodeReadings | None, findings: list[Finding],
+                unusable: str | None) -> None:
+        if self.record is None:
+            return
+        at = time.time()
+        for kind, result in check_results(findings, active and readings is not None, unusable).items():
+            self.record.note_check(kind, at, result)
+        self.record.note_findings((f.check, f.taints) for f in findings)
+        if readings is None:
+            self.record.gpus = None  # nvidia-smi could not say
+        else:
+            self.record.gpus, self.record.driver = len(readings.gpus), readings.driver
+            self.record.model = ", ".join(sorted({g.name for g in readings.gpus})) or None
+            self.record.figures = burn_figures(readings.burn)
+        self.save_record()
+
     def send(self, report: Report) -> None:
         patch = status_patch(report.condition)
+        if self.record is not None:
+            self.record.condition = report.condition["status"]
         if not self.dry_run and not report.changed and time.time() - self.state.last_sent < self.config.heartbeat_s:
             # nothing changed: no write (each Node write is a watch event for every Node
             # watcher in the cluster); a heartbeat now and then says the agent still runs
             self.state = report.state
             self.state.save(self.config.state_dir)
+            self.save_record()
             return
         if self.dry_run:
             print(json.dumps({"patch": f"/api/v1/nodes/{self.node_name}/status",
@@ -360,9 +423,12 @@ class Agent:
                 report.event["involvedObject"]["uid"] = node.get("metadata", {}).get("uid", self.node_name)
                 self.api().create_event(report.event)
             report.state.last_sent = time.time()
+            if self.record is not None:
+                self.record.last_report = report.state.last_sent
         self.state = report.state
         if not self.dry_run:
             self.state.save(self.config.state_dir)
+            self.save_record()
         for fault in report.faults:
             print(f"FAULT {fault.line()}", file=sys.stderr)
 
@@ -384,6 +450,7 @@ class Agent:
         readings, findings, unusable = check(self.config, work, active, self.recorded, guard)
         if active and not any(f.check == SHARED for f in findings):
             self.state.last_active = time.time()  # a shared run does not count: the re-check stays due
+        self.observe(active, readings, findings, unusable)
         if unusable and not any(f.taints for f in findings):
             # not a pass and not a GPU fault: the node stays pending (no True)
             print(f"active check unusable: {unusable}", file=sys.stderr)
@@ -446,6 +513,7 @@ class Agent:
         from .kubeapi import ApiError, KubeconfigError
 
         started = False
+        self.save_record()  # readable from the start: the first check takes minutes
         while True:
             try:
                 if not started:
@@ -458,6 +526,9 @@ class Agent:
                         self.full_check(active=False)
             except (ApiError, KubeconfigError, OSError, subprocess.TimeoutExpired) as error:
                 print(f"error: {error}; trying again in {RETRY_S} s", file=sys.stderr)
+                if self.record is not None:
+                    self.record.errors += 1
+                    self.save_record()
                 time.sleep(RETRY_S)
                 continue
             time.sleep(self.config.passive_interval_s)

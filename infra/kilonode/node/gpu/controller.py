@@ -26,6 +26,9 @@ The rules (kilonode.gpu.protocol names the keys):
   halts it), and an unready node without work would otherwise be deleted after 20 minutes,
   the evidence with it. The hold goes when the fault taint goes (a reboot whose checks passed,
   or a person), and only if the controller set it.
+
+With --metrics-file it keeps a record of its work for Prometheus (kilonode.gpu.metrics): when it
+last had a current view of the Nodes, what it wrote, the conflicts and errors it met.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import protocol as p
+from .metrics import ControllerRecord
 
 CONTROLLER = "kilonode.io/gpu-health-controller"
 # Bounds: retries of one Node's write on 409 Conflict; a watch's length (the server ends it);
@@ -144,11 +148,14 @@ def _hold_while_faulty(taints: list[dict[str, Any]], annotations: dict[str, str]
 
 # --- the loop (needs an apiserver) ----------------------------------------------------------
 
-def reconcile(client: Any, node: dict[str, Any], instance: str, log: Any = print) -> None:
-    """decide + PUT, reading again on 409 Conflict, at most CONFLICT_RETRIES times."""
+def reconcile(client: Any, node: dict[str, Any], instance: str, log: Any = print,
+              record: ControllerRecord | None = None) -> None:
+    """decide + PUT, reading again on 409 Conflict, at most CONFLICT_RETRIES times; `record`
+    counts the writes, their taints, the conflicts and the give-ups."""
     from .kubeapi import ApiError
 
     name = node["metadata"]["name"]
+    record = record if record is not None else ControllerRecord(time.time())  # counted nowhere
     for _ in range(CONFLICT_RETRIES):
         decision = decide(node, instance)
         if decision.node is None:
@@ -157,30 +164,62 @@ def reconcile(client: Any, node: dict[str, Any], instance: str, log: Any = print
             client.replace_node(decision.node)
         except ApiError as error:
             if error.status == 409:
+                record.conflicts += 1
                 node = client.get_node(name)
                 continue
             raise
+        record.note_write(node, decision.node)
         for event in decision.events:
             log(f"{name}: {event['message'].splitlines()[0]}")
             try:
                 client.create_event(event)
             except ApiError as error:
+                record.event_errors += 1
                 log(f"{name}: could not record the Event: {error}")
         return
+    record.gave_up += 1
     log(f"{name}: gave up after {CONFLICT_RETRIES} conflicting writes; the next resync tries again")
 
 
-def run(client: Any, instance: str, log: Any = print) -> None:
+class Recorder:
+    """The controller's record and where it goes (None: kept in memory only). Writing it never
+    stops the controller: a failure is logged once and tried again at the next save."""
+
+    def __init__(self, path: Path | None, log: Any) -> None:
+        self.record = ControllerRecord(time.time())
+        self.path, self.log, self.failed = path, log, False
+
+    def save(self, force: bool = False) -> None:
+        if self.path is None:
+            return
+        try:
+            self.record.save(self.path, time.time(), force)
+            self.failed = False
+        except OSError as error:
+            if not self.failed:
+                self.log(f"the metrics record cannot be written: {error}")
+            self.failed = True
+
+
+def run(client: Any, instance: str, log: Any = print, recorder: Recorder | None = None) -> None:
     """List, reconcile each, watch from the list's resourceVersion; list again every RESYNC_S
     or when the watch breaks. Exits (for systemd to restart) after FAILED_RECONNECTS_MAX
-    failures in a row."""
+    failures in a row. A list reconciled, and a watch the apiserver ends normally, are each a
+    current view of every Node: the record's last sync."""
     failures = 0
+    recorder = recorder or Recorder(None, log)
+    record = recorder.record
+    recorder.save(force=True)
     while True:
         try:
             listing = client.list_nodes()
-            for node in listing.get("items", []):
-                reconcile(client, node, instance, log)
+            items = listing.get("items", [])
+            for node in items:
+                reconcile(client, node, instance, log, record)
+                recorder.save()
             version = listing["metadata"]["resourceVersion"]
+            record.note_list(items, time.time())
+            recorder.save(force=True)
             started = time.monotonic()
             while time.monotonic() - started < RESYNC_S:
                 for event in client.watch("/api/v1/nodes", version, WATCH_TIMEOUT_S):
@@ -189,10 +228,15 @@ def run(client: Any, instance: str, log: Any = print) -> None:
                         raise RuntimeError(f"watch error: {obj.get('message', obj)}")
                     version = obj.get("metadata", {}).get("resourceVersion", version)
                     if kind in ("ADDED", "MODIFIED"):
-                        reconcile(client, obj, instance, log)
+                        reconcile(client, obj, instance, log, record)
+                        recorder.save()
+                record.last_sync = time.time()  # the apiserver ended the watch: nothing was missed
+                recorder.save(force=True)
             failures = 0
         except Exception as error:  # any failure: log, pause, list again (bounded)
             failures += 1
+            record.errors += 1
+            recorder.save(force=True)
             log(f"error ({failures}/{FAILED_RECONNECTS_MAX}): {error}")
             if failures >= FAILED_RECONNECTS_MAX:
                 raise SystemExit(1) from error
@@ -204,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path)
     parser.add_argument("--decide", type=Path, metavar="NODE_JSON",
                         help="print the decision for one Node object (JSON) and exit; changes nothing")
+    parser.add_argument("--metrics-file", type=Path, metavar="FILE",
+                        help="keep a record of the controller's work there, for Prometheus (kilonode.gpu.metrics)")
     args = parser.parse_args(argv)
     import socket
 
@@ -221,7 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     except KubeconfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    run(client, instance, lambda line: print(line, flush=True))
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    run(client, instance, log, Recorder(args.metrics_file, log))
     return 0
 
 

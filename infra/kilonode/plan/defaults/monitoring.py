@@ -37,6 +37,17 @@ PROMETHEUS_KSM_SERIES_PER_POD = 25
 # readable, endpoints skipped, addresses). Exact, from the program's own output.
 PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD = 4
 PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE = 3
+# The GPU health agent (kilonode.gpu.metrics), on GPU nodes only: per node its fixed series (record
+# readable, first start, two check times, six check results, three condition statuses, GPUs seen
+# and expected, driver info, last report, errors: exact, from the program's own output with both
+# checks done) and three active-check figures per GPU (exact); its findings are one series per
+# rule seen in the last check, which on a healthy node is none or a recorded-only one or two (an
+# idle PCIe link, an application's Xid): an estimate.
+PROMETHEUS_GPU_AGENT_SERIES_PER_NODE = 18
+PROMETHEUS_GPU_AGENT_SERIES_PER_GPU = 3
+PROMETHEUS_GPU_AGENT_FINDING_SERIES = 2
+# The GPU health taint controller on one apiserver VM (kilonode.gpu.metrics): exact.
+PROMETHEUS_SERIES_PER_GPU_HEALTH_CONTROLLER = 17
 # One apiserver once APISERVER_DROPPED is dropped: apiserver_request_total (verb x resource x code),
 # the request SLI histogram kept for the latency objective (resource x verb x scope x ~20 buckets),
 # APF, admission and storage series: tens of thousands at a cluster with many resource types.

@@ -53,13 +53,28 @@ def _nodes(pool: NodePoolPlan) -> int:
     return pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes
 
 
+def gpu_agent_series(pool: NodePoolPlan) -> int:
+    """The GPU health agent's series on one node of `pool`: none where the pool has no GPUs."""
+    if not pool.gpus_per_node:
+        return 0
+    return (defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_NODE + defaults.PROMETHEUS_GPU_AGENT_FINDING_SERIES
+            + defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_GPU * pool.gpus_per_node)
+
+
 def per_node_series(pool: NodePoolPlan) -> int:
-    """kubelet + cAdvisor + kube-state-metrics' share + per-pod traffic for one node of `pool`."""
+    """kubelet + cAdvisor + kube-state-metrics' share + per-pod traffic (+ the GPU health agent on
+    a GPU pool) for one node of `pool`."""
     return (defaults.PROMETHEUS_SERIES_PER_KUBELET
             + defaults.PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER * pool.max_pods
             + defaults.PROMETHEUS_KSM_SERIES_PER_NODE + defaults.PROMETHEUS_KSM_SERIES_PER_POD * pool.max_pods
             + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE
-            + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * pool.max_pods)
+            + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * pool.max_pods
+            + gpu_agent_series(pool))
+
+
+def _gpu_agent_words(pool: NodePoolPlan) -> str:
+    gpus = pool.gpus_per_node
+    return f", GPU health agent of {gpus} GPU{'s' if gpus > 1 else ''}" if gpus else ""
 
 
 def per_node_interval(node_series: int) -> int:
@@ -76,7 +91,7 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
     per_node = per_node_interval(node_series)
     cp = defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S
     terms = [SeriesTerm(what=f"nodes of {p.name} (kubelet, cAdvisor x {p.max_pods} containers, kube-state-metrics, "
-                             "pod traffic)",
+                             f"pod traffic{_gpu_agent_words(p)})",
                         targets=_nodes(p), per_target=per_node_series(p), interval_s=per_node) for p in pools]
     members = sum(len(c.members) for c in etcd)
     terms += [
@@ -89,6 +104,10 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
         SeriesTerm(what="Prometheus itself and the recording rules", targets=1,
                    per_target=defaults.PROMETHEUS_SERIES_SELF, interval_s=cp),
     ]
+    if any(p.gpus_per_node for p in pools):
+        # the taint controller runs on every apiserver VM where there are GPU pools
+        terms.append(SeriesTerm(what="GPU health taint controllers (one per apiserver)", targets=len(control.instances),
+                                per_target=defaults.PROMETHEUS_SERIES_PER_GPU_HEALTH_CONTROLLER, interval_s=cp))
     if autoscaler_replicas:
         terms.append(SeriesTerm(what="cluster-autoscaler replicas", targets=autoscaler_replicas,
                                 per_target=defaults.PROMETHEUS_SERIES_PER_AUTOSCALER, interval_s=cp))
