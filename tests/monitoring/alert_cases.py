@@ -544,6 +544,79 @@ def every_target_up(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
     return series, [("20m", "KilonodeScrapeTargetDown", [])]
 
 
+# --- kube-scheduler and kube-controller-manager ----------------------------------------------------------
+CONTROLLERS = {
+    "scheduler": (monitoring.JOB_SCHEDULER, monitoring.SCHEDULER_LEASE, wellknown.SCHEDULER_PORT,
+                  "KilonodeSchedulerNoLeader"),
+    "controller-manager": (monitoring.JOB_CONTROLLER_MANAGER, monitoring.CONTROLLER_MANAGER_LEASE,
+                           wellknown.CONTROLLER_MANAGER_PORT, "KilonodeControllerManagerNoLeader"),
+}
+
+
+def controller_targets(plan: ClusterPlan, which: str) -> list[dict[str, str]]:
+    job, _, port, _ = CONTROLLERS[which]
+    return [{"job": job, "instance": f"{i.ip}:{port}"} for i in plan.control_plane.instances]
+
+
+def controller_series(plan: ClusterPlan, which: str, up: str, leading: dict[int, str]) -> list[Series]:
+    """Every apiserver VM's `which` at `up`; leader_election_master_status for its lease 0 on every
+    target, except the values `leading` gives by target index (an empty string: no such series)."""
+    _, lease, _, _ = CONTROLLERS[which]
+    series = []
+    for index, target in enumerate(controller_targets(plan, which)):
+        series.append((selector("up", target), up))
+        status = leading.get(index, "0x30")
+        if status:
+            series.append((selector("leader_election_master_status", {**target, "name": lease}), status))
+    return series
+
+
+@case(stack="research-7500")
+def the_leases_change_hands(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # apiserver-0's scheduler and controller manager lead for 10 minutes, then stop (a `pulumi up`
+    # replaces the VM); apiserver-1's take over one scrape later: a hand-over, no alert
+    series = [*controller_series(plan, "scheduler", "1x30", {0: "1x9 0x20", 1: "0x10 1x19"}),
+              *controller_series(plan, "controller-manager", "1x30", {0: "1x9 0x20", 1: "0x10 1x19"})]
+    return series, [("20m", "KilonodeSchedulerNoLeader", []), ("20m", "KilonodeControllerManagerNoLeader", []),
+                    ("20m", "KilonodeScrapeTargetDown", [])]
+
+
+@case(stack="research-7500")
+def every_scheduler_up_and_none_leading(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # all five answer, none holds the lease (they cannot renew it): nothing schedules
+    series = [*controller_series(plan, "scheduler", "1x30", {}),
+              *controller_series(plan, "controller-manager", "1x30", {2: "1x30"})]
+    fires = [expected(plan, "KilonodeSchedulerNoLeader", {"severity": "critical"})]
+    return series, [("10m", "KilonodeSchedulerNoLeader", fires), ("3m", "KilonodeSchedulerNoLeader", []),
+                    ("10m", "KilonodeControllerManagerNoLeader", [])]
+
+
+@case(stack="research-7500")
+def every_controller_manager_unreachable(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # Prometheus reaches none of them (the processes down, or the security group closed): no
+    # leader series at all; each target is down as well
+    none = dict.fromkeys(range(len(plan.control_plane.instances)), "")
+    series = [*controller_series(plan, "controller-manager", "0x30", none),
+              *controller_series(plan, "scheduler", "1x30", {4: "1x30"})]
+    down = [expected(plan, "KilonodeScrapeTargetDown", {"severity": "warning", **target})
+            for target in controller_targets(plan, "controller-manager")]
+    return series, [
+        ("10m", "KilonodeControllerManagerNoLeader",
+         [expected(plan, "KilonodeControllerManagerNoLeader", {"severity": "critical"})]),
+        ("10m", "KilonodeSchedulerNoLeader", []),
+        ("15m", "KilonodeScrapeTargetDown", down),
+    ]
+
+
+@case()
+def a_prometheus_that_does_not_scrape_the_controllers(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # the rule file loaded by a Prometheus without these jobs (a user's own): no target, no alert
+    apiserver = {"job": monitoring.JOB_APISERVER,
+                 "instance": f"{plan.control_plane.instances[0].ip}:{wellknown.APISERVER_PORT}"}
+    return [(selector("up", apiserver), "1x30")], [("20m", "KilonodeSchedulerNoLeader", []),
+                                                   ("20m", "KilonodeControllerManagerNoLeader", [])]
+
+
 # --- certificates --------------------------------------------------------------------------------------
 def cert_series(host: str, path: str, days_left_at_2h: float) -> Series:
     # promtool's clock starts at 0: time() at eval time 2h is 7200
