@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
+from kilonode.azure import network
 from kilonode.azure.graph import Graph
-from kilonode.plan import ClusterPlan
+from kilonode.plan import ClusterPlan, wellknown
 from tests.azure.conftest import (
     LB,
     NIC,
@@ -111,6 +112,40 @@ def test_apiserver_port_is_open_to_the_vnet_the_probe_and_configured_cidrs_only(
     exposed = {s for r in nsg_rules_for(exposed_graph, "control-plane")
                if r["access"] == "Allow" and covers_port(r, 6443) for s in sources(r)}
     assert exposed == {"10.0.0.0/16", "AzureLoadBalancer", "198.51.100.0/24", "192.0.2.0/24"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_schedulers_and_controller_managers_ports_admit_the_prometheus_pool_alone(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    plan = plans[stack]
+    assert plan.prometheus is not None
+    [monitoring] = [str(p.subnet) for p in plan.node_pools if p.name == plan.prometheus.pool]
+    rules = nsg_rules_for(graphs[stack], "control-plane")
+    for port in (wellknown.SCHEDULER_PORT, wellknown.CONTROLLER_MANAGER_PORT):
+        admitting = [r for r in rules if r["access"] == "Allow" and covers_port(r, port)]
+        # the one rule, from the Prometheus pool's subnet: no other pool, not the VNet
+        assert [r["name"] for r in admitting] == [network.CONTROLLER_METRICS_RULE], (stack, port)
+        assert {s for r in admitting for s in sources(r)} == {monitoring}, (stack, port)
+    [rule] = [r for r in rules if r["name"] == network.CONTROLLER_METRICS_RULE]
+    # exactly the two ports (not the range between them), TCP, to the control-plane subnet, before the deny-all
+    assert rule["destinationPortRanges"] == ["10257", "10259"] and "destinationPortRange" not in rule
+    assert rule["protocol"] == "Tcp" and rule["destinationAddressPrefix"] == str(plan.network.control_plane_subnet)
+    assert not covers_port(rule, 10258)
+    # the rules that were there keep their names and priorities (a renamed rule is replaced in Azure)
+    assert [(r["name"], r["priority"]) for r in rules] == [
+        ("allow-apiserver-from-vnet", 100), ("allow-apiserver-probe", 110), ("allow-apiserver-from-deployer", 115),
+        ("allow-cert-metrics-from-pools", 130), (network.CONTROLLER_METRICS_RULE, 140),
+        *([(network.GPU_HEALTH_CONTROLLER_RULE, network.GPU_HEALTH_CONTROLLER_RULE_PRIORITY)]
+          if plan.gpu_pools else []),
+        ("deny-all-inbound", 4096)]
+
+
+def test_without_a_prometheus_nothing_is_admitted_to_the_controllers_ports(plans: dict[str, ClusterPlan]) -> None:
+    plan = plans["research-7500"].model_copy(update={"prometheus": None})
+    rules = network._nsg_rules(plan)["control-plane"]
+    assert network.CONTROLLER_METRICS_RULE not in [r.name for r in rules]
+    assert not [r for r in rules if r.access == "Allow" and r.destination_port_ranges]
 
 
 def ssh_rules(graph: Graph) -> dict[str, list[dict[str, Any]]]:

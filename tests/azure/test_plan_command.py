@@ -59,8 +59,8 @@ def test_the_plan_of_research_7500_meets_the_issues_done_when(graph_7500: Graph)
     control = {"10.0.0.0/24", "10.0.1.0/24"}
     for nsg in of("azure-native:network:NetworkSecurityGroup"):
         for rule in nsg["inputs"]["securityRules"]:
-            port = rule["destinationPortRange"]
-            if rule["access"] == "Allow" and port in {"2379", "2380"}:
+            ports = {rule.get("destinationPortRange"), *(rule.get("destinationPortRanges") or [])}
+            if rule["access"] == "Allow" and ports & {"2379", "2380"}:
                 assert set(rule["sourceAddressPrefixes"]) <= control
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import email
 from email.message import Message
+from pathlib import Path
 
 import pytest
 
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
+from kilonode.local import pki as local_pki
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.plan import wellknown as pki
+from kilonode.plan.encryption import KEY_BYTES, encryption_configuration
+from kilonode.plan.pki import pki_layout
 from kilonode.render import USER_DATA
 from tests import shared
 from tests.azure.conftest import VM, VMSS
@@ -124,3 +129,35 @@ def test_composed_custom_data_is_deterministic_and_refuses_the_boundary() -> Non
 def test_custom_data_above_azures_limit_is_refused() -> None:
     with pytest.raises(ValueError, match="above Azure's 65535"):
         custom_data.encode("#cloud-config\n" + "x" * 60000, "etcd-main-0")
+
+
+def real_custom_data(stack: str, plan: ClusterPlan, host: str, state: Path,
+                     extra: list[custom_data.FileEntry]) -> str:
+    """`host`'s custom data as Azure receives it, but with real certificates and keys (the local
+    issuer's, built as pulumi-tls builds them: the same algorithms, extensions and so about the
+    same PEM sizes) where the mock engine has placeholders."""
+    where = local_pki.LocalPki(state)
+    files = [(f.path, where.host_file(host, f.path).read_text(), f.mode, f.owner)
+             for f in pki_layout(plan).hosts[host]]
+    return custom_data.encode(custom_data.compose_mime(shared.rendered(stack)[host][USER_DATA].content,
+                                                       [*files, *extra]), host)
+
+
+@pytest.mark.parametrize("stack", shared.SHIPPED_STACKS)
+def test_every_apiservers_custom_data_with_real_certificates_stays_within_azures_limit(
+    plans: dict[str, ClusterPlan], stack: str, tmp_path: Path
+) -> None:
+    """The mock engine's placeholders are a few bytes; real PEMs are not. Each apiserver carries its
+    rendered user-data, 13 to 15 certificate, key and kubeconfig files (the scheduler's and controller
+    manager's serving pairs among them) and the encryption key's file: measured at 57.5 KB of
+    65,535 base64 bytes at research-7500 (was 53.7 KB before the two serving pairs)."""
+    plan = plans[stack]
+    local_pki.issue_plan(plan, tmp_path)
+    key = (pki.ENCRYPTION_CONFIG, encryption_configuration(base64.b64encode(bytes(KEY_BYTES)).decode()),
+           custom_data.KEY_MODE, custom_data.ROOT)
+    for instance in plan.control_plane.instances:
+        encoded = real_custom_data(stack, plan, instance.name, tmp_path, [key])  # encode refuses above the limit
+        assert len(encoded) <= custom_data.AZURE_CUSTOM_DATA_MAX_BYTES, instance.name
+        written = files_of(parts(encoded)[1])
+        assert {pki.SCHEDULER_SERVING_CERT, pki.CONTROLLER_MANAGER_SERVING_KEY, pki.ENCRYPTION_CONFIG} <= set(written)
+        assert "BEGIN CERTIFICATE" in str(written[pki.SCHEDULER_SERVING_CERT]["content"])

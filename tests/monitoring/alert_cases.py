@@ -544,6 +544,79 @@ def every_target_up(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
     return series, [("20m", "KilonodeScrapeTargetDown", [])]
 
 
+# --- kube-scheduler and kube-controller-manager ----------------------------------------------------------
+CONTROLLERS = {
+    "scheduler": (monitoring.JOB_SCHEDULER, monitoring.SCHEDULER_LEASE, wellknown.SCHEDULER_PORT,
+                  "KilonodeSchedulerNoLeader"),
+    "controller-manager": (monitoring.JOB_CONTROLLER_MANAGER, monitoring.CONTROLLER_MANAGER_LEASE,
+                           wellknown.CONTROLLER_MANAGER_PORT, "KilonodeControllerManagerNoLeader"),
+}
+
+
+def controller_targets(plan: ClusterPlan, which: str) -> list[dict[str, str]]:
+    job, _, port, _ = CONTROLLERS[which]
+    return [{"job": job, "instance": f"{i.ip}:{port}"} for i in plan.control_plane.instances]
+
+
+def controller_series(plan: ClusterPlan, which: str, up: str, leading: dict[int, str]) -> list[Series]:
+    """Every apiserver VM's `which` at `up`; leader_election_master_status for its lease 0 on every
+    target, except the values `leading` gives by target index (an empty string: no such series)."""
+    _, lease, _, _ = CONTROLLERS[which]
+    series = []
+    for index, target in enumerate(controller_targets(plan, which)):
+        series.append((selector("up", target), up))
+        status = leading.get(index, "0x30")
+        if status:
+            series.append((selector("leader_election_master_status", {**target, "name": lease}), status))
+    return series
+
+
+@case(stack="research-7500")
+def the_leases_change_hands(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # apiserver-0's scheduler and controller manager lead for 10 minutes, then stop (a `pulumi up`
+    # replaces the VM); apiserver-1's take over one scrape later: a hand-over, no alert
+    series = [*controller_series(plan, "scheduler", "1x30", {0: "1x9 0x20", 1: "0x10 1x19"}),
+              *controller_series(plan, "controller-manager", "1x30", {0: "1x9 0x20", 1: "0x10 1x19"})]
+    return series, [("20m", "KilonodeSchedulerNoLeader", []), ("20m", "KilonodeControllerManagerNoLeader", []),
+                    ("20m", "KilonodeScrapeTargetDown", [])]
+
+
+@case(stack="research-7500")
+def every_scheduler_up_and_none_leading(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # all five answer, none holds the lease (they cannot renew it): nothing schedules
+    series = [*controller_series(plan, "scheduler", "1x30", {}),
+              *controller_series(plan, "controller-manager", "1x30", {2: "1x30"})]
+    fires = [expected(plan, "KilonodeSchedulerNoLeader", {"severity": "critical"})]
+    return series, [("10m", "KilonodeSchedulerNoLeader", fires), ("3m", "KilonodeSchedulerNoLeader", []),
+                    ("10m", "KilonodeControllerManagerNoLeader", [])]
+
+
+@case(stack="research-7500")
+def every_controller_manager_unreachable(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # Prometheus reaches none of them (the processes down, or the security group closed): no
+    # leader series at all; each target is down as well
+    none = dict.fromkeys(range(len(plan.control_plane.instances)), "")
+    series = [*controller_series(plan, "controller-manager", "0x30", none),
+              *controller_series(plan, "scheduler", "1x30", {4: "1x30"})]
+    down = [expected(plan, "KilonodeScrapeTargetDown", {"severity": "warning", **target})
+            for target in controller_targets(plan, "controller-manager")]
+    return series, [
+        ("10m", "KilonodeControllerManagerNoLeader",
+         [expected(plan, "KilonodeControllerManagerNoLeader", {"severity": "critical"})]),
+        ("10m", "KilonodeSchedulerNoLeader", []),
+        ("15m", "KilonodeScrapeTargetDown", down),
+    ]
+
+
+@case()
+def a_prometheus_that_does_not_scrape_the_controllers(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # the rule file loaded by a Prometheus without these jobs (a user's own): no target, no alert
+    apiserver = {"job": monitoring.JOB_APISERVER,
+                 "instance": f"{plan.control_plane.instances[0].ip}:{wellknown.APISERVER_PORT}"}
+    return [(selector("up", apiserver), "1x30")], [("20m", "KilonodeSchedulerNoLeader", []),
+                                                   ("20m", "KilonodeControllerManagerNoLeader", [])]
+
+
 # --- certificates --------------------------------------------------------------------------------------
 def cert_series(host: str, path: str, days_left_at_2h: float) -> Series:
     # promtool's clock starts at 0: time() at eval time 2h is 7200
@@ -790,7 +863,7 @@ def gpu_health_agents_that_cannot_report(plan: ClusterPlan) -> tuple[list[Series
     ]
 
 
-def controller_series(host: str, sync: str | None = "0+60x60", readable: str = "1x60",
+def gpu_controller_series(host: str, sync: str | None = "0+60x60", readable: str = "1x60",
                       up: str = "1x60") -> list[Series]:
     labels = {"job": monitoring.JOB_GPU_HEALTH_CONTROLLER,
               "instance": f"{host}:{wellknown.GPU_HEALTH_CONTROLLER_METRICS_PORT}", "host": host}
@@ -808,9 +881,9 @@ def apiservers(plan: ClusterPlan) -> list[str]:
 
 @case(stack="research-7500")
 def gpu_health_controllers_syncing(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
-    series = [s for host in apiservers(plan) for s in controller_series(host)]
+    series = [s for host in apiservers(plan) for s in gpu_controller_series(host)]
     # one that missed a few scrapes (a restart) and came back
-    series += controller_series("apiserver-9", sync="0+60x5 300x4 540+60x50", up="1x5 0x4 1x50")
+    series += gpu_controller_series("apiserver-9", sync="0+60x5 300x4 540+60x50", up="1x5 0x4 1x50")
     return series, [("40m", "KilonodeGpuHealthControllerStale", []),
                     ("40m", "KilonodeGpuHealthControllerNotSyncing", [])]
 
@@ -819,11 +892,11 @@ def gpu_health_controllers_syncing(plan: ClusterPlan) -> tuple[list[Series], lis
 def gpu_health_controllers_failing_one_by_one(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
     name = "KilonodeGpuHealthControllerStale"
     hosts = apiservers(plan)
-    series = [*controller_series(hosts[0], sync="60x60"),  # stuck since 1m: 600 s stale at 11m
-              *controller_series(hosts[1], sync=None, readable="0x60"),  # stopped: its record gone
-              *controller_series(hosts[2], sync="0+60x20", up="1x20 0x40"),  # unreachable from 20m
-              *controller_series(hosts[3], sync=None),  # started, never synced
-              *controller_series(hosts[4])]
+    series = [*gpu_controller_series(hosts[0], sync="60x60"),  # stuck since 1m: 600 s stale at 11m
+              *gpu_controller_series(hosts[1], sync=None, readable="0x60"),  # stopped: its record gone
+              *gpu_controller_series(hosts[2], sync="0+60x20", up="1x20 0x40"),  # unreachable from 20m
+              *gpu_controller_series(hosts[3], sync=None),  # started, never synced
+              *gpu_controller_series(hosts[4])]
     alert = lambda host: expected(plan, name, {"severity": "warning", "host": host})  # noqa: E731
     return series, [
         ("45m", name, [alert(h) for h in hosts[:4]]),
@@ -836,7 +909,7 @@ def gpu_health_controllers_failing_one_by_one(plan: ClusterPlan) -> tuple[list[S
 @case(stack="research-7500")
 def gpu_health_no_controller_syncing(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
     name = "KilonodeGpuHealthControllerNotSyncing"
-    series = [s for host in apiservers(plan) for s in controller_series(host, sync="60x60")]
+    series = [s for host in apiservers(plan) for s in gpu_controller_series(host, sync="60x60")]
     return series, [
         ("30m", name, [expected(plan, name, {"severity": "critical"})]),
         ("10m", name, []),  # 540 s since the last sync: not yet
@@ -847,6 +920,6 @@ def gpu_health_no_controller_syncing(plan: ClusterPlan) -> tuple[list[Series], l
 def gpu_health_no_controller_seen(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
     # no sync series at all: every controller stopped, or Prometheus cannot reach any
     name = "KilonodeGpuHealthControllerNotSyncing"
-    series = [s for host in apiservers(plan) for s in controller_series(host, sync=None, readable="0x60")]
+    series = [s for host in apiservers(plan) for s in gpu_controller_series(host, sync=None, readable="0x60")]
     return series, [("20m", name, [expected(plan, name, {"severity": "critical",
                                                          "job": monitoring.JOB_GPU_HEALTH_CONTROLLER})])]

@@ -68,6 +68,8 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     nodes = sum(t.targets for t in p.terms if t.what.startswith("nodes of "))
     assert nodes == 5_000 + 2_500 + 3 + 1
     assert [t.targets for t in p.terms if t.what == "apiservers"] == [5]
+    # one scheduler and one controller manager beside each apiserver, 5,000 series each
+    assert [(t.targets, t.per_target) for t in p.terms if t.what.startswith("kube-")] == [(5, 5_000), (5, 5_000)]
     assert [t.targets for t in p.terms if t.what.startswith("etcd members")] == [5 + 3]
     # ~12.5 million series: more than a 16 GiB system node holds, within one E16ds_v5
     assert 10_000_000 < p.series < 13_000_000

@@ -67,6 +67,7 @@ def test_every_leaf_a_host_holds_is_that_hosts_alone_so_one_generation_renews_on
     apiserver_3 = {leaf.name for leaf in pki.host_leaves(layout, "apiserver-3")}
     assert apiserver_3 == {"apiserver-3-serving", "apiserver-3-etcd-client", "apiserver-3-kubelet-client",
                            "apiserver-3-kube-scheduler", "apiserver-3-kube-controller-manager",
+                           "apiserver-3-kube-scheduler-serving", "apiserver-3-kube-controller-manager-serving",
                            "apiserver-3-gpu-health-controller", "apiserver-3-node-client-approver"}
     # the CA keys stay shared: renewing a host never touches what signs it
     assert holders.get("kubernetes-ca", set()) == {f"apiserver-{i}" for i in range(5)}
@@ -80,6 +81,7 @@ def test_a_hosts_generation_reaches_its_leaves_and_no_others(plans: dict[str, Cl
     assert renewed == {"etcd-main-2-server": 3, "etcd-main-2-peer": 3,
                        **{f"apiserver-1-{n}": 1 for n in ("serving", "etcd-client", "kubelet-client",
                                                           "kube-scheduler", "kube-controller-manager",
+                                                          "kube-scheduler-serving", "kube-controller-manager-serving",
                                                           "gpu-health-controller", "node-client-approver")}}
     # pulumi-tls early renewal: off on every host's leaf, 30 days on the administrators'
     hours = {leaf.name: pki.early_renewal_hours(leaf) for leaf in layout.leaves}
@@ -101,6 +103,26 @@ def test_the_apiserver_serving_certificate_covers_every_name_clients_use(layout:
     assert {"kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"} <= set(serving.dns_names)
     # its own address, the load balancer, the `kubernetes` Service IP, localhost
     assert serving.ip_addresses == ("10.0.0.10", "10.0.0.4", "172.16.0.1", "127.0.0.1")
+
+
+@pytest.mark.parametrize("component, cert, key", [
+    ("kube-scheduler", wellknown.SCHEDULER_SERVING_CERT, wellknown.SCHEDULER_SERVING_KEY),
+    ("kube-controller-manager", wellknown.CONTROLLER_MANAGER_SERVING_CERT, wellknown.CONTROLLER_MANAGER_SERVING_KEY),
+])
+def test_the_scheduler_and_controller_manager_serve_a_cluster_ca_certificate_for_their_hosts_address_alone(
+    plans: dict[str, ClusterPlan], component: str, cert: str, key: str
+) -> None:
+    plan = plans["research-7500"]
+    layout = pki.pki_layout(plan)
+    for instance in plan.control_plane.instances:
+        leaf = layout.leaf(f"{instance.name}-{component}-serving")
+        # what Prometheus dials (the scrape job's target) is the only name: no DNS, no loopback
+        assert (leaf.ca, leaf.ip_addresses, leaf.dns_names) == ("kubernetes-ca", (str(instance.ip),), ())
+        assert leaf.uses == pki.SERVER_USES and leaf.common_name == component
+        assert leaf.host == instance.name  # renewed by that host's generation, with its other leaves
+        files = {f.path: f for f in layout.hosts[instance.name]}
+        assert files[cert].content == pki.Cert(leaf.name) and files[cert].mode == 0o644
+        assert files[key].content == pki.PrivateKey(leaf.name) and files[key].mode == 0o600
 
 
 def test_keys_are_0600_and_etcd_keys_belong_to_etcd(layout: pki.PkiLayout) -> None:

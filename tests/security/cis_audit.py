@@ -135,8 +135,8 @@ def hosts(stack: str) -> Iterator[Host]:
                        _write_files(files) | _pki(layout.hosts[member.name]))
     for instance in plan.control_plane.instances:
         files = rendered[instance.name]
-        flags = {"kube-apiserver": apiserver_flags(plan, instance), "kube-scheduler": scheduler_flags(),
-                 "kube-controller-manager": controller_manager_flags()}
+        flags = {"kube-apiserver": apiserver_flags(plan, instance), "kube-scheduler": scheduler_flags(instance),
+                 "kube-controller-manager": controller_manager_flags(instance)}
         written = _write_files(files) | _pki(layout.hosts[instance.name])
         yield Host(stack, instance.name, "apiserver", files, flags, written)
     for pool in plan.node_pools:

@@ -8,7 +8,9 @@ default rules allow all traffic from the VirtualNetwork tag (and from peered net
   etcd subnet, SSH only from network.adminCidr.
 - control-plane subnet: 6443 from the VNet, from the deployer's addresses (the stack's
   `deployer.cidrs`: the machine running `pulumi up`), from network.apiserverAllowedCidrs, and
-  from Azure's load-balancer probe; SSH only from network.adminCidr.
+  from Azure's load-balancer probe; the certificate-expiry metrics (9479) from the pools; the
+  scheduler's and controller manager's secure ports (10259, 10257) from the Prometheus pool's
+  subnet only; SSH only from network.adminCidr.
 
 A `peered` deployer's VNet is peered with the cluster's both ways (a peering is connected only
 once both sides exist: virtual-network-manage-peering.md), so its runner reaches the internal
@@ -40,10 +42,12 @@ from kilonode.plan.model import ClusterPlan
 from kilonode.plan.wellknown import (
     APISERVER_PORT,
     CERT_METRICS_PORT,
+    CONTROLLER_MANAGER_PORT,
     ETCD_CLIENT_PORT,
     ETCD_METRICS_PORT,
     ETCD_PEER_PORT,
     GPU_HEALTH_CONTROLLER_METRICS_PORT,
+    SCHEDULER_PORT,
 )
 
 SSH_PORT = 22
@@ -57,6 +61,10 @@ GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-pools"
 GPU_HEALTH_CONTROLLER_RULE_PRIORITY = 160
 # The one NSG of every pool subnet (the module docstring says why one).
 POOLS_NSG = "pools"
+# kube-scheduler's and kube-controller-manager's secure ports, from the Prometheus pool's subnet
+# alone (kilonode.render.control_plane binds them to each apiserver VM's address).
+CONTROLLER_METRICS_RULE = "allow-controller-metrics-from-monitoring"
+CONTROLLER_METRICS_PRIORITY = 140
 
 
 @dataclass(frozen=True)
@@ -73,8 +81,9 @@ def _is_prefix(source: str) -> bool:
     return True
 
 
-def _allow(name: str, priority: int, sources: list[str], destination: str | list[str], port: str,
+def _allow(name: str, priority: int, sources: list[str], destination: str | list[str], port: str | list[str],
            protocol: str = "Tcp") -> network.SecurityRuleArgs:
+    """`port`: one port or range (destinationPortRange), or several (destinationPortRanges)."""
     # Azure takes a service tag only in the singular sourceAddressPrefix: in the plural
     # list it refuses the rule (SecurityRuleParameterContainsUnsupportedValue, "cannot
     # specify existing VIRTUALNETWORK, INTERNET, AZURELOADBALANCER, '*' or system tags").
@@ -93,7 +102,8 @@ def _allow(name: str, priority: int, sources: list[str], destination: str | list
         source_port_range="*",
         destination_address_prefix=destination if isinstance(destination, str) else None,
         destination_address_prefixes=destination if isinstance(destination, list) else None,
-        destination_port_range=port,
+        destination_port_range=port if isinstance(port, str) else None,
+        destination_port_ranges=port if isinstance(port, list) else None,
     )
 
 
@@ -147,12 +157,19 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
             "allow-apiserver-from-allowed-cidrs", 120, [str(c) for c in net.apiserver_allowed_cidrs],
             control, str(APISERVER_PORT),
         ))
+    # Prometheus in the pools reads each host's certificate expiry (kilonode.render.cert_metrics:
+    # plain HTTP, expiry dates only)
+    control_rules = [*apiserver_rules, _allow("allow-cert-metrics-from-pools", 130, pools, control,
+                                              str(CERT_METRICS_PORT))]
+    monitoring = _monitoring_subnet(plan)
+    if monitoring is not None:
+        # The scheduler's and controller manager's /metrics (TLS, authenticated and authorised by
+        # the apiserver): from the subnet of the pool the cluster's Prometheus runs on, whose pods
+        # have addresses of that subnet (Azure CNI), and from no other pool.
+        control_rules.append(_allow(CONTROLLER_METRICS_RULE, CONTROLLER_METRICS_PRIORITY, [monitoring], control,
+                                    [str(CONTROLLER_MANAGER_PORT), str(SCHEDULER_PORT)]))
     nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
-        # Prometheus in the pools reads each host's certificate expiry (kilonode.render.cert_metrics:
-        # plain HTTP, expiry dates only)
-        "control-plane": [*apiserver_rules, _allow("allow-cert-metrics-from-pools", 130, pools, control,
-                                                   str(CERT_METRICS_PORT)), *_gpu_health_rules(plan, pools, control),
-                          *ssh(200, control), _deny_all()],
+        "control-plane": [*control_rules, *_gpu_health_rules(plan, pools, control), *ssh(200, control), _deny_all()],
         "etcd": [
             _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
             _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
@@ -177,6 +194,15 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
         _deny_all(),
     ]
     return nsg_rules
+
+
+def _monitoring_subnet(plan: ClusterPlan) -> str | None:
+    """The subnet of the pool the cluster's Prometheus runs on; None without one (the plan's
+    prometheus: no pool can hold it), when no rule admits anything to the controllers' ports."""
+    if plan.prometheus is None:
+        return None
+    [pool] = [p for p in plan.node_pools if p.name == plan.prometheus.pool]
+    return str(pool.subnet)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ The trust rules (kilonode.plan.wellknown explains the paths):
   cluster's client CA file therefore holds the main CA (the events one also its own CA, for
   etcdctl with a member's certificate); the apiserver's etcd CA bundle holds both etcd CAs;
 - a Kubernetes CA signs each apiserver's serving certificate, its kubelet client certificate,
-  its co-located components' client certificates, and the administrators'.
+  its co-located components' client certificates, the serving certificates of its scheduler and
+  controller manager (for the host's address alone), and the administrators'.
 
 Renewal is per host, never all at once: every leaf a control-plane host holds is that host's
 alone (`Leaf.host`), so the host's generation (the stack's certificateGenerations) renews
@@ -43,7 +44,8 @@ from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
 from kilonode.yamlio import plain_yaml
 
 # ECDSA P-256: etcd and Kubernetes accept it, and PEMs a tenth the size of RSA-4096 keep
-# an apiserver's custom data (ten PEM files) far below Azure's 64 KiB limit.
+# an apiserver's custom data (its PEM files and kubeconfigs) below Azure's 64 KiB limit
+# (tests/azure/test_tls_and_custom_data.py measures it with real certificates).
 KEY_ALGORITHM = "ECDSA"
 KEY_CURVE = "P256"
 
@@ -265,6 +267,18 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
             (str(instance.ip), str(cp.load_balancer_ip), str(cp.kubernetes_service_ip), "127.0.0.1"),
             SERVER_USES, host, plan.certificate_generations.get(host, 0),
         ))
+        # kube-scheduler's and kube-controller-manager's serving certificates: each listens on its
+        # secure port at the host's own address only (kilonode.render.control_plane), where the
+        # cluster's Prometheus verifies it with the cluster CA; so the address is its only name.
+        # One leaf each, not one shared: either process may be restarted or given another
+        # certificate without touching the other's, and the expiry metrics name each file.
+        serving_for: dict[str, str] = {}
+        for component in ("kube-scheduler", "kube-controller-manager"):
+            serving_for[component] = f"{host}-{component}-serving"
+            leaves.append(Leaf(
+                serving_for[component], KUBERNETES_CA, component, None, (), (str(instance.ip),),
+                SERVER_USES, host, plan.certificate_generations.get(host, 0),
+            ))
         # Every client certificate an apiserver host holds is its own, not shared with the
         # other apiservers: one shared certificate sits in every apiserver's custom data, so
         # renewing it would replace every apiserver at once (the restart guard refuses that).
@@ -305,6 +319,11 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
             HostFile(wellknown.APISERVER_KUBELET_CLIENT_KEY, PrivateKey(kubelet_client), KEY_MODE),
             HostFile(wellknown.SERVICE_ACCOUNT_KEY, PrivateKey(SERVICE_ACCOUNT), KEY_MODE),
             HostFile(wellknown.SERVICE_ACCOUNT_PUB, PublicKey(SERVICE_ACCOUNT)),
+            HostFile(wellknown.SCHEDULER_SERVING_CERT, Cert(serving_for["kube-scheduler"])),
+            HostFile(wellknown.SCHEDULER_SERVING_KEY, PrivateKey(serving_for["kube-scheduler"]), KEY_MODE),
+            HostFile(wellknown.CONTROLLER_MANAGER_SERVING_CERT, Cert(serving_for["kube-controller-manager"])),
+            HostFile(wellknown.CONTROLLER_MANAGER_SERVING_KEY, PrivateKey(serving_for["kube-controller-manager"]),
+                     KEY_MODE),
             *[
                 HostFile(path, Kubeconfig(LOCAL_APISERVER, COMPONENT_USER, KUBERNETES_CA, user), KEY_MODE)
                 for path, user in component_kubeconfigs.items()

@@ -36,6 +36,13 @@ APISERVER_KUBELET_CLIENT_CERT = f"{K8S_PKI_DIR}/apiserver-kubelet-client.crt"
 APISERVER_KUBELET_CLIENT_KEY = f"{K8S_PKI_DIR}/apiserver-kubelet-client.key"
 SERVICE_ACCOUNT_KEY = f"{K8S_PKI_DIR}/sa.key"
 SERVICE_ACCOUNT_PUB = f"{K8S_PKI_DIR}/sa.pub"
+# kube-scheduler's and kube-controller-manager's serving certificates (--tls-cert-file): each
+# signed by the cluster CA for its host's address, so the cluster's Prometheus verifies them
+# with the CA its ServiceAccount mounts (kilonode.plan.pki).
+SCHEDULER_SERVING_CERT = f"{K8S_PKI_DIR}/kube-scheduler.crt"
+SCHEDULER_SERVING_KEY = f"{K8S_PKI_DIR}/kube-scheduler.key"
+CONTROLLER_MANAGER_SERVING_CERT = f"{K8S_PKI_DIR}/kube-controller-manager.crt"
+CONTROLLER_MANAGER_SERVING_KEY = f"{K8S_PKI_DIR}/kube-controller-manager.key"
 
 # Kubeconfigs the Pulumi program delivers (signed client certificates inside).
 SCHEDULER_KUBECONFIG = "/etc/kubernetes/scheduler.kubeconfig"
@@ -57,6 +64,12 @@ ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 ETCD_METRICS_PORT = 2381
 APISERVER_PORT = 6443
+# kube-scheduler's and kube-controller-manager's secure ports (/healthz, /metrics): their defaults
+# (kubernetes pkg/scheduler/apis/config/types.go DefaultKubeSchedulerPort 10259, pkg/cluster/ports/ports.go
+# KubeControllerManagerPort 10257), rendered explicitly so the flag, the NSG rule and the scrape job
+# name one number.
+SCHEDULER_PORT = 10259
+CONTROLLER_MANAGER_PORT = 10257
 # kilonode's own: each control-plane host's certificate expiry metrics (kilonode.render.cert_metrics);
 # a port no component of the control plane uses
 CERT_METRICS_PORT = 9479

@@ -32,14 +32,15 @@ def _registry() -> tuple[Check, ...]:
         quota,
         rdma,
         scheduling,
+        scrape_path,
         service_path,
         storage_access,
     )
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (deployer_path, service_path, binaries, gpu_runtime, pod_dns, scheduling, rdma, disks,
-                       azure_names, identities, storage_access, encryption_at_host, node_join, quota, boot_pulls)
+        for module in (deployer_path, service_path, scrape_path, binaries, gpu_runtime, pod_dns, scheduling, rdma,
+                       disks, azure_names, identities, storage_access, encryption_at_host, node_join, quota, boot_pulls)
     )
 
 

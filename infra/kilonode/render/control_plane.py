@@ -130,7 +130,25 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
     return flags
 
 
-def scheduler_flags() -> list[Flag]:
+def _metrics_serving(instance: ApiserverInstance, port: int, cert: str, key: str) -> list[Flag]:
+    """The secure port of kube-scheduler or kube-controller-manager, where the cluster's Prometheus
+    scrapes /metrics (kilonode.render.monitoring): on the host's own address, not 0.0.0.0 (no other
+    interface, loopback included, answers), with a certificate the cluster CA issued for that
+    address (kilonode.plan.pki), so Prometheus verifies it with the CA its ServiceAccount mounts.
+    Without --tls-cert-file the program signs its own certificate for localhost/127.0.0.1
+    (SecureServingOptions.MaybeDefaultWithSelfSignedCerts), which no client can verify. /metrics
+    is authorised by the apiserver (SubjectAccessReview through --authorization-kubeconfig): the
+    Prometheus ServiceAccount has `get` on it (kilonode.k8s.monitoring). CIS 1.3.7 and 1.4.2 want
+    127.0.0.1: the exception and its reasons are in policy/security-exceptions.yaml."""
+    return [
+        ("bind-address", str(instance.ip)),
+        ("secure-port", port),
+        ("tls-cert-file", cert),
+        ("tls-private-key-file", key),
+    ]
+
+
+def scheduler_flags(instance: ApiserverInstance) -> list[Flag]:
     # With --config, kube-scheduler honours only the serving, delegated authn/authz and
     # leader-elect* flags; --profiling and the other deprecated flags are ignored
     # (cmd/kube-scheduler/app/options/options.go ApplyTo, deprecated.go), so profiling is
@@ -139,16 +157,18 @@ def scheduler_flags() -> list[Flag]:
         ("config", f"/{SCHEDULER_CONFIG}"),
         ("authentication-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
         ("authorization-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
-        ("bind-address", "127.0.0.1"),
+        *_metrics_serving(instance, wellknown.SCHEDULER_PORT, wellknown.SCHEDULER_SERVING_CERT,
+                          wellknown.SCHEDULER_SERVING_KEY),
     ]
 
 
-def controller_manager_flags() -> list[Flag]:
+def controller_manager_flags(instance: ApiserverInstance) -> list[Flag]:
     return [
         ("kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("authentication-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("authorization-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
-        ("bind-address", "127.0.0.1"),
+        *_metrics_serving(instance, wellknown.CONTROLLER_MANAGER_PORT, wellknown.CONTROLLER_MANAGER_SERVING_CERT,
+                          wellknown.CONTROLLER_MANAGER_SERVING_KEY),
         # No --cluster-name: since 1.31 (KEP-2395) kube-controller-manager runs no cloud
         # controller, and nothing else reads it (cmd/kube-controller-manager/app/core.go).
         ("leader-elect", True),
@@ -314,11 +334,11 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
             audit_mount(plan),
         ),
         "etc/systemd/system/kube-scheduler.service": _unit(
-            "kube-scheduler", "Kubernetes scheduler (leader-elected)", scheduler_flags()
+            "kube-scheduler", "Kubernetes scheduler (leader-elected)", scheduler_flags(instance)
         ),
         "etc/systemd/system/kube-controller-manager.service": _unit(
             "kube-controller-manager", "Kubernetes controller manager (leader-elected)",
-            controller_manager_flags(),
+            controller_manager_flags(instance),
         ),
         AUDIT_POLICY: RenderedFile(audit_policy()),
         ADMISSION_CONFIG: RenderedFile(admission_config(plan)),

@@ -28,6 +28,13 @@ Metric and label names, and where they were read:
   registry (server/etcdserver/api/etcdhttp/metrics.go l.29-30). etcd 3.5 exports no alarm
   metric: `etcd_debugging_server_alarms{alarm_type}` arrived in v3.6.0
   (server/etcdserver/apply/metrics.go, apply.go l.230-237).
+- kube-scheduler and kube-controller-manager: `leader_election_master_status{name}` (component-base
+  metrics/prometheus/clientgo/leaderelection, which both binaries load through
+  metrics/prometheus/clientgo in their main packages): 0 on every candidate from the start
+  (client-go kubernetes-1.34.2 tools/leaderelection/leaderelection.go l.112, NewLeaderElector),
+  1 on the one that acquired the lease (l.270), 0 again when it fails to renew (l.296). The lease
+  names: "kube-scheduler" (cmd/kube-scheduler/app/options/options.go makeLeaderElectionConfig) and
+  the controller manager's --leader-elect-resource-name, "kube-controller-manager" by default.
 - kube-state-metrics v2.20.0: `kube_node_spec_taint{node,key,value,effect}`,
   `kube_node_status_condition{node,condition,status}` (status true|false|unknown, any condition
   type, custom ones included), `kube_node_labels{node,label_<key>}` (internal/store/node.go
@@ -64,6 +71,8 @@ RUNBOOK_DOC = "docs/monitoring.md"
 # Job names: the rules select by them, so the rules see exactly the targets this fragment
 # defines (aggregated API servers such as metrics-server also export apiserver_request_total).
 JOB_APISERVER = "kilonode-apiserver"
+JOB_SCHEDULER = "kilonode-scheduler"
+JOB_CONTROLLER_MANAGER = "kilonode-controller-manager"
 JOB_KUBELET = "kilonode-kubelet"
 JOB_CADVISOR = "kilonode-cadvisor"
 JOB_KUBE_STATE_METRICS = "kilonode-kube-state-metrics"
@@ -87,8 +96,9 @@ KSM_POOL_LABEL = "label_kilonode_io_pool"
 
 # Where a Pod's ServiceAccount credentials are mounted: the Prometheus the user runs in the
 # cluster authenticates to the apiservers and kubelets with them and trusts the cluster CA,
-# which signs the apiservers' serving certificates (kilonode.azure.tls, with each instance's
-# IP) and the kubelets' (serverTLSBootstrap, approved by kilonode.k8s.approver).
+# which signs the apiservers', schedulers' and controller managers' serving certificates
+# (kilonode.plan.pki, with each instance's IP) and the kubelets' (serverTLSBootstrap, approved by
+# kilonode.k8s.approver).
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 SA_TOKEN = f"{SA_DIR}/token"
 SA_CA = f"{SA_DIR}/ca.crt"
@@ -387,18 +397,61 @@ def etcd_group(plan: ClusterPlan) -> Group:
     ))
 
 
+# --- kube-scheduler and kube-controller-manager ---------------------------------------------------
+# The lease each one's candidates elect a leader with (the module docstring says where read).
+SCHEDULER_LEASE = "kube-scheduler"
+CONTROLLER_MANAGER_LEASE = "kube-controller-manager"
+
+
+def _no_leader(job: str, lease: str) -> str:
+    """Targets of `job` are configured, and none reports holding `lease`: all of them down, or up
+    without a leader. Counting the job's `up` first keeps the alert quiet in a Prometheus that does
+    not scrape the job at all (a user's own, loading the rule file alone)."""
+    return (f'count(up{{job="{job}"}})\n'
+            f'unless on () (max(leader_election_master_status{{job="{job}",name="{lease}"}}) == 1)')
+
+
+def controllers_group() -> Group:
+    # One leader at a time runs on one of the apiserver VMs; the others wait for its lease. A
+    # leader that dies is replaced within the lease's 15 s (leader-elect-lease-duration's default),
+    # so five minutes without one is no hand-over: nothing schedules or reconciles.
+    check = (
+        "On the apiserver VMs: `systemctl status {unit}` and `journalctl -u {unit}` (a unit that "
+        "restarts in a loop, a certificate or kubeconfig it cannot read, an apiserver it cannot reach on "
+        "127.0.0.1:6443), and `kubectl -n kube-system get lease {lease}` (its holder and renewTime). If "
+        "the processes run but Prometheus cannot reach them, KilonodeScrapeTargetDown says which.")
+    return Group("kilonode-controllers", (
+        Alert("KilonodeSchedulerNoLeader", _no_leader(JOB_SCHEDULER, SCHEDULER_LEASE), "5m", "critical",
+              f"No kube-scheduler scraped by {JOB_SCHEDULER} holds the {SCHEDULER_LEASE} lease for 5m",
+              "No kube-scheduler is leading: new pods stay Pending",
+              check.format(unit="kube-scheduler", lease=SCHEDULER_LEASE), "scheduler-and-controller-manager"),
+        Alert("KilonodeControllerManagerNoLeader", _no_leader(JOB_CONTROLLER_MANAGER, CONTROLLER_MANAGER_LEASE),
+              "5m", "critical",
+              f"No kube-controller-manager scraped by {JOB_CONTROLLER_MANAGER} holds the "
+              f"{CONTROLLER_MANAGER_LEASE} lease for 5m",
+              "No kube-controller-manager is leading: no controller reconciles",
+              "Deployments, Jobs and DaemonSets make no pods, dead nodes are not marked, garbage is not "
+              "collected and no kubelet certificate is signed. "
+              + check.format(unit="kube-controller-manager", lease=CONTROLLER_MANAGER_LEASE),
+              "scheduler-and-controller-manager"),
+    ))
+
+
 # --- scrape targets ------------------------------------------------------------------------------
 def targets_group() -> Group:
     # Per-node jobs are left out: one node down is one NotReady node, not a monitoring failure.
-    jobs = f"{JOB_APISERVER}|{ETCD_JOBS}|{JOB_CERTIFICATES}|{JOB_KUBE_STATE_METRICS}"
+    jobs = (f"{JOB_APISERVER}|{JOB_SCHEDULER}|{JOB_CONTROLLER_MANAGER}|{ETCD_JOBS}|{JOB_CERTIFICATES}|"
+            f"{JOB_KUBE_STATE_METRICS}")
     return Group("kilonode-targets", (
         Alert("KilonodeScrapeTargetDown", f'up{{job=~"{jobs}"}} == 0', "10m", "warning",
               "Prometheus cannot scrape {{ $labels.job }} target {{ $labels.instance }}",
               "A kilonode scrape target is down",
               "Every rule above is blind while its target is down. Check the process on the target, and that "
-              "Prometheus may reach it: the apiservers on 6443 from the VNet, the etcd members' metrics URL "
-              f"(http, port {wellknown.ETCD_METRICS_PORT}) from where Prometheus runs (the etcd subnet's "
-              "security group must allow it), and the RBAC of Prometheus' ServiceAccount.",
+              "Prometheus may reach it: the apiservers on 6443 from the VNet, the schedulers and controller "
+              f"managers on {wellknown.SCHEDULER_PORT} and {wellknown.CONTROLLER_MANAGER_PORT} from the Prometheus "
+              f"pool's subnet only, the etcd members' metrics URL (http, port {wellknown.ETCD_METRICS_PORT}) from "
+              "where Prometheus runs (the etcd subnet's security group must allow it), and the RBAC of "
+              "Prometheus' ServiceAccount (get on /metrics).",
               "scrape-targets"),
     ))
 
@@ -627,7 +680,8 @@ def gpu_health_groups(plan: ClusterPlan) -> list[Group]:
 
 
 def rule_groups(plan: ClusterPlan) -> list[Group]:
-    groups = [apiserver_group(), etcd_group(plan), certificates_group(), targets_group(), pod_traffic_group()]
+    groups = [apiserver_group(), controllers_group(), etcd_group(plan), certificates_group(), targets_group(),
+              pod_traffic_group()]
     gpu = gpu_group(plan)
     return groups + ([gpu] if gpu else []) + gpu_health_groups(plan)
 
@@ -734,6 +788,11 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             "metric_relabel_configs": [_drop(APISERVER_DROPPED)],
         },
     )]
+    jobs += [
+        _controller_job(plan, JOB_SCHEDULER, "kube-scheduler", wellknown.SCHEDULER_PORT, control_interval),
+        _controller_job(plan, JOB_CONTROLLER_MANAGER, "kube-controller-manager", wellknown.CONTROLLER_MANAGER_PORT,
+                        control_interval),
+    ]
     for cluster in plan.etcd_clusters:
         jobs.append(Job(
             (f"etcd {cluster.role}: each member's --listen-metrics-urls (plain http, no client certificate),",
@@ -838,6 +897,24 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             },
         ))
     return jobs
+
+
+def _controller_job(plan: ClusterPlan, name: str, program: str, port: int, interval: str) -> Job:
+    """kube-scheduler or kube-controller-manager on every apiserver VM, at the VM's address
+    (kilonode.render.control_plane binds the secure port there)."""
+    return Job(
+        (f"{program} on every apiserver VM, at the VM's address (--bind-address), port {port}: TLS with the",
+         "certificate the cluster CA issued for that address, the ServiceAccount's token authenticated and",
+         "authorised (get /metrics) by the apiserver on the program's behalf. The security group admits the port",
+         "from the Prometheus pool's subnet alone. Standbys answer too: leader_election_master_status says",
+         "which one leads. A handful of targets: nothing dropped."),
+        {
+            "job_name": name,
+            "scrape_interval": interval,
+            **_in_cluster_auth(),
+            "static_configs": [{"targets": [f"{i.ip}:{port}" for i in plan.control_plane.instances]}],
+        },
+    )
 
 
 def pod_traffic_scrape_job(node_interval: str) -> Job:

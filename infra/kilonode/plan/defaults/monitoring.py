@@ -52,6 +52,20 @@ PROMETHEUS_SERIES_PER_GPU_HEALTH_CONTROLLER = 17
 # the request SLI histogram kept for the latency objective (resource x verb x scope x ~20 buckets),
 # APF, admission and storage series: tens of thousands at a cluster with many resource types.
 PROMETHEUS_SERIES_PER_APISERVER = 30_000
+# One kube-scheduler (nothing dropped): its own histograms dominate once it has led, and a former
+# leader keeps them until it restarts, so every target is counted as a leader.
+# plugin_execution_duration_seconds (plugin x extension point x status, 20 buckets + sum + count;
+# ~18 plugins of the default profile at ~3 extension points each, Success and one failure status:
+# ~2,400), framework_extension_point_duration_seconds (14 points x status, 12 buckets: ~400),
+# pod_scheduling_sli_duration_seconds (attempts x 20 buckets), the scheduling attempt and
+# permit histograms, then client-go's rest_client_* and workqueue_* and the Go runtime (~1,000).
+# Bucket counts and labels: kubernetes pkg/scheduler/metrics/metrics.go.
+PROMETHEUS_SERIES_PER_SCHEDULER = 5_000
+# One kube-controller-manager (nothing dropped): workqueue_* per queue (adds, depth, retries,
+# unfinished and longest-running, queue and work duration histograms of 10 buckets: ~30 series)
+# over ~60 controller queues (~1,800), client-go's rest_client_* by verb and code, the node
+# lifecycle, EndpointSlice, garbage-collector and job controllers' own series and the Go runtime.
+PROMETHEUS_SERIES_PER_CONTROLLER_MANAGER = 5_000
 # One etcd member: grpc_server_handled_total per method x code dominates, then the disk and
 # backend histograms.
 PROMETHEUS_SERIES_PER_ETCD_MEMBER = 1_500

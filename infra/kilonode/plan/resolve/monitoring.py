@@ -97,6 +97,10 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
     terms += [
         SeriesTerm(what="apiservers", targets=len(control.instances),
                    per_target=defaults.PROMETHEUS_SERIES_PER_APISERVER, interval_s=cp),
+        SeriesTerm(what="kube-schedulers (one per apiserver VM)", targets=len(control.instances),
+                   per_target=defaults.PROMETHEUS_SERIES_PER_SCHEDULER, interval_s=cp),
+        SeriesTerm(what="kube-controller-managers (one per apiserver VM)", targets=len(control.instances),
+                   per_target=defaults.PROMETHEUS_SERIES_PER_CONTROLLER_MANAGER, interval_s=cp),
         SeriesTerm(what="etcd members (main and events)", targets=members,
                    per_target=defaults.PROMETHEUS_SERIES_PER_ETCD_MEMBER, interval_s=cp),
         SeriesTerm(what="control-plane hosts' certificate expiry", targets=members + len(control.instances),
