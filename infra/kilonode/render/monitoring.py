@@ -263,37 +263,32 @@ def etcd_job(role: str) -> str:
     return f"{ETCD_JOB_PREFIX}{role}"
 
 
-def _quota_ratio(cluster: EtcdClusterPlan) -> Record:
-    """Each member's database size over its quota: the quota etcd reports
+def _size_and_quota(cluster: EtcdClusterPlan) -> tuple[str, str]:
+    """Each member's database size, and its quota: the one etcd reports
     (etcd_server_quota_backend_bytes), or, where a member does not export it, the plan's."""
     job = f'job="{etcd_job(cluster.role)}"'
     size = f"max by ({BY_MEMBER}) (etcd_mvcc_db_total_size_in_bytes{{{job}}})"
-    return Record(
-        ETCD_QUOTA_RATIO,
-        f"{size}\n"
-        f"/ on ({BY_MEMBER}) (\n"
-        f"  max by ({BY_MEMBER}) (etcd_server_quota_backend_bytes{{{job}}})\n"
-        f"  or on ({BY_MEMBER}) ({size} * 0 + {cluster.quota_backend_bytes})\n"
-        f")",
-        # One rule per cluster under one name: the label keeps them apart (and says which).
-        labels=((CLUSTER_ROLE_LABEL, cluster.role),),
-    )
+    quota = (f"(\n"
+             f"  max by ({BY_MEMBER}) (etcd_server_quota_backend_bytes{{{job}}})\n"
+             f"  or on ({BY_MEMBER}) ({size} * 0 + {cluster.quota_backend_bytes})\n"
+             f")")
+    return size, quota
+
+
+def _quota_ratio(cluster: EtcdClusterPlan) -> Record:
+    """Each member's database size over its quota."""
+    size, quota = _size_and_quota(cluster)
+    # One rule per cluster under one name: the label keeps them apart (and says which).
+    return Record(ETCD_QUOTA_RATIO, f"{size}\n/ on ({BY_MEMBER}) {quota}",
+                  labels=((CLUSTER_ROLE_LABEL, cluster.role),))
 
 
 def _quota_headroom(cluster: EtcdClusterPlan) -> Record:
-    """Each member's quota (as etcd reports it, else the plan's) less its database size: what one
-    write may still cost before the member refuses it and raises NOSPACE."""
-    job = f'job="{etcd_job(cluster.role)}"'
-    size = f"max by ({BY_MEMBER}) (etcd_mvcc_db_total_size_in_bytes{{{job}}})"
-    return Record(
-        ETCD_QUOTA_HEADROOM,
-        f"(\n"
-        f"  max by ({BY_MEMBER}) (etcd_server_quota_backend_bytes{{{job}}})\n"
-        f"  or on ({BY_MEMBER}) ({size} * 0 + {cluster.quota_backend_bytes})\n"
-        f")\n"
-        f"- on ({BY_MEMBER}) {size}",
-        labels=((CLUSTER_ROLE_LABEL, cluster.role),),
-    )
+    """Each member's quota less its database size: what one write may still cost before the
+    member refuses it and raises NOSPACE."""
+    size, quota = _size_and_quota(cluster)
+    return Record(ETCD_QUOTA_HEADROOM, f"{quota}\n- on ({BY_MEMBER}) {size}",
+                  labels=((CLUSTER_ROLE_LABEL, cluster.role),))
 
 
 def largest_write_cost(plan: ClusterPlan) -> int:
