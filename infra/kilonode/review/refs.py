@@ -211,7 +211,8 @@ def snapshots(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
     for side, _ in missing:
         entry = keys[side.label]
         taker[side.label] = side.label if entry is None else by_key.setdefault(entry, side.label)
-    taken = _take(repo, [(side, stacks) for side, stacks in missing if taker[side.label] == side.label], progress)
+    takes = [(side, stacks) for side, stacks in missing if taker[side.label] == side.label]
+    taken = _take(repo, takes, progress) if takes else {}
     for side, _ in missing:
         body = taken[taker[side.label]]
         found[side.label] = json.loads(body)  # parsed per side: neither shares the other's objects
