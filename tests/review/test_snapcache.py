@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,21 @@ def test_new_deleted_and_executable_inputs_miss_docs_and_ignored_files_do_not(sm
     (small / "templates" / "unit.j2").chmod(0o644)
     (small / "sysctl" / "base.yaml").unlink()
     assert key_now(small) != before
+
+
+def test_a_working_tree_with_a_nested_repository_or_an_unreadable_input_is_not_cached(small: Path) -> None:
+    nested = small / "templates" / "vendored"
+    nested.mkdir()
+    git(nested, "init", "-q")
+    (nested / "x.j2").write_text("x\n")
+    git(nested, "-c", "user.email=t@example.invalid", "-c", "user.name=t", "add", "-A")
+    git(nested, "-c", "user.email=t@example.invalid", "-c", "user.name=t", "commit", "-q", "-m", "x")
+    assert rendered_inputs(small, None) is None  # git lists it as one entry, "templates/vendored/"
+    shutil.rmtree(nested)
+    assert rendered_inputs(small, None) is not None
+    if os.geteuid() != 0:  # root reads anything
+        (small / "sysctl" / "base.yaml").chmod(0)
+        assert rendered_inputs(small, None) is None
 
 
 def test_the_key_covers_the_stacks_and_the_installed_packages(small: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -161,16 +161,19 @@ def _working_file(file: Path, path: str) -> str | None:
     """A working-tree file's line as `git ls-tree -r` prints it once committed: the blob id
     is sha1 over "blob <size>\\0" and the content (~10 ms for the 2 MB under INPUTS; git
     hash-object would be a child per call, or an object written per file). "" for a file
-    deleted since it was staged; None for neither a file nor a link."""
+    deleted since it was staged; None for neither a file nor a link, or one that cannot be read
+    (the child will say why, if it reads it)."""
     try:
         info = file.lstat()
+        if stat.S_ISLNK(info.st_mode):
+            mode, data = "120000", os.fsencode(os.readlink(file))
+        elif stat.S_ISREG(info.st_mode):
+            mode, data = ("100755" if info.st_mode & stat.S_IXUSR else "100644"), file.read_bytes()
+        else:
+            return None
     except FileNotFoundError:
         return ""
-    if stat.S_ISLNK(info.st_mode):
-        mode, data = "120000", os.fsencode(os.readlink(file))
-    elif stat.S_ISREG(info.st_mode):
-        mode, data = ("100755" if info.st_mode & stat.S_IXUSR else "100644"), file.read_bytes()
-    else:
+    except OSError:
         return None
     blob = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
     return f"{mode} {blob} {path}"
