@@ -70,7 +70,7 @@ bench-image: setup ## Time the node image: cold build, warm rebuild, boot + veri
 bench-local: setup ## Time `kilonode local up` cold (image built) and warm, a second up, and down (bench/results/local.json)
 	$(BIN)/python bench/bench_local.py
 
-bench-diff: setup ## Time `kilonode diff --base HEAD~1` on research-7500 in a scratch repo (target 10 s; bench/results/diff.json)
+bench-diff: setup ## Time `kilonode diff --base HEAD~1` on research-7500 in a scratch repo, wall and CPU, cache cold/warm/hot (target 10 s; bench/results/diff.json)
 	$(BIN)/python bench/bench_diff.py
 
 bench-preflight: setup ## Time `kilonode preflight research-7500`, the whole process (target: a few seconds; bench/results/preflight.json)

@@ -43,11 +43,14 @@ def diff(
     write_json: Annotated[Path | None, typer.Option(
         "--write-json", help="Also write the full JSON report to this file (the CI artefact the comment points "
                              "to).", show_default=False, metavar="FILE")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Render both refs afresh: neither read nor write "
+                                                              "~/.cache/kilonode/diff/ (see Cache).")] = False,
 ) -> None:
     """Review an infra change: what it does to each cluster, and what it risks.
 
     Renders every affected stack and records its Azure resource graph (Pulumi's mock engine,
-    nothing sent to Azure) at both refs, each with that ref's own code, in a git worktree. A
+    nothing sent to Azure) at both refs, each with that ref's own code, from a scratch copy of
+    what rendering reads at that ref (the working tree itself when --head is left out). A
     change to a stack file touches that stack; a change to the toolkit (infra/, templates/,
     sysctl/, node-image/, pyproject.toml, Pulumi.yaml) touches every stack; docs and tests
     touch none.
@@ -68,6 +71,12 @@ def diff(
 
     A change of comments or formatting only reports "no changes".
 
+    Cache: each ref's recording is kept in ${XDG_CACHE_HOME:-~/.cache}/kilonode/diff/ (the
+    newest 24, ~2 MB per large stack), keyed by the content of what rendering reads there (the
+    toolkit and stacks/, uncommitted files included), the stacks, the snapshot code, Python
+    and the installed packages: a ref seen before (the same base under each pull request) is
+    read back, not rendered. A damaged entry is ignored and replaced; --no-cache bypasses it.
+
     Examples:
 
       kilonode diff --base HEAD~1 --fail-on high
@@ -82,13 +91,12 @@ def diff(
     from kilonode.review.risks import HIGH, MEDIUM
 
     try:
-        result = review(Path.cwd(), base, head, stacks or (), progress=lambda line: err.print(f"  {line}"))
+        result = review(Path.cwd(), base, head, stacks or (), progress=lambda line: err.print(f"  {line}"),
+                        cache=not no_cache)
     except ReviewError as error:
         die(str(error), "kilonode diff")
     if write_json is not None:
-        partial = write_json.with_name(write_json.name + ".partial")
-        partial.write_text(to_json(result), encoding="utf-8")
-        partial.replace(write_json)
+        _write_whole(write_json, to_json(result))
     sys.stdout.write(FORMATS[output_format.value](result))
     err.print(f"  reviewed {len(result.stacks)} stack(s) in {result.seconds:.1f} s")
     levels = {FailOn.high: {HIGH}, FailOn.medium: {HIGH, MEDIUM}}
@@ -96,3 +104,10 @@ def diff(
         err.print(f"[bold red]kilonode diff:[/] {fail_on.value} risk found "
                   f"(--fail-on {fail_on.value}): exit {ExitCode.RISK:d}")
         raise typer.Exit(code=ExitCode.RISK)
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Written beside and renamed: the file is the whole report or the one before."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    partial.replace(path)

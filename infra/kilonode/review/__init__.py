@@ -3,7 +3,8 @@ refs and reports what changed and what it risks; the policy pack (policy/) enfor
 invariants at `pulumi preview`.
 
     snapshot (one side, run per ref) -> compare (files, resources) -> risks -> report
-    refs: the git side (worktrees, affected stacks); rules: the invariants both share.
+    refs: the git side (checkouts, affected stacks); snapcache: a side's snapshot kept by the
+    content of its inputs; rules: the invariants both share.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ __all__ = ["Review", "ReviewError", "review"]
 
 
 def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str] = (),
-           progress: Callable[[str], None] = lambda _: None) -> Review:
+           progress: Callable[[str], None] = lambda _: None, cache: bool = True) -> Review:
     """Compare the stacks a change touches (or `stacks`) between `base` and `head` (None: the
-    working tree) of the git checkout holding `start`."""
+    working tree) of the git checkout holding `start`. `cache`: read and keep each side's
+    snapshot by the content of its inputs (kilonode.review.snapcache)."""
     began = time.monotonic()
     repo = toplevel(start)
     base_side = Side("base", base, resolve(repo, base))
@@ -41,7 +43,7 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
     result = Review(base_side, head_side, chosen, why)
     if chosen:
         taken = snapshots(repo, [(base_side, [s for s in chosen if s in at_base]),
-                                 (head_side, [s for s in chosen if s in at_head])], progress)
+                                 (head_side, [s for s in chosen if s in at_head])], progress, cache)
         lessons = taken["base"].get("lessons", {})
         for name in chosen:
             diff = compare_stack(name, taken["base"]["stacks"].get(name), taken["head"]["stacks"].get(name))
