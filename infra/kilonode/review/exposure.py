@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-NSG = "azure-native:network:NetworkSecurityGroup"
+from kilonode.review.rules import CONTROL_PLANE_ROLES, NSG, PUBLIC_IP, ROLE_TAG
+
 RULE = "azure-native:network:SecurityRule"
 STORAGE = "azure-native:storage:StorageAccount"
-PUBLIC_IP = "azure-native:network:PublicIPAddress"
-CONTROL_PLANE_ROLES = frozenset({"etcd-main", "etcd-events", "apiserver"})
 
 WORLD = frozenset({"*", "any", "internet", "0.0.0.0/0", "::/0", "0.0.0.0/0.0.0.0"})
 
@@ -85,7 +84,7 @@ def exposures(resources: Iterable[Mapping[str, Any]]) -> dict[str, Exposure]:
                     found[f"storage-ip:{name}"] = (name, "storage account admits 0.0.0.0/0 in its IP rules")
         elif kind == PUBLIC_IP:
             tags = inputs.get("tags") or {}
-            role = tags.get("kilonode-role") if isinstance(tags, Mapping) else None
+            role = tags.get(ROLE_TAG) if isinstance(tags, Mapping) else None
             if role in CONTROL_PLANE_ROLES:
                 found[f"public-ip:{name}"] = (name, f"a public IP on a {role} machine: the control plane reachable "
                                                     "from the Internet, wherever an NSG rule lets it")

@@ -25,12 +25,10 @@ import yaml
 
 from kilonode.review.compare import CREATE, DELETE, REPLACE, ResourceChange, StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
 
-VM = "azure-native:compute:VirtualMachine"
-VMSS = "azure-native:compute:VirtualMachineScaleSet"
 RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
 VNET = "azure-native:network:VirtualNetwork"
-ETCD_ROLES = ("etcd-main", "etcd-events")
 # The input that is a resource's Azure name, per type, where the program fixes it.
 FIXED_NAMES = {VM: "vmName", VMSS: "vmScaleSetName"}
 MEMBER_RUNBOOK = "docs/runbooks/etcd-member-lost-its-disk.md"
@@ -107,10 +105,10 @@ def etcd_data(diff: StackDiff) -> list[Finding]:
     members: dict[str, int] = {}
     for r in (diff.base or {}).get("resources", []):
         role = ((r.get("inputs") or {}).get("tags") or {}).get("kilonode-role")
-        if r.get("type") == VM and role in ETCD_ROLES:
+        if r.get("type") == VM and role in ETCD_GROUPS:
             members[role] = members.get(role, 0) + 1
     for c in diff.resources:
-        if c.type != VM or c.role not in ETCD_ROLES or c.action == CREATE:
+        if c.type != VM or c.role not in ETCD_GROUPS or c.action == CREATE:
             continue
         resized = any(i.path == "hardwareProfile.vmSize" and not i.ignored for i in c.inputs)
         if c.action in (REPLACE, DELETE) or resized:

@@ -63,8 +63,7 @@ def _resources(entry: Mapping[str, Any] | None) -> list[rules.Resource]:
 
 
 def _plan(entry: Mapping[str, Any] | None) -> dict[str, Any]:
-    text = (entry or {}).get("files", {}).get("plan.yaml")
-    return (yaml.safe_load(text) or {}) if text else {}
+    return lifecycle.plan_of(entry)
 
 
 def _restart_keys(entry: Mapping[str, Any] | None) -> dict[str, Any]:
