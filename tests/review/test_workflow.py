@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kilonode.paths import REPO_ROOT
+from kilonode.review import snapcache
 from kilonode.review.report import COMMENT_LIMIT, MARKER
 from tests.review.conftest import edit_stack, git
 
@@ -45,6 +46,19 @@ def test_the_comment_is_updated_not_duplicated() -> None:
     script = steps()["Comment (one per pull request, updated)"]["with"]["script"]
     assert f"'{MARKER}'" in script and "updateComment" in script and "createComment" in script
     assert script.index("updateComment") < script.index("createComment")
+
+
+def test_the_snapshots_are_kept_where_the_review_reads_them() -> None:
+    """The cache step's path is snapcache's directory under the runner's default cache home
+    (no XDG_CACHE_HOME on GitHub's runners), restored by the base commit first."""
+    cache = steps()["Keep the snapshots"]
+    assert str(cache["uses"]).startswith("actions/cache@")
+    assert cache["with"]["path"] == f"~/.cache/kilonode/{snapcache.KIND}"
+    assert "XDG_CACHE_HOME" not in json.dumps(workflow())
+    key, restore = cache["with"]["key"], cache["with"]["restore-keys"].splitlines()
+    assert "github.event.pull_request.base.sha" in restore[0] and key.startswith(restore[0])
+    names = list(steps())
+    assert names.index("Install kilonode") < names.index("Keep the snapshots") < names.index("kilonode diff")
 
 
 @pytest.mark.slow

@@ -24,8 +24,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
 from kilonode.review import apiload, exposure, lifecycle, rules, versions
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
@@ -330,7 +328,7 @@ def lessons(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     serialized: dict[str, list[str]] = {}
     for path, text in sorted(head_files.items()):
         if path.endswith("etc/kubernetes/kubelet-config.yaml") and path in base_files:
-            was, now = yaml.safe_load(base_files[path]) or {}, yaml.safe_load(text) or {}
+            was, now = lifecycle.load_yaml(base_files[path]) or {}, lifecycle.load_yaml(text) or {}
             if _pulls_serialized(now) and not _pulls_serialized(was):
                 serialized.setdefault(_pull_setting(now), []).append(path)
     for setting, paths in sorted(serialized.items()):
