@@ -61,13 +61,25 @@ def diff(
     (secrets masked), the same change on several machines shown once; and the risks, each
     with its level and reason:
 
-    - high: etcd members restarted or replaced past what the cluster tolerates (quorum lost),
-      every apiserver at once, a policy-pack invariant broken (the events cluster removed,
-      etcd's protection removed, etcd ports opened, ...), an etcd quota lowered, a pool shrunk
-      by more than half, a subnet or static address moved;
-    - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every node of a
-      pool gets new custom data or a new image), a field lesson made weaker (a sysctl below
-      its field value, serialized image pulls, the runtime root off the local disk).
+    - high: etcd members restarted or replaced past what the cluster tolerates
+    (quorum lost), every apiserver at once, a policy-pack invariant broken (the
+    events cluster removed, etcd's protection removed, etcd ports opened, ...), an
+    etcd quota lowered, a pool shrunk by more than half, a subnet or static
+    address moved, an update Azure refuses; version-skew (images vs in-cluster
+    objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
+    binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,
+    a public IP on the control plane), replace-stops ("pulumi up stops at X; do
+    Y"), container-replaced (the resource group or VNet), etcd-data-lost,
+    audit-log-off, daemonset-api-load;
+
+    - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
+    node of a pool gets new custom data or a new image), a field lesson made
+    weaker (a sysctl below its field value, serialized image pulls by either
+    setting, the runtime root off the local disk), vnet-widened (in place, nothing
+    moves), subnet-unrecorded (run kilonode allocate), labels-until-reimaged.
+
+    Each risk is one line per decision, with its count and hosts, highest first
+    (docs/review.md has the table with every rule's story).
 
     A change of comments or formatting only reports "no changes".
 
