@@ -208,7 +208,9 @@ def test_the_markdown_of_a_toolkit_change_fits_one_comment(repo: Path) -> None:
     assert result.why == "chosen with --stack"
     text = to_markdown(result)
     assert len(text) < COMMENT_LIMIT
-    assert "fleet-rollout" in text and re.search(r"every scale set of pool-a100-ib \(\d+\)", text)
+    # one line for the pool and its teams' shards: one decision
+    assert "fleet-rollout" in text and len(re.findall(r"every scale set of pool-a100-ib\b", text)) == 1
+    assert re.search(r"every scale set of pool-a100-ib \(50: shared 10, team-language 30, team-vision 10\)", text)
     assert {c.action for d in result.changed for c in d.resources} <= {UPDATE, REPLACE, CREATE}
 
 

@@ -140,6 +140,19 @@ def test_a_fleet_rollout_is_every_scale_set_of_a_pool() -> None:
     assert risks_between(base, every) == {"fleet-rollout": MEDIUM}
 
 
+def test_a_rollout_over_a_pool_and_its_teams_is_one_line_and_a_teams_own_is_its_own() -> None:
+    base = entry()
+    base["resources"] += [scale_set(f"c-gpu-lang-{i:03d}", "gpu.team-lang") for i in range(3)]
+    pool, team = copy.deepcopy(base), copy.deepcopy(base)
+    for head, role in ((pool, ""), (team, "gpu.team-lang")):
+        for r in [r for r in head["resources"] if r["type"] == VMSS and role in r["inputs"]["tags"]["kilonode-role"]]:
+            r["inputs"]["virtualMachineProfile"]["osProfile"]["customData"] = "[secret sha256:2]"
+    [whole] = [r for r in assess(compare_stack("c", base, pool), LESSONS) if r.rule == "fleet-rollout"]
+    assert "every scale set of pool-gpu (7: shared 4, team-lang 3)" in whole.summary and len(whole.subjects) == 7
+    [own] = [r for r in assess(compare_stack("c", base, team), LESSONS) if r.rule == "fleet-rollout"]
+    assert "every scale set of pool-gpu.team-lang (3)" in own.summary
+
+
 def test_field_lessons_made_weaker_are_medium() -> None:
     conf = "# why\nnet.ipv4.neigh.default.gc_thresh3 = {}\n"
     kubelet = "serializeImagePulls: {}\nmaxParallelImagePulls: 10\n"

@@ -111,6 +111,10 @@ def _stopped(diff: StackDiff) -> set[str]:
 def control_plane(diff: StackDiff) -> list[Risk]:
     found = []
     stopped = _stopped(diff)
+    if stopped:
+        # Pulumi deletes what left the program only after every other step succeeded: a
+        # replacement that stops `pulumi up` leaves the removed machines running too.
+        stopped |= {_machine_of(c.name) for c in diff.resources if c.type == rules.VM and c.action == DELETE}
     for group, (down, members) in _down_together(diff).items():
         if down <= stopped:
             continue  # `pulumi up` stops at the first of them: the replace-stops risk says so
@@ -264,22 +268,37 @@ IMAGE = "virtualMachineProfile.storageProfile.imageReference"
 
 
 def fleet(diff: StackDiff) -> list[Risk]:
-    """A change reaching every scale set of a pool: every node's custom data or image."""
+    """A change reaching every scale set of a pool: every node's custom data or image. A pool's
+    teams have scale sets of their own (role `pool-X.team-Y`): one decision reaching them all is
+    one line for the pool; one reaching only a team's sets, a line for the team."""
     base_sets: dict[str, set[str]] = {}
     for r in _resources(diff.base):
         if r.type == rules.VMSS and r.role:
             base_sets.setdefault(r.role, set()).add(r.name)
+    pools: dict[str, list[str]] = {}
+    for role in sorted(base_sets):
+        pools.setdefault(role.split(".", 1)[0], []).append(role)
     found = []
-    for role, names in sorted(base_sets.items()):
-        for what, path in (("custom data", CUSTOM_DATA), ("image", IMAGE)):
-            touched = {c.name for c in diff.resources if c.type == rules.VMSS and c.name in names
-                       and any(covers(i.path, (path,)) and not i.ignored for i in c.inputs)}
-            if touched and touched == names:
-                found.append(Risk(MEDIUM, "fleet-rollout", diff.stack,
-                                  f"every scale set of {role} ({len(names)}) gets a new {what}: a fleet-wide "
-                                  "rollout as instances are upgraded or reimaged (new nodes get it at once); roll it "
-                                  "shard by shard and watch the first", tuple(sorted(names))))
+    for what, path in (("custom data", CUSTOM_DATA), ("image", IMAGE)):
+        touched = {c.name for c in diff.resources if c.type == rules.VMSS
+                   and any(covers(i.path, (path,)) and not i.ignored for i in c.inputs)}
+        for pool, roles in pools.items():
+            whole = set().union(*(base_sets[r] for r in roles))
+            if whole <= touched:
+                parts = [f"{r.split('.', 1)[1] if '.' in r else 'shared'} {len(base_sets[r])}" for r in roles]
+                found.append(_rollout(diff, f"{pool} ({len(whole)})" if len(roles) == 1
+                                      else f"{pool} ({len(whole)}: {', '.join(parts)})", what, whole))
+                continue
+            found += [_rollout(diff, f"{r} ({len(base_sets[r])})", what, base_sets[r]) for r in roles
+                      if base_sets[r] <= touched]
     return found
+
+
+def _rollout(diff: StackDiff, where: str, what: str, names: set[str]) -> Risk:
+    return Risk(MEDIUM, "fleet-rollout", diff.stack,
+                f"every scale set of {where} gets a new {what}: a fleet-wide rollout as instances are "
+                "upgraded or reimaged (new nodes get it at once); roll it shard by shard and watch the first",
+                tuple(sorted(names)))
 
 
 def _sysctls(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -431,7 +450,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     if diff.errors:
         side = "head" if diff.head and "error" in diff.head else "base"
         return [Risk(HIGH if side == "head" else MEDIUM, "stack-invalid", diff.stack,
-                     f"the stack does not load at the {side}: `pulumi up` would stop there", ())]
+                     f"the stack does not load at the {side}: `pulumi up` would stop there ({'; '.join(diff.errors)})",
+                     ())]
     found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *refused(diff),
              *fleet(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff))]
