@@ -116,10 +116,12 @@ def test_a_100000_node_pool_cannot_fit_one_vnet_even_with_host_network(write_sta
     cluster["nodePools"][0].update(nodes=100_000, podsPerNode=0)
     with pytest.raises(StackError) as caught:
         plan_of(cluster, write_stack)
-    vnet, nat = caught.value.problems
+    vnet, nics, nat = caught.value.problems
     assert vnet.path == nat.path == "nodePools[0].nodes"
     assert "one VNet cannot hold 100000 nodes even with hostNetwork pods only" in vnet.message
     assert "100000 × (1 + 0) + 8 = 100008 > 65536" in vnet.message
+    # one NIC per node and per control-plane VM
+    assert nics.path == "nodePools" and "100,007 NICs" in nics.message and "65,536" in nics.message
     assert nat.message.startswith("pool-cpu: 100,000 nodes x 128 SNAT ports = 12,800,000 ports > 16 public IPs")
 
 
@@ -187,8 +189,9 @@ def test_resolve_raises_plan_errors_without_a_file() -> None:
     raw["nodePools"][0]["nodes"] = 70_000
     with pytest.raises(PlanError) as caught:
         resolve(ClusterConfig.model_validate(raw), stack.sysctl_profile)
-    vnet, nat = caught.value.problems
+    vnet, nics, nat = caught.value.problems
     assert [(p.path, p.line) for p in (vnet, nat)] == [("nodePools[0].nodes", None), ("nodePools[0].nodes", None)]
+    assert nics.path == "nodePools" and "NICs" in nics.message
     assert "70000 × (1 + 8) + 8 = 630008 > 65536" in vnet.message
     assert nat.message.startswith("pool-cpu: 70,000 nodes x 128 SNAT ports = 8,960,000 ports > 16 public IPs")
 

@@ -35,6 +35,9 @@ class AzureLimits(Row):
     nat_ips_per_gateway: Limit
     snat_ports_per_ip: Limit
     nat_prefix_lengths: Lengths
+    nics_per_subscription_region: Limit
+    vnets_per_subscription_region: Limit
+    peered_group_private_ips: Limit
 
 
 class KubernetesLimits(Row):
@@ -43,12 +46,23 @@ class KubernetesLimits(Row):
     pods_per_node: Limit
     apf_builtin_shares: Shares
     autoscaler_expendable_priority_cutoff: Limit
+    lease_renew_seconds: Limit
+    node_status_report_seconds: Limit
+    compaction_interval_seconds: Limit
 
 
 class EtcdLimits(Row):
     default_quota_bytes: Limit
     max_request_bytes: Limit
     kv_overhead_bytes: Limit
+    benchmark_writes_per_second: Limit
+    node_object_bytes: Limit
+    lease_object_bytes: Limit
+    pod_object_bytes: Limit
+
+
+class PulumiFigures(Row):
+    stack_resources_soft: Limit
 
 
 class PrometheusFigures(Row):
@@ -66,6 +80,7 @@ class Limits(Row):
     azure: AzureLimits
     kubernetes: KubernetesLimits
     etcd: EtcdLimits
+    pulumi: PulumiFigures
     prometheus: PrometheusFigures
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from kilonode.catalog.limits import limits
+from kilonode.catalog.vm import gpus_of, infiniband_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.plan.model import (
     Budget,
@@ -16,6 +17,22 @@ from kilonode.problems import Loc, Problem
 
 AZURE = limits().azure
 K8S = limits().kubernetes
+ETCD = limits().etcd
+
+# The tool's own DaemonSets (kilonode.k8s.incluster): kube-proxy and the cloud node manager on
+# every node, the NVIDIA device plugin on GPU pools, the RDMA device plugin on InfiniBand pools.
+# tests/plan/test_limits.py checks this against the DaemonSets in the shipped stacks' graphs.
+EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager")
+GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset",)
+INFINIBAND_DAEMONSETS = ("rdma-shared-dp-ds",)
+# Connections each node keeps open to the apiservers (through the load balancer, one HTTP/2
+# connection per client): the kubelet, kube-proxy, the cloud node manager; a GPU node's health
+# agent too (kilonode.gpu.agent writes its condition with the node's identity).
+NODE_CLIENTS = 3
+GPU_NODE_CLIENTS = 1
+# kube-apiserver's LimitNOFILE (templates/etc/systemd/system/kube-control-plane.service.j2): one
+# descriptor per connection, so the most clients one apiserver can hold.
+APISERVER_NOFILE = 1048576
 
 
 def control_plane_ips(config: ClusterConfig) -> int:
@@ -23,21 +40,70 @@ def control_plane_ips(config: ClusterConfig) -> int:
     return config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas + 1
 
 
+def growth(pool: NodePoolConfig) -> int:
+    """The most nodes the pool may have: its maxNodes (the room its subnet is sized for, and the
+    autoscaler's ceiling), or its nodes. Every budget counts this: Azure refuses a scale-up at
+    run time, never at `pulumi up`."""
+    return max(pool.nodes, pool.max_nodes or 0)
+
+
 def pool_ips(pool: NodePoolConfig) -> int:
-    return pool.nodes * (1 + pool.pods_per_node)
+    return growth(pool) * (1 + pool.pods_per_node)
+
+
+def own_daemonsets(pool: NodePoolConfig) -> tuple[str, ...]:
+    """The tool's DaemonSets with a pod on each of this pool's nodes."""
+    return (*EVERY_NODE_DAEMONSETS, *(GPU_DAEMONSETS if gpus_of(pool.vm_size, pool.gpus_per_node) else ()),
+            *(INFINIBAND_DAEMONSETS if infiniband_of(pool.vm_size, pool.infiniband) else ()))
+
+
+def pod_objects(pool: NodePoolConfig) -> int:
+    """Pod objects the pool's nodes may hold at once: a pod per pod IP and the tool's DaemonSet pods
+    (hostNetwork, no IP; Kubernetes' threshold counts objects, not addresses)."""
+    return growth(pool) * (pool.pods_per_node + len(own_daemonsets(pool)))
+
+
+def apiserver_connections(config: ClusterConfig) -> int:
+    """Long-lived client connections on one apiserver with one apiserver down (the load balancer
+    spreads them over those left)."""
+    clients = sum(growth(p) * (NODE_CLIENTS + (GPU_NODE_CLIENTS if gpus_of(p.vm_size, p.gpus_per_node) else 0))
+                  for p in config.node_pools)
+    return math.ceil(clients / max(config.apiserver.replicas - 1, 1))
+
+
+def etcd_main_writes_per_second(nodes: int) -> int:
+    """Steady writes to the main etcd from the nodes alone: each Lease renewed every 10 s, each
+    Node's status posted every 5 min when nothing changed. Pods, Events (their own cluster) and
+    controllers come on top, with the workload."""
+    return math.ceil(nodes / K8S.lease_renew_seconds.value + nodes / K8S.node_status_report_seconds.value)
+
+
+def etcd_main_bytes(nodes: int, pods: int) -> int:
+    """The main etcd's database between two compactions: every Node, Lease and pod, plus every
+    revision of them written since the last compaction (the apiserver compacts every 5 min; the
+    freed pages are reused, not returned, so the file stays at this peak)."""
+    window = K8S.compaction_interval_seconds.value
+    live = nodes * (ETCD.node_object_bytes.value + ETCD.lease_object_bytes.value) + pods * ETCD.pod_object_bytes.value
+    history = (nodes * window // K8S.lease_renew_seconds.value * ETCD.lease_object_bytes.value
+               + nodes * window // K8S.node_status_report_seconds.value * ETCD.node_object_bytes.value)
+    return live + history
 
 
 def budgets_of(config: ClusterConfig) -> list[Budget]:
     pools = config.node_pools
     vnet_used = sum(pool_ips(p) for p in pools) + control_plane_ips(config)
-    nodes = sum(p.nodes for p in pools)
-    pods = sum(p.nodes * p.pods_per_node for p in pools)
+    nodes = sum(growth(p) for p in pools)
+    pods = sum(pod_objects(p) for p in pools)
     widest_nic = max(1 + p.pods_per_node for p in pools)
     densest = max(p.pods_per_node + p.host_network_pods for p in pools)
     subnets = 2 + len(pools)
+    # one NIC per node and per control-plane VM (the load balancers' frontends are not NICs)
+    nics = nodes + config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas
     return [
         Budget(name="VNet private IPs", used=vnet_used, limit=AZURE.vnet_private_ips.value,
                source=AZURE.vnet_private_ips.source, hard=True),
+        Budget(name="NICs per subscription and region", used=nics, limit=AZURE.nics_per_subscription_region.value,
+               source=AZURE.nics_per_subscription_region.source, hard=True),
         Budget(name="IP configurations per NIC", used=widest_nic, limit=AZURE.ip_configs_per_nic.value,
                source=AZURE.ip_configs_per_nic.source, hard=True),
         Budget(name="subnets per VNet", used=subnets, limit=AZURE.subnets_per_vnet.value,
@@ -48,6 +114,16 @@ def budgets_of(config: ClusterConfig) -> list[Budget]:
                source=K8S.pods.source, hard=False),
         Budget(name="pods per node (maxPods)", used=densest, limit=K8S.pods_per_node.value,
                source=K8S.pods_per_node.source, hard=False),
+        Budget(name="main etcd database (bytes)", used=etcd_main_bytes(nodes, pods),
+               limit=config.etcd.main.quota_backend_bytes,
+               source="the stack's etcd.main quota; objects as measured in bench/measure_object_sizes.py, "
+                      "history of one 5 min compaction interval", hard=True),
+        Budget(name="main etcd writes/s from nodes", used=etcd_main_writes_per_second(nodes),
+               limit=ETCD.benchmark_writes_per_second.value, source=ETCD.benchmark_writes_per_second.source,
+               hard=False),
+        Budget(name="connections per apiserver (one down)", used=apiserver_connections(config),
+               limit=APISERVER_NOFILE, source="kube-apiserver's LimitNOFILE in its unit (one descriptor per "
+                                              "connection)", hard=True),
     ]
 
 
@@ -75,6 +151,26 @@ def budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Proble
                 f"{AZURE.scale_set_name_prefix.value} of {AZURE.scale_set_name_prefix.source}; "
                 "shorten the pool name (or the cluster name)",
             ))
+    nics = by_name["NICs per subscription and region"]
+    if nics.used > nics.limit:
+        problems.append(Problem(
+            ("nodePools",),
+            f"{nics.used:,} NICs (one per node at each pool's maxNodes or nodes, one per control-plane VM) exceed "
+            f"the {nics.limit:,} of {nics.source}: Azure refuses the scale sets past it; split the nodes over "
+            "clusters in different subscriptions or regions (`kilonode fleet STACK --nodes N` writes them)"))
+    etcd = by_name["main etcd database (bytes)"]
+    if etcd.used > etcd.limit:
+        problems.append(Problem(
+            ("etcd", "main", "quotaBackendBytes"),
+            f"the main etcd would hold about {etcd.used:,} bytes ({_etcd_terms(config)}), above its quota "
+            f"{etcd.limit:,}: it raises NOSPACE and every write stops; split leases to their own etcd cluster "
+            "(etcd.leases), or fewer nodes per cluster"))
+    connections = by_name["connections per apiserver (one down)"]
+    if connections.used > connections.limit:
+        problems.append(Problem(
+            ("apiserver", "replicas"),
+            f"{connections.used:,} long-lived client connections per apiserver with one down, above its "
+            f"{connections.limit:,} file descriptors ({connections.source}); add apiservers"))
     subnets = by_name["subnets per VNet"]
     if subnets.used > subnets.limit:
         problems.append(Problem(
@@ -85,9 +181,19 @@ def budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Proble
     return problems
 
 
+def _etcd_terms(config: ClusterConfig) -> str:
+    nodes = sum(growth(p) for p in config.node_pools)
+    pods = sum(pod_objects(p) for p in config.node_pools)
+    return (f"{nodes:,} Nodes x {ETCD.node_object_bytes.value:,} B and Leases x {ETCD.lease_object_bytes.value} B, "
+            f"{pods:,} pods x {ETCD.pod_object_bytes.value:,} B, and 5 min of history: "
+            f"{K8S.compaction_interval_seconds.value // K8S.lease_renew_seconds.value} Lease renewals "
+            "and one status per Node")
+
+
 def _vnet_overflow(config: ClusterConfig, vnet: Budget) -> Problem:
     pools = config.node_pools
-    terms = " + ".join(f"{p.nodes} × (1 + {p.pods_per_node})" for p in pools[:4])
+    terms = " + ".join(f"{growth(p)}{' (maxNodes)' if growth(p) > p.nodes else ''} × (1 + {p.pods_per_node})"
+                       for p in pools[:4])
     if len(pools) > 4:
         terms += f" + … ({len(pools) - 4} more pools)"
     control = control_plane_ips(config)
@@ -99,12 +205,13 @@ def _vnet_overflow(config: ClusterConfig, vnet: Budget) -> Problem:
         "split the nodes over several clusters, one VNet each (peering does not raise the per-VNet cap)",
     ]
     if alone and biggest.pods_per_node == 0:
-        lead = f"one VNet cannot hold {biggest.nodes} nodes even with hostNetwork pods only"
+        lead = f"one VNet cannot hold {growth(biggest)} nodes even with hostNetwork pods only"
     else:
         lead = "the cluster needs more private IPs than one VNet allows"
     return Problem(
         loc,
-        f"{lead}: nodes × (1 + podsPerNode) + control plane = {terms} + {control} = "
+        f"{lead}: nodes (or maxNodes, where the pool may grow) × (1 + podsPerNode) + control plane = "
+        f"{terms} + {control} = "
         f"{vnet.used} > {vnet.limit} ({vnet.source}); ways out: "
         + "; ".join(w for w in ways if w),
     )
