@@ -46,58 +46,8 @@ def diff(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Render both refs afresh: neither read nor write "
                                                               "~/.cache/kilonode/diff/ (see Cache).")] = False,
 ) -> None:
-    """Review an infra change: what it does to each cluster, and what it risks.
+    # its help is HELP, below (a docstring that long would hide the code)
 
-    Renders every affected stack and records its Azure resource graph (Pulumi's mock engine,
-    nothing sent to Azure) at both refs, each with that ref's own code, from a scratch copy of
-    what rendering reads at that ref (the working tree itself when --head is left out). A
-    change to a stack file touches that stack; a change to the toolkit (infra/, templates/,
-    sysctl/, node-image/, pyproject.toml, Pulumi.yaml) touches every stack; docs and tests
-    touch none.
-
-    The report has, per stack: each resource created, updated (which inputs, and whether Azure
-    restarts the machine to apply them), replaced or deleted, with the source that says so
-    (the catalogue's effects.toml); the rendered files as unified diffs, custom data included
-    (secrets masked), the same change on several machines shown once; and the risks, each
-    with its level and reason:
-
-    - high: etcd members restarted or replaced past what the cluster tolerates
-    (quorum lost), every apiserver at once, a policy-pack invariant broken (the
-    events cluster removed, etcd's protection removed, etcd ports opened, ...), an
-    etcd quota lowered, a pool shrunk by more than half, a subnet or static
-    address moved, an update Azure refuses; version-skew (images vs in-cluster
-    objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
-    binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,
-    a public IP on the control plane), replace-stops ("pulumi up stops at X; do
-    Y"), container-replaced (the resource group or VNet), etcd-data-lost,
-    audit-log-off, daemonset-api-load;
-
-    - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
-    node of a pool gets new custom data or a new image), a field lesson made
-    weaker (a sysctl below its field value, serialized image pulls by either
-    setting, the runtime root off the local disk), vnet-widened (in place, nothing
-    moves), subnet-unrecorded (run kilonode allocate), labels-until-reimaged.
-
-    Each risk is one line per decision, with its count and hosts, highest first
-    (docs/review.md has the table with every rule's story).
-
-    A change of comments or formatting only reports "no changes".
-
-    Cache: each ref's recording is kept in ${XDG_CACHE_HOME:-~/.cache}/kilonode/diff/ (the
-    newest 24, ~2 MB per large stack), keyed by the content of what rendering reads there (the
-    toolkit and stacks/, uncommitted files included), the stacks, the snapshot code, Python
-    and the installed packages: a ref seen before (the same base under each pull request) is
-    read back, not rendered. A damaged entry is ignored and replaced; --no-cache bypasses it.
-
-    Examples:
-
-      kilonode diff --base HEAD~1 --fail-on high
-
-      kilonode diff --base origin/main --format md --write-json diff.json > comment.md
-
-    Exit status: 0, or 3 with --fail-on when such a risk is found; 2 when the review could
-    not be made (a bad ref, a side that does not render).
-    """
     from kilonode.review import ReviewError, review
     from kilonode.review.report import FORMATS, to_json
     from kilonode.review.risks import HIGH, MEDIUM
@@ -123,3 +73,59 @@ def _write_whole(path: Path, text: str) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(text, encoding="utf-8")
     partial.replace(path)
+
+
+# The command's --help (typer reads the function's docstring).
+HELP = """Review an infra change: what it does to each cluster, and what it risks.
+
+Renders every affected stack and records its Azure resource graph (Pulumi's mock engine,
+nothing sent to Azure) at both refs, each with that ref's own code, from a scratch copy of
+what rendering reads at that ref (the working tree itself when --head is left out). A
+change to a stack file touches that stack; a change to the toolkit (infra/, templates/,
+sysctl/, node-image/, pyproject.toml, Pulumi.yaml) touches every stack; docs and tests
+touch none.
+
+The report has, per stack: each resource created, updated (which inputs, and whether Azure
+restarts the machine to apply them), replaced or deleted, with the source that says so
+(the catalogue's effects.toml); the rendered files as unified diffs, custom data included
+(secrets masked), the same change on several machines shown once; and the risks, each
+with its level and reason:
+
+- high: etcd members restarted or replaced past what the cluster tolerates
+(quorum lost), every apiserver at once, a policy-pack invariant broken (the
+events cluster removed, etcd's protection removed, etcd ports opened, ...), an
+etcd quota lowered, a pool shrunk by more than half, a subnet or static
+address moved, an update Azure refuses; version-skew (images vs in-cluster
+objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
+binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,
+a public IP on the control plane), replace-stops ("pulumi up stops at X; do
+Y"), container-replaced (the resource group or VNet), etcd-data-lost,
+audit-log-off, daemonset-api-load;
+
+- medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
+node of a pool gets new custom data or a new image), a field lesson made
+weaker (a sysctl below its field value, serialized image pulls by either
+setting, the runtime root off the local disk), vnet-widened (in place, nothing
+moves), subnet-unrecorded (run kilonode allocate), labels-until-reimaged.
+
+Each risk is one line per decision, with its count and hosts, highest first
+(docs/review.md has the table with every rule's story).
+
+A change of comments or formatting only reports "no changes".
+
+Cache: each ref's recording is kept in ${XDG_CACHE_HOME:-~/.cache}/kilonode/diff/ (the
+newest 24, ~2 MB per large stack), keyed by the content of what rendering reads there (the
+toolkit and stacks/, uncommitted files included), the stacks, the snapshot code, Python
+and the installed packages: a ref seen before (the same base under each pull request) is
+read back, not rendered. A damaged entry is ignored and replaced; --no-cache bypasses it.
+
+Examples:
+
+  kilonode diff --base HEAD~1 --fail-on high
+
+  kilonode diff --base origin/main --format md --write-json diff.json > comment.md
+
+Exit status: 0, or 3 with --fail-on when such a risk is found; 2 when the review could
+not be made (a bad ref, a side that does not render).
+"""
+diff.__doc__ = HELP
