@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "plan": "plan:plan_command",
     "preflight": "preflight:preflight",
     "diff": "diff:diff",
+    "fleet": "fleet:fleet",
     "new": "project:new",
     "schema": "project:schema",
     "gpu-health": "gpu:gpu_health",
