@@ -21,6 +21,7 @@ from kilonode.preflight.checks.quota import (
     allowed,
     evaluate,
     needs,
+    network_needs,
     reader_from_env,
 )
 from tests.preflight.conftest import inputs_of
@@ -37,11 +38,15 @@ class Recorded:
     """An AzureReader answering from recorded response bodies."""
 
     usage: list[dict[str, Any]] = field(default_factory=lambda: body("usage_list.json"))
+    network: list[dict[str, Any]] = field(default_factory=lambda: body("network_usage_list.json"))
     granted: list[dict[str, Any]] | None = field(default_factory=lambda: [{"actions": ["*"], "notActions": []}])
     subscription: str = "00000000-0000-0000-0000-000000000000"
 
     def usages(self, location: str) -> list[Mapping[str, Any]]:
         return list(self.usage)
+
+    def network_usages(self, location: str) -> list[Mapping[str, Any]]:
+        return list(self.network)
 
     def permissions(self, resource_group: str) -> list[Mapping[str, Any]]:
         if self.granted is None:
@@ -111,3 +116,19 @@ def test_the_real_reader_is_built_only_from_credentials() -> None:
     assert reader_from_env({"AZURE_SUBSCRIPTION_ID": "s"}) is None
     reader = reader_from_env({"AZURE_SUBSCRIPTION_ID": "s", "AZURE_ACCESS_TOKEN": "t"})
     assert isinstance(reader, RestReader) and reader.subscription == "s"
+
+
+def test_network_interfaces_are_counted_per_machine_and_instance_at_reach() -> None:
+    # 13 control-plane VMs and 7,504 nodes (5,000 + 2,500 at maxNodes, 3 system, 1 monitoring)
+    assert network_needs(inputs_of("research-7500")) == {"NetworkInterfaces": 13 + 7_504, "VirtualNetworks": 1}
+    found = run(inputs_of("research-7500"), ["quota"])
+    assert any("7,517 network interfaces and 1 VNet(s)" in f.what for f in found)
+
+
+def test_too_few_network_interfaces_left_in_the_subscription_is_a_break() -> None:
+    network = copy.deepcopy(body("network_usage_list.json"))
+    nics = next(u for u in network if u["name"]["value"] == "NetworkInterfaces")
+    nics["currentValue"] = 60_000  # another cluster in the same subscription and region
+    found = evaluate(inputs_of("research-7500"), Recorded(network=network))
+    assert [(f.level, f.where) for f in found] == [("break", "NetworkInterfaces in southcentralus")]
+    assert "needs 7,517 NetworkInterfaces" in found[0].what and "5,536 are left" in found[0].what

@@ -28,6 +28,11 @@ right:
   Permissions_ListForResourceGroup): `value[]` of `{actions, notActions}`; an action is allowed
   when one entry's `actions` match it (wildcards) and the same entry's `notActions` do not.
   Before the first run the resource group does not exist: the check says it cannot confirm.
+- Network Usage API, `GET /subscriptions/{id}/providers/Microsoft.Network/locations/{location}/usages`
+  (api-version 2024-05-01; specification/network/.../examples/UsageList.json, Usages_List): the
+  same shape; `NetworkInterfaces` and `VirtualNetworks`. Azure counts NICs (65,536) and VNets per
+  subscription and region: every node has a NIC, so clusters sharing a subscription and region
+  share that (`kilonode fleet` gives each cluster its own subscription).
 Spot capacity counts against one regional low-priority bucket, not the families: kilonode
 creates none.
 """
@@ -53,6 +58,10 @@ TITLE = "vCPU quota per family and region, and the deployer's right to assign ro
 ROLE_ASSIGNMENT_WRITE = "Microsoft.Authorization/roleAssignments/write"
 REGIONAL = "cores"  # the Usage API's "Total Regional vCPUs"
 USAGE_API = "2024-07-01"
+NETWORK_USAGE_API = "2024-05-01"
+# The Network Usage API's names for what the stack creates per subscription and region.
+NICS = "NetworkInterfaces"
+VNETS = "VirtualNetworks"
 PERMISSIONS_API = "2022-04-01"
 MANAGEMENT = "https://management.azure.com"
 
@@ -68,6 +77,8 @@ class AzureReader(Protocol):
 
     def usages(self, location: str) -> list[Mapping[str, Any]]: ...
 
+    def network_usages(self, location: str) -> list[Mapping[str, Any]]: ...
+
     def permissions(self, resource_group: str) -> list[Mapping[str, Any]]: ...
 
 
@@ -82,6 +93,10 @@ class RestReader:
     def usages(self, location: str) -> list[Mapping[str, Any]]:
         return self._pages(f"/subscriptions/{self.subscription}/providers/Microsoft.Compute/locations/"
                            f"{urllib.parse.quote(location)}/usages?api-version={USAGE_API}")
+
+    def network_usages(self, location: str) -> list[Mapping[str, Any]]:
+        return self._pages(f"/subscriptions/{self.subscription}/providers/Microsoft.Network/locations/"
+                           f"{urllib.parse.quote(location)}/usages?api-version={NETWORK_USAGE_API}")
 
     def permissions(self, resource_group: str) -> list[Mapping[str, Any]]:
         return self._pages(f"/subscriptions/{self.subscription}/resourcegroups/{urllib.parse.quote(resource_group)}"
@@ -141,6 +156,33 @@ def needs(inputs: Inputs) -> tuple[dict[str, Need], list[str]]:
     return {f: Need(totals[f], machines[f]) for f in totals}, sorted(unknown)
 
 
+def network_needs(inputs: Inputs) -> dict[str, int]:
+    """NICs (one per VM, one per scale-set instance at the size the cluster may reach) and VNets."""
+    ceilings = {g.shard: g.max_size for pool in inputs.plan.autoscaled_pools if pool.autoscaling
+                for g in pool.autoscaling.node_groups}
+    instances = sum(max(int((s.inputs.get("sku") or {}).get("capacity") or 0),
+                        ceilings.get(str(s.inputs.get("vmScaleSetName", s.name)), 0))
+                    for s in inputs.of_type("azure-native:compute:VirtualMachineScaleSet"))
+    return {NICS: len(inputs.of_type("azure-native:network:NetworkInterface")) + instances,
+            VNETS: len(inputs.of_type("azure-native:network:VirtualNetwork"))}
+
+
+def _network_quota(reader: AzureReader, location: str, need: dict[str, int]) -> list[Finding]:
+    free = {str((u.get("name") or {}).get("value", "")).lower(): int(u.get("limit", 0)) - int(u.get("currentValue", 0))
+            for u in reader.network_usages(location)}
+    findings = []
+    for name, wanted in sorted(need.items()):
+        available = free.get(name.lower())
+        if available is not None and available < wanted:
+            findings.append(Finding(
+                NAME, "break", f"{name} in {location}",
+                f"the stack needs {wanted:,} {name} (a NIC per machine and scale-set instance), {available:,} are "
+                "left in this subscription and region: Azure refuses the rest and `pulumi up` stops part way",
+                "deploy into a subscription of its own (`kilonode fleet` splits a fleet that way), another region, "
+                "or make the stack smaller"))
+    return findings
+
+
 def _role_scopes(inputs: Inputs) -> list[str]:
     return sorted({str(r.inputs.get("scope")) for r in inputs.of_type("azure-native:authorization:RoleAssignment")})
 
@@ -160,6 +202,8 @@ def allowed(action: str, permissions: list[Mapping[str, Any]]) -> bool:
 def _offline(inputs: Inputs, need: dict[str, Need], scopes: list[str]) -> list[Finding]:
     location = inputs.plan.location
     listing = "; ".join(f"{family}: {n.vcpus:,} vCPUs" for family, n in sorted(need.items()))
+    network = network_needs(inputs)
+    listing += f"; {network[NICS]:,} network interfaces and {network[VNETS]} VNet(s) (per subscription and region)"
     findings = [Finding(NAME, "warn", f"subscription, region {location}",
                         f"cannot confirm quota offline: the stack needs {listing}",
                         "compare with `az vm list-usage --location " + location + "` (limit - currentValue per "
@@ -221,7 +265,9 @@ def evaluate(inputs: Inputs, reader: AzureReader | None) -> list[Finding]:
                         "quotaFamily (Resource SKUs `family`)") for size in unknown]
     if reader is None:
         return findings + _offline(inputs, need, scopes)
-    return findings + _quota(reader, inputs.plan.location, need) + _rights(reader, _resource_group(inputs), scopes)
+    return (findings + _quota(reader, inputs.plan.location, need)
+            + _network_quota(reader, inputs.plan.location, network_needs(inputs))
+            + _rights(reader, _resource_group(inputs), scopes))
 
 
 def check(inputs: Inputs) -> list[Finding]:
