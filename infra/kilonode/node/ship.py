@@ -46,6 +46,7 @@ def pool_image_with(extra: str) -> str:
     """The selector of the pool images whose VM size adds `extra` ("pool+gpu")."""
     return f"{POOL_IMAGES}+{extra}"
 
+
 # The Python libraries a node program may import beyond the standard library and its own
 # package: import name -> (Debian package, the line of node-image/packages/*.txt that brings it
 # into the images). python3-yaml comes with cloud-init (a Depends of Debian's cloud-init), so

@@ -34,8 +34,8 @@ Levels: above the limit is a `break`: `pulumi up` and `preview` stop in the prog
 composes that host's custom data (kilonode.azure.custom_data.encode refuses it); Azure itself
 refuses a custom data above 65,535 decoded bytes, 87,380 base64 characters ("Custom data in
 OSProfile must be in Base64 encoding and with a maximum length of 87380 characters"). Less
-than HEADROOM_WARN_BYTES below it is a `warn`: the next file a host is given (a component's
-kubeconfig, a longer name) stops the update. Each finding names the host's largest files.
+than 8 KiB below it (HEADROOM_WARN_BYTES: two more component kubeconfigs) is a `warn`: the
+next files a host is given stop the update. Each finding names the host's largest files.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ from kilonode.render.files import USER_DATA
 NAME = "custom-data-size"
 TITLE = "every VM's and scale set's custom data, with certificates of real size, fits Azure's 64 KiB"
 
-# Below the limit by less than this: a warning. About two more kubeconfigs with an embedded
-# client certificate (each takes some 3 KB of an apiserver's custom data once delivered).
-HEADROOM_WARN_BYTES = 6 * 1024
+# Below the limit by less than this: a warning. Room for two more kubeconfigs with an embedded
+# client certificate (each takes 3.5 KB of an apiserver's custom data once delivered: the GPU
+# health controller's is the one a stack adds with its first GPU pool) and a little more.
+HEADROOM_WARN_BYTES = 8 * 1024
 
 # ECDSA P-256 in the PEM forms pulumi-tls writes: SEC1 "EC PRIVATE KEY" (RFC 5915: the version,
 # the 32-byte scalar, the curve's OID and the 65-byte public point) and "PUBLIC KEY"
