@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import email
 from email.message import Message
 from pathlib import Path
@@ -12,10 +11,11 @@ import pytest
 from kilonode.azure import custom_data
 from kilonode.azure.graph import Graph
 from kilonode.local import pki as local_pki
+from kilonode.node import ship
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.plan import wellknown as pki
-from kilonode.plan.encryption import KEY_BYTES, encryption_configuration
 from kilonode.plan.pki import pki_layout
+from kilonode.preflight.checks import custom_data_size
 from kilonode.render import USER_DATA
 from tests import shared
 from tests.azure.conftest import VM, VMSS
@@ -131,33 +131,99 @@ def test_custom_data_above_azures_limit_is_refused() -> None:
         custom_data.encode("#cloud-config\n" + "x" * 60000, "etcd-main-0")
 
 
-def real_custom_data(stack: str, plan: ClusterPlan, host: str, state: Path,
-                     extra: list[custom_data.FileEntry]) -> str:
-    """`host`'s custom data as Azure receives it, but with real certificates and keys (the local
-    issuer's, built as pulumi-tls builds them: the same algorithms, extensions and so about the
-    same PEM sizes) where the mock engine has placeholders."""
+def _machines(graph: Graph) -> list[str]:
+    """Every distinct custom data of the graph's VMs and scale sets (a pool's shards share theirs)."""
+    found = [r.plain()["osProfile"]["customData"] if r.type == VM
+             else r.plain()["virtualMachineProfile"]["osProfile"]["customData"]
+             for r in graph.of_type(VM) + graph.of_type(VMSS)]
+    return list(dict.fromkeys(found))
+
+
+def _host_of(stack: str, user_data: str) -> str:
+    """The render role whose user-data is `user_data` (each member's and apiserver's is its own)."""
+    [host] = [h for h, files in shared.rendered(stack).items()
+              if USER_DATA in files and files[USER_DATA].content.rstrip("\n") == user_data.rstrip("\n")]
+    return host
+
+
+def real_custom_data(stack: str, plan: ClusterPlan, encoded: str, state: Path) -> tuple[str, str]:
+    """(host, custom data) of one VM's or scale set's recorded custom data as Azure receives it: the
+    same rendered user-data and files, with the local issuer's real certificates, keys and kubeconfigs
+    (built as pulumi-tls builds them: the same algorithms, extensions and so about the same PEM
+    sizes) where the mock engine has placeholders, and its other files (the snapshot upload's
+    config, the EncryptionConfiguration) as the mock engine wrote them, at their real lengths.
+    A pool's files are what every node of it gets (the cluster CA and the bootstrap kubeconfig)."""
+    first, second = parts(encoded)
+    user_data, written = payload(first), files_of(second)
+    host = _host_of(stack, user_data)
+    layout = pki_layout(plan)
     where = local_pki.LocalPki(state)
-    files = [(f.path, where.host_file(host, f.path).read_text(), f.mode, f.owner)
-             for f in pki_layout(plan).hosts[host]]
-    return custom_data.encode(custom_data.compose_mime(shared.rendered(stack)[host][USER_DATA].content,
-                                                       [*files, *extra]), host)
+    issued = "node" if host not in layout.hosts else host
+    real = {f.path: where.host_file(issued, f.path).read_text() for f in layout.hosts.get(host, layout.node_files)}
+    assert set(real) <= set(written), host
+    entries = [(path, str(entry["content"]), int(str(entry["permissions"]), 8), str(entry["owner"]))
+               for path, entry in written.items()]
+    # composed again from its parts, unchanged, it is the recorded custom data itself
+    assert custom_data.encode(custom_data.compose_mime(user_data, entries), host) == encoded, host
+    entries = [(path, real.get(path, content), mode, owner) for path, content, mode, owner in entries]
+    return host, custom_data.encode(custom_data.compose_mime(user_data, entries), host)  # refuses above the limit
+
+
+def every_hosts_real_custom_data(stack: str, graph: Graph, plan: ClusterPlan, state: Path) -> dict[str, str]:
+    local_pki.issue_plan(plan, state)
+    return dict(real_custom_data(stack, plan, encoded, state) for encoded in _machines(graph))
 
 
 @pytest.mark.parametrize("stack", shared.SHIPPED_STACKS)
-def test_every_apiservers_custom_data_with_real_certificates_stays_within_azures_limit(
-    plans: dict[str, ClusterPlan], stack: str, tmp_path: Path
+def test_every_hosts_custom_data_with_real_certificates_stays_within_azures_limit(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str, tmp_path: Path
 ) -> None:
-    """The mock engine's placeholders are a few bytes; real PEMs are not. Each apiserver carries its
-    rendered user-data, 13 to 15 certificate, key and kubeconfig files (the scheduler's and controller
-    manager's serving pairs among them) and the encryption key's file: measured at 57.5 KB of
-    65,535 base64 bytes at research-7500 (was 53.7 KB before the two serving pairs)."""
+    """The mock engine's placeholders are a few bytes; real PEMs are not. Every etcd member, every
+    apiserver and every pool's scale sets (one custom data per registration group), each with the
+    local issuer's certificates, keys and kubeconfigs. Measured, base64 bytes of 65,535, the largest
+    of each kind (a few bytes vary between runs: serials and signatures):
+
+    | stack | etcd-main | etcd-events | apiserver | pool |
+    | --- | --- | --- | --- | --- |
+    | local | 30,872 | 31,868 | 42,292 | 25,768 (cpu) |
+    | research-2500 | 31,336 | 32,216 | 51,880 | 30,152 (nc-a100) |
+    | research-7500 | 31,336 | 32,212 | 51,868 | 36,140 (h100-ib) |
+
+    Before the node programs moved into the images (kilonode.node.ship), with the snapshot job and
+    the certificate expiry program inline, the etcd members were over the limit: etcd-main 66,084
+    (local) and 66,548 (research-*), etcd-events 67,076 and 67,424; the apiservers, with the
+    certificate expiry program, 51,344 and 60,936; the pools, with the pod traffic program, up to
+    59,324 (research-7500 h100-ib)."""
     plan = plans[stack]
-    local_pki.issue_plan(plan, tmp_path)
-    key = (pki.ENCRYPTION_CONFIG, encryption_configuration(base64.b64encode(bytes(KEY_BYTES)).decode()),
-           custom_data.KEY_MODE, custom_data.ROOT)
-    for instance in plan.control_plane.instances:
-        encoded = real_custom_data(stack, plan, instance.name, tmp_path, [key])  # encode refuses above the limit
-        assert len(encoded) <= custom_data.AZURE_CUSTOM_DATA_MAX_BYTES, instance.name
+    measured = every_hosts_real_custom_data(stack, graphs[stack], plan, tmp_path)
+    machines = {*(m.name for c in plan.etcd_clusters for m in c.members),
+                *(i.name for i in plan.control_plane.instances),
+                *(p.role(t) for p in plan.node_pools for t in (None, *p.teams))}
+    assert set(measured) == machines
+    for host, encoded in measured.items():
+        assert len(encoded) <= custom_data.AZURE_CUSTOM_DATA_MAX_BYTES, host
+        # real PEMs went in, and no node program did
         written = files_of(parts(encoded)[1])
-        assert {pki.SCHEDULER_SERVING_CERT, pki.CONTROLLER_MANAGER_SERVING_KEY, pki.ENCRYPTION_CONFIG} <= set(written)
-        assert "BEGIN CERTIFICATE" in str(written[pki.SCHEDULER_SERVING_CERT]["content"])
+        assert any("BEGIN CERTIFICATE" in str(f["content"]) for f in written.values()), host
+        rendered = shared.load_yaml(payload(parts(encoded)[0]))
+        assert not {f["path"] for f in rendered["write_files"]} & {p.machine_path for p in ship.PROGRAMS
+                                                                   if p.delivery == "image"}, host
+    apiserver = files_of(parts(measured[plan.control_plane.instances[0].name])[1])
+    assert {pki.SCHEDULER_SERVING_CERT, pki.CONTROLLER_MANAGER_SERVING_KEY, pki.ENCRYPTION_CONFIG} <= set(apiserver)
+
+
+@pytest.mark.parametrize("stack", shared.SHIPPED_STACKS)
+def test_preflights_estimate_of_each_hosts_custom_data_bounds_the_real_one_closely(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str, tmp_path: Path
+) -> None:
+    """custom-data-size composes each host's custom data with PEMs of a modelled size and the Azure
+    values at their real lengths: the same files as the program delivers, never smaller than with
+    real certificates, and at most 2 % larger."""
+    plan = plans[stack]
+    layout = pki_layout(plan)
+    for host, encoded in every_hosts_real_custom_data(stack, graphs[stack], plan, tmp_path).items():
+        first, second = parts(encoded)
+        estimate = custom_data_size.delivered(plan, layout, host)
+        assert {path for path, *_ in estimate} == set(files_of(second)), host
+        size = custom_data_size.encoded_size(payload(first), estimate)
+        assert len(encoded) <= size <= len(encoded) * 1.02, (host, len(encoded), size)

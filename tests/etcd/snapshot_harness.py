@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kilonode.node.ship import ETCD_SNAPSHOT
 from kilonode.plan import ClusterPlan, wellknown
 from kilonode.plan.model import EtcdMember
 from kilonode.render import render_cluster
-from kilonode.render.etcd_snapshot import CONFIG_PATH, SCRIPT_PATH, snapshot_files
+from kilonode.render.etcd_snapshot import CONFIG_PATH, snapshot_files
 from tests.render.local_pki import TestCA
 
 ETCD = "/usr/bin/etcd"
@@ -182,12 +183,11 @@ class SnapshotCluster:
     # --- the snapshot job, as rendered, pointed at this harness ---------------------------
 
     def snapshot_script(self) -> Path:
-        """The rendered script, written as the host gets it (one member's copy: all are equal)."""
-        member = self.cluster.members[0]
-        rendered = snapshot_files(self.plan, self.cluster, member)[SCRIPT_PATH]
+        """The script, written as the etcd image carries it (kilonode.node.ship ETCD_SNAPSHOT)."""
+        [(_target, data, mode)] = ETCD_SNAPSHOT.files()
         path = self.tmp_path / "etcd_snapshot.py"
-        path.write_text(rendered.content)
-        path.chmod(rendered.mode)
+        path.write_bytes(data)
+        path.chmod(mode)
         return path
 
     def snapshot_config(self, name: str) -> Path:

@@ -1,7 +1,8 @@
 """Scheduled etcd snapshots and the restore runbook.
 
 The slow test runs the local stack's main cluster as real etcd (Debian's 3.4) from the rendered
-units, runs the rendered snapshot script on every member (local-path mode: no Azure config),
+units, runs the snapshot script as the etcd image carries it on every member with its rendered
+config (local-path mode: no Azure config),
 loses the whole cluster, and restores it with the commands of
 docs/runbooks/etcd-restore-from-snapshot.md. The fast tests read the rendered job against its
 consumers (systemd-analyze) and the Azure upload's requests against Azure's documented Blob and
@@ -34,6 +35,7 @@ import pytest
 
 from kilonode.azure.backup import age_keys
 from kilonode.image.recipe import load_recipe
+from kilonode.node.ship import ETCD_SNAPSHOT, programs_for
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.render.etcd_snapshot import (
@@ -128,19 +130,23 @@ def test_every_member_of_both_clusters_gets_the_job_with_its_own_name_and_cluste
         for cluster in plan.etcd_clusters:
             for member in cluster.members:
                 files = snapshot_files(plan, cluster, member)
-                assert set(files) == {TIMER_PATH, SERVICE_PATH, SCRIPT_PATH, CONFIG_PATH}
+                # the script is the etcd image's, not the member's custom data's (kilonode.node.ship)
+                assert set(files) == {TIMER_PATH, SERVICE_PATH, CONFIG_PATH}
                 config = json.loads(files[CONFIG_PATH].content)
                 assert (config["member"], config["role"], config["blobPrefix"]) == (
                     member.name, cluster.role, f"{cluster.role}/")
                 # the member itself, with its own server certificate as the client
                 assert config["endpoint"] == "https://127.0.0.1:2379"
                 assert config["certFile"] == "/etc/etcd/pki/server.crt"
-                assert files[SCRIPT_PATH].mode & 0o111
-                # the service runs the delivered script with the delivered config, as etcd
+                # the service runs the image's script with the delivered config, as etcd
                 service = files[SERVICE_PATH].content
                 assert f"ExecStart=/usr/bin/python3 /{SCRIPT_PATH} \\\n    --config=/{CONFIG_PATH}\n" in service
                 assert "\nUser=etcd\n" in service
     assert UNITS_TO_ENABLE == ("kilonode-etcd-snapshot.timer",)
+    # where the unit runs it, executable, in the etcd image and no other
+    assert ETCD_SNAPSHOT.machine_path == f"/{SCRIPT_PATH}" and ETCD_SNAPSHOT.mode & 0o111
+    assert ETCD_SNAPSHOT in programs_for("etcd")
+    assert ETCD_SNAPSHOT not in programs_for("control-plane") + programs_for(None, ("gpu", "infiniband"))
 
 
 def test_the_snapshot_units_pass_systemd_analyze_verify(plans: dict[str, ClusterPlan], tmp_path: Path) -> None:
@@ -163,15 +169,15 @@ def test_the_timer_fires_on_the_same_wall_clock_minutes_on_every_member() -> Non
         on_calendar(7)
 
 
-# --- the script, imported as the host gets it ------------------------------------------------
+# --- the script, imported as the etcd image carries it -------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def script(plans: dict[str, ClusterPlan], tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
-    plan = plans["local"]
+def script(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
+    [(_target, data, _mode)] = ETCD_SNAPSHOT.files()
     path = tmp_path_factory.mktemp("script") / "etcd_snapshot.py"
-    path.write_text(snapshot_files(plan, plan.etcd_main, plan.etcd_main.members[0])[SCRIPT_PATH].content)
-    spec = importlib.util.spec_from_file_location("rendered_etcd_snapshot", path)
+    path.write_bytes(data)
+    spec = importlib.util.spec_from_file_location("shipped_etcd_snapshot", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up

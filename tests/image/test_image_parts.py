@@ -19,14 +19,24 @@ import pytest
 
 from kilonode.cli import main
 from kilonode.config import load_stack
+from kilonode.config.model import ROLE_IMAGES
 from kilonode.digest import sha256_file
-from kilonode.image import cache, mirror, rootfs
+from kilonode.image import cache, mirror, needs, rootfs
 from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
 from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list
 from kilonode.image.verify import SshTarget, VerifyReport, merge
-from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP
+from kilonode.node import ship
+from kilonode.node.ship import (
+    CERT_EXPIRY,
+    ETCD_SNAPSHOT,
+    GPU_HEALTH,
+    LOCAL_DISK_SETUP,
+    NODE_CLIENT_APPROVER,
+    POD_TRAFFIC,
+    PROGRAMS,
+)
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
 from kilonode.render import pool as render_pool
@@ -476,19 +486,41 @@ def test_the_node_programs_are_placed_where_ship_says(tmp_path: Path) -> None:
     assert LOCAL_DISK_SETUP.machine_path in unit.read_text()
 
 
-def test_which_images_carry_the_gpu_agent(plans: dict[str, ClusterPlan]) -> None:
-    """GPU pools (the health agent) and the apiservers (the taint controller); nothing else."""
+def test_which_images_carry_which_node_programs(plans: dict[str, ClusterPlan]) -> None:
+    """Written out by hand: every image the local-disk setup; GPU pools the health agent and the
+    apiservers its taint controller; the apiservers the node client approver; the etcd members
+    the snapshot job; every control-plane host the certificate expiry; every pool node the pod
+    traffic counters. The image build and the image needs read the same answer."""
     from kilonode.image.build import ImageInputs, role_inputs
 
     stack = load_stack("research-7500")
     plan = plans["research-7500"]
     pool = ImageInputs(stack=stack, plan=plan, pool=plan.node_pools[0], files={}, project_dir=REPO_ROOT or Path())
     assert pool.carries_gpu_agent and pool.base.label == "docker+gpu+infiniband"
-    assert role_inputs(stack, plan, "control-plane", Path()).carries_gpu_agent
-    assert not role_inputs(stack, plan, "etcd", Path()).carries_gpu_agent
+    control = role_inputs(stack, plan, "control-plane", Path())
+    etcd = role_inputs(stack, plan, "etcd", Path())
+    assert control.carries_gpu_agent and not etcd.carries_gpu_agent
     cpu = ImageInputs(stack=load_stack("local"), plan=plans["local"], pool=plans["local"].node_pools[0], files={},
                       project_dir=Path())
     assert not cpu.carries_gpu_agent and cpu.base.label == "docker"
-    # every image has the local-disk setup; the GPU health package goes where it runs
-    assert pool.node_programs == (LOCAL_DISK_SETUP, GPU_HEALTH)
-    assert role_inputs(stack, plan, "etcd", Path()).node_programs == cpu.node_programs == (LOCAL_DISK_SETUP,)
+    assert pool.node_programs == (LOCAL_DISK_SETUP, GPU_HEALTH, POD_TRAFFIC)
+    assert cpu.node_programs == (LOCAL_DISK_SETUP, POD_TRAFFIC)
+    assert control.node_programs == (LOCAL_DISK_SETUP, GPU_HEALTH, NODE_CLIENT_APPROVER, CERT_EXPIRY)
+    assert etcd.node_programs == (LOCAL_DISK_SETUP, ETCD_SNAPSHOT, CERT_EXPIRY)
+    # what the image needs count as provided is what the build places, program for program
+    recipe = load_recipe()
+    for inputs in (pool, cpu, control, etcd):
+        spec = needs.ImageSpec((), inputs.flavour, inputs.extras, plan.kubernetes_version)
+        placed = {path for program in inputs.node_programs for path, _, _ in program.files()}
+        provided = needs.overlay_paths(recipe, spec, inputs.role)
+        others = {path for program in PROGRAMS if program.delivery == "image" and program not in inputs.node_programs
+                  for path, _, _ in program.files()}
+        assert placed <= provided and not others & provided, inputs.target
+
+
+def test_ship_names_the_role_images_the_stack_builds() -> None:
+    assert ship.ROLE_IMAGES == ROLE_IMAGES
+    with pytest.raises(ValueError, match="no role image 'apiserver'"):
+        ship.programs_for("apiserver")
+    with pytest.raises(ValueError, match="no image pools"):
+        ship.NodeProgram("x.py", "image", target="/x", images=("pools",))

@@ -5,7 +5,8 @@ The etcd image is built, read offline, and booted once with an etcd member's own
 user-data (the path Azure's custom data takes): cloud-init must finish without installing
 anything (a control-plane VM never depends on a download at boot), the data disk must be
 mounted where the unit wants it, and etcd.service must be skipped, not failed, because the
-pinned etcd 3.5 release cannot be downloaded here (the manifest says so). The rendered etcd
+pinned etcd 3.5 release cannot be downloaded here (the manifest says so). The node programs
+the members' units run (the snapshot job, the certificate expiry program) are the image's. The rendered etcd
 flags themselves run on real etcd in tests/render/test_etcd_real.py.
 """
 
@@ -25,9 +26,11 @@ from kilonode.image.manifest import Manifest
 from kilonode.image.qemu import Vm, VmConfig
 from kilonode.image.seed import make_keypair, make_seed, meta_data
 from kilonode.image.verify import DEFAULT_USER
+from kilonode.node.ship import CERT_EXPIRY, ETCD_SNAPSHOT, NODE_CLIENT_APPROVER, POD_TRAFFIC
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
-from kilonode.render import USER_DATA, render_cluster
+from kilonode.render import USER_DATA, cert_metrics, render_cluster
+from kilonode.render import etcd_snapshot as snapshot
 from tests.conftest import module_workdir
 
 pytestmark = pytest.mark.slow
@@ -68,6 +71,14 @@ def test_the_etcd_image_carries_the_etcd_role_and_no_pool_software(etcd_image: B
     assert {a["path"] for a in manifest.artefacts if a["source"] == "recipe:etcd"} == {
         "/usr/lib/sysusers.d/kilonode-etcd.conf"
     }
+    # the node programs its members' units run (kilonode.node.ship), executable, byte for byte
+    fs = ImageFs(etcd_image.raw)
+    for program in (ETCD_SNAPSHOT, CERT_EXPIRY):
+        [(path, data, mode)] = program.files()
+        [entry] = [a for a in manifest.artefacts if a["path"] == path]
+        assert entry["source"] == f"node:{program.source}" and entry["mode"] == f"{mode:04o}" == "0755"
+        assert fs.read(path) == data, path
+    assert not {a["path"] for a in manifest.artefacts} & {POD_TRAFFIC.machine_path, NODE_CLIENT_APPROVER.machine_path}
 
 
 def test_the_etcd_image_has_the_etcd_user_and_its_hygiene(etcd_image: BuildResult) -> None:
@@ -89,6 +100,10 @@ def test_the_control_plane_image_carries_the_server_binaries_role(control_plane_
     assert found["kubernetes-server"]["unit"] == "kube-apiserver.service"
     assert found["kubernetes-server"]["version"] == "1.34.2" and found["kubernetes-server"]["present"] is False
     assert "etcd" not in (ImageFs(control_plane_image.raw).read_text("/etc/passwd") or "")
+    # the certificate expiry program its cert-metrics unit runs, and not the etcd members' snapshot job
+    paths = {a["path"] for a in manifest.artefacts}
+    assert CERT_EXPIRY.machine_path in paths and ETCD_SNAPSHOT.machine_path not in paths
+    assert ImageFs(control_plane_image.raw).read(CERT_EXPIRY.machine_path) == CERT_EXPIRY.path.read_bytes()
     # both roles share one cached base: the same package set
     assert not RUNTIME_PACKAGES & set(manifest.data["packages"])
 
@@ -140,5 +155,13 @@ def test_an_etcd_member_boots_the_etcd_image_with_nothing_downloaded(
         journal = run("journalctl -b -u etcd.service --no-pager")
         assert "skipped because of an unmet condition check (ConditionPathExists=/usr/local/bin/etcd)" in journal
         assert run("id -u etcd").isdigit()
+        # the snapshot job and the certificate expiry program come with the image, not the custom
+        # data: its timer is started, and both run under the image's python3 with the rendered config
+        assert run(f"systemctl is-enabled {snapshot.TIMER}") == "enabled"
+        assert run(f"systemctl is-active {snapshot.TIMER}") == "active"
+        assert "--config" in run(f"/usr/bin/python3 {ETCD_SNAPSHOT.machine_path} --help")
+        # no certificates were delivered here (no Azure): each file is reported unreadable, never silent
+        answer = run(f"/usr/bin/python3 {CERT_EXPIRY.machine_path} --print --config /{cert_metrics.CONFIG_PATH}")
+        assert f'kilonode_certificate_unreadable{{host="{member.name}"' in answer, answer
         rc, _ = vm.run("dpkg-query -W etcd-server")
         assert rc != 0, "etcd-server was installed at boot"

@@ -16,6 +16,7 @@ from kilonode.config.load import project_root
 from kilonode.image.build import ImageInputs
 from kilonode.image.qemu import free_port
 from kilonode.local import rehearsal, worker
+from kilonode.node import ship
 from kilonode.plan import ClusterPlan
 from kilonode.render import render_cluster
 from kilonode.render.files import RenderedFile
@@ -29,7 +30,8 @@ def inputs(plan: ClusterPlan) -> ImageInputs:
                        project_dir=project_root(stack.file.parent) or stack.file.parent)
 
 
-def test_the_image_key_follows_what_the_image_is_made_of(plans: dict[str, ClusterPlan]) -> None:
+def test_the_image_key_follows_what_the_image_is_made_of(plans: dict[str, ClusterPlan],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     base = inputs(plans["local"])
     assert worker.image_key(base) == worker.image_key(inputs(plans["local"]))  # stable
     path = "etc/sysctl.d/90-kilonode.conf"
@@ -39,6 +41,11 @@ def test_the_image_key_follows_what_the_image_is_made_of(plans: dict[str, Cluste
     assert base.pool is not None
     other_pool = base.pool.model_copy(update={"max_concurrent_downloads": base.pool.max_concurrent_downloads + 1})
     assert worker.image_key(replace(base, pool=other_pool)) != worker.image_key(base)
+    # a node program the image carries, not the render (kilonode.node.ship): other bytes, another key
+    key = worker.image_key(base)
+    edited_program = replace(ship.POD_TRAFFIC, source="cert_expiry.py")
+    monkeypatch.setattr(ship, "PROGRAMS", tuple(edited_program if p is ship.POD_TRAFFIC else p for p in ship.PROGRAMS))
+    assert edited_program in base.node_programs and worker.image_key(base) != key
 
 
 def record(tmp_path: Path, plan: ClusterPlan, argv: tuple[str, ...], port: int = 0) -> worker.WorkerRecord:

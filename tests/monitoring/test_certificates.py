@@ -23,7 +23,7 @@ from cryptography import x509
 from kilonode.azure.graph import Graph
 from kilonode.local import pki as local_pki
 from kilonode.node import cert_expiry
-from kilonode.node.ship import CERT_EXPIRY
+from kilonode.node.ship import CERT_EXPIRY, programs_for
 from kilonode.plan import ClusterPlan, pki, wellknown
 from kilonode.render import cert_metrics, monitoring, render_cluster
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
@@ -175,6 +175,11 @@ def test_the_units_pass_systemd_analyze_verify_and_listen_where_prometheus_scrap
     control_plane = {m.name for c in plan.etcd_clusters for m in c.members} | \
         {i.name for i in plan.control_plane.instances}
     assert {n for n, f in hosts.items() if cert_metrics.SOCKET_PATH in f} == control_plane
+    # the program they run is their images' (kilonode.node.ship), in no host's custom data
+    assert not [n for n, f in hosts.items() if cert_metrics.SCRIPT_PATH in f]
+    assert CERT_EXPIRY.machine_path == f"/{cert_metrics.SCRIPT_PATH}" and CERT_EXPIRY.mode & 0o111
+    assert CERT_EXPIRY in programs_for("etcd") and CERT_EXPIRY in programs_for("control-plane")
+    assert CERT_EXPIRY not in programs_for(None, ("gpu", "infiniband"))
 
 
 def test_each_host_lists_every_certificate_file_it_holds(plans: dict[str, ClusterPlan]) -> None:

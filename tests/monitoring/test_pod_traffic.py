@@ -1,5 +1,6 @@
 """Per-pod network accounting, from the node to the query: every pool role renders the table,
-program, config and units and starts them from its user-data; the units pass systemd-analyze;
+config and units and starts them from its user-data, and every pool image carries the program
+they run; the units pass systemd-analyze;
 the nft ruleset is what the program's sets expect; Prometheus' own parser reads the exposition
 with hostile pod names; the scrape job reaches each node's port, which the pools' NSG admits
 from the pools; and the per-namespace recording rule, evaluated by promtool, sums each
@@ -18,6 +19,7 @@ import yaml
 
 from kilonode.azure.graph import Graph
 from kilonode.node import pod_traffic as program
+from kilonode.node.ship import POD_TRAFFIC, programs_for
 from kilonode.plan import ClusterPlan, wellknown
 from kilonode.render import monitoring, pod_traffic
 from kilonode.render.files import USER_DATA
@@ -50,18 +52,25 @@ def test_every_pool_role_counts_its_pods_traffic_from_its_user_data(stack: str) 
             continue
         data = shared.load_yaml(files[USER_DATA].content)
         written = {f["path"]: f["content"] for f in data["write_files"]}
-        for path in (pod_traffic.RULESET, pod_traffic.CONFIG_PATH, pod_traffic.SCRIPT_PATH, pod_traffic.TABLE_UNIT,
+        for path in (pod_traffic.RULESET, pod_traffic.CONFIG_PATH, pod_traffic.TABLE_UNIT,
                      pod_traffic.SYNC_UNIT, pod_traffic.PATH_UNIT, pod_traffic.SOCKET_UNIT, pod_traffic.SERVE_UNIT):
             assert written[f"/{path}"] == files[path].content, (host, path)
-        # the program shipped is the one in kilonode/node, executable
-        assert files[pod_traffic.SCRIPT_PATH].content == Path(program.__file__).read_text()
-        assert files[pod_traffic.SCRIPT_PATH].mode == 0o755
+        # the program is the pool image's (kilonode.node.ship), not the custom data's
+        assert pod_traffic.SCRIPT_PATH not in files and f"/{pod_traffic.SCRIPT_PATH}" not in written, host
         [start] = [cmd for cmd in data["runcmd"] if cmd[:3] == ["systemctl", "enable", "--now"]
                    and "kubelet.service" in cmd]
         assert set(pod_traffic.UNIT_NAMES) <= set(start), host
         assert start.index("kilonode-pod-traffic-table.service") < start.index("kubelet.service")
         # accounting never stops a node from running pods
         assert "kilonode-pod-traffic" not in files["etc/systemd/system/kubelet.service"].content
+
+
+def test_every_pool_image_and_no_control_plane_image_carries_the_program_executable() -> None:
+    assert POD_TRAFFIC.machine_path == f"/{pod_traffic.SCRIPT_PATH}" and POD_TRAFFIC.mode == 0o755
+    assert POD_TRAFFIC.path == Path(program.__file__)
+    for extras in ((), ("gpu",), ("gpu", "infiniband")):
+        assert POD_TRAFFIC in programs_for(None, extras)
+    assert POD_TRAFFIC not in programs_for("etcd") + programs_for("control-plane")
 
 
 def test_the_ruleset_declares_the_sets_the_program_fills_and_decides_nothing() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kilonode.node import ship
 from kilonode.preflight import Finding, run
 from kilonode.preflight.load import from_parts
 from tests import shared
@@ -75,6 +76,37 @@ def test_a_unit_running_a_missing_binary_is_a_break() -> None:
     [what] = broken(findings("local", files), "apiserver-0")
     assert what.startswith("/usr/local/bin/kube-apiserver2 (ExecStart in /etc/systemd/system/kube-apiserver.service)")
     assert "kube-apiserver.service cannot start" in what
+
+
+def test_a_unit_running_a_python_script_no_image_carries_is_a_break() -> None:
+    files, _ = artefacts("local")
+    unit = "etcd-main-0/etc/systemd/system/kilonode-etcd-snapshot.service"
+    files[unit] = files[unit].replace("/usr/local/lib/kilonode/etcd_snapshot.py", "/usr/local/lib/kilonode/snap.py")
+    [what] = broken(findings("local", files), "etcd-main-0")
+    assert what.startswith("/usr/local/lib/kilonode/snap.py (ExecStart script in "
+                           "/etc/systemd/system/kilonode-etcd-snapshot.service) is not in the image")
+    assert "python3 exits 2" in what
+
+
+def test_a_node_program_left_out_of_the_pool_images_breaks_every_pool(monkeypatch: Any) -> None:
+    """The image side: the pod traffic units are rendered, and ship.py no longer puts their
+    program into the pool images."""
+    monkeypatch.setattr(ship, "PROGRAMS", tuple(p for p in ship.PROGRAMS if p is not ship.POD_TRAFFIC))
+    found = findings("local")
+    [what, serve] = broken(found, "pool-cpu")
+    assert what.startswith("/usr/local/lib/kilonode/pod-traffic (ExecStart script in "
+                           "/etc/systemd/system/kilonode-pod-traffic.service) is not in the image")
+    assert "kilonode-pod-traffic@.service" in serve
+    assert [f for f in found if f.level == "break" and not f.where.startswith("pool-")] == []
+    assert all("its row in kilonode/node/ship.py" in f.fix for f in found if f.level == "break")
+
+
+def test_a_python_module_outside_the_units_pythonpath_is_a_break() -> None:
+    files, _ = artefacts("research-2500")
+    unit = "apiserver-0/etc/systemd/system/kilonode-node-client-approver.service"
+    files[unit] = files[unit].replace("PYTHONPATH=/usr/local/lib/kilonode/approver", "PYTHONPATH=/usr/local/lib/x")
+    [what] = broken(findings("research-2500", files), "apiserver-0")
+    assert what.startswith("/usr/local/lib/x/node_client_approver/main.py (ExecStart module node_client_approver.main")
 
 
 def test_cri_dockerd_needing_a_newer_docker_api_is_a_break(monkeypatch: Any) -> None:

@@ -93,6 +93,12 @@ def age_keys(key_b64: str) -> tuple[str, str]:
     return bech32("age-secret-key-", scalar).upper(), bech32("age", public)
 
 
+def snapshot_azure_config(blob_endpoint: str, container: str, client_id: str, age_recipient: str) -> str:
+    """The text of defaults.ETCD_SNAPSHOT_AZURE_CONFIG, as kilonode/node/etcd_snapshot.py reads it."""
+    return json.dumps({"blobEndpoint": blob_endpoint, "container": container, "clientId": client_id,
+                       "ageRecipient": age_recipient}, indent=2) + "\n"
+
+
 def backup_account_name(cluster: str, subscription: str) -> str:
     """Unique across Azure and stable (kilonode.plan.azure_names.storage_account_name): the
     same name this account has always had, so existing accounts stay where they are."""
@@ -227,10 +233,5 @@ class EtcdBackup(pulumi.ComponentResource):
         """The Azure half of the snapshot job's config (defaults.ETCD_SNAPSHOT_AZURE_CONFIG), for
         every etcd member's custom data: only formatting happens in the apply."""
         content = pulumi.Output.all(self.blob_endpoint, self.container_name, self.client_id,
-                                    self.snapshot_recipient).apply(
-            lambda values: json.dumps(
-                {"blobEndpoint": values[0], "container": values[1], "clientId": values[2], "ageRecipient": values[3]},
-                indent=2,
-            ) + "\n"
-        )
+                                    self.snapshot_recipient).apply(lambda values: snapshot_azure_config(*values))
         return DeliveredFile(defaults.ETCD_SNAPSHOT_AZURE_CONFIG, content)

@@ -29,7 +29,12 @@ MERGE_HOW = [
     {"name": "dict", "settings": ["no_replace", "recurse_list"]},
 ]
 
-# Azure rejects custom data above 65,535 bytes (base64-encoded); checked when composed.
+# Checked when composed, on the base64 text. Azure's own limit is on the decoded bytes: "The
+# maximum length of the binary array is 65535 bytes" (osProfile.customData, Compute REST API),
+# so at most 87,380 base64 characters (its InvalidParameter error says so: "Custom data in
+# OSProfile must be in Base64 encoding and with a maximum length of 87380 characters",
+# Azure/aks-engine#1663). Holding the base64 text to 65,535 is a quarter stricter than Azure.
+# Preflight's custom-data-size measures every host against this (kilonode.preflight.checks).
 AZURE_CUSTOM_DATA_MAX_BYTES = 65535
 
 KEY_MODE = 0o600

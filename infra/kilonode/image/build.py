@@ -34,7 +34,7 @@ from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
 from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, extras_for, load_recipe
-from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP, NODE_CLIENT_APPROVER, NodeProgram
+from kilonode.node.ship import GPU_HEALTH, NodeProgram, programs_for
 from kilonode.plan import ClusterPlan
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import USER_DATA, HostFiles
@@ -145,14 +145,12 @@ class ImageInputs:
     @property
     def carries_gpu_agent(self) -> bool:
         """GPU pools run the health agent; the apiservers run its taint controller."""
-        return "gpu" in self.extras or self.role == CONTROL_PLANE_IMAGE
+        return GPU_HEALTH in self.node_programs
 
     @property
     def node_programs(self) -> tuple[NodeProgram, ...]:
-        """The node programs the image carries (kilonode.node.ship): the local-disk setup in
-        every image, the GPU health package where it runs, the node client approver on the apiservers."""
-        return (LOCAL_DISK_SETUP, *((GPU_HEALTH,) if self.carries_gpu_agent else ()),
-                *((NODE_CLIENT_APPROVER,) if self.role == CONTROL_PLANE_IMAGE else ()))
+        """The node programs the image carries, as kilonode.node.ship says (programs_for)."""
+        return programs_for(self.role, self.extras)
 
 
 def role_inputs(stack: Stack, plan: ClusterPlan, role: str, project_dir: Path) -> ImageInputs:

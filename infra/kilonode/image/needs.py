@@ -1,7 +1,8 @@
 """What a machine's files run, and what its image provides: the programs the rendered units,
-drop-ins, CNI conflists, runtime configs and scripts invoke, and for each path where it comes
-from in the image of that role (a pinned or locked component of node-image/binaries.toml, a
-Debian package of the recipe, a file of the recipe's overlays or of the render itself).
+drop-ins, CNI conflists, runtime configs and scripts invoke (a unit's Python script or module
+too), and for each path where it comes from in the image of that role (a pinned or locked
+component of node-image/binaries.toml, a Debian package of the recipe, a file of the recipe's
+overlays, a node program the image carries (kilonode.node.ship programs_for) or the render itself).
 
 The image build refuses an image missing one (kilonode.image.build), and preflight's
 `binaries` check follows the same chain offline for every role of a render.
@@ -19,9 +20,11 @@ from typing import Any, Literal
 
 from kilonode.catalog.binaries import LOCK_NAME, Catalog, Component, PinError, load, pool_roles
 from kilonode.image.recipe import Extra, Flavour, Recipe
-from kilonode.node.ship import GPU_HEALTH, LOCAL_DISK_SETUP, NODE_CLIENT_APPROVER
+from kilonode.node.ship import programs_for
 
-Kind = Literal["unit", "cni", "ipam", "runtime", "script"]
+# "interpreted": the script or module a unit's interpreter runs (`python3 /path/prog`, `python3 -m
+# pkg.mod` under the unit's PYTHONPATH): the interpreter starts, and exits at once without it
+Kind = Literal["unit", "interpreted", "cni", "ipam", "runtime", "script"]
 EXEC_KEYS = ("ExecStartPre", "ExecStart", "ExecStartPost", "ExecReload", "ExecStop", "ExecStopPost")
 # cri-dockerd's default --cni-bin-dir (cmd/cri/options/options.go at v0.3.25 l.110) and
 # containerd's CRI default bin_dir (pkg/cri/config/config_unix.go): the same directory.
@@ -73,6 +76,40 @@ def _exec_program(value: str) -> str | None:
     return words[0] if words else None
 
 
+def _interpreted(where: str, key: str, value: str, pythonpath: list[str]) -> list[Need]:
+    """What a Python interpreter in an Exec*= value runs (python(1), "Interface options"): the
+    script file named by its first argument that is no option, or with `-m` the module, looked up
+    under the unit's PYTHONPATH (a module found in the standard library's own path is not
+    reported). None for `-c` and for any other program."""
+    words = value.lstrip("-@:+!|").split()
+    if not words or not PurePosixPath(words[0]).name.startswith("python"):
+        return []
+    for index, word in enumerate(words[1:], start=1):
+        if word == "-c":
+            return []
+        if word == "-m" and index + 1 < len(words):
+            module = words[index + 1].replace(".", "/")
+            paths = tuple(p for d in pythonpath for p in (f"{d}/{module}.py", f"{d}/{module}/__init__.py"))
+            return [Need(paths, "interpreted", where, f"{key} module {words[index + 1]}")] if paths else []
+        if not word.startswith("-"):
+            return [Need((word,), "interpreted", where, f"{key} script")] if word.startswith("/") else []
+    return []
+
+
+def _unit_needs(where: str, text: str) -> list[Need]:
+    """Each Exec*= program of a unit or drop-in, and the script or module its interpreter runs."""
+    directives = unit_directives(text)
+    pythonpath = [d for key, value in directives if key == "Environment"
+                  for assignment in (a.strip('"') for a in value.split()) if assignment.startswith("PYTHONPATH=")
+                  for d in assignment.removeprefix("PYTHONPATH=").split(":") if d.startswith("/")]
+    needs = []
+    for key, value in directives:
+        if key in EXEC_KEYS and (program := _exec_program(value)):
+            needs.append(Need(_alternatives(program), "unit", where, key))
+            needs += _interpreted(where, key, value, pythonpath)
+    return needs
+
+
 def _alternatives(program: str) -> tuple[str, ...]:
     return (program,) if program.startswith("/") else tuple(f"{d}/{program}" for d in SERVICE_PATH)
 
@@ -102,8 +139,7 @@ def programs_invoked(files: Mapping[str, str], known: Iterable[str] = ()) -> lis
     for path, text in sorted(files.items()):
         where = "/" + path
         if path.startswith("etc/systemd/system/") and path.endswith((".service", ".conf")):
-            needs += [Need(_alternatives(program), "unit", where, key) for key, value in unit_directives(text)
-                      if key in EXEC_KEYS and (program := _exec_program(value))]
+            needs += _unit_needs(where, text)
         elif path.startswith("etc/cni/net.d/") and path.endswith(".conflist"):
             needs += _conflist_needs(where, json.loads(text), bin_dirs)
         elif path == DOCKER_CONFIG:
@@ -219,9 +255,7 @@ def overlay_paths(recipe: Recipe, spec: ImageSpec, role_image: str | None) -> se
     if role_image:
         dirs.append(recipe.role_overlay_dir(role_image))
     found = {"/" + p.relative_to(d).as_posix() for d in dirs if d.is_dir() for p in d.rglob("*") if p.is_file()}
-    programs = [LOCAL_DISK_SETUP, *((GPU_HEALTH,) if "gpu" in spec.extras or role_image == "control-plane" else ()),
-                *((NODE_CLIENT_APPROVER,) if role_image == "control-plane" else ())]
-    return found | {path for program in programs for path, _, _ in program.files()}
+    return found | {path for program in programs_for(role_image, spec.extras) for path, _, _ in program.files()}
 
 
 def providers(catalog: Catalog, recipe: Recipe, spec: ImageSpec) -> dict[str, Provider]:

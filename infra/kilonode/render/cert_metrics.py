@@ -1,8 +1,9 @@
 """The expiry of a control-plane host's certificates, exposed for Prometheus: a socket unit on
-the host's own address (wellknown.CERT_METRICS_PORT), the per-connection service it starts, the
-program that answers (kilonode/node/cert_expiry.py, shipped verbatim where kilonode.node.ship
-says) and its config: the host's certificate files, read from the PKI layout (every file that
-holds a certificate: its own leaves and the CAs it trusts). Pure: plan in, files out.
+the host's own address (wellknown.CERT_METRICS_PORT), the per-connection service it starts, and
+the config of the program that answers (kilonode/node/cert_expiry.py, which the etcd and
+control-plane images carry: kilonode.node.ship CERT_EXPIRY): the host's certificate files, read
+from the PKI layout (every file that holds a certificate: its own leaves and the CAs it trusts).
+Pure: plan in, files out.
 
 Why a program of our own: etcd 3.5 exports no certificate expiry (etcd-io/etcd#21622), and
 kube-apiserver's apiserver_client_certificate_expiration_seconds is a histogram of the
@@ -23,7 +24,7 @@ SOCKET = "kilonode-cert-metrics.socket"
 SERVICE = "kilonode-cert-metrics@.service"
 SOCKET_PATH = f"etc/systemd/system/{SOCKET}"
 SERVICE_PATH = f"etc/systemd/system/{SERVICE}"
-SCRIPT_PATH = CERT_EXPIRY.machine_path.lstrip("/")
+SCRIPT_PATH = CERT_EXPIRY.machine_path.lstrip("/")  # in the etcd and control-plane images, not rendered
 CONFIG_PATH = "etc/kilonode/certificates.json"
 # What the host's cloud-init enables and starts: the socket; the service runs per connection.
 UNITS_TO_ENABLE = (SOCKET,)
@@ -41,7 +42,7 @@ def certificate_files(layout: pki.PkiLayout, host: str) -> list[str]:
 
 
 def cert_metrics_files(plan: ClusterPlan, host: str, address: str) -> HostFiles:
-    """Socket, service, program and config for `host`, listening on `address`."""
+    """Socket, service and config for `host`, listening on `address` (the program is the image's)."""
     layout = pki.pki_layout(plan)
     return {
         SOCKET_PATH: RenderedFile(render_template(
@@ -52,6 +53,5 @@ def cert_metrics_files(plan: ClusterPlan, host: str, address: str) -> HostFiles:
             SERVICE_PATH, host=host, exec_start=f"{PYTHON} /{SCRIPT_PATH} --config /{CONFIG_PATH}",
             runtime_max_s=RUNTIME_MAX_S,
         )),
-        SCRIPT_PATH: RenderedFile(CERT_EXPIRY.files()[0][1].decode(), mode=CERT_EXPIRY.mode),
         CONFIG_PATH: RenderedFile(to_json({"host": host, "files": certificate_files(layout, host)})),
     }

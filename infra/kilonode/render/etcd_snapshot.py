@@ -1,5 +1,5 @@
 """Scheduled etcd snapshots on every member of both etcd clusters: a timer, the oneshot unit
-it starts, the script that unit runs, and the script's config.
+it starts and the config of the script that unit runs.
 
 The timer fires on every member at the same wall-clock minutes; the script asks the local
 member whether it leads the cluster and only the leader takes the snapshot (one per cluster
@@ -10,9 +10,10 @@ config (blob endpoint, container, the identity's client ID) exists only once Azu
 them: the Pulumi program delivers it as defaults.ETCD_SNAPSHOT_AZURE_CONFIG, and without that
 file (a local rehearsal) the script keeps local snapshots only. Rendering stays pure.
 
-The script is a node program (kilonode/node/etcd_snapshot.py, linted with the package) shipped
-verbatim where kilonode.node.ship says: values live in the config, not in the code. The restore
-is docs/runbooks/etcd-restore-from-snapshot.md.
+The script is a node program (kilonode/node/etcd_snapshot.py, linted with the package) that the
+etcd image carries (kilonode.node.ship ETCD_SNAPSHOT): values live in the config, not in the
+code, and the member's custom data holds only the units and the config. The restore is
+docs/runbooks/etcd-restore-from-snapshot.md.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SERVICE = "kilonode-etcd-snapshot.service"
 TIMER = "kilonode-etcd-snapshot.timer"
 SERVICE_PATH = f"etc/systemd/system/{SERVICE}"
 TIMER_PATH = f"etc/systemd/system/{TIMER}"
-SCRIPT_PATH = ETCD_SNAPSHOT.machine_path.lstrip("/")
+SCRIPT_PATH = ETCD_SNAPSHOT.machine_path.lstrip("/")  # in the etcd image, not rendered
 CONFIG_PATH = "etc/kilonode/etcd-snapshot.json"
 # What the member's cloud-init enables and starts (the lead adds it to render_etcd_member's
 # start_units): the timer; the service only ever runs from it (or by hand).
@@ -90,13 +91,9 @@ def snapshot_config(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMem
     }
 
 
-def snapshot_script() -> str:
-    [(_path, data, _mode)] = ETCD_SNAPSHOT.files()
-    return data.decode()
-
-
 def snapshot_files(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMember) -> HostFiles:
-    """The member's snapshot job: timer, service, script and config, keyed by host path."""
+    """The member's snapshot job: timer, service and config, keyed by host path (the script is
+    the etcd image's)."""
     directory = snapshot_directory(cluster)
     values = {"member": member.name, "role": cluster.role, "cluster": plan.cluster}
     return {
@@ -113,6 +110,5 @@ def snapshot_files(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMemb
             exec_start=systemd_exec(f"{PYTHON} /{SCRIPT_PATH}", [("config", f"/{CONFIG_PATH}")]),
             **values,
         )),
-        SCRIPT_PATH: RenderedFile(snapshot_script(), mode=ETCD_SNAPSHOT.mode),
         CONFIG_PATH: RenderedFile(to_json(snapshot_config(plan, cluster, member))),
     }

@@ -1,8 +1,8 @@
 """Per-namespace and per-pod network accounting on every pool node (the 7,500-node post's
 "iptables tagging on the host", done with nftables): the table whose sets count each pod
-address's forwarded bytes and packets, the program that keeps the sets in line with azure-vnet's
-state file and answers Prometheus (kilonode/node/pod_traffic.py, shipped where
-kilonode.node.ship says), its config and its units. Pure: plan in, files out.
+address's forwarded bytes and packets, and the config and units of the program that keeps the
+sets in line with azure-vnet's state file and answers Prometheus (kilonode/node/pod_traffic.py,
+which every pool image carries: kilonode.node.ship POD_TRAFFIC). Pure: plan in, files out.
 
 Units, and why each:
 - kilonode-pod-traffic-table.service loads the table at boot (a oneshot, like the metadata
@@ -30,7 +30,7 @@ NFT_BINARY = program.NFT
 TABLE = "kilonode_pod_traffic"  # nft identifiers: letters, digits, underscores
 RULESET = "etc/kilonode/pod-traffic.nft"
 CONFIG_PATH = "etc/kilonode/pod-traffic.json"
-SCRIPT_PATH = POD_TRAFFIC.machine_path.lstrip("/")
+SCRIPT_PATH = POD_TRAFFIC.machine_path.lstrip("/")  # in every pool image, not rendered
 TABLE_UNIT = "etc/systemd/system/kilonode-pod-traffic-table.service"
 SYNC_UNIT = "etc/systemd/system/kilonode-pod-traffic.service"
 PATH_UNIT = "etc/systemd/system/kilonode-pod-traffic.path"
@@ -114,11 +114,10 @@ def _exec(command: str) -> str:
 
 
 def pod_traffic_files() -> HostFiles:
-    """Every file of the accounting, the same on every pool node."""
+    """Every rendered file of the accounting, the same on every pool node (the program is the image's)."""
     return {
         RULESET: RenderedFile(ruleset()),
         CONFIG_PATH: RenderedFile(to_json(config())),
-        SCRIPT_PATH: RenderedFile(POD_TRAFFIC.files()[0][1].decode(), mode=POD_TRAFFIC.mode),
         TABLE_UNIT: RenderedFile(render_template(TABLE_UNIT, nft=NFT_BINARY, ruleset=f"/{RULESET}")),
         SYNC_UNIT: RenderedFile(render_template(SYNC_UNIT, exec_start=_exec("sync"), timeout_s=SYNC_TIMEOUT_S,
                                                 sandbox=SANDBOX)),

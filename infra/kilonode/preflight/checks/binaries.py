@@ -3,18 +3,21 @@ version that works with the rest.
 
 For every role of the render (etcd-*, apiserver-*, pool-*), the check collects what its files
 invoke: each unit's and drop-in's ExecStartPre/ExecStart/ExecStartPost/ExecReload/ExecStop
-programs; each CNI conflist plugin's `type` AND its nested `ipam.type`, in the CNI bin dir the
-runtime searches (cri-dockerd's `--cni-bin-dir`, default /opt/cni/bin; containerd's CRI
-`bin_dir`); the runtime paths of the active runtime config (Docker's daemon.json
-`runtimes.*.path`, containerd's `BinaryName` and its runc shim); the interpreter of every script
-under /usr/local/lib/kilonode and the programs a shell script runs (absolute paths, and bare
+programs, and the script or module a unit's python3 runs (its first argument that is no option,
+or `-m` under the unit's PYTHONPATH: the node programs of kilonode.node.ship); each CNI
+conflist plugin's `type` AND its nested `ipam.type`, in the CNI bin dir the runtime searches
+(cri-dockerd's `--cni-bin-dir`, default /opt/cni/bin; containerd's CRI `bin_dir`); the
+runtime paths of the active runtime config (Docker's daemon.json `runtimes.*.path`,
+containerd's `BinaryName` and its runc shim); the interpreter of every script under
+/usr/local/lib/kilonode and the programs a shell script runs (absolute paths, and bare
 commands named like a program the image could carry). Each must come from one of:
 
 - a component of node-image/binaries.toml for that role, pinned for the stack's Kubernetes
   version with its digest, or locked (node-image/binaries.lock.toml);
 - a Debian package the recipe installs for that image (binaries.toml `[debian]`: path ->
   package, with the package file list it was read from);
-- a file the render writes for that host, or the recipe's overlays and node programs;
+- a file the render writes for that host, the recipe's overlays, or a node program the host's
+  image carries (kilonode.node.ship `programs_for`: none of them travels in custom data);
 - with `--images DIR`: the built image's manifest, which wins over the data (a component
   built absent is a break even if it is pinned).
 
@@ -125,6 +128,9 @@ def _impact(need: Need, runtime: str | None) -> str:
         return "every container using that runtime fails to start"
     if need.kind == "script":
         return f"{need.file} fails when it runs it"
+    if need.kind == "interpreted":
+        return (f"{need.file.rpartition('/')[2]} fails each time it starts: python3 exits 2 (\"can't open file\" "
+                "or \"No module named\")")
     return f"{need.file.rpartition('/')[2]} cannot start (status 203/EXEC)"
 
 
@@ -157,18 +163,26 @@ def _host_findings(inputs: Inputs, host: str) -> list[Finding]:
                     "run `kilonode image build --fetch` once, then commit node-image/binaries.lock.toml after "
                     "reviewing the recorded sha256"))
             continue
-        reason = options[0].what if options else "no component, Debian package or rendered file provides it"
+        reason = options[0].what if options else ("no component, Debian package, node program or rendered file "
+                                                  "provides it")
         findings.append(Finding(
             NAME, "break", host,
             f"{need.path} ({need.why} in {need.file}) is not in the image: {reason}. {_impact(need, runtime)}",
-            "pin it in node-image/binaries.toml for this role (with its digest), lock it (`lock = true`, then "
-            "`kilonode image build --fetch`), add its Debian package to the recipe's lists, or build the image "
-            "with it (`--binaries DIR`) and pass `--images`"))
+            _fix(need)))
     if runtime == "docker" and (problem := catalog.docker_api_problem(spec.kubernetes_version,
                                                                       recipe.package_list(spec.flavour, spec.extras))):
         findings.append(Finding(NAME, "break", host, problem,
                                 "pin a compatible cri-dockerd in node-image/binaries.toml, or install a newer Docker"))
     return findings
+
+
+def _fix(need: Need) -> str:
+    if need.kind == "interpreted":
+        return ("ship the program into this host's image: its row in kilonode/node/ship.py with this path as its "
+                "target and the image among its `images`")
+    return ("pin it in node-image/binaries.toml for this role (with its digest), lock it (`lock = true`, then "
+            "`kilonode image build --fetch`), add its Debian package to the recipe's lists, or build the image "
+            "with it (`--binaries DIR`) and pass `--images`")
 
 
 def _version_findings(catalog: Catalog, spec: ImageSpec, host: str, need: Need, runtime: str | None) -> list[Finding]:

@@ -1,0 +1,213 @@
+"""custom-data-size: every machine's custom data, as Azure receives it, fits the 65,535 bytes
+kilonode.azure.custom_data allows.
+
+Each etcd member and apiserver VM, and each pool's scale sets (one custom data per registration
+group: the pool's shared shards, each team's), gets one cloud-init document
+(kilonode.azure.custom_data): the role's rendered `user-data`, then a part whose `write_files`
+carries what Pulumi creates. For an etcd member: its cluster's CA and client CA bundle, its
+server and peer certificates and keys, and the snapshot upload's Azure config; for an
+apiserver: the Kubernetes CA and its key, its serving, etcd client, kubelet client, scheduler
+and controller manager serving certificates and keys, the service-account key pair, the etcd
+CA bundle, a kubeconfig with an embedded client certificate per co-located component, and the
+Secrets' EncryptionConfiguration; for a pool: the Kubernetes CA and the bootstrap kubeconfig
+with the pool's join token. The check composes each the way the program does (the same
+compose_mime and base64) and measures it.
+
+The recorded graph and a render hold no real PEM (the mock engine's placeholders are a few
+bytes), so each is replaced by one of the size a real one has: ECDSA P-256
+(kilonode.plan.pki), a private key as pulumi-tls writes it (SEC1 "EC PRIVATE KEY", 121 bytes of
+DER: 227 bytes of PEM), a public key (SubjectPublicKeyInfo, 91 bytes: 178), and a certificate
+of CERT_DER_OVERHEAD bytes plus its names (subject, issuer, SANs, extended key usages), an
+upper bound that tests/preflight/test_custom_data_size.py holds against every certificate the
+local issuer (kilonode.local.pki, built as pulumi-tls builds them) makes for the shipped stacks.
+The Azure values (the backup account's blob endpoint, a client ID, an age recipient, a 32-byte
+Secrets key) are written at their real lengths.
+
+With the local issuer's real certificates (tests/azure/test_tls_and_custom_data.py), the largest
+host of each kind at research-7500 takes 51.9 KB of the 65,535 base64 bytes (the apiservers),
+36.1 KB (the h100-ib pool), 32.2 KB (etcd-events members) and 31.3 KB (etcd-main); this check's
+estimate is never below the real size and at most 2 % above it (52.7 KB for those apiservers).
+While the etcd members carried the snapshot and certificate expiry programs inline, theirs was
+66.5 and 67.4 KB: over.
+
+Levels: above the limit is a `break`: `pulumi up` and `preview` stop in the program when it
+composes that host's custom data (kilonode.azure.custom_data.encode refuses it); Azure itself
+refuses a custom data above 65,535 decoded bytes, 87,380 base64 characters ("Custom data in
+OSProfile must be in Base64 encoding and with a maximum length of 87380 characters"). Less
+than 8 KiB below it (HEADROOM_WARN_BYTES: two more component kubeconfigs) is a `warn`: the
+next files a host is given stop the update. Each finding names the host's largest files.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Sequence
+
+import yaml
+
+from kilonode.azure.backup import age_keys, backup_account_name, blob_endpoint, snapshot_azure_config
+from kilonode.azure.custom_data import (
+    AZURE_CUSTOM_DATA_MAX_BYTES,
+    KEY_MODE,
+    ROOT,
+    FileEntry,
+    compose_mime,
+)
+from kilonode.plan import defaults, pki
+from kilonode.plan.encryption import KEY_BYTES, encryption_configuration
+from kilonode.plan.model import ClusterPlan
+from kilonode.plan.wellknown import ENCRYPTION_CONFIG
+from kilonode.preflight.model import Finding, Inputs
+from kilonode.render.files import USER_DATA
+
+NAME = "custom-data-size"
+TITLE = "every VM's and scale set's custom data, with certificates of real size, fits Azure's 64 KiB"
+
+# Below the limit by less than this: a warning. Room for two more kubeconfigs with an embedded
+# client certificate (each takes 3.5 KB of an apiserver's custom data once delivered: the GPU
+# health controller's is the one a stack adds with its first GPU pool) and a little more.
+HEADROOM_WARN_BYTES = 8 * 1024
+
+# ECDSA P-256 in the PEM forms pulumi-tls writes: SEC1 "EC PRIVATE KEY" (RFC 5915: the version,
+# the 32-byte scalar, the curve's OID and the 65-byte public point) and "PUBLIC KEY"
+# (SubjectPublicKeyInfo, RFC 5480): the same size for every key.
+PRIVATE_KEY_DER_BYTES = 121
+PUBLIC_KEY_DER_BYTES = 91
+# A certificate's DER beyond the names counted by _certificate_der: version, serial, signature
+# algorithm, validity, the public key, basic constraints, key usage, key identifiers, the
+# extensions' framing and the ECDSA signature. The local issuer's certificates for the three
+# shipped stacks have 327 to 346 bytes of it; 360 bounds them, its serial (up to 20 bytes) and
+# signature (70 to 72) at their longest.
+CERT_DER_OVERHEAD = 360
+# DER bytes each name costs beyond its own characters: a subject or issuer attribute
+# (SET, SEQUENCE, its OID, the string's tag and length), a DNS or IPv4 SAN (tag and length),
+# an extended key usage (its OID), the SAN extension's own framing.
+NAME_ATTRIBUTE_DER = 11
+SAN_DER = 2
+IPV4_DER = 4 + SAN_DER
+EXTENDED_USAGE_DER = 10
+SAN_EXTENSION_DER = 11
+EXTENDED_USES = ("server_auth", "client_auth")
+# What the Azure values are, at their real lengths: a client ID is a GUID; an age recipient is
+# bech32 of a 32-byte key; the subscription only names the account (its name's length is fixed).
+GUID = "00000000-0000-0000-0000-000000000000"
+JOIN_TOKEN = "abcdef.0123456789abcdef"  # [a-z0-9]{6}.[a-z0-9]{16} (kilonode.azure.tls)
+
+
+def pem(label: str, der_bytes: int) -> str:
+    """A PEM of `der_bytes` of DER, shaped as a real one: base64 in 64-character lines."""
+    text = base64.b64encode(bytes(der_bytes)).decode()
+    lines = "".join(f"{text[i:i + 64]}\n" for i in range(0, len(text), 64))
+    return f"-----BEGIN {label}-----\n{lines}-----END {label}-----\n"
+
+
+def _names(common_name: str, organization: str | None) -> int:
+    return NAME_ATTRIBUTE_DER + len(common_name) + (NAME_ATTRIBUTE_DER + len(organization) if organization else 0)
+
+
+def _certificate_der(layout: pki.PkiLayout, name: str) -> int:
+    """An upper bound on the DER size of certificate `name` of the layout."""
+    if layout.kind(name) == "authority":
+        ca = layout.authority(name)
+        return CERT_DER_OVERHEAD + 2 * _names(ca.common_name, ca.organization)  # subject = issuer
+    leaf = layout.leaf(name)
+    issuer = layout.authority(leaf.ca)
+    size = CERT_DER_OVERHEAD + _names(leaf.common_name, leaf.organization) + _names(issuer.common_name,
+                                                                                    issuer.organization)
+    size += sum(SAN_DER + len(n) for n in leaf.dns_names) + IPV4_DER * len(leaf.ip_addresses)
+    size += SAN_EXTENSION_DER if leaf.dns_names or leaf.ip_addresses else 0
+    return size + EXTENDED_USAGE_DER * sum(u in EXTENDED_USES for u in leaf.uses)
+
+
+def certificate_pem(layout: pki.PkiLayout, name: str) -> str:
+    return pem("CERTIFICATE", _certificate_der(layout, name))
+
+
+def _content(layout: pki.PkiLayout, content: pki.Content) -> str:
+    """A file of the PKI layout at its real size."""
+    match content:
+        case pki.Cert(of=name):
+            return certificate_pem(layout, name)
+        case pki.PrivateKey():
+            return pem("EC PRIVATE KEY", PRIVATE_KEY_DER_BYTES)
+        case pki.PublicKey():
+            return pem("PUBLIC KEY", PUBLIC_KEY_DER_BYTES)
+        case pki.Bundle(cas=cas):
+            return pki.bundle_text([certificate_pem(layout, ca) for ca in cas])
+        case pki.Kubeconfig(server=server, user=user, ca=ca, client=None):
+            return pki.kubeconfig_text(server, certificate_pem(layout, ca), user, token=JOIN_TOKEN)
+        case pki.Kubeconfig(server=server, user=user, ca=ca, client=str(client)):
+            return pki.kubeconfig_text(server, certificate_pem(layout, ca), user,
+                                       cert_pem=certificate_pem(layout, client),
+                                       key_pem=pem("EC PRIVATE KEY", PRIVATE_KEY_DER_BYTES))
+    raise TypeError(f"unknown PKI file content {content!r}")
+
+
+def delivered(plan: ClusterPlan, layout: pki.PkiLayout, host: str) -> list[FileEntry]:
+    """What the Pulumi program adds to `host`'s rendered user-data (kilonode.azure.cluster,
+    node_pool), at its real size: `host` is a render role (etcd-main-0, apiserver-1, pool-<name>,
+    pool-<name>.<team>)."""
+    files = layout.hosts.get(host, layout.node_files)
+    entries = [(f.path, _content(layout, f.content), f.mode, f.owner) for f in files]
+    if host.startswith("etcd-"):
+        recipient = age_keys(base64.b64encode(bytes(32)).decode())[1]
+        endpoint = blob_endpoint(backup_account_name(plan.cluster, GUID))
+        config = snapshot_azure_config(endpoint, defaults.ETCD_SNAPSHOT_CONTAINER, GUID, recipient)
+        entries.append((defaults.ETCD_SNAPSHOT_AZURE_CONFIG, config, 0o644, ROOT))
+    elif host in layout.hosts:  # an apiserver
+        key = base64.b64encode(bytes(KEY_BYTES)).decode()
+        entries.append((ENCRYPTION_CONFIG, encryption_configuration(key), KEY_MODE, ROOT))
+    return entries
+
+
+def encoded_size(user_data: str, files: Sequence[FileEntry]) -> int:
+    """The base64 size of the custom data kilonode.azure.custom_data composes from these."""
+    return 4 * math.ceil(len(compose_mime(user_data, files).encode()) / 3)
+
+
+def _largest(user_data: str, files: Sequence[FileEntry], count: int = 3) -> str:
+    """The host's largest files, in either part, by their content's size."""
+    sizes = [(len(content), path) for path, content, _mode, _owner in files]
+    try:
+        document = yaml.safe_load(user_data)
+    except yaml.YAMLError:
+        document = None
+    written = document.get("write_files") if isinstance(document, dict) else None
+    sizes += [(len(str(f.get("content", ""))), str(f.get("path"))) for f in written or [] if isinstance(f, dict)]
+    return ", ".join(f"{path} ({size:,} B)" for size, path in sorted(sizes, reverse=True)[:count])
+
+
+def _machines(inputs: Inputs, layout: pki.PkiLayout) -> list[str]:
+    """The render roles that are a VM's or a scale set's custom data."""
+    pools = {role for p in inputs.plan.node_pools for role in (p.role(), *(p.role(t) for t in p.teams))}
+    return [h for h in inputs.hosts() if (h in layout.hosts or h in pools) and USER_DATA in inputs.host_files(h)]
+
+
+def check(inputs: Inputs) -> list[Finding]:
+    layout = pki.pki_layout(inputs.plan)
+    findings = []
+    for host in _machines(inputs, layout):
+        user_data = inputs.host_files(host)[USER_DATA]
+        files = delivered(inputs.plan, layout, host)
+        size = encoded_size(user_data, files)
+        room = AZURE_CUSTOM_DATA_MAX_BYTES - size
+        if room >= HEADROOM_WARN_BYTES:
+            continue
+        largest = _largest(user_data, files)
+        if room < 0:
+            findings.append(Finding(
+                NAME, "break", host,
+                f"its custom data is {size:,} bytes base64-encoded, {-room:,} over the {AZURE_CUSTOM_DATA_MAX_BYTES:,} "
+                "kilonode.azure.custom_data allows: `pulumi up` stops when the program composes it, and no VM of this "
+                f"role is created or updated. Its largest files: {largest}",
+                "move what makes it large out of the custom data: a program into the images (its row in "
+                "kilonode/node/ship.py), a fixed file into the recipe's overlays (node-image/)"))
+        else:
+            findings.append(Finding(
+                NAME, "warn", host,
+                f"its custom data is {size:,} bytes base64-encoded, {room:,} below the {AZURE_CUSTOM_DATA_MAX_BYTES:,} "
+                f"kilonode.azure.custom_data allows (less than {HEADROOM_WARN_BYTES:,}): the next file it is given may "
+                f"stop `pulumi up`. Its largest files: {largest}",
+                "move what does not differ per host into the images (kilonode/node/ship.py, node-image/)"))
+    return findings
