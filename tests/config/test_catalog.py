@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from ipaddress import IPv4Network
+from pathlib import Path
 
 import pytest
+import yaml
 
+from kilonode.catalog import read
 from kilonode.catalog import vm as catalog
 from kilonode.config import load_stack
 from kilonode.plan import plan_stack
@@ -175,3 +178,12 @@ def test_a_rolling_resize_names_existing_members_and_known_sizes(write_stack: St
     cluster["etcd"]["main"]["vmSizeOverrides"] = {1: "Standard_D32s_v5"}
     [problem] = problems_of(cluster, write_stack)
     assert "etcd.main.vmSizeOverrides[1]" in problem and "no local temp disk" in problem, problem
+
+
+@pytest.mark.parametrize("path", sorted(catalog.CATALOG_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_catalogue_file_reads_alike_through_libyaml_and_pure_python(path: Path) -> None:
+    # kilonode.catalog.read takes libyaml's parser where PyYAML has it; the data must be the
+    # pure-Python parser's, types included (1 and "1", dates, nulls)
+    text = path.read_text(encoding="utf-8")
+    pure = yaml.safe_load(text)
+    assert read(path) == pure and repr(read(path)) == repr(pure)
