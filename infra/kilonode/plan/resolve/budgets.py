@@ -4,6 +4,7 @@ warnings the plan carries."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import gpus_of, infiniband_of
@@ -151,26 +152,10 @@ def budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Proble
                 f"{AZURE.scale_set_name_prefix.value} of {AZURE.scale_set_name_prefix.source}; "
                 "shorten the pool name (or the cluster name)",
             ))
-    nics = by_name["NICs per subscription and region"]
-    if nics.used > nics.limit:
-        problems.append(Problem(
-            ("nodePools",),
-            f"{nics.used:,} NICs (one per node at each pool's maxNodes or nodes, one per control-plane VM) exceed "
-            f"the {nics.limit:,} of {nics.source}: Azure refuses the scale sets past it; split the nodes over "
-            "clusters in different subscriptions or regions (`kilonode fleet STACK --nodes N` writes them)"))
-    etcd = by_name["main etcd database (bytes)"]
-    if etcd.used > etcd.limit:
-        problems.append(Problem(
-            ("etcd", "main", "quotaBackendBytes"),
-            f"the main etcd would hold about {etcd.used:,} bytes ({_etcd_terms(config)}), above its quota "
-            f"{etcd.limit:,}: it raises NOSPACE and every write stops; split leases to their own etcd cluster "
-            "(etcd.leases), or fewer nodes per cluster"))
-    connections = by_name["connections per apiserver (one down)"]
-    if connections.used > connections.limit:
-        problems.append(Problem(
-            ("apiserver", "replicas"),
-            f"{connections.used:,} long-lived client connections per apiserver with one down, above its "
-            f"{connections.limit:,} file descriptors ({connections.source}); add apiservers"))
+    for name, (loc, say) in _OVER.items():
+        budget = by_name.get(name)
+        if budget is not None and budget.used > budget.limit:
+            problems.append(Problem(loc, say(budget, config)))
     subnets = by_name["subnets per VNet"]
     if subnets.used > subnets.limit:
         problems.append(Problem(
@@ -179,6 +164,22 @@ def budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Proble
             "per VNet; merge pools",
         ))
     return problems
+
+
+# Hard budgets past their limit, with where the problem points and what it says.
+_OVER: dict[str, tuple[Loc, Callable[[Budget, ClusterConfig], str]]] = {
+    "NICs per subscription and region": (("nodePools",), lambda b, _: (
+        f"{b.used:,} NICs (one per node at each pool's maxNodes or nodes, one per control-plane VM) exceed the "
+        f"{b.limit:,} of {b.source}: Azure refuses the scale sets past it; split the nodes over clusters in "
+        "different subscriptions or regions (`kilonode fleet STACK --nodes N` writes them)")),
+    "main etcd database (bytes)": (("etcd", "main", "quotaBackendBytes"), lambda b, config: (
+        f"the main etcd would hold about {b.used:,} bytes ({_etcd_terms(config)}), above its quota {b.limit:,}: "
+        "it raises NOSPACE and every write stops; split leases to their own etcd cluster (etcd.leases), or fewer "
+        "nodes per cluster")),
+    "connections per apiserver (one down)": (("apiserver", "replicas"), lambda b, _: (
+        f"{b.used:,} long-lived client connections per apiserver with one down, above its {b.limit:,} file "
+        f"descriptors ({b.source}); add apiservers")),
+}
 
 
 def _etcd_terms(config: ClusterConfig) -> str:
