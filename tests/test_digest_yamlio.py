@@ -79,3 +79,18 @@ def test_libyaml_writes_what_the_python_emitter_writes(data: object, width: int 
     # After a document ending in a literal block that keeps its trailing newlines (`|+`) the
     # emitters do not always agree on the optional document-end marker "...": no content.
     assert block_yaml(data, width=width).removesuffix("...\n") == python.removesuffix("...\n")
+
+
+@settings(max_examples=50, deadline=None)
+@given(FILES)
+def test_plain_yaml_on_libyaml_writes_what_pyyamls_safe_dump_writes(data: object) -> None:
+    # the kubeconfigs and component configs: plain_yaml was yaml.safe_dump before it took libyaml
+    assert plain_yaml(data).removesuffix("...\n") == yaml.safe_dump(data, sort_keys=False).removesuffix("...\n")
+
+
+@settings(max_examples=50, deadline=None)
+@given(DOCUMENTS)
+def test_flow_yaml_on_libyaml_writes_what_pyyamls_safe_dump_writes(data: object) -> None:
+    # the stack reference's defaults, one value on a line, scalars included
+    python = yaml.safe_dump(data, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    assert flow_yaml(data) == python

@@ -301,41 +301,83 @@ def _no_stack_traces() -> Iterator[None]:
 
 class _CycleBreaker:
     """The SDK's dependency-cycle check (pulumi.runtime.resource_cycle_breaker) with the same
-    answers, found from the other end.
+    answers, kept in time that does not grow with the graph.
 
     Before each dependency edge `from -> to` (an input's resource, or a depends_on entry: a
     component counts as each of its children) the SDK walks everything `to` transitively
-    depends on, looking for `from`, and refuses the edge where it is found (a cycle would hang
-    the awaiting of URNs). That walk grows with the graph: a scale set depends on the network,
-    the image and the identities, each with their own dependencies, so per-scale-set cost grew
-    with the number of scale sets, 40% of a 3,000-scale-set... of a 30,000-node plan. A path
-    `to -> ... -> from` is as well found by walking what depends on `from`, and a resource
-    still registering has few or none: the same edges are refused (the SDK's own error
-    follows), the rest recorded, in time that no longer grows with the graph.
+    depends on, looking for `from`, and refuses the edge where it finds it (a cycle would hang
+    the awaiting of URNs). Each walk grows with the graph, and there is an edge per input
+    resource: at a 30,000-node variant of research-7500 (304 scale sets, each waiting on the
+    scale sets of an earlier wave) the walks were a quarter of the run.
+
+    Here every resource has a rank, with everything a resource depends on ranked below it (an
+    online topological order, Pearce and Kelly 2006): an edge to a lower rank closes no cycle
+    and is recorded at once; a resource first seen as a dependency is ranked below all, one
+    first seen registering above all, so that is nearly every edge. Otherwise only the
+    resources ranked between the two ends are searched, for a path back (the edge is refused,
+    as by the SDK) or to re-rank them. tests/azure/test_mock_engine.py compares the answers.
     """
 
     def __init__(self) -> None:
-        self._dependents: dict[int, list[Any]] = {}  # id(resource) -> the resources depending on it
+        self._rank: dict[int, int] = {}  # id(resource) -> its rank
+        self._below: dict[int, list[int]] = {}  # id(resource) -> what it depends on
+        self._above: dict[int, list[int]] = {}  # id(resource) -> what depends on it
+        self._kept: list[Any] = []  # the resources ranked, alive while their ids are keys
+        self._lowest, self._highest = 0, 0
+
+    def _ranked(self, resource: Any, below_all: bool) -> int:
+        key = id(resource)
+        if key not in self._rank:
+            self._kept.append(resource)
+            if below_all:
+                self._lowest -= 1
+                self._rank[key] = self._lowest
+            else:
+                self._highest += 1
+                self._rank[key] = self._highest
+        return key
 
     def declare_dependency(self, from_resource: Any, to_resource: Any) -> bool:
-        if self._reaches(to_resource, from_resource):
+        if from_resource is to_resource:
             return False
-        self._dependents.setdefault(id(to_resource), []).append(from_resource)
+        to = self._ranked(to_resource, below_all=True)
+        frm = self._ranked(from_resource, below_all=False)
+        if self._rank[to] > self._rank[frm] and not self._reorder(frm, to):
+            return False
+        self._below.setdefault(frm, []).append(to)
+        self._above.setdefault(to, []).append(frm)
         return True
 
-    def _reaches(self, start: Any, goal: Any) -> bool:
-        """Whether `start` depends on `goal` transitively (or is it): a walk up from `goal`."""
-        if start is goal:
-            return True
-        seen, todo = {id(goal)}, [goal]
+    def _reorder(self, frm: int, to: int) -> bool:
+        """Rank `to` and what it depends on below `from` and what depends on it; False, with
+        nothing changed, where `to` depends on `from` already (the edge would close a cycle).
+
+        A path to -> ... -> from only passes resources ranked between the two, so the searches
+        stay there: down from `to`, and up from `from`."""
+        low, high = self._rank[frm], self._rank[to]
+        down = self._reach(to, self._below, lambda rank: rank > low, stop=frm)
+        if down is None:
+            return False
+        up = self._reach(frm, self._above, lambda rank: rank < high, stop=None)
+        assert up is not None  # no stop to find
+        order = sorted(down, key=self._rank.__getitem__) + sorted(up, key=self._rank.__getitem__)
+        for key, rank in zip(order, sorted(self._rank[k] for k in order), strict=True):
+            self._rank[key] = rank
+        return True
+
+    def _reach(self, start: int, edges: dict[int, list[int]], inside: Callable[[int], bool],
+               stop: int | None) -> list[int] | None:
+        """`start` and what `edges` lead to from it through ranks `inside` allows; None where
+        that includes `stop`."""
+        seen, todo = {start}, [start]
         while todo:
-            for dependent in self._dependents.get(id(todo.pop()), ()):
-                if dependent is start:
-                    return True
-                if id(dependent) not in seen:
-                    seen.add(id(dependent))
-                    todo.append(dependent)
-        return False
+            for key in edges.get(todo.pop(), ()):
+                if key == stop:
+                    return None
+                if key not in seen and inside(self._rank[key]):
+                    seen.add(key)
+                    todo.append(key)
+        return list(seen)
 
 
 @contextlib.contextmanager
