@@ -227,8 +227,8 @@ def down(
 
 @local_app.command("renew-certs")
 def renew_certs(
-    host: Annotated[str, typer.Argument(metavar="HOST", help="A control-plane host: etcd-main-N, etcd-events-N or "
-                                        "apiserver-N.")],
+    host: Annotated[str, typer.Argument(metavar="HOST", help="A control-plane host: etcd-main-N, etcd-events-N, "
+                                        "etcd-leases-N (where the stack has it) or apiserver-N.")],
     stack: LocalStackArg = "local",
     state_dir: StateDirOption = None,
     timeout: Annotated[
