@@ -81,6 +81,15 @@ def shipped_cluster_value(name: str) -> dict[str, Any]:
     return copy.deepcopy(document["config"]["kilonode:cluster"])
 
 
+def with_leases(name: str, members: int = 3) -> dict[str, Any]:
+    """A shipped stack's cluster value with the optional leases cluster (etcd.leases) added, in
+    the shape of the stack's events cluster (its VM size, local disk and quota)."""
+    cluster = shipped_cluster_value(name)
+    events = cluster.setdefault("etcd", {}).get("events", {})
+    cluster["etcd"]["leases"] = {**{k: v for k, v in events.items() if k != "members"}, "members": members}
+    return cluster
+
+
 StackWriter = Callable[[dict[str, Any]], Path]
 
 
