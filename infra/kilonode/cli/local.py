@@ -337,9 +337,12 @@ def _summary(result: UpResult, hint: str) -> None:
     for check in result.checks:
         count = len(check.endpoints)
         if check.ok:
+            # each override and the cluster it reached: /events, coordination.k8s.io/leases
+            overrides = dict.fromkeys((c.flag.partition("=")[2].rstrip("#"), c.expected) for c in check.endpoints
+                                      if c.flag.startswith("--etcd-servers-overrides="))
             out.print(f"[green]ok[/] {check.host} kube-apiserver etcd flags: all {count} endpoints answer over TLS "
                       "with its etcd client certificate and CA bundle; --etcd-servers reach the main cluster, "
-                      "the /events override the events cluster")
+                      + ", ".join(f"the {resource} override the {role} cluster" for resource, role in overrides))
         for problem in check.problems:
             out.print(f"[red]problem[/] {check.host} kube-apiserver etcd flags: {escape(problem)}")
     if result.worker is not None:
