@@ -78,7 +78,10 @@ bench-preflight: setup ## Time `kilonode preflight research-7500`, the whole pro
 
 bench-etcd: setup ## Main etcd latency under an event storm, isolated vs shared (~4 min; bench/results/etcd-isolation.json)
 	$(BIN)/python bench/bench_etcd_isolation.py
-.PHONY: bench-etcd bench-diff bench-preflight
+
+bench-leases: setup ## Main etcd latency with the Lease renewals in main vs in etcd.leases (~4 min; bench/results/lease-split.json)
+	$(BIN)/python bench/bench_lease_split.py
+.PHONY: bench-etcd bench-leases bench-diff bench-preflight
 
 bench-reboot: setup ## Reboot a VM 20 times per mechanism, count the hangs (bench/results/reboot.json)
 	$(BIN)/python bench/bench_reboot.py --mode both --cycles 20

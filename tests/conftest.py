@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +14,6 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from kilonode.image.cache import cache_root
 from kilonode.image.rootfs import NO_MIRROR_ENV
-from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import ClusterPlan
 from kilonode.preflight.model import NOW_ENV
 from tests import shared
@@ -77,8 +75,10 @@ def plans() -> dict[str, ClusterPlan]:
 
 
 def shipped_cluster_value(name: str) -> dict[str, Any]:
-    document = yaml.safe_load((EXAMPLE_STACKS_DIR / f"Pulumi.{name}.yaml").read_text())
-    return copy.deepcopy(document["config"]["kilonode:cluster"])
+    return shared.cluster_value(name)
+
+
+with_leases = shared.with_leases
 
 
 StackWriter = Callable[[dict[str, Any]], Path]

@@ -17,6 +17,7 @@ fixture always shared them, read-only.
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import functools
 import json
@@ -30,10 +31,26 @@ import yaml
 
 from kilonode.azure.graph import Graph
 from kilonode.config import load_stack
+from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.render import HostFiles, render_cluster
 
 SHIPPED_STACKS = ("local", "research-2500", "research-7500")
+
+
+def cluster_value(name: str) -> dict[str, Any]:
+    """A shipped stack file's `kilonode:cluster` value, a fresh copy."""
+    document = yaml.safe_load((EXAMPLE_STACKS_DIR / f"Pulumi.{name}.yaml").read_text())
+    return copy.deepcopy(document["config"]["kilonode:cluster"])
+
+
+def with_leases(name: str, members: int = 3) -> dict[str, Any]:
+    """A shipped stack's cluster value with the optional leases cluster (etcd.leases) added, in
+    the shape of the stack's events cluster (its VM size, local disk and quota)."""
+    cluster = cluster_value(name)
+    events = cluster.setdefault("etcd", {}).get("events", {})
+    cluster["etcd"]["leases"] = {**{k: v for k, v in events.items() if k != "members"}, "members": members}
+    return cluster
 
 
 def _shipped(stack: str) -> str:

@@ -14,7 +14,12 @@ import re
 import shlex
 import shutil
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from kilonode.azure.graph import RESOURCE_GRAPH_FILE, Graph, format_manifests, format_resource_graph
 from kilonode.azure.mockplan import run_plan
@@ -25,9 +30,21 @@ from kilonode.problems import StackError
 from kilonode.render.cluster import render_tree
 from kilonode.render.files import RenderedFile
 from kilonode.render.write import with_marker, write_tree
+from tests.graphcache import recorded
+from tests.shared import with_leases
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 REPO_ROOT = GOLDEN_DIR.parent.parent
+# Variants of a shipped stack that no shipped stack shows (a golden tree each would repeat
+# hundreds of identical files): variants/<name>/ holds only the files of the variant's tree
+# that differ from its shipped stack's tree, or that it alone has; of the hosts it alone has,
+# the first of each group (etcd-leases-0: the others differ by name and address only).
+VARIANTS_DIR = GOLDEN_DIR / "variants"
+# name -> (the shipped stack it varies, its cluster value)
+VARIANTS: dict[str, tuple[str, Callable[[], dict[str, Any]]]] = {
+    # the optional leases cluster (etcd.leases), three members shaped like the events cluster
+    "local-leases": ("local", lambda: with_leases("local")),
+}
 
 
 def in_cluster(graph: Graph) -> dict[str, RenderedFile]:
@@ -47,6 +64,48 @@ def expected(stack_name: str, graph: Graph | None = None) -> dict[str, RenderedF
     return with_marker(_tree(load_stack(stack_name), graph), stack_name)
 
 
+def variant_stack(name: str, directory: Path) -> Stack:
+    """Variant `name` written as a stack file in `directory`, named as its shipped stack (the
+    stack's name is in its files: only what the variant changes should differ)."""
+    shipped, value = VARIANTS[name]
+    folder = directory / name
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"Pulumi.{shipped}.yaml"
+    file.write_text(yaml.safe_dump({"config": {"kilonode:cluster": value()}}, sort_keys=False))
+    return load_stack(str(file))
+
+
+def variant_expected(name: str, graph: Graph | None = None, shipped_graph: Graph | None = None,
+                     directory: Path | None = None) -> dict[str, RenderedFile]:
+    """What tests/golden/variants/<name>/ holds: the variant's files that its shipped stack's tree
+    lacks or has otherwise (`graph`: the variant's recorded graph, when the caller has it)."""
+    shipped = VARIANTS[name][0]
+    with tempfile.TemporaryDirectory(prefix="kilonode-variant-") as scratch:
+        stack = variant_stack(name, directory or Path(scratch))
+        tree = _tree(stack, graph or recorded(stack))
+    base = _tree(load_stack(shipped), shipped_graph)
+    hosts = {path.split("/", 1)[0] for path in base}
+    return {path: file for path, file in tree.items()
+            if (path not in base or base[path].content != file.content) and _shown(path.split("/", 1)[0], hosts)}
+
+
+def _shown(host: str, shipped_hosts: set[str]) -> bool:
+    """A host of the shipped stack, or the first of a group it lacks (etcd-leases-0)."""
+    index = host.rpartition("-")[2]
+    return host in shipped_hosts or not index.isdigit() or index == "0"
+
+
+def regenerate_variants(variants_dir: Path = VARIANTS_DIR) -> list[str]:
+    for name in VARIANTS:
+        shutil.rmtree(variants_dir / name, ignore_errors=True)
+        for path, file in variant_expected(name).items():
+            target = variants_dir / name / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(file.content, encoding="utf-8")
+            target.chmod(file.mode)
+    return list(VARIANTS)
+
+
 def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
     names = available_stacks()
     for name in names:
@@ -55,7 +114,7 @@ def regenerate(golden_dir: Path = GOLDEN_DIR) -> list[str]:
         shutil.rmtree(golden_dir / name, ignore_errors=True)
         write_tree(_tree(stack), golden_dir / name, stack=name)
     for stale in sorted(p for p in golden_dir.iterdir() if p.is_dir() and p.name not in names
-                        and p.name != "__pycache__"):
+                        and p.name not in ("__pycache__", VARIANTS_DIR.name)):
         print(f"note: {stale} belongs to no shipped stack; delete it if the stack is gone", file=sys.stderr)
     return names
 
@@ -105,6 +164,8 @@ if __name__ == "__main__":
     try:
         for written in regenerate():
             print(f"regenerated {GOLDEN_DIR}/{written}")
+        for written in regenerate_variants():
+            print(f"regenerated {VARIANTS_DIR}/{written}")
         print(f"regenerated {regenerate_reference()}")
         print(f"regenerated {regenerate_nccl_job_doc()}")
     except StackError as error:

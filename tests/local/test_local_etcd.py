@@ -165,3 +165,60 @@ def test_changed_flags_are_refused_while_the_old_ones_run_and_taken_after_down_k
     assert again.returncode == 0, again.stdout + again.stderr
     clusters = status_json(state)["clusters"]
     assert (clusters["main"]["quota_bytes"], clusters["events"]["quota_bytes"]) == (8 * 1024**3, 4 * 1024**3)
+
+
+def test_a_stack_with_a_leases_cluster_runs_three_clusters_and_the_apiserver_reaches_each(
+    state: Path, tmp_path: Path
+) -> None:
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+    from tests.golden.update import variant_stack
+
+    stack = variant_stack("local-leases", tmp_path)
+    up = kilonode("up", str(stack.file), "--no-worker", "--state-dir", str(state))
+    assert up.returncode == 0, up.stdout + up.stderr
+    said = " ".join(up.stdout.split())
+    assert "all 9 endpoints answer" in said and "the coordination.k8s.io/leases override the leases cluster" in said
+    document = status_json_of(stack.file, state)
+    clusters = document["clusters"]
+    assert list(clusters) == ["main", "events", "leases"] and document["healthy"]
+    assert len({c["cluster_id"] for c in clusters.values()}) == 3
+    assert clusters["leases"]["endpoints"] == ["https://127.0.1.30:2379", "https://127.0.1.31:2379",
+                                               "https://127.0.1.32:2379"]
+    # a Lease written where the apiserver would write it, read back from the leases cluster alone
+    key = "/registry/leases/kube-node-lease/node-0"
+    assert ctl(clusters["leases"], "put", key, "renewed").returncode == 0
+    assert ctl(clusters["leases"], "get", key, "--print-value-only").stdout.strip() == "renewed"
+    assert ctl(clusters["main"], "get", key, "--print-value-only").stdout.strip() == ""
+    assert ctl(clusters["leases"], "endpoint", "health", ca=clusters["main"]["ca"]).returncode != 0
+
+    # the apiserver check names a missing leases override, and one whose cluster does not run
+    plan = plan_stack(load_stack(str(stack.file)))
+    unit = render_cluster(plan)["apiserver-0"][APISERVER_UNIT].content
+    layout = pki.pki_layout(plan)
+    files = LocalPki(state).host_files("apiserver-0", layout)
+    ids = {role: int(c["cluster_id"], 16) for role, c in clusters.items()}
+    urls = {role: c["endpoints"] for role, c in clusters.items()}
+    assert check_apiserver_etcd(unit, "apiserver-0", address_map(plan), files, ids, urls).ok
+    entry = "," + plan.control_plane.etcd_servers_overrides.split(",")[1]
+    assert entry.startswith(",coordination.k8s.io/leases#https://10.0.1.30:2379")
+    without = check_apiserver_etcd(unit.replace(entry, ""), "apiserver-0", address_map(plan), files, ids, urls)
+    assert without.problems == ("--etcd-servers-overrides has no coordination.k8s.io/leases entry: every Lease "
+                                "would share the main cluster",)
+    no_cluster = check_apiserver_etcd(unit, "apiserver-0", address_map(plan), files,
+                                      {r: i for r, i in ids.items() if r != "leases"},
+                                      {r: u for r, u in urls.items() if r != "leases"})
+    assert "--etcd-servers-overrides names coordination.k8s.io/leases, but no cluster for it runs here" in \
+        no_cluster.problems
+
+    last = pids(document)
+    gone = kilonode("down", str(stack.file), "--state-dir", str(state))
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert len(last) == 9 and not any(etcd.alive(pid) for pid in last.values())
+    assert not state.exists()
+
+
+def status_json_of(stack_file: Path, directory: Path) -> dict[str, Any]:
+    result = kilonode("status", str(stack_file), "--state-dir", str(directory), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)

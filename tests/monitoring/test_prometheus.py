@@ -216,3 +216,27 @@ def test_prometheus_may_discover_but_not_read_or_write_anything_else(graphs: dic
     roles = [o for o in objects if "rules" in o and "namespace" in o["metadata"]]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["kube-system", "monitoring"]
     assert all(set(rule["verbs"]) == {"list", "watch"} for r in roles for rule in r["rules"])
+
+
+def test_a_leases_cluster_gets_its_own_scrape_job_and_quota_rules(tmp_path: Path) -> None:
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+    from tests.golden.update import variant_stack
+
+    plan = plan_stack(variant_stack("local-leases", tmp_path))
+    assert plan.etcd_leases is not None
+    jobs = {j["job_name"]: j for j in shared.load_yaml(prometheus_config(plan))["scrape_configs"]}
+    leases = jobs[etcd_job("leases")]
+    assert [(g["targets"], g["labels"]) for g in leases["static_configs"]] == [
+        ([f"{m.ip}:2381"], {"cluster_role": "leases", "member": m.name}) for m in plan.etcd_leases.members]
+    certificates = [g["labels"]["member"] for g in jobs["kilonode-certificates"]["static_configs"]]
+    assert [f"etcd-leases-{i}" for i in range(3)] == [m for m in certificates if m.startswith("etcd-leases")]
+    rules = shared.load_yaml(alert_rules(plan))
+    etcd = next(g for g in rules["groups"] if g["name"] == "kilonode-etcd")["rules"]
+    roles = [r["labels"]["cluster_role"] for r in etcd if r.get("record") == "kilonode:etcd_db_quota:ratio"]
+    assert roles == ["main", "events", "leases"]
+    planned = [r for r in etcd if r.get("alert") == "KilonodeEtcdQuotaNotAsPlanned"]
+    assert [r["labels"]["cluster_role"] for r in planned] == ["main", "events", "leases"]
+    # the shipped stack's rules are those of the variant less the leases cluster's
+    assert etcd_job("leases") not in {j["job_name"] for j in shared.load_yaml(prometheus_config(
+        plan_stack(load_stack("local"))))["scrape_configs"]}

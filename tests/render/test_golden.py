@@ -12,7 +12,7 @@ import yaml
 from kilonode.azure.graph import Graph
 from kilonode.render import USER_DATA
 from tests.conftest import SHIPPED_STACKS
-from tests.golden.update import GOLDEN_DIR, expected
+from tests.golden.update import GOLDEN_DIR, VARIANTS, VARIANTS_DIR, expected, variant_expected
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
@@ -58,3 +58,23 @@ def test_golden_files_are_readable_text_without_base64_blobs(stack: str) -> None
             # cloud-init would decode it (encoding: b64, gz+b64, ...), or YAML (!!binary): not readable here
             written = yaml.safe_load(text)["write_files"]
             assert [f["path"] for f in written if "encoding" in f or not isinstance(f["content"], str)] == [], path
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_a_variants_files_that_differ_from_its_stack_match_golden_files(graphs: dict[str, Graph],
+                                                                         variant: str) -> None:
+    """tests/golden/variants/<variant>/: what the variant changes against its shipped stack
+    (`make golden` writes it too)."""
+    expected_dir = VARIANTS_DIR / variant
+    tree = variant_expected(variant, shipped_graph=graphs[VARIANTS[variant][0]])
+    on_disk = {str(p.relative_to(expected_dir)) for p in expected_dir.rglob("*") if p.is_file()}
+    problems = [f"stale golden file: {path}" for path in sorted(on_disk - tree.keys())]
+    for path, file in tree.items():
+        golden = expected_dir / path
+        if not golden.is_file():
+            problems.append(f"missing golden file: {path}")
+        elif golden.read_text() != file.content:
+            problems.append("".join(difflib.unified_diff(
+                golden.read_text().splitlines(keepends=True), file.content.splitlines(keepends=True),
+                f"golden/variants/{variant}/{path}", f"rendered/{variant}/{path}")))
+    assert not problems, "\n".join(problems) + "\n\nIf the change is intended, run `make golden` and commit."

@@ -227,3 +227,48 @@ def test_in_cluster_objects_follow_the_kubernetes_providers_rules() -> None:
     [risk] = assess(diff, LESSONS)
     assert (risk.rule, risk.level, risk.subjects) == ("update-refused", HIGH, ("kilonode-team",))
     assert "the apiserver refuses" in risk.summary
+
+
+def test_the_rules_hold_a_leases_cluster_to_what_they_hold_the_others() -> None:
+    from kilonode.review import rules
+
+    assert rules.ETCD_GROUPS == ("etcd-main", "etcd-events", "etcd-leases")
+    assert "etcd-leases" in rules.CONTROL_PLANE_ROLES
+    stack = entry()
+    # no leases cluster: nothing to say about it
+    assert rules.violations([rules.Resource(r["type"], r["name"], r["inputs"], r["protect"])
+                             for r in stack["resources"]]) == {}
+    leases = [vm(f"c-etcd-leases-{i}", "etcd-leases", protect=i != 1) for i in range(2)]
+    found = rules.violations([rules.Resource(r["type"], r["name"], r["inputs"], r["protect"])
+                              for r in stack["resources"] + leases])
+    assert found["etcd-member-counts"] == ["etcd-leases has 2 members: use 3, 5 or 7 (an odd count of at least 3 "
+                                           "tolerates (n-1)/2 down; the 7,500-node clusters ran 5 for the main store)"]
+    assert [m.split(":")[0] for m in found["etcd-protected"]] == ["c-etcd-leases-1"]
+
+
+def test_leases_members_restarted_together_lose_quorum_like_any_etcd_cluster() -> None:
+    base = entry()
+    base["resources"] += [vm(f"c-etcd-leases-{i}", "etcd-leases") for i in range(3)]
+    head = copy.deepcopy(base)
+    for r in head["resources"][-2:]:
+        r["inputs"]["hardwareProfile"]["vmSize"] = "Standard_D32ds_v5"
+    assert risks_between(base, head)["etcd-quorum"] == HIGH
+
+
+def test_moving_the_leases_on_a_running_cluster_is_high_creating_a_cluster_with_them_is_not() -> None:
+    def with_leases(stack: dict[str, Any]) -> dict[str, Any]:
+        split = copy.deepcopy(stack)
+        document = yaml.safe_load(split["files"]["plan.yaml"]) | {"etcdLeases": {"quotaBackendBytes": 8 << 30}}
+        split["files"]["plan.yaml"] = yaml.safe_dump(document)
+        split["resources"] += [vm(f"c-etcd-leases-{i}", "etcd-leases") for i in range(3)]
+        return split
+
+    base = entry()
+    added = risks_between(base, with_leases(base))
+    assert added["etcd-leases-moved"] == HIGH
+    [risk] = [r for r in assess(compare_stack("c", base, with_leases(base)), LESSONS) if r.rule == "etcd-leases-moved"]
+    assert "from the main etcd to the new leases cluster" in risk.summary and "two schedulers" in risk.summary
+    assert risks_between(with_leases(base), base)["etcd-leases-moved"] == HIGH  # and back
+    # a new cluster has no Lease to move
+    new = {"files": {}, "resources": [], "outputs": {}}
+    assert "etcd-leases-moved" not in risks_between(new, with_leases(base))

@@ -56,24 +56,27 @@ def _control_plane_machines(plan: ClusterPlan) -> dict[str, list[_Machine]]:
     # the image each machine boots, as the restart key names it: its gallery image@version
     etcd_image = f"{ETCD_IMAGE}@{plan.etcd_image_version}"
     apiserver_image = f"{CONTROL_PLANE_IMAGE}@{plan.control_plane_image_version}"
-    return {
-        rollout.ETCD_MAIN: [
-            (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_main.members
-        ],
-        rollout.ETCD_EVENTS: [
-            (m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in plan.etcd_events.members
-        ],
-        rollout.APISERVERS: [
-            (i.name, i.vm_name, i.zone, plan.control_plane.vm_size, apiserver_image)
-            for i in plan.control_plane.instances
-        ],
+    # one group per etcd cluster (etcd-main, etcd-events, etcd-leases where the stack has it)
+    machines: dict[str, list[_Machine]] = {
+        rollout.etcd_group(e.role): [(m.name, m.vm_name, m.zone, m.vm_size, etcd_image) for m in e.members]
+        for e in plan.etcd_clusters
     }
+    machines[rollout.APISERVERS] = [
+        (i.name, i.vm_name, i.zone, plan.control_plane.vm_size, apiserver_image) for i in plan.control_plane.instances
+    ]
+    return machines
+
+
+def etcd_endpoints_output(role: str) -> str:
+    """The stack output of one etcd cluster's client URLs: etcdMainEndpoints, etcdEventsEndpoints,
+    etcdLeasesEndpoints."""
+    return f"etcd{role.capitalize()}Endpoints"
 
 
 class Cluster(pulumi.ComponentResource):
     apiserver_address: pulumi.Output[str | None]
-    etcd_main_endpoints: list[str]
-    etcd_events_endpoints: list[str]
+    # role (main, events, leases where the stack has it) -> its members' client URLs
+    etcd_endpoints: dict[str, list[str]]
     image_version_ids: dict[str, pulumi.Output[str]]
     node_image: NodeImage  # the node images: the first join timer waits for them
     scale_set_ids: dict[str, pulumi.Output[str]]
@@ -152,13 +155,11 @@ class Cluster(pulumi.ComponentResource):
         self.apiserver_address = self.control_plane.load_balancer_ip
         self.etcd_backup_account = backup.account_name
         self.etcd_snapshot_identity = backup.snapshot_identity
-        self.etcd_main_endpoints = etcd["main"].client_endpoints
-        self.etcd_events_endpoints = etcd["events"].client_endpoints
+        self.etcd_endpoints = {role: cluster.client_endpoints for role, cluster in etcd.items()}
         self.register_outputs({
             "restartKeys": self.restart_keys,
             "apiserverAddress": self.apiserver_address,
-            "etcdMainEndpoints": self.etcd_main_endpoints,
-            "etcdEventsEndpoints": self.etcd_events_endpoints,
+            **{etcd_endpoints_output(role): endpoints for role, endpoints in self.etcd_endpoints.items()},
             "imageVersionIds": self.image_version_ids,
             "scaleSetIds": self.scale_set_ids,
         })
@@ -193,7 +194,7 @@ class Cluster(pulumi.ComponentResource):
 
     def _etcd_clusters(self, name: str, plan: ClusterPlan, gated: Mapping[str, pulumi.Output[str]],
                        backup_identity_id: pulumi.Output[str]) -> dict[str, EtcdCluster]:
-        """role ("main", "events") -> its etcd cluster."""
+        """role ("main", "events", "leases" where the stack has it) -> its etcd cluster."""
         return {
             e.role: EtcdCluster(
                 f"{name}-etcd-{e.role}",
@@ -204,7 +205,7 @@ class Cluster(pulumi.ComponentResource):
                     resource_group_name=self.network.resource_group_name,
                     subnet_id=self.network.etcd_subnet_id,
                     custom_data={m.name: gated[m.name] for m in e.members},
-                    ssh_public_keys=self.ssh_keys[f"etcd-{e.role}"],
+                    ssh_public_keys=self.ssh_keys[ssh.etcd_role(e.role)],
                     encryption_at_host=plan.encryption_at_host,
                     image_version_id=self.image_version_ids[ETCD_IMAGE],
                     public_ips=plan.network.public_ips_on_control_plane,

@@ -1,4 +1,4 @@
-"""EtcdCluster: one VM per member of one etcd cluster (instantiated for main and events).
+"""EtcdCluster: one VM per member of one etcd cluster (instantiated for main, events and leases).
 
 Members sit on `d`/NVMe sizes whose local SSD holds the data dir (field notes: ~200 us
 fsync on local SSD vs ~2 ms on premium SSD), at the static IPs and zones the plan gives.

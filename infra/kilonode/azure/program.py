@@ -18,7 +18,7 @@ import pulumi
 import pulumi.runtime.mocks
 import pulumi.runtime.settings
 
-from kilonode.azure.cluster import Cluster, ClusterArgs
+from kilonode.azure.cluster import Cluster, ClusterArgs, etcd_endpoints_output
 from kilonode.azure.identity import subscription_of
 from kilonode.azure.node_image import default_vhd, gallery_images, vhd_digest
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
@@ -81,8 +81,9 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)
     # what adminKubeconfig names: the public frontend for an internet deployer
     pulumi.export("deployerEndpoint", cluster.control_plane.deployer_endpoint)
-    pulumi.export("etcdMainEndpoints", cluster.etcd_main_endpoints)
-    pulumi.export("etcdEventsEndpoints", cluster.etcd_events_endpoints)
+    # etcdMainEndpoints, etcdEventsEndpoints, and etcdLeasesEndpoints where the stack has that cluster
+    for role, endpoints in cluster.etcd_endpoints.items():
+        pulumi.export(etcd_endpoints_output(role), endpoints)
     # where the etcd snapshots are (docs/runbooks/etcd-restore-from-snapshot.md)
     pulumi.export("etcdBackupAccount", cluster.etcd_backup_account)
     # Secret: the age identity that decrypts them; no VM holds it (the members encrypt to its

@@ -27,8 +27,13 @@ from kilonode.digest import sha256_text
 # The stack output holding the restart keys: {group: {machine: {field: value}}}.
 RESTART_KEYS_OUTPUT = "controlPlaneRestartKeys"
 
-# Groups, as the stack's `acknowledgeRestart` names them.
-ETCD_MAIN, ETCD_EVENTS, APISERVERS = "etcd-main", "etcd-events", "apiservers"
+# Groups, as the stack's `acknowledgeRestart` names them: one per etcd cluster, and the apiservers.
+ETCD_MAIN, ETCD_EVENTS, ETCD_LEASES, APISERVERS = "etcd-main", "etcd-events", "etcd-leases", "apiservers"
+
+
+def etcd_group(role: str) -> str:
+    """The group of one etcd cluster's members (role main -> etcd-main)."""
+    return f"etcd-{role}"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Each machine role's SSH keys: the operators' own from the stack file, else one of its own.
 
-Roles: etcd-main, etcd-events, apiservers and each pool (by name); no two roles share a key, so
+Roles: each etcd cluster (etcd-main, etcd-events, etcd-leases where the stack has it), apiservers
+and each pool (by name); no two roles share a key, so
 a key that leaks from one role's machines opens no other role's. A role the stack gives keys to
 (`sshKeys`, kilonode.config.values.SshPublicKey) gets exactly those: their private halves are
 the operators' and never pass through kilonode. A role it does not name still needs one: with
@@ -26,12 +27,17 @@ import pulumi_tls as tls
 
 from kilonode.plan.model import ClusterPlan
 
-ETCD_MAIN, ETCD_EVENTS, APISERVERS = "etcd-main", "etcd-events", "apiservers"
+APISERVERS = "apiservers"
+
+
+def etcd_role(role: str) -> str:
+    """The SSH role of one etcd cluster's members (`etcd-main`), as the stack's sshKeys names it."""
+    return f"etcd-{role}"
 
 
 def roles(plan: ClusterPlan) -> list[str]:
     """Every role that takes its own keys, control plane first, pools in the plan's order."""
-    return [ETCD_MAIN, ETCD_EVENTS, APISERVERS, *(pool.name for pool in plan.node_pools)]
+    return [*(etcd_role(c.role) for c in plan.etcd_clusters), APISERVERS, *(pool.name for pool in plan.node_pools)]
 
 
 class SshKeys(pulumi.ComponentResource):

@@ -89,8 +89,8 @@ class Tls(pulumi.ComponentResource):
         self.super_admin_kubeconfig = self._kubeconfig(layout.super_admin_kubeconfig)
 
         self.register_outputs({
-            "etcdMainCaCert": self._pairs[pki.etcd_ca_name("main")].cert_pem,
-            "etcdEventsCaCert": self._pairs[pki.etcd_ca_name("events")].cert_pem,
+            **{f"etcd{etcd.role.capitalize()}CaCert": self._pairs[pki.etcd_ca_name(etcd.role)].cert_pem
+               for etcd in args.plan.etcd_clusters},
             "kubernetesCaCert": self._pairs[pki.KUBERNETES_CA].cert_pem,
         })
 

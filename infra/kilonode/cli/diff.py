@@ -94,7 +94,8 @@ with its level and reason:
 - high: etcd members restarted or replaced past what the cluster tolerates
 (quorum lost), every apiserver at once, a policy-pack invariant broken (the
 events cluster removed, etcd's protection removed, etcd ports opened, ...), an
-etcd quota lowered, a pool shrunk by more than half, a subnet or static
+etcd quota lowered, etcd-leases-moved (the leases cluster added to or removed
+from a running cluster), a pool shrunk by more than half, a subnet or static
 address moved, an update Azure refuses; version-skew (images vs in-cluster
 objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
 binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,

@@ -227,8 +227,8 @@ def down(
 
 @local_app.command("renew-certs")
 def renew_certs(
-    host: Annotated[str, typer.Argument(metavar="HOST", help="A control-plane host: etcd-main-N, etcd-events-N or "
-                                        "apiserver-N.")],
+    host: Annotated[str, typer.Argument(metavar="HOST", help="A control-plane host: etcd-main-N, etcd-events-N, "
+                                        "etcd-leases-N (where the stack has it) or apiserver-N.")],
     stack: LocalStackArg = "local",
     state_dir: StateDirOption = None,
     timeout: Annotated[
@@ -337,9 +337,12 @@ def _summary(result: UpResult, hint: str) -> None:
     for check in result.checks:
         count = len(check.endpoints)
         if check.ok:
+            # each override and the cluster it reached: /events, coordination.k8s.io/leases
+            overrides = dict.fromkeys((c.flag.partition("=")[2].rstrip("#"), c.expected) for c in check.endpoints
+                                      if c.flag.startswith("--etcd-servers-overrides="))
             out.print(f"[green]ok[/] {check.host} kube-apiserver etcd flags: all {count} endpoints answer over TLS "
                       "with its etcd client certificate and CA bundle; --etcd-servers reach the main cluster, "
-                      "the /events override the events cluster")
+                      + ", ".join(f"the {resource} override the {role} cluster" for resource, role in overrides))
         for problem in check.problems:
             out.print(f"[red]problem[/] {check.host} kube-apiserver etcd flags: {escape(problem)}")
     if result.worker is not None:

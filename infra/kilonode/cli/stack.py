@@ -30,7 +30,7 @@ def validate(stack: StackArg) -> None:
     shards = sum(len(p.shards) for p in plan.node_pools)
     out.print(
         f"[green]✓[/] {display_path(loaded.file)}: valid — {plan.total_nodes:,} nodes in {len(plan.node_pools)} "
-        f"pool(s), {shards} scale set(s), {len(plan.etcd_main.members)}+{len(plan.etcd_events.members)} "
+        f"pool(s), {shards} scale set(s), {'+'.join(str(len(c.members)) for c in plan.etcd_clusters)} "
         f"etcd members, {len(plan.control_plane.instances)} apiserver(s)"
     )
     for warning in plan.warnings:
@@ -57,7 +57,8 @@ def render(
                      "write, changed files, or another stack's render (they are deleted)."),
     ] = False,
 ) -> None:
-    """Render every host's artefacts: etcd-main-<i>/, etcd-events-<i>/, apiserver-<i>/, pool-<name>/.
+    """Render every host's artefacts: etcd-main-<i>/, etcd-events-<i>/ (etcd-leases-<i>/ where the stack has
+    that cluster), apiserver-<i>/, pool-<name>/.
 
     Inside each directory the files sit at the paths where they land on the host, plus
     `user-data` (the cloud-init user-data Azure receives as custom data). At the top:

@@ -31,6 +31,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_etcd_quota(config),
         *_etcd_overrides(config),
         *_certificate_generations(config),
+        *_acknowledged_groups(config),
         *_kubernetes_pins(config),
         *_taints(config),
         *_image_replicas(config),
@@ -49,8 +50,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
 
 def _etcd_quota(config: ClusterConfig) -> list[Problem]:
     problems = []
-    for which in ("main", "events"):
-        cluster = getattr(config.etcd, which)
+    for which, cluster in config.etcd.clusters():
         if cluster.quota_backend_bytes > 8 * GIB and not cluster.acknowledge_quota_above_suggested_maximum:
             problems.append(Problem(
                 ("etcd", which, "quotaBackendBytes"),
@@ -66,8 +66,7 @@ def _etcd_overrides(config: ClusterConfig) -> list[Problem]:
     member, and not every member may be overridden at once (that is a new vmSize, which
     restarts the whole cluster: quorum lost)."""
     problems = []
-    for which in ("main", "events"):
-        cluster = getattr(config.etcd, which)
+    for which, cluster in config.etcd.clusters():
         loc: Loc = ("etcd", which, "vmSizeOverrides")
         problems += [
             Problem((*loc, index), f"names member {index}, but the members are numbered 0 to {cluster.members - 1}")
@@ -86,17 +85,31 @@ def _etcd_overrides(config: ClusterConfig) -> list[Problem]:
 def _certificate_generations(config: ClusterConfig) -> list[Problem]:
     """Each certificateGenerations key must name a host the stack has: a generation for a
     member that does not exist would renew nothing, silently."""
-    counts = {"etcd-main": config.etcd.main.members, "etcd-events": config.etcd.events.members,
-              "apiserver": config.apiserver.replicas}
+    counts = {f"etcd-{role}": cluster.members for role, cluster in config.etcd.clusters()}
+    counts["apiserver"] = config.apiserver.replicas
     problems = []
     for host in sorted(config.certificate_generations):
         group, _, index = host.rpartition("-")
-        if int(index) >= counts[group]:
+        if group not in counts:
+            problems.append(Problem(
+                ("certificateGenerations", host),
+                f"names {host}, but this stack has no {group} cluster (etcd.{group.removeprefix('etcd-')} is unset)",
+            ))
+        elif int(index) >= counts[group]:
             problems.append(Problem(
                 ("certificateGenerations", host),
                 f"names {host}, but this stack's {group} hosts are numbered 0 to {counts[group] - 1}",
             ))
     return problems
+
+
+def _acknowledged_groups(config: ClusterConfig) -> list[Problem]:
+    """acknowledgeRestart may name etcd-leases only where the stack has that cluster: otherwise
+    the acknowledgement would allow nothing, silently."""
+    if "etcd-leases" in config.acknowledge_restart and config.etcd.leases is None:
+        return [Problem(("acknowledgeRestart",), "names etcd-leases, but this stack has no leases cluster "
+                        "(etcd.leases is unset); remove it")]
+    return []
 
 
 @cache
@@ -210,12 +223,14 @@ def _pool_names(config: ClusterConfig) -> list[Problem]:
     return problems
 
 
-# The machine roles that take their own SSH keys besides the pools (kilonode.azure.rollout's groups).
-SSH_CONTROL_PLANE_ROLES = ("etcd-main", "etcd-events", "apiservers")
+def ssh_control_plane_roles(config: ClusterConfig) -> tuple[str, ...]:
+    """The machine roles that take their own SSH keys besides the pools (kilonode.azure.rollout's
+    groups): each etcd cluster the stack has, then the apiservers."""
+    return (*(f"etcd-{role}" for role, _ in config.etcd.clusters()), "apiservers")
 
 
 def _ssh_roles(config: ClusterConfig) -> list[Problem]:
-    roles = [*SSH_CONTROL_PLANE_ROLES, *(pool.name for pool in config.node_pools)]
+    roles = [*ssh_control_plane_roles(config), *(pool.name for pool in config.node_pools)]
     problems = []
     for role, keys in config.ssh_keys.items():
         if role not in roles:
@@ -331,7 +346,7 @@ def _sizes(config: ClusterConfig) -> list[Problem]:
         (("apiserver", "vmSize"), config.apiserver.vm_size, config.apiserver.local_disk,
          "the audit log and scratch space"),
     ]
-    for role, etcd in (("main", config.etcd.main), ("events", config.etcd.events)):
+    for role, etcd in config.etcd.clusters():
         roles.append((("etcd", role, "vmSize"), etcd.vm_size, etcd.local_disk, "etcd's data directory"))
         roles += [(("etcd", role, "vmSizeOverrides", index), size, etcd.local_disk, "etcd's data directory")
                   for index, size in sorted(etcd.vm_size_overrides.items())]

@@ -12,7 +12,16 @@ from datetime import UTC, datetime
 from ipaddress import IPv4Network
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from kilonode.config.values import (
@@ -192,11 +201,34 @@ class EtcdClusterConfig(StrictModel):
         return value
 
 
+class LeasesEtcdClusterConfig(EtcdClusterConfig):
+    """The leases cluster: the shape of the others, at least 3 members (every Lease lives there)."""
+
+    members: Int = Field(
+        default=3,
+        description=(
+            "3 tolerate 1 failure, 5 tolerate 2. At least 3: unlike Events, losing the Leases stops the control "
+            "plane (the scheduler and controller manager lose their leader election, no kubelet can renew its "
+            "node Lease), so one member is never enough."
+        ),
+    )
+
+    @field_validator("members")
+    @classmethod
+    def _at_least_three(cls, value: int) -> int:
+        if value < 3:
+            raise ValueError(
+                f"must be 3, 5 or 7 (got {value}): every Lease (each node's heartbeat, every leader election) "
+                "lives in this cluster, so it must survive losing a member"
+            )
+        return value
+
+
 class EtcdConfig(StrictModel):
     main: EtcdClusterConfig = Field(
         default=EtcdClusterConfig(),
         description=(
-            "The main etcd cluster: every object but Events."
+            "The main etcd cluster: every object but Events (and Leases, when etcd.leases is set)."
         ),
     )
     events: EtcdClusterConfig = Field(
@@ -206,6 +238,33 @@ class EtcdConfig(StrictModel):
             "tolerate 1 failure, and losing Events is survivable."
         ),
     )
+    leases: LeasesEtcdClusterConfig | None = Field(
+        default=None,
+        description=(
+            "An optional third cluster for every Lease (coordination.k8s.io/leases, through kube-apiserver's "
+            "--etcd-servers-overrides, as kops shards it for very large clusters): each kubelet renews its node "
+            "Lease every 10 s, nodes/10 writes per second, each revision kept until the next compaction, which "
+            "past tens of thousands of nodes is the main etcd's largest write load and history (the plan's "
+            "'main etcd' budget lines). It moves ALL Leases: node heartbeats and the leader elections of the "
+            "scheduler, controller manager and the tool's controllers. Unset: Leases stay in the main cluster. "
+            "Set it when the cluster is created: added later it copies no Lease, and while the apiservers roll "
+            "two leaders may act at once (docs/architecture.md, \"The etcd clusters\")."
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _absent_leases_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a stack without the leases cluster dumps as it did before the key existed: the
+        # rendered config of such a stack, and everything keyed by it, stays the same
+        data: dict[str, object] = handler(self)
+        if self.leases is None:
+            data.pop("leases", None)
+        return data
+
+    def clusters(self) -> tuple[tuple[str, EtcdClusterConfig], ...]:
+        """(role, config) of every etcd cluster the stack has: main, events, then leases if set."""
+        found: tuple[tuple[str, EtcdClusterConfig], ...] = (("main", self.main), ("events", self.events))
+        return found + ((("leases", self.leases),) if self.leases is not None else ())
 
 
 class AuditLogConfig(StrictModel):
@@ -768,7 +827,7 @@ class ClusterConfig(StrictModel):
             "objects."
         ),
     )
-    etcd: EtcdConfig = Field(default=EtcdConfig(), description="The two etcd clusters: main and events.")
+    etcd: EtcdConfig = Field(default=EtcdConfig(), description="The etcd clusters: main, events, and leases if set.")
     apiserver: ApiserverConfig = Field(
         default=ApiserverConfig(),
         description=(
@@ -802,7 +861,7 @@ class ClusterConfig(StrictModel):
     )
     etcd_image: RoleImageConfig = Field(
         default=RoleImageConfig(),
-        description="The image every etcd member (main and events) boots: `kilonode image build STACK --role etcd`.",
+        description="The image every etcd member (of every cluster) boots: `kilonode image build STACK --role etcd`.",
     )
     control_plane_image: RoleImageConfig = Field(
         default=RoleImageConfig(),
@@ -819,7 +878,8 @@ class ClusterConfig(StrictModel):
     ssh_keys: dict[Str, tuple[SshPublicKey, ...]] = Field(
         default_factory=dict,
         description=(
-            "Operators' OpenSSH public keys per role (`etcd-main`, `etcd-events`, `apiservers`, or a pool's "
+            "Operators' OpenSSH public keys per role (`etcd-main`, `etcd-events`, `etcd-leases` where the stack "
+            "has that cluster, `apiservers`, or a pool's "
             "name): the admin login's authorized keys on that role's machines, reached only from "
             "network.adminCidr. A role not named gets a key of its own whose private half no output holds "
             "(docs/operations.md: getting a shell). Azure sets the keys when it creates a machine: a change "
@@ -834,7 +894,7 @@ class ClusterConfig(StrictModel):
             "which `kilonode preflight` (and so `pulumi up`) refuses."
         ),
     )
-    acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "apiservers"], ...] = Field(
+    acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "etcd-leases", "apiservers"], ...] = Field(
         default=(),
         description=(
             "Groups of control-plane machines that the next `pulumi up` may restart or replace all at "
@@ -845,7 +905,8 @@ class ClusterConfig(StrictModel):
     certificate_generations: dict[ControlPlaneHost, Generation] = Field(
         default_factory=dict,
         description=(
-            "Certificate renewal, one host at a time: control-plane host (etcd-main-N, etcd-events-N, apiserver-N) "
+            "Certificate renewal, one host at a time: control-plane host (etcd-main-N, etcd-events-N, etcd-leases-N, "
+            "apiserver-N) "
             "-> its renewal generation (absent: 0). Raising a host's generation by one makes the next `pulumi up` "
             "issue that host's certificates again with new keys (the CAs stay) and replace that VM alone, which "
             "the restart guard allows one member at a time. An apiserver's generation also renews the client "

@@ -202,10 +202,14 @@ def starter_stack(cluster: str, stack: str) -> str:
         "config:",
         f"  {CONFIG_KEY}:",
     ]
+    # optional sections that default to null (etcd.leases): one `# key: null` line, not their keys
+    absent = tuple(f"{k.path}." for k in keys() if k.section is not None and not k.is_list and k.default is None
+                   and k.path != "deployer")
     for key in keys():
-        if "[]." in key.path or key.path.startswith(("deployer.", "joinTokens.")):
+        if "[]." in key.path or key.path.startswith(("deployer.", "joinTokens.", *absent)):
             # a list's items: the pool's below, other lists show as their default; the deployer's
-            # below; joinTokens' keys are under "Node join credentials" in docs/azure.md
+            # below; joinTokens' keys are under "Node join credentials" in docs/azure.md; an
+            # optional section's keys are in docs/stack-reference.md
             continue
         indent = "    " + "  " * key.depth
         why = key.field.description or ""

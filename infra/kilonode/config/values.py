@@ -277,10 +277,10 @@ Taint = Annotated[str, Strict(), AfterValidator(_taint), Accepts(
 VmSize = Annotated[str, Strict(), Field(pattern=r"^[A-Za-z0-9_]{1,64}$")]
 
 # --- certificates --------------------------------------------------------------------------------
-# A control-plane host as the plan names it (kilonode.plan.resolve): an etcd member of either
+# A control-plane host as the plan names it (kilonode.plan.resolve): an etcd member of any
 # cluster or an apiserver, by index. Whether the index exists is checked against the stack's
 # member counts (kilonode.config.checks).
-CONTROL_PLANE_HOST = r"(etcd-main|etcd-events|apiserver)-(0|[1-9][0-9]?)"
+CONTROL_PLANE_HOST = r"(etcd-main|etcd-events|etcd-leases|apiserver)-(0|[1-9][0-9]?)"
 # A renewal generation: a count an operator bumps by one per renewal; far below any limit, and
 # small enough that a typo (a date, a serial) stands out.
 MAX_GENERATION = 10_000
@@ -288,7 +288,8 @@ MAX_GENERATION = 10_000
 
 def _control_plane_host(value: str) -> str:
     if not re.fullmatch(CONTROL_PLANE_HOST, value):
-        raise ValueError(f"{shown(value)} is not a control-plane host: etcd-main-N, etcd-events-N or apiserver-N "
+        raise ValueError(f"{shown(value)} is not a control-plane host: etcd-main-N, etcd-events-N, etcd-leases-N or "
+                         "apiserver-N "
                          "(N the member's index, as `kilonode explain` and the rendered host folders name them)")
     return value
 

@@ -306,7 +306,7 @@ def check_peering(fleet: Fleet) -> None:
 def vms_by_size(config: ClusterConfig, plan: ClusterPlan) -> dict[str, int]:
     """Machines per VM size at the size the cluster may reach (each pool at its maxNodes)."""
     found: dict[str, int] = {}
-    for cluster in (plan.etcd_main, plan.etcd_events):
+    for cluster in plan.etcd_clusters:
         for member in cluster.members:
             found[member.vm_size] = found.get(member.vm_size, 0) + 1
     found[plan.control_plane.vm_size] = found.get(plan.control_plane.vm_size, 0) + len(plan.control_plane.instances)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from kilonode.catalog.limits import limits
 from kilonode.config.model import (
@@ -70,7 +70,7 @@ class EtcdMember(StrictModel):
 
 
 class EtcdClusterPlan(StrictModel):
-    role: Literal["main", "events"]
+    role: Literal["main", "events", "leases"]
     token: str  # --initial-cluster-token: distinct per cluster so members never cross-join
     members: tuple[EtcdMember, ...]
     initial_cluster: str
@@ -101,7 +101,9 @@ class ControlPlanePlan(StrictModel):
     load_balancer_ip: IPv4Address
     endpoint: str  # https://<lb>:6443, what kubelets and clients use
     etcd_servers: str  # --etcd-servers (main)
-    etcd_servers_overrides: str  # /events#https://...;https://...
+    # /events#https://...;https://... and, with the leases cluster,
+    # ,coordination.k8s.io/leases#https://...;https://...
+    etcd_servers_overrides: str
     service_cidr: IPv4Network
     kubernetes_service_ip: IPv4Address
     cluster_dns_ip: IPv4Address
@@ -489,6 +491,8 @@ class ClusterPlan(StrictModel):
     network: NetworkPlan
     etcd_main: EtcdClusterPlan
     etcd_events: EtcdClusterPlan
+    # every Lease (coordination.k8s.io/leases), where the stack has etcd.leases; None: in main
+    etcd_leases: EtcdClusterPlan | None = None
     control_plane: ControlPlanePlan
     node_pools: tuple[NodePoolPlan, ...]
     gallery_replicas: int
@@ -513,7 +517,7 @@ class ClusterPlan(StrictModel):
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
     # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by
     disk_tiers: tuple[DiskTierPlan, ...] = ()
-    # machine role (etcd-main, etcd-events, apiservers, a pool's name) -> the operators' SSH keys the
+    # machine role (etcd-main, etcd-events, etcd-leases, apiservers, a pool's name) -> the operators' SSH keys the
     # stack gives it; a role not here gets a generated key whose private half nothing exports
     ssh_keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
@@ -525,9 +529,20 @@ class ClusterPlan(StrictModel):
         facts = self.vm_sizes.get(vm_size)
         return facts is None or facts.encryption_at_host is not False
 
+    @model_serializer(mode="wrap")
+    def _absent_leases_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a plan without the leases cluster dumps as it did before the field existed (plan.yaml,
+        # and what `kilonode diff` compares)
+        data: dict[str, object] = handler(self)
+        if self.etcd_leases is None:
+            data.pop("etcdLeases", None)
+            data.pop("etcd_leases", None)
+        return data
+
     @property
-    def etcd_clusters(self) -> tuple[EtcdClusterPlan, EtcdClusterPlan]:
-        return (self.etcd_main, self.etcd_events)
+    def etcd_clusters(self) -> tuple[EtcdClusterPlan, ...]:
+        """Every etcd cluster: main, events, then leases where the stack has it."""
+        return (self.etcd_main, self.etcd_events, *((self.etcd_leases,) if self.etcd_leases else ()))
 
     @property
     def kubernetes_minor(self) -> int:

@@ -16,12 +16,12 @@ Two issuers materialise this one layout, so the trust rules live nowhere else:
 
 The trust rules (kilonode.plan.wellknown explains the paths):
 
-- each etcd cluster (main, events) has its own CA, which signs its members' server and peer
-  certificates; a member's `--peer-trusted-ca-file` is its own cluster's CA alone, so a
-  member of one cluster can never join the other;
+- each etcd cluster (main, events, and leases where the stack has it) has its own CA, which
+  signs its members' server and peer certificates; a member's `--peer-trusted-ca-file` is its
+  own cluster's CA alone, so a member of one cluster can never join another;
 - each kube-apiserver has its own etcd client certificate, signed by the main etcd CA; each
-  cluster's client CA file therefore holds the main CA (the events one also its own CA, for
-  etcdctl with a member's certificate); the apiserver's etcd CA bundle holds both etcd CAs;
+  cluster's client CA file therefore holds the main CA (the others also their own CA, for
+  etcdctl with a member's certificate); the apiserver's etcd CA bundle holds every etcd CA;
 - a Kubernetes CA signs each apiserver's serving certificate, its kubelet client certificate,
   its co-located components' client certificates, the serving certificates of its scheduler and
   controller manager (for the host's address alone), and the administrators'.
@@ -236,18 +236,18 @@ def host_leaves(layout: PkiLayout, host: str) -> tuple[Leaf, ...]:
 
 def pki_layout(plan: ClusterPlan) -> PkiLayout:
     """The trust layout of `plan`'s cluster: the one source both issuers read."""
-    main_ca, events_ca = etcd_ca_name("main"), etcd_ca_name("events")
+    main_ca = etcd_ca_name("main")
+    etcd_cas = tuple(etcd_ca_name(etcd.role) for etcd in plan.etcd_clusters)  # main first
     authorities = (
-        Authority(main_ca, f"{plan.cluster} etcd main CA"),
-        Authority(events_ca, f"{plan.cluster} etcd events CA"),
+        *(Authority(etcd_ca_name(etcd.role), f"{plan.cluster} etcd {etcd.role} CA") for etcd in plan.etcd_clusters),
         Authority(KUBERNETES_CA, f"{plan.cluster} Kubernetes CA"),
     )
     leaves: list[Leaf] = []
     hosts: dict[str, tuple[HostFile, ...]] = {}
     for etcd in plan.etcd_clusters:
         # Each cluster accepts clients signed by the main CA (each apiserver's etcd client
-        # certificate); events also trusts its own CA for etcdctl with a member's certificate.
-        client_cas = (main_ca,) if etcd.role == "main" else (main_ca, events_ca)
+        # certificate); the others also trust their own CA for etcdctl with a member's certificate.
+        client_cas = (main_ca,) if etcd.role == "main" else (main_ca, etcd_ca_name(etcd.role))
         for name, files in _etcd_members(etcd, client_cas, leaves, plan.certificate_generations):
             hosts[name] = files
 
@@ -312,7 +312,7 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
             HostFile(wellknown.K8S_CA_KEY, PrivateKey(KUBERNETES_CA), KEY_MODE),
             HostFile(wellknown.APISERVER_CERT, Cert(serving)),
             HostFile(wellknown.APISERVER_KEY, PrivateKey(serving), KEY_MODE),
-            HostFile(wellknown.APISERVER_ETCD_CA_BUNDLE, Bundle((main_ca, events_ca))),
+            HostFile(wellknown.APISERVER_ETCD_CA_BUNDLE, Bundle(etcd_cas)),
             HostFile(wellknown.APISERVER_ETCD_CLIENT_CERT, Cert(etcd_client)),
             HostFile(wellknown.APISERVER_ETCD_CLIENT_KEY, PrivateKey(etcd_client), KEY_MODE),
             HostFile(wellknown.APISERVER_KUBELET_CLIENT_CERT, Cert(kubelet_client)),

@@ -6,15 +6,24 @@ reaches into another's internals.
 TLS material: the Pulumi program creates the certificates and delivers them to exactly
 these paths. The trust layout:
 
-- each etcd cluster (main, events) has its own CA; members' server and peer certificates
+- each etcd cluster (main, events, and leases where the stack has it) has its own CA; members'
+  server and peer certificates
   are signed by it, and `--peer-trusted-ca-file` is that CA alone, so a member of one
   cluster can never join the other;
 - kube-apiserver has one etcd client certificate (one `--etcd-certfile` serves both
   `--etcd-servers` and `--etcd-servers-overrides`), signed by the main etcd CA; each
   cluster's `--trusted-ca-file` (ETCD_CLIENT_CA) therefore holds the main etcd CA (plus,
-  for the events cluster, its own CA for local etcdctl);
-- kube-apiserver's `--etcd-cafile` is a bundle of both etcd CAs.
+  for the events and leases clusters, its own CA for local etcdctl);
+- kube-apiserver's `--etcd-cafile` is a bundle of every etcd cluster's CA.
 """
+
+# The resource each etcd cluster but main holds, as kube-apiserver's --etcd-servers-overrides
+# names it: `group/resource`, the core group empty (k8s.io/apiserver pkg/server/options/etcd.go:
+# AddFlags "group/resource#servers, where servers are URLs, semicolon separated", entries comma
+# separated; Validate splits each entry at "#" and its resource at "/"; the storage factory's
+# New() calls SetEtcdLocation(GroupResource{group, resource}, servers)). Every Lease is
+# coordination.k8s.io's `leases`: node heartbeats (kube-node-lease) and leader elections alike.
+ETCD_OVERRIDE_RESOURCES = {"events": "/events", "leases": "coordination.k8s.io/leases"}
 
 ETCD_PKI_DIR = "/etc/etcd/pki"
 ETCD_CA = f"{ETCD_PKI_DIR}/ca.crt"

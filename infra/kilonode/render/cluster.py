@@ -16,7 +16,8 @@ PLAN_FILE = "plan.yaml"
 
 
 def render_cluster(plan: ClusterPlan) -> dict[str, HostFiles]:
-    """{"etcd-main-0": files, ..., "etcd-events-0": ..., "apiserver-0": ..., "pool-<name>": ...,
+    """{"etcd-main-0": files, ..., "etcd-events-0": ..., "etcd-leases-0" (where the stack has that
+    cluster): ..., "apiserver-0": ..., "pool-<name>": ...,
     "pool-<name>.team-<team>": ... for each team with scale sets in the pool}"""
     hosts: dict[str, HostFiles] = {}
     for cluster in plan.etcd_clusters:

@@ -1,4 +1,4 @@
-"""etcd member artefacts (main and events clusters): the unit with its flags, the boot path
+"""etcd member artefacts (of every cluster: main, events, leases): the unit with its flags, the boot path
 that lets a member with a blank data dir rejoin by itself (etcd-join), cloud-init."""
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 High: etcd members restarted or replaced together past what the cluster tolerates (quorum
 lost), every apiserver at once, an invariant of the policy pack newly broken (the events
 cluster removed, etcd's protection removed, ...: kilonode.review.rules), an etcd quota
-lowered (a member already holding more data than the new quota refuses every write), a pool
+lowered (a member already holding more data than the new quota refuses every write), the
+Leases moved between etcd clusters on a running cluster (etcd.leases added or removed), a pool
 shrunk by more than half, a subnet or a static address moved.
 Medium: any etcd member or apiserver restarted or replaced, a change reaching the custom data
 or image of every node of a pool (a fleet-wide rollout), a field lesson made weaker (a sysctl
@@ -71,7 +72,7 @@ def _restart_keys(entry: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _machine_of(vm_name: str) -> str:
     """`research-7500-etcd-main-3` -> `etcd-main-3` (the restart keys' names)."""
-    match = re.search(r"(etcd-(?:main|events)-\d+|apiserver-\d+)$", vm_name)
+    match = re.search(r"(etcd-(?:main|events|leases)-\d+|apiserver-\d+)$", vm_name)
     return match.group(1) if match else vm_name
 
 
@@ -157,7 +158,8 @@ def invariants(diff: StackDiff) -> list[Risk]:
 
 
 def _clusters(plan: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {group: plan[key] for group, key in (("etcd-main", "etcdMain"), ("etcd-events", "etcdEvents"))
+    return {group: plan[key] for group, key in (("etcd-main", "etcdMain"), ("etcd-events", "etcdEvents"),
+                                                ("etcd-leases", "etcdLeases"))
             if isinstance(plan.get(key), Mapping)}
 
 
@@ -176,6 +178,27 @@ def quota(diff: StackDiff) -> list[Risk]:
                               "NOSPACE and refuses every write; compact and defragment first, and check the DB "
                               "size (docs/runbooks/etcd-nospace.md)", (f"plan.yaml {group}",)))
     return found
+
+
+def leases_moved(diff: StackDiff) -> list[Risk]:
+    """The leases cluster (etcd.leases) added to or removed from a running cluster: kube-apiserver
+    reads every Lease from its new place, where none was copied, and while the apiservers roll
+    some read the old place and some the new."""
+    base, head = _plan(diff.base), _plan(diff.head)
+    running = any(r.type == rules.VM and r.role == rules.ETCD_MAIN for r in _resources(diff.base))
+    had, has = isinstance(base.get("etcdLeases"), Mapping), isinstance(head.get("etcdLeases"), Mapping)
+    if not running or had == has:
+        return []
+    where = ("from the main etcd to the new leases cluster" if has
+             else "from the leases cluster back to the main etcd")
+    return [Risk(HIGH, "etcd-leases-moved", diff.stack,
+                 f"every Lease moves {where}, which starts empty (nothing copies them): while the apiservers "
+                 "roll, those with the old --etcd-servers-overrides and those with the new one see different "
+                 "Leases, so two schedulers or controller managers may lead at once and node heartbeats written "
+                 "through one side look missing on the other (nodes marked NotReady, then their pods evicted); "
+                 "make the move with the controllers stopped and the node lifecycle controller's evictions off, or "
+                 "set etcd.leases when the cluster is created (docs/architecture.md, \"The etcd clusters\")",
+                 ("plan.yaml etcd-leases",))]
 
 
 def pools(diff: StackDiff) -> list[Risk]:
@@ -452,7 +475,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
         return [Risk(HIGH if side == "head" else MEDIUM, "stack-invalid", diff.stack,
                      f"the stack does not load at the {side}: `pulumi up` would stop there ({'; '.join(diff.errors)})",
                      ())]
-    found = [*control_plane(diff), *invariants(diff), *quota(diff), *pools(diff), *moves(diff), *refused(diff),
+    found = [*control_plane(diff), *invariants(diff), *quota(diff), *leases_moved(diff), *pools(diff), *moves(diff),
+             *refused(diff),
              *fleet(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kilonode.azure.rollout import ETCD_EVENTS, ETCD_MAIN
+from kilonode.azure.rollout import ETCD_EVENTS, ETCD_LEASES, ETCD_MAIN
 from kilonode.azure.tags import (
     ETCD_QUOTA_ACKNOWLEDGED_TAG,
     ETCD_QUOTA_TAG,
@@ -35,8 +35,10 @@ SUBNET = "azure-native:network:Subnet"
 PUBLIC_IP = "azure-native:network:PublicIPAddress"
 ROLE_TAG = "kilonode-role"
 
-ETCD_GROUPS = (ETCD_MAIN, ETCD_EVENTS)
-CONTROL_PLANE_ROLES = frozenset({ETCD_MAIN, ETCD_EVENTS, "apiserver"})
+# every etcd cluster a stack may have; the leases one is optional (etcd.leases), so an absent
+# group is no violation, and a present one is held to the same rules as the others
+ETCD_GROUPS = (ETCD_MAIN, ETCD_EVENTS, ETCD_LEASES)
+CONTROL_PLANE_ROLES = frozenset({*ETCD_GROUPS, "apiserver"})
 # The subnets whose machines may reach etcd's client and peer ports: the apiservers and etcd
 # itself (their Azure subnet names, kilonode.plan's network layout).
 CONTROL_PLANE_SUBNETS = ("control-plane", "etcd")
@@ -73,7 +75,7 @@ class Resource:
 
 
 def etcd_members(resources: Iterable[Resource]) -> dict[str, list[Resource]]:
-    """etcd VMs by cluster (etcd-main, etcd-events), in name order."""
+    """etcd VMs by cluster (etcd-main, etcd-events, etcd-leases), in name order."""
     groups: dict[str, list[Resource]] = {group: [] for group in ETCD_GROUPS}
     for r in resources:
         if r.type == VM and r.role in groups:

@@ -6,6 +6,9 @@ LB_FRONTEND_OFFSET = 4
 APISERVER_FIRST_OFFSET = 10
 ETCD_MAIN_FIRST_OFFSET = 10
 ETCD_EVENTS_FIRST_OFFSET = 20
+# the optional leases cluster (etcd.leases): past every address main and events may take (each
+# at most 7 members, .10-.16 and .20-.26), so adding or removing it moves no other member
+ETCD_LEASES_FIRST_OFFSET = 30
 CONTROL_SUBNET_PREFIX = 24
 
 # The Azure load balancer's health probe on each apiserver: HTTPS GET /readyz, which the

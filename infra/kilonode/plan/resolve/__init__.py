@@ -48,13 +48,17 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     etcd_events = etcd_cluster(
         config, "events", config.etcd.events, subnets.etcd, defaults.ETCD_EVENTS_FIRST_OFFSET
     )
-    control_plane = control_plane_plan(config, subnets.control_plane, etcd_main, etcd_events)
+    etcd_leases = None if config.etcd.leases is None else etcd_cluster(
+        config, "leases", config.etcd.leases, subnets.etcd, defaults.ETCD_LEASES_FIRST_OFFSET
+    )
+    etcd = (etcd_main, etcd_events, *((etcd_leases,) if etcd_leases else ()))
+    control_plane = control_plane_plan(config, subnets.control_plane, etcd_main, etcd[1:])
     sysctls = sysctls_of(config, sysctl_profile)
     pools = tuple(
         node_pool_plan(config, pool, subnets.pools[pool.name], sysctls) for pool in config.node_pools
     )
     pools, teams = place_capacity(config, pools)
-    prometheus = prometheus_plan(config, pools, (etcd_main, etcd_events), control_plane)
+    prometheus = prometheus_plan(config, pools, etcd, control_plane)
     net = config.network
     return ClusterPlan(
         cluster=config.name,
@@ -76,6 +80,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         ),
         etcd_main=etcd_main,
         etcd_events=etcd_events,
+        etcd_leases=etcd_leases,
         control_plane=control_plane,
         node_pools=pools,
         gallery_replicas=gallery_replicas(config),
@@ -96,6 +101,6 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         ),
         components=components_plan(config, pools),
         prometheus=prometheus,
-        vm_sizes=vm_size_facts((etcd_main, etcd_events), control_plane, pools),
+        vm_sizes=vm_size_facts(etcd, control_plane, pools),
         ssh_keys=dict(config.ssh_keys),
     )

@@ -36,9 +36,14 @@ GPU_NODE_CLIENTS = 1
 APISERVER_NOFILE = 1048576
 
 
+def etcd_members(config: ClusterConfig) -> int:
+    """The etcd members of every cluster the stack has."""
+    return sum(cluster.members for _, cluster in config.etcd.clusters())
+
+
 def control_plane_ips(config: ClusterConfig) -> int:
     # etcd members + apiservers + the internal load balancer's frontend
-    return config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas + 1
+    return etcd_members(config) + config.apiserver.replicas + 1
 
 
 def growth(pool: NodePoolConfig) -> int:
@@ -72,22 +77,40 @@ def apiserver_connections(config: ClusterConfig) -> int:
     return math.ceil(clients / max(config.apiserver.replicas - 1, 1))
 
 
-def etcd_main_writes_per_second(nodes: int) -> int:
+def etcd_main_writes_per_second(nodes: int, leases_apart: bool = False) -> int:
     """Steady writes to the main etcd from the nodes alone: each Lease renewed every 10 s, each
     Node's status posted every 5 min when nothing changed. Pods, Events (their own cluster) and
-    controllers come on top, with the workload."""
-    return math.ceil(nodes / K8S.lease_renew_seconds.value + nodes / K8S.node_status_report_seconds.value)
+    controllers come on top, with the workload. `leases_apart`: the stack has the leases cluster
+    (etcd.leases), which takes the renewals instead."""
+    status = nodes / K8S.node_status_report_seconds.value
+    return math.ceil(status if leases_apart else nodes / K8S.lease_renew_seconds.value + status)
 
 
-def etcd_main_bytes(nodes: int, pods: int) -> int:
+def etcd_leases_writes_per_second(nodes: int) -> int:
+    """Steady writes of the node Lease renewals: one per node every 10 s (the leader elections'
+    renewals, a handful of Leases every 2 s or so, are lost in the rounding)."""
+    return math.ceil(nodes / K8S.lease_renew_seconds.value)
+
+
+def etcd_leases_bytes(nodes: int) -> int:
+    """Every node's Lease and each of its revisions since the last compaction: the share of the
+    main etcd's database that the leases cluster takes over (kilonode.plan.resolve.budgets
+    etcd_main_bytes), and so that cluster's own database."""
+    window = K8S.compaction_interval_seconds.value
+    lease = ETCD.lease_object_bytes.value
+    return nodes * lease + nodes * window // K8S.lease_renew_seconds.value * lease
+
+
+def etcd_main_bytes(nodes: int, pods: int, leases_apart: bool = False) -> int:
     """The main etcd's database between two compactions: every Node, Lease and pod, plus every
     revision of them written since the last compaction (the apiserver compacts every 5 min; the
-    freed pages are reused, not returned, so the file stays at this peak)."""
+    freed pages are reused, not returned, so the file stays at this peak). `leases_apart`: the
+    Leases and their revisions are in the leases cluster (etcd_leases_bytes) instead."""
     window = K8S.compaction_interval_seconds.value
-    live = nodes * (ETCD.node_object_bytes.value + ETCD.lease_object_bytes.value) + pods * ETCD.pod_object_bytes.value
-    history = (nodes * window // K8S.lease_renew_seconds.value * ETCD.lease_object_bytes.value
-               + nodes * window // K8S.node_status_report_seconds.value * ETCD.node_object_bytes.value)
-    return live + history
+    node = ETCD.node_object_bytes.value
+    statuses = nodes * window // K8S.node_status_report_seconds.value * node
+    others = nodes * node + pods * ETCD.pod_object_bytes.value + statuses
+    return others if leases_apart else others + etcd_leases_bytes(nodes)
 
 
 def budgets_of(config: ClusterConfig) -> list[Budget]:
@@ -99,7 +122,8 @@ def budgets_of(config: ClusterConfig) -> list[Budget]:
     densest = max(p.pods_per_node + p.host_network_pods for p in pools)
     subnets = 2 + len(pools)
     # one NIC per node and per control-plane VM (the load balancers' frontends are not NICs)
-    nics = nodes + config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas
+    nics = nodes + etcd_members(config) + config.apiserver.replicas
+    leases = config.etcd.leases
     return [
         Budget(name="VNet private IPs", used=vnet_used, limit=AZURE.vnet_private_ips.value,
                source=AZURE.vnet_private_ips.source, hard=True),
@@ -115,13 +139,23 @@ def budgets_of(config: ClusterConfig) -> list[Budget]:
                source=K8S.pods.source, hard=False),
         Budget(name="pods per node (maxPods)", used=densest, limit=K8S.pods_per_node.value,
                source=K8S.pods_per_node.source, hard=False),
-        Budget(name="main etcd database (bytes)", used=etcd_main_bytes(nodes, pods),
+        Budget(name="main etcd database (bytes)", used=etcd_main_bytes(nodes, pods, leases is not None),
                limit=config.etcd.main.quota_backend_bytes,
                source="the stack's etcd.main quota; objects as measured in bench/measure_object_sizes.py, "
-                      "history of one 5 min compaction interval", hard=True),
-        Budget(name="main etcd writes/s from nodes", used=etcd_main_writes_per_second(nodes),
+                      "history of one 5 min compaction interval"
+                      + ("; the Leases in etcd.leases" if leases is not None else ""), hard=True),
+        Budget(name="main etcd writes/s from nodes", used=etcd_main_writes_per_second(nodes, leases is not None),
                limit=ETCD.benchmark_writes_per_second.value, source=ETCD.benchmark_writes_per_second.source,
                hard=False),
+        *([] if leases is None else [
+            Budget(name="leases etcd database (bytes)", used=etcd_leases_bytes(nodes),
+                   limit=leases.quota_backend_bytes,
+                   source="the stack's etcd.leases quota; a node Lease as measured in bench/measure_object_sizes.py, "
+                          "its renewals of one 5 min compaction interval", hard=True),
+            Budget(name="leases etcd writes/s from nodes", used=etcd_leases_writes_per_second(nodes),
+                   limit=ETCD.benchmark_writes_per_second.value, source=ETCD.benchmark_writes_per_second.source,
+                   hard=False),
+        ]),
         Budget(name="connections per apiserver (one down)", used=apiserver_connections(config),
                limit=APISERVER_NOFILE, source="kube-apiserver's LimitNOFILE in its unit (one descriptor per "
                                               "connection)", hard=True),
@@ -156,6 +190,7 @@ def budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Proble
         budget = by_name.get(name)
         if budget is not None and budget.used > budget.limit:
             problems.append(Problem(loc, say(budget, config)))
+    problems += _etcd_problems(config, by_name)
     subnets = by_name["subnets per VNet"]
     if subnets.used > subnets.limit:
         problems.append(Problem(
@@ -172,23 +207,50 @@ _OVER: dict[str, tuple[Loc, Callable[[Budget, ClusterConfig], str]]] = {
         f"{b.used:,} NICs (one per node at each pool's maxNodes or nodes, one per control-plane VM) exceed the "
         f"{b.limit:,} of {b.source}: Azure refuses the scale sets past it; split the nodes over clusters in "
         "different subscriptions or regions (`kilonode fleet STACK --nodes N` writes them)")),
-    "main etcd database (bytes)": (("etcd", "main", "quotaBackendBytes"), lambda b, config: (
-        f"the main etcd would hold about {b.used:,} bytes ({_etcd_terms(config)}), above its quota {b.limit:,}: "
-        "it raises NOSPACE and every write stops; split leases to their own etcd cluster (etcd.leases), or fewer "
-        "nodes per cluster")),
     "connections per apiserver (one down)": (("apiserver", "replicas"), lambda b, _: (
         f"{b.used:,} long-lived client connections per apiserver with one down, above its {b.limit:,} file "
         f"descriptors ({b.source}); add apiservers")),
 }
 
 
+def _etcd_problems(config: ClusterConfig, by_name: dict[str, Budget]) -> list[Problem]:
+    problems = []
+    etcd = by_name["main etcd database (bytes)"]
+    apart = config.etcd.leases is not None
+    if etcd.used > etcd.limit:
+        way_out = ("fewer nodes or pods per cluster" if apart else
+                   "split leases to their own etcd cluster (etcd.leases), or fewer nodes per cluster")
+        problems.append(Problem(
+            ("etcd", "main", "quotaBackendBytes"),
+            f"the main etcd would hold about {etcd.used:,} bytes ({_etcd_terms(config)}), above its quota "
+            f"{etcd.limit:,}: it raises NOSPACE and every write stops; {way_out}"))
+    leases = by_name.get("leases etcd database (bytes)")
+    if leases is not None and leases.used > leases.limit:
+        nodes = sum(growth(p) for p in config.node_pools)
+        problems.append(Problem(
+            ("etcd", "leases", "quotaBackendBytes"),
+            f"the leases etcd would hold about {leases.used:,} bytes ({nodes:,} node Leases x "
+            f"{ETCD.lease_object_bytes.value} B and {_renewals()} renewals each in 5 min of history), above its "
+            f"quota {leases.limit:,}: it raises NOSPACE, no node can renew its Lease and no leader election "
+            "holds; raise etcd.leases.quotaBackendBytes, or fewer nodes per cluster"))
+    return problems
+
+
+def _renewals() -> int:
+    """Lease renewals per node kept between two compactions."""
+    return K8S.compaction_interval_seconds.value // K8S.lease_renew_seconds.value
+
+
 def _etcd_terms(config: ClusterConfig) -> str:
     nodes = sum(growth(p) for p in config.node_pools)
     pods = sum(pod_objects(p) for p in config.node_pools)
+    if config.etcd.leases is not None:
+        return (f"{nodes:,} Nodes x {ETCD.node_object_bytes.value:,} B, {pods:,} pods x "
+                f"{ETCD.pod_object_bytes.value:,} B, and 5 min of history: one status per Node; the Leases are in "
+                "etcd.leases")
     return (f"{nodes:,} Nodes x {ETCD.node_object_bytes.value:,} B and Leases x {ETCD.lease_object_bytes.value} B, "
             f"{pods:,} pods x {ETCD.pod_object_bytes.value:,} B, and 5 min of history: "
-            f"{K8S.compaction_interval_seconds.value // K8S.lease_renew_seconds.value} Lease renewals "
-            "and one status per Node")
+            f"{_renewals()} Lease renewals and one status per Node")
 
 
 def _vnet_overflow(config: ClusterConfig, vnet: Budget) -> Problem:

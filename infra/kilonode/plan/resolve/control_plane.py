@@ -14,12 +14,21 @@ from kilonode.plan.model import (
 from kilonode.plan.resolve.disks import apiserver_disks, audit_log_plan
 from kilonode.plan.wellknown import (
     APISERVER_PORT,
+    ETCD_OVERRIDE_RESOURCES,
 )
 
 
+def etcd_servers_overrides(others: tuple[EtcdClusterPlan, ...]) -> str:
+    """--etcd-servers-overrides: each cluster but main with the resource it holds, in the plan's
+    order (events, then leases): `group/resource#server;server`, comma separated
+    (kilonode.plan.wellknown.ETCD_OVERRIDE_RESOURCES says where the syntax is read)."""
+    return ",".join(f"{ETCD_OVERRIDE_RESOURCES[c.role]}#" + ";".join(c.client_endpoints) for c in others)
+
+
 def control_plane_plan(
-    config: ClusterConfig, subnet: IPv4Network, main: EtcdClusterPlan, events: EtcdClusterPlan
+    config: ClusterConfig, subnet: IPv4Network, main: EtcdClusterPlan, others: tuple[EtcdClusterPlan, ...]
 ) -> ControlPlanePlan:
+    """`others`: the etcd clusters besides main (events, and leases where the stack has it)."""
     api = config.apiserver
     instances = tuple(
         ApiserverInstance(
@@ -39,8 +48,9 @@ def control_plane_plan(
         load_balancer_ip=lb_ip,
         endpoint=f"https://{lb_ip}:{APISERVER_PORT}",
         etcd_servers=",".join(main.client_endpoints),
-        # 7,500-node post: Events in their own etcd; group/resource#server;server syntax.
-        etcd_servers_overrides="/events#" + ";".join(events.client_endpoints),
+        # 7,500-node post: Events in their own etcd; with etcd.leases every Lease in its own too
+        # (as kops shards coordination.k8s.io/leases).
+        etcd_servers_overrides=etcd_servers_overrides(others),
         service_cidr=service_cidr,
         kubernetes_service_ip=IPv4Address(int(service_cidr.network_address) + 1),
         cluster_dns_ip=IPv4Address(int(service_cidr.network_address) + 10),

@@ -1,4 +1,4 @@
-"""The two etcd clusters: members at fixed offsets in the etcd subnet."""
+"""The etcd clusters (main, events, and leases if set): members at fixed offsets in the etcd subnet."""
 
 from __future__ import annotations
 

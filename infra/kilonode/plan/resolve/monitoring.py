@@ -94,6 +94,8 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
                              f"pod traffic{_gpu_agent_words(p)})",
                         targets=_nodes(p), per_target=per_node_series(p), interval_s=per_node) for p in pools]
     members = sum(len(c.members) for c in etcd)
+    roles = [c.role for c in etcd]
+    clusters = ", ".join(roles[:-1]) + " and " + roles[-1]  # main and events, or main, events and leases
     terms += [
         SeriesTerm(what="apiservers", targets=len(control.instances),
                    per_target=defaults.PROMETHEUS_SERIES_PER_APISERVER, interval_s=cp),
@@ -101,7 +103,7 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
                    per_target=defaults.PROMETHEUS_SERIES_PER_SCHEDULER, interval_s=cp),
         SeriesTerm(what="kube-controller-managers (one per apiserver VM)", targets=len(control.instances),
                    per_target=defaults.PROMETHEUS_SERIES_PER_CONTROLLER_MANAGER, interval_s=cp),
-        SeriesTerm(what="etcd members (main and events)", targets=members,
+        SeriesTerm(what=f"etcd members ({clusters})", targets=members,
                    per_target=defaults.PROMETHEUS_SERIES_PER_ETCD_MEMBER, interval_s=cp),
         SeriesTerm(what="control-plane hosts' certificate expiry", targets=members + len(control.instances),
                    per_target=defaults.PROMETHEUS_SERIES_PER_CERT_TARGET, interval_s=300),

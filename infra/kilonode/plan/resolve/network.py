@@ -25,7 +25,7 @@ def nat_gateways(config: ClusterConfig) -> tuple[tuple[NatGatewayPlan, ...], lis
     sized for its machines at the stack's SNAT-ports-per-node floor."""
     floor = config.network.min_snat_ports_per_node
     per_ip, most = AZURE.snat_ports_per_ip.value, AZURE.nat_ips_per_gateway.value
-    control = config.etcd.main.members + config.etcd.events.members + config.apiserver.replicas
+    control = sum(c.members for _, c in config.etcd.clusters()) + config.apiserver.replicas
     wanted: list[tuple[str, tuple[str, ...], int, Loc]] = [
         ("control-plane", ("control-plane", "etcd"), control, ("network", "minSnatPortsPerNode")),
     ] + [
