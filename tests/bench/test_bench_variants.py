@@ -1,0 +1,60 @@
+"""The stacks bench/bench_plan.py and bench/bench_render.py time (bench/variants.py) still are what
+they say: research-7500 scaled to 30,000 and 59,000 nodes validates, with one scale set per 100
+InfiniBand nodes; 60,000 and 100,000 are refused, for the reasons variants.py gives; the pools
+stack plans with every subnet unrecorded. A change to the limits or the model shows here, not
+as a benchmark that no longer runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from kilonode.config import load_stack
+from kilonode.config.model import ClusterConfig
+from kilonode.plan import plan_stack, resolve
+from kilonode.problems import StackError
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "variants.py"
+
+
+def _load() -> ModuleType:
+    # bench/ is scripts, not a package: load the file itself
+    spec = importlib.util.spec_from_file_location("bench_variants", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+variants = _load()
+
+
+@pytest.mark.parametrize("nodes", [30_000, variants.LARGEST_VALID])
+def test_the_scaled_variants_validate_with_a_scale_set_per_100_infiniband_nodes(nodes: int, tmp_path: Path) -> None:
+    plan = plan_stack(load_stack(str(variants.scaled(nodes, tmp_path))))
+    infiniband = [pool for pool in plan.node_pools if pool.infiniband]
+    assert sum(pool.nodes for pool in infiniband) == nodes
+    assert sum(len(pool.shards) for pool in infiniband) == nodes // 100
+    assert max(pool.nodes for pool in infiniband) <= variants.POOL_MAX_NODES
+
+
+@pytest.mark.parametrize(("nodes", "why"), [
+    (variants.LARGEST_VALID + 500, "the Prometheus on pool monitoring would hold 1 days"),
+    (60_000, "the Prometheus on pool monitoring would hold 1 days"),
+    (100_000, "the cluster needs more private IPs than one VNet allows"),
+])
+def test_past_the_largest_variant_validation_refuses_and_says_why(nodes: int, why: str, tmp_path: Path) -> None:
+    with pytest.raises(StackError) as refused:
+        plan_stack(load_stack(str(variants.scaled(nodes, tmp_path))))
+    assert why in str(refused.value)
+
+
+def test_the_pools_stack_plans_with_every_subnet_unrecorded() -> None:
+    config = ClusterConfig.model_validate(variants.many_pools(256))
+    plan = resolve(config, load_stack("local").sysctl_profile)
+    assert len(plan.network.unrecorded) == 256 + 2  # the pools', the control plane's and etcd's
