@@ -80,7 +80,7 @@ def _interpreted(where: str, key: str, value: str, pythonpath: list[str]) -> lis
     """What a Python interpreter in an Exec*= value runs (python(1), "Interface options"): the
     script file named by its first argument that is no option, or with `-m` the module, looked up
     under the unit's PYTHONPATH (a module found in the standard library's own path is not
-    reported). None for `-c` and for any other program."""
+    reported). Nothing for `-c`, nor for any other program."""
     words = value.lstrip("-@:+!|").split()
     if not words or not PurePosixPath(words[0]).name.startswith("python"):
         return []
