@@ -14,11 +14,13 @@ Prometheus' own figures: kilonode.catalog limits.yaml `prometheus`, each with it
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from kilonode.catalog.limits import limits
 from kilonode.config.model import ClusterConfig
 from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan, EtcdClusterPlan, NodePoolPlan, PrometheusPlan, SeriesTerm
+from kilonode.plan.resolve.budgets import growth
 from kilonode.plan.resolve.components import prometheus_pool
 from kilonode.problems import PlanError, Problem
 
@@ -49,8 +51,10 @@ def _pool(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple[NodeP
     return pool, "no monitoring or system pool: the first untainted pool"
 
 
-def _nodes(pool: NodePoolPlan) -> int:
-    return pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes
+def _nodes(pool: NodePoolPlan, reach: Mapping[str, int]) -> int:
+    """The most nodes the pool may have: Prometheus is sized for them up front, so growth within a
+    pool's maxNodes (its autoscaler's ceiling, or room declared for later) never outgrows it."""
+    return max(pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes, reach.get(pool.name, 0))
 
 
 def gpu_agent_series(pool: NodePoolPlan) -> int:
@@ -86,13 +90,15 @@ def per_node_interval(node_series: int) -> int:
 
 
 def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, ...], control: ControlPlanePlan,
-                 autoscaler_replicas: int) -> tuple[SeriesTerm, ...]:
-    node_series = sum(_nodes(p) * per_node_series(p) for p in pools)
+                 autoscaler_replicas: int, reach: Mapping[str, int] | None = None) -> tuple[SeriesTerm, ...]:
+    """`reach`: pool name -> the nodes it may grow to (the config's maxNodes)."""
+    reach = reach or {}
+    node_series = sum(_nodes(p, reach) * per_node_series(p) for p in pools)
     per_node = per_node_interval(node_series)
     cp = defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S
     terms = [SeriesTerm(what=f"nodes of {p.name} (kubelet, cAdvisor x {p.max_pods} containers, kube-state-metrics, "
                              f"pod traffic{_gpu_agent_words(p)})",
-                        targets=_nodes(p), per_target=per_node_series(p), interval_s=per_node) for p in pools]
+                        targets=_nodes(p, reach), per_target=per_node_series(p), interval_s=per_node) for p in pools]
     members = sum(len(c.members) for c in etcd)
     roles = [c.role for c in etcd]
     clusters = ", ".join(roles[:-1]) + " and " + roles[-1]  # main and events, or main, events and leases
@@ -139,7 +145,7 @@ def prometheus_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...], etcd
         return None
     pool, why = placed
     autoscaler = defaults.CLUSTER_AUTOSCALER_REPLICAS if any(p.autoscaling for p in pools) else 0
-    terms = series_terms(pools, etcd, control, autoscaler)
+    terms = series_terms(pools, etcd, control, autoscaler, {p.name: growth(p) for p in config.node_pools})
     per_node = terms[0].interval_s
     series = sum(t.series for t in terms)
     samples = sum(t.series / t.interval_s for t in terms)
