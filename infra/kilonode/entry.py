@@ -11,7 +11,7 @@ from kilonode.exit_codes import ExitCode
 # Commands that build one result, print or write it, and exit. Their process runs without the
 # cyclic garbage collector, and the interpreter's last collection at exit is skipped: `plan`
 # keeps ~1M objects (the Pulumi SDKs' modules and the graph) to the end, and collecting that heap
-# again and again as it grows, then once more at exit, was about 1.5 s of a 5.5 s research-7500
+# again and again as it grows, then once more at exit, was about 1.1 s of a 3.5 s research-7500
 # plan. Reference counting still frees nearly everything; what cycles they leave (~10 MB for a
 # plan) the process's end returns. Not for the long-running commands (`local`, `gpu`, `image`).
 BATCH_COMMANDS = frozenset({"validate", "render", "explain", "plan"})

@@ -113,9 +113,12 @@ def write_tree(tree: dict[str, RenderedFile], out: Path, *, stack: str, force: b
     except OSError as error:
         raise OutputDirError(f"cannot create {out}: {error.strerror or error}; choose a writable --out") from None
     try:
+        made = {staging}  # each folder made once (research-7500: 330 files in 213 folders)
         for rel, file in tree.items():
             target = staging / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
             target.write_text(file.content, encoding="utf-8")
             os.chmod(target, file.mode)
         os.chmod(staging, 0o755)
