@@ -3,28 +3,13 @@ counted from the scheduled time (coordinated omission), and its hand-encoded pro
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_etcd_isolation.py"
+from tests.scripts import BENCH_DIR, load_script
 
-
-def _load() -> ModuleType:
-    # bench/ is scripts, not a package: load the file itself
-    spec = importlib.util.spec_from_file_location("bench_etcd_isolation", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_script(BENCH_DIR / "bench_etcd_isolation.py", "bench_etcd_isolation")
 
 
 def test_the_schedule_sends_rate_puts_a_second_evenly_from_zero() -> None:

@@ -3,27 +3,13 @@ and the DeleteRange it clears the main cluster's Leases with."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "bench_lease_split.py"
+from tests.scripts import BENCH_DIR, load_script
 
-
-def _load() -> ModuleType:
-    # bench/ is scripts, not a package: load the file itself
-    spec = importlib.util.spec_from_file_location("bench_lease_split", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_script(BENCH_DIR / "bench_lease_split.py", "bench_lease_split")
 
 
 def test_the_renewals_are_nodes_over_ten_when_the_machine_has_room() -> None:

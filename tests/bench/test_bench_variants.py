@@ -6,10 +6,7 @@ as a benchmark that no longer runs."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -17,21 +14,9 @@ from kilonode.config import load_stack
 from kilonode.config.model import ClusterConfig
 from kilonode.plan import plan_stack, resolve
 from kilonode.problems import StackError
+from tests.scripts import BENCH_DIR, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "variants.py"
-
-
-def _load() -> ModuleType:
-    # bench/ is scripts, not a package: load the file itself
-    spec = importlib.util.spec_from_file_location("bench_variants", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-variants = _load()
+variants = load_script(BENCH_DIR / "variants.py", "bench_variants")
 
 
 @pytest.mark.parametrize("nodes", [30_000, variants.LARGEST_VALID])

@@ -4,7 +4,6 @@ measured object sizes."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
@@ -17,16 +16,13 @@ from kilonode.plan import ClusterPlan, plan_stack
 from kilonode.plan.resolve import budgets
 from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
+from tests.scripts import BENCH_DIR, load_script
 
 assert REPO_ROOT is not None
 
 
 def measured_sizes() -> dict[str, int]:
-    path = REPO_ROOT / "bench" / "measure_object_sizes.py"
-    spec = importlib.util.spec_from_file_location("measure_object_sizes", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(BENCH_DIR / "measure_object_sizes.py", "measure_object_sizes")
     return module.sizes()  # type: ignore[no-any-return]
 
 
