@@ -13,9 +13,10 @@ join-wave timers. What has to change for the stack to validate at that size, and
 - 17 SNAT ports per node (16 IPs x 64,512 ports of one NAT gateway per pool subnet);
 - the monitoring pool on Standard_E104ids_v5: the cluster's Prometheus needs more than the 14
   CPUs E16ds_v5 leaves it past about 9,000 nodes (47 at 30,000);
-- pools of at most 15,000 nodes (more pools past 30,000: copies of the A100 pool): a pool's
-  custom data names each of its scale sets, and a pool of 19,600 H100 nodes already passes
-  Azure's 64 KiB (`plan` stops there; `validate` does not check it).
+- pools of at most 15,000 nodes (more pools past 30,000: copies of the A100 pool). This once
+  kept each pool's custom data under Azure's 64 KiB, when the fabric-label script named each
+  scale set (~48 base64 bytes apiece); it names runs of them now and does not grow
+  (kilonode.render.pool.fabric_script), and the cap stays so the figures stay comparable.
 
 The largest such stack that validates is 59,000 nodes: at 59,500 the monitoring pool's
 Prometheus would keep under the 2 days of data the plan requires (its samples grow with the

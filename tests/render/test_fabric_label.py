@@ -4,13 +4,16 @@ set>, which a boot unit derives from the node's own host name (a scale set names
 
 from __future__ import annotations
 
+import fnmatch
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kilonode.plan import wellknown
-from kilonode.render.pool import FABRIC_SCRIPT, FABRIC_UNIT
+from kilonode.render.pool import FABRIC_SCRIPT, FABRIC_UNIT, fabric_script, index_patterns
 from tests import shared
 
 
@@ -62,3 +65,33 @@ def test_the_kubelet_waits_for_the_label_and_fails_without_it() -> None:
     system = shared.rendered("research-7500")["pool-system"]
     assert FABRIC_SCRIPT not in system
     assert wellknown.FABRIC_LABEL not in system["etc/systemd/system/kubelet.service"].content
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(min_value=0, max_value=1_100), max_size=60))
+def test_index_patterns_match_exactly_the_indexes_given(indexes: set[int]) -> None:
+    patterns = index_patterns(indexes)
+    for i in range(0, 1_200):
+        written = f"{i:03d}"
+        assert any(fnmatch.fnmatchcase(written, p) for p in patterns) == (i in indexes), (i, patterns)
+    # a run costs at most two patterns a digit, however long it is
+    assert len(index_patterns(range(0, 1_000))) == 1
+    assert len(index_patterns(range(7, 993))) <= 6
+
+
+def test_the_script_does_not_grow_with_the_pool(tmp_path: Path) -> None:
+    # 150 scale sets of a pool (15,000 InfiniBand nodes) take as many lines as its 25
+    base = shared.plan("research-7500")
+    [h100] = [p for p in base.node_pools if p.name == "h100-ib"]
+    prefix = h100.shards[0].name.removesuffix("000")
+    grown = h100.model_copy(update={"shards": tuple(
+        h100.shards[0].model_copy(update={"name": f"{prefix}{i:03d}", "index": i}) for i in range(150))})
+    small, large = fabric_script(h100), fabric_script(grown)
+    assert len(large) - len(small) < 40
+    # and the real shell takes the last scale set of the grown pool, and refuses one past it
+    result, output = run_script(tmp_path, large, f"{prefix}149000004")
+    assert result.returncode == 0 and output.read_text() == f"{wellknown.FABRIC_ENV_VAR}={prefix}149\n"
+    result, _ = run_script(tmp_path, large, f"{prefix}150000004")
+    assert result.returncode == 1
+    result, _ = run_script(tmp_path, small, f"{prefix}025000004")
+    assert result.returncode == 1

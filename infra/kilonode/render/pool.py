@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Iterable
 from typing import Any
 
 import tomli_w
@@ -274,14 +275,74 @@ SHARD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 def fabric_script(pool: NodePoolPlan) -> str:
     """The boot script naming the node's fabric: this role's scale sets (its team's, or the
-    shared ones), each name checked so that it is safe as a shell case pattern."""
+    shared ones), each name checked so that it is safe as a shell case pattern.
+
+    The scale sets are named `<cluster>-<pool>-<index>` (kilonode.plan.resolve.pools), so the
+    script accepts them as a few patterns over runs of indexes (`index_patterns`), not one
+    line per scale set: a pool's custom data would otherwise grow ~80 base64 bytes a scale set
+    and pass Azure's limit at a few hundred of them (kilonode.azure.custom_data)."""
     team = pool.labels.get(wellknown.TEAM_LABEL)
-    shards = [s.name for s in pool.shards if s.team == team]
-    for name in shards:
-        if not SHARD_NAME.match(name) or len(name) > 63:
-            raise ValueError(f"scale set name {name!r} is not a label value (lowercase, digits, '-'; 63 at most)")
+    shards = [s for s in pool.shards if s.team == team]
+    # every shard's name is one prefix and its index (kilonode.plan.resolve.pools.shard_name)
+    prefix = shards[0].name.removesuffix(f"{shards[0].index:03d}") if shards else ""
+    for shard in shards:
+        if not SHARD_NAME.match(shard.name) or len(shard.name) > 63:
+            raise ValueError(f"scale set name {shard.name!r} is not a label value (lowercase, digits, '-'; 63 at most)")
+        if shard.name != f"{prefix}{shard.index:03d}":
+            raise ValueError(f"scale set name {shard.name!r} is not {prefix!r} followed by its index {shard.index}")
+    patterns = [prefix + p for p in index_patterns(s.index for s in shards)]
     return render_template(FABRIC_SCRIPT, label=wellknown.FABRIC_LABEL, variable=wellknown.FABRIC_ENV_VAR,
-                           shards=shards, role=pool.role(team))
+                           patterns=patterns, role=pool.role(team))
+
+
+def index_patterns(indexes: Iterable[int]) -> list[str]:
+    """Shell glob patterns matching exactly the indexes given, each as the shard names write it
+    (`f"{i:03d}"`: three digits at least, more past 999), and no other such string.
+
+    Runs of consecutive indexes become patterns of digit ranges, as in `0[0-6][0-9]` for
+    000-069: at most two per digit of the run's width, whatever its length."""
+    wanted = sorted(set(indexes))
+    if any(i < 0 for i in wanted):
+        raise ValueError(f"indexes must not be negative: {wanted}")
+    runs: list[tuple[int, int]] = []
+    for i in wanted:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    patterns: list[str] = []
+    for low, high in runs:
+        # a run split where the written width changes (999 -> 1000)
+        while low <= high:
+            width = max(3, len(str(low)))
+            top = min(high, 10**width - 1)
+            patterns += _range_globs(f"{low:0{width}d}", f"{top:0{width}d}")
+            low = top + 1
+    return patterns
+
+
+def _range_globs(low: str, high: str) -> list[str]:
+    """Globs for the digit strings from `low` to `high` (same width, low <= high)."""
+    if low == high:
+        return [low]
+    if len(low) == 1:
+        return [f"[{low}-{high}]"]
+    rest = len(low) - 1
+    first, last = low[0], high[0]
+    if first == last:
+        return [first + g for g in _range_globs(low[1:], high[1:])]
+    globs: list[str] = []
+    # whole blocks: the first digit's block if `low` starts it, the last's if `high` ends it
+    start = int(first) if low[1:] == "0" * rest else int(first) + 1
+    end = int(last) if high[1:] == "9" * rest else int(last) - 1
+    if start > int(first):
+        globs += [first + g for g in _range_globs(low[1:], "9" * rest)]
+    if start <= end:
+        digits = str(start) if start == end else f"[{start}-{end}]"
+        globs.append(digits + "[0-9]" * rest)
+    if end < int(last):
+        globs += [last + g for g in _range_globs("0" * rest, high[1:])]
+    return globs
 
 
 def docker_daemon_json(pool: NodePoolPlan, *, nvidia: bool = False) -> dict[str, Any]:
