@@ -132,3 +132,14 @@ def test_too_few_network_interfaces_left_in_the_subscription_is_a_break() -> Non
     found = evaluate(inputs_of("research-7500"), Recorded(network=network))
     assert [(f.level, f.where) for f in found] == [("break", "NetworkInterfaces in southcentralus")]
     assert "needs 7,517 NetworkInterfaces" in found[0].what and "5,536 are left" in found[0].what
+
+
+def test_the_plan_counts_the_vcpus_the_graph_creates() -> None:
+    # two counts of one need: the plan's (from the config, shown by `kilonode explain` and
+    # `kilonode fleet`) and preflight's (from the recorded graph's VMs and scale sets)
+    for stack in ("local", "research-2500", "research-7500"):
+        inputs = inputs_of(stack)
+        need, _ = needs(inputs)
+        planned = {n.family: n.vcpus for n in inputs.plan.vcpu_quota}
+        assert planned == {family: n.vcpus for family, n in need.items()}, stack
+        assert inputs.plan.vcpu_quota[-1].family == REGIONAL

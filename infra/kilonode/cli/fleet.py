@@ -167,16 +167,11 @@ def _check(file: Path, member: Member) -> Checked:
 
 
 def _vcpus(member: Member) -> dict[str, int]:
-    from kilonode.config.load import stack_from_value
-    from kilonode.plan.fleet import vms_by_size
+    """vCPUs per quota family at the size the member may reach (the plan's vcpu_quota, without
+    the region's total)."""
+    from kilonode.plan.resolve.quota import REGIONAL
 
-    config = stack_from_value(member.name, member.raw, Path(member.name)).config
-    found: dict[str, int] = {}
-    for size, count in vms_by_size(config, member.plan).items():
-        facts = member.plan.vm_sizes.get(size)
-        family = (facts.quota_family if facts else None) or f"{size} (family unknown)"
-        found[family] = found.get(family, 0) + count * ((facts.vcpus if facts else None) or 0)
-    return dict(sorted(found.items()))
+    return {need.family: need.vcpus for need in member.plan.vcpu_quota if need.family != REGIONAL}
 
 
 def _row(member: Member, check: Checked, planned: Fleet) -> dict[str, Any]:

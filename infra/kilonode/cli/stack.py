@@ -259,9 +259,25 @@ def explain(stack: StackArg) -> None:
             f"[{style}]{budget.headroom:,}[/]", budget.source,
         )
     out.print(budgets)
+    _quota_table(plan)
     out.print(
         f"VNet {plan.network.vnet_cidr}: control plane {plan.network.control_plane_subnet}, "
         f"etcd {plan.network.etcd_subnet}; Compute Gallery replicas: {plan.gallery_replicas}"
     )
     for warning in plan.warnings:
         out.print(f"[yellow]![/] {warning}")
+
+
+def _quota_table(plan: ClusterPlan) -> None:
+    """The vCPUs per quota family: a quota, not a fixed limit, so preflight's quota check is
+    what compares it with Azure (its Compute Usage API)."""
+    from kilonode.plan.resolve.quota import REGIONAL
+
+    quota = Table(title="vCPU quota per subscription and region (pools at maxNodes; preflight asks Azure)",
+                  title_justify="left")
+    for column in ("quota family", "machines", "vCPUs"):
+        quota.add_column(column)
+    for need in plan.vcpu_quota:
+        quota.add_row(need.family + (" (Total Regional vCPUs)" if need.family == REGIONAL else ""),
+                      f"{need.machines:,}", f"{need.vcpus:,}")
+    out.print(quota)

@@ -32,7 +32,6 @@ from kilonode.catalog.vm import gpus_of, vm_sizes
 from kilonode.config.load import stack_from_value
 from kilonode.config.model import ClusterConfig
 from kilonode.plan import ClusterPlan, plan_stack
-from kilonode.plan.resolve.budgets import growth
 from kilonode.problems import StackError
 
 # Where the fleet's VNets come from, in order: RFC 1918's ranges.
@@ -301,15 +300,3 @@ def check_peering(fleet: Fleet) -> None:
             f"peered, the fleet's VNets would hold {terms} = {sum(used):,} private addresses, above the "
             f"{PEERED_CAP.value:,} of {PEERED_CAP.source}; peer at most {fits} of these clusters together (groups "
             "of peered VNets, not one), or leave them unpeered (their ranges never overlap either way)")
-
-
-def vms_by_size(config: ClusterConfig, plan: ClusterPlan) -> dict[str, int]:
-    """Machines per VM size at the size the cluster may reach (each pool at its maxNodes)."""
-    found: dict[str, int] = {}
-    for cluster in plan.etcd_clusters:
-        for member in cluster.members:
-            found[member.vm_size] = found.get(member.vm_size, 0) + 1
-    found[plan.control_plane.vm_size] = found.get(plan.control_plane.vm_size, 0) + len(plan.control_plane.instances)
-    for pool in config.node_pools:
-        found[pool.vm_size] = found.get(pool.vm_size, 0) + growth(pool)
-    return dict(sorted(found.items()))

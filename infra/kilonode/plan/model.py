@@ -465,6 +465,17 @@ class VmSizeFacts(StrictModel):
     encryption_at_host: bool | None = None
 
 
+class VcpuNeed(StrictModel):
+    """The vCPUs of one Azure quota family the stack's machines take at the size it may reach
+    (every pool at maxNodes), per subscription and region (kilonode.plan.resolve.quota)."""
+
+    # the Compute Usage API's name.value; "cores" is Total Regional vCPUs; a size the catalogue
+    # does not know is "<size> (family unknown)", with 0 vCPUs
+    family: str
+    machines: int
+    vcpus: int
+
+
 class JoinTokenPlan(StrictModel):
     """One pool's join (bootstrap) token of one generation (kilonode.plan.resolve.join_tokens)."""
 
@@ -515,6 +526,8 @@ class ClusterPlan(StrictModel):
     prometheus: PrometheusPlan | None = None
     # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
+    # the vCPU quota the subscription needs per family, and the region's total ("cores") last
+    vcpu_quota: tuple[VcpuNeed, ...] = ()
     # Azure's Premium SSD tiers, smallest first: what preflight sizes any OS disk of the graph by
     disk_tiers: tuple[DiskTierPlan, ...] = ()
     # machine role (etcd-main, etcd-events, etcd-leases, apiservers, a pool's name) -> the operators' SSH keys the

@@ -17,6 +17,7 @@ from kilonode.plan.resolve.budgets import (
     budget_warnings,
     budgets_of,
     gallery_replicas,
+    growth,
     unrecorded_warnings,
 )
 from kilonode.plan.resolve.components import components_plan, unused_archive_problems
@@ -27,7 +28,7 @@ from kilonode.plan.resolve.join_tokens import join_tokens
 from kilonode.plan.resolve.monitoring import NO_POOL_WARNING, prometheus_plan
 from kilonode.plan.resolve.network import allocate_subnets, nat_gateways, pool_capacity
 from kilonode.plan.resolve.pools import node_pool_plan, place_capacity, sysctls_of
-from kilonode.plan.resolve.quota import vm_size_facts
+from kilonode.plan.resolve.quota import vcpu_quota, vm_size_facts
 from kilonode.problems import PlanError, Problem
 
 __all__ = ["gallery_replicas", "pool_capacity", "resolve"]
@@ -60,6 +61,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     pools, teams = place_capacity(config, pools)
     prometheus = prometheus_plan(config, pools, etcd, control_plane)
     net = config.network
+    sizes = vm_size_facts(etcd, control_plane, pools)
     return ClusterPlan(
         cluster=config.name,
         location=config.location,
@@ -101,6 +103,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         ),
         components=components_plan(config, pools),
         prometheus=prometheus,
-        vm_sizes=vm_size_facts(etcd, control_plane, pools),
+        vm_sizes=sizes,
+        vcpu_quota=vcpu_quota(etcd, control_plane, {p.name: (p.vm_size, growth(p)) for p in config.node_pools}, sizes),
         ssh_keys=dict(config.ssh_keys),
     )

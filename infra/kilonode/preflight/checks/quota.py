@@ -50,13 +50,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kilonode.plan.resolve.quota import REGIONAL  # the Usage API's "Total Regional vCPUs"
 from kilonode.preflight.model import Finding, Inputs
 
 NAME = "quota"
 TITLE = "vCPU quota per family and region, and the deployer's right to assign roles"
 
 ROLE_ASSIGNMENT_WRITE = "Microsoft.Authorization/roleAssignments/write"
-REGIONAL = "cores"  # the Usage API's "Total Regional vCPUs"
 USAGE_API = "2024-07-01"
 NETWORK_USAGE_API = "2024-05-01"
 # The Network Usage API's names for what the stack creates per subscription and region.
