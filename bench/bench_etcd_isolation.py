@@ -105,6 +105,7 @@ STORM_CLIENTS = 2
 STORM_WINDOW = 32  # puts in flight per storm client (see the docstring)
 VALUE_BYTES = 1024  # an Event (and a typical object) stored by kube-apiserver: ~1 KiB
 MAIN_KEYS = 2500  # the main load overwrites these in turn
+MAIN_KEY_FORMAT = b"/registry/bench/objects/%04d"
 EVENT_TTL_S = 3600  # kube-apiserver --event-ttl default
 LEASE_REUSE_S = 60  # lease_manager.go: min(5% of the TTL, 60 s)
 LEASE_MAX_KEYS = 1000  # lease_manager.go: defaultLeaseMaxObjectCount
@@ -359,16 +360,22 @@ def _renice(increment: int) -> int:
     return os.nice(0)
 
 
-def load_worker(endpoints: list[str], tls: Tls, rate: float, duration_s: float, pipe: Connection) -> None:
-    """The measuring client: open loop, RATE puts/s over the main members, from one thread
-    that only sends; answers are recorded by gRPC's callbacks."""
+def open_loop_worker(endpoints: list[str], tls: Tls, rate: float, key_format: bytes, keys: int, value_bytes: int,
+                     first: int, stride: int, pipe: Connection) -> None:
+    """The measuring client: open loop at `rate` puts/s over the members, from one thread that
+    only sends; answers are recorded by gRPC's callbacks. Put i overwrites the key `key_format`
+    writes for (first + i * stride) % keys, so several such clients interleave over one key
+    set. Sends "ready" once its TLS handshakes are done, then waits for (start, duration_s).
+    bench_lease_split.py runs it too."""
     nice = _renice(-10)
     channels = [Channel(e, tls) for e in endpoints]
-    value = os.urandom(VALUE_BYTES)
+    value = os.urandom(value_bytes)
     for channel in channels:  # TLS handshakes before the clock starts
         channel.put(put_request(b"/registry/bench/warmup", value), timeout=PUT_TIMEOUT_S)
+    pipe.send("ready")
+    start, duration_s = pipe.recv()
     offsets = schedule(rate, duration_s)
-    due = [0.0] * len(offsets)
+    due = [start + offset for offset in offsets]
     sent: list[float | None] = [None] * len(offsets)
     done: list[float | None] = [None] * len(offsets)
     ok = [False] * len(offsets)
@@ -389,28 +396,24 @@ def load_worker(endpoints: list[str], tls: Tls, rate: float, duration_s: float, 
             done[i] = now  # last: the sending thread waits on `done`
         return record
 
-    pipe.send("ready")
-    start: float = pipe.recv()
     cpu0 = _cpu_seconds()
-    for i, offset in enumerate(offsets):
-        due[i] = start + offset
+    for i in range(len(offsets)):
         wait = due[i] - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        key = b"/registry/bench/objects/%04d" % (i % MAIN_KEYS)
+        key = key_format % ((first + i * stride) % keys)
         sent[i] = time.monotonic()
         future = channels[i % len(channels)].put.future(put_request(key, value), timeout=PUT_TIMEOUT_S)
         future.add_done_callback(answered(i))
-    end = start + duration_s
-    deadline = max(time.monotonic(), end) + DRAIN_S
+    deadline = max(time.monotonic(), start + duration_s) + DRAIN_S
     while any(d is None for d in done) and time.monotonic() < deadline:
         time.sleep(0.05)
     cpu = _cpu_seconds() - cpu0
-    phase_end = time.monotonic()
+    drained = time.monotonic()
     for channel in channels:
         channel.close()
     pipe.send({"due": due, "sent": sent, "done": done, "ok": ok, "errors": dict(errors), "start": start,
-               "end": end, "drained_at": phase_end, "cpu_s": cpu, "nice": nice})
+               "drained_at": drained, "cpu_s": cpu, "nice": nice})
 
 
 def storm_worker(index: int, endpoints: list[str], tls: Tls, window: int, pipe: Connection) -> None:
@@ -571,7 +574,8 @@ def run_phase(name: str, clusters: dict[str, Cluster], storm_into: str | None, r
     context = multiprocessing.get_context("spawn")  # fresh interpreters: gRPC and fork do not mix
     main = clusters["main"]
     load_end, load_child = context.Pipe()
-    load = context.Process(target=load_worker, args=(main.endpoints, main.tls, rate, duration_s, load_child),
+    load = context.Process(target=open_loop_worker, args=(main.endpoints, main.tls, rate, MAIN_KEY_FORMAT, MAIN_KEYS,
+                                                          VALUE_BYTES, 0, 1, load_child),
                            name="bench-load")
     storms: list[tuple[Any, Connection]] = []
     if storm_into is not None:
@@ -601,7 +605,7 @@ def run_phase(name: str, clusters: dict[str, Cluster], storm_into: str | None, r
                      f"{STORM_WARMUP_S:.0f} s to reach its pace ...")
             time.sleep(STORM_WARMUP_S)
         start = time.monotonic() + 0.2
-        load_end.send(start)
+        load_end.send((start, duration_s))
         progress(f"  {name}: {rate:.0f} puts/s into the main cluster for {duration_s:.0f} s ...")
         # the whole machine, etcd and the clients over the load window, read at its end
         time.sleep(max(0.0, start + duration_s - time.monotonic()))

@@ -130,59 +130,6 @@ def lease_rate(nodes: int, capacity: float, fraction: float = LOAD_FRACTION) -> 
 
 # --- the load clients -------------------------------------------------------------------------
 
-def open_loop_worker(endpoints: list[str], tls: Any, rate: float, duration_s: float, prefix: bytes, keys: int,
-                     value_bytes: int, first: int, stride: int, pipe: Connection) -> None:
-    """Open loop at `rate` puts/s from one sending thread; answers recorded by gRPC's callbacks.
-    Put i overwrites key (first + i * stride) % keys: clients interleave over the same keys."""
-    nice = iso._renice(-10)
-    channels = [iso.Channel(e, tls) for e in endpoints]
-    value = os.urandom(value_bytes)
-    for channel in channels:  # TLS handshakes before the clock starts
-        channel.put(iso.put_request(b"/registry/bench/warmup", b"x"), timeout=PUT_TIMEOUT_S)
-    pipe.send("ready")
-    start, duration_s = pipe.recv()
-    offsets = iso.schedule(rate, duration_s)
-    due = [start + o for o in offsets]
-    sent: list[float | None] = [None] * len(offsets)
-    done: list[float | None] = [None] * len(offsets)
-    ok = [False] * len(offsets)
-    errors: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def answered(i: int) -> Callable[[Any], None]:
-        def record(future: Any) -> None:
-            now = time.monotonic()
-            try:
-                iso.revision_of(future.result())
-                good = True
-            except Exception as error:  # a failed put is a result, not a crash
-                good = False
-                with lock:
-                    errors[iso._error_text(error)] += 1
-            ok[i] = good
-            done[i] = now
-        return record
-
-    cpu0 = iso._cpu_seconds()
-    for i in range(len(offsets)):
-        wait = due[i] - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        key = prefix + b"node-%05d" % ((first + i * stride) % keys)
-        sent[i] = time.monotonic()
-        channels[i % len(channels)].put.future(iso.put_request(key, value), timeout=PUT_TIMEOUT_S) \
-            .add_done_callback(answered(i))
-    deadline = max(time.monotonic(), start + duration_s) + DRAIN_S
-    while any(d is None for d in done) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    cpu = iso._cpu_seconds() - cpu0
-    drained = time.monotonic()
-    for channel in channels:
-        channel.close()
-    pipe.send({"due": due, "sent": sent, "done": done, "ok": ok, "errors": dict(errors), "start": start,
-               "drained_at": drained, "cpu_s": cpu, "nice": nice})
-
-
 def calibrate_worker(endpoints: list[str], tls: Any, window: int, duration_s: float, keys: int, value_bytes: int,
                      index: int, pipe: Connection) -> None:
     """Closed loop: `window` Lease-sized puts in flight for `duration_s`; puts answered."""
@@ -287,13 +234,13 @@ def _run_of(result: dict[str, Any]) -> Any:
 def run_phase(name: str, clusters: dict[str, Any], target: str | None, rate: float, renewals: float,
               duration_s: float, nodes: int, progress: Callable[[str], None]) -> PhaseRun:
     main = clusters["main"]
-    load = _spawn(open_loop_worker, main.endpoints, main.tls, rate, duration_s, NODE_PREFIX, nodes,
+    load = _spawn(iso.open_loop_worker, main.endpoints, main.tls, rate, NODE_PREFIX + b"node-%05d", nodes,
                   NODE_BYTES, 0, 1)
     leases = []
     if target is not None:
         where = clusters[target]
-        leases = [_spawn(open_loop_worker, where.endpoints, where.tls, renewals / LEASE_CLIENTS,
-                         duration_s + LEASE_WARMUP_S, LEASE_PREFIX, nodes, LEASE_BYTES, i, LEASE_CLIENTS)
+        leases = [_spawn(iso.open_loop_worker, where.endpoints, where.tls, renewals / LEASE_CLIENTS,
+                         LEASE_PREFIX + b"node-%05d", nodes, LEASE_BYTES, i, LEASE_CLIENTS)
                   for i in range(LEASE_CLIENTS)]
     processes = [load[0], *(p for p, _ in leases)]
     try:
