@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from variants import LARGEST_VALID, many_pools, scaled
+from variants import LARGEST_VALID, many_pools, scaled, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 KILONODE = str(Path(sys.executable).parent / "kilonode")
@@ -158,11 +158,7 @@ def main() -> None:
     for nodes, refusal in refusals.items():
         results[f"scaled_{nodes}_nodes_refused"] = refusal
     results[f"unrecorded_pools_{POOLS}_in_process"] = pools
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    print(json.dumps(results, indent=2, ensure_ascii=False))
-    if not all(section.get("ok", True) for section in results.values() if isinstance(section, dict)):
-        sys.exit(1)
+    write_results(RESULTS, results)
 
 
 if __name__ == "__main__":

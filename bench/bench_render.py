@@ -16,16 +16,14 @@ Writes bench/results/render.json. Run: `make bench` or `.venv/bin/python bench/b
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench_plan import compile_package, figures, load, refused, run
-from variants import LARGEST_VALID, scaled
+from variants import LARGEST_VALID, scaled, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "render.json"
@@ -80,11 +78,7 @@ def main() -> None:
         }
     for nodes, refusal in refusals.items():
         results[f"scaled_{nodes}_nodes_refused"] = refusal
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    print(json.dumps(results, indent=2, ensure_ascii=False))
-    if not all(section.get("ok", True) for section in results.values() if isinstance(section, dict)):
-        sys.exit(1)
+    write_results(RESULTS, results)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ the subnet planner places.
 from __future__ import annotations
 
 import copy
+import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,13 @@ def many_pools(count: int) -> dict[str, Any]:
                  "taints": ["dedicated=monitoring:NoSchedule"]}
     return {"name": f"pools-{count}", "etcd": {"main": {"members": 5}, "events": {"members": 3}},
             "apiserver": {"replicas": 3}, "nodePools": pools}
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    """Write a bench's results (and print them); exit 1 when a case missed its target (`ok`
+    false), so `make bench` fails on it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    print(json.dumps(results, indent=2, ensure_ascii=False))
+    if not all(section.get("ok", True) for section in results.values() if isinstance(section, dict)):
+        sys.exit(1)
