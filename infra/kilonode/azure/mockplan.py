@@ -742,10 +742,11 @@ class _Deserializer:
                 self._secrets += 1
             return result
         output = {}
-        for key, value in props_struct.fields.items():
+        fields = props_struct.fields
+        for key in fields:  # the map's own order, as items() gives it, without its Python generator
             if keep_internal is False and key.startswith("__") and key != "__provider":
                 continue
-            item = self._value(value, keep_unknowns, keep_internal)
+            item = self._value(fields[key], keep_unknowns, keep_internal)
             if item is not None:  # as in the SDK: what deserialises to None is left out
                 output[key] = item
         return output
