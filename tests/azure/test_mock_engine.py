@@ -273,3 +273,17 @@ def test_ranking_by_construction_refuses_exactly_the_edges_the_sdks_refuses(
             sdk_nodes[a], sdk_nodes[b]), (a, b)
         ranks = list(ours._rank.values())
         assert len(set(ranks)) == len(ranks)  # an order: no two resources share a rank
+
+
+def test_a_fast_path_whose_sdk_parts_are_missing_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    def program() -> None:
+        seen.extend([rpc.serialize_property, rpc.deserialize_properties])
+        random.RandomString("a", length=4)
+
+    monkeypatch.delattr(pulumi_types, "_wire_union_members")  # as in an SDK without it
+    graph = run_program("local", {}, program)
+    assert [r.name for r in graph.resources] == ["a"]
+    assert seen[0] is SDK_FUNCTIONS["serialize_property"]  # the serializer needs it: the SDK's own ran
+    assert seen[1] is not SDK_FUNCTIONS["deserialize_properties"]  # the others were swapped in

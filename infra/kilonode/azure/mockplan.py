@@ -522,6 +522,10 @@ class _Serializer:
     their order and the dependencies collected with the SDK's."""
 
     def __init__(self, original: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+        # what it reads of the SDK's internals, looked up now (a missing one: no swap)
+        for module, name in [(sdk_types, "_wire_union_members"), (sdk_types, "_py_properties"),
+                             (sdk_types, "_PULUMI_DEPRECATED_CALLABLE"), (sdk_types, "input_type_py_to_pulumi_names")]:
+            getattr(module, name)
         self._original = original
         self._unwrap = _memoized_by_identity(sdk_types.unwrap_type)
         self._element = _memoized_by_identity(rpc._get_list_element_type)
@@ -851,15 +855,25 @@ def _fast_sdk_paths(outputs: _PropertyOutputs) -> Iterator[None]:
     if settings.excessive_debug_output:  # the SDK's paths log each property: keep them
         yield
         return
-    with (_swapped(sdk_types, "unwrap_type", _memoized_by_identity(sdk_types.unwrap_type)),
-          _swapped(sdk_types, "unwrap_optional_type", _memoized_by_identity(sdk_types.unwrap_optional_type)),
-          _swapped(rpc, "serialize_property", _Serializer(rpc.serialize_property).serialize_property),
-          _swapped(rpc, "contains_unknowns", _contains_unknowns),
-          _swapped(rpc, "transfer_properties", outputs.transfer_properties),
-          _swapped(rpc, "deserialize_properties", _Deserializer(rpc.deserialize_properties).deserialize_properties),
-          _swapped(sdk_resource, "create_urn", _urn_maker(sdk_resource.create_urn)),
-          _swapped(sdk_resource, "_resolve_depends_on_urns",
-                   _depends_on_resolver(sdk_resource._resolve_depends_on_urns))):
+    # every replacement made from the SDK's own functions before any is swapped in; one whose
+    # SDK parts are missing (another SDK version) is left out, and the SDK's own path kept
+    factories: list[tuple[Any, str, Callable[[], Any]]] = [
+        (sdk_types, "unwrap_type", lambda: _memoized_by_identity(sdk_types.unwrap_type)),
+        (sdk_types, "unwrap_optional_type", lambda: _memoized_by_identity(sdk_types.unwrap_optional_type)),
+        (rpc, "serialize_property", lambda: _Serializer(rpc.serialize_property).serialize_property),
+        (rpc, "contains_unknowns", lambda: _contains_unknowns),
+        (rpc, "transfer_properties", lambda: outputs.transfer_properties),
+        (rpc, "deserialize_properties", lambda: _Deserializer(rpc.deserialize_properties).deserialize_properties),
+        (sdk_resource, "create_urn", lambda: _urn_maker(sdk_resource.create_urn)),
+        (sdk_resource, "_resolve_depends_on_urns", lambda: _depends_on_resolver(sdk_resource._resolve_depends_on_urns)),
+    ]
+    swaps = []
+    for module, name, factory in factories:
+        with contextlib.suppress(AttributeError):
+            swaps.append((module, name, factory()))
+    with contextlib.ExitStack() as stack:
+        for module, name, replacement in swaps:
+            stack.enter_context(_swapped(module, name, replacement))
         yield
 
 
