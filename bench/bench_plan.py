@@ -4,7 +4,7 @@ their refusals are recorded), wall and CPU seconds; and the planner placing 256 
 subnets, in-process.
 
 Targets (issue 27): research-7500 <= 3 s wall on an idle 2-core machine, process startup
-included; the 59,000-node variant (595 scale sets to research-7500's 79) <= 1.3x research-7500,
+included; the 59,000-node variant (594 scale sets to research-7500's 79) <= 1.3x research-7500,
 i.e. planning grows little with scale sets; 256 unrecorded pools planned in < 1 s in-process.
 The plan runs the whole Pulumi program under Pulumi's mock engine: this is the cost of building
 the graph (every registration and its inputs), not of talking to Azure.
