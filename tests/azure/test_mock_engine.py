@@ -22,8 +22,9 @@ from pulumi.runtime import resource_cycle_breaker as sdk_cycles
 from pulumi.runtime import rpc
 from pulumi_azure_native import compute
 
-from kilonode.azure import mockplan
-from kilonode.azure.mockplan import _CycleBreaker, run_plan, run_program
+from kilonode.azure import mockplan, sdk_shortcuts
+from kilonode.azure.mockplan import run_plan, run_program
+from kilonode.azure.sdk_shortcuts import _CycleBreaker
 from kilonode.config import load_stack
 
 
@@ -55,7 +56,7 @@ def test_a_program_with_a_dependency_cycle_still_fails_with_the_sdks_error() -> 
     assert [r.name for r in run_program("local", {}, lambda: random.RandomString("c", length=4)).resources] == ["c"]
 
 
-# What mockplan._fast_sdk_paths swaps in, against the SDK's own functions.
+# What sdk_shortcuts._fast_sdk_paths swaps in, against the SDK's own functions.
 
 def _ordered(value: Any) -> Any:
     """`value` with every dict as a list of its items, in order: equal only if the order is."""
@@ -98,7 +99,7 @@ def _captured_run(monkeypatch: pytest.MonkeyPatch, fast: bool) -> tuple[dict[str
     with monkeypatch.context() as patch:
         patch.setattr(mockplan.RecordingMonitor, "RegisterResource", recording)
         if not fast:
-            patch.setattr(mockplan, "_fast_sdk_paths", lambda properties: contextlib.nullcontext())
+            patch.setattr(sdk_shortcuts, "_fast_sdk_paths", lambda properties: contextlib.nullcontext())
         graph = run_plan(load_stack("research-2500"))
     return exchanged, graph.to_json()
 
@@ -138,7 +139,7 @@ def test_the_struct_reader_gives_the_sdks_values_in_the_sdks_order(value: dict[s
                                                                    keep_internal: bool | None) -> None:
     struct = struct_pb2.Struct()
     struct.update(value)
-    ours = mockplan._Deserializer(rpc.deserialize_properties).deserialize_properties(struct, keep_unknowns,
+    ours = sdk_shortcuts._Deserializer(rpc.deserialize_properties).deserialize_properties(struct, keep_unknowns,
                                                                                      keep_internal)
     assert _ordered(ours) == _ordered(rpc.deserialize_properties(struct, keep_unknowns, keep_internal))
 
@@ -183,7 +184,7 @@ def test_the_serializer_gives_the_sdks_values_in_the_sdks_order(value: Any, typ:
             return "refused", str(refused), deps
         return "ok", _ordered(result), deps
 
-    assert serialized(mockplan._Serializer(rpc.serialize_property).serialize_property) == serialized(
+    assert serialized(sdk_shortcuts._Serializer(rpc.serialize_property).serialize_property) == serialized(
         rpc.serialize_property)
 
 
@@ -192,8 +193,8 @@ def test_the_serializer_gives_the_sdks_values_in_the_sdks_order(value: Any, typ:
     st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)), max_leaves=20))
 def test_the_unknowns_walk_answers_as_the_sdks_does(value: Any) -> None:
     shared = [value, {"again": value}, value]  # one object reached twice
-    assert mockplan._contains_unknowns(value) == rpc.contains_unknowns(value)
-    assert mockplan._contains_unknowns(shared) == rpc.contains_unknowns(shared)
+    assert sdk_shortcuts._contains_unknowns(value) == rpc.contains_unknowns(value)
+    assert sdk_shortcuts._contains_unknowns(shared) == rpc.contains_unknowns(shared)
 
 
 def test_remembered_annotations_unwrap_as_the_sdks_do() -> None:
@@ -202,7 +203,7 @@ def test_remembered_annotations_unwrap_as_the_sdks_do() -> None:
     hints = [hint for cls in classes for hint in typing.get_type_hints(cls.__init__).values()]
     hints += [typing.Optional[int], typing.Union[None, int], pulumi.Input[str], pulumi.Output[str]]  # noqa: UP007, UP045
     for function in (pulumi_types.unwrap_type, pulumi_types.unwrap_optional_type):
-        remembered = mockplan._memoized_by_identity(function)
+        remembered = sdk_shortcuts._memoized_by_identity(function)
         for hint in hints * 2:  # the second time from memory
             try:
                 expected: Any = function(hint)
@@ -236,7 +237,7 @@ def test_a_property_output_resolves_to_what_the_sdks_four_futures_gather(failed:
 
     loop = asyncio.new_event_loop()  # not asyncio.run: it leaves no current loop for the next test
     try:
-        ours = loop.run_until_complete(resolved(mockplan._PropertyOutputs().transfer_properties))
+        ours = loop.run_until_complete(resolved(sdk_shortcuts._PropertyOutputs().transfer_properties))
         sdks = loop.run_until_complete(resolved(rpc.transfer_properties))
     finally:
         loop.close()
@@ -252,7 +253,7 @@ def test_a_property_output_resolves_to_what_the_sdks_four_futures_gather(failed:
 ])
 def test_the_mock_urn_is_the_sdks(name: str, type_: str, parent: str | None) -> None:
     def program() -> None:
-        pulumi.export("ours", mockplan._urn_maker(SDK_CREATE_URN)(name, type_, parent))
+        pulumi.export("ours", sdk_shortcuts._urn_maker(SDK_CREATE_URN)(name, type_, parent))
         pulumi.export("sdks", SDK_CREATE_URN(name, type_, parent))
 
     outputs = run_program("local", {}, program).outputs
