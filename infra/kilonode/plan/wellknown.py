@@ -143,6 +143,16 @@ def nccl_pod_environment(family: str) -> tuple[tuple[str, str], ...]:
     topology file mounted at the same path) and what a pod needs besides."""
     return (*nccl_host_settings(family), *NCCL_POD_SETTINGS)
 
+# A scale set's name ends in its index within the pool, zero-padded to this many digits (more
+# past 999): kilonode.plan.resolve.pools.shard_name writes it, the fabric-label script's
+# patterns match it (kilonode.render.pool.index_patterns).
+SHARD_INDEX_DIGITS = 3
+
+
+def shard_index(index: int) -> str:
+    return f"{index:0{SHARD_INDEX_DIGITS}d}"
+
+
 # Team capacity (kilonode.plan.capacity): a team's shards register with this label and a
 # NoSchedule taint of the same key, so only pods that tolerate it (the team's own, and
 # low-priority borrowers that tolerate the key with any value) land there.

@@ -279,16 +279,16 @@ def fabric_script(pool: NodePoolPlan) -> str:
 
     The scale sets are named `<cluster>-<pool>-<index>` (kilonode.plan.resolve.pools), so the
     script accepts them as a few patterns over runs of indexes (`index_patterns`), not one
-    line per scale set: a pool's custom data would otherwise grow ~80 base64 bytes a scale set
+    line per scale set: a pool's custom data would otherwise grow ~48 base64 bytes a scale set
     and pass Azure's limit at a few hundred of them (kilonode.azure.custom_data)."""
     team = pool.labels.get(wellknown.TEAM_LABEL)
     shards = [s for s in pool.shards if s.team == team]
     # every shard's name is one prefix and its index (kilonode.plan.resolve.pools.shard_name)
-    prefix = shards[0].name.removesuffix(f"{shards[0].index:03d}") if shards else ""
+    prefix = shards[0].name.removesuffix(wellknown.shard_index(shards[0].index)) if shards else ""
     for shard in shards:
         if not SHARD_NAME.match(shard.name) or len(shard.name) > 63:
             raise ValueError(f"scale set name {shard.name!r} is not a label value (lowercase, digits, '-'; 63 at most)")
-        if shard.name != f"{prefix}{shard.index:03d}":
+        if shard.name != prefix + wellknown.shard_index(shard.index):
             raise ValueError(f"scale set name {shard.name!r} is not {prefix!r} followed by its index {shard.index}")
     patterns = [prefix + p for p in index_patterns(s.index for s in shards)]
     return render_template(FABRIC_SCRIPT, label=wellknown.FABRIC_LABEL, variable=wellknown.FABRIC_ENV_VAR,
@@ -297,7 +297,7 @@ def fabric_script(pool: NodePoolPlan) -> str:
 
 def index_patterns(indexes: Iterable[int]) -> list[str]:
     """Shell glob patterns matching exactly the indexes given, each as the shard names write it
-    (`f"{i:03d}"`: three digits at least, more past 999), and no other such string.
+    (wellknown.shard_index: three digits at least, more past 999), and no other such string.
 
     Runs of consecutive indexes become patterns of digit ranges, as in `0[0-6][0-9]` for
     000-069: at most two per digit of the run's width, whatever its length."""
@@ -314,7 +314,7 @@ def index_patterns(indexes: Iterable[int]) -> list[str]:
     for low, high in runs:
         # a run split where the written width changes (999 -> 1000)
         while low <= high:
-            width = max(3, len(str(low)))
+            width = max(wellknown.SHARD_INDEX_DIGITS, len(str(low)))
             top = min(high, 10**width - 1)
             patterns += _range_globs(f"{low:0{width}d}", f"{top:0{width}d}")
             low = top + 1

@@ -104,6 +104,6 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         components=components_plan(config, pools),
         prometheus=prometheus,
         vm_sizes=sizes,
-        vcpu_quota=vcpu_quota(etcd, control_plane, {p.name: (p.vm_size, growth(p)) for p in config.node_pools}, sizes),
+        vcpu_quota=vcpu_quota(etcd, control_plane, [(p.vm_size, growth(p)) for p in config.node_pools], sizes),
         ssh_keys=dict(config.ssh_keys),
     )

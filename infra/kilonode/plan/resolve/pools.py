@@ -26,6 +26,7 @@ from kilonode.plan.wellknown import (
     NCCL_TOPOLOGY_LABEL,
     PRELOAD_DIR,
     SYSTEM_LABEL,
+    shard_index,
 )
 from kilonode.problems import PlanError, Problem
 
@@ -48,7 +49,7 @@ def sysctls_of(config: ClusterConfig, profile: SysctlProfile) -> tuple[SysctlSet
 
 
 def shard_name(cluster: str, pool: str, index: int) -> str:
-    return f"{cluster}-{pool}-{index:03d}"
+    return f"{cluster}-{pool}-{shard_index(index)}"
 
 
 def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:

@@ -3,7 +3,7 @@ the quota family Azure counts it against (catalogue rows, with their sources).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from kilonode.catalog.vm import vm_size
 from kilonode.plan.model import ControlPlanePlan, EtcdClusterPlan, NodePoolPlan, VcpuNeed, VmSizeFacts
@@ -28,10 +28,10 @@ def vm_size_facts(etcd: tuple[EtcdClusterPlan, ...], control_plane: ControlPlane
 
 
 def vcpu_quota(etcd: tuple[EtcdClusterPlan, ...], control_plane: ControlPlanePlan,
-               pool_machines: Mapping[str, tuple[str, int]],
+               pool_machines: Iterable[tuple[str, int]],
                facts: Mapping[str, VmSizeFacts]) -> tuple[VcpuNeed, ...]:
     """vCPUs per quota family at the size the cluster may reach, then the region's total:
-    `pool_machines` is pool -> (VM size, its most nodes). Quota is the subscription's, not a
+    `pool_machines` is (VM size, its most nodes) of each pool. Quota is the subscription's, not a
     fixed limit: `kilonode explain` shows this, and preflight's quota check compares it with
     what Azure's Compute Usage API says is free."""
     machines: dict[str, int] = {}
@@ -39,7 +39,7 @@ def vcpu_quota(etcd: tuple[EtcdClusterPlan, ...], control_plane: ControlPlanePla
         for member in cluster.members:
             machines[member.vm_size] = machines.get(member.vm_size, 0) + 1
     machines[control_plane.vm_size] = machines.get(control_plane.vm_size, 0) + len(control_plane.instances)
-    for size, count in pool_machines.values():
+    for size, count in pool_machines:
         machines[size] = machines.get(size, 0) + count
     per_family: dict[str, list[int]] = {}
     for size, count in machines.items():
