@@ -256,10 +256,24 @@ def _shape(files: dict[str, str], value: str, benign: str,
     shape = {}
     for path, content in files.items():
         script = content.startswith("#!/bin/sh") or content.startswith("#!/bin/bash")
-        key = path if path in known else path.replace(value, benign)
+        key = _renamed(path, value, benign, known)
         shape[key] = (content.count("\n"), len(content.splitlines()), len(content.split()),
                                               len(_tokens(content)) if script else 0)
     return shape
+
+
+def _renamed(path: str, value: str, benign: str, known: frozenset[str]) -> str:
+    """`path` with the value replaced by the benign one: everywhere, or only in its host folder
+    where that is the path the benign render has (value 'ab' is also inside
+    'kilonode-pod-traffic-table.service', which is no name of the value's)."""
+    if path in known:
+        return path
+    head, slash, rest = path.partition("/")
+    everywhere = path.replace(value, benign)
+    for candidate in (everywhere, head.replace(value, benign) + slash + rest):
+        if candidate in known:
+            return candidate
+    return everywhere
 
 
 def _hostile(prefix: str) -> st.SearchStrategy[str]:
