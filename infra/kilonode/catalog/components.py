@@ -22,6 +22,9 @@ class Component(Row):
     images: dict[str, str] = Field(default_factory=dict)
     source: str
     note: str = ""
+    # libraries an image carries whose versions a contract judges (catalog/contracts.yaml), with
+    # the release notes that say so in `source`: {"nccl": "2.18.3"}
+    provides: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_version_rule(self) -> Component:

@@ -35,7 +35,7 @@ from kilonode.image.containers import compile_pause, describe_archive, single_bi
 from kilonode.image.manifest import FORMAT, Manifest
 from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, extras_for, load_recipe
 from kilonode.node.ship import GPU_HEALTH, NodeProgram, programs_for
-from kilonode.plan import ClusterPlan
+from kilonode.plan import ClusterPlan, wellknown
 from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import USER_DATA, HostFiles
 
@@ -389,6 +389,11 @@ def _bake(
         )
         rootfs.put(tree, dropin, text.encode(), 0o644)
         artefacts.append({"path": dropin, "sha256": sha256_text(text), "mode": "0644", "source": "build:gpu"})
+        # the device nodes and /dev/char links, and the device plugin's ready marker (kilonode.image.gpu)
+        rootfs.put(tree, accel.NVIDIA_DEVICES_UNIT_PATH, accel.NVIDIA_DEVICES_UNIT_TEXT.encode(), 0o644)
+        rootfs.systemctl(tree, "enable", [wellknown.NVIDIA_DEVICES_UNIT])
+        artefacts.append({"path": accel.NVIDIA_DEVICES_UNIT_PATH, "sha256": sha256_text(accel.NVIDIA_DEVICES_UNIT_TEXT),
+                          "mode": "0644", "source": "build:gpu"})
     return Baked(artefacts, images, binaries, toolkit_packages, dropin, shipped.get(GPU_HEALTH, []), vendor,
                  fabric_manager)
 

@@ -72,6 +72,38 @@ TOOLKIT_SETTINGS: dict[str, bool] = {
 TOOLKIT_CONFIG_TEXT = ("# kilonode: GPUs reach a container only through the device plugin's volume-mounts device "
                        "list.\n" + tomli_w.dumps(TOOLKIT_SETTINGS))
 VENDOR_STAGING = "/var/lib/kilonode/vendor-debs"
+# The NVIDIA device nodes and their /dev/char links, made on the host once the driver is loaded,
+# then the marker the device plugin's init container waits for (kilonode.plan.wellknown). Why the
+# links: with the systemd cgroup driver, cgroup v2 and the toolkit's legacy hook, the device rules
+# systemd keeps for a container name /dev/char/<major>:<minor>; without the links a daemon-reload
+# drops the GPUs from running containers ("Failed to initialize NVML: Unknown Error",
+# NVIDIA/nvidia-docker#1730; the fix NVIDIA names there, `nvidia-ctk system
+# create-dev-char-symlinks`, is the toolkit's own, v1.17.8 cmd/nvidia-ctk/system/
+# create-dev-char-symlinks). --create-all makes the links for every possible device, so a GPU
+# node whose /dev/nvidiaN appear later (nvidia-persistenced, the first CUDA call) is covered;
+# --load-kernel-modules and --create-device-nodes load the driver and make the control nodes
+# first. Written, and enabled, only with the toolkit (its nvidia-toolkit-base has nvidia-ctk).
+NVIDIA_CTK = "/usr/bin/nvidia-ctk"
+NVIDIA_DEVICES_UNIT_PATH = f"/etc/systemd/system/{wellknown.NVIDIA_DEVICES_UNIT}"
+NVIDIA_DEVICES_UNIT_TEXT = f"""# kilonode: the NVIDIA driver loaded, its device nodes and /dev/char links made,
+# then the marker {wellknown.NVIDIA_READY_MARKER} the device plugin's init container waits for
+# (kilonode.image.gpu).
+[Unit]
+Description=kilonode NVIDIA device nodes and /dev/char links
+After=systemd-modules-load.service systemd-udev-settle.service
+Before=kubelet.service nvidia-persistenced.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+RuntimeDirectory={wellknown.NVIDIA_READY_DIR.removeprefix("/run/")}
+RuntimeDirectoryPreserve=yes
+ExecStart={NVIDIA_CTK} system create-dev-char-symlinks --create-all --load-kernel-modules --create-device-nodes
+ExecStartPost=/usr/bin/touch {wellknown.NVIDIA_READY_MARKER}
+
+[Install]
+WantedBy=multi-user.target
+"""
 
 
 def unsupported_gpu(recipe: Recipe, pool: NodePoolPlan) -> str | None:
@@ -291,6 +323,10 @@ def gpu_record(
             "runtime_dropin": dropin,
             # the rendered configuration naming the NVIDIA runtime (the drop-in points at it)
             "runtime_config": runtime_config,
+            # the device nodes and /dev/char links unit, and the marker it writes (written with the
+            # toolkit only); None: a daemon-reload drops running containers' GPUs
+            "devices_unit": NVIDIA_DEVICES_UNIT_PATH if dropin else None,
+            "devices_unit_exec": _exec_lines(NVIDIA_DEVICES_UNIT_TEXT) if dropin else [],
         },
         # driver, Fabric Manager, NSCQ and the toolkit: the versions the recipe declares and the
         # versions installed (the build refused the image if driver, FM and NSCQ differ)
@@ -307,6 +343,11 @@ def gpu_record(
         },
         "agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": agent},
     }
+
+
+def _exec_lines(unit: str) -> list[str]:
+    """A unit's ExecStart=/ExecStartPost= command lines, as the manifest records them."""
+    return [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith(("ExecStart=", "ExecStartPost="))]
 
 
 def _toolkit_origin(vendor: VendorInstall) -> dict[str, Any]:

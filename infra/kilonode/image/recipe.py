@@ -40,6 +40,18 @@ class ExtraSpec:
     vendor_repositories: tuple[str, ...] = ()
     equal_versions: dict[str, str] = field(default_factory=dict)
     fabric_manager_unit: str | None = None
+    # [extras.<name>.kernel]: the kernel this extra needs in place of the base's (image and headers
+    # metapackages), or None: the base's kernel does
+    kernel: Kernel | None = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A Debian kernel flavour as two metapackages: the image a node boots, and the headers DKMS
+    builds modules against (same flavour, same ABI)."""
+
+    image: str
+    headers: str
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ class Recipe:
     enable_units: tuple[str, ...]
     disable_units: tuple[str, ...]
     extras: dict[str, ExtraSpec]
+    # [kernel]: the flavour every image boots unless an extra names another ([extras.*.kernel])
+    kernel: Kernel
     apt_repositories: dict[str, Repository] = field(default_factory=dict)
 
     @property
@@ -117,10 +131,21 @@ class Recipe:
         """Static files copied into one role's image only (node-image/roles/<role>/rootfs)."""
         return self.root / "roles" / role / "rootfs"
 
+    def kernel_for(self, extras: tuple[Extra, ...] = ()) -> Kernel:
+        """The kernel an image with these extras boots: the last extra that names one, else [kernel]."""
+        named = [k for e in extras if (k := self.extras[e].kernel) is not None]
+        return named[-1] if named else self.kernel
+
     def package_list(self, flavour: Flavour, extras: tuple[Extra, ...] = ()) -> list[str]:
-        names = read_list(self.package_files["base"]) + read_list(self.package_files[flavour])
+        """The packages of the base: the flavour's lists and the extras', the kernel image being the
+        one kernel_for names, and its headers where an extra builds DKMS modules."""
+        kernel = self.kernel_for(extras)
+        names = [kernel.image if n == self.kernel.image else n
+                 for n in read_list(self.package_files["base"]) + read_list(self.package_files[flavour])]
         for extra in extras:
             names += read_list(self.extras[extra].package_file)
+        if self.dkms_modules(extras):
+            names.append(kernel.headers)
         return names
 
     def declared_packages(self, flavour: Flavour, extras: tuple[Extra, ...] = ()) -> dict[str, Declared]:
@@ -133,6 +158,14 @@ class Recipe:
             for entry in read_list(path):
                 name, _, version = entry.partition("=")
                 found[name] = Declared(version or None, self.shown(path))
+        kernel = self.kernel_for(extras)
+        if kernel != self.kernel:
+            found.pop(self.kernel.image, None)
+            where = next(f"node-image/recipe.toml [extras.{e}.kernel]" for e in reversed(extras)
+                         if self.extras[e].kernel == kernel)
+            found[kernel.image] = Declared(None, where)
+        if self.dkms_modules(extras):
+            found[kernel.headers] = Declared(None, "node-image/recipe.toml [kernel] / [extras.*.kernel] headers")
         for repo in self.vendor_repositories(extras):
             for pin in repo.packages:
                 where = f"node-image/recipe.toml [apt_repositories.{repo.name}.packages]"
@@ -221,6 +254,7 @@ def _extra(root: Path, name: str, table: dict[str, Any]) -> ExtraSpec:
         vendor_repositories=tuple(table.get("vendor", {}).get("repositories", ())),
         equal_versions=dict(table.get("vendor", {}).get("equal_versions", {})),
         fabric_manager_unit=table.get("vendor", {}).get("fabric_manager_unit"),
+        kernel=Kernel(**table["kernel"]) if "kernel" in table else None,
     )
 
 
@@ -246,5 +280,6 @@ def load_recipe(root: Path = NODE_IMAGE_DIR) -> Recipe:
         enable_units=tuple(data["units"]["enable"]),
         disable_units=tuple(data["units"]["disable"]),
         extras=extras,
+        kernel=Kernel(**data["kernel"]),
         apt_repositories=repositories,
     )

@@ -42,6 +42,9 @@ DAEMONSET_NAME = "nvidia-device-plugin-daemonset"
 CONTAINER_NAME = "nvidia-device-plugin-ctr"
 SELECTOR = {"name": "nvidia-device-plugin-ds"}
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+# The capability the toolkit's hook takes as "privileged" (internal/config/image/privileged.go
+# at v1.17.8: CAP_SYS_ADMIN in the bounding set), which upstream's chart adds for volume-mounts.
+NVML_CAPABILITY = "SYS_ADMIN"
 # The label every pool's kubelet registers (kilonode.render.pool: --node-labels).
 POOL_LABEL = "kilonode.io/pool"
 
@@ -149,16 +152,38 @@ def describe(plan: ClusterPlan) -> list[str]:
 
 
 def device_plugin_security_context() -> core.v1.SecurityContextArgs:
-    """Upstream's (no privilege escalation, every capability dropped: it needs no privilege,
-    only the kubelet's socket directory), and a read-only root filesystem: at v0.17.4 it writes
-    only its socket, into the kubelet's device-plugin directory (a hostPath; internal/plugin/
-    server.go net.Listen("unix", ...)); its one other writer, the CDI spec under /var/run/cdi,
-    runs only for a cdi-* device-list strategy (internal/cdi/cdi.go New returns a null handler
-    otherwise) and DEVICE_PLUGIN_ENV chooses volume-mounts. It stays its image's user, root
-    (deployments/container/Dockerfile: FROM nvcr.io/nvidia/cuda:*-base-ubi9, no USER): the
-    kubelet's device-plugin directory and its socket, which the plugin creates and the
-    kubelet dials, are root's."""
-    return container_security_context(None)
+    """Upstream Helm chart's, for a volume-mounts device list: no privilege escalation, every
+    capability dropped but SYS_ADMIN (deployments/helm/nvidia-device-plugin/templates/_helpers.tpl
+    at v0.17.4, requiresCapSysAdmin when the strategy includes volume-mounts). Why SYS_ADMIN: the
+    plugin gets NVML only through its image's ENV NVIDIA_VISIBLE_DEVICES=all, and the toolkit's
+    hook honours that variable from a container without CAP_SYS_ADMIN in its bounding set only
+    when accept-nvidia-visible-devices-envvar-when-unprivileged is true (container_config.go
+    getDevices at v1.17.8), which the image sets false so that no other pod can name every GPU
+    (kilonode.image.gpu TOOLKIT_SETTINGS). The contract, with its sources, is
+    catalog/contracts.yaml devicePlugin nvml-from-image-env. A read-only root filesystem: it
+    writes only its socket, into the kubelet's device-plugin directory (a hostPath); the CDI spec
+    under /var/run/cdi is written only for a cdi-* strategy. It stays its image's user, root: the
+    kubelet's device-plugin directory and its socket are root's."""
+    return container_security_context(None, add_capabilities=[NVML_CAPABILITY])
+
+
+def device_plugin_wait_container(image: str) -> core.v1.ContainerArgs:
+    """The init container that holds the plugin until the node's driver, device nodes and
+    /dev/char links are ready: the image's kilonode-nvidia-devices unit writes the marker
+    (kilonode.plan.wellknown NVIDIA_READY_MARKER), as GPU Operator's toolkit-validation init
+    container waits for its toolkit-ready file (assets/state-device-plugin/0500_daemonset.yaml).
+    The plugin's own image has the shell; no privilege, the directory mounted read-only."""
+    return core.v1.ContainerArgs(
+        name="wait-for-nvidia-devices",
+        image=image,
+        command=["sh", "-c", f"until [ -f {wellknown.NVIDIA_READY_MARKER} ]; do "
+                 f"echo waiting for {wellknown.NVIDIA_DEVICES_UNIT} to write {wellknown.NVIDIA_READY_MARKER}; "
+                 "sleep 5; done"],
+        resources=core.v1.ResourceRequirementsArgs(requests=defaults.DEVICE_PLUGIN_REQUESTS),
+        security_context=container_security_context(None),
+        volume_mounts=[core.v1.VolumeMountArgs(name="nvidia-ready", mount_path=wellknown.NVIDIA_READY_DIR,
+                                               read_only=True)],
+    )
 
 
 def _labels(app: str) -> dict[str, str]:
@@ -197,8 +222,12 @@ class DevicePlugin(pulumi.ComponentResource):
                         # which kilonode does not run, import internal/flags/kubeclient.go); it
                         # speaks only the kubelet's device-plugin gRPC API. So no token in the pod.
                         automount_service_account_token=False,
+                        # it serves only the kubelet's unix socket: on the host network it takes none
+                        # of the node's few pod IPs (catalog/contracts.yaml devicePlugin no-pod-ip)
+                        host_network=True,
                         affinity=device_plugin_affinity(args.pools),
                         tolerations=device_plugin_tolerations(),
+                        init_containers=[device_plugin_wait_container(args.image)],
                         containers=[core.v1.ContainerArgs(
                             name=CONTAINER_NAME,
                             image=args.image,
@@ -208,10 +237,15 @@ class DevicePlugin(pulumi.ComponentResource):
                             volume_mounts=[core.v1.VolumeMountArgs(
                                 name="kubelet-device-plugins-dir", mount_path=DEVICE_PLUGIN_DIR)],
                         )],
-                        volumes=[core.v1.VolumeArgs(
-                            name="kubelet-device-plugins-dir",
-                            host_path=core.v1.HostPathVolumeSourceArgs(path=DEVICE_PLUGIN_DIR, type="Directory"),
-                        )],
+                        volumes=[
+                            core.v1.VolumeArgs(
+                                name="kubelet-device-plugins-dir",
+                                host_path=core.v1.HostPathVolumeSourceArgs(path=DEVICE_PLUGIN_DIR, type="Directory")),
+                            core.v1.VolumeArgs(
+                                name="nvidia-ready",
+                                host_path=core.v1.HostPathVolumeSourceArgs(path=wellknown.NVIDIA_READY_DIR,
+                                                                           type="DirectoryOrCreate")),
+                        ],
                     ),
                 ),
             ),

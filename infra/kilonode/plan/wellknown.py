@@ -212,6 +212,13 @@ DEVICE_LIST_TOOLKIT_KEY = {
     DEVICE_LIST_ENVVAR: TOOLKIT_ENVVAR_WHEN_UNPRIVILEGED,
     DEVICE_LIST_VOLUME_MOUNTS: TOOLKIT_VOLUME_MOUNTS,
 }
+# The GPU image's unit that makes the NVIDIA device nodes and the /dev/char links once the driver
+# is loaded (kilonode.image.gpu NVIDIA_DEVICES_UNIT_TEXT), and the marker it writes when done: the
+# device plugin's init container waits for it (kilonode.k8s.gpu), as GPU Operator's plugin waits
+# for its toolkit-ready file. Shared by the image and the in-cluster side, which import neither.
+NVIDIA_DEVICES_UNIT = "kilonode-nvidia-devices.service"
+NVIDIA_READY_DIR = "/run/kilonode/nvidia"
+NVIDIA_READY_MARKER = f"{NVIDIA_READY_DIR}/ready"
 # Azure's host endpoints, at the same addresses in every VM ("Azure Instance Metadata
 # Service", learn.microsoft.com/azure/virtual-machines/instance-metadata-service: 169.254.169.254,
 # non-routable, HTTP on port 80, where managed-identity tokens are issued; "What is IP address

@@ -1,0 +1,77 @@
+"""Component contracts (contracts.yaml): what each third-party program the cluster runs needs
+from its node and cluster, read at the pinned version, each requirement with its source; and
+the kernel options of the kernels the images install (kernels.yaml), measured from Debian's
+packages. Read by kilonode.preflight.checks.contracts, which evaluates each requirement by its
+`kind` and never restates one."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kilonode.catalog import CATALOG_DIR, Row, load
+
+# The kinds preflight knows how to evaluate (docs/contracts.md says how each is judged).
+Kind = Literal[
+    "deviceAccessFromImageEnv",  # a container relies on an env var of its image for device injection
+    "waitsForNodeMarker",  # a workload must start only after a node unit wrote a marker file
+    "hostNetworkOnIpBoundNodes",  # a node agent that needs no pod IP must not take one
+    "devCharLinks",  # the NVIDIA /dev/char links, made on the host once the driver is loaded
+    "kernelOptionForSelector",  # a device selector that works only with a kernel option and module
+    "gpuDirectPath",  # GPU memory registered with the HCA (GPUDirect RDMA) on InfiniBand pools
+    "waitsForFabricState",  # a node program that must wait for NVSwitch fabric registration
+]
+
+
+class Requirement(Row):
+    id: str = Field(pattern=r"^[a-z0-9-]+$")
+    kind: Kind
+    what: str  # the requirement, as a finding says it
+    value: dict[str, Any]  # what the evaluator reads (names, paths, options, minimum versions)
+    source: list[str] = Field(min_length=1)  # owner/repo@tag:path:line, or a vendor document
+    breaks: str  # what a cluster that does not meet it shows
+
+
+class Contract(Row):
+    component: str
+    version: str  # the version the contract was read at
+    # where that version is pinned: a components.yaml key, `recipe:<package>`, or `kilonode`
+    pin: str
+    requirements: list[Requirement] = Field(min_length=1)
+
+
+class Contracts(Row):
+    contracts: dict[str, Contract]
+
+
+class Kernel(Row):
+    release: str
+    debian_version: str
+    options: dict[str, Literal["y", "m"]]
+    unset: list[str]
+    source: str
+
+    def option(self, name: str) -> str | None:
+        """y, m or None (not set)."""
+        return self.options.get(name)
+
+
+class Kernels(Row):
+    kernels: dict[str, Kernel]
+
+
+@cache
+def contracts() -> dict[str, Contract]:
+    return load(Contracts, CATALOG_DIR / "contracts.yaml").contracts
+
+
+@cache
+def kernels() -> dict[str, Kernel]:
+    return load(Kernels, CATALOG_DIR / "kernels.yaml").kernels
+
+
+def requirements(kind: str) -> list[tuple[str, Contract, Requirement]]:
+    """Every requirement of a kind, with its contract's name and contract."""
+    return [(name, c, r) for name, c in contracts().items() for r in c.requirements if r.kind == kind]
