@@ -19,7 +19,7 @@ from kilonode.node.gpu import agent, protocol
 from kilonode.node.gpu.readings import read_dir
 from kilonode.node.gpu.rules import Finding, evaluate
 from tests.node.gpu.nodes import DEBIAN_PYTHON, apply_status_patch, node, node_pythonpath, run_debian, validate
-from tests.node.gpu.test_gpu_health import DERIVED, FIXTURES, edit, writable_copy, xid_line
+from tests.node.gpu.test_gpu_health import DERIVED, FIXTURES, XML, edit, fabric, writable_copy, xid_line
 
 CONFIG = {"expectGpus": 1, "gpuModel": "NVIDIA H100 80GB", "kubeconfig": "/etc/kubernetes/kubelet.kubeconfig",
           "nodeName": "nc-a100-000001"}
@@ -387,6 +387,130 @@ def test_the_first_check_of_a_boot(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     runner = idle_agent(tmp_path, recorder, monkeypatch)
     runner.startup()
     assert recorder.sent == [("True", "Passed")] and runner.state.last_active == 1.0
+
+
+# --- the NVSwitch fabric: awaited before the first active check, judged at every check ---------
+
+class FabricClock(FakeClock):
+    """A fake clock whose sleeps also let the GPUs' fabric registration move on: at `at`
+    seconds `change` is applied to the recorded nvidia-smi -q -x."""
+
+    def __init__(self, recorded: Path, at: float | None = None, change: Any = None) -> None:
+        super().__init__()
+        self.recorded, self.at, self.change = recorded, at, change
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        if self.at is not None and self.now >= self.at:
+            edit(self.recorded / XML, self.change)
+            self.at = None
+
+
+def booting_agent(tmp_path: Path, recorded: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock,
+                  **config: Any) -> tuple[agent.Agent, Recorder]:
+    """An agent at its first start in a boot, at the node's first registration (the startup
+    taint), reading the GPUs from `recorded` on `clock`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder(taint_after=10**6, pods=[[]], pending=True)
+    runner = idle_agent(tmp_path, recorder, monkeypatch)
+    runner.config = agent.load_config(config_file(tmp_path, **config))
+    runner.recorded, runner.state = recorded, agent.State("boot-1")
+    monkeypatch.setattr(agent, "time", clock)
+    return runner, recorder
+
+
+def sent_condition(runner: agent.Agent) -> dict[str, Any]:
+    return {"status": runner.state.status, "reason": runner.state.reason, "message": runner.state.message or ""}
+
+
+def test_the_agent_waits_for_the_fabric_to_complete_then_checks(tmp_path: Path, recorded: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # an HGX node booting: Fabric Manager has started (the unit's After=) but is still training
+    # the fabric; CUDA now would fail with cudaErrorSystemNotReady for the rest of the boot
+    edit(recorded / XML, fabric("In Progress", "N/A"))
+    clock = FabricClock(recorded, at=40.0, change=fabric("Completed", "Success"))
+    runner, recorder = booting_agent(tmp_path, recorded, monkeypatch, clock)
+    runner.startup()
+    # pending while it waits, then the first check (active) once the GPU is registered
+    assert recorder.sent == [("Unknown", protocol.REASON_FABRIC_PENDING), ("True", "Passed")]
+    assert clock.now == 40.0 and runner.state.last_active > 0
+    assert recorder.pods == [], "the active check ran (the GPU pods were listed for it)"
+
+
+def test_a_fabric_that_never_completes_is_a_fault_naming_the_gpu_once_the_wait_is_up(
+        tmp_path: Path, recorded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    edit(recorded / XML, fabric("In Progress", "N/A"))
+    clock = FabricClock(recorded)
+    runner, recorder = booting_agent(tmp_path, recorded, monkeypatch, clock)
+    assert runner.config.fabric_wait_s == 300  # thresholds.toml [agent] fabric_wait_s
+    runner.startup()
+    assert recorder.sent == [("Unknown", protocol.REASON_FABRIC_PENDING), ("False", "FabricNotCompleted")]
+    assert clock.now == 300.0, "bounded by fabric_wait_s, polled every FABRIC_POLL_S"
+    assert runner.state.message == ("fabric-not-completed: GPU 0 (GPU-7b81450a-b098-19f7-62c8-e757cc988445): not "
+                                    "registered with the NVSwitch fabric: Fabric Manager is not running, restarted, "
+                                    "or has not finished training the fabric [fabric/state = In Progress, "
+                                    "fabric/status = N/A] -> RESTART_BM")
+    assert runner.state.last_active == 0, "no active check on an unregistered fabric"
+    # a registration that failed is not waited for: reported at once
+    edit(recorded / XML, fabric("Completed", "Insufficient Resources"))
+    clock = FabricClock(recorded)
+    runner, recorder = booting_agent(tmp_path / "again", recorded, monkeypatch, clock, fabricWaitSeconds=30)
+    runner.startup()
+    assert recorder.sent == [("False", "FabricFailed")] and clock.now == 0
+    assert "GPU 0 (GPU-7b81450a" in sent_condition(runner)["message"]
+    assert "[fabric/state = Completed, fabric/status = Insufficient Resources]" in sent_condition(runner)["message"]
+
+
+def test_a_gpu_without_an_nvswitch_fabric_is_not_waited_for(tmp_path: Path, recorded: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # the recorded H100 (one GPU passed through, no NVSwitch) says N/A; a PCIe size and an A100
+    # say N/A or Not Supported too
+    for state in ("N/A", "Not Supported"):
+        if state != "N/A":
+            edit(recorded / XML, fabric(state, "N/A"))
+        clock = FabricClock(recorded)
+        runner, recorder = booting_agent(tmp_path / state.replace("/", ""), recorded, monkeypatch, clock)
+        readings = runner.fabric_gpus()
+        assert [(g.fabric_state, g.fabric_status) for g in readings] == [(state, "N/A")]
+        runner.startup()
+        assert recorder.sent == [("True", "Passed")] and clock.now == 0
+        assert runner.state.last_active > 0
+    # the control: the same agent with a GPU whose fabric is In Progress waits for it
+    edit(recorded / XML, fabric("In Progress", "N/A"))
+    clock = FabricClock(recorded, at=10.0, change=fabric("Completed", "Success"))
+    runner, recorder = booting_agent(tmp_path / "hgx", recorded, monkeypatch, clock)
+    runner.startup()
+    assert recorder.sent[-1] == ("True", "Passed") and clock.now == 10.0
+
+
+def test_a_fabric_manager_that_dies_is_seen_at_the_next_passive_check(tmp_path: Path, recorded: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    edit(recorded / XML, fabric("Completed", "Success"))
+    clock = FabricClock(recorded)
+    runner, recorder = booting_agent(tmp_path, recorded, monkeypatch, clock)
+    runner.startup()
+    assert recorder.sent == [("True", "Passed")] and clock.now == 0  # registered already: no wait
+    # Fabric Manager dies (or restarts): the GPU's registration is no longer Completed
+    edit(recorded / XML, fabric("In Progress", "N/A"))
+    assert runner.full_check(active=False) == 1
+    assert recorder.sent[-1] == ("False", "FabricNotCompleted")
+    assert "GPU 0 (GPU-7b81450a-b098-19f7-62c8-e757cc988445)" in sent_condition(runner)["message"]
+    # ... and one whose registration reports an error status
+    edit(recorded / XML, fabric("Completed", "Insufficient Resources"))
+    assert runner.full_check(active=False) == 1
+    assert [f.line() for f in findings(recorded)] == [
+        "fabric-failed: GPU 0 (GPU-7b81450a-b098-19f7-62c8-e757cc988445): NVSwitch fabric registration failed "
+        "[fabric/state = Completed, fabric/status = Insufficient Resources] -> RESTART_BM"]
+
+
+def test_the_pending_report_never_hides_a_failure_already_reported_in_the_boot(
+        tmp_path: Path, recorded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    edit(recorded / XML, fabric("In Progress", "N/A"))
+    clock = FabricClock(recorded)
+    runner, recorder = booting_agent(tmp_path, recorded, monkeypatch, clock, fabricWaitSeconds=10)
+    runner.state = agent.State("boot-1", "False", "Xid79", "xid: ...", "2026-11-23T10:00:00Z", True)
+    assert runner.await_fabric() is False
+    assert recorder.sent == [] and runner.state.status == "False"
 
 
 def test_an_unchanged_condition_is_written_only_as_a_heartbeat(tmp_path: Path,

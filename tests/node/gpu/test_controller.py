@@ -112,10 +112,61 @@ def test_the_idle_recheck_gets_its_taint_and_loses_it_when_it_passes() -> None:
     assert keys(failed) == ["kilonode.io/gpu-unhealthy=ActiveGemm"]
 
 
-def test_nodes_without_the_condition_or_with_another_unknown_are_left_alone() -> None:
-    assert decide(node(taints=[PENDING])).node is None
-    assert decide(node(taints=[PENDING], conditions=[condition("Unknown", "ActiveCheckUnusable")])).node is None
+def test_the_taints_of_nodes_without_the_condition_or_with_another_unknown_are_left_alone() -> None:
+    held = {HOLD: "true", p.ANNOTATION_HELD: "true"}  # a pending node's scale-down hold (below)
+    assert decide(node(taints=[PENDING], annotations=held)).node is None
+    assert decide(node(taints=[PENDING], annotations=held,
+                       conditions=[condition("Unknown", "ActiveCheckUnusable")])).node is None
+    assert decide(node(taints=[PENDING], annotations=held,
+                       conditions=[condition("Unknown", p.REASON_FABRIC_PENDING)])).node is None
     assert decide(node(taints=[CHECKING], conditions=[condition("Unknown", "ActiveCheckRequested")])).node is None
+    assert decide(node(taints=[])).node is None  # not a GPU node: nothing of the controller's
+
+
+def test_a_pending_node_is_kept_from_scale_down_until_its_checks_pass() -> None:
+    # registered with the startup taint, before the agent's first report (it may be waiting for
+    # the NVSwitch fabric): unready to the autoscaler, so it must not be deleted as unready
+    registered = node(taints=[UNINITIALIZED, PENDING])
+    held, events = step(registered)
+    assert keys(held) == keys(registered), "the taints stay as they are"
+    assert held["metadata"]["annotations"] == {HOLD: "true", p.ANNOTATION_HELD: "true"}
+    assert [(e["type"], e["reason"]) for e in events] == [("Normal", "GPUHealthScaleDownDisabled")]
+    assert "kilonode.io/gpu-health=pending" in events[0]["message"]
+    # the agent reports it waits for the fabric: nothing changes
+    waiting = json.loads(json.dumps(held))
+    waiting["status"]["conditions"].append(condition("Unknown", p.REASON_FABRIC_PENDING))
+    assert decide(waiting).node is None
+    # the checks pass: the startup taint and the hold go together, in one write
+    waiting["status"]["conditions"][1] = condition("True", "Passed", since="2026-11-23T10:06:00Z")
+    passed, events = step(waiting)
+    assert keys(passed) == ["node.cloudprovider.kubernetes.io/uninitialized=true"]
+    assert HOLD not in passed["metadata"]["annotations"] and p.ANNOTATION_HELD not in passed["metadata"]["annotations"]
+    assert [e["reason"] for e in events] == ["GPUHealthTaintRemoved", "GPUHealthScaleDownEnabled"]
+    # they fail (the fabric never registered): the hold stays, now for the fault
+    waiting["status"]["conditions"][1] = condition("False", "FabricNotCompleted", since="2026-11-23T10:06:00Z")
+    failed, events = step(waiting)
+    assert keys(failed) == ["node.cloudprovider.kubernetes.io/uninitialized=true",
+                            "kilonode.io/gpu-unhealthy=FabricNotCompleted"]
+    assert failed["metadata"]["annotations"][HOLD] == "true" == failed["metadata"]["annotations"][p.ANNOTATION_HELD]
+    assert "GPUHealthScaleDown" not in " ".join(e["reason"] for e in events), "the same hold, kept"
+
+
+def test_a_hold_someone_else_set_on_a_pending_node_is_never_removed() -> None:
+    # an operator's hold, set before the controller saw the node: left as it is, not taken over
+    theirs = node(taints=[PENDING], annotations={HOLD: "true"})
+    assert decide(theirs).node is None
+    theirs["status"]["conditions"].append(condition("True", "Passed"))
+    passed, _ = step(theirs)
+    assert keys(passed) == [] and passed["metadata"]["annotations"] == {HOLD: "true"}
+    # ... while a pending node without one gets the controller's own (the control)
+    ours, _ = step(node(taints=[PENDING]))
+    assert ours["metadata"]["annotations"] == {HOLD: "true", p.ANNOTATION_HELD: "true"}
+    # the controller's hold taken over by a person (they remove the marker): theirs from then on
+    kept = json.loads(json.dumps(ours))
+    del kept["metadata"]["annotations"][p.ANNOTATION_HELD]
+    kept["status"]["conditions"].append(condition("True", "Passed"))
+    passed, _ = step(kept)
+    assert passed["metadata"]["annotations"] == {HOLD: "true"}
 
 
 def test_a_taint_value_is_label_safe() -> None:

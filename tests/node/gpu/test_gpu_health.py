@@ -18,7 +18,7 @@ import pytest
 
 from kilonode.entry import main
 from kilonode.node.gpu.readings import UnusableInput, read_dir
-from kilonode.node.gpu.rules import evaluate, thresholds, xid_catalog
+from kilonode.node.gpu.rules import FABRIC_COMPLETED, FABRIC_NONE, evaluate, fabric_phase, thresholds, xid_catalog
 from kilonode.node.ship import GPU_HEALTH
 
 FIXTURES = Path(__file__).with_name("fixtures") / "h100-80gb-hbm3"
@@ -119,6 +119,14 @@ def test_the_active_checks_floors_sit_under_every_recorded_healthy_run() -> None
 # --- faults derived from them --------------------------------------------------------------
 
 XML = "nvidia-smi-q.xml"
+
+
+def fabric(state: str, status: str) -> Callable[[str], str]:
+    """The recording's one GPU with its NVSwitch fabric registration in `state` and `status`
+    (the recording, one H100 passed through to a VM without NVSwitch, says N/A and N/A)."""
+    return sub(r"(<fabric>\s*<state>)[^<]*(</state>\s*<status>)[^<]*<", rf"\g<1>{state}\g<2>{status}<")
+
+
 DERIVED = {
     "ecc-volatile": (XML, sub(r"(<volatile>.*?<dram_uncorrectable>)0<", r"\g<1>2<")),
     "ecc-aggregate": (XML, sub(r"(<aggregate>.*?<sram_uncorrectable_secded>)0<", r"\g<1>1<")),
@@ -128,6 +136,10 @@ DERIVED = {
     # judged while the GPU is busy: at idle nvidia-smi(1) says the width may be reduced
     "pcie-width": (XML, lambda text: sub(r"<current_link_width>16x<", "<current_link_width>8x<")(
         sub(r"(<clocks_event_reason_gpu_idle>)Active<", r"\g<1>Not Active<")(text))),
+    # Fabric Manager not (or no longer) running, or still training: no CUDA work can start
+    "fabric-not-completed": (XML, fabric("In Progress", "N/A")),
+    # registered, with an error status (seen on Azure: azhpc-images pull request 506)
+    "fabric-failed": (XML, fabric("Completed", "Insufficient Resources")),
     "active-gemm": ("burn.json", sub(r'"tflops_median": [0-9.]+', '"tflops_median": 512.0')),
     "active-gemm-correctness": ("burn.json", sub(r'"gemm_bf16_max_rel_error_vs_fp64": [0-9.]+',
                                                  '"gemm_bf16_max_rel_error_vs_fp64": 0.37')),
@@ -148,6 +160,29 @@ def test_each_derived_fault_takes_the_node_out_naming_itself(node: Path, check: 
     assert f"would report condition GPUHealthy=False reason={reason}" in result.stdout
     assert f"the controller would leave the node with taints: kilonode.io/gpu-unhealthy={reason}:NoSchedule\n" \
         in result.stdout
+
+
+def test_a_gpu_without_an_nvswitch_fabric_says_n_a_and_has_nothing_to_register(node: Path) -> None:
+    # the recording: one H100 passed through to a VM, no NVSwitch: <fabric><state>N/A</state>
+    # <status>N/A</status> (driver 580); read as no fabric, neither waited for nor judged
+    [gpu] = read_dir(node).gpus
+    assert (gpu.fabric_state, gpu.fabric_status) == ("N/A", "N/A")
+    assert fabric_phase(gpu) == FABRIC_NONE
+    edit(node / XML, fabric("Not Supported", "N/A"))
+    [gpu] = read_dir(node).gpus
+    assert fabric_phase(gpu) == FABRIC_NONE and faults(node) == {}
+    # (the control: a GPU with a fabric that is not registered is judged)
+    edit(node / XML, fabric("In Progress", "N/A"))
+    assert list(faults(node)) == ["fabric-not-completed"]
+    # registered: Completed with status Success passes; the status counts only once Completed
+    edit(node / XML, fabric("Completed", "Success"))
+    [gpu] = read_dir(node).gpus
+    assert fabric_phase(gpu) == FABRIC_COMPLETED and faults(node) == {}
+
+
+def test_a_fabric_state_this_agent_does_not_know_is_never_healthy(node: Path) -> None:
+    edit(node / XML, fabric("Degraded", "Success"))
+    assert faults(node) == {"fabric-failed": "fabric/state = Degraded, fabric/status = Success"}
 
 
 def test_a_missing_gpu_is_a_fault(node: Path) -> None:

@@ -40,6 +40,10 @@ def test_systemd_accepts_the_agents_unit_and_it_runs_the_agent_as_specified(tmp_
     assert GPU_HEALTH.module == "kilonode.gpu" and f"-m {GPU_HEALTH.module}.agent " in service["ExecStart"]
     assert "PYTHONPATH=" + str(GPU_HEALTH.pythonpath) in UNIT.read_text()
     assert {"kubelet.service", "nvidia-persistenced.service"} <= set(unit["After"].split())
+    # Fabric Manager: start order only; the wait for the fabric's registration is the agent's
+    assert "nvidia-fabricmanager.service" in unit["After"].split()
+    assert "kilonode.gpu.agent await_fabric" in " ".join(UNIT.read_text().split())
+    assert callable(agent.Agent.await_fabric)
     # restarts, bounded
     assert service["Restart"] == "on-failure" and int(unit["StartLimitBurst"]) > 0
     # its per-boot state: /run (tmpfs), kept across restarts of the agent

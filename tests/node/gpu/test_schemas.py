@@ -46,7 +46,7 @@ def conforms(xml: str, version: int) -> None:
 
 def xml(version: int = 12, *, active: tuple[str, ...] = ("gpu_idle",), gen: tuple[int, int] = (1, 4),
         width: tuple[int, int] = (16, 16), sram_uncorrectable: int = 0, ecc: bool = True,
-        reasons: bool = True) -> str:
+        reasons: bool = True, fabric: tuple[str, str] | None = None) -> str:
     """An A100's `nvidia-smi -q -x` in the v12 (535) or v11 (470) shape, with the elements the
     agent reads in the DTD's order (the rest of a real output omitted)."""
     block, prefix = CLOCK_REASONS[0] if version >= 12 else CLOCK_REASONS[1]
@@ -70,6 +70,7 @@ def xml(version: int = 12, *, active: tuple[str, ...] = ("gpu_idle",), gen: tupl
 <retired_pages><pending_blacklist>N/A</pending_blacklist><pending_retirement>N/A</pending_retirement></retired_pages>
 <remapped_rows><remapped_row_corr>0</remapped_row_corr><remapped_row_unc>0</remapped_row_unc>
 <remapped_row_pending>No</remapped_row_pending><remapped_row_failure>No</remapped_row_failure></remapped_rows>
+{f'<fabric><state>{fabric[0]}</state><status>{fabric[1]}</status></fabric>' if fabric else ''}
 </gpu></nvidia_smi_log>"""
 
 
@@ -151,3 +152,25 @@ def test_every_required_reading_is_one_the_parser_can_report_unknown() -> None:
     text = text.replace("<remapped_row_pending>No<", "<remapped_row_pending>?<")
     _, [gpu] = parse_smi_xml(text, "built")
     assert {reading for reading, _ in gpu.unknown} == required
+
+
+def test_the_v12_schema_declares_the_fabric_state_and_status_the_agent_reads() -> None:
+    # 535's DTD: <fabric> under <gpu>, with <state> and <status> (NVSwitch fabric registration)
+    v12 = schema(12)
+    assert "fabric" in v12["gpu"] and v12["fabric"] == ["state", "status"]
+    assert "fabric" not in schema(11)["gpu"], "470 has none: read as no fabric, never waited for"
+    _, [gpu] = parse_smi_xml(xml(11), "built")
+    assert (gpu.fabric_state, gpu.fabric_status) == (None, None)
+
+
+def test_a_passive_check_that_finds_the_fabric_no_longer_completed_is_a_fault() -> None:
+    # an HGX H100 on 535: registered (Completed, Success) passes ...
+    assert judged(xml(fabric=("Completed", "Success")), 12) == {}
+    # ... Fabric Manager died or restarted: no longer Completed
+    assert judged(xml(fabric=("In Progress", "N/A")), 12) == {"fabric-not-completed": True}
+    assert judged(xml(fabric=("Not Started", "N/A")), 12) == {"fabric-not-completed": True}
+    # ... a registration with an error status
+    assert judged(xml(fabric=("Completed", "Insufficient Resources")), 12) == {"fabric-failed": True}
+    # a GPU without NVSwitch (or before Hopper) has nothing to judge
+    assert judged(xml(fabric=("N/A", "N/A")), 12) == {}
+    assert judged(xml(fabric=("Not Supported", "N/A")), 12) == {}

@@ -5,8 +5,10 @@ condition into taints.
     python3 -m kilonode.gpu.agent --config /etc/kilonode/gpu-health.json [--dry-run] [--once]
                                   [--from DIR]
 
-At start: passive checks (nvidia-smi -q -x, the kernel log's NVIDIA lines since boot, NVLink
-state through NVML) and the active check (kilonode.gpu.active), then a report. Then passive checks every
+At start: on NVSwitch systems, a bounded wait for every GPU's fabric registration
+(fabric_wait_s; Unknown/FabricRegistrationPending meanwhile), then passive checks
+(nvidia-smi -q -x, the kernel log's NVIDIA lines since boot, NVLink state through NVML) and
+the active check (kilonode.gpu.active), then a report. Then passive checks every
 passive_interval_s, and every active_interval_s an idle re-check when no pod on the node
 requests nvidia.com/gpu and no process uses a GPU: it asks for the GPUs (Unknown/
 ActiveCheckRequested), waits for the controller's check-running taint, makes sure no GPU
@@ -37,8 +39,18 @@ from typing import Any
 from . import nvml
 from . import protocol as p
 from .metrics import ACTIVE, AGENT_STATE_DIR, METRICS_FILE, PASSIVE, AgentRecord, Figures
-from .readings import BURN_JSON, KERNEL_LOG, NVML_JSON, SMI_XML, NodeReadings, UnusableInput, read_dir
-from .rules import Finding, evaluate, thresholds
+from .readings import (
+    BURN_JSON,
+    KERNEL_LOG,
+    NVML_JSON,
+    SMI_XML,
+    GpuReading,
+    NodeReadings,
+    UnusableInput,
+    parse_smi_xml,
+    read_dir,
+)
+from .rules import FABRIC_FAILED, FABRIC_WAITING, Finding, evaluate, fabric_evidence, fabric_phase, thresholds
 
 AGENT = "kilonode.io/gpu-health-agent"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -46,6 +58,9 @@ STATE_FILE = "state.json"
 TOOL_TIMEOUT_S = 120  # nvidia-smi -q on 8 GPUs takes seconds; a hung driver must not hang the agent
 RETRY_S = 30  # after a failed API call or tool run: the kubelet's TLS bootstrap takes about this long
 POLL_S = 5  # how often the agent reads its Node while waiting for the check-running taint
+# How often it reads the GPUs' fabric state while waiting for it (one nvidia-smi -q -x, about a
+# second on 8 GPUs); the wait itself is bounded by fabric_wait_s (thresholds.toml [agent]).
+FABRIC_POLL_S = 5
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED = "active-check-shared"  # the finding of an active check a GPU pod or process shared
 # The active check's own findings are named so (rules.burn_findings, and active-check-error and
@@ -68,6 +83,7 @@ class AgentConfig:
     taint_wait_s: int
     heartbeat_s: int
     state_dir: Path
+    fabric_wait_s: int = 300  # load_config reads thresholds.toml [agent] fabric_wait_s
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -82,7 +98,7 @@ def load_config(path: Path) -> AgentConfig:
         raise ConfigError(f"{where}: expected a JSON object")
     defaults = thresholds().get("agent", {})
     known = {"expectGpus", "gpuModel", "kubeconfig", "nodeName", "passiveIntervalSeconds",
-             "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir"}
+             "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir", "fabricWaitSeconds"}
     if unknown := sorted(set(data) - known):
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
 
@@ -110,6 +126,7 @@ def load_config(path: Path) -> AgentConfig:
         taint_wait_s=positive("taintWaitSeconds", defaults.get("taint_wait_s")),
         heartbeat_s=positive("heartbeatSeconds", defaults.get("heartbeat_s")),
         state_dir=Path(text("stateDir", False) or AGENT_STATE_DIR),
+        fabric_wait_s=positive("fabricWaitSeconds", defaults.get("fabric_wait_s")),
     )
 
 
@@ -200,6 +217,15 @@ def request_check(state: State, at: str, node_name: str) -> Report:
                    "check", at, node_name, None, [], event=False)
 
 
+def fabric_pending(state: State, at: str, node_name: str, waiting: list[GpuReading], wait_s: int) -> Report:
+    """Unknown while the GPUs' fabric registration is awaited. The message names how many GPUs
+    and the bound, not each GPU's state, so it does not change (and is not written again) as
+    the GPUs register one by one."""
+    return _report(state, "Unknown", p.REASON_FABRIC_PENDING,
+                   f"waiting for NVSwitch fabric registration (Fabric Manager) of {len(waiting)} GPU(s) before the "
+                   f"first active check, at most {wait_s} s", at, node_name, None, [], event=False)
+
+
 def _report(state: State, status: str, reason: str, message: str, at: str, node_name: str,
             node_uid: str | None, faults: list[Finding], event: bool = True) -> Report:
     changed = (status, reason, message) != (state.status, state.reason, state.message)
@@ -271,17 +297,22 @@ def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
 
 
-def collect(directory: Path) -> None:
-    """Record the passive outputs in `directory` in read_dir's layout. Raises UnusableInput
-    when nvidia-smi cannot run at all (the caller reports that as a fault)."""
-    directory.mkdir(parents=True, exist_ok=True)
+def smi_xml() -> str:
+    """`nvidia-smi -q -x`. Raises UnusableInput when nvidia-smi cannot run at all."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         raise UnusableInput("nvidia-smi is not installed (the GPU image's NVIDIA driver utilities)")
     result = _run([smi, "-q", "-x"])
     if result.returncode != 0:
         raise UnusableInput(f"nvidia-smi -q -x exited {result.returncode}: {result.stderr.strip()[:300]}")
-    (directory / SMI_XML).write_text(result.stdout)
+    return result.stdout
+
+
+def collect(directory: Path) -> None:
+    """Record the passive outputs in `directory` in read_dir's layout. Raises UnusableInput
+    when nvidia-smi cannot run at all (the caller reports that as a fault)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SMI_XML).write_text(smi_xml())
     # NVLink state (kilonode.gpu.nvml); without NVML read_dir notes it as not checked
     links = nvml.nvlink_states()
     if links is not None:
@@ -367,6 +398,7 @@ class Agent:
         self.record = None if dry_run else AgentRecord.begin(config.state_dir / METRICS_FILE, boot, time.time(),
                                                              config.expect_gpus)
         self.client: Any = None
+        self.fabric_deadline: float | None = None  # time.monotonic() the fabric wait ends (set once)
 
     def api(self) -> Any:
         if self.client is None:
@@ -485,13 +517,61 @@ class Agent:
         self.full_check(active=True)
         return True
 
+    def fabric_gpus(self) -> list[GpuReading]:
+        """The GPUs as nvidia-smi -q -x reports them now (or as recorded, with --from)."""
+        if self.recorded is not None:
+            path = self.recorded / SMI_XML
+            return parse_smi_xml(path.read_text(errors="replace"), str(path))[1]
+        return parse_smi_xml(smi_xml(), "nvidia-smi -q -x")[1]
+
+    def await_fabric(self) -> bool:
+        """Before the first active check of a boot: wait until every GPU that has an NVSwitch
+        fabric is registered with it (state Completed, status Success). The unit starts after
+        nvidia-fabricmanager.service has started, not after Fabric Manager has trained the
+        fabric, and CUDA initialised before that fails with cudaErrorSystemNotReady (802),
+        sticky for the process. GPUs without a fabric (N/A, Not Supported: PCIe sizes, A100)
+        are not waited for. Reports Unknown/FabricRegistrationPending while it waits (not over
+        a failure already reported in this boot: that stays). The wait is bounded, once per
+        agent process, by fabric_wait_s from the first call (an API error that restarts
+        startup does not extend it). True: the active check may run. False: the deadline
+        passed or a registration failed; the caller checks passively, and the rules
+        (fabric-not-completed, fabric-failed) name each GPU, its state and its status."""
+        if self.fabric_deadline is None:
+            self.fabric_deadline = time.monotonic() + self.config.fabric_wait_s
+        told = False
+        while True:
+            try:
+                gpus = self.fabric_gpus()
+            except UnusableInput:
+                return True  # nvidia-smi cannot say: the check itself reports that, as a fault
+            failed = [g for g in gpus if fabric_phase(g) == FABRIC_FAILED]
+            waiting = [g for g in gpus if fabric_phase(g) == FABRIC_WAITING]
+            if failed:
+                print("NVSwitch fabric registration failed: " + "; ".join(
+                    f"GPU {g.index} ({g.uuid}): {fabric_evidence(g)}" for g in failed), file=sys.stderr)
+                return False
+            if not waiting:
+                return True
+            if time.monotonic() >= self.fabric_deadline:
+                print(f"NVSwitch fabric registration not Completed within {self.config.fabric_wait_s} s: " + "; ".join(
+                    f"GPU {g.index} ({g.uuid}): {fabric_evidence(g)}" for g in waiting), file=sys.stderr)
+                return False
+            if not told and not self.state.failed:
+                self.send(fabric_pending(self.state, p.now(), self.node_name, waiting, self.config.fabric_wait_s))
+                told = True
+            time.sleep(FABRIC_POLL_S)
+
     def startup(self) -> None:
-        """The first check of a boot. At the node's first registration the kubelet's startup
+        """The first check of a boot. Its GPUs' fabric first (await_fabric): not registered in
+        time, a passive check reports it. At the node's first registration the kubelet's startup
         taint keeps every GPU pod away: check at once. After a reboot the Node keeps its
         taints and its old condition (registerWithTaints applies at registration only) and
         its pods restart: ask for the GPUs as for an idle re-check, or check passively."""
         if self.state.last_active:
             self.full_check(active=False)  # a restart later in the boot: never take GPUs from a job
+            return
+        if not self.await_fabric():
+            self.full_check(active=False)  # no CUDA on an unregistered fabric: the passive rules name it
             return
         taints = self.api().get_node(self.node_name).get("spec", {}).get("taints") or []
         if any(t.get("key") == p.STARTUP_TAINT for t in taints):
@@ -547,7 +627,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         agent = Agent(config, args.dry_run, args.recorded)
         if args.once or args.dry_run:
-            return agent.full_check(active=True)
+            # recorded outputs are judged as recorded; on the node, the fabric is awaited first
+            return agent.full_check(active=args.recorded is not None or agent.await_fabric())
         agent.loop()
     except (ConfigError, UnusableInput) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -20,12 +20,15 @@ The rules (kilonode.gpu.protocol names the keys):
   person: it is not tainted again.
 - Unknown/ActiveCheckRequested: add the check-running taint (the agent waits for it before
   its idle re-check, so the scheduler places no GPU pod meanwhile).
-- While a node carries the fault taint the autoscaler may not remove it
-  (`cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`, set with the taint): the
-  fault taint makes the node unready to the autoscaler (a startup taint, so a fleet-wide fault
-  halts it), and an unready node without work would otherwise be deleted after 20 minutes,
-  the evidence with it. The hold goes when the fault taint goes (a reboot whose checks passed,
-  or a person), and only if the controller set it.
+- While a node carries the fault taint or the startup taint the autoscaler may not remove it
+  (`cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`): both make the node
+  unready to the autoscaler (startup taints, so a fleet-wide fault halts it), and an unready
+  node without work would otherwise be deleted after 20 minutes -- a faulty one with its
+  evidence, a pending one while its agent waits for the NVSwitch fabric or runs its first
+  check. The hold is set whether or not the agent has reported yet (the kubelet registers the
+  startup taint before the agent's first condition), and goes when neither taint is left (the
+  checks passed; a reboot whose checks passed, or a person, for a fault), and only if the
+  controller set it: a hold someone else set is never removed.
 
 With --metrics-file it keeps a record of its work for Prometheus (kilonode.gpu.metrics): when it
 last had a current view of the Nodes, what it wrote, the conflicts and errors it met.
@@ -71,9 +74,7 @@ def _has(taints: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
 
 def decide(node: dict[str, Any], instance: str = "controller") -> Decision:
     """What to change on this Node, and the Events saying so. Pure."""
-    condition = p.gpu_condition(node)
-    if condition is None:
-        return Decision(None)
+    condition = p.gpu_condition(node) or {}
     status, reason = condition.get("status"), condition.get("reason", "")
     taints: list[dict[str, Any]] = list(node.get("spec", {}).get("taints") or [])
     annotations: dict[str, str] = dict(node.get("metadata", {}).get("annotations") or {})
@@ -117,7 +118,7 @@ def decide(node: dict[str, Any], instance: str = "controller") -> Decision:
             annotations[p.ANNOTATION_BOOT] = boot
     elif status == "Unknown" and reason == p.REASON_CHECK_REQUESTED:
         add(p.CHECK_TAINT, p.CHECK_VALUE, "Normal", "the GPU health agent runs its idle active check")
-    _hold_while_faulty(taints, annotations, notes)
+    _hold_while_pending_or_faulty(taints, annotations, notes)
     if taints == before_taints and annotations == before_annotations:
         return Decision(None)
     changed = copy.deepcopy(node)
@@ -130,20 +131,25 @@ def decide(node: dict[str, Any], instance: str = "controller") -> Decision:
     return Decision(changed, events)
 
 
-def _hold_while_faulty(taints: list[dict[str, Any]], annotations: dict[str, str],
-                       notes: list[tuple[str, str, str]]) -> None:
-    """Keep a faulty node from the autoscaler's scale-down; release only a hold of its own."""
+def _hold_while_pending_or_faulty(taints: list[dict[str, Any]], annotations: dict[str, str],
+                                  notes: list[tuple[str, str, str]]) -> None:
+    """Keep a faulty or pending node from the autoscaler's scale-down; release only a hold of
+    its own (ANNOTATION_HELD), once neither taint is left."""
     faulty = _has(taints, p.FAULT_TAINT) is not None
-    if faulty and annotations.get(p.SCALE_DOWN_DISABLED) != "true":
+    pending = _has(taints, p.STARTUP_TAINT) is not None
+    if (faulty or pending) and annotations.get(p.SCALE_DOWN_DISABLED) != "true":
         annotations[p.SCALE_DOWN_DISABLED] = "true"
         annotations[p.ANNOTATION_HELD] = "true"
         notes.append(("Normal", "GPUHealthScaleDownDisabled",
                       "the cluster autoscaler may not remove this node while it carries the fault taint: "
-                      "it stays, with its evidence, until a reboot or a person returns it"))
-    elif not faulty and annotations.pop(p.ANNOTATION_HELD, None) is not None:
+                      "it stays, with its evidence, until a reboot or a person returns it" if faulty else
+                      f"the cluster autoscaler may not remove this node while its GPU health checks are pending "
+                      f"({p.STARTUP_TAINT}={p.STARTUP_VALUE}: the agent waits for the GPUs' NVSwitch fabric or "
+                      "runs its first check, both bounded): the hold goes when they pass"))
+    elif not (faulty or pending) and annotations.pop(p.ANNOTATION_HELD, None) is not None:
         annotations.pop(p.SCALE_DOWN_DISABLED, None)
         notes.append(("Normal", "GPUHealthScaleDownEnabled",
-                      "the fault taint is gone: the cluster autoscaler may remove this node again"))
+                      "the GPU health taints are gone: the cluster autoscaler may remove this node again"))
 
 
 # --- the loop (needs an apiserver) ----------------------------------------------------------

@@ -18,6 +18,9 @@ from typing import Any
 CONDITION = "GPUHealthy"
 REASON_PASSED = "Passed"
 REASON_CHECK_REQUESTED = "ActiveCheckRequested"
+# Unknown while the agent waits for the GPUs' NVSwitch fabric registration before its first
+# active check (kilonode.gpu.agent): the controller leaves the taints as they are.
+REASON_FABRIC_PENDING = "FabricRegistrationPending"
 
 STARTUP_TAINT = "kilonode.io/gpu-health"  # =pending:NoSchedule, registered by the kubelet
 STARTUP_VALUE = "pending"
@@ -28,12 +31,14 @@ EFFECT = "NoSchedule"
 
 ANNOTATION_SINCE = "kilonode.io/gpu-unhealthy-since"  # the failure's lastTransitionTime
 ANNOTATION_BOOT = "kilonode.io/gpu-unhealthy-boot"  # the bootID the failure was seen in
-# A failed node is kept, with its evidence, until a reboot or a person returns it: the cluster
-# autoscaler must not remove it as an unready, empty node after --scale-down-unready-time.
-# Its documented per-node opt-out (cluster-autoscaler FAQ, "How can I prevent Cluster
-# Autoscaler from scaling down a particular node?"; core/scaledown/eligibility checks it for
-# every candidate, unready ones included). HELD says the controller set it, so it removes only
-# its own.
+# A failed node is kept, with its evidence, until a reboot or a person returns it, and a node
+# whose checks are pending (the startup taint: waiting for its NVSwitch fabric, or its first
+# check running) until they end: the cluster autoscaler must not remove either as an unready,
+# empty node after --scale-down-unready-time (both taints are --startup-taints to it, so the
+# node is unready). Its documented per-node opt-out (cluster-autoscaler FAQ, "How can I prevent
+# Cluster Autoscaler from scaling down a particular node?"; core/scaledown/eligibility checks it
+# for every candidate, unready ones included). HELD says the controller set it, so it removes
+# only its own. (The key's name predates the pending hold; it marks either.)
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 ANNOTATION_HELD = "kilonode.io/gpu-unhealthy-held"
 

@@ -66,6 +66,11 @@ class GpuReading:
     pcie_width: tuple[int, int] | None  # (current, max)
     nvlink_down: tuple[int, ...] = ()  # links NVML reports inactive, where the GPU has links
     unknown: tuple[tuple[str, str], ...] = ()  # (reading, what was looked for and not found)
+    # NVSwitch fabric registration, <fabric><state> and <status> as nvidia-smi writes them
+    # ("In Progress", "Completed", "Success", ...); None: no <fabric> element (v11).
+    # kilonode.gpu.rules.fabric_phase says what they mean.
+    fabric_state: str | None = None
+    fabric_status: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,28 @@ CLOCK_REASONS = (("clocks_event_reasons", "clocks_event_reason_"),
 LINK = "pci/pci_gpu_link_info"
 NOT_APPLICABLE = {"n/a", "not supported", "[n/a]", "[not supported]"}
 
+# NVSwitch fabric registration, per GPU: <fabric><state>...</state><status>...</status></fabric>
+# in v12 (the 535 DTD declares `fabric: state status`, tests/node/gpu/fixtures/nvsmi/
+# nvsmi_device_v12.elements) and v13 (which adds cliqueId, clusterUuid, health). The real H100
+# recording (../shared/fixtures/gpu/h100-80gb-hbm3/nvidia-smi-q.xml, copied to
+# tests/node/gpu/fixtures/h100-80gb-hbm3/; driver 580) has <state>N/A</state> and
+# <status>N/A</status>: it is ONE H100 passed through to a VM, no NVSwitch, so it shows the
+# element names and the not-applicable value, not an HGX baseboard's values. Its
+# help-query-gpu.txt: fabric.state "Current state of GPU fabric registration process",
+# fabric.status "Error status, valid only if gpu fabric registration state is "completed"".
+# The states are NVML's nvmlGpuFabricState_t (NVML API Reference, "Fabric definitions":
+# NVML_GPU_FABRIC_STATE_NOT_SUPPORTED 0, NOT_STARTED 1, IN_PROGRESS 2, COMPLETED 3); the text
+# nvidia-smi writes for them, "Not Started" -> "In Progress" -> "Completed" with status
+# "Success", is as NVIDIA's NVSentinel reads `nvidia-smi --query-gpu=fabric.state,
+# fabric.status` (health-monitors/system-services-monitor/.../fabric_state_check.py); a
+# failed registration on Azure showed "Completed" with status "Insufficient Resources"
+# (Azure/azhpc-images pull request 506). No recording of an HGX here: unmeasured.
+# Where the GPU has no fabric nvidia-smi says N/A or Not Supported: a PCIe or lone GPU (the
+# recording), and an A100 (State N/A on AWS p4d, 8x A100 with Fabric Manager running:
+# bottlerocket-os/bottlerocket pull request 3873); v11 (470) has no <fabric> element at all.
+# kilonode.gpu.rules.fabric_phase says what the values mean.
+FABRIC_STATE, FABRIC_STATUS = "fabric/state", "fabric/status"
+
 
 def _number(value: str | None) -> int | None:
     """'0' -> 0; anything else (missing, N/A, an error text) -> None: not a reading."""
@@ -122,6 +149,10 @@ def _number(value: str | None) -> int | None:
 def _yes_no(value: str | None) -> bool | None:
     value = (value or "").strip().lower()
     return {"yes": True, "no": False}.get(value)
+
+
+def _stripped(value: str | None) -> str | None:
+    return None if value is None else value.strip()
 
 
 def _link(value: str | None) -> int | None:
@@ -218,6 +249,8 @@ def parse_smi_xml(text: str, where: str) -> tuple[str, list[GpuReading]]:
             pcie_gen=gen,
             pcie_width=width,
             unknown=tuple(unknown),
+            fabric_state=_stripped(gpu.findtext(FABRIC_STATE)),
+            fabric_status=_stripped(gpu.findtext(FABRIC_STATUS)),
         ))
     declared = root.findtext("attached_gpus")
     if declared is not None and declared.strip().isdigit() and int(declared) != len(gpus):

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .readings import GpuReading, NodeReadings, XidEvent
+from .readings import FABRIC_STATE, FABRIC_STATUS, NOT_APPLICABLE, GpuReading, NodeReadings, XidEvent
 
 HERE = Path(__file__).parent
 THRESHOLDS = HERE / "thresholds.toml"
@@ -26,6 +26,19 @@ XID_CATALOG = HERE / "xid_catalog.toml"
 # Xid)"; with a real fault beside it (say Xid 48), that Xid takes the node out. Every other
 # bucket (RESET_GPU, RESTART_BM, CONTACT_SUPPORT, the other workflows) does.
 NOT_TAINTING = {"RESTART_APP", "IGNORE", "WORKFLOW_XID_45"}
+
+# A GPU's NVSwitch fabric registration (readings: <fabric><state>, <status>; the values and
+# their sources are there), as the checks read it:
+FABRIC_NONE = "none"  # N/A, Not Supported, no element: the GPU has no fabric (nothing to wait for)
+FABRIC_WAITING = "waiting"  # Not Started, In Progress: Fabric Manager has not registered it
+FABRIC_COMPLETED = "completed"  # Completed with status Success
+FABRIC_FAILED = "failed"  # Completed with another status, or a state not known here
+FABRIC_WAITING_STATES = {"not started", "in progress"}
+# What to do about a fabric that is not registered: kilonode's choice, not an NVIDIA catalogue
+# row. The fault is sticky for the boot (the agent's state), and a reboot restarts the driver
+# and Fabric Manager in order (the unit's After=) and checks again: the catalogue's RESTART_BM
+# bucket ("Restart bare metal, system should be restarted").
+FABRIC_ACTION = "RESTART_BM"
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,41 @@ def xid_catalog() -> dict[int, dict[str, Any]]:
 
 def _gpu(g: GpuReading) -> str:
     return f"{g.index} ({g.uuid})"
+
+
+def fabric_phase(g: GpuReading) -> str:
+    """FABRIC_NONE, FABRIC_WAITING, FABRIC_COMPLETED or FABRIC_FAILED. The status counts only
+    once the state is Completed (NVML, nvmlGpuFabricInfo_t.status: "Must be checked only if
+    state returns complete"); a state this agent does not know is never read as healthy."""
+    state = (g.fabric_state or "").strip().lower()
+    if not state or state in NOT_APPLICABLE:
+        return FABRIC_NONE
+    if state in FABRIC_WAITING_STATES:
+        return FABRIC_WAITING
+    if state == "completed" and (g.fabric_status or "").strip().lower() == "success":
+        return FABRIC_COMPLETED
+    return FABRIC_FAILED
+
+
+def fabric_evidence(g: GpuReading) -> str:
+    return f"{FABRIC_STATE} = {g.fabric_state}, {FABRIC_STATUS} = {g.fabric_status}"
+
+
+def fabric_findings(g: GpuReading) -> list[Finding]:
+    """A GPU whose fabric is not registered, at any check: the agent waits for registration
+    before its first active check of a boot (kilonode.gpu.agent, fabric_wait_s), so a GPU found
+    Not Started or In Progress afterwards was registered and is no longer (Fabric Manager died
+    or restarted) or never was (the wait ran out); a Completed registration with a status
+    other than Success failed. Either way no CUDA work can start on it (cudaErrorSystemNotReady)."""
+    phase = fabric_phase(g)
+    if phase == FABRIC_WAITING:
+        return [Finding("fabric-not-completed", _gpu(g), "not registered with the NVSwitch fabric: Fabric Manager "
+                        "is not running, restarted, or has not finished training the fabric", fabric_evidence(g),
+                        action=FABRIC_ACTION)]
+    if phase == FABRIC_FAILED:
+        return [Finding("fabric-failed", _gpu(g), "NVSwitch fabric registration failed", fabric_evidence(g),
+                        action=FABRIC_ACTION)]
+    return []
 
 
 def unknown_findings(g: GpuReading, limits: dict[str, Any]) -> list[Finding]:
@@ -112,6 +160,7 @@ def gpu_findings(g: GpuReading, limits: dict[str, Any]) -> list[Finding]:
     if g.nvlink_down:
         found.append(Finding("nvlink-down", _gpu(g), "NVLink links inactive",
                              "links " + ", ".join(map(str, g.nvlink_down))))
+    found += fabric_findings(g)
     return found
 
 
