@@ -12,14 +12,16 @@ OUT ?= out/$(STACK)
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed host-packages ## Create .venv, install kilonode + test extras and host packages
+# The host packages first: python3-venv among them, which the venvs below need (a bare Debian
+# 12 has python3 without it). Each venv also waits for them (order-only), so `make -j` keeps the order.
+setup: host-packages $(VENV)/.installed $(CHECKOV_VENV)/.installed ## Install the host packages, then create .venv with kilonode + test extras
 
 test-artefacts: setup ## What the tests read but never download: cloud-init's schema, the image bases
 	$(BIN)/python -m tests.artefacts
 	# research-7500's pools add the GPU + InfiniBand base tests/image/test_gpu_image.py builds from
 	$(BIN)/kilonode image prepare --stack research-7500
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml | host-packages
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
 	$(BIN)/pip install -q -e '.[test]'
@@ -27,12 +29,12 @@ $(VENV)/.installed: pyproject.toml
 
 # checkov (tests/k8s/test_checkov.py) in its own environment: checkov 3.3.30 requires
 # packaging<24, pulumi packaging>=26, so pip cannot install both into .venv.
-$(CHECKOV_VENV)/.installed:
+$(CHECKOV_VENV)/.installed: | host-packages
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
 	touch $@
 
-host-packages: ## Install the Debian packages the tests use (apt, from this machine's sources)
+host-packages: ## Install the Debian packages set-up and the tests use (.ci/debian-packages.txt; apt, this machine's sources)
 	scripts/install-host-packages
 
 demo: setup ## Set up, then `kilonode local up STACK`: both etcd clusters + a worker VM, for real (`make render` only renders)

@@ -87,10 +87,12 @@ def test_the_ruleset_declares_the_sets_the_program_fills_and_decides_nothing() -
     for verdict in ("accept", "drop", "reject", "jump", "goto", "queue"):
         assert not any(re.search(rf"\b{verdict}\b", line) for line in rules), verdict
     assert "policy accept" in text and "flush ruleset" not in text
-    if shutil.which("nft"):  # nft's own parser, where nftables is installed (the VM loads it for real)
-        check = subprocess.run(["nft", "-c", "-f", "-"], input=text, capture_output=True, text=True, timeout=30,
-                               check=False)
-        assert check.returncode == 0 or "Operation not permitted" in check.stderr, check.stderr
+    # nft's own parser (set-up installs nftables; the VM loads the ruleset for real)
+    if not shutil.which("nft"):
+        pytest.fail("nft missing: run `make setup` (installs nftables, .ci/debian-packages.txt)")
+    check = subprocess.run(["nft", "-c", "-f", "-"], input=text, capture_output=True, text=True, timeout=30,
+                           check=False)
+    assert check.returncode == 0 or "Operation not permitted" in check.stderr, check.stderr
 
 
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
