@@ -169,7 +169,10 @@ def test_each_layer_imports_only_the_layers_to_its_left() -> None:
 # Who reads the catalogue: the config (the boundary checks a stack against it) and the plan
 # (which decides from it); the drivers may read a row directly.
 CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilonode.entry", "kilonode.__main__",
-                     "kilonode.local", "kilonode.review")
+                     "kilonode.local", "kilonode.review",
+                     # preflight's contracts check: the component contracts and the kernels' options are
+                     # what it judges the plan, render and images against, not inputs of the plan
+                     "kilonode.preflight.checks.contracts")
 # The one catalogue part read below the plan: the node images' pinned binaries, which the image
 # build takes from the binaries file its recipe names (an input of the build, not of the plan),
 # and which the Pulumi program's composition root shows per role.

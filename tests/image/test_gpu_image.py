@@ -83,12 +83,13 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
     gpu = data["gpu"]
     assert gpu["model"] == "NVIDIA H100 80GB" and gpu["gpus_per_node"] == 8
     driver = gpu["driver"]
-    assert driver["version"] == "535.309.01" and driver["kernel_module"] == "nvidia-kernel-dkms"
-    assert {driver["packages"][p] for p in ("nvidia-kernel-dkms", "libcuda1", "nvidia-smi",
-                                            "firmware-nvidia-gsp")} == {"535.309.01-0+deb12u1"}
-    assert re.fullmatch(r"6\.1\.0-\d+-cloud-amd64", driver["kernel"]), driver["kernel"]
+    assert driver["version"] == "535.261.03" and driver["kernel_module"] == "nvidia-open-kernel-dkms"
+    assert {driver["packages"][p] for p in ("nvidia-open-kernel-dkms", "libcuda1", "nvidia-smi",
+                                            "firmware-nvidia-gsp")} == {"535.261.03-1"}
+    # the InfiniBand extra boots Debian's generic kernel (IPoIB: recipe.toml [extras.infiniband.kernel])
+    assert re.fullmatch(r"6\.1\.0-\d+-amd64", driver["kernel"]), driver["kernel"]
     modules = {m["path"].rsplit("/", 1)[-1].split(".ko")[0] for m in driver["modules"]}
-    assert {"nvidia-current", "nvidia-current-uvm"} <= modules, modules
+    assert {"nvidia-current-open", "nvidia-current-open-uvm"} <= modules, modules
     assert all(m["path"].startswith(f"/lib/modules/{driver['kernel']}/updates/dkms/") for m in driver["modules"])
     assert {f["path"].rsplit("/", 1)[-1] for f in gpu["gsp_firmware"]["files"]} >= {"gsp_ga10x.bin", "gsp_tu10x.bin"}
     assert {"libcudart11.0", "libcublas11", "python3-numpy"} <= set(gpu["cuda_libraries"])
@@ -104,9 +105,9 @@ def test_the_manifest_records_the_gpu_software(built: BuildResult, manifest: Man
                     "libnvidia-container1"):
         assert package in missing, package
     versions = gpu["versions"]
-    assert versions["driver"]["installed"] == "535.309.01-0+deb12u1" and versions["driver"]["release"] == "535.309.01"
-    assert versions["fabric_manager"]["declared"] == "535.309.01-1" and versions["fabric_manager"]["installed"] is None
-    assert versions["nscq"]["declared"] == "535.309.01-1" and versions["container_toolkit"]["declared"] == "1.17.8-1"
+    assert versions["driver"]["installed"] == "535.261.03-1" and versions["driver"]["release"] == "535.261.03"
+    assert versions["fabric_manager"]["declared"] == "535.261.03-1" and versions["fabric_manager"]["installed"] is None
+    assert versions["nscq"]["declared"] == "535.261.03-1" and versions["container_toolkit"]["declared"] == "1.17.8-1"
     assert versions["driver_fm_nscq_equal"] is False
     assert gpu["fabric_manager"] == {"package": "nvidia-fabricmanager-535", "version": None, "present": False,
                                      "unit": "nvidia-fabricmanager.service", "nvswitch": True, "enabled": False}

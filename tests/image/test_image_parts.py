@@ -357,14 +357,21 @@ def test_gpu_base_key_hashes_every_input(tmp_path: Path) -> None:
 def test_gpu_package_list_pins_one_driver_version_headless() -> None:
     gpu = read_list(RECIPE.extras["gpu"].package_file)
     pinned = {name: version for name, _, version in (p.partition("=") for p in gpu) if version}
-    assert {accel.DRIVER_MODULE_PACKAGE, "nvidia-kernel-support", "firmware-nvidia-gsp", "nvidia-smi", "libcuda1",
-            "libnvidia-ml1", "nvidia-alternative", "nvidia-modprobe"} <= set(pinned)
-    assert len(set(pinned.values())) == 1, pinned
+    driver = {accel.DRIVER_MODULE_PACKAGE, "nvidia-open-kernel-support", "firmware-nvidia-gsp", "nvidia-smi",
+              "libcuda1", "libnvidia-ml1", "nvidia-alternative"}
+    assert driver <= set(pinned) and "nvidia-modprobe" in pinned
+    # the driver's own packages are one version (nvidia-modprobe is a source of its own)
+    assert len({v for p, v in pinned.items() if p != "nvidia-modprobe"}) == 1, pinned
     names = {p.partition("=")[0] for p in gpu}
     assert not names & {"nvidia-driver", "xserver-xorg-video-nvidia", "xserver-xorg-core"}, "not headless"
-    # DKMS builds against the headers of the kernel flavour the base boots
+    # the open module, for GPUDirect RDMA by DMA-BUF, and never beside the proprietary one
+    assert accel.DRIVER_MODULE_PACKAGE == "nvidia-open-kernel-dkms" and "nvidia-kernel-dkms" not in names
+    # DKMS builds against the headers of the kernel flavour the base boots: the recipe adds them
     assert "linux-image-cloud-amd64" in read_list(RECIPE.package_files["base"])
-    assert "linux-headers-cloud-amd64" in names
+    assert "linux-headers-cloud-amd64" in RECIPE.package_list("docker", ("gpu",))
+    assert {"linux-image-amd64", "linux-headers-amd64"} <= set(RECIPE.package_list("docker", ("gpu", "infiniband")))
+    assert "linux-image-cloud-amd64" not in RECIPE.package_list("docker", ("gpu", "infiniband"))
+    names = set(RECIPE.package_list("docker", ("gpu",)))
     assert {"libcublas11", "libcudart11.0", "python3-numpy"} <= names
     assert read_list(RECIPE.extras["infiniband"].package_file) == ["rdma-core", "ibverbs-utils", "infiniband-diags",
                                                                    "perftest"]

@@ -38,6 +38,8 @@ IMAGE_USERS: dict[str, int | str | None] = {
     "controller": 65532,
     # NVIDIA/k8s-device-plugin v0.17.4 deployments/container/Dockerfile: FROM cuda base-ubi9, no USER
     "nvidia-device-plugin-ctr": 0,
+    # its init container, the same image
+    "wait-for-nvidia-devices": 0,
     # registry.k8s.io/kube-proxy, Mellanox's RDMA plugin: privileged, root (podSecurity exceptions)
     "kube-proxy": None,
     "k8s-rdma-shared-dp-ds": None,
@@ -92,8 +94,10 @@ def test_every_unprivileged_kube_system_container_is_read_only_with_no_capabilit
             seen.add(container["name"])
             assert context.get("allowPrivilegeEscalation") is False, name
             assert context.get("capabilities", {}).get("drop") == ["ALL"], name
-            # CoreDNS's one: port 53 (upstream's manifest)
-            assert set(context.get("capabilities", {}).get("add", [])) <= {"NET_BIND_SERVICE"}, name
+            # CoreDNS's one: port 53 (upstream's manifest); the NVIDIA device plugin's SYS_ADMIN, which
+            # upstream's chart adds for the volume-mounts device list (catalog/contracts.yaml devicePlugin)
+            allowed = {"SYS_ADMIN"} if container["name"] == "nvidia-device-plugin-ctr" else {"NET_BIND_SERVICE"}
+            assert set(context.get("capabilities", {}).get("add", [])) <= allowed, name
             assert context.get("readOnlyRootFilesystem") is True, name
     assert {"cloud-controller-manager", "cloud-node-manager", "coredns", "kube-scheduler", "controller"} <= seen
 

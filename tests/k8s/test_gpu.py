@@ -133,15 +133,25 @@ def test_the_device_plugin_is_upstreams_static_deployment_with_settings_its_flag
     assert value["spec"]["selector"]["matchLabels"] == {"name": "nvidia-device-plugin-ds"}
     assert pod["priorityClassName"] == "system-node-critical"
     assert container["name"] == "nvidia-device-plugin-ctr"
-    # upstream's, and a read-only root filesystem (it writes only its socket, in the hostPath)
-    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+    # upstream's Helm chart's for a volume-mounts device list (SYS_ADMIN, the rest dropped: the toolkit
+    # hands NVML to its image's NVIDIA_VISIBLE_DEVICES only with CAP_SYS_ADMIN), and a read-only root
+    # filesystem (it writes only its socket, in the hostPath)
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                             "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]},
                                              "readOnlyRootFilesystem": True}
+    # on the host network (no pod IP), behind an init container waiting for the node's devices
+    assert pod["hostNetwork"] is True
+    [wait] = pod["initContainers"]
+    assert "/run/kilonode/nvidia/ready" in " ".join(wait["command"]) and wait["image"] == container["image"]
+    assert wait["volumeMounts"] == [{"name": "nvidia-ready", "mountPath": "/run/kilonode/nvidia", "readOnly": True}]
     # it builds no Kubernetes client (kilonode.k8s.gpu): no ServiceAccount token in the pod
     assert pod["automountServiceAccountToken"] is False
     assert container["volumeMounts"] == [{"name": "kubelet-device-plugins-dir",
                                           "mountPath": "/var/lib/kubelet/device-plugins"}]
     assert pod["volumes"] == [{"name": "kubelet-device-plugins-dir",
-                               "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}}]
+                               "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
+                              {"name": "nvidia-ready",
+                               "hostPath": {"path": "/run/kilonode/nvidia", "type": "DirectoryOrCreate"}}]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert set(env) <= PLUGIN_ENV_VARS, set(env) - PLUGIN_ENV_VARS
     for name, allowed in PLUGIN_ENV_VALUES.items():

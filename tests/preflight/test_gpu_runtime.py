@@ -80,11 +80,11 @@ def test_the_shipped_stacks_have_no_gpu_runtime_finding(shipped: str) -> None:
 
 
 @pytest.mark.parametrize(("edit", "expected"), [
-    (lambda t: t.replace("nvidia-kernel-dkms=535.309.01-0+deb12u1\n", ""),
-     "driver nvidia-kernel-dkms is in no package list or vendor repository of the docker+gpu+infiniband image: no "
+    (lambda t: t.replace("nvidia-open-kernel-dkms=535.261.03-1\n", ""),
+     "driver nvidia-open-kernel-dkms is in no package list or vendor repository of the docker+gpu+infiniband image: no "
      "GPU is visible on the node"),
-    (lambda t: t.replace("nvidia-kernel-dkms=535.309.01-0+deb12u1", "nvidia-kernel-dkms"),
-     "driver nvidia-kernel-dkms is not pinned to an exact version (none, "),
+    (lambda t: t.replace("nvidia-open-kernel-dkms=535.261.03-1", "nvidia-open-kernel-dkms"),
+     "driver nvidia-open-kernel-dkms is not pinned to an exact version (none, "),
 ])
 def test_a_driver_missing_or_unpinned_is_a_break(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, edit: Any,
                                                  expected: str) -> None:
@@ -123,11 +123,11 @@ def test_a_toolkit_package_with_a_glob_is_a_break(monkeypatch: pytest.MonkeyPatc
 
 
 def test_fabric_manager_of_another_release_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
-    use(monkeypatch, lambda r: with_pin(r, CUDA_REPO, "nvidia-fabricmanager-535", "535.261.03-1"))
+    use(monkeypatch, lambda r: with_pin(r, CUDA_REPO, "nvidia-fabricmanager-535", "535.216.03-1"))
     for stack, pool in (("research-7500", "a100-ib"), ("research-7500", "h100-ib"), ("research-2500", "nc-a100")):
         assert (f"pool-{pool}: image recipe",
-                "fabric_manager nvidia-fabricmanager-535 535.261.03-1 is not the driver's release 535.309.01 "
-                "(nvidia-kernel-dkms 535.309.01-0+deb12u1): Fabric Manager and NSCQ refuse a driver of another "
+                "fabric_manager nvidia-fabricmanager-535 535.216.03-1 is not the driver's release 535.261.03 "
+                "(nvidia-open-kernel-dkms 535.261.03-1): Fabric Manager and NSCQ refuse a driver of another "
                 "version, and without them CUDA cannot initialise on an NVSwitch system") in whats(found(stack))
 
 

@@ -37,8 +37,8 @@ from kilonode.plan.model import NodePoolPlan
 from kilonode.render.files import HostFiles
 
 TOOLKIT = "nvidia-container-toolkit"
-# The package whose DKMS module is the driver (node-image/packages/gpu.txt says why not the open one)
-DRIVER_MODULE_PACKAGE = "nvidia-kernel-dkms"
+# The package whose DKMS module is the driver: the open one (node-image/packages/gpu.txt says why)
+DRIVER_MODULE_PACKAGE = "nvidia-open-kernel-dkms"
 # The toolkit's .deb packages (recipe.toml [apt_repositories.nvidia-container-toolkit.packages]),
 # each depending on the ones before.
 TOOLKIT_PACKAGES = (

@@ -43,6 +43,9 @@ class ExtraSpec:
     # [extras.<name>.kernel]: the kernel this extra needs in place of the base's (image and headers
     # metapackages), or None: the base's kernel does
     kernel: Kernel | None = None
+    # [extras.<name>.dkms_patches]: "<DKMS module>/<version>" -> patch files the DKMS build applies
+    # (placed before the package is installed: rootfs.dkms_patch_hook)
+    dkms_patches: dict[str, tuple[Path, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,10 @@ class Recipe:
     def dkms_modules(self, extras: tuple[Extra, ...]) -> tuple[str, ...]:
         return tuple(m for e in extras for m in self.extras[e].dkms_modules)
 
+    def dkms_patches(self, extras: tuple[Extra, ...]) -> dict[str, tuple[Path, ...]]:
+        """"<DKMS module>/<version>" -> the patch files its build applies, for these extras."""
+        return {m: ps for e in extras for m, ps in self.extras[e].dkms_patches.items()}
+
     def base_inputs(
         self, flavour: Flavour, sources_sha256: str, extras: tuple[Extra, ...] = (), hook_sha256: str = ""
     ) -> dict[str, object]:
@@ -210,6 +217,10 @@ class Recipe:
                     "package_file": sha256_file(self.extras[e].package_file),
                     "components": list(self.extras[e].components),
                     "dkms_modules": list(self.extras[e].dkms_modules),
+                    # the patches DKMS applies: their content is part of what the base is
+                    **({"dkms_patches": {m: [sha256_file(p) for p in ps]
+                                         for m, ps in self.extras[e].dkms_patches.items()}}
+                       if self.extras[e].dkms_patches else {}),
                 }
                 for e in extras
             }
@@ -255,6 +266,8 @@ def _extra(root: Path, name: str, table: dict[str, Any]) -> ExtraSpec:
         equal_versions=dict(table.get("vendor", {}).get("equal_versions", {})),
         fabric_manager_unit=table.get("vendor", {}).get("fabric_manager_unit"),
         kernel=Kernel(**table["kernel"]) if "kernel" in table else None,
+        dkms_patches={module: tuple(root / p for p in patches)
+                      for module, patches in table.get("dkms_patches", {}).items()},
     )
 
 

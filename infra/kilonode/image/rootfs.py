@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -72,6 +73,26 @@ def dkms_hook(modules: tuple[str, ...]) -> str:
     return DKMS_HOOK.replace("@MODULES@", " ".join(modules))
 
 
+def dkms_patch_hook(patches: dict[str, tuple[Path, ...]]) -> str:
+    """mmdebstrap's setup hook (before any package is installed) that puts each DKMS patch where
+    DKMS looks for it, /usr/src/<module>-<version>/patches/ (dpkg unpacks the package's source
+    into that directory beside it), and names it in /etc/dkms/<module>-<version>.conf, which DKMS
+    sources after the package's own dkms.conf (dkms 3.0.10 read_conf: "user-specified overrides");
+    so the first build, the package's postinst, already applies it. Empty without patches."""
+    lines = ["set -eu", 'root="$1"']
+    for module_version, files in sorted(patches.items()):
+        module, _, version = module_version.partition("/")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", module) or not re.fullmatch(r"[0-9][0-9a-z.+~-]*", version):
+            raise BuildError(f"recipe.toml dkms_patches: {module_version!r} is not <module>/<version>")
+        src = f'"$root/usr/src/{module}-{version}/patches"'
+        lines.append(f"mkdir -p {src} \"$root/etc/dkms\"")
+        conf = [f'PATCH[{i}]="{path.name}"' for i, path in enumerate(files)]
+        lines += [f"cp {shlex.quote(str(path))} {src}/{shlex.quote(path.name)}" for path in files]
+        lines.append(f"printf '%s\\n' {' '.join(shlex.quote(c) for c in conf)} "
+                     f'> "$root/etc/dkms/{module}-{version}.conf"')
+    return "\n".join(lines) + "\n" if patches else ""
+
+
 def derive_sources(text: str, components: tuple[str, ...]) -> str:
     """The host's deb822 sources with `components` added to every stanza's Components field
     (each once, order kept): the extras' packages live in components the host may not enable.
@@ -91,6 +112,7 @@ def base_rootfs(recipe: Recipe, spec: BaseSpec, log: Callable[[str], None]) -> B
     host_sources = mirror.sources_file()
     extras: tuple[Extra, ...] = spec.extras
     hook = dkms_hook(recipe.dkms_modules(extras)) if recipe.dkms_modules(extras) else ""
+    setup_hook = dkms_patch_hook(recipe.dkms_patches(extras))
     sources_text = (
         derive_sources(host_sources.read_text(), recipe.components(extras)) if extras else None
     )
@@ -125,6 +147,7 @@ def base_rootfs(recipe: Recipe, spec: BaseSpec, log: Callable[[str], None]) -> B
         cmd = [
             "mmdebstrap", "--quiet", "--format=tar", f"--variant={recipe.variant}",
             f"--include={','.join(packages)}",
+            *([f"--setup-hook={setup_hook}"] if setup_hook else []),
             *([f"--customize-hook={hook}"] if hook else []),
             recipe.suite, str(partial), str(sources),
         ]

@@ -334,8 +334,9 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
         if value["driverModulePackage"] not in declared:
             module = next((p for p in declared if p.startswith("nvidia-") and p.endswith("kernel-dkms")), "none")
             missing.append(f"the image's GPU kernel module is {module}, not {value['driverModulePackage']}")
-        if (options or {}).get(value["kernelOption"]) != "y":
-            missing.append(f"the kernel {kernel} ({whose}) lacks {value['kernelOption']}=y")
+        lacking = [o for o in value["kernelOptions"] if (options or {}).get(o) != "y"]
+        if lacking:
+            missing.append(f"the kernel {kernel} ({whose}) lacks {', '.join(f'{o}=y' for o in lacking)}")
         rdma_core = ((((_manifest(inputs, pool) or {}).get("infiniband") or {}).get("packages") or {})
                      .get(value["rdmaCorePackage"]))
         if rdma_core and _version(rdma_core) < _version(str(value["rdmaCoreMin"])):

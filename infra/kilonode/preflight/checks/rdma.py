@@ -20,12 +20,9 @@ is in. Traced from the render, for every InfiniBand pool role:
    pools, whose CRI sets no memlock of its own). With the default 64 KiB, ibv_reg_mr fails and
    NCCL falls back to sockets on the front-end NIC.
 
-Said as a warning: GPUDirect RDMA (the NIC reading GPU memory directly) is not available with
-the image's driver: Debian's proprietary 535 module offers it only through nvidia-peermem,
-which needs MOFED's peer-memory API (not in the image's kernel), and DMA-BUF needs the open
-module, which does not build for it (node-image/packages/gpu.txt). NCCL then stages each
-transfer through host memory: the bandwidth per NIC stays InfiniBand's, at the cost of a copy
-and of host memory bandwidth on both ends.
+GPUDirect RDMA (the HCA reading GPU memory directly) and whether the HCAs register at all on the
+image's kernel are contract lines (catalog/contracts.yaml gpuDirectRdma, rdmaSharedDevicePlugin),
+judged by the `contracts` check: a pool without the DMA-BUF path is a break there.
 """
 
 from __future__ import annotations
@@ -54,14 +51,6 @@ def check(inputs: Inputs) -> list[Finding]:
     infiniband = [p.name for p in inputs.plan.node_pools if p.infiniband]
     if infiniband:
         findings += _rdma_resource(inputs, infiniband)
-        findings.append(Finding(
-            NAME, "warn", "InfiniBand pools",
-            "no GPUDirect RDMA: Debian's proprietary 535 driver offers it only through nvidia-peermem (MOFED's "
-            "peer-memory API, not in the image's kernel) and DMA-BUF needs the open module; NCCL stages through "
-            "host memory (InfiniBand's bandwidth per NIC, one more copy on each end)",
-            "none needed to run; for GPUDirect, a driver set with the open kernel module that builds for the image's "
-            "kernel",
-        ))
     return findings
 
 

@@ -1,0 +1,239 @@
+"""contracts: research-7500 meets every component contract of catalog/contracts.yaml, and each
+requirement, violated in a copy of its render, graph, image recipe or built manifest, is named by
+its contract and line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kilonode.catalog import components as catalog_components
+from kilonode.catalog.contracts import Contract, contracts
+from kilonode.image import gpu as image_gpu
+from kilonode.preflight import breaks, run
+from kilonode.preflight.checks import contracts as check
+from kilonode.preflight.model import Finding
+from tests.preflight.conftest import artefacts, inputs_of, resource
+
+CHECK = ["contracts"]
+PLUGIN = "nvidia-device-plugin-daemonset"
+
+
+def findings(files: dict[str, str] | None = None, graph: dict[str, Any] | None = None,
+             images: dict[str, Any] | None = None) -> list[Finding]:
+    inputs = inputs_of("research-7500", files=files, graph=graph)
+    return breaks(run(dataclasses.replace(inputs, images=images) if images is not None else inputs, CHECK))
+
+
+def lines(found: list[Finding]) -> set[str]:
+    """The contract lines the findings name ("devicePlugin/nvml-from-image-env")."""
+    return {f.what.split("contract line ", 1)[1].split(":", 1)[0] for f in found if "contract line " in f.what}
+
+
+def plugin_spec(graph: dict[str, Any]) -> dict[str, Any]:
+    return resource(graph, "DaemonSet", PLUGIN)["inputs"]["spec"]["template"]["spec"]
+
+
+@pytest.fixture
+def recipe_kernel(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Change the image recipe the check judges: yields a function taking the recipe's replacement."""
+    original = check._recipe()
+
+    def swap(**changes: Any) -> None:
+        monkeypatch.setattr(check, "_recipe", lambda: dataclasses.replace(original, **changes))
+
+    yield original, swap
+
+
+# --- the catalogue itself ---------------------------------------------------------------------------
+
+
+def test_every_contract_is_read_at_the_version_its_pin_names() -> None:
+    plan_version = inputs_of("research-7500").plan.kubernetes_version
+    for name, contract in contracts().items():
+        assert check.pinned_version(contract.pin, plan_version) == contract.version, (
+            f"{name}: read at {contract.version}, pinned {check.pinned_version(contract.pin, plan_version)}: read "
+            "every line again at the new version")
+
+
+def test_every_requirement_has_an_evaluator_and_a_source_naming_a_version_or_a_document() -> None:
+    for name, contract in contracts().items():
+        for requirement in contract.requirements:
+            assert requirement.kind in check.EVALUATORS, f"{name}/{requirement.id}"
+            cited = ("@" in s or "documentation" in s or "guide" in s.lower()
+                     or s.startswith(("NVIDIA/", "kilonode.", "../shared/")) for s in requirement.source)
+            assert all(cited), f"{name}/{requirement.id}: {requirement.source}"
+
+
+def test_the_shipped_stacks_meet_every_contract() -> None:
+    assert findings() == []
+    assert breaks(run(inputs_of("local"), CHECK)) == []  # no GPU pools: nothing applies
+
+
+def test_a_contract_read_at_another_version_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = dict(contracts())
+    table["devicePlugin"] = Contract.model_validate({**table["devicePlugin"].model_dump(by_alias=True),
+                                                     "version": "v0.16.2"})
+    monkeypatch.setattr(check, "contracts", lambda: table)
+    [finding] = findings()
+    assert finding.where == "catalog/contracts.yaml devicePlugin" and "read at v0.16.2" in finding.what
+    assert "pins v0.17.4" in finding.what
+
+
+# --- the device plugin -------------------------------------------------------------------------------
+
+
+def test_an_unprivileged_plugin_relying_on_its_image_env_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    caps = plugin_spec(graph)["containers"][0]["securityContext"]["capabilities"]
+    assert caps["add"] == ["SYS_ADMIN"]
+    del caps["add"]
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"devicePlugin/nvml-from-image-env"}
+    assert "NVIDIA_VISIBLE_DEVICES=all is ignored" in finding.what and "add SYS_ADMIN" in finding.fix
+
+
+def test_the_same_plugin_passes_where_the_toolkit_takes_the_env_var_from_anyone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, graph = artefacts("research-7500")
+    del plugin_spec(graph)["containers"][0]["securityContext"]["capabilities"]["add"]
+    monkeypatch.setattr(image_gpu, "TOOLKIT_SETTINGS",
+                        {**image_gpu.TOOLKIT_SETTINGS, "accept-nvidia-visible-devices-envvar-when-unprivileged": True})
+    assert findings(graph=graph) == []
+
+
+def test_a_plugin_that_does_not_wait_for_the_nodes_devices_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    plugin_spec(graph)["initContainers"] = []
+    found = findings(graph=graph)
+    assert lines(found) == {"devicePlugin/driver-ready-before-start"}
+    assert "no init container waits for /run/kilonode/nvidia/ready" in found[0].what
+
+
+def test_an_image_unit_that_writes_another_marker_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(image_gpu, "NVIDIA_DEVICES_UNIT_TEXT",
+                        image_gpu.NVIDIA_DEVICES_UNIT_TEXT.replace("nvidia/ready", "nvidia/done"))
+    found = findings()
+    assert lines(found) == {"devicePlugin/driver-ready-before-start"}
+    assert {f.where for f in found} == {"pool-a100-ib: image", "pool-h100-ib: image"}
+
+
+def test_a_plugin_off_the_host_network_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    plugin_spec(graph)["hostNetwork"] = False
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"devicePlugin/no-pod-ip"} and "pod IPs" in finding.what
+
+
+# --- the toolkit's /dev/char links ---------------------------------------------------------------
+
+
+def test_an_image_without_the_dev_char_links_is_a_break_where_the_kubelet_uses_systemd_cgroups(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(image_gpu, "NVIDIA_DEVICES_UNIT_TEXT", image_gpu.NVIDIA_DEVICES_UNIT_TEXT.replace(
+        "ExecStart=/usr/bin/nvidia-ctk system create-dev-char-symlinks", "ExecStart=/usr/bin/nvidia-ctk system x"))
+    found = findings()
+    assert lines(found) == {"containerToolkit/dev-char-links"}
+    assert {f.where.split(":")[0].split(".")[0] for f in found} == {"pool-a100-ib", "pool-h100-ib"}
+    # the same image where the kubelet uses cgroupfs: the line does not apply there
+    files, _ = artefacts("research-7500")
+    for key in [k for k in files if k.endswith("etc/kubernetes/kubelet-config.yaml")]:
+        files[key] = files[key].replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs")
+    assert findings(files=files) == []
+
+
+def test_a_built_image_without_the_devices_unit_is_a_break() -> None:
+    manifest = {"name": "research-7500-h100-ib", "pool": "h100-ib",
+                "gpu": {"container_toolkit": {"present": True, "devices_unit": None, "devices_unit_exec": []}}}
+    found = findings(images={manifest["name"]: manifest})
+    assert lines(found) == {"containerToolkit/dev-char-links", "devicePlugin/driver-ready-before-start"}
+    assert all(f.where.startswith("pool-h100-ib") for f in found)
+    assert any("the built image research-7500-h100-ib" in f.what for f in found)
+
+
+# --- the RDMA plugin's selector and the image's kernel ---------------------------------------------------
+
+
+def test_a_link_type_selector_on_a_kernel_without_ipoib_is_a_break(recipe_kernel: Any) -> None:
+    original, swap = recipe_kernel
+    extras = {**original.extras, "infiniband": dataclasses.replace(original.extras["infiniband"], kernel=None)}
+    swap(extras=extras)
+    found = findings()
+    assert "rdmaSharedDevicePlugin/link-type-needs-netdev" in lines(found)
+    ipoib = [f for f in found if "link-type-needs-netdev" in f.what]
+    assert {f.where for f in ipoib} == {"pool-a100-ib: image kernel", "pool-h100-ib: image kernel"}
+    assert "linux-image-cloud-amd64 (catalog/kernels.yaml) is built without CONFIG_INFINIBAND_IPOIB" in ipoib[0].what
+
+
+def test_ipoib_as_a_module_the_image_never_loads_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check, "_boot_modules", lambda pool: set())
+    found = findings()
+    assert lines(found) == {"rdmaSharedDevicePlugin/link-type-needs-netdev"}
+    assert "loads no ib_ipoib at boot" in found[0].what
+
+
+def test_a_selector_that_needs_no_netdev_is_not_judged_against_the_kernel(recipe_kernel: Any) -> None:
+    original, swap = recipe_kernel
+    swap(extras={**original.extras, "infiniband": dataclasses.replace(original.extras["infiniband"], kernel=None)})
+    _, graph = artefacts("research-7500")
+    config = resource(graph, "ConfigMap", "rdma-devices")["inputs"]["data"]
+    data = json.loads(config["config.json"])
+    data["configList"][0]["selectors"] = {"vendors": ["15b3"], "deviceIDs": ["101c", "101e"]}
+    config["config.json"] = json.dumps(data)
+    assert "rdmaSharedDevicePlugin/link-type-needs-netdev" not in lines(findings(graph=graph))
+
+
+def test_a_built_image_whose_kernel_lacks_ipoib_is_a_break() -> None:
+    manifest = {"name": "research-7500-a100-ib", "pool": "a100-ib",
+                "kernel": {"release": "6.1.0-57-cloud-amd64", "config": {"CONFIG_DMA_SHARED_BUFFER": "y"}}}
+    found = findings(images={manifest["name"]: manifest})
+    ipoib = [f for f in found if "link-type-needs-netdev" in f.what]
+    assert [f.where for f in ipoib] == ["pool-a100-ib: image kernel"]
+    assert "the built image research-7500-a100-ib" in ipoib[0].what
+
+
+# --- GPUDirect RDMA ----------------------------------------------------------------------------------------
+
+
+def test_an_infiniband_pool_without_a_gpudirect_path_is_a_break(recipe_kernel: Any, tmp_path: Any) -> None:
+    original, swap = recipe_kernel
+    gpu_list = tmp_path / "gpu.txt"
+    gpu_list.write_text(original.extras["gpu"].package_file.read_text().replace(
+        "nvidia-open-kernel-dkms=", "nvidia-kernel-dkms="))
+    swap(extras={**original.extras, "gpu": dataclasses.replace(original.extras["gpu"], package_file=gpu_list)})
+    found = [f for f in findings() if "dmabuf-path" in f.what]
+    assert {f.where for f in found} == {"pool-a100-ib: GPUDirect RDMA", "pool-h100-ib: GPUDirect RDMA"}
+    assert "the image's GPU kernel module is nvidia-kernel-dkms, not nvidia-open-kernel-dkms" in found[0].what
+
+
+def test_an_nccl_older_than_dma_buf_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = catalog_components.components()
+    old = table.model_copy(update={"nccl_benchmark": table.nccl_benchmark.model_copy(update={"provides": {
+        "nccl": "2.12.12"}})})
+    monkeypatch.setattr(catalog_components, "components", lambda: old)
+    found = findings()
+    assert lines(found) == {"gpuDirectRdma/dmabuf-path"}
+    assert "NCCL is 2.12.12, older than 2.13" in found[0].what
+
+
+def test_a_built_image_with_an_old_rdma_core_is_a_break() -> None:
+    manifest = {"name": "research-7500-h100-ib", "pool": "h100-ib",
+                "infiniband": {"packages": {"rdma-core": "33.2-1"}}}
+    [finding] = findings(images={manifest["name"]: manifest})
+    assert "rdma-core 33.2-1 is older than 34" in finding.what
+
+
+# --- the health agent and the NVSwitch fabric ---------------------------------------------------------------
+
+
+def test_an_agent_told_not_to_wait_for_the_fabric_is_a_break_on_nvswitch_pools_only() -> None:
+    files, _ = artefacts("research-7500")
+    for key in [k for k in files if k.endswith("etc/kilonode/gpu-health.json")]:
+        files[key] = json.dumps({**json.loads(files[key]), "fabricWaitSeconds": 0})
+    found = findings(files=files)
+    assert lines(found) == {"gpuHealthAgent/fabric-state-completed"}
+    assert {f.where.split(":")[0].split(".")[0] for f in found} == {"pool-a100-ib", "pool-h100-ib"}
