@@ -133,9 +133,13 @@ def nccl_host_settings(family: str) -> tuple[tuple[str, str], ...]:
 # tests/health_checks/NDv4/test-nccl.sh l.38-40): NCCL's bootstrap and socket traffic on eth0
 # (in a pod: its own network interface; the InfiniBand HCAs carry the data over verbs, and
 # without this NCCL may pick another interface), and CUDA's device order by PCI bus ID, the
-# order the topology file describes. Not NCCL_NET_GDR_LEVEL=5, which those runs also set: it
-# asks for GPUDirect RDMA, which these nodes lack (kilonode.preflight.checks.rdma).
-NCCL_POD_SETTINGS: tuple[tuple[str, str], ...] = (("NCCL_SOCKET_IFNAME", "eth0"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"))
+# order the topology file describes; and NCCL_NET_GDR_LEVEL=5 (SYS), as those runs set it:
+# GPUDirect RDMA between every GPU and HCA the topology file pairs, whatever PCI distance the VM's
+# flattened bus shows. The nodes register GPU memory by DMA-BUF (the open kernel module,
+# catalog/contracts.yaml gpuDirectRdma); where NCCL finds no GDR support it says so
+# ("GPU Direct RDMA Disabled") and stages through host memory rather than failing.
+NCCL_POD_SETTINGS: tuple[tuple[str, str], ...] = (
+    ("NCCL_SOCKET_IFNAME", "eth0"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("NCCL_NET_GDR_LEVEL", "5"))
 
 
 def nccl_pod_environment(family: str) -> tuple[tuple[str, str], ...]:
