@@ -25,9 +25,11 @@ from kilonode.plan.model import NodePoolPlan
 
 # The driver's packages that must all be at one version: the kernel module refuses a user
 # space (libcuda, NVML, nvidia-smi) or GSP firmware of another version.
+# The open module (GPUDirect RDMA by DMA-BUF, node-image/packages/gpu.txt); nvidia-modprobe is a
+# source package of its own, at its own version.
 DRIVER_SET = (
-    "nvidia-kernel-dkms", "nvidia-kernel-support", "firmware-nvidia-gsp", "nvidia-alternative", "nvidia-smi",
-    "libcuda1", "libnvidia-ml1", "nvidia-modprobe",
+    "nvidia-open-kernel-dkms", "nvidia-open-kernel-support", "firmware-nvidia-gsp", "nvidia-alternative",
+    "nvidia-smi", "libcuda1", "libnvidia-ml1",
 )
 RDMA_PACKAGES = ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest")
 NVIDIA_RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
@@ -309,3 +311,37 @@ def test_gpu_health_agent_delivered_not_enabled(image_fs: ImageFs, gpu: dict[str
     for wants in image_fs.listdir("/etc/systemd/system"):
         if wants.endswith((".wants", ".requires")):
             assert unit not in image_fs.listdir(f"/etc/systemd/system/{wants}"), f"{unit} enabled in {wants}"
+
+
+def test_infiniband_images_boot_a_kernel_with_ipoib_and_load_it(
+    image_fs: ImageFs, manifest: Manifest, pool: NodePoolPlan
+) -> None:
+    """The RDMA device plugin's link-type selector sees an HCA only through its IPoIB netdev
+    (catalog/contracts.yaml rdmaSharedDevicePlugin): the booted kernel has ib_ipoib and the
+    image loads it at boot; the manifest records the kernel's options preflight --images judges."""
+    if not pool.infiniband:
+        pytest.skip(f"pool {pool.name} has no InfiniBand: no RDMA plugin runs there")
+    kernel = boot_kernel(image_fs)
+    record = manifest.data["kernel"]
+    assert record["release"] == kernel and record["config"].get("CONFIG_INFINIBAND_IPOIB") in {"y", "m"}, record
+    modules = image_fs.read_text(f"/lib/modules/{kernel}/modules.dep") or ""
+    assert re.search(r"^kernel/drivers/infiniband/ulp/ipoib/ib_ipoib\.ko[^:]*:", modules, re.M), \
+        f"{kernel} has no ib_ipoib module"
+    loads = [line.strip() for d in ("/etc/modules-load.d",) for name in image_fs.listdir(d) if name.endswith(".conf")
+             for line in (image_fs.read_text(f"{d}/{name}") or "").splitlines()]
+    assert "ib_ipoib" in loads, f"no modules-load.d file loads ib_ipoib: {loads}"
+
+
+def test_the_devices_unit_comes_with_the_toolkit(image_fs: ImageFs, gpu: dict[str, Any]) -> None:
+    """With the toolkit: kilonode-nvidia-devices.service makes the /dev/char links (nvidia-ctk)
+    and the device plugin's ready marker, and is enabled; without it, it is absent (its
+    nvidia-ctk would be missing)."""
+    toolkit = gpu["container_toolkit"]
+    unit = "/etc/systemd/system/kilonode-nvidia-devices.service"
+    if not toolkit["present"]:
+        assert image_fs.stat(unit) is None and toolkit.get("devices_unit") is None
+        return
+    text = image_fs.read_text(unit) or ""
+    assert "nvidia-ctk system create-dev-char-symlinks --create-all" in text, text
+    assert "/run/kilonode/nvidia/ready" in text and toolkit["devices_unit"] == unit
+    assert wants_links(image_fs, "kilonode-nvidia-devices.service"), "kilonode-nvidia-devices.service is not enabled"

@@ -303,6 +303,9 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
             plan.components.device_plugin_image, baked.vendor, baked.fabric_manager,
         ) if pool else None,
         "infiniband": accel.infiniband_record(recipe, extras, packages),
+        # the kernel the image boots and the options of its config that component contracts name
+        # (kilonode preflight --images judges these instead of catalog/kernels.yaml)
+        "kernel": accel.kernel_record(built.tree),
         # kilonode.gpu (agent, taint controller) where this image carries it
         "gpu_agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": baked.agent} if baked.agent else None,
         "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,

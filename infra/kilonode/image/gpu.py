@@ -18,6 +18,7 @@ module does the rest of the build for them, on the unpacked tree:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tomllib
@@ -372,6 +373,22 @@ def _versions(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str
     present = all(entries[r]["installed"] for r in equal)
     return {**entries, "driver_fm_nscq_equal": present and len(releases) == 1,
             "missing": [f"{r} ({entries[r]['package']})" for r in roles if not entries[r]["installed"]]}
+
+
+# The kernel options the component contracts judge (catalog/contracts.yaml: IPoIB for the RDMA
+# plugin's link types, DMA-BUF and mlx5's on-demand paging for GPUDirect RDMA), as a pattern: the
+# image layer reads no catalogue, so it records the families these options belong to.
+KERNEL_OPTIONS = re.compile(r"^(CONFIG_(?:INFINIBAND|MLX5|DMA_SHARED_BUFFER|DMABUF|PCI_P2PDMA)\w*)=([ym])$", re.M)
+
+
+def kernel_record(tree: Path) -> dict[str, Any] | None:
+    """The booted kernel's release and its config's options of KERNEL_OPTIONS (y or m; an option
+    left out is not set), read from the image's /boot/config-<release>; None without a kernel."""
+    kernel = boot_kernel(tree)
+    config = tree / "boot" / f"config-{kernel}" if kernel else None
+    if kernel is None or config is None or not config.is_file():
+        return None
+    return {"release": kernel, "config": dict(KERNEL_OPTIONS.findall(config.read_text(errors="replace")))}
 
 
 def infiniband_record(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str]) -> dict[str, Any] | None:
