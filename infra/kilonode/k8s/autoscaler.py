@@ -253,10 +253,12 @@ def _gpu_taint_flags() -> list[str]:
     so no pending pod (none tolerates it) would fit a new node and no scale-up would happen.
     The startup check and a fault are startup taints: such a node is not ready for work, so it
     counts as unready (a fleet-wide fault halts the autoscaler, the 2,500-node guard). A faulty
-    node is not removed as an unready, empty one after --scale-down-unready-time: the GPU
-    health controller marks it `cluster-autoscaler.kubernetes.io/scale-down-disabled` while it
-    carries the fault taint (kilonode.gpu.controller), so it stays with its evidence until a
-    reboot or a person returns it. The idle re-check is a status taint: ignored in templates,
+    node, and a node still pending its first checks (the startup taint: its NVSwitch fabric may
+    take minutes to register), is not removed as an unready, empty one after
+    --scale-down-unready-time: the GPU health controller marks it
+    `cluster-autoscaler.kubernetes.io/scale-down-disabled` while it carries either taint
+    (kilonode.gpu.controller), so a faulty node stays with its evidence until a reboot or a
+    person returns it. The idle re-check is a status taint: ignored in templates,
     the node still counts as ready (utils/taints/taints.go NewTaintConfig, and
     FilterOutNodesWithStartupTaints).
     """
