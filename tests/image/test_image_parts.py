@@ -25,7 +25,7 @@ from kilonode.image import cache, mirror, needs, rootfs
 from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
-from kilonode.image.recipe import BaseSpec, extras_for, load_recipe, read_list
+from kilonode.image.recipe import BaseSpec, load_recipe, read_list
 from kilonode.image.verify import SshTarget, VerifyReport, merge
 from kilonode.node import ship
 from kilonode.node.ship import (
@@ -39,6 +39,7 @@ from kilonode.node.ship import (
 )
 from kilonode.paths import REPO_ROOT
 from kilonode.plan import ClusterPlan
+from kilonode.plan.resolve.pools import image_extras
 from kilonode.render import pool as render_pool
 from tests import shared
 
@@ -302,7 +303,7 @@ PLAIN_INPUT_KEYS = {"recipe_version", "suite", "variant", "flavour", "packages",
 def test_extras_follow_the_pools_size(plans: dict[str, ClusterPlan]) -> None:
     """GPU software only where the size has GPUs, RDMA only where it has InfiniBand."""
     chosen = {
-        (stack, p.name): BaseSpec(p.runtime, extras_for(p.gpus_per_node, p.infiniband)).label
+        (stack, p.name): BaseSpec(p.runtime, p.image_extras).label
         for stack, plan in plans.items() for p in plan.node_pools
     }
     assert chosen == {
@@ -316,7 +317,7 @@ def test_extras_follow_the_pools_size(plans: dict[str, ClusterPlan]) -> None:
         ("research-2500", "monitoring"): "containerd",
         ("research-7500", "monitoring"): "docker",
     }
-    assert extras_for(0, True) == ("infiniband",)  # an HPC size: InfiniBand, no GPU
+    assert image_extras(0, True) == ("infiniband",)  # an HPC size: InfiniBand, no GPU
     with pytest.raises(ValueError, match="no extras"):
         BaseSpec("control", ("gpu",))
 

@@ -163,7 +163,7 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
     version; a role without pins says why (its machines could not get their binaries)."""
     catalog = binaries.load()
     roles = {"etcd": [ETCD_IMAGE], "apiserver": [CONTROL_PLANE_IMAGE]} | {
-        f"pool-{pool.name}": binaries.pool_roles(pool.runtime, pool.nccl_topology)
+        pool.role(): list(pool.binary_roles)
         for pool in plan.node_pools
     }
     shown: dict[str, Any] = {}

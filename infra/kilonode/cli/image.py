@@ -43,7 +43,7 @@ def image_inputs(stack_ref: str, pool_name: str | None, role: str | None = None)
         return role_inputs(stack, plan, role, project_dir)
     pool = find_pool(plan, str(pool_name))
     return ImageInputs(
-        stack=stack, plan=plan, pool=pool, files=render_cluster(plan)[f"pool-{pool.name}"],
+        stack=stack, plan=plan, pool=pool, files=render_cluster(plan)[pool.role()],
         project_dir=project_dir,
     )
 
@@ -197,7 +197,7 @@ def prepare(
     ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs; a second run
     finds them and returns at once.
     """
-    from kilonode.image.recipe import BaseSpec, extras_for, load_recipe
+    from kilonode.image.recipe import BaseSpec, load_recipe
     from kilonode.image.rootfs import BuildError
     from kilonode.image.rootfs import prepare as prepare_bases
 
@@ -205,7 +205,7 @@ def prepare(
     wanted: list[BaseSpec] = []
     for stack_ref in stacks or []:
         _stack, plan = load_and_plan(stack_ref)
-        wanted += [BaseSpec(p.runtime, extras_for(p.gpus_per_node, p.infiniband)) for p in plan.node_pools]
+        wanted += [BaseSpec(p.runtime, p.image_extras) for p in plan.node_pools]
     progress = _Progress(start)
     try:
         bases = prepare_bases(load_recipe(), progress, tuple(spec for spec in wanted if spec.extras))

@@ -33,7 +33,7 @@ from kilonode.image import disk, mirror, needs, rootfs, vendor_apt
 from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.manifest import FORMAT, Manifest
-from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, extras_for, load_recipe
+from kilonode.image.recipe import BaseSpec, Extra, Flavour, Recipe, load_recipe
 from kilonode.node.ship import GPU_HEALTH, NodeProgram, programs_for
 from kilonode.plan import ClusterPlan, wellknown
 from kilonode.plan.model import NodePoolPlan
@@ -110,7 +110,7 @@ class ImageInputs:
     stack: Stack
     plan: ClusterPlan
     pool: NodePoolPlan | None
-    files: HostFiles  # the pool's rendered files, render_cluster(plan)[f"pool-{pool.name}"]; {} for a role
+    files: HostFiles  # the pool's rendered files, render_cluster(plan)[pool.role()]; {} for a role
     project_dir: Path  # a relative preload archive path is relative to this (the stack's project)
     role: str | None = None  # a key of ROLE_IMAGES, when pool is None
 
@@ -136,7 +136,7 @@ class ImageInputs:
     @property
     def extras(self) -> tuple[Extra, ...]:
         """What the pool's VM size adds to its base: GPU software, the RDMA user space."""
-        return extras_for(self.pool.gpus_per_node, self.pool.infiniband) if self.pool else ()
+        return self.pool.image_extras if self.pool else ()
 
     @property
     def base(self) -> BaseSpec:
@@ -465,7 +465,7 @@ def _place_binaries(
     # it has again, and `kilonode gpu nccl-job` finds the NCCL topology file there
     downloads = pinned.Downloads(pinned.download_cache())
     roles = (
-        pins.pool_roles(pool.runtime, pool.nccl_topology) if pool
+        list(pool.binary_roles) if pool
         else [inputs.binaries_role]
     )
     binaries: list[pinned.BinaryResult] = []

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from kilonode.catalog.binaries import LOCK_NAME, Catalog, Component, PinError, load, pool_roles
+from kilonode.catalog.binaries import LOCK_NAME, Catalog, Component, PinError, load
 from kilonode.image.recipe import Extra, Flavour, Recipe
 from kilonode.node.ship import programs_for
 
@@ -201,7 +201,7 @@ def _script_needs(where: str, text: str, known: set[str]) -> list[Need]:
 
 # --- what the image of a role provides ---------------------------------------------------------
 
-__all__ = ["Catalog", "pool_roles"]  # for preflight, which reads the binaries data through this module
+__all__ = ["Catalog"]  # for preflight, which reads the binaries data through this module
 
 
 def load_catalog(recipe: Recipe) -> Catalog:

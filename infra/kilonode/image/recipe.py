@@ -229,18 +229,6 @@ class Recipe:
         return inputs
 
 
-def extras_for(gpus_per_node: int, infiniband: bool) -> tuple[Extra, ...]:
-    """The extras a pool's base carries, from its plan (the size catalogue's GPUs and InfiniBand,
-    which the plan takes over): GPU software only where the VM has GPUs, the RDMA user space only
-    where it has InfiniBand, so no other pool carries either."""
-    chosen: list[Extra] = []
-    if gpus_per_node > 0:
-        chosen.append("gpu")
-    if infiniband:
-        chosen.append("infiniband")
-    return tuple(chosen)
-
-
 def read_list(path: Path) -> list[str]:
     """One package per line; '#' starts a comment."""
     names = []

@@ -251,7 +251,7 @@ def not_started(plan: ClusterPlan, rendered: dict[str, HostFiles], worker_pool: 
             "checked against the running clusters instead",
         ))
     for pool in plan.node_pools:
-        hosts = [h for h in rendered if h == f"pool-{pool.name}" or h.startswith(f"pool-{pool.name}.")]
+        hosts = [h for h in rendered if h == pool.role() or h.startswith(f"{pool.role()}.")]
         missing = "kubelet and cri-dockerd are release binaries" if pool.runtime == "docker" else \
             "kubelet is a release binary"
         if pool.name == worker_pool:
@@ -358,7 +358,7 @@ def _worker_inputs(stack: Stack, plan: ClusterPlan, rendered: dict[str, HostFile
     inputs: ImageInputs | None = None
     key = ""
     if worker and first_pool is not None:
-        inputs = ImageInputs(stack=stack, plan=plan, pool=first_pool, files=rendered[f"pool-{first_pool.name}"],
+        inputs = ImageInputs(stack=stack, plan=plan, pool=first_pool, files=rendered[first_pool.role()],
                              project_dir=project_root(stack.file.parent) or stack.file.parent)
         key = workers.image_key(inputs)
         if previous is not None and previous.image_key != key and workers.probe(previous).state == "running":

@@ -147,7 +147,7 @@ def release_units(pool: NodePoolPlan) -> list[str]:
     units but not the binaries (built --allow-incomplete), and each is skipped
     (ConditionPathExists=) on the node."""
     catalog = pins.load(load_recipe().binaries_file)
-    roles = pins.pool_roles(pool.runtime, pool.nccl_topology)
+    roles = list(pool.binary_roles)
     return list(dict.fromkeys(c.unit for role in roles for c in catalog.role(role) if c.unit))
 
 

@@ -33,7 +33,7 @@ Delivery = Literal["image", "command"]
 
 # The images a program is written into (NodeProgram.images): the role images by their names (the
 # gallery image definitions of kilonode.config.model ROLE_IMAGES), every pool's image, a pool's
-# image whose VM size adds an extra (kilonode.image.recipe extras_for: "gpu", "infiniband"), or
+# image whose VM size adds an extra (the plan's NodePoolPlan.image_extras: "gpu", "infiniband"), or
 # every image.
 ETCD_IMAGE = "etcd"
 CONTROL_PLANE_IMAGE = "control-plane"

@@ -228,6 +228,13 @@ class NodePoolPlan(StrictModel):
     resolv_conf: str
     resolv_conf_reason: str
     autoscaling: AutoscalingPlan | None = None
+    # What the pool's image carries beyond its runtime's base, decided here once for the image
+    # build, the Pulumi program, the review and preflight: the recipe's extras (node-image/
+    # recipe.toml [extras.*]: GPU software where the size has GPUs, the RDMA user space and its
+    # kernel where it has InfiniBand) and the binaries.toml roles it takes (its runtime's, and
+    # its NCCL topology family's).
+    image_extras: tuple[Literal["gpu", "infiniband"], ...] = ()
+    binary_roles: tuple[str, ...] = ()
 
     def registration(self, team: str | None) -> NodePoolPlan:
         """The pool as a team's shards register: the team's label and taint added to the

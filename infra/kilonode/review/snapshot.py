@@ -85,7 +85,7 @@ def _image_contents(plan: Any) -> dict[str, Any]:
     (the stack's), the pinned binaries at their versions (node-image/binaries.toml for the
     stack's Kubernetes version) and the container images baked in for preloading. A review
     compares them where the version did not move: a built image never changes under its version."""
-    from kilonode.catalog.binaries import load, pool_roles
+    from kilonode.catalog.binaries import load
 
     try:
         catalog = load()
@@ -104,9 +104,9 @@ def _image_contents(plan: Any) -> dict[str, Any]:
         "etcd": {"version": plan.etcd_image_version, "binaries": binaries(["etcd"]), "preload": []},
     }
     for pool in plan.node_pools:
-        found[f"pool-{pool.name}"] = {
+        found[pool.role()] = {
             "version": plan.node_image_version,
-            "binaries": binaries(pool_roles(pool.runtime, pool.nccl_topology)),
+            "binaries": binaries(list(pool.binary_roles)),
             "preload": sorted(item.image for item in pool.preload_images),
         }
     return found

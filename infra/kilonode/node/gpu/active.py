@@ -3,6 +3,14 @@ bandwidth, through ctypes on the CUDA 11.8 libraries Debian ships in GPU images
 (libcudart.so.11.0, libcublas.so.11). It yields the figures burn.json has, so
 kilonode.gpu.rules judges both the same way.
 
+The CUDA work runs in a child process (`python3 -m kilonode.gpu.active`, `measure` there),
+never in the caller's: `run` starts it, bounds it by thresholds.toml [agent] active_timeout_s
+and reads its one answer, JSON on its stdout. A CUDA error can be sticky for the process
+that met it (cudaErrorSystemNotReady, 802, among them: CUDA initialised before Fabric Manager
+has trained an NVSwitch fabric fails so for the rest of the process), and the agent is a
+long-lived process: in it, one such error would fail every later check of the boot. In a
+child it dies with the child, and the next try starts a fresh CUDA.
+
 UNMEASURED ON A GPU: this ctypes path has not run on a GPU. Its floors (thresholds.toml,
 models.<name>.cublas11, A100 and H100) are stated fractions of NVIDIA's published peaks, set
 for cuBLAS 11 (no Hopper wgmma kernels); the PyTorch 2.11 (cu130) floor measured on the
@@ -29,11 +37,20 @@ Signatures and enum values, from NVIDIA's headers:
 
 from __future__ import annotations
 
+import argparse
 import ctypes
+import json
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from .rules import thresholds
 
 # The floors in thresholds.toml are per stack: this check's figures are cuBLAS 11's.
 STACK = "cublas11"
@@ -56,6 +73,25 @@ GEMM_SECONDS = 8.0
 COPY_BYTES = 1 << 30  # 1 GiB each way: long enough per copy that launch cost is noise
 COPY_ROUNDS = 20
 
+# cudaErrorSystemNotReady (driver_types.h) = CUDA_ERROR_SYSTEM_NOT_READY (cuda.h), 802: "the
+# system is not yet ready to start any CUDA work". On an NVSwitch system (HGX) CUDA answers so
+# at initialisation until Fabric Manager has trained the fabric, and the error stays with the
+# process. The agent waits for nvidia-smi's fabric state before its first active check, but on
+# A100 HGX (ND A100 v4, NVSwitch gen 2) nvidia-smi reports that state as N/A even with Fabric
+# Manager running (bottlerocket-os/bottlerocket PR #3873, an 8x A100 p4d), so there this error
+# is the only sign of a fabric still training: the caller (kilonode.gpu.agent) tries again
+# until its fabric wait is up.
+CUDA_ERROR_SYSTEM_NOT_READY = 802
+# How long a killed child is waited for before it is left behind: one stuck in the driver
+# (uninterruptible sleep) does not die of SIGKILL until the driver lets it go.
+KILL_WAIT_S = 10
+# The child's answer (JSON on its stdout): {"pid": ..., "burn": {...}} or {"pid": ...,
+# "error": one of these, "message": ..., "code": the CUDA error or null}.
+ANSWER_NOT_READY, ANSWER_CUDA, ANSWER_UNUSABLE = "not-ready", "cuda", "unusable"
+# The import root the package sits in (the image's /usr/local/lib/kilonode/python for
+# kilonode.gpu): the child imports this module from there as the parent did.
+IMPORT_ROOT = Path(__file__).resolve().parents[(__package__ or "").count(".") + 1]
+
 
 class Unusable(RuntimeError):
     """The active check could not run here (no CUDA libraries, no numpy): not a pass, and
@@ -64,7 +100,18 @@ class Unusable(RuntimeError):
 
 class CudaFailure(Unusable):
     """A CUDA or cuBLAS call failed once the libraries were loaded: the GPU (or its driver)
-    failed the check."""
+    failed the check. `code`: the CUDA error (cudaError_t), when a CUDA call said one."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class SystemNotReady(CudaFailure):
+    """cudaErrorSystemNotReady (802) from CUDA's initialisation (cudaGetDeviceCount, which runs
+    cuInit; cudaSetDevice; the context's creation): the NVSwitch fabric is not trained yet.
+    Not a GPU fault while the fabric may still be training: the caller tries again in a new
+    process until its fabric wait is up, then reports it as one."""
 
 
 @dataclass
@@ -110,10 +157,13 @@ def load_libraries() -> _Libs:
     return libs
 
 
-def _cuda(libs: _Libs, result: int, what: str) -> None:
+def _cuda(libs: _Libs, result: int, what: str, init: bool = False) -> None:
+    """Raise CudaFailure for a failed CUDA call; SystemNotReady for 802 from a call that
+    initialises CUDA (`init`): from any other call it is a failure like the rest."""
     if result != 0:
         text = (libs.cudart.cudaGetErrorString(result) or b"?").decode()
-        raise CudaFailure(f"{what}: CUDA error {result} ({text})")
+        failure = SystemNotReady if init and result == CUDA_ERROR_SYSTEM_NOT_READY else CudaFailure
+        raise failure(f"{what}: CUDA error {result} ({text})", result)
 
 
 def _cublas(result: int, what: str) -> None:
@@ -178,7 +228,10 @@ def check_gpu(libs: _Libs, index: int, seconds: float = GEMM_SECONDS) -> dict[st
     import numpy as np
 
     rt = libs.cudart
-    _cuda(libs, rt.cudaSetDevice(index), f"cudaSetDevice({index})")
+    _cuda(libs, rt.cudaSetDevice(index), f"cudaSetDevice({index})", init=True)
+    # cudaFree(NULL) creates the device's primary context (CUDA 11's cudaSetDevice does not):
+    # a fabric not yet trained says 802 here, not as cuBLAS's CUBLAS_STATUS_NOT_INITIALIZED
+    _cuda(libs, rt.cudaFree(None), f"cudaFree(NULL) (context creation on GPU {index})", init=True)
     device = _Device(libs)
     handle = ctypes.c_void_p()
     _cublas(libs.cublas.cublasCreate_v2(ctypes.byref(handle)), "cublasCreate_v2")
@@ -243,16 +296,18 @@ def check_gpu(libs: _Libs, index: int, seconds: float = GEMM_SECONDS) -> dict[st
         libs.cublas.cublasDestroy_v2(handle)
 
 
-def run(model: str, seconds: float = GEMM_SECONDS) -> dict[str, Any]:
-    """burn.json for every GPU: {"device": model, "tool": ..., "gpus": [per GPU]}. Raises
-    Unusable when it cannot run."""
+def measure(model: str, seconds: float = GEMM_SECONDS) -> dict[str, Any]:
+    """burn.json for every GPU: {"device": model, "tool": ..., "gpus": [per GPU]}, measured in
+    this process (the child's side of `run`). Raises Unusable when it cannot run, CudaFailure
+    when a CUDA call fails, SystemNotReady for 802 at CUDA's initialisation."""
     libs = load_libraries()
     try:
         import numpy  # noqa: F401 - the correctness reference needs it (Debian python3-numpy)
     except ImportError:
         raise Unusable("numpy is missing (Debian package python3-numpy): the correctness check needs it") from None
     count = ctypes.c_int()
-    _cuda(libs, libs.cudart.cudaGetDeviceCount(ctypes.byref(count)), "cudaGetDeviceCount")
+    # the runtime's first call runs cuInit: where an untrained fabric says 802
+    _cuda(libs, libs.cudart.cudaGetDeviceCount(ctypes.byref(count)), "cudaGetDeviceCount", init=True)
     if count.value < 1:
         raise CudaFailure("cudaGetDeviceCount found no GPU")
     return {
@@ -261,3 +316,91 @@ def run(model: str, seconds: float = GEMM_SECONDS) -> dict[str, Any]:
         "device": model,
         "gpus": [check_gpu(libs, index, seconds) for index in range(count.value)],
     }
+
+
+def child_command(model: str, seconds: float) -> list[str]:
+    """The child's command line: this interpreter (Debian's python3 on a node) with the flags
+    that shape its imports (-S: the tests' standard library alone), this module as `-m`."""
+    flags = [flag for flag, on in (("-S", sys.flags.no_site), ("-s", sys.flags.no_user_site)) if on]
+    return [sys.executable, *flags, "-m", f"{__package__}.active", "--model", model, "--seconds", repr(seconds)]
+
+
+def run(model: str, seconds: float = GEMM_SECONDS, timeout_s: float | None = None) -> dict[str, Any]:
+    """burn.json for every GPU, measured in a child process (`measure` there), which is killed
+    after `timeout_s` (default: thresholds.toml [agent] active_timeout_s). Raises what
+    `measure` raised in the child (Unusable, CudaFailure, SystemNotReady); CudaFailure for a
+    child that ran out of time or died of a signal (a GPU or its driver hung or crashed it);
+    Unusable for one that exited without an answer."""
+    if timeout_s is None:
+        timeout_s = float(thresholds()["agent"]["active_timeout_s"])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(IMPORT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    try:
+        child = subprocess.Popen(child_command(model, seconds), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+    except OSError as error:
+        raise Unusable(f"the active check's process cannot start: {error}") from None
+    try:
+        out, err = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        try:
+            out, err = child.communicate(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            out, err = "", ""  # stuck in the driver: left behind, still a fault
+        sys.stderr.write(err or "")
+        raise CudaFailure(f"the active check did not finish within {timeout_s:g} s (active_timeout_s): its "
+                          f"process (pid {child.pid}) was killed; a GPU or its driver hung") from None
+    sys.stderr.write(err)  # the child's own log, for the journal
+    return _answer(child.pid, child.returncode, out, err)
+
+
+def _answer(pid: int, returncode: int, out: str, err: str) -> dict[str, Any]:
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        if returncode < 0:
+            name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+            raise CudaFailure(f"the active check's process (pid {pid}) was killed by {name} before it answered")
+        last = " | ".join(err.strip().splitlines()[-3:]) or "nothing on stderr"
+        raise Unusable(f"the active check's process (pid {pid}) exited {returncode} without an answer: {last}")
+    kind, message = answer.get("error"), str(answer.get("message", ""))
+    code = answer.get("code") if isinstance(answer.get("code"), int) else None
+    if kind is None and isinstance(answer.get("burn"), dict):
+        return answer["burn"]
+    if kind == ANSWER_NOT_READY:
+        raise SystemNotReady(message, code)
+    if kind == ANSWER_CUDA:
+        raise CudaFailure(message, code)
+    raise Unusable(message or f"the active check's process (pid {pid}) answered {out.strip()[:200]!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: measure, answer on stdout (one JSON object), exit 0. An error not of the
+    check's own kinds is a traceback on stderr and exit 1 (the parent: Unusable)."""
+    parser = argparse.ArgumentParser(prog="python3 -m kilonode.gpu.active", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="")
+    parser.add_argument("--seconds", type=float, default=GEMM_SECONDS)
+    args = parser.parse_args(argv)
+    # stdout carries the answer alone: whatever else writes to it (a library) goes to stderr
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    answer: dict[str, Any]
+    try:
+        answer = {"burn": measure(args.model, args.seconds)}
+    except SystemNotReady as error:
+        answer = {"error": ANSWER_NOT_READY, "message": str(error), "code": error.code}
+    except CudaFailure as error:
+        answer = {"error": ANSWER_CUDA, "message": str(error), "code": error.code}
+    except Unusable as error:
+        answer = {"error": ANSWER_UNUSABLE, "message": str(error), "code": None}
+    answer["pid"] = os.getpid()
+    with os.fdopen(answer_fd, "w") as out:
+        json.dump(answer, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,7 +8,9 @@ condition into taints.
 At start: on NVSwitch systems, a bounded wait for every GPU's fabric registration
 (fabric_wait_s; Unknown/FabricRegistrationPending meanwhile), then passive checks
 (nvidia-smi -q -x, the kernel log's NVIDIA lines since boot, NVLink state through NVML) and
-the active check (kilonode.gpu.active), then a report. Then passive checks every
+the active check (kilonode.gpu.active: its CUDA work in a child process, bounded by
+active_timeout_s; CUDA's "system not ready" (802) there is pending until the fabric wait's
+deadline, then a fault), then a report. Then passive checks every
 passive_interval_s, and every active_interval_s an idle re-check when no pod on the node
 requests nvidia.com/gpu and no process uses a GPU: it asks for the GPUs (Unknown/
 ActiveCheckRequested), waits for the controller's check-running taint, makes sure no GPU
@@ -50,7 +52,16 @@ from .readings import (
     parse_smi_xml,
     read_dir,
 )
-from .rules import FABRIC_FAILED, FABRIC_WAITING, Finding, evaluate, fabric_evidence, fabric_phase, thresholds
+from .rules import (
+    FABRIC_ACTION,
+    FABRIC_FAILED,
+    FABRIC_WAITING,
+    Finding,
+    evaluate,
+    fabric_evidence,
+    fabric_phase,
+    thresholds,
+)
 
 AGENT = "kilonode.io/gpu-health-agent"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -61,6 +72,11 @@ POLL_S = 5  # how often the agent reads its Node while waiting for the check-run
 # How often it reads the GPUs' fabric state while waiting for it (one nvidia-smi -q -x, about a
 # second on 8 GPUs); the wait itself is bounded by fabric_wait_s (thresholds.toml [agent]).
 FABRIC_POLL_S = 5
+# How long the agent sleeps after an active check met cudaErrorSystemNotReady (802) before it
+# tries again in a fresh child process (kilonode.gpu.active; each try also maps the CUDA
+# libraries, cuBLAS Lt alone some hundred MB, and runs nvidia-smi): Fabric Manager trains an
+# HGX fabric in about a minute or two (see fabric_wait_s), and the deadline bounds the tries.
+CUDA_RETRY_S = 10
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED = "active-check-shared"  # the finding of an active check a GPU pod or process shared
 # The active check's own findings are named so (rules.burn_findings, and active-check-error and
@@ -226,6 +242,17 @@ def fabric_pending(state: State, at: str, node_name: str, waiting: list[GpuReadi
                    f"first active check, at most {wait_s} s", at, node_name, None, [], event=False)
 
 
+def cuda_pending(state: State, at: str, node_name: str, wait_s: int) -> Report:
+    """Unknown, the same reason as fabric_pending, while the active check's CUDA says the
+    system is not ready (cudaErrorSystemNotReady, 802): where nvidia-smi cannot show the
+    fabric's state (A100 HGX: N/A even with Fabric Manager running), CUDA says it. The message
+    does not change between tries, so it is written once."""
+    return _report(state, "Unknown", p.REASON_FABRIC_PENDING,
+                   "CUDA reports the system not ready (cudaErrorSystemNotReady, 802): waiting for Fabric Manager "
+                   f"to finish training the NVSwitch fabric before the first active check, at most {wait_s} s", at,
+                   node_name, None, [], event=False)
+
+
 def _report(state: State, status: str, reason: str, message: str, at: str, node_name: str,
             node_uid: str | None, faults: list[Finding], event: bool = True) -> Report:
     changed = (status, reason, message) != (state.status, state.reason, state.message)
@@ -340,12 +367,16 @@ def gpu_processes() -> list[str]:
 
 
 def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
-          busy: Callable[[], list[str]] | None = None) -> tuple[NodeReadings | None, list[Finding], str | None]:
+          busy: Callable[[], list[str]] | None = None,
+          not_ready_until: float | None = None) -> tuple[NodeReadings | None, list[Finding], str | None]:
     """Passive checks, and the active one if asked. Returns the readings, the findings, and
     why the active check could not run (None: it ran, or was not asked). `busy` (the GPU
     pods and processes now on the node) is asked again once the active check has run: a
     GPU pod that got onto the node meanwhile (bound before the check taint landed, or one
-    that tolerates it) shared the GPUs, so the figures are thrown away, not judged."""
+    that tolerates it) shared the GPUs, so the figures are thrown away, not judged.
+    `not_ready_until` (time.monotonic(), the fabric wait's deadline): before it, an active
+    check that met cudaErrorSystemNotReady (802) raises active.SystemNotReady for the caller
+    to try again; from it (or without it), that is a fault naming the error and the wait."""
     from . import active as active_check
 
     unusable = None
@@ -373,6 +404,17 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
                                      action="active check again when the node is idle")
                 else:
                     (work / BURN_JSON).write_text(json.dumps(burn, indent=2))
+            except active_check.SystemNotReady as error:
+                if not_ready_until is not None and time.monotonic() < not_ready_until:
+                    raise  # the fabric may still be training: the agent reports pending, tries again
+                waited = (f"; still so at the end of the {config.fabric_wait_s} s fabric wait (fabric_wait_s)"
+                          if not_ready_until is not None else "")
+                readings = read_dir(work)
+                return readings, [*evaluate(readings, config.expect_gpus),
+                                  Finding("active-check-error", None, "CUDA reports the system not ready "
+                                          "(cudaErrorSystemNotReady, 802): the NVSwitch fabric is not trained "
+                                          "(Fabric Manager not running, failed, or still training)",
+                                          str(error) + waited, action=FABRIC_ACTION)], None
             except active_check.CudaFailure as error:
                 readings = read_dir(work)
                 return readings, [*evaluate(readings, config.expect_gpus),
@@ -477,9 +519,29 @@ class Agent:
         return self._full_check(self.config.state_dir / "readings", active)
 
     def _full_check(self, work: Path, active: bool) -> int:
+        from .active import SystemNotReady
+
         # --from and --dry-run read no cluster: there is no pod to share the GPUs with
         guard = None if self.dry_run else self.busy
-        readings, findings, unusable = check(self.config, work, active, self.recorded, guard)
+        told = False
+        while True:
+            # cudaErrorSystemNotReady (802) is sticky for the process that met it; the active
+            # check's CUDA ran in a child that is gone, so a try after the sleep starts afresh.
+            # Until the fabric wait's deadline (set by await_fabric before the first active
+            # check of a boot; none later) it is pending, as the fabric wait is: on A100 HGX
+            # nvidia-smi shows the fabric state N/A (bottlerocket-os/bottlerocket PR #3873), so
+            # await_fabric had nothing to wait for and this is where the training shows.
+            try:
+                readings, findings, unusable = check(self.config, work, active, self.recorded, guard,
+                                                     self.fabric_deadline)
+                break
+            except SystemNotReady as error:
+                print(f"active check: {error}; the NVSwitch fabric is not trained yet, trying again in "
+                      f"{CUDA_RETRY_S} s", file=sys.stderr)
+                if not told and not self.state.failed:
+                    self.send(cuda_pending(self.state, p.now(), self.node_name, self.config.fabric_wait_s))
+                    told = True
+                time.sleep(CUDA_RETRY_S)
         if active and not any(f.check == SHARED for f in findings):
             self.state.last_active = time.time()  # a shared run does not count: the re-check stays due
         self.observe(active, readings, findings, unusable)
@@ -529,8 +591,10 @@ class Agent:
         fabric is registered with it (state Completed, status Success). The unit starts after
         nvidia-fabricmanager.service has started, not after Fabric Manager has trained the
         fabric, and CUDA initialised before that fails with cudaErrorSystemNotReady (802),
-        sticky for the process. GPUs without a fabric (N/A, Not Supported: PCIe sizes, A100)
-        are not waited for. Reports Unknown/FabricRegistrationPending while it waits (not over
+        sticky for the process. GPUs without a fabric state (N/A, Not Supported: PCIe sizes,
+        and A100 HGX, whose nvidia-smi says N/A even with Fabric Manager running) are not
+        waited for here; on them an 802 from the active check's child process is pending
+        until the same deadline (_full_check). Reports Unknown/FabricRegistrationPending while it waits (not over
         a failure already reported in this boot: that stays). The wait is bounded, once per
         agent process, by fabric_wait_s from the first call (an API error that restarts
         startup does not extend it). True: the active check may run. False: the deadline

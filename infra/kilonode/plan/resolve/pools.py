@@ -4,7 +4,9 @@ VM size (looked up once, here), labels and taints; then teams and autoscaling.""
 from __future__ import annotations
 
 from ipaddress import IPv4Network
+from typing import Literal
 
+from kilonode.catalog.binaries import pool_roles
 from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import AZURE_NVME_LOCAL_MODELS, AZURE_TEMP_DISK, gpus_of, infiniband_of, vm_size
 from kilonode.config.checks import effective_sysctls
@@ -208,7 +210,21 @@ def node_pool_plan(
         monitoring=pool.monitoring,
         resolv_conf=defaults.KUBELET_RESOLV_CONF,
         resolv_conf_reason=defaults.KUBELET_RESOLV_CONF_REASON,
+        image_extras=image_extras(gpus_of(pool.vm_size, pool.gpus_per_node),
+                                  infiniband_of(pool.vm_size, pool.infiniband)),
+        binary_roles=tuple(pool_roles(pool.runtime, _nccl_topology(pool))),
     )
+
+
+def image_extras(gpus_per_node: int, infiniband: bool) -> tuple[Literal["gpu", "infiniband"], ...]:
+    """The recipe extras a pool's image carries: GPU software only where the VM has GPUs, the RDMA
+    user space (and the kernel it needs) only where it has InfiniBand, so no other pool carries either."""
+    chosen: list[Literal["gpu", "infiniband"]] = []
+    if gpus_per_node > 0:
+        chosen.append("gpu")
+    if infiniband:
+        chosen.append("infiniband")
+    return tuple(chosen)
 
 
 def place_capacity(

@@ -63,12 +63,11 @@ from kilonode.image.needs import (
     known_programs,
     load_catalog,
     overlay_paths,
-    pool_roles,
     programs_invoked,
     providers,
     runtime_of,
 )
-from kilonode.image.recipe import Recipe, extras_for, load_recipe
+from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.preflight.model import Finding, Inputs
 
 NAME = "binaries"
@@ -95,9 +94,9 @@ def _spec(inputs: Inputs, host: str) -> tuple[ImageSpec, str | None, Mapping[str
     pool = next((p for p in inputs.plan.node_pools if host in {p.role(), *(p.role(t) for t in p.teams)}), None)
     if pool is None:
         return None
-    roles = tuple(pool_roles(pool.runtime, pool.nccl_topology))
+    roles = pool.binary_roles
     built = next((m for m in manifests if m.get("pool") == pool.name), None)
-    return ImageSpec(roles, pool.runtime, extras_for(pool.gpus_per_node, pool.infiniband), k8s), None, built
+    return ImageSpec(roles, pool.runtime, pool.image_extras, k8s), None, built
 
 
 def _built(manifest: Mapping[str, Any]) -> dict[str, Provider]:

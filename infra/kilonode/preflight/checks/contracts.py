@@ -40,7 +40,7 @@ import yaml
 from kilonode.catalog import components as catalog_components
 from kilonode.catalog.contracts import Contract, Requirement, contracts, kernels
 from kilonode.image import gpu as image_gpu
-from kilonode.image.recipe import Recipe, extras_for, load_recipe
+from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
 from kilonode.preflight.model import Finding, Inputs, Resource
@@ -272,7 +272,7 @@ def _kernel_of(inputs: Inputs, pool: NodePoolPlan) -> tuple[str, dict[str, str] 
     built = (manifest or {}).get("kernel")
     if built and built.get("config") is not None:
         return str(built.get("release")), dict(built["config"]), f"the built image {manifest.get('name')}"
-    image = _recipe().kernel_for(extras_for(pool.gpus_per_node, pool.infiniband)).image
+    image = _recipe().kernel_for(pool.image_extras).image
     kernel = kernels().get(image)
     return image, dict(kernel.options) if kernel else None, "catalog/kernels.yaml"
 
@@ -280,7 +280,7 @@ def _kernel_of(inputs: Inputs, pool: NodePoolPlan) -> tuple[str, dict[str, str] 
 def _boot_modules(pool: NodePoolPlan) -> set[str]:
     """The modules the pool's image loads at boot: modules-load.d of its overlays."""
     recipe = _recipe()
-    extras = extras_for(pool.gpus_per_node, pool.infiniband)
+    extras = pool.image_extras
     modules: set[str] = set()
     for root in (recipe.overlay_dir, *(recipe.extra_overlay_dir(e) for e in extras)):
         for conf in sorted((root / "etc" / "modules-load.d").glob("*.conf")):
@@ -327,7 +327,7 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
     findings = []
     nccl = catalog_components.components().nccl_benchmark.provides.get("nccl")
     for pool in (p for p in inputs.plan.node_pools if p.infiniband and p.gpus_per_node > 0):
-        extras = extras_for(pool.gpus_per_node, pool.infiniband)
+        extras = pool.image_extras
         declared = _recipe().declared_packages(pool.runtime, extras)
         kernel, options, whose = _kernel_of(inputs, pool)
         missing = []

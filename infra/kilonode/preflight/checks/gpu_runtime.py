@@ -59,8 +59,8 @@ from typing import Any
 
 from kilonode.image import gpu as image_gpu
 from kilonode.image import vendor_apt
-from kilonode.image.needs import SERVICE_PATH, Catalog, ImageSpec, load_catalog, pool_roles, providers
-from kilonode.image.recipe import Extra, Recipe, extras_for, load_recipe
+from kilonode.image.needs import SERVICE_PATH, Catalog, ImageSpec, load_catalog, providers
+from kilonode.image.recipe import Extra, Recipe, load_recipe
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
@@ -88,12 +88,12 @@ def check(inputs: Inputs) -> list[Finding]:
     recipe, catalog = _data()
     findings = []
     for pool in pools:
-        extras = extras_for(pool.gpus_per_node, pool.infiniband)
+        extras = pool.image_extras
         manifest = next((m for m in (inputs.images or {}).values() if m.get("pool") == pool.name), None)
         findings += _packages(recipe, pool, extras)
         findings += _one_release(recipe, pool, extras)
         findings += _fabric_manager(recipe, pool, extras, manifest)
-        spec = ImageSpec(tuple(pool_roles(pool.runtime, pool.nccl_topology)), pool.runtime, extras,
+        spec = ImageSpec(pool.binary_roles, pool.runtime, extras,
                          inputs.plan.kubernetes_version)
         for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
             findings += _runtime(inputs.host_files(host), host, pool, providers(catalog, recipe, spec))

@@ -42,7 +42,7 @@ def check(inputs: Inputs) -> list[Finding]:
         subnet = next((s for s in graph.of(SUBNET) if s.inputs.get("addressPrefix") == str(pool.subnet)), None)
         reference = subnet.inputs.get("networkSecurityGroup") if subnet else None
         nsg = graph.by_reference(NSG, reference, "networkSecurityGroupName") if reference else None
-        where = f"pool-{pool.name}"
+        where = pool.role()
         name = str(nsg.inputs.get("networkSecurityGroupName", "")) if nsg else "none"
         if name != wanted:
             findings.append(Finding(
