@@ -31,7 +31,7 @@ from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pod_security import container_security_context
-from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec
+from kilonode.k8s.pods import SKIP_AWAIT, UNINITIALIZED_TAINT, system_pod_spec
 from kilonode.node.gpu import protocol
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan
@@ -90,8 +90,15 @@ def device_plugin_tolerations() -> list[dict[str, str]]:
     And every team's taint (kilonode.io/team=<team>:NoSchedule, kilonode.plan.capacity): a
     DaemonSet pod needs every NoSchedule taint of its node tolerated, so without it the
     team-reserved nodes (4,000 of research-7500's A100s) would register no GPU at all.
+
+    And the cloud provider's uninitialized taint, which the kubelet registers with under
+    --cloud-provider=external until cloud-node-manager has initialised the node: the plugin
+    needs nothing the cloud provider gives (it is on the host network and talks only to the
+    kubelet), so it starts with the node instead of after it, and the GPUs are offered as soon
+    as the other taints lift.
     """
     return [
+        {"key": UNINITIALIZED_TAINT, "operator": "Exists", "effect": "NoSchedule"},
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         *({"key": key, "operator": "Exists", "effect": protocol.EFFECT} for key in gpu_taint_keys()),
         {"key": wellknown.TEAM_LABEL, "operator": "Exists", "effect": wellknown.TEAM_TAINT_EFFECT},
