@@ -166,7 +166,9 @@ def test_the_device_plugin_tolerates_the_gpu_taints_and_every_taint_gpu_pools_re
 ) -> None:
     tolerations = daemonset(graphs["research-7500"])["spec"]["template"]["spec"]["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in tolerations
-    assert {t["key"] for t in tolerations} == GPU_TAINTS | {"nvidia.com/gpu", wellknown.TEAM_LABEL}
+    # and the cloud provider's uninitialized taint: it needs nothing the cloud provider gives
+    assert {t["key"] for t in tolerations} == GPU_TAINTS | {"nvidia.com/gpu", wellknown.TEAM_LABEL,
+                                                            "node.cloudprovider.kubernetes.io/uninitialized"}
     assert {protocol.STARTUP_TAINT, protocol.FAULT_TAINT, protocol.CHECK_TAINT} == GPU_TAINTS
     for toleration in tolerations:  # any value: the fault taint's value is the failed check
         assert toleration["operator"] == "Exists" and toleration["effect"] == "NoSchedule"
