@@ -220,11 +220,18 @@ def test_an_nccl_older_than_dma_buf_is_a_break(monkeypatch: pytest.MonkeyPatch) 
     assert "NCCL is 2.12.12, older than 2.13" in found[0].what
 
 
-def test_a_built_image_with_an_old_rdma_core_is_a_break() -> None:
-    manifest = {"name": "research-7500-h100-ib", "pool": "h100-ib",
-                "infiniband": {"packages": {"rdma-core": "33.2-1"}}}
-    [finding] = findings(images={manifest["name"]: manifest})
-    assert "rdma-core 33.2-1 is older than 34" in finding.what
+def test_a_job_image_with_an_old_rdma_core_is_a_break_and_an_unknown_one_a_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    inputs = inputs_of("research-7500")
+    [warning] = [f for f in run(inputs, CHECK) if f.level == "warn"]
+    assert "rdma-core is not recorded" in warning.what and warning.where.startswith("NCCL job image")
+    table = catalog_components.components()
+    old = table.model_copy(update={"nccl_benchmark": table.nccl_benchmark.model_copy(update={"provides": {
+        "nccl": "2.18.3", "rdma-core": "33.2"}})})
+    monkeypatch.setattr(catalog_components, "components", lambda: old)
+    found = findings()
+    assert lines(found) == {"gpuDirectRdma/dmabuf-path"} and "rdma-core 33.2 is older than 34" in found[0].what
+    assert [f for f in run(inputs, CHECK) if f.level == "warn"] == []
 
 
 # --- the health agent and the NVSwitch fabric ---------------------------------------------------------------

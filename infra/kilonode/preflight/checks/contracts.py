@@ -325,7 +325,8 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
     rdma-core (with --images) and an NCCL new enough in the job image."""
     value = req.value
     findings = []
-    nccl = catalog_components.components().nccl_benchmark.provides.get("nccl")
+    provides = catalog_components.components().nccl_benchmark.provides
+    nccl, rdma_core = provides.get("nccl"), provides.get(value["rdmaCorePackage"])
     for pool in (p for p in inputs.plan.node_pools if p.infiniband and p.gpus_per_node > 0):
         extras = pool.image_extras
         declared = _recipe().declared_packages(pool.runtime, extras)
@@ -337,10 +338,9 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
         lacking = [o for o in value["kernelOptions"] if (options or {}).get(o) != "y"]
         if lacking:
             missing.append(f"the kernel {kernel} ({whose}) lacks {', '.join(f'{o}=y' for o in lacking)}")
-        rdma_core = ((((_manifest(inputs, pool) or {}).get("infiniband") or {}).get("packages") or {})
-                     .get(value["rdmaCorePackage"]))
         if rdma_core and _version(rdma_core) < _version(str(value["rdmaCoreMin"])):
-            missing.append(f"{value['rdmaCorePackage']} {rdma_core} is older than {value['rdmaCoreMin']}")
+            missing.append(f"the NCCL job image's {value['rdmaCorePackage']} {rdma_core} is older than "
+                           f"{value['rdmaCoreMin']} (catalog/components.yaml ncclBenchmark provides)")
         if nccl is None or _version(nccl) < _version(str(value["ncclMin"])):
             missing.append(f"the NCCL job image's NCCL is {nccl or 'unknown'}, older than {value['ncclMin']} "
                            "(catalog/components.yaml ncclBenchmark provides.nccl)")
@@ -349,6 +349,14 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
                 name, contract, req, f"{pool.role()}: GPUDirect RDMA", "; ".join(missing),
                 "give InfiniBand pools the open GPU kernel module, a DMA-BUF kernel and an NCCL of 2.13 or later "
                 "(node-image/packages/gpu.txt, catalog/components.yaml)"))
+    if rdma_core is None and findings == [] and any(p.infiniband and p.gpus_per_node for p in inputs.plan.node_pools):
+        findings.append(_finding(
+            name, contract, req, "NCCL job image (catalog/components.yaml ncclBenchmark)",
+            f"the job image's {value['rdmaCorePackage']} is not recorded, so its ibv_reg_dmabuf_mr "
+            f"({value['rdmaCorePackage']} {value['rdmaCoreMin']}+) is assumed, not known",
+            f"record the image's {value['rdmaCorePackage']} version in ncclBenchmark provides (from its release notes "
+            "or `dpkg -s rdma-core` in the image); a run's log says it too: \"DMA-BUF is available on GPU device\" "
+            "and channels via NET/IB/<n>/GDRDMA", level="warn"))
     return findings
 
 
