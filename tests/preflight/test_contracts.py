@@ -94,9 +94,10 @@ def test_an_unprivileged_plugin_relying_on_its_image_env_is_a_break() -> None:
     caps = plugin_spec(graph)["containers"][0]["securityContext"]["capabilities"]
     assert caps["add"] == ["SYS_ADMIN"]
     del caps["add"]
-    [finding] = findings(graph=graph)
-    assert lines([finding]) == {"devicePlugin/nvml-from-image-env"}
-    assert "NVIDIA_VISIBLE_DEVICES=all is ignored" in finding.what and "add SYS_ADMIN" in finding.fix
+    found = findings(graph=graph)
+    assert lines(found) == {"devicePlugin/nvml-from-image-env"}
+    assert {f.where.rsplit(" on ", 1)[1] for f in found} == {"pool-a100-ib", "pool-h100-ib"}  # each GPU pool's image
+    assert "NVIDIA_VISIBLE_DEVICES=all is ignored" in found[0].what and "add SYS_ADMIN" in found[0].fix
 
 
 def test_the_same_plugin_passes_where_the_toolkit_takes_the_env_var_from_anyone(
@@ -172,7 +173,7 @@ def test_a_link_type_selector_on_a_kernel_without_ipoib_is_a_break(recipe_kernel
 
 
 def test_ipoib_as_a_module_the_image_never_loads_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(check, "_boot_modules", lambda pool: set())
+    monkeypatch.setattr(check, "_boot_modules", lambda inputs, pool: set())
     found = findings()
     assert lines(found) == {"rdmaSharedDevicePlugin/link-type-needs-netdev"}
     assert "loads no ib_ipoib at boot" in found[0].what
@@ -246,3 +247,34 @@ def test_an_agent_told_not_to_wait_for_the_fabric_is_a_break_on_nvswitch_pools_o
     found = findings(files=files)
     assert lines(found) == {"gpuHealthAgent/fabric-state-completed"}
     assert {f.where.split(":")[0].split(".")[0] for f in found} == {"pool-a100-ib", "pool-h100-ib"}
+
+
+# --- held out: breaks planted in a built image's manifest only (--images) ----------------------------
+
+
+def test_a_built_image_whose_toolkit_takes_no_env_var_and_a_plugin_without_sys_admin_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    del plugin_spec(graph)["containers"][0]["securityContext"]["capabilities"]["add"]
+    lenient = {"name": "research-7500-h100-ib", "pool": "h100-ib", "gpu": {"container_toolkit": {
+        "present": True, "settings": {"accept-nvidia-visible-devices-envvar-when-unprivileged": True},
+        "devices_unit": image_gpu.NVIDIA_DEVICES_UNIT_PATH,
+        "devices_unit_exec": check._devices_unit(inputs_of("research-7500"),
+                                                 inputs_of("research-7500").plan.node_pools[1])[1]}}}
+    found = findings(graph=graph, images={lenient["name"]: lenient})
+    # the lenient built image lets the plugin's env var through; the a100 image (no manifest) does not
+    assert [f.where for f in found] == ["DaemonSet kube-system/nvidia-device-plugin-daemonset container "
+                                        "nvidia-device-plugin-ctr on pool-a100-ib"]
+
+
+def test_a_built_image_with_the_proprietary_module_or_without_ib_ipoib_at_boot_is_a_break() -> None:
+    manifest = {"name": "research-7500-a100-ib", "pool": "a100-ib",
+                "gpu": {"driver": {"kernel_module": "nvidia-kernel-dkms"}},
+                "kernel": {"release": "6.1.0-57-amd64", "boot_modules": [],
+                           "config": {"CONFIG_INFINIBAND_IPOIB": "m", "CONFIG_DMA_SHARED_BUFFER": "y",
+                                      "CONFIG_INFINIBAND_ON_DEMAND_PAGING": "y", "CONFIG_INFINIBAND_USER_MEM": "y"}}}
+    found = findings(images={manifest["name"]: manifest})
+    assert {(f.where, f.what.split("contract line ", 1)[1].split(":", 1)[0]) for f in found} == {
+        ("pool-a100-ib: image kernel", "rdmaSharedDevicePlugin/link-type-needs-netdev"),
+        ("pool-a100-ib: GPUDirect RDMA", "gpuDirectRdma/dmabuf-path")}
+    assert any("the built image's GPU kernel module is nvidia-kernel-dkms" in f.what for f in found)
+    assert any("loads no ib_ipoib at boot" in f.what for f in found)

@@ -319,6 +319,8 @@ def gpu_record(
             # its own configuration: the env-var device list refused for unprivileged containers,
             # the volume-mounts device list accepted (written with the toolkit only)
             "config": TOOLKIT_CONFIG if toolkit_packages else None,
+            # what that configuration sets (over the toolkit's defaults), as written
+            "settings": dict(TOOLKIT_SETTINGS) if toolkit_packages else None,
             # the drop-in that makes the runtime read its NVIDIA configuration; None: it runs
             # runc only, and containers get no GPU
             "runtime_dropin": dropin,
@@ -388,7 +390,12 @@ def kernel_record(tree: Path) -> dict[str, Any] | None:
     config = tree / "boot" / f"config-{kernel}" if kernel else None
     if kernel is None or config is None or not config.is_file():
         return None
-    return {"release": kernel, "config": dict(KERNEL_OPTIONS.findall(config.read_text(errors="replace")))}
+    loads = sorted(tree.glob("etc/modules-load.d/*.conf")) + sorted(tree.glob("usr/lib/modules-load.d/*.conf"))
+    modules = sorted({line.split("#", 1)[0].strip() for path in loads if path.is_file()
+                      for line in path.read_text(errors="replace").splitlines()} - {""})
+    return {"release": kernel, "config": dict(KERNEL_OPTIONS.findall(config.read_text(errors="replace"))),
+            # modules-load.d: what systemd-modules-load loads at every boot
+            "boot_modules": modules}
 
 
 def infiniband_record(recipe: Recipe, extras: tuple[Extra, ...], packages: dict[str, str]) -> dict[str, Any] | None:

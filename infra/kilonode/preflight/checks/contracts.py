@@ -171,14 +171,28 @@ def _device_access_from_image_env(inputs: Inputs, name: str, contract: Contract,
     privileged, added = _capabilities(containers[0])
     if privileged or value["capability"] in added:
         return []
-    settings = {**wellknown.TOOLKIT_DEFAULTS, **image_gpu.TOOLKIT_SETTINGS}
-    if settings.get(value["toolkitKey"]) is True:
-        return []
-    return [_finding(
-        name, contract, req, f"{value['workload']} container {value['container']}",
-        f"the container is not privileged and adds no {value['capability']}, and the image's toolkit config "
-        f"({image_gpu.TOOLKIT_CONFIG}) sets {value['toolkitKey']} = false: its image's {value['imageEnv']} is ignored",
-        f"add {value['capability']} to the container's capabilities, as upstream's chart does (kilonode.k8s.gpu)")]
+    findings = []
+    for pool in _gpu_pools(inputs):
+        settings, whose = _toolkit_settings(inputs, pool)
+        if settings.get(value["toolkitKey"]) is True:
+            continue
+        findings.append(_finding(
+            name, contract, req, f"{value['workload']} container {value['container']} on {pool.role()}",
+            f"the container is not privileged and adds no {value['capability']}, and {whose}'s toolkit config "
+            f"({image_gpu.TOOLKIT_CONFIG}) leaves {value['toolkitKey']} false: its image's {value['imageEnv']} is "
+            "ignored",
+            f"add {value['capability']} to the container's capabilities, as upstream's chart does (kilonode.k8s.gpu)"))
+    return findings
+
+
+def _toolkit_settings(inputs: Inputs, pool: NodePoolPlan) -> tuple[dict[str, Any], str]:
+    """The toolkit configuration the pool's image has, over the toolkit's defaults: the built
+    manifest's with --images where it records one, else what the image build writes."""
+    manifest = _manifest(inputs, pool)
+    recorded = (((manifest or {}).get("gpu") or {}).get("container_toolkit") or {}).get("settings")
+    if manifest is not None and recorded is not None:
+        return {**wellknown.TOOLKIT_DEFAULTS, **recorded}, f"the built image {manifest.get('name')}"
+    return {**wellknown.TOOLKIT_DEFAULTS, **image_gpu.TOOLKIT_SETTINGS}, "the image build"
 
 
 def _waits_for_node_marker(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
@@ -277,8 +291,12 @@ def _kernel_of(inputs: Inputs, pool: NodePoolPlan) -> tuple[str, dict[str, str] 
     return image, dict(kernel.options) if kernel else None, "catalog/kernels.yaml"
 
 
-def _boot_modules(pool: NodePoolPlan) -> set[str]:
-    """The modules the pool's image loads at boot: modules-load.d of its overlays."""
+def _boot_modules(inputs: Inputs, pool: NodePoolPlan) -> set[str]:
+    """The modules the pool's image loads at boot: the built manifest's modules-load.d with
+    --images where it records it, else the recipe overlays' modules-load.d."""
+    built = ((_manifest(inputs, pool) or {}).get("kernel") or {}).get("boot_modules")
+    if built is not None:
+        return set(built)
     recipe = _recipe()
     extras = pool.image_extras
     modules: set[str] = set()
@@ -306,7 +324,7 @@ def _kernel_option_for_selector(inputs: Inputs, name: str, contract: Contract, r
             here = f"the image's kernel {kernel} is not in catalog/kernels.yaml: its {value['kernelOption']} is unknown"
         elif option not in {"y", "m"}:
             here = f"the image's kernel {kernel} ({whose}) is built without {value['kernelOption']}"
-        elif option == "m" and value["module"] not in _boot_modules(pool):
+        elif option == "m" and value["module"] not in _boot_modules(inputs, pool):
             here = (f"{value['kernelOption']} is a module in {kernel}, and the image loads no {value['module']} at "
                     "boot (modules-load.d)")
         else:
@@ -332,9 +350,11 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
         declared = _recipe().declared_packages(pool.runtime, extras)
         kernel, options, whose = _kernel_of(inputs, pool)
         missing = []
-        if value["driverModulePackage"] not in declared:
-            module = next((p for p in declared if p.startswith("nvidia-") and p.endswith("kernel-dkms")), "none")
-            missing.append(f"the image's GPU kernel module is {module}, not {value['driverModulePackage']}")
+        built = (((_manifest(inputs, pool) or {}).get("gpu") or {}).get("driver") or {}).get("kernel_module")
+        module = built or next((p for p in declared if p.startswith("nvidia-") and p.endswith("kernel-dkms")), None)
+        if module != value["driverModulePackage"]:
+            whose = "the built image's" if built else "the image's"
+            missing.append(f"{whose} GPU kernel module is {module or 'none'}, not {value['driverModulePackage']}")
         lacking = [o for o in value["kernelOptions"] if (options or {}).get(o) != "y"]
         if lacking:
             missing.append(f"the kernel {kernel} ({whose}) lacks {', '.join(f'{o}=y' for o in lacking)}")
