@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -88,6 +89,7 @@ def test_install_host_packages_brings_a_minimal_debian_12_everything_the_tests_r
         pytest.skip("needs root: mmdebstrap --mode=root, chroot and mounts")
     if shutil.which("mmdebstrap") is None:
         pytest.fail("mmdebstrap missing: run `make setup` (installs .ci/debian-packages.txt)")
+    before = set(Path(tempfile.gettempdir()).glob("kilonode-bare-debian-*"))
     started = time.monotonic()
     result = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=TIMEOUT_S,
                             check=False)
@@ -95,7 +97,8 @@ def test_install_host_packages_brings_a_minimal_debian_12_everything_the_tests_r
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-6000:]
     assert "complete:" in result.stdout, result.stdout
     print(f"check-bare-debian: {took:.0f} s")
-    # what it unpacked is gone (its mounts lived in a namespace of their own)
+    # what it unpacked is gone, and nothing is mounted (its mounts lived in a namespace of their own)
+    assert set(Path(tempfile.gettempdir()).glob("kilonode-bare-debian-*")) <= before
     leftovers = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
                  if "kilonode-bare-debian-" in line]
     assert leftovers == []
