@@ -197,6 +197,10 @@ def gpu_health_config(pool: NodePoolPlan) -> dict[str, Any]:
     }
     if pool.gpu_model:
         config["gpuModel"] = pool.gpu_model
+    if pool.infiniband:
+        # its gangs need GPUDirect RDMA (DMA-BUF): the agent's active check proves each GPU's
+        # memory registers on each InfiniBand HCA (kilonode.gpu.gpudirect), or takes the node out
+        config["expectGpuDirectRdma"] = True
     return config
 
 

@@ -333,13 +333,24 @@ def run(model: str, seconds: float = GEMM_SECONDS, timeout_s: float | None = Non
     Unusable for one that exited without an answer."""
     if timeout_s is None:
         timeout_s = float(thresholds()["agent"]["active_timeout_s"])
+    pid, returncode, out, err = run_child(child_command(model, seconds), timeout_s, "the active check",
+                                          "active_timeout_s")
+    return _answer(pid, returncode, out, err)
+
+
+def run_child(command: list[str], timeout_s: float, what: str, timeout_key: str) -> tuple[int, int, str, str]:
+    """Run a child whose CUDA work must not touch this process (this module's, or
+    kilonode.gpu.gpudirect's), with this package's import root on its PYTHONPATH, killed after
+    `timeout_s`. Returns its pid, exit status, stdout and stderr (its stderr is also copied to
+    this process's, for the journal). Raises Unusable when it cannot start, CudaFailure when it
+    ran out of time (`what` and `timeout_key` name the check and its bound in the message)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(IMPORT_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     try:
-        child = subprocess.Popen(child_command(model, seconds), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=env)
     except OSError as error:
-        raise Unusable(f"the active check's process cannot start: {error}") from None
+        raise Unusable(f"{what}'s process cannot start: {error}") from None
     try:
         out, err = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -349,13 +360,15 @@ def run(model: str, seconds: float = GEMM_SECONDS, timeout_s: float | None = Non
         except subprocess.TimeoutExpired:
             out, err = "", ""  # stuck in the driver: left behind, still a fault
         sys.stderr.write(err or "")
-        raise CudaFailure(f"the active check did not finish within {timeout_s:g} s (active_timeout_s): its "
+        raise CudaFailure(f"{what} did not finish within {timeout_s:g} s ({timeout_key}): its "
                           f"process (pid {child.pid}) was killed; a GPU or its driver hung") from None
     sys.stderr.write(err)  # the child's own log, for the journal
-    return _answer(child.pid, child.returncode, out, err)
+    return child.pid, child.returncode, out, err
 
 
-def _answer(pid: int, returncode: int, out: str, err: str) -> dict[str, Any]:
+def _answer(pid: int, returncode: int, out: str, err: str, key: str = "burn",
+            what: str = "the active check") -> dict[str, Any]:
+    """The child's answer: its `key` object, or what it raised (see `main`)."""
     try:
         answer = json.loads(out)
     except ValueError:
@@ -363,18 +376,18 @@ def _answer(pid: int, returncode: int, out: str, err: str) -> dict[str, Any]:
     if not isinstance(answer, dict):
         if returncode < 0:
             name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
-            raise CudaFailure(f"the active check's process (pid {pid}) was killed by {name} before it answered")
+            raise CudaFailure(f"{what}'s process (pid {pid}) was killed by {name} before it answered")
         last = " | ".join(err.strip().splitlines()[-3:]) or "nothing on stderr"
-        raise Unusable(f"the active check's process (pid {pid}) exited {returncode} without an answer: {last}")
+        raise Unusable(f"{what}'s process (pid {pid}) exited {returncode} without an answer: {last}")
     kind, message = answer.get("error"), str(answer.get("message", ""))
     code = answer.get("code") if isinstance(answer.get("code"), int) else None
-    if kind is None and isinstance(answer.get("burn"), dict):
-        return answer["burn"]
+    if kind is None and isinstance(answer.get(key), dict):
+        return answer[key]
     if kind == ANSWER_NOT_READY:
         raise SystemNotReady(message, code)
     if kind == ANSWER_CUDA:
         raise CudaFailure(message, code)
-    raise Unusable(message or f"the active check's process (pid {pid}) answered {out.strip()[:200]!r}")
+    raise Unusable(message or f"{what}'s process (pid {pid}) answered {out.strip()[:200]!r}")
 
 
 def main(argv: list[str] | None = None) -> int:

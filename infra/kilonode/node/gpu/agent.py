@@ -43,6 +43,7 @@ from . import protocol as p
 from .metrics import ACTIVE, AGENT_STATE_DIR, METRICS_FILE, PASSIVE, AgentRecord, Figures
 from .readings import (
     BURN_JSON,
+    GPUDIRECT_JSON,
     KERNEL_LOG,
     NVML_JSON,
     SMI_XML,
@@ -80,8 +81,14 @@ CUDA_RETRY_S = 10
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED = "active-check-shared"  # the finding of an active check a GPU pod or process shared
 # The active check's own findings are named so (rules.burn_findings, and active-check-error and
-# SHARED here); every other finding is of the passive readings.
-ACTIVE_RULES = "active-"
+# SHARED here; the GPUDirect RDMA probe, which runs with it, rules.gpudirect_findings); every
+# other finding is of the passive readings.
+ACTIVE_RULES = ("active-", "gpudirect-rdma-")
+# How long the agent sleeps before it probes GPUDirect RDMA again when no InfiniBand device is
+# there yet, until the fabric wait's deadline (kilonode.gpu.gpudirect): Azure attaches the
+# InfiniBand virtual functions to a booting VM, and udev loads ib_uverbs for them, on its own
+# schedule. Later in the boot (no deadline) a node without one is a fault at once.
+HCA_RETRY_S = 10
 
 
 class ConfigError(ValueError):
@@ -100,6 +107,9 @@ class AgentConfig:
     heartbeat_s: int
     state_dir: Path
     fabric_wait_s: int = 300  # load_config reads thresholds.toml [agent] fabric_wait_s
+    # the pool's nodes must have GPUDirect RDMA (InfiniBand pools): the active check probes it
+    # (kilonode.gpu.gpudirect); false: never probed, libibverbs never loaded
+    expect_gpudirect_rdma: bool = False
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -114,9 +124,12 @@ def load_config(path: Path) -> AgentConfig:
         raise ConfigError(f"{where}: expected a JSON object")
     defaults = thresholds().get("agent", {})
     known = {"expectGpus", "gpuModel", "kubeconfig", "nodeName", "passiveIntervalSeconds",
-             "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir", "fabricWaitSeconds"}
+             "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir", "fabricWaitSeconds",
+             "expectGpuDirectRdma"}
     if unknown := sorted(set(data) - known):
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    if not isinstance(expect_rdma := data.get("expectGpuDirectRdma", False), bool):
+        raise ConfigError(f"{where}: expectGpuDirectRdma must be true or false, not {expect_rdma!r}")
 
     def positive(name: str, default: int | None) -> int:
         value = data.get(name, default)
@@ -143,6 +156,7 @@ def load_config(path: Path) -> AgentConfig:
         heartbeat_s=positive("heartbeatSeconds", defaults.get("heartbeat_s")),
         state_dir=Path(text("stateDir", False) or AGENT_STATE_DIR),
         fabric_wait_s=positive("fabricWaitSeconds", defaults.get("fabric_wait_s")),
+        expect_gpudirect_rdma=expect_rdma,
     )
 
 
@@ -201,6 +215,10 @@ def summary(readings: NodeReadings, expect_gpus: int, gpu_model: str | None) -> 
         copies = [r["d2d_copy_TBps_read_plus_write"] for r in runs if "d2d_copy_TBps_read_plus_write" in r]
         parts.append(f"active: bf16 GEMM median >= {min(medians):.0f} TFLOP/s, max rel. error "
                      f"{max(errors):.2g}, copy >= {min(copies):.2f} TB/s")
+    probe = readings.gpudirect
+    if probe and not probe.get("failures"):
+        parts.append(f"GPUDirect RDMA (DMA-BUF): {len(probe.get('gpus') or [])} GPUs on "
+                     f"{len(probe.get('hcas') or [])} InfiniBand HCAs, {probe.get('registered')} registrations")
     parts += [f"note: {note}" for note in readings.notes]  # what was not checked
     return "; ".join(parts)
 
@@ -388,6 +406,8 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
         if active:
             # a passive check keeps judging this boot's last active figures (work is in /run)
             (work / BURN_JSON).unlink(missing_ok=True)
+        if active or not config.expect_gpudirect_rdma:
+            (work / GPUDIRECT_JSON).unlink(missing_ok=True)  # and the last probe's answer, where asked for
         try:
             collect(work)
         except UnusableInput as error:
@@ -405,16 +425,7 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
                 else:
                     (work / BURN_JSON).write_text(json.dumps(burn, indent=2))
             except active_check.SystemNotReady as error:
-                if not_ready_until is not None and time.monotonic() < not_ready_until:
-                    raise  # the fabric may still be training: the agent reports pending, tries again
-                waited = (f"; still so at the end of the {config.fabric_wait_s} s fabric wait (fabric_wait_s)"
-                          if not_ready_until is not None else "")
-                readings = read_dir(work)
-                return readings, [*evaluate(readings, config.expect_gpus),
-                                  Finding("active-check-error", None, "CUDA reports the system not ready "
-                                          "(cudaErrorSystemNotReady, 802): the NVSwitch fabric is not trained "
-                                          "(Fabric Manager not running, failed, or still training)",
-                                          str(error) + waited, action=FABRIC_ACTION)], None
+                return _not_ready(config, work, error, not_ready_until)
             except active_check.CudaFailure as error:
                 readings = read_dir(work)
                 return readings, [*evaluate(readings, config.expect_gpus),
@@ -422,8 +433,50 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
                                           str(error))], None
             except active_check.Unusable as error:
                 unusable = str(error)
+            if config.expect_gpudirect_rdma and shared is None:
+                # with the GPUs to itself, as the active check (a CUDA context on each); after it,
+                # so CUDA is known to start (the fabric trained) where the active check could run
+                try:
+                    probe = probe_gpudirect(not_ready_until)
+                except active_check.SystemNotReady as error:
+                    return _not_ready(config, work, error, not_ready_until)
+                (work / GPUDIRECT_JSON).write_text(json.dumps(probe, indent=2))
     readings = read_dir(source)
     return readings, [*evaluate(readings, config.expect_gpus), *([shared] if shared else [])], unusable
+
+
+def _not_ready(config: AgentConfig, work: Path, error: Exception,
+               not_ready_until: float | None) -> tuple[NodeReadings, list[Finding], None]:
+    """cudaErrorSystemNotReady (802) at CUDA's initialisation, in the active check's child or
+    the GPUDirect RDMA probe's: raised again until the fabric wait's deadline (the fabric may
+    still be training: the agent reports pending and tries again), a fault from it."""
+    if not_ready_until is not None and time.monotonic() < not_ready_until:
+        raise error
+    waited = (f"; still so at the end of the {config.fabric_wait_s} s fabric wait (fabric_wait_s)"
+              if not_ready_until is not None else "")
+    readings = read_dir(work)
+    return readings, [*evaluate(readings, config.expect_gpus),
+                      Finding("active-check-error", None, "CUDA reports the system not ready "
+                              "(cudaErrorSystemNotReady, 802): the NVSwitch fabric is not trained "
+                              "(Fabric Manager not running, failed, or still training)",
+                              str(error) + waited, action=FABRIC_ACTION)], None
+
+
+def probe_gpudirect(not_ready_until: float | None) -> dict[str, Any]:
+    """gpudirect.json (kilonode.gpu.gpudirect, its work in a child process). Where no InfiniBand
+    device is there yet, probed again every HCA_RETRY_S until `not_ready_until` (the fabric
+    wait's deadline, at the first check of a boot): the virtual functions may still be
+    arriving. Raises active.SystemNotReady as the active check does."""
+    from . import gpudirect
+
+    while True:
+        probe = gpudirect.run()
+        missing = [f for f in probe.get("failures") or [] if f.get("kind") == gpudirect.KIND_NO_HCA]
+        if not (missing and not_ready_until is not None and time.monotonic() < not_ready_until):
+            return probe
+        print(f"GPUDirect RDMA probe: {missing[0].get('message')}; trying again in {HCA_RETRY_S} s",
+              file=sys.stderr)
+        time.sleep(HCA_RETRY_S)
 
 
 # --- the loop ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ that support recorded (off the node, `kilonode gpu-health --from DIR`), laid out
     dmesg-xid.txt       the kernel log's NVIDIA lines (NVRM, Xid)  (optional)
     nvml.json           NVML readings (nvidia-ml-py), NVLink state (optional)
     burn.json           the active check's figures                 (optional)
+    gpudirect.json      the GPUDirect RDMA probe's answer          (optional; kilonode.gpu.gpudirect)
 
 Parsing only: no rule lives here (kilonode.gpu.rules). A file that is present but cannot be
 read as what it should be raises UnusableInput, naming the file and what is wrong.
@@ -23,6 +24,7 @@ SMI_XML = "nvidia-smi-q.xml"
 KERNEL_LOG = "dmesg-xid.txt"
 NVML_JSON = "nvml.json"
 BURN_JSON = "burn.json"
+GPUDIRECT_JSON = "gpudirect.json"
 
 # `NVRM: Xid (PCI:0000:5a:00): 79, GPU has fallen off the bus.` or, with the process known,
 # `NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, ...`: the driver's format (open-gpu-kernel-modules
@@ -81,6 +83,9 @@ class NodeReadings:
     xids: tuple[XidEvent, ...] | None  # None: no kernel log recorded
     burn: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default=())
+    # the GPUDirect RDMA probe's answer (kilonode.gpu.gpudirect); None: not probed (only pools
+    # whose config says expectGpuDirectRdma are, so its absence is no note)
+    gpudirect: dict[str, Any] | None = None
 
 
 def _text(element: ET.Element | None, path: str, where: str) -> str:
@@ -311,4 +316,14 @@ def read_dir(directory: Path) -> NodeReadings:
             raise UnusableInput(f"{burn_path}: not JSON ({error})") from None
     else:
         notes.append(f"no {BURN_JSON}: no active check figures")
-    return NodeReadings(directory, driver, tuple(gpus), None if xids is None else tuple(xids), burn, tuple(notes))
+    gpudirect_path = directory / GPUDIRECT_JSON
+    gpudirect = None
+    if gpudirect_path.is_file():
+        try:
+            gpudirect = json.loads(gpudirect_path.read_text())
+        except json.JSONDecodeError as error:
+            raise UnusableInput(f"{gpudirect_path}: not JSON ({error})") from None
+        if not isinstance(gpudirect, dict) or not isinstance(gpudirect.get("failures"), list):
+            raise UnusableInput(f"{gpudirect_path}: expected an object with a list of failures")
+    return NodeReadings(directory, driver, tuple(gpus), None if xids is None else tuple(xids), burn, tuple(notes),
+                        gpudirect)

@@ -214,6 +214,42 @@ def burn_findings(readings: NodeReadings, limits: dict[str, Any]) -> list[Findin
     return found
 
 
+# The GPUDirect RDMA probe's rules (kilonode.gpu.gpudirect; gpudirect.json's failures by kind).
+# All take the node out, with the default action, as gpu-count and nvlink-down do: the node lacks
+# a path its size promises (NCCL would stage every transfer through host memory, a half or a
+# quarter of line rate for the whole gang), and only a person, or a reboot whose checks pass,
+# returns it; a node that must have it and whose probe did not answer is not vouched for.
+GPUDIRECT_RULES = {
+    "unavailable": ("gpudirect-rdma-unavailable",
+                    "GPUDirect RDMA (DMA-BUF) unavailable: NCCL would stage through host memory"),
+    "no-hca": ("gpudirect-rdma-no-hca", "no InfiniBand device: GPUDirect RDMA cannot be used (the RDMA stack, "
+               "ib_uverbs or the HCAs are missing)"),
+    "unverified": ("gpudirect-rdma-unverified", "the GPUDirect RDMA probe did not answer: not vouched for"),
+}
+
+
+def gpudirect_findings(probe: dict[str, Any] | None) -> list[Finding]:
+    """gpudirect.json's failures: per GPU one finding (its failing calls, each with the HCAs it
+    failed on), per HCA one (a step of its own failed), and one per failure of the node's."""
+    if not probe:
+        return []
+    grouped: dict[tuple[str, str | None, str | None], dict[tuple[str, str], list[str]]] = {}
+    for item in probe.get("failures") or []:
+        gpu = None if item.get("gpu") is None else f"{item['gpu']} ({item.get('busId') or 'bus id unknown'})"
+        hca = item.get("hca")
+        steps = grouped.setdefault((str(item.get("kind")), gpu, None if gpu is not None else hca), {})
+        hcas = steps.setdefault((str(item.get("call")), str(item.get("message"))), [])
+        if hca and gpu is not None:
+            hcas.append(str(hca))
+    found = []
+    for (kind, gpu, hca), steps in grouped.items():
+        rule, message = GPUDIRECT_RULES.get(kind, GPUDIRECT_RULES["unverified"])
+        evidence = "; ".join(f"{call}{' on HCA ' + ', '.join(hcas) if hcas else ''}: {text}"
+                             for (call, text), hcas in steps.items())
+        found.append(Finding(rule, gpu, message, (f"HCA {hca}: " if hca else "") + evidence))
+    return found
+
+
 def evaluate(readings: NodeReadings, expect_gpus: int | None = None) -> list[Finding]:
     """Every finding for the node, tainting or not, in a stable order."""
     limits = thresholds()
@@ -227,4 +263,5 @@ def evaluate(readings: NodeReadings, expect_gpus: int | None = None) -> list[Fin
     for event in readings.xids or ():
         found.append(xid_finding(event))
     found += burn_findings(readings, limits)
+    found += gpudirect_findings(readings.gpudirect)
     return found
