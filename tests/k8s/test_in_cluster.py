@@ -6,6 +6,7 @@ readiness gate run for real against an address where no apiserver answers."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import shutil
@@ -29,10 +30,18 @@ STACKS = ["local", "research-2500", "research-7500"]
 # kilonode.k8s.autoscaler: what it creates where pools autoscale
 AUTOSCALER_OBJECTS = 7
 KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(
-    KUBECTL is None,
-    reason="kubectl not on PATH: `make setup` installs it (scripts/install-host-packages, Debian's kubernetes-client)",
-)
+
+
+def needs_kubectl(test: Any) -> Any:
+    """`make setup` installs kubectl (scripts/install-host-packages, Debian's kubernetes-client):
+    a test that needs it fails, saying so, where it is missing, never skips."""
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if KUBECTL is None:
+            pytest.fail("kubectl not on PATH: run `make setup` (scripts/install-host-packages installs Debian's "
+                        "kubernetes-client)")
+        return test(*args, **kwargs)
+    return run
 
 
 def k8s_objects(graph: Graph) -> list[Recorded]:
