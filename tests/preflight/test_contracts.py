@@ -278,3 +278,12 @@ def test_a_built_image_with_the_proprietary_module_or_without_ib_ipoib_at_boot_i
         ("pool-a100-ib: GPUDirect RDMA", "gpuDirectRdma/dmabuf-path")}
     assert any("the built image's GPU kernel module is nvidia-kernel-dkms" in f.what for f in found)
     assert any("loads no ib_ipoib at boot" in f.what for f in found)
+
+
+def test_an_infiniband_pool_whose_agent_does_not_probe_gpudirect_is_a_break() -> None:
+    files, _ = artefacts("research-7500")
+    key = "pool-a100-ib.team-vision/etc/kilonode/gpu-health.json"
+    files[key] = json.dumps({k: v for k, v in json.loads(files[key]).items() if k != "expectGpuDirectRdma"})
+    [finding] = findings(files=files)
+    assert lines([finding]) == {"gpuDirectRdma/probed-on-every-node"}
+    assert finding.where == f"{key.split('/', 1)[0]}: /etc/kilonode/gpu-health.json" and "is None there" in finding.what

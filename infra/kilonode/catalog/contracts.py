@@ -22,6 +22,7 @@ Kind = Literal[
     "kernelOptionForSelector",  # a device selector that works only with a kernel option and module
     "gpuDirectPath",  # GPU memory registered with the HCA (GPUDirect RDMA) on InfiniBand pools
     "waitsForFabricState",  # a node program that must wait for NVSwitch fabric registration
+    "renderedSetting",  # a node program's rendered JSON configuration sets a key on the pools it names
 ]
 
 

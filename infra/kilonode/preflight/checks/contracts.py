@@ -418,7 +418,33 @@ def _shipped_default(file: str, table: str, key: str) -> object:
     return tomllib.loads(path.read_text()).get(table, {}).get(key) if path.is_file() else None
 
 
+# Which pools a renderedSetting line names: a predicate on the plan's pool.
+POOL_SETS: dict[str, Callable[[NodePoolPlan], bool]] = {
+    "gpu": lambda p: p.gpus_per_node > 0,
+    "infiniband-gpu": lambda p: p.gpus_per_node > 0 and p.infiniband,
+    "nvswitch": lambda p: p.gpus_per_node > 0 and p.nvswitch,
+}
+
+
+def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every host of the named pools has the rendered JSON file with the key at the value."""
+    value = req.value
+    findings = []
+    for pool in (p for p in inputs.plan.node_pools if POOL_SETS[value["pools"]](p)):
+        for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
+            text = inputs.host_files(host).get(str(value["config"]).lstrip("/"))
+            have = json.loads(text).get(value["key"]) if text else None
+            if have == value["equals"]:
+                continue
+            findings.append(_finding(
+                name, contract, req, f"{host}: {value['config']}",
+                f"{value['key']} is {have!r} there" if text else f"the host has no {value['config']}",
+                f"render {value['key']}: {json.dumps(value['equals'])} for these pools (kilonode.render.pool)"))
+    return findings
+
+
 EVALUATORS: dict[str, Evaluator] = {
+    "renderedSetting": _rendered_setting,
     "deviceAccessFromImageEnv": _device_access_from_image_env,
     "waitsForNodeMarker": _waits_for_node_marker,
     "hostNetworkOnIpBoundNodes": _host_network,
