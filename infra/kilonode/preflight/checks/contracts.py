@@ -18,13 +18,26 @@ judges against:
 A contract whose `version` is not the version pinned where its `pin` says was read at another
 release: a break, since none of its lines can be trusted until someone reads them again.
 
+The kinds, each judged by one function below: deviceAccessFromImageEnv (a container that gets
+its devices through its image's env var: privileged, the capability added, or the image's
+toolkit taking the variable from anyone), waitsForNodeMarker (an init container waiting for a
+marker a unit of the image writes), hostNetworkOnIpBoundNodes, devCharLinks (where the kubelet's
+cgroup driver is the named one, the image runs the named command in the named unit),
+kernelOptionForSelector (a selector the component's config uses, the kernel option in the pool's
+kernel, a module option loaded at boot), gpuDirectPath (the driver module, kernel options, the job
+image's rdma-core and NCCL), waitsForFabricState (the agent's fabric wait on NVSwitch pools),
+renderedSetting (a node program's rendered JSON setting on the pools named).
+
 Seeded breaks (tests/preflight/test_contracts.py), one per requirement used: the plugin without
-SYS_ADMIN (and with the toolkit's env-var key left at its default, the case that passes); no
-init container waiting for the marker, and an image unit that writes another; the plugin off the
-host network; the links unit missing from the image (and the cgroupfs driver, where the line does
-not apply); a link-type selector on the cloud kernel, and with ib_ipoib not loaded at boot; the
-proprietary module on an InfiniBand pool, and an NCCL older than DMA-BUF; a stale contract
-version.
+SYS_ADMIN (and with the toolkit's env-var key true, the case that passes); no init container
+waiting for the marker, and an image unit that writes another; the plugin off the host network;
+the links unit missing from the image (and the cgroupfs driver, where the line does not apply);
+a link-type selector on the cloud kernel, ib_ipoib not loaded at boot, and a selector that needs
+no netdev (not judged); the proprietary module on an InfiniBand pool, an NCCL older than DMA-BUF
+and a job image's old rdma-core (an unrecorded one is a warning); an agent told not to wait for
+the fabric; an InfiniBand pool whose agent does not probe GPUDirect; a stale contract version.
+Held out, in a built image's manifest only (--images): a kernel without IPoIB, no devices unit, a
+lenient toolkit, the proprietary module, no ib_ipoib at boot, an old rdma-core.
 """
 
 from __future__ import annotations
