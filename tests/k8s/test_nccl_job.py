@@ -424,6 +424,8 @@ def test_the_pod_carries_every_setting_of_the_hosts_nccl_conf_and_the_pods_own(p
     assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # GPUDirect RDMA asked for, as Azure's own NCCL runs on these sizes ask (the nodes have it by DMA-BUF)
     assert "NCCL_IB_DISABLE" not in env and env["NCCL_NET_GDR_LEVEL"] == "5"
+    # NCCL's own InfiniBand transport, named: no external plugin, no silent fall back to sockets
+    assert env["NCCL_NET"] == "IB"
     # the rendered host file is this text (one home: the render and the job read the same pairs)
     files = shared.rendered(STACK)[f"pool-{pool}"]
     assert files[wellknown.NCCL_CONF.lstrip("/")].content == nccl_conf(planned.nccl_topology)
@@ -437,7 +439,7 @@ def test_ndv2_gets_no_relaxed_ordering_as_azure_writes_it() -> None:
 def test_a_gang_across_fabrics_runs_over_tcp_and_says_so(plan: ClusterPlan) -> None:
     pod = pod_of(objects_of(plan, REQUESTS[3]))
     env = env_of(pod)
-    assert env["NCCL_IB_DISABLE"] == "1"
+    assert env["NCCL_IB_DISABLE"] == "1" and env["NCCL_NET"] == "Socket"
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     assert wellknown.RDMA_RESOURCE not in limits and limits[wellknown.GPU_RESOURCE] == 8
 

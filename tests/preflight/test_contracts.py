@@ -287,3 +287,11 @@ def test_an_infiniband_pool_whose_agent_does_not_probe_gpudirect_is_a_break() ->
     [finding] = findings(files=files)
     assert lines([finding]) == {"gpuDirectRdma/probed-on-every-node"}
     assert finding.where == f"{key.split('/', 1)[0]}: /etc/kilonode/gpu-health.json" and "is None there" in finding.what
+
+
+def test_a_plugin_that_keeps_the_gpus_out_of_the_containers_spec_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    [container] = plugin_spec(graph)["containers"]
+    container["env"] = [e for e in container["env"] if e["name"] != "PASS_DEVICE_SPECS"]
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"containerToolkit/dev-char-links"} and "PASS_DEVICE_SPECS is unset" in finding.what

@@ -69,6 +69,15 @@ DEVICE_PLUGIN_ENV = {
     # unprivileged containers (kilonode.image.gpu TOOLKIT_SETTINGS; the keys and which strategy
     # each accepts: kilonode.plan.wellknown DEVICE_LIST_TOOLKIT_KEY).
     DEVICE_LIST_STRATEGY_ENV: wellknown.DEVICE_LIST_VOLUME_MOUNTS,
+    # The GPUs' device nodes also in the container's spec (Allocate's DeviceSpecs,
+    # internal/plugin/server.go at v0.17.4 l.346-351; off by default, main.go l.86-90), as GPU
+    # Operator runs the plugin (assets/state-device-plugin/0500_daemonset.yaml): under the
+    # systemd cgroup driver a `systemctl daemon-reload` rebuilds a container's device rules from
+    # its spec, so GPUs the toolkit's hook injected without them vanish from running pods
+    # ("Failed to initialize NVML: Unknown Error", NVIDIA/nvidia-docker#1730); the image's
+    # /dev/char links let runc name those spec devices to systemd (catalog/contracts.yaml
+    # containerToolkit dev-char-links needs both).
+    "PASS_DEVICE_SPECS": "true",
 }
 
 

@@ -61,9 +61,15 @@ HEALTH_TAINTS = frozenset({protocol.STARTUP_TAINT, protocol.FAULT_TAINT, protoco
 # NCCL's log, for reading the output (docs/nccl-job.md): INIT says which transport each ring
 # uses (NET/IB or NET/Socket) and NET lists the HCAs NCCL opened.
 NCCL_DEBUG = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"))
+# The network NCCL uses, named (NCCL_NET, NCCL 2.10+: "forces NCCL to use a specific network"
+# and never fall back to another): its own InfiniBand transport, the path this job's GPUDirect RDMA
+# is traced on (NVIDIA/nccl v2.18.3-1 src/transport/net_ib.cc, DMA-BUF), not whichever external
+# net plugin the image may carry, and never a silent fallback to sockets: a pod without its HCAs
+# then fails at NCCL's init instead of running at TCP speed.
+FABRIC_NCCL = (("NCCL_NET", "IB"),)
 # A gang across fabrics: InfiniBand does not reach from one scale set to another, so NCCL's IB
 # transport would fail to connect the pods of different fabrics; it runs over sockets instead.
-CROSS_FABRIC_NCCL = (("NCCL_IB_DISABLE", "1"),)
+CROSS_FABRIC_NCCL = (("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket"))
 
 
 class NcclJobError(ValueError):
@@ -194,7 +200,8 @@ def launcher(request: NcclJobRequest, gpus: int) -> str:
 
 
 def environment(family: str, cross_fabric: bool) -> list[dict[str, str]]:
-    pairs = (*wellknown.nccl_pod_environment(family), *(CROSS_FABRIC_NCCL if cross_fabric else ()), *NCCL_DEBUG,
+    pairs = (*wellknown.nccl_pod_environment(family), *(CROSS_FABRIC_NCCL if cross_fabric else FABRIC_NCCL),
+             *NCCL_DEBUG,
              ("ALLREDUCE_MAX_BYTES", str(defaults.NCCL_JOB_MAX_BYTES)))
     return [{"name": key, "value": value} for key, value in pairs]
 

@@ -270,10 +270,27 @@ def _host_network(inputs: Inputs, name: str, contract: Contract, req: Requiremen
                      "run it with hostNetwork: true (it serves only the kubelet's unix socket)")]
 
 
+def _container_env(workload: Resource | None, container: str) -> dict[str, str]:
+    """A workload's container's literal env (name -> value)."""
+    spec = _pod_spec(workload) if workload is not None else {}
+    found = next((c for c in spec.get("containers") or [] if c.get("name") == container), {})
+    return {e.get("name"): str(e.get("value")) for e in found.get("env") or [] if "value" in e}
+
+
 def _dev_char_links(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
-    """On GPU pools whose kubelet uses the named cgroup driver, the image runs the command in the named unit."""
+    """On GPU pools whose kubelet uses the named cgroup driver, the image runs the command in the
+    named unit, and the device plugin puts the devices in the container's spec (its env)."""
     value = req.value
     findings = []
+    workload = _workload(inputs, value["workload"])
+    key, _, wanted = str(value["env"]).partition("=")
+    have = _container_env(workload, value["container"]).get(key)
+    if _gpu_pools(inputs) and workload is not None and have != wanted:
+        findings.append(_finding(
+            name, contract, req, f"{value['workload']} container {value['container']}",
+            f"{key} is {have or 'unset'}: the GPUs reach a container only through the toolkit's hook, not its spec, "
+            "and a daemon-reload drops them whatever the links",
+            f"set {key}={wanted} (kilonode.k8s.gpu DEVICE_PLUGIN_ENV)"))
     for pool in _gpu_pools(inputs):
         for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
             kubelet = inputs.host_files(host).get("etc/kubernetes/kubelet-config.yaml")
