@@ -590,3 +590,24 @@ def test_a_missing_or_wrong_topology_file_is_refused_with_exit_2_naming_both_way
     assert "kilonode image build --fetch" in flat(wrong.output)
     # the digest-only rendering needs no file
     assert invoke("--pool", "h100-ib", "--topology-digest-only").exit_code == 0
+
+
+def test_a_run_below_the_floor_or_with_a_wrong_element_fails_and_a_good_one_passes() -> None:
+    # the H100 pool's figures: 8 x 400 Gb/s = 400 GB/s ceiling, a 240 GB/s floor
+    ok, line = nccl_allreduce.verdict(350.0, 0, 240.0, 400.0)
+    assert ok and line.startswith("# PASS: peak busbw 350.00 GB/s (88% of the ceiling)")
+    staged, line = nccl_allreduce.verdict(190.0, 0, 240.0, 400.0)  # host staging: about half
+    assert not staged and "below the floor" in line and "GPU Direct RDMA Disabled" in line
+    wrong, line = nccl_allreduce.verdict(350.0, 3, 240.0, 400.0)
+    assert not wrong and "3 elements of the check all-reduce were wrong" in line
+    assert nccl_allreduce.verdict(5.0, 0, None, None)[0]  # nothing to judge against: only correctness
+
+
+@pytest.mark.parametrize(("pool", "ceiling", "floor"), [("h100-ib", "400", "240"), ("a100-ib", "200", "120")])
+def test_the_job_judges_its_peak_against_the_pools_infiniband_links(
+        plan: ClusterPlan, pool: str, ceiling: str, floor: str) -> None:
+    env = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool))))
+    assert (env["NETWORK_CEILING_GBPS"], env["BUSBW_FLOOR_GBPS"]) == (ceiling, floor)
+    # across fabrics (sockets) no InfiniBand figure holds: nothing to judge the peak against
+    across = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool, cross_fabric=True, nodes=2))))
+    assert "BUSBW_FLOOR_GBPS" not in across and "NETWORK_CEILING_GBPS" not in across

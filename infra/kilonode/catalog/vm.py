@@ -31,6 +31,11 @@ class NvmeDisks(Row):
     size_gib: int = Field(ge=1)
 
 
+class InfinibandLinks(Row):
+    count: int = Field(ge=1)
+    gbps: int = Field(ge=1)
+
+
 class VmSize(Row):
     vcpus: int = Field(ge=1)
     memory_gib: float = Field(gt=0)
@@ -40,6 +45,10 @@ class VmSize(Row):
     temp_disk_gib: int = Field(ge=0)
     nvme_disks: NvmeDisks | None
     max_nics: int = Field(ge=1)
+    # the InfiniBand links of an InfiniBand size, as its page states them (count x Gb/s
+    # signalling rate): what a two-node NCCL gang's bus bandwidth is bounded by; None where not
+    # recorded
+    infiniband_links: InfinibandLinks | None = None
     accelerated_networking: bool
     generations: tuple[int, ...]
     # The NCCL topology family Azure publishes for the size (Azure/azhpc-images topology/

@@ -199,11 +199,24 @@ def launcher(request: NcclJobRequest, gpus: int) -> str:
     ]) + "\n"
 
 
-def environment(family: str, cross_fabric: bool) -> list[dict[str, str]]:
+def environment(family: str, cross_fabric: bool, infiniband_gbps: int | None = None) -> list[dict[str, str]]:
     pairs = (*wellknown.nccl_pod_environment(family), *(CROSS_FABRIC_NCCL if cross_fabric else FABRIC_NCCL),
              *NCCL_DEBUG,
-             ("ALLREDUCE_MAX_BYTES", str(defaults.NCCL_JOB_MAX_BYTES)))
+             ("ALLREDUCE_MAX_BYTES", str(defaults.NCCL_JOB_MAX_BYTES)),
+             *(() if cross_fabric else judged_against(infiniband_gbps)))
     return [{"name": key, "value": value} for key, value in pairs]
+
+
+def judged_against(infiniband_gbps: int | None) -> tuple[tuple[str, str], ...]:
+    """What the benchmark judges its peak against (kilonode.k8s.nccl_allreduce.verdict): the pool's
+    network ceiling in GB/s (its InfiniBand links' Gb/s / 8) and the floor below which the run
+    fails (defaults.NCCL_JOB_BUSBW_FLOOR_SHARE of it); nothing for a size whose links the
+    catalogue does not record, or a gang across fabrics (sockets: no InfiniBand figure holds)."""
+    if not infiniband_gbps:
+        return ()
+    ceiling = infiniband_gbps / 8
+    return (("NETWORK_CEILING_GBPS", f"{ceiling:g}"),
+            ("BUSBW_FLOOR_GBPS", f"{ceiling * defaults.NCCL_JOB_BUSBW_FLOOR_SHARE:g}"))
 
 
 def container(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) -> dict[str, Any]:
@@ -215,7 +228,7 @@ def container(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) ->
         "name": "allreduce",
         "image": plan.components.nccl_benchmark_image,
         "command": ["bash", "-c", launcher(request, pool.gpus_per_node)],
-        "env": environment(family, request.cross_fabric),
+        "env": environment(family, request.cross_fabric, pool.infiniband_gbps),
         # extended resources are requested through limits (requests equal them)
         "resources": {"requests": wants, "limits": extended},
         # No securityContext adding IPC_LOCK (PodSecurity baseline refuses it): RDMA registers

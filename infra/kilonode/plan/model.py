@@ -194,6 +194,9 @@ class NodePoolPlan(StrictModel):
     # the size's GPUs are joined by NVSwitch (catalogue `nvswitch`): the image enables NVIDIA
     # Fabric Manager, without which CUDA cannot initialise there
     nvswitch: bool = False
+    # the size's InfiniBand links together, in Gb/s (catalogue infinibandLinks: count x rate), on an
+    # InfiniBand pool whose size records them: the ceiling of a two-node NCCL gang (kilonode.k8s.nccl_job)
+    infiniband_gbps: int | None = None
     # the size's vCPUs and memory (catalogue; None for a size not in it): the autoscaler's ceilings
     vcpus: int | None = None
     memory_gib: float | None = None

@@ -181,6 +181,8 @@ def node_pool_plan(
         gpu_model=_gpu_model(pool),
         nccl_topology=_nccl_topology(pool),
         nvswitch=bool(size and size.nvswitch and gpus_of(pool.vm_size, pool.gpus_per_node)),
+        infiniband_gbps=(size.infiniband_links.count * size.infiniband_links.gbps
+                         if size and size.infiniband_links and infiniband_of(pool.vm_size, pool.infiniband) else None),
         vcpus=size.vcpus if size else None,
         memory_gib=size.memory_gib if size else None,
         subnet=subnet,
