@@ -295,3 +295,43 @@ def test_a_plugin_that_keeps_the_gpus_out_of_the_containers_spec_is_a_break() ->
     container["env"] = [e for e in container["env"] if e["name"] != "PASS_DEVICE_SPECS"]
     [finding] = findings(graph=graph)
     assert lines([finding]) == {"containerToolkit/dev-char-links"} and "PASS_DEVICE_SPECS is unset" in finding.what
+
+
+# --- the cloud provider --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "workload", "line"), [
+    ("DaemonSet", "cloud-node-manager", "cloudProviderAzure/node-manager-host-network"),
+    ("Deployment", "cloud-controller-manager", "cloudProviderAzure/controller-manager-host-network"),
+])
+def test_a_cloud_provider_workload_off_the_host_network_is_a_break(kind: str, workload: str, line: str) -> None:
+    _, graph = artefacts("research-7500")
+    resource(graph, kind, workload)["inputs"]["spec"]["template"]["spec"]["hostNetwork"] = False
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {line} and finding.where == f"{kind} kube-system/{workload}"
+    assert "hostNetwork is False, not True" in finding.what
+
+
+def test_a_controller_manager_that_configures_cloud_routes_with_azure_cni_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    spec = resource(graph, "Deployment", "cloud-controller-manager")["inputs"]["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    key = "args" if "--configure-cloud-routes=false" in (container.get("args") or []) else "command"
+    container[key] = [a.replace("=false", "=true") if a.startswith("--configure-cloud-routes") else a
+                      for a in container[key]]
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"cloudProviderAzure/no-cloud-routes-with-azure-cni"}
+    assert "runs without --configure-cloud-routes=false" in finding.what
+
+
+def test_a_contract_read_at_each_minor_holds_for_every_minor_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    contract = contracts()["cloudProviderAzure"]
+    assert {check.pinned_version(contract.pin, f"1.{minor}.0") for minor in (32, 33, 34, 35)} == {
+        contract.version, *contract.also_read_at}
+    table = dict(contracts())
+    table["cloudProviderAzure"] = contract.model_copy(update={"also_read_at": []})
+    monkeypatch.setattr(check, "contracts", lambda: table)
+    inputs = inputs_of("research-7500")
+    other_minor = dataclasses.replace(inputs, plan=inputs.plan.model_copy(update={"kubernetes_version": "1.33.5"}))
+    [stale] = breaks(run(other_minor, CHECK))
+    assert stale.where == "catalog/contracts.yaml cloudProviderAzure" and "pins v1.33.17" in stale.what

@@ -23,6 +23,7 @@ Kind = Literal[
     "gpuDirectPath",  # GPU memory registered with the HCA (GPUDirect RDMA) on InfiniBand pools
     "waitsForFabricState",  # a node program that must wait for NVSwitch fabric registration
     "renderedSetting",  # a node program's rendered JSON configuration sets a key on the pools it names
+    "podNeeds",  # what a workload's pod spec must hold as upstream runs it: host network, container args
 ]
 
 
@@ -38,6 +39,8 @@ class Requirement(Row):
 class Contract(Row):
     component: str
     version: str  # the version the contract was read at
+    # other releases every line was read at too (a component pinned per Kubernetes minor)
+    also_read_at: list[str] = Field(default_factory=list)
     # where that version is pinned: a components.yaml key, `recipe:<package>`, or `kilonode`
     pin: str
     requirements: list[Requirement] = Field(min_length=1)

@@ -26,7 +26,8 @@ cgroup driver is the named one, the image runs the named command in the named un
 kernelOptionForSelector (a selector the component's config uses, the kernel option in the pool's
 kernel, a module option loaded at boot), gpuDirectPath (the driver module, kernel options, the job
 image's rdma-core and NCCL), waitsForFabricState (the agent's fabric wait on NVSwitch pools),
-renderedSetting (a node program's rendered JSON setting on the pools named).
+renderedSetting (a node program's rendered JSON setting on the pools named), podNeeds (a
+workload's pod spec as upstream's manifest runs it: host network, container arguments).
 
 Seeded breaks (tests/preflight/test_contracts.py), one per requirement used: the plugin without
 SYS_ADMIN (and with the toolkit's env-var key true, the case that passes); no init container
@@ -35,7 +36,9 @@ the links unit missing from the image (and the cgroupfs driver, where the line d
 a link-type selector on the cloud kernel, ib_ipoib not loaded at boot, and a selector that needs
 no netdev (not judged); the proprietary module on an InfiniBand pool, an NCCL older than DMA-BUF
 and a job image's old rdma-core (an unrecorded one is a warning); an agent told not to wait for
-the fabric; an InfiniBand pool whose agent does not probe GPUDirect; a stale contract version.
+the fabric; an InfiniBand pool whose agent does not probe GPUDirect; the cloud provider's
+workloads off the host network, and its controller configuring cloud routes under Azure CNI; a
+stale contract version (and one read at every minor it names, which holds for each).
 Held out, in a built image's manifest only (--images): a kernel without IPoIB, no devices unit, a
 lenient toolkit, the proprietary module, no ib_ipoib at boot, an old rdma-core.
 """
@@ -120,7 +123,7 @@ def _snake(name: str) -> str:
 
 def _stale(inputs: Inputs, name: str, contract: Contract) -> Finding | None:
     pinned = pinned_version(contract.pin, inputs.plan.kubernetes_version)
-    if pinned == contract.version or (pinned is None and contract.pin.startswith("recipe:")):
+    if pinned in {contract.version, *contract.also_read_at} or (pinned is None and contract.pin.startswith("recipe:")):
         # a package no image declares: its requirements say what is missing, line by line
         return None
     return Finding(
@@ -473,7 +476,29 @@ def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requir
     return findings
 
 
+def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """The workload's pod spec holds what the line names: `hostNetwork`, and a container's `args`."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []  # not deployed by this stack: nothing to judge
+    spec = _pod_spec(workload)
+    problems = []
+    if "hostNetwork" in value and bool(spec.get("hostNetwork")) != value["hostNetwork"]:
+        problems.append(f"hostNetwork is {bool(spec.get('hostNetwork'))}, not {value['hostNetwork']}")
+    if "args" in value:
+        container = next((c for c in spec.get("containers") or [] if c.get("name") == value.get("container")), {})
+        words = [*map(str, container.get("command") or []), *map(str, container.get("args") or [])]
+        problems += [f"container {value.get('container')} runs without {arg}" for arg in value["args"]
+                     if arg not in words]
+    if not problems:
+        return []
+    return [_finding(name, contract, req, value["workload"], "; ".join(problems),
+                     "give the workload what upstream's manifest gives it (the contract's source)")]
+
+
 EVALUATORS: dict[str, Evaluator] = {
+    "podNeeds": _pod_needs,
     "renderedSetting": _rendered_setting,
     "deviceAccessFromImageEnv": _device_access_from_image_env,
     "waitsForNodeMarker": _waits_for_node_marker,
