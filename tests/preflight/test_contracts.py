@@ -335,3 +335,16 @@ def test_a_contract_read_at_each_minor_holds_for_every_minor_it_names(monkeypatc
     other_minor = dataclasses.replace(inputs, plan=inputs.plan.model_copy(update={"kubernetes_version": "1.33.5"}))
     [stale] = breaks(run(other_minor, CHECK))
     assert stale.where == "catalog/contracts.yaml cloudProviderAzure" and "pins v1.33.17" in stale.what
+
+
+@pytest.mark.parametrize(("plant", "expected"), [
+    (lambda spec: spec.update(hostNetwork=False), "hostNetwork is False, not True"),
+    (lambda spec: spec["containers"][0]["securityContext"].update(privileged=False), "is not privileged"),
+    (lambda spec: spec.update(volumes=[v for v in spec["volumes"] if v["name"] != "devs"]),
+     "does not mount the host's /dev/"),
+])
+def test_an_rdma_plugin_unlike_upstreams_pod_is_a_break(plant: Any, expected: str) -> None:
+    _, graph = artefacts("research-7500")
+    plant(resource(graph, "DaemonSet", "rdma-shared-dp-ds")["inputs"]["spec"]["template"]["spec"])
+    found = [f for f in findings(graph=graph) if "upstream-pod" in f.what]
+    assert lines(found) == {"rdmaSharedDevicePlugin/upstream-pod"} and expected in found[0].what

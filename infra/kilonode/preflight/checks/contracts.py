@@ -477,7 +477,8 @@ def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requir
 
 
 def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
-    """The workload's pod spec holds what the line names: `hostNetwork`, and a container's `args`."""
+    """The workload's pod spec holds what the line names: `hostNetwork`, a container's `args`, its
+    `privileged`, and `hostPaths` mounted into it."""
     value = req.value
     workload = _workload(inputs, value["workload"])
     if workload is None:
@@ -486,11 +487,20 @@ def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
     problems = []
     if "hostNetwork" in value and bool(spec.get("hostNetwork")) != value["hostNetwork"]:
         problems.append(f"hostNetwork is {bool(spec.get('hostNetwork'))}, not {value['hostNetwork']}")
+    container = next((c for c in spec.get("containers") or [] if c.get("name") == value.get("container")), {})
     if "args" in value:
-        container = next((c for c in spec.get("containers") or [] if c.get("name") == value.get("container")), {})
         words = [*map(str, container.get("command") or []), *map(str, container.get("args") or [])]
         problems += [f"container {value.get('container')} runs without {arg}" for arg in value["args"]
                      if arg not in words]
+    privileged = bool((container.get("securityContext") or {}).get("privileged"))
+    if "privileged" in value and privileged != value["privileged"]:
+        problems.append(f"container {value.get('container')} is not privileged" if value["privileged"]
+                        else f"container {value.get('container')} is privileged")
+    if "hostPaths" in value:
+        host = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in spec.get("volumes") or []}
+        mounted = {host.get(m.get("name")) for m in container.get("volumeMounts") or []}
+        problems += [f"container {value.get('container')} does not mount the host's {path}"
+                     for path in value["hostPaths"] if path not in mounted]
     if not problems:
         return []
     return [_finding(name, contract, req, value["workload"], "; ".join(problems),
