@@ -397,9 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="")
     parser.add_argument("--seconds", type=float, default=GEMM_SECONDS)
     args = parser.parse_args(argv)
-    # stdout carries the answer alone: whatever else writes to it (a library) goes to stderr
-    answer_fd = os.dup(1)
-    os.dup2(2, 1)
+    answer_fd = answer_channel()
     answer: dict[str, Any]
     try:
         answer = {"burn": measure(args.model, args.seconds)}
@@ -409,6 +407,19 @@ def main(argv: list[str] | None = None) -> int:
         answer = {"error": ANSWER_CUDA, "message": str(error), "code": error.code}
     except Unusable as error:
         answer = {"error": ANSWER_UNUSABLE, "message": str(error), "code": None}
+    return send_answer(answer_fd, answer)
+
+
+def answer_channel() -> int:
+    """A child's answer channel: stdout carries the answer alone, and whatever else writes to it (a
+    library) goes to stderr. Returns the descriptor send_answer writes to."""
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    return answer_fd
+
+
+def send_answer(answer_fd: int, answer: dict[str, Any]) -> int:
+    """Write a child's answer, with its pid, as JSON to the channel; the exit status (0)."""
     answer["pid"] = os.getpid()
     with os.fdopen(answer_fd, "w") as out:
         json.dump(answer, out)

@@ -62,7 +62,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
-import json
 import os
 import sys
 from pathlib import Path
@@ -385,17 +384,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m kilonode.gpu.gpudirect", description=__doc__.splitlines()[0])
     parser.add_argument("--sysfs", type=Path, default=SYS_INFINIBAND)
     args = parser.parse_args(argv)
-    answer_fd = os.dup(1)
-    os.dup2(2, 1)  # stdout carries the answer alone: a library's output goes to stderr
+    answer_fd = active.answer_channel()
     answer: dict[str, Any]
     try:
         answer = {"probe": probe(args.sysfs)}
     except active.SystemNotReady as error:
         answer = {"error": active.ANSWER_NOT_READY, "message": str(error), "code": error.code}
-    answer["pid"] = os.getpid()
-    with os.fdopen(answer_fd, "w") as out:
-        json.dump(answer, out)
-    return 0
+    return active.send_answer(answer_fd, answer)
 
 
 if __name__ == "__main__":

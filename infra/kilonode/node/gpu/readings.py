@@ -308,22 +308,21 @@ def read_dir(directory: Path) -> NodeReadings:
     else:
         notes.append(f"no {NVML_JSON}: NVLink state not checked")
     burn_path = directory / BURN_JSON
-    burn = None
-    if burn_path.is_file():
-        try:
-            burn = json.loads(burn_path.read_text())
-        except json.JSONDecodeError as error:
-            raise UnusableInput(f"{burn_path}: not JSON ({error})") from None
-    else:
+    burn = _json_file(burn_path) if burn_path.is_file() else None
+    if not burn_path.is_file():
         notes.append(f"no {BURN_JSON}: no active check figures")
     gpudirect_path = directory / GPUDIRECT_JSON
-    gpudirect = None
-    if gpudirect_path.is_file():
-        try:
-            gpudirect = json.loads(gpudirect_path.read_text())
-        except json.JSONDecodeError as error:
-            raise UnusableInput(f"{gpudirect_path}: not JSON ({error})") from None
-        if not isinstance(gpudirect, dict) or not isinstance(gpudirect.get("failures"), list):
-            raise UnusableInput(f"{gpudirect_path}: expected an object with a list of failures")
+    gpudirect = _json_file(gpudirect_path) if gpudirect_path.is_file() else None
+    if gpudirect_path.is_file() and (not isinstance(gpudirect, dict)
+                                     or not isinstance(gpudirect.get("failures"), list)):
+        raise UnusableInput(f"{gpudirect_path}: expected an object with a list of failures")
     return NodeReadings(directory, driver, tuple(gpus), None if xids is None else tuple(xids), burn, tuple(notes),
                         gpudirect)
+
+
+def _json_file(path: Path) -> Any:
+    """A recorded JSON file's content; UnusableInput naming it when it is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise UnusableInput(f"{path}: not JSON ({error})") from None
