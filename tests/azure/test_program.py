@@ -13,6 +13,8 @@ from kilonode.azure.graph import Graph, format_json
 from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.config import load_stack
 from kilonode.paths import REPO_ROOT
+from kilonode.plan import plan_stack
+from kilonode.plan.model import BootImage
 from tests.conftest import shipped_cluster_value
 from tests.source import parse
 
@@ -77,3 +79,30 @@ def test_pulumi_up_refuses_subnets_the_stack_file_does_not_record() -> None:
     graph = run_program("local", cluster)
     assert graph.named("local-network-pool-extra").inputs["addressPrefix"] == "10.0.2.32/27"
     assert graph.named("local-extra-000").plain()["sku"]["capacity"] == 3
+
+
+def test_pulumi_up_refuses_before_registering_anything_while_a_disk_image_is_not_built(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every image the program uploads must be built first: otherwise the upload of the absent
+    file fails after minutes of retries and no scale set is created. The refusal comes before
+    preflight and before any resource, and names what is missing and the one command to build it."""
+    from kilonode.azure import program
+    from kilonode.azure.node_image import default_vhd
+
+    monkeypatch.setattr(program, "_recorded_by_mocks", lambda: False)  # as `pulumi up` runs it
+    monkeypatch.setattr(program, "preflight_gate", lambda *_: pytest.fail("preflight ran before the images' check"))
+    monkeypatch.chdir(tmp_path)  # the project folder `pulumi up` runs in: build/node-image/ holds some images
+    names = [image.name for image in plan_images("research-7500")]
+    for name in names[:-1]:
+        (tmp_path / default_vhd("research-7500", name)).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / default_vhd("research-7500", name)).write_bytes(b"")
+    with pytest.raises(pulumi.RunError) as refused:
+        run_program("research-7500", shipped_cluster_value("research-7500"), program.main)
+    assert str(refused.value) == (
+        f"1 of the {len(names)} disk images this stack boots are not built: build/node-image/research-7500-"
+        f"{names[-1]}.vhd. Build them all with `kilonode image build research-7500 --all --out build/node-image "
+        '--fetch` (docs/azure.md, "Running it for real"), then `pulumi up` again; nothing was created.')
+
+
+def plan_images(stack: str) -> list[BootImage]:
+    return list(plan_stack(load_stack(stack)).boot_images)

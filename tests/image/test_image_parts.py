@@ -282,9 +282,10 @@ def test_verify_missing_image_exits_2(kilonode: Kilonode, tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ([], "give --pool NAME (a node pool's image) or --role etcd|control-plane (the control plane's), not both or "
-         "neither"),
-    (["--pool", "cpu", "--role", "etcd"], "not both or neither"),
+    ([], "give one of --pool NAME (a node pool's image), --role etcd|control-plane (the control plane's) or --all "
+         "(every image the stack boots)"),
+    (["--pool", "cpu", "--role", "etcd"], "give one of --pool NAME"),
+    (["--pool", "cpu", "--all"], "give one of --pool NAME"),
     (["--role", "etcd-main"], "--role 'etcd-main': the roles are etcd (etcd members of both clusters"),
 ])
 def test_build_needs_a_pool_or_a_control_plane_role(kilonode: Kilonode, tmp_path: Path, args: list[str],
@@ -293,6 +294,35 @@ def test_build_needs_a_pool_or_a_control_plane_role(kilonode: Kilonode, tmp_path
     assert result.returncode == 2
     assert message in " ".join(result.stderr.split())
     assert not (tmp_path / "out").exists()
+
+
+def test_build_all_builds_every_image_the_program_uploads_in_order(
+        kilonode: Kilonode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--all builds what `pulumi up` uploads (ClusterPlan.boot_images, the program's gallery_images),
+    each pool's then the roles', and stops at the first failure saying which were built."""
+    from kilonode.azure.node_image import gallery_images
+    from kilonode.cli import image as image_cli
+    from kilonode.config import load_stack
+    from kilonode.image import build as image_build
+    from kilonode.image.rootfs import BuildError
+    from kilonode.plan import plan_stack
+
+    asked: list[str] = []
+
+    def fake_build(inputs: image_build.ImageInputs, out_dir: Path, **_: object) -> None:
+        asked.append(inputs.pool.name if inputs.pool is not None else str(inputs.role))
+        if inputs.role == "control-plane":
+            raise BuildError("stopped here")  # the last image fails
+
+    monkeypatch.setattr(image_build, "build_image", fake_build)
+    monkeypatch.setattr(image_cli, "_print_built", lambda *_: None)
+    result = kilonode("image", "build", "research-7500", "--all", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    uploaded = [image.name for image in gallery_images(plan_stack(load_stack("research-7500")))]
+    assert asked == uploaded
+    assert " ".join(result.stderr.split()) == (
+        f"kilonode image build: control-plane: stopped here (built: {', '.join(uploaded[:-1])})")
+    assert {"system", "monitoring", "a100-ib", "h100-ib"} <= set(uploaded)
 
 
 # --- GPU and InfiniBand pools: which base, its cache key, the runtime's NVIDIA configuration ---

@@ -57,7 +57,6 @@ from pulumi_command import local
 from kilonode.azure.backup import STORAGE_BLOB_DATA_CONTRIBUTOR
 from kilonode.azure.common import storage_network_rules, tags
 from kilonode.azure.identity import assignment_name, role_definition_id, subscription_of
-from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.digest import sha256_file
 from kilonode.plan.azure_names import storage_account_name
 from kilonode.plan.model import ClusterPlan
@@ -124,11 +123,15 @@ class GalleryImageSpec:
 
 
 def gallery_images(plan: ClusterPlan) -> list[GalleryImageSpec]:
-    """Every image the plan's machines boot: one per pool, one per control-plane role."""
-    return [GalleryImageSpec(pool.name, plan.node_image_version, plan.gallery_replicas) for pool in plan.node_pools] + [
-        GalleryImageSpec(ETCD_IMAGE, plan.etcd_image_version, plan.role_image_replicas),
-        GalleryImageSpec(CONTROL_PLANE_IMAGE, plan.control_plane_image_version, plan.role_image_replicas),
-    ]
+    """Every image the plan's machines boot (ClusterPlan.boot_images)."""
+    return [GalleryImageSpec(image.name, image.version, image.replicas) for image in plan.boot_images]
+
+
+def absent_vhds(vhds: Mapping[str, str]) -> list[str]:
+    """The VHDs (image name -> path) that are not built: `pulumi up` must not start without them
+    (an upload of an absent file fails only after UPLOAD_ATTEMPTS retries, and every scale set
+    waits on the image component)."""
+    return [path for path in vhds.values() if not Path(path).is_file()]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pulumi.runtime.settings
 
 from kilonode.azure.cluster import Cluster, ClusterArgs, etcd_endpoints_output
 from kilonode.azure.identity import subscription_of
-from kilonode.azure.node_image import default_vhd, gallery_images, vhd_digest
+from kilonode.azure.node_image import DEFAULT_VHD_DIR, absent_vhds, default_vhd, gallery_images, vhd_digest
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.catalog import binaries
 from kilonode.config import stack_from_value
@@ -47,7 +47,9 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     except StackError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback.
         raise pulumi.RunError(str(error)) from None
+    vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
     if not _recorded_by_mocks():
+        require_vhds(stack.name, vhds)
         preflight_gate(stack.file)
     if require_recorded_addresses and plan.network.unrecorded:
         # An unrecorded subnet could move when another pool changes (and with it static IPs
@@ -57,7 +59,6 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
             f"{stack.file}: subnets not recorded in the stack file: {fields}; run `kilonode allocate "
             f"{stack_name}`, commit the file, then `pulumi up` again"
         )
-    vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
     cluster = Cluster(plan.cluster, ClusterArgs(
         plan=plan,
         rendered=render_cluster(plan),
@@ -99,6 +100,19 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
     pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster
+
+
+def require_vhds(stack_name: str, vhds: dict[str, str]) -> None:
+    """Refuse before anything is registered when a disk image the program uploads is not built:
+    otherwise its upload fails after minutes of retries (blaming role assignments) and no scale
+    set is created, because every join wave waits on the whole image component."""
+    missing = absent_vhds(vhds)
+    if missing:
+        raise pulumi.RunError(
+            f"{len(missing)} of the {len(vhds)} disk images this stack boots are not built: {', '.join(missing)}. "
+            f"Build them all with `kilonode image build {stack_name} --all --out {DEFAULT_VHD_DIR} --fetch` "
+            "(docs/azure.md, \"Running it for real\"), then `pulumi up` again; nothing was created."
+        )
 
 
 # A real deployment waits this long for preflight (it renders and records the whole program

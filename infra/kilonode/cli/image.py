@@ -13,7 +13,9 @@ from kilonode.cli.common import die, err, load_and_plan, out
 from kilonode.exit_codes import ExitCode
 
 if TYPE_CHECKING:
+    from kilonode.config import Stack
     from kilonode.image.build import BuildResult, ImageInputs
+    from kilonode.plan import ClusterPlan
 
 image_app = typer.Typer(
     name="image",
@@ -33,11 +35,15 @@ image_app = typer.Typer(
 def image_inputs(stack_ref: str, pool_name: str | None, role: str | None = None) -> ImageInputs:
     """Load, validate, plan and render the stack (exit 2 on its problems); the inputs of the
     pool's image, or of the role's (etcd, control-plane)."""
+    stack, plan = load_and_plan(stack_ref)
+    return _inputs(stack, plan, pool_name, role)
+
+
+def _inputs(stack: Stack, plan: ClusterPlan, pool_name: str | None, role: str | None) -> ImageInputs:
     from kilonode.config.load import project_root
     from kilonode.image.build import ImageInputs, find_pool, role_inputs
     from kilonode.render import render_cluster
 
-    stack, plan = load_and_plan(stack_ref)
     project_dir = project_root(stack.file.parent) or stack.file.parent
     if role is not None:
         return role_inputs(stack, plan, role, project_dir)
@@ -72,6 +78,15 @@ def build(
     stack: Annotated[str, typer.Argument(metavar="STACK", help="A stack name in stacks/ or a path to a stack file.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for <stack>-<pool>.raw/.vhd/.manifest.json.")],
     pool: Annotated[str | None, typer.Option("--pool", help="The node pool whose image to build.")] = None,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Build every image the stack's machines boot, one after the other: each pool's, then etcd's and "
+            "the control plane's (the list `pulumi up` uploads and refuses to start without). Stops at the "
+            "first that fails, saying which were built.",
+        ),
+    ] = False,
     role: Annotated[
         str | None,
         typer.Option(
@@ -107,7 +122,8 @@ def build(
         ),
     ] = False,
 ) -> None:
-    """Build a pool's bootable disk image (--pool), or a control-plane role's (--role).
+    """Build a pool's bootable disk image (--pool), a control-plane role's (--role), or every image
+    the stack boots (--all: what `pulumi up` uploads, each pool's then etcd's and the control plane's).
 
     The base root filesystem (mmdebstrap from this machine's Debian mirror) is cached under
     ${XDG_CACHE_HOME:-~/.cache}/kilonode/rootfs/ by the hash of its inputs, so a rebuild
@@ -124,26 +140,38 @@ def build(
     from kilonode.image.disk import DiskError
     from kilonode.image.rootfs import BuildError
 
-    if (pool is None) == (role is None):
-        die("give --pool NAME (a node pool's image) or --role "
-            f"{'|'.join(ROLE_IMAGES)} (the control plane's), not both or neither", "kilonode image build")
+    if (pool is not None) + (role is not None) + every != 1:
+        die("give one of --pool NAME (a node pool's image), --role "
+            f"{'|'.join(ROLE_IMAGES)} (the control plane's) or --all (every image the stack boots)",
+            "kilonode image build")
     if role is not None and role not in ROLE_IMAGES:
         die(f"--role {role!r}: the roles are {', '.join(f'{k} ({v})' for k, v in ROLE_IMAGES.items())}",
             "kilonode image build")
     start = time.monotonic()
-    try:
-        inputs = image_inputs(stack, pool, role)
-    except BuildError as error:
-        die(str(error), "kilonode image build")
-    progress = _Progress(start)
-    try:
-        result = build_image(inputs, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch,
-                             allow_incomplete=allow_incomplete)
-    except (BuildError, DiskError) as error:
+    stack_file, plan = load_and_plan(stack)
+    wanted = ([(image.name, image.role) for image in plan.boot_images] if every
+              else [(role, True)] if role is not None else [(str(pool), False)])
+    built: list[str] = []
+    for number, (name, is_role) in enumerate(wanted, 1):
+        if every:
+            out.print(f"[bold]image {number}/{len(wanted)}: {name}[/] "
+                      f"({'--role' if is_role else '--pool'} {name})")
+        image_start = time.monotonic()
+        progress = _Progress(image_start)
+        try:
+            inputs = _inputs(stack_file, plan, None if is_role else name, name if is_role else None)
+            result = build_image(inputs, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch,
+                                 allow_incomplete=allow_incomplete)
+        except (BuildError, DiskError) as error:
+            progress.close()
+            done = f" (built: {', '.join(built)})" if built else ""
+            die(f"{name}: {error}{done}" if every else str(error), "kilonode image build")
         progress.close()
-        die(str(error), "kilonode image build")
-    progress.close()
-    _print_built(result, role, time.monotonic() - start)
+        _print_built(result, name if is_role else None, time.monotonic() - image_start)
+        built.append(name)
+    if every:
+        out.print(f"[green]✓[/] {len(built)} images in {out_dir} in {time.monotonic() - start:.0f} s: "
+                  f"{', '.join(built)}")
 
 
 def _print_built(result: BuildResult, role: str | None, elapsed_s: float) -> None:

@@ -13,6 +13,8 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from kilonode.catalog.limits import limits
 from kilonode.config.model import (
+    CONTROL_PLANE_IMAGE,
+    ETCD_IMAGE,
     LocalDiskConfig,
     StrictModel,
 )
@@ -504,6 +506,16 @@ class JoinTokenPlan(StrictModel):
         return f"{POOL_BOOTSTRAP_GROUP_PREFIX}{self.pool}"
 
 
+class BootImage(StrictModel):
+    """One disk image the cluster's machines boot: a pool's (named after the pool) or a
+    control-plane role's (etcd, control-plane). Its gallery image definition has this name."""
+
+    name: str
+    version: str  # its gallery version (stack: nodeImage.version, etcdImage.version, ...)
+    replicas: int  # gallery replicas of that version
+    role: bool  # a control-plane role's image (`kilonode image build --role NAME`), else a pool's
+
+
 class ClusterPlan(StrictModel):
     cluster: str
     location: str
@@ -609,6 +621,19 @@ class ClusterPlan(StrictModel):
         after the cluster), which holds the control plane, so that the controllers' roles can be
         scoped to a group holding no control-plane resource (kilonode.azure.identity)."""
         return f"{self.cluster}-nodes"
+
+    @property
+    def boot_images(self) -> tuple[BootImage, ...]:
+        """Every disk image the cluster's machines boot, one per pool then one per control-plane
+        role: the one list that `kilonode image build --all` builds, `pulumi up` uploads (and
+        refuses to start without) and the runbook names."""
+        return (
+            *(BootImage(name=pool.name, version=self.node_image_version, replicas=self.gallery_replicas, role=False)
+              for pool in self.node_pools),
+            *(BootImage(name=role, version=version, replicas=self.role_image_replicas, role=True)
+              for role, version in ((ETCD_IMAGE, self.etcd_image_version),
+                                    (CONTROL_PLANE_IMAGE, self.control_plane_image_version))),
+        )
 
     @property
     def gpu_pools(self) -> tuple[NodePoolPlan, ...]:
