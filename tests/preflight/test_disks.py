@@ -49,6 +49,30 @@ def test_an_os_disk_without_disk_size_on_a_gpu_pool_is_the_images_size() -> None
     assert breaks_at("research-7500", "pool-a100-ib", files=files, graph=graph) == []
 
 
+@pytest.mark.parametrize(("size", "said"), [
+    (3, "smaller than the 4 GiB image: Azure refuses to create the machines"),
+    (5, "leaves no room once the image and the journal are on it: 5 x 90% (the kubelet evicts below 10% free) - "
+        "4 image - 0.5 journal = 0.0 GiB"),
+])
+def test_an_explicit_os_disk_too_small_for_the_image_and_the_journal_is_a_break(size: int, said: str) -> None:
+    files, graph = artefacts("research-7500")
+    for vmss in _scale_sets(graph, "pool-h100-ib"):
+        vmss["inputs"]["virtualMachineProfile"]["storageProfile"]["osDisk"]["diskSizeGB"] = size
+    found = breaks_at("research-7500", "pool-h100-ib", files=files, graph=graph)
+    assert any(said in what for what in found), found
+    assert breaks_at("research-7500", "pool-a100-ib", files=files, graph=graph) == []
+
+
+def test_an_etcd_members_os_disk_without_room_is_a_break() -> None:
+    files, graph = artefacts("research-7500")
+    vm = next(r for r in graph["resources"] if r["type"] == "azure-native:compute:VirtualMachine"
+              and "etcd" in r["inputs"]["vmName"])
+    vm["inputs"]["storageProfile"]["osDisk"]["diskSizeGB"] = 4
+    found = [what for level, _, what in disk_findings("research-7500", files=files, graph=graph) if level == "break"]
+    assert any("leaves no room once the image and the journal are on it: 4 - 4 image - 0.4 journal = -0.4 GiB; "
+               "the first writes after boot fail (ENOSPC)" in what for what in found), found
+
+
 def test_the_audit_log_on_the_os_disk_is_a_break_with_its_rate() -> None:
     files, graph = artefacts("research-7500")
     unit = "apiserver-2/etc/systemd/system/kube-apiserver.service"

@@ -27,7 +27,9 @@ Writers, per role:
   most 4 GiB) and the image (whose size includes the preloaded image archives). The kubelet
   evicts pods below 10% free (nodefs.available), so the room is 90% of the disk, less the image
   and the journal; a log budget larger than that room is a break.
-- every role: an OS disk without `diskSizeGB` is a break (the image's size leaves no room);
+- every role: an OS disk without `diskSizeGB` is a break (the image's size leaves no room), and
+  so is an explicit one smaller than the image (Azure refuses it) or one that leaves no room once
+  the image and the journal are on it (on a node: above the kubelet's 10% eviction threshold);
   every unit that writes below a local-SSD mount (its unit or drop-in names a path there, or a
   runtime whose root is there) must fail when the mount is missing (`AssertPathIsMountPoint=`):
   with a `Condition...=` it is skipped silently, with neither it fills the OS disk under the
@@ -200,6 +202,8 @@ def check(inputs: Inputs) -> list[Finding]:
         files = inputs.host_files(host)
         if not disks.os_disk_given:
             findings.append(_no_disk_size(disks))
+        else:
+            findings += _too_small(disks, KUBELET_CONFIG in files)
         if ETCD_UNIT in files:
             findings += _etcd(inputs.plan, disks, files[ETCD_UNIT])
         if APISERVER_UNIT in files:
@@ -260,6 +264,29 @@ def _no_disk_size(disks: HostDisks) -> Finding:
         "set storageProfile.osDisk.diskSizeGB on the role's VMs / scale sets (kilonode.plan.defaults.disks sizes "
         f"each role; tiers: {', '.join(f'{t.name} {t.size_gib} GiB {t.iops} IOPS' for t in disks.tiers[5:8])})",
     )
+
+
+def _too_small(disks: HostDisks, kubelet: bool) -> list[Finding]:
+    """An explicit diskSizeGB below the image's size is refused by Azure at creation (an OS disk
+    is never smaller than its image); one that holds the image but leaves no room beside the
+    journal (and, on a node, above the kubelet's 10% eviction threshold) is full at first boot."""
+    usable = disks.os_disk_gib * (1 - KUBELET_NODEFS_EVICTION_SHARE) if kubelet else disks.os_disk_gib
+    room = usable - image_gib() - disks.journal_gib()
+    if room > 0:
+        return []
+    below_image = disks.os_disk_gib < image_gib()
+    arithmetic = (f"{disks.os_disk_gib:g}{' x 90% (the kubelet evicts below 10% free)' if kubelet else ''} - "
+                  f"{image_gib():g} image - {disks.journal_gib():.1f} journal = {room:,.1f} GiB")
+    return [Finding(
+        NAME, "break", disks.host,
+        (f"its OS disk's diskSizeGB {disks.os_disk_gib:g} is smaller than the {image_gib():g} GiB image: Azure refuses "
+         "to create the machines (an OS disk cannot be smaller than its image)" if below_image else
+         f"its OS disk leaves no room once the image and the journal are on it: {arithmetic}; "
+         + ("the kubelet reports disk pressure and evicts every pod at first boot" if kubelet else
+            "the first writes after boot fail (ENOSPC)")),
+        "raise storageProfile.osDisk.diskSizeGB (remove the stack's override: kilonode.plan.defaults.disks sizes each "
+        "role)",
+    )]
 
 
 def _etcd(plan: ClusterPlan, disks: HostDisks, unit: str) -> list[Finding]:
