@@ -31,12 +31,14 @@ def subnet_prefix(graph: Graph, name: str) -> str:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_etcd_client_port_is_reachable_only_from_the_apiserver_subnet(graphs: dict[str, Graph], stack: str) -> None:
+def test_etcd_client_port_is_reachable_only_from_the_apiservers_and_the_members(graphs: dict[str, Graph],
+                                                                              stack: str) -> None:
+    # the members themselves: a rejoining member's etcd-join asks its peers on their client URLs
     graph = graphs[stack]
-    control = subnet_prefix(graph, "control-plane")
+    control, etcd = subnet_prefix(graph, "control-plane"), subnet_prefix(graph, "etcd")
     rules = [r for r in nsg_rules_for(graph, "etcd") if r["access"] == "Allow" and covers_port(r, 2379)]
     assert rules, "no rule admits etcd clients at all"
-    assert {s for r in rules for s in sources(r)} == {control}
+    assert {s for r in rules for s in sources(r)} == {control, etcd}
 
 
 @pytest.mark.parametrize("stack", STACKS)

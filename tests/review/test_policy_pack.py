@@ -412,7 +412,7 @@ def test_unknown_sources_read_as_any_source(pack: ModuleType, graphs: dict[str, 
     the plan's subnets, known at preview)."""
     resources = items(graphs["local"])
     [nsg] = [r for r in resources if r.type == rules.NSG and r.name.endswith("-etcd-nsg")]
-    [client] = [rule for rule in nsg.props["securityRules"] if rule["destinationPortRange"] == "2379"]
+    [client] = [rule for rule in nsg.props["securityRules"] if rule["name"] == "allow-etcd-client-from-apiservers"]
     client["sourceAddressPrefixes"] = UNKNOWN_ARRAY_VALUE
     [(message, urn)] = violations_of(pack, "etcd-ports", "local", resources)
     assert message.startswith(f"{nsg.name} rule {client['name']!r} admits etcd's client port 2379 from *:")

@@ -4,7 +4,8 @@ Every subnet's NSG ends in an explicit deny-all at the lowest custom priority: A
 default rules allow all traffic from the VirtualNetwork tag (and from peered networks), so
 "least privilege" needs the allows below and nothing else.
 
-- etcd subnet: 2379 (client) only from the control-plane subnet, 2380 (peer) only from the
+- etcd subnet: 2379 (client) only from the control-plane subnet and the etcd subnet (a
+  rejoining member's etcd-join reads the member list from its peers), 2380 (peer) only from the
   etcd subnet, SSH only from network.adminCidr.
 - control-plane subnet: 6443 from the VNet, from the deployer's addresses (the stack's
   `deployer.cidrs`: the machine running `pulumi up`), from network.apiserverAllowedCidrs, and
@@ -172,6 +173,9 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
         "control-plane": [*control_rules, *_gpu_health_rules(plan, pools, control), *ssh(200, control), _deny_all()],
         "etcd": [
             _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
+            # a member that rejoins (etcd-join) asks its peers for the member list on their client
+            # URLs: without this rule the documented self-rejoin never succeeds
+            _allow("allow-etcd-client-from-etcd", 105, [etcd], etcd, str(ETCD_CLIENT_PORT)),
             _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
             # Prometheus runs in the pools (docs/monitoring.md): etcd's metrics listener
             # (--listen-metrics-urls, plain HTTP, /metrics and /health only: no keys, no data)

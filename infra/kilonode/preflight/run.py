@@ -22,6 +22,7 @@ def _registry() -> tuple[Check, ...]:
         azure_names,
         binaries,
         boot_pulls,
+        connections,
         contracts,
         custom_data_size,
         deployer_path,
@@ -41,9 +42,9 @@ def _registry() -> tuple[Check, ...]:
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (deployer_path, service_path, scrape_path, binaries, gpu_runtime, contracts, pod_dns, scheduling,
-                       rdma, disks, azure_names, custom_data_size, identities, storage_access, encryption_at_host,
-                       node_join, quota, boot_pulls)
+        for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
+                       pod_dns, scheduling, rdma, disks, azure_names, custom_data_size, identities, storage_access,
+                       encryption_at_host, node_join, quota, boot_pulls)
     )
 
 
