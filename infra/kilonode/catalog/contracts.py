@@ -23,7 +23,14 @@ Kind = Literal[
     "gpuDirectPath",  # GPU memory registered with the HCA (GPUDirect RDMA) on InfiniBand pools
     "waitsForFabricState",  # a node program that must wait for NVSwitch fabric registration
     "renderedSetting",  # a node program's rendered JSON configuration sets a key on the pools it names
-    "podNeeds",  # what a workload's pod spec must hold as upstream runs it: host network, container args
+    "podNeeds",  # what a workload's pod spec must hold as upstream runs it: host network, args, capabilities
+    "rbacAllows",  # what a workload's ServiceAccount must be allowed (verbs on resources, where)
+    "discoveryRbac",  # the RBAC a service-discovery config needs for each discovery role it names
+    "configMapSetting",  # a setting of a configuration file a ConfigMap holds (and the workload reads it)
+    "crdPresent",  # CustomResourceDefinitions a workload watches, installed and serving a version
+    "corefilePlugins",  # a Corefile's directives: compiled into the image, and serving what the probes ask
+    "kernelAtLeast",  # a kernel release floor on every pool's image, when a setting asks for it
+    "azureRoleOnNodeGroups",  # an autoscaler's node groups: in its resource group, its identity may write them
 ]
 
 
@@ -41,7 +48,8 @@ class Contract(Row):
     version: str  # the version the contract was read at
     # other releases every line was read at too (a component pinned per Kubernetes minor)
     also_read_at: list[str] = Field(default_factory=list)
-    # where that version is pinned: a components.yaml key, `recipe:<package>`, or `kilonode`
+    # where that version is pinned: a components.yaml key, `recipe:<package>`,
+    # `binaries:<component>` (node-image/binaries.toml), or `kilonode`
     pin: str
     requirements: list[Requirement] = Field(min_length=1)
 

@@ -8,8 +8,11 @@ minimum version): the code below knows how to judge a kind, never what a compone
 judges against:
 
 - the recorded graph: the workloads' pod specs (security contexts, init containers, volumes,
-  host network), the RDMA plugin's ConfigMap;
-- the render: each GPU pool host's kubelet configuration (its cgroup driver);
+  host network, command lines), the ConfigMaps they read (the RDMA plugin's, kube-proxy's, the
+  Corefile, azure.json, prometheus.yml, the gang scheduler's), RBAC, CRDs, the scale sets and the
+  role assignments of Azure;
+- the render: each GPU pool host's kubelet configuration (its cgroup driver), every pool host's CNI
+  conflist;
 - what the pool's image carries: the recipe (kilonode.image.recipe: its packages, its kernel and
   the overlays' modules-load.d) and what the build writes (kilonode.image.gpu: the toolkit's
   settings, the device unit); with `--images`, the built manifest instead where it records it;
@@ -26,8 +29,21 @@ cgroup driver is the named one, the image runs the named command in the named un
 kernelOptionForSelector (a selector the component's config uses, the kernel option in the pool's
 kernel, a module option loaded at boot), gpuDirectPath (the driver module, kernel options, the job
 image's rdma-core and NCCL), waitsForFabricState (the agent's fabric wait on NVSwitch pools),
-renderedSetting (a node program's rendered JSON setting on the pools named), podNeeds (a
-workload's pod spec as upstream's manifest runs it: host network, container arguments).
+renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), podNeeds
+(a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
+capabilities in the bounding set, host paths), rbacAllows (the workload's pods get a token and its
+ServiceAccount is granted each request: ClusterRoleBindings anywhere, RoleBindings in their namespace,
+the apiserver's own roles from catalog/rbac.yaml; a request that a bound role not readable here might
+grant is a warning), discoveryRbac (each Kubernetes service-discovery block of a configuration a
+ConfigMap holds: the resources its role lists and watches, in the namespaces it names),
+configMapSetting (a ConfigMap's configuration file sets each path, and the workload is started with
+that very file: its flag names a mount of the ConfigMap's key), crdPresent (the CRDs a workload
+watches, serving the version), corefilePlugins (a Corefile names only plugins built into the image,
+and enables those serving what the container's probes ask), kernelAtLeast (where a ConfigMap's
+setting asks for it, every pool's image kernel at or above a release), azureRoleOnNodeGroups (each
+node group a `--nodes` flag names is a scale set of the resource group the Azure configuration lists,
+and the identity it names holds a role with write on a scope containing it). A line's `onlyAt` keeps
+it to those of the releases the contract was read at.
 
 Seeded breaks (tests/preflight/test_contracts.py), one per requirement used: the plugin without
 SYS_ADMIN (and with the toolkit's env-var key true, the case that passes); no init container
@@ -37,8 +53,18 @@ a link-type selector on the cloud kernel, ib_ipoib not loaded at boot, and a sel
 no netdev (not judged); the proprietary module on an InfiniBand pool, an NCCL older than DMA-BUF
 and a job image's old rdma-core (an unrecorded one is a warning); an agent told not to wait for
 the fabric; an InfiniBand pool whose agent does not probe GPUDirect; the cloud provider's
-workloads off the host network, and its controller configuring cloud routes under Azure CNI; a
-stale contract version (and one read at every minor it names, which holds for each).
+workloads off the host network, and its controller configuring cloud routes under Azure CNI; kube-proxy
+told another pod interface prefix (or given another file than its ConfigMap's), a conflist in bridge
+mode; kube-proxy unprivileged, without the xtables lock, on a kernel older than nftables mode allows
+(and in iptables mode, where that does not apply), unbound from system:node-proxier; CoreDNS without
+its EndpointSlice reads, without NET_BIND_SERVICE, with a plugin its image lacks or without `ready`;
+the autoscaler without its status ConfigMap or VolumeAttachment reads (not judged at a release whose
+manifest lacks them), off the host network, with another VM type, no resource group or another
+--cloud-config, a node group in another resource group or without its identity's role; Prometheus
+without a discovery Role's EndpointSlices, without nodes/metrics; the gang scheduler without the
+PodGroup CRD, with a v1beta3 configuration, its controller without pod reads, its scheduler's Lease
+renamed (a warning: system:kube-scheduler is bound and not readable here); a stale contract version
+(and one read at every minor it names, which holds for each).
 Held out, in a built image's manifest only (--images): a kernel without IPoIB, no devices unit, a
 lenient toolkit, the proprietary module, no ib_ipoib at boot, an old rdma-core.
 """
@@ -48,18 +74,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import yaml
 
+from kilonode.catalog import binaries as catalog_binaries
 from kilonode.catalog import components as catalog_components
 from kilonode.catalog.contracts import Contract, Requirement, contracts, kernels
 from kilonode.image import gpu as image_gpu
 from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
+from kilonode.preflight.checks import identities
 from kilonode.preflight.model import Finding, Inputs, Resource
+from kilonode.review import apiload
 
 NAME = "contracts"
 TITLE = ("Component contracts: what each component needs from its node and cluster, read at the pinned "
@@ -80,7 +110,11 @@ def check(inputs: Inputs) -> list[Finding]:
         if stale:
             findings.append(stale)
             continue
+        pinned = pinned_version(contract.pin, inputs.plan.kubernetes_version)
         for requirement in contract.requirements:
+            # a line read at some of the releases the contract names only (`onlyAt`) holds for those
+            if "onlyAt" in requirement.value and pinned not in requirement.value["onlyAt"]:
+                continue
             findings += EVALUATORS[requirement.kind](inputs, name, contract, requirement)
     return findings
 
@@ -102,9 +136,13 @@ def _finding(name: str, contract: Contract, req: Requirement, where: str, here: 
 
 def pinned_version(pin: str, kubernetes_version: str) -> str | None:
     """The version pinned where `pin` says: a components.yaml key, `recipe:<package>` (the exact
-    version the recipe declares for any image), or `kilonode` (our own program: always current)."""
+    version the recipe declares for any image), `binaries:<component>` (a fixed version of
+    node-image/binaries.toml), or `kilonode` (our own program: always current)."""
     if pin == "kilonode":
         return "kilonode"
+    if pin.startswith("binaries:"):
+        component = catalog_binaries.load().components.get(pin.removeprefix("binaries:"))
+        return str(component.version) if component is not None and component.version is not None else None
     if pin.startswith("recipe:"):
         package = pin.removeprefix("recipe:")
         recipe = _recipe()
@@ -453,6 +491,7 @@ def _shipped_default(file: str, table: str, key: str) -> object:
 
 # Which pools a renderedSetting line names: a predicate on the plan's pool.
 POOL_SETS: dict[str, Callable[[NodePoolPlan], bool]] = {
+    "all": lambda p: True,
     "gpu": lambda p: p.gpus_per_node > 0,
     "infiniband-gpu": lambda p: p.gpus_per_node > 0 and p.infiniband,
     "nvswitch": lambda p: p.gpus_per_node > 0 and p.nvswitch,
@@ -460,13 +499,14 @@ POOL_SETS: dict[str, Callable[[NodePoolPlan], bool]] = {
 
 
 def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
-    """Every host of the named pools has the rendered JSON file with the key at the value."""
+    """Every host of the named pools has the rendered JSON file with the key (a dotted path, list
+    items by index: `plugins.0.mode`) at the value."""
     value = req.value
     findings = []
     for pool in (p for p in inputs.plan.node_pools if POOL_SETS[value["pools"]](p)):
         for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
             text = inputs.host_files(host).get(str(value["config"]).lstrip("/"))
-            have = json.loads(text).get(value["key"]) if text else None
+            have = _at(json.loads(text), str(value["key"])) if text else None
             if have == value["equals"]:
                 continue
             findings.append(_finding(
@@ -478,7 +518,8 @@ def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requir
 
 def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
     """The workload's pod spec holds what the line names: `hostNetwork`, a container's `args`, its
-    `privileged`, and `hostPaths` mounted into it."""
+    `privileged`, the `capabilities` in its bounding set (added, or privileged), and `hostPaths`
+    mounted into it."""
     value = req.value
     workload = _workload(inputs, value["workload"])
     if workload is None:
@@ -496,6 +537,10 @@ def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
     if "privileged" in value and privileged != value["privileged"]:
         problems.append(f"container {value.get('container')} is not privileged" if value["privileged"]
                         else f"container {value.get('container')} is privileged")
+    if "capabilities" in value and not privileged:
+        _, added = _capabilities(container)
+        problems += [f"container {value.get('container')} is not privileged and adds no {cap}"
+                     for cap in value["capabilities"] if cap not in added]
     if "hostPaths" in value:
         host = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in spec.get("volumes") or []}
         mounted = {host.get(m.get("name")) for m in container.get("volumeMounts") or []}
@@ -505,6 +550,467 @@ def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
         return []
     return [_finding(name, contract, req, value["workload"], "; ".join(problems),
                      "give the workload what upstream's manifest gives it (the contract's source)")]
+
+
+# --- settings of a configuration file: the render's, a ConfigMap's --------------------------------
+
+
+_MISSING = object()
+
+
+def _at(document: Any, path: str) -> Any:
+    """A dotted path into a parsed document (`detectLocal.interfaceNamePrefix`, `plugins.0.mode`);
+    None where any step is missing."""
+    here = document
+    for step in path.split("."):
+        if isinstance(here, Mapping) and step in here:
+            here = here[step]
+        elif isinstance(here, list) and step.isdigit() and int(step) < len(here):
+            here = here[int(step)]
+        else:
+            return None
+    return here
+
+
+def _config_map_document(inputs: Inputs, named: str, key: str, fmt: str = "yaml") -> tuple[Resource | None, Any]:
+    """(the ConfigMap, its key parsed as JSON or YAML); the document is _MISSING when the key is
+    absent, and None when it does not parse."""
+    config_map = _workload(inputs, named)
+    text = ((config_map.inputs.get("data") or {}).get(key) if config_map is not None else None)
+    if not isinstance(text, str):
+        return config_map, _MISSING
+    try:
+        return config_map, json.loads(text) if fmt == "json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError):
+        return config_map, None
+
+
+def _flag_value(container: Mapping[str, Any], flag: str) -> list[str]:
+    """Every value a container's command line gives a flag (`--flag=v` or `--flag v`)."""
+    words = [*map(str, container.get("command") or []), *map(str, container.get("args") or [])]
+    found = [w.split("=", 1)[1] for w in words if w.startswith(f"{flag}=")]
+    found += [words[i + 1] for i, w in enumerate(words[:-1]) if w == flag]
+    return found
+
+
+def _container(spec: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    return next((c for c in spec.get("containers") or [] if c.get("name") == name), None)
+
+
+def _reads_config_map(spec: Mapping[str, Any], container: Mapping[str, Any], config_map: str, key: str,
+                      path: str) -> bool:
+    """Whether `path` in the container is the ConfigMap's key: a mount of a volume of that
+    ConfigMap holds it under the key's name (or the item the volume maps the key to)."""
+    volumes = {v.get("name"): v.get("configMap") for v in spec.get("volumes") or [] if v.get("configMap")}
+    for mount in container.get("volumeMounts") or []:
+        source, where = volumes.get(mount.get("name")), str(mount.get("mountPath", "")).rstrip("/")
+        if not source or source.get("name") != config_map or not path.startswith(f"{where}/"):
+            continue
+        relative = path.removeprefix(f"{where}/")
+        items = source.get("items")
+        if (items and any(i.get("key") == key and i.get("path") == relative for i in items)) or \
+                (not items and relative == key):
+            return True
+    return False
+
+
+def _config_map_setting(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """A ConfigMap's configuration file sets each `equals` path to its value and each `present`
+    path to something; with `consumer`, the workload's container is given that very file by the
+    named flag (a mount of the ConfigMap), so that the file judged is the file read."""
+    value = req.value
+    named, key, fmt = value["configMap"], value["key"], value.get("format", "yaml")
+    consumer = value.get("consumer") or {}
+    reader = _workload(inputs, consumer["workload"]) if consumer else None
+    config_map, document = _config_map_document(inputs, named, key, fmt)
+    if config_map is None and reader is None:
+        return []  # the component is not deployed by this stack
+    where = f"{named} {key}"
+    problems = []
+    if document is _MISSING:
+        problems.append(f"there is no {named} with a key {key}")
+    elif not isinstance(document, Mapping):
+        problems.append(f"{key} is not a {fmt.upper()} document")
+    else:
+        for path, wanted in (value.get("equals") or {}).items():
+            have = _at(document, path)
+            if have != wanted:
+                problems.append(f"{path} is {have!r}, not {wanted!r}")
+        problems += [f"{path} is not set" for path in value.get("present") or [] if _at(document, path) in (None, "")]
+    if reader is not None:
+        spec = _pod_spec(reader)
+        container = _container(spec, consumer["container"]) or {}
+        paths = _flag_value(container, consumer["flag"])
+        config_name = named.rpartition("/")[2]
+        if not any(_reads_config_map(spec, container, config_name, key, p) for p in paths):
+            problems.append(
+                f"{consumer['workload']} container {consumer['container']} is not given it: its {consumer['flag']} "
+                f"({', '.join(paths) or 'unset'}) is no mount of {config_name}'s {key}")
+    if not problems:
+        return []
+    return [_finding(name, contract, req, where, "; ".join(problems),
+                     "render the setting as the contract's source says (the module that builds the ConfigMap)")]
+
+
+def _kernel_at_least(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Where a ConfigMap's setting asks for it (`when`), every pool's image boots a kernel release
+    at or above `minimum`: the built manifest's with --images, else the recipe's kernel as
+    catalog/kernels.yaml measured it."""
+    value = req.value
+    when = value["when"]
+    _, document = _config_map_document(inputs, when["configMap"], when["key"])
+    if document is _MISSING or not isinstance(document, Mapping) or _at(document, when["path"]) != when["equals"]:
+        return []
+    findings = []
+    for pool in (p for p in inputs.plan.node_pools if POOL_SETS[value.get("pools", "all")](p)):
+        built = ((_manifest(inputs, pool) or {}).get("kernel") or {}).get("release")
+        if built:
+            release, whose = str(built), f"the built image {(_manifest(inputs, pool) or {}).get('name')}"
+        else:
+            image = _recipe().kernel_for(pool.image_extras).image
+            kernel = kernels().get(image)
+            release, whose = (kernel.release if kernel else ""), f"{image} (catalog/kernels.yaml)"
+        if not release:
+            findings.append(_finding(
+                name, contract, req, f"{pool.role()}: image kernel",
+                f"{when['path']} is {when['equals']} and the image's kernel {whose} is not measured: whether it is "
+                f"{value['minimum']} or later is unknown", "add the kernel to catalog/kernels.yaml", level="warn"))
+        elif _version(release) < _version(str(value["minimum"])):
+            findings.append(_finding(
+                name, contract, req, f"{pool.role()}: image kernel",
+                f"{when['configMap']} sets {when['path']}: {when['equals']}, and {whose} boots {release}, older than "
+                f"{value['minimum']}",
+                f"boot the pools on a kernel of {value['minimum']} or later, or set another {when['path']}"))
+    return findings
+
+
+# --- RBAC: what a workload's ServiceAccount may do ----------------------------------------------
+
+
+def _matches(rule: Mapping[str, Any], group: str, resource: str, verb: str, name: str | None) -> bool:
+    """A resource rule grants the request (k8s.io rbac validation rule.go: VerbMatches,
+    APIGroupMatches, ResourceMatches with `*` and `*/<subresource>`, ResourceNameMatches)."""
+    def has(key: str, item: str) -> bool:
+        return item in (rule.get(key) or []) or "*" in (rule.get(key) or [])
+    if not has("verbs", verb) or not has("apiGroups", group):
+        return False
+    resources = rule.get("resources") or []
+    sub = resource.partition("/")[2]
+    if not (resource in resources or "*" in resources or (sub and f"*/{sub}" in resources)):
+        return False
+    names = rule.get("resourceNames") or []
+    return not names or (name is not None and name in names)
+
+
+def _url_matches(rule: Mapping[str, Any], url: str, verb: str) -> bool:
+    verbs = rule.get("verbs") or []
+    if verb not in verbs and "*" not in verbs:
+        return False
+    return any(u == url or u == "*" or (u.endswith("*") and url.startswith(u[:-1]))
+               for u in rule.get("nonResourceURLs") or [])
+
+
+class _Access:
+    """What one ServiceAccount may do, as the graph's and the apiserver's own RBAC grant it:
+    ClusterRoleBindings everywhere, RoleBindings in their namespace; roles not known here are
+    kept by name (a request they might grant is not judged a break)."""
+
+    def __init__(self, inputs: Inputs, namespace: str, account: str) -> None:
+        objects = [_RbacObject(r) for r in inputs.resources if r.is_kubernetes]
+        rbac = apiload.Rbac(objects)
+        roles = {(str((r.inputs.get("metadata") or {}).get("namespace")), str((r.inputs.get("metadata") or {})
+                 .get("name"))): r.inputs for r in inputs.resources if r.is_kubernetes and r.kind == "Role"}
+        self.grants: list[tuple[str | None, list[Mapping[str, Any]]]] = []  # (namespace or None: all, rules)
+        self.unreadable: list[tuple[str | None, str]] = []  # (namespace or None: all, the role)
+        bindings = [(None, b) for b in rbac.bindings] + [
+            (str((r.inputs.get("metadata") or {}).get("namespace")), r.inputs)
+            for r in inputs.resources if r.is_kubernetes and r.kind == "RoleBinding"]
+        for scope, binding in bindings:
+            if not any(apiload._applies(s, namespace, account) for s in binding.get("subjects") or []):
+                continue
+            ref = binding.get("roleRef") or {}
+            kind, role = ref.get("kind"), str(ref.get("name"))
+            if kind == "ClusterRole":
+                rules = rbac.rules(role)
+            else:
+                body = roles.get((str(scope), role))
+                rules = list(body.get("rules") or []) if body is not None else None
+            if rules is None:
+                self.unreadable.append((scope, f"{kind} {role}" + (f" in {scope}" if scope else "")))
+                continue
+            self.grants.append((scope, rules))
+
+    def allows(self, group: str, resource: str, verb: str, namespace: str | None, name: str | None = None) -> bool:
+        """Whether the request is granted: in `namespace`, or cluster-wide when it is None."""
+        return any(any(_matches(r, group, resource, verb, name) for r in rules)
+                   for scope, rules in self.grants if scope is None or scope == namespace)
+
+    def allows_url(self, url: str, verb: str) -> bool:
+        return any(_url_matches(r, url, verb) for scope, rules in self.grants if scope is None for r in rules)
+
+
+@dataclass(frozen=True)
+class _RbacObject:
+    """A graph resource as kilonode.review.apiload reads objects (type, name, props)."""
+
+    resource: Resource
+
+    @property
+    def type(self) -> str:
+        return self.resource.type
+
+    @property
+    def name(self) -> str:
+        return self.resource.name
+
+    @property
+    def props(self) -> Mapping[str, Any]:
+        return self.resource.inputs
+
+
+def _account_of(inputs: Inputs, workload: Resource) -> tuple[str, str, bool]:
+    """(namespace, ServiceAccount, whether its pods get a token) of a workload's pods."""
+    namespace = str((workload.inputs.get("metadata") or {}).get("namespace") or "default")
+    spec = _pod_spec(workload)
+    account = str(spec.get("serviceAccountName") or spec.get("serviceAccount") or "default")
+    props = next((r.inputs for r in inputs.resources if r.is_kubernetes and r.kind == "ServiceAccount"
+                  and (r.inputs.get("metadata") or {}).get("name") == account
+                  and (r.inputs.get("metadata") or {}).get("namespace") == namespace), None)
+    return namespace, account, apiload._token_mounted(spec, props)
+
+
+def _request_text(verb: str, group: str, resource: str, namespace: str | None, name: str | None) -> str:
+    what = f"{group}/{resource}" if group else resource
+    return f"{verb} {what}" + (f" {name}" if name else "") + (f" in {namespace}" if namespace else " cluster-wide")
+
+
+# A request the account is not granted: (how a finding says it, its namespace or None: cluster-wide).
+Missing = tuple[str, str | None]
+
+
+def _missing(access: _Access, rule: Mapping[str, Any], names: list[str | None]) -> list[Missing]:
+    """The requests of one contract rule the account is not granted."""
+    if "nonResourceURLs" in rule:
+        return [(f"{verb} {url}", None) for url in rule["nonResourceURLs"] for verb in rule["verbs"]
+                if not access.allows_url(url, verb)]
+    namespace = rule.get("namespace")
+    return [(_request_text(verb, group, resource, namespace, name), namespace)
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]
+            for name in names if not access.allows(group, resource, verb, namespace, name)]
+
+
+def _rbac_findings(name: str, contract: Contract, req: Requirement, where: str, account: str,
+                   access: _Access, missing: list[Missing]) -> list[Finding]:
+    """A break naming what is not granted; a warning where a role bound to the account that is not
+    readable here (an apiserver's own role kilonode.catalog.rbac does not keep) could grant it: a
+    ClusterRoleBinding's anywhere, a RoleBinding's in its namespace."""
+    if not missing:
+        return []
+    spaces = {namespace for _, namespace in missing}
+    unsure = sorted({role for scope, role in access.unreadable if scope is None or scope in spaces})
+    unless = f"; unless {', '.join(unsure)} (not readable here) grants it" if unsure else ""
+    shown = list(dict.fromkeys(text for text, _ in missing))
+    return [_finding(name, contract, req, where, f"its ServiceAccount {account} may not {', '.join(shown)}{unless}",
+                     "grant what upstream's manifest grants (the contract's source) to the workload's ServiceAccount",
+                     level="warn" if unsure else "break")]
+
+
+def _rbac_allows(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """The workload's pods get a token, and their ServiceAccount is granted every request the
+    line's `rules` name: verbs on resources (cluster-wide, or in a rule's `namespace`), named
+    objects (`resourceNames`, or `resourceNameFrom` a path of a ConfigMap's file), URLs."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    namespace, account, token = _account_of(inputs, workload)
+    if not token:
+        return [_finding(name, contract, req, value["workload"],
+                         f"its pods mount no token for ServiceAccount {namespace}/{account}: every API request it "
+                         "makes is refused", "leave automountServiceAccountToken unset or true for this workload")]
+    access = _Access(inputs, namespace, account)
+    missing: list[Missing] = []
+    for rule in value["rules"]:
+        names: list[str | None] = list(rule.get("resourceNames") or []) or [None]
+        source = rule.get("resourceNameFrom")
+        if source:
+            _, document = _config_map_document(inputs, source["configMap"], source["key"])
+            named = _at(document, source["path"]) if isinstance(document, Mapping) else None
+            if not named:
+                continue  # the setting is another line's matter
+            names = [str(named)]
+        missing += _missing(access, rule, names)
+    return _rbac_findings(name, contract, req, value["workload"], f"{namespace}/{account}", access, missing)
+
+
+def _discovery_rbac(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Each Kubernetes service-discovery block of the workload's configuration (a ConfigMap's
+    file) lists and watches, per role it names, the resources the line maps the role to: in the
+    namespaces it names (its own with own_namespace), else cluster-wide; cluster-scoped ones
+    always cluster-wide, nodes also where it attaches node metadata."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    _, document = _config_map_document(inputs, value["configMap"], value["key"])
+    if workload is None or not isinstance(document, Mapping):
+        return []
+    namespace, account, token = _account_of(inputs, workload)
+    access = _Access(inputs, namespace, account)
+    findings = []
+    for job in document.get(value["jobsKey"]) or []:
+        for sd in job.get(value["sdKey"]) or []:
+            if sd.get("api_server"):
+                continue  # another cluster's API: not this RBAC
+            role = str(sd.get("role"))
+            resources = list(value["roles"].get(role) or [])
+            if (sd.get("attach_metadata") or {}).get("node") and value["nodeResource"] not in resources:
+                resources.append(value["nodeResource"])
+            spaces = sd.get("namespaces") or {}
+            names: list[str | None] = list(spaces.get("names") or [])
+            if spaces.get("own_namespace"):
+                names.append(namespace)
+            missing: list[Missing] = []
+            for full in resources:
+                group, _, resource = full.rpartition("/")
+                cluster = full in value["clusterScoped"] or not names
+                missing += [(_request_text(verb, group, resource, ns, None), ns)
+                            for ns in ([None] if cluster else names) for verb in value["verbs"]
+                            if not access.allows(group, resource, verb, ns)]
+            if not token:
+                missing = [("anything (its pods mount no token)", None)]
+            findings += _rbac_findings(name, contract, req,
+                                       f"{value['workload']} job {job.get('job_name')} (role {role})",
+                                       f"{namespace}/{account}", access, missing)
+    return findings
+
+
+# --- what a workload watches: CRDs; what a Corefile names --------------------------------------------
+
+
+def _crd_present(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Where any of the line's workloads runs, each CRD is in the graph and serves the version."""
+    value = req.value
+    readers = [w for w in value["workloads"] if _workload(inputs, w) is not None]
+    if not readers:
+        return []
+    crds = {(r.inputs.get("metadata") or {}).get("name"): r.inputs for r in inputs.resources
+            if r.is_kubernetes and r.kind == "CustomResourceDefinition"}
+    problems = []
+    for crd in value["crds"]:
+        body = crds.get(crd)
+        served = [v.get("name") for v in ((body or {}).get("spec") or {}).get("versions") or [] if v.get("served")]
+        if body is None:
+            problems.append(f"no CustomResourceDefinition {crd}")
+        elif value["version"] not in served:
+            problems.append(f"{crd} does not serve {value['version']} (serves {', '.join(served) or 'nothing'})")
+    if not problems:
+        return []
+    return [_finding(name, contract, req, ", ".join(readers), "; ".join(problems),
+                     "install the component's CRDs as upstream ships them (kilonode/k8s/crds)")]
+
+
+def _corefile_directives(text: str) -> list[tuple[str, list[str]]]:
+    """(plugin, its arguments) for each directive of a Corefile's server blocks (depth one)."""
+    found, depth = [], 0
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = line.replace("{", " { ").replace("}", " } ").split()
+        if depth == 1 and words[0] not in "{}":
+            found.append((words[0], [w for w in words[1:] if w not in "{}"]))
+        depth += words.count("{") - words.count("}")
+    return found
+
+
+def _corefile_plugins(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every directive of the Corefile is a plugin compiled into the image, and each HTTP probe of
+    the container asks a path and port that a plugin the Corefile enables serves."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    config_map = _workload(inputs, value["configMap"])
+    text = ((config_map.inputs.get("data") or {}).get(value["key"]) if config_map is not None else None)
+    if not isinstance(text, str):
+        return [_finding(name, contract, req, value["configMap"], f"there is no {value['key']} in it",
+                         "give CoreDNS its Corefile (kilonode.k8s.dns)")]
+    directives = _corefile_directives(text)
+    problems = [f"the Corefile names {plugin}, which {contract.version} is not built with"
+                for plugin, _ in directives if plugin not in value["compiledIn"]]
+    enabled = {plugin: args for plugin, args in directives}
+    container = _container(_pod_spec(workload), value["container"]) or {}
+    for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+        get = (container.get(kind) or {}).get("httpGet")
+        if not get:
+            continue
+        path, port = get.get("path"), get.get("port")
+        serving = [p for p, where in value["probes"].items() if where["path"] == path]
+        if not serving:
+            problems.append(f"its {kind} asks {path} on {port}, which no plugin serves")
+            continue
+        plugin = serving[0]
+        if plugin not in enabled:
+            problems.append(f"its {kind} asks {path} on {port}, and the Corefile enables no {plugin}")
+            continue
+        address = next((a for a in enabled[plugin] if ":" in a), None)
+        served_port = int(address.rpartition(":")[2]) if address else value["probes"][plugin]["port"]
+        if served_port != port:
+            problems.append(f"its {kind} asks {path} on {port}, and {plugin} serves it on {served_port}")
+    if not problems:
+        return []
+    return [_finding(name, contract, req, f"{value['configMap']} {value['key']}", "; ".join(problems),
+                     "keep the Corefile to the image's plugins, with health and ready where the probes ask "
+                     "(kilonode.k8s.dns COREFILE)")]
+
+
+# --- the autoscaler's node groups on Azure -----------------------------------------------------------
+
+
+def _azure_role_on_node_groups(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Each scale set the workload's `--nodes` flags name is a scale set of the graph, in the
+    resource group its Azure configuration names (the one it lists), and the identity that
+    configuration names holds one of the line's roles on a scope containing it."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    container = _container(_pod_spec(workload), value["container"]) or {}
+    groups = [flag.rpartition(":")[2] for flag in _flag_value(container, value["flag"])]
+    _, config = _config_map_document(inputs, value["configMap"], value["key"], "json")
+    config = config if isinstance(config, Mapping) else {}
+    group = config.get(value["resourceGroupKey"])
+    if not group:
+        return []  # no configuration, or none with a resource group: the configuration's own line says so
+    client = str(config.get(value["identityKey"]) or "")
+    identity = client.removeprefix(value["mockClientPrefix"]) if client.startswith(value["mockClientPrefix"]) else None
+    graph = identities._Graph(inputs)
+    scale_sets = {str(r.inputs.get("vmScaleSetName", r.name)): r for r in graph.of(identities.SCALE_SET)}
+    assignments = [a for a in graph.of(identities.ROLE_ASSIGNMENT)
+                   if identity is not None and identities._principal_name(a) == identity
+                   and str(a.inputs.get("roleDefinitionId", "")).rpartition("/")[2] in value["roles"]]
+    findings = []
+    for scale_set in groups:
+        vmss = scale_sets.get(scale_set)
+        if vmss is None:
+            here = f"node group {scale_set} is no scale set of the graph"
+        elif vmss.inputs.get("resourceGroupName") != group:
+            here = (f"node group {scale_set} is in resource group {vmss.inputs.get('resourceGroupName')}, and the "
+                    f"autoscaler lists the scale sets of {value['resourceGroupKey']} {group} only")
+        elif identity is None:
+            findings.append(_finding(
+                name, contract, req, f"{value['workload']} node group {scale_set}",
+                f"its {value['identityKey']} ({client or 'unset'}) names no identity of the graph: whether it may "
+                "write the scale set is not known", "record the graph with kilonode's own identities", level="warn"))
+            continue
+        elif not any(vmss in graph.contained(str(a.inputs.get("scope", ""))) for a in assignments):
+            roles = " or ".join(value["roles"].values())
+            here = f"identity {identity} holds no {roles} on a scope containing scale set {scale_set}"
+        else:
+            continue
+        findings.append(_finding(name, contract, req, f"{value['workload']} node group {scale_set}", here,
+                                 "grant the autoscaler's identity Virtual Machine Contributor on each node group's "
+                                 "scale set, in the group its azure.json names (kilonode.azure.identity)"))
+    return findings
 
 
 EVALUATORS: dict[str, Evaluator] = {
@@ -517,4 +1023,11 @@ EVALUATORS: dict[str, Evaluator] = {
     "kernelOptionForSelector": _kernel_option_for_selector,
     "gpuDirectPath": _gpu_direct_path,
     "waitsForFabricState": _waits_for_fabric_state,
+    "rbacAllows": _rbac_allows,
+    "discoveryRbac": _discovery_rbac,
+    "configMapSetting": _config_map_setting,
+    "crdPresent": _crd_present,
+    "corefilePlugins": _corefile_plugins,
+    "kernelAtLeast": _kernel_at_least,
+    "azureRoleOnNodeGroups": _azure_role_on_node_groups,
 }
