@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from variants import LARGEST_VALID, many_pools, scaled, write_results
+from variants import LARGEST_VALID, MIDDLE, many_pools, scaled, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 KILONODE = str(Path(sys.executable).parent / "kilonode")
@@ -132,7 +132,7 @@ def main() -> None:
     research = bench_plan("research-7500")
     with tempfile.TemporaryDirectory(prefix="kilonode-bench-plan-") as tmp:
         work = Path(tmp)
-        variants = {nodes: bench_plan(str(scaled(nodes, work))) for nodes in (30_000, LARGEST_VALID)}
+        variants = {nodes: bench_plan(str(scaled(nodes, work))) for nodes in (MIDDLE, LARGEST_VALID)}
         refusals = {nodes: refused(scaled(nodes, work)) for nodes in (60_000, 100_000)}
     pools = bench_pools()
     base, base_sets = research["wall_median_s"], research["scale_sets"]

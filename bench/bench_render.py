@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_plan import compile_package, figures, load, refused, run
-from variants import LARGEST_VALID, scaled, write_results
+from variants import LARGEST_VALID, MIDDLE, scaled, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "render.json"
@@ -59,7 +59,7 @@ def main() -> None:
         research = bench_render("research-7500", work / "research-7500")
         validate = bench(["validate", "research-7500"])
         variants = {nodes: bench_render(str(scaled(nodes, work)), work / f"scaled-{nodes}")
-                    for nodes in (30_000, LARGEST_VALID)}
+                    for nodes in (MIDDLE, LARGEST_VALID)}
         refusals = {nodes: refused(scaled(nodes, work)) for nodes in (60_000, 100_000)}
     base = research["wall_median_s"]
     results: dict[str, Any] = {

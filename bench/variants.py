@@ -18,9 +18,11 @@ join-wave timers. What has to change for the stack to validate at that size, and
   scale set (~48 base64 bytes apiece); it names runs of them now and does not grow
   (kilonode.render.pool.fabric_script), and the cap stays so the figures stay comparable.
 
-The largest such stack that validates is 59,000 nodes: at 59,500 the monitoring pool's
-Prometheus would keep under the 2 days of data the plan requires (its samples grow with the
-nodes, its disk does not); 100,000 nodes need more private IPs than a VNet has.
+The largest such stack that validates is 24,900 nodes (whole scale sets of 100): at 25,000 the
+cluster would be 25,017 VMs with its control plane, system and monitoring nodes, past the 25,000
+VMs Azure allows per subscription and region (catalog limits.yaml vmsPerSubscriptionRegion).
+Until that limit was known to the planner the variants went to 59,000 nodes; figures measured
+at 30,000 and 59,000 are not comparable with these.
 
 `many_pools(count)` is a stack of `count` small pools whose subnets are all unrecorded: what
 the subnet planner places.
@@ -40,7 +42,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BASE = "research-7500"
 POOL_MAX_NODES = 15_000
-LARGEST_VALID = 59_000  # nodes: see the module's docstring
+LARGEST_VALID = 24_900  # nodes: see the module's docstring
+MIDDLE = 15_000  # the other size timed between research-7500 and LARGEST_VALID
 
 
 def base_document() -> dict[str, Any]:

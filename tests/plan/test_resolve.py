@@ -116,8 +116,10 @@ def test_a_100000_node_pool_cannot_fit_one_vnet_even_with_host_network(write_sta
     cluster["nodePools"][0].update(nodes=100_000, podsPerNode=0)
     with pytest.raises(StackError) as caught:
         plan_of(cluster, write_stack)
-    vnet, nics, nat = caught.value.problems
+    vnet, vms, nics, nat = caught.value.problems
     assert vnet.path == nat.path == "nodePools[0].nodes"
+    # one VM per node and per control-plane member: 25,000 per subscription and region
+    assert vms.path == "nodePools" and vms.message.startswith("100,007 VMs") and "25,000" in vms.message
     assert "one VNet cannot hold 100000 nodes even with hostNetwork pods only" in vnet.message
     assert "100000 × (1 + 0) + 8 = 100008 > 65536" in vnet.message
     # one NIC per node and per control-plane VM
@@ -146,15 +148,16 @@ def test_pinned_subnet_too_small_for_the_pool(write_stack: StackWriter) -> None:
     assert "2 nodes need a /27. Growing past it moves this pool's subnet 10.0.200.0/28 → 10.0.2.0/27" in problem.message
 
 
-def test_60000_nodes_fit_a_wider_vnet_with_host_network_pods(write_stack: StackWriter) -> None:
+def test_24900_nodes_fit_a_wider_vnet_with_host_network_pods(write_stack: StackWriter) -> None:
+    """Past /16 with hostNetwork pods, up to Azure's 25,000 VMs per subscription and region."""
     cluster = shipped_cluster_value("local")
-    # one pool, one NAT gateway: 16 x 64,512 ports over 60,000 nodes is 17 each
-    cluster["network"] = {"vnetCidr": "10.0.0.0/15", "minSnatPortsPerNode": 17}
+    # one pool, one NAT gateway: 16 x 64,512 ports over 24,900 nodes is 41 each
+    cluster["network"] = {"vnetCidr": "10.0.0.0/15", "minSnatPortsPerNode": 41}
     del cluster["nodePools"][0]["gpusPerNode"]
-    cluster["nodePools"][0].update(nodes=60_000, podsPerNode=0, infiniband=True, subnet=None,
+    cluster["nodePools"][0].update(nodes=24_900, podsPerNode=0, infiniband=True, subnet=None,
                                    vmSize="Standard_ND96asr_v4")
     [pool] = plan_of(cluster, write_stack).node_pools
-    assert len(pool.shards) == 600
+    assert len(pool.shards) == 249
     assert pool.ip_configs_per_nic == 1
 
 
@@ -189,9 +192,9 @@ def test_resolve_raises_plan_errors_without_a_file() -> None:
     raw["nodePools"][0]["nodes"] = 70_000
     with pytest.raises(PlanError) as caught:
         resolve(ClusterConfig.model_validate(raw), stack.sysctl_profile)
-    vnet, nics, nat = caught.value.problems
+    vnet, vms, nics, nat = caught.value.problems
     assert [(p.path, p.line) for p in (vnet, nat)] == [("nodePools[0].nodes", None), ("nodePools[0].nodes", None)]
-    assert nics.path == "nodePools" and "NICs" in nics.message
+    assert vms.path == nics.path == "nodePools" and "VMs" in vms.message and "NICs" in nics.message
     assert "70000 × (1 + 8) + 8 = 630008 > 65536" in vnet.message
     assert nat.message.startswith("pool-cpu: 70,000 nodes x 128 SNAT ports = 8,960,000 ports > 16 public IPs")
 

@@ -36,6 +36,7 @@ class AzureLimits(Row):
     snat_ports_per_ip: Limit
     nat_prefix_lengths: Lengths
     nics_per_subscription_region: Limit
+    vms_per_subscription_region: Limit
     vnets_per_subscription_region: Limit
     peered_group_private_ips: Limit
 

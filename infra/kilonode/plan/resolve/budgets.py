@@ -123,12 +123,15 @@ def budgets_of(config: ClusterConfig) -> list[Budget]:
     subnets = 2 + len(pools)
     # one NIC per node and per control-plane VM (the load balancers' frontends are not NICs)
     nics = nodes + etcd_members(config) + config.apiserver.replicas
+    vms = nics  # one NIC per VM: every node, etcd member and apiserver
     leases = config.etcd.leases
     return [
         Budget(name="VNet private IPs", used=vnet_used, limit=AZURE.vnet_private_ips.value,
                source=AZURE.vnet_private_ips.source, hard=True),
         Budget(name="NICs per subscription and region", used=nics, limit=AZURE.nics_per_subscription_region.value,
                source=AZURE.nics_per_subscription_region.source, hard=True),
+        Budget(name="VMs per subscription and region", used=vms, limit=AZURE.vms_per_subscription_region.value,
+               source=AZURE.vms_per_subscription_region.source, hard=True),
         Budget(name="IP configurations per NIC", used=widest_nic, limit=AZURE.ip_configs_per_nic.value,
                source=AZURE.ip_configs_per_nic.source, hard=True),
         Budget(name="subnets per VNet", used=subnets, limit=AZURE.subnets_per_vnet.value,
@@ -203,6 +206,11 @@ def budget_problems(config: ClusterConfig, budgets: list[Budget]) -> list[Proble
 
 # Hard budgets past their limit, with where the problem points and what it says.
 _OVER: dict[str, tuple[Loc, Callable[[Budget, ClusterConfig], str]]] = {
+    "VMs per subscription and region": (("nodePools",), lambda b, _: (
+        f"{b.used:,} VMs (every node at each pool's maxNodes or nodes, every etcd member and apiserver) exceed the "
+        f"{b.limit:,} of {b.source}: Azure refuses the scale sets past it, and the limit cannot be raised; split "
+        "the nodes over clusters in different subscriptions or regions (`kilonode fleet STACK --nodes N` writes "
+        "them)")),
     "NICs per subscription and region": (("nodePools",), lambda b, _: (
         f"{b.used:,} NICs (one per node at each pool's maxNodes or nodes, one per control-plane VM) exceed the "
         f"{b.limit:,} of {b.source}: Azure refuses the scale sets past it; split the nodes over clusters in "
