@@ -4,6 +4,7 @@ hygiene, the mirror scrubber, the cache key, the verify report and the CLI's err
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from kilonode.cli import main
 from kilonode.config import load_stack
 from kilonode.config.model import ROLE_IMAGES
 from kilonode.digest import sha256_file
-from kilonode.image import cache, mirror, needs, rootfs
+from kilonode.image import cache, mirror, needs, rootfs, vendor_apt
 from kilonode.image import gpu as accel
 from kilonode.image.containers import compile_pause, describe_archive, single_binary_image
 from kilonode.image.disk import ESP_TYPE, LINUX_ROOT_X86_64, ImageFs, assemble, gpt_partitions, make_esp
@@ -408,6 +409,34 @@ def test_gpu_package_list_pins_one_driver_version_headless() -> None:
                                                                    "perftest"]
     assert RECIPE.components(("gpu",)) == ("contrib", "non-free", "non-free-firmware")
     assert RECIPE.components(("infiniband",)) == ()
+
+
+# A driver-branch version (535.261.03, 535.309.01-0+deb12u1) in the manual or the catalogue.
+DRIVER_LIKE = re.compile(r"\b5\d\d\.\d{2,3}\.\d{2}\b")
+# What may name another release of the branch nearby: nvidia-modprobe (a source of its own,
+# pinned to the newest) and the security update the open module lacks (packages/gpu.txt).
+OTHER_RELEASE_CONTEXT = ("nvidia-modprobe", "security", "proprietary")
+
+
+def test_the_manual_and_the_catalogue_name_the_driver_the_image_pins() -> None:
+    """Independent trace: docs said 535.309.01 after the image moved to the open module's
+    535.261.03. Any other release of the branch must say why it is there (within its line and
+    the one before)."""
+    gpu = read_list(RECIPE.extras["gpu"].package_file)
+    pinned = dict(p.partition("=")[::2] for p in gpu)
+    driver = vendor_apt.upstream_version(pinned[accel.DRIVER_MODULE_PACKAGE])
+    root = REPO_ROOT or Path()
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md")),
+             *sorted((root / "infra/kilonode/catalog").glob("*.yaml"))]
+    stale: list[str] = []
+    for page in pages:
+        lines = page.read_text().splitlines()
+        for number, line in enumerate(lines):
+            context = " ".join(lines[max(0, number - 1):number + 1])
+            for found in DRIVER_LIKE.findall(line):
+                if found != driver and not any(word in context for word in OTHER_RELEASE_CONTEXT):
+                    stale.append(f"{page.relative_to(root)}:{number + 1}: {found} (the driver is {driver})")
+    assert stale == []
 
 
 def test_derived_sources_add_components_and_change_nothing_else() -> None:

@@ -219,7 +219,7 @@ def test_a_record_that_cannot_be_read_is_said_so_and_nothing_else(tmp_path: Path
 
 
 def full_agent_record(gpus: int) -> metrics.AgentRecord:
-    record = metrics.AgentRecord("b", 1.0, expect_gpus=gpus, gpus=gpus, driver="535.309.01", model="NVIDIA A100",
+    record = metrics.AgentRecord("b", 1.0, expect_gpus=gpus, gpus=gpus, driver="535.261.03", model="NVIDIA A100",
                                  condition="True", last_report=3.0,
                                  figures=[metrics.Figures(str(i), 300.0, 0.002, 1.5) for i in range(gpus)])
     record.note_check("passive", 2.0, "passed")

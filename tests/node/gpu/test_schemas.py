@@ -1,9 +1,9 @@
 """The agent on `nvidia-smi -q -x` outputs shaped by the schemas of the drivers it meets: v12
-(driver 535, the GPU image's: Debian bookworm's nvidia-smi 535.309.01-0+deb12u1), v11 (470 and
-older drivers' tag names) and v13 (580, the real H100 recordings). Each built output is first
-checked against the element lists derived from Debian's packages (fixtures/nvsmi/): every
-element it has is one the schema declares under that parent, so the tests cannot drift into a
-shape no driver writes."""
+(driver 535: the element list from Debian bookworm's nvidia-smi 535.309.01-0+deb12u1; the GPU
+image ships 535.261.03-1 of the same branch), v11 (470 and older drivers' tag names) and v13
+(580, the real H100 recordings). Each built output is first checked against the element lists
+derived from Debian's packages (fixtures/nvsmi/): every element it has is one the schema
+declares under that parent, so the tests cannot drift into a shape no driver writes."""
 
 from __future__ import annotations
 

@@ -96,8 +96,8 @@ def _text(element: ET.Element | None, path: str, where: str) -> str:
 
 
 # Where each reading lives in `nvidia-smi -q -x`, per schema. The schemas: nvsmi_device_v11
-# (driver 470, Debian bullseye's nvidia-smi 470.256.02-2), v12 (driver 535, Debian bookworm's
-# nvidia-smi 535.261.03-1 and 535.309.01-0+deb12u1, the driver the GPU image ships), both read
+# (driver 470, Debian bullseye's nvidia-smi 470.256.02-2), v12 (driver 535: Debian bookworm's
+# nvidia-smi 535.261.03-1, the driver the GPU image ships, and 535.309.01-0+deb12u1), both read
 # from the DTD embedded in those binaries (element lists derived in
 # tests/node/gpu/fixtures/nvsmi/); v13 (driver 580) from the real H100 recording in
 # tests/node/gpu/fixtures/h100-80gb-hbm3/ (no v13 DTD is packaged in Debian bookworm).
