@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from kilonode.catalog import components as catalog_components
 from kilonode.catalog.contracts import Contract, contracts
@@ -604,3 +605,30 @@ def test_a_gang_scheduler_lease_its_role_does_not_name_is_a_warning_where_a_buil
     assert warning.level == "warn" and lines([warning]) == {"schedulerPlugins/scheduler-rbac"}
     assert "may not get coordination.k8s.io/leases kilonode-gang-2 in kube-system" in warning.what
     assert "unless ClusterRole system:kube-scheduler" in warning.what
+
+
+def _with_coscheduling_arg(graph: dict[str, Any], key: str, value: int) -> None:
+    data = _config_map(graph, "kilonode-gang-scheduler")
+    config = yaml.safe_load(data["scheduler-config.yaml"])
+    [args] = [c["args"] for p in config["profiles"] for c in p["pluginConfig"] if c["name"] == "Coscheduling"]
+    args[key] = value
+    data["scheduler-config.yaml"] = yaml.safe_dump(config)
+
+
+def test_a_coscheduling_argument_the_release_does_not_decode_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    _with_coscheduling_arg(graph, "kubeConfigPath", 1)
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"schedulerPlugins/coscheduling-args-v0-34"}
+    assert "profiles.*.pluginConfig.name=Coscheduling.args has kubeConfigPath, a field it does not decode" in \
+        finding.what
+
+
+def test_pod_group_reject_percentage_is_decoded_from_v0_34_only() -> None:
+    _, graph = artefacts("research-7500")
+    _with_coscheduling_arg(graph, "podGroupRejectPercentage", 10)
+    assert findings(graph=graph) == []  # v0.34.7, the 1.34 stacks' release
+    inputs = inputs_of("research-7500", graph=graph)
+    at_133 = dataclasses.replace(inputs, plan=inputs.plan.model_copy(update={"kubernetes_version": "1.33.5"}))
+    [finding] = [f for f in breaks(run(at_133, CHECK)) if "coscheduling-args" in f.what]
+    assert lines([finding]) == {"schedulerPlugins/coscheduling-args"} and "podGroupRejectPercentage" in finding.what

@@ -36,8 +36,9 @@ ServiceAccount is granted each request: ClusterRoleBindings anywhere, RoleBindin
 the apiserver's own roles from catalog/rbac.yaml; a request that a bound role not readable here might
 grant is a warning), discoveryRbac (each Kubernetes service-discovery block of a configuration a
 ConfigMap holds: the resources its role lists and watches, in the namespaces it names),
-configMapSetting (a ConfigMap's configuration file sets each path, and the workload is started with
-that very file: its flag names a mount of the ConfigMap's key), crdPresent (the CRDs a workload
+configMapSetting (a ConfigMap's configuration file sets each path, holds no field a strict decoder
+does not know, and the workload is started with that very file: its flag names a mount of the
+ConfigMap's key), crdPresent (the CRDs a workload
 watches, serving the version), corefilePlugins (a Corefile names only plugins built into the image,
 and enables those serving what the container's probes ask), kernelAtLeast (where a ConfigMap's
 setting asks for it, every pool's image kernel at or above a release), azureRoleOnNodeGroups (each
@@ -62,7 +63,8 @@ the autoscaler without its status ConfigMap or VolumeAttachment reads (not judge
 manifest lacks them), off the host network, with another VM type, no resource group or another
 --cloud-config, a node group in another resource group or without its identity's role; Prometheus
 without a discovery Role's EndpointSlices, without nodes/metrics; the gang scheduler without the
-PodGroup CRD, with a v1beta3 configuration, its controller without pod reads, its scheduler's Lease
+PodGroup CRD, with a v1beta3 configuration, with Coscheduling arguments the pinned release does not
+decode (podGroupRejectPercentage before v0.34), its controller without pod reads, its scheduler's Lease
 renamed (a warning: system:kube-scheduler is bound and not readable here); a stale contract version
 (and one read at every minor it names, which holds for each).
 Held out, in a built image's manifest only (--images): a kernel without IPoIB, no devices unit, a
@@ -572,6 +574,25 @@ def _at(document: Any, path: str) -> Any:
     return here
 
 
+def _all_at(document: Any, path: str) -> list[Any]:
+    """Every value a path reaches, where a step may also be `*` (each item of a list) or
+    `key=value` (the items of a list whose `key` is `value`):
+    `profiles.*.pluginConfig.name=Coscheduling.args`."""
+    found = [document]
+    for step in path.split("."):
+        key, equals, wanted = step.partition("=")
+        here: list[Any] = []
+        for item in found:
+            if isinstance(item, list) and step == "*":
+                here += item
+            elif isinstance(item, list) and equals:
+                here += [i for i in item if isinstance(i, Mapping) and str(i.get(key)) == wanted]
+            elif _at(item, step) is not None:
+                here.append(_at(item, step))
+        found = here
+    return found
+
+
 def _config_map_document(inputs: Inputs, named: str, key: str, fmt: str = "yaml") -> tuple[Resource | None, Any]:
     """(the ConfigMap, its key parsed as JSON or YAML); the document is _MISSING when the key is
     absent, and None when it does not parse."""
@@ -616,7 +637,8 @@ def _reads_config_map(spec: Mapping[str, Any], container: Mapping[str, Any], con
 
 def _config_map_setting(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
     """A ConfigMap's configuration file sets each `equals` path to its value and each `present`
-    path to something; with `consumer`, the workload's container is given that very file by the
+    path to something, and what each `knownKeys` path reaches holds no other key (a strict
+    decoder's fields); with `consumer`, the workload's container is given that very file by the
     named flag (a mount of the ConfigMap), so that the file judged is the file read."""
     value = req.value
     named, key, fmt = value["configMap"], value["key"], value.get("format", "yaml")
@@ -637,6 +659,9 @@ def _config_map_setting(inputs: Inputs, name: str, contract: Contract, req: Requ
             if have != wanted:
                 problems.append(f"{path} is {have!r}, not {wanted!r}")
         problems += [f"{path} is not set" for path in value.get("present") or [] if _at(document, path) in (None, "")]
+        for path, known in (value.get("knownKeys") or {}).items():
+            problems += [f"{path} has {key}, a field it does not decode" for found in _all_at(document, path)
+                         if isinstance(found, Mapping) for key in found if key not in known]
     if reader is not None:
         spec = _pod_spec(reader)
         container = _container(spec, consumer["container"]) or {}
