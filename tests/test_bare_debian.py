@@ -66,8 +66,10 @@ def test_every_command_the_tests_name_is_in_the_one_list() -> None:
 def test_the_readme_names_every_prerequisite_the_bare_root_gets() -> None:
     readme = (REPO / "README.md").read_text()
     [sentence] = [p for p in readme.split("\n\n") if p.startswith("Both work on a fresh Debian 12 machine")]
-    for package in check_bare_debian().PREREQUISITES:
+    module = check_bare_debian()
+    for package in module.PREREQUISITES:
         assert f"`{package}`" in sentence, package
+    assert f"`{module.APT_SOURCES}`" in sentence  # the deb822 sources the image bases are built from
     assert "root" in sentence and "sudo" in sentence
 
 
