@@ -180,6 +180,15 @@ class LocalStoragePlan(StrictModel):
     reason: str  # why, in one line (kilonode explain)
 
 
+class InfinibandLinksPlan(StrictModel):
+    """A VM size's InfiniBand links as its catalogue row states them (kilonode.catalog.vm
+    InfinibandLinks): `count` HCAs of one port each, each at `gbps` (the signalling rate sysfs
+    shows as `<gbps> Gb/sec (4X NDR)`)."""
+
+    count: int
+    gbps: int
+
+
 class NodePoolPlan(StrictModel):
     name: str
     nodes: int
@@ -196,8 +205,12 @@ class NodePoolPlan(StrictModel):
     # the size's GPUs are joined by NVSwitch (catalogue `nvswitch`): the image enables NVIDIA
     # Fabric Manager, without which CUDA cannot initialise there
     nvswitch: bool = False
-    # the size's InfiniBand links together, in Gb/s (catalogue infinibandLinks: count x rate), on an
-    # InfiniBand pool whose size records them: the ceiling of a two-node NCCL gang (kilonode.k8s.nccl_job)
+    # the size's InfiniBand links (catalogue infinibandLinks: one port each, its rate), on an
+    # InfiniBand pool whose size records them: the GPU health agent keeps a node out until that
+    # many ports are active at that rate (kilonode.render.pool.gpu_health_config)
+    infiniband_links: InfinibandLinksPlan | None = None
+    # those links together, in Gb/s (count x rate): the ceiling of a two-node NCCL gang
+    # (kilonode.k8s.nccl_job)
     infiniband_gbps: int | None = None
     # the size's vCPUs and memory (catalogue; None for a size not in it): the autoscaler's ceilings
     vcpus: int | None = None

@@ -201,6 +201,11 @@ def gpu_health_config(pool: NodePoolPlan) -> dict[str, Any]:
         # its gangs need GPUDirect RDMA (DMA-BUF): the agent's active check proves each GPU's
         # memory registers on each InfiniBand HCA (kilonode.gpu.gpudirect), or takes the node out
         config["expectGpuDirectRdma"] = True
+    if pool.infiniband_links:
+        # every link the size has, active at its rate (kilonode.gpu.infiniband): a node short of a
+        # virtual function, or with a port down or trained to a lower rate, would join the gang
+        # and NCCL would run on fewer or slower links
+        config["expectInfiniband"] = {"ports": pool.infiniband_links.count, "gbps": pool.infiniband_links.gbps}
     return config
 
 

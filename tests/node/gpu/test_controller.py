@@ -119,6 +119,8 @@ def test_the_taints_of_nodes_without_the_condition_or_with_another_unknown_are_l
                        conditions=[condition("Unknown", "ActiveCheckUnusable")])).node is None
     assert decide(node(taints=[PENDING], annotations=held,
                        conditions=[condition("Unknown", p.REASON_FABRIC_PENDING)])).node is None
+    assert decide(node(taints=[PENDING], annotations=held,
+                       conditions=[condition("Unknown", p.REASON_INFINIBAND_PENDING)])).node is None
     assert decide(node(taints=[CHECKING], conditions=[condition("Unknown", "ActiveCheckRequested")])).node is None
     assert decide(node(taints=[])).node is None  # not a GPU node: nothing of the controller's
 

@@ -6,8 +6,10 @@ condition into taints.
                                   [--from DIR]
 
 At start: on NVSwitch systems, a bounded wait for every GPU's fabric registration
-(fabric_wait_s; Unknown/FabricRegistrationPending meanwhile), then passive checks
-(nvidia-smi -q -x, the kernel log's NVIDIA lines since boot, NVLink state through NVML) and
+(fabric_wait_s; Unknown/FabricRegistrationPending meanwhile), and on InfiniBand pools for every
+port the size has to be ACTIVE at its rate (within the same deadline;
+Unknown/InfinibandLinksPending meanwhile), then passive checks (nvidia-smi -q -x, the kernel
+log's NVIDIA lines since boot, NVLink state through NVML, the InfiniBand ports in sysfs) and
 the active check (kilonode.gpu.active: its CUDA work in a child process, bounded by
 active_timeout_s; CUDA's "system not ready" (802) there is pending until the fabric wait's
 deadline, then a fault), then a report. Then passive checks every
@@ -38,12 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import nvml
+from . import infiniband, nvml
 from . import protocol as p
 from .metrics import ACTIVE, AGENT_STATE_DIR, METRICS_FILE, PASSIVE, AgentRecord, Figures
 from .readings import (
     BURN_JSON,
     GPUDIRECT_JSON,
+    INFINIBAND_JSON,
     KERNEL_LOG,
     NVML_JSON,
     SMI_XML,
@@ -84,10 +87,12 @@ SHARED = "active-check-shared"  # the finding of an active check a GPU pod or pr
 # SHARED here; the GPUDirect RDMA probe, which runs with it, rules.gpudirect_findings); every
 # other finding is of the passive readings.
 ACTIVE_RULES = ("active-", "gpudirect-rdma-")
-# How long the agent sleeps before it probes GPUDirect RDMA again when no InfiniBand device is
-# there yet, until the fabric wait's deadline (kilonode.gpu.gpudirect): Azure attaches the
-# InfiniBand virtual functions to a booting VM, and udev loads ib_uverbs for them, on its own
-# schedule. Later in the boot (no deadline) a node without one is a fault at once.
+# How long the agent sleeps before it reads the InfiniBand ports again while the size's are not
+# all there, ACTIVE and at their rate (await_infiniband), and before it probes GPUDirect RDMA
+# again when no InfiniBand device is there yet (kilonode.gpu.gpudirect), until the fabric wait's
+# deadline: Azure attaches the InfiniBand virtual functions to a booting VM, and udev loads
+# ib_uverbs for them, on its own schedule. Later in the boot (no deadline) a node without them
+# is a fault at once.
 HCA_RETRY_S = 10
 
 
@@ -110,6 +115,10 @@ class AgentConfig:
     # the pool's nodes must have GPUDirect RDMA (InfiniBand pools): the active check probes it
     # (kilonode.gpu.gpudirect); false: never probed, libibverbs never loaded
     expect_gpudirect_rdma: bool = False
+    # (ports, Gb/s): the size's InfiniBand links (InfiniBand pools; the size catalogue's
+    # infinibandLinks): every check reads the ports in sysfs (kilonode.gpu.infiniband) and the
+    # first waits for them; None: never read
+    expect_infiniband: tuple[int, int] | None = None
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -125,11 +134,12 @@ def load_config(path: Path) -> AgentConfig:
     defaults = thresholds().get("agent", {})
     known = {"expectGpus", "gpuModel", "kubeconfig", "nodeName", "passiveIntervalSeconds",
              "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir", "fabricWaitSeconds",
-             "expectGpuDirectRdma"}
+             "expectGpuDirectRdma", "expectInfiniband"}
     if unknown := sorted(set(data) - known):
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     if not isinstance(expect_rdma := data.get("expectGpuDirectRdma", False), bool):
         raise ConfigError(f"{where}: expectGpuDirectRdma must be true or false, not {expect_rdma!r}")
+    expect_ib = _expect_infiniband(where, data.get("expectInfiniband"))
 
     def positive(name: str, default: int | None) -> int:
         value = data.get(name, default)
@@ -157,7 +167,20 @@ def load_config(path: Path) -> AgentConfig:
         state_dir=Path(text("stateDir", False) or AGENT_STATE_DIR),
         fabric_wait_s=positive("fabricWaitSeconds", defaults.get("fabric_wait_s")),
         expect_gpudirect_rdma=expect_rdma,
+        expect_infiniband=expect_ib,
     )
+
+
+def _expect_infiniband(where: str, value: Any) -> tuple[int, int] | None:
+    """expectInfiniband: {"ports": <count>, "gbps": <rate>}, both positive integers, or absent."""
+    if value is None:
+        return None
+    numbers = [value.get(k) for k in ("ports", "gbps")] if isinstance(value, dict) else []
+    if (not isinstance(value, dict) or set(value) != {"ports", "gbps"}
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in numbers)):
+        raise ConfigError(f"{where}: expectInfiniband must be {{\"ports\": <positive integer>, \"gbps\": "
+                          f"<positive integer>}}, not {value!r}")
+    return numbers[0], numbers[1]
 
 
 # --- decisions (pure) -----------------------------------------------------------------------
@@ -215,6 +238,9 @@ def summary(readings: NodeReadings, expect_gpus: int, gpu_model: str | None) -> 
         copies = [r["d2d_copy_TBps_read_plus_write"] for r in runs if "d2d_copy_TBps_read_plus_write" in r]
         parts.append(f"active: bf16 GEMM median >= {min(medians):.0f} TFLOP/s, max rel. error "
                      f"{max(errors):.2g}, copy >= {min(copies):.2f} TB/s")
+    links = readings.infiniband
+    if links and infiniband.ready(links):
+        parts.append(f"InfiniBand: {len(links['ports'])} ports ACTIVE at >= {links['expected']['gbps']} Gb/s")
     probe = readings.gpudirect
     if probe and not probe.get("failures"):
         parts.append(f"GPUDirect RDMA (DMA-BUF): {len(probe.get('gpus') or [])} GPUs on "
@@ -269,6 +295,16 @@ def cuda_pending(state: State, at: str, node_name: str, wait_s: int) -> Report:
                    "CUDA reports the system not ready (cudaErrorSystemNotReady, 802): waiting for Fabric Manager "
                    f"to finish training the NVSwitch fabric before the first active check, at most {wait_s} s", at,
                    node_name, None, [], event=False)
+
+
+def infiniband_pending(state: State, at: str, node_name: str, expected: tuple[int, int], wait_s: int) -> Report:
+    """Unknown while the size's InfiniBand ports are awaited (attached, ACTIVE, at their rate)
+    before the first check. The message names the expectation and the bound, not each port's
+    state, so it does not change (and is not written again) as the ports come up."""
+    return _report(state, "Unknown", p.REASON_INFINIBAND_PENDING,
+                   f"waiting for {expected[0]} InfiniBand ports ACTIVE at {expected[1]} Gb/s (the size's links) before "
+                   f"the first check, at most {wait_s} s in all with the fabric wait", at, node_name, None, [],
+                   event=False)
 
 
 def _report(state: State, status: str, reason: str, message: str, at: str, node_name: str,
@@ -353,11 +389,17 @@ def smi_xml() -> str:
     return result.stdout
 
 
-def collect(directory: Path) -> None:
-    """Record the passive outputs in `directory` in read_dir's layout. Raises UnusableInput
-    when nvidia-smi cannot run at all (the caller reports that as a fault)."""
+def collect(directory: Path, expect_infiniband: tuple[int, int] | None = None) -> None:
+    """Record the passive outputs in `directory` in read_dir's layout (the InfiniBand ports
+    where the size's are expected). Raises UnusableInput when nvidia-smi cannot run at all (the
+    caller reports that as a fault)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / SMI_XML).write_text(smi_xml())
+    ports = directory / INFINIBAND_JSON
+    if expect_infiniband is not None:
+        ports.write_text(json.dumps(infiniband.reading(*expect_infiniband, sysfs=infiniband.SYS_INFINIBAND), indent=2))
+    else:
+        ports.unlink(missing_ok=True)
     # NVLink state (kilonode.gpu.nvml); without NVML read_dir notes it as not checked
     links = nvml.nvlink_states()
     if links is not None:
@@ -409,7 +451,7 @@ def check(config: AgentConfig, work: Path, active: bool, recorded: Path | None,
         if active or not config.expect_gpudirect_rdma:
             (work / GPUDIRECT_JSON).unlink(missing_ok=True)  # and the last probe's answer, where asked for
         try:
-            collect(work)
+            collect(work, config.expect_infiniband)
         except UnusableInput as error:
             return None, [Finding("nvidia-smi", None, "the GPUs cannot be queried", str(error))], None
         if active:
@@ -678,6 +720,38 @@ class Agent:
                 told = True
             time.sleep(FABRIC_POLL_S)
 
+    def await_infiniband(self) -> bool:
+        """Before the first check of a boot, on pools that expect InfiniBand: wait until every
+        port the size has is there, ACTIVE and at its rate (kilonode.gpu.infiniband). Azure
+        attaches the InfiniBand virtual functions to a booting VM on its own schedule, and a port
+        is ACTIVE only once the fabric's subnet manager has configured it. Reports
+        Unknown/InfinibandLinksPending while it waits (not over a failure already reported in
+        this boot), polling every HCA_RETRY_S, within the fabric wait's deadline (one bound for
+        both: fabric_wait_s from the first of them). True: all there. False: the deadline
+        passed; the caller checks passively, and the rules (infiniband-ports-missing,
+        infiniband-port-down, infiniband-port-slow) name each port. Recorded outputs (--from)
+        are judged as recorded: nothing to wait for."""
+        expected = self.config.expect_infiniband
+        if expected is None or self.recorded is not None:
+            return True
+        if self.fabric_deadline is None:
+            self.fabric_deadline = time.monotonic() + self.config.fabric_wait_s
+        told = False
+        while True:
+            found = infiniband.reading(*expected, sysfs=infiniband.SYS_INFINIBAND)
+            if infiniband.ready(found):
+                return True
+            if time.monotonic() >= self.fabric_deadline:
+                print(f"InfiniBand ports not all ACTIVE at {expected[1]} Gb/s within {self.config.fabric_wait_s} s: "
+                      + "; ".join(f"{kind} {subject}: {evidence}" for kind, subject, evidence
+                                  in infiniband.problems(found)), file=sys.stderr)
+                return False
+            if not told and not self.state.failed:
+                self.send(infiniband_pending(self.state, p.now(), self.node_name, expected,
+                                             self.config.fabric_wait_s))
+                told = True
+            time.sleep(HCA_RETRY_S)
+
     def startup(self) -> None:
         """The first check of a boot. Its GPUs' fabric first (await_fabric): not registered in
         time, a passive check reports it. At the node's first registration the kubelet's startup
@@ -687,8 +761,10 @@ class Agent:
         if self.state.last_active:
             self.full_check(active=False)  # a restart later in the boot: never take GPUs from a job
             return
-        if not self.await_fabric():
-            self.full_check(active=False)  # no CUDA on an unregistered fabric: the passive rules name it
+        if not self.await_fabric() or not self.await_infiniband():
+            # no CUDA on an unregistered fabric, no pass without the size's links: the passive
+            # rules name each GPU or port
+            self.full_check(active=False)
             return
         taints = self.api().get_node(self.node_name).get("spec", {}).get("taints") or []
         if any(t.get("key") == p.STARTUP_TAINT for t in taints):
@@ -745,7 +821,8 @@ def main(argv: list[str] | None = None) -> int:
         agent = Agent(config, args.dry_run, args.recorded)
         if args.once or args.dry_run:
             # recorded outputs are judged as recorded; on the node, the fabric is awaited first
-            return agent.full_check(active=args.recorded is not None or agent.await_fabric())
+            return agent.full_check(active=args.recorded is not None
+                                    or (agent.await_fabric() and agent.await_infiniband()))
         agent.loop()
     except (ConfigError, UnusableInput) as error:
         print(f"error: {error}", file=sys.stderr)

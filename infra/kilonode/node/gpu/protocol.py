@@ -21,6 +21,9 @@ REASON_CHECK_REQUESTED = "ActiveCheckRequested"
 # Unknown while the agent waits for the GPUs' NVSwitch fabric registration before its first
 # active check (kilonode.gpu.agent): the controller leaves the taints as they are.
 REASON_FABRIC_PENDING = "FabricRegistrationPending"
+# Unknown while the agent waits, before its first check, for the size's InfiniBand ports to be
+# ACTIVE at their rate (kilonode.gpu.agent, InfiniBand pools): the taints stay as they are.
+REASON_INFINIBAND_PENDING = "InfinibandLinksPending"
 
 STARTUP_TAINT = "kilonode.io/gpu-health"  # =pending:NoSchedule, registered by the kubelet
 STARTUP_VALUE = "pending"

@@ -6,6 +6,7 @@ that support recorded (off the node, `kilonode gpu-health --from DIR`), laid out
     nvml.json           NVML readings (nvidia-ml-py), NVLink state (optional)
     burn.json           the active check's figures                 (optional)
     gpudirect.json      the GPUDirect RDMA probe's answer          (optional; kilonode.gpu.gpudirect)
+    infiniband.json     the InfiniBand ports against the size's    (optional; kilonode.gpu.infiniband)
 
 Parsing only: no rule lives here (kilonode.gpu.rules). A file that is present but cannot be
 read as what it should be raises UnusableInput, naming the file and what is wrong.
@@ -25,6 +26,7 @@ KERNEL_LOG = "dmesg-xid.txt"
 NVML_JSON = "nvml.json"
 BURN_JSON = "burn.json"
 GPUDIRECT_JSON = "gpudirect.json"
+INFINIBAND_JSON = "infiniband.json"
 
 # `NVRM: Xid (PCI:0000:5a:00): 79, GPU has fallen off the bus.` or, with the process known,
 # `NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, ...`: the driver's format (open-gpu-kernel-modules
@@ -86,6 +88,9 @@ class NodeReadings:
     # the GPUDirect RDMA probe's answer (kilonode.gpu.gpudirect); None: not probed (only pools
     # whose config says expectGpuDirectRdma are, so its absence is no note)
     gpudirect: dict[str, Any] | None = None
+    # the InfiniBand ports with the size's expectation (kilonode.gpu.infiniband); None: not read
+    # (only pools whose config says expectInfiniband are, so its absence is no note)
+    infiniband: dict[str, Any] | None = None
 
 
 def _text(element: ET.Element | None, path: str, where: str) -> str:
@@ -316,8 +321,14 @@ def read_dir(directory: Path) -> NodeReadings:
     if gpudirect_path.is_file() and (not isinstance(gpudirect, dict)
                                      or not isinstance(gpudirect.get("failures"), list)):
         raise UnusableInput(f"{gpudirect_path}: expected an object with a list of failures")
+    infiniband_path = directory / INFINIBAND_JSON
+    infiniband = _json_file(infiniband_path) if infiniband_path.is_file() else None
+    if infiniband_path.is_file() and (not isinstance(infiniband, dict)
+                                      or not isinstance(infiniband.get("expected"), dict)
+                                      or not isinstance(infiniband.get("ports"), list)):
+        raise UnusableInput(f"{infiniband_path}: expected an object with the expected ports and a list of ports")
     return NodeReadings(directory, driver, tuple(gpus), None if xids is None else tuple(xids), burn, tuple(notes),
-                        gpudirect)
+                        gpudirect, infiniband)
 
 
 def _json_file(path: Path) -> Any:

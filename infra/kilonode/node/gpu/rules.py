@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from . import infiniband as ib
 from .readings import FABRIC_STATE, FABRIC_STATUS, NOT_APPLICABLE, GpuReading, NodeReadings, XidEvent
 
 HERE = Path(__file__).parent
@@ -250,6 +251,29 @@ def gpudirect_findings(probe: dict[str, Any] | None) -> list[Finding]:
     return found
 
 
+# The InfiniBand ports' rules (kilonode.gpu.infiniband; infiniband.json against the size's
+# links). All take the node out: NCCL would run on fewer or slower links for the whole gang.
+INFINIBAND_RULES = {
+    "missing": ("infiniband-ports-missing", "InfiniBand ports present, the size has {expected} (a virtual function "
+                "not attached, or its driver not bound)"),
+    "down": ("infiniband-port-down", "InfiniBand {port} is not ACTIVE"),
+    "slow": ("infiniband-port-slow", "InfiniBand {port} runs below the size's rate"),
+}
+
+
+def infiniband_findings(found: dict[str, Any] | None) -> list[Finding]:
+    """infiniband.json's shortfalls: the count once, each port down or slow by name."""
+    if not found:
+        return []
+    expected = (found.get("expected") or {}).get("ports")
+    out = []
+    for kind, subject, evidence in ib.problems(found):
+        rule, message = INFINIBAND_RULES[kind]
+        text = f"{subject} {message.format(expected=expected)}" if kind == "missing" else message.format(port=subject)
+        out.append(Finding(rule, None, text, evidence))
+    return out
+
+
 def evaluate(readings: NodeReadings, expect_gpus: int | None = None) -> list[Finding]:
     """Every finding for the node, tainting or not, in a stable order."""
     limits = thresholds()
@@ -263,5 +287,6 @@ def evaluate(readings: NodeReadings, expect_gpus: int | None = None) -> list[Fin
     for event in readings.xids or ():
         found.append(xid_finding(event))
     found += burn_findings(readings, limits)
+    found += infiniband_findings(readings.infiniband)
     found += gpudirect_findings(readings.gpudirect)
     return found

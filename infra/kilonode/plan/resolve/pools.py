@@ -16,6 +16,7 @@ from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import capacity, defaults
 from kilonode.plan.model import (
     ClusterPlan,
+    InfinibandLinksPlan,
     LocalStoragePlan,
     NodePoolPlan,
     PreloadImage,
@@ -141,6 +142,14 @@ def _nccl_topology(pool: NodePoolConfig) -> str | None:
     return size.nccl_topology
 
 
+def _infiniband_links(pool: NodePoolConfig) -> InfinibandLinksPlan | None:
+    """The size's InfiniBand links (catalogue infinibandLinks), on pools that use InfiniBand."""
+    size = vm_size(pool.vm_size)
+    if size is None or size.infiniband_links is None or not infiniband_of(pool.vm_size, pool.infiniband):
+        return None
+    return InfinibandLinksPlan(count=size.infiniband_links.count, gbps=size.infiniband_links.gbps)
+
+
 def _nccl_label(pool: NodePoolConfig) -> dict[str, str]:
     """A node label naming the topology, so a training job can select the nodes whose
     /opt/microsoft/<family>/topo.xml it mounts (NCCL in a container reads the container's
@@ -171,6 +180,7 @@ def node_pool_plan(
     size = vm_size(pool.vm_size)  # the size's facts the plan carries for the layers downstream
     root_name = "docker" if pool.runtime == "docker" else "containerd"
     storage = local_storage(pool)
+    links = _infiniband_links(pool)
     return NodePoolPlan(
         name=pool.name,
         nodes=pool.nodes,
@@ -181,8 +191,8 @@ def node_pool_plan(
         gpu_model=_gpu_model(pool),
         nccl_topology=_nccl_topology(pool),
         nvswitch=bool(size and size.nvswitch and gpus_of(pool.vm_size, pool.gpus_per_node)),
-        infiniband_gbps=(size.infiniband_links.count * size.infiniband_links.gbps
-                         if size and size.infiniband_links and infiniband_of(pool.vm_size, pool.infiniband) else None),
+        infiniband_links=links,
+        infiniband_gbps=links.count * links.gbps if links else None,
         vcpus=size.vcpus if size else None,
         memory_gib=size.memory_gib if size else None,
         subnet=subnet,
