@@ -89,11 +89,12 @@ def test_the_restart_guard_refuses_two_of_three_leases_members_at_once(graph: Gr
 
 
 def test_the_apiservers_reach_the_leases_members_through_the_etcd_subnets_rules(graph: Graph) -> None:
-    # the leases members sit in the etcd subnet: its rules (client port from the control plane,
-    # peer port from itself) are the ones every etcd member has; no rule names a member's address
+    # the leases members sit in the etcd subnet: its rules (client port from the control plane and
+    # itself, peer port from itself) are the ones every etcd member has; no rule names a member's address
     subnets = subnets_by_id(graph)
     leases = [graph.named(f"{name}-nic").inputs["ipConfigurations"][0]["subnet"]["id"] for name in LEASES_VMS]
     assert {subnets[s][0] for s in leases} == {"etcd"}
     control_plane = str(next(prefix for name, prefix in subnets.values() if name == "control-plane"))
     client = [r for r in nsg_rules_for(graph, "etcd") if r["access"] == "Allow" and covers_port(r, 2379)]
-    assert [sources(r) for r in client] == [[control_plane]]
+    etcd = str(next(prefix for name, prefix in subnets.values() if name == "etcd"))
+    assert [sources(r) for r in client] == [[control_plane], [etcd]]  # the apiservers; rejoining peers

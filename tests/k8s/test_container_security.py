@@ -33,6 +33,8 @@ IMAGE_USERS: dict[str, int | str | None] = {
     "cluster-autoscaler": None,
     # coredns/coredns v1.12.1 Dockerfile: USER nonroot:nonroot
     "coredns": "nonroot",
+    # cluster-proportional-autoscaler v1.10.1 Dockerfile.in: USER 65535:65535
+    "autoscaler": 65535,
     # kubernetes-sigs/scheduler-plugins v0.32.7-v0.34.7 build/{scheduler,controller}/Dockerfile: USER 65532:65532
     "kube-scheduler": 65532,
     "controller": 65532,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -65,7 +66,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # binding, pool-table ConfigMap, Role and RoleBinding
         "node-bootstrap": len(plan.join_tokens) + 8,
         "serving-cert-approver": 4,  # SA, role, binding, Deployment
-        "dns": 7,  # SA, role, binding, ConfigMap, Deployment, PDB, Service
+        # SA, role, binding, ConfigMap, Deployment, PDB, Service; the autoscaler's SA, ClusterRole
+        # and binding, Role and binding, ConfigMap, Deployment
+        "dns": 14,
         "kube-proxy": 4,  # SA, binding, ConfigMap, DaemonSet
         # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet; with autoscaled
         # pools the autoscaler's azure.json (its own identity)
@@ -171,6 +174,9 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         "kilonode:kubelet-csr-approver": ("kilonode:kubelet-csr-approver",
                                           [("ServiceAccount", "kubelet-csr-approver")]),
         "system:coredns": ("system:coredns", [("ServiceAccount", "coredns")]),
+        # nodes list/watch only (cluster-proportional-autoscaler examples/RBAC/RBAC-configs.yaml; its
+        # scale and ConfigMap rights in a Role on the one Deployment and ConfigMap)
+        "kilonode:coredns-autoscaler": ("kilonode:coredns-autoscaler", [("ServiceAccount", "coredns-autoscaler")]),
         "kilonode:node-proxier": ("system:node-proxier", [("ServiceAccount", "kube-proxy")]),
         "kilonode:cloud-controller-manager": ("kilonode:cloud-controller-manager",
                                               [("ServiceAccount", "cloud-controller-manager")]),
@@ -348,7 +354,11 @@ def test_cluster_dns_answers_at_the_kubelets_cluster_dns_one_replica_per_vm(
     assert service["spec"]["clusterIP"] == kubelet["clusterDNS"][0] == str(plans[stack].control_plane.cluster_dns_ip)
     assert service["metadata"]["name"] == "kube-dns"
     deployment = objects[f"{stack}-k8s-dns-deployment"]
-    assert deployment["spec"]["replicas"] == replicas  # max(2, ceil(nodes / 250))
+    # the replicas are the autoscaler's: max(2, ceil(nodes / 250)) at the pools' ceiling
+    assert "replicas" not in deployment["spec"]
+    linear = json.loads(objects[f"{stack}-k8s-dns-autoscaler-params"]["data"]["linear"])
+    assert linear["max"] == replicas and linear["preventSinglePointFailure"] is True
+    assert math.ceil(plans[stack].components.dns_autoscale.eligible_nodes / linear["nodesPerReplica"]) >= replicas
     # Field notes: required (not preferred) anti-affinity on the host name.
     (term,) = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]

@@ -603,6 +603,75 @@ def test_a_run_below_the_floor_or_with_a_wrong_element_fails_and_a_good_one_pass
     assert nccl_allreduce.verdict(5.0, 0, None, None)[0]  # nothing to judge against: only correctness
 
 
+# NCCL 2.18.3's channel lines, its own format strings (NVIDIA/nccl v2.18.3-1 src/transport/net.cc:186-190,
+# 227-228) filled in as its INFO log prints them, with the log's prefix (src/debug.cc)
+NET_SEND = "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s"
+NET_SEND_PROXY = "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d(%d)%s%s"
+NET_RECEIVE = "Channel %02d/%d : %d[%d] -> %d[%d] [receive] via NET/%s/%d%s%s"
+
+
+def logged(text: str) -> str:
+    return f"nccl-allreduce-0:1234:1290 [0] NCCL INFO {text}"
+
+
+def test_nccls_channel_lines_are_read_as_nccl_2_18_3_writes_them() -> None:
+    lines = [
+        logged(NET_SEND % (0, 0, 0, 0, 8, 0, "IB", 0, "/GDRDMA", "")),
+        logged(NET_RECEIVE % (0, 0, 8, 0, 0, 0, "IB", 0, "/GDRDMA", "/Shared")),
+        logged(NET_SEND_PROXY % (1, 0, 1, 1, 9, 1, "IB", 1, 0, "/GDRDMA", "")),
+        logged(NET_SEND % (2, 0, 2, 2, 10, 2, "IB", 2, "", "")),  # staged through host memory
+        logged(NET_RECEIVE % (3, 0, 11, 3, 3, 3, "IB", 3, "", "/Shared")),
+        # within the node: not the network, not counted
+        logged("Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read"),
+        logged("Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct"),
+        logged("GPU Direct RDMA Enabled for HCA 0 'mlx5_ib0'"),
+    ]
+    assert nccl_allreduce.net_channels(lines) == (5, 3)
+    assert nccl_allreduce.net_channels([]) == (0, 0)
+
+
+def test_a_gang_whose_channels_lack_gdrdma_fails_even_above_the_floor() -> None:
+    ok, line = nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, (64, 64))
+    assert ok and line.startswith("# PASS")
+    staged, line = nccl_allreduce.verdict(300.0, 0, 240.0, 400.0, (64, 48))  # above the floor
+    assert not staged and line.startswith("# FAIL: 16 of 64 NCCL channels via NET lack /GDRDMA")
+    assert "rdma-core older than 34" in line
+    silent, line = nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, (0, 0))
+    assert not silent and "names no channel via NET" in line
+    # not asked (a gang across fabrics, one node): the channels are not judged
+    assert nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, None)[0]
+
+
+def test_each_rank_logs_to_its_own_file_and_echoes_it_even_when_the_run_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(nccl_allreduce, "NCCL_LOG_DIR", str(tmp_path))
+    monkeypatch.delenv("NCCL_DEBUG_FILE", raising=False)
+    monkeypatch.setenv("RANK", "3")
+    # what NCCL 2.18.3 says where NCCL_NET=IB finds no HCA (src/net.cc:285), and only in its log
+    warning = logged("Error: network IB not found.").replace("INFO", "WARN")
+
+    def fails(log: nccl_allreduce.NcclLog) -> None:
+        assert os.environ["NCCL_DEBUG_FILE"] == str(tmp_path / "kilonode-nccl-rank3.log") == log.path
+        Path(log.path).write_text(logged(NET_SEND % (0, 0, 3, 3, 11, 3, "IB", 3, "/GDRDMA", "")) + "\n")
+        log.echo()
+        with open(log.path, "a") as more:
+            more.write(warning + "\n")
+        raise RuntimeError("NCCL error")
+
+    monkeypatch.setattr(nccl_allreduce, "_benchmark", fails)
+    with pytest.raises(RuntimeError):
+        nccl_allreduce.main()
+    out = capsys.readouterr().out.splitlines()
+    assert out == [logged(NET_SEND % (0, 0, 3, 3, 11, 3, "IB", 3, "/GDRDMA", "")), warning], "each line once"
+
+
+def test_only_a_gang_over_infiniband_must_use_gpudirect_rdma(plan: ClusterPlan) -> None:
+    assert env_of(pod_of(objects_of(plan, NcclJobRequest(pool="h100-ib"))))["REQUIRE_GDRDMA"] == "1"
+    across = env_of(pod_of(objects_of(plan, NcclJobRequest(pool="h100-ib", cross_fabric=True, nodes=2))))
+    one = env_of(pod_of(objects_of(plan, NcclJobRequest(pool="h100-ib", nodes=1))))
+    assert "REQUIRE_GDRDMA" not in across and "REQUIRE_GDRDMA" not in one, "sockets, or no network at all"
+
+
 @pytest.mark.parametrize(("pool", "ceiling", "floor"), [("h100-ib", "400", "240"), ("a100-ib", "200", "120")])
 def test_the_job_judges_its_peak_against_the_pools_infiniband_links(
         plan: ClusterPlan, pool: str, ceiling: str, floor: str) -> None:

@@ -18,6 +18,8 @@ BOOT = (
     "registry.k8s.io/kube-proxy:v1.34.2",
     # by digest: the catalogue's, from registry.k8s.io's promotion manifest
     "registry.k8s.io/coredns/coredns:v1.12.1@sha256:e8c262566636e6bc340ece6473b0eed193cad045384401529721ddbe6463d31c",
+    "registry.k8s.io/cpa/cluster-proportional-autoscaler:v1.10.1"
+    "@sha256:56af5fdd4015a1ae26e2c33747ba173f9fa7955760bc25d3672b6cf6f498b887",
     "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",

@@ -127,3 +127,42 @@ def test_a_deployment_awaited_for_the_providers_default_is_a_break() -> None:
     assert set(found) == {"Deployment kube-system/coredns", "Deployment kube-system/kubelet-csr-approver"}
     assert "pulumi-kubernetes's default 10 min" in found["Deployment kube-system/coredns"]
     assert "customTimeouts create 15m" in found["Deployment kube-system/kubelet-csr-approver"]
+
+
+def test_coredns_with_the_plans_full_replicas_waits_on_later_waves_on_a_first_run() -> None:
+    """The first-run timeline: 31 replicas, one per node, awaited 40 min; only the first wave's
+    nodes run pods by then (3 system nodes), the untainted GPU nodes join in later waves. The
+    shipped Deployment names no replicas (its autoscaler's), so this is what the fix removed."""
+    files, graph = artefacts("research-7500")
+    resource(graph, "Deployment", "coredns")["inputs"]["spec"]["replicas"] = 31
+    found = by_where(findings("research-7500", files=files, graph=graph))
+    what = found["Deployment kube-system/coredns"]
+    assert what.startswith("`pulumi up` waits 40 min for 31 replica(s), one per node (kubernetes.io/hostname "
+                           "anti-affinity); a wave's nodes run pods 40 min after it starts, so only waves starting by "
+                           "minute 0 count: 3 node(s) that admit it, 3,500 more in later waves"), what
+
+
+def test_a_deployment_only_later_waves_admit_is_a_break() -> None:
+    files, graph = artefacts("research-7500")
+    pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))["nodeSelector"] = {"kilonode.io/pool": "h100-ib"}
+    pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))["tolerations"] = [{"operator": "Exists"}]
+    found = by_where(findings("research-7500", files=files, graph=graph))
+    assert "only waves starting by minute 0 count: 0 node(s) that admit it, 2,500 more in later waves" in \
+        found["Deployment kube-system/kubelet-csr-approver"]
+
+
+def test_the_dns_autoscaler_asks_only_for_nodes_coredns_may_use() -> None:
+    """CoreDNS's replicas are its autoscaler's: the selector names the pools without taints but
+    the GPU startup one, team nodes excluded, and at the ceiling it asks for the plan's count."""
+    import math
+
+    from tests import shared
+
+    dns = shared.plan("research-7500").components.dns_autoscale
+    assert dns.node_selector == "kilonode.io/pool in (a100-ib,h100-ib,system),!kilonode.io/team"
+    assert math.ceil(dns.eligible_nodes / dns.nodes_per_replica) >= dns.max_replicas == 31
+    assert dns.eligible_nodes == 3 + 1000 + 2500  # the system pool, a100-ib's untaken nodes, h100-ib
+    _, graph = artefacts("research-7500")
+    assert "replicas" not in resource(graph, "Deployment", "coredns")["inputs"]["spec"]
+    args = resource(graph, "Deployment", "coredns-autoscaler")["inputs"]["spec"]["template"]["spec"]["containers"][0]
+    assert f"--nodelabels={dns.node_selector}" in args["args"] and "--target=deployment/coredns" in args["args"]

@@ -54,6 +54,7 @@ class Components(Row):
     scheduler_plugins: Component
     cluster_autoscaler: Component
     coredns: Component
+    dns_autoscaler: Component
     prometheus: Component
     kube_proxy: Component
     kubelet_csr_approver: Component

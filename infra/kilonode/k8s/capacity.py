@@ -33,7 +33,7 @@ from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
 
 NAMESPACE = "kilonode-capacity"
-POOL_LABEL = "kilonode.io/pool"
+POOL_LABEL = wellknown.POOL_LABEL
 LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of": "kilonode-capacity"}
 BALLOON_APP = "kilonode-balloon"
 

@@ -1,10 +1,21 @@
 """ClusterDns: CoreDNS as the `kube-dns` Service at the plan's cluster DNS address (the
 kubelets' clusterDNS), after kubernetes/kubernetes cluster/addons/dns/coredns: its RBAC,
-Corefile and probes; with required anti-affinity on the host name and replicas computed by
-the plan (components.dns_replicas)."""
+Corefile and probes; with required anti-affinity on the host name (one replica per VM, the
+2,500-node lesson).
+
+Its replicas follow the nodes it may run on, as Kubernetes' dns-horizontal-autoscaler addon and
+AKS's coredns-autoscaler do: the cluster-proportional-autoscaler (catalogue dnsAutoscaler) in
+linear mode, counting only the Ready nodes CoreDNS may be scheduled on (the plan's
+components.dns_autoscale: its --nodelabels selector and nodes per replica), so that every
+replica it asks for has a node of its own. The Deployment therefore names no `replicas`
+(upstream's coredns.yaml.base does the same, "Will be tuned in real time if DNS horizontal
+auto-scaling is turned on"): `pulumi up` never sets them back, and its await waits for what the
+autoscaler asks of the nodes that exist, not for the plan's full count (the plan's
+dns_replicas, the autoscaler's max), which needs nodes of later join waves."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -13,10 +24,17 @@ from pulumi_kubernetes import apps, core, meta, policy, rbac
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_critical_addons
-from kilonode.plan.model import AwaitsPlan
+from kilonode.plan.model import AwaitsPlan, DnsAutoscalePlan
 
 APP = "kube-dns"  # the label every DNS client and NetworkPolicy expects
 LABELS = {"k8s-app": APP, "app.kubernetes.io/managed-by": "kilonode"}
+DEPLOYMENT = "coredns"
+AUTOSCALER = "coredns-autoscaler"
+AUTOSCALER_LABELS = {"k8s-app": AUTOSCALER, "app.kubernetes.io/managed-by": "kilonode"}
+# The autoscaler image's user (cluster-proportional-autoscaler Dockerfile.in: USER 65535:65535).
+AUTOSCALER_USER = 65535
+# How often it counts the nodes (its default --poll-period-seconds is 10).
+AUTOSCALER_POLL_S = 10
 
 # The Corefile of the upstream addon, with the cluster's domain.
 COREFILE = """.:53 {
@@ -45,8 +63,9 @@ COREFILE = """.:53 {
 @dataclass(frozen=True)
 class ClusterDnsArgs:
     dns_ip: str  # the plan's cluster DNS address (the kubelets' clusterDNS)
-    replicas: int
+    autoscale: DnsAutoscalePlan  # the plan's (components): how the replicas follow the nodes
     image: str  # the plan's (components)
+    autoscaler_image: str  # the plan's (components)
     awaits: AwaitsPlan  # the plan's (components): how long `pulumi up` waits for the replicas and the Service
     cluster_domain: str = "cluster.local"
 
@@ -104,7 +123,7 @@ class ClusterDns(pulumi.ComponentResource):
         super().__init__("kilonode:k8s:ClusterDns", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         account = core.v1.ServiceAccount(
-            f"{name}-sa", metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            f"{name}-sa", metadata=meta.v1.ObjectMetaArgs(name=DEPLOYMENT, namespace=KUBE_SYSTEM, labels=LABELS),
             opts=child,
         )
         role = rbac.v1.ClusterRole(
@@ -127,7 +146,7 @@ class ClusterDns(pulumi.ComponentResource):
         )
         config = core.v1.ConfigMap(
             f"{name}-corefile",
-            metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            metadata=meta.v1.ObjectMetaArgs(name=DEPLOYMENT, namespace=KUBE_SYSTEM, labels=LABELS),
             data={"Corefile": COREFILE.replace("{cluster_domain}", args.cluster_domain)},
             opts=child,
         )
@@ -137,9 +156,9 @@ class ClusterDns(pulumi.ComponentResource):
         on_nodes = awaited(child, args.awaits)
         apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            metadata=meta.v1.ObjectMetaArgs(name=DEPLOYMENT, namespace=KUBE_SYSTEM, labels=LABELS),
             spec=apps.v1.DeploymentSpecArgs(
-                replicas=args.replicas,
+                # no replicas: the autoscaler's (the module docstring)
                 selector=meta.v1.LabelSelectorArgs(match_labels=selector),
                 strategy=apps.v1.DeploymentStrategyArgs(
                     type="RollingUpdate",
@@ -153,7 +172,7 @@ class ClusterDns(pulumi.ComponentResource):
         )
         policy.v1.PodDisruptionBudget(
             f"{name}-pdb",
-            metadata=meta.v1.ObjectMetaArgs(name="coredns", namespace=KUBE_SYSTEM, labels=LABELS),
+            metadata=meta.v1.ObjectMetaArgs(name=DEPLOYMENT, namespace=KUBE_SYSTEM, labels=LABELS),
             spec=policy.v1.PodDisruptionBudgetSpecArgs(
                 max_unavailable=1, selector=meta.v1.LabelSelectorArgs(match_labels=selector)),
             opts=child,
@@ -172,4 +191,100 @@ class ClusterDns(pulumi.ComponentResource):
             ),
             opts=on_nodes,
         )
+        _autoscaler(name, args, child, on_nodes)
         self.register_outputs({})
+
+
+def _autoscaler(name: str, args: ClusterDnsArgs, child: pulumi.ResourceOptions,
+                on_nodes: pulumi.ResourceOptions) -> None:
+    """The cluster-proportional-autoscaler that sets CoreDNS's replicas: its parameters, its
+    RBAC (upstream's examples/RBAC/RBAC-configs.yaml, narrowed to the one ConfigMap and
+    Deployment it reads and scales: the ConfigMap exists, so it never creates one), and itself
+    on the system pool."""
+    plan = args.autoscale
+    account = core.v1.ServiceAccount(
+        f"{name}-autoscaler-sa",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        opts=child,
+    )
+    nodes = rbac.v1.ClusterRole(
+        f"{name}-autoscaler-nodes",
+        metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{AUTOSCALER}", labels=AUTOSCALER_LABELS),
+        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["list", "watch"])],
+        opts=child,
+    )
+    subject = rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)
+    rbac.v1.ClusterRoleBinding(
+        f"{name}-autoscaler-nodes-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{AUTOSCALER}", labels=AUTOSCALER_LABELS),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=nodes.metadata.name),
+        subjects=[subject],
+        opts=child,
+    )
+    scale = rbac.v1.Role(
+        f"{name}-autoscaler-scale",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        rules=[
+            rbac.v1.PolicyRuleArgs(api_groups=["apps"], resources=["deployments/scale"],
+                                   resource_names=[DEPLOYMENT], verbs=["get", "update"]),
+            rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["configmaps"],
+                                   resource_names=[AUTOSCALER], verbs=["get"]),
+        ],
+        opts=child,
+    )
+    rbac.v1.RoleBinding(
+        f"{name}-autoscaler-scale-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=scale.metadata.name),
+        subjects=[subject],
+        opts=child,
+    )
+    params = core.v1.ConfigMap(
+        f"{name}-autoscaler-params",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        # linear mode (linear_controller.go): replicas = ceil(nodes / nodesPerReplica) within
+        # [min, max], over the Ready, schedulable nodes --nodelabels selects
+        data={"linear": json.dumps({
+            "nodesPerReplica": plan.nodes_per_replica,
+            "min": plan.min_replicas,
+            "max": plan.max_replicas,
+            "preventSinglePointFailure": True,
+            "includeUnschedulableNodes": False,
+        }, sort_keys=True)},
+        opts=child,
+    )
+    selector = {"k8s-app": AUTOSCALER}
+    apps.v1.Deployment(
+        f"{name}-autoscaler",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        spec=apps.v1.DeploymentSpecArgs(
+            replicas=1,  # it acts on each poll: a restart loses nothing
+            selector=meta.v1.LabelSelectorArgs(match_labels=selector),
+            template=core.v1.PodTemplateSpecArgs(
+                metadata=meta.v1.ObjectMetaArgs(labels=AUTOSCALER_LABELS),
+                spec=system_pod_spec(
+                    "cluster",
+                    service_account=account,
+                    system_pool=True,
+                    tolerations=tolerate_critical_addons(),
+                    containers=[core.v1.ContainerArgs(
+                        name="autoscaler",
+                        image=args.autoscaler_image,
+                        args=[
+                            f"--namespace={KUBE_SYSTEM}",
+                            f"--configmap={AUTOSCALER}",
+                            f"--target=deployment/{DEPLOYMENT}",
+                            f"--nodelabels={plan.node_selector}",
+                            f"--poll-period-seconds={AUTOSCALER_POLL_S}",
+                            "--logtostderr=true",
+                            "--v=2",
+                        ],
+                        resources=core.v1.ResourceRequirementsArgs(
+                            requests={"cpu": "20m", "memory": "10Mi"}, limits={"memory": "64Mi"}),
+                        security_context=container_security_context(AUTOSCALER_USER),
+                    )],
+                ),
+            ),
+        ),
+        opts=pulumi.ResourceOptions.merge(on_nodes, pulumi.ResourceOptions(depends_on=[params])),
+    )

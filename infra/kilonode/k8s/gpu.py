@@ -45,8 +45,7 @@ DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 # The capability the toolkit's hook takes as "privileged" (internal/config/image/privileged.go
 # at v1.17.8: CAP_SYS_ADMIN in the bounding set), which upstream's chart adds for volume-mounts.
 NVML_CAPABILITY = "SYS_ADMIN"
-# The label every pool's kubelet registers (kilonode.render.pool: --node-labels).
-POOL_LABEL = "kilonode.io/pool"
+POOL_LABEL = wellknown.POOL_LABEL  # every pool's kubelet registers it (--node-labels)
 
 # The variable the plugin's --device-list-strategy flag reads, and its value when unset
 # (cmd/nvidia-device-plugin/main.go at v0.17.4 l.92-97: a comma list, default "envvar").

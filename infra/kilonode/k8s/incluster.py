@@ -93,8 +93,9 @@ class InCluster(pulumi.ComponentResource):
         )
         ClusterDns(
             f"{name}-dns",
-            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), replicas=plan.components.dns_replicas,
-                           image=plan.components.coredns_image, awaits=plan.components.awaits),
+            ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), autoscale=plan.components.dns_autoscale,
+                           image=plan.components.coredns_image, autoscaler_image=plan.components.dns_autoscaler_image,
+                           awaits=plan.components.awaits),
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)

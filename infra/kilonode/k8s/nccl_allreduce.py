@@ -12,6 +12,19 @@ NETWORK_CEILING_GBPS), a peak below the floor, or any wrong element, fails the r
 exits 1, so the Job fails) instead of ending like a good run: a gang staged through host memory
 or over TCP is the failure this job is there to show.
 
+With REQUIRE_GDRDMA=1 (the job sets it on a gang over InfiniBand) it also reads NCCL's own log:
+each rank has NCCL write it to NCCL_DEBUG_FILE (its own file, unless the job names one), copies
+the new lines to stdout after each size (from the first, NCCL has connected the ranks) and at
+the end, a failure's included, and the run fails unless NCCL's channels go via NET and every
+one of them says /GDRDMA. NCCL 2.18.3 writes each network channel it connects as `Channel
+%02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s` (or `... via NET/%s/%d(%d)%s%s` through a
+proxy rank, and `[receive]`), the first suffix "/GDRDMA" when the connection uses GPUDirect
+RDMA and "" when it stages through host memory (NVIDIA/nccl v2.18.3-1 src/transport/net.cc:
+186-190 and 227-228). That is the one place a run shows GPUDirect RDMA off, which happens
+silently where the container's libibverbs lacks ibv_reg_dmabuf_mr (rdma-core older than 34) or
+the node lost DMA-BUF; the bandwidth floor alone may still pass on a gang staged through host
+memory.
+
 Standard library only at import time (torch is imported by main()), so the pure parts can be
 tested where PyTorch is absent.
 """
@@ -19,13 +32,19 @@ tested where PyTorch is absent.
 from __future__ import annotations
 
 import os
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 FLOAT32_BYTES = 4
 MIN_BYTES = 1 << 20
 WARMUP = 5
 ITERATIONS = 20
+# NCCL's network channel lines (v2.18.3-1 src/transport/net.cc:186-190, 227-228), its GPUDirect suffix
+CHANNEL = re.compile(r"Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] \[(?:send|receive)\] "
+                     r"via NET/(?P<net>[^/\s]+)/\d+(?:\(\d+\))?(?P<gdr>/GDRDMA)?")
+NCCL_LOG_ENV = "NCCL_DEBUG_FILE"
+NCCL_LOG_DIR = "/tmp"  # the container's own /tmp: a rank's log is kilonode-nccl-rank<RANK>.log there
 
 
 def bus_bandwidth(algbw: float, ranks: int) -> float:
@@ -48,13 +67,29 @@ def row(size: int, seconds: float, ranks: int, wrong: int) -> str:
             f"{algbw:>7.2f} {bus_bandwidth(algbw, ranks):>7.2f} {wrong:>6d}")
 
 
-def verdict(peak_busbw: float, wrong: int, floor: float | None, ceiling: float | None) -> tuple[bool, str]:
-    """(whether the run passes, the line that says why): no wrong element, and the peak at or
-    above the floor where one is given."""
+def net_channels(lines: Iterable[str]) -> tuple[int, int]:
+    """(NCCL's channels via NET in these log lines, those of them via GPUDirect RDMA)."""
+    found = [m for m in (CHANNEL.search(line) for line in lines) if m]
+    return len(found), sum(1 for m in found if m.group("gdr"))
+
+
+def verdict(peak_busbw: float, wrong: int, floor: float | None, ceiling: float | None,
+            channels: tuple[int, int] | None = None) -> tuple[bool, str]:
+    """(whether the run passes, the line that says why): no wrong element, where `channels`
+    (NCCL's channels via NET over all ranks, those via GPUDirect RDMA) is given every one of
+    them via GPUDirect RDMA, and the peak at or above the floor where one is given."""
     against = (f"; this size's two-node network ceiling with GPUDirect RDMA is {ceiling:.0f} GB/s, the floor "
                f"{floor:.0f} GB/s" if ceiling and floor else "")
     if wrong:
         return False, f"# FAIL: {wrong} elements of the check all-reduce were wrong{against}"
+    if channels is not None and not channels[0]:
+        return False, ("# FAIL: NCCL's log names no channel via NET (NCCL_DEBUG=INFO lines `Channel ... via "
+                       "NET/IB/<n>/GDRDMA`): the ranks did not talk over the network, or the log was not read")
+    if channels is not None and channels[1] < channels[0]:
+        return False, (f"# FAIL: {channels[0] - channels[1]} of {channels[0]} NCCL channels via NET lack /GDRDMA: "
+                       "NCCL stages them through host memory (GPUDirect RDMA off: the image's libibverbs without "
+                       "ibv_reg_dmabuf_mr, rdma-core older than 34, or a node without DMA-BUF); read the channel "
+                       "lines above and docs/nccl-job.md")
     if floor is not None and peak_busbw < floor:
         return False, (f"# FAIL: peak busbw {peak_busbw:.2f} GB/s is below the floor{against}: read NCCL's NET/IB "
                        "lines above (GPU Direct RDMA Disabled, or NET/Socket) and docs/nccl-job.md")
@@ -67,10 +102,43 @@ def _env_float(name: str) -> float | None:
     return float(value) if value else None
 
 
+class NcclLog:
+    """This rank's NCCL log (NCCL_DEBUG_FILE: NCCL writes it unbuffered, src/debug.cc), read as it
+    grows: `echo` copies the lines not yet seen to stdout and keeps them for the verdict."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+        self.lines: list[str] = []
+
+    def echo(self) -> None:
+        try:
+            with open(self.path, errors="replace") as log:
+                log.seek(self.offset)
+                text = log.read()
+                self.offset = log.tell()
+        except OSError:
+            return  # NCCL has not opened it yet (or could not: its lines went to stdout)
+        new = text.splitlines()
+        self.lines += new
+        if new:
+            print("\n".join(new), flush=True)
+
+
 HEADER = f"{'size(B)':>12} {'count':>12}  type  redop {'time(us)':>10} {'algbw':>7} {'busbw':>7} {'#wrong':>6}"
 
 
 def main() -> None:
+    # each rank's NCCL log in a file of its own, set before NCCL starts (it reads it at its first call)
+    own = f"{NCCL_LOG_DIR}/kilonode-nccl-rank{os.environ.get('RANK', '0')}.log"
+    log = NcclLog(os.environ.setdefault(NCCL_LOG_ENV, own))
+    try:
+        _benchmark(log)
+    finally:
+        log.echo()  # what NCCL said last, a failure's reason among it
+
+
+def _benchmark(log: NcclLog) -> None:
     import torch
     import torch.distributed as dist
 
@@ -107,10 +175,18 @@ def main() -> None:
         wrong_total += int(wrong.item())
         if rank == 0:
             print(row(size, seconds, ranks, int(wrong.item())), flush=True)
+        log.echo()  # from the first size on: NCCL has connected the ranks and named each channel
         del data
     # every rank holds the same figures (the times and the wrong counts were all-reduced): each
     # reaches the same verdict and exits with it
-    passed, line = verdict(peak[0], wrong_total, _env_float("BUSBW_FLOOR_GBPS"), _env_float("NETWORK_CEILING_GBPS"))
+    log.echo()
+    channels = None
+    if os.environ.get("REQUIRE_GDRDMA") == "1":
+        counts = torch.tensor(list(net_channels(log.lines)), device="cuda")
+        dist.all_reduce(counts)  # every rank's channels: each rank logs its own
+        channels = (int(counts[0].item()), int(counts[1].item()))
+    passed, line = verdict(peak[0], wrong_total, _env_float("BUSBW_FLOOR_GBPS"), _env_float("NETWORK_CEILING_GBPS"),
+                           channels)
     if rank == 0:
         print(f"# peak busbw {peak[0]:.2f} GB/s at {peak[1]} bytes", flush=True)
         print(line, flush=True)

@@ -70,6 +70,12 @@ FABRIC_NCCL = (("NCCL_NET", "IB"),)
 # A gang across fabrics: InfiniBand does not reach from one scale set to another, so NCCL's IB
 # transport would fail to connect the pods of different fabrics; it runs over sockets instead.
 CROSS_FABRIC_NCCL = (("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket"))
+# A gang over InfiniBand fails unless every NCCL channel between its nodes says /GDRDMA
+# (kilonode.k8s.nccl_allreduce reads NCCL's log: NVIDIA/nccl v2.18.3-1 src/transport/net.cc:186-190
+# and 227-228 write `via NET/IB/<dev>/GDRDMA` only where the connection uses GPUDirect RDMA). NCCL
+# loads the container's libibverbs, not the node's: without ibv_reg_dmabuf_mr (rdma-core older than
+# 34) it turns GPUDirect RDMA off silently, and the node's checks cannot see the image's library.
+REQUIRE_GDRDMA = (("REQUIRE_GDRDMA", "1"),)
 
 
 class NcclJobError(ValueError):
@@ -199,11 +205,16 @@ def launcher(request: NcclJobRequest, gpus: int) -> str:
     ]) + "\n"
 
 
-def environment(family: str, cross_fabric: bool, infiniband_gbps: int | None = None) -> list[dict[str, str]]:
+def environment(family: str, cross_fabric: bool, infiniband_gbps: int | None = None,
+                nodes: int = defaults.NCCL_JOB_NODES) -> list[dict[str, str]]:
+    """The container's environment; a gang over InfiniBand (more than one node, one fabric) is
+    judged against the pool's links and must use GPUDirect RDMA on every NCCL channel."""
+    over_infiniband = not cross_fabric and nodes > 1
     pairs = (*wellknown.nccl_pod_environment(family), *(CROSS_FABRIC_NCCL if cross_fabric else FABRIC_NCCL),
              *NCCL_DEBUG,
              ("ALLREDUCE_MAX_BYTES", str(defaults.NCCL_JOB_MAX_BYTES)),
-             *(() if cross_fabric else judged_against(infiniband_gbps)))
+             *(() if cross_fabric else judged_against(infiniband_gbps)),
+             *(REQUIRE_GDRDMA if over_infiniband else ()))
     return [{"name": key, "value": value} for key, value in pairs]
 
 
@@ -228,7 +239,7 @@ def container(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) ->
         "name": "allreduce",
         "image": plan.components.nccl_benchmark_image,
         "command": ["bash", "-c", launcher(request, pool.gpus_per_node)],
-        "env": environment(family, request.cross_fabric, pool.infiniband_gbps),
+        "env": environment(family, request.cross_fabric, pool.infiniband_gbps, request.nodes),
         # extended resources are requested through limits (requests equal them)
         "resources": {"requests": wants, "limits": extended},
         # No securityContext adding IPC_LOCK (PodSecurity baseline refuses it): RDMA registers

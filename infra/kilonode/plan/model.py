@@ -387,7 +387,7 @@ class JoinPlan(StrictModel):
     sized_for_per_min: int
     wave_nodes: int  # the most nodes one wave may boot at once: one interval's worth of that rate
     # scale-set shard names, wave by wave; the first holds the pools the cluster's own workloads
-    # run on, so `pulumi up`'s awaits (components.awaits) never wait on a later wave
+    # run on, so `pulumi up`'s awaits (components.awaits) need no later wave (preflight's scheduling)
     waves: tuple[tuple[str, ...], ...]
     # shards of more nodes than wave_nodes (a scale set cannot be split without moving its
     # name): each boots alone, as its own wave
@@ -445,6 +445,22 @@ class PrometheusPlan(StrictModel):
     wal_compression: bool = True
 
 
+class DnsAutoscalePlan(StrictModel):
+    """How CoreDNS's replicas follow the nodes it may run on (kilonode.k8s.dns): the
+    cluster-proportional-autoscaler's linear parameters, decided once here. It counts only the
+    Ready nodes `node_selector` matches, those CoreDNS may be scheduled on, so that its required
+    one-per-node anti-affinity can always be met by nodes that exist: on a first `pulumi up` the
+    replicas grow as those nodes join instead of waiting for nodes of a later wave."""
+
+    # a Kubernetes label selector (the autoscaler's --nodelabels): nodes of these pools without a
+    # team, where CoreDNS's tolerations admit it
+    node_selector: str
+    eligible_nodes: int  # how many such nodes the cluster may reach (pools at their ceiling)
+    nodes_per_replica: float  # eligible nodes per replica: `replicas` of them at the ceiling
+    min_replicas: int
+    max_replicas: int  # the plan's dns_replicas: one per DNS_NODES_PER_REPLICA nodes of the cluster
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -477,6 +493,8 @@ class ComponentsPlan(StrictModel):
     apiserver_max_requests_inflight: int
     apiserver_max_mutating_requests_inflight: int
     dns_replicas: int  # CoreDNS replicas for the nodes the cluster may reach
+    dns_autoscaler_image: str
+    dns_autoscale: DnsAutoscalePlan
     awaits: AwaitsPlan
     joins: JoinPlan  # how fast nodes may join, and the waves of scale sets that bound it
 

@@ -160,6 +160,9 @@ def shard_index(index: int) -> str:
 # Team capacity (kilonode.plan.capacity): a team's shards register with this label and a
 # NoSchedule taint of the same key, so only pods that tolerate it (the team's own, and
 # low-priority borrowers that tolerate the key with any value) land there.
+# Every node registers with its pool's name under this label (kilonode.plan.resolve.pools); the
+# device plugins, the balloons and CoreDNS's autoscaler select pools by it.
+POOL_LABEL = "kilonode.io/pool"
 TEAM_LABEL = "kilonode.io/team"
 # InfiniBand pools: every node is labelled with its fabric, the scale set it is an instance of
 # (on Azure RDMA reaches only the VMs of one scale set). The kubelet gets the value at boot from

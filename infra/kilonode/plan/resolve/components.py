@@ -3,6 +3,7 @@ for the stack's Kubernetes minor (from the catalogue), apiserver concurrency, DN
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any
 
@@ -10,9 +11,11 @@ from kilonode.catalog.components import components
 from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
+from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import defaults
-from kilonode.plan.model import AwaitsPlan, ComponentsPlan, NodePoolPlan
+from kilonode.plan.model import AwaitsPlan, ComponentsPlan, DnsAutoscalePlan, NodePoolPlan
 from kilonode.plan.resolve.joins import join_plan, kilonode_shares
+from kilonode.plan.wellknown import POOL_LABEL, TEAM_LABEL
 from kilonode.problems import Problem
 
 
@@ -32,6 +35,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "kubernetes_minor": minor,
         "kube_proxy_image": single(c.kube_proxy, "kubeProxy"),
         "coredns_image": single(c.coredns, "coredns"),
+        "dns_autoscaler_image": single(c.dns_autoscaler, "dnsAutoscaler"),
         "prometheus_image": single(c.prometheus, "prometheus"),
         "serving_cert_approver_image": single(c.kubelet_csr_approver, "approver"),
         "cloud_provider_azure_version": cloud,
@@ -67,6 +71,27 @@ def apiserver_inflight(total_nodes: int, apiservers: int) -> tuple[int, int]:
 
 def dns_replicas(total_nodes: int) -> int:
     return max(defaults.DNS_MIN_REPLICAS, -(-total_nodes // defaults.DNS_NODES_PER_REPLICA))
+
+
+def dns_autoscale(pools: tuple[NodePoolPlan, ...], replicas: int) -> DnsAutoscalePlan:
+    """CoreDNS's autoscaling over the nodes it may run on: pools with no taint but the GPU
+    health startup taint (which clears), and of those the nodes without a team (a team's nodes
+    carry its NoSchedule taint, which CoreDNS does not tolerate). `nodes_per_replica` is chosen
+    so that at the pools' ceiling the autoscaler asks for `replicas`, the plan's one replica per
+    DNS_NODES_PER_REPLICA nodes of the whole cluster; never below one node per replica."""
+    startup = f"{STARTUP_TAINT}={STARTUP_VALUE}:{EFFECT}"
+    eligible_pools = [p for p in pools if set(p.taints) <= {startup}]
+    eligible = sum((p.autoscaling.max_nodes if p.autoscaling else p.nodes)
+                   - sum(s.capacity for s in p.shards if s.team is not None) for p in eligible_pools)
+    names = ",".join(sorted(p.name for p in eligible_pools))
+    return DnsAutoscalePlan(
+        node_selector=f"{POOL_LABEL} in ({names}),!{TEAM_LABEL}" if names else f"!{TEAM_LABEL}",
+        eligible_nodes=eligible,
+        # rounded down to 2 decimals: ceil(eligible / it) is then at least `replicas`
+        nodes_per_replica=max(1.0, math.floor(eligible / max(1, replicas) * 100) / 100),
+        min_replicas=max(1, min(defaults.DNS_MIN_REPLICAS, eligible)),
+        max_replicas=replicas,
+    )
 
 
 def awaits_plan(dns_replicas: int) -> AwaitsPlan:
@@ -108,6 +133,7 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
         apiserver_max_requests_inflight=reads,
         apiserver_max_mutating_requests_inflight=mutating,
         dns_replicas=dns,
+        dns_autoscale=dns_autoscale(pools, dns),
         awaits=awaits_plan(dns),
         joins=join_plan(pools, reads + mutating, config.apiserver.replicas, builtin),
     )
@@ -120,6 +146,7 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     common: tuple[str, ...] = (
         images["kube_proxy_image"],
         images["coredns_image"],
+        images["dns_autoscaler_image"],  # CoreDNS's replicas follow the nodes (kilonode.k8s.dns)
         images["serving_cert_approver_image"],
         # every node runs cloud-node-manager before it can take work (it lifts the
         # uninitialized taint); cloud-controller-manager must start on an uninitialized node

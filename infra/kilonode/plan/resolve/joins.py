@@ -173,7 +173,8 @@ def describe(plan: ClusterPlan) -> list[str]:
         f"first bring-up: {_duration(joins.bring_up_min)} until the last of {sum(sizes):,} nodes is Ready (the last "
         f"wave starts at {last} min, ~{create} min to create, {defaults.NODE_READY_MIN} min to Ready); the first "
         f"wave ({', '.join(joins.waves[0]) if joins.waves else '-'}) holds the nodes the cluster's own workloads "
-        "run on, so `pulumi up`'s awaits never wait on a later wave",
+        "run on, so `pulumi up`'s awaits need no later wave (preflight's `scheduling` check walks that timeline; "
+        "CoreDNS's replicas follow the nodes that exist)",
         "growth: a later `pulumi up` runs no timer that exists (each runs its sleep once, on creation; a changed "
         "timer's update is a no-op), so scale sets added in new waves are paced by the new timers after the last "
         "one, but those packed into a wave whose timer has run start at once, together",

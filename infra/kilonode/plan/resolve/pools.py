@@ -27,6 +27,7 @@ from kilonode.plan.resolve.components import boot_images
 from kilonode.plan.resolve.disks import pool_disks
 from kilonode.plan.wellknown import (
     NCCL_TOPOLOGY_LABEL,
+    POOL_LABEL,
     PRELOAD_DIR,
     SYSTEM_LABEL,
     shard_index,
@@ -216,7 +217,7 @@ def node_pool_plan(
             if image not in {entry.image for entry in config.boot_image_archives if entry.archive}
         ),
         sysctls=sysctls,
-        labels={"kilonode.io/pool": pool.name, **_nccl_label(pool), **_system_label(pool), **pool.labels},
+        labels={POOL_LABEL: pool.name, **_nccl_label(pool), **_system_label(pool), **pool.labels},
         taints=_pool_taints(pool),
         system=pool.system,
         monitoring=pool.monitoring,

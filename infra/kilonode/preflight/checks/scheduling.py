@@ -29,6 +29,17 @@ as many distinct nodes as it has replicas. A DaemonSet must reach every pool it 
 (its node selector and required affinity name them; none: every pool); a taint that keeps
 it off one is a finding.
 
+The first run's timeline: `pulumi up` creates the in-cluster objects no earlier than the first
+join wave starts (both wait for the network, identities and images; the objects also for the
+control plane), and a wave's nodes run a pod NODE_READY_MIN + WORKLOAD_START_MIN after their
+wave starts (kilonode.plan.defaults; the waves' starts as kilonode.plan.resolve.joins schedules
+them). So an awaited Deployment or StatefulSet can only count on the nodes of waves that start
+within its await less that: a workload whose replicas need more nodes than those (one per node
+with required hostname anti-affinity, or any node at all) is a break, naming the waves and the
+minutes, even when later waves would bring enough. A workload without `replicas` gets the
+apiserver's default, 1, unless an autoscaler owns them (CoreDNS's, kilonode.k8s.dns), which
+asks only for nodes that exist.
+
 How long `pulumi up` waits for it: pulumi-kubernetes awaits a Deployment, DaemonSet or
 StatefulSet for 10 minutes unless told otherwise (provider/pkg/await, v4.32.0). A DaemonSet is
 ready only when every node's pod is, never true of a fleet still joining: one not annotated
@@ -46,6 +57,9 @@ from typing import Any
 from kilonode.k8s.pods import SKIP_AWAIT_ANNOTATION
 from kilonode.node.gpu.protocol import STARTUP_TAINT
 from kilonode.plan.defaults import awaits as awaits_defaults
+from kilonode.plan.defaults import joins as joins_defaults
+from kilonode.plan.defaults import node as node_defaults
+from kilonode.plan.resolve.joins import schedule
 from kilonode.plan.wellknown import GPU_RESOURCE, TEAM_LABEL
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import PoolNodes, bootstrap_nodes
@@ -242,7 +256,7 @@ def _replicated(found: Placement) -> list[Finding]:
     """A Deployment's or StatefulSet's findings."""
     workload = found.workload
     spec = pod_spec_of(workload.inputs)
-    replicas = int((workload.inputs.get("spec") or {}).get("replicas", 1) or 0)
+    replicas = _replicas(workload)
     where = workload.describe()
     system = _namespace(workload) == SYSTEM_NAMESPACE
     if replicas == 0:
@@ -300,14 +314,76 @@ def _daemonset(found: Placement, groups: list[PoolNodes]) -> list[Finding]:
 
 def check(inputs: Inputs) -> list[Finding]:
     groups = bootstrap_nodes(inputs)
+    starts = wave_starts_min(inputs)
     findings = []
     for found in placements(inputs).values():
         if found.workload.kind == "DaemonSet":
             findings += _daemonset(found, groups)
         else:
-            findings += _replicated(found)
+            replicated = _replicated(found)
+            late = [] if any(f.level == "break" for f in replicated) else _in_time(found, groups, starts)
+            findings += late or replicated  # a late break says more than the bootstrap warning
         findings += _awaited(found.workload, inputs.plan.components.awaits.create_min)
     return findings
+
+
+# a wave's nodes run a pod this long after their wave starts (the plan's awaits.create_min)
+NODES_RUN_PODS_MIN = node_defaults.NODE_READY_MIN + awaits_defaults.WORKLOAD_START_MIN
+
+
+def wave_starts_min(inputs: Inputs) -> dict[str, float]:
+    """Each scale set's wave start, in minutes after the first wave's, as `pulumi up` runs them."""
+    joins = inputs.plan.components.joins
+    runs = schedule(joins.wave_gaps_s, [joins_defaults.SCALE_SET_CREATE_MIN * 60] * len(joins.waves),
+                    joins.in_flight_waves)
+    return {shard: start / 60 for (start, _), wave in zip(runs, joins.waves, strict=True) for shard in wave}
+
+
+def _group_team(group: PoolNodes) -> str | None:
+    return next((team for team in group.pool.teams if group.pool.role(team) == group.host), None)
+
+
+def _replicas(workload: Resource) -> int:
+    return int((workload.inputs.get("spec") or {}).get("replicas", 1) or 0)
+
+
+def _in_time(found: Placement, groups: list[PoolNodes], starts: dict[str, float]) -> list[Finding]:
+    """The first run's timeline: the nodes that admit the workload and run pods before its await
+    ends, against what its replicas need."""
+    workload = found.workload
+    annotations = (workload.inputs.get("metadata") or {}).get("annotations") or {}
+    if str(annotations.get(SKIP_AWAIT, "")).lower() == "true":
+        return []  # not awaited: no deadline
+    replicas = _replicas(workload)
+    create = workload.custom_timeouts.get("create")
+    waits = (_minutes(create) if create else PROVIDER_DEFAULT_AWAIT_MIN) or 0.0
+    if replicas == 0 or found.nodes_eventually == 0:
+        return []
+    latest = waits - NODES_RUN_PODS_MIN  # the last wave start whose nodes run pods in time
+    admitted = {**found.now, **found.after_gpu_health}
+    in_time, later = 0, 0
+    for group in groups:
+        if group.host not in admitted:
+            continue
+        team = _group_team(group)
+        for shard in (s for s in group.pool.shards if s.team == team):
+            if starts.get(shard.name, 0.0) <= latest:
+                in_time += shard.capacity
+            else:
+                later += shard.capacity
+    needed = replicas if _hostname_anti_affinity(pod_spec_of(workload.inputs)) else 1
+    if in_time >= needed:
+        return []
+    return [Finding(
+        NAME, "break", workload.describe(),
+        f"`pulumi up` waits {waits:g} min for {replicas} replica(s)"
+        + (f", one per node ({HOSTNAME_KEY} anti-affinity)" if needed > 1 else "")
+        + f"; a wave's nodes run pods {NODES_RUN_PODS_MIN} min after it starts, so only waves starting by minute "
+        f"{max(latest, 0):g} count: {in_time:,} node(s) that admit it, {later:,} more in later waves. The first run "
+        "reports failure even though the cluster would converge",
+        "let the replicas follow the nodes that exist (an autoscaler owning `replicas`, as CoreDNS's), put the pools "
+        "it runs on in the first wave, or lengthen its await (kilonode.plan.defaults.awaits)",
+    )]
 
 
 # pulumi-kubernetes's wait without customTimeouts, and its opt-out annotation: one home each
