@@ -442,6 +442,19 @@ def test_coredns_without_its_endpointslice_reads_is_a_break() -> None:
     assert "may not list discovery.k8s.io/endpointslices cluster-wide" in finding.what
 
 
+def test_a_dns_autoscaler_that_may_not_scale_coredns_is_a_break() -> None:
+    """Its Role names the one Deployment it scales: a Role naming another leaves CoreDNS at one replica."""
+    _, graph = artefacts("research-7500")
+    role = resource(graph, "Role", "coredns-autoscaler")["inputs"]
+    for rule in role["rules"]:
+        if rule["resources"] == ["deployments/scale"]:
+            rule["resourceNames"] = ["kube-dns"]
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"dnsAutoscaler/api-access"}
+    assert finding.where == "Deployment kube-system/coredns-autoscaler"
+    assert "update apps/deployments/scale coredns in kube-system" in finding.what, finding.what
+
+
 def test_coredns_without_a_token_is_a_break() -> None:
     _, graph = artefacts("research-7500")
     resource(graph, "Deployment", "coredns")["inputs"]["spec"]["template"]["spec"][
