@@ -10,6 +10,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pulumi_azure_native import compute
 
 from kilonode.azure.graph import Graph
 from kilonode.azure.mockplan import MOCK_DEPLOYER, run_plan
@@ -24,6 +25,7 @@ PRIVATE_KEY = "tls:index/privateKey:PrivateKey"
 ACCOUNT = "azure-native:storage:StorageAccount"
 ASSIGNMENT = "azure-native:authorization:RoleAssignment"
 COMMAND = "command:local:Command"
+GALLERY_IMAGE = "azure-native:compute:GalleryImage"
 
 
 def openssh(key: Any, comment: str = "alice@example.com") -> str:
@@ -102,6 +104,21 @@ def test_a_malformed_or_misplaced_key_is_refused_with_its_line_and_field(tmp_pat
 def test_every_vm_and_scale_set_encrypts_at_host(graph_7500: Graph) -> None:
     machines = [*graph_7500.of_type(VM), *graph_7500.of_type(VMSS)]
     assert machines and all(profile(m)["securityProfile"] == {"encryptionAtHost": True} for m in machines)
+
+
+def test_trusted_launch_is_left_off_while_the_pinned_compute_api_has_no_standard(graph_7500: Graph) -> None:
+    # the unsigned GRUB and the DKMS-signed NVIDIA modules need Secure Boot off (kilonode.azure.common);
+    # Microsoft.Compute 2024-11-01, the pinned package's, takes no "Standard" to say so: when the
+    # package moves to an API that does, this fails, and every VM and scale set must set it
+    assert {t.value for t in compute.SecurityTypes} == {"TrustedLaunch", "ConfidentialVM"}, \
+        "the pinned compute API now has Standard: set securityType Standard on every VM and scale set"
+    machines = [*graph_7500.of_type(VM), *graph_7500.of_type(VMSS)]
+    assert machines and not [m.name for m in machines if {"securityType", "uefiSettings"} & set(
+        profile(m).get("securityProfile") or {})]
+    # and no image definition says it supports Trusted Launch (Azure's default then cannot pick it)
+    definitions = graph_7500.of_type(GALLERY_IMAGE)
+    assert definitions and not [d.name for d in definitions if any(
+        f["name"] == "SecurityType" for f in d.plain().get("features") or [])]
 
 
 def test_the_plan_leaves_it_off_only_where_the_catalogue_says_the_size_lacks_it() -> None:

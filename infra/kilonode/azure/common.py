@@ -31,11 +31,38 @@ def linux_config(ssh_public_keys: Sequence[pulumi.Input[str]]) -> compute.LinuxC
     )
 
 
+# Trusted Launch (Secure Boot) must stay off on every VM and scale set: the images boot an unsigned
+# standalone GRUB (kilonode.image.disk.make_esp), and the GPU images' NVIDIA modules are built by
+# DKMS and signed with a key enrolled nowhere (node-image/gpu/dkms/README.md); under Secure Boot
+# the first would not boot and the second not load ("If Secure Boot fails to authenticate that the
+# image is signed by a trusted publisher, the VM fails to boot": MicrosoftDocs/azure-compute-docs
+# articles/virtual-machines/trusted-launch.md, "Secure Boot").
+#
+# It is not pinned off with securityType "Standard", because the compute API this program uses
+# does not take it: pulumi-azure-native 3.29.0 (pyproject: >=3,<4) calls Microsoft.Compute
+# 2024-11-01, whose SecurityTypes are TrustedLaunch and ConfidentialVM only (compute.SecurityTypes;
+# its text: "If not specified, Standard will be returned starting api version 2025-11-01"). Azure
+# documents "Standard" as the way to bypass the Trusted Launch default "using API version
+# 2025-11-01 or higher" (trusted-launch.md, "Trusted Launch as default", "New behavior"); before
+# it a subscription needs the feature Microsoft.Compute/UseStandardSecurityType for the value
+# (Azure/azure-cli src/azure-cli/azure/cli/command_modules/vm/_params.py, `vm create
+# --security-type` help). So securityType is left unset, and Azure's default at 2024-11-01
+# applies: "Absence of securityProfile element in deployment code deploys VM & scale set without
+# enabling Trusted launch" (trusted-launch.md, "Existing behavior"), unless the subscription is
+# registered for Trusted Launch as default (Microsoft.Compute/TrustedLaunchByDefaultPreview): then
+# a Gen2 VM or scale set whose image and size support Trusted Launch gets it, Secure Boot on. Do
+# not register that feature on a kilonode subscription (docs/node-images.md). The image
+# definitions declare no SecurityType feature (kilonode.azure.node_image).
+# tests/azure/test_ssh_keys_and_encryption.py fails when the pinned package's SecurityTypes gains
+# Standard: then set it here, explicitly, on every VM and scale set.
+
+
 def security_profile(encryption_at_host: bool) -> compute.SecurityProfileArgs | None:
     """Encryption at host: the VM's temp disk and the host's cache of its OS and data disks
     encrypted at rest (platform-managed keys), where the plan says the size takes it
     (ClusterPlan.encryption_at_host). Not combinable with Azure Disk Encryption, which kilonode
-    never uses ("Restrictions" of the encryption-at-host pages)."""
+    never uses ("Restrictions" of the encryption-at-host pages). No securityType: Trusted Launch is
+    left to Azure's default at the pinned API version, which is off (the comment above)."""
     return compute.SecurityProfileArgs(encryption_at_host=True) if encryption_at_host else None
 
 
