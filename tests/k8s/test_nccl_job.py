@@ -31,6 +31,7 @@ from kilonode.cli import app
 from kilonode.digest import sha256_text
 from kilonode.image import topology
 from kilonode.image.binaries import download_cache
+from kilonode.image.recipe import load_recipe, read_list
 from kilonode.k8s import gang, nccl_allreduce, nccl_job
 from kilonode.k8s.capacity import BORROW_RULE
 from kilonode.k8s.nccl_job import NcclJobError, NcclJobRequest, NcclTopology
@@ -663,6 +664,19 @@ def test_each_rank_logs_to_its_own_file_and_echoes_it_even_when_the_run_fails(
         nccl_allreduce.main()
     out = capsys.readouterr().out.splitlines()
     assert out == [logged(NET_SEND % (0, 0, 3, 3, 11, 3, "IB", 3, "/GDRDMA", "")), warning], "each line once"
+
+
+def test_the_docs_say_what_nccl_does_under_the_jobs_environment_and_how_the_images_name_hcas(
+        plan: ClusterPlan) -> None:
+    doc = " ".join(NCCL_JOB_DOC.read_text().split())
+    env = env_of(pod_of(objects_of(plan, NcclJobRequest(pool="h100-ib"))))
+    # NCCL_NET=IB names the network: without HCAs NCCL 2.18.3 fails its init (src/net.cc l.285),
+    # it does not fall back to sockets
+    assert env["NCCL_NET"] == "IB" and "`NCCL WARN Error: network IB not found.`" in doc
+    assert "NET/Socket : Using" not in doc and "does not fall back to sockets" in doc
+    # the InfiniBand images carry Debian's rdma-core, whose udev rule renames every RDMA device
+    assert "rdma-core" in read_list(load_recipe().extras["infiniband"].package_file)
+    assert "`rdma_rename %k NAME_FALLBACK`" in doc and "[0]mlx5_0:1/IB" not in doc
 
 
 def test_only_a_gang_over_infiniband_must_use_gpudirect_rdma(plan: ClusterPlan) -> None:
