@@ -13,7 +13,7 @@ from kilonode.config import load_stack
 from kilonode.config.model import ClusterConfig
 from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 from kilonode.plan import ClusterPlan, plan_stack
-from kilonode.plan.resolve import budgets
+from kilonode.plan.resolve import budgets, pools
 from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.scripts import BENCH_DIR, load_script
@@ -48,22 +48,22 @@ def test_a_host_network_fleet_still_makes_pod_objects() -> None:
     raw = load_stack("local").config.model_dump(by_alias=True)
     raw["nodePools"][0].update(nodes=8_000, podsPerNode=0, subnet=None)
     found = {b.name: b.used for b in budgets.budgets_of(ClusterConfig.model_validate(raw))}
-    assert found["pods per cluster"] >= 8_000 * len(budgets.EVERY_NODE_DAEMONSETS)
+    assert found["pods per cluster"] >= 8_000 * len(pools.EVERY_NODE_DAEMONSETS)
 
 
 def test_daemonset_table_matches_the_graphs(graphs: dict[str, Any], plans: dict[str, ClusterPlan]) -> None:
-    """budgets.own_daemonsets says which pools each of the tool's DaemonSets runs on; the graph's
+    """pools.own_daemonsets says which pools each of the tool's DaemonSets runs on; the graph's
     DaemonSets (their required node affinity on kilonode.io/pool, or none: every node) agree."""
     for stack, graph in graphs.items():
-        pools = [p.name for p in plans[stack].node_pools]
+        names = [p.name for p in plans[stack].node_pools]
         config: ClusterConfig = load_stack(str(EXAMPLE_STACKS_DIR / f"Pulumi.{stack}.yaml")).config
-        expected = {p.name: set(budgets.own_daemonsets(p)) for p in config.node_pools}
-        found: dict[str, set[str]] = {p: set() for p in pools}
+        expected = {p.name: set(pools.own_daemonsets(p)) for p in config.node_pools}
+        found: dict[str, set[str]] = {p: set() for p in names}
         for resource in graph.of_type("kubernetes:apps/v1:DaemonSet"):
             spec = resource.inputs["spec"]["template"]["spec"]
             terms = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                      .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-            on = pools if not terms else terms[0]["matchExpressions"][0]["values"]
+            on = names if not terms else terms[0]["matchExpressions"][0]["values"]
             for pool in on:
                 found[pool].add(resource.inputs["metadata"]["name"])
         assert found == expected, stack

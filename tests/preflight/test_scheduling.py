@@ -166,3 +166,25 @@ def test_the_dns_autoscaler_asks_only_for_nodes_coredns_may_use() -> None:
     assert "replicas" not in resource(graph, "Deployment", "coredns")["inputs"]["spec"]
     args = resource(graph, "Deployment", "coredns-autoscaler")["inputs"]["spec"]["template"]["spec"]["containers"][0]
     assert f"--nodelabels={dns.node_selector}" in args["args"] and "--target=deployment/coredns" in args["args"]
+
+
+def test_a_gpu_pool_admitting_more_pods_than_it_has_pod_ips_is_a_break() -> None:
+    """The issue's case: maxPods 11 (3 pod IPs + 8 assumed hostNetwork pods) while 4 DaemonSets
+    run there: the scheduler places 7 pod-network pods on a node with 3 addresses."""
+    files, graph = artefacts("research-7500")
+    config = yaml.safe_load(files[f"pool-h100-ib/{KUBELET_CONFIG}"])
+    config["maxPods"] = 11
+    files[f"pool-h100-ib/{KUBELET_CONFIG}"] = yaml.safe_dump(config)
+    found = by_where(findings("research-7500", files=files, graph=graph))
+    assert found["pool-h100-ib"].startswith(
+        "the kubelet admits 11 pods (maxPods): 4 DaemonSet pods and 0 of the stack's own hostNetwork pods leave room "
+        "for 7 more, but a node has 3 pod IP(s) for them"), found["pool-h100-ib"]
+    assert "pool-a100-ib" not in found
+
+
+def test_a_daemonset_off_the_host_network_takes_a_pod_ip_the_max_pods_did_not_count() -> None:
+    files, graph = artefacts("research-7500")
+    pod_spec(resource(graph, "DaemonSet", "nvidia-device-plugin-daemonset"))["hostNetwork"] = False
+    found = by_where(findings("research-7500", files=files, graph=graph))
+    assert "leave room for 3 more, but a node has 2 pod IP(s) for them (podsPerNode 3 less 1 for non-hostNetwork " \
+           "DaemonSet pods)" in found["pool-h100-ib"]

@@ -388,10 +388,13 @@ class NodePoolConfig(StrictModel):
         ),
     )
     host_network_pods: Int = Field(
-        default=8, ge=0, le=100,
+        default=0, ge=0, le=100,
         description=(
-            "hostNetwork DaemonSet pods (device plugin, DCGM exporter, log agent) need no pod IP but count "
-            "towards the kubelet's maxPods."
+            "Your own hostNetwork DaemonSet pods on each node (a log agent, an exporter): they need no pod IP but "
+            "count towards the kubelet's maxPods. kilonode's own (kube-proxy, cloud-node-manager, the device "
+            "plugins) are counted by the plan. maxPods is podsPerNode plus both, so the scheduler never places "
+            "more pod-network pods on a node than it has pod IPs: a room held here for pods that never come lets "
+            "it place that many pods without an address (ContainerCreating, \"no available addresses\")."
         ),
     )
     runtime: Literal["docker", "containerd"] = Field(

@@ -218,7 +218,8 @@ class NodePoolPlan(StrictModel):
     subnet: IPv4Network
     pods_per_node: int
     ip_configs_per_nic: int  # 1 primary + pods_per_node secondary
-    max_pods: int  # pods_per_node + host_network_pods
+    max_pods: int  # pods_per_node + kilonode's DaemonSet pods + host_network_pods (pools.max_pods)
+    host_network_pods: int = 0  # the stack's own hostNetwork pods per node (NodePoolConfig.host_network_pods)
     max_vms_per_scale_set: int
     shards: tuple[ScaleSetShard, ...]
     local_disk: LocalDiskConfig

@@ -7,25 +7,19 @@ import math
 from collections.abc import Callable
 
 from kilonode.catalog.limits import limits
-from kilonode.catalog.vm import gpus_of, infiniband_of
+from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.plan.model import (
     Budget,
     UnrecordedSubnet,
 )
-from kilonode.plan.resolve.pools import shard_name
+from kilonode.plan.resolve.pools import max_pods, own_daemonsets, shard_name
 from kilonode.problems import Loc, Problem
 
 AZURE = limits().azure
 K8S = limits().kubernetes
 ETCD = limits().etcd
 
-# The tool's own DaemonSets (kilonode.k8s.incluster): kube-proxy and the cloud node manager on
-# every node, the NVIDIA device plugin on GPU pools, the RDMA device plugin on InfiniBand pools.
-# tests/plan/test_limits.py checks this against the DaemonSets in the shipped stacks' graphs.
-EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager")
-GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset",)
-INFINIBAND_DAEMONSETS = ("rdma-shared-dp-ds",)
 # Connections each node keeps open to the apiservers (through the load balancer, one HTTP/2
 # connection per client): the kubelet, kube-proxy, the cloud node manager; a GPU node's health
 # agent too (kilonode.gpu.agent writes its condition with the node's identity).
@@ -55,12 +49,6 @@ def growth(pool: NodePoolConfig) -> int:
 
 def pool_ips(pool: NodePoolConfig) -> int:
     return growth(pool) * (1 + pool.pods_per_node)
-
-
-def own_daemonsets(pool: NodePoolConfig) -> tuple[str, ...]:
-    """The tool's DaemonSets with a pod on each of this pool's nodes."""
-    return (*EVERY_NODE_DAEMONSETS, *(GPU_DAEMONSETS if gpus_of(pool.vm_size, pool.gpus_per_node) else ()),
-            *(INFINIBAND_DAEMONSETS if infiniband_of(pool.vm_size, pool.infiniband) else ()))
 
 
 def pod_objects(pool: NodePoolConfig) -> int:
@@ -119,7 +107,7 @@ def budgets_of(config: ClusterConfig) -> list[Budget]:
     nodes = sum(growth(p) for p in pools)
     pods = sum(pod_objects(p) for p in pools)
     widest_nic = max(1 + p.pods_per_node for p in pools)
-    densest = max(p.pods_per_node + p.host_network_pods for p in pools)
+    densest = max(max_pods(p) for p in pools)
     subnets = 2 + len(pools)
     # one NIC per node and per control-plane VM (the load balancers' frontends are not NICs)
     nics = nodes + etcd_members(config) + config.apiserver.replicas

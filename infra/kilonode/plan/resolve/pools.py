@@ -36,6 +36,26 @@ from kilonode.problems import PlanError, Problem
 
 AZURE = limits().azure
 
+# The tool's own DaemonSets (kilonode.k8s.incluster): kube-proxy and the cloud node manager on
+# every node, the NVIDIA device plugin on GPU pools, the RDMA device plugin on InfiniBand pools.
+# tests/plan/test_limits.py checks this against the DaemonSets in the shipped stacks' graphs, and
+# preflight's scheduling check the kubelets' maxPods against the DaemonSets of the graph.
+EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager")
+GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset",)
+INFINIBAND_DAEMONSETS = ("rdma-shared-dp-ds",)
+
+
+def own_daemonsets(pool: NodePoolConfig) -> tuple[str, ...]:
+    """The tool's DaemonSets with a pod on each of this pool's nodes."""
+    return (*EVERY_NODE_DAEMONSETS, *(GPU_DAEMONSETS if gpus_of(pool.vm_size, pool.gpus_per_node) else ()),
+            *(INFINIBAND_DAEMONSETS if infiniband_of(pool.vm_size, pool.infiniband) else ()))
+
+
+def max_pods(pool: NodePoolConfig) -> int:
+    """The kubelet's maxPods: a pod per pod IP, the tool's DaemonSet pods (hostNetwork: no IP) and
+    the stack's own hostNetwork pods; never room for a pod-network pod without an address."""
+    return pool.pods_per_node + len(own_daemonsets(pool)) + pool.host_network_pods
+
 
 def sysctls_of(config: ClusterConfig, profile: SysctlProfile) -> tuple[SysctlSetting, ...]:
     def reason(name: str) -> str:
@@ -199,7 +219,9 @@ def node_pool_plan(
         subnet=subnet,
         pods_per_node=pool.pods_per_node,
         ip_configs_per_nic=1 + pool.pods_per_node,
-        max_pods=pool.pods_per_node + pool.host_network_pods,
+        # every pod the scheduler may place beyond the DaemonSets' has a pod IP (preflight's scheduling)
+        max_pods=max_pods(pool),
+        host_network_pods=pool.host_network_pods,
         max_vms_per_scale_set=per_set,
         shards=shards,
         local_disk=pool.local_disk,

@@ -24,6 +24,13 @@ A pod is placed on a pool when:
 - it gets a pod IP: a non-hostNetwork pod needs one of the pool's podsPerNode secondary
   addresses, less those the pool's non-hostNetwork DaemonSet pods take.
 
+Pod IPs against maxPods: the kubelet admits up to its maxPods pods, and the scheduler places
+pods up to it whatever the NIC has. The DaemonSets of the graph that run on the pool and the
+stack's own hostNetwork pods (hostNetworkPods) take their share; what is left for other pods
+must not exceed the pod IPs left (podsPerNode less the non-hostNetwork DaemonSet pods), or the
+pod after the last address sits in ContainerCreating ("no available addresses") on a node the
+scheduler thinks has room.
+
 A Deployment or StatefulSet with required pod anti-affinity on kubernetes.io/hostname needs
 as many distinct nodes as it has replicas. A DaemonSet must reach every pool it is meant for
 (its node selector and required affinity name them; none: every pool); a taint that keeps
@@ -315,7 +322,8 @@ def _daemonset(found: Placement, groups: list[PoolNodes]) -> list[Finding]:
 def check(inputs: Inputs) -> list[Finding]:
     groups = bootstrap_nodes(inputs)
     starts = wave_starts_min(inputs)
-    findings = []
+    daemonsets = [w for w in inputs.workloads() if w.kind == "DaemonSet"]
+    findings = [f for group in groups for f in _pod_addresses(group, daemonsets)]
     for found in placements(inputs).values():
         if found.workload.kind == "DaemonSet":
             findings += _daemonset(found, groups)
@@ -327,6 +335,30 @@ def check(inputs: Inputs) -> list[Finding]:
     return findings
 
 
+def _pod_addresses(group: PoolNodes, daemonsets: list[Resource]) -> list[Finding]:
+    """More room under maxPods than pod IPs for the pods that need one."""
+    if group.count == 0:
+        return []
+    on = _daemonsets_on(group, daemonsets)
+    max_pods = int(group.kubelet_config.get("maxPods", KUBELET_DEFAULT_MAX_PODS))
+    networked = sum(1 for spec in on if not spec.get("hostNetwork"))
+    room = max_pods - len(on) - group.pool.host_network_pods
+    addresses = group.pool.pods_per_node - networked
+    if room <= addresses:
+        return []
+    return [Finding(
+        NAME, "break", group.host,
+        f"the kubelet admits {max_pods} pods (maxPods): {len(on)} DaemonSet pods and {group.pool.host_network_pods} "
+        f"of the stack's own hostNetwork pods leave room for {room} more, but a node has {addresses} pod IP(s) for "
+        f"them (podsPerNode {group.pool.pods_per_node} less {networked} for non-hostNetwork DaemonSet pods): the "
+        "scheduler places pods beyond the last address, which sit in ContainerCreating (\"no available addresses\")",
+        "derive maxPods from the pod IPs and the DaemonSets that run there (kilonode.plan.resolve.pools.max_pods); "
+        "lower hostNetworkPods to the hostNetwork pods you really run, or put a DaemonSet on the host network",
+    )]
+
+
+# the kubelet's default --max-pods (KubeletConfiguration maxPods)
+KUBELET_DEFAULT_MAX_PODS = 110
 # a wave's nodes run a pod this long after their wave starts (the plan's awaits.create_min)
 NODES_RUN_PODS_MIN = node_defaults.NODE_READY_MIN + awaits_defaults.WORKLOAD_START_MIN
 
