@@ -172,7 +172,10 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
                      "kilonode.local", "kilonode.review",
                      # preflight's contracts check: the component contracts and the kernels' options are
                      # what it judges the plan, render and images against, not inputs of the plan
-                     "kilonode.preflight.checks.contracts")
+                     "kilonode.preflight.checks.contracts",
+                     # the RBAC authorizer's model (review and preflight's contracts): the apiserver's
+                     # built-in roles are the cluster's, not the plan's
+                     "kilonode.preflight.apiload")
 # The one catalogue part read below the plan: the node images' pinned binaries, which the image
 # build takes from the binaries file its recipe names (an input of the build, not of the plan),
 # and which the Pulumi program's composition root shows per role.

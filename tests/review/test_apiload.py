@@ -1,4 +1,4 @@
-"""The per-node API load guard (kilonode.review.apiload) on hand-made objects: which DaemonSets'
+"""The per-node API load guard (kilonode.preflight.apiload) on hand-made objects: which DaemonSets'
 tokens may list or watch cluster-wide, through which binding, and the cases that must not count
 (a RoleBinding, no token, resourceNames, the kubelet's groups); then the diff's risk rule on two
 hand-made snapshots, and the shipped DaemonSets' budgets."""
@@ -15,7 +15,7 @@ from kilonode.catalog.rbac import builtin_rbac
 from kilonode.k8s.cloud_provider import CNM_API_LOAD_BUDGET
 from kilonode.k8s.proxy import API_LOAD_BUDGET
 from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
-from kilonode.review.apiload import (
+from kilonode.preflight.apiload import (
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
     DAEMONSET,

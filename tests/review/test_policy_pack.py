@@ -42,7 +42,8 @@ from pulumi_policy.proxy import (
 
 from kilonode.azure.tags import ETCD_QUOTA_ACKNOWLEDGED_TAG, ETCD_QUOTA_TAG, PUBLIC_IP_ACKNOWLEDGED_TAG
 from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
-from kilonode.review import apiload, rules
+from kilonode.preflight import apiload
+from kilonode.review import rules
 
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
 PROJECT = "kilonode"

@@ -136,9 +136,7 @@ def build(
     """
     # Imported here: the build/VM stack (paramiko among it) would otherwise slow every
     # other command's start.
-    from kilonode.image.build import ROLE_IMAGES, build_image
-    from kilonode.image.disk import DiskError
-    from kilonode.image.rootfs import BuildError
+    from kilonode.image.build import ROLE_IMAGES
 
     if (pool is not None) + (role is not None) + every != 1:
         die("give one of --pool NAME (a node pool's image), --role "
@@ -151,6 +149,20 @@ def build(
     stack_file, plan = load_and_plan(stack)
     wanted = ([(image.name, image.role) for image in plan.boot_images] if every
               else [(role, True)] if role is not None else [(str(pool), False)])
+    built = _build_each(stack_file, plan, wanted, out_dir, every=every, binaries=binaries, fetch=fetch,
+                        allow_incomplete=allow_incomplete)
+    if every:
+        out.print(f"[green]✓[/] {len(built)} images in {out_dir} in {time.monotonic() - start:.0f} s: "
+                  f"{', '.join(built)}")
+
+
+def _build_each(stack: Stack, plan: ClusterPlan, wanted: list[tuple[str, bool]], out_dir: Path, *, every: bool,
+                binaries: Path | None, fetch: bool, allow_incomplete: bool) -> list[str]:
+    """Build each (name, is a role) in turn; stop at the first failure, saying which were built."""
+    from kilonode.image.build import build_image
+    from kilonode.image.disk import DiskError
+    from kilonode.image.rootfs import BuildError
+
     built: list[str] = []
     for number, (name, is_role) in enumerate(wanted, 1):
         if every:
@@ -159,7 +171,7 @@ def build(
         image_start = time.monotonic()
         progress = _Progress(image_start)
         try:
-            inputs = _inputs(stack_file, plan, None if is_role else name, name if is_role else None)
+            inputs = _inputs(stack, plan, None if is_role else name, name if is_role else None)
             result = build_image(inputs, out_dir, progress=progress, binaries_dir=binaries, fetch=fetch,
                                  allow_incomplete=allow_incomplete)
         except (BuildError, DiskError) as error:
@@ -169,9 +181,7 @@ def build(
         progress.close()
         _print_built(result, name if is_role else None, time.monotonic() - image_start)
         built.append(name)
-    if every:
-        out.print(f"[green]✓[/] {len(built)} images in {out_dir} in {time.monotonic() - start:.0f} s: "
-                  f"{', '.join(built)}")
+    return built
 
 
 def _print_built(result: BuildResult, role: str | None, elapsed_s: float) -> None:

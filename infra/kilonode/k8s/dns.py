@@ -197,48 +197,10 @@ class ClusterDns(pulumi.ComponentResource):
 
 def _autoscaler(name: str, args: ClusterDnsArgs, child: pulumi.ResourceOptions,
                 on_nodes: pulumi.ResourceOptions) -> None:
-    """The cluster-proportional-autoscaler that sets CoreDNS's replicas: its parameters, its
-    RBAC (upstream's examples/RBAC/RBAC-configs.yaml, narrowed to the one ConfigMap and
-    Deployment it reads and scales: the ConfigMap exists, so it never creates one), and itself
-    on the system pool."""
+    """The cluster-proportional-autoscaler that sets CoreDNS's replicas: its RBAC, its parameters
+    and itself on the system pool."""
+    account = _autoscaler_access(name, child)
     plan = args.autoscale
-    account = core.v1.ServiceAccount(
-        f"{name}-autoscaler-sa",
-        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
-        opts=child,
-    )
-    nodes = rbac.v1.ClusterRole(
-        f"{name}-autoscaler-nodes",
-        metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{AUTOSCALER}", labels=AUTOSCALER_LABELS),
-        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["list", "watch"])],
-        opts=child,
-    )
-    subject = rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)
-    rbac.v1.ClusterRoleBinding(
-        f"{name}-autoscaler-nodes-binding",
-        metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{AUTOSCALER}", labels=AUTOSCALER_LABELS),
-        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=nodes.metadata.name),
-        subjects=[subject],
-        opts=child,
-    )
-    scale = rbac.v1.Role(
-        f"{name}-autoscaler-scale",
-        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
-        rules=[
-            rbac.v1.PolicyRuleArgs(api_groups=["apps"], resources=["deployments/scale"],
-                                   resource_names=[DEPLOYMENT], verbs=["get", "update"]),
-            rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["configmaps"],
-                                   resource_names=[AUTOSCALER], verbs=["get"]),
-        ],
-        opts=child,
-    )
-    rbac.v1.RoleBinding(
-        f"{name}-autoscaler-scale-binding",
-        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
-        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=scale.metadata.name),
-        subjects=[subject],
-        opts=child,
-    )
     params = core.v1.ConfigMap(
         f"{name}-autoscaler-params",
         metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
@@ -288,3 +250,47 @@ def _autoscaler(name: str, args: ClusterDnsArgs, child: pulumi.ResourceOptions,
         ),
         opts=pulumi.ResourceOptions.merge(on_nodes, pulumi.ResourceOptions(depends_on=[params])),
     )
+
+
+def _autoscaler_access(name: str, child: pulumi.ResourceOptions) -> core.v1.ServiceAccount:
+    """The autoscaler's ServiceAccount and RBAC: upstream's examples/RBAC/RBAC-configs.yaml,
+    narrowed to the one ConfigMap and Deployment it reads and scales (the ConfigMap exists, so
+    it never creates one)."""
+    account = core.v1.ServiceAccount(
+        f"{name}-autoscaler-sa",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        opts=child,
+    )
+    nodes = rbac.v1.ClusterRole(
+        f"{name}-autoscaler-nodes",
+        metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{AUTOSCALER}", labels=AUTOSCALER_LABELS),
+        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["nodes"], verbs=["list", "watch"])],
+        opts=child,
+    )
+    subject = rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)
+    rbac.v1.ClusterRoleBinding(
+        f"{name}-autoscaler-nodes-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=f"kilonode:{AUTOSCALER}", labels=AUTOSCALER_LABELS),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=nodes.metadata.name),
+        subjects=[subject],
+        opts=child,
+    )
+    scale = rbac.v1.Role(
+        f"{name}-autoscaler-scale",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        rules=[
+            rbac.v1.PolicyRuleArgs(api_groups=["apps"], resources=["deployments/scale"],
+                                   resource_names=[DEPLOYMENT], verbs=["get", "update"]),
+            rbac.v1.PolicyRuleArgs(api_groups=[""], resources=["configmaps"],
+                                   resource_names=[AUTOSCALER], verbs=["get"]),
+        ],
+        opts=child,
+    )
+    rbac.v1.RoleBinding(
+        f"{name}-autoscaler-scale-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER, namespace=KUBE_SYSTEM, labels=AUTOSCALER_LABELS),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=scale.metadata.name),
+        subjects=[subject],
+        opts=child,
+    )
+    return account

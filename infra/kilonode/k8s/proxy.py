@@ -25,7 +25,7 @@ LABELS = {"k8s-app": "kube-proxy", "app.kubernetes.io/managed-by": "kilonode"}
 CONFIG_DIR = "/var/lib/kube-proxy"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Its per-node API load, as the policy pack asks a DaemonSet with cluster-wide list/watch to state
-# it (kilonode.review.apiload). What kube-proxy lists and watches: cmd/kube-proxy/app/server.go
+# it (kilonode.preflight.apiload). What kube-proxy lists and watches: cmd/kube-proxy/app/server.go
 # (one informer factory for Services and EndpointSlices, label-selected with
 # service.kubernetes.io/service-proxy-name and service.kubernetes.io/headless DoesNotExist, plus
 # ServiceCIDRs under MultiCIDRServiceAllocator; a second factory for Nodes with the field selector

@@ -238,7 +238,7 @@ AZURE_WIRESERVER_ADDRESS = "168.63.129.16"
 AZURE_WIRESERVER_TCP_PORTS = (80, 32526)
 
 
-# A DaemonSet's stated per-node API load (kilonode.review.apiload): what its pods list or watch,
+# A DaemonSet's stated per-node API load (kilonode.preflight.apiload): what its pods list or watch,
 # why, and how it is bounded. A DaemonSet whose ServiceAccount may list or watch cluster-wide
 # and carries no such annotation is refused by the policy pack and flagged by `kilonode diff`.
 API_LOAD_BUDGET_ANNOTATION = "kilonode.io/api-load-budget"

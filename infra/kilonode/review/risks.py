@@ -12,7 +12,7 @@ below the field value, image pulls serialized, the runtime root off the local di
 
 And high: an in-place update Azure refuses (effects.toml "refused"), which stops `pulumi up`
 partway; a DaemonSet added, or one whose cluster-wide list/watch grows, budget stated or not
-(kilonode.review.apiload: every node's pod is one more watch on the apiservers).
+(kilonode.preflight.apiload: every node's pod is one more watch on the apiservers).
 
 Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, risks out.
 """
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
-from kilonode.review import apiload, exposure, lifecycle, rules, versions
+from kilonode.preflight import apiload
+from kilonode.review import exposure, lifecycle, rules, versions
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 

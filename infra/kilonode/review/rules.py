@@ -7,7 +7,7 @@ one sentence each, naming the resource and what to do.
 
 Pure: no Pulumi, no I/O. Resources are told apart by the tags the program puts on every
 Azure resource (`kilonode-role`), the subnets by their Azure names, the in-cluster objects by
-their Kubernetes type (kilonode.review.apiload).
+their Kubernetes type (kilonode.preflight.apiload).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from kilonode.azure.tags import (
 )
 from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import infiniband_of
-from kilonode.review.apiload import unbudgeted
+from kilonode.preflight.apiload import unbudgeted
 
 VM = "azure-native:compute:VirtualMachine"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
@@ -266,7 +266,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     Invariant("etcd-protected", "Every etcd VM is protected from deletion.", etcd_vms_protected),
     Invariant("infiniband-scale-set-size", "An InfiniBand scale set holds at most 100 VMs.",
               infiniband_scale_set_size),
-    # the 2,500-node lesson: per-node agents listing the cluster (kilonode.review.apiload)
+    # the 2,500-node lesson: per-node agents listing the cluster (kilonode.preflight.apiload)
     Invariant("daemonset-api-load", "A DaemonSet whose ServiceAccount may list or watch cluster-wide states its "
                                     "per-node API budget (kilonode.io/api-load-budget).", unbudgeted),
 )

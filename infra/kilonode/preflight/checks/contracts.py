@@ -89,9 +89,9 @@ from kilonode.image import gpu as image_gpu
 from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
+from kilonode.preflight import apiload
 from kilonode.preflight.checks import identities
 from kilonode.preflight.model import Finding, Inputs, Resource
-from kilonode.review import apiload
 
 NAME = "contracts"
 TITLE = ("Component contracts: what each component needs from its node and cluster, read at the pinned "
@@ -776,7 +776,7 @@ class _Access:
 
 @dataclass(frozen=True)
 class _RbacObject:
-    """A graph resource as kilonode.review.apiload reads objects (type, name, props)."""
+    """A graph resource as kilonode.preflight.apiload reads objects (type, name, props)."""
 
     resource: Resource
 
