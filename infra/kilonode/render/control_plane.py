@@ -99,6 +99,11 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("kubelet-client-certificate", wellknown.APISERVER_KUBELET_CLIENT_CERT),
         ("kubelet-client-key", wellknown.APISERVER_KUBELET_CLIENT_KEY),
         ("kubelet-certificate-authority", wellknown.K8S_CA),
+        # logs, exec, port-forward and metrics reach each kubelet at its VNet address: the default
+        # order tries the node's hostname first, which would make them depend on Azure DNS
+        # resolving 7,500 scale-set names; the kubelets' serving certificates carry the IP (the
+        # CSR approver admits IP SANs in the pool subnets, kilonode.k8s.approver)
+        ("kubelet-preferred-address-types", "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"),
         ("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
         ("service-account-key-file", wellknown.SERVICE_ACCOUNT_PUB),
         ("service-account-signing-key-file", wellknown.SERVICE_ACCOUNT_KEY),
