@@ -19,6 +19,7 @@ import pulumi.runtime.mocks
 import pulumi.runtime.settings
 
 from kilonode.azure.cluster import Cluster, ClusterArgs, etcd_endpoints_output
+from kilonode.azure.deployer import Runner, deployer_problems, run_tool
 from kilonode.azure.identity import subscription_of
 from kilonode.azure.node_image import DEFAULT_VHD_DIR, absent_vhds, default_vhd, gallery_images, vhd_digest
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
@@ -50,6 +51,7 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
     if not _recorded_by_mocks():
         require_vhds(stack.name, vhds)
+        require_deployer(plan)
         preflight_gate(stack.file)
     if require_recorded_addresses and plan.network.unrecorded:
         # An unrecorded subnet could move when another pool changes (and with it static IPs
@@ -112,6 +114,19 @@ def require_vhds(stack_name: str, vhds: dict[str, str]) -> None:
             f"{len(missing)} of the {len(vhds)} disk images this stack boots are not built: {', '.join(missing)}. "
             f"Build them all with `kilonode image build {stack_name} --all --out {DEFAULT_VHD_DIR} --fetch` "
             "(docs/azure.md, \"Running it for real\"), then `pulumi up` again; nothing was created."
+        )
+
+
+def require_deployer(plan: ClusterPlan, run: Runner = run_tool) -> None:
+    """Refuse before anything is registered when this machine lacks a tool, a login or a
+    subscription feature the program's own steps need (kilonode.azure.deployer)."""
+    uses_encryption = any(plan.encryption_at_host(size) for size in plan.vm_sizes)
+    problems = deployer_problems(plan.kubernetes_version, uses_encryption, run)
+    if problems:
+        raise pulumi.RunError(
+            "this machine cannot run the program's own steps; nothing was created:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+            + "\n(docs/azure.md, \"Before the first run\", lists what the deployer needs)"
         )
 
 

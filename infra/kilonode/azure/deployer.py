@@ -1,0 +1,103 @@
+"""What the machine running `pulumi up` must have before the program creates anything: the
+command-line tools the program's own commands run, at versions that work, logged in, and the
+subscription features the graph relies on. Checked by the program (kilonode.azure.program)
+before it registers a resource; docs/azure.md, "Before the first run", lists the same.
+
+- `kubectl`: the readiness gate (kilonode.k8s.readiness) runs it against the new apiserver.
+  Kubernetes' version skew policy: "kubectl is supported within one minor version (older or
+  newer) of kube-apiserver" (kubernetes/website content/en/releases/version-skew-policy.md).
+  Without it the gate retries for its whole deadline and blames the apiserver.
+- `az`, logged in: the VHD uploads (kilonode.azure.node_image) run `az storage blob upload
+  --auth-mode login` as the signed-in identity (`az account show` fails when none is).
+- the EncryptionAtHost feature of Microsoft.Compute, Registered, where any machine uses
+  encryption at host: Azure refuses such a VM otherwise ("Disks: encryption at host",
+  docs/azure.md).
+
+Every problem is collected and told at once, each with what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# Each tool call is bounded: a hung CLI must not hang `pulumi up` before it has started.
+TOOL_TIMEOUT_S = 60
+KUBECTL_SKEW_MINORS = 1  # the version skew policy's kubectl bound
+
+
+@dataclass(frozen=True)
+class Answer:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Runner = Callable[[Sequence[str]], Answer]
+
+
+def run_tool(argv: Sequence[str]) -> Answer:
+    """Run one tool call, bounded; a timeout or a missing binary is a failed answer."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return Answer(127, "", str(error))
+    return Answer(done.returncode, done.stdout, done.stderr)
+
+
+def _kubectl(kubernetes_version: str, run: Runner) -> list[str]:
+    if shutil.which("kubectl") is None:
+        return ["kubectl is not on PATH: the readiness gate runs it against the new apiserver (install kubectl "
+                f"{_minor(kubernetes_version)}, within one minor of the cluster's Kubernetes {kubernetes_version})"]
+    answer = run(["kubectl", "version", "--client", "-o", "json"])
+    try:
+        client = json.loads(answer.stdout)["clientVersion"]
+        minor = int(str(client["minor"]).rstrip("+"))
+        major = int(client["major"])
+    except (ValueError, KeyError, TypeError):
+        return [f"`kubectl version --client -o json` gave no version (exit {answer.returncode}): "
+                f"{(answer.stderr or answer.stdout).strip()[:200]}"]
+    cluster_major, cluster_minor = (int(x) for x in kubernetes_version.split(".")[:2])
+    if major != cluster_major or abs(minor - cluster_minor) > KUBECTL_SKEW_MINORS:
+        return [f"kubectl is {major}.{minor}, more than {KUBECTL_SKEW_MINORS} minor from the cluster's Kubernetes "
+                f"{kubernetes_version} (the version skew policy supports kubectl within one minor of the "
+                f"apiserver): install kubectl {_minor(kubernetes_version)}"]
+    return []
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])
+
+
+def _az(run: Runner) -> list[str]:
+    if shutil.which("az") is None:
+        return ["az (the Azure CLI) is not on PATH: the node-image uploads run `az storage blob upload "
+                "--auth-mode login`; install it and `az login` as the identity `pulumi up` runs as"]
+    answer = run(["az", "account", "show", "-o", "json"])
+    if answer.returncode != 0:
+        return [f"az is not logged in (`az account show`: {answer.stderr.strip()[:200] or answer.returncode}): "
+                "`az login`, then `az account set --subscription <id>`"]
+    return []
+
+
+def _encryption_at_host(run: Runner) -> list[str]:
+    answer = run(["az", "feature", "show", "--namespace", "Microsoft.Compute", "--name", "EncryptionAtHost",
+                  "--query", "properties.state", "-o", "tsv"])
+    state = answer.stdout.strip()
+    if answer.returncode != 0 or state != "Registered":
+        return [f"the subscription's Microsoft.Compute/EncryptionAtHost feature is {state or 'not readable'}: Azure "
+                "refuses VMs with encryption at host until it is Registered: `az feature register --namespace "
+                "Microsoft.Compute --name EncryptionAtHost`, wait for Registered, then `az provider register "
+                "--namespace Microsoft.Compute`"]
+    return []
+
+
+def deployer_problems(kubernetes_version: str, encryption_at_host: bool, run: Runner = run_tool) -> list[str]:
+    """What this machine lacks to run the program; [] when nothing."""
+    az = _az(run)
+    # the feature is read through az, as the signed-in identity: only once that works
+    feature = _encryption_at_host(run) if encryption_at_host and not az else []
+    return _kubectl(kubernetes_version, run) + az + feature

@@ -1,0 +1,94 @@
+"""The deployer's prerequisites (kilonode.azure.deployer), checked before `pulumi up` registers
+anything. The tools here are small scripts on a PATH of the test's own that answer as the real
+CLIs do (the output formats of `kubectl version --client -o json`, `az account show` and
+`az feature show --query properties.state -o tsv`); they test how the program reads those
+answers, not the CLIs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pulumi
+import pytest
+
+from kilonode.azure.deployer import deployer_problems
+from kilonode.azure.program import require_deployer
+from tests import shared
+
+KUBECTL_JSON = '{"clientVersion":{"major":"1","minor":"%s","gitVersion":"v1.%s.2"},"kustomizeVersion":"v5.7.1"}'
+
+
+def tool(directory: Path, name: str, body: str) -> None:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def bin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    return tmp_path
+
+
+ACCOUNT = """printf '{"id": "00000000-0000-0000-0000-000000000000"}\\n'"""
+NOT_LOGGED_IN = """printf "Please run 'az login' to setup account.\\n" >&2; exit 1"""
+
+
+def az(directory: Path, logged_in: bool = True, feature: str = "Registered") -> None:
+    account = ACCOUNT if logged_in else NOT_LOGGED_IN
+    tool(directory, "az", "\n".join([
+        'case "$1 $2" in',
+        f'  "account show") {account} ;;',
+        f"  \"feature show\") printf '{feature}\\n' ;;",
+        "  *) exit 2 ;;",
+        "esac",
+    ]))
+
+
+def test_nothing_on_path_names_both_tools_and_what_each_is_for(bin_dir: Path) -> None:
+    problems = deployer_problems("1.34.2", encryption_at_host=True)
+    assert problems == [
+        "kubectl is not on PATH: the readiness gate runs it against the new apiserver (install kubectl 1.34, "
+        "within one minor of the cluster's Kubernetes 1.34.2)",
+        "az (the Azure CLI) is not on PATH: the node-image uploads run `az storage blob upload --auth-mode login`; "
+        "install it and `az login` as the identity `pulumi up` runs as",
+    ]
+
+
+@pytest.mark.parametrize(("minor", "ok"), [("33", True), ("34", True), ("35", True), ("32", False), ("36", False)])
+def test_kubectl_within_one_minor_of_the_cluster(bin_dir: Path, minor: str, ok: bool) -> None:
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % (minor, minor)}\\n'")
+    az(bin_dir)
+    problems = deployer_problems("1.34.2", encryption_at_host=False)
+    assert problems == ([] if ok else [
+        f"kubectl is 1.{minor}, more than 1 minor from the cluster's Kubernetes 1.34.2 (the version skew policy "
+        "supports kubectl within one minor of the apiserver): install kubectl 1.34"])
+
+
+def test_az_not_logged_in_and_the_feature_unread_until_it_is(bin_dir: Path) -> None:
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('34', '34')}\\n'")
+    az(bin_dir, logged_in=False, feature="NotRegistered")
+    assert deployer_problems("1.34.2", encryption_at_host=True) == [
+        "az is not logged in (`az account show`: Please run 'az login' to setup account.): `az login`, then "
+        "`az account set --subscription <id>`"]
+
+
+@pytest.mark.parametrize("state", ["NotRegistered", "Registering"])
+def test_encryption_at_host_not_registered_is_a_problem_where_a_machine_uses_it(bin_dir: Path, state: str) -> None:
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('34', '34')}\\n'")
+    az(bin_dir, feature=state)
+    [problem] = deployer_problems("1.34.2", encryption_at_host=True)
+    assert problem.startswith(f"the subscription's Microsoft.Compute/EncryptionAtHost feature is {state}")
+    assert deployer_problems("1.34.2", encryption_at_host=False) == []
+
+
+def test_pulumi_up_refuses_with_every_problem_before_anything_is_registered(bin_dir: Path) -> None:
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('31', '31')}\\n'")
+    az(bin_dir, feature="Registering")
+    with pytest.raises(pulumi.RunError) as refused:
+        require_deployer(shared.plan("research-7500"))
+    text = str(refused.value)
+    assert text.startswith("this machine cannot run the program's own steps; nothing was created:\n  - kubectl is "
+                           "1.31, more than 1 minor")
+    assert "EncryptionAtHost feature is Registering" in text  # research-7500's machines use encryption at host
+    assert text.endswith('(docs/azure.md, "Before the first run", lists what the deployer needs)')
