@@ -169,3 +169,27 @@ def test_a_vhd_upload_keyed_by_its_path_is_a_break() -> None:
     [finding] = breaks(run(inputs_of("local", files=files, graph=graph), ["binaries"]))
     assert finding.where == f"command:local:Command {uploads[0]['name']}"
     assert "never uploaded" in finding.what
+
+
+def test_built_images_missing_one_the_program_uploads_is_a_break() -> None:
+    """With --images, each image of the plan's boot_images must be built: the runbook once built
+    4 of research-7500's 6, and the program refuses the run before it creates anything."""
+    files, _ = artefacts("research-7500")
+    built = {f"research-7500-{name}": {"name": f"research-7500-{name}", "pool": name, "binaries": [],
+                                       "other_binaries": [], "artefacts": []} for name in ("a100-ib", "h100-ib")}
+    built |= {f"research-7500-{role}": {"name": f"research-7500-{role}", "role": role, "binaries": [],
+                                        "other_binaries": [], "artefacts": []} for role in ("etcd", "control-plane")}
+    found = {f.where: f.what for f in findings("research-7500", files, images=built) if f.where.startswith("image ")}
+    assert sorted(found) == ["image monitoring", "image system"]
+    assert found["image system"].startswith("the program uploads the pool image system, which the built images lack")
+
+
+def test_a_graph_recorded_while_a_vhd_was_absent_is_a_break() -> None:
+    from tests.preflight.conftest import inputs_of
+
+    files, graph = artefacts("local")
+    upload = next(r for r in graph["resources"] if r["type"] == "command:local:Command"
+                  and "az storage blob upload" in str(r["inputs"].get("create")))
+    upload["inputs"]["triggers"][0] = "absent"
+    found = [f for f in run(inputs_of("local", files=files, graph=graph), ["binaries"]) if f.level == "break"]
+    assert len(found) == 1 and "was not built when the program read it" in found[0].what

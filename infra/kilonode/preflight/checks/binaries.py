@@ -41,6 +41,11 @@ image's docker.io serves, or cri-dockerd refuses to start and the node never reg
 `kilonode image build` refuses such an image too, and refuses an image missing a program
 unless `--allow-incomplete`.
 
+With `--images DIR`, every image the program uploads (the plan's boot images: each pool's, etcd's
+and the control plane's) must be among the built ones; a graph recorded while a VHD was absent
+(its upload keyed `absent`) is a break too: `pulumi up` refuses such a run before it creates
+anything.
+
 The images reach Azure as VHD uploads (kilonode.azure.node_image: a `command:local:Command`
 per image): each upload must be keyed by its VHD's sha256 (its first trigger; `not-read` when
 the graph was recorded without reading the disks), so that a VHD rebuilt under the same
@@ -204,7 +209,21 @@ def _version_findings(catalog: Catalog, spec: ImageSpec, host: str, need: Need, 
 
 
 def check(inputs: Inputs) -> list[Finding]:
-    return [*(f for host in inputs.hosts() for f in _host_findings(inputs, host)), *_vhd_uploads(inputs)]
+    return [*(f for host in inputs.hosts() for f in _host_findings(inputs, host)), *_vhd_uploads(inputs),
+            *_images_built(inputs)]
+
+
+def _images_built(inputs: Inputs) -> list[Finding]:
+    """With --images: every image the program uploads (the plan's boot_images) is among them."""
+    if inputs.images is None:
+        return []
+    built = {str(m.get("pool") or m.get("role")) for m in inputs.images.values()}
+    return [Finding(
+        NAME, "break", f"image {image.name}",
+        f"the program uploads the {'role' if image.role else 'pool'} image {image.name}, which the built images "
+        "lack: `pulumi up` refuses before it creates anything (kilonode.azure.program.require_vhds)",
+        f"build every image the stack boots: `kilonode image build {inputs.plan.cluster} --all --out DIR --fetch`",
+    ) for image in inputs.plan.boot_images if image.name not in built]
 
 
 COMMAND = "command:local:Command"
@@ -219,7 +238,14 @@ def _vhd_uploads(inputs: Inputs) -> list[Finding]:
         if not VHD_UPLOAD.search(str(upload.inputs.get("create", ""))):
             continue
         triggers = [str(t) for t in upload.inputs.get("triggers") or []]
-        if not any(VHD_KEY.match(t) for t in triggers):
+        if "absent" in triggers:
+            findings.append(Finding(
+                NAME, "break", upload.describe(),
+                f"its VHD {(upload.inputs.get('environment') or {}).get('VHD', '')} was not built when the program "
+                "read it: `pulumi up` refuses before it creates anything",
+                f"`kilonode image build {inputs.plan.cluster} --all --out build/node-image --fetch`",
+            ))
+        elif not any(VHD_KEY.match(t) for t in triggers):
             findings.append(Finding(
                 NAME, "break", upload.describe(),
                 f"the upload is keyed by {triggers or 'nothing'}, not by the VHD's sha256: a VHD rebuilt under the "
