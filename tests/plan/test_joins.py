@@ -247,3 +247,13 @@ def test_explain_shows_the_node_joins_section() -> None:
     assert "in flight: at most 10 waves being created at once" in text
     assert "first bring-up: 1 h 4 min until the last of 7,504 nodes is Ready (the last wave starts at 24 min" in text
     assert "growth: a later `pulumi up` runs no timer that exists" in text
+
+
+def test_explain_tells_the_first_runs_timeline_against_the_awaits() -> None:
+    from kilonode.plan.resolve.joins import first_run_timeline
+    from tests import shared
+
+    line = first_run_timeline(shared.plan("research-7500"))
+    assert line.startswith("first run: a wave's nodes run pods ~40 min after it starts (30 min to Ready, 10 to start a "
+                           "workload); the awaits end 40 min after the in-cluster objects are created, by when ")
+    assert "(a100-ib, monitoring, system)" in line and line.endswith("(its autoscaler, up to 31)")

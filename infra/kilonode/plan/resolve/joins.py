@@ -145,6 +145,26 @@ def _reason(server_limit: int, apiservers: int, builtin_shares: Mapping[str, int
         f"and the waves start {defaults.JOIN_WAVE_INTERVAL_S} s apart per {bound} nodes of the wave before")
 
 
+def first_run_timeline(plan: ClusterPlan) -> str:
+    """When each wave's nodes run pods on a first `pulumi up`, against the awaits' deadline (the
+    timeline preflight's `scheduling` check judges every awaited workload by)."""
+    joins, awaits = plan.components.joins, plan.components.awaits
+    runs = schedule(joins.wave_gaps_s, [defaults.SCALE_SET_CREATE_MIN * 60] * len(joins.waves), joins.in_flight_waves)
+    run_pods = defaults.NODE_READY_MIN + defaults.WORKLOAD_START_MIN
+    capacity = {s.name: s.capacity for p in plan.node_pools for s in p.shards}
+    pool_of = {s.name: p.name for p in plan.node_pools for s in p.shards}
+    in_time = [name for (start, _), wave in zip(runs, joins.waves, strict=True) for name in wave
+               if start / 60 + run_pods <= awaits.create_min]
+    pools = sorted({pool_of[name] for name in in_time})
+    last = runs[-1][0] / 60 + run_pods if runs else 0
+    return (f"first run: a wave's nodes run pods ~{run_pods} min after it starts ({defaults.NODE_READY_MIN} min to "
+            f"Ready, {defaults.WORKLOAD_START_MIN} to start a workload); the awaits end {awaits.create_min} min after "
+            f"the in-cluster objects are created, by when {sum(capacity[n] for n in in_time):,} nodes of "
+            f"{len(in_time)} scale set(s) run pods ({', '.join(pools) or 'none'}); the last wave's from ~{last:.0f} "
+            f"min. Awaited workloads need no later node (preflight's scheduling); CoreDNS's replicas grow as the "
+            f"waves join (its autoscaler, up to {plan.components.dns_autoscale.max_replicas})")
+
+
 def _duration(minutes: int) -> str:
     hours, rest = divmod(minutes, 60)
     return f"{hours} h {rest} min" if hours else f"{rest} min"
@@ -179,6 +199,7 @@ def describe(plan: ClusterPlan) -> list[str]:
         "timer's update is a no-op), so scale sets added in new waves are paced by the new timers after the last "
         "one, but those packed into a wave whose timer has run start at once, together",
     ]
+    lines.append(first_run_timeline(plan))
     if joins.over_bound:
         lines.append(
             f"over the bound: {len(joins.over_bound)} scale set(s) of more than {joins.wave_nodes} nodes "
