@@ -158,6 +158,8 @@ NOT_RENDERED = {
     # a control-plane host's name, matched whole by a strict pattern (etcd-main-N, ...) and looked
     # up among the plan's hosts; only its generation, a number, reaches the Pulumi program
     "certificateGenerations{key}": "a host name looked up in the plan, never rendered",
+    # VM size names (VmSize's pattern), each matched against the sizes the stack uses
+    "sizesConfirmedInLocation[]": "size names matched against the stack's own sizes, never rendered",
 
 
     # operators' public keys: an Azure input (osProfile...ssh.publicKeys), written to authorized_keys by

@@ -6,7 +6,7 @@ One loader style: a data file (YAML or TOML) beside its module, validated by a p
 whose rows (or tables) each carry a `source`. Read by kilonode.config and kilonode.plan; the
 renderers, the Pulumi components and the in-cluster modules read the plan instead.
 
-- vm.py (vm_sizes.yaml, regions.yaml): VM sizes and region names;
+- vm.py (vm_sizes.yaml, regions.yaml, vm_regions.yaml): VM sizes, region names, where each size is sold;
 - limits.py (limits.yaml): Azure, Kubernetes and etcd limits and defaults;
 - components.py (components.yaml): component versions per Kubernetes minor, image references;
 - binaries.py (node-image/binaries.toml): the pinned upstream binaries of the node images;

@@ -2,14 +2,16 @@
 
 vm_sizes.yaml: per VM size its vCPUs, memory, GPUs and model, InfiniBand, local temp disk,
 local NVMe disks, NICs, accelerated networking and Hyper-V generations, each row citing
-its Microsoft Learn size page. regions.yaml: the public-cloud region names `location`
-takes. Pools derive their GPU count, InfiniBand and local-disk expectations from here, and
-a stack that contradicts its size is refused.
+its Microsoft Learn size page. regions.yaml: the public-cloud regions, programmatic name and
+display name, that `location` takes. vm_regions.yaml: where a size is sold, per region, with the
+dated source of each row. Pools derive their GPU count, InfiniBand and local-disk expectations
+from here, and a stack that contradicts its size, or asks for it where it is not sold, is refused.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -84,7 +86,42 @@ class _SizeFile(Row):
 
 class _RegionFile(Row):
     source: str = Field(pattern=r"^https://")
-    regions: tuple[str, ...]
+    regions: dict[str, str]  # programmatic name -> display name
+
+
+class RegionSource(Row):
+    """Where a vm_regions.yaml row was read: what a refusal quotes."""
+
+    title: str
+    url: str = Field(pattern=r"^https://")
+    file: str  # the page's source file, repository@commit path
+    date: str  # the page's own date
+    read: str  # when kilonode read it
+
+
+class SizeRegions(Row):
+    # `all`, the regions that sell the size, or None: not recorded (not checked)
+    regions: Literal["all"] | tuple[str, ...] | None
+    source: str | None
+
+
+class _AvailabilityFile(Row):
+    sources: dict[str, RegionSource]
+    sizes: dict[str, SizeRegions]
+
+    @model_validator(mode="after")
+    def _known(self) -> _AvailabilityFile:
+        known = set(regions())
+        for name, row in self.sizes.items():
+            if name not in vm_sizes():
+                raise ValueError(f"{name}: not a size in vm_sizes.yaml")
+            if (row.regions is None) != (row.source is None):
+                raise ValueError(f"{name}: a recorded row needs its source, and only a recorded row has one")
+            if row.source is not None and row.source not in self.sources:
+                raise ValueError(f"{name}: source {row.source!r} is not among sources")
+            if isinstance(row.regions, tuple) and not set(row.regions) <= known:
+                raise ValueError(f"{name}: {sorted(set(row.regions) - known)} not in regions.yaml")
+        return self
 
 
 @cache
@@ -98,11 +135,48 @@ def _region_file() -> _RegionFile:
 
 
 def regions() -> tuple[str, ...]:
+    """The programmatic names."""
+    return tuple(_region_file().regions)
+
+
+def region_display_names() -> dict[str, str]:
+    """Programmatic name -> display name ("westus3" -> "West US 3")."""
     return _region_file().regions
 
 
 def regions_source() -> str:
     return _region_file().source
+
+
+def region_name(written: str) -> str | None:
+    """The programmatic name of a region written either way, in any case and spacing ("West US 3",
+    "westus 3", "WestUS3" -> "westus3"), as ARM compares them; None for no known region."""
+    squeezed = "".join(written.split()).lower()
+    by_display = {"".join(d.split()).lower(): name for name, d in region_display_names().items()}
+    return squeezed if squeezed in region_display_names() else by_display.get(squeezed)
+
+
+@cache
+def _availability() -> _AvailabilityFile:
+    return load(_AvailabilityFile, CATALOG_DIR / "vm_regions.yaml")
+
+
+def size_regions(name: str) -> tuple[SizeRegions, RegionSource] | None:
+    """Where the catalogue says a size is sold, with the row's source; None where it does not say."""
+    file = _availability()
+    row = file.sizes.get(name)
+    if row is None or row.regions is None or row.source is None:
+        return None
+    return row, file.sources[row.source]
+
+
+def sold_in(name: str, region: str) -> bool | None:
+    """Whether the catalogue says the size is sold in the region; None where it does not say."""
+    found = size_regions(name)
+    if found is None:
+        return None
+    regions_ = found[0].regions
+    return regions_ == "all" or region in (regions_ or ())
 
 
 def vm_size(name: str) -> VmSize | None:

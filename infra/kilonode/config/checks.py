@@ -41,6 +41,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_max_nodes(config),
         *_location(config),
         *_sizes(config),
+        *_sold_in_location(config),
         *_world_open(config),
         *_deployer(config),
         *_cidrs(config),
@@ -332,11 +333,61 @@ def _location(config: ClusterConfig) -> list[Problem]:
     known = catalog.regions()
     if config.location in known:
         return []
-    close = difflib.get_close_matches(config.location, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    # the model already took any spelling of a known name or display name; what is left is no region
+    names = {"".join(d.split()).lower(): n for n, d in catalog.region_display_names().items()} | {
+        n: n for n in known}
+    close = difflib.get_close_matches("".join(config.location.split()).lower(), list(names), n=1)
+    hint = f"did you mean {names[close[0]]!r}? " if close else ""
     return [Problem(("location",), f"{config.location!r} is not an Azure region name; {hint}"
                     f"the {len(known)} known names come from {catalog.regions_source()} "
                     "(infra/kilonode/catalog/regions.yaml)")]
+
+
+def _named_sizes(config: ClusterConfig) -> list[tuple[Loc, str]]:
+    """Every VM size the stack names, at the field that names it."""
+    named: list[tuple[Loc, str]] = [(("apiserver", "vmSize"), config.apiserver.vm_size)]
+    for role, etcd in config.etcd.clusters():
+        named.append((("etcd", role, "vmSize"), etcd.vm_size))
+        named += [(("etcd", role, "vmSizeOverrides", index), size)
+                  for index, size in sorted(etcd.vm_size_overrides.items())]
+    return named + [(("nodePools", i, "vmSize"), p.vm_size) for i, p in enumerate(config.node_pools)]
+
+
+def _sold_in_location(config: ClusterConfig) -> list[Problem]:
+    """A size the catalogue lists in other regions only is refused where it is not sold, unless the
+    stack confirms Azure sells it there now (sizesConfirmedInLocation): the catalogue is a dated
+    reading, and Azure adds regions to a size without notice."""
+    where = config.location
+    if where not in catalog.regions():
+        return []  # _location says so
+    confirmed = set(config.sizes_confirmed_in_location)
+    problems = []
+    for loc, name in _named_sizes(config):
+        found = catalog.size_regions(name)
+        if found is None or name in confirmed or catalog.sold_in(name, where):
+            continue
+        row, source = found
+        listed = row.regions if isinstance(row.regions, tuple) else ()
+        shown_regions = ", ".join(listed[:8]) + (f", ... ({len(listed)} in all)" if len(listed) > 8 else "")
+        problems.append(Problem(
+            loc,
+            f"{name} is not sold in {where} by kilonode's catalogue, which lists it in {shown_regions} "
+            f"({source.title}, dated {source.date}, read {source.read}: infra/kilonode/catalog/vm_regions.yaml); "
+            f"move location to one of those or pick another size; if Azure sells it in {where} now (`az vm "
+            f"list-skus --location {where} --size {name} --all --output table` lists it without restrictions), "
+            f"add {name} to sizesConfirmedInLocation",
+        ))
+    used = {name for _, name in _named_sizes(config)}
+    for i, name in enumerate(config.sizes_confirmed_in_location):
+        if name not in used:
+            problems.append(Problem(("sizesConfirmedInLocation", i),
+                                    f"{name} is not a size this stack uses; remove it"))
+        elif catalog.sold_in(name, where):
+            source = catalog.size_regions(name)
+            read = f" (read {source[1].read})" if source else ""
+            problems.append(Problem(("sizesConfirmedInLocation", i),
+                                    f"kilonode's catalogue{read} already lists {name} in {where}; remove it"))
+    return problems
 
 
 def _sizes(config: ClusterConfig) -> list[Problem]:

@@ -17,6 +17,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
@@ -24,6 +26,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from kilonode.catalog import vm as vm_catalog
 from kilonode.config.values import (
     Bool,
     Cidr,
@@ -792,9 +795,23 @@ class TeamConfig(StrictModel):
 class ClusterConfig(StrictModel):
     name: Str = Field(pattern=NAME_PATTERN, description="The cluster's name: it prefixes every Azure resource name.")
     location: Str = Field(
-        default="westus2", pattern=r"^[a-z0-9]+$",
+        default="westus2", pattern=r"^[A-Za-z0-9]+( [A-Za-z0-9]+)*$",
         description=(
-            "An Azure region name, checked against infra/kilonode/catalog/regions.yaml."
+            "An Azure region, checked against infra/kilonode/catalog/regions.yaml: its programmatic name "
+            "(`westus3`), or its display name as the portal and `az account list-locations` show it (`West US "
+            "3`) in any case and spacing, which kilonode takes as the programmatic name, with a note: ARM "
+            "ignores case and spaces in a location, and one spelling keeps names, the cloud provider's "
+            "azure.json and `kilonode diff` stable."
+        ),
+    )
+    sizes_confirmed_in_location: tuple[VmSize, ...] = Field(
+        default=(),
+        description=(
+            "VM sizes you have confirmed Azure sells in `location` although kilonode's catalogue "
+            "(infra/kilonode/catalog/vm_regions.yaml, a dated reading of Microsoft's lists) does not list them "
+            "there: without it such a size is refused. Confirm with `az vm list-skus --location <location> --size "
+            "<size> --all --output table` (listed, no restrictions). Each must be a size the stack uses that the "
+            "catalogue does not already list in `location`."
         ),
     )
     zones: tuple[Str, ...] = Field(
@@ -919,6 +936,39 @@ class ClusterConfig(StrictModel):
             "remove a generation: any change renews."
         ),
     )
+
+    # The location as the stack wrote it, where that is not the programmatic name (the plan notes it).
+    _location_as_written: str | None = PrivateAttr(default=None)
+
+    # Why a display name is taken rather than refused: ARM compares locations ignoring case and spaces,
+    # so `West US 3` deploys as `westus3` with az, ARM templates and Pulumi alike: pulumi-azure-native
+    # diffs a location that way ("casing and spaces are not significant": provider/pkg/provider/diff.go,
+    # applyAzureSpecificDiff, at 03707ff7; pulumi/pulumi-azure-native#2281: "All location properties in
+    # Azure are case- and space- insensitive"; Azure/azure-sdk-for-net#1223, 2015: "Azure locations can
+    # be specified without regard to case and with embedded spaces"). A platform engineer pasting the
+    # portal's name expects it to work; no Microsoft page found states the rule, so those are the
+    # sources (unverified against ARM here). kilonode still writes one spelling,
+    # the programmatic one, everywhere: not every consumer compares loosely (App Service compared the raw
+    # strings: Azure/azure-rest-api-specs#3747), and resource names, the cloud provider's azure.json and
+    # `kilonode diff` must not change with the spelling. Names close to none are refused (checks._location).
+    @field_validator("location")
+    @classmethod
+    def _programmatic_location(cls, value: str) -> str:
+        return vm_catalog.region_name(value) or value
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_location(cls, data: object, handler: ModelWrapValidatorHandler[ClusterConfig]) -> ClusterConfig:
+        config = handler(data)
+        written = data.get("location") if isinstance(data, dict) else None
+        if isinstance(written, str) and written != config.location:
+            config._location_as_written = written
+        return config
+
+    @property
+    def location_as_written(self) -> str | None:
+        """The stack's own spelling of `location`, where it is not the programmatic name."""
+        return self._location_as_written
 
     @field_validator("kubernetes_version")
     @classmethod

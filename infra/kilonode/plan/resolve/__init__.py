@@ -18,6 +18,7 @@ from kilonode.plan.resolve.budgets import (
     budgets_of,
     gallery_replicas,
     growth,
+    location_warnings,
     unrecorded_warnings,
 )
 from kilonode.plan.resolve.components import components_plan, unused_archive_problems
@@ -98,7 +99,8 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         budgets=tuple(budgets),
         disk_tiers=disk_tiers(),
         warnings=tuple(
-            budget_warnings(budgets) + unrecorded_warnings(subnets.unrecorded) + acknowledged_warnings(config)
+            location_warnings(config) + budget_warnings(budgets) + unrecorded_warnings(subnets.unrecorded)
+            + acknowledged_warnings(config)
             + list(teams.warnings) + ([] if prometheus else [NO_POOL_WARNING])
         ),
         components=components_plan(config, pools),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from kilonode.catalog import vm as vm_catalog
 from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
@@ -300,6 +301,21 @@ def acknowledged_warnings(config: ClusterConfig) -> list[str]:
         f"acknowledgeRestart: {group}: the next `pulumi up` may restart or replace every {group} machine at "
         "once; remove it from the stack file after that update"
         for group in config.acknowledge_restart
+    ]
+
+
+def location_warnings(config: ClusterConfig) -> list[str]:
+    """A location written other than as its programmatic name was taken as that name
+    (ClusterConfig._programmatic_location says why); say so, and how to write it."""
+    written = config.location_as_written
+    if written is None:
+        return []
+    display = vm_catalog.region_display_names().get(config.location, config.location)
+    what = "the display name of" if written == display else f"taken as the region {display},"
+    return [
+        f"location: {written!r} is {what} {config.location}, the programmatic name ARM returns; ARM ignores "
+        f"case and spaces in a location, and kilonode writes this one spelling everywhere; write "
+        f"`location: {config.location}` to drop this note"
     ]
 
 
