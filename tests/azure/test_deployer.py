@@ -34,12 +34,24 @@ ACCOUNT = """printf '{"id": "00000000-0000-0000-0000-000000000000"}\\n'"""
 NOT_LOGGED_IN = """printf "Please run 'az login' to setup account.\\n" >&2; exit 1"""
 
 
-def az(directory: Path, logged_in: bool = True, feature: str = "Registered") -> None:
+# `az vm list-skus ... -o json` as Azure answers: the size's entry, with a Location restriction
+# where the subscription may not use it there; [] where the region has no such size
+SKU = '[{"name": "%s", "resourceType": "virtualMachines", "locations": ["%s"], "restrictions": %s}]'
+RESTRICTED = '[{"type": "Location", "reasonCode": "NotAvailableForSubscription", "values": ["%s"]}]'
+
+
+def az(directory: Path, logged_in: bool = True, feature: str = "Registered", sold: str = "sold") -> None:
+    """sold: "sold" (every size listed), "none" (no size there) or "restricted"."""
     account = ACCOUNT if logged_in else NOT_LOGGED_IN
+    skus = {"sold": SKU % ("$size", "$location", "[]"), "none": "[]",
+            "restricted": SKU % ("$size", "$location", RESTRICTED % "$location")}[sold]
     tool(directory, "az", "\n".join([
-        'case "$1 $2" in',
-        f'  "account show") {account} ;;',
-        f"  \"feature show\") printf '{feature}\\n' ;;",
+        'while [ $# -gt 0 ]; do case "$1" in --size) size=$2;; --location) location=$2;; esac; '
+        'words="$words $1"; shift; done',
+        'case "$words" in',
+        f'  " account show"*) {account} ;;',
+        f"  \" feature show\"*) printf '{feature}\\n' ;;",
+        f"  \" vm list-skus\"*) printf '%s\\n' \"{skus.replace(chr(34), chr(92) + chr(34))}\" ;;",
         "  *) exit 2 ;;",
         "esac",
     ]))
@@ -80,6 +92,21 @@ def test_encryption_at_host_not_registered_is_a_problem_where_a_machine_uses_it(
     [problem] = deployer_problems("1.34.2", encryption_at_host=True)
     assert problem.startswith(f"the subscription's Microsoft.Compute/EncryptionAtHost feature is {state}")
     assert deployer_problems("1.34.2", encryption_at_host=False) == []
+
+
+@pytest.mark.parametrize(("sold", "said"), [
+    ("none", "Standard_ND96isr_H100_v5 is not offered in westus2 (`az vm list-skus --location westus2 --size "
+             "Standard_ND96isr_H100_v5 --all` lists none)"),
+    ("restricted", "Standard_ND96isr_H100_v5 exists in westus2 but not for this subscription "
+                   "(NotAvailableForSubscription)"),
+])
+def test_a_size_azure_does_not_offer_here_is_a_problem(bin_dir: Path, sold: str, said: str) -> None:
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('34', '34')}\\n'")
+    az(bin_dir, sold=sold)
+    [problem] = deployer_problems("1.34.2", False, location="westus2", sizes=["Standard_ND96isr_H100_v5"])
+    assert problem.startswith(said), problem
+    az(bin_dir, sold="sold")
+    assert deployer_problems("1.34.2", False, location="westus2", sizes=["Standard_ND96isr_H100_v5"]) == []
 
 
 def test_pulumi_up_refuses_with_every_problem_before_anything_is_registered(bin_dir: Path) -> None:

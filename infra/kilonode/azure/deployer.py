@@ -12,6 +12,11 @@ before it registers a resource; docs/azure.md, "Before the first run", lists the
 - the EncryptionAtHost feature of Microsoft.Compute, Registered, where any machine uses
   encryption at host: Azure refuses such a VM otherwise ("Disks: encryption at host",
   docs/azure.md).
+- every VM size of the plan offered in the stack's region to this subscription: `az vm
+  list-skus --location L --size S --all` lists the size there, with a `Location` restriction
+  (reasonCode NotAvailableForSubscription) where the subscription may not use it. The
+  catalogue cannot say where Microsoft sells the GPU sizes (catalog/vm_regions.yaml: not
+  recorded); Azure itself answers here, before a scale set fails half-way through a run.
 
 Every problem is collected and told at once, each with what to do.
 """
@@ -95,9 +100,34 @@ def _encryption_at_host(run: Runner) -> list[str]:
     return []
 
 
-def deployer_problems(kubernetes_version: str, encryption_at_host: bool, run: Runner = run_tool) -> list[str]:
+def _sizes_offered(location: str, sizes: Sequence[str], run: Runner) -> list[str]:
+    problems = []
+    for size in sizes:
+        answer = run(["az", "vm", "list-skus", "--location", location, "--size", size, "--all",
+                      "--resource-type", "virtualMachines", "-o", "json"])
+        try:
+            skus = [sku for sku in json.loads(answer.stdout) if sku.get("name") == size]
+        except (ValueError, AttributeError):
+            problems.append(f"`az vm list-skus --location {location} --size {size}` gave no list (exit "
+                            f"{answer.returncode}): {answer.stderr.strip()[:200]}")
+            continue
+        if not skus:
+            problems.append(f"{size} is not offered in {location} (`az vm list-skus --location {location} --size "
+                            f"{size} --all` lists none): choose a region that has it, or another size")
+            continue
+        refused = [r for sku in skus for r in sku.get("restrictions") or [] if r.get("type") == "Location"]
+        if refused:
+            problems.append(f"{size} exists in {location} but not for this subscription "
+                            f"({refused[0].get('reasonCode', 'restricted')}): ask Azure support to enable it there, "
+                            "or choose another region")
+    return problems
+
+
+def deployer_problems(kubernetes_version: str, encryption_at_host: bool, run: Runner = run_tool,
+                      location: str = "", sizes: Sequence[str] = ()) -> list[str]:
     """What this machine lacks to run the program; [] when nothing."""
     az = _az(run)
-    # the feature is read through az, as the signed-in identity: only once that works
+    # read through az, as the signed-in identity: only once that works
     feature = _encryption_at_host(run) if encryption_at_host and not az else []
-    return _kubectl(kubernetes_version, run) + az + feature
+    offered = _sizes_offered(location, sizes, run) if location and not az else []
+    return _kubectl(kubernetes_version, run) + az + feature + offered

@@ -121,7 +121,8 @@ def require_deployer(plan: ClusterPlan, run: Runner = run_tool) -> None:
     """Refuse before anything is registered when this machine lacks a tool, a login or a
     subscription feature the program's own steps need (kilonode.azure.deployer)."""
     uses_encryption = any(plan.encryption_at_host(size) for size in plan.vm_sizes)
-    problems = deployer_problems(plan.kubernetes_version, uses_encryption, run)
+    problems = deployer_problems(plan.kubernetes_version, uses_encryption, run,
+                                 location=plan.location, sizes=sorted(plan.vm_sizes))
     if problems:
         raise pulumi.RunError(
             "this machine cannot run the program's own steps; nothing was created:\n"
