@@ -3,7 +3,8 @@
  * is appended to $FAKE_LOG, and what was left allocated, retained or open at exit too.
  *   FAKE_CUDA_GPUS          how many GPUs (default 2)
  *   FAKE_CUDA_INIT          cuInit's CUresult (default 0); FAKE_CUDA_HANG=1: cuInit never returns
- *   FAKE_CUDA_NO_DMABUF     ordinals whose CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is 0 ("1,3")
+ *   FAKE_CUDA_NO_GDR        ordinals whose CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED (116) is 0
+ *   FAKE_CUDA_NO_DMABUF     ordinals whose CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (124) is 0 ("1,3")
  *   FAKE_CUDA_EXPORT_FAIL   ordinal:CUresult of cuMemGetHandleForAddressRange ("0:801")
  * A dma-buf is a memfd named fake-dmabuf:<ordinal>:<address>:<size>, so the fake libibverbs can
  * check what it is given. cuMemAlloc answers 0x100 past a page boundary, so an unaligned range
@@ -94,7 +95,9 @@ int cuDeviceGetPCIBusId(char *bus_id, int length, int device) {
 
 int cuDeviceGetAttribute(int *value, int attribute, int device) {
     if (device < 100 || device >= 100 + gpus()) return 101;
-    *value = attribute == 124 && !listed("FAKE_CUDA_NO_DMABUF", device - 100);
+    /* the two the probe asks; any other attribute is 0 */
+    *value = attribute == 116 ? !listed("FAKE_CUDA_NO_GDR", device - 100)
+           : attribute == 124 ? !listed("FAKE_CUDA_NO_DMABUF", device - 100) : 0;
     say("cuDeviceGetAttribute(%d, GPU %d) = %d", attribute, device - 100, *value);
     return 0;
 }

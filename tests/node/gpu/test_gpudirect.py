@@ -91,12 +91,21 @@ def test_every_gpus_dma_buf_registers_on_every_infiniband_hca_and_all_is_freed(
         f"ibverbs ibv_reg_dmabuf_mr({hca}, offset 0, length 2097152, iova 0x7f00{gpu}0001000, GPU {gpu}, "
         "access 7) = 0" for gpu in (0, 1) for hca in ("mlx5_ib0", "mlx5_ib1")]
     assert not [line for line in log_lines if "LEAK" in line], "every fd, allocation, context, PD, MR freed"
+    # per GPU, NCCL's two questions of CUDA, in NCCL's order: GPUDirect RDMA (116), then DMA-BUF (124)
+    assert [re.sub(r"^\d+ cuda ", "", line) for line in log_lines if "cuDeviceGetAttribute" in line] == [
+        f"cuDeviceGetAttribute({attribute}, GPU {gpu}) = 1" for gpu in (0, 1) for attribute in (116, 124)]
     child = {line.split()[0] for line in log_lines}
     assert len(child) == 1 and str(os.getpid()) not in child, "the CUDA and verbs work ran in a child process"
     assert not loaded_here("libibverbs.so.1") and not loaded_here("libcuda.so.1")
 
 
 @pytest.mark.parametrize(("env", "flavour", "expected"), [
+    # NCCL's own first question (NVIDIA/nccl v2.18.3-1 src/net.cc:291-302): without it no GPUDirect path at all
+    ({"FAKE_CUDA_NO_GDR": "0"}, "current", [
+        "gpudirect-rdma-unavailable: GPU 0 (0000:10:00.0): GPUDirect RDMA (DMA-BUF) unavailable: NCCL would stage "
+        "through host memory [cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED): 0: CUDA says the "
+        "GPU does not support GPUDirect RDMA, so NCCL (ncclGpuGdrSupport) gives it no GPUDirect path to any HCA, "
+        "DMA-BUF or not] -> drain"]),
     ({"FAKE_CUDA_NO_DMABUF": "1"}, "current", [
         "gpudirect-rdma-unavailable: GPU 1 (0000:11:00.0): GPUDirect RDMA (DMA-BUF) unavailable: NCCL would stage "
         "through host memory [cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED): 0: the GPU cannot export "
@@ -134,7 +143,7 @@ def test_each_failing_step_is_a_finding_naming_the_gpu_the_hca_and_the_call(
     assert all(f.taints for f in gpudirect_findings(probe)), "each takes the node out"
     assert not [line for line in calls(log) if "LEAK" in line], "freed on the failing paths too"
     # the other GPU and HCA are still probed: a failure on one hides nothing on the others
-    if "FAKE_CUDA_NO_DMABUF" in env or "FAKE_CUDA_EXPORT_FAIL" in env:
+    if "FAKE_CUDA_NO_GDR" in env or "FAKE_CUDA_NO_DMABUF" in env or "FAKE_CUDA_EXPORT_FAIL" in env:
         assert probe["registered"] == 2
     if "FAKE_IB_OPEN_FAIL" in env:
         assert probe["hcas"] == ["mlx5_ib1"] and probe["registered"] == 2

@@ -4,8 +4,8 @@ module; no nvidia-peermem). Run by the agent (kilonode.gpu.agent) with the activ
 nodes whose config says "expectGpuDirectRdma": true; it writes gpudirect.json
 (kilonode.gpu.readings) and kilonode.gpu.rules judges it.
 
-Per GPU (CUDA driver API, libcuda.so.1, through ctypes): CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
-a 2 MiB cuMemAlloc, its page-aligned range exported as a dma-buf fd with
+Per GPU (CUDA driver API, libcuda.so.1, through ctypes): CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, a 2 MiB cuMemAlloc, its page-aligned range exported as a dma-buf fd with
 cuMemGetHandleForAddressRange(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD). Per InfiniBand HCA
 (libibverbs.so.1): ibv_open_device, ibv_alloc_pd. Then every GPU's dma-buf is registered on
 every HCA with ibv_reg_dmabuf_mr(pd, 0, length, iova, fd, LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ),
@@ -15,7 +15,13 @@ the job sets), the pairing would have to be read from a topology file per size, 
 registrations of 2 MiB take milliseconds. A step that fails is a failure naming the GPU
 (CUDA ordinal in PCI bus order, and its bus id), the HCA, the call and its CUresult or errno.
 
-Why each step: NCCL 2.18 uses DMA-BUF when the GPU says CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+Why each step: NCCL 2.18 uses GPUDirect RDMA at all only for a GPU whose CUDA says
+cudaDevAttrGPUDirectRDMASupported (the runtime's name for CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED):
+each rank asks it once (NVIDIA/nccl v2.18.3-1 src/net.cc:291-302, ncclGpuGdrSupport, called from
+src/init.cc:476 into its peer info), the topology records it per GPU (src/graph/topo.cc:623, the
+GPU's "gdr" attribute), and a GPU without it gets no GPUDirect path to any HCA
+(src/graph/paths.cc:358, ncclTopoCheckGdr), whatever DMA-BUF says: every transfer is staged. It
+uses DMA-BUF when the GPU says CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
 (NVIDIA/nccl v2.18.3-1 src/init.cc:255-270, dmaBufSupported) and ibv_reg_dmabuf_mr on the
 HCA does not fail with EOPNOTSUPP or EPROTONOSUPPORT for fd -1 (src/transport/net_ib.cc:297-315,
 ncclIbDmaBufSupport; src/misc/ibvwrap.cc:158-164 sets EOPNOTSUPP when libibverbs lacks the
@@ -46,6 +52,8 @@ UNMEASURED ON A GPU OR AN HCA: this ctypes path has run against fakes only
   (cuMemAlloc_v2)(CUdeviceptr*, size_t), cuMemFree (cuMemFree_v2)(CUdeviceptr),
   cuMemGetHandleForAddressRange(void* handle, CUdeviceptr, size_t, CUmemRangeHandleType,
   unsigned long long flags), cuGetErrorName(CUresult, const char**); CUresult 0 = success;
+  CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116 (CUDA 11.3+; read in NVIDIA/cuda-python
+  0d447659 cuda/ccuda.pxd, its CUdevice_attribute_enum generated from cuda.h);
   CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124; CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 0x1. The
   range must be aligned to the host page size (linux-rdma/perftest v4.5-0.20
   src/perftest_resources.c:1803-1816 aligns it so).
@@ -72,6 +80,7 @@ from .rules import thresholds
 
 LIBCUDA = "libcuda.so.1"  # the driver's (Debian libcuda1), not the CUDA 11.8 runtime
 LIBIBVERBS = "libibverbs.so.1"  # Debian libibverbs1 (rdma-core)
+CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124
 CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 0x1
 # NCCL's flags for its buffers (net_ib.cc:900), without relaxed ordering (an optional extra)
@@ -228,16 +237,23 @@ def _gpu(cuda: _Cuda, export: Any, ordinal: int, failures: list[dict[str, Any]],
         return None
     text = ctypes.create_string_buffer(32)
     bus_id = text.value.decode() if lib.cuDeviceGetPCIBusId(text, len(text), device) == 0 else None
-    supported = ctypes.c_int(0)
-    result = lib.cuDeviceGetAttribute(ctypes.byref(supported), CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device)
-    call = "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)"
-    if result != 0:
-        failures.append(failure(KIND_UNAVAILABLE, call, cuda.name(result), ordinal, bus_id, code=result))
-        return None
-    if not supported.value:
-        failures.append(failure(KIND_UNAVAILABLE, call, "0: the GPU cannot export dma-bufs (the proprietary kernel "
-                                "module, not the open one, or a kernel without DMA-BUF)", ordinal, bus_id))
-        return None
+    for attribute, name, lacking in (
+            # NCCL asks this first, and without it uses no GPUDirect path at all (the docstring's sources)
+            (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, "CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED",
+             "0: CUDA says the GPU does not support GPUDirect RDMA, so NCCL (ncclGpuGdrSupport) gives it no "
+             "GPUDirect path to any HCA, DMA-BUF or not"),
+            (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED",
+             "0: the GPU cannot export dma-bufs (the proprietary kernel module, not the open one, or a kernel "
+             "without DMA-BUF)")):
+        supported = ctypes.c_int(0)
+        result = lib.cuDeviceGetAttribute(ctypes.byref(supported), attribute, device)
+        call = f"cuDeviceGetAttribute({name})"
+        if result != 0:
+            failures.append(failure(KIND_UNAVAILABLE, call, cuda.name(result), ordinal, bus_id, code=result))
+            return None
+        if not supported.value:
+            failures.append(failure(KIND_UNAVAILABLE, call, lacking, ordinal, bus_id))
+            return None
     if export is None:
         failures.append(failure(KIND_UNAVAILABLE, "cuMemGetHandleForAddressRange", f"{LIBCUDA} lacks it (a "
                                 "driver older than CUDA 11.7's, R515)", ordinal, bus_id))
