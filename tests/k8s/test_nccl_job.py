@@ -27,6 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kilonode.catalog.binaries import load as load_binaries
+from kilonode.catalog.components import components as load_components
 from kilonode.cli import app
 from kilonode.digest import sha256_text
 from kilonode.image import topology
@@ -430,6 +431,25 @@ def test_the_pod_carries_every_setting_of_the_hosts_nccl_conf_and_the_pods_own(p
     # the rendered host file is this text (one home: the render and the job read the same pairs)
     files = shared.rendered(STACK)[f"pool-{pool}"]
     assert files[wellknown.NCCL_CONF.lstrip("/")].content == nccl_conf(planned.nccl_topology)
+
+
+@pytest.mark.parametrize(("pool", "expected"), [
+    ("h100-ib", {"NCCL_NVLS_ENABLE": "0", "NCCL_NET_FORCE_FLUSH": "0"}),
+    ("a100-ib", {}),  # no multicast, and Ampere always flushes (src/graph/paths.cc l.411): nothing to turn off
+])
+def test_nccl_2_18_3_runs_without_nvls_and_the_hopper_flush_on_h100_only(plan: ClusterPlan, pool: str,
+                                                                         expected: dict[str, str]) -> None:
+    env = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool))))
+    assert {k: v for k, v in env.items() if k in ("NCCL_NVLS_ENABLE", "NCCL_NET_FORCE_FLUSH")} == expected
+
+
+def test_the_h100_settings_stand_only_while_the_job_images_nccl_lacks_the_fixes() -> None:
+    # NVIDIA/nccl 8ed014ba (NVLS graph search) first in v2.18.5-1, f9c3dc25 (no flush on H100) in
+    # v2.19.1-1 (wellknown.NCCL_FAMILY_POD_SETTINGS): once the image's NCCL has both, drop them
+    # there (NVLS is a feature of these sizes, not a fault) and this test with them
+    nccl = tuple(int(n) for n in load_components().nccl_benchmark.provides["nccl"].split("."))
+    assert nccl < (2, 19, 1), "the job image's NCCL has both fixes: remove NCCL_FAMILY_POD_SETTINGS['ndv5']"
+    assert dict(wellknown.NCCL_FAMILY_POD_SETTINGS["ndv5"]) == {"NCCL_NVLS_ENABLE": "0", "NCCL_NET_FORCE_FLUSH": "0"}
 
 
 def test_ndv2_gets_no_relaxed_ordering_as_azure_writes_it() -> None:

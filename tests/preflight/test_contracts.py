@@ -16,6 +16,7 @@ import yaml
 from kilonode.catalog import components as catalog_components
 from kilonode.catalog.contracts import Contract, contracts
 from kilonode.image import gpu as image_gpu
+from kilonode.plan import wellknown
 from kilonode.preflight import breaks, run
 from kilonode.preflight.checks import contracts as check
 from kilonode.preflight.model import Finding
@@ -242,6 +243,48 @@ def test_a_job_image_with_an_old_rdma_core_is_a_break_and_an_unknown_one_a_warni
     found = findings()
     assert lines(found) == {"gpuDirectRdma/dmabuf-path"} and "rdma-core 33.2 is older than 34" in found[0].what
     assert [f for f in run(inputs, CHECK) if f.level == "warn"] == []
+
+
+# --- the NCCL job's image on H100 (NCCL 2.18.3) ------------------------------------------------------------
+
+
+def with_nccl(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    """The job image's NCCL, as the catalogue would record another image's."""
+    table = catalog_components.components()
+    provides = {**table.nccl_benchmark.provides, "nccl": version}
+    monkeypatch.setattr(catalog_components, "components", lambda: table.model_copy(update={
+        "nccl_benchmark": table.nccl_benchmark.model_copy(update={"provides": provides})}))
+
+
+def test_an_h100_job_under_nccl_2_18_3_with_nvls_or_the_hopper_flush_on_is_a_break(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert catalog_components.components().nccl_benchmark.provides["nccl"] == "2.18.3"
+    monkeypatch.setattr(wellknown, "NCCL_FAMILY_POD_SETTINGS", {})
+    found = findings()
+    assert lines(found) == {"ncclBenchmark/nvls-off-before-2-18-5", "ncclBenchmark/flush-off-before-2-19-1"}
+    # the H100 pool only: NVLS and the Hopper flush do not apply to A100 (ndv4)
+    assert {f.where for f in found} == {"pool-h100-ib: NCCL job environment (ndv5)"}
+    assert any("NCCL is 2.18.3, older than 2.18.5, and in the job generated for a gang on Standard_ND96isr_H100_v5 "
+               "NCCL_NVLS_ENABLE is unset" in f.what for f in found)
+    # one setting back: only the other line
+    monkeypatch.setattr(wellknown, "NCCL_FAMILY_POD_SETTINGS", {"ndv5": (("NCCL_NVLS_ENABLE", "0"),)})
+    assert lines(findings()) == {"ncclBenchmark/flush-off-before-2-19-1"}
+    # NVLS asked for by name is no better than the default
+    monkeypatch.setattr(wellknown, "NCCL_FAMILY_POD_SETTINGS", {"ndv5": (
+        ("NCCL_NVLS_ENABLE", "1"), ("NCCL_NET_FORCE_FLUSH", "0"))})
+    [finding] = findings()
+    assert "NCCL_NVLS_ENABLE is '1'" in finding.what
+
+
+@pytest.mark.parametrize(("nccl", "expected"), [
+    ("2.18.5", {"ncclBenchmark/flush-off-before-2-19-1"}),  # 8ed014ba's release: NVLS fixed, the flush not yet
+    ("2.19.3", set()),
+])
+def test_an_nccl_with_the_fixes_is_not_judged_on_them(monkeypatch: pytest.MonkeyPatch, nccl: str,
+                                                       expected: set[str]) -> None:
+    monkeypatch.setattr(wellknown, "NCCL_FAMILY_POD_SETTINGS", {})
+    with_nccl(monkeypatch, nccl)
+    assert lines(findings()) == expected
 
 
 # --- the health agent and the NVSwitch fabric ---------------------------------------------------------------

@@ -142,10 +142,36 @@ NCCL_POD_SETTINGS: tuple[tuple[str, str], ...] = (
     ("NCCL_SOCKET_IFNAME", "eth0"), ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"), ("NCCL_NET_GDR_LEVEL", "5"))
 
 
+# What the job image's NCCL (2.18.3: catalog/components.yaml ncclBenchmark) must be told on a
+# family's nodes to run a multi-node gang at full speed, where its defaults are wrong there. On ndv5
+# (H100/H200: NVSwitch, sm90, CUDA reports multicast) two, each until the release that fixed it (the
+# contract ncclBenchmark in catalog/contracts.yaml breaks preflight while the image's NCCL is older
+# and a setting is missing; tests/k8s/test_nccl_job.py fails once the image's NCCL has both fixes,
+# so that they are dropped then). Read at NVIDIA/nccl v2.18.3-1:
+# - NCCL_NVLS_ENABLE=0: NVLS is on by default wherever CUDA reports multicast (src/transport/nvls.cc
+#   l.230 NVLS_ENABLE default 2, l.247-251), as on an HGX H100. Its inter-node graph search sizes
+#   `nets` per NIC (src/graph/search.cc l.511-513) but reads nets[graph->nChannels] (l.532-533),
+#   the channel count bounded only by maxChannels (l.426), and hands that NET id on where a GPU
+#   index is wanted: fixed by 8ed014ba ("Fix inter-node NVLS graph search ... could cause crashes",
+#   naming NVIDIA/nccl#931, whose thread was not read here), released in v2.18.5-1. With 0 NCCL
+#   never searches the NVLS graph (nvlsSupport stays 0, nvls.cc l.239; src/init.cc l.907-912) and
+#   runs its rings and trees.
+# - NCCL_NET_FORCE_FLUSH=0: 2.18.3 flushes every GPUDirect receive on Hopper too (src/graph/paths.cc
+#   l.403 NET_FORCE_FLUSH default 1, l.411 applies it from compute capability 9.0), an extra read
+#   through the HCA per receive; v2.19.1-1 made 0 the default (f9c3dc25, "Disable network flush by
+#   default on H100"), and l.402's own comment says 0 disables it on Hopper.
+# Left as it is (docs/nccl-job.md says so): 2.18.3's IB send truncates its FIFO index to an int
+# (src/transport/net_ib.cc l.1067), fixed by 6e24ef4e in v2.18.5-1; no setting avoids it.
+NCCL_FAMILY_POD_SETTINGS: dict[str, tuple[tuple[str, str], ...]] = {
+    "ndv5": (("NCCL_NVLS_ENABLE", "0"), ("NCCL_NET_FORCE_FLUSH", "0")),
+}
+
+
 def nccl_pod_environment(family: str) -> tuple[tuple[str, str], ...]:
     """A container's NCCL environment on a family's nodes: the host file's settings (the
-    topology file mounted at the same path) and what a pod needs besides."""
-    return (*nccl_host_settings(family), *NCCL_POD_SETTINGS)
+    topology file mounted at the same path), what a pod needs besides, and what the job
+    image's NCCL must be told on that family (NCCL_FAMILY_POD_SETTINGS)."""
+    return (*nccl_host_settings(family), *NCCL_POD_SETTINGS, *NCCL_FAMILY_POD_SETTINGS.get(family, ()))
 
 # A scale set's name ends in its index within the pool, zero-padded to this many digits (more
 # past 999): kilonode.plan.resolve.pools.shard_name writes it, the fabric-label script's

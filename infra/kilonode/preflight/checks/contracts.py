@@ -28,7 +28,9 @@ marker a unit of the image writes), hostNetworkOnIpBoundNodes, devCharLinks (whe
 cgroup driver is the named one, the image runs the named command in the named unit),
 kernelOptionForSelector (a selector the component's config uses, the kernel option in the pool's
 kernel, a module option loaded at boot), gpuDirectPath (the driver module, kernel options, the job
-image's rdma-core and NCCL), waitsForFabricState (the agent's fabric wait on NVSwitch pools),
+image's rdma-core and NCCL), ncclJobEnvironment (while the job image's NCCL is older than a release,
+the environment of the NCCL job generated for the named topology families' pools), waitsForFabricState
+(the agent's fabric wait on NVSwitch pools),
 renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), podNeeds
 (a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
 capabilities in the bounding set, host paths), rbacAllows (the workload's pods get a token and its
@@ -67,6 +69,8 @@ PodGroup CRD, with a v1beta3 configuration, with Coscheduling arguments the pinn
 decode (podGroupRejectPercentage before v0.34), its controller without pod reads, its scheduler's Lease
 renamed (a warning: system:kube-scheduler is bound and not readable here); a stale contract version
 (and one read at every minor it names, which holds for each).
+Also seeded: an H100 job without NCCL_NVLS_ENABLE=0 or NCCL_NET_FORCE_FLUSH=0 under NCCL 2.18.3, and
+neither judged once the image's NCCL has the fix.
 Held out, in a built image's manifest only (--images): a kernel without IPoIB, no devices unit, a
 lenient toolkit, the proprietary module, no ib_ipoib at boot, an old rdma-core.
 """
@@ -87,6 +91,7 @@ from kilonode.catalog import components as catalog_components
 from kilonode.catalog.contracts import Contract, Requirement, contracts, kernels
 from kilonode.image import gpu as image_gpu
 from kilonode.image.recipe import Recipe, load_recipe
+from kilonode.k8s import nccl_job
 from kilonode.plan import wellknown
 from kilonode.plan.model import NodePoolPlan
 from kilonode.preflight import apiload
@@ -450,6 +455,33 @@ def _gpu_direct_path(inputs: Inputs, name: str, contract: Contract, req: Require
             f"record the image's {value['rdmaCorePackage']} version in ncclBenchmark provides (from its release notes "
             "or `dpkg -s rdma-core` in the image); a run's log says it too: \"DMA-BUF is available on GPU device\" "
             "and channels via NET/IB/<n>/GDRDMA", level="warn"))
+    return findings
+
+
+def _nccl_job_environment(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """While the job image's NCCL (ncclBenchmark provides.nccl; unrecorded counts as older) is older
+    than `ncclBefore`: on every InfiniBand GPU pool of the named topology families, the job kilonode
+    generates for a two-node gang over InfiniBand (kilonode.k8s.nccl_job.environment) sets each of
+    `env` to its value."""
+    value = req.value
+    nccl = catalog_components.components().nccl_benchmark.provides.get("nccl")
+    if nccl is not None and _version(nccl) >= _version(str(value["ncclBefore"])):
+        return []
+    findings = []
+    for pool in (p for p in _gpu_pools(inputs) if p.infiniband and p.nccl_topology in value["families"]):
+        assert pool.nccl_topology is not None
+        env = {e["name"]: e["value"] for e in nccl_job.environment(
+            pool.nccl_topology, cross_fabric=False, infiniband_gbps=pool.infiniband_gbps, nodes=2)}
+        wrong = [f"{key} is {env[key]!r}" if key in env else f"{key} is unset"
+                 for key, wanted in value["env"].items() if env.get(key) != str(wanted)]
+        if wrong:
+            findings.append(_finding(
+                name, contract, req, f"{pool.role()}: NCCL job environment ({pool.nccl_topology})",
+                f"the job image's NCCL is {nccl or 'unrecorded'}, older than {value['ncclBefore']}, and in the job "
+                f"generated for a gang on {pool.vm_size} {', '.join(wrong)}",
+                f"set {', '.join(f'{k}={v}' for k, v in value['env'].items())} for the {pool.nccl_topology} family "
+                "(kilonode.plan.wellknown.NCCL_FAMILY_POD_SETTINGS), or move ncclBenchmark to an image whose NCCL is "
+                f"{value['ncclBefore']} or later"))
     return findings
 
 
@@ -1047,6 +1079,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "devCharLinks": _dev_char_links,
     "kernelOptionForSelector": _kernel_option_for_selector,
     "gpuDirectPath": _gpu_direct_path,
+    "ncclJobEnvironment": _nccl_job_environment,
     "waitsForFabricState": _waits_for_fabric_state,
     "rbacAllows": _rbac_allows,
     "discoveryRbac": _discovery_rbac,
