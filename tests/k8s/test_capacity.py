@@ -33,8 +33,7 @@ def test_every_object_is_valid_for_the_stacks_kubernetes_version(
     expected = ["PriorityClass"] * 4
     if plans[stack].teams:
         expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]  # borrowing, on pods
-    if plans[stack].teams or any(p.infiniband for p in plans[stack].node_pools):
-        expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]  # node identity
+    expected += ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]  # node identity: every stack
     if any(p.autoscaling and p.autoscaling.warm_nodes for p in plans[stack].node_pools):
         expected += ["Deployment", "Namespace", "NetworkPolicy"]  # the balloons' default deny
     assert kinds == sorted(expected)
@@ -171,16 +170,23 @@ def node_admitted(rule: Any, name: str, labels: dict[str, str], taints: list[dic
     }))
 
 
+def node_identity_policy(graph: Graph) -> dict[str, Any]:
+    [policy] = [r.plain() for r in capacity_objects(graph)
+                if r.type.endswith(":ValidatingAdmissionPolicy")
+                and r.plain()["metadata"]["name"] == "kilonode-node-identity"]
+    return policy
+
+
 def test_a_node_cannot_choose_its_team(graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
-    from kilonode.k8s.capacity import FABRIC_NODE_RULE, team_node_rule
+    from kilonode.k8s.capacity import FABRIC_NODE_RULE, placement_node_rule, team_node_rule
 
     plan = plans["research-7500"]
     rule_text = team_node_rule(plan)
-    [policy] = [r.plain() for r in capacity_objects(graphs["research-7500"])
-                if r.type.endswith(":ValidatingAdmissionPolicy")
-                and r.plain()["metadata"]["name"] == "kilonode-node-identity"]
-    assert [v["expression"] for v in policy["spec"]["validations"]] == [rule_text, FABRIC_NODE_RULE]
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
+    policy = node_identity_policy(graphs["research-7500"])
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [
+        placement_node_rule(plan), rule_text, FABRIC_NODE_RULE]
+    # a status update can change labels too
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes", "nodes/status"]
     env = celpy.Environment()
     rule = env.program(env.compile(rule_text))
     language, vision = (next(t for t in plan.teams if t.name == n) for n in ("language", "vision"))
@@ -201,6 +207,9 @@ def test_a_node_cannot_choose_its_team(graphs: dict[str, Graph], plans: dict[str
     assert node_admitted(rule, f"{shared}00000c", {}, [])
     # an administrator (or a controller) labelling a node is not the node itself
     assert node_admitted(rule, f"{shared}00000c", {TEAM: "vision"}, [], user="kilonode-admin")
+    # cloud-node-manager's token (on every node) cannot move a node into a team either
+    assert not node_admitted(rule, f"{shared}00000c", {TEAM: "vision"}, [], user=CNM_USER, operation="UPDATE")
+    assert node_admitted(rule, own, {TEAM: "vision"}, [], user=CNM_USER, operation="UPDATE")
 
 
 def test_a_node_cannot_name_another_fabric() -> None:
@@ -215,3 +224,83 @@ def test_a_node_cannot_name_another_fabric() -> None:
     assert not node_admitted(rule, name, {fabric: "research-7500-h100-ib-01"}, [])  # a prefix, not its scale set
     assert node_admitted(rule, name, {}, [])  # no label: in no gang's fabric at all
     assert node_admitted(rule, name, {fabric: "anything"}, [], user="kilonode-admin")
+    assert not node_admitted(rule, name, {fabric: "research-7500-h100-ib-018"}, [], user=CNM_USER,
+                             operation="UPDATE")
+
+
+POOL, SYSTEM, TOPOLOGY = "kilonode.io/pool", "kilonode.io/system", "kilonode.io/nccl-topology"
+CNM_USER = "system:serviceaccount:kube-system:cloud-node-manager"
+
+
+def test_the_policy_holds_cloud_node_managers_real_account(graphs: dict[str, Graph]) -> None:
+    """The user the rules name is the ServiceAccount cloud-node-manager's DaemonSet runs as."""
+    [daemonset] = [r.plain() for r in graphs["research-7500"].resources
+                   if r.type.endswith(":DaemonSet") and r.plain()["metadata"]["name"] == "cloud-node-manager"]
+    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    assert f"system:serviceaccount:{daemonset['metadata']['namespace']}:{account}" == CNM_USER
+    validations = node_identity_policy(graphs["research-7500"])["spec"]["validations"]
+    assert all(CNM_USER in v["expression"] for v in validations)
+
+
+@pytest.fixture(scope="module")
+def placement_rule(plans: dict[str, ClusterPlan]) -> Any:
+    from kilonode.k8s.capacity import placement_node_rule
+
+    env = celpy.Environment()
+    return env.program(env.compile(placement_node_rule(plans["research-7500"])))
+
+
+def first_node(plan: ClusterPlan, pool: str, shard: int = 0) -> str:
+    return f"{next(p for p in plan.node_pools if p.name == pool).shards[shard].name}00000a"
+
+
+# a kubelet registers (CREATE) and updates its Node; cloud-node-manager only updates (no create in its role)
+@pytest.mark.parametrize(("user", "operation"), [(None, "CREATE"), (None, "UPDATE"), (CNM_USER, "UPDATE")])
+def test_a_node_cannot_make_itself_a_system_node_another_pools_or_another_topologys(
+    plans: dict[str, ClusterPlan], placement_rule: Any, user: str | None, operation: str
+) -> None:
+    """Seeded breaks: a GPU node (its kubelet, or cloud-node-manager's token on it) that labels
+    itself a system node, another pool's or another topology's is refused; the labels its
+    pool registers with are admitted, on every pool."""
+    plan = plans["research-7500"]
+
+    def admitted(name: str, labels: dict[str, str]) -> bool:
+        return node_admitted(placement_rule, name, labels, [], user=user, operation=operation)
+
+    for pool in plan.node_pools:
+        for shard in (pool.shards[0], pool.shards[-1]):
+            assert admitted(f"{shard.name}00000a", {**pool.labels, "kubernetes.io/os": "linux"}), pool.name
+    gpu = first_node(plan, "h100-ib", -1)
+    own = {POOL: "h100-ib", TOPOLOGY: "ndv5"}
+    assert not admitted(gpu, {**own, SYSTEM: "true"})  # a system node
+    assert not admitted(gpu, {**own, SYSTEM: "false"})  # any value: only a system pool carries the key
+    assert not admitted(gpu, {**own, POOL: "system"})  # another pool
+    assert not admitted(gpu, {POOL: "system", SYSTEM: "true"})  # all of a system node's labels
+    assert not admitted(gpu, {**own, TOPOLOGY: "ndv4"})  # another topology
+    assert not admitted(gpu, {POOL: "h100-ib"})  # dropping its topology: out of the gangs' selectors
+    assert not admitted(gpu, {})  # dropping its pool
+    system = first_node(plan, "system")
+    assert not admitted(system, {POOL: "system"})  # a system node dropping its system label
+    assert not admitted(system, {POOL: "system", SYSTEM: "true", TOPOLOGY: "ndv5"})
+    # a name that is no scale set's (another shard's prefix, a wrong length) implies no pool
+    assert not admitted(gpu[:-1], own)
+    assert not admitted("intruder00000a", {POOL: "system", SYSTEM: "true"})
+    assert admitted("intruder00000a", {})
+
+
+def test_an_administrator_may_still_label_nodes(placement_rule: Any, plans: dict[str, ClusterPlan]) -> None:
+    gpu = first_node(plans["research-7500"], "h100-ib")
+    assert node_admitted(placement_rule, gpu, {POOL: "system", SYSTEM: "true"}, [], user="kilonode-admin")
+
+
+def test_the_placement_rule_tries_each_scale_set_once_per_label(plans: dict[str, ClusterPlan]) -> None:
+    """CEL cost: at 7,500 nodes each of the three labels tries each shard's prefix at most once
+    (shards grouped by value), so the rule grows with the shards (~80), not pools x labels x shards."""
+    from kilonode.k8s.capacity import PLACEMENT_LABELS, implied_label
+
+    plan = plans["research-7500"]
+    shards = sum(len(p.shards) for p in plan.node_pools)
+    assert 70 <= shards <= 100
+    for key in PLACEMENT_LABELS:
+        tried = implied_label(plan, key).count("', '") + implied_label(plan, key).count("['")
+        assert tried <= shards, key

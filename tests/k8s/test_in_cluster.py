@@ -86,11 +86,10 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # namespaces, monitoring and, with balloons, kilonode-capacity
         "default-service-accounts": 5 + (1 if any(p.autoscaling and p.autoscaling.warm_nodes
                                                   for p in plan.autoscaled_pools) else 0),
-        # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; with teams or
-        # InfiniBand pools the node-identity policy and its binding; with balloons their
-        # Namespace, its NetworkPolicy and a Deployment per pool
-        "capacity": 4 + (2 if plan.teams else 0)
-        + (2 if plan.teams or any(p.infiniband for p in plan.node_pools) else 0)
+        # 4 PriorityClasses; with teams the borrowing policy (pods) and its binding; on every
+        # stack the node-identity policy and its binding (a node's pool and system labels); with
+        # balloons their Namespace, its NetworkPolicy and a Deployment per pool
+        "capacity": 4 + (2 if plan.teams else 0) + 2
         + (2 + sum(1 for p in plan.autoscaled_pools if p.autoscaling and p.autoscaling.warm_nodes)
            if any(p.autoscaling and p.autoscaling.warm_nodes for p in plan.autoscaled_pools) else 0),
     }

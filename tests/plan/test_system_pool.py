@@ -16,10 +16,11 @@ from tests.conftest import StackWriter, shipped_cluster_value
 runner = CliRunner()
 
 
-def test_a_system_pool_registers_with_the_system_label() -> None:
+def test_a_system_pool_registers_with_the_system_label_and_taint() -> None:
     plan = plan_stack(load_stack("research-7500"))
     [system] = plan.system_pools
-    assert system.labels["kilonode.io/system"] == "true" and not system.taints
+    # ... and its taint, AKS's for system pools, so that only the cluster's own workloads land there
+    assert system.labels["kilonode.io/system"] == "true" and system.taints == ("CriticalAddonsOnly=true:NoSchedule",)
     assert all("kilonode.io/system" not in pool.labels for pool in plan.gpu_pools)
     assert system_pool_problems(plan) == []
 

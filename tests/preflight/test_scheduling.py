@@ -188,3 +188,36 @@ def test_a_daemonset_off_the_host_network_takes_a_pod_ip_the_max_pods_did_not_co
     found = by_where(findings("research-7500", files=files, graph=graph))
     assert "leave room for 3 more, but a node has 2 pod IP(s) for them (podsPerNode 3 less 1 for non-hostNetwork " \
            "DaemonSet pods)" in found["pool-h100-ib"]
+
+
+def test_a_user_pod_without_the_critical_addons_toleration_stays_off_the_system_pool() -> None:
+    """Seeded break: the system pool is tainted CriticalAddonsOnly (kilonode.plan.wellknown.SYSTEM_TAINT);
+    a pod of a user's namespace that asks for it without tolerating the taint is placed nowhere,
+    and the cluster's own workloads that prefer it tolerate it (the shipped stacks place them)."""
+    files, graph = artefacts("research-2500")
+    approver = resource(graph, "Deployment", "kubelet-csr-approver")
+    approver["inputs"]["metadata"]["namespace"] = "team-a"
+    pod_spec(approver)["nodeSelector"] = {"kilonode.io/pool": "system"}
+    pod_spec(approver)["tolerations"] = []
+    found = by_where(findings("research-2500", files=files, graph=graph))
+    assert "CriticalAddonsOnly=true:NoSchedule not tolerated" in found["Deployment team-a/kubelet-csr-approver"]
+    # the same pod tolerating it lands there
+    files, graph = artefacts("research-2500")
+    approver = resource(graph, "Deployment", "kubelet-csr-approver")
+    approver["inputs"]["metadata"]["namespace"] = "team-a"
+    pod_spec(approver)["nodeSelector"] = {"kilonode.io/pool": "system"}
+    pod_spec(approver)["tolerations"] = [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    assert "Deployment team-a/kubelet-csr-approver" not in by_where(findings("research-2500", files=files, graph=graph))
+
+
+def test_every_workload_that_prefers_the_system_pool_tolerates_its_taint(shipped: str) -> None:
+    _, graph = artefacts(shipped)
+    for record in graph["resources"]:
+        if record["type"].rsplit(":", 1)[-1] not in ("Deployment", "DaemonSet", "StatefulSet"):
+            continue
+        spec = pod_spec(record)
+        preferred = (spec.get("affinity") or {}).get("nodeAffinity", {}).get(
+            "preferredDuringSchedulingIgnoredDuringExecution", [])
+        if any(e["key"] == "kilonode.io/system" for term in preferred for e in term["preference"]["matchExpressions"]):
+            assert any(t.get("key") in ("CriticalAddonsOnly", None) and t.get("operator") == "Exists"
+                       for t in spec.get("tolerations") or []), record["inputs"]["metadata"]["name"]

@@ -490,10 +490,12 @@ class NodePoolConfig(StrictModel):
     system: Bool = Field(
         default=False,
         description=(
-            "A system pool: its nodes register with kilonode.io/system=true, and the cluster's own workloads "
-            "(CoreDNS, cloud-controller-manager, cluster-autoscaler, the gang scheduler, the CSR approver) prefer "
-            "it. A stack whose every pool carries a taint they do not tolerate (a GPU pool's health startup "
-            "taint) needs one, untainted, or DNS and node initialisation wait on the GPU driver path."
+            "A system pool: its nodes register with kilonode.io/system=true and the taint "
+            "CriticalAddonsOnly=true:NoSchedule (AKS's system-pool convention), and the cluster's own workloads "
+            "(CoreDNS, cloud-controller-manager, cluster-autoscaler, the gang scheduler, the CSR approver) "
+            "tolerate that taint and prefer it; other pods stay off it. A stack whose every pool carries a taint "
+            "they do not tolerate (a GPU pool's health startup taint) needs one, with no other taint, or DNS and "
+            "node initialisation wait on the GPU driver path."
         ),
     )
     monitoring: Bool = Field(

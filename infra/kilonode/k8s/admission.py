@@ -10,12 +10,12 @@ import pulumi
 from pulumi_kubernetes import admissionregistration, meta
 
 
-def admission_policy(name: str, policy_name: str, resource: str, rules: Sequence[tuple[str, str]],
+def admission_policy(name: str, policy_name: str, resource: str | Sequence[str], rules: Sequence[tuple[str, str]],
                      labels: Mapping[str, str], opts: pulumi.ResourceOptions,
                      group_version: tuple[str, str] = ("", "v1")) -> None:
     """A ValidatingAdmissionPolicy with `rules` (CEL expression, message) on creates and updates
-    of `resource` in `group_version` (API group, version; core/v1 by default), and its binding
-    that denies."""
+    of `resource` (or several: a subresource is matched only where named, "nodes/status") in
+    `group_version` (API group, version; core/v1 by default), and its binding that denies."""
     policy = admissionregistration.v1.ValidatingAdmissionPolicy(
         f"{name}-policy",
         metadata=meta.v1.ObjectMetaArgs(name=policy_name, labels=dict(labels)),
@@ -24,7 +24,7 @@ def admission_policy(name: str, policy_name: str, resource: str, rules: Sequence
             match_constraints=admissionregistration.v1.MatchResourcesArgs(resource_rules=[
                 admissionregistration.v1.NamedRuleWithOperationsArgs(
                     api_groups=[group_version[0]], api_versions=[group_version[1]], operations=["CREATE", "UPDATE"],
-                    resources=[resource],
+                    resources=[resource] if isinstance(resource, str) else list(resource),
                 ),
             ]),
             validations=[admissionregistration.v1.ValidationArgs(expression=rule, message=message,

@@ -25,6 +25,8 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, scheduling
 
 from kilonode.k8s.admission import admission_policy
+from kilonode.k8s.bootstrap import KUBE_SYSTEM
+from kilonode.k8s.cloud_provider import CNM
 from kilonode.k8s.network_policy import default_deny
 from kilonode.k8s.pod_security import RUNTIME_DEFAULT_SECCOMP, kilonode_namespace
 from kilonode.k8s.pods import SKIP_AWAIT
@@ -36,6 +38,8 @@ NAMESPACE = "kilonode-capacity"
 POOL_LABEL = wellknown.POOL_LABEL
 LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of": "kilonode-capacity"}
 BALLOON_APP = "kilonode-balloon"
+# cloud-node-manager's ServiceAccount, as the apiserver names its requests
+CLOUD_NODE_MANAGER_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{CNM}"
 
 
 @dataclass(frozen=True)
@@ -92,34 +96,104 @@ BORROW_RULE = (
 )
 
 
+# Who writes a Node object and is held to the node-identity rules below:
+# - a kubelet, as system:node:<name>. NodeRestriction (on in every apiserver) keeps it to its own
+#   Node and, after registration, its taints; for labels it refuses only node-restriction.kubernetes.io/
+#   keys and kubernetes.io/ or k8s.io/ keys outside the kubelet's own set, on create and update
+#   (kubernetes plugin/pkg/admission/noderestriction/admission.go, admitNode: getForbiddenLabels).
+#   kilonode.io/ labels pass it untouched: a node's --node-labels (or a stolen node credential)
+#   could name any pool, team or fabric;
+# - cloud-node-manager's ServiceAccount. Its pod runs on every node (a DaemonSet) with a token whose
+#   ClusterRole may update and patch every Node and nodes/status (kilonode.k8s.cloud_provider
+#   CNM_RULES), and NodeRestriction does not apply to a ServiceAccount: whoever owns one node holds
+#   that token, and could relabel any node. It sets only cloud labels (zone, region, instance type)
+#   and never the ones checked here, so an honest write always keeps them as the name implies.
+# Administrators and the other controllers are not checked: they are not a node.
+NODE_WRITER = (
+    "(request.userInfo.username.startsWith('system:node:') || "
+    f"request.userInfo.username == '{CLOUD_NODE_MANAGER_USER}')"
+)
+
+
+def _label(key: str) -> str:
+    """CEL: the Node's value of label `key`, '' where it has none."""
+    return f"(has(object.metadata.labels) && '{key}' in object.metadata.labels ? object.metadata.labels['{key}'] : '')"
+
+
 def team_node_rule(plan: ClusterPlan) -> str:
-    """CEL: a node writing its own Node object (user system:node:<name>) carries the team label of
-    the scale set its name comes from (a scale set's computer-name prefix is its shard name,
+    """CEL: a node writing a Node object (NODE_WRITER) carries the team label of the scale set
+    its name comes from (a scale set's computer-name prefix is its shard name,
     kilonode.azure.node_pool), and none on a shared scale set; when it registers (CREATE), the
-    team's NoSchedule taint too. NodeRestriction (on in every apiserver) already keeps a kubelet
-    to its own Node and forbids it to change taints after registration; it does not restrict
-    kilonode.io/ labels, so without this a node (its kubelet flags, or a stolen node credential)
-    could claim any team's capacity or join a team without its taint."""
+    team's NoSchedule taint too. NodeRestriction already keeps a kubelet to its own Node and
+    forbids it to change taints after registration; it does not restrict kilonode.io/ labels,
+    so without this a node (its kubelet flags, or a stolen node credential) could claim any
+    team's capacity or join a team without its taint."""
     expected = "''"
     for team in reversed(plan.teams):
         prefixes = ", ".join(repr(shard) for shard in team.shards)
         expected = f"([{prefixes}].exists(p, object.metadata.name.startsWith(p)) ? '{team.name}' : {expected})"
-    label = (f"(has(object.metadata.labels) && '{_TEAM}' in object.metadata.labels "
-             f"? object.metadata.labels['{_TEAM}'] : '')")
     tainted = (f"has(object.spec.taints) && object.spec.taints.exists(t, t.key == '{_TEAM}' && has(t.value) && "
                f"t.value == {expected} && t.effect == '{wellknown.TEAM_TAINT_EFFECT}')")
-    return (f"!request.userInfo.username.startsWith('system:node:') || ({label} == {expected} && "
+    return (f"!{NODE_WRITER} || ({_label(_TEAM)} == {expected} && "
             f"(request.operation != 'CREATE' || {expected} == '' || ({tainted})))")
 
 
 # CEL: a node's own fabric label (kilonode.render.pool: fabric-label) names the scale set its
 # name comes from; a node writing its Node object cannot name another.
 FABRIC_NODE_RULE = (
-    "!request.userInfo.username.startsWith('system:node:') || !has(object.metadata.labels) || "
+    f"!{NODE_WRITER} || !has(object.metadata.labels) || "
     f"!('{wellknown.FABRIC_LABEL}' in object.metadata.labels) || "
     f"(object.metadata.name.startsWith(object.metadata.labels['{wellknown.FABRIC_LABEL}']) && "
     f"size(object.metadata.name) == size(object.metadata.labels['{wellknown.FABRIC_LABEL}']) + 6)"
 )
+
+# The labels that steer the cluster's own workloads and the jobs: the pool (the device plugins,
+# the balloons, CoreDNS's autoscaler, Prometheus select by it), the system label
+# (cloud-controller-manager requires it; CoreDNS, the autoscaler, the gang scheduler, the CSR
+# approver and metrics-server prefer it: kilonode.k8s.pods.prefer_system_pool) and the NCCL
+# topology family (a training job selects the nodes whose topo.xml it mounts). A node that could
+# call itself a system node would receive those pods and their ServiceAccount tokens.
+#
+# Upstream's own answer is a node-restriction.kubernetes.io/ label, which a kubelet may not set at
+# all (admission.go above, v1.LabelNamespaceNodeRestriction): then something else must label every
+# node after it registers -- a controller with patch on every Node, running before any system pod
+# can land (7,500 nodes joining in waves, the autoscaler adding more) -- and that label still does
+# not stop cloud-node-manager's token, which NodeRestriction does not govern. The plan already knows
+# what each name means (each pool's shards are its scale sets' computer-name prefixes, and a node
+# is named <prefix><6 base-36 characters>, kilonode.node.node_client_approver.rules), so the kubelet
+# keeps registering its labels and the policy checks them against its name: no new controller, the
+# same labels every selector already uses, and both writers held to it.
+PLACEMENT_LABELS = (POOL_LABEL, wellknown.SYSTEM_LABEL, wellknown.NCCL_TOPOLOGY_LABEL)
+
+
+def _named_from(shards: list[str]) -> str:
+    """CEL: the Node's name is one of `shards`' computer-name prefixes and 6 characters (so a
+    shard whose name is another's prefix is not mistaken for it)."""
+    prefixes = ", ".join(repr(shard.lower()) for shard in shards)
+    return f"[{prefixes}].exists(p, object.metadata.name.startsWith(p) && size(object.metadata.name) == size(p) + 6)"
+
+
+def implied_label(plan: ClusterPlan, key: str) -> str:
+    """CEL: the value of label `key` the node's name implies -- its pool's (NodePoolPlan.labels,
+    what its kubelet registers with), '' where the pool has none or the name is no pool's.
+    Shards grouped by value, so each shard's prefix is tried once per label: ~80 prefixes at
+    7,500 nodes, far inside the apiserver's cost limits (tests/k8s/test_capacity.py counts)."""
+    by_value: dict[str, list[str]] = {}
+    for pool in plan.node_pools:
+        value = pool.labels.get(key)
+        if value:
+            by_value.setdefault(value, []).extend(shard.name for shard in pool.shards)
+    expected = "''"
+    for value, shards in reversed(by_value.items()):
+        expected = f"({_named_from(shards)} ? {value!r} : {expected})"
+    return expected
+
+
+def placement_node_rule(plan: ClusterPlan) -> str:
+    """CEL: a Node written by a node (NODE_WRITER) carries exactly the pool, system and NCCL
+    topology labels its name implies: none it may add, change or drop."""
+    checks = " && ".join(f"{_label(key)} == {implied_label(plan, key)}" for key in PLACEMENT_LABELS)
+    return f"!{NODE_WRITER} || ({checks})"
 
 
 @dataclass(frozen=True)
@@ -203,7 +277,12 @@ class Capacity(pulumi.ComponentResource):
                 )],
                 LABELS, child,
             )
-        node_rules = []
+        node_rules = [(
+            placement_node_rule(plan),
+            f"a node's {', '.join(PLACEMENT_LABELS)} labels must be those of the pool its name comes from "
+            "(its scale set's computer-name prefix): a node cannot make itself a system node, another pool's "
+            "or another topology's",
+        )]
         if plan.teams:
             node_rules.append((
                 team_node_rule(plan),
@@ -217,8 +296,10 @@ class Capacity(pulumi.ComponentResource):
                 f"a node's {wellknown.FABRIC_LABEL} label must name its own scale set (its name less the 6 "
                 "characters of the instance): a node cannot join another InfiniBand fabric's gangs",
             ))
-        if node_rules:
-            admission_policy(f"{name}-node-identity", "kilonode-node-identity", "nodes", node_rules, LABELS, child)
+        # nodes/status too: an update of the status subresource can change labels as well, and
+        # cloud-node-manager may patch it
+        admission_policy(f"{name}-node-identity", "kilonode-node-identity", ["nodes", "nodes/status"], node_rules,
+                         LABELS, child)
         balloons = [pool for pool in plan.autoscaled_pools if pool.autoscaling and pool.autoscaling.warm_nodes]
         if not balloons:
             self.register_outputs({})

@@ -14,7 +14,7 @@ from pulumi_kubernetes import core
 
 from kilonode.k8s.pod_security import pod_security_context
 from kilonode.plan.model import AwaitsPlan
-from kilonode.plan.wellknown import SYSTEM_LABEL
+from kilonode.plan.wellknown import CRITICAL_ADDONS_KEY, SYSTEM_LABEL
 
 # set by the kubelet of a node that waits for the cloud provider to initialise it
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -52,8 +52,10 @@ def tolerate_every_taint() -> list[core.v1.TolerationArgs]:
 
 
 def tolerate_critical_addons() -> list[core.v1.TolerationArgs]:
-    """Admitted to nodes reserved for critical add-ons (CriticalAddonsOnly)."""
-    return [core.v1.TolerationArgs(key="CriticalAddonsOnly", operator="Exists")]
+    """Admitted to nodes reserved for critical add-ons: the system pools' CriticalAddonsOnly
+    taint (kilonode.plan.wellknown.SYSTEM_TAINT). Every kube-system workload that prefers the
+    system pool (system_pod_spec(system_pool=True)) carries it, or tolerates every taint."""
+    return [core.v1.TolerationArgs(key=CRITICAL_ADDONS_KEY, operator="Exists")]
 
 
 def tolerate_uninitialized_nodes() -> list[core.v1.TolerationArgs]:
@@ -95,6 +97,14 @@ def prefer_system_pool(affinity: core.v1.AffinityArgs | None) -> core.v1.Affinit
     )
 
 
+def _key(toleration: core.v1.TolerationArgs | Mapping[str, str]) -> str | None:
+    return toleration.get("key") if isinstance(toleration, Mapping) else toleration.key  # type: ignore[return-value]
+
+
+def _operator(toleration: core.v1.TolerationArgs | Mapping[str, str]) -> str | None:
+    return toleration.get("operator") if isinstance(toleration, Mapping) else toleration.operator  # type: ignore[return-value]
+
+
 def system_pod_spec(
     critical: Literal["node", "cluster"],
     *,
@@ -119,6 +129,9 @@ def system_pod_spec(
         if affinity is not None and not isinstance(affinity, core.v1.AffinityArgs):
             raise TypeError("system_pool=True needs affinity as core.v1.AffinityArgs")
         affinity = prefer_system_pool(affinity)
+        # the system pool is tainted (SYSTEM_TAINT): a workload that prefers it must tolerate that
+        if not any(_key(t) in (CRITICAL_ADDONS_KEY, None) and _operator(t) == "Exists" for t in tolerations or ()):
+            tolerations = [*(tolerations or ()), *tolerate_critical_addons()]
     return core.v1.PodSpecArgs(
         service_account_name=service_account.metadata.name if service_account is not None else None,
         priority_class_name=f"system-{critical}-critical",

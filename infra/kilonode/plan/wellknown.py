@@ -226,6 +226,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # How a GPU pod's device list travels from the NVIDIA device plugin (kilonode.k8s.gpu) to the
 # container toolkit in the node image (kilonode.image.gpu): the two must agree, and neither
 # may import the other. The plugin's device-list strategies (NVIDIA/k8s-device-plugin v0.17.4,
+# ... and with this taint, so that only pods that tolerate it land beside the controllers and
+# their ServiceAccount tokens. AKS's convention for its system node pools: the only NoSchedule
+# taint AKS admits on one (its API's SystemPoolHasRestrictedTaint error, quoted in Azure/AKS#2578:
+# "Placing custom taints on system pool is not supported(except 'CriticalAddonsOnly' taint ...)",
+# aka.ms/aks/system-taints), used to keep application pods off it (cilium/cilium#17529: "a system
+# node pool tainted with CriticalAddonsOnly=true:NoSchedule, preventing application pods from being
+# scheduled on it"); the key the add-ons already tolerate (kilonode.k8s.pods.tolerate_critical_addons).
+CRITICAL_ADDONS_KEY = "CriticalAddonsOnly"
+SYSTEM_TAINT = f"{CRITICAL_ADDONS_KEY}=true:NoSchedule"
 # fd56a747, api/config/v1/consts.go l.39-42: envvar, volume-mounts, cdi-annotations, cdi-cri).
 DEVICE_LIST_ENVVAR = "envvar"
 DEVICE_LIST_VOLUME_MOUNTS = "volume-mounts"

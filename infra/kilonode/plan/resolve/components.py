@@ -15,7 +15,7 @@ from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import defaults
 from kilonode.plan.model import AwaitsPlan, ComponentsPlan, DnsAutoscalePlan, NodePoolPlan
 from kilonode.plan.resolve.joins import join_plan, kilonode_shares
-from kilonode.plan.wellknown import POOL_LABEL, TEAM_LABEL
+from kilonode.plan.wellknown import POOL_LABEL, SYSTEM_TAINT, TEAM_LABEL
 from kilonode.problems import Problem
 
 
@@ -75,12 +75,13 @@ def dns_replicas(total_nodes: int) -> int:
 
 def dns_autoscale(pools: tuple[NodePoolPlan, ...], replicas: int) -> DnsAutoscalePlan:
     """CoreDNS's autoscaling over the nodes it may run on: pools with no taint but the GPU
-    health startup taint (which clears), and of those the nodes without a team (a team's nodes
-    carry its NoSchedule taint, which CoreDNS does not tolerate). `nodes_per_replica` is chosen
+    health startup taint (which clears) and the system pools' CriticalAddonsOnly (which CoreDNS
+    tolerates), and of those the nodes without a team (a team's nodes carry its NoSchedule
+    taint, which CoreDNS does not tolerate). `nodes_per_replica` is chosen
     so that at the pools' ceiling the autoscaler asks for `replicas`, the plan's one replica per
     DNS_NODES_PER_REPLICA nodes of the whole cluster; never below one node per replica."""
     startup = f"{STARTUP_TAINT}={STARTUP_VALUE}:{EFFECT}"
-    eligible_pools = [p for p in pools if set(p.taints) <= {startup}]
+    eligible_pools = [p for p in pools if set(p.taints) <= {startup, SYSTEM_TAINT}]
     eligible = sum((p.autoscaling.max_nodes if p.autoscaling else p.nodes)
                    - sum(s.capacity for s in p.shards if s.team is not None) for p in eligible_pools)
     names = ",".join(sorted(p.name for p in eligible_pools))

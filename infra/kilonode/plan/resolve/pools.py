@@ -30,6 +30,7 @@ from kilonode.plan.wellknown import (
     POOL_LABEL,
     PRELOAD_DIR,
     SYSTEM_LABEL,
+    SYSTEM_TAINT,
     shard_index,
 )
 from kilonode.problems import PlanError, Problem
@@ -185,13 +186,18 @@ def _system_label(pool: NodePoolConfig) -> dict[str, str]:
 
 
 def _pool_taints(pool: NodePoolConfig) -> tuple[str, ...]:
-    """The stack's taints, plus on GPU pools the GPU health startup taint: the kubelet
-    registers the node with it (registerWithTaints), so no pod lands before the agent's
-    first check passed; the GPU health controller lifts it (kilonode.gpu.controller)."""
+    """The stack's taints, plus on a system pool CriticalAddonsOnly (SYSTEM_TAINT: only the
+    cluster's own workloads, which tolerate it, run beside the controllers), and on GPU pools
+    the GPU health startup taint: the kubelet registers the node with it (registerWithTaints),
+    so no pod lands before the agent's first check passed; the GPU health controller lifts it
+    (kilonode.gpu.controller)."""
+    taints = pool.taints
+    if pool.system and SYSTEM_TAINT not in taints:
+        taints = (*taints, SYSTEM_TAINT)
     if not gpus_of(pool.vm_size, pool.gpus_per_node):
-        return pool.taints
+        return taints
     startup = f"{STARTUP_TAINT}={STARTUP_VALUE}:{EFFECT}"
-    return pool.taints if startup in pool.taints else (*pool.taints, startup)
+    return taints if startup in taints else (*taints, startup)
 
 
 def node_pool_plan(
@@ -283,13 +289,13 @@ def place_capacity(
 def system_pool_problems(plan: ClusterPlan) -> list[Problem]:
     """The cluster's own workloads (CoreDNS, cloud-controller-manager, cluster-autoscaler, the
     gang scheduler, the CSR approver) need a node at bootstrap whose registration taints they
-    tolerate. They tolerate the bring-up taints (not-ready, uninitialized) and CriticalAddonsOnly
-    at most, and not all of them even that: so a pool with shared (non-team) nodes at bootstrap
-    and no taint of its own. A GPU pool's health startup taint clears only once the GPU path
-    is healthy: DNS and node initialisation would wait on the driver."""
+    tolerate. They tolerate the bring-up taints (not-ready, uninitialized) at most, and
+    CriticalAddonsOnly (SYSTEM_TAINT, a system pool's own): so a pool with shared
+    (non-team) nodes at bootstrap and no other taint. A GPU pool's health startup taint clears
+    only once the GPU path is healthy: DNS and node initialisation would wait on the driver."""
     for pool in plan.node_pools:
         shared = sum(s.capacity for s in pool.shards if s.team is None)
-        if shared and not pool.taints:
+        if shared and not [t for t in pool.taints if t != SYSTEM_TAINT]:
             return []
     tainted = "; ".join(f"{pool.name}: {', '.join(pool.taints) or 'team nodes only'}" for pool in plan.node_pools)
     return [Problem(("nodePools",), (

@@ -191,7 +191,7 @@ def _cluster_dns(groups: list[PoolNodes], inputs: Inputs, placed: dict[str, Plac
                 NAME, "break", where,
                 f"{service.describe()} has no backend at bootstrap ({who} cannot be placed: see the scheduling "
                 "check): every ClusterFirst pod's lookups time out",
-                "make its workload schedulable at bootstrap (an untainted system pool)"))
+                "make its workload schedulable at bootstrap (a system pool, with no taint but its CriticalAddonsOnly)"))
     return findings
 
 

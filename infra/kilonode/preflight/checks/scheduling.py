@@ -254,7 +254,7 @@ def _reasons(found: Placement) -> str:
     return "; ".join(f"{host}: {why}" for host, why in sorted(found.refused.items())) or "no pool has nodes"
 
 
-FIX_SYSTEM = ("give the stack an untainted system pool (a nodePools entry with `system: true`, a few CPU nodes; "
+FIX_SYSTEM = ("give the stack a system pool (a nodePools entry with `system: true`, a few CPU nodes; "
               "docs/stack-files.md) and record its subnet with `kilonode allocate`; `kilonode validate` refuses a "
               "stack without one")
 
