@@ -663,6 +663,50 @@ def test_a_gang_whose_channels_lack_gdrdma_fails_even_above_the_floor() -> None:
     assert nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, None)[0]
 
 
+# NCCL 2.18.3's list of the HCAs it opened, its own format strings (NVIDIA/nccl v2.18.3-1
+# src/transport/net_ib.cc:259-260 per port, 264-265 the line)
+IB_PORT = " [%d]%s:%d/%s"
+IB_USING = "NET/IB : Using%s %s; OOB %s:%s"
+
+
+def ib_using(devices: list[str], links: str = "IB", relaxed: str = "[RO]") -> str:
+    ports = "".join(IB_PORT % (d, name, 1, links) for d, name in enumerate(devices))
+    return logged(IB_USING % (ports, relaxed, "eth0", "10.244.1.7<0>"))
+
+
+def test_the_hcas_nccl_opened_are_read_as_nccl_2_18_3_lists_them() -> None:
+    eight = [f"ibP{257 + n}p0s0" for n in range(8)]  # rdma-core's persistent names on ND H100 v5
+    assert nccl_allreduce.ib_hcas([logged("NCCL version 2.18.3+cuda12.2"), ib_using(eight)]) == 8
+    assert nccl_allreduce.ib_hcas([ib_using(eight[:6], relaxed="")]) == 6
+    assert nccl_allreduce.ib_hcas([ib_using(["mlx5_ib0", "mlx5_ib1"])]) == 2  # Azure's own images' names
+    assert nccl_allreduce.ib_hcas([ib_using(["roceP2p0s0"], links="RoCE")]) == 0, "an Ethernet port is no link"
+    # the line where NCCL found none (net_ib.cc:252), or no line at all
+    assert nccl_allreduce.ib_hcas([logged("NET/IB : No device found.")]) == 0
+    assert nccl_allreduce.ib_hcas([]) == 0
+
+
+def test_a_gang_whose_nccl_opened_fewer_hcas_than_the_size_has_fails_even_above_the_floor() -> None:
+    assert nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, (64, 64), (8, 8))[0]
+    short, line = nccl_allreduce.verdict(300.0, 0, 240.0, 400.0, (64, 64), (6, 8))
+    assert not short and line.startswith("# FAIL: a rank's NCCL opened 6 InfiniBand HCAs")
+    assert "the size has 8 links" in line and "RDMA device plugin" in line
+    none, _ = nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, (64, 64), (0, 8))
+    assert not none, "a rank whose log names no HCA fails"
+    # not asked (a gang across fabrics, one node, a size without recorded links): not judged
+    assert nccl_allreduce.verdict(350.0, 0, 240.0, 400.0, (64, 64), None)[0]
+
+
+@pytest.mark.parametrize("pool", SHIPPED_POOLS)
+def test_a_gang_over_infiniband_must_open_every_link_of_its_size(plan: ClusterPlan, pool: str) -> None:
+    planned = nccl_job.gpu_pool(plan, pool)
+    assert planned.infiniband_links is not None
+    env = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool))))
+    assert env["REQUIRE_IB_HCAS"] == str(planned.infiniband_links.count) == "8"
+    across = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool, cross_fabric=True, nodes=2))))
+    one = env_of(pod_of(objects_of(plan, NcclJobRequest(pool=pool, nodes=1))))
+    assert "REQUIRE_IB_HCAS" not in across and "REQUIRE_IB_HCAS" not in one
+
+
 def test_each_rank_logs_to_its_own_file_and_echoes_it_even_when_the_run_fails(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(nccl_allreduce, "NCCL_LOG_DIR", str(tmp_path))

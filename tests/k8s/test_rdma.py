@@ -61,6 +61,21 @@ def test_the_config_names_rdma_ib_for_infiniband_links_in_the_plugins_format(gra
     assert resource["selectors"] == {"vendors": ["15b3"], "linkTypes": ["infiniband"]}
 
 
+def test_the_plugin_rescans_often_and_each_infiniband_gpu_node_is_held_one_rescan(graphs: dict[str, Graph],
+                                                                                 plans: dict[str, ClusterPlan]) -> None:
+    config = json.loads(rdma_objects(graphs["research-7500"])["ConfigMap"]["data"]["config.json"])
+    # v1.5.3 lists an HCA only at a scan after its devices exist and hands out the last scan
+    # (pkg/resources/server.go:369-391): a rescan every 10-30 s, not upstream's example 300
+    assert 10 <= config["periodicUpdateInterval"] <= 30
+    # ... and the GPU health agent holds each InfiniBand GPU node that long after its ports are up
+    held = {}
+    files = shared.rendered("research-7500")
+    for pool in (p for p in plans["research-7500"].node_pools if p.infiniband and p.gpus_per_node):
+        agent = json.loads(files[pool.role()]["etc/kilonode/gpu-health.json"].content)
+        held[pool.name] = agent.get("rdmaDevicePluginRescanSeconds")
+    assert held and set(held.values()) == {config["periodicUpdateInterval"]}
+
+
 def test_memlock_is_unlimited_for_containers_on_infiniband_pools_only() -> None:
     rendered = shared.rendered("research-7500")
     for role in ("pool-h100-ib", "pool-a100-ib", "pool-a100-ib.team-language"):

@@ -245,6 +245,47 @@ def test_a_job_image_with_an_old_rdma_core_is_a_break_and_an_unknown_one_a_warni
     assert [f for f in run(inputs, CHECK) if f.level == "warn"] == []
 
 
+# --- the RDMA plugin's rescan, and the agent's hold of a booting InfiniBand GPU node ------------------------
+
+
+def rdma_config(graph: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(resource(graph, "ConfigMap", "rdma-devices")["inputs"]["data"]["config.json"])
+
+
+@pytest.mark.parametrize(("interval", "expected"), [
+    (0, "periodicUpdateInterval is 0: the component never looks for devices again after its start"),
+    # unset: the plugin's own 60 s (resources_manager.go:51), longer than the agents' 30 s hold
+    (None, "rdmaDevicePluginRescanSeconds is 30, short of the 60 s periodicUpdateInterval"),
+])
+def test_an_rdma_plugin_that_never_rescans_or_outlasts_the_agents_hold_is_a_break(interval: int | None,
+                                                                                   expected: str) -> None:
+    _, graph = artefacts("research-7500")
+    assert rdma_config(graph)["periodicUpdateInterval"] == 30
+    config = rdma_config(graph)
+    if interval is None:
+        del config["periodicUpdateInterval"]
+    else:
+        config["periodicUpdateInterval"] = interval
+    resource(graph, "ConfigMap", "rdma-devices")["inputs"]["data"]["config.json"] = json.dumps(config)
+    found = findings(graph=graph)
+    assert lines(found) == {"rdmaSharedDevicePlugin/hcas-listed-by-a-rescan"}
+    assert all(expected in f.what for f in found)
+
+
+def test_an_infiniband_gpu_node_released_before_a_rescan_is_a_break() -> None:
+    files, _ = artefacts("research-7500")
+    held = [k for k in files if k.endswith("etc/kilonode/gpu-health.json")
+            and "rdmaDevicePluginRescanSeconds" in json.loads(files[k])]
+    assert {k.split("/")[0].split(".")[0] for k in held} == {"pool-a100-ib", "pool-h100-ib"}
+    for key in held:
+        files[key] = json.dumps({k: v for k, v in json.loads(files[key]).items()
+                                 if k != "rdmaDevicePluginRescanSeconds"})
+    found = findings(files=files)
+    assert lines(found) == {"rdmaSharedDevicePlugin/hcas-listed-by-a-rescan"}
+    assert {f.where.split(":")[0] for f in found} == {k.split("/")[0] for k in held}
+    assert "rdmaDevicePluginRescanSeconds is None, short of the 30 s periodicUpdateInterval" in found[0].what
+
+
 # --- the NCCL job's image on H100 (NCCL 2.18.3) ------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ Kind = Literal[
     "kernelOptionForSelector",  # a device selector that works only with a kernel option and module
     "gpuDirectPath",  # GPU memory registered with the HCA (GPUDirect RDMA) on InfiniBand pools
     "ncclJobEnvironment",  # the generated NCCL job's environment on some sizes while the image's NCCL is older
+    "heldForRescan",  # a component rescans its devices, and a node program holds a node one rescan
     "waitsForFabricState",  # a node program that must wait for NVSwitch fabric registration
     "renderedSetting",  # a node program's rendered JSON configuration sets a key on the pools it names
     "podNeeds",  # what a workload's pod spec must hold as upstream runs it: host network, args, capabilities

@@ -25,6 +25,14 @@ silently where the container's libibverbs lacks ibv_reg_dmabuf_mr (rdma-core old
 the node lost DMA-BUF; the bandwidth floor alone may still pass on a gang staged through host
 memory.
 
+With REQUIRE_IB_HCAS=<n> (the job sets it on a gang over InfiniBand to the size's link count) the
+run also fails unless every rank's NCCL opened n InfiniBand HCAs. NCCL 2.18.3 names the ports it
+opened in one INFO line, `NET/IB : Using%s %s; OOB %s:%s`, each port written ` [%d]%s:%d/%s` (its
+index, device, port, and IB or RoCE) and then `[RO]` where relaxed ordering is on (NVIDIA/nccl
+v2.18.3-1 src/transport/net_ib.cc:258-265). A pod handed only some of the node's HCAs (the RDMA
+device plugin gives a pod the devices of its last scan, and a virtual function may arrive after
+it) runs every channel over fewer links, which the floor alone may not catch.
+
 Standard library only at import time (torch is imported by main()), so the pure parts can be
 tested where PyTorch is absent.
 """
@@ -43,6 +51,9 @@ ITERATIONS = 20
 # NCCL's network channel lines (v2.18.3-1 src/transport/net.cc:186-190, 227-228), its GPUDirect suffix
 CHANNEL = re.compile(r"Channel \d+/\d+ : \d+\[\d+\] -> \d+\[\d+\] \[(?:send|receive)\] "
                      r"via NET/(?P<net>[^/\s]+)/\d+(?:\(\d+\))?(?P<gdr>/GDRDMA)?")
+# NCCL's list of the InfiniBand ports it opened (v2.18.3-1 src/transport/net_ib.cc:258-265), and each port in it
+IB_USING = re.compile(r"NET/IB : Using(?P<ports>(?: \[\d+\][^\s:]+:\d+/(?:IB|RoCE))*)")
+IB_PORT = re.compile(r"\[\d+\](?P<device>[^\s:]+):(?P<port>\d+)/(?P<link>IB|RoCE)")
 NCCL_LOG_ENV = "NCCL_DEBUG_FILE"
 NCCL_LOG_DIR = "/tmp"  # the container's own /tmp: a rank's log is kilonode-nccl-rank<RANK>.log there
 
@@ -73,15 +84,29 @@ def net_channels(lines: Iterable[str]) -> tuple[int, int]:
     return len(found), sum(1 for m in found if m.group("gdr"))
 
 
+def ib_hcas(lines: Iterable[str]) -> int:
+    """How many InfiniBand ports (one per HCA on these sizes) NCCL's last `NET/IB : Using` line in
+    these log lines names; 0 where there is none."""
+    found = [m for m in (IB_USING.search(line) for line in lines) if m]
+    return sum(1 for p in IB_PORT.finditer(found[-1].group("ports")) if p.group("link") == "IB") if found else 0
+
+
 def verdict(peak_busbw: float, wrong: int, floor: float | None, ceiling: float | None,
-            channels: tuple[int, int] | None = None) -> tuple[bool, str]:
-    """(whether the run passes, the line that says why): no wrong element, where `channels`
-    (NCCL's channels via NET over all ranks, those via GPUDirect RDMA) is given every one of
-    them via GPUDirect RDMA, and the peak at or above the floor where one is given."""
+            channels: tuple[int, int] | None = None, hcas: tuple[int, int] | None = None) -> tuple[bool, str]:
+    """(whether the run passes, the line that says why): no wrong element, where `hcas` (the
+    fewest InfiniBand HCAs any rank's NCCL opened, the size's link count) is given at least that
+    many, where `channels` (NCCL's channels via NET over all ranks, those via GPUDirect RDMA) is
+    given every one of them via GPUDirect RDMA, and the peak at or above the floor where one is
+    given."""
     against = (f"; this size's two-node network ceiling with GPUDirect RDMA is {ceiling:.0f} GB/s, the floor "
                f"{floor:.0f} GB/s" if ceiling and floor else "")
     if wrong:
         return False, f"# FAIL: {wrong} elements of the check all-reduce were wrong{against}"
+    if hcas is not None and hcas[0] < hcas[1]:
+        return False, (f"# FAIL: a rank's NCCL opened {hcas[0]} InfiniBand HCAs (its `NET/IB : Using` line), the size "
+                       f"has {hcas[1]} links: the pod got only some of the node's HCAs (rdma/ib handed out an older "
+                       "scan of the RDMA device plugin, or a virtual function is missing); read the NET/IB lines "
+                       "above and docs/nccl-job.md")
     if channels is not None and not channels[0]:
         return False, ("# FAIL: NCCL's log names no channel via NET (NCCL_DEBUG=INFO lines `Channel ... via "
                        "NET/IB/<n>/GDRDMA`): the ranks did not talk over the network, or the log was not read")
@@ -180,13 +205,18 @@ def _benchmark(log: NcclLog) -> None:
     # every rank holds the same figures (the times and the wrong counts were all-reduced): each
     # reaches the same verdict and exits with it
     log.echo()
+    hcas = None
+    if os.environ.get("REQUIRE_IB_HCAS"):
+        fewest = torch.tensor([ib_hcas(log.lines)], device="cuda")
+        dist.all_reduce(fewest, op=dist.ReduceOp.MIN)  # each rank opened its own
+        hcas = (int(fewest.item()), int(os.environ["REQUIRE_IB_HCAS"]))
     channels = None
     if os.environ.get("REQUIRE_GDRDMA") == "1":
         counts = torch.tensor(list(net_channels(log.lines)), device="cuda")
         dist.all_reduce(counts)  # every rank's channels: each rank logs its own
         channels = (int(counts[0].item()), int(counts[1].item()))
     passed, line = verdict(peak[0], wrong_total, _env_float("BUSBW_FLOOR_GBPS"), _env_float("NETWORK_CEILING_GBPS"),
-                           channels)
+                           channels, hcas)
     if rank == 0:
         print(f"# peak busbw {peak[0]:.2f} GB/s at {peak[1]} bytes", flush=True)
         print(line, flush=True)

@@ -76,6 +76,11 @@ CROSS_FABRIC_NCCL = (("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket"))
 # loads the container's libibverbs, not the node's: without ibv_reg_dmabuf_mr (rdma-core older than
 # 34) it turns GPUDirect RDMA off silently, and the node's checks cannot see the image's library.
 REQUIRE_GDRDMA = (("REQUIRE_GDRDMA", "1"),)
+# ... and unless every rank's NCCL opened as many InfiniBand HCAs as the size has links (the plan's
+# infiniband_links count): NCCL lists the ports it opened in one line, `NET/IB : Using [0]<dev>:<port>/IB
+# ...` (NVIDIA/nccl v2.18.3-1 src/transport/net_ib.cc:258-265), and a pod that got only some of the
+# node's HCAs (the RDMA device plugin hands out its last scan, kilonode.k8s.rdma) runs on fewer links.
+REQUIRE_IB_HCAS = "REQUIRE_IB_HCAS"
 
 
 class NcclJobError(ValueError):
@@ -206,15 +211,17 @@ def launcher(request: NcclJobRequest, gpus: int) -> str:
 
 
 def environment(family: str, cross_fabric: bool, infiniband_gbps: int | None = None,
-                nodes: int = defaults.NCCL_JOB_NODES) -> list[dict[str, str]]:
+                nodes: int = defaults.NCCL_JOB_NODES, infiniband_hcas: int | None = None) -> list[dict[str, str]]:
     """The container's environment; a gang over InfiniBand (more than one node, one fabric) is
-    judged against the pool's links and must use GPUDirect RDMA on every NCCL channel."""
+    judged against the pool's links, must use GPUDirect RDMA on every NCCL channel and, where the
+    size's link count is known (`infiniband_hcas`), open that many HCAs on every rank."""
     over_infiniband = not cross_fabric and nodes > 1
     pairs = (*wellknown.nccl_pod_environment(family), *(CROSS_FABRIC_NCCL if cross_fabric else FABRIC_NCCL),
              *NCCL_DEBUG,
              ("ALLREDUCE_MAX_BYTES", str(defaults.NCCL_JOB_MAX_BYTES)),
              *(() if cross_fabric else judged_against(infiniband_gbps)),
-             *(REQUIRE_GDRDMA if over_infiniband else ()))
+             *(REQUIRE_GDRDMA if over_infiniband else ()),
+             *(((REQUIRE_IB_HCAS, str(infiniband_hcas)),) if over_infiniband and infiniband_hcas else ()))
     return [{"name": key, "value": value} for key, value in pairs]
 
 
@@ -239,7 +246,8 @@ def container(plan: ClusterPlan, pool: NodePoolPlan, request: NcclJobRequest) ->
         "name": "allreduce",
         "image": plan.components.nccl_benchmark_image,
         "command": ["bash", "-c", launcher(request, pool.gpus_per_node)],
-        "env": environment(family, request.cross_fabric, pool.infiniband_gbps, request.nodes),
+        "env": environment(family, request.cross_fabric, pool.infiniband_gbps, request.nodes,
+                           pool.infiniband_links.count if pool.infiniband_links else None),
         # extended resources are requested through limits (requests equal them)
         "resources": {"requests": wants, "limits": extended},
         # No securityContext adding IPC_LOCK (PodSecurity baseline refuses it): RDMA registers

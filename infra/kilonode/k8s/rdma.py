@@ -39,9 +39,11 @@ PLUGINS_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
 # How many pods of one node may hold the shared HCAs at once: more than a node ever runs pods
 # (research-7500's podsPerNode is 3); a bound, not a target. Upstream's example uses 1,000.
 RDMA_HCA_MAX = 100
-# How often the plugin looks for devices again (seconds; upstream's example): a link that comes
-# up late is offered within 5 minutes.
-PERIODIC_UPDATE_INTERVAL_S = 300
+# How often the plugin looks for devices again (seconds): kilonode.plan.wellknown.RDMA_PLUGIN_RESCAN_S
+# says why 30, not upstream's example 300 (a pod then got the HCAs of a scan up to 5 minutes old: some
+# of the eight, where the virtual functions arrived after the plugin's start); the GPU health agent
+# holds a booting node that long after its ports are up (the same constant).
+PERIODIC_UPDATE_INTERVAL_S = wellknown.RDMA_PLUGIN_RESCAN_S
 SELECTOR = {"name": NAME}
 REQUESTS = {"cpu": "10m", "memory": "32Mi"}
 

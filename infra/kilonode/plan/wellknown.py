@@ -200,6 +200,20 @@ FABRIC_ENV_FILE = "/run/kilonode/fabric.env"
 # device plugin's resource, "rdma/" + its configured resourceName (kilonode.k8s.rdma).
 RDMA_RESOURCE_NAME = "ib"
 RDMA_RESOURCE = f"rdma/{RDMA_RESOURCE_NAME}"
+# How often that plugin looks for the node's HCAs again (its config's periodicUpdateInterval,
+# seconds), and so how long after an HCA appears a pod may still be handed the devices of an older
+# scan, without it: Mellanox/k8s-rdma-shared-dev-plugin v1.5.3 scans at its start and then on this
+# ticker (pkg/resources/resources_manager.go:386-420; 60 s when unset, l.51, 300 in upstream's
+# example ConfigMap), and Allocate gives a pod the last scan's device specs (server.go:369-391).
+# The GPU health agent holds a node's startup taint until this long after its InfiniBand ports are
+# up (kilonode.render.pool gpu_health_config, the agent's await_rdma_plugin), so a gang pod never
+# meets a partial list at boot; later, a virtual function that comes back (a VF re-attached in
+# service) is re-listed within it. 30 s: a scan walks the PCI devices in sysfs and asks netlink for
+# each netdev (resources_manager.go:293-337, pci_net_device.go:25-70), logs a line per network
+# device, and tells the kubelet nothing unless the list changed (server.go:461-466), so it is cheap
+# at 30 s; the agent's hold overlaps its active check (minutes), so a shorter interval would not
+# shorten a boot, while a longer one leaves a re-attached HCA out of new pods for longer.
+RDMA_PLUGIN_RESCAN_S = 30
 TEAM_TAINT_EFFECT = "NoSchedule"
 
 

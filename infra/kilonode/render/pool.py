@@ -206,6 +206,10 @@ def gpu_health_config(pool: NodePoolPlan) -> dict[str, Any]:
         # virtual function, or with a port down or trained to a lower rate, would join the gang
         # and NCCL would run on fewer or slower links
         config["expectInfiniband"] = {"ports": pool.infiniband_links.count, "gbps": pool.infiniband_links.gbps}
+        # and the first pass of a boot is reported (the startup taint lifted) only one rescan of the
+        # RDMA device plugin after those ports were up, so rdma/ib hands a gang pod every HCA
+        # (wellknown.RDMA_PLUGIN_RESCAN_S; the plugin's periodicUpdateInterval, kilonode.k8s.rdma)
+        config["rdmaDevicePluginRescanSeconds"] = wellknown.RDMA_PLUGIN_RESCAN_S
     return config
 
 

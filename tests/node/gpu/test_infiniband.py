@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kilonode.catalog.vm import vm_size
+from kilonode.k8s import rdma
 from kilonode.node.gpu import active, agent, infiniband, protocol
 from kilonode.node.gpu.readings import read_dir
 from kilonode.node.gpu.rules import evaluate, infiniband_findings
@@ -189,6 +190,80 @@ def test_a_port_that_goes_down_later_is_seen_at_the_next_passive_check(tmp_path:
     assert recorder.sent[-1] == ("False", "InfinibandPortDown")
 
 
+# --- the RDMA device plugin's rescan: a node is not reported before it has listed every HCA ---------
+
+RESCAN = {"expectInfiniband": H100, "rdmaDevicePluginRescanSeconds": 30}
+
+
+def test_a_first_pass_waits_one_plugin_rescan_after_the_ports_were_up(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the active check is instant here: the pass would come at 0 s, before the plugin's next scan
+    runner, recorder, clock = booted(tmp_path, monkeypatch, nd_h100(tmp_path / "sys"), **RESCAN)
+    assert runner.config.rdma_plugin_rescan_s == 30
+    said: list[str] = []
+    send = runner.send
+    monkeypatch.setattr(runner, "send", lambda report: (said.append(report.condition["message"]), send(report)))
+    runner.startup()
+    assert recorder.sent == [("Unknown", protocol.REASON_INFINIBAND_PENDING), ("True", "Passed")]
+    assert clock.now == 30, "one periodicUpdateInterval after the ports were seen up"
+    assert said[0].startswith("every InfiniBand port is up; waiting until 30 s (the RDMA device plugin's "
+                              "periodicUpdateInterval) have passed since")
+    # later checks of the boot never wait again
+    runner.full_check(active=False)
+    assert clock.now == 30 and recorder.sent[-1] == ("True", "Passed")
+
+
+def test_the_rescan_is_counted_from_the_last_port_not_from_the_boot(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sysfs = nd_h100(tmp_path / "sys", hcas=7)  # the eighth virtual function arrives at 20 s
+    runner, recorder, clock = booted(tmp_path, monkeypatch, sysfs, fabricWaitSeconds=60, **RESCAN)
+    sleep = clock.sleep
+
+    def arrive(seconds: float) -> None:
+        sleep(seconds)
+        if clock.now >= 20:
+            nd_h100(sysfs)
+
+    monkeypatch.setattr(clock, "sleep", arrive)
+    runner.startup()
+    assert recorder.sent == [("Unknown", protocol.REASON_INFINIBAND_PENDING),
+                             ("Unknown", protocol.REASON_INFINIBAND_PENDING), ("True", "Passed")]
+    assert clock.now == 20 + 30
+
+
+def test_an_active_check_longer_than_the_rescan_adds_no_wait(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, recorder, clock = booted(tmp_path, monkeypatch, nd_h100(tmp_path / "sys"), **RESCAN)
+
+    def slow(model: str) -> dict[str, Any]:
+        clock.sleep(120)  # about what 8 GPUs take
+        return json.loads(json.dumps(BURN))
+
+    monkeypatch.setattr(active, "run", slow)
+    runner.startup()
+    assert recorder.sent == [("True", "Passed")] and clock.now == 120
+
+
+def test_a_fault_is_reported_without_waiting_for_the_rescan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner, recorder, clock = booted(tmp_path, monkeypatch, nd_h100(tmp_path / "sys"), **RESCAN)
+    monkeypatch.setattr(active, "run", lambda model: {**json.loads(json.dumps(BURN)), "gemm_bf16_8192": {
+        **BURN["gemm_bf16_8192"], "tflops_median": 1.0}})
+    runner.startup()
+    assert recorder.sent[-1][0] == "False" and clock.now == 0
+    assert ("Unknown", protocol.REASON_INFINIBAND_PENDING) not in recorder.sent
+
+
+@pytest.mark.parametrize("value", [-1, "30", True, 1.5])
+def test_the_rescan_must_be_whole_seconds(tmp_path: Path, value: object) -> None:
+    with pytest.raises(agent.ConfigError, match="rdmaDevicePluginRescanSeconds must be a whole number"):
+        agent.load_config(config_file(tmp_path, expectInfiniband=H100, rdmaDevicePluginRescanSeconds=value))
+
+
+def test_the_rescan_needs_the_ports_it_counts_from(tmp_path: Path) -> None:
+    with pytest.raises(agent.ConfigError, match="rdmaDevicePluginRescanSeconds needs expectInfiniband"):
+        agent.load_config(config_file(tmp_path, rdmaDevicePluginRescanSeconds=30))
+
+
 def test_without_the_config_key_no_port_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sysfs = nd_h100(tmp_path / "sys", hcas=3)  # it would fail, were it read
     runner, recorder, _ = booted(tmp_path, monkeypatch, sysfs)
@@ -219,6 +294,8 @@ def test_the_rendered_config_expects_the_sizes_links_on_infiniband_pools(plans: 
         assert json.loads(path.read_text()).get("expectInfiniband") == (
             {"ports": links.count, "gbps": links.gbps} if links else None), pool.name
         assert agent.load_config(path).expect_infiniband == ((links.count, links.gbps) if links else None)
+        # where the ports are awaited, the first pass also waits one rescan of the RDMA device plugin
+        assert agent.load_config(path).rdma_plugin_rescan_s == (rdma.PERIODIC_UPDATE_INTERVAL_S if links else 0)
         expected[pool.vm_size] = agent.load_config(path).expect_infiniband
     if stack == "research-7500":
         # by hand, from Azure's own checks (azurehpc-health-checks conf/nd96isr_h100_v5.conf,

@@ -119,6 +119,11 @@ class AgentConfig:
     # infinibandLinks): every check reads the ports in sysfs (kilonode.gpu.infiniband) and the
     # first waits for them; None: never read
     expect_infiniband: tuple[int, int] | None = None
+    # The RDMA shared device plugin's rescan interval (its periodicUpdateInterval), on pools that
+    # expect InfiniBand: the first pass of a boot is not reported (the startup taint stays) until
+    # this long after the agent saw every port there, so that the plugin has listed every HCA
+    # since (await_rdma_plugin says why); 0: no such wait
+    rdma_plugin_rescan_s: int = 0
 
 
 def load_config(path: Path) -> AgentConfig:
@@ -134,12 +139,17 @@ def load_config(path: Path) -> AgentConfig:
     defaults = thresholds().get("agent", {})
     known = {"expectGpus", "gpuModel", "kubeconfig", "nodeName", "passiveIntervalSeconds",
              "activeIntervalSeconds", "taintWaitSeconds", "heartbeatSeconds", "stateDir", "fabricWaitSeconds",
-             "expectGpuDirectRdma", "expectInfiniband"}
+             "expectGpuDirectRdma", "expectInfiniband", "rdmaDevicePluginRescanSeconds"}
     if unknown := sorted(set(data) - known):
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     if not isinstance(expect_rdma := data.get("expectGpuDirectRdma", False), bool):
         raise ConfigError(f"{where}: expectGpuDirectRdma must be true or false, not {expect_rdma!r}")
     expect_ib = _expect_infiniband(where, data.get("expectInfiniband"))
+    rescan = data.get("rdmaDevicePluginRescanSeconds", 0)
+    if not isinstance(rescan, int) or isinstance(rescan, bool) or rescan < 0:
+        raise ConfigError(f"{where}: rdmaDevicePluginRescanSeconds must be a whole number of seconds, not {rescan!r}")
+    if rescan and expect_ib is None:
+        raise ConfigError(f"{where}: rdmaDevicePluginRescanSeconds needs expectInfiniband (it counts from the ports)")
 
     def positive(name: str, default: int | None) -> int:
         value = data.get(name, default)
@@ -168,6 +178,7 @@ def load_config(path: Path) -> AgentConfig:
         fabric_wait_s=positive("fabricWaitSeconds", defaults.get("fabric_wait_s")),
         expect_gpudirect_rdma=expect_rdma,
         expect_infiniband=expect_ib,
+        rdma_plugin_rescan_s=rescan,
     )
 
 
@@ -305,6 +316,15 @@ def infiniband_pending(state: State, at: str, node_name: str, expected: tuple[in
                    f"waiting for {expected[0]} InfiniBand ports ACTIVE at {expected[1]} Gb/s (the size's links) before "
                    f"the first check, at most {wait_s} s in all with the fabric wait", at, node_name, None, [],
                    event=False)
+
+
+def rdma_plugin_pending(state: State, at: str, node_name: str, rescan_s: int) -> Report:
+    """Unknown, the InfiniBand reason, while a first pass waits for the RDMA device plugin's next
+    rescan (await_rdma_plugin). Written once: the message does not change while it waits."""
+    return _report(state, "Unknown", p.REASON_INFINIBAND_PENDING,
+                   f"every InfiniBand port is up; waiting until {rescan_s} s (the RDMA device plugin's "
+                   "periodicUpdateInterval) have passed since, so that rdma/ib hands a pod every HCA, before the "
+                   "first report", at, node_name, None, [], event=False)
 
 
 def _report(state: State, status: str, reason: str, message: str, at: str, node_name: str,
@@ -536,6 +556,8 @@ class Agent:
                                                              config.expect_gpus)
         self.client: Any = None
         self.fabric_deadline: float | None = None  # time.monotonic() the fabric wait ends (set once)
+        # time.monotonic() await_infiniband last saw every port there (None: not awaited, or reported since)
+        self.links_up_at: float | None = None
 
     def api(self) -> Any:
         if self.client is None:
@@ -649,6 +671,8 @@ class Agent:
             return 2
         ok = summary(readings, self.config.expect_gpus, self.config.gpu_model) if readings else ""
         report = decide(self.state, findings, ok, p.now(), self.node_name)
+        if report.condition["status"] == "True" and self.await_rdma_plugin():
+            report = decide(self.state, findings, ok, p.now(), self.node_name)
         self.send(report)
         return 0 if report.condition["status"] == "True" else 1
 
@@ -740,6 +764,7 @@ class Agent:
         while True:
             found = infiniband.reading(*expected, sysfs=infiniband.SYS_INFINIBAND)
             if infiniband.ready(found):
+                self.links_up_at = time.monotonic()
                 return True
             if time.monotonic() >= self.fabric_deadline:
                 print(f"InfiniBand ports not all ACTIVE at {expected[1]} Gb/s within {self.config.fabric_wait_s} s: "
@@ -751,6 +776,32 @@ class Agent:
                                              self.config.fabric_wait_s))
                 told = True
             time.sleep(HCA_RETRY_S)
+
+    def await_rdma_plugin(self) -> bool:
+        """Before the first pass of a boot is reported (the controller then lifts the startup taint):
+        wait until rdma_plugin_rescan_s have passed since await_infiniband saw every port there.
+        Mellanox/k8s-rdma-shared-dev-plugin v1.5.3 finds the HCAs at its start and then once per
+        periodicUpdateInterval (pkg/resources/resources_manager.go:386-420), lists one only when
+        its netdev and its rdma_cm, umad and uverbs device nodes are there
+        (pkg/resources/pci_net_device.go:31-58, rdma_device_spec.go:19), and hands a pod the devices
+        of its last scan (server.go:369-391 Allocate, 445-490 UpdateDevices): a pod placed while a
+        virtual function was still arriving gets fewer HCAs, and NCCL runs on fewer links. Any
+        stretch of one interval holds a scan (or the plugin's start) after the ports were up, so
+        by then every HCA is listed: its netdev and device nodes come with the HCA's registration
+        (ib_ipoib, ib_umad and ib_uverbs loaded), before the subnet manager activates its port,
+        which is what the agent waits for (not checked apart here). The active check usually takes
+        longer than the interval, so this rarely waits. Once per boot; True if it waited (the
+        caller decides again)."""
+        up, self.links_up_at = self.links_up_at, None
+        if up is None or not self.config.rdma_plugin_rescan_s:
+            return False
+        left = up + self.config.rdma_plugin_rescan_s - time.monotonic()
+        if left <= 0:
+            return False
+        if not self.state.failed:
+            self.send(rdma_plugin_pending(self.state, p.now(), self.node_name, self.config.rdma_plugin_rescan_s))
+        time.sleep(left)
+        return True
 
     def startup(self) -> None:
         """The first check of a boot. Its GPUs' fabric first (await_fabric): not registered in

@@ -29,7 +29,9 @@ cgroup driver is the named one, the image runs the named command in the named un
 kernelOptionForSelector (a selector the component's config uses, the kernel option in the pool's
 kernel, a module option loaded at boot), gpuDirectPath (the driver module, kernel options, the job
 image's rdma-core and NCCL), ncclJobEnvironment (while the job image's NCCL is older than a release,
-the environment of the NCCL job generated for the named topology families' pools), waitsForFabricState
+the environment of the NCCL job generated for the named topology families' pools), heldForRescan (a
+ConfigMap's rescan interval above 0, and a node program's rendered hold at least that long on the
+pools named), waitsForFabricState
 (the agent's fabric wait on NVSwitch pools),
 renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), podNeeds
 (a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
@@ -70,7 +72,8 @@ decode (podGroupRejectPercentage before v0.34), its controller without pod reads
 renamed (a warning: system:kube-scheduler is bound and not readable here); a stale contract version
 (and one read at every minor it names, which holds for each).
 Also seeded: an H100 job without NCCL_NVLS_ENABLE=0 or NCCL_NET_FORCE_FLUSH=0 under NCCL 2.18.3, and
-neither judged once the image's NCCL has the fix.
+neither judged once the image's NCCL has the fix; the RDMA plugin without rescans, and an InfiniBand GPU
+node's agent holding it shorter than one rescan.
 Held out, in a built image's manifest only (--images): a kernel without IPoIB, no devices unit, a
 lenient toolkit, the proprietary module, no ib_ipoib at boot, an old rdma-core.
 """
@@ -521,6 +524,35 @@ def _shipped_default(file: str, table: str, key: str) -> object:
 
     path = Path(__file__).resolve().parents[2] / file
     return tomllib.loads(path.read_text()).get(table, {}).get(key) if path.is_file() else None
+
+
+def _held_for_rescan(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """The component's ConfigMap sets a rescan interval above 0 (`intervalDefault` where it sets
+    none), and on every host of the named pools the node program's rendered JSON setting holds the
+    node at least that long."""
+    value = req.value
+    config_map, document = _config_map_document(inputs, value["configMap"], value["key"], "json")
+    if config_map is None:
+        return []  # the component is not deployed by this stack
+    interval = _at(document, value["interval"]) if isinstance(document, Mapping) else None
+    interval = value["intervalDefault"] if interval is None else interval
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
+        return [_finding(name, contract, req, f"{value['configMap']} {value['key']}",
+                         f"{value['interval']} is {interval!r}: the component never looks for devices again after "
+                         "its start", f"give {value['interval']} a positive number of seconds (kilonode.k8s.rdma)")]
+    findings = []
+    for pool in (p for p in inputs.plan.node_pools if POOL_SETS[value["pools"]](p)):
+        for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
+            text = inputs.host_files(host).get(str(value["config"]).lstrip("/"))
+            held = json.loads(text).get(value["configKey"]) if text else None
+            if isinstance(held, int) and not isinstance(held, bool) and held >= interval:
+                continue
+            findings.append(_finding(
+                name, contract, req, f"{host}: {value['config']}",
+                f"{value['configKey']} is {held!r}, short of the {interval} s {value['interval']} "
+                f"of {value['configMap']}", f"render {value['configKey']}: {interval} or more for these pools "
+                "(kilonode.render.pool; the pool's size must record its infinibandLinks for the agent to await them)"))
+    return findings
 
 
 # Which pools a renderedSetting line names: a predicate on the plan's pool.
@@ -1080,6 +1112,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "kernelOptionForSelector": _kernel_option_for_selector,
     "gpuDirectPath": _gpu_direct_path,
     "ncclJobEnvironment": _nccl_job_environment,
+    "heldForRescan": _held_for_rescan,
     "waitsForFabricState": _waits_for_fabric_state,
     "rbacAllows": _rbac_allows,
     "discoveryRbac": _discovery_rbac,
