@@ -126,6 +126,9 @@ NAME_RULES: dict[str, tuple[str, int, int, str]] = {
     # a role assignment's name is a GUID
     "azure-native:authorization:RoleAssignment": (
         "roleAssignmentName", 36, 36, r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
+    # so is a custom role definition's (its roleName, unique in the tenant, is a display name)
+    "azure-native:authorization:RoleDefinition": (
+        "roleDefinitionId", 36, 36, r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),
 }
 
 

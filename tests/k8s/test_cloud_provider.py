@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from kilonode.azure.graph import Graph
-from kilonode.azure.identity import NETWORK_CONTRIBUTOR, READER, VIRTUAL_MACHINE_CONTRIBUTOR
+from kilonode.azure.identity import AUTOSCALER_ACTIONS, CLOUD_PROVIDER_ACTIONS, NETWORK_CONTRIBUTOR, READER
 from kilonode.catalog.components import components
 from kilonode.plan import ClusterPlan
+from kilonode.plan.azure_names import role_definition_name
 
 # Every json field cloud-provider-azure v1.34.13 unmarshals azure.json into
 # (pkg/provider/config/azure.go Config l.33-183, azure_auth.go AzureClientConfig l.33-51,
@@ -208,18 +209,45 @@ def test_each_controller_identity_has_its_roles_on_the_pools_resources_only(
         granted.setdefault(who, set()).add((a["roleDefinitionId"].rsplit("/", 1)[1], a["scope"]))
         assert a["principalType"] == "ServicePrincipal"
     nodes = _rg_id(plan.node_resource_group)
+    ccm_role, autoscaler_role = (role_definition_name(nodes, r) for r in ("cloud-provider", "autoscaler"))
     assert granted.pop("cloud-provider") == {
-        (NETWORK_CONTRIBUTOR, nodes), (VIRTUAL_MACHINE_CONTRIBUTOR, nodes),
+        (ccm_role, nodes),
         (NETWORK_CONTRIBUTOR, _mock_id("network:NetworkSecurityGroup", f"{stack}-network-pools-nsg")),
         *[(NETWORK_CONTRIBUTOR, _mock_id("network:Subnet", f"{stack}-network-pool-{p.name}")) for p in plan.node_pools],
     }
     groups = [g.shard for p in plan.autoscaled_pools for g in (p.autoscaling.node_groups if p.autoscaling else ())]
     if groups:  # a scale set's logical name is its shard's name
         assert granted.pop("autoscaler") == {(READER, nodes)} | {
-            (VIRTUAL_MACHINE_CONTRIBUTOR, _mock_id("compute:VirtualMachineScaleSet", shard)) for shard in groups}
+            (autoscaler_role, _mock_id("compute:VirtualMachineScaleSet", shard)) for shard in groups}
     assert granted == {}
     # nothing on the cluster's own group, where the control plane is, nor on the subscription
     assert all(a["scope"].startswith(("mock:", nodes)) for a in assignments)
+
+
+# what Virtual Machine Contributor holds and no controller needs: a command or an extension on
+# every GPU instance is root there
+_NEVER = ("Microsoft.Compute/virtualMachineScaleSets/virtualMachines/runCommand/",
+          "Microsoft.Compute/virtualMachineScaleSets/extensions/write",
+          "Microsoft.Compute/virtualMachines/runCommand/", "Microsoft.Compute/virtualMachines/extensions/write", "*")
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_the_controllers_custom_roles_are_their_listed_actions_assignable_in_the_pools_group_only(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    graph, plan = graphs[stack], plans[stack]
+    nodes = _rg_id(plan.node_resource_group)
+    roles = {r.plain()["roleDefinitionId"]: r.plain()
+             for r in graph.of_type("azure-native:authorization:RoleDefinition") if r.parent == f"{stack}-controllers"}
+    expected = {role_definition_name(nodes, "cloud-provider"): CLOUD_PROVIDER_ACTIONS}
+    if plan.autoscaled_pools:
+        expected[role_definition_name(nodes, "autoscaler")] = AUTOSCALER_ACTIONS
+    assert {guid: tuple(role["permissions"][0]["actions"]) for guid, role in roles.items()} == expected
+    for role in roles.values():
+        assert role["assignableScopes"] == [nodes] and role["scope"] == nodes
+        assert len(role["permissions"]) == 1 and not role["permissions"][0].get("dataActions")
+        for action in role["permissions"][0]["actions"]:
+            assert "*" not in action and not action.lower().startswith(tuple(n.lower() for n in _NEVER))
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])

@@ -630,9 +630,22 @@ def test_a_node_group_outside_the_listed_group_or_without_the_identitys_role_is_
     assert lines(found) == {"clusterAutoscaler/node-groups-writable"}
     by_group = {f.where.rsplit(" ", 1)[1]: f.what for f in found}
     assert set(by_group) == {"research-7500-h100-ib-003", "research-7500-h100-ib-004"}
-    assert "holds no Virtual Machine Contributor or Contributor or Owner on a scope containing scale set " \
+    assert "holds no Virtual Machine Contributor or Contributor or Owner, nor a custom role with " \
+           "Microsoft.Compute/virtualMachineScaleSets/write, " \
+           "Microsoft.Compute/virtualMachineScaleSets/delete/action, on a scope containing scale set " \
            "research-7500-h100-ib-003" in by_group["research-7500-h100-ib-003"]
     assert "lists the scale sets of resourceGroup research-7500-nodes only" in by_group["research-7500-h100-ib-004"]
+
+
+def test_a_custom_role_without_delete_instances_does_not_make_a_node_group_writable() -> None:
+    _, graph = artefacts("research-7500")
+    [role] = [r for r in graph["resources"] if r["type"] == "azure-native:authorization:RoleDefinition"
+              and r["name"].endswith("-autoscaler-role")]
+    actions = role["inputs"]["permissions"][0]["actions"]
+    actions.remove("Microsoft.Compute/virtualMachineScaleSets/delete/action")
+    found = findings(graph=graph)
+    assert lines(found) == {"clusterAutoscaler/node-groups-writable"}
+    assert all("nor a custom role with" in f.what for f in found)
 
 
 # --- Prometheus -------------------------------------------------------------------------------------------

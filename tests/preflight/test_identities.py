@@ -37,12 +37,13 @@ def test_the_shipped_stacks_keep_every_pool_identity_off_the_control_plane(shipp
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
 def test_the_cloud_providers_old_roles_on_the_clusters_resource_group_are_a_break(stack: str) -> None:
     _, graph = artefacts(stack)
-    # what kilonode did before: both roles on the group holding the etcd and apiserver VMs
+    # what kilonode did before: its role on the pools' group given on the group holding the etcd and
+    # apiserver VMs (one assignment: the custom role of kilonode.azure.identity)
     for assignment in assignments(graph, "cloud-provider"):
         if assignment["inputs"]["scope"] == RG.format(f"{stack}-nodes"):
             assignment["inputs"]["scope"] = RG.format(stack)
     breaks = [(where, what) for level, where, what in found(stack, graph=graph) if level == "break"]
-    assert len(breaks) == 2
+    assert len(breaks) == 1
     for where, what in breaks:
         assert where.startswith("azure-native:authorization:RoleAssignment ")
         assert f"at {RG.format(stack)}" in what and "azure-native:compute:VirtualMachine" in what
@@ -96,9 +97,9 @@ def test_a_gpu_pool_given_the_cloud_providers_identity_is_a_warning_and_its_old_
     moved = assignments(graph, "cloud-provider")
     for assignment in moved:
         assignment["inputs"]["scope"] = RG.format("research-7500")
-    # each moved assignment is its own break: the two on the node resource group, the pools' NSG
-    # and one per pool subnet (the cloud provider manages every pool's, the monitoring pool's too)
-    assert len(moved) == 3 + len(inputs_of("research-7500").plan.node_pools)
+    # each moved assignment is its own break: the custom role on the node resource group, the pools'
+    # NSG and one per pool subnet (the cloud provider manages every pool's, the monitoring pool's too)
+    assert len(moved) == 2 + len(inputs_of("research-7500").plan.node_pools)
     assert [level for level, *_ in found("research-7500", graph=graph)].count("break") == len(moved)
 
 

@@ -24,6 +24,7 @@ from kilonode.digest import sha256_text
 # Any fixed namespace gives stable names; this one is kilonode's own (uuid5 of its URL
 # namespace name), so kilonode's names never coincide with another tool's derivation.
 ROLE_ASSIGNMENT_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "kilonode:role-assignment")
+ROLE_DEFINITION_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "kilonode:role-definition")
 
 STORAGE_NAME = re.compile(r"^[a-z0-9]{3,24}$")
 # A global storage name: <cluster, up to 12 alphanumerics><tag><6 hex of the digest>. The tag
@@ -41,6 +42,13 @@ def role_assignment_name(scope: str, principal_id: str, role_definition_id: str)
     RoleAssignmentUpdateNotPermitted). Azure compares IDs case-insensitively: so does this."""
     key = "|".join(part.lower() for part in (scope, principal_id, role_definition_id))
     return str(uuid.uuid5(ROLE_ASSIGNMENT_NAMESPACE, key))
+
+
+def role_definition_name(assignable_scope: str, role: str) -> str:
+    """A custom role definition's GUID from (its assignable scope, kilonode's name for the role):
+    stable across runs, another for another group or subscription (a role definition's GUID is
+    unique in the tenant). Case-insensitive, as Azure compares IDs."""
+    return str(uuid.uuid5(ROLE_DEFINITION_NAMESPACE, f"{assignable_scope.lower()}|{role}"))
 
 
 def readable(cluster: str) -> str:

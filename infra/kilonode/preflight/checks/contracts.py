@@ -80,9 +80,10 @@ lenient toolkit, the proprietary module, no ib_ipoib at boot, an old rdma-core.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -1055,10 +1056,14 @@ def _corefile_plugins(inputs: Inputs, name: str, contract: Contract, req: Requir
 # --- the autoscaler's node groups on Azure -----------------------------------------------------------
 
 
+CUSTOM_ROLE = "azure-native:authorization:RoleDefinition"
+
+
 def _azure_role_on_node_groups(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
     """Each scale set the workload's `--nodes` flags name is a scale set of the graph, in the
     resource group its Azure configuration names (the one it lists), and the identity that
-    configuration names holds one of the line's roles on a scope containing it."""
+    configuration names holds one of the line's roles, or a custom role of the graph whose actions
+    include the line's `actions`, on a scope containing it."""
     value = req.value
     workload = _workload(inputs, value["workload"])
     if workload is None:
@@ -1074,9 +1079,10 @@ def _azure_role_on_node_groups(inputs: Inputs, name: str, contract: Contract, re
     identity = client.removeprefix(value["mockClientPrefix"]) if client.startswith(value["mockClientPrefix"]) else None
     graph = identities._Graph(inputs)
     scale_sets = {str(r.inputs.get("vmScaleSetName", r.name)): r for r in graph.of(identities.SCALE_SET)}
+    writers = set(value["roles"]) | _custom_roles_with(graph, value["actions"])
     assignments = [a for a in graph.of(identities.ROLE_ASSIGNMENT)
                    if identity is not None and identities._principal_name(a) == identity
-                   and str(a.inputs.get("roleDefinitionId", "")).rpartition("/")[2] in value["roles"]]
+                   and str(a.inputs.get("roleDefinitionId", "")).rpartition("/")[2].lower() in writers]
     findings = []
     for scale_set in groups:
         vmss = scale_sets.get(scale_set)
@@ -1093,13 +1099,30 @@ def _azure_role_on_node_groups(inputs: Inputs, name: str, contract: Contract, re
             continue
         elif not any(vmss in graph.contained(str(a.inputs.get("scope", ""))) for a in assignments):
             roles = " or ".join(value["roles"].values())
-            here = f"identity {identity} holds no {roles} on a scope containing scale set {scale_set}"
+            here = (f"identity {identity} holds no {roles}, nor a custom role with {', '.join(value['actions'])}, "
+                    f"on a scope containing scale set {scale_set}")
         else:
             continue
         findings.append(_finding(name, contract, req, f"{value['workload']} node group {scale_set}", here,
-                                 "grant the autoscaler's identity Virtual Machine Contributor on each node group's "
-                                 "scale set, in the group its azure.json names (kilonode.azure.identity)"))
+                                 "grant the autoscaler's identity its custom role (AUTOSCALER_ACTIONS) on each node "
+                                 "group's scale set, in the group its azure.json names (kilonode.azure.identity)"))
     return findings
+
+
+def _custom_roles_with(graph: identities._Graph, needed: Sequence[str]) -> set[str]:
+    """The GUIDs of the graph's custom role definitions whose actions grant every needed action
+    (Azure's wildcards: `*` in an action matches any characters; compared case-insensitively),
+    less what their notActions take away."""
+    found = set()
+    for role in graph.of(CUSTOM_ROLE):
+        permissions = [p for p in role.inputs.get("permissions") or [] if isinstance(p, Mapping)]
+        def grants(action: str, permissions: list[Mapping[str, Any]] = permissions) -> bool:
+            return any(any(fnmatch.fnmatchcase(action.lower(), str(a).lower()) for a in p.get("actions") or [])
+                       and not any(fnmatch.fnmatchcase(action.lower(), str(n).lower())
+                                   for n in p.get("notActions") or []) for p in permissions)
+        if all(grants(action) for action in needed):
+            found.add(str(role.inputs.get("roleDefinitionId", "")).rpartition("/")[2].lower())
+    return found
 
 
 EVALUATORS: dict[str, Evaluator] = {
