@@ -66,7 +66,12 @@ NCCL_DEBUG = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"))
 # is traced on (NVIDIA/nccl v2.18.3-1 src/transport/net_ib.cc, DMA-BUF), not whichever external
 # net plugin the image may carry, and never a silent fallback to sockets: a pod without its HCAs
 # then fails at NCCL's init instead of running at TCP speed.
-FABRIC_NCCL = (("NCCL_NET", "IB"),)
+# NCCL_NET picks the first network of that name, and a net plugin the image carries
+# (libnccl-net.so) comes before NCCL's own; the nccl-rdma-sharp plugin also calls itself "IB" and
+# finds GPUDirect RDMA only through nvidia-peermem, which these nodes lack. NCCL_NET_PLUGIN=none
+# makes 2.18.3 dlopen libnccl-net-none.so, which no image has, and use its internal transport
+# (NVIDIA/nccl v2.18.3-1 src/net.cc:170-180: "No plugin found, using internal implementation").
+FABRIC_NCCL = (("NCCL_NET", "IB"), ("NCCL_NET_PLUGIN", "none"))
 # A gang across fabrics: InfiniBand does not reach from one scale set to another, so NCCL's IB
 # transport would fail to connect the pods of different fabrics; it runs over sockets instead.
 CROSS_FABRIC_NCCL = (("NCCL_IB_DISABLE", "1"), ("NCCL_NET", "Socket"))
