@@ -102,6 +102,10 @@ class RecordingMocks(mocks.Mocks):
         if args.typ == "azure-native:resources:ResourceGroup":
             name = args.inputs.get("resourceGroupName", args.name)
             return f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/{name}", outputs | {"name": name}
+        if args.typ == "random:index/randomPassword:RandomPassword":
+            # as a RandomString below; pulumi-random gives a password the ID "none"
+            length = int(args.inputs.get("length", 16))
+            return "none", outputs | {"result": sha256_text(f"mock:{args.name}")[:length]}
         if args.typ == "random:index/randomString:RandomString":
             # Placeholder of the right shape ([0-9a-f] fits the lower+numeric alphabet), from
             # the name: deterministic, and plainly not a secret anyone uses.

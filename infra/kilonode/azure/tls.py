@@ -72,9 +72,14 @@ class Tls(pulumi.ComponentResource):
         current: dict[str, pulumi.Output[str]] = {}
         for token in args.plan.join_tokens:
             which = f"{name}-join-token-{token.pool}-g{token.generation}"
+            # The ID is public (it names the token's Secret, bootstrap-token-<id>). The secret part
+            # is a RandomPassword: pulumi-random marks its `result` a secret output
+            # (additional_secret_outputs, random_password.py), so the state stores it encrypted,
+            # and its resource ID is "none". A RandomString's result, and its ID (the string
+            # itself), sit in the state in plain text whatever later wraps them in Output.secret.
             token_id = random.RandomString(f"{which}-id", length=6, upper=False, special=False, opts=self._child)
-            token_secret = random.RandomString(f"{which}-secret", length=16, upper=False, special=False,
-                                               opts=self._child)
+            token_secret = random.RandomPassword(f"{which}-secret", length=16, upper=False, special=False,
+                                                 opts=self._child)
             self.join_tokens[(token.pool, token.generation)] = (
                 token_id.result, pulumi.Output.secret(token_secret.result))
             if token.current:
