@@ -40,7 +40,13 @@ SKU = '[{"name": "%s", "resourceType": "virtualMachines", "locations": ["%s"], "
 RESTRICTED = '[{"type": "Location", "reasonCode": "NotAvailableForSubscription", "values": ["%s"]}]'
 
 
-def az(directory: Path, logged_in: bool = True, feature: str = "Registered", sold: str = "sold") -> None:
+# `az vm list-usage -o json` as Azure answers: name.value is the quota family
+USAGE = ('[{"currentValue": 96, "limit": 1000, "name": {"value": "cores", "localizedValue": "Total Regional vCPUs"}}, '
+         '{"currentValue": 0, "limit": %d, "name": {"value": "standardNDASv4_A100Family"}}]')
+
+
+def az(directory: Path, logged_in: bool = True, feature: str = "Registered", sold: str = "sold",
+       a100_limit: int = 0) -> None:
     """sold: "sold" (every size listed), "none" (no size there) or "restricted"."""
     account = ACCOUNT if logged_in else NOT_LOGGED_IN
     skus = {"sold": SKU % ("$size", "$location", "[]"), "none": "[]",
@@ -52,6 +58,7 @@ def az(directory: Path, logged_in: bool = True, feature: str = "Registered", sol
         f'  " account show"*) {account} ;;',
         f"  \" feature show\"*) printf '{feature}\\n' ;;",
         f"  \" vm list-skus\"*) printf '%s\\n' \"{skus.replace(chr(34), chr(92) + chr(34))}\" ;;",
+        f"  \" vm list-usage\"*) printf '%s\\n' '{USAGE % a100_limit}' ;;",
         "  *) exit 2 ;;",
         "esac",
     ]))
@@ -94,6 +101,27 @@ def test_encryption_at_host_not_registered_is_a_problem_where_a_machine_uses_it(
     assert deployer_problems("1.34.2", encryption_at_host=False) == []
 
 
+def test_quota_short_of_the_plans_need_is_a_problem_and_enough_is_none(bin_dir: Path) -> None:
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('34', '34')}\\n'")
+    az(bin_dir, a100_limit=96)
+    need = [("standardNDASv4_A100Family", 192), ("cores", 200)]
+    assert deployer_problems("1.34.2", False, location="westus2", quota=need) == [
+        "vCPU quota in westus2: standardNDASv4_A100Family has 96 free, the stack's machines take 192: request more "
+        "(Azure portal, Quotas) before the run, or a scale set fails half-way through it"]
+    az(bin_dir, a100_limit=192)
+    assert deployer_problems("1.34.2", False, location="westus2", quota=need) == []
+
+
+def test_a_documentation_range_as_the_deployers_address_is_a_problem(bin_dir: Path) -> None:
+    from ipaddress import IPv4Network
+
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('34', '34')}\\n'")
+    az(bin_dir)
+    [problem] = deployer_problems("1.34.2", False, cidrs=[IPv4Network("203.0.113.8/29"), IPv4Network("20.1.2.3/32")])
+    assert problem.startswith("deployer.cidrs holds 203.0.113.8/29, a documentation range (RFC 5737)")
+    assert deployer_problems("1.34.2", False, cidrs=[IPv4Network("20.1.2.3/32")]) == []
+
+
 @pytest.mark.parametrize(("sold", "said"), [
     ("none", "Standard_ND96isr_H100_v5 is not offered in westus2 (`az vm list-skus --location westus2 --size "
              "Standard_ND96isr_H100_v5 --all` lists none)"),
@@ -115,7 +143,11 @@ def test_pulumi_up_refuses_with_every_problem_before_anything_is_registered(bin_
     with pytest.raises(pulumi.RunError) as refused:
         require_deployer(shared.plan("research-7500"))
     text = str(refused.value)
-    assert text.startswith("this machine cannot run the program's own steps; nothing was created:\n  - kubectl is "
-                           "1.31, more than 1 minor")
+    assert text.startswith("this machine cannot run the program's own steps; nothing was created:\n  - "
+                           "deployer.cidrs holds 198.51.100.0/24, a documentation range (RFC 5737)")
+    assert "\n  - kubectl is 1.31, more than 1 minor" in text
+    # a new subscription's GPU families are at 0: research-7500's 5,000 ND96asr_v4 take 480,000 vCPUs
+    assert "vCPU quota in southcentralus: Standard NDASv4_A100 Family has 0 free, the stack's machines take " \
+           "480,000" in text
     assert "EncryptionAtHost feature is Registering" in text  # research-7500's machines use encryption at host
     assert text.endswith('(docs/azure.md, "Before the first run", lists what the deployer needs)')

@@ -12,6 +12,14 @@ before it registers a resource; docs/azure.md, "Before the first run", lists the
 - the EncryptionAtHost feature of Microsoft.Compute, Registered, where any machine uses
   encryption at host: Azure refuses such a VM otherwise ("Disks: encryption at host",
   docs/azure.md).
+- `deployer.cidrs` holding the deployer's real addresses: a documentation range (RFC 5737, the
+  shipped stacks' placeholder) is admitted by the image account's firewall and the apiserver's
+  public frontend, but no real machine sends from it: the uploads are refused after minutes of
+  retries, then the readiness gate times out. (Preflight, which runs offline on the shipped
+  stacks, only warns of it.)
+- the subscription's vCPU quota in the region, per family and in total (`az vm list-usage`:
+  limit less current value), at least what the plan's machines take (plan.vcpu_quota): a new
+  subscription's GPU families are at 0, and a scale set over quota fails half-way through a run.
 - every VM size of the plan offered in the stack's region to this subscription: `az vm
   list-skus --location L --size S --all` lists the size there, with a `Location` restriction
   (reasonCode NotAvailableForSubscription) where the subscription may not use it. The
@@ -28,10 +36,13 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from ipaddress import IPv4Network, ip_network
 
 # Each tool call is bounded: a hung CLI must not hang `pulumi up` before it has started.
 TOOL_TIMEOUT_S = 60
 KUBECTL_SKEW_MINORS = 1  # the version skew policy's kubectl bound
+# RFC 5737's documentation ranges: no real machine sends from them (preflight's deployer-path too).
+DOCUMENTATION = tuple(ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
 
 
 @dataclass(frozen=True)
@@ -123,11 +134,36 @@ def _sizes_offered(location: str, sizes: Sequence[str], run: Runner) -> list[str
     return problems
 
 
+def documentation_cidrs(cidrs: Sequence[IPv4Network]) -> list[str]:
+    """The deployer ranges that are documentation placeholders."""
+    return [str(c) for c in cidrs if any(c.subnet_of(doc) for doc in DOCUMENTATION)]  # type: ignore[arg-type]
+
+
+def _quota(location: str, needs: Sequence[tuple[str, int]], run: Runner) -> list[str]:
+    answer = run(["az", "vm", "list-usage", "--location", location, "-o", "json"])
+    try:
+        free = {u["name"]["value"]: int(u["limit"]) - int(u["currentValue"]) for u in json.loads(answer.stdout)}
+    except (ValueError, KeyError, TypeError):
+        return [f"`az vm list-usage --location {location}` gave no usage list (exit {answer.returncode}): "
+                f"{answer.stderr.strip()[:200]}"]
+    short = [(family, need, free.get(family, 0)) for family, need in needs if need > free.get(family, 0)]
+    return [f"vCPU quota in {location}: {family} has {have:,} free, the stack's machines take {need:,}: request "
+            "more (Azure portal, Quotas) before the run, or a scale set fails half-way through it"
+            for family, need, have in short]
+
+
 def deployer_problems(kubernetes_version: str, encryption_at_host: bool, run: Runner = run_tool,
-                      location: str = "", sizes: Sequence[str] = ()) -> list[str]:
+                      location: str = "", sizes: Sequence[str] = (), quota: Sequence[tuple[str, int]] = (),
+                      cidrs: Sequence[IPv4Network] = ()) -> list[str]:
     """What this machine lacks to run the program; [] when nothing."""
+    placeholders = documentation_cidrs(cidrs)
+    addresses = [f"deployer.cidrs holds {', '.join(placeholders)}, a documentation range (RFC 5737) no real machine "
+                 "sends from: the image uploads and the apiserver admit only deployer.cidrs; put this machine's "
+                 "egress addresses there (`curl -s https://ifconfig.me` shows one), or use `network: peered`"
+                 ] if placeholders else []
     az = _az(run)
     # read through az, as the signed-in identity: only once that works
     feature = _encryption_at_host(run) if encryption_at_host and not az else []
     offered = _sizes_offered(location, sizes, run) if location and not az else []
-    return _kubectl(kubernetes_version, run) + az + feature + offered
+    short = _quota(location, quota, run) if location and quota and not az else []
+    return addresses + _kubectl(kubernetes_version, run) + az + feature + offered + short

@@ -121,8 +121,12 @@ def require_deployer(plan: ClusterPlan, run: Runner = run_tool) -> None:
     """Refuse before anything is registered when this machine lacks a tool, a login or a
     subscription feature the program's own steps need (kilonode.azure.deployer)."""
     uses_encryption = any(plan.encryption_at_host(size) for size in plan.vm_sizes)
-    problems = deployer_problems(plan.kubernetes_version, uses_encryption, run,
-                                 location=plan.location, sizes=sorted(plan.vm_sizes))
+    deployer = plan.network.deployer
+    problems = deployer_problems(
+        plan.kubernetes_version, uses_encryption, run, location=plan.location, sizes=sorted(plan.vm_sizes),
+        quota=[(need.family, need.vcpus) for need in plan.vcpu_quota if need.vcpus],
+        cidrs=deployer.cidrs if deployer is not None and deployer.network == "internet" else (),
+    )
     if problems:
         raise pulumi.RunError(
             "this machine cannot run the program's own steps; nothing was created:\n"

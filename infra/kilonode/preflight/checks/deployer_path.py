@@ -32,6 +32,7 @@ from ipaddress import IPv4Address, IPv4Network, ip_address, ip_network
 from typing import Any
 from urllib.parse import urlsplit
 
+from kilonode.azure.deployer import DOCUMENTATION  # RFC 5737: `pulumi up` refuses them (deployer.py)
 from kilonode.plan.model import ClusterPlan, DeployerPlan
 from kilonode.plan.wellknown import APISERVER_PORT
 from kilonode.preflight.model import Finding, Inputs, Resource
@@ -47,8 +48,6 @@ NSG = "azure-native:network:NetworkSecurityGroup"
 VNET = "azure-native:network:VirtualNetwork"
 PEERING = "azure-native:network:VirtualNetworkPeering"
 
-# RFC 5737's documentation ranges: no real machine sends from them.
-DOCUMENTATION = tuple(ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
 FIX_STACK = ("say in the stack where `pulumi up` runs: `deployer: {network: internet, cidrs: [<its egress "
              "addresses>]}` (a laptop, a hosted CI runner) or `deployer: {network: peered, vnetId: <its VNet>, "
              "cidrs: [<its subnet>]}`; docs/azure.md, \"How `pulumi up` reaches the apiserver\"")
