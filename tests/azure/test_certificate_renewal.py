@@ -53,7 +53,7 @@ def test_early_renewal_is_off_for_host_leaves_and_30_days_for_the_admins(graphs:
     signed = {r.name: r.plain() for r in graphs["research-7500"].of_type(TLS_TYPES[2])}
     hours = {name: inputs["earlyRenewalHours"] for name, inputs in signed.items()}
     assert hours.pop("research-7500-tls-admin") == hours.pop("research-7500-tls-super-admin") == 30 * 24
-    assert set(hours.values()) == {0} and len(hours) == 5 * 2 + 3 * 2 + 5 * 9
+    assert set(hours.values()) == {0} and len(hours) == 5 * 2 + 3 * 2 + 5 * 10
 
 
 def test_a_generation_bump_on_etcd_main_0_renews_its_certificates_and_custom_data_only(
@@ -109,7 +109,7 @@ def test_an_apiservers_generation_renews_all_it_holds_and_no_other_apiservers_fi
     changed = {name.removeprefix("research-7500-tls-") for name in old if old[name] != new[name]}
     leaves = {"serving", "etcd-client", "kubelet-client", "kube-scheduler", "kube-controller-manager",
               "kube-scheduler-serving", "kube-controller-manager-serving", "gpu-health-controller",
-              "node-client-approver"}
+              "node-client-approver", "front-proxy-client"}
     assert changed == {f"apiserver-2-{leaf}{part}" for leaf in leaves for part in ("", "-csr", "-key")}
     keys_before, keys_after = restart_keys(before), restart_keys(after)
     assert [vm for vm in keys_before if keys_before[vm] != keys_after[vm]] == ["research-7500-apiserver-2"]

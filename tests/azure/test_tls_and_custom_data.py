@@ -78,7 +78,8 @@ def test_apiservers_get_every_pki_path_the_renderer_references(graph_7500: Graph
     files = files_of(parts(vm["osProfile"]["customData"])[1])
     wanted = {pki.K8S_CA, pki.K8S_CA_KEY, pki.APISERVER_CERT, pki.APISERVER_KEY, pki.APISERVER_ETCD_CA_BUNDLE,
               pki.APISERVER_ETCD_CLIENT_CERT, pki.APISERVER_ETCD_CLIENT_KEY, pki.APISERVER_KUBELET_CLIENT_CERT,
-              pki.APISERVER_KUBELET_CLIENT_KEY, pki.SERVICE_ACCOUNT_KEY, pki.SERVICE_ACCOUNT_PUB}
+              pki.APISERVER_KUBELET_CLIENT_KEY, pki.SERVICE_ACCOUNT_KEY, pki.SERVICE_ACCOUNT_PUB,
+              pki.FRONT_PROXY_CA, pki.FRONT_PROXY_CLIENT_CERT, pki.FRONT_PROXY_CLIENT_KEY}
     assert wanted <= set(files)
     for path, entry in files.items():
         secret = path.endswith(".key") or "kubeconfig" in path or path == pki.ENCRYPTION_CONFIG
@@ -86,6 +87,21 @@ def test_apiservers_get_every_pki_path_the_renderer_references(graph_7500: Graph
     bundle = str(files[pki.APISERVER_ETCD_CA_BUNDLE]["content"]).splitlines()
     assert bundle == ["mock-certificate:research-7500-tls-etcd-main-ca",
                       "mock-certificate:research-7500-tls-etcd-events-ca"]
+
+
+def test_the_apiservers_front_proxy_client_cert_is_signed_by_the_front_proxy_ca_not_the_cluster_ca(
+        graph_7500: Graph) -> None:
+    cert = graph_7500.named("research-7500-tls-apiserver-4-front-proxy-client").plain()
+    assert cert["caCertPem"] == "mock-certificate:research-7500-tls-front-proxy-ca"
+    assert cert["allowedUses"] == ["digital_signature", "key_encipherment", "client_auth"]
+    csr = graph_7500.named("research-7500-tls-apiserver-4-front-proxy-client-csr").plain()
+    assert csr["subject"] == {"commonName": "front-proxy-client"}
+    vm = graph_7500.named("research-7500-apiserver-4").plain()
+    files = files_of(parts(vm["osProfile"]["customData"])[1])
+    assert files[pki.FRONT_PROXY_CA]["content"] == "mock-certificate:research-7500-tls-front-proxy-ca"
+    assert files[pki.FRONT_PROXY_CLIENT_CERT]["content"] == \
+        "mock-certificate:research-7500-tls-apiserver-4-front-proxy-client"
+    assert files[pki.FRONT_PROXY_CLIENT_KEY]["permissions"] == "0600"
 
 
 def test_apiserver_etcd_client_cert_is_signed_by_the_main_etcd_ca(graph_7500: Graph) -> None:

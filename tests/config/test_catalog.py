@@ -255,11 +255,11 @@ def test_a_confirmation_the_stack_does_not_need_is_refused(write_stack: StackWri
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     seeded_h100(monkeypatch, ("eastus", "southcentralus"))
     cluster = shipped_cluster_value("research-7500") | {
-        "sizesConfirmedInLocation": ["Standard_ND96isr_H100_v5", "Standard_D4ds_v5", "Standard_ND96amsr_A100_v4"]}
+        "sizesConfirmedInLocation": ["Standard_ND96isr_H100_v5", "Standard_D16ds_v5", "Standard_ND96amsr_A100_v4"]}
     assert [p.split(": ", 1)[1] for p in problems_of(cluster, write_stack)] == [
         "sizesConfirmedInLocation[0]: kilonode's catalogue (read 2026-01-02) already lists Standard_ND96isr_H100_v5 "
         "in southcentralus; remove it",
-        "sizesConfirmedInLocation[1]: kilonode's catalogue (read 2026-12-07) already lists Standard_D4ds_v5 in "
+        "sizesConfirmedInLocation[1]: kilonode's catalogue (read 2026-12-07) already lists Standard_D16ds_v5 in "
         "southcentralus; remove it",
         "sizesConfirmedInLocation[2]: Standard_ND96amsr_A100_v4 is not a size this stack uses; remove it",
     ]

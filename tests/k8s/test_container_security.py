@@ -35,6 +35,8 @@ IMAGE_USERS: dict[str, int | str | None] = {
     "coredns": "nonroot",
     # cluster-proportional-autoscaler v1.10.1 Dockerfile.in: USER 65535:65535
     "autoscaler": 65535,
+    # kubernetes-sigs/metrics-server v0.8.0 Dockerfile: FROM distroless/static, USER 65534
+    "metrics-server": 65534,
     # kubernetes-sigs/scheduler-plugins v0.32.7-v0.34.7 build/{scheduler,controller}/Dockerfile: USER 65532:65532
     "kube-scheduler": 65532,
     "controller": 65532,

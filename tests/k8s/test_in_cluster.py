@@ -70,6 +70,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # and binding, Role and binding, ConfigMap, Deployment
         "dns": 14,
         "kube-proxy": 4,  # SA, binding, ConfigMap, DaemonSet
+        # SA; the metrics readers' aggregated ClusterRole; the auth-reader RoleBinding and the
+        # auth-delegator binding; its ClusterRole and binding; Deployment, PDB, Service, APIService
+        "metrics-server": 10,
         # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet; with autoscaled
         # pools the autoscaler's azure.json (its own identity)
         "cloud-provider": 11 + (1 if plan.autoscaled_pools else 0),
@@ -177,6 +180,10 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         # scale and ConfigMap rights in a Role on the one Deployment and ConfigMap)
         "kilonode:coredns-autoscaler": ("kilonode:coredns-autoscaler", [("ServiceAccount", "coredns-autoscaler")]),
         "kilonode:node-proxier": ("system:node-proxier", [("ServiceAccount", "kube-proxy")]),
+        # metrics-server's, as its manifests/base/rbac.yaml: its own reads, and the built-in role that
+        # lets an aggregated API server delegate authentication and authorisation to the apiserver
+        "system:metrics-server": ("system:metrics-server", [("ServiceAccount", "metrics-server")]),
+        "metrics-server:system:auth-delegator": ("system:auth-delegator", [("ServiceAccount", "metrics-server")]),
         "kilonode:cloud-controller-manager": ("kilonode:cloud-controller-manager",
                                               [("ServiceAccount", "cloud-controller-manager")]),
         "kilonode:cloud-node-manager": ("kilonode:cloud-node-manager", [("ServiceAccount", "cloud-node-manager")]),
@@ -212,6 +219,63 @@ def test_the_serving_cert_approver_is_scoped_to_the_pools_host_names_and_subnets
     for other in ["research-7500-etcd-main-0", "research-2500-a100-ib-00000001a", "research-7500-a100-ib-00000001",
                   "evil.research-7500-a100-ib-00000001a"]:
         assert not regex.match(other), other
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_metrics_api_reaches_metrics_server_which_verifies_the_kubelets_with_the_cluster_ca(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    """Upstream's objects (kubernetes-sigs/metrics-server manifests/base and the high-availability
+    component at v0.8.0), with the kubelets reached at their InternalIP and verified by the CA the
+    pod's ServiceAccount mounts, never --kubelet-insecure-tls; the APIService registered only
+    after the Deployment and the Service it routes to."""
+    plan = plans[stack]
+    objects = {r.name: r for r in k8s_objects(graphs[stack]) if r.parent == f"{stack}-k8s-metrics-server"}
+    api = objects[f"{stack}-k8s-metrics-server-apiservice"]
+    spec = manifest(api)["spec"]
+    assert manifest(api)["metadata"]["name"] == "v1beta1.metrics.k8s.io"
+    assert (spec["group"], spec["version"], spec["service"]) == (
+        "metrics.k8s.io", "v1beta1", {"name": "metrics-server", "namespace": "kube-system"})
+    assert {f"{stack}-k8s-metrics-server-deployment", f"{stack}-k8s-metrics-server-service"} <= set(api.depends_on)
+    service = manifest(objects[f"{stack}-k8s-metrics-server-service"])
+    deployment = manifest(objects[f"{stack}-k8s-metrics-server-deployment"])
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"] == {"k8s-app": "metrics-server"}
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "https" and container["ports"] == [
+        {"name": "https", "containerPort": 10250, "protocol": "TCP"}]
+    args = dict(a.removeprefix("--").partition("=")[::2] for a in container["args"])
+    assert args["kubelet-certificate-authority"] == "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+    assert args["kubelet-preferred-address-types"] == "InternalIP"
+    assert "kubelet-insecure-tls" not in args and pod.get("automountServiceAccountToken") is not False
+    assert args["cert-dir"] == "/tmp" and container["volumeMounts"] == [{"name": "tmp-dir", "mountPath": "/tmp"}]
+    ms = plan.components.metrics_server
+    assert container["image"] == plan.components.metrics_server_image and "@sha256:" in container["image"]
+    assert container["resources"] == {"requests": {"cpu": f"{ms.cpu_millis}m", "memory": f"{ms.memory_mib}Mi"}}
+    # two replicas, never on one node (upstream's high-availability manifest), a PDB keeping one
+    assert deployment["spec"]["replicas"] == 2
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert manifest(objects[f"{stack}-k8s-metrics-server-pdb"])["spec"]["minAvailable"] == 1
+    reader = manifest(objects[f"{stack}-k8s-metrics-server-aggregated-reader"])
+    assert {k for k, v in reader["metadata"]["labels"].items() if v == "true"} == {
+        f"rbac.authorization.k8s.io/aggregate-to-{role}" for role in ("view", "edit", "admin")}
+    auth_reader = manifest(objects[f"{stack}-k8s-metrics-server-auth-reader"])
+    assert (auth_reader["metadata"]["namespace"], auth_reader["roleRef"]) == (
+        "kube-system", {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": "extension-apiserver-authentication-reader"})
+
+
+def test_metrics_server_is_sized_by_upstreams_per_node_figures_for_the_nodes_it_scrapes(
+        plans: dict[str, ClusterPlan]) -> None:
+    """README "Scaling" at v0.8.0: 100m and 200 MiB up to 100 nodes, then 1m and 2 MiB per node;
+    past the 5,000 nodes upstream supports, the plan says so."""
+    sized = {stack: plans[stack].components.metrics_server for stack in STACKS}
+    assert {stack: (ms.nodes, ms.cpu_millis, ms.memory_mib) for stack, ms in sized.items()} == {
+        "local": (2, 100, 200), "research-2500": (2504, 2504, 5008), "research-7500": (7504, 7504, 15008)}
+    assert sized["research-2500"].past_supported is None
+    assert "past the 5,000 metrics-server supports" in str(sized["research-7500"].past_supported)
 
 
 def test_no_token_or_key_material_reaches_the_plan_output(graphs: dict[str, Graph]) -> None:

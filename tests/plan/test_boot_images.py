@@ -1,5 +1,6 @@
-"""Images every node needs at boot (kube-proxy, CoreDNS, the serving-certificate approver,
-the cloud provider's node and controller managers, the gang scheduler and its controller; on
+"""Images every node needs at boot (kube-proxy, CoreDNS and its autoscaler, metrics-server, the
+serving-certificate approver, the cloud provider's node and controller managers, the gang
+scheduler and its controller; on
 GPU pools the NVIDIA device plugin):
 baked like the pause image when the stack supplies their archives, else named as pulled at
 first start, in the plan, the image manifest and `kilonode explain`."""
@@ -20,6 +21,9 @@ BOOT = (
     "registry.k8s.io/coredns/coredns:v1.12.1@sha256:e8c262566636e6bc340ece6473b0eed193cad045384401529721ddbe6463d31c",
     "registry.k8s.io/cpa/cluster-proportional-autoscaler:v1.10.1"
     "@sha256:56af5fdd4015a1ae26e2c33747ba173f9fa7955760bc25d3672b6cf6f498b887",
+    # by digest, from the same promotion manifests (k8s-staging-metrics-server)
+    "registry.k8s.io/metrics-server/metrics-server:v0.8.0"
+    "@sha256:89258156d0e9af60403eafd44da9676fd66f600c7934d468ccc17e42b199aee2",
     "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",

@@ -120,7 +120,7 @@ def test_the_leases_cluster_has_its_own_ca_and_the_apiservers_trust_all_three(wr
     plan = plan_of(with_leases("local"), write_stack)
     layout = pki.pki_layout(plan)
     assert [a.name for a in layout.authorities] == ["etcd-main-ca", "etcd-events-ca", "etcd-leases-ca",
-                                                    "kubernetes-ca"]
+                                                    "kubernetes-ca", "front-proxy-ca"]
     for member in plan.etcd_leases.members if plan.etcd_leases else ():
         files = {f.path: f.content for f in layout.hosts[member.name]}
         assert layout.leaf(f"{member.name}-peer").ca == "etcd-leases-ca"

@@ -13,7 +13,7 @@ from kilonode.azure import custom_data
 from kilonode.azure.mockplan import run_program
 from kilonode.azure.tls import Tls, TlsArgs
 from kilonode.local import pki as local_pki
-from kilonode.plan import ClusterPlan, pki, wellknown
+from kilonode.plan import ClusterPlan, defaults, pki, wellknown
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,8 @@ def test_every_leaf_a_host_holds_is_that_hosts_alone_so_one_generation_renews_on
     assert apiserver_3 == {"apiserver-3-serving", "apiserver-3-etcd-client", "apiserver-3-kubelet-client",
                            "apiserver-3-kube-scheduler", "apiserver-3-kube-controller-manager",
                            "apiserver-3-kube-scheduler-serving", "apiserver-3-kube-controller-manager-serving",
-                           "apiserver-3-gpu-health-controller", "apiserver-3-node-client-approver"}
+                           "apiserver-3-gpu-health-controller", "apiserver-3-node-client-approver",
+                           "apiserver-3-front-proxy-client"}
     # the CA keys stay shared: renewing a host never touches what signs it
     assert holders.get("kubernetes-ca", set()) == {f"apiserver-{i}" for i in range(5)}
 
@@ -82,7 +83,8 @@ def test_a_hosts_generation_reaches_its_leaves_and_no_others(plans: dict[str, Cl
                        **{f"apiserver-1-{n}": 1 for n in ("serving", "etcd-client", "kubelet-client",
                                                           "kube-scheduler", "kube-controller-manager",
                                                           "kube-scheduler-serving", "kube-controller-manager-serving",
-                                                          "gpu-health-controller", "node-client-approver")}}
+                                                          "gpu-health-controller", "node-client-approver",
+                                                          "front-proxy-client")}}
     # pulumi-tls early renewal: off on every host's leaf, 30 days on the administrators'
     hours = {leaf.name: pki.early_renewal_hours(leaf) for leaf in layout.leaves}
     assert {h for n, h in hours.items() if n not in ("admin", "super-admin")} == {0}
@@ -123,6 +125,33 @@ def test_the_scheduler_and_controller_manager_serve_a_cluster_ca_certificate_for
         files = {f.path: f for f in layout.hosts[instance.name]}
         assert files[cert].content == pki.Cert(leaf.name) and files[cert].mode == 0o644
         assert files[key].content == pki.PrivateKey(leaf.name) and files[key].mode == 0o600
+
+
+def test_the_aggregation_layer_has_its_own_ca_whose_only_leaves_are_the_apiservers_front_proxy_clients(
+    plans: dict[str, ClusterPlan],
+) -> None:
+    """The front-proxy CA, kept apart from the Kubernetes CA as kubeadm does (kilonode.plan.pki
+    FRONT_PROXY_CA): it signs each apiserver's own client certificate (CN front-proxy-client, the
+    one name --requestheader-allowed-names admits, no group) and nothing else; its key is on no host."""
+    plan = plans["research-7500"]
+    layout = pki.pki_layout(plan)
+    assert layout.authority(pki.FRONT_PROXY_CA).common_name == "research-7500 front-proxy CA"
+    signed = [leaf for leaf in layout.leaves if leaf.ca == pki.FRONT_PROXY_CA]
+    assert [leaf.name for leaf in signed] == [f"{i.name}-front-proxy-client" for i in plan.control_plane.instances]
+    for instance, leaf in zip(plan.control_plane.instances, signed, strict=True):
+        assert (leaf.common_name, leaf.organization, leaf.uses, leaf.host) == (
+            defaults.FRONT_PROXY_CLIENT_USER, None, pki.CLIENT_USES, instance.name)
+        files = {f.path: f for f in layout.hosts[instance.name]}
+        assert files[wellknown.FRONT_PROXY_CA].content == pki.Cert(pki.FRONT_PROXY_CA)
+        assert files[wellknown.FRONT_PROXY_CLIENT_CERT].content == pki.Cert(leaf.name)
+        assert files[wellknown.FRONT_PROXY_CLIENT_KEY].content == pki.PrivateKey(leaf.name)
+        assert files[wellknown.FRONT_PROXY_CLIENT_KEY].mode == 0o600
+    everywhere = [f for files in layout.hosts.values() for f in files] + list(layout.node_files)
+    assert not [f.path for f in everywhere if f.content == pki.PrivateKey(pki.FRONT_PROXY_CA)]
+    # only the apiservers trust it: an etcd member or a node has no use for it
+    assert {host for host, files in layout.hosts.items() if any(f.content == pki.Cert(pki.FRONT_PROXY_CA)
+                                                                for f in files)} == {
+        i.name for i in plan.control_plane.instances}
 
 
 def test_keys_are_0600_and_etcd_keys_belong_to_etcd(layout: pki.PkiLayout) -> None:

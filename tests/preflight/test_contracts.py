@@ -748,3 +748,96 @@ def test_pod_group_reject_percentage_is_decoded_from_v0_34_only() -> None:
     at_133 = dataclasses.replace(inputs, plan=inputs.plan.model_copy(update={"kubernetes_version": "1.33.5"}))
     [finding] = [f for f in breaks(run(at_133, CHECK)) if "coscheduling-args" in f.what]
     assert lines([finding]) == {"schedulerPlugins/coscheduling-args"} and "podGroupRejectPercentage" in finding.what
+
+
+# --- metrics-server and the apiservers' aggregation layer -------------------------------------------------
+
+METRICS_SERVER = "Deployment kube-system/metrics-server"
+APISERVER_UNIT = "etc/systemd/system/kube-apiserver.service"
+
+
+def test_metrics_server_without_the_kubelets_metrics_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    role = resource(graph, "ClusterRole", "system:metrics-server")["inputs"]
+    role["rules"] = [r for r in role["rules"] if r["resources"] != ["nodes/metrics"]]
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"metricsServer/api-reads"} and finding.where == METRICS_SERVER
+    assert "may not get nodes/metrics cluster-wide" in finding.what
+
+
+@pytest.mark.parametrize(("kind", "name", "expected"), [
+    ("RoleBinding", "metrics-server-auth-reader",
+     "may not get configmaps extension-apiserver-authentication in kube-system, list configmaps"),
+    ("ClusterRoleBinding", "metrics-server:system:auth-delegator",
+     "may not create authorization.k8s.io/subjectaccessreviews cluster-wide, create authentication.k8s.io/"),
+])
+def test_metrics_server_unbound_from_the_apiservers_delegation_roles_is_a_break(kind: str, name: str,
+                                                                                expected: str) -> None:
+    """Both roles are the apiserver's own (catalog/rbac.yaml): judged, not merely warned about."""
+    _, graph = artefacts("research-7500")
+    graph["resources"].remove(resource(graph, kind, name))
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"metricsServer/delegated-auth"} and expected in finding.what, finding.what
+
+
+def test_a_binding_to_a_role_the_apiserver_does_not_create_is_only_a_warning() -> None:
+    _, graph = artefacts("research-7500")
+    resource(graph, "RoleBinding", "metrics-server-auth-reader")["inputs"]["roleRef"]["name"] = "someone-elses-role"
+    found = run(inputs_of("research-7500", graph=graph), CHECK)
+    [warning] = [f for f in found if lines([f]) == {"metricsServer/delegated-auth"}]
+    assert warning.level == "warn" and "unless Role someone-elses-role in kube-system (not readable here)" in \
+        warning.what
+
+
+def _apiserver_unit(files: dict[str, str], host: str, old: str, new: str) -> None:
+    unit = f"{host}/{APISERVER_UNIT}"
+    assert old in files[unit]
+    files[unit] = files[unit].replace(old, new)
+
+
+@pytest.mark.parametrize(("old", "new", "line", "expected"), [
+    ("    --proxy-client-cert-file=/etc/kubernetes/pki/front-proxy-client.crt \\\n", "",
+     "metricsServer/aggregation-layer", "it runs without --proxy-client-cert-file"),
+    ("--requestheader-username-headers=X-Remote-User", "--requestheader-username-headers=X-User",
+     "metricsServer/aggregation-layer", "--requestheader-username-headers=X-User, not X-Remote-User"),
+    ("--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+     "--requestheader-client-ca-file=/etc/kubernetes/pki/aggregator-ca.crt",
+     "metricsServer/aggregation-layer",
+     "--requestheader-client-ca-file=/etc/kubernetes/pki/aggregator-ca.crt names a file the host does not receive"),
+    ("    --enable-aggregator-routing=true \\\n", "",
+     "metricsServer/aggregator-routing", "it runs without --enable-aggregator-routing"),
+])
+def test_an_apiserver_without_the_aggregation_layer_is_a_break(old: str, new: str, line: str, expected: str) -> None:
+    files, _ = artefacts("research-7500")
+    _apiserver_unit(files, "apiserver-2", old, new)
+    [finding] = findings(files=files)
+    assert lines([finding]) == {line} and finding.where == f"apiserver-2: /{APISERVER_UNIT}"
+    assert expected in finding.what, finding.what
+
+
+def test_aggregator_routing_is_not_asked_of_an_apiserver_host_that_runs_kube_proxy() -> None:
+    files, _ = artefacts("research-7500")
+    _apiserver_unit(files, "apiserver-2", "    --enable-aggregator-routing=true \\\n", "")
+    files["apiserver-2/etc/systemd/system/kube-proxy.service"] = "[Service]\nExecStart=/usr/local/bin/kube-proxy\n"
+    assert findings(files=files) == []
+
+
+def test_pools_closed_to_the_control_plane_on_metrics_servers_port_are_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    [nsg] = [r for r in graph["resources"] if r["name"] == "research-7500-network-pools-nsg"]
+    nsg["inputs"]["securityRules"] = [r for r in nsg["inputs"]["securityRules"]
+                                      if r["name"] != "allow-all-from-control-plane"]
+    found = findings(graph=graph)
+    assert lines(found) == {"metricsServer/apiserver-reach"}
+    # where its pods may run: the system pool now, the untainted GPU pools once their health check passes;
+    # never the teams' or the monitoring pool (taints it does not tolerate)
+    assert sorted(f.where for f in found) == [f"{METRICS_SERVER} on pool-{p}" for p in ("a100-ib", "h100-ib", "system")]
+    assert "refuses the control-plane subnet (10.0.0.0/24) on 10250/TCP" in found[0].what
+
+
+def test_metrics_server_serving_another_port_than_its_contract_says_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    spec = resource(graph, "Deployment", "metrics-server")["inputs"]["spec"]["template"]["spec"]
+    spec["containers"][0]["ports"][0]["containerPort"] = 4443
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"metricsServer/apiserver-reach"} and "declares no port 10250" in finding.what

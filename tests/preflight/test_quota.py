@@ -59,14 +59,14 @@ def test_research_7500_needs_720000_nd_vcpus_listed_offline() -> None:
     assert unknown == []
     nd = {family: n.vcpus for family, n in need.items() if family.upper().replace(" ", "").startswith("STANDARDND")}
     assert sum(nd.values()) == 720_000
-    # the D sizes: 288 vCPUs for the control plane and 12 for the system pool; the E size: 16
-    # for the monitoring pool's one Standard_E16ds_v5
-    assert need["standardDDSv5Family"].vcpus == 288 + 3 * 4
+    # the D sizes: 288 vCPUs for the control plane and 48 for the system pool (3 x Standard_D16ds_v5);
+    # the E size: 16 for the monitoring pool's one Standard_E16ds_v5
+    assert need["standardDDSv5Family"].vcpus == 288 + 3 * 16
     assert need["standardEDSv5Family"].vcpus == 16
     assert need[REGIONAL].vcpus == 720_000 + need["standardDDSv5Family"].vcpus + need["standardEDSv5Family"].vcpus
     found = run(inputs_of("research-7500"), ["quota"])
     assert {f.level for f in found} == {"warn"}
-    assert any("cannot confirm quota offline" in f.what and "720,316" in f.what for f in found)
+    assert any("cannot confirm quota offline" in f.what and "720,352" in f.what for f in found)
     assert any(ROLE_ASSIGNMENT_WRITE in f.what for f in found)
 
 

@@ -17,7 +17,8 @@ A `peered` deployer's VNet is peered with the cluster's both ways (a peering is 
 once both sides exist: virtual-network-manage-peering.md), so its runner reaches the internal
 load balancer; the deny-all below still admits nothing of it but 6443.
 - pool subnets, all under ONE NSG: everything from the pool subnets (pod to pod, native pod
-  IPs) and from the control-plane subnet (apiserver to kubelet, webhooks); Azure's
+  IPs) and from the control-plane subnet (apiserver to kubelet, webhooks, and to aggregated API
+  servers' pods: metrics-server on 10250, catalog/contracts.yaml metricsServer apiserver-reach); Azure's
   load-balancer health probes (Services of type LoadBalancer); SSH only from network.adminCidr.
 
 Why one NSG for every pool subnet: cloud-provider-azure opens each LoadBalancer Service's

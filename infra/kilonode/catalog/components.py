@@ -55,6 +55,7 @@ class Components(Row):
     cluster_autoscaler: Component
     coredns: Component
     dns_autoscaler: Component
+    metrics_server: Component
     prometheus: Component
     kube_proxy: Component
     kubelet_csr_approver: Component

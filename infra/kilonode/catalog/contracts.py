@@ -33,6 +33,8 @@ Kind = Literal[
     "corefilePlugins",  # a Corefile's directives: compiled into the image, and serving what the probes ask
     "kernelAtLeast",  # a kernel release floor on every pool's image, when a setting asks for it
     "azureRoleOnNodeGroups",  # an autoscaler's node groups: in its resource group, its identity may write them
+    "apiserverFlags",  # the apiservers run with flags a component needs, the files they name delivered
+    "servedToApiservers",  # the apiservers reach a workload's pods on a port (the pools' NSGs)
 ]
 
 

@@ -77,12 +77,22 @@ class PrometheusFigures(Row):
     query_sample_bytes: Limit
 
 
+class MetricsServerFigures(Row):
+    base_nodes: Limit
+    base_cpu_millis: Limit
+    base_memory_mib: Limit
+    cpu_millis_per_node: Limit
+    memory_mib_per_node: Limit
+    supported_nodes: Limit
+
+
 class Limits(Row):
     azure: AzureLimits
     kubernetes: KubernetesLimits
     etcd: EtcdLimits
     pulumi: PulumiFigures
     prometheus: PrometheusFigures
+    metrics_server: MetricsServerFigures
 
 
 @cache

@@ -18,6 +18,7 @@ from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProvide
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
+from kilonode.k8s.metrics_server import MetricsServer, MetricsServerArgs
 from kilonode.k8s.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from kilonode.k8s.monitoring import Monitoring, MonitoringArgs
 from kilonode.k8s.pod_security import KubeSystemPodSecurity
@@ -99,6 +100,7 @@ class InCluster(pulumi.ComponentResource):
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
+        MetricsServer(f"{name}-metrics-server", MetricsServerArgs.of(plan), on_cluster)  # kubectl top, HPAs
         # GPU pools: the device plugin on their nodes, and the taint controller's access
         # (the controller itself runs on the apiserver VMs). None without GPU pools.
         if plan.gpu_pools:

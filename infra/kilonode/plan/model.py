@@ -462,6 +462,20 @@ class DnsAutoscalePlan(StrictModel):
     max_replicas: int  # the plan's dns_replicas: one per DNS_NODES_PER_REPLICA nodes of the cluster
 
 
+class MetricsServerPlan(StrictModel):
+    """metrics-server (kilonode.k8s.metrics_server): its replicas, and its requests sized by
+    upstream's figures (catalogue limits, metricsServer) for the nodes the cluster may reach."""
+
+    replicas: int
+    nodes: int  # the nodes the cluster may reach (pools at their ceiling): what it scrapes
+    cpu_millis: int
+    memory_mib: int
+    resolution_s: int  # --metric-resolution: how often it scrapes every kubelet
+    # None, or why the cluster is past what upstream says metrics-server supports (shown by
+    # `kilonode explain`)
+    past_supported: str | None = None
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -496,6 +510,8 @@ class ComponentsPlan(StrictModel):
     dns_replicas: int  # CoreDNS replicas for the nodes the cluster may reach
     dns_autoscaler_image: str
     dns_autoscale: DnsAutoscalePlan
+    metrics_server_image: str
+    metrics_server: MetricsServerPlan
     awaits: AwaitsPlan
     joins: JoinPlan  # how fast nodes may join, and the waves of scale sets that bound it
 

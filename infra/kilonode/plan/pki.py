@@ -24,7 +24,10 @@ The trust rules (kilonode.plan.wellknown explains the paths):
   etcdctl with a member's certificate); the apiserver's etcd CA bundle holds every etcd CA;
 - a Kubernetes CA signs each apiserver's serving certificate, its kubelet client certificate,
   its co-located components' client certificates, the serving certificates of its scheduler and
-  controller manager (for the host's address alone), and the administrators'.
+  controller manager (for the host's address alone), and the administrators';
+- a front-proxy CA of its own signs only each apiserver's front-proxy client certificate, which
+  the apiserver presents to aggregated API servers (metrics-server) with the requesting user in
+  headers; apiservers and aggregated servers trust it for that alone (--requestheader-client-ca-file).
 
 Renewal is per host, never all at once: every leaf a control-plane host holds is that host's
 alone (`Leaf.host`), so the host's generation (the stack's certificateGenerations) renews
@@ -220,6 +223,18 @@ def etcd_ca_name(role: str) -> str:
 
 
 KUBERNETES_CA = "kubernetes-ca"
+# Why the aggregation layer's CA is not the Kubernetes CA, as kubeadm keeps them apart: whoever
+# presents a certificate of --requestheader-client-ca-file's CA with an allowed CN is trusted to
+# name any user in X-Remote-User/X-Remote-Group, by the apiservers and by every aggregated server
+# (they read this CA from kube-system/extension-apiserver-authentication). With the Kubernetes CA
+# there, every client certificate it signs (kubelets' by the thousand, the controllers', the
+# administrators') would be checked as a front proxy first, and a certificate that CA signs with
+# CN front-proxy-client (a CSR kube-controller-manager's signer might approve) could impersonate
+# anyone. The Kubernetes documentation: "use different CA certs for the --client-ca-file option
+# ... and the --requestheader-client-ca-file option" (kubernetes/website content/en/docs/tasks/
+# extend-kubernetes/configure-aggregation-layer.md, "CA Reusage and Conflicts"). Its key is on no
+# host: nothing there signs with it (the Pulumi state alone holds it).
+FRONT_PROXY_CA = "front-proxy-ca"
 SERVICE_ACCOUNT = "service-account"
 
 
@@ -241,6 +256,7 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
     authorities = (
         *(Authority(etcd_ca_name(etcd.role), f"{plan.cluster} etcd {etcd.role} CA") for etcd in plan.etcd_clusters),
         Authority(KUBERNETES_CA, f"{plan.cluster} Kubernetes CA"),
+        Authority(FRONT_PROXY_CA, f"{plan.cluster} front-proxy CA"),
     )
     leaves: list[Leaf] = []
     hosts: dict[str, tuple[HostFile, ...]] = {}
@@ -289,6 +305,10 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
         # administrator (logs, exec, port-forward).
         kubelet_client = client(f"{host}-kubelet-client", KUBERNETES_CA, "kube-apiserver-kubelet-client",
                                 "system:masters", host)
+        # What the apiserver presents to aggregated API servers (--proxy-client-cert-file): the
+        # front-proxy CA's, with kubeadm's CN and no group (the user travels in headers).
+        front_proxy_client = client(f"{host}-front-proxy-client", FRONT_PROXY_CA, defaults.FRONT_PROXY_CLIENT_USER,
+                                    host=host)
         component_kubeconfigs = {
             wellknown.SCHEDULER_KUBECONFIG: client(f"{host}-kube-scheduler", KUBERNETES_CA, "system:kube-scheduler",
                                                    host=host),
@@ -317,6 +337,9 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
             HostFile(wellknown.APISERVER_ETCD_CLIENT_KEY, PrivateKey(etcd_client), KEY_MODE),
             HostFile(wellknown.APISERVER_KUBELET_CLIENT_CERT, Cert(kubelet_client)),
             HostFile(wellknown.APISERVER_KUBELET_CLIENT_KEY, PrivateKey(kubelet_client), KEY_MODE),
+            HostFile(wellknown.FRONT_PROXY_CA, Cert(FRONT_PROXY_CA)),
+            HostFile(wellknown.FRONT_PROXY_CLIENT_CERT, Cert(front_proxy_client)),
+            HostFile(wellknown.FRONT_PROXY_CLIENT_KEY, PrivateKey(front_proxy_client), KEY_MODE),
             HostFile(wellknown.SERVICE_ACCOUNT_KEY, PrivateKey(SERVICE_ACCOUNT), KEY_MODE),
             HostFile(wellknown.SERVICE_ACCOUNT_PUB, PublicKey(SERVICE_ACCOUNT)),
             HostFile(wellknown.SCHEDULER_SERVING_CERT, Cert(serving_for["kube-scheduler"])),

@@ -43,6 +43,13 @@ APISERVER_ETCD_CLIENT_CERT = f"{K8S_PKI_DIR}/apiserver-etcd-client.crt"
 APISERVER_ETCD_CLIENT_KEY = f"{K8S_PKI_DIR}/apiserver-etcd-client.key"
 APISERVER_KUBELET_CLIENT_CERT = f"{K8S_PKI_DIR}/apiserver-kubelet-client.crt"
 APISERVER_KUBELET_CLIENT_KEY = f"{K8S_PKI_DIR}/apiserver-kubelet-client.key"
+# The aggregation layer (kube-apiserver --requestheader-client-ca-file, --proxy-client-*): the
+# front-proxy CA, a CA of its own (kilonode.plan.pki says why), and each apiserver's client
+# certificate from it, which the apiserver presents to aggregated API servers (metrics-server).
+# kubeadm's file names (cmd/kubeadm/app/constants: FrontProxyCACertName, FrontProxyClientCertName).
+FRONT_PROXY_CA = f"{K8S_PKI_DIR}/front-proxy-ca.crt"
+FRONT_PROXY_CLIENT_CERT = f"{K8S_PKI_DIR}/front-proxy-client.crt"
+FRONT_PROXY_CLIENT_KEY = f"{K8S_PKI_DIR}/front-proxy-client.key"
 SERVICE_ACCOUNT_KEY = f"{K8S_PKI_DIR}/sa.key"
 SERVICE_ACCOUNT_PUB = f"{K8S_PKI_DIR}/sa.pub"
 # kube-scheduler's and kube-controller-manager's serving certificates (--tls-cert-file): each

@@ -96,14 +96,8 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("tls-cert-file", wellknown.APISERVER_CERT),
         ("tls-private-key-file", wellknown.APISERVER_KEY),
         ("tls-cipher-suites", ",".join(APISERVER_CIPHER_SUITES)),
-        ("kubelet-client-certificate", wellknown.APISERVER_KUBELET_CLIENT_CERT),
-        ("kubelet-client-key", wellknown.APISERVER_KUBELET_CLIENT_KEY),
-        ("kubelet-certificate-authority", wellknown.K8S_CA),
-        # logs, exec, port-forward and metrics reach each kubelet at its VNet address: the default
-        # order tries the node's hostname first, which would make them depend on Azure DNS
-        # resolving 7,500 scale-set names; the kubelets' serving certificates carry the IP (the
-        # CSR approver admits IP SANs in the pool subnets, kilonode.k8s.approver)
-        ("kubelet-preferred-address-types", "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"),
+        *_kubelet_client(),
+        *_aggregation_layer(),
         ("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
         ("service-account-key-file", wellknown.SERVICE_ACCOUNT_PUB),
         ("service-account-signing-key-file", wellknown.SERVICE_ACCOUNT_KEY),
@@ -133,6 +127,59 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
             ("shutdown-delay-duration", f"{defaults.APISERVER_SHUTDOWN_DELAY_S}s"),
         ]
     return flags
+
+
+def _kubelet_client() -> list[Flag]:
+    """How the apiserver reaches the kubelets (logs, exec, port-forward): its own client
+    certificate, the cluster CA for theirs."""
+    return [
+        ("kubelet-client-certificate", wellknown.APISERVER_KUBELET_CLIENT_CERT),
+        ("kubelet-client-key", wellknown.APISERVER_KUBELET_CLIENT_KEY),
+        ("kubelet-certificate-authority", wellknown.K8S_CA),
+        # logs, exec, port-forward and metrics reach each kubelet at its VNet address: the default
+        # order tries the node's hostname first, which would make them depend on Azure DNS
+        # resolving 7,500 scale-set names; the kubelets' serving certificates carry the IP (the
+        # CSR approver admits IP SANs in the pool subnets, kilonode.k8s.approver)
+        ("kubelet-preferred-address-types", "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"),
+    ]
+
+
+# The request headers the apiserver names the user in when it proxies to an aggregated API server:
+# the names upstream suggests and warns about (k8s.io/apiserver pkg/server/options/authentication.go
+# at kubernetes-1.34.2, RequestHeaderAuthenticationOptions.Validate: "--requestheader-username-headers
+# is set without specifying the standard X-Remote-User header - API aggregation will not work"; the
+# same for X-Remote-Group and X-Remote-Extra-). --requestheader-uid-headers is left out: it needs the
+# RemoteRequestHeaderUID feature gate (Validate), and metrics-server authorises by user and groups.
+REQUEST_HEADERS = (
+    ("requestheader-username-headers", "X-Remote-User"),
+    ("requestheader-group-headers", "X-Remote-Group"),
+    ("requestheader-extra-headers-prefix", "X-Remote-Extra-"),
+)
+
+
+def _aggregation_layer() -> list[Flag]:
+    """The aggregation layer, without which `kubectl top`, HPAs and every APIService fail
+    (metrics-server: kilonode.k8s.metrics_server). The apiserver proxies a request for an
+    aggregated API with its front-proxy client certificate, the user in REQUEST_HEADERS; it
+    publishes the CA, the allowed name and the headers in kube-system/extension-apiserver-
+    authentication, where the aggregated server reads them (kubernetes/website
+    content/en/docs/tasks/extend-kubernetes/configure-aggregation-layer.md, "Enable Kubernetes
+    Apiserver flags"). The front-proxy CA is not the cluster CA (kilonode.plan.pki FRONT_PROXY_CA)."""
+    return [
+        ("requestheader-client-ca-file", wellknown.FRONT_PROXY_CA),
+        ("requestheader-allowed-names", defaults.FRONT_PROXY_CLIENT_USER),
+        *REQUEST_HEADERS,
+        ("proxy-client-cert-file", wellknown.FRONT_PROXY_CLIENT_CERT),
+        ("proxy-client-key-file", wellknown.FRONT_PROXY_CLIENT_KEY),
+        # The apiserver VMs run no kube-proxy (nor a kubelet): nothing there routes a Service's
+        # ClusterIP, so the aggregator must dial an endpoint of the APIService's Service (a pod IP
+        # in a pool subnet, which the pools' NSG admits from the control-plane subnet:
+        # kilonode.azure.network) instead ("If you are not running kube-proxy on a host running the
+        # API server, then you must make sure that the system is enabled with ...
+        # --enable-aggregator-routing=true", the page above). It also spreads the requests over
+        # metrics-server's replicas (its README, "High Availability").
+        ("enable-aggregator-routing", True),
+    ]
 
 
 def _metrics_serving(instance: ApiserverInstance, port: int, cert: str, key: str) -> list[Flag]:

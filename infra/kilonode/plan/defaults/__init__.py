@@ -17,6 +17,7 @@ from kilonode.plan.defaults.etcd_snapshot import *  # noqa: F403
 from kilonode.plan.defaults.flowcontrol import *  # noqa: F403
 from kilonode.plan.defaults.gpu import *  # noqa: F403
 from kilonode.plan.defaults.joins import *  # noqa: F403
+from kilonode.plan.defaults.metrics_server import *  # noqa: F403
 from kilonode.plan.defaults.monitoring import *  # noqa: F403
 from kilonode.plan.defaults.network import *  # noqa: F403
 from kilonode.plan.defaults.node import *  # noqa: F403

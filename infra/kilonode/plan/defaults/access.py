@@ -38,6 +38,10 @@ JOIN_TOKEN_WARN_DAYS = 30
 # The node client approver's identity on the apiserver VMs: a client certificate (CN = this
 # user, no group), bound by name to its own ClusterRole (kilonode.k8s.bootstrap).
 NODE_CLIENT_APPROVER_USER = "kilonode:node-client-approver"
+# The apiservers' identity towards aggregated API servers (metrics-server): the CN of each
+# apiserver's front-proxy client certificate and the one name --requestheader-allowed-names
+# admits, kubeadm's (cmd/kubeadm/app/constants: FrontProxyClientCertCommonName).
+FRONT_PROXY_CLIENT_USER = "front-proxy-client"
 # Who the exported admin kubeconfig is: a group bound to cluster-admin by a
 # ClusterRoleBinding (revocable), not system:masters (which no RBAC change can revoke;
 # kubeadm moved admin.conf off it in 1.29 for that reason). The super-admin identity in

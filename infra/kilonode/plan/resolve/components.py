@@ -1,5 +1,6 @@
 """What the cluster's components run and the numbers derived for them: releases and images
-for the stack's Kubernetes minor (from the catalogue), apiserver concurrency, DNS replicas."""
+for the stack's Kubernetes minor (from the catalogue), apiserver concurrency, DNS replicas,
+metrics-server's requests."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import defaults
-from kilonode.plan.model import AwaitsPlan, ComponentsPlan, DnsAutoscalePlan, NodePoolPlan
+from kilonode.plan.model import AwaitsPlan, ComponentsPlan, DnsAutoscalePlan, MetricsServerPlan, NodePoolPlan
 from kilonode.plan.resolve.joins import join_plan, kilonode_shares
 from kilonode.plan.wellknown import POOL_LABEL, SYSTEM_TAINT, TEAM_LABEL
 from kilonode.problems import Problem
@@ -36,6 +37,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "kube_proxy_image": single(c.kube_proxy, "kubeProxy"),
         "coredns_image": single(c.coredns, "coredns"),
         "dns_autoscaler_image": single(c.dns_autoscaler, "dnsAutoscaler"),
+        "metrics_server_image": single(c.metrics_server, "metricsServer"),
         "prometheus_image": single(c.prometheus, "prometheus"),
         "serving_cert_approver_image": single(c.kubelet_csr_approver, "approver"),
         "cloud_provider_azure_version": cloud,
@@ -95,6 +97,27 @@ def dns_autoscale(pools: tuple[NodePoolPlan, ...], replicas: int) -> DnsAutoscal
     )
 
 
+def metrics_server_plan(total_nodes: int) -> MetricsServerPlan:
+    """metrics-server's requests as upstream sizes them (README "Scaling"): its base requests up
+    to its base node count, then so much CPU and memory per node, for the nodes the cluster may
+    reach, since one replica scrapes every kubelet. Past the nodes upstream supports it still
+    runs, and the plan says so."""
+    f = limits().metrics_server
+    beyond = max(0, total_nodes - f.base_nodes.value)
+    supported = f.supported_nodes.value
+    past = (f"{total_nodes:,} nodes at the pools' ceiling, past the {supported:,} metrics-server supports "
+            f"({f.supported_nodes.source}): sized by its per-node figures all the same, unmeasured there"
+            if total_nodes > supported else None)
+    return MetricsServerPlan(
+        replicas=defaults.METRICS_SERVER_REPLICAS,
+        nodes=total_nodes,
+        cpu_millis=f.base_cpu_millis.value + beyond * f.cpu_millis_per_node.value,
+        memory_mib=f.base_memory_mib.value + beyond * f.memory_mib_per_node.value,
+        resolution_s=defaults.METRICS_SERVER_RESOLUTION_S,
+        past_supported=past,
+    )
+
+
 def awaits_plan(dns_replicas: int) -> AwaitsPlan:
     """How long `pulumi up` waits for a Deployment or the DNS Service (kilonode.plan.defaults.awaits).
 
@@ -122,7 +145,8 @@ def most_nodes(pools: tuple[NodePoolPlan, ...]) -> int:
 
 def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> ComponentsPlan:
     """Releases and images for the stack's Kubernetes version; the apiservers' concurrency, the
-    DNS replicas and `pulumi up`'s awaits sized for the nodes the cluster may reach; how fast
+    DNS replicas, metrics-server's requests and `pulumi up`'s awaits sized for the nodes the
+    cluster may reach; how fast
     nodes may join, and the waves of scale sets that keep `pulumi up` under it."""
     nodes = most_nodes(pools)
     reads, mutating = apiserver_inflight(nodes, config.apiserver.replicas)
@@ -135,6 +159,7 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
         apiserver_max_mutating_requests_inflight=mutating,
         dns_replicas=dns,
         dns_autoscale=dns_autoscale(pools, dns),
+        metrics_server=metrics_server_plan(nodes),
         awaits=awaits_plan(dns),
         joins=join_plan(pools, reads + mutating, config.apiserver.replicas, builtin),
     )
@@ -148,6 +173,8 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         images["kube_proxy_image"],
         images["coredns_image"],
         images["dns_autoscaler_image"],  # CoreDNS's replicas follow the nodes (kilonode.k8s.dns)
+        # the resource metrics API (kilonode.k8s.metrics_server): `kubectl top` and every HPA
+        images["metrics_server_image"],
         images["serving_cert_approver_image"],
         # every node runs cloud-node-manager before it can take work (it lifts the
         # uninitialized taint); cloud-controller-manager must start on an uninitialized node

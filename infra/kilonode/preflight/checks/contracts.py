@@ -47,8 +47,12 @@ watches, serving the version), corefilePlugins (a Corefile names only plugins bu
 and enables those serving what the container's probes ask), kernelAtLeast (where a ConfigMap's
 setting asks for it, every pool's image kernel at or above a release), azureRoleOnNodeGroups (each
 node group a `--nodes` flag names is a scale set of the resource group the Azure configuration lists,
-and the identity it names holds a role with write on a scope containing it). A line's `onlyAt` keeps
-it to those of the releases the contract was read at.
+and the identity it names holds a role with write on a scope containing it), apiserverFlags (every
+apiserver's rendered unit runs with the flags, at the values given, and receives each file they name:
+rendered, or in kilonode.plan.pki's layout for that host; not judged on a host that runs the line's
+`unlessUnit`), servedToApiservers (the container serves the port, and the NSGs in front of every pool
+its pods may land on, by the scheduling check's placement, admit the control-plane subnet on it). A
+line's `onlyAt` keeps it to those of the releases the contract was read at.
 
 Seeded breaks (tests/preflight/test_contracts.py), one per requirement used: the plugin without
 SYS_ADMIN (and with the toolkit's env-var key true, the case that passes); no init container
@@ -69,8 +73,13 @@ manifest lacks them), off the host network, with another VM type, no resource gr
 without a discovery Role's EndpointSlices, without nodes/metrics; the gang scheduler without the
 PodGroup CRD, with a v1beta3 configuration, with Coscheduling arguments the pinned release does not
 decode (podGroupRejectPercentage before v0.34), its controller without pod reads, its scheduler's Lease
-renamed (a warning: system:kube-scheduler is bound and not readable here); a stale contract version
-(and one read at every minor it names, which holds for each).
+renamed (a warning: system:kube-scheduler is bound and not readable here); metrics-server without
+nodes/metrics, unbound from the apiserver's auth-reader Role or auth-delegator ClusterRole (a binding to
+a Role the apiserver does not create is a warning), an apiserver without a front-proxy flag, with
+another request header, naming a CA file it does not receive, or without --enable-aggregator-routing
+(not asked where the host runs kube-proxy), the pools' NSG closed to the control plane on its port, its
+container serving another port; a stale contract version (and one read at every minor it names, which
+holds for each).
 Also seeded: an H100 job without NCCL_NVLS_ENABLE=0 or NCCL_NET_FORCE_FLUSH=0 under NCCL 2.18.3, and
 neither judged once the image's NCCL has the fix; the RDMA plugin without rescans, and an InfiniBand GPU
 node's agent holding it shorter than one rescan.
@@ -86,6 +95,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from ipaddress import IPv4Network
 from typing import Any
 
 import yaml
@@ -93,14 +103,18 @@ import yaml
 from kilonode.catalog import binaries as catalog_binaries
 from kilonode.catalog import components as catalog_components
 from kilonode.catalog.contracts import Contract, Requirement, contracts, kernels
+from kilonode.catalog.rbac import builtin_rbac
 from kilonode.image import gpu as image_gpu
 from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.k8s import nccl_job
-from kilonode.plan import wellknown
+from kilonode.plan import pki, wellknown
 from kilonode.plan.model import NodePoolPlan
 from kilonode.preflight import apiload
-from kilonode.preflight.checks import identities
+from kilonode.preflight.checks import identities, scheduling
+from kilonode.preflight.checks.deployer_path import NetworkGraph, admits
+from kilonode.preflight.checks.scrape_path import nsgs_of
 from kilonode.preflight.model import Finding, Inputs, Resource
+from kilonode.preflight.nodes import bootstrap_nodes, flags_of, unit_exec_args
 
 NAME = "contracts"
 TITLE = ("Component contracts: what each component needs from its node and cluster, read at the pinned "
@@ -808,8 +822,10 @@ class _Access:
     def __init__(self, inputs: Inputs, namespace: str, account: str) -> None:
         objects = [_RbacObject(r) for r in inputs.resources if r.is_kubernetes]
         rbac = apiload.Rbac(objects)
-        roles = {(str((r.inputs.get("metadata") or {}).get("namespace")), str((r.inputs.get("metadata") or {})
-                 .get("name"))): r.inputs for r in inputs.resources if r.is_kubernetes and r.kind == "Role"}
+        # the apiserver's own Roles (catalog/rbac.yaml roles), then the graph's
+        roles = {(str(r["metadata"]["namespace"]), str(r["metadata"]["name"])): r for r in builtin_rbac().roles}
+        roles |= {(str((r.inputs.get("metadata") or {}).get("namespace")), str((r.inputs.get("metadata") or {})
+                  .get("name"))): r.inputs for r in inputs.resources if r.is_kubernetes and r.kind == "Role"}
         self.grants: list[tuple[str | None, list[Mapping[str, Any]]]] = []  # (namespace or None: all, rules)
         self.unreadable: list[tuple[str | None, str]] = []  # (namespace or None: all, the role)
         bindings = [(None, b) for b in rbac.bindings] + [
@@ -1125,6 +1141,71 @@ def _custom_roles_with(graph: identities._Graph, needed: Sequence[str]) -> set[s
     return found
 
 
+# --- an aggregated API server: the apiservers' side of it ---------------------------------------
+
+APISERVER_UNIT = "etc/systemd/system/kube-apiserver.service"
+
+
+def _apiserver_flags(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every apiserver's rendered unit runs with each of the line's `flags` (the value given, or any
+    where it is null), and each flag named in `files` points at a file the host receives: rendered,
+    or delivered by the Pulumi program (kilonode.plan.pki's layout for that host). Not judged on a
+    host that runs `unlessUnit` (kube-proxy, for --enable-aggregator-routing)."""
+    value = req.value
+    layout = pki.pki_layout(inputs.plan)
+    findings = []
+    for host in (h for h in inputs.hosts() if h.startswith("apiserver-")):
+        files = inputs.host_files(host)
+        if APISERVER_UNIT not in files or f"etc/systemd/system/{value.get('unlessUnit')}" in files:
+            continue
+        flags = flags_of(unit_exec_args(files[APISERVER_UNIT]))
+        problems = [f"it runs without --{flag}" if flag not in flags else f"--{flag}={flags[flag]}, not {want}"
+                    for flag, want in value["flags"].items()
+                    if flag not in flags or (want is not None and flags[flag] != str(want))]
+        delivered = {f"/{path}" for path in files} | {f.path for f in layout.hosts.get(host, ())}
+        problems += [f"--{flag}={flags[flag]} names a file the host does not receive"
+                     for flag in value.get("files", []) if flag in flags and flags[flag] not in delivered]
+        if problems:
+            findings.append(_finding(name, contract, req, f"{host}: /{APISERVER_UNIT}", "; ".join(problems),
+                                     "render the flags and deliver their files as kilonode.render.control_plane and "
+                                     "kilonode.plan.pki do for the aggregation layer"))
+    return findings
+
+
+def _served_to_apiservers(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """The apiservers reach the workload's pods on the line's `port`: its container serves it, and
+    the NSGs in front of every pool the pods may land on (preflight's scheduling placement, with the
+    pools whose GPU health taint must clear first) admit the control-plane subnet on it, as Azure
+    evaluates a TCP flow (deployer_path `admits`)."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    container = _container(_pod_spec(workload), value["container"]) or {}
+    port = int(value["port"])
+    if port not in {int(p.get("containerPort", 0)) for p in container.get("ports") or []}:
+        return [_finding(name, contract, req, value["workload"], f"container {value['container']} declares no port "
+                         f"{port}, where the contract has it serve the apiservers",
+                         "serve the port the contract names, or read the contract again at the pinned tag")]
+    groups = bootstrap_nodes(inputs)
+    daemonsets = [w for w in inputs.workloads() if w.kind == "DaemonSet"]
+    placed = scheduling.placement_of(workload, groups, daemonsets)
+    graph, source = NetworkGraph(inputs), IPv4Network(inputs.plan.network.control_plane_subnet)
+    vnet = [IPv4Network(inputs.plan.network.vnet_cidr)]
+    findings = []
+    for group in (g for g in groups if g.host in {*placed.now, *placed.after_gpu_health}):
+        address = next(IPv4Network(group.pool.subnet).hosts())  # any of the pool's: its NSGs are per subnet
+        for nsg in nsgs_of(graph, address):
+            verdict, rule = admits(nsg.inputs.get("securityRules") or [], source, [address], port, vnet)
+            if verdict != "allow":
+                findings.append(_finding(
+                    name, contract, req, f"{value['workload']} on {group.host}",
+                    f"{nsg.describe()} refuses the control-plane subnet ({source}) on {port}/TCP to the pool's "
+                    f"subnet {group.pool.subnet} (rule {rule})",
+                    f"admit {source} on {port}/TCP to the pools above every deny (kilonode.azure.network)"))
+    return findings
+
+
 EVALUATORS: dict[str, Evaluator] = {
     "podNeeds": _pod_needs,
     "renderedSetting": _rendered_setting,
@@ -1144,4 +1225,6 @@ EVALUATORS: dict[str, Evaluator] = {
     "corefilePlugins": _corefile_plugins,
     "kernelAtLeast": _kernel_at_least,
     "azureRoleOnNodeGroups": _azure_role_on_node_groups,
+    "apiserverFlags": _apiserver_flags,
+    "servedToApiservers": _served_to_apiservers,
 }

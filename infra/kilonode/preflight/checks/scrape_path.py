@@ -56,7 +56,7 @@ def check(inputs: Inputs) -> list[Finding]:
     vnet = [inputs.plan.network.vnet_cidr]
     refused: dict[tuple[str, str, str], list[str]] = {}  # (job, NSG, rule) -> targets
     for job, address, port in _static_targets(config):
-        for nsg in _nsgs_of(graph, address):
+        for nsg in nsgs_of(graph, address):
             verdict, rule = admits(nsg.inputs.get("securityRules") or [], source, [address], port, vnet)
             if verdict != "allow":
                 refused.setdefault((job, nsg.describe(), rule), []).append(f"{address}:{port}")
@@ -93,7 +93,7 @@ def _static_targets(config: dict[str, Any]) -> Iterator[tuple[str, IPv4Address, 
                     continue  # a name, not an address: nothing in the graph says where it is
 
 
-def _nsgs_of(graph: NetworkGraph, address: IPv4Address) -> list[Resource]:
+def nsgs_of(graph: NetworkGraph, address: IPv4Address) -> list[Resource]:
     """The NSGs a flow to `address` passes: its subnet's, then its NIC's own (Azure applies both)."""
     found: list[Resource] = []
     for subnet in graph.of(SUBNET):
