@@ -151,3 +151,30 @@ def test_pulumi_up_refuses_with_every_problem_before_anything_is_registered(bin_
            "480,000" in text
     assert "EncryptionAtHost feature is Registering" in text  # research-7500's machines use encryption at host
     assert text.endswith('(docs/azure.md, "Before the first run", lists what the deployer needs)')
+
+
+def test_the_catalogues_family_labels_match_the_usage_apis_names(bin_dir: Path) -> None:
+    """The catalogue names ND96asr_v4's family "Standard NDASv4_A100 Family"; `az vm list-usage`
+    names it standardNDASv4_A100Family. Granted quota must count (the second trace's finding)."""
+    tool(bin_dir, "kubectl", f"printf '{KUBECTL_JSON % ('34', '34')}\\n'")
+    az(bin_dir, a100_limit=480_000)
+    assert deployer_problems("1.34.2", False, location="southcentralus",
+                             quota=[("Standard NDASv4_A100 Family", 480_000)]) == []
+
+
+def test_zones_and_encryption_at_host_the_sku_does_not_offer_are_problems() -> None:
+    from kilonode.azure.deployer import _sku_problems
+
+    sku = {"name": "Standard_ND96isr_H100_v5", "locationInfo": [{"location": "southcentralus", "zones": ["1", "2"]}],
+           "restrictions": [{"type": "Zone", "reasonCode": "NotAvailableForSubscription",
+                             "restrictionInfo": {"zones": ["2"], "locations": ["southcentralus"]}}],
+           "capabilities": [{"name": "EncryptionAtHostSupported", "value": "False"}]}
+    problems = _sku_problems("Standard_ND96isr_H100_v5", "southcentralus", [sku], ["1", "2", "3"], True)
+    assert problems == [
+        "Standard_ND96isr_H100_v5 is not offered to this subscription in zone(s) 2, 3 of southcentralus, where the "
+        "plan puts scale sets: ask Azure support, or give the stack other zones",
+        "Standard_ND96isr_H100_v5 does not support encryption at host (its EncryptionAtHostSupported capability), "
+        "which the plan turns on for it: Azure refuses those VMs"]
+    sku["restrictions"], sku["capabilities"] = [], [{"name": "EncryptionAtHostSupported", "value": "True"}]
+    sku["locationInfo"] = [{"location": "southcentralus", "zones": ["1", "2", "3"]}]
+    assert _sku_problems("Standard_ND96isr_H100_v5", "southcentralus", [sku], ["1", "2", "3"], True) == []

@@ -111,7 +111,10 @@ def _encryption_at_host(run: Runner) -> list[str]:
     return []
 
 
-def _sizes_offered(location: str, sizes: Sequence[str], run: Runner) -> list[str]:
+def _sizes_offered(location: str, sizes: Sequence[str], run: Runner, zones: Sequence[str] = (),
+                   encryption_at_host: Sequence[str] = ()) -> list[str]:
+    """Each size offered in the region to this subscription, in every zone the plan puts it in,
+    with encryption at host where the plan turns it on (the SKU's EncryptionAtHostSupported)."""
     problems = []
     for size in sizes:
         answer = run(["az", "vm", "list-skus", "--location", location, "--size", size, "--all",
@@ -126,12 +129,40 @@ def _sizes_offered(location: str, sizes: Sequence[str], run: Runner) -> list[str
             problems.append(f"{size} is not offered in {location} (`az vm list-skus --location {location} --size "
                             f"{size} --all` lists none): choose a region that has it, or another size")
             continue
-        refused = [r for sku in skus for r in sku.get("restrictions") or [] if r.get("type") == "Location"]
-        if refused:
-            problems.append(f"{size} exists in {location} but not for this subscription "
-                            f"({refused[0].get('reasonCode', 'restricted')}): ask Azure support to enable it there, "
-                            "or choose another region")
+        problems += _sku_problems(size, location, skus, zones, size in encryption_at_host)
     return problems
+
+
+def _sku_problems(size: str, location: str, skus: Sequence[dict[str, object]], zones: Sequence[str],
+                  encryption_at_host: bool) -> list[str]:
+    restrictions = [r for sku in skus for r in sku.get("restrictions") or []]  # type: ignore[attr-defined]
+    refused = [r for r in restrictions if r.get("type") == "Location"]
+    if refused:
+        return [f"{size} exists in {location} but not for this subscription "
+                f"({refused[0].get('reasonCode', 'restricted')}): ask Azure support to enable it there, "
+                "or choose another region"]
+    problems = []
+    offered = {str(z) for sku in skus for info in sku.get("locationInfo") or []  # type: ignore[attr-defined]
+               for z in info.get("zones") or []}
+    closed = {str(z) for r in restrictions if r.get("type") == "Zone"
+              for z in (r.get("restrictionInfo") or {}).get("zones") or []}
+    missing = sorted(set(zones) - (offered - closed)) if offered else []
+    if missing:
+        problems.append(f"{size} is not offered to this subscription in zone(s) {', '.join(missing)} of {location}, "
+                        "where the plan puts scale sets: ask Azure support, or give the stack other zones")
+    capabilities = {c.get("name"): str(c.get("value")) for sku in skus
+                    for c in sku.get("capabilities") or []}  # type: ignore[attr-defined]
+    if encryption_at_host and capabilities.get("EncryptionAtHostSupported") == "False":
+        problems.append(f"{size} does not support encryption at host (its EncryptionAtHostSupported capability), "
+                        "which the plan turns on for it: Azure refuses those VMs")
+    return problems
+
+
+def family_key(name: str) -> str:
+    """A quota family as the usage API's name.value and the catalogue's label both reduce to:
+    Azure compares them without case, and the catalogue's labels carry spaces
+    ("Standard NDASv4_A100 Family" for standardNDASv4_A100Family)."""
+    return name.replace(" ", "").lower()
 
 
 def documentation_cidrs(cidrs: Sequence[IPv4Network]) -> list[str]:
@@ -142,11 +173,13 @@ def documentation_cidrs(cidrs: Sequence[IPv4Network]) -> list[str]:
 def _quota(location: str, needs: Sequence[tuple[str, int]], run: Runner) -> list[str]:
     answer = run(["az", "vm", "list-usage", "--location", location, "-o", "json"])
     try:
-        free = {u["name"]["value"]: int(u["limit"]) - int(u["currentValue"]) for u in json.loads(answer.stdout)}
+        free = {family_key(u["name"]["value"]): int(u["limit"]) - int(u["currentValue"])
+                for u in json.loads(answer.stdout)}
     except (ValueError, KeyError, TypeError):
         return [f"`az vm list-usage --location {location}` gave no usage list (exit {answer.returncode}): "
                 f"{answer.stderr.strip()[:200]}"]
-    short = [(family, need, free.get(family, 0)) for family, need in needs if need > free.get(family, 0)]
+    short = [(family, need, free.get(family_key(family), 0)) for family, need in needs
+             if need > free.get(family_key(family), 0)]
     return [f"vCPU quota in {location}: {family} has {have:,} free, the stack's machines take {need:,}: request "
             "more (Azure portal, Quotas) before the run, or a scale set fails half-way through it"
             for family, need, have in short]
@@ -154,7 +187,7 @@ def _quota(location: str, needs: Sequence[tuple[str, int]], run: Runner) -> list
 
 def deployer_problems(kubernetes_version: str, encryption_at_host: bool, run: Runner = run_tool,
                       location: str = "", sizes: Sequence[str] = (), quota: Sequence[tuple[str, int]] = (),
-                      cidrs: Sequence[IPv4Network] = ()) -> list[str]:
+                      cidrs: Sequence[IPv4Network] = (), zones: Sequence[str] = ()) -> list[str]:
     """What this machine lacks to run the program; [] when nothing."""
     placeholders = documentation_cidrs(cidrs)
     addresses = [f"deployer.cidrs holds {', '.join(placeholders)}, a documentation range (RFC 5737) no real machine "
@@ -164,6 +197,7 @@ def deployer_problems(kubernetes_version: str, encryption_at_host: bool, run: Ru
     az = _az(run)
     # read through az, as the signed-in identity: only once that works
     feature = _encryption_at_host(run) if encryption_at_host and not az else []
-    offered = _sizes_offered(location, sizes, run) if location and not az else []
+    offered = _sizes_offered(location, sizes, run, zones, sizes if encryption_at_host else ()) \
+        if location and not az else []
     short = _quota(location, quota, run) if location and quota and not az else []
     return addresses + _kubectl(kubernetes_version, run) + az + feature + offered + short

@@ -126,6 +126,7 @@ def require_deployer(plan: ClusterPlan, run: Runner = run_tool) -> None:
         plan.kubernetes_version, uses_encryption, run, location=plan.location, sizes=sorted(plan.vm_sizes),
         quota=[(need.family, need.vcpus) for need in plan.vcpu_quota if need.vcpus],
         cidrs=deployer.cidrs if deployer is not None and deployer.network == "internet" else (),
+        zones=plan.zones,
     )
     if problems:
         raise pulumi.RunError(
