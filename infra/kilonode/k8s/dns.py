@@ -35,6 +35,7 @@ AUTOSCALER_LABELS = {"k8s-app": AUTOSCALER, "app.kubernetes.io/managed-by": "kil
 AUTOSCALER_USER = 65535
 # How often it counts the nodes (its default --poll-period-seconds is 10).
 AUTOSCALER_POLL_S = 10
+AUTOSCALER_HEALTH_PORT = 8080
 
 # The Corefile of the upstream addon, with the cluster's domain.
 COREFILE = """.:53 {
@@ -243,6 +244,12 @@ def _autoscaler(name: str, args: ClusterDnsArgs, child: pulumi.ResourceOptions,
                         ],
                         resources=core.v1.ResourceRequirementsArgs(
                             requests={"cpu": "20m", "memory": "10Mi"}, limits={"memory": "64Mi"}),
+                        # its health server: /healthz on :8080 (pkg/autoscaler/health.go l.63-66 at
+                        # v1.10.1), as upstream's chart probes it
+                        liveness_probe=core.v1.ProbeArgs(http_get=core.v1.HTTPGetActionArgs(
+                            path="/healthz", port=AUTOSCALER_HEALTH_PORT)),
+                        readiness_probe=core.v1.ProbeArgs(http_get=core.v1.HTTPGetActionArgs(
+                            path="/healthz", port=AUTOSCALER_HEALTH_PORT)),
                         security_context=container_security_context(AUTOSCALER_USER),
                     )],
                 ),
