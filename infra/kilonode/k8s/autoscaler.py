@@ -32,10 +32,11 @@ useManagedIdentityExtension + userAssignedIdentityID (a client ID, which both it
 clients and the agent-pool client accept), cloud. The CCM's load-balancer and network
 fields are parsed and not used by the autoscaler: they are the CCM's settings, not its. The
 identity is its own, on the controller pools' scale sets only: Reader on the pools' resource
-group (it LISTs the group's scale sets and VMs) and Virtual Machine Contributor on each node
-group's scale set (kilonode.azure.identity): enough to change a scale set's capacity and
-delete its instances, and nothing of the control plane. The test checks each key's name and
-JSON type against both structs, so a type the autoscaler cannot decode (it would refuse to start) fails there.
+group (it LISTs the group's scale sets and VMs) and a custom role of only the scale-set actions
+it calls on each node group's scale set (kilonode.azure.identity AUTOSCALER_ACTIONS): enough
+to change a scale set's capacity and delete its instances, and nothing of the control plane.
+The test checks each key's name and JSON type against both structs, so a type the autoscaler
+cannot decode (it would refuse to start) fails there.
 
 What "unhealthy" does, at every pinned tag (core/static_autoscaler.go RunOnce, 1.34.5
 l.417-422; clusterstate/clusterstate.go IsClusterHealthy, 1.34.5 l.418-430): the cluster is
