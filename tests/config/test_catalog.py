@@ -7,12 +7,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
-from kilonode.catalog import read
+from kilonode.catalog import CATALOG_DIR, read
 from kilonode.catalog import vm as catalog
+from kilonode.catalog.components import Component, components
 from kilonode.config import load_stack
 from kilonode.plan import plan_stack
 from kilonode.problems import StackError
+from kilonode.review.versions import minor
 from tests.conftest import StackWriter, shipped_cluster_value
 
 
@@ -304,3 +307,32 @@ def test_a_vm_regions_row_naming_no_region_or_no_source_is_refused() -> None:
                                                                                         "source": None}}})
     with pytest.raises(ValueError, match=r"not a size in vm_sizes\.yaml"):
         catalog._AvailabilityFile.model_validate(good | {"sizes": {"Standard_Nope": {"regions": "all", "source": "s"}}})
+
+
+# --- image digests per release (components.yaml `digests`) ----------------------------------------
+
+def test_a_per_release_digest_pins_that_release_alone() -> None:
+    proxy = components().kube_proxy
+    # by hand from kubernetes/k8s.io@ecf019a8 registry.k8s.io/images/k8s-staging-kubernetes/images.yaml,
+    # image kube-proxy: the multi-architecture index of v1.33.5
+    assert proxy.image("kubeProxy", "v1.33.5") == (
+        "registry.k8s.io/kube-proxy:v1.33.5@sha256:71445ec84ad98bd52a7784865a9d31b1b50b56092d3f7699edc39eefd71befe1")
+    assert proxy.image("kubeProxy", "v1.34.2") == "registry.k8s.io/kube-proxy:v1.34.2"  # none read: by tag
+    assert components().scheduler_plugins.by_tag() == {"scheduler": ["v0.34.7"], "controller": ["v0.34.7"]}
+
+
+@pytest.mark.parametrize(("change", "refusal"), [
+    ({"digests": {"v0.31.0": {"scheduler": "sha256:" + "a" * 64}}}, "no pinned release"),
+    ({"digests": {"v0.32.7": {"schedular": "sha256:" + "a" * 64}}}, "which no image is"),
+    ({"digests": {"v0.32.7": {"scheduler": "sha256:" + "A" * 64}}}, "String should match pattern"),
+])
+def test_a_digest_for_no_pinned_release_or_image_is_refused(change: dict[str, object], refusal: str) -> None:
+    """Seeded breaks: a digest no image would use is a typo, not a pin."""
+    row = yaml.safe_load((CATALOG_DIR / "components.yaml").read_text())["components"]["schedulerPlugins"]
+    with pytest.raises(ValidationError, match=refusal):
+        Component.model_validate(row | change)
+
+
+def test_the_review_reads_the_minor_of_an_image_pinned_by_digest() -> None:
+    assert minor("registry.k8s.io/kube-proxy:v1.33.5@sha256:" + "0" * 64) == 33
+    assert minor("registry.k8s.io/kube-proxy:v1.34.2") == 34

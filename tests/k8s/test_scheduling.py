@@ -484,17 +484,25 @@ def test_shipped_stacks_run_their_minors_release(graphs: dict[str, Graph], plans
     }
 
 
-@pytest.mark.parametrize(("kubernetes_version", "release"), [("1.33.5", "v0.33.5"), ("1.35.4", "v0.34.7")])
+# By hand from registry.k8s.io's promotion manifest (kubernetes/k8s.io@0e8a05ca
+# registry.k8s.io/images/k8s-staging-scheduler-plugins/images.yaml): v0.33.5's digests; v0.34.7 is
+# not in it, so by tag.
+V0_33_5 = {"scheduler": "@sha256:eb2474076eacc7b6ed0663a08ab87383caade288ebee7a4774d89c1bb4a1acee",
+           "controller": "@sha256:029701e1adb7630436d340dca403feb8c48e79e4619233a9ce75e42d06a4b2c4"}
+
+
+@pytest.mark.parametrize(("kubernetes_version", "release", "digests"),
+                         [("1.33.5", "v0.33.5", V0_33_5), ("1.35.4", "v0.34.7", {"scheduler": "", "controller": ""})])
 def test_a_stack_written_with_another_minor_gets_that_minors_release(
-    write_stack: StackWriter, kubernetes_version: str, release: str
+    write_stack: StackWriter, kubernetes_version: str, release: str, digests: dict[str, str]
 ) -> None:
     cluster = shipped_cluster_value("local")
     cluster["kubernetesVersion"] = kubernetes_version
     path = write_stack(cluster)
     graph = recorded(load_stack(str(path)))
     assert images(graph) == {
-        "kilonode-gang-scheduler": f"registry.k8s.io/scheduler-plugins/kube-scheduler:{release}",
-        "kilonode-gang-controller": f"registry.k8s.io/scheduler-plugins/controller:{release}",
+        "kilonode-gang-scheduler": f"registry.k8s.io/scheduler-plugins/kube-scheduler:{release}{digests['scheduler']}",
+        "kilonode-gang-controller": f"registry.k8s.io/scheduler-plugins/controller:{release}{digests['controller']}",
     }
     for record in gang_objects(graph):
         shared.validate_object(record.plain(), kubernetes_version)

@@ -3,11 +3,16 @@ where a project pairs its releases with Kubernetes minors, each with its source.
 
 from __future__ import annotations
 
+import re
 from functools import cache
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
 from kilonode.catalog import CATALOG_DIR, Row, load
+
+DIGEST = r"^sha256:[0-9a-f]{64}$"
+_KUBERNETES_RELEASE = re.compile(r"v1\.\d+\.\d+")
 
 
 class Component(Row):
@@ -17,7 +22,11 @@ class Component(Row):
     follows_kubernetes: bool = False
     # minors served by another minor's release, and why (shown by `kilonode explain`)
     skew: dict[int, str] = Field(default_factory=dict)
-    digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    # one release everywhere: its image's digest, filled in for {digest}
+    digest: str | None = Field(default=None, pattern=DIGEST)
+    # a release per minor (or the cluster's own): release -> role -> digest, for the releases whose
+    # digest was read; the image is then `<template>@<digest>`, and by tag for any other release
+    digests: dict[str, dict[str, Annotated[str, Field(pattern=DIGEST)]]] = Field(default_factory=dict)
     # image references by role; {version} and {digest} are filled in
     images: dict[str, str] = Field(default_factory=dict)
     source: str
@@ -30,6 +39,18 @@ class Component(Row):
     def _one_version_rule(self) -> Component:
         if sum((self.version is not None, bool(self.versions), self.follows_kubernetes)) != 1:
             raise ValueError("give exactly one of version, versions and followsKubernetes")
+        if self.digests and self.version is not None:
+            raise ValueError("one release: give its image's `digest`, not `digests`")
+        pinned = set(self.versions.values())
+        for release, roles in self.digests.items():
+            if self.versions and release not in pinned:
+                raise ValueError(f"digests names {release}, which is no pinned release ({', '.join(sorted(pinned))})")
+            if self.follows_kubernetes and not _KUBERNETES_RELEASE.fullmatch(release):
+                raise ValueError(f"digests names {release}, which is no Kubernetes release (v1.N.P)")
+            if unknown := set(roles) - set(self.images):
+                raise ValueError(f"digests of {release} name {', '.join(sorted(unknown))}, which no image is")
+            if any("{digest}" in self.images[role] for role in roles):
+                raise ValueError(f"digests of {release}: a per-release digest is appended, not a {{digest}} field")
         return self
 
     def release(self, name: str, kubernetes_version: str) -> str:
@@ -46,7 +67,23 @@ class Component(Row):
         return self.versions[minor]
 
     def image(self, role: str, version: str) -> str:
-        return self.images[role].format(version=version, digest=self.digest)
+        """The reference for `role` at release `version`: by digest where the catalogue has it
+        (the one release's `digest`, or `digests` for this release), by tag otherwise."""
+        reference = self.images[role].format(version=version, digest=self.digest)
+        digest = self.digests.get(version, {}).get(role)
+        return f"{reference}@{digest}" if digest else reference
+
+    def by_tag(self) -> dict[str, list[str]]:
+        """role -> the releases whose image is pinned by tag only (no digest read); for a
+        component following the cluster's Kubernetes version, "any other" stands for every
+        release the catalogue has no digest for."""
+        if self.version is not None:
+            return {role: [self.version] for role, image in self.images.items() if "{digest}" not in image}
+        releases = sorted(set(self.versions.values()))
+        missing = {role: [r for r in releases if role not in self.digests.get(r, {})] for role in self.images}
+        if self.follows_kubernetes:
+            missing = {role: [*found, "any other"] for role, found in missing.items()}
+        return {role: found for role, found in missing.items() if found}
 
 
 class Components(Row):
@@ -63,6 +100,7 @@ class Components(Row):
     rdma_shared_device_plugin: Component
     nccl_benchmark: Component
     azure_cni: Component
+    calico: Component
 
 
 class _File(Row):

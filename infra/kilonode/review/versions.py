@@ -47,10 +47,12 @@ _MINOR = re.compile(r"v?(\d+)\.(\d+)")
 
 
 def minor(text: Any) -> int | None:
-    """`1.34.2`, `v1.34.13`, `registry.k8s.io/kube-proxy:v1.35.0` -> 34/35; None when unreadable."""
+    """`1.34.2`, `v1.34.13`, `registry.k8s.io/kube-proxy:v1.35.0` (or `...:v1.33.5@sha256:...`) -> 34/35/33;
+    None when unreadable."""
     if not isinstance(text, str):
         return None
-    tag = text.rsplit(":", 1)[-1].split("@", 1)[0] if "/" in text else text
+    # the digest first: its own colon would otherwise be taken for the tag's
+    tag = text.split("@", 1)[0].rsplit(":", 1)[-1] if "/" in text else text
     match = _MINOR.match(tag)
     return int(match.group(2)) if match and match.group(1) == "1" else None
 
