@@ -300,3 +300,41 @@ def test_authentication_config_version_follows_kubernetes(write_stack: StackWrit
     plan = plan_stack(load_stack(str(write_stack(cluster))))
     text = render_cluster(plan)["apiserver-0"]["etc/kubernetes/authentication-config.yaml"].content
     assert yaml.safe_load(text)["apiVersion"] == "apiserver.config.k8s.io/v1beta1"
+
+
+# --- TLS cipher suites ------------------------------------------------------------------------
+
+# By hand: the TLS 1.2 suites that are AEAD (AES-GCM, ChaCha20-Poly1305) with ECDHE, as the Go names
+# k8s.io/component-base@v0.34.2 cli/flag/ciphersuites_flag.go and etcd v3.5.33
+# client/pkg/tlsutil/cipher_suites.go both accept (the ChaCha20 pair by the names both map to
+# tls.TLS_ECDHE_*_WITH_CHACHA20_POLY1305_SHA256).
+AEAD_ECDHE = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+}
+
+
+def tls_servers(rendered: Path) -> dict[str, list[str]]:
+    """Every TLS server's offered suites, as the rendered host files give them."""
+    suites: dict[str, list[str]] = {}
+    for unit in rendered.glob("*/etc/systemd/system/*.service"):
+        flags = flags_of(unit.read_text())
+        for flag in ("tls-cipher-suites", "cipher-suites"):
+            if flag in flags:
+                suites[f"{unit.parent.parent.parent.parent.name}/{unit.name}"] = flags[flag].split(",")
+    for config in rendered.glob("pool-*/etc/kubernetes/kubelet-config.yaml"):
+        suites[f"{config.parent.parent.parent.name}/kubelet"] = yaml.safe_load(config.read_text())["tlsCipherSuites"]
+    return suites
+
+
+def test_every_tls_server_offers_only_aead_suites_and_one_its_ecdsa_key_can_use(rendered_7500: Path) -> None:
+    servers = tls_servers(rendered_7500)
+    programs = {name.split("/")[1] for name in servers}
+    assert programs == {"etcd.service", "kube-apiserver.service", "kube-scheduler.service",
+                        "kube-controller-manager.service", "kubelet"}
+    for name, suites in servers.items():
+        assert set(suites) <= AEAD_ECDHE and not any("CBC" in s for s in suites), name
+        # every server's key is ECDSA P-256 (kilonode.plan.pki): an ECDHE_ECDSA suite must be there
+        assert any(s.startswith("TLS_ECDHE_ECDSA_WITH_") for s in suites), name
+    assert len({tuple(s) for s in servers.values()}) == 1  # one list, so any client of one fits all

@@ -32,17 +32,6 @@ GPU_HEALTH_CONTROLLER = "kilonode-gpu-health-controller.service"
 # Units that carry a component's command line, root's alone (CIS 1.1.1-1.1.6: 600 or stricter;
 # systemd reads them as root).
 UNIT_MODE = 0o600
-# CIS 1.2.29: the benchmark list's TLS 1.2 suites for an ECDSA key (the serving key is ECDSA
-# P-256, kilonode.plan.pki; TLS 1.3's suites are not configurable in Go). They are the suites Go
-# negotiates with that key by default, so every client that connects today, the load balancer's
-# probe among them, still does; the list holds should Go's defaults change.
-APISERVER_CIPHER_SUITES = (
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
-)
 GPU_HEALTH_CONTROLLER_UNIT = f"etc/systemd/system/{GPU_HEALTH_CONTROLLER}"
 NODE_CLIENT_APPROVER_SERVICE = "kilonode-node-client-approver.service"
 NODE_CLIENT_APPROVER_UNIT = f"etc/systemd/system/{NODE_CLIENT_APPROVER_SERVICE}"
@@ -95,7 +84,7 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         ("client-ca-file", wellknown.K8S_CA),
         ("tls-cert-file", wellknown.APISERVER_CERT),
         ("tls-private-key-file", wellknown.APISERVER_KEY),
-        ("tls-cipher-suites", ",".join(APISERVER_CIPHER_SUITES)),
+        ("tls-cipher-suites", ",".join(defaults.TLS_CIPHER_SUITES)),  # AEAD only (CIS 1.2.29)
         *_kubelet_client(),
         *_aggregation_layer(),
         ("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
@@ -197,6 +186,7 @@ def _metrics_serving(instance: ApiserverInstance, port: int, cert: str, key: str
         ("secure-port", port),
         ("tls-cert-file", cert),
         ("tls-private-key-file", key),
+        ("tls-cipher-suites", ",".join(defaults.TLS_CIPHER_SUITES)),  # AEAD only, as the apiserver's
     ]
 
 

@@ -3,7 +3,7 @@ that lets a member with a blank data dir rejoin by itself (etcd-join), cloud-ini
 
 from __future__ import annotations
 
-from kilonode.plan import wellknown
+from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, EtcdMember
 from kilonode.render.cert_metrics import UNITS_TO_ENABLE as CERT_METRICS_UNITS
 from kilonode.render.cert_metrics import cert_metrics_files
@@ -61,6 +61,8 @@ def etcd_flags(cluster: EtcdClusterPlan, member: EtcdMember) -> list[Flag]:
         ("peer-client-cert-auth", True),
         ("peer-trusted-ca-file", wellknown.ETCD_CA),
         ("peer-auto-tls", False),
+        # AEAD suites only, for clients and peers (kilonode.plan.defaults.TLS_CIPHER_SUITES)
+        ("cipher-suites", ",".join(defaults.TLS_CIPHER_SUITES)),
         # 2,500-node post: the 2 GB default quota stopped all writes past 1,000 nodes.
         ("quota-backend-bytes", cluster.quota_backend_bytes),
         ("auto-compaction-mode", "periodic"),

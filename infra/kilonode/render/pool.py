@@ -37,14 +37,6 @@ LOCAL_DISK_WAIT_S = 120
 # The GPU health agent (kilonode.gpu.agent) on GPU pools: its config, and its unit in the GPU image.
 GPU_HEALTH_CONFIG = "etc/kilonode/gpu-health.json"
 GPU_HEALTH_UNIT = "kilonode-gpu-health.service"
-KUBELET_CIPHER_SUITES = (
-    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
-    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
-    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
-    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
-)
 CRI_DOCKERD_SOCKET = "unix:///run/cri-dockerd.sock"
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
 # GPU pools: the runtime configuration that names the NVIDIA container runtime, beside the
@@ -231,7 +223,7 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         "serverTLSBootstrap": True,
         # CIS 4.2.12: forward-secret AEAD suites of the benchmark's kubelet list, for TLS 1.2
         # clients (the apiserver and the metrics scrapers are Go and speak TLS 1.3 anyway).
-        "tlsCipherSuites": list(KUBELET_CIPHER_SUITES),
+        "tlsCipherSuites": list(defaults.TLS_CIPHER_SUITES),  # AEAD only (CIS 4.2.12)
         "cgroupDriver": "systemd",
         "containerRuntimeEndpoint": CRI_DOCKERD_SOCKET if pool.runtime == "docker" else CONTAINERD_SOCKET,
         "clusterDomain": "cluster.local",
