@@ -104,10 +104,20 @@ class StackDiff:
     head: Mapping[str, Any] | None
     files: list[FileChange] = field(default_factory=list)
     resources: list[ResourceChange] = field(default_factory=list)
+    # what the rules derive from a side once and share (kilonode.review.sides: preflight's inputs)
+    derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def changed(self) -> bool:
-        return bool(self.files or self.resources or self.errors)
+        return bool(self.files or self.resources or self.errors or self.images_changed)
+
+    @property
+    def images_changed(self) -> bool:
+        """What an image the stack boots would carry differs (its recipe's pins, binaries,
+        kernel, files), with or without a new version: kilonode.review.images tells it."""
+        base, head = (self.base or {}).get("imageContents"), (self.head or {}).get("imageContents")
+        return isinstance(base, Mapping) and isinstance(head, Mapping) and "error" not in base \
+            and "error" not in head and base != head
 
     @property
     def errors(self) -> list[str]:

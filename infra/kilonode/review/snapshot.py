@@ -49,16 +49,17 @@ def _with_digests(masked: Any, plain: Any) -> Any:
 
 
 def _stack(name: str) -> dict[str, Any]:
-    from kilonode.azure.graph import format_manifests
+    from kilonode import plan as planning
     from kilonode.azure.mockplan import run_plan
     from kilonode.config import load_stack
-    from kilonode.plan import plan_stack
     from kilonode.problems import StackError
     from kilonode.render.cluster import render_tree
 
+    # checked_plan: what every command plans a stack file with; an older ref has plan_stack only
+    plan_with = getattr(planning, "checked_plan", planning.plan_stack)
     try:
         stack = load_stack(name)
-        plan = plan_stack(stack)
+        plan = plan_with(stack)
     except StackError as error:
         return {"error": str(error)}
     files = {path: file.content for path, file in render_tree(stack.config, plan).items()}
@@ -66,7 +67,15 @@ def _stack(name: str) -> dict[str, Any]:
         graph = run_plan(stack)
     except Exception as error:  # the program refused it (a guard, a check): say so, as Pulumi would
         return {"error": f"the Pulumi program stopped: {type(error).__name__}: {error}", "files": files}
-    files |= format_manifests(graph)
+    return entry(plan, files, graph)
+
+
+def entry(plan: Any, files: dict[str, str], graph: Any) -> dict[str, Any]:
+    """One stack's snapshot from its plan, its rendered tree (`render_tree`: path -> text) and
+    its recorded graph (the tests build the same from their cached plans and graphs)."""
+    from kilonode.azure.graph import format_manifests
+
+    files = files | format_manifests(graph)
     resources = []
     for r in graph.resources:
         resources.append({

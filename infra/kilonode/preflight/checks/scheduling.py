@@ -319,6 +319,13 @@ def _daemonset(found: Placement, groups: list[PoolNodes]) -> list[Finding]:
     return findings
 
 
+def workload_breaks(found: Placement, groups: list[PoolNodes]) -> list[Finding]:
+    """One workload's placement breaks as `check` reports them, without the first run's
+    timeline and awaits: kilonode.review.placement compares them between the two sides of a
+    change, so the review judges placement with this model and no other."""
+    return _daemonset(found, groups) if found.workload.kind == "DaemonSet" else _replicated(found)
+
+
 def check(inputs: Inputs) -> list[Finding]:
     groups = bootstrap_nodes(inputs)
     starts = wave_starts_min(inputs)
