@@ -841,3 +841,34 @@ def test_metrics_server_serving_another_port_than_its_contract_says_is_a_break()
     spec["containers"][0]["ports"][0]["containerPort"] = 4443
     [finding] = findings(graph=graph)
     assert lines([finding]) == {"metricsServer/apiserver-reach"} and "declares no port 10250" in finding.what
+
+
+# --- the kubelet ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("plant", "expected"), [
+    (lambda text: text.replace("vm.overcommit_memory = 1", "vm.overcommit_memory = 0"), "vm.overcommit_memory is 0"),
+    (lambda text: text.replace("kernel.panic = 10", "# kernel.panic = 10"), "kernel.panic is not set"),
+    # systemd-sysctl's last setting wins, a later `/` spelling included
+    (lambda text: text + "\nkernel/keys/root_maxkeys = 200\n", "kernel.keys.root_maxkeys is 200"),
+])
+def test_a_pool_whose_sysctls_differ_from_what_the_kubelet_checks_is_a_break(plant: Any, expected: str) -> None:
+    files, _ = artefacts("research-7500")
+    conf = [k for k in files if k.endswith("etc/sysctl.d/90-kilonode.conf")]
+    files[conf[0]] = plant(files[conf[0]])
+    [finding] = findings(files=files)
+    assert lines([finding]) == {"kubelet/kernel-tunables"} and expected in finding.what
+    assert finding.where.startswith(conf[0].split("/", 1)[0] + ":")
+
+
+def test_every_pool_kubelet_protects_the_kernel_defaults_the_profile_sets() -> None:
+    """By hand: protectKernelDefaults on every pool's kubelet, and the six values of
+    k8s.io/component-helpers@v0.34.2 node/util/sysctl in every pool's sysctl file."""
+    files, _ = artefacts("research-7500")
+    kubelets = {k: yaml.safe_load(v) for k, v in files.items() if k.endswith("etc/kubernetes/kubelet-config.yaml")}
+    assert kubelets and all(config["protectKernelDefaults"] is True for config in kubelets.values())
+    expected = {"vm.overcommit_memory": "1", "vm.panic_on_oom": "0", "kernel.panic": "10", "kernel.panic_on_oops": "1",
+                "kernel.keys.root_maxkeys": "1000000", "kernel.keys.root_maxbytes": str(1000000 * 25)}
+    for key, text in files.items():
+        if key.endswith("etc/sysctl.d/90-kilonode.conf"):
+            assert expected.items() <= check.sysctl_file_values(text).items(), key

@@ -224,6 +224,11 @@ def kubelet_config(plan: ClusterPlan, pool: NodePoolPlan) -> str:
         # CIS 4.2.12: forward-secret AEAD suites of the benchmark's kubelet list, for TLS 1.2
         # clients (the apiserver and the metrics scrapers are Go and speak TLS 1.3 anyway).
         "tlsCipherSuites": list(defaults.TLS_CIPHER_SUITES),  # AEAD only (CIS 4.2.12)
+        # Refuse to start unless the kernel tunables the kubelet checks already hold its values,
+        # rather than quietly setting them itself: the node's sysctl profile sets them before the
+        # kubelet starts (sysctl/, catalog/contracts.yaml kubelet kernel-tunables), so a node whose
+        # kernel says otherwise stays out of the cluster instead of running with rewritten tunables.
+        "protectKernelDefaults": True,
         "cgroupDriver": "systemd",
         "containerRuntimeEndpoint": CRI_DOCKERD_SOCKET if pool.runtime == "docker" else CONTAINERD_SOCKET,
         "clusterDomain": "cluster.local",

@@ -33,7 +33,8 @@ the environment of the NCCL job generated for the named topology families' pools
 ConfigMap's rescan interval above 0, and a node program's rendered hold at least that long on the
 pools named), waitsForFabricState
 (the agent's fabric wait on NVSwitch pools),
-renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), podNeeds
+renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), nodeSysctls
+(the pools' rendered sysctl.d file sets each kernel tunable to the value), podNeeds
 (a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
 capabilities in the bounding set, host paths), rbacAllows (the workload's pods get a token and its
 ServiceAccount is granted each request: ClusterRoleBindings anywhere, RoleBindings in their namespace,
@@ -64,7 +65,8 @@ and a job image's old rdma-core (an unrecorded one is a warning); an agent told 
 the fabric; an InfiniBand pool whose agent does not probe GPUDirect; the cloud provider's
 workloads off the host network, and its controller configuring cloud routes under Azure CNI; kube-proxy
 told another pod interface prefix (or given another file than its ConfigMap's), a conflist in bridge
-mode; kube-proxy unprivileged, without the xtables lock, on a kernel older than nftables mode allows
+mode; a pool's sysctl file with a kernel tunable the kubelet checks at another value, or without it;
+kube-proxy unprivileged, without the xtables lock, on a kernel older than nftables mode allows
 (and in iptables mode, where that does not apply), unbound from system:node-proxier; CoreDNS without
 its EndpointSlice reads, without NET_BIND_SERVICE, with a plugin its image lacks or without `ready`;
 the autoscaler without its status ConfigMap or VolumeAttachment reads (not judged at a release whose
@@ -167,6 +169,8 @@ def pinned_version(pin: str, kubernetes_version: str) -> str | None:
         return "kilonode"
     if pin.startswith("binaries:"):
         component = catalog_binaries.load().components.get(pin.removeprefix("binaries:"))
+        if component is not None and component.follows == "kubernetes":
+            return f"v{kubernetes_version}"  # the kubelet: the cluster's own release
         return str(component.version) if component is not None and component.version is not None else None
     if pin.startswith("recipe:"):
         package = pin.removeprefix("recipe:")
@@ -594,6 +598,41 @@ def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requir
                 name, contract, req, f"{host}: {value['config']}",
                 f"{value['key']} is {have!r} there" if text else f"the host has no {value['config']}",
                 f"render {value['key']}: {json.dumps(value['equals'])} for these pools (kilonode.render.pool)"))
+    return findings
+
+
+def sysctl_file_values(text: str) -> dict[str, str]:
+    """A sysctl.d file's settings as systemd-sysctl reads them (`key = value`, `#`/`;` comments,
+    `/` in a key read as `.`, the last setting of a key winning), values as written."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip().lstrip("-").replace("/", ".")] = value.strip()
+    return values
+
+
+def _node_sysctls(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every host of the named pools has the rendered sysctl.d file, and it sets each key to the
+    value (compared as written: the kernel reads these tunables as integers)."""
+    value = req.value
+    wanted = {str(key): str(v) for key, v in value["equals"].items()}
+    findings = []
+    for pool in (p for p in inputs.plan.node_pools if POOL_SETS[value["pools"]](p)):
+        for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
+            text = inputs.host_files(host).get(str(value["config"]).lstrip("/"))
+            have = sysctl_file_values(text) if text is not None else {}
+            wrong = [f"{key} is {have[key]}" if key in have else f"{key} is not set"
+                     for key, want in wanted.items() if have.get(key) != want]
+            if not wrong:
+                continue
+            findings.append(_finding(
+                name, contract, req, f"{host}: {value['config']}",
+                "; ".join(wrong) if text is not None else f"the host has no {value['config']}",
+                "set " + ", ".join(f"{key} = {want}" for key, want in wanted.items())
+                + " in the pool's sysctl profile (sysctl/) and take no stack override of them"))
     return findings
 
 
@@ -1209,6 +1248,7 @@ def _served_to_apiservers(inputs: Inputs, name: str, contract: Contract, req: Re
 EVALUATORS: dict[str, Evaluator] = {
     "podNeeds": _pod_needs,
     "renderedSetting": _rendered_setting,
+    "nodeSysctls": _node_sysctls,
     "deviceAccessFromImageEnv": _device_access_from_image_env,
     "waitsForNodeMarker": _waits_for_node_marker,
     "hostNetworkOnIpBoundNodes": _host_network,
