@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kilonode.config import load_stack
+from kilonode.config.load import SYSCTL_DIR, stack_from_value
 from kilonode.config.model import GIB
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.problems import StackError
@@ -82,6 +84,25 @@ def test_gc_thresh_override_in_order_is_accepted(write_stack: StackWriter) -> No
     cluster["sysctl"] = {"overrides": {"net.ipv4.neigh.default.gc_thresh3": 200000}}
     overrides = load_stack(str(write_stack(cluster))).config.sysctl.overrides
     assert overrides == {"net.ipv4.neigh.default.gc_thresh3": 200000}
+
+
+def test_an_override_of_a_tunable_the_kubelet_checks_is_refused(write_stack: StackWriter) -> None:
+    """Seeded break: with protectKernelDefaults the kubelet would refuse to start on every node."""
+    cluster = shipped_cluster_value("local")
+    cluster["sysctl"] = {"overrides": {"vm.overcommit_memory": 0, "kernel.panic": 10}}  # the second is its value
+    [problem] = problems_of(write_stack(cluster))
+    assert "sysctl.overrides.vm.overcommit_memory" in problem and "unless it is 1" in problem
+
+
+def test_a_profile_without_a_tunable_the_kubelet_checks_is_refused(tmp_path: Path) -> None:
+    profile = yaml.safe_load((SYSCTL_DIR / "gpu-worker.yaml").read_text())
+    del profile["kernel.panic_on_oops"]
+    (tmp_path / "bare.yaml").write_text(yaml.safe_dump(profile))
+    cluster = shipped_cluster_value("local") | {"sysctl": {"profile": "bare"}}
+    with pytest.raises(StackError) as caught:
+        stack_from_value("local", cluster, tmp_path / "Pulumi.local.yaml", sysctl_dir=tmp_path)
+    [problem] = [p.format("S") for p in caught.value.problems]
+    assert "sysctl.profile" in problem and "kernel.panic_on_oops" in problem and "does not set it" in problem
 
 
 def test_quota_above_8_gib_needs_acknowledgement(write_stack: StackWriter) -> None:

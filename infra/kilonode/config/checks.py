@@ -10,6 +10,7 @@ from pathlib import Path
 
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
+from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.config.model import GIB, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
@@ -36,6 +37,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_taints(config),
         *_image_replicas(config),
         *_sysctl_kinds(config, profile),
+        *_sysctls_node_programs_check(config, profile),
         *_pool_names(config),
         *_ssh_roles(config),
         *_max_nodes(config),
@@ -184,6 +186,28 @@ def _sysctl_kinds(config: ClusterConfig, profile: SysctlProfile) -> list[Problem
         for name, value in config.sysctl.overrides.items()
         if name in profile.root and isinstance(profile.root[name].value, int) and not isinstance(value, int)
     ]
+
+
+def _sysctls_node_programs_check(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:
+    """A kernel tunable a node program checks at start takes that program's value (the contracts'
+    nodeSysctls lines, catalog/contracts.yaml): the kubelet, with protectKernelDefaults, refuses to
+    start on a node where one differs, so an override of one, or a profile without it, would keep
+    every node out of the cluster. Refused here rather than found by preflight after a render."""
+    problems = []
+    effective = effective_sysctls(config, profile)
+    for name, _, requirement in requirements("nodeSysctls"):
+        for key, want in requirement.value["equals"].items():
+            have = effective.get(key)
+            if have is not None and str(have) == str(want):
+                continue
+            checked = f"the {name} checks {key} at start and refuses to start unless it is {want} ({requirement.id})"
+            if key in config.sysctl.overrides:
+                problems.append(Problem(("sysctl", "overrides", key), f"{checked}; remove the override"))
+            else:
+                problems.append(Problem(("sysctl", "profile"), f"{checked}; the profile {config.sysctl.profile} "
+                                        f"{'sets ' + shown(have) if have is not None else 'does not set it'}: "
+                                        f"set it to {want} there"))
+    return problems
 
 
 def archive_problems(config: ClusterConfig, project: Path) -> list[Problem]:

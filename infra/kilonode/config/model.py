@@ -528,7 +528,9 @@ class SysctlConfig(StrictModel):
         description=(
             "Sysctl values that replace the profile's, each reported as a stack override. An integer where the "
             "profile has one; a string is words of letters, digits and `_.,:-` (never a path or a pipe, which "
-            "kernel.core_pattern or kernel.modprobe would run as root)."
+            "kernel.core_pattern or kernel.modprobe would run as root). Not the tunables the kubelet checks at start "
+            "(vm.overcommit_memory, vm.panic_on_oom, kernel.panic, kernel.panic_on_oops, kernel.keys.root_max*: "
+            "protectKernelDefaults keeps a kubelet whose kernel differs from starting), unless at its value."
         ),
     )
 
