@@ -4,6 +4,7 @@ an unchanged stack (so each test can fail)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,9 +12,10 @@ import pytest
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.k8s import rdma as k8s_rdma
 from kilonode.plan.wellknown import TEAM_LABEL
-from kilonode.review import placement
+from kilonode.review import alerting, placement
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, Finding
+from tests.monitoring.promtool import promtool_path
 from tests.review.snapshots import pod_spec, snapshot
 
 STACK = "research-7500"
@@ -73,3 +75,60 @@ def test_a_workload_no_node_admits_any_more_is_high(kind: str, name: str) -> Non
     assert finding.rule == "workload-unplaceable" and finding.level == HIGH
     assert f"{kind} " in finding.summary and "stay Pending" in finding.summary
     assert "once `pulumi up` rolls its new template" in finding.summary
+
+
+# --- alert rules: promtool at review time --------------------------------------------------------------------------
+
+RULES_KEY = "ConfigMap monitoring/kilonode-prometheus kilonode-rules.yaml"
+RECORDING = 'expr: sum by (code) (rate(apiserver_request_total{job="kilonode-apiserver",verb!~"WATCH|CONNECT"}[5m]))'
+
+
+def _rules(entry: dict[str, Any]) -> dict[str, Any]:
+    [data] = [r["inputs"]["data"] for r in entry["resources"] if r["type"] == alerting.CONFIG_MAP
+              and r["inputs"]["metadata"]["name"] == "kilonode-prometheus"]
+    return data  # type: ignore[no-any-return]
+
+
+def _edited(old: str, new: str) -> dict[str, Any]:
+    head = snapshot(STACK)
+    data = _rules(head)
+    assert old in data["kilonode-rules.yaml"]
+    data["kilonode-rules.yaml"] = data["kilonode-rules.yaml"].replace(old, new, 1)
+    return head
+
+
+@pytest.fixture
+def with_promtool(monkeypatch: pytest.MonkeyPatch) -> Path:
+    try:
+        path = promtool_path()
+    except RuntimeError as error:  # `make test` and `make test-fast` unpack it first: never a skip
+        pytest.fail(str(error))
+    monkeypatch.setenv(alerting.PROMTOOL_ENV, str(path))
+    return path
+
+
+def test_the_rule_files_are_found_by_what_prometheus_loads() -> None:
+    assert list(alerting.rule_files(snapshot(STACK))) == [RULES_KEY]
+
+
+def test_a_rule_promtool_rejects_is_high_and_says_alerting_is_gone(with_promtool: Path) -> None:
+    broken = _edited(RECORDING, "expr: sum by (code) (rate(apiserver_request_total[5m])")  # a parenthesis short
+    diff = compare_stack(STACK, snapshot(STACK), broken)
+    [finding] = alerting.assess(diff)
+    assert finding.level == HIGH and finding.rule == "alert-rules-rejected" and finding.subjects == (RULES_KEY,)
+    assert "Prometheus rejects the reload" in finding.summary and "at its next start it exits" in finding.summary
+    assert "alerting is gone" in finding.summary and "promtool 2." in finding.summary
+    assert "rules/manager.go" in finding.summary and diff.notes == []
+
+
+def test_a_rule_promtool_accepts_is_no_risk(with_promtool: Path) -> None:
+    diff = compare_stack(STACK, snapshot(STACK), _edited("[5m]))", "[10m]))"))
+    assert alerting.assess(diff) == [] and diff.notes == []
+
+
+def test_without_promtool_the_change_is_said_not_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(alerting.PROMTOOL_ENV, "/nonexistent/promtool")
+    diff = compare_stack(STACK, snapshot(STACK), _edited("[5m]))", "[10m]))"))
+    assert alerting.assess(diff) == []
+    [note] = diff.notes
+    assert RULES_KEY in note and "not checked: no promtool" in note

@@ -219,7 +219,8 @@ def test_in_cluster_objects_follow_the_kubernetes_providers_rules() -> None:
         obj("kubernetes:scheduling.k8s.io/v1:PriorityClass", "kilonode-team", {"value": 1000}),
     ]
     head = copy.deepcopy(base)
-    head["resources"][-2]["inputs"]["data"]["rules.yaml"] = "groups: [x]\n"
+    # a rule file promtool accepts: the replacement is the story here (alert-rules-rejected is not)
+    head["resources"][-2]["inputs"]["data"]["rules.yaml"] = "groups:\n- name: kilonode\n  rules: []\n"
     head["resources"][-1]["inputs"]["value"] = 2000
     diff = compare_stack("c", base, head)
     actions = {c.name: c.action for c in diff.resources}

@@ -17,8 +17,9 @@ import pytest
 
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.k8s import rdma as k8s_rdma
-from kilonode.review import Review, review
+from kilonode.review import Review, alerting, review
 from kilonode.review.risks import HIGH
+from tests.monitoring.promtool import promtool_path
 from tests.review.conftest import change, edit_stack, replace_text
 
 pytestmark = pytest.mark.slow  # each review renders and records its stack at two refs, in child processes
@@ -59,3 +60,18 @@ def test_a_taint_on_the_h100_pool_strands_the_gpu_and_rdma_plugins(repo: Path) -
     assert stranded.summary.startswith("pool-h100-ib: taint dedicated=training:NoSchedule added")
     assert k8s_gpu.DAEMONSET_NAME in stranded.summary and k8s_rdma.NAME in stranded.summary
     assert "2,500 nodes" in stranded.summary and "registers from now on" in stranded.summary
+
+
+def test_an_alert_rule_prometheus_cannot_parse_is_high(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    try:
+        monkeypatch.setenv(alerting.PROMTOOL_ENV, str(promtool_path()))
+    except RuntimeError as error:  # `make test` unpacks it first: never a skip
+        pytest.fail(str(error))
+    # the apiserver request selector loses its closing brace: every rule built on it is unparseable
+    branch = change(repo, "rule-brace", replace_text("infra/kilonode/render/monitoring.py",
+                                                     'verb!~"WATCH|CONNECT"}}\'', 'verb!~"WATCH|CONNECT"\''),
+                    "tidy the apiserver selector")
+    result = reviewed(repo, branch)
+    [rejected] = risk(result, "alert-rules-rejected")
+    assert rejected.level == HIGH and result.risks[0] == rejected
+    assert "kilonode-rules.yaml" in rejected.summary and "at its next start it exits" in rejected.summary

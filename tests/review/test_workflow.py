@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kilonode.paths import REPO_ROOT
-from kilonode.review import snapcache
+from kilonode.review import alerting, snapcache
 from kilonode.review.report import COMMENT_LIMIT, MARKER
 from tests.review.conftest import edit_stack, git
 
@@ -59,6 +59,16 @@ def test_the_snapshots_are_kept_where_the_review_reads_them() -> None:
     assert "github.event.pull_request.base.sha" in restore[0] and key.startswith(restore[0])
     names = list(steps())
     assert names.index("Install kilonode") < names.index("Keep the snapshots") < names.index("kilonode diff")
+
+
+def test_the_alert_rules_are_checked_by_a_promtool_the_diff_finds() -> None:
+    """kilonode.review.alerting finds promtool through $KILONODE_PROMTOOL: the step before the
+    diff unpacks the distribution's and names it there (never installing the server package)."""
+    names = list(steps())
+    step = steps()["promtool for the alert rules"]
+    assert names.index("promtool for the alert rules") < names.index("kilonode diff")
+    assert f"{alerting.PROMTOOL_ENV}=" in step["run"] and "$GITHUB_ENV" in step["run"]
+    assert "apt-get download prometheus" in step["run"] and "apt-get install" not in step["run"]
 
 
 @pytest.mark.slow

@@ -54,6 +54,7 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
                                          "its resources would go with `pulumi destroy`; keep its state until then"))
             elif diff.changed:
                 result.risks += assess(diff, lessons)
+                result.notes += [f"{name}: {note}" for note in diff.notes]
         result.risks.sort(key=lambda r: (r.level != HIGH, r.stack))
     result.seconds = time.monotonic() - began
     return result

@@ -111,6 +111,17 @@ class StackDiff:
     def changed(self) -> bool:
         return bool(self.files or self.resources or self.errors or self.images_changed)
 
+    def note(self, text: str) -> None:
+        """What a rule could not judge in this change: the report's "Not judged" line, so that no
+        risk found is never read as safe."""
+        notes = self.derived.setdefault("notes", [])
+        if text not in notes:
+            notes.append(text)
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.derived.get("notes", []))
+
     @property
     def images_changed(self) -> bool:
         """What an image the stack boots would carry differs (its recipe's pins, binaries,

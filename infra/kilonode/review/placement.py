@@ -99,6 +99,9 @@ def _runs(found: Placement) -> set[str]:
 def assess(diff: StackDiff) -> list[Finding]:
     base_inputs, head_inputs = sides.inputs(diff, "base"), sides.inputs(diff, "head")
     if base_inputs is None or head_inputs is None:
+        if diff.base and diff.head:
+            why = sides.why_not(diff, "base") or sides.why_not(diff, "head")
+            diff.note(f"where workloads can run (placement): {why}")
         return []
     base, head = _side(base_inputs), _side(head_inputs)
     return [*_daemonsets(base, head), *_replicated(base, head)]

@@ -41,6 +41,8 @@ class Review:
     why: str  # why these stacks
     diffs: list[StackDiff] = field(default_factory=list)
     risks: list[Risk] = field(default_factory=list)
+    # what the rules could not judge in this change (no promtool, a side's plan unreadable, ...)
+    notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -101,6 +103,7 @@ def to_json(review: Review) -> str:
         "head": {"ref": review.head.ref, "commit": review.head.commit},
         "stacks": review.stacks, "why": review.why, "level": review.level(),
         "risks": [r.to_json() for r in review.risks],
+        "notJudged": review.notes,
         "changes": {d.stack: {"errors": d.errors,
                               "resources": [_resource_json(c) for c in d.resources],
                               "files": [{"path": f.path, "status": f.status, "diff": f.diff} for f in d.files]}
@@ -166,6 +169,7 @@ def _hosts(hosts: list[str]) -> str:
 
 def to_text(review: Review) -> str:
     lines = [summary(review).replace("**", ""), ""]
+    lines += [f"Not judged: {note}" for note in review.notes] + ([""] if review.notes else [])
     if review.risks:
         lines.append("Risks:")
         lines += [f"  [{r.level}] {r.rule} ({r.stack}): {r.summary}" for r in review.risks]
@@ -220,6 +224,7 @@ def to_markdown(review: Review, full_report: str = "`kilonode diff --format text
     """One comment, at most `budget` characters: summary and risks always, then per stack the
     resource table and the host-file diffs, shrunk until it fits."""
     head = [MARKER, "## kilonode diff", "", summary(review), ""]
+    head += [f"Not judged: {note}" for note in review.notes] + ([""] if review.notes else [])
     if review.risks:
         head += ["### Risks", ""]
         head += [f"- {ICON[r.level]} **{r.level}** `{r.rule}` ({r.stack}): {r.summary}" for r in review.risks]

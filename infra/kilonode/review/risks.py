@@ -27,7 +27,7 @@ from typing import Any
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
 from kilonode.preflight import apiload
-from kilonode.review import exposure, lifecycle, placement, rules, versions
+from kilonode.review import alerting, exposure, lifecycle, placement, rules, versions
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
@@ -480,7 +480,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *refused(diff),
              *fleet(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
-             *_risks(diff, placement.assess(diff))]
+             *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 
