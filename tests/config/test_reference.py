@@ -35,7 +35,7 @@ def test_the_reference_names_every_key_with_its_default() -> None:
         assert f"| `{key.path}` |" in text
     assert "| `etcd.events.members` | int | `3` |" in text  # a section's own default, not the class's
     assert "| `etcd.main.members` | int | `5` |" in text
-    assert "| `nodePools[].nodes` | int | required | ≥ 1 |" in text
+    assert "| `nodePools[].nodes` | int | required | ≥ 1, read by cluster-autoscaler" in text
 
 
 def test_schema_command_prints_a_json_schema_the_shipped_stacks_satisfy() -> None:

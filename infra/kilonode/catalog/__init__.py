@@ -11,7 +11,9 @@ renderers, the Pulumi components and the in-cluster modules read the plan instea
 - components.py (components.yaml): component versions per Kubernetes minor, image references;
 - binaries.py (node-image/binaries.toml): the pinned upstream binaries of the node images;
 - effects.py (effects.toml): what a changed input does to each Azure and in-cluster resource;
-- rbac.py (rbac.yaml): the RBAC roles and bindings every apiserver creates for itself.
+- rbac.py (rbac.yaml): the RBAC roles and bindings every apiserver creates for itself;
+- bounds.py (bounds.yaml): the programs that read a stack's numbers, and the type each reads them as;
+- sysctls.py (sysctls.yaml): how the nodes' kernel reads each sysctl, and the hardening baselines.
 """
 
 from __future__ import annotations

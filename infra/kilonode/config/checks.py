@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from functools import cache
 from ipaddress import IPv4Network
 from pathlib import Path
@@ -12,6 +13,7 @@ from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
+from kilonode.catalog.sysctls import sysctls
 from kilonode.config.model import GIB, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown, taint_key_effect
@@ -38,6 +40,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_image_replicas(config),
         *_sysctl_kinds(config, profile),
         *_sysctls_node_programs_check(config, profile),
+        *_sysctl_values(config),
         *_pool_names(config),
         *_ssh_roles(config),
         *_max_nodes(config),
@@ -186,6 +189,56 @@ def _sysctl_kinds(config: ClusterConfig, profile: SysctlProfile) -> list[Problem
         for name, value in config.sysctl.overrides.items()
         if name in profile.root and isinstance(profile.root[name].value, int) and not isinstance(value, int)
     ]
+
+
+# a number in a sysctl's text value ("1024 65535"), as the kernel's parser reads one: decimal,
+# or hexadecimal after 0x (proc_get_long: strtoul with base 0)
+_SYSCTL_NUMBER = r"[+-]?(0[xX][0-9a-fA-F]+|[0-9]+)"
+
+
+def _sysctl_numbers(value: int | str) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    return [int(word, 0) if word.lower().lstrip("+-").startswith("0x") else int(word)
+            for word in value.split() if re.fullmatch(_SYSCTL_NUMBER, word)]
+
+
+def _sysctl_value_problem(name: str, value: int | str) -> str | None:
+    """Why the kernel would not take `value` for sysctl `name` (catalog/sysctls.yaml), if it would not."""
+    catalogue = sysctls()
+    row = catalogue.key(name)
+    low, high, kind, source = catalogue.range_of(name)
+    count = row.count if row else 1
+    if row is not None and isinstance(value, str) and count == 1:
+        return (f"{name} takes one number ({kind}, {low} to {high}: {source}), not the words {shown(value)}; "
+                "write the number without quotes")
+    if count > 1 and (isinstance(value, int) or len(_sysctl_numbers(value)) != count or len(value.split()) != count):
+        return f"{name} takes {count} numbers in one value, like '1024 65535' ({source}); got {shown(value)}"
+    for number in _sysctl_numbers(value):
+        if not low <= number <= high:
+            return (f"{number} is outside what the kernel takes for {name}: {kind} from {low} to {high} ({source}); "
+                    "systemd-sysctl would skip it at boot and the node would run without it: give a value in that "
+                    "range")
+    return None
+
+
+def _sysctl_values(config: ClusterConfig) -> list[Problem]:
+    """Each override is a value its key's kernel handler takes (catalog/sysctls.yaml), and none weakens a
+    hardening sysctl below kilonode's baseline."""
+    problems = []
+    for name, value in config.sysctl.overrides.items():
+        loc: Loc = ("sysctl", "overrides", name)
+        problem = _sysctl_value_problem(name, value)
+        if problem:
+            problems.append(Problem(loc, problem))
+            continue
+        found = sysctls().hardening_of(name)
+        if found is not None and isinstance(value, int) and found[1].weaker(value):
+            pattern, rule = found
+            problems.append(Problem(loc, (
+                f"{value} weakens the kernel's hardening: kilonode's baseline for {pattern} is {rule.least}: "
+                f"{rule.why} ({rule.source}); set {rule.allowed()}, or remove the override")))
+    return problems
 
 
 def _sysctls_node_programs_check(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 from ipaddress import IPv4Network
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -32,6 +32,7 @@ from kilonode.config.values import (
     Cidr,
     ControlPlaneHost,
     DevicePath,
+    GalleryVersion,
     Generation,
     IndexKey,
     Int,
@@ -40,6 +41,8 @@ from kilonode.config.values import (
     LogFile,
     MountPoint,
     PoolLabelKey,
+    PullDeadline,
+    ReadBy,
     RelativePath,
     Retention,
     SshPublicKey,
@@ -108,7 +111,7 @@ class EtcdClusterConfig(StrictModel):
             "7,500-node post: 5 etcd nodes for the main store; 3 tolerate 1 failure, 5 tolerate 2."
         ),
     )
-    quota_backend_bytes: Int = Field(
+    quota_backend_bytes: Annotated[Int, ReadBy("etcdQuotaBackendBytes")] = Field(
         default=8 * GIB,
         description=(
             "2,500-node post: the 2 GB default quota was hit past 1,000 nodes and stopped all writes; etcd "
@@ -153,7 +156,7 @@ class EtcdClusterConfig(StrictModel):
             "history bounded if every apiserver is down."
         ),
     )
-    snapshot_count: Int = Field(
+    snapshot_count: Annotated[Int, ReadBy("etcdSnapshotCount")] = Field(
         default=10000, ge=100,
         description=(
             "etcd --snapshot-count: committed transactions between snapshots (etcd's own default since 3.2)."
@@ -278,20 +281,20 @@ class AuditLogConfig(StrictModel):
             " kubernetes/audit/audit.log below the apiserver's localDisk mountPoint (the local SSD, not the OS disk)."
         ),
     )
-    max_age_days: Int = Field(
+    max_age_days: Annotated[Int, ReadBy("auditLogMaxAgeDays")] = Field(
         default=30, ge=1,
         description=(
             "CIS Kubernetes Benchmark 1.2.17-1.2.19: maxage 30, maxbackup 10, maxsize 100."
         ),
     )
-    max_backup: Int | None = Field(
+    max_backup: Annotated[Int, ReadBy("auditLogMaxBackup")] | None = Field(
         default=None, ge=1,
         description=(
             "CIS Kubernetes Benchmark 1.2.18: rotated audit files kept. Default: as many maxSizeMb files as half the"
             " apiserver's local disk holds, at least 10."
         ),
     )
-    max_size_mb: Int = Field(
+    max_size_mb: Annotated[Int, ReadBy("auditLogMaxSizeMb")] = Field(
         default=100, ge=1,
         description=(
             "CIS Kubernetes Benchmark 1.2.19: audit file size before rotation."
@@ -344,7 +347,7 @@ class PreloadImageConfig(StrictModel):
 class PoolAutoscalingConfig(StrictModel):
     """The cluster autoscaler on one pool: its shards not given to a team become node groups."""
 
-    min_nodes: Int | None = Field(
+    min_nodes: Annotated[Int, ReadBy("autoscalerNodes")] | None = Field(
         default=None, ge=0,
         description=(
             "The fewest nodes the autoscaler may leave in the pool (teams' shards included, which it never "
@@ -353,7 +356,7 @@ class PoolAutoscalingConfig(StrictModel):
             "half). Unset: half of `nodes`, rounded up. The most is maxNodes (or nodes)."
         ),
     )
-    warm_nodes: Int = Field(
+    warm_nodes: Annotated[Int, ReadBy("balloonReplicas")] = Field(
         default=0, ge=0,
         description=(
             "Balloon pods: placeholder pods of the lowest priority that each take a whole node, so the "
@@ -382,8 +385,9 @@ class NodePoolConfig(StrictModel):
             )
         return value
 
-    nodes: Int = Field(ge=1, description="How many nodes the pool has now (see maxNodes for its room to grow).")
-    pods_per_node: Int = Field(
+    nodes: Annotated[Int, ReadBy("autoscalerNodes")] = Field(
+        ge=1, description="How many nodes the pool has now (see maxNodes for its room to grow).")
+    pods_per_node: Annotated[Int, ReadBy("kubeletMaxPods")] = Field(
         default=8, ge=0,
         description=(
             "Native pod networking: routable secondary NIC IPs per node (field notes: flannel capped pods at "
@@ -433,19 +437,19 @@ class NodePoolConfig(StrictModel):
             "2,500-node post: the container runtime's root on the instance's local SSD, not the OS disk."
         ),
     )
-    max_concurrent_downloads: Int = Field(
+    max_concurrent_downloads: Annotated[Int, ReadBy("runtimeMaxConcurrentDownloads")] = Field(
         default=10, ge=1, le=64,
         description=(
             "2,500-node post: Docker max-concurrent-downloads 10 so big layers pull in parallel."
         ),
     )
-    max_parallel_image_pulls: Int = Field(
+    max_parallel_image_pulls: Annotated[Int, ReadBy("kubeletMaxParallelImagePulls")] = Field(
         default=10, ge=1, le=64,
         description=(
             "2,500-node post: serialized pulls let one 17 GB image block all others."
         ),
     )
-    image_pull_progress_deadline: Str = Field(
+    image_pull_progress_deadline: PullDeadline = Field(
         default="30m", pattern=r"^[0-9]+[smh]$",
         description=(
             '2,500-node post: big pulls were cancelled for "lack of progress" at the default.'
@@ -457,7 +461,7 @@ class NodePoolConfig(StrictModel):
             "Images baked into the node image besides the pause image, so a fresh node pulls none of them."
         ),
     )
-    max_nodes: Int | None = Field(
+    max_nodes: Annotated[Int, ReadBy("autoscalerNodes")] | None = Field(
         default=None, ge=1,
         description=(
             "The most nodes this pool may grow to. Its subnet is sized for max(nodes, maxNodes) when it is "
@@ -658,13 +662,13 @@ class NodeImageConfig(StrictModel):
             "per version. The largest burst is one wave of scale-set creation."
         ),
     )
-    min_replicas: Int = Field(
+    min_replicas: Annotated[Int, ReadBy("galleryReplicaCount")] = Field(
         default=3, ge=1, le=100,
         description=(
             "Azure Compute Gallery guidance: at least 3 replicas for production images."
         ),
     )
-    version: Str = Field(
+    version: GalleryVersion = Field(
         default="1.0.0",
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
         description=(
@@ -678,7 +682,7 @@ class NodeImageConfig(StrictModel):
 class RoleImageConfig(StrictModel):
     """The gallery version of one control-plane role's image (etcd members, or apiservers)."""
 
-    version: Str = Field(
+    version: GalleryVersion = Field(
         default="1.0.0",
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
         description=(

@@ -16,9 +16,10 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from kilonode.catalog.bounds import number_range, reader
 from kilonode.config.load import CONFIG_KEY
 from kilonode.config.model import ClusterConfig
-from kilonode.config.values import Accepts
+from kilonode.config.values import Accepts, ReadBy
 from kilonode.yamlio import flow_yaml
 
 REFERENCE_DOC = "docs/stack-reference.md"
@@ -143,6 +144,12 @@ def _accepts(annotation: Any) -> list[str]:
     return found + [text for arg in typing.get_args(annotation) for text in _accepts(arg)]
 
 
+def _readers(annotation: Any) -> list[str]:
+    """The programs (catalog/bounds.yaml) that read the integers in `annotation` (values.ReadBy)."""
+    found = [m.key for m in getattr(annotation, "__metadata__", ()) if isinstance(m, ReadBy)]
+    return found + [key for arg in typing.get_args(annotation) for key in _readers(arg)]
+
+
 def constraints(info: FieldInfo) -> str:
     words: list[str] = [m.text for m in info.metadata if isinstance(m, Accepts)][-1:]
     words += [] if words else list(dict.fromkeys(_accepts(info.annotation)))
@@ -154,6 +161,8 @@ def constraints(info: FieldInfo) -> str:
             words.append(f"at least {item.min_length}")
         if getattr(item, "pattern", None):
             words.append(f"matches `{item.pattern}`")
+    for key in dict.fromkeys([*_readers(info.annotation), *(m.key for m in info.metadata if isinstance(m, ReadBy))]):
+        words.append(f"read by {reader(key).reader} (catalog/bounds.yaml): ≤ {number_range(key)[1]}")
     return ", ".join(words)
 
 

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, Strict
+from pydantic import AfterValidator, BeforeValidator, Field, GetCoreSchemaHandler, Strict
+from pydantic_core import CoreSchema, core_schema
+
+from kilonode.catalog.bounds import number_range, reader
 
 # how much of a value an error message shows: a 50 MB value must not come back 50 MB long
 SHOWN = 80
@@ -40,6 +43,43 @@ class Accepts:
 Int = Annotated[int, Strict()]
 Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
+
+
+# how a reader's type reads in a sentence (catalog/bounds.yaml types)
+TYPE_WORDS = {"int32": "a 32-bit signed integer", "int64": "a 64-bit signed integer",
+              "int": "a Go int (64 bits)", "uint64": "a 64-bit unsigned integer",
+              "duration": "a Go duration (a 64-bit count of nanoseconds)"}
+
+
+def out_of_range(key: str, value: int, what: str = "") -> str | None:
+    """Why `value` is more (or less) than the program catalog/bounds.yaml names under `key`
+    reads; None when it reads it."""
+    low, high = number_range(key)
+    if low <= value <= high:
+        return None
+    row = reader(key)
+    why = f"; {row.why}" if row.why else ""
+    more = value > high
+    give = f"at most {high}" if more else f"at least {low}"
+    return (f"{what or shown(value)} is {'more' if more else 'less'} than {row.reader} can read: it reads "
+            f"{TYPE_WORDS.get(row.type, row.type)}{why} ({row.source}); give {give}")
+
+
+@dataclass(frozen=True)
+class ReadBy:
+    """An integer that another program reads (catalog/bounds.yaml, `key`): a value outside the
+    type that program reads it as is refused, naming the program and where its type is written."""
+
+    key: str
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: Any) -> Any:
+        problem = out_of_range(self.key, value) if isinstance(value, int) else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 def _index_key(value: Any) -> Any:
@@ -150,15 +190,71 @@ RelativePath = Annotated[str, Strict(), AfterValidator(_relative_path), Accepts(
 # --- etcd ----------------------------------------------------------------------------------------
 
 
+_NS = {"h": 3_600_000_000_000, "m": 60_000_000_000, "s": 1_000_000_000, "ms": 1_000_000}
+DURATION = r"([0-9]+(\.[0-9]+)?(h|m|s|ms))+"
+
+
+def duration_ns(value: str) -> int:
+    """A Go duration's length in nanoseconds, as time.ParseDuration adds it up (units h, m, s,
+    ms; a fraction truncated to whole nanoseconds)."""
+    total = 0
+    for number, unit in re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", value):
+        whole, _, fraction = number.partition(".")
+        total += int(whole) * _NS[unit]
+        if fraction:
+            total += int(fraction) * _NS[unit] // 10 ** len(fraction)
+    return total
+
+
+def duration_problem(key: str, value: str) -> str | None:
+    """Why the Go duration `value` is longer than the reader `key` holds (catalog/bounds.yaml)."""
+    return out_of_range(key, duration_ns(value), f"{shown(value)} ({duration_ns(value):,} ns)")
+
+
 def _retention(value: str) -> str:
     # etcd --auto-compaction-retention: hours as a number, or a Go duration (1h, 30m, 1h30m)
-    if len(value) > 32 or not re.fullmatch(r"[0-9]+|([0-9]+(\.[0-9]+)?(h|m|s|ms))+", value):
+    if len(value) > 32 or not re.fullmatch(rf"[0-9]+|{DURATION}", value):
         raise ValueError(f"must be hours as a number or a duration like '1h', '30m', '1h30m' (got {shown(value)})")
+    problem = (out_of_range("etcdAutoCompactionRetentionHours", int(value), f"{value} hours") if value.isdigit()
+               else duration_problem("etcdAutoCompactionRetentionDuration", value))
+    if problem:
+        raise ValueError(problem)
     return value
 
 
-Retention = Annotated[str, Strict(), AfterValidator(_retention),
-                      Accepts("hours as a number, or a duration: `1h`, `30m`")]
+Retention = Annotated[str, Strict(), AfterValidator(_retention), Accepts(
+    "hours as a number, or a duration: `1h`, `30m`; no longer than etcd reads (catalog/bounds.yaml)")]
+
+
+def _pull_deadline(value: str) -> str:
+    # the pattern (digits and one unit) is the field's own; the length is the runtimes' reading
+    if len(value) > 32:
+        raise ValueError(f"is {len(value)} characters long; a duration here has at most 32 (got {shown(value)})")
+    problem = duration_problem("imagePullProgressDeadline", value) if re.fullmatch(DURATION, value) else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+PullDeadline = Annotated[str, Strict(), AfterValidator(_pull_deadline)]
+
+
+def _gallery_version(value: str) -> str:
+    parts = value.split(".")
+    if not all(part.isdigit() for part in parts):
+        return value  # the field's pattern says what it takes
+    for part in parts:
+        if len(part) > 1 and part.startswith("0"):
+            raise ValueError(f"{shown(value)}: write each part without leading zeros ({part} is {int(part)}): "
+                             "Azure reads every part as a number, so two spellings would name one version")
+        problem = out_of_range("galleryImageVersionPart", int(part), f"part {part} of {shown(value)}")
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+GalleryVersion = Annotated[str, Strict(), AfterValidator(_gallery_version), Accepts(
+    "`Major.Minor.Patch`, each part a number from 0 to 2147483647 without leading zeros (Azure: a 32-bit integer)")]
 
 # --- sysctl --------------------------------------------------------------------------------------
 SYSCTL_KEY = r"[a-z0-9_]+(\.[a-zA-Z0-9_-]+)+"
