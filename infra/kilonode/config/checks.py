@@ -6,11 +6,12 @@ import difflib
 import math
 import re
 from functools import cache
-from ipaddress import IPv4Network
+from ipaddress import IPv4Network, collapse_addresses
 from pathlib import Path
 
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
+from kilonode.catalog.addresses import reserved_in
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
@@ -48,6 +49,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_sizes(config),
         *_sold_in_location(config),
         *_world_open(config),
+        *_reserved_ranges(config),
         *_deployer(config),
         *_cidrs(config),
         *_gc_thresh(config, profile),
@@ -367,6 +369,17 @@ def _cidrs(config: ClusterConfig) -> list[Problem]:
     return problems
 
 
+# The existing rule's line, in addresses: one range admitting more than half of IPv4 is 0.0.0.0/0
+# (the only prefix that large). Ranges that together admit more are the same opening written in
+# pieces (0.0.0.0/1 + 128.0.0.0/1, or the world less a few holes): refused alike.
+WORLD_ADDRESSES = 2**31
+
+
+def admitted(ranges: list[IPv4Network]) -> int:
+    """How many addresses `ranges` admit together, overlaps counted once."""
+    return sum(n.num_addresses for n in collapse_addresses(ranges))
+
+
 def _world_open(config: ClusterConfig) -> list[Problem]:
     net = config.network
     if net.acknowledge_world_open_access:
@@ -378,15 +391,56 @@ def _world_open(config: ClusterConfig) -> list[Problem]:
                 f"{cidr} opens the apiserver (6443) to the whole internet{ack}")
         for i, cidr in enumerate(net.apiserver_allowed_cidrs) if cidr.prefixlen == 0
     ]
-    if config.deployer is not None:
-        problems += [
-            Problem(("deployer", "cidrs", i), f"{cidr} opens the apiserver (6443) to the whole internet{ack}")
-            for i, cidr in enumerate(config.deployer.cidrs) if cidr.prefixlen == 0
-        ]
+    deployer = list(config.deployer.cidrs) if config.deployer is not None else []
+    problems += [
+        Problem(("deployer", "cidrs", i), f"{cidr} opens the apiserver (6443) to the whole internet{ack}")
+        for i, cidr in enumerate(deployer) if cidr.prefixlen == 0
+    ]
     if net.admin_cidr is not None and net.admin_cidr.prefixlen == 0:
         problems.append(Problem(("network", "adminCidr"),
                                 f"{net.admin_cidr} opens SSH (22) on every control-plane VM to the whole "
                                 f"internet{through}{ack}"))
+    if problems:
+        return problems
+    # both lists are admitted to the apiservers on 6443: their union is what the port is open to
+    allowed = list(net.apiserver_allowed_cidrs)
+    for loc, ranges, together in ((("network", "apiserverAllowedCidrs"), allowed, ""),
+                                  (("deployer", "cidrs"), deployer, ""),
+                                  (("deployer", "cidrs"), allowed + deployer, " with network.apiserverAllowedCidrs")):
+        count = admitted(ranges)
+        if count > WORLD_ADDRESSES:
+            return [Problem(loc, (
+                f"these ranges{together} admit {count:,} addresses to the apiserver (6443), more than half of IPv4 "
+                f"({WORLD_ADDRESSES:,}): that is 0.0.0.0/0 written in pieces, the whole internet{ack}"))]
+    return []
+
+
+def _reserved_ranges(config: ClusterConfig) -> list[Problem]:
+    """The cluster's own address spaces cover no reserved range (catalog/addresses.yaml): Azure
+    refuses them in a VNet, and the Service range would capture them on every node."""
+    net = config.network
+    spaces: list[tuple[Loc, IPv4Network, str]] = [(("network", "vnetCidr"), net.vnet_cidr, "vnet")]
+    if net.control_plane_subnet:
+        spaces.append((("network", "controlPlaneSubnet"), net.control_plane_subnet, "vnet"))
+    if net.etcd_subnet:
+        spaces.append((("network", "etcdSubnet"), net.etcd_subnet, "vnet"))
+    spaces += [(("nodePools", i, "subnet"), p.subnet, "vnet") for i, p in enumerate(config.node_pools) if p.subnet]
+    spaces.append((("network", "serviceCidr"), net.service_cidr, "service"))
+    if config.deployer is not None and config.deployer.network == "peered":
+        spaces += [(("deployer", "cidrs", i), c, "runner") for i, c in enumerate(config.deployer.cidrs)]
+    problems = []
+    for loc, network, kind in spaces:
+        row = reserved_in(network)
+        if row is None:
+            continue
+        what = f"{network} overlaps {row.range}, {row.what} ({row.source})"
+        problems.append(Problem(loc, {
+            "vnet": f"{what}: Azure refuses it in a VNet's address space; pick a private range, like 10.0.0.0/16",
+            "runner": f"{what}: Azure refuses it in the runner's VNet, so it is not the runner's subnet; give the "
+                      "runner's subnet in its own VNet",
+            "service": f"{what}: every node's kube-proxy would take what pods send there for a Service; pick a private "
+                       "range outside the VNet, like 172.16.0.0/16",
+        }[kind]))
     return problems
 
 

@@ -1,0 +1,77 @@
+"""Source ranges that together admit the world are refused as 0.0.0.0/0 is, and the cluster's own
+address spaces cover no reserved range (catalog/addresses.yaml). The refusals are hostile files
+(tests/config/hostile/sem-world-*, sem-reserved-*); here, the edges that must still pass."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address, IPv4Network
+from typing import Any
+
+import pytest
+
+from kilonode.catalog.addresses import addresses
+from kilonode.config import load_stack
+from kilonode.config.checks import WORLD_ADDRESSES, admitted
+from kilonode.plan.wellknown import AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS
+from tests.conftest import StackWriter, shipped_cluster_value
+
+RUNNER_VNET = ("/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/ci/providers/"
+               "Microsoft.Network/virtualNetworks/runners")
+
+
+def _load(write_stack: StackWriter, network: dict[str, Any] | None = None,
+          deployer: dict[str, Any] | None = None, pool_subnet: str | None = None) -> Any:
+    cluster = shipped_cluster_value("local")
+    cluster["network"] = {**cluster["network"], **(network or {})}
+    if pool_subnet is not None:
+        cluster["nodePools"][0]["subnet"] = pool_subnet
+    if deployer is not None:
+        cluster["deployer"] = deployer
+    return load_stack(str(write_stack(cluster))).config
+
+
+@pytest.mark.parametrize(("network", "cidrs"), [
+    ({}, ["0.0.0.0/1"]),  # the largest single range the /0 rule ever allowed
+    ({}, ["128.0.0.0/1", "130.0.0.0/8", "200.1.2.0/24"]),  # pieces inside it count once
+    ({"apiserverAllowedCidrs": ["0.0.0.0/2"]}, ["64.0.0.0/2"]),  # exactly half, across both fields
+    ({"apiserverAllowedCidrs": ["203.0.113.0/24"]}, ["198.51.100.0/24", "20.0.0.0/8"]),
+])
+def test_ranges_that_admit_at_most_half_of_ipv4_together_pass(write_stack: StackWriter, network: dict[str, Any],
+                                                             cidrs: list[str]) -> None:
+    config = _load(write_stack, network, {"network": "internet", "cidrs": cidrs})
+    assert admitted([*config.network.apiserver_allowed_cidrs, *config.deployer.cidrs]) <= WORLD_ADDRESSES
+
+
+def test_the_world_in_pieces_passes_when_the_stack_acknowledges_it(write_stack: StackWriter) -> None:
+    config = _load(write_stack, {"acknowledgeWorldOpenAccess": True},
+                   {"network": "internet", "cidrs": ["0.0.0.0/1", "128.0.0.0/1"]})
+    assert admitted(list(config.deployer.cidrs)) == 2**32
+
+
+@pytest.mark.parametrize("service", [
+    "169.253.0.0/16",  # next to link-local
+    "169.255.0.0/16",
+    "168.63.128.0/24",  # next to 168.63.129.16
+    "168.63.130.0/23",
+    "100.64.0.0/16",  # shared address space (RFC 6598) is a range of one's own
+    "126.0.0.0/8",  # next to loopback
+    "223.255.0.0/16",  # next to multicast
+    "1.0.0.0/16",
+])
+def test_a_service_range_next_to_a_reserved_one_passes(write_stack: StackWriter, service: str) -> None:
+    assert str(_load(write_stack, {"serviceCidr": service}).network.service_cidr) == service
+
+
+def test_a_vnet_and_a_peered_runner_in_ranges_of_their_own_pass(write_stack: StackWriter) -> None:
+    config = _load(write_stack, {"vnetCidr": "100.64.0.0/16", "controlPlaneSubnet": "100.64.0.0/24",
+                                 "etcdSubnet": "100.64.1.0/24"},
+                   {"network": "peered", "vnetId": RUNNER_VNET, "cidrs": ["192.168.0.0/24"]}, "100.64.2.0/27")
+    assert config.network.vnet_cidr == IPv4Network("100.64.0.0/16")
+
+
+def test_the_addresses_the_nodes_protect_lie_in_reserved_ranges() -> None:
+    """The plan's metadata block drops pods' traffic to these (kilonode.plan.wellknown): no range the
+    stack owns may cover them, so the catalogue's ranges must."""
+    ranges = [row.range for row in addresses().reserved]
+    for address in (AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS):
+        assert any(IPv4Address(address) in r for r in ranges), address
