@@ -106,6 +106,9 @@ VM_NAME = r"[a-zA-Z0-9]([-a-zA-Z0-9._]*[a-zA-Z0-9_])?"
 NAME_RULES: dict[str, tuple[str, int, int, str]] = {
     # a storage account's lifecycle policy: the one name Azure takes
     "azure-native:storage:ManagementPolicy": ("managementPolicyName", 7, 7, r"default"),
+    # so are its blob service's properties and a container's immutability policy
+    "azure-native:storage:BlobServiceProperties": ("blobServicesName", 7, 7, r"default"),
+    "azure-native:storage:BlobContainerImmutabilityPolicy": ("immutabilityPolicyName", 7, 7, r"default"),
     "azure-native:resources:ResourceGroup": ("resourceGroupName", 1, 90, r"[-\w._()]*[-\w_()]"),
     "azure-native:network:VirtualNetwork": ("virtualNetworkName", 2, 64, r"\w[-\w.]*\w"),
     "azure-native:network:Subnet": ("subnetName", 1, 80, r"\w([-\w.]*\w)?"),

@@ -1,6 +1,7 @@
 """EtcdBackup, recorded on its own under Pulumi's mock engine: every input against the provider
-SDK's own types, Azure's naming rules, the role scoped to the one container, a stable account
-name, and the file the snapshot script reads."""
+SDK's own types, Azure's naming rules, a container, a retention policy and an identity per etcd
+cluster, each identity's write-only role scoped to its own container, soft delete on the account,
+a stable account name, and the file the snapshot script reads."""
 
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs, age_keys, backup_account_name
+from kilonode.azure.backup import (
+    SNAPSHOT_WRITER_DATA_ACTIONS,
+    EtcdBackup,
+    EtcdBackupArgs,
+    age_keys,
+    backup_account_name,
+    snapshot_container,
+)
 from kilonode.azure.graph import Graph
 from kilonode.azure.mockplan import MOCK_SUBSCRIPTION, run_program
 from kilonode.node.ship import ETCD_SNAPSHOT
@@ -34,27 +42,29 @@ from tests.conftest import shipped_cluster_value
 ACCOUNT = "azure-native:storage:StorageAccount"
 CONTAINER = "azure-native:storage:BlobContainer"
 POLICY = "azure-native:storage:ManagementPolicy"
+SERVICE = "azure-native:storage:BlobServiceProperties"
+RETENTION = "azure-native:storage:BlobContainerImmutabilityPolicy"
 IDENTITY = "azure-native:managedidentity:UserAssignedIdentity"
 ASSIGNMENT = "azure-native:authorization:RoleAssignment"
+ROLE_DEFINITION = "azure-native:authorization:RoleDefinition"
 RANDOM_BYTES = "random:index/randomBytes:RandomBytes"  # the age key the snapshots are encrypted to
 RESOURCE_GROUP_ID = f"/subscriptions/{MOCK_SUBSCRIPTION}/resourceGroups/local-rg"
 ETCD_SUBNET = f"{RESOURCE_GROUP_ID}/providers/Microsoft.Network/virtualNetworks/local-vnet/subnets/etcd"
-# Azure's rule for the one resource type NAME_RULES does not know yet: a storage account's
-# lifecycle policy is always named "default".
-RULES = NAME_RULES | {POLICY: ("managementPolicyName", 7, 7, r"default")}
+ROLES = ("main", "events", "leases")
 
 
-def record(cluster: str = "local", zones: tuple[str, ...] = ("1", "2", "3")) -> Graph:
+def record(cluster: str = "local", zones: tuple[str, ...] = ("1", "2", "3"), roles: tuple[str, ...] = ROLES) -> Graph:
     def program() -> None:
         backup = EtcdBackup(f"{cluster}-etcd-backup", EtcdBackupArgs(
             cluster=cluster, location="westus2", zones=zones, resource_group_name="local-rg",
             resource_group_id=pulumi.Output.from_input(RESOURCE_GROUP_ID), etcd_subnet_id=ETCD_SUBNET,
-            deployer_ip_rules=["198.51.100.0/24", "203.0.113.7"],
+            deployer_ip_rules=["198.51.100.0/24", "203.0.113.7"], roles=roles,
         ))
-        delivered = backup.host_file()
-        pulumi.export("azureConfigPath", delivered.path)
-        pulumi.export("azureConfig", delivered.content)
-        pulumi.export("identityId", backup.identity_id)
+        for role in roles:
+            delivered = backup.host_file(role)
+            pulumi.export(f"azureConfigPath-{role}", delivered.path)
+            pulumi.export(f"azureConfig-{role}", delivered.content)
+            pulumi.export(f"identityId-{role}", backup.identity_ids[role])
         pulumi.export("snapshotIdentity", backup.snapshot_identity)
 
     return run_program("local", shipped_cluster_value("local"), program)
@@ -71,8 +81,9 @@ def one(graph: Graph, type_: str) -> Any:
 
 
 def test_every_input_matches_the_provider_sdks_input_types(graph: Graph) -> None:
-    assert sorted(r.type for r in graph.resources if r.custom) == sorted([ACCOUNT, CONTAINER, POLICY, IDENTITY,
-                                                                          ASSIGNMENT, RANDOM_BYTES])
+    per_cluster = [CONTAINER, RETENTION, IDENTITY, ASSIGNMENT]
+    assert sorted(r.type for r in graph.resources if r.custom) == sorted(
+        [ACCOUNT, SERVICE, POLICY, ROLE_DEFINITION, RANDOM_BYTES, *per_cluster * len(ROLES)])
     assert [p for r in graph.resources for p in problems(r)] == []
 
 
@@ -93,7 +104,7 @@ def test_every_resource_is_named_within_azures_rules_and_parented_to_the_compone
         assert resource.parent == "local-etcd-backup" and resource.name.startswith("local-etcd-backup-")
         if resource.type == RANDOM_BYTES:
             continue  # not an Azure resource: no Azure name
-        field, low, high, pattern = RULES[resource.type]
+        field, low, high, pattern = NAME_RULES[resource.type]
         name = resource.plain().get(field)
         assert isinstance(name, str) and low <= len(name) <= high and re.fullmatch(pattern, name), (resource.type, name)
 
@@ -107,7 +118,7 @@ def test_the_account_takes_no_anonymous_access_no_shared_keys_and_tls_12_and_is_
     assert inputs["minimumTlsVersion"] == "TLS1_2"
     assert inputs["sku"] == {"name": "Standard_ZRS"}  # the region has zones
     assert account.protect
-    assert one(graph, CONTAINER).plain()["publicAccess"] == "None"
+    assert [c.plain()["publicAccess"] for c in graph.of_type(CONTAINER)] == ["None"] * len(ROLES)
     assert one(record(zones=()), ACCOUNT).plain()["sku"] == {"name": "Standard_LRS"}
 
 
@@ -120,27 +131,73 @@ def test_the_account_denies_every_network_but_the_etcd_subnet_and_the_deployers_
     assert [r["iPAddressOrRange"] for r in rules["ipRules"]] == ["198.51.100.0/24", "203.0.113.7"]
 
 
-def test_the_identity_may_write_blobs_in_the_snapshot_container_and_nowhere_else(graph: Graph) -> None:
-    assignment = one(graph, ASSIGNMENT).plain()
-    container = one(graph, CONTAINER)
-    assert container.plain()["containerName"] == defaults.ETCD_SNAPSHOT_CONTAINER
-    # the container's own resource ID: not the account, not the resource group
+def of_role(graph: Graph, type_: str, role: str) -> Any:
+    [resource] = [r for r in graph.of_type(type_) if r.name.startswith(f"local-etcd-backup-{role}-")]
+    return resource
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_each_etcd_clusters_identity_may_only_write_blobs_in_its_own_container(graph: Graph, role: str) -> None:
+    container = of_role(graph, CONTAINER, role)
+    assert container.plain()["containerName"] == snapshot_container(role) == f"etcd-snapshots-{role}"
+    identity = of_role(graph, IDENTITY, role)
+    assert identity.plain()["resourceName"] == f"local-etcd-backup-{role}"
+    # the cluster's one assignment: its identity, its own container's resource ID (not the
+    # account, not the resource group, not another cluster's container)
+    [assignment] = [a.plain() for a in graph.of_type(ASSIGNMENT)
+                    if a.plain()["principalId"] == f"mock-principal-id:{identity.name}"]
     assert assignment["scope"] == mock_id(container)
-    assert assignment["roleDefinitionId"] == (
-        f"/subscriptions/{MOCK_SUBSCRIPTION}/providers/Microsoft.Authorization/roleDefinitions/"
-        "ba92f5b4-2d11-453d-a403-e96b0029c9fe")  # Storage Blob Data Contributor
-    assert assignment["principalId"] == "mock-principal-id:local-etcd-backup-identity"
     assert assignment["principalType"] == "ServicePrincipal"
-    # a GUID derived from the cluster: the same on every run
-    assert assignment["roleAssignmentName"] == one(record(), ASSIGNMENT).plain()["roleAssignmentName"]
+    # a GUID derived from the scope, principal and role: the same on every run
+    assert assignment["roleAssignmentName"] in {a.plain()["roleAssignmentName"] for a in record().of_type(ASSIGNMENT)}
+    # the role: the custom one, of blobs/write alone: no read, no delete, no control-plane action
+    definition = one(graph, ROLE_DEFINITION).plain()
+    assert assignment["roleDefinitionId"] == (f"/subscriptions/{MOCK_SUBSCRIPTION}/providers/Microsoft.Authorization/"
+                                              f"roleDefinitions/{definition['roleDefinitionId']}")
+    assert definition["permissions"] == [{"actions": [], "dataActions": list(SNAPSHOT_WRITER_DATA_ACTIONS)}]
+    assert SNAPSHOT_WRITER_DATA_ACTIONS == ("Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write",)
+    assert definition["assignableScopes"] == [RESOURCE_GROUP_ID] == [definition["scope"]]
+    # "Storage Blob Data Contributor" (it deletes) is assigned nowhere
+    assert not any("ba92f5b4-2d11-453d-a403-e96b0029c9fe" in a.plain()["roleDefinitionId"]
+                   for a in graph.of_type(ASSIGNMENT))
+
+
+def test_every_identity_and_every_container_belongs_to_one_cluster(graph: Graph) -> None:
+    scopes = [a.plain()["scope"] for a in graph.of_type(ASSIGNMENT)]
+    principals = [a.plain()["principalId"] for a in graph.of_type(ASSIGNMENT)]
+    assert len(set(scopes)) == len(set(principals)) == len(ROLES)
+    assert sorted(scopes) == sorted(mock_id(c) for c in graph.of_type(CONTAINER))
+    # a stack without a leases cluster gets no leases container or identity
+    names = {c.plain()["containerName"] for c in record(roles=("main", "events")).of_type(CONTAINER)}
+    assert names == {"etcd-snapshots-main", "etcd-snapshots-events"}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_snapshot_can_be_overwritten_or_deleted_before_the_retention(graph: Graph, role: str) -> None:
+    policy = of_role(graph, RETENTION, role).plain()
+    assert policy == {
+        "immutabilityPolicyName": "default", "accountName": one(graph, ACCOUNT).plain()["accountName"],
+        "containerName": snapshot_container(role), "resourceGroupName": "local-rg",
+        "immutabilityPeriodSinceCreationInDays": defaults.ETCD_SNAPSHOT_BLOB_RETENTION_DAYS,
+        "allowProtectedAppendWrites": False,
+    }
+
+
+def test_deleted_blobs_and_containers_stay_recoverable(graph: Graph) -> None:
+    service = one(graph, SERVICE).plain()
+    kept = {"enabled": True, "days": defaults.ETCD_SNAPSHOT_SOFT_DELETE_DAYS}
+    assert service["blobServicesName"] == "default"
+    assert service["deleteRetentionPolicy"] == kept == service["containerDeleteRetentionPolicy"]
+    # Microsoft's recommended minimum for both (data-protection-overview.md, "Restore")
+    assert defaults.ETCD_SNAPSHOT_SOFT_DELETE_DAYS >= 7
 
 
 def test_old_snapshots_are_deleted_after_the_retention(graph: Graph) -> None:
     [rule] = one(graph, POLICY).plain()["policy"]["rules"]
     assert rule["enabled"] and rule["type"] == "Lifecycle"
-    # a prefix match starts with the container's name (Azure lifecycle management)
+    # a prefix match starts with the container's name (Azure lifecycle management): every cluster's
     assert rule["definition"]["filters"] == {"blobTypes": ["blockBlob"],
-                                             "prefixMatch": [f"{defaults.ETCD_SNAPSHOT_CONTAINER}/"]}
+                                             "prefixMatch": [f"etcd-snapshots-{role}/" for role in ROLES]}
     assert rule["definition"]["actions"]["baseBlob"] == {
         "delete": {"daysAfterModificationGreaterThan": defaults.ETCD_SNAPSHOT_BLOB_RETENTION_DAYS}}
 
@@ -180,20 +237,22 @@ def test_the_age_keys_are_what_age_itself_derives() -> None:
         age_keys(base64.b64encode(bytes(16)).decode())
 
 
-def test_the_delivered_file_is_what_the_snapshot_script_reads(graph: Graph) -> None:
-    assert graph.outputs["azureConfigPath"] == defaults.ETCD_SNAPSHOT_AZURE_CONFIG
-    azure = json.loads(graph.outputs["azureConfig"])
+@pytest.mark.parametrize("role", ROLES)
+def test_the_delivered_file_is_what_the_snapshot_script_reads(graph: Graph, role: str) -> None:
+    assert graph.outputs[f"azureConfigPath-{role}"] == defaults.ETCD_SNAPSHOT_AZURE_CONFIG
+    azure = json.loads(graph.outputs[f"azureConfig-{role}"])
     account = backup_account_name("local", MOCK_SUBSCRIPTION)
     recipient = azure.pop("ageRecipient")
+    # this cluster's own container and identity
     assert azure == {"blobEndpoint": f"https://{account}.blob.core.windows.net/",
-                     "container": defaults.ETCD_SNAPSHOT_CONTAINER,
-                     "clientId": "mock-client-id:local-etcd-backup-identity"}
+                     "container": f"etcd-snapshots-{role}",
+                     "clientId": f"mock-client-id:local-etcd-backup-{role}-identity"}
     # the members get the public recipient of the identity the stack keeps as a secret
     identity = graph.outputs["snapshotIdentity"]
-    assert is_secret(identity) and not is_secret(graph.outputs["azureConfig"])
+    assert is_secret(identity) and not is_secret(graph.outputs[f"azureConfig-{role}"])
     assert identity["value"].startswith("AGE-SECRET-KEY-1") and recipient.startswith("age1")
-    assert identity["value"] not in json.dumps(graph.outputs["azureConfig"])
-    assert graph.outputs["identityId"] == mock_id(one(graph, IDENTITY))
+    assert identity["value"] not in json.dumps(graph.outputs[f"azureConfig-{role}"])
+    assert graph.outputs[f"identityId-{role}"] == mock_id(of_role(graph, IDENTITY, role))
     # the script (kilonode/node/etcd_snapshot.py) builds its blob URLs from it
     spec = importlib.util.spec_from_file_location("etcd_snapshot_for_backup", ETCD_SNAPSHOT.path)
     assert spec and spec.loader
@@ -201,7 +260,8 @@ def test_the_delivered_file_is_what_the_snapshot_script_reads(graph: Graph) -> N
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
-        url = module.blob_url(azure, "main/20261123T174500Z-rev1-etcd-main-0.db")
+        url = module.blob_url(azure, f"20261123T174500Z-rev1-etcd-{role}-0.db.age")
     finally:
         del sys.modules[spec.name]
-    assert url == f"https://{account}.blob.core.windows.net/etcd-snapshots/main/20261123T174500Z-rev1-etcd-main-0.db"
+    assert url == (f"https://{account}.blob.core.windows.net/etcd-snapshots-{role}/"
+                   f"20261123T174500Z-rev1-etcd-{role}-0.db.age")

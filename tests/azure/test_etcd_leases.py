@@ -48,10 +48,12 @@ def test_the_leases_members_are_protected_etcd_vms_in_the_etcd_subnet(graph: Gra
         assert config["privateIPAllocationMethod"] == "Static"
     assert [nics[f"{n}-nic"].inputs["ipConfigurations"][0]["privateIPAddress"] for n in LEASES_VMS] == [
         "10.0.1.30", "10.0.1.31", "10.0.1.32"]
-    # the snapshot identity, as every etcd member has it
-    identities = {str(vm.inputs["identity"]["userAssignedIdentities"]) for vm in graph.of_type(VM)
-                  if vm.inputs["tags"]["kilonode-role"].startswith("etcd-")}
-    assert len(identities) == 1
+    # the leases cluster's own snapshot identity, as each etcd cluster's members have theirs
+    identities = {vm.inputs["tags"]["kilonode-role"]: str(vm.inputs["identity"]["userAssignedIdentities"])
+                  for vm in graph.of_type(VM) if vm.inputs["tags"]["kilonode-role"].startswith("etcd-")}
+    assert identities["etcd-leases"] == str([
+        "mock:azure-native:managedidentity:UserAssignedIdentity::local-etcd-backup-leases-identity"])
+    assert len(set(identities.values())) == len(identities) == 3
 
 
 def test_the_policy_packs_rules_hold_and_know_the_leases_group(graph: Graph) -> None:

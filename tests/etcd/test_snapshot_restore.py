@@ -4,9 +4,10 @@ The slow test runs the local stack's main cluster as real etcd (Debian's 3.4) fr
 units, runs the snapshot script as the etcd image carries it on every member with its rendered
 config (local-path mode: no Azure config),
 loses the whole cluster, and restores it with the commands of
-docs/runbooks/etcd-restore-from-snapshot.md. The fast tests read the rendered job against its
-consumers (systemd-analyze) and the Azure upload's requests against Azure's documented Blob and
-IMDS formats, without any server.
+docs/runbooks/etcd-restore-from-snapshot.md, the manifest authenticated with openssl first. The
+fast tests read the rendered job against its consumers (systemd-analyze), the Azure upload's
+requests against Azure's documented Blob and IMDS formats, without any server, and the runbook's
+authentication against manifests signed by another cluster's member or altered in transit.
 """
 
 from __future__ import annotations
@@ -52,12 +53,14 @@ from kilonode.render.etcd_snapshot import (
 from tests import shared
 from tests.etcd.snapshot_harness import ETCD, SnapshotCluster
 from tests.render.consumers import verify_rendered_units
+from tests.render.local_pki import TestCA
 
 assert REPO_ROOT is not None, "runs from a source checkout"
 RUNBOOK = REPO_ROOT / "docs/runbooks/etcd-restore-from-snapshot.md"
 # (step, etcd version or None when one command serves both) -> the block the test runs
 STEPS = {
-    ("settings", None), ("pick-local", None), ("decrypt", None), ("check", "3.4"), ("check", "3.5"),
+    ("settings", None), ("pick-local", None), ("authenticate", None), ("decrypt", None), ("check", "3.4"),
+    ("check", "3.5"),
     ("set-aside", None), ("restore", "3.4"), ("restore", "3.5"), ("own", None), ("verify", None),
 }
 BLOCK = re.compile(r"^```sh step=(?P<step>[a-z-]+)(?: etcd=(?P<etcd>[\d.]+))?\n(?P<body>.*?)^```$", re.M | re.S)
@@ -133,11 +136,15 @@ def test_every_member_of_both_clusters_gets_the_job_with_its_own_name_and_cluste
                 # the script is the etcd image's, not the member's custom data's (kilonode.node.ship)
                 assert set(files) == {TIMER_PATH, SERVICE_PATH, CONFIG_PATH}
                 config = json.loads(files[CONFIG_PATH].content)
-                assert (config["member"], config["role"], config["blobPrefix"]) == (
-                    member.name, cluster.role, f"{cluster.role}/")
-                # the member itself, with its own server certificate as the client
+                assert (config["member"], config["role"], config["cluster"]) == (member.name, cluster.role,
+                                                                                 plan.cluster)
+                # the container is the Azure config's, one per cluster (kilonode.azure.backup): no prefix
+                assert "blobPrefix" not in config
+                # the member itself, with its own server certificate as the client and the
+                # manifest's signer
                 assert config["endpoint"] == "https://127.0.0.1:2379"
                 assert config["certFile"] == "/etc/etcd/pki/server.crt"
+                assert config["keyFile"] == "/etc/etcd/pki/server.key"
                 # the service runs the image's script with the delivered config, as etcd
                 service = files[SERVICE_PATH].content
                 assert f"ExecStart=/usr/bin/python3 /{SCRIPT_PATH} \\\n    --config=/{CONFIG_PATH}\n" in service
@@ -213,9 +220,10 @@ class Recorder:
         return self.script.HttpResponse(201)
 
 
-AZURE = {"blobEndpoint": "https://kn0local1a2b3c4d.blob.core.windows.net/", "container": "etcd-snapshots",
+AZURE = {"blobEndpoint": "https://kn0local1a2b3c4d.blob.core.windows.net/", "container": "etcd-snapshots-main",
          "clientId": "11111111-2222-3333-4444-555555555555"}
-CONFIG = {"blobPrefix": "main/", "blockBytes": 1000}
+CONFIG = {"blockBytes": 1000}
+BLOBS = "https://kn0local1a2b3c4d.blob.core.windows.net/etcd-snapshots-main/"
 DATE = "Mon, 23 Nov 2026 17:45:00 GMT"
 
 
@@ -239,7 +247,7 @@ def test_a_snapshot_larger_than_one_block_goes_up_as_put_blocks_then_one_put_blo
     snapshot.write_bytes(data)
     send = Recorder(script)
     url = script.upload(CONFIG, AZURE, snapshot, {"member": "etcd-main-1", "revision": "4242"}, send, lambda: DATE)
-    blob = "https://kn0local1a2b3c4d.blob.core.windows.net/etcd-snapshots/main/" + snapshot.name
+    blob = BLOBS + snapshot.name
     assert url == blob
     token, *blocks, commit = send.requests
     assert token.method == "GET" and token.url.startswith("http://169.254.169.254/")
@@ -260,6 +268,7 @@ def test_a_snapshot_larger_than_one_block_goes_up_as_put_blocks_then_one_put_blo
         ids.append(block_id)
         assert request.headers["Content-MD5"] == base64.b64encode(hashlib.md5(request.body).digest()).decode()
         assert "x-ms-meta-member" not in request.headers  # metadata goes with the commit
+        assert "If-None-Match" not in request.headers  # uncommitted blocks replace nothing
     assert len(set(ids)) == 3 and len({len(i) for i in ids}) == 1
     assert b"".join(r.body for r in blocks) == data
     assert [len(r.body) for r in blocks] == [1000, 1000, 500]
@@ -273,16 +282,20 @@ def test_a_snapshot_larger_than_one_block_goes_up_as_put_blocks_then_one_put_blo
     assert commit.headers["x-ms-blob-content-md5"] == base64.b64encode(hashlib.md5(data).digest()).decode()
     assert commit.headers["x-ms-meta-revision"] == "4242"
     assert commit.headers["x-ms-meta-member"] == "etcd-main-1"
+    # the commit creates the blob only where none is: never a snapshot replaced
+    assert commit.headers["If-None-Match"] == "*"
 
 
 def test_a_snapshot_within_one_block_goes_up_as_a_single_put_blob(script: ModuleType, tmp_path: Path) -> None:
     snapshot = tmp_path / "20261123T174500Z-rev7-etcd-events-0.db"
     snapshot.write_bytes(b"snapshot" * 100)
     send = Recorder(script)
-    script.upload(CONFIG | {"blobPrefix": "events/"}, AZURE, snapshot, {"revision": "7"}, send, lambda: DATE)
+    events = AZURE | {"container": "etcd-snapshots-events"}
+    script.upload(CONFIG, events, snapshot, {"revision": "7"}, send, lambda: DATE)
     [_, put] = send.requests
     check_common_headers(put)
-    assert put.url == "https://kn0local1a2b3c4d.blob.core.windows.net/etcd-snapshots/events/" + snapshot.name
+    assert put.url == "https://kn0local1a2b3c4d.blob.core.windows.net/etcd-snapshots-events/" + snapshot.name
+    assert put.headers["If-None-Match"] == "*"
     assert put.headers["x-ms-blob-type"] == "BlockBlob"
     assert put.body == snapshot.read_bytes()
     assert put.headers["x-ms-meta-revision"] == "7"
@@ -303,7 +316,8 @@ def test_a_refused_block_fails_the_upload_and_nothing_is_committed(script: Modul
     snapshot = tmp_path / "20261123T174500Z-rev9-etcd-main-0.db"
     snapshot.write_bytes(os.urandom(2500))
     send = Recorder(script, fail_at=2)  # the second Put Block
-    with pytest.raises(RuntimeError, match=r"PUT https://\S+/main/\S+ answered 403: .*AuthorizationPermissionMismatch"):
+    refused = r"PUT https://\S+/etcd-snapshots-main/\S+ answered 403: .*AuthorizationPermissionMismatch"
+    with pytest.raises(RuntimeError, match=refused):
         script.upload(CONFIG, AZURE, snapshot, {}, send, lambda: DATE)
     assert not any("comp=blocklist" in r.url for r in send.requests)
 
@@ -321,8 +335,8 @@ def test_the_sender_gives_up_after_bounded_retries_on_a_refused_connection(scrip
     waits: list[float] = []
     send = script.http_send(timeout=2, sleep=waits.append)
     # nothing listens on port 9 of this loopback address: every attempt is refused
-    request = script.HttpRequest("PUT", "http://127.0.0.1:9/etcd-snapshots/main/x.db?comp=blocklist", {}, b"x")
-    with pytest.raises(RuntimeError, match=r"PUT http://127.0.0.1:9/etcd-snapshots/main/x.db: "):
+    request = script.HttpRequest("PUT", "http://127.0.0.1:9/etcd-snapshots-main/x.db?comp=blocklist", {}, b"x")
+    with pytest.raises(RuntimeError, match=r"PUT http://127.0.0.1:9/etcd-snapshots-main/x.db: "):
         send(request)
     assert waits == [2.0, 4.0]  # three attempts, backing off
 
@@ -344,14 +358,45 @@ def age_key(tmp_path: Path) -> tuple[Path, str]:
     return path, recipient
 
 
-def uploaded_bytes(requests: list[Any]) -> bytes:
-    """The blob the requests leave in Azure: the Put Blob's body, or the blocks in order."""
-    return b"".join(r.body for r in requests if r.method == "PUT" and "comp=blocklist" not in r.url)
+def uploaded(requests: list[Any]) -> dict[str, bytes]:
+    """Blob name -> what the requests leave there (a Put Blob's body, or the blocks in order), in
+    the order they were written."""
+    blobs: dict[str, bytes] = {}
+    for request in requests:
+        if request.method == "PUT" and "comp=blocklist" not in request.url:
+            name = urllib.parse.unquote(request.url.split("?", 1)[0].rpartition("/")[2])
+            blobs[name] = blobs.get(name, b"") + request.body
+    return blobs
 
 
 def decrypt(data: bytes, identity: Path) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([AGE, "--decrypt", "--identity", str(identity)], input=data, capture_output=True,
                           timeout=60, check=False)
+
+
+def member_config(tmp_path: Path, role: str = "main", client_only: bool = False) -> tuple[dict[str, Any], Path]:
+    """The job's config for member 0 of cluster `role`, holding a certificate of a CA of that
+    cluster's own (as kilonode.plan.pki gives each etcd cluster): (config, the CA's file)."""
+    ca = TestCA(tmp_path / f"pki-{role}", f"etcd-{role}-ca")
+    member = f"etcd-{role}-0"
+    cert, key = ca.issue(member, ["127.0.0.1"], client_only=client_only)
+    # blocks of 1 MiB: each of its uploads is one Put Blob (the block uploads have their own tests)
+    return CONFIG | {"blockBytes": 1 << 20, "age": AGE, "saveTimeoutSeconds": 60, "cluster": "local", "role": role,
+                     "member": member, "certFile": str(cert), "keyFile": str(key)}, ca.ca_file
+
+
+def upload_one(script: ModuleType, tmp_path: Path, recipient: str, config: dict[str, Any],
+               plain: bytes = BOLT_MAGIC + b"/registry/namespaces/default") -> tuple[Path, dict[str, bytes]]:
+    """A snapshot of `plain` uploaded by the member of `config` to a recorder: (its path, the
+    blobs it wrote)."""
+    work = tmp_path / f"snapshots-{config['role']}"
+    work.mkdir(exist_ok=True)
+    snapshot = work / f"20261123T174500Z-rev42-{config['member']}.db"
+    snapshot.write_bytes(plain)
+    send = Recorder(script)
+    azure = AZURE | {"container": f"etcd-snapshots-{config['role']}", "ageRecipient": recipient}
+    script.upload_encrypted(config, azure, snapshot, {"revision": "42"}, send)
+    return snapshot, uploaded(send.requests)
 
 
 def test_the_upload_sends_only_age_ciphertext_that_the_stacks_identity_decrypts(
@@ -360,24 +405,131 @@ def test_the_upload_sends_only_age_ciphertext_that_the_stacks_identity_decrypts(
     if not Path(AGE).exists():
         pytest.fail("age missing: run `make setup` (installs .ci/debian-packages.txt)")
     identity, recipient = age_key(tmp_path)
-    snapshot = tmp_path / "20261123T174500Z-rev42-etcd-main-0.db"
+    config, _ = member_config(tmp_path)
+    work = tmp_path / "snapshots"
+    work.mkdir()
+    snapshot = work / "20261123T174500Z-rev42-etcd-main-0.db"
     plain = BOLT_MAGIC + b"/registry/secrets/kube-system/bootstrap-token-abcdef" + os.urandom(2500)
     snapshot.write_bytes(plain)
     send = Recorder(script)
-    config = CONFIG | {"age": AGE, "saveTimeoutSeconds": 60}
     url = script.upload_encrypted(config, AZURE | {"ageRecipient": recipient}, snapshot, {"revision": "42"}, send)
-    assert url.endswith(f"/etcd-snapshots/main/{snapshot.name}.age")
-    sent = uploaded_bytes(send.requests)
+    assert url == BLOBS + f"{snapshot.name}.age"
+    # one token, the ciphertext, then its manifest (a manifest names only an object that is there)
+    token, put, put_manifest = send.requests
+    assert token.method == "GET" and put.method == put_manifest.method == "PUT"
+    blobs = uploaded(send.requests)
+    assert list(blobs) == [f"{snapshot.name}.age", f"{snapshot.name}.age.manifest"]
+    sent = blobs[f"{snapshot.name}.age"]
     assert sent.startswith(AGE_HEADER)
     assert BOLT_MAGIC not in sent and b"bootstrap-token" not in sent
     assert decrypt(sent, identity).stdout == plain
-    assert send.requests[-1].headers["x-ms-meta-encryption"] == "age"
-    # the ciphertext is gone from the disk, the snapshot stays
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["identity.txt", snapshot.name])
+    assert put.headers["x-ms-meta-encryption"] == "age"
+    assert put.headers["If-None-Match"] == put_manifest.headers["If-None-Match"] == "*"
+    # the ciphertext and the manifest are gone from the disk, the snapshot stays
+    assert sorted(p.name for p in work.iterdir()) == [snapshot.name]
     # seeded: the plain upload (what the job did before) is caught by the same checks
     send = Recorder(script)
     script.upload(config, AZURE, snapshot, {}, send)
-    assert BOLT_MAGIC in uploaded_bytes(send.requests)
+    assert BOLT_MAGIC in uploaded(send.requests)[snapshot.name]
+
+
+def test_the_manifest_names_both_digests_and_is_signed_by_the_members_server_key(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    _, recipient = age_key(tmp_path)
+    config, _ = member_config(tmp_path)
+    plain = BOLT_MAGIC + os.urandom(3000)
+    snapshot, blobs = upload_one(script, tmp_path, recipient, config, plain)
+    ciphertext, manifest = blobs[f"{snapshot.name}.age"], blobs[f"{snapshot.name}.age.manifest"]
+    body, _, rest = manifest.partition(b"signature=")
+    header, *lines = body.decode().splitlines()
+    assert header == "kilonode etcd snapshot manifest v1"
+    assert dict(line.split("=", 1) for line in lines) == {
+        "cluster": "local", "role": "main", "member": "etcd-main-0", "revision": "42",
+        "snapshot": snapshot.name, "object": f"{snapshot.name}.age",
+        "plaintext-sha256": hashlib.sha256(plain).hexdigest(), "plaintext-bytes": str(len(plain)),
+        "ciphertext-sha256": hashlib.sha256(ciphertext).hexdigest(), "ciphertext-bytes": str(len(ciphertext)),
+    }
+    signature, _, certificate = rest.partition(b"\n")
+    assert certificate == Path(config["certFile"]).read_bytes()
+    # an ECDSA-SHA256 signature of the lines above it, by the certificate's key
+    public = x509.load_pem_x509_certificate(certificate).public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+    public.verify(base64.b64decode(signature, validate=True), body, ec.ECDSA(hashes.SHA256()))
+    # a value that would add a line of its own is refused before anything is signed
+    with pytest.raises(ValueError, match="not one line of printable ASCII"):
+        script.manifest_body({"member": "etcd-main-0\nrole=events"})
+
+
+def authenticate(tmp_path: Path, ciphertext: bytes, manifest: bytes, ca: Path, role: str,
+                 then: str = "", **env: str) -> subprocess.CompletedProcess[str]:
+    """The runbook's authenticate step (and `then`, the steps after it) on these downloads."""
+    where = tmp_path / "restore"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    (where / "restore.db.age").write_bytes(ciphertext)
+    (where / "restore.db.age.manifest").write_bytes(manifest)
+    steps = runbook_steps(RUNBOOK.read_text())
+    return bash(steps["authenticate", None] + then, {
+        "ENCRYPTED": str(where / "restore.db.age"), "ETCD_CA": str(ca), "ROLE": role, **env})
+
+
+def test_the_restore_authenticates_a_snapshot_before_it_decrypts_it_and_refuses_a_forgery(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    identity, recipient = age_key(tmp_path)
+    main, main_ca = member_config(tmp_path, "main")
+    plain = BOLT_MAGIC + b"/registry/namespaces/default" + os.urandom(500)
+    snapshot, blobs = upload_one(script, tmp_path, recipient, main, plain)
+    ciphertext, manifest = blobs[f"{snapshot.name}.age"], blobs[f"{snapshot.name}.age.manifest"]
+    decrypt_step = runbook_steps(RUNBOOK.read_text())["decrypt", None]
+    restored = tmp_path / "restored.db"
+    done = authenticate(tmp_path, ciphertext, manifest, main_ca, "main", decrypt_step,
+                        IDENTITY=str(identity), SNAPSHOT=str(restored))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"authentic: {snapshot.name}, revision 42, taken by etcd-main-0 of the main cluster" in done.stdout
+    assert restored.read_bytes() == plain
+
+    def refused(ciphertext: bytes, manifest: bytes, ca: Path = main_ca, role: str = "main") -> str:
+        result = authenticate(tmp_path, ciphertext, manifest, ca, role)
+        assert result.returncode != 0, result.stdout
+        return result.stderr
+
+    # an events member (its own cluster's CA), uploading a snapshot it calls main's: not the main CA's
+    events, events_ca = member_config(tmp_path, "events")
+    forged, forged_blobs = upload_one(script, tmp_path, recipient, events | {"role": "main"})
+    assert "not a server certificate of the main cluster's etcd CA" in refused(
+        forged_blobs[f"{forged.name}.age"], forged_blobs[f"{forged.name}.age.manifest"])
+    # a genuine events snapshot offered for the main cluster: its CA, but not its cluster
+    real, real_blobs = upload_one(script, tmp_path, recipient, events)
+    assert "is not a main snapshot signed by its own member" in refused(
+        real_blobs[f"{real.name}.age"], real_blobs[f"{real.name}.age.manifest"], events_ca)
+    # an apiserver's etcd client certificate (the main CA's, for clients only)
+    client, _ = member_config(tmp_path / "client", "main", client_only=True)
+    client_ca = tmp_path / "client" / "pki-main" / "ca.crt"
+    by_client, client_blobs = upload_one(script, tmp_path / "client", recipient, client)
+    assert "not a server certificate" in refused(
+        client_blobs[f"{by_client.name}.age"], client_blobs[f"{by_client.name}.age.manifest"], client_ca)
+    # anyone with the public recipient can encrypt a snapshot of their own: not the bytes signed
+    other = tmp_path / "other.db"
+    other.write_bytes(BOLT_MAGIC + b"/registry/namespaces/evil")
+    swapped = subprocess.run([AGE, "--encrypt", "--recipient", recipient, str(other)], capture_output=True,
+                             timeout=60, check=True).stdout
+    assert "is not the ciphertext the manifest names" in refused(swapped, manifest)
+    # one byte of the ciphertext changed in transit or at rest
+    flipped = ciphertext[:-1] + bytes([ciphertext[-1] ^ 1])
+    assert "is not the ciphertext the manifest names" in refused(flipped, manifest)
+    # a signed line changed (another revision): the signature no longer holds
+    assert "signature does not hold" in refused(ciphertext, manifest.replace(b"revision=42", b"revision=43"))
+    # seeded: a manifest whose plaintext digest is not the snapshot's stops the decrypt step
+    done = authenticate(tmp_path, ciphertext, manifest, main_ca, "main",
+                        "sed -i 's/^plaintext-sha256=.*/plaintext-sha256=00/' \"$ENCRYPTED.manifest.signed\"\n"
+                        + decrypt_step, IDENTITY=str(identity), SNAPSHOT=str(restored))
+    assert done.returncode == 1 and "not the one the manifest names: not restoring it" in done.stderr
 
 
 def test_without_a_recipient_nothing_is_uploaded(script: ModuleType, tmp_path: Path) -> None:
@@ -402,9 +554,10 @@ def test_the_etcd_image_carries_the_age_the_job_runs(plans: dict[str, ClusterPla
 # --- the real cluster: snapshot, total loss, restore by the runbook ----------------------------
 
 
-def upload_like_azure(etcd: SnapshotCluster, script: ModuleType, leader: str, recipient: str, tmp_path: Path) -> bytes:
+def upload_like_azure(etcd: SnapshotCluster, script: ModuleType, leader: str, recipient: str,
+                      tmp_path: Path) -> tuple[bytes, bytes]:
     """Run the job's main() for the leader with an Azure config (the stack's recipient) and a
-    recorder for the blob service: what it uploaded."""
+    recorder for the blob service: what it uploaded (the ciphertext, its manifest)."""
     azure = tmp_path / "azure.json"
     azure.write_text(json.dumps(AZURE | {"ageRecipient": recipient}))
     config_path = etcd.snapshot_config(leader)
@@ -412,9 +565,10 @@ def upload_like_azure(etcd: SnapshotCluster, script: ModuleType, leader: str, re
     config_path.write_text(json.dumps(config))
     send = Recorder(script)
     assert script.main(["--config", str(config_path)], send=send) == 0
-    [_token, put] = send.requests  # one Put Blob: the snapshot fits in one 64 MiB block
-    assert put.url.endswith(".db.age")
-    return uploaded_bytes(send.requests)
+    # one Put Blob each: the snapshot fits in one 64 MiB block
+    [_token, put, put_manifest] = send.requests
+    assert put.url.endswith(".db.age") and put_manifest.url == put.url + ".manifest"
+    return put.body, put_manifest.body
 
 
 def kvs(etcd: SnapshotCluster, prefix: str) -> dict[str, str]:
@@ -462,7 +616,7 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
         # The leader's next run as in Azure: its Azure config names the stack's age recipient.
         # No Azure here: the job runs in this process with a recorder for the blob service.
         identity, recipient = age_key(tmp_path)
-        blob = upload_like_azure(etcd, script, leader, recipient, tmp_path)
+        blob, manifest = upload_like_azure(etcd, script, leader, recipient, tmp_path)
         newest = sorted((etcd.home(leader) / "snapshots").glob("*.db"))[-1]
         plain = newest.read_bytes()
         assert BOLT_MAGIC in plain and b"/kilonode/restore/000" in plain  # what the checks look for
@@ -478,10 +632,12 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
                               capture_output=True, text=True, timeout=120, check=False)
         assert down.returncode == 1 and "etcdctl endpoint status failed" in down.stderr, down.stderr
 
-        # what survives a total loss: the copy kept off the members, the uploaded ciphertext
+        # what survives a total loss: the copy kept off the members, the uploaded ciphertext and
+        # its manifest
         kept = tmp_path / "kept"
         kept.mkdir()
         (kept / f"{newest.name}.age").write_bytes(blob)
+        (kept / f"{newest.name}.age.manifest").write_bytes(manifest)
         etcd.stop_all()
         for name in members:
             shutil.rmtree(etcd.data_dir(name))
@@ -490,13 +646,18 @@ def test_a_total_loss_of_the_main_cluster_is_restored_by_the_runbook_from_the_le
         steps = runbook_steps(RUNBOOK.read_text())
         ca, cert, key = etcd.tls
         tls = {"ETCDCTL_CACERT": str(ca), "ETCDCTL_CERT": str(cert), "ETCDCTL_KEY": str(key)}
-        # decrypted off the members, with the identity only the stack holds
+        # authenticated against the cluster's etcd CA, then decrypted off the members, with the
+        # identity only the stack holds
         decrypted = kept / newest.name
-        done = bash(steps["decrypt", None], {"IDENTITY": str(identity), "ENCRYPTED": str(kept / f"{newest.name}.age"),
-                                             "SNAPSHOT": str(decrypted)})
+        encrypted = kept / f"{newest.name}.age"
+        done = bash(steps["authenticate", None] + steps["decrypt", None], {
+            "ENCRYPTED": str(encrypted), "ETCD_CA": str(etcd.ca.ca_file), "ROLE": "main",
+            "IDENTITY": str(identity), "SNAPSHOT": str(decrypted)})
         assert done.returncode == 0, done.stdout + done.stderr
+        assert f"authentic: {newest.name}, revision " in done.stdout and f"taken by {leader} of the main" in done.stdout
         assert decrypted.read_bytes() == plain
-        (kept / f"{newest.name}.age").unlink()
+        for leftover in kept.glob(f"{newest.name}.age*"):
+            leftover.unlink()
         restore = [steps[s] for s in (("settings", None), ("pick-local", None), ("check", "3.4"),
                                       ("set-aside", None), ("restore", "3.4"), ("own", None))]
         etcd_uid = pwd.getpwnam("etcd").pw_uid

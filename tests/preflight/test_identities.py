@@ -60,7 +60,9 @@ def test_the_cloud_providers_old_roles_on_the_clusters_resource_group_are_a_brea
     "mock:azure-native:network:Subnet::research-7500-network-etcd",
     "mock:azure-native:storage:StorageAccount::research-7500-etcd-backup-account",  # the snapshots: key material
     "mock:azure-native:compute:Gallery::research-7500-image-gallery",  # the images the control plane boots
-    "mock:azure-native:managedidentity:UserAssignedIdentity::research-7500-etcd-backup-identity",
+    "mock:azure-native:managedidentity:UserAssignedIdentity::research-7500-etcd-backup-main-identity",
+    # what an etcd cluster's identity may write: its snapshot container
+    "mock:azure-native:storage:BlobContainer::research-7500-etcd-backup-events-container",
     # the same group by its Azure ID, down to a resource in it
     "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/research-7500/providers/"
     "Microsoft.Compute/virtualMachines/research-7500-apiserver-0",

@@ -47,8 +47,12 @@ class TestCA:
         self.ca_file = directory / "ca.crt"
         self.ca_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name: str, ips: list[str]) -> tuple[Path, Path]:
+    def issue(self, name: str, ips: list[str], client_only: bool = False) -> tuple[Path, Path]:
+        """A certificate for `name` (its CN) with these IP SANs, for server and client use, or for
+        client use only (as an apiserver's etcd client certificate)."""
         key = _key()
+        usages = [ExtendedKeyUsageOID.CLIENT_AUTH] if client_only else [ExtendedKeyUsageOID.SERVER_AUTH,
+                                                                         ExtendedKeyUsageOID.CLIENT_AUTH]
         now = datetime.datetime.now(datetime.UTC)
         cert = (
             x509.CertificateBuilder()
@@ -58,8 +62,7 @@ class TestCA:
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
             .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]),
                            critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .sign(self.key, hashes.SHA256())
         )
         _write(self.directory / name, cert, key)

@@ -119,7 +119,8 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-etcd-backup",
             EtcdBackupArgs(cluster=plan.cluster, location=plan.location, zones=plan.zones,
                            resource_group_name=net.resource_group_name, resource_group_id=net.resource_group_id,
-                           etcd_subnet_id=net.etcd_subnet_id, deployer_ip_rules=deployer_ip_rules),
+                           etcd_subnet_id=net.etcd_subnet_id, deployer_ip_rules=deployer_ip_rules,
+                           roles=tuple(e.role for e in plan.etcd_clusters)),
             child,
         )
         image = NodeImage(
@@ -140,7 +141,7 @@ class Cluster(pulumi.ComponentResource):
         self.node_image = image
 
         gated = self._guarded_custom_data(name, args, backup)
-        etcd = self._etcd_clusters(name, plan, gated, backup.identity_id)
+        etcd = self._etcd_clusters(name, plan, gated, backup.identity_ids)
         self.control_plane = self._apiservers(name, plan, gated)
         # The kubeconfigs of whoever runs `pulumi up` name the endpoint it can reach.
         self.tls.through(self.control_plane.deployer_endpoint,
@@ -154,6 +155,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.apiserver_address = self.control_plane.load_balancer_ip
         self.etcd_backup_account = backup.account_name
+        self.etcd_backup_containers = backup.container_names
         self.etcd_snapshot_identity = backup.snapshot_identity
         self.etcd_endpoints = {role: cluster.client_endpoints for role, cluster in etcd.items()}
         self.register_outputs({
@@ -171,9 +173,9 @@ class Cluster(pulumi.ComponentResource):
         (kilonode.azure.rollout). Sets self.restart_keys."""
         plan = args.plan
         machines = _control_plane_machines(plan)
-        # beside the TLS files: the etcd members get the snapshot upload's account, container
-        # and identity, the apiservers the key that encrypts Secrets in etcd
-        extra = dict.fromkeys((m.name for e in plan.etcd_clusters for m in e.members), backup.host_file())
+        # beside the TLS files: the etcd members get the snapshot upload's account, their own
+        # cluster's container and identity, the apiservers the key that encrypts Secrets in etcd
+        extra = {m.name: backup.host_file(e.role) for e in plan.etcd_clusters for m in e.members}
         extra |= dict.fromkeys((i.name for i in plan.control_plane.instances),
                                secrets_encryption_file(f"{name}-tls-secrets-encryption-key", self.tls))
         data = {
@@ -193,8 +195,9 @@ class Cluster(pulumi.ComponentResource):
         return {host: pulumi.Output.all(verdict, value).apply(lambda v: v[1]) for host, value in data.items()}
 
     def _etcd_clusters(self, name: str, plan: ClusterPlan, gated: Mapping[str, pulumi.Output[str]],
-                       backup_identity_id: pulumi.Output[str]) -> dict[str, EtcdCluster]:
-        """role ("main", "events", "leases" where the stack has it) -> its etcd cluster."""
+                       backup_identity_ids: Mapping[str, pulumi.Output[str]]) -> dict[str, EtcdCluster]:
+        """role ("main", "events", "leases" where the stack has it) -> its etcd cluster, whose VMs
+        carry that cluster's snapshot identity and no other (kilonode.azure.backup)."""
         return {
             e.role: EtcdCluster(
                 f"{name}-etcd-{e.role}",
@@ -209,7 +212,7 @@ class Cluster(pulumi.ComponentResource):
                     encryption_at_host=plan.encryption_at_host,
                     image_version_id=self.image_version_ids[ETCD_IMAGE],
                     public_ips=plan.network.public_ips_on_control_plane,
-                    identity_id=backup_identity_id,
+                    identity_id=backup_identity_ids[e.role],
                 ),
                 pulumi.ResourceOptions(parent=self),
             )

@@ -32,8 +32,8 @@ class EtcdClusterArgs:
     encryption_at_host: Callable[[str], bool]  # by VM size: ClusterPlan.encryption_at_host
     image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
-    # the snapshot uploader's identity (kilonode.azure.backup): Storage Blob Data Contributor
-    # on the snapshot container only
+    # this cluster's snapshot uploader's identity (kilonode.azure.backup): blobs/write on this
+    # cluster's snapshot container only, carried by no other cluster's VMs
     identity_id: pulumi.Input[str] | None = None
 
 

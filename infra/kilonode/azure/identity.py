@@ -33,8 +33,11 @@ Who needs Azure, read at the pinned releases:
   asks for no token.
 - the kubelet: none (--cloud-provider=external, no azure.json, no credential provider: every
   image comes from a public registry). Image pulls need no identity.
-- etcd snapshot upload: its own identity, on the etcd VMs only, Storage Blob Data Contributor
-  on the one container (kilonode.azure.backup).
+- etcd snapshot upload: one identity per etcd cluster (main, events, leases), on that cluster's
+  VMs only, with a custom role of `blobs/write` alone (no read, no delete, no control-plane
+  action) on that cluster's own snapshot container, under the container's retention policy
+  (kilonode.azure.backup; preflight's `etcd-backups` check). Not Storage Blob Data Contributor:
+  it deletes blobs and containers.
 
 Both controllers run where their identities are, and nowhere else: on the plan's
 controller_pools (the system pools), required by node affinity (kilonode.k8s.cloud_provider),
@@ -67,6 +70,10 @@ from kilonode.plan.azure_names import role_assignment_name, role_definition_name
 # Azure built-in role definition IDs (the module docstring cites them).
 NETWORK_CONTRIBUTOR = "4d97b98b-1d4f-4787-a291-c67834d212e7"
 READER = "acdd72a7-3385-48ef-bd42-f606fba81ae7"
+# "Storage Blob Data Contributor" (the same reference, storage): read, write and delete blobs, and
+# delete containers. Whoever runs `pulumi up` gets it on the image account for the VHD upload
+# (kilonode.azure.node_image); the etcd members do not (kilonode.azure.backup: it deletes).
+STORAGE_BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"
 
 # cloud-controller-manager's actions on the pools' group: cloud-provider-azure's own list
 # (kubernetes-sigs/cloud-provider-azure, branch documentation @5f0b3bd0,

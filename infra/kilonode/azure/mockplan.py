@@ -68,6 +68,8 @@ AZURE_NAME_INPUT = {
     "azure-native:storage:StorageAccount": "accountName",
     "azure-native:storage:BlobContainer": "containerName",
     "azure-native:storage:ManagementPolicy": "managementPolicyName",
+    "azure-native:storage:BlobServiceProperties": "blobServicesName",
+    "azure-native:storage:BlobContainerImmutabilityPolicy": "immutabilityPolicyName",
     "azure-native:compute:Gallery": "galleryName",
     "azure-native:compute:GalleryImage": "galleryImageName",
     "azure-native:compute:GalleryImageVersion": "galleryImageVersionName",

@@ -54,9 +54,13 @@ import pulumi
 from pulumi_azure_native import authorization, compute, storage
 from pulumi_command import local
 
-from kilonode.azure.backup import STORAGE_BLOB_DATA_CONTRIBUTOR
 from kilonode.azure.common import storage_network_rules, tags
-from kilonode.azure.identity import assignment_name, role_definition_id, subscription_of
+from kilonode.azure.identity import (
+    STORAGE_BLOB_DATA_CONTRIBUTOR,
+    assignment_name,
+    role_definition_id,
+    subscription_of,
+)
 from kilonode.digest import sha256_file
 from kilonode.plan.azure_names import storage_account_name
 from kilonode.plan.model import ClusterPlan

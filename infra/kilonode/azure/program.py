@@ -87,8 +87,14 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     # etcdMainEndpoints, etcdEventsEndpoints, and etcdLeasesEndpoints where the stack has that cluster
     for role, endpoints in cluster.etcd_endpoints.items():
         pulumi.export(etcd_endpoints_output(role), endpoints)
-    # where the etcd snapshots are (docs/runbooks/etcd-restore-from-snapshot.md)
+    # where the etcd snapshots are (docs/runbooks/etcd-restore-from-snapshot.md): the account, and
+    # each etcd cluster's container (role -> container)
     pulumi.export("etcdBackupAccount", cluster.etcd_backup_account)
+    pulumi.export("etcdBackupContainers", cluster.etcd_backup_containers)
+    # each etcd cluster's CA certificate (public): a snapshot's manifest must be signed by a member
+    # certificate it issued, which the restore checks before it decrypts (etcdMainCaCert, ...)
+    for role, cert in cluster.tls.etcd_ca_certs.items():
+        pulumi.export(f"etcd{role.capitalize()}CaCert", cert)
     # Secret: the age identity that decrypts them; no VM holds it (the members encrypt to its
     # public recipient).
     pulumi.export("etcdSnapshotIdentity", cluster.etcd_snapshot_identity)

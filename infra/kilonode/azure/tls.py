@@ -48,6 +48,7 @@ class Tls(pulumi.ComponentResource):
     join_tokens: dict[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
     admin_kubeconfig: pulumi.Output[str]  # secret; kilonode:cluster-admins, through the load balancer
     super_admin_kubeconfig: pulumi.Output[str]  # secret; system:masters, for the program's own provider
+    etcd_ca_certs: dict[str, pulumi.Output[str]]  # etcd cluster role -> its CA certificate (public)
 
     def __init__(self, name: str, args: TlsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Tls", name, None, opts)
@@ -93,9 +94,11 @@ class Tls(pulumi.ComponentResource):
         self.admin_kubeconfig = self._kubeconfig(layout.admin_kubeconfig)
         self.super_admin_kubeconfig = self._kubeconfig(layout.super_admin_kubeconfig)
 
+        # role -> that etcd cluster's CA certificate: what a snapshot's signer must chain to (the restore)
+        self.etcd_ca_certs = {etcd.role: self._pairs[pki.etcd_ca_name(etcd.role)].cert_pem
+                              for etcd in args.plan.etcd_clusters}
         self.register_outputs({
-            **{f"etcd{etcd.role.capitalize()}CaCert": self._pairs[pki.etcd_ca_name(etcd.role)].cert_pem
-               for etcd in args.plan.etcd_clusters},
+            **{f"etcd{role.capitalize()}CaCert": cert for role, cert in self.etcd_ca_certs.items()},
             "kubernetesCaCert": self._pairs[pki.KUBERNETES_CA].cert_pem,
         })
 

@@ -5,17 +5,17 @@ on the local disk; upload the new one to Azure Blob Storage when an Azure config
 Delivered by kilonode.render.etcd_snapshot to every etcd member (both clusters) and run by
 kilonode-etcd-snapshot.service, as the etcd user, from a timer that fires on every member at
 the same wall-clock minutes: only the member that is the cluster's leader at that moment takes
-the snapshot, so a cluster gets one per interval, not one per member. Standard library only
-(the image's python3, which cloud-init needs anyway).
+the snapshot, so a cluster gets one per interval, not one per member. It runs on the image's
+python3 (which cloud-init needs anyway).
 
 Config (--config, JSON, rendered): endpoint (the local member, https://127.0.0.1:2379),
 caFile/certFile/keyFile (the member's own server certificate, which carries clientAuth),
 etcdctl/etcdutl (binaries; etcdutl is used for `snapshot status` where it exists, 3.5+),
-directory (local snapshots), keep (how many stay there), saveTimeoutSeconds, blobPrefix
-(main/, events/), blockBytes, requestTimeoutSeconds, and azureConfig: the path of a second
-JSON file that the Pulumi program delivers in Azure with blobEndpoint, container, clientId
-(the user-assigned identity's) and ageRecipient. No such file: no upload. `age` is the path of
-age (Debian's package, in the etcd image: node-image/packages/control.txt).
+directory (local snapshots), keep (how many stay there), saveTimeoutSeconds, blockBytes,
+requestTimeoutSeconds, and azureConfig: the path of a second JSON file that the Pulumi program
+delivers in Azure with blobEndpoint, container (this etcd cluster's own, etcd-snapshots-<role>),
+clientId (this cluster's user-assigned identity's) and ageRecipient. No such file: no upload.
+`age` is the path of age (Debian's package, in the etcd image: node-image/packages/control.txt).
 
 Each run, in order: ask the local member for its status; not the leader -> exit 0, nothing
 done. Else `etcdctl snapshot save` into a hidden partial file in the directory, read its
@@ -23,15 +23,29 @@ revision (`snapshot status`), rename it into place (atomic: a reader never sees 
 snapshot), delete the oldest beyond `keep`, then encrypt it with `age` to the Azure config's
 recipient into a hidden file beside it and upload only that (`<name>.db.age`): an IMDS token
 for Azure Storage, one Put Blob when the file fits in one block, else Put Block per block and
-Put Block List; the encrypted copy is deleted afterwards. An Azure config without a recipient
-uploads nothing: a plaintext snapshot never leaves the member.
+Put Block List, each creating a blob only where none is (`If-None-Match: *`; the container's
+retention policy refuses an overwrite anyway); then its manifest (`<name>.db.age.manifest`,
+manifest()): the SHA-256 of the snapshot and of the ciphertext, signed with this member's etcd
+server key, its certificate appended. The encrypted copy is deleted afterwards. An Azure config
+without a recipient uploads nothing: a plaintext snapshot never leaves the member.
+
+Why a signed manifest: age gives confidentiality only, since anyone holding the public recipient
+can encrypt a snapshot of their choosing, and a digest written by the same identity as the
+snapshot proves it was not corrupted, not who wrote it. A signature by a key only this cluster's
+members hold, under a certificate of this cluster's own etcd CA, is what a member of another
+cluster (another CA), an apiserver (a client certificate only) or anyone who can merely write to
+the container cannot produce; the restore (docs/runbooks/etcd-restore-from-snapshot.md) checks
+it with openssl before it decrypts anything. It cannot tell one member of the cluster from
+another: a member that is compromised already holds the cluster's data and keys.
 
 Why age and not AES-GCM written here: age is a reviewed format (C2SP age.md) that streams in
 64 KiB chunks, each with its own nonce (an 8 GiB snapshot never sits in memory, and no nonce
 bookkeeping is ours to get wrong), and it encrypts to a public X25519 key, so the members
 never hold what decrypts the snapshots (the stack output etcdSnapshotIdentity does).
 Any failure exits 1 with the reason (the unit fails, visibly); a snapshot that was saved stays
-on the local disk even when its upload fails.
+on the local disk even when its upload fails. Standard library only, but for the signature:
+python3-cryptography (in the etcd image, node-image/packages/control.txt), imported only when
+there is something to upload, so a local run needs nothing more.
 """
 
 from __future__ import annotations
@@ -80,6 +94,17 @@ MAX_BLOCK_BYTES = 4000 * 1024 * 1024
 # for Blob storage"); IMDS answers 429 while throttling and 5xx while it starts.
 RETRY_STATUSES = {408, 429, 500, 502, 503, 504}
 ATTEMPTS = 3
+
+# Put Blob and Put Block List create the blob only where none exists: "If-None-Match: *" makes
+# the write conditional on the blob's absence (learn.microsoft.com rest/api/storageservices
+# "Specifying conditional headers for Blob service operations"; Put Blob and Put Block List take
+# them), so a job never replaces a snapshot, even one its own earlier run left.
+CREATE_ONLY = {"If-None-Match": "*"}
+# The manifest uploaded beside each snapshot (manifest()): what the restore authenticates.
+MANIFEST_HEADER = "kilonode etcd snapshot manifest v1"
+MANIFEST_SUFFIX = ".manifest"
+# A manifest value: printable ASCII, no space (one line, no field can add another).
+MANIFEST_VALUE = re.compile(r"[!-~]+")
 
 SNAPSHOT_NAME = re.compile(r"^\d{8}T\d{6}Z-rev\d+-[A-Za-z0-9._-]+\.db$")
 PARTIAL_PREFIX = ".partial-"
@@ -241,7 +266,7 @@ def upload_requests(
     with path.open("rb") as f:
         if blocks == 1:
             body = f.read()
-            yield HttpRequest("PUT", blob_url, _headers(token, date(), body) | meta | {
+            yield HttpRequest("PUT", blob_url, _headers(token, date(), body) | meta | CREATE_ONLY | {
                 "x-ms-blob-type": "BlockBlob",
                 "Content-Type": "application/octet-stream",
                 "Content-MD5": _md5(body),
@@ -259,7 +284,7 @@ def upload_requests(
                 "Content-MD5": _md5(body),
             }, body)
     body = block_list_body(ids)
-    yield HttpRequest("PUT", f"{blob_url}?comp=blocklist", _headers(token, date(), body) | meta | {
+    yield HttpRequest("PUT", f"{blob_url}?comp=blocklist", _headers(token, date(), body) | meta | CREATE_ONLY | {
         "Content-Type": "application/xml",
         "x-ms-blob-content-type": "application/octet-stream",
         # stored as the blob's Content-MD5: a download can be checked against it
@@ -315,13 +340,67 @@ def blob_url(azure: dict[str, Any], name: str) -> str:
 
 def upload(config: dict[str, Any], azure: dict[str, Any], snapshot: Path, metadata: dict[str, str],
            send: Send, date: Callable[[], str] = lambda: email.utils.formatdate(usegmt=True),
-           name: str | None = None) -> str:
-    """Upload the file as it is to <prefix><name> (its own name by default)."""
-    token = storage_token(azure["clientId"], send)
-    url = blob_url(azure, f"{config['blobPrefix']}{name or snapshot.name}")
+           name: str | None = None, token: str | None = None) -> str:
+    """Upload the file as it is to the container's blob <name> (its own name by default), with
+    a token of the Azure config's identity (asked for when not given)."""
+    token = token or storage_token(azure["clientId"], send)
+    url = blob_url(azure, name or snapshot.name)
     for request in upload_requests(snapshot, url, token, int(config["blockBytes"]), metadata, date):
         expect(send(request), request)
     return url
+
+
+def sha256_file(path: Path) -> tuple[str, int]:
+    """(hex SHA-256, size in bytes) of a file, read 1 MiB at a time (a snapshot can be 8 GiB)."""
+    digest, size = hashlib.sha256(), 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def manifest_body(fields: dict[str, str]) -> bytes:
+    """The signed part of a manifest: MANIFEST_HEADER, then one `key=value` line per field."""
+    lines = [MANIFEST_HEADER]
+    for key, value in fields.items():
+        if not re.fullmatch(r"[a-z0-9-]+", key) or not MANIFEST_VALUE.fullmatch(value):
+            raise ValueError(f"manifest field {key}={value!r}: not one line of printable ASCII without spaces")
+        lines.append(f"{key}={value}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sign(key_file: str, body: bytes) -> bytes:
+    """An ECDSA-SHA256 signature (DER, what `openssl dgst -sha256 -verify` reads) of `body` with
+    the member's etcd server key (ECDSA P-256: kilonode.plan.pki). python3-cryptography is
+    imported here, not at the top: only an upload needs it."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{key_file} is not an ECDSA key: the manifest is signed with ECDSA-SHA256")
+    return key.sign(body, ec.ECDSA(hashes.SHA256()))
+
+
+def manifest(config: dict[str, Any], snapshot: Path, encrypted: Path, revision: str, object_name: str) -> bytes:
+    """What the restore authenticates a snapshot by: which cluster, member and revision, the
+    SHA-256 of the snapshot and of the uploaded ciphertext, signed with this member's server key
+    (`signature=`, base64), then the member's certificate, which the restore checks against the
+    cluster's etcd CA."""
+    plain_sha, plain_bytes = sha256_file(snapshot)
+    cipher_sha, cipher_bytes = sha256_file(encrypted)
+    body = manifest_body({
+        "cluster": str(config["cluster"]), "role": str(config["role"]), "member": str(config["member"]),
+        "revision": revision, "snapshot": snapshot.name, "object": object_name,
+        "plaintext-sha256": plain_sha, "plaintext-bytes": str(plain_bytes),
+        "ciphertext-sha256": cipher_sha, "ciphertext-bytes": str(cipher_bytes),
+    })
+    signature = base64.b64encode(sign(config["keyFile"], body)).decode()
+    certificate = Path(config["certFile"]).read_text()
+    if "-----BEGIN CERTIFICATE-----" not in certificate:
+        raise ValueError(f"{config['certFile']} holds no PEM certificate")
+    return body + f"signature={signature}\n{certificate.rstrip()}\n".encode()
 
 
 def encrypt(config: dict[str, Any], recipient: str, snapshot: Path, run: Run = run_command) -> Path:
@@ -337,16 +416,25 @@ def encrypt(config: dict[str, Any], recipient: str, snapshot: Path, run: Run = r
 
 def upload_encrypted(config: dict[str, Any], azure: dict[str, Any], snapshot: Path, metadata: dict[str, str],
                      send: Send, run: Run = run_command) -> str:
-    """Encrypt, upload the ciphertext as <snapshot name>.age, delete the ciphertext; no
-    recipient: refuse (ValueError), nothing is sent."""
+    """Encrypt, upload the ciphertext as <snapshot name>.age, then its signed manifest as
+    <snapshot name>.age.manifest (after the ciphertext: a manifest names only an object that is
+    there), delete both local copies; no recipient: refuse (ValueError), nothing is sent."""
     recipient = azure.get("ageRecipient")
     if not recipient:
         raise ValueError("the Azure config names no ageRecipient: not uploading a plaintext snapshot")
     encrypted = encrypt(config, str(recipient), snapshot, run)
+    signed = encrypted.with_name(encrypted.name + MANIFEST_SUFFIX)
+    name = f"{snapshot.name}.age"
     try:
-        return upload(config, azure, encrypted, metadata | {"encryption": "age"}, send, name=f"{snapshot.name}.age")
+        signed.write_bytes(manifest(config, snapshot, encrypted, metadata["revision"], name))
+        token = storage_token(azure["clientId"], send)
+        url = upload(config, azure, encrypted, metadata | {"encryption": "age"}, send, name=name, token=token)
+        upload(config, azure, signed, metadata | {"content": "manifest"}, send, name=name + MANIFEST_SUFFIX,
+               token=token)
+        return url
     finally:
         encrypted.unlink(missing_ok=True)
+        signed.unlink(missing_ok=True)
 
 
 # --- main ----------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Scheduled etcd snapshots on every member of both etcd clusters: a timer, the oneshot unit
+"""Scheduled etcd snapshots on every member of every etcd cluster: a timer, the oneshot unit
 it starts and the config of the script that unit runs.
 
 The timer fires on every member at the same wall-clock minutes; the script asks the local
 member whether it leads the cluster and only the leader takes the snapshot (one per cluster
 per interval). It saves it atomically to a directory on the local SSD, keeps the newest
-defaults.ETCD_SNAPSHOT_KEEP_LOCAL there, and in Azure uploads it to the cluster's backup storage
-account (kilonode.azure.backup) with the VM's user-assigned identity. The Azure half of its
+defaults.ETCD_SNAPSHOT_KEEP_LOCAL there, and in Azure uploads it, encrypted and with a signed
+manifest, to its etcd cluster's own container in the cluster's backup storage account
+(kilonode.azure.backup) with that etcd cluster's user-assigned identity. The Azure half of its
 config (blob endpoint, container, the identity's client ID) exists only once Azure created
 them: the Pulumi program delivers it as defaults.ETCD_SNAPSHOT_AZURE_CONFIG, and without that
 file (a local rehearsal) the script keeps local snapshots only. Rendering stays pure.
@@ -73,7 +74,8 @@ def snapshot_config(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMem
         "member": member.name,
         "endpoint": LOCAL_ENDPOINT,
         # The member's own server certificate as the client (it carries clientAuth); the
-        # cluster's CA signed it and is in the member's --trusted-ca-file.
+        # cluster's CA signed it and is in the member's --trusted-ca-file. Its key also signs each
+        # uploaded snapshot's manifest, which the restore checks against that CA.
         "caFile": wellknown.ETCD_CA,
         "certFile": wellknown.ETCD_SERVER_CERT,
         "keyFile": wellknown.ETCD_SERVER_KEY,
@@ -83,9 +85,8 @@ def snapshot_config(plan: ClusterPlan, cluster: EtcdClusterPlan, member: EtcdMem
         "directory": snapshot_directory(cluster),
         "keep": defaults.ETCD_SNAPSHOT_KEEP_LOCAL,
         "saveTimeoutSeconds": SAVE_TIMEOUT_S,
-        # In Azure: the storage account's container holds both clusters under a prefix each.
+        # In Azure: the file naming this cluster's own container and identity (kilonode.azure.backup).
         "azureConfig": defaults.ETCD_SNAPSHOT_AZURE_CONFIG,
-        "blobPrefix": f"{cluster.role}/",
         "blockBytes": defaults.ETCD_SNAPSHOT_BLOCK_BYTES,
         "requestTimeoutSeconds": REQUEST_TIMEOUT_S,
     }

@@ -30,11 +30,29 @@ ETCD_SNAPSHOT_KEEP_LOCAL = 4
 # second", op-guide/recovery.md v3.5) and how long etcd-manager keeps its hourly backups
 # (pkg/backupcontroller/cleanup.go HourlyBackupsRetention). At one snapshot per 15 minutes a
 # week is 672 blobs per cluster: ~670 GiB for a 1 GiB DB, ~5.3 TiB at the 8 GiB ceiling.
+# The same number of days is each snapshot container's time-based retention (immutability)
+# policy: until a blob is that old nobody can overwrite or delete it, the members included
+# (kilonode.azure.backup), and then the lifecycle rule deletes it, which the policy allows once
+# it has expired ("After the retention period has expired, objects can be deleted but not
+# overwritten", MicrosoftDocs/azure-docs articles/storage/blobs/immutable-storage-overview.md).
 ETCD_SNAPSHOT_BLOB_RETENTION_DAYS = 7
-# One container for both clusters, a prefix per cluster (main/, events/): the etcd VMs share one
-# identity, so separate containers would not keep one cluster's members from the other's
-# snapshots, and one role assignment is scoped to exactly the one container.
-ETCD_SNAPSHOT_CONTAINER = "etcd-snapshots"
+# One container per etcd cluster, `etcd-snapshots-<role>` (main, events, leases where the stack
+# has it), each written by an identity of its own that only that cluster's members carry
+# (kilonode.azure.backup): a role assignment's narrowest scope for blob data is a container, so a
+# member of one cluster can neither write nor read nor touch another cluster's snapshots.
+ETCD_SNAPSHOT_CONTAINER_PREFIX = "etcd-snapshots"
+# Deleted blobs and containers of the snapshot account stay recoverable this long (blob soft
+# delete and container soft delete): 7 days is the minimum Microsoft recommends for both
+# ("Data protection overview", MicrosoftDocs/azure-docs articles/storage/blobs/
+# data-protection-overview.md, the "Restore" table: "Recommended for all storage accounts, with a
+# minimum retention period of 7 days"). What it covers beside the containers' retention policy
+# (under which nothing is deleted before ETCD_SNAPSHOT_BLOB_RETENTION_DAYS): a delete after that
+# by someone with a data-plane delete right, a container deleted by an administrator once its
+# policy is gone. What it costs: the lifecycle rule's deletes are soft deletes too ("Lifecycle
+# delete actions produce soft-deleted objects", articles/storage/blobs/
+# soft-delete-blob-overview.md), billed as active data, so each snapshot is kept and billed for
+# another week after its retention: twice the week's figures above.
+ETCD_SNAPSHOT_SOFT_DELETE_DAYS = 7
 # Blob upload block size: Put Block takes at most 4,000 MiB per block from x-ms-version
 # 2019-12-12 and a blob at most 50,000 blocks (learn.microsoft.com rest/api/storageservices
 # put-block; the Blob storage scale targets); 64 MiB blocks keep the uploader's memory small and

@@ -46,7 +46,13 @@ from collections.abc import Sequence
 
 import yaml
 
-from kilonode.azure.backup import age_keys, backup_account_name, blob_endpoint, snapshot_azure_config
+from kilonode.azure.backup import (
+    age_keys,
+    backup_account_name,
+    blob_endpoint,
+    snapshot_azure_config,
+    snapshot_container,
+)
 from kilonode.azure.custom_data import (
     AZURE_CUSTOM_DATA_MAX_BYTES,
     KEY_MODE,
@@ -153,7 +159,8 @@ def delivered(plan: ClusterPlan, layout: pki.PkiLayout, host: str) -> list[FileE
     if host.startswith("etcd-"):
         recipient = age_keys(base64.b64encode(bytes(32)).decode())[1]
         endpoint = blob_endpoint(backup_account_name(plan.cluster, GUID))
-        config = snapshot_azure_config(endpoint, defaults.ETCD_SNAPSHOT_CONTAINER, GUID, recipient)
+        [role] = [e.role for e in plan.etcd_clusters if host in {m.name for m in e.members}]
+        config = snapshot_azure_config(endpoint, snapshot_container(role), GUID, recipient)
         entries.append((defaults.ETCD_SNAPSHOT_AZURE_CONFIG, config, 0o644, ROOT))
     elif host in layout.hosts:  # an apiserver
         key = base64.b64encode(bytes(KEY_BYTES)).decode()
