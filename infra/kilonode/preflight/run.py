@@ -28,6 +28,7 @@ def _registry() -> tuple[Check, ...]:
         deployer_path,
         disks,
         encryption_at_host,
+        etcd_backups,
         gpu_runtime,
         identities,
         node_join,
@@ -44,7 +45,7 @@ def _registry() -> tuple[Check, ...]:
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, scheduling, rdma, disks, azure_names, custom_data_size, identities, storage_access,
-                       encryption_at_host, node_join, quota, boot_pulls)
+                       etcd_backups, encryption_at_host, node_join, quota, boot_pulls)
     )
 
 
