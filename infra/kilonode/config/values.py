@@ -21,6 +21,8 @@ from pydantic import AfterValidator, BeforeValidator, Field, GetCoreSchemaHandle
 from pydantic_core import CoreSchema, core_schema
 
 from kilonode.catalog.bounds import number_range, reader
+from kilonode.catalog.ssh_keys import ssh_key_rules
+from kilonode.config.keys import ed25519_problem, parsed_problem, rsa_problem
 
 # how much of a value an error message shows: a 50 MB value must not come back 50 MB long
 SHOWN = 80
@@ -404,12 +406,10 @@ Generation = Annotated[int, BeforeValidator(_generation), Accepts(f"a whole numb
 # --- SSH ---------------------------------------------------------------------------------------
 # An operator's OpenSSH public key, one authorized_keys line as `ssh-keygen` writes it: type, the
 # base64 key blob (RFC 4253 section 6.6: its first field repeats the type), an optional comment.
-# Azure takes RSA of at least 2048 bits and Ed25519 for Linux VMs ("Supported SSH key formats",
-# learn.microsoft.com/azure/virtual-machines/linux/mac-create-ssh-keys); it writes the line to
-# the admin user's authorized_keys, so no option prefix (`command=...`) and no control character.
+# Azure writes the line to the admin user's authorized_keys, so no option prefix (`command=...`)
+# and no control character. The key types Azure takes and what makes a key too weak are
+# catalog/ssh_keys.yaml's, judged by kilonode.config.keys.
 SSH_KEY_MAX = 4096
-SSH_KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
-RSA_MIN_BITS = 2048
 
 
 def _ssh_fields(blob: bytes) -> list[bytes]:
@@ -425,32 +425,44 @@ def _ssh_fields(blob: bytes) -> list[bytes]:
     return fields
 
 
+def _ssh_key_problem(kind: str, fields: list[bytes]) -> str | None:
+    """Why the key's own numbers make it no key to trust (kilonode.config.keys), if they do."""
+    if kind == "ssh-rsa":
+        if len(fields) != 3:
+            return "an ssh-rsa key holds an exponent and a modulus, nothing else"
+        e, n = (int.from_bytes(f, "big", signed=True) for f in fields[1:])
+        return "its RSA numbers are negative" if e <= 0 or n <= 0 else rsa_problem(e, n)
+    if len(fields) != 2 or len(fields[1]) != 32:
+        return "an ssh-ed25519 key holds 32 bytes"
+    return ed25519_problem(fields[1])
+
+
 def _ssh_public_key(value: str) -> str:
     if len(value) > SSH_KEY_MAX:
         raise ValueError(f"is {len(value)} characters long; an OpenSSH public key line has at most {SSH_KEY_MAX} "
                          f"(got {shown(value)})")
-    match = re.fullmatch(r"(?P<type>[a-z0-9-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})( (?P<comment>[ -~]*))?", value)
+    match = re.fullmatch(r"(?P<type>[a-z0-9@.-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})( (?P<comment>[ -~]*))?", value)
     example = "an OpenSSH public key line like 'ssh-ed25519 AAAAC3Nz... alice@example.com' (the .pub file's one line)"
     if match is None:
         raise ValueError(f"is not {example}: no options, no line break or control character (got {shown(value)})")
-    if match["type"] not in SSH_KEY_TYPES:
+    types = ssh_key_rules().types.value
+    if match["type"] not in types:
         raise ValueError(f"key type {shown(match['type'])} is not one Azure takes for Linux VMs: use "
-                         f"{' or '.join(SSH_KEY_TYPES)}")
+                         f"{' or '.join(types)} ({ssh_key_rules().types.source})")
     try:
         fields = _ssh_fields(base64.b64decode(match["blob"], validate=True))
     except ValueError:
         raise ValueError(f"the key data of {shown(value)} is not valid base64 of an SSH key") from None
     if not fields or fields[0].decode("ascii", "replace") != match["type"]:
         raise ValueError(f"the key data says another type than {match['type']} (got {shown(value)})")
-    if match["type"] == "ssh-rsa":
-        bits = int.from_bytes(fields[2], "big").bit_length() if len(fields) == 3 else 0
-        if bits < RSA_MIN_BITS:
-            raise ValueError(f"an RSA key of {bits} bits; Azure takes RSA keys of at least {RSA_MIN_BITS} bits "
-                             "(or use ssh-ed25519)")
-    elif len(fields) != 2 or len(fields[1]) != 32:
-        raise ValueError(f"an ssh-ed25519 key holds 32 bytes (got {shown(value)})")
+    problem = _ssh_key_problem(match["type"], fields) or parsed_problem(value, match["type"])
+    if problem:
+        raise ValueError(f"{problem} (got {shown(value)}); give the .pub line of a key made by ssh-keygen "
+                         "(ssh-keygen -t ed25519)")
     return value
 
 
 SshPublicKey = Annotated[str, Strict(), AfterValidator(_ssh_public_key), Accepts(
-    "one OpenSSH public key line (`ssh-ed25519` or `ssh-rsa` of at least 2048 bits), no options")]
+    "one OpenSSH public key line (`ssh-ed25519`, or `ssh-rsa` of 2048 to 16384 bits with a standard exponent), "
+    "no options; a key whose numbers are degenerate (a small-order Ed25519 point, an RSA modulus anyone can factor) "
+    "is refused")]
