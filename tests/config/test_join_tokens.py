@@ -17,13 +17,25 @@ def tokens(value: dict[str, Any]) -> JoinTokensConfig:
     return JoinTokensConfig.model_validate(value)
 
 
-def test_an_unquoted_yaml_timestamp_and_a_string_mean_the_same_utc_moment(write_stack: StackWriter) -> None:
+def test_an_unquoted_yaml_timestamp_is_refused_and_a_quoted_one_is_read_as_utc(write_stack: StackWriter) -> None:
+    """Unquoted, a YAML timestamp is a date to PyYAML but reaches the Pulumi program as Go's
+    time.String() text ('2027-05-31 02:00:00 +0000 UTC', which no datetime parser here takes):
+    refused at its line, with the quotes to add (kilonode.config.reading)."""
     from kilonode.config import load_stack
+    from kilonode.config.model import JoinTokensConfig
+    from kilonode.problems import StackError
 
     cluster = shipped_cluster_value("local")
     cluster["joinTokens"] = {"current": {"generation": 3, "expires": datetime(2027, 5, 31, 2, tzinfo=UTC)}}
     path = write_stack(cluster)  # yaml.safe_dump writes it unquoted: a YAML timestamp
-    config = load_stack(path).config
+    with pytest.raises(StackError) as refused:
+        load_stack(str(path))
+    [problem] = refused.value.problems
+    assert problem.path == "joinTokens.current.expires" and "write it in quotes" in problem.message
+    with pytest.raises(ValidationError):  # what Pulumi would have handed the program
+        JoinTokensConfig.model_validate({"current": {"generation": 3, "expires": "2027-05-31 02:00:00 +0000 UTC"}})
+    cluster["joinTokens"] = {"current": {"generation": 3, "expires": "2027-05-31T02:00:00Z"}}
+    config = load_stack(str(write_stack(cluster))).config
     assert config.join_tokens is not None
     assert rfc3339(config.join_tokens.current) == "2027-05-31T02:00:00Z"
     offset = tokens({"current": {"generation": 1, "expires": "2027-05-31T04:00:00+02:00"}})

@@ -4,22 +4,30 @@ The stack file is a Pulumi stack config file (`stacks/Pulumi.<stack>.yaml`); kil
 the structured value under `kilonode:cluster`. Problems are collected, never thrown one at a
 time: a user fixing a stack sees everything wrong in one run.
 
-The file is hostile until proven otherwise: it is read only up to MAX_FILE_BYTES, its YAML
-structure is checked event by event before anything is built from it (one document, no merge
-keys or tags, bounded nesting and alias expansion, no key given twice: each refused at its own
-line and field path), and every value an error quotes is shown at most ~80 characters long.
+The file is hostile until proven otherwise: it is read only up to MAX_FILE_BYTES, and only if
+it is a regular file (not a FIFO, a device or a symbolic-link loop); its YAML structure is checked
+event by event before anything is built from it (one document, no merge keys or tags, bounded
+nesting and alias expansion in values and in characters, no key given twice, and no scalar that
+PyYAML and Pulumi's Go YAML would read differently: kilonode.config.reading; each refused at its
+own line and field path), and every value an error quotes is shown at most ~80 characters long.
+
+Every command and the Pulumi program read a stack file here, through load_stack (the program
+through program_stack, which also checks that Pulumi's own reading of the file is the same).
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
+import os
+import stat
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from ipaddress import IPv4Network
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -27,6 +35,7 @@ from pydantic.alias_generators import to_camel
 
 from kilonode.config.checks import archive_problems, cross_field_problems
 from kilonode.config.model import ClusterConfig
+from kilonode.config.reading import first_difference, plain_scalar_problem, pulumi_key
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown
 from kilonode.paths import EXAMPLE_STACKS_DIR, SYSCTL_DIR
@@ -39,6 +48,11 @@ MAX_FILE_BYTES = 1024 * 1024
 # Values in the document once aliases are expanded: far above any stack (research-7500 has a
 # few hundred), far below what an alias bomb makes of a few lines (a billion).
 MAX_VALUES = 100_000
+# Characters in the document once aliases are expanded: a file without aliases holds at most
+# MAX_FILE_BYTES; an alias repeats its anchor's characters, and a 60 kB string behind a few
+# thousand aliases is gigabytes for whatever copies or prints the value (Pulumi's YAML encoder
+# writes it out expanded, and an error message quoting a list would too).
+MAX_EXPANDED_CHARS = 2 * MAX_FILE_BYTES
 # Collections inside collections: a stack file needs 6 (config, the cluster, nodePools, a
 # pool, its preloadImages, an entry); PyYAML builds nodes recursively, so a deeper file could
 # exhaust the stack.
@@ -92,15 +106,11 @@ def stack_file(ref: str, stacks_dir: Path | None = None) -> Path:
     """A stack name (see stack_dirs) or a path to a stack file."""
     candidate = Path(ref)
     if candidate.suffix in {".yaml", ".yml"} or "/" in ref:
-        if candidate.is_file():
-            return candidate
-        if candidate.is_dir():
-            raise StackError(ref, [Problem((), "is a directory, not a stack file")])
-        raise StackError(ref, [Problem((), "no such stack file")])
+        return candidate  # read_text says why it cannot be read, if it cannot
     dirs = stack_dirs(stacks_dir)
     for folder in dirs:
         named = folder / f"Pulumi.{ref}.yaml"
-        if named.is_file():
+        if os.path.lexists(named):  # a dangling link or a link loop too: read_text names it
             return named
     where = "; ".join(f"{display_path(d)}: {', '.join(available_stacks(d)) or 'none'}" for d in dirs)
     raise StackError(ref, [Problem((), f"no stack named {ref!r} (looked in {where}); give a stack name from "
@@ -124,7 +134,7 @@ def load_stack(ref: str, stacks_dir: Path | None = None, sysctl_dir: Path = SYSC
     text = read_text(file)
     problems = structure_problems(text)
     if problems:
-        raise StackError(display_path(file), problems)
+        raise StackError(display_path(file), _with_lines(problems, None))
     loader = UniqueKeyLoader(text)
     try:
         # composed once: the nodes give the problems their lines, the document the values
@@ -134,7 +144,7 @@ def load_stack(ref: str, stacks_dir: Path | None = None, sysctl_dir: Path = SYSC
         raise StackError(display_path(file), [_yaml_problem(err, text)]) from None
     finally:
         loader.dispose()
-    raw, problems = _cluster_value(document)
+    raw, problems = _cluster_value(document, root)
     project = project_root(file.parent) or file.parent
     return _validated(stack_name_of(file), file, raw, problems, sysctl_dir, project, root)
 
@@ -152,15 +162,23 @@ def _yaml_problem(error: yaml.YAMLError, text: str) -> Problem:
 
 
 def read_text(file: Path) -> str:
-    """The stack file's text, or a StackError saying why it cannot be read."""
+    """The stack file's text, or a StackError at its line 1 saying why it cannot be read. Opened
+    without blocking and read only if it is a regular file: a FIFO would wait for a writer
+    forever, /dev/zero or /dev/urandom never end, and a directory or a device is no stack."""
     try:
-        with file.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except IsADirectoryError:
-        raise StackError(display_path(file), [Problem((), "is a directory, not a stack file")]) from None
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
-        why = f"cannot read the stack file: {error.strerror or error}; check that it exists and is readable"
-        raise StackError(display_path(file), [Problem((), why)]) from None
+        raise _unreadable(file, error) from None
+    try:
+        kind = _not_regular(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise StackError(display_path(file), [Problem(
+                (), f"is {kind}, not a stack file; give the path of a Pulumi.<stack>.yaml file", 1)])
+        data = _read_at_most(fd, MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise _unreadable(file, error) from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise StackError(display_path(file), [Problem(
             (), f"is larger than {MAX_FILE_BYTES // 1024} KiB, the most a stack file may be (a large cluster's is "
@@ -175,16 +193,51 @@ def read_text(file: Path) -> str:
             line)]) from None
 
 
+def _read_at_most(fd: int, size: int) -> bytes:
+    chunks: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file that is not a regular file is, in words; None for a regular file."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+def _unreadable(file: Path, error: OSError) -> StackError:
+    """Why the stack file cannot be opened or read, and what to do, at its line 1."""
+    why = {
+        errno.ELOOP: "is a symbolic link that leads back to itself (a loop of links); point the link at a stack "
+                     "file, or give the file's own path",
+        errno.ENOENT: "no such stack file; check the path (or give a stack name)",
+        errno.EACCES: "cannot be read (permission denied); make it readable for this user",
+        errno.EISDIR: "is a directory, not a stack file; give the path of a Pulumi.<stack>.yaml file",
+        errno.ENOTDIR: "no such stack file: a folder on its path is a file; check the path",
+        errno.ENAMETOOLONG: "the path is too long; check it",
+    }.get(error.errno or 0, f"cannot be read: {error.strerror or error}; check that it is a readable stack file")
+    return StackError(display_path(file), [Problem((), why, 1)])
+
+
 @dataclass
 class _Collection:
     """A map or list being read, in structure_problems."""
 
     path: tuple[Any, ...]  # in the document: ("config", "kilonode:cluster", "nodePools", 0, ...)
     is_map: bool
-    keys: dict[Any, int]  # a map's keys so far, with the line each was given on
+    keys: dict[Any, int]  # a map's keys so far (as Pulumi hands them over), with the line each was given on
+    line: int  # where it starts
     index: int = 0  # a list's next index
     key: Any = None  # a map's key whose value comes next
     has_key: bool = False
+    secure_text: bool = False  # its `secure` key holds text: Pulumi's encrypted-secret form
 
 
 _SCALARS = yaml.SafeLoader("")
@@ -202,6 +255,15 @@ def _key_value(event: yaml.ScalarEvent) -> Any:
         return event.value
 
 
+def _pyyaml_tag(event: yaml.ScalarEvent) -> str:
+    """The short tag PyYAML (YAML 1.1) gives an untagged scalar: `str`, `int`, `bool`, ..."""
+    return str(_SCALARS.resolve(yaml.ScalarNode, event.value, event.implicit)).rsplit(":", 1)[-1]
+
+
+def _plain(event: yaml.NodeEvent) -> bool:
+    return isinstance(event, yaml.ScalarEvent) and not event.style and event.tag is None
+
+
 def _document_loc(path: tuple[Any, ...]) -> Loc:
     """A document path as a problem's loc: relative to kilonode:cluster, or the config key."""
     if path[:2] == ("config", CONFIG_KEY):
@@ -211,64 +273,123 @@ def _document_loc(path: tuple[Any, ...]) -> Loc:
     return ()
 
 
+class _Stop(Exception):
+    """What follows a problem cannot be read (a key that is not a value, a bomb, a second document)."""
+
+
+class _Reader:
+    """structure_problems' state: the open collections, what the values expand to, the problems."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.open: list[_Collection] = []
+        self.documents = 0
+        self.values = 0  # values in the document once aliases are expanded
+        self.chars = 0  # characters of its scalars, keys included, likewise
+        # an anchor's (values, chars) once expanded, and where each open anchored collection started
+        self.sizes: dict[str, tuple[int, int]] = {}
+        self.anchored: list[tuple[str, int, int] | None] = []
+
+    def event(self, event: yaml.Event, line: int) -> None:
+        if isinstance(event, yaml.DocumentStartEvent):
+            self.documents += 1
+            if self.documents > 1:
+                self.problems.append(Problem((), "a second YAML document ('---'): a stack file is one document; "
+                                                 "remove the '---' and what follows it", line))
+                raise _Stop
+        elif isinstance(event, yaml.CollectionEndEvent):
+            self.close(line)
+        elif isinstance(event, yaml.NodeEvent):
+            where = self.open[-1] if self.open else None
+            if where is not None and where.is_map and not where.has_key:
+                self.key(event, where, line)
+            else:
+                self.value(event, where, line)
+
+    def key(self, event: yaml.NodeEvent, where: _Collection, line: int) -> None:
+        problem, fatal = _key_problem(event, where, line)
+        if problem is not None:
+            self.problems.append(problem)
+            if fatal:
+                raise _Stop  # a key that is not a value: what follows cannot be placed
+        self.count(1, len(event.value) if isinstance(event, yaml.ScalarEvent) else 0, where.path, line)
+
+    def value(self, event: yaml.NodeEvent, where: _Collection | None, line: int) -> None:
+        path = _node_path(where)
+        if isinstance(event, yaml.AliasEvent):
+            self.count(*self.sizes.get(event.anchor or "", (1, 0)), path, line)
+            return
+        scalar = len(event.value) if isinstance(event, yaml.ScalarEvent) else 0
+        self.count(1, scalar, path, line)
+        if getattr(event, "tag", None) is not None:  # set only when the file writes one
+            self.problems.append(Problem(_document_loc(path), f"a YAML tag ({shown(event.tag, 60)}): stack files "
+                                         "hold plain maps, lists and values; remove the tag", line))
+        if isinstance(event, yaml.ScalarEvent):
+            self.scalar(event, where, path, line)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if len(self.open) >= MAX_DEPTH:
+                self.problems.append(Problem(_document_loc(path)[:1], f"nested more than {MAX_DEPTH} maps and lists "
+                                             f"deep at line {line}; no stack key takes that", line))
+                raise _Stop
+            self.open.append(_Collection(path, isinstance(event, yaml.MappingStartEvent), {}, line))
+            self.anchored.append((event.anchor, self.values - 1, self.chars) if event.anchor else None)
+
+    def scalar(self, event: yaml.ScalarEvent, where: _Collection | None, path: tuple[Any, ...], line: int) -> None:
+        if event.anchor:
+            self.sizes[event.anchor] = (1, len(event.value))
+        text_value = True
+        if _plain(event):
+            tag = _pyyaml_tag(event)
+            text_value = tag == "str"
+            problem = plain_scalar_problem(event.value, tag)
+            if problem is not None:
+                self.problems.append(Problem(_document_loc(path), problem, line))
+        if where is not None and where.is_map and path[-1] == "secure" and text_value:
+            where.secure_text = True
+
+    def close(self, line: int) -> None:
+        done = self.open.pop()
+        anchor = self.anchored.pop()
+        if anchor is not None:
+            self.sizes[anchor[0]] = (self.values - anchor[1], self.chars - anchor[2])
+        if done.is_map and done.secure_text and len(done.keys) == 1:
+            loc = (CONFIG_KEY,) if done.path == ("config", CONFIG_KEY) else _document_loc(done.path)
+            self.problems.append(Problem(loc, "a map whose only key is `secure` is an encrypted secret to Pulumi (it "
+                                         "decrypts the text and hands the program that instead); no stack key takes "
+                                         "a secret: rename the key or add the map's other keys", done.line))
+
+    def count(self, values: int, chars: int, path: tuple[Any, ...], line: int) -> None:
+        """Add a value (or an alias's expansion); stop at a bomb."""
+        self.values += values
+        self.chars += chars
+        if self.values > MAX_VALUES:
+            self.problems.append(Problem(_document_loc(path), f"the file holds more than {MAX_VALUES:,} values once "
+                                         "its aliases are expanded (an alias bomb?); a stack has a few hundred", line))
+            raise _Stop
+        if self.chars > MAX_EXPANDED_CHARS:
+            self.problems.append(Problem(_document_loc(path), f"the file holds more than {MAX_EXPANDED_CHARS >> 20} "
+                                         "MiB of text once its aliases are expanded (an alias bomb?); a stack has a "
+                                         "few KiB: write the values out without aliases", line))
+            raise _Stop
+
+
 def structure_problems(text: str) -> list[Problem]:
     """What YAML itself would accept but a stack file must not hold, read event by event
     (nothing is built, so nothing can grow): a second document, a merge key, a tag, a key that
-    is not a plain value, a key given twice, nesting beyond MAX_DEPTH, and aliases that expand
-    to more than MAX_VALUES values (an alias bomb: a billion from a few lines). Each at its
+    is not a plain value, a key given twice, nesting beyond MAX_DEPTH, aliases that expand to
+    more than MAX_VALUES values or MAX_EXPANDED_CHARS characters (an alias bomb: a billion from
+    a few lines), a plain scalar that PyYAML and Pulumi would read differently
+    (kilonode.config.reading), and a map Pulumi would take for an encrypted secret. Each at its
     line and field path; a YAML syntax error is one problem at its line."""
-    problems: list[Problem] = []
-    open_: list[_Collection] = []
-    documents = values = 0
-    # an anchor's size once expanded, and where each open anchored collection started counting
-    sizes: dict[str, int] = {}
-    anchored: list[tuple[str, int] | None] = []
+    reader = _Reader()
     try:
         for event in yaml.parse(text, Loader=_FAST_LOADER):
-            line = event.start_mark.line + 1
-            if isinstance(event, yaml.DocumentStartEvent):
-                documents += 1
-                if documents > 1:
-                    problems.append(Problem((), "a second YAML document ('---'): a stack file is one document; "
-                                                "remove the '---' and what follows it", line))
-                    break
-            elif isinstance(event, yaml.CollectionEndEvent):
-                open_.pop()
-                anchor = anchored.pop()
-                if anchor is not None:
-                    sizes[anchor[0]] = values - anchor[1]
-            elif isinstance(event, yaml.NodeEvent):
-                where = open_[-1] if open_ else None
-                if where is not None and where.is_map and not where.has_key:
-                    problem = _key_problem(event, where, line)
-                    if problem is not None:
-                        problems.append(problem)
-                        break  # a key that is not a value: what follows cannot be placed
-                    values += 1
-                    continue
-                path = _node_path(where)
-                values += sizes.get(event.anchor or "", 1) if isinstance(event, yaml.AliasEvent) else 1
-                if values > MAX_VALUES:
-                    problems.append(Problem(_document_loc(path), f"the file holds more than {MAX_VALUES:,} values "
-                                            "once its aliases are expanded (an alias bomb?); a stack has a few hundred",
-                                            line))
-                    break
-                if getattr(event, "tag", None) is not None:  # set only when the file writes one
-                    problems.append(Problem(_document_loc(path), f"a YAML tag ({shown(event.tag, 60)}): stack files "
-                                            "hold plain maps, lists and values; remove the tag", line))
-                if isinstance(event, yaml.ScalarEvent) and event.anchor:
-                    sizes[event.anchor] = 1
-                if isinstance(event, yaml.CollectionStartEvent):
-                    if len(open_) >= MAX_DEPTH:
-                        loc = _document_loc(path)[:1]
-                        problems.append(Problem(loc, f"nested more than {MAX_DEPTH} maps and lists deep at line "
-                                                     f"{line}; no stack key takes that", line))
-                        break
-                    open_.append(_Collection(path, isinstance(event, yaml.MappingStartEvent), {}))
-                    anchored.append((event.anchor, values - 1) if event.anchor else None)
+            reader.event(event, event.start_mark.line + 1)
+    except _Stop:
+        pass
     except yaml.YAMLError as error:
-        problems.append(_yaml_problem(error, text))
-    return problems
+        reader.problems.append(_yaml_problem(error, text))
+    return reader.problems
 
 
 def _node_path(where: _Collection | None) -> tuple[Any, ...]:
@@ -282,37 +403,43 @@ def _node_path(where: _Collection | None) -> tuple[Any, ...]:
     return (*where.path, where.index - 1)
 
 
-def _key_problem(event: yaml.NodeEvent, where: _Collection, line: int) -> Problem | None:
-    """Take `event` as the next key of the map `where`; the problem with it, if any."""
+def _key_problem(event: yaml.NodeEvent, where: _Collection, line: int) -> tuple[Problem | None, bool]:
+    """Take `event` as the next key of the map `where`; the problem with it, if any, and whether
+    what follows can still be read."""
     loc = _document_loc(where.path)
     if not isinstance(event, yaml.ScalarEvent):
-        return Problem(loc, "a key that is a map, a list or an alias: keys are plain names", line)
+        return Problem(loc, "a key that is a map, a list or an alias: keys are plain names", line), True
     if event.value == "<<" and event.implicit[0]:  # a plain `<<`: YAML 1.1's merge key
         return Problem(_document_loc((*where.path, "<<")), "a YAML merge key ('<<:'): stack files take none (YAML "
                        "1.2 dropped them, and a reviewer must see each value where it applies); write the keys out",
-                       line)
-    key = _key_value(event)
+                       line), True
+    key = pulumi_key(_key_value(event))
     try:
         first = where.keys.get(key)
     except TypeError:  # an unhashable key YAML built from a tag
-        return Problem(loc, "a key that is not a plain name", line)
+        return Problem(loc, "a key that is not a plain name", line), True
     where.key, where.has_key = key, True
     if first is not None:
         path = (*where.path, key)
         loc = (CONFIG_KEY,) if path == ("config", CONFIG_KEY) else _document_loc(path)
         return Problem(loc, f"given twice (first on line {first}); YAML would keep only the last one silently: "
-                            "remove one of them", line)
+                            "remove one of them", line), False
     where.keys[key] = line
-    return None
+    problem = plain_scalar_problem(event.value, _pyyaml_tag(event), is_key=True) if _plain(event) else None
+    if problem is not None:  # at the key as the file writes it (Pulumi's text for it may differ)
+        return Problem(_document_loc((*where.path, event.value)), problem, line), False
+    return None, False
 
 
 class UniqueKeyLoader(_FAST_LOADER):  # type: ignore[misc,valid-type]
-    """SafeLoader that refuses a key given twice in one map (PyYAML keeps the last silently)."""
+    """SafeLoader that refuses a key given twice in one map (PyYAML keeps the last silently) and
+    gives a map's keys as Pulumi's config does (a decimal key as its text: reading.pulumi_key)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
-        for key_node, _value in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        mapping: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = pulumi_key(self.construct_object(key_node, deep=deep))  # type: ignore[no-untyped-call]
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None,
@@ -321,7 +448,8 @@ class UniqueKeyLoader(_FAST_LOADER):  # type: ignore[misc,valid-type]
                     key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+            mapping[key] = self.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
+        return mapping
 
 
 def stack_from_value(name: str, raw: Any, file: Path, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
@@ -332,6 +460,41 @@ def stack_from_value(name: str, raw: Any, file: Path, sysctl_dir: Path = SYSCTL_
         problems.append(Problem((), f"'{CONFIG_KEY}' must be a map (at least name and nodePools)"))
         raw = None
     return _validated(name, file, raw, problems, sysctl_dir)
+
+
+def program_stack(name: str, value: Any, file: Path, sysctl_dir: Path = SYSCTL_DIR) -> Stack:
+    """The stack `pulumi up` deploys: its file read and checked by load_stack, as every command
+    reads it (the file's lines in every problem), and `value`, Pulumi's own reading of
+    `kilonode:cluster` (pulumi.Config: the file through Go's YAML and JSON), the same value for
+    value. They differ only where something besides the file feeds Pulumi's config (an ESC
+    environment, `--config-file`, the project's own config) or where the two YAML readers
+    differ in a way kilonode.config.reading does not know yet: refused, naming the place."""
+    stack = load_stack(str(file), sysctl_dir=sysctl_dir)
+    where = first_difference(stack.raw, value)
+    if where is None:
+        return replace(stack, name=name)
+    ours, theirs = _at(stack.raw, where), _at(value, where)
+    return _raise(file, [Problem(where, (
+        f"Pulumi hands the program {_yaml_reading(theirs)} here, where this file reads {_yaml_reading(ours)}: the "
+        "cluster `pulumi up` would deploy is not the one kilonode checked (an ESC environment, `--config-file`, "
+        f"config in Pulumi.yaml, or YAML the two readers take differently); keep '{CONFIG_KEY}' in this file alone"))])
+
+
+_MISSING = object()
+
+
+def _at(value: Any, path: Loc) -> Any:
+    for part in path:
+        inside = part in value if isinstance(value, dict) else (
+            isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value))
+        if not inside:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _raise(file: Path, problems: list[Problem]) -> NoReturn:
+    raise StackError(display_path(file), _with_lines(problems, _compose(file)))
 
 
 def _validated(
@@ -376,22 +539,36 @@ def with_lines(stack: Stack, error: PlanError) -> StackError:
 
 
 def display_path(file: Path) -> str:
-    """The path as a user would type it: relative to the working directory when inside it."""
+    """The path as a user would type it: relative to the working directory when inside it (and
+    as given where it cannot be resolved: a link loop, a missing folder)."""
     try:
         return str(file.resolve().relative_to(Path.cwd()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: pathlib's "Symlink loop from ..."
         return str(file)
 
 
-def _cluster_value(document: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
+def _cluster_value(document: Any, root: yaml.Node | None = None) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """`kilonode:cluster` as Pulumi's config holds it, and the problems of the keys around it:
+    Pulumi prefixes a config key with no `:` by the project's name (loaders.go:61-89), so
+    `cluster:` is `kilonode:cluster` and `foo:` is `kilonode:foo`, and merges an ESC
+    environment's config over the file's (`environment:`)."""
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         return None, [Problem((), f"a stack file needs a top-level 'config:' map holding '{CONFIG_KEY}:'")]
     config = document["config"]
-    problems = [
-        Problem((key,), f"unknown kilonode setting; everything goes under '{CONFIG_KEY}'")
-        for key in config
-        if isinstance(key, str) and key.startswith("kilonode:") and key != CONFIG_KEY
-    ]
+    problems = []
+    if "environment" in document:
+        problems.append(Problem(("environment",), "an ESC environment: `pulumi up` would merge its config over this "
+                                "file's, so the cluster it deploys could differ from the one every kilonode command "
+                                "checks; remove `environment:` and keep the cluster in this file",
+                                _line(_key_node(root, "environment"))))
+    for key in config:
+        if not isinstance(key, str) or (key.startswith("kilonode:") and key != CONFIG_KEY):
+            problems.append(Problem((key,), f"unknown kilonode setting; everything goes under '{CONFIG_KEY}'"))
+        elif ":" not in key:
+            what = ("a config key with no ':' is '<project>:" + key + "' to Pulumi (it prefixes the project's name, "
+                    "which may be kilonode, and then two keys could name one value); kilonode reads only "
+                    f"'{CONFIG_KEY}': " + (f"write '{CONFIG_KEY}'" if key == "cluster" else "remove this key"))
+            problems.append(Problem((key,), what, _line(_key_node(_child(root, "config"), key))))
     raw = config.get(CONFIG_KEY)
     if not isinstance(raw, dict):
         problems.append(Problem((), f"'config:' needs a '{CONFIG_KEY}:' map (at least name and nodePools)"))
@@ -468,6 +645,8 @@ _TAKES = {"int_type": "a whole number", "bool_type": "true or false", "string_ty
 
 def _yaml_reading(given: Any) -> str:
     """What YAML made of the value, in words."""
+    if given is _MISSING:
+        return "nothing"
     if isinstance(given, bool):
         return f"the boolean {str(given).lower()}"
     if isinstance(given, int | float):
