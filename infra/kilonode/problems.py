@@ -62,3 +62,30 @@ class PlanError(Exception):
 
 class BuildError(RuntimeError):
     """A machine image (or what it is built from, such as the pinned binaries) cannot be made."""
+
+
+# The most a refusal shows of its problems, in bytes: a hostile file can hold thousands (each
+# problem is one line, and quotes at most ~80 characters of a value).
+MAX_PROBLEM_BYTES = 3072
+
+
+def shown_lines(lines: list[str], limit: int = MAX_PROBLEM_BYTES) -> tuple[list[str], int]:
+    """The problem lines a refusal prints, at most `limit` bytes of them, and how many are left
+    out: every command and the Pulumi program show a stack's problems the same way."""
+    shown: list[str] = []
+    budget = limit
+    for line in lines:
+        budget -= len(line.encode()) + 1
+        if budget < 0:
+            break
+        shown.append(line)
+    return shown, len(lines) - len(shown)
+
+
+def report(error: StackError) -> str:
+    """A stack's problems as one bounded text: a header, one line per problem, how many more."""
+    lines, hidden = shown_lines([p.format(error.file) for p in error.problems])
+    count = len(error.problems)
+    header = f"kilonode: {count} problem{'s' * (count != 1)} in {error.file}; nothing was written"
+    more = [f"kilonode: {hidden} more not shown; fix these and run again"] if hidden else []
+    return "\n".join([header, *lines, *more])

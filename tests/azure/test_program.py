@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import runpy
+import shutil
 from pathlib import Path
 
 import pulumi
@@ -12,7 +13,7 @@ import pytest
 from kilonode.azure.graph import Graph, format_json
 from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.config import load_stack
-from kilonode.paths import REPO_ROOT
+from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 from kilonode.plan import plan_stack
 from kilonode.plan.model import BootImage
 from tests.conftest import shipped_cluster_value
@@ -92,6 +93,10 @@ def test_pulumi_up_refuses_before_registering_anything_while_a_disk_image_is_not
     monkeypatch.setattr(program, "_recorded_by_mocks", lambda: False)  # as `pulumi up` runs it
     monkeypatch.setattr(program, "preflight_gate", lambda *_: pytest.fail("preflight ran before the images' check"))
     monkeypatch.chdir(tmp_path)  # the project folder `pulumi up` runs in: build/node-image/ holds some images
+    # and its stack file, which the program reads as every command does (config.load.program_stack)
+    (tmp_path / "Pulumi.yaml").write_text("name: kilonode\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    shutil.copy(EXAMPLE_STACKS_DIR / "Pulumi.research-7500.yaml", tmp_path / "stacks")
     names = [image.name for image in plan_images("research-7500")]
     for name in names[:-1]:
         (tmp_path / default_vhd("research-7500", name)).parent.mkdir(parents=True, exist_ok=True)

@@ -240,6 +240,11 @@ def run_plan(stack: Stack, program: Callable[[], object] | None = None,
     fresh context keeps runs (and tests) from sharing Pulumi's global state.
     `previous_outputs` stands for the last deployment's stack outputs (none: never deployed).
     """
+    if program is None:
+        from kilonode.azure.program import main
+
+        # the program reads the stack file as `pulumi up` does (kilonode.config.load.program_stack)
+        program = functools.partial(main, require_recorded_addresses=False, stack_file=stack.file)
     return run_program(stack.name, cluster_value(stack), program, previous_outputs)
 
 

@@ -24,30 +24,30 @@ from kilonode.azure.identity import subscription_of
 from kilonode.azure.node_image import DEFAULT_VHD_DIR, absent_vhds, default_vhd, gallery_images, vhd_digest
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.catalog import binaries
-from kilonode.config import stack_from_value
+from kilonode.config import Stack, program_stack, stack_from_value
 from kilonode.config.load import project_stacks_dir
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.exit_codes import ExitCode
 from kilonode.k8s.cloud_provider import AzureTarget
 from kilonode.k8s.incluster import InCluster, InClusterArgs
-from kilonode.plan import ClusterPlan, plan_stack
-from kilonode.problems import StackError
+from kilonode.plan import ClusterPlan, checked_plan
+from kilonode.problems import StackError, report
 from kilonode.render import render_cluster
 from kilonode.render.monitoring import monitoring_files
 
 
-def main(require_recorded_addresses: bool = True) -> Cluster:
+def main(require_recorded_addresses: bool = True, stack_file: Path | None = None) -> Cluster:
     """The program. `pulumi up` runs it as is; the offline preview (`kilonode plan`) passes
-    require_recorded_addresses=False to show the graph of a stack not yet allocated."""
+    require_recorded_addresses=False to show the graph of a stack not yet allocated, and the
+    stack file it loaded."""
     stack_name = pulumi.get_stack()
-    raw = pulumi.Config("kilonode").require_object("cluster")
     try:
-        where = project_stacks_dir() or Path.cwd()  # Pulumi runs the program in the project folder
-        stack = stack_from_value(stack_name, raw, where / f"Pulumi.{stack_name}.yaml")
-        plan = plan_stack(stack)
+        stack = read_stack(stack_name, pulumi.Config("kilonode").get_object("cluster"), stack_file)
+        plan = checked_plan(stack)
     except StackError as error:
-        # RunError: Pulumi prints the message alone, without a Python traceback.
-        raise pulumi.RunError(str(error)) from None
+        # RunError: Pulumi prints the message alone, without a Python traceback; bounded as every
+        # command bounds a refusal.
+        raise pulumi.RunError(report(error)) from None
     vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
     if not _recorded_by_mocks():
         require_vhds(stack.name, vhds)
@@ -108,6 +108,20 @@ def main(require_recorded_addresses: bool = True) -> Cluster:
     # Read back by the next run's restart guard (kilonode.azure.rollout); digests, no secrets.
     pulumi.export(RESTART_KEYS_OUTPUT, cluster.restart_keys)
     return cluster
+
+
+def read_stack(stack_name: str, value: Any, stack_file: Path | None) -> Stack:
+    """The stack this run deploys. `pulumi up`: the stack file read by the loader every kilonode
+    command uses, with every check they run, at its lines (Pulumi runs the program in the
+    project folder: the file is its stackConfigDir's Pulumi.<stack>.yaml), and Pulumi's own
+    reading of it, `value`, the same (kilonode.config.load.program_stack). Under the mock
+    engine a test may hand the program a value with no file behind it (stack_file None): that
+    value is checked alone."""
+    if stack_file is None and _recorded_by_mocks():
+        return stack_from_value(stack_name, value, (project_stacks_dir() or Path.cwd()) / f"Pulumi.{stack_name}.yaml")
+    if stack_file is None:
+        stack_file = (project_stacks_dir() or Path.cwd()) / f"Pulumi.{stack_name}.yaml"
+    return program_stack(stack_name, value, stack_file)
 
 
 def require_vhds(stack_name: str, vhds: dict[str, str]) -> None:

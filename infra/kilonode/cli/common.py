@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kilonode.exit_codes import ExitCode
-from kilonode.problems import StackError
+from kilonode.problems import StackError, shown_lines
 
 if TYPE_CHECKING:
     from kilonode.config import Stack
@@ -38,38 +38,35 @@ StackArg = Annotated[
 
 
 def load_and_plan(ref: str) -> tuple[Stack, ClusterPlan]:
-    """Load, validate and plan a stack, or print its problems and exit 2."""
+    """Load, validate and plan a stack, or print its problems and exit 2: every command that takes
+    STACK comes through here (the Pulumi program through the same loader and checked_plan)."""
     # imported here: `--help` and the commands that take no stack never pay for them
     from kilonode.config import load_stack
-    from kilonode.plan import plan_stack
+    from kilonode.plan import checked_plan
 
     try:
         stack = load_stack(ref)
-        return stack, plan_stack(stack)
+        return stack, checked_plan(stack)
     except StackError as error:
         fail(error)
 
 
-# The most a refusal prints of its problems: a hostile file can hold thousands (each problem is
-# one line, and quotes at most ~80 characters of a value)
-MAX_PROBLEM_BYTES = 3072
-
-
 def fail(error: StackError) -> NoReturn:
-    """A stack's problems: a header, then one plain line per problem (at most MAX_PROBLEM_BYTES
-    of them, then how many more); exit 2."""
-    count = len(error.problems)
-    plural = "s" * (count != 1)
-    err.print(f"[bold red]kilonode:[/] {count} problem{plural} in {escape(error.file)}; nothing was written")
-    budget = MAX_PROBLEM_BYTES
-    for index, problem in enumerate(error.problems):
-        line = problem.format(error.file)
-        budget -= len(line.encode()) + 1
-        if budget < 0:
-            err.print(f"[bold red]kilonode:[/] {count - index} more not shown; fix these and run again")
-            break
+    """A stack's problems: a header, then one plain line per problem (at most
+    kilonode.problems.MAX_PROBLEM_BYTES of them, then how many more); exit 2."""
+    fail_lines(error.file, [problem.format(error.file) for problem in error.problems])
+
+
+def fail_lines(file: str, lines: list[str]) -> NoReturn:
+    """fail() for problems already formatted (`kilonode diff` reads them from a snapshot)."""
+    count = len(lines)
+    err.print(f"[bold red]kilonode:[/] {count} problem{'s' * (count != 1)} in {escape(file)}; nothing was written")
+    shown, hidden = shown_lines(lines)
+    for line in shown:
         # plain print: a problem line must stay one line, whatever the terminal width
         print(line, file=sys.stderr)
+    if hidden:
+        err.print(f"[bold red]kilonode:[/] {hidden} more not shown; fix these and run again")
     raise typer.Exit(code=ExitCode.STOPPED)
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kilonode.cli.common import die, err
+from kilonode.cli.common import die, err, fail_lines
 from kilonode.exit_codes import ExitCode
+
+if TYPE_CHECKING:
+    from kilonode.review import Review
 
 
 class DiffFormat(StrEnum):
@@ -57,6 +60,7 @@ def diff(
                         cache=not no_cache)
     except ReviewError as error:
         die(str(error), "kilonode diff")
+    _refuse_invalid_heads(result)
     if write_json is not None:
         _write_whole(write_json, to_json(result))
     sys.stdout.write(FORMATS[output_format.value](result))
@@ -66,6 +70,16 @@ def diff(
         err.print(f"[bold red]kilonode diff:[/] {fail_on.value} risk found "
                   f"(--fail-on {fail_on.value}): exit {ExitCode.RISK:d}")
         raise typer.Exit(code=ExitCode.RISK)
+
+
+def _refuse_invalid_heads(result: Review) -> None:
+    """A stack file the change leaves unloadable (refused by the loader every command and `pulumi
+    up` use) ends the review as `validate` would: its problems, one line each, exit 2, nothing
+    written. A stack that loads but whose program stops (a restart guard) is a risk instead."""
+    refused = [diff for diff in result.diffs if diff.head and "error" in diff.head and "files" not in diff.head]
+    if refused:
+        lines = [line for diff in refused for line in str(diff.head["error"]).splitlines() if line.strip()]
+        fail_lines(", ".join(f"stacks/Pulumi.{diff.stack}.yaml" for diff in refused), lines)
 
 
 def _write_whole(path: Path, text: str) -> None:
@@ -127,6 +141,8 @@ Examples:
   kilonode diff --base origin/main --format md --write-json diff.json > comment.md
 
 Exit status: 0, or 3 with --fail-on when such a risk is found; 2 when the review could
-not be made (a bad ref, a side that does not render).
+not be made (a bad ref, a side that does not render), or when the change leaves a stack
+file that does not load: its problems, one line each as `kilonode validate` prints them,
+and nothing written.
 """
 diff.__doc__ = HELP

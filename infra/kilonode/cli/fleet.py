@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kilonode.cli.common import StackArg, die, err, fail, out
+from kilonode.cli.common import StackArg, die, err, load_and_plan, out
 from kilonode.exit_codes import ExitCode
-from kilonode.problems import StackError
 
 if TYPE_CHECKING:
     from kilonode.plan.fleet import Fleet, Member
@@ -80,13 +79,9 @@ def fleet(
 
     Example: kilonode fleet research-7500 --nodes 100000 --out fleet-100k
     """
-    from kilonode.config import load_stack
     from kilonode.plan.fleet import FleetError, plan_fleet
 
-    try:
-        loaded = load_stack(stack)
-    except StackError as error:
-        fail(error)
+    loaded, _plan = load_and_plan(stack)  # the same loader and checks as every command and `pulumi up`
     target = Path(out_dir) if out_dir is not None else Path(f"fleet-{loaded.name}")
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         die(f"{target} is in the way: give --out a new or empty folder (nothing was written)", "kilonode fleet")
@@ -140,23 +135,23 @@ def _record(file: Path) -> None:
     from kilonode.config import load_stack
     from kilonode.config.load import CONFIG_KEY
     from kilonode.config.record import RECORDED, record_values
-    from kilonode.plan import plan_stack
+    from kilonode.plan import checked_plan
     from kilonode.problems import undotted
 
-    plan = plan_stack(load_stack(str(file)))
+    plan = checked_plan(load_stack(str(file)))
     record_values(file, CONFIG_KEY, [(undotted(u.field), str(u.subnet), RECORDED) for u in plan.network.unrecorded])
 
 
 def _check(file: Path, member: Member) -> Checked:
     from kilonode.azure.mockplan import run_plan
     from kilonode.config import load_stack
-    from kilonode.plan import plan_stack
+    from kilonode.plan import checked_plan
     from kilonode.preflight import run
     from kilonode.preflight.load import from_parts
     from kilonode.render.cluster import render_tree
 
     loaded = load_stack(str(file))
-    plan = plan_stack(loaded)
+    plan = checked_plan(loaded)
     if plan.network.unrecorded:
         raise RuntimeError(f"{file}: subnets still unrecorded after recording them")
     files = {path: rendered.content for path, rendered in render_tree(loaded.config, plan).items()}

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kilonode.cli.common import StackArg, die, fail, load_and_plan, out
+from kilonode.cli.common import StackArg, die, load_and_plan, out
 
 # kilonode.config and kilonode.render are imported inside the commands: `kilonode --help`
 # lists these commands without loading the stack model, and `validate` never renders
@@ -19,14 +19,9 @@ if TYPE_CHECKING:
 
 def validate(stack: StackArg) -> None:
     """Check a stack: schema, cross-field rules and every limit in the plan. Exit 2 on problems."""
-    from kilonode.config.load import display_path, with_lines
-    from kilonode.plan.resolve.pools import system_pool_problems
-    from kilonode.problems import PlanError
+    from kilonode.config.load import display_path
 
-    loaded, plan = load_and_plan(stack)
-    problems = system_pool_problems(plan)
-    if problems:
-        fail(with_lines(loaded, PlanError(problems)))
+    loaded, plan = load_and_plan(stack)  # the same loader and checks as every command and `pulumi up`
     shards = sum(len(p.shards) for p in plan.node_pools)
     out.print(
         f"[green]✓[/] {display_path(loaded.file)}: valid — {plan.total_nodes:,} nodes in {len(plan.node_pools)} "
