@@ -50,6 +50,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_sold_in_location(config),
         *_world_open(config),
         *_reserved_ranges(config),
+        *_audit_log_path(config),
         *_deployer(config),
         *_cidrs(config),
         *_gc_thresh(config, profile),
@@ -442,6 +443,20 @@ def _reserved_ranges(config: ClusterConfig) -> list[Problem]:
                        "range outside the VNet, like 172.16.0.0/16",
         }[kind]))
     return problems
+
+
+def _audit_log_path(config: ClusterConfig) -> list[Problem]:
+    """The audit log goes on the apiserver's local disk or in a folder of its own under /var/log:
+    anywhere else the apiserver (root) writes, and its rotation renames and deletes, next to files
+    it does not own (kilonode.config.values.log_file_problem refuses the system folders)."""
+    path = config.apiserver.audit_log.path
+    mount = config.apiserver.local_disk.mount_point
+    if path is None or path.startswith(mount + "/") or (path.startswith("/var/log/") and path.count("/") >= 4):
+        return []
+    return [Problem(("apiserver", "auditLog", "path"), (
+        f"{path} is neither below the apiserver's localDisk.mountPoint ({mount}) nor in a folder of its own under "
+        f"/var/log; write it at {mount}/kubernetes/audit/audit.log (the default: leave the key out) or "
+        "/var/log/kubernetes/audit.log"))]
 
 
 def _deployer(config: ClusterConfig) -> list[Problem]:

@@ -117,8 +117,23 @@ PATH_MAX = 200
 # Directories of the operating system itself: a local disk mounted there hides it, a log file
 # written there overwrites it.
 SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr")
-# Directories a mount would hide whole (the OS's state, homes, temporary files).
-NOT_MOUNT_POINTS = ("/var", "/var/lib", "/var/log", "/home", "/root", "/tmp")
+# Where the node's programs keep their state (cloud-init's instance data, which a hidden or
+# overwritten copy makes it run first boot again; the kubelet's pods, certificates and device
+# plugin sockets; the runtimes' images, preloaded into the image; packages, cron, logs; the CNI
+# plugins and NVIDIA's topology files under /opt), and the world-writable folders, where another
+# user can plant a link for a root writer to follow. A mount on one hides what the image put
+# there; a mount above one (/opt, /var/lib) hides it too; a log file in one overwrites it.
+# /var/run and /var/lock are links into /run. tests/config/test_paths.py checks that every folder
+# a rendered file names is here or in SYSTEM_DIRS.
+STATE_DIRS = (
+    "/var/lib/cloud", "/var/lib/kubelet", "/var/lib/kube-proxy", "/var/lib/docker", "/var/lib/containerd",
+    "/var/lib/etcd", "/var/lib/kilonode", "/var/lib/kilonode-etcd", "/var/lib/dpkg", "/var/lib/apt",
+    "/var/lib/systemd", "/var/lib/dbus", "/var/lib/dhcp", "/var/lib/private", "/var/log", "/var/spool", "/var/cache",
+    "/var/mail", "/var/backups", "/var/run", "/var/lock", "/var/tmp", "/tmp", "/root", "/home", "/opt/cni",
+    "/opt/microsoft", "/opt/kilonode", "/opt/kilonode-nccl", "/lost+found",
+)
+# Folders under /var/log that the kubelet and journald own: an audit log there collides with their files.
+OWNED_LOG_DIRS = ("/var/log/journal", "/var/log/pods", "/var/log/containers", "/var/log/private")
 
 
 def _absolute_path(value: str) -> str:
@@ -142,26 +157,73 @@ def _under(value: str, folders: tuple[str, ...]) -> str | None:
     return next((f for f in folders if value == f or value.startswith(f + "/")), None)
 
 
+def _hidden(value: str) -> str | None:
+    """The system or state folder a mount at `value` would hide (or fall inside), if any."""
+    return _under(value, SYSTEM_DIRS + STATE_DIRS) or next(
+        (d for d in STATE_DIRS if d.startswith(value + "/")), None)
+
+
 def _mount_point(value: str) -> str:
-    system = _under(value, SYSTEM_DIRS)
-    if system is not None or value in NOT_MOUNT_POINTS:
-        raise ValueError(f"{value} would hide {system or value}, which the operating system needs; mount the local "
-                         "disk at a folder of its own, like /mnt/local-ssd")
+    hidden = _hidden(value)
+    if hidden is not None:
+        raise ValueError(f"{value} would hide {hidden}, which the operating system or a node program keeps its files "
+                         "in; mount the local disk at a folder of its own, like /mnt/local-ssd")
     return value
+
+
+# Block devices by a name that stays with the disk (kilonode.config.values._device). A local disk
+# is formatted at first boot, so the name must never turn out to be the OS disk: the kernel
+# names SCSI and NVMe disks in the order it finds them, and on Azure the OS disk can come up as
+# /dev/sdb ("Troubleshoot Linux VM device name changes", learn.microsoft.com/troubleshoot/azure/
+# virtual-machines/linux/troubleshoot-device-names-problems), or as an NVMe namespace on the sizes
+# whose OS disk is NVMe. Kept: cloud-init's link to the temp disk (66-azure-ephemeral.rules, the
+# default), udev's /dev/disk/by-id links (60-persistent-storage.rules: the disk's own serial), and
+# the rehearsal's virtio disks after /dev/vda (its root; kilonode.local).
+STABLE_DEVICES = (
+    r"/dev/disk/cloud/azure_resource(-part[0-9]+)?",
+    r"/dev/disk/by-id/[A-Za-z0-9][A-Za-z0-9._-]*",
+    r"/dev/vd([b-z]|[a-z]{2})[0-9]*",
+)
+# The OS disk under the names it has on Azure and in the rehearsal.
+OS_DISKS = (r"/dev/(sda|vda|xvda|hda|mmcblk0)(p?[0-9]+)?", r"/dev/root", r"/dev/disk/cloud/azure_root(-part[0-9]+)?",
+            r"/dev/disk/azure/(root|os)(-part[0-9]+)?")
+# Names the kernel hands out in the order it finds disks: stable on no Azure VM.
+UNSTABLE_DISKS = r"/dev/(sd[a-z]+|nvme[0-9]+n[0-9]+|xvd[a-z]+|hd[a-z]+)(p?[0-9]+)?"
 
 
 def _device(value: str) -> str:
-    if not value.startswith("/dev/"):
-        raise ValueError(f"must be a block device under /dev/, like /dev/vdb (got {shown(value)}): it is formatted at "
-                         "first boot")
+    accepted = "/dev/disk/cloud/azure_resource (the temp disk, the default) or a /dev/disk/by-id/ link"
+    if any(re.fullmatch(pattern, value) for pattern in OS_DISKS):
+        raise ValueError(f"{value} is the OS disk: the local disk is formatted at first boot, which would destroy the "
+                         f"machine's root file system; name {accepted}")
+    if re.fullmatch(UNSTABLE_DISKS, value):
+        raise ValueError(f"{value} is a name the kernel gives disks in the order it finds them: on Azure the OS disk "
+                         "can take it on another boot (learn.microsoft.com/troubleshoot/azure/virtual-machines/linux/"
+                         f"troubleshoot-device-names-problems), and it is formatted at first boot; name {accepted}")
+    if not any(re.fullmatch(pattern, value) for pattern in STABLE_DEVICES):
+        raise ValueError(f"{shown(value)} is not a disk by a stable name (a memory or character device, a folder, a "
+                         f"partition table's link?): it is formatted at first boot; name {accepted}")
     return value
 
 
+def log_file_problem(value: str) -> str | None:
+    """Why the audit log may not be written at `value`, whatever the apiserver's disk."""
+    owned = _under(value, OWNED_LOG_DIRS)
+    if owned is not None:
+        return f"{value} is under {owned}, whose files the kubelet or journald own; write the log in a folder of " \
+            "its own"
+    system = _under(value, SYSTEM_DIRS + tuple(d for d in STATE_DIRS if d != "/var/log"))
+    if system is not None or value == "/var/log":
+        return (f"{value} is under {system or value}, which the operating system or a node program keeps its files in "
+                "(a root writer there overwrites them, or follows a link another user planted); write the log on the "
+                "local disk or in a folder of its own under /var/log")
+    return None
+
+
 def _log_file(value: str) -> str:
-    system = _under(value, SYSTEM_DIRS)
-    if system is not None:
-        raise ValueError(f"{value} is under {system}, which belongs to the operating system; write the log on the "
-                         "local disk or under /var/log")
+    problem = log_file_problem(value)
+    if problem:
+        raise ValueError(problem)
     return value
 
 
@@ -182,10 +244,14 @@ def _relative_path(value: str) -> str:
 
 _PATH_WORDS = "absolute, normalised (no `.`, `..`, `//`, trailing `/`), letters, digits, `._-` between `/`"
 AbsolutePath = Annotated[str, Strict(), AfterValidator(_absolute_path), Accepts(_PATH_WORDS)]
-MountPoint = Annotated[AbsolutePath, AfterValidator(_mount_point),
-                       Accepts(f"{_PATH_WORDS}; not `/` nor a system folder (`/etc`, `/usr`, `/var`, ...)")]
-DevicePath = Annotated[AbsolutePath, AfterValidator(_device), Accepts(f"{_PATH_WORDS}; under `/dev/`")]
-LogFile = Annotated[AbsolutePath, AfterValidator(_log_file), Accepts(f"{_PATH_WORDS}; not under a system folder")]
+MountPoint = Annotated[AbsolutePath, AfterValidator(_mount_point), Accepts(
+    f"{_PATH_WORDS}; not `/`, a system folder (`/etc`, `/usr`, ...) or a node program's state (`/var/lib/kubelet`, "
+    "`/var/lib/cloud`, `/opt/cni`, ...), nor above one (`/var`, `/opt`)")]
+DevicePath = Annotated[AbsolutePath, AfterValidator(_device), Accepts(
+    f"{_PATH_WORDS}; a disk by a stable name: `/dev/disk/cloud/azure_resource`, `/dev/disk/by-id/...` (the "
+    "rehearsal: `/dev/vdb`); never the OS disk, `/dev/sdX` or `/dev/nvmeXnY`")]
+LogFile = Annotated[AbsolutePath, AfterValidator(_log_file), Accepts(
+    f"{_PATH_WORDS}; below the apiserver's localDisk.mountPoint or in a folder of its own under `/var/log`")]
 RelativePath = Annotated[str, Strict(), AfterValidator(_relative_path), Accepts(
     "relative to the project folder, inside it (no `..`), letters, digits, `._-` between `/`; the file must exist")]
 
