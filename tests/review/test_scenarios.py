@@ -147,7 +147,9 @@ def test_shrinking_a_team_leaves_its_old_nodes_tainted(repo: Path) -> None:
     result = reviewed(repo, branch, "research-7500")
     [labels] = risk(result, "labels-until-reimaged")
     assert labels.level == MEDIUM and "team vision -> (shared)" in labels.summary
-    assert len(labels.subjects) == 5 and "until each is reimaged" in labels.summary
+    # a reimage keeps the name and the Node, so the old taints stay (issue 38): kubectl, not a reimage
+    assert len(labels.subjects) == 5 and "keep the old ones" in labels.summary
+    assert "a reimage does not help" in labels.summary and "kubectl taint nodes" in labels.summary
 
 
 def test_lowering_one_sysctl_is_one_line_with_its_hosts(repo: Path) -> None:

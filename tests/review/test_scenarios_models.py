@@ -18,6 +18,7 @@ import pytest
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.k8s import rdma as k8s_rdma
 from kilonode.review import Review, alerting, review
+from kilonode.review.report import to_text
 from kilonode.review.risks import HIGH
 from tests.monitoring.promtool import promtool_path
 from tests.review.conftest import change, edit_stack, replace_text
@@ -75,3 +76,53 @@ def test_an_alert_rule_prometheus_cannot_parse_is_high(repo: Path, monkeypatch: 
     [rejected] = risk(result, "alert-rules-rejected")
     assert rejected.level == HIGH and result.risks[0] == rejected
     assert "kilonode-rules.yaml" in rejected.summary and "at its next start it exits" in rejected.summary
+
+
+def test_a_driver_bump_that_leaves_fabric_manager_behind_is_high_and_shown_as_an_image_change(repo: Path) -> None:
+    def bump_driver(root: Path) -> None:  # every driver package of the GPU list, not Fabric Manager or NSCQ
+        path = root / "node-image" / "packages" / "gpu.txt"
+        path.write_text(path.read_text().replace("=535.261.03-1", "=550.163.01-1"))
+
+    branch = change(repo, "driver-550", bump_driver, "driver 550")
+    result = reviewed(repo, branch, "research-7500")
+    [diff] = result.changed
+    assert not diff.resources and not diff.files, "nothing rendered moves: the change is in the image alone"
+    [mismatch] = risk(result, "gpu-driver-mismatch")
+    assert mismatch.level == HIGH and result.risks[0] == mismatch
+    assert "nvidia-fabricmanager-535 535.261.03-1 is not the driver's release 550.163.01" in mismatch.summary
+    assert "pool-h100-ib (2,500 nodes" in mismatch.summary and "cudaErrorSystemNotReady" in mismatch.summary
+    [unreleased] = risk(result, "image-recipe-unreleased")
+    assert "nodeImageVersion stays 1.0.0" in unreleased.summary
+    assert "nvidia-open-kernel-dkms 535.261.03-1 -> 550.163.01-1" in to_text(result)
+
+
+def test_the_deny_all_moved_to_the_top_shadows_the_etcd_peer_rule(repo: Path) -> None:
+    branch = change(repo, "deny-first", replace_text("infra/kilonode/azure/network.py", "DENY_ALL_PRIORITY = 4096",
+                                                      "DENY_ALL_PRIORITY = 102"), "deny first")
+    result = reviewed(repo, branch)
+    [shadowed] = risk(result, "nsg-shadowed")
+    assert shadowed.level == HIGH and "rule deny-all-inbound now comes before" in shadowed.summary
+    assert "allow-etcd-peer-from-etcd" in shadowed.summary and "TCP 2380 from etcd-events-0" in shadowed.summary
+
+
+def test_a_new_vm_size_for_a_pool_is_a_fleet_replacement(repo: Path) -> None:
+    branch = change(repo, "pool-size", edit_stack("local", lambda c: c["nodePools"][0].update(
+        {"vmSize": "Standard_D8ds_v5"})), "bigger pool VMs")
+    result = reviewed(repo, branch)
+    [resized] = risk(result, "pool-resized")
+    assert "every scale set of pool-cpu (1) gets a new VM size Standard_D4ds_v5 -> Standard_D8ds_v5: 2 nodes" \
+        in resized.summary
+    assert "local NVMe" in resized.summary and "pool replacement" in resized.summary
+    assert not risk(result, "fleet-rollout"), "one line for the pool"
+
+
+def test_a_node_image_version_bump_deletes_the_rollback_target(repo: Path) -> None:
+    branch = change(repo, "image-101", edit_stack("local", lambda c: c["nodeImage"].update({"version": "1.0.1"})),
+                    "node image 1.0.1")
+    result = reviewed(repo, branch)
+    [gone] = risk(result, "rollback-target-removed")
+    assert gone.level == HIGH and "deletes the previous image version(s) (1.0.0 of cpu)" in gone.summary
+    [rollout] = risk(result, "fleet-rollout")
+    assert "image 1.0.0 -> 1.0.1 (the same pins)" in rollout.summary
+
+

@@ -44,8 +44,9 @@ from kilonode.review.lifecycle import load_yaml, plan_of
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 PROMTOOL_ENV = "KILONODE_PROMTOOL"
 CHECK_TIMEOUT_S = 60
-SOURCE = ("prometheus/prometheus@v3.5.5 rules/manager.go:209-229 (Update: \"error loading rules, previous rule set "
-          "restored\"), cmd/prometheus/main.go:1265-1266 and 1430-1432 (a failed first load exits 1)")
+# the lines, at the pinned release, are in this module's docstring (a literal holds no version)
+SOURCE = ("prometheus/prometheus rules/manager.go Update: \"error loading rules, previous rule set restored\"; "
+          "cmd/prometheus/main.go: a failed first load exits 1")
 
 
 def locate() -> Path | None:
@@ -122,6 +123,8 @@ def _version(promtool: Path) -> str:
 
 
 def assess(diff: StackDiff) -> list[Finding]:
+    if not any(c.type == CONFIG_MAP for c in diff.resources):
+        return []  # no ConfigMap changed: no rule file did
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     if not changed:

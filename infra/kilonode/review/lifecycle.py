@@ -4,20 +4,30 @@ would tell it:
 - a replaced resource that is protected, or whose Azure name is fixed, stops `pulumi up`: Pulumi
   replaces create-before-delete unless told otherwise, the replacement would carry the same
   Azure name as the resource still there, and pulumi-azure-native does not create over an
-  existing resource; a protected one is never deleted by `pulumi up` at all;
+  existing resource; a protected one is never deleted by `pulumi up` at all. The advice is per
+  kind: an etcd member (protected and fixed-named: unprotecting it leaves the second stop),
+  a storage account (its blobs go with it: nothing rejoins), a scale set (its instances go), a
+  machine;
 - the resource group or the VNet replaced: everything inside goes with it;
 - an etcd member replaced or resized loses the data on its local SSD (Azure's temporary disk
   does not survive a resize or a redeploy: managed-disks-overview.md, "Temporary disk");
 - a pool subnet the stack has not recorded yet (`network.unrecorded`);
-- labels and taints a node registered with stay until the node is reimaged: the kubelet
-  applies --node-labels and --register-with-taints only when it registers the Node, and the
-  scale sets' upgrade policy is Manual.
+- labels and taints a node registered with stay, reimaged or not: the kubelet applies
+  --node-labels and --register-with-taints only when it creates its Node, and a reimaged
+  instance keeps its name, so its kubelet finds the Node there and keeps what it has
+  (kubernetes/kubernetes pkg/kubelet/kubelet_node_status.go: initialNode sets them,
+  tryRegisterWithAPIServer reconciles an existing Node's attach-detach annotation, default
+  labels and extended and huge-page resources only; read in the search index's copy, not at
+  the pinned v1.34.2 tag: kubernetes/kubernetes is too large to mirror here);
+- a new image version that deletes the one before it (its gallery version and VHD) in the same
+  `pulumi up`: the rollback target goes while nodes still run it.
 
 Pure: a StackDiff (kilonode.review.compare) in, findings out.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,8 +56,15 @@ def load_yaml(text: str) -> Any:
 
 
 def plan_of(entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The side's plan.yaml, parsed once per text (a review's rules ask for it about fifteen
+    times, 0.1-0.2 s each for research-7500): shared, so read it, never change it."""
     text = (entry or {}).get("files", {}).get("plan.yaml")
-    return (load_yaml(text) or {}) if text else {}
+    return _parsed(text) if text else {}
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> dict[str, Any]:
+    return load_yaml(text) or {}
 
 
 def _recorded(change: ResourceChange) -> Mapping[str, Any]:
@@ -58,37 +75,76 @@ def _short(name: str, stack: str) -> str:
     return name.removeprefix(f"{stack}-")
 
 
+STORAGE_ACCOUNT = "azure-native:storage:StorageAccount"
+GALLERY_IMAGE_VERSION = "azure-native:compute:GalleryImageVersion"
+COMMAND = "command:local:Command"
+
+
+def _kind(c: ResourceChange) -> str:
+    """What a stopped replacement is, for its advice: an etcd member, a storage account, a scale
+    set, another machine, or anything else."""
+    if c.type == VM and c.role in ETCD_GROUPS:
+        return "etcd-member"
+    return {STORAGE_ACCOUNT: "storage-account", VMSS: "scale-set", VM: "machine"}.get(c.type, "other")
+
+
 def replacements(diff: StackDiff) -> list[Finding]:
-    """Replaced resources `pulumi up` cannot replace as planned: one finding per kind of stop."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    """Replaced resources `pulumi up` cannot replace as planned: one finding per kind of stop,
+    with advice for that kind of resource and why it stops (protected, a fixed Azure name, or
+    both: the etcd members are both, so unprotecting one leaves the second stop)."""
+    groups: dict[tuple[str, str, str, bool], list[ResourceChange]] = {}
     for c in diff.resources:
         if c.action != REPLACE:
             continue
         why = c.reason() or "an input that forces a new resource"
         record = _recorded(c)
         name_input = FIXED_NAMES.get(c.type)
-        fixed = name_input is not None and bool((record.get("inputs") or {}).get(name_input))
+        fixed = name_input is not None and bool((record.get("inputs") or {}).get(name_input)) \
+            and not record.get("deleteBeforeReplace")
         if c.protect[0]:
-            groups.setdefault(("protected", why), []).append(c.name)
-        elif fixed and not record.get("deleteBeforeReplace"):
-            groups.setdefault(("fixed-name", why), []).append(c.name)
-    found = []
-    for (kind, why), names in sorted(groups.items()):
-        short = ", ".join(_short(n, diff.stack) for n in names)
-        if kind == "protected":
-            found.append(Finding(HIGH, "replace-stops", (
-                f"`pulumi up` stops at {short}: replacing it ({why}) means deleting it, and it is protected "
-                "(etcd's data). Do one member at a time instead: `pulumi state unprotect` that member, "
-                f"`pulumi up --target` it, let it rejoin ({MEMBER_RUNBOOK}), protect it again, then the next"),
-                tuple(names)))
-        else:
-            found.append(Finding(HIGH, "replace-stops", (
-                f"`pulumi up` stops at {short}: it is replaced ({why}), Pulumi creates the replacement before "
-                "deleting the old one, and the replacement has the same fixed Azure name, which "
-                "pulumi-azure-native will not create over the machine still there. Do one machine at a time "
-                "with `pulumi up --target <urn> --replace` after deleting it, or roll it by its runbook"),
-                tuple(names)))
-    return found
+            groups.setdefault(("protected", _kind(c), why, fixed), []).append(c)
+        elif fixed:
+            groups.setdefault(("fixed-name", _kind(c), why, fixed), []).append(c)
+    return [Finding(HIGH, "replace-stops", _stop_story(diff.stack, stop, kind, why, fixed, changes),
+                    tuple(c.name for c in changes))
+            for (stop, kind, why, fixed), changes in sorted(groups.items())]
+
+
+def _capacity(changes: list[ResourceChange]) -> int:
+    return sum(int((((c.base or {}).get("inputs") or {}).get("sku") or {}).get("capacity") or 0) for c in changes)
+
+
+def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes: list[ResourceChange]) -> str:
+    short = ", ".join(_short(c.name, stack) for c in changes)
+    head = f"`pulumi up` stops at {short}: "
+    if stop == "protected" and kind == "etcd-member":
+        second = (" Unprotecting is not enough: its Azure name is fixed and Pulumi replaces create-before-delete, "
+                  "so `pulumi up --target` would stop again at the name (pulumi-azure-native will not create over "
+                  "the VM still there)." if fixed else "")
+        return (head + f"replacing it ({why}) means deleting it, and it is protected (etcd's data).{second} Do one "
+                "member at a time: `pulumi state unprotect <urn>`, delete the old VM (`pulumi destroy --target "
+                "<urn>`), `pulumi up --target <urn>` to create it anew, let etcd-join re-add it as a new member "
+                f"({MEMBER_RUNBOOK}) and wait for `etcdctl endpoint health --cluster`, `pulumi state protect <urn>`, "
+                "then the next")
+    if stop == "protected" and kind == "storage-account":
+        return (head + f"replacing it ({why}) means deleting it, and it is protected: a storage account is deleted "
+                "with every blob in it (here the etcd snapshots, the only way back from a lost cluster). Nothing "
+                "rejoins: what is in it is gone. Keep the account (undo the change that forces the replacement); "
+                "if it must move, create the new account beside it, copy the blobs (`azcopy copy --recursive`), point "
+                "the cluster at it, and only then retire the old one")
+    if stop == "protected":
+        return (head + f"replacing it ({why}) means deleting it, and it is protected: `pulumi up` never deletes it. "
+                "Undo the change that forces the replacement, or decide that it may go, `pulumi state unprotect` "
+                "it, and run again")
+    if kind == "scale-set":
+        return (head + f"it is replaced ({why}), Pulumi creates the replacement before deleting the old one, and "
+                "the replacement has the same fixed Azure name, which pulumi-azure-native will not create over the "
+                f"scale set still there. Replacing a scale set deletes its {_capacity(changes):,} instances "
+                "with it: add a new pool (a new name) beside it, move the work, then remove this one")
+    return (head + f"it is replaced ({why}), Pulumi creates the replacement before deleting the old one, and the "
+            "replacement has the same fixed Azure name, which pulumi-azure-native will not create over the machine "
+            "still there. Do one machine at a time: delete it (`pulumi destroy --target <urn>`), then "
+            "`pulumi up --target <urn>` creates it anew; wait for it to be healthy before the next")
 
 
 def containers(diff: StackDiff) -> list[Finding]:
@@ -181,12 +237,43 @@ def registration(diff: StackDiff) -> list[Finding]:
             continue
         groups.setdefault(key, []).append(name)
     return [Finding(MEDIUM, "labels-until-reimaged", (
-        f"{what} change for {len(names)} scale set(s): the kubelet sets labels and taints only when it registers "
-        "the Node, and the scale sets' upgrade policy is Manual, so the nodes there now keep the old ones (and "
-        "take the old team's work) until each is reimaged; new nodes get the new ones. Reimage them, or "
-        "relabel/taint the Nodes with kubectl meanwhile"), tuple(names))
+        f"{what} change for {len(names)} scale set(s): the kubelet applies --node-labels and --register-with-taints "
+        "only when it creates its Node, and a kubelet whose Node exists already reconciles only its default labels "
+        "(kubernetes pkg/kubelet/kubelet_node_status.go tryRegisterWithAPIServer, initialNode). So the nodes there "
+        "keep the old ones (and take the old team's work), and a reimage does not help: it keeps the instance's "
+        "name, so its kubelet finds the Node and keeps them too; only new instances register with the new ones. "
+        "Apply them to the Nodes that exist (`kubectl label nodes -l kilonode.io/pool=<pool> <key>=<value> "
+        "--overwrite`; `kubectl taint nodes -l ... <key>=<value>:<effect>`, `<key>-` to remove one), or delete each "
+        "Node object just before its instance is reimaged (`kubectl delete node <name>`: it registers anew)"),
+        tuple(names))
         for what, names in sorted(groups.items())]
 
 
+def image_versions(diff: StackDiff) -> list[Finding]:
+    """A new image version whose `pulumi up` deletes the one before it (the version resource and,
+    first of all, its VHD: the upload command's delete runs before the new upload, deleteBeforeReplace)."""
+    created = {((c.head or {}).get("inputs") or {}).get("galleryImageName") for c in diff.resources
+               if c.type == GALLERY_IMAGE_VERSION and c.action == CREATE}
+    gone = [c for c in diff.resources if c.type == GALLERY_IMAGE_VERSION and c.action == DELETE
+            and ((c.base or {}).get("inputs") or {}).get("galleryImageName") in created]
+    if not gone:
+        return []
+    vhds = [c for c in diff.resources if c.type == COMMAND and c.action == REPLACE and c.name.endswith("-vhd")]
+    versions: dict[str, list[str]] = {}
+    for c in gone:
+        inputs = (c.base or {}).get("inputs") or {}
+        versions.setdefault(str(inputs.get("galleryImageVersionName")), []).append(str(inputs.get("galleryImageName")))
+    said = "; ".join(f"{version} of {', '.join(sorted(images))}" for version, images in sorted(versions.items()))
+    return [Finding(HIGH, "rollback-target-removed", (
+        f"this `pulumi up` deletes the previous image version(s) ({said}) together with their VHDs ({len(vhds)} "
+        "upload commands replaced, whose delete runs first): every node not yet reimaged still runs that version, "
+        "and the rollback target is gone: reverting this change would need the old image rebuilt and uploaded "
+        "before any node could boot it again. Keep the previous version published until the new one has rolled "
+        "out: copy its VHD aside first (`az storage blob copy start`), or land the version bump when nothing needs "
+        "to go back, and remove the old version in a later change"),
+        tuple(sorted(c.name for c in gone)))]
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*replacements(diff), *containers(diff), *etcd_data(diff), *unrecorded(diff), *registration(diff)]
+    return [*replacements(diff), *containers(diff), *etcd_data(diff), *unrecorded(diff), *registration(diff),
+            *image_versions(diff)]

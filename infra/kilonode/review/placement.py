@@ -96,7 +96,16 @@ def _runs(found: Placement) -> set[str]:
     return set(found.now) | set(found.after_gpu_health)
 
 
+def _relevant(diff: StackDiff) -> bool:
+    """Placement can differ only where a workload or a pool's registration (its rendered kubelet
+    files, its node count) does: anything else keeps every verdict, and is not worth the model."""
+    return (any(c.type.startswith("kubernetes:apps/") for c in diff.resources)
+            or any(f.host.startswith("pool-") or f.path == "plan.yaml" for f in diff.files))
+
+
 def assess(diff: StackDiff) -> list[Finding]:
+    if not _relevant(diff):
+        return []
     base_inputs, head_inputs = sides.inputs(diff, "base"), sides.inputs(diff, "head")
     if base_inputs is None or head_inputs is None:
         if diff.base and diff.head:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kilonode.review import images
 from kilonode.review.compare import (
     CREATE,
     DELETE,
@@ -64,7 +65,9 @@ def _counts(diff: StackDiff) -> str:
     parts = [f"{n} {words[a]}" for a, n in zip(ACTIONS, actions, strict=True) if n]
     hosts = sorted({f.host or "(stack)" for f in diff.files})
     files = f"{len(diff.files)} rendered file(s) in {len(hosts)} place(s)" if diff.files else "no rendered file"
-    return f"resources: {', '.join(parts) or 'none changed'}; {files} changed"
+    shown = [key for key, (was, now, lines) in images.changes(diff).items() if lines]
+    carried = f"; {len(shown)} image(s) carry other pins" if shown else ""
+    return f"resources: {', '.join(parts) or 'none changed'}; {files} changed{carried}"
 
 
 def summary(review: Review) -> str:
@@ -179,6 +182,7 @@ def to_text(review: Review) -> str:
             continue
         lines += [f"== {d.stack} ==", ""]
         lines += [f"  error: {e}" for e in d.errors]
+        lines += [f"  {line}" for line in images.describe(d)]
         for c in d.resources:
             lines.append(f"  {_action(c):<17} {c.type} {c.name}")
             for i in c.inputs:
@@ -244,6 +248,7 @@ def _stacks_markdown(review: Review, rows: int, diff_lines: int) -> list[str]:
     for d in review.changed:
         lines += [f"### {d.stack}", ""]
         lines += [f"- error: {e}" for e in d.errors]
+        lines += [f"- {_cell(line)}" for line in images.describe(d)]
         if d.resources:
             lines += [*_resources_table(d, rows), ""]
             cut |= len(d.resources) > rows

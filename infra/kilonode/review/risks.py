@@ -27,7 +27,7 @@ from typing import Any
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
 from kilonode.preflight import apiload
-from kilonode.review import alerting, exposure, lifecycle, placement, rules, versions
+from kilonode.review import alerting, exposure, images, lifecycle, network, placement, rules, versions
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
@@ -289,40 +289,70 @@ def refused(diff: StackDiff) -> list[Risk]:
 
 CUSTOM_DATA = "virtualMachineProfile.osProfile.customData"
 IMAGE = "virtualMachineProfile.storageProfile.imageReference"
+SIZE = "sku.name"
+ROLLOUTS = (("custom data", CUSTOM_DATA), ("image", IMAGE), ("VM size", SIZE))
 
 
 def fleet(diff: StackDiff) -> list[Risk]:
-    """A change reaching every scale set of a pool: every node's custom data or image. A pool's
-    teams have scale sets of their own (role `pool-X.team-Y`): one decision reaching them all is
-    one line for the pool; one reaching only a team's sets, a line for the team."""
+    """A change reaching every scale set of a pool: every node's custom data, image or VM size,
+    one line per pool whatever of them it changes. A pool's teams have scale sets of their own
+    (role `pool-X.team-Y`): one decision reaching them all is one line for the pool; one reaching
+    only a team's sets, a line for the team."""
     base_sets: dict[str, set[str]] = {}
+    capacity: dict[str, int] = {}
     for r in _resources(diff.base):
         if r.type == rules.VMSS and r.role:
             base_sets.setdefault(r.role, set()).add(r.name)
+            capacity[r.name] = int((r.props.get("sku") or {}).get("capacity") or 0)
     pools: dict[str, list[str]] = {}
     for role in sorted(base_sets):
         pools.setdefault(role.split(".", 1)[0], []).append(role)
+    touched = {what: {c.name: c for c in diff.resources if c.type == rules.VMSS
+                      and any(covers(i.path, (path,)) and not i.ignored for i in c.inputs)}
+               for what, path in ROLLOUTS}
+    image_changes = images.changes(diff)
     found = []
-    for what, path in (("custom data", CUSTOM_DATA), ("image", IMAGE)):
-        touched = {c.name for c in diff.resources if c.type == rules.VMSS
-                   and any(covers(i.path, (path,)) and not i.ignored for i in c.inputs)}
-        for pool, roles in pools.items():
-            whole = set().union(*(base_sets[r] for r in roles))
-            if whole <= touched:
-                parts = [f"{r.split('.', 1)[1] if '.' in r else 'shared'} {len(base_sets[r])}" for r in roles]
-                found.append(_rollout(diff, f"{pool} ({len(whole)})" if len(roles) == 1
-                                      else f"{pool} ({len(whole)}: {', '.join(parts)})", what, whole))
-                continue
-            found += [_rollout(diff, f"{r} ({len(base_sets[r])})", what, base_sets[r]) for r in roles
-                      if base_sets[r] <= touched]
+    for pool, roles in pools.items():
+        whole = set().union(*(base_sets[r] for r in roles))
+        kinds = [what for what, _ in ROLLOUTS if whole <= touched[what].keys()]
+        if kinds:
+            parts = [f"{r.split('.', 1)[1] if '.' in r else 'shared'} {len(base_sets[r])}" for r in roles]
+            where = f"{pool} ({len(whole)})" if len(roles) == 1 else f"{pool} ({len(whole)}: {', '.join(parts)})"
+            found.append(_rollout(diff, where, kinds, whole, capacity, touched, image_changes.get(pool)))
+            continue
+        for r in roles:
+            kinds = [what for what, _ in ROLLOUTS if base_sets[r] <= touched[what].keys()]
+            if kinds:
+                found.append(_rollout(diff, f"{r} ({len(base_sets[r])})", kinds, base_sets[r], capacity, touched,
+                                      image_changes.get(pool)))
     return found
 
 
-def _rollout(diff: StackDiff, where: str, what: str, names: set[str]) -> Risk:
+def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], capacity: Mapping[str, int],
+             touched: Mapping[str, Mapping[str, Any]], image: tuple[str, str, list[str]] | None) -> Risk:
+    nodes = sum(capacity.get(n, 0) for n in names)
+    said = []
+    for what in kinds:
+        if what == "image" and image:
+            said.append(f"image {image[0]} -> {image[1]} ({'; '.join(image[2]) or 'the same pins'})")
+        elif what == "VM size":
+            sizes = {(str(i.before), str(i.after)) for n in names for i in touched[what][n].inputs if i.path == SIZE}
+            said.append("VM size " + ", ".join(f"{a} -> {b}" for a, b in sorted(sizes)))
+        else:
+            said.append(what)
+    if "VM size" in kinds:
+        return Risk(MEDIUM, "pool-resized", diff.stack, (
+            f"every scale set of {where} gets a new {' and '.join(said)}: {nodes:,} nodes. A fleet replacement, not "
+            "an update: with the Manual upgrade policy each instance keeps its old size until it is upgraded, and "
+            "upgrading one resizes it (Azure stops it and redeploys it on the new size's hardware, deallocating it "
+            "where the cluster lacks that size): it reboots, its local NVMe and temporary disk are wiped, and the "
+            "node's pods go; new instances get the new size at once, so until every instance is upgraded the pool "
+            "runs two sizes. Plan it as a pool replacement (a new pool of the new size beside this one, move the "
+            "work, then drain and remove the old), with quota for the new size's family"), tuple(sorted(names)))
     return Risk(MEDIUM, "fleet-rollout", diff.stack,
-                f"every scale set of {where} gets a new {what}: a fleet-wide rollout as instances are "
-                "upgraded or reimaged (new nodes get it at once); roll it shard by shard and watch the first",
-                tuple(sorted(names)))
+                f"every scale set of {where} gets a new {' and '.join(said)}: a fleet-wide rollout of {nodes:,} "
+                "nodes as instances are upgraded or reimaged (new nodes get it at once); roll it shard by shard and "
+                "watch the first", tuple(sorted(names)))
 
 
 def _sysctls(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -480,7 +510,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *refused(diff),
              *fleet(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
-             *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff))]
+             *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
+             *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 

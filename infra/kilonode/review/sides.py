@@ -19,7 +19,7 @@ from kilonode.plan.model import ClusterPlan
 from kilonode.preflight.load import from_parts
 from kilonode.preflight.model import InputError, Inputs
 from kilonode.review.compare import StackDiff
-from kilonode.review.lifecycle import load_yaml
+from kilonode.review.lifecycle import plan_of
 
 Which = Literal["base", "head"]
 
@@ -45,11 +45,10 @@ def _build(diff: StackDiff, side: Which) -> tuple[Inputs | None, str | None]:
     if not entry or "error" in entry:
         return None, f"the stack does not load at the {side}"
     files = entry.get("files") or {}
-    text = files.get("plan.yaml")
-    if not text:
+    if not files.get("plan.yaml"):
         return None, f"the {side} recorded no plan.yaml"
     try:
-        plan = ClusterPlan.model_validate(load_yaml(text))
+        plan = ClusterPlan.model_validate(plan_of(entry))
         built = from_parts(plan, files, {"resources": entry.get("resources") or [], "outputs": entry.get("outputs")},
                            source=f"{diff.stack} at the {side}")
     except (ValidationError, InputError, ValueError) as error:

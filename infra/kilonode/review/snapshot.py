@@ -19,6 +19,7 @@ problems instead.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import sys
@@ -92,8 +93,10 @@ def entry(plan: Any, files: dict[str, str], graph: Any) -> dict[str, Any]:
 def _image_contents(plan: Any) -> dict[str, Any]:
     """What each machine image this stack boots would carry if built at this ref: its version
     (the stack's), the pinned binaries at their versions (node-image/binaries.toml for the
-    stack's Kubernetes version) and the container images baked in for preloading. A review
-    compares them where the version did not move: a built image never changes under its version."""
+    stack's Kubernetes version), the container images baked in for preloading, and the recipe's
+    pins (`_recipe`: every package at its declared version, the kernel, the files copied in, the
+    locks). A review compares them where the version did not move (a built image never changes
+    under its version) and names them where it did (what the fleet rolls out)."""
     from kilonode.catalog.binaries import load
 
     try:
@@ -109,16 +112,54 @@ def _image_contents(plan: Any) -> dict[str, Any]:
 
     found: dict[str, Any] = {
         "control-plane": {"version": plan.control_plane_image_version, "binaries": binaries(["control-plane"]),
-                          "preload": []},
-        "etcd": {"version": plan.etcd_image_version, "binaries": binaries(["etcd"]), "preload": []},
+                          "preload": [], "recipe": _recipe("control", (), "control-plane")},
+        "etcd": {"version": plan.etcd_image_version, "binaries": binaries(["etcd"]), "preload": [],
+                 "recipe": _recipe("control", (), "etcd")},
     }
     for pool in plan.node_pools:
         found[pool.role()] = {
             "version": plan.node_image_version,
             "binaries": binaries(list(pool.binary_roles)),
             "preload": sorted(item.image for item in pool.preload_images),
+            "recipe": _recipe(pool.runtime, tuple(getattr(pool, "image_extras", ())), None),
         }
     return found
+
+
+def _recipe(flavour: str, extras: tuple[str, ...], role: str | None) -> dict[str, Any] | str:
+    """The node-image recipe's pins for one image (kilonode.image.recipe): each package the image
+    is built with at the version the recipe declares ("" where apt picks), the kernel it boots,
+    the packages that must be one driver release (driver, Fabric Manager, NSCQ), the sha256 (12
+    hex) of each file the build copies in (the common, role and extras overlays, the pause source,
+    the DKMS patches) and of the two lock files. Read from this ref's node-image/."""
+    from kilonode.digest import sha256_file
+
+    try:
+        recipe = _load_recipe()
+        declared = recipe.declared_packages(flavour, extras)  # type: ignore[arg-type]
+        dirs = [recipe.overlay_dir, *(recipe.extra_overlay_dir(e) for e in extras)]  # type: ignore[arg-type]
+        if role:
+            dirs.append(recipe.role_overlay_dir(role))
+        files = {recipe.shown(p): p for d in dirs if d.is_dir() for p in sorted(d.rglob("*")) if p.is_file()}
+        files[recipe.shown(recipe.pause_source)] = recipe.pause_source
+        files |= {recipe.shown(p): p for ps in recipe.dkms_patches(extras).values() for p in ps}  # type: ignore[arg-type]
+        for lock in (recipe.apt_lock_file, recipe.root / "binaries.lock.toml"):
+            if lock.is_file():
+                files[recipe.shown(lock)] = lock
+        equal = {role_: package for e in extras for role_, package in recipe.extras[e].equal_versions.items()}
+        return {"packages": {name: d.version or "" for name, d in sorted(declared.items())},
+                "kernel": recipe.kernel_for(extras).image,  # type: ignore[arg-type]
+                "equalVersions": equal,
+                "files": {name: sha256_file(path)[:12] for name, path in sorted(files.items())}}
+    except Exception as error:  # a recipe this ref cannot read: its build says why; the review shows it
+        return f"{type(error).__name__}: {error}"
+
+
+@functools.cache
+def _load_recipe() -> Any:
+    from kilonode.image.recipe import load_recipe
+
+    return load_recipe()
 
 
 def _lessons() -> dict[str, Any]:

@@ -356,6 +356,13 @@ def _networks(prefixes: list[str], vnet_space: list[IPv4Network]) -> list[IPv4Ne
     return found
 
 
+def rule_networks(rule: Mapping[str, Any], side: str, vnet_space: list[IPv4Network]) -> list[IPv4Network]:
+    """A rule's source or destination (`side`) as the networks `admits` matches it by (service
+    tags VirtualNetwork and AzureLoadBalancer resolved, `*` and Internet as 0.0.0.0/0): the same
+    reading for kilonode.review's NSG rules (which rule now shadows which)."""
+    return _networks(_prefixes(rule, side), vnet_space)
+
+
 def _sources(rule: Mapping[str, Any], vnet_space: list[IPv4Network]) -> list[IPv4Network]:
     return _networks(_prefixes(rule, "source"), vnet_space)
 
