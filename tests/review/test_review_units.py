@@ -10,9 +10,10 @@ import yaml
 
 from kilonode.catalog.effects import effects
 from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, compare_resources, compare_stack
+from kilonode.review.decisions import decisions
 from kilonode.review.refs import Side, affected
-from kilonode.review.report import COMMENT_LIMIT, MARKER, Review, grouped_files, to_markdown
-from kilonode.review.risks import HIGH, MEDIUM, assess
+from kilonode.review.report import COMMENT_LIMIT, MARKER, Review, grouped_files, to_markdown, to_text
+from kilonode.review.risks import HIGH, MEDIUM, Risk, assess
 
 VM = "azure-native:compute:VirtualMachine"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
@@ -273,3 +274,45 @@ def test_moving_the_leases_on_a_running_cluster_is_high_creating_a_cluster_with_
     # a new cluster has no Lease to move
     new = {"files": {}, "resources": [], "outputs": {}}
     assert "etcd-leases-moved" not in risks_between(new, with_leases(base))
+
+
+# --- the answer: one line per decision, by impact, and what is not judged -----------------------------------------
+
+def risk(level: str, rule: str, summary: str, subjects: tuple[str, ...] = (), cause: str = "") -> Risk:
+    return Risk(level, rule, "c", summary, subjects, cause)
+
+
+def test_one_decisions_fan_out_is_one_line_led_by_its_gravest_finding() -> None:
+    fanned = [risk(HIGH, "update-refused", "7 VirtualMachine change location in place, which Azure refuses (...)",
+                   tuple("abcdefg"), cause="location"),
+              risk(HIGH, "replace-stops", "`pulumi up` stops at etcd-backup-account: ...", ("s",), cause="location"),
+              risk(HIGH, "container-replaced", "the resource group rg is replaced (location): ...", ("rg",),
+                   cause="location")]
+    [decision] = decisions(fanned)
+    assert decision.lead.rule == "container-replaced" and len(decision.others) == 2
+    line = decision.line()
+    assert line.startswith("container-replaced (c; one change, location, 3 findings): the resource group rg")
+    assert "update-refused: 7 VirtualMachine change location in place, which Azure refuses;" in line
+
+
+def test_decisions_come_by_level_then_impact_then_nodes() -> None:
+    found = decisions([risk(MEDIUM, "fleet-rollout", "every scale set of pool-a (10) gets ...: 1,000 nodes"),
+                       risk(HIGH, "update-refused", "1 NatGateway change location"),
+                       risk(HIGH, "daemonset-stranded", "DaemonSet x can no longer run on 40 nodes"),
+                       risk(HIGH, "daemonset-stranded", "DaemonSet y can no longer run on 4,000 nodes"),
+                       risk(HIGH, "etcd-quorum", "3 of 5 etcd-main members restart")])
+    assert [(d.lead.rule, d.lead.summary.split()[1]) for d in found] == [
+        ("etcd-quorum", "of"), ("daemonset-stranded", "y"), ("daemonset-stranded", "x"),
+        ("update-refused", "NatGateway"), ("fleet-rollout", "scale")]
+
+
+def test_a_review_with_no_risk_says_what_it_does_not_judge() -> None:
+    base = entry()
+    head = copy.deepcopy(base)
+    head["resources"][-1]["inputs"]["sku"]["capacity"] = 60  # ignoreChanges: shown, no risk
+    diff = compare_stack("c", base, head)
+    review = Review(Side("base", "main", "a" * 40), Side("head", "HEAD", "b" * 40), ["c"], "test", [diff], [],
+                    ["c: alert rules (x) changed and were not checked: no promtool here"])
+    for text in (to_text(review), to_markdown(review)):
+        assert "No risk found by the rules, which is not the same as safe" in text
+        assert "Not judged: what the workloads themselves do" in text and "no promtool here" in text

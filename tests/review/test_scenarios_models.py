@@ -18,6 +18,7 @@ import pytest
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.k8s import rdma as k8s_rdma
 from kilonode.review import Review, alerting, review
+from kilonode.review.decisions import decisions
 from kilonode.review.report import to_text
 from kilonode.review.risks import HIGH
 from tests.monitoring.promtool import promtool_path
@@ -126,3 +127,14 @@ def test_a_node_image_version_bump_deletes_the_rollback_target(repo: Path) -> No
     assert "image 1.0.0 -> 1.0.1 (the same pins)" in rollout.summary
 
 
+
+def test_a_location_change_is_one_line_of_the_answer_led_by_the_resource_group(repo: Path) -> None:
+    result = reviewed(repo, change(repo, "location-answer", edit_stack("local", lambda c: c.update(
+        {"location": "eastus"})), "move"))
+    [decision] = decisions(result.risks)
+    assert decision.lead.rule == "container-replaced" and "resource group" in decision.lead.summary
+    assert len(decision.others) >= 8 and {r.rule for r in decision.others} >= {"update-refused", "replace-stops"}
+    text = to_text(result)
+    answer = text.split("Answer (one line per decision, highest impact first):\n", 1)[1].split("\n\n", 1)[0]
+    assert answer.count("\n  - ") == 0 and "one change, location" in answer, answer
+    assert "Not judged: what the workloads themselves do" in text

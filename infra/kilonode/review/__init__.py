@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kilonode.review.compare import compare_stack
+from kilonode.review.decisions import order
 from kilonode.review.refs import ReviewError, Side, affected, changed_paths, resolve, snapshots, stacks_at, toplevel
 from kilonode.review.report import Review
-from kilonode.review.risks import HIGH, MEDIUM, Risk, assess
+from kilonode.review.risks import MEDIUM, Risk, assess
 
 __all__ = ["Review", "ReviewError", "review"]
 
@@ -55,6 +56,6 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
             elif diff.changed:
                 result.risks += assess(diff, lessons)
                 result.notes += [f"{name}: {note}" for note in diff.notes]
-        result.risks.sort(key=lambda r: (r.level != HIGH, r.stack))
+        result.risks.sort(key=order)  # highest impact first (kilonode.review.decisions)
     result.seconds = time.monotonic() - began
     return result

@@ -13,3 +13,4 @@ class Finding:
     rule: str  # a stable name: version-skew, world-open, ...
     summary: str  # what, why, and what to do
     subjects: tuple[str, ...] = ()
+    cause: str = ""  # the decision it follows from, shared with the other rules it fans out to (Risk.cause)

@@ -106,7 +106,7 @@ def replacements(diff: StackDiff) -> list[Finding]:
         elif fixed:
             groups.setdefault(("fixed-name", _kind(c), why, fixed), []).append(c)
     return [Finding(HIGH, "replace-stops", _stop_story(diff.stack, stop, kind, why, fixed, changes),
-                    tuple(c.name for c in changes))
+                    tuple(c.name for c in changes), cause=why)
             for (stop, kind, why, fixed), changes in sorted(groups.items())]
 
 
@@ -150,7 +150,8 @@ def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes
 def containers(diff: StackDiff) -> list[Finding]:
     """The resource group or the VNet replaced or deleted: everything inside goes with it."""
     found = []
-    for c in diff.resources:
+    # the resource groups first: what goes with a group is everything, with a VNet its machines
+    for c in sorted(diff.resources, key=lambda c: c.type != RESOURCE_GROUP):
         if c.type not in (RESOURCE_GROUP, VNET) or c.action not in (REPLACE, DELETE):
             continue
         what = "resource group" if c.type == RESOURCE_GROUP else "VNet"
@@ -161,7 +162,7 @@ def containers(diff: StackDiff) -> list[Finding]:
             f"the {what} {c.name} is {'deleted' if c.action == DELETE else 'replaced'} ({why}): Azure deletes "
             f"{inside} with it. `pulumi up` stops first at the protected etcd VMs, after deleting what it "
             "could; a cluster cannot move region or group in place: build a new stack there and move the "
-            "work"), (c.name,)))
+            "work"), (c.name,), cause=why))
     return found
 
 

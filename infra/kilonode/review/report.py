@@ -23,6 +23,7 @@ from kilonode.review.compare import (
     natural,
 )
 from kilonode.review.compare import shown as pair
+from kilonode.review.decisions import NOT_JUDGED, decisions
 from kilonode.review.refs import Side
 from kilonode.review.risks import HIGH, MEDIUM, Risk
 
@@ -81,7 +82,7 @@ def summary(review: Review) -> str:
     high = sum(r.level == HIGH for r in review.risks)
     medium = sum(r.level == MEDIUM for r in review.risks)
     risk = (f"Risk: **{review.level()}** ({high} high, {medium} medium)." if review.risks
-            else "No risk found by the rules.")
+            else "No risk found by the rules, which is not the same as safe: see what they do not judge.")
     parts = [f"{d.stack}: {_counts(d)}" for d in changed]
     return f"{head} {len(review.stacks)} stack(s) checked ({review.why}). " + "; ".join(parts) + ". " + risk
 
@@ -106,7 +107,9 @@ def to_json(review: Review) -> str:
         "head": {"ref": review.head.ref, "commit": review.head.commit},
         "stacks": review.stacks, "why": review.why, "level": review.level(),
         "risks": [r.to_json() for r in review.risks],
-        "notJudged": review.notes,
+        "decisions": [{"level": d.level, "rule": d.lead.rule, "stack": d.lead.stack, "cause": d.lead.cause,
+                       "findings": 1 + len(d.others), "line": d.line()} for d in decisions(review.risks)],
+        "notJudged": not_judged(review),
         "changes": {d.stack: {"errors": d.errors,
                               "resources": [_resource_json(c) for c in d.resources],
                               "files": [{"path": f.path, "status": f.status, "diff": f.diff} for f in d.files]}
@@ -170,12 +173,25 @@ def _hosts(hosts: list[str]) -> str:
 
 # --- text --------------------------------------------------------------------------------
 
+def not_judged(review: Review) -> list[str]:
+    """The answer's last lines: what no rule models, and what this review could not check."""
+    if not review.changed:
+        return []
+    return [f"Not judged: {NOT_JUDGED}.", *(f"Not judged here: {note}" for note in review.notes)]
+
+
 def to_text(review: Review) -> str:
     lines = [summary(review).replace("**", ""), ""]
-    lines += [f"Not judged: {note}" for note in review.notes] + ([""] if review.notes else [])
-    if review.risks:
-        lines.append("Risks:")
-        lines += [f"  [{r.level}] {r.rule} ({r.stack}): {r.summary}" for r in review.risks]
+    answer = decisions(review.risks)
+    if answer:
+        lines.append("Answer (one line per decision, highest impact first):")
+        lines += [f"  - [{d.level}] {d.line()}" for d in answer]
+        lines.append("")
+    lines += [*not_judged(review), ""] if review.changed else []
+    fanned = [r for d in answer for r in d.others]
+    if fanned:
+        lines.append("The same decisions' other findings, in full:")
+        lines += [f"  [{r.level}] {r.rule} ({r.stack}): {r.summary}" for r in fanned]
         lines.append("")
     for d in review.diffs:
         if not d.changed:
@@ -228,11 +244,13 @@ def to_markdown(review: Review, full_report: str = "`kilonode diff --format text
     """One comment, at most `budget` characters: summary and risks always, then per stack the
     resource table and the host-file diffs, shrunk until it fits."""
     head = [MARKER, "## kilonode diff", "", summary(review), ""]
-    head += [f"Not judged: {note}" for note in review.notes] + ([""] if review.notes else [])
-    if review.risks:
-        head += ["### Risks", ""]
-        head += [f"- {ICON[r.level]} **{r.level}** `{r.rule}` ({r.stack}): {r.summary}" for r in review.risks]
+    answer = decisions(review.risks)
+    if answer:
+        head += ["### Risks: one line per decision, highest impact first", ""]
+        head += [f"- {ICON[d.level]} **{d.level}** `{d.lead.rule}` {d.line().removeprefix(d.lead.rule + ' ')}"
+                 for d in answer]
         head.append("")
+    head += [*(f"_{line}_" for line in not_judged(review)), ""] if review.changed else []
     for rows, diff_lines in ((200, 400), (60, 120), (25, 40), (10, 0)):
         body = _stacks_markdown(review, rows, diff_lines)
         text = "\n".join(head + body)

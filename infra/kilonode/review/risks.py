@@ -51,10 +51,13 @@ class Risk:
     stack: str
     summary: str  # one sentence: what and why
     subjects: tuple[str, ...] = ()  # the resources or files it is about
+    # the decision it follows from, where several rules tell one decision's fan-out (the input a
+    # location change moves on every resource: "location"): the report gives them one line
+    cause: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"level": self.level, "rule": self.rule, "stack": self.stack, "summary": self.summary,
-                "subjects": list(self.subjects)}
+                "subjects": list(self.subjects), **({"cause": self.cause} if self.cause else {})}
 
 
 def _resources(entry: Mapping[str, Any] | None) -> list[rules.Resource]:
@@ -283,7 +286,7 @@ def refused(diff: StackDiff) -> list[Risk]:
                  f"{len(names)} {kind.rsplit(':', 1)[-1]} change {path} in place, which "
                  f"{'the apiserver' if kind.startswith('kubernetes:') else 'Azure'} refuses ({why[(kind, path)]}): "
                  "`pulumi up` stops with an error there, after changing what came before it; recreate them "
-                 "deliberately instead", tuple(names))
+                 "deliberately instead", tuple(names), cause=path)
             for (kind, path), names in sorted(groups.items())]
 
 
@@ -516,7 +519,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
 
 
 def _risks(diff: StackDiff, findings: list[Finding]) -> list[Risk]:
-    return [Risk(f.level, f.rule, diff.stack, f.summary, f.subjects) for f in findings]
+    return [Risk(f.level, f.rule, diff.stack, f.summary, f.subjects, f.cause) for f in findings]
 
 
 def _versions(diff: StackDiff) -> list[Finding]:
