@@ -157,7 +157,7 @@ def test_the_shipped_profiles_set_values_their_keys_take_and_weaken_nothing(prof
 
 
 @pytest.mark.parametrize("prefix", [
-    "sem-number-", "sem-sysctl-weakens-",
+    "sem-number-", "sem-sysctl-weakens-", "sem-world-", "sem-reserved-", "sem-key-", "sem-path-", "sem-name-",
 ])
 def test_the_semantic_corpus_has_cases_of_every_class(prefix: str) -> None:
     assert len(list(HOSTILE_DIR.glob(f"{prefix}*.yaml"))) >= 3, prefix

@@ -15,7 +15,7 @@ from kilonode.catalog.addresses import reserved_in
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
-from kilonode.config.model import GIB, ClusterConfig, LocalDiskConfig
+from kilonode.config.model import GIB, ROLE_IMAGES, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown, taint_key_effect
 from kilonode.problems import Loc, Problem
@@ -290,6 +290,54 @@ def archive_problems(config: ClusterConfig, project: Path) -> list[Problem]:
     return problems
 
 
+# The Pulumi program names each part of the cluster <cluster>-<part> and everything below a part
+# <cluster>-<part>-... (kilonode.azure.cluster, kilonode.azure.program); a pool is such a part,
+# named after the pool. A pool whose name is a part's, or extends one by "-" (or is extended by
+# one), shares that part's names: two resources of one name, so two Pulumi resources with one URN
+# (a pool named `apiservers` and the apiservers' SSH key) or one name in kilonode's graph, which
+# preflight and the review read by name. tests/config/test_names.py reads these parts and the
+# words below off the program's recorded graph, and runs it with every colliding name.
+CLUSTER_PARTS = ("apiserver", "controllers", "etcd-backup", "etcd-main", "etcd-events", "etcd-leases", "image",
+                 "join", "k8s", "last-deployment", "network", "ssh-key", "tls")
+# The control plane's machine groups, where pools share a namespace with them: sshKeys' roles and
+# the generated keys named after them (kilonode.azure.ssh), acknowledgeRestart's groups.
+CONTROL_PLANE_GROUPS = ("etcd-main", "etcd-events", "etcd-leases", "apiservers")
+# The node-image part names each pool's gallery image <cluster>-image-<pool>, beside its own
+# gallery and VHD account (kilonode.azure.node_image: image-gallery, image-vhds, image-vhds-...)
+# and the control plane's images (image-etcd, image-control-plane: ROLE_IMAGES, refused by the model).
+IMAGE_PART_CHILDREN = ("gallery", "vhds")
+# What the program appends to a pool's name below a part: its shards' numbers (<pool>-000), its
+# NAT gateway (network-pool-<pool>-nat) and its image's VHD (image-<pool>-vhd). A pool named
+# another's name plus one of these takes that resource's name.
+POOL_NAME_SUFFIX = r"[0-9]+|nat|vhd"
+
+
+def _extends(longer: str, shorter: str) -> bool:
+    return longer == shorter or longer.startswith(shorter + "-")
+
+
+def _pool_name_collision(name: str, others: list[str]) -> str | None:
+    """Why pool `name` would share derived names with a part of the cluster or an earlier pool."""
+    if name in CONTROL_PLANE_GROUPS:
+        return (f"{name!r} names a group of control-plane machines (sshKeys, acknowledgeRestart): the pool's SSH key "
+                "and the group's would be one resource")
+    child = next((c for c in IMAGE_PART_CHILDREN if _extends(name, c)), None)
+    if child is not None:
+        return (f"{name!r} {'is' if name == child else 'extends'} {child!r}, which the node-image part names its own "
+                f"resources (<cluster>-image-{child}...), beside each pool's gallery image <cluster>-image-<pool>")
+    part = next((p for p in CLUSTER_PARTS if _extends(name, p) or _extends(p, name)), None)
+    if part is not None:
+        return (f"{name!r} {'is' if name == part else 'overlaps'} the name kilonode gives the cluster's {part!r} part: "
+                f"the pool's resources (<cluster>-{name}-...) and the part's (<cluster>-{part}-...) would share names")
+    for other in [*ROLE_IMAGES, *others]:  # the control plane's images are named like pools'
+        for longer, shorter in ((name, other), (other, name)):
+            if longer.startswith(shorter + "-") and re.match(rf"({POOL_NAME_SUFFIX})(-|$)", longer[len(shorter) + 1:]):
+                what = "the control plane's image" if other in ROLE_IMAGES else "pool"
+                return (f"{name!r} and {what} {other!r} would name two resources alike ({shorter}'s "
+                        f"{longer[len(shorter) + 1:]} is a word kilonode appends to its resources' names)")
+    return None
+
+
 def _pool_names(config: ClusterConfig) -> list[Problem]:
     seen: dict[str, int] = {}
     problems = []
@@ -300,6 +348,10 @@ def _pool_names(config: ClusterConfig) -> list[Problem]:
                 f"{pool.name!r} is already the name of nodePools[{seen[pool.name]}]; "
                 "pool names must be unique (they name scale sets and directories)",
             ))
+        else:
+            collision = _pool_name_collision(pool.name, list(seen))
+            if collision:
+                problems.append(Problem(("nodePools", index, "name"), f"{collision}; give the pool another name"))
         seen.setdefault(pool.name, index)
     return problems
 
