@@ -42,18 +42,51 @@ def test_every_host_leaf_carries_its_generation_as_trigger_and_nothing_else_does
         triggered = {r.name for r in graph.resources if r.replacement_trigger is not None}
         host_leaves = {r.name for r in graph.resources if r.type in TLS_TYPES and not r.name.endswith("-ca-key")
                        and any(f"-tls-{role}-" in r.name for role in ("etcd-main", "etcd-events", "apiserver"))}
-        # the CAs' keys and certificates, the admins' and the service-account key: never
-        assert not any(r.name.endswith(("-ca", "-ca-key", "-admin", "-admin-key", "-service-account-key"))
+        # the exported admin credential: by the stack's adminGeneration (its revocation)
+        admin = {f"{stack}-tls-admin{part}" for part in ("", "-csr", "-key")}
+        # the CAs' keys and certificates, the super-admin's and the service-account key: never
+        assert not any(r.name.endswith(("-ca", "-ca-key", "-super-admin", "-super-admin-key", "-service-account-key"))
                        for r in graph.resources if r.replacement_trigger is not None), stack
-        assert triggered == host_leaves and host_leaves, (stack, triggered ^ host_leaves)
+        assert triggered == host_leaves | admin and host_leaves, (stack, triggered ^ (host_leaves | admin))
         assert {r.replacement_trigger for r in graph.resources if r.name in triggered} == {0}
 
 
-def test_early_renewal_is_off_for_host_leaves_and_30_days_for_the_admins(graphs: dict[str, Graph]) -> None:
+def test_early_renewal_is_off_for_host_leaves_and_the_admins_30_days_renew_in_their_last_10(
+    graphs: dict[str, Graph],
+) -> None:
     signed = {r.name: r.plain() for r in graphs["research-7500"].of_type(TLS_TYPES[2])}
     hours = {name: inputs["earlyRenewalHours"] for name, inputs in signed.items()}
-    assert hours.pop("research-7500-tls-admin") == hours.pop("research-7500-tls-super-admin") == 30 * 24
+    validity = {name: inputs["validityPeriodHours"] for name, inputs in signed.items()}
+    for admin in ("research-7500-tls-admin", "research-7500-tls-super-admin"):
+        assert (hours.pop(admin), validity.pop(admin)) == (10 * 24, 30 * 24)
     assert set(hours.values()) == {0} and len(hours) == 5 * 2 + 3 * 2 + 5 * 10
+    assert set(validity.values()) == {365 * 24}
+
+
+def test_a_new_admin_generation_revokes_the_old_credential_and_replaces_no_machine(
+    graphs: dict[str, Graph], deployed: dict[str, Any],
+) -> None:
+    """Raising adminGeneration: a new key, request and certificate for the exported admin alone, in a
+    new group, and the cluster-admins binding moved to that group (so every earlier copy has no
+    binding left); no VM's custom data changes, the super-admin stays."""
+    before = graphs["local"]
+    after = recorded_program("local", local_with(adminGeneration=1), deployed)
+    old, new = tls_state(before), tls_state(after)
+    changed = sorted(name for name in old if old[name] != new[name])
+    assert changed == [f"local-tls-admin{part}" for part in ("", "-csr", "-key")]
+    assert after.named("local-tls-admin-key").replacement_trigger == 1
+    assert after.named("local-tls-admin-csr").plain()["subject"]["organization"] == "kilonode:cluster-admins:g1"
+
+    def binding(graph: Graph) -> dict[str, Any]:
+        return next(r.plain() for r in graph.resources if r.type == "kubernetes:rbac.authorization.k8s.io/v1:"
+                    "ClusterRoleBinding" and r.plain()["metadata"]["name"] == "kilonode:cluster-admins")
+    assert binding(before)["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                            "name": "kilonode:cluster-admins"}]
+    assert binding(after)["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                           "name": "kilonode:cluster-admins:g1"}]
+    assert binding(after)["roleRef"] == binding(before)["roleRef"]  # immutable in the API: updated in place
+    keys_before, keys_after = restart_keys(before), restart_keys(after)
+    assert keys_before == keys_after
 
 
 def test_a_generation_bump_on_etcd_main_0_renews_its_certificates_and_custom_data_only(

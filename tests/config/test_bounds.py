@@ -36,6 +36,7 @@ BOUNDED_ELSEWHERE = {
     "firstShard": "a shard of its pool (the plan refuses one past the pool's end)",
     "generation": "a name part of the join token's resources; previous is current - 1 (the model)",
     "certificateGenerations": "0 to 10,000 (values.Generation)",
+    "adminGeneration": "0 to 10,000 (values.Generation); a name part of the admin group (kilonode:cluster-admins:g<N>)",
     "sysctl.overrides": "each key's kernel type (catalog/sysctls.yaml; tests below)",
     "teams[].nodes": "whole shards of its pool (the plan refuses more than the pool has)",
 }

@@ -85,10 +85,23 @@ def test_a_hosts_generation_reaches_its_leaves_and_no_others(plans: dict[str, Cl
                                                           "kube-scheduler-serving", "kube-controller-manager-serving",
                                                           "gpu-health-controller", "node-client-approver",
                                                           "front-proxy-client")}}
-    # pulumi-tls early renewal: off on every host's leaf, 30 days on the administrators'
+    # pulumi-tls early renewal: off on every host's leaf, the last 10 days of the administrators' 30
     hours = {leaf.name: pki.early_renewal_hours(leaf) for leaf in layout.leaves}
     assert {h for n, h in hours.items() if n not in ("admin", "super-admin")} == {0}
-    assert hours["admin"] == hours["super-admin"] == 30 * 24
+    assert hours["admin"] == hours["super-admin"] == 10 * 24
+    validity = {leaf.name: pki.validity_hours(leaf) for leaf in layout.leaves}
+    assert validity.pop("admin") == validity.pop("super-admin") == 30 * 24
+    assert set(validity.values()) == {365 * 24}
+
+
+@pytest.mark.parametrize(("generation", "group"), [(0, "kilonode:cluster-admins"), (2, "kilonode:cluster-admins:g2")])
+def test_the_admin_credential_is_in_its_generations_group_and_the_super_admin_in_system_masters(
+    plans: dict[str, ClusterPlan], generation: int, group: str,
+) -> None:
+    layout = pki.pki_layout(plans["local"].model_copy(update={"admin_generation": generation}))
+    admin, super_admin = layout.leaf("admin"), layout.leaf("super-admin")
+    assert (admin.organization, admin.generation, admin.host) == (group, generation, None)
+    assert (super_admin.organization, super_admin.generation) == ("system:masters", 0)
 
 
 def test_member_certificates_name_the_member_its_vm_and_its_address(layout: pki.PkiLayout) -> None:

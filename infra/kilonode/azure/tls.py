@@ -164,8 +164,9 @@ class Tls(pulumi.ComponentResource):
         3.272; the CLI running `pulumi up` must know it too, which the runbook has preview show):
         the engine compares the value with the one the last deployment recorded and replaces the
         resource when both are set and differ. A trigger set for the first time (a stack deployed
-        before this option) replaces nothing, so the generation is always given, 0 included."""
-        if leaf.host is None:
+        before this option) replaces nothing, so the generation is always given, 0 included. The
+        exported admin credential's leaf likewise, by the stack's adminGeneration (its revocation)."""
+        if leaf.host is None and leaf.name != pki.ADMIN:
             return self._child
         return pulumi.ResourceOptions(parent=self, replacement_trigger=leaf.generation)
 
@@ -186,7 +187,7 @@ class Tls(pulumi.ComponentResource):
             cert_request_pem=csr.cert_request_pem,
             ca_cert_pem=ca.cert_pem,
             ca_private_key_pem=ca.key_pem,
-            validity_period_hours=pki.LEAF_HOURS,
+            validity_period_hours=pki.validity_hours(leaf),
             # 0 for a host's leaves: renewed by generation, never all at once (kilonode.plan.defaults)
             early_renewal_hours=pki.early_renewal_hours(leaf),
             allowed_uses=list(leaf.uses),

@@ -930,6 +930,16 @@ class ClusterConfig(StrictModel):
             "or every apiserver is refused, naming the machines. Set it for that one update, then remove it."
         ),
     )
+    admin_generation: Generation = Field(
+        default=0,
+        description=(
+            "The exported admin credential's generation (absent: 0). Raising it by one makes the next `pulumi up` "
+            "issue a new admin key and certificate in a new group (kilonode:cluster-admins:g<N>) and point the "
+            "kilonode:cluster-admins ClusterRoleBinding at that group alone: every copy of the previous "
+            "adminKubeconfig loses its rights at that `pulumi up` (docs/operations.md, \"Revoking the admin "
+            "credential\"). No machine is replaced. Never lower it: an old generation's group would be bound again."
+        ),
+    )
     certificate_generations: dict[ControlPlaneHost, Generation] = Field(
         default_factory=dict,
         description=(

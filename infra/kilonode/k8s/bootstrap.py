@@ -18,7 +18,8 @@
   admission plugin checks that verb on `signers` with the signer's name as resourceName:
   plugin/pkg/admission/certificates/approval/admission.go), get Nodes; and in kube-system a Role
   to get its pool table, a ConfigMap of each pool's scale-set computer-name prefixes;
-- the cluster-admins group bound to cluster-admin (the exported admin kubeconfig's identity).
+- the cluster-admins group of the stack's admin generation bound to cluster-admin (the exported
+  admin kubeconfig's identity; raising adminGeneration moves the binding and so revokes old copies).
 
 Kubelet *serving* certificates are the ServingCertApprover's (kilonode.k8s.approver).
 """
@@ -32,7 +33,7 @@ import pulumi
 from pulumi_kubernetes import core, meta, rbac
 
 from kilonode.node.node_client_approver.rules import POOLS_CONFIGMAP, POOLS_KEY, POOLS_NAMESPACE, Pool, pools_to_json
-from kilonode.plan import defaults
+from kilonode.plan import defaults, pki
 from kilonode.plan.model import JoinTokenPlan
 
 KUBE_SYSTEM = "kube-system"
@@ -47,8 +48,10 @@ BINDINGS = {
     "kilonode:node-autoapprove-certificate-rotation": (
         "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes",
     ),
-    "kilonode:cluster-admins": ("cluster-admin", defaults.CLUSTER_ADMINS_GROUP),
 }
+# The exported admin credential's binding: to the group of the stack's admin generation alone
+# (kilonode.plan.pki.cluster_admins_group), so that raising the generation revokes earlier copies.
+CLUSTER_ADMINS_BINDING = "kilonode:cluster-admins"
 
 # (api group, resource, verbs, resource names): exactly the approver's requests
 # (kilonode.node.node_client_approver.main)
@@ -65,6 +68,8 @@ class NodeBootstrapArgs:
     tokens: Sequence[JoinTokenPlan]
     # (pool, generation) -> the token's id and secret (secret): kilonode.azure.tls
     values: Mapping[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
+    # the stack's admin generation: its group is the one bound (kilonode.plan.pki.cluster_admins_group)
+    admin_generation: int = 0
 
 
 def cluster_role_binding(name: str, role: str, group: str, opts: pulumi.ResourceOptions,
@@ -117,7 +122,8 @@ class NodeBootstrap(pulumi.ComponentResource):
                 string_data=token_data(token, token_id, token_secret),
                 opts=child,
             )
-        for binding, (role, group) in BINDINGS.items():
+        admins = {CLUSTER_ADMINS_BINDING: ("cluster-admin", pki.cluster_admins_group(args.admin_generation))}
+        for binding, (role, group) in {**BINDINGS, **admins}.items():
             cluster_role_binding(binding, role, group, child, f"{name}-{binding.split(':', 1)[1]}")
         rbac.v1.ClusterRole(
             f"{name}-node-client-approver",

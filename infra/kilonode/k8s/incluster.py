@@ -73,7 +73,7 @@ class InCluster(pulumi.ComponentResource):
                                             transformations=[kube_system.after_labels])
         NodeBootstrap(
             f"{name}-node-bootstrap",
-            NodeBootstrapArgs(tokens=plan.join_tokens, values=args.join_tokens),
+            NodeBootstrapArgs(tokens=plan.join_tokens, values=args.join_tokens, admin_generation=plan.admin_generation),
             on_cluster,
         )
         ServingCertApprover(

@@ -173,7 +173,7 @@ def issue(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str],
             report.reused.append(leaf.name)
             continue
         key = _load(key_path) if why == _ABSENT_CERT else _new_key()
-        cert = _build(profile, key.public_key(), keys[leaf.ca], issuer, now, pki.LEAF_HOURS)
+        cert = _build(profile, key.public_key(), keys[leaf.ca], issuer, now, pki.validity_hours(leaf))
         _store(key_path, cert_path, key, cert)
         keys[leaf.name], certs[leaf.name] = key, cert
         _account(report, leaf.name, why)

@@ -586,6 +586,8 @@ class ClusterPlan(StrictModel):
     acknowledge_restart: tuple[str, ...] = ()
     # control-plane host -> its certificate renewal generation (kilonode.plan.pki); absent: 0
     certificate_generations: dict[str, int] = Field(default_factory=dict)
+    # the exported admin credential's generation: its group and key (kilonode.plan.pki.cluster_admins_group)
+    admin_generation: int = 0
     # every pool's join tokens, the current generation first (kilonode.plan.resolve.join_tokens)
     join_tokens: tuple[JoinTokenPlan, ...] = ()
     teams: tuple[TeamPlan, ...] = ()

@@ -52,17 +52,31 @@ from kilonode.yamlio import plain_yaml
 KEY_ALGORITHM = "ECDSA"
 KEY_CURVE = "P256"
 
-# Lifetimes: kilonode.plan.defaults (CAs ten years; leaves one year). A host's leaves renew by
-# its generation only; the administrators' (on no host) in their last 30 days.
+# Lifetimes: kilonode.plan.defaults (CAs ten years; a host's leaves one year, renewed by its
+# generation only; the administrators' (on no host) 30 days, renewed in their last 10).
 CA_HOURS = defaults.CA_VALIDITY_HOURS
 LEAF_HOURS = defaults.LEAF_VALIDITY_HOURS
+ADMIN_HOURS = defaults.ADMIN_CLIENT_VALIDITY_HOURS
 RENEW_HOURS = defaults.LEAF_RENEW_BEFORE_HOURS
 HOST_RENEW_HOURS = defaults.HOST_LEAF_EARLY_RENEWAL_HOURS
+# The exported admin credential's leaf: its key is replaced when the stack's adminGeneration moves.
+ADMIN = "admin"
+
+
+def validity_hours(leaf: Leaf) -> int:
+    """pulumi-tls `validity_period_hours` for `leaf` (kilonode.plan.defaults says why)."""
+    return LEAF_HOURS if leaf.host is not None else ADMIN_HOURS
 
 
 def early_renewal_hours(leaf: Leaf) -> int:
     """pulumi-tls `early_renewal_hours` for `leaf` (kilonode.plan.defaults says why)."""
     return HOST_RENEW_HOURS if leaf.host is not None else RENEW_HOURS
+
+
+def cluster_admins_group(generation: int) -> str:
+    """The group of admin generation `generation` (defaults.CLUSTER_ADMINS_GROUP says why one each);
+    generation 0 keeps the plain name, as stacks deployed before generations have it."""
+    return defaults.CLUSTER_ADMINS_GROUP if generation == 0 else f"{defaults.CLUSTER_ADMINS_GROUP}:g{generation}"
 
 # pulumi-tls `allowed_uses` names (terraform-provider-tls internal/provider/common_cert.go:
 # keyUsages and extendedKeyUsages); kilonode.local.pki maps them to X.509 the same way.
@@ -111,8 +125,9 @@ class Leaf:
 
     `host` is the one control-plane host that carries it (None: it is on no host, only in the
     Pulumi state: the admin and super-admin credentials), and `generation` that host's renewal
-    generation (the stack's certificateGenerations): a new generation issues the key and the
-    certificate again, and so changes that host's files alone."""
+    generation (the stack's certificateGenerations; for the admin leaf, the stack's
+    adminGeneration): a new generation issues the key and the certificate again, and so changes
+    that host's files alone."""
 
     name: str
     ca: str
@@ -269,7 +284,10 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
 
     def client(name: str, ca: str, common_name: str, organization: str | None = None,
                host: str | None = None) -> str:
-        generation = plan.certificate_generations.get(host, 0) if host else 0
+        if host:
+            generation = plan.certificate_generations.get(host, 0)
+        else:  # the admin's key is its stack generation's; the super-admin's is never replaced by one
+            generation = plan.admin_generation if name == ADMIN else 0
         leaves.append(Leaf(name, ca, common_name, organization, (), (), CLIENT_USES, host, generation))
         return name
 
@@ -352,8 +370,9 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
                 for path, user in component_kubeconfigs.items()
             ],
         )
-    # The administrators' credentials are on no host: nothing but the Pulumi state holds them.
-    admin = client("admin", KUBERNETES_CA, "kilonode-admin", defaults.CLUSTER_ADMINS_GROUP)
+    # The administrators' credentials are on no host: nothing but the Pulumi state holds them. The
+    # exported one's group (and so its rights) is its generation's; the super-admin's is break-glass.
+    admin = client(ADMIN, KUBERNETES_CA, "kilonode-admin", cluster_admins_group(plan.admin_generation))
     super_admin = client("super-admin", KUBERNETES_CA, "kilonode-super-admin", defaults.SUPER_ADMIN_GROUP)
     endpoint = cp.endpoint  # the load balancer: what kubelets and operators use
     return PkiLayout(

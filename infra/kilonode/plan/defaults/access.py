@@ -14,10 +14,16 @@ LEAF_VALIDITY_HOURS = 365 * 24
 # which the expiry alert exists to prevent (and the restart guard still refuses a majority).
 HOST_LEAF_EARLY_RENEWAL_HOURS = 0
 # The administrators' client certificates are on no host (Pulumi state and the exported
-# kubeconfig only): pulumi-tls renews them in the first `pulumi up` of their last 30 days,
-# which replaces no machine. The program's own provider names its cluster (clusterIdentifier),
-# so its new kubeconfig updates the provider rather than replacing every in-cluster object.
-LEAF_RENEW_BEFORE_HOURS = 30 * 24
+# kubeconfig only), and last 30 days, not a year: a copy of adminKubeconfig that leaks (a laptop, a
+# CI log) and that nobody revokes (adminGeneration) is of use for a month at most, and the
+# super-admin's, which RBAC cannot revoke at all (system:masters), likewise. pulumi-tls renews both
+# in the first `pulumi up` of their last 10 days, which replaces no machine: a stack brought up at
+# least every 20 days never sees them expire; one left alone longer gets new ones at its next
+# `pulumi up` (the super-admin's is planned for replacement before the provider needs it). The
+# program's own provider names its cluster (clusterIdentifier), so its new kubeconfig updates the
+# provider rather than replacing every in-cluster object.
+ADMIN_CLIENT_VALIDITY_HOURS = 30 * 24
+LEAF_RENEW_BEFORE_HOURS = 10 * 24
 # The expiry alert (kilonode.render.monitoring): a warning this many days before a
 # certificate's notAfter (time to renew one host a day, with room), critical at the second.
 CERT_EXPIRY_WARNING_DAYS = 45
@@ -67,10 +73,18 @@ NODE_CLIENT_APPROVER_USER = "kilonode:node-client-approver"
 # apiserver's front-proxy client certificate and the one name --requestheader-allowed-names
 # admits, kubeadm's (cmd/kubeadm/app/constants: FrontProxyClientCertCommonName).
 FRONT_PROXY_CLIENT_USER = "front-proxy-client"
-# Who the exported admin kubeconfig is: a group bound to cluster-admin by a
-# ClusterRoleBinding (revocable), not system:masters (which no RBAC change can revoke;
-# kubeadm moved admin.conf off it in 1.29 for that reason). The super-admin identity in
-# system:masters exists only inside the Pulumi state, for the program's own provider.
+# Who the exported admin kubeconfig is: a group bound to cluster-admin by a ClusterRoleBinding
+# the program creates (revocable: the apiserver's RBAC decides), not system:masters, which the
+# apiserver lets through before any authorizer and no RBAC change can revoke. kubeadm made the
+# same split in 1.29 (kubernetes/kubernetes cmd/kubeadm/app/phases/kubeconfig/kubeconfig.go, the
+# search index's copy: getKubeConfigSpecsBase puts admin.conf in ClusterAdminsGroupAndClusterRoleBinding,
+# kubeadm:cluster-admins, and super-admin.conf in SystemPrivilegedGroup, system:masters;
+# EnsureAdminClusterRoleBindingImpl binds that group to cluster-admin, with super-admin.conf only
+# when admin.conf cannot yet). Each admin generation (the stack's adminGeneration) is a group of its own,
+# <group>:g<N> from 1 on, and the binding names only the current one: raising it revokes every
+# earlier copy. The super-admin identity in system:masters exists only inside the Pulumi state,
+# for the program's own provider (it must create that binding on a new cluster, before any
+# group is bound), and on no host; it is never exported.
 CLUSTER_ADMINS_GROUP = "kilonode:cluster-admins"
 SUPER_ADMIN_GROUP = "system:masters"
 # `pulumi up` waits this long for the apiserver to answer /readyz through the load balancer

@@ -94,6 +94,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         role_image_replicas=config.node_image.min_replicas,
         acknowledge_restart=config.acknowledge_restart,
         certificate_generations=dict(sorted(config.certificate_generations.items())),
+        admin_generation=config.admin_generation,
         join_tokens=join_tokens(config, pools),
         teams=teams.teams,
         budgets=tuple(budgets),
