@@ -15,6 +15,7 @@ from kilonode.k8s import rdma as k8s_rdma
 from kilonode.plan.wellknown import TEAM_LABEL
 from kilonode.review import alerting, images, lifecycle, network, placement
 from kilonode.review.compare import compare_stack
+from kilonode.review.decisions import decisions
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.risks import assess
 from tests.monitoring.promtool import promtool_path
@@ -295,3 +296,12 @@ def test_an_image_version_bump_that_deletes_the_old_version_removes_the_rollback
     assert gone.level == HIGH and len(gone.subjects) == 6
     assert "deletes the previous image version(s) (1.0.0 of a100-ib, control-plane, etcd" in gone.summary
     assert "6 upload commands replaced" in gone.summary and "rollback target is gone" in gone.summary
+
+
+def test_a_driver_bump_left_behind_and_unreleased_is_one_decision_led_by_the_mismatch() -> None:
+    head = _pin(snapshot(STACK), DRIVER, "550.163.01-1")
+    risks = [r for r in assess(compare_stack(STACK, snapshot(STACK), head), {})]
+    assert {r.rule for r in risks} == {"gpu-driver-mismatch", "image-recipe-unreleased"}
+    [decision] = decisions(risks)
+    assert decision.lead.rule == "gpu-driver-mismatch" and decision.others[0].rule == "image-recipe-unreleased"
+    assert "one change, the node-image recipe, 2 findings" in decision.line()

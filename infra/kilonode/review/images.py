@@ -30,6 +30,7 @@ from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
 
 APT_CHOICE = "(apt's choice)"
+RECIPE = "the node-image recipe"  # the decision the recipe's findings share (the report's one line)
 
 
 def _contents(entry: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -105,7 +106,8 @@ def _unreleased(diff: StackDiff) -> list[Finding]:
         f"{', '.join(keys)}: the recipe changes what the image carries ({'; '.join(lines)}) but {label} stays "
         f"{version}: no machine gets it. A gallery image version is a copy Azure makes once, so the machines keep "
         f"the image built as {version}, and a rebuild under it would be a second, different image with the same "
-        f"name. Bump {label}, build and upload the image (`kilonode image build`), then roll"), tuple(keys))
+        f"name. Bump {label}, build and upload the image (`kilonode image build`), then roll"), tuple(keys),
+        cause=RECIPE)
         for (label, version, lines), keys in grouped.items()]
 
 
@@ -137,5 +139,5 @@ def _driver_release(diff: StackDiff) -> list[Finding]:
             "preflight's gpu-runtime check applies); built any other way, Fabric Manager refuses to start and "
             f"{where}. "
             "Move the driver (node-image/packages/gpu.txt), Fabric Manager and NSCQ (node-image/recipe.toml "
-            "[apt_repositories.*.packages]) together"), tuple(keys)))
+            "[apt_repositories.*.packages]) together"), tuple(keys), cause=RECIPE))
     return found

@@ -265,6 +265,9 @@ def image_versions(diff: StackDiff) -> list[Finding]:
         inputs = (c.base or {}).get("inputs") or {}
         versions.setdefault(str(inputs.get("galleryImageVersionName")), []).append(str(inputs.get("galleryImageName")))
     said = "; ".join(f"{version} of {', '.join(sorted(images))}" for version, images in sorted(versions.items()))
+    new = sorted({str(((c.head or {}).get("inputs") or {}).get("galleryImageVersionName")) for c in diff.resources
+                  if c.type == GALLERY_IMAGE_VERSION and c.action == CREATE})
+    cause = image_cause(next(iter(versions)), new[0]) if len(versions) == 1 and len(new) == 1 else ""
     return [Finding(HIGH, "rollback-target-removed", (
         f"this `pulumi up` deletes the previous image version(s) ({said}) together with their VHDs ({len(vhds)} "
         "upload commands replaced, whose delete runs first): every node not yet reimaged still runs that version, "
@@ -272,7 +275,12 @@ def image_versions(diff: StackDiff) -> list[Finding]:
         "before any node could boot it again. Keep the previous version published until the new one has rolled "
         "out: copy its VHD aside first (`az storage blob copy start`), or land the version bump when nothing needs "
         "to go back, and remove the old version in a later change"),
-        tuple(sorted(c.name for c in gone)))]
+        tuple(sorted(c.name for c in gone)), cause=cause)]
+
+
+def image_cause(was: str, now: str) -> str:
+    """The decision a new image version is: its fleet rollout and the old version's deletion share it."""
+    return f"image version {was} -> {now}"
 
 
 def assess(diff: StackDiff) -> list[Finding]:

@@ -355,7 +355,8 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
     return Risk(MEDIUM, "fleet-rollout", diff.stack,
                 f"every scale set of {where} gets a new {' and '.join(said)}: a fleet-wide rollout of {nodes:,} "
                 "nodes as instances are upgraded or reimaged (new nodes get it at once); roll it shard by shard and "
-                "watch the first", tuple(sorted(names)))
+                "watch the first", tuple(sorted(names)),
+                cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
 
 
 def _sysctls(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
