@@ -128,7 +128,7 @@ def test_the_shipped_graphs_have_unique_names(leases_graph: Graph) -> None:
     assert not _duplicates(leases_graph)
 
 
-@pytest.mark.parametrize("name", ["gpu", "gpu-spot", "a100-ib", "h100", "cpu-x", "cpu-large", "networking",
+@pytest.mark.parametrize("name", ["gpu", "gpu-spot", "a100-ib", "h100", "cpu-x", "cpu-2", "cpu-large", "networking",
                                   "tlsx", "api", "etcdx", "imagery", "system", "monitoring"])
 def test_names_that_share_no_namespace_pass(write_stack: StackWriter, name: str) -> None:
     assert not _refused(write_stack, with_leases(CLUSTER), name)

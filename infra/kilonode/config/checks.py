@@ -306,10 +306,11 @@ CONTROL_PLANE_GROUPS = ("etcd-main", "etcd-events", "etcd-leases", "apiservers")
 # gallery and VHD account (kilonode.azure.node_image: image-gallery, image-vhds, image-vhds-...)
 # and the control plane's images (image-etcd, image-control-plane: ROLE_IMAGES, refused by the model).
 IMAGE_PART_CHILDREN = ("gallery", "vhds")
-# What the program appends to a pool's name below a part: its shards' numbers (<pool>-000), its
-# NAT gateway (network-pool-<pool>-nat) and its image's VHD (image-<pool>-vhd). A pool named
-# another's name plus one of these takes that resource's name.
-POOL_NAME_SUFFIX = r"[0-9]+|nat|vhd"
+# What the program appends to a pool's name below a part: its shards' numbers (<pool>-000, three
+# digits or more: kilonode.plan.wellknown.shard_index), its NAT gateway (network-pool-<pool>-nat)
+# and its image's VHD (image-<pool>-vhd). A pool named another's name plus one of these takes that
+# resource's name; a shorter number (gpu-2) takes none.
+POOL_NAME_SUFFIX = r"[0-9]{3,}|nat|vhd"
 
 
 def _extends(longer: str, shorter: str) -> bool:
