@@ -173,6 +173,8 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
                      # preflight's contracts check: the component contracts and the kernels' options are
                      # what it judges the plan, render and images against, not inputs of the plan
                      "kilonode.preflight.checks.contracts",
+                     # and pod-isolation, which reads the contracts' servedToPods lines (the flows every pod needs)
+                     "kilonode.preflight.checks.pod_isolation",
                      # the RBAC authorizer's model (review and preflight's contracts): the apiserver's
                      # built-in roles are the cluster's, not the plan's
                      "kilonode.preflight.apiload")

@@ -44,6 +44,10 @@ IMAGE_USERS: dict[str, int | str | None] = {
     "nvidia-device-plugin-ctr": 0,
     # its init container, the same image
     "wait-for-nvidia-devices": 0,
+    # projectcalico/calico v3.31.7: calico/node privileged, root (podSecurity exceptions); typha/docker-image/
+    # Dockerfile:48 USER 999
+    "calico-node": None,
+    "calico-typha": 999,
     # registry.k8s.io/kube-proxy, Mellanox's RDMA plugin: privileged, root (podSecurity exceptions)
     "kube-proxy": None,
     "k8s-rdma-shared-dp-ds": None,

@@ -1,7 +1,9 @@
-"""NetworkPolicies of kilonode's own namespaces (kilonode.k8s.network_policy): each denies all
-ingress to every pod by default, the balloons' namespace egress too, and the only rule let in
-is Prometheus's port from its own namespace. And the plain fact that nothing enforces them:
-the pools' CNI has no policy engine, and policy/security-exceptions.yaml must say so."""
+"""NetworkPolicies (kilonode.k8s.network_policy): kilonode's own namespaces deny all ingress to
+every pod by default, the balloons' namespace egress too, and let in only Prometheus's port from
+its own namespace; kube-system's pod-network workloads each admit only what they serve. And who
+enforces them: Calico's Felix on every pool (kilonode.k8s.calico), with the pools' conflist still
+azure-vnet alone (policy-only Calico chains no plugin); policy/security-exceptions.yaml says
+`networkPolicyEnforced: true` only while that holds."""
 
 from __future__ import annotations
 
@@ -11,14 +13,16 @@ from typing import Any
 import pytest
 
 from kilonode.azure.graph import Graph
-from kilonode.k8s.network_policy import PROMETHEUS_PORT
+from kilonode.k8s.network_policy import KUBE_SYSTEM_INGRESS, PROMETHEUS_PORT
 from kilonode.paths import REPO_ROOT
+from kilonode.preflight.checks import pod_isolation
 from kilonode.render.cni import CONFLIST
 from tests import shared
+from tests.preflight.conftest import artefacts, inputs_of
 
 STACKS = list(shared.SHIPPED_STACKS)
-# CNI plugins or daemons that implement NetworkPolicy on a node (Azure NPM chains none into the
-# conflist, it runs as a DaemonSet; Cilium replaces the conflist): their names, either place.
+# CNI plugins that implement NetworkPolicy in a conflist: none belongs there (Calico in policy-only
+# mode on Azure CNI chains no plugin; the operator installs its CNI only for Calico's own networking).
 POLICY_ENGINES = ("cilium", "azure-npm", "calico")
 
 
@@ -44,10 +48,21 @@ def test_every_namespace_kilonode_creates_denies_ingress_by_default(graphs: dict
         assert default_denies(found, namespace, "Ingress"), namespace
     if "kilonode-capacity" in namespaces(graphs[stack]):  # the balloons call nothing either
         assert default_denies(found, "kilonode-capacity", "Egress")
-    # what is let in: Prometheus's port, from its own namespace
-    rules = [(p["metadata"]["namespace"], rule) for p in found for rule in p["spec"].get("ingress", [])]
+    # what is let in outside kube-system: Prometheus's port, from its own namespace
+    rules = [(p["metadata"]["namespace"], rule) for p in found for rule in p["spec"].get("ingress", [])
+             if p["metadata"]["namespace"] != "kube-system"]
     assert rules == [("monitoring", {"from": [{"podSelector": {}}],
                                      "ports": [{"protocol": "TCP", "port": PROMETHEUS_PORT}]})]
+    # kube-system: one policy per workload, CoreDNS's 53 from anywhere, metrics-server's 10250 from
+    # each apiserver's address, nothing else
+    kube_system = {p["metadata"]["name"]: p["spec"] for p in found if p["metadata"]["namespace"] == "kube-system"}
+    assert set(kube_system) == {name for name, _, _ in KUBE_SYSTEM_INGRESS}
+    assert kube_system["coredns"]["ingress"] == [{"ports": [{"port": 53, "protocol": "UDP"},
+                                                            {"port": 53, "protocol": "TCP"}]}]
+    apiservers = [f"{i.ip}/32" for i in shared.plan(stack).control_plane.instances]
+    assert kube_system["metrics-server"]["ingress"] == [{
+        "from": [{"ipBlock": {"cidr": cidr}} for cidr in apiservers], "ports": [{"port": 10250, "protocol": "TCP"}]}]
+    assert all("ingress" not in spec for name, spec in kube_system.items() if name not in {"coredns", "metrics-server"})
     for policy in found:
         shared.validate_object(policy, "1.34.0")
 
@@ -64,13 +79,23 @@ def test_a_namespace_without_its_default_deny_is_caught(graphs: dict[str, Graph]
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_nothing_enforces_them_yet_and_the_exceptions_file_says_so(stack: str) -> None:
-    """The pools run Azure CNI's azure-vnet alone, which does not implement NetworkPolicy: the
-    day a policy engine joins the conflist or the cluster, this fails until the file says true."""
+def test_felix_enforces_them_on_every_pool_and_the_exceptions_file_says_so(stack: str) -> None:
+    """The flag is true only while the engine is deployed and lands on every pool's nodes (preflight's
+    pod-isolation placement), and the conflist stays azure-vnet's: no policy plugin is chained."""
     exceptions = shared.load_yaml((REPO_ROOT / "policy/security-exceptions.yaml").read_text())
     for host, files in shared.rendered(stack).items():
         if CONFLIST in files:
             plugins = [p["type"] for p in json.loads(files[CONFLIST].content)["plugins"]]
             assert not any(engine in t for t in plugins for engine in POLICY_ENGINES), (host, plugins)
             assert plugins[0] == "azure-vnet", (host, plugins)
-    assert exceptions["networkPolicyEnforced"] is False
+    engine = pod_isolation._engine(inputs_of(stack))
+    assert exceptions["networkPolicyEnforced"] is (engine == []), engine
+
+
+def test_the_flag_follows_the_engine() -> None:
+    """Seeded break: with calico-node gone, the engine check finds nothing enforcing, so the test
+    above would require the flag false."""
+    _, graph = artefacts("research-7500")
+    graph["resources"] = [r for r in graph["resources"] if not (
+        r["type"].endswith(":DaemonSet") and r["inputs"]["metadata"]["name"] == "calico-node")]
+    assert pod_isolation._engine(inputs_of("research-7500", graph=graph)) != []

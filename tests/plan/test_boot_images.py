@@ -25,6 +25,9 @@ BOOT = (
     "registry.k8s.io/metrics-server/metrics-server:v0.8.0"
     "@sha256:89258156d0e9af60403eafd44da9676fd66f600c7934d468ccc17e42b199aee2",
     "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14",
+    # the NetworkPolicy engine: Felix on every node, Typha on some (by tag: no digest read here)
+    "quay.io/calico/node:v3.31.7",
+    "quay.io/calico/typha:v3.31.7",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-node-manager:v1.34.13",
     "mcr.microsoft.com/oss/v2/kubernetes/azure-cloud-controller-manager:v1.34.13",
     "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.34.7",

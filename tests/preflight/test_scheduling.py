@@ -177,8 +177,8 @@ def test_a_gpu_pool_admitting_more_pods_than_it_has_pod_ips_is_a_break() -> None
     files[f"pool-h100-ib/{KUBELET_CONFIG}"] = yaml.safe_dump(config)
     found = by_where(findings("research-7500", files=files, graph=graph))
     assert found["pool-h100-ib"].startswith(
-        "the kubelet admits 11 pods (maxPods): 4 DaemonSet pods and 0 of the stack's own hostNetwork pods leave room "
-        "for 7 more, but a node has 3 pod IP(s) for them"), found["pool-h100-ib"]
+        "the kubelet admits 11 pods (maxPods): 5 DaemonSet pods and 0 of the stack's own hostNetwork pods leave room "
+        "for 6 more, but a node has 3 pod IP(s) for them"), found["pool-h100-ib"]
     assert "pool-a100-ib" not in found
 
 

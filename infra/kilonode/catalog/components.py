@@ -100,6 +100,7 @@ class Components(Row):
     rdma_shared_device_plugin: Component
     nccl_benchmark: Component
     azure_cni: Component
+    calico: Component
 
 
 class _File(Row):

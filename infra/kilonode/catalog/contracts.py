@@ -35,7 +35,9 @@ Kind = Literal[
     "kernelAtLeast",  # a kernel release floor on every pool's image, when a setting asks for it
     "azureRoleOnNodeGroups",  # an autoscaler's node groups: in its resource group, its identity may write them
     "apiserverFlags",  # the apiservers run with flags a component needs, the files they name delivered
-    "servedToApiservers",  # the apiservers reach a workload's pods on a port (the pools' NSGs)
+    "servedToApiservers",  # the apiservers reach a workload's pods on a port (the pools' NSGs, its NetworkPolicies)
+    "servedToPods",  # every pod reaches a workload's pods on its ports (the NetworkPolicies)
+    "servedToPools",  # every pool's nodes reach a host-network workload's port (the pools' NSGs)
 ]
 
 

@@ -86,6 +86,12 @@ class MetricsServerFigures(Row):
     supported_nodes: Limit
 
 
+class CalicoTyphaFigures(Row):
+    nodes_per_replica: Limit
+    spare_replicas: Limit
+    min_replicas: Limit
+
+
 class Limits(Row):
     azure: AzureLimits
     kubernetes: KubernetesLimits
@@ -93,6 +99,7 @@ class Limits(Row):
     pulumi: PulumiFigures
     prometheus: PrometheusFigures
     metrics_server: MetricsServerFigures
+    calico_typha: CalicoTyphaFigures
 
 
 @cache

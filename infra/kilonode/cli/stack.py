@@ -159,7 +159,7 @@ def _capacity_tables(plan: ClusterPlan) -> None:
 def _in_cluster(plan: ClusterPlan) -> None:
     """The in-cluster layer's lessons, one heading each (kilonode.k8s.*.describe)."""
     # Imported here: the in-cluster modules import pulumi (~0.5 s), which only explain pays.
-    from kilonode.k8s import autoscaler, capacity, flowcontrol, metrics_server, scheduling
+    from kilonode.k8s import autoscaler, calico, capacity, flowcontrol, metrics_server, scheduling
     from kilonode.plan.resolve import joins
     from kilonode.plan.resolve import monitoring as prometheus
     from kilonode.render import monitoring
@@ -171,6 +171,7 @@ def _in_cluster(plan: ClusterPlan) -> None:
         "cluster autoscaler": autoscaler.describe(plan),
         "apiserver protection (API Priority and Fairness)": flowcontrol.describe(plan),
         "metrics-server (kubectl top, HorizontalPodAutoscalers)": metrics_server.describe(plan),
+        "NetworkPolicy engine (docs/in-cluster.md)": calico.describe(plan),
         "node joins (how many boot at once, against what the apiservers are sized for)": joins.describe(plan),
         "Prometheus: series, memory, disk (docs/monitoring.md)": prometheus.describe(plan.prometheus),
         "alerts it evaluates (docs/monitoring.md)": monitoring.describe(plan),
@@ -179,8 +180,8 @@ def _in_cluster(plan: ClusterPlan) -> None:
         out.print(f"  [bold]{title}[/]")
         for line in lines:
             out.print(f"    {escape(line)}")
-    out.print(f"  [bold]how long `pulumi up` waits[/] (Deployments, the DNS Service; DaemonSets and balloons: not "
-              f"at all)\n    {escape(plan.components.awaits.reason)}")
+    out.print(f"  [bold]how long `pulumi up` waits[/] (Deployments, the DNS Service; DaemonSets, balloons and "
+              f"Calico's Typha: not at all)\n    {escape(plan.components.awaits.reason)}")
 
 
 def explain(stack: StackArg) -> None:

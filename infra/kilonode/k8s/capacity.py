@@ -26,6 +26,7 @@ from pulumi_kubernetes import apps, core, meta, scheduling
 
 from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM
+from kilonode.k8s.calico import NODE as CALICO_NODE
 from kilonode.k8s.cloud_provider import CNM
 from kilonode.k8s.network_policy import default_deny
 from kilonode.k8s.pod_security import RUNTIME_DEFAULT_SECCOMP, kilonode_namespace
@@ -40,6 +41,9 @@ LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of
 BALLOON_APP = "kilonode-balloon"
 # cloud-node-manager's ServiceAccount, as the apiserver names its requests
 CLOUD_NODE_MANAGER_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{CNM}"
+# calico-node's ServiceAccount (kilonode.k8s.calico): on every node too, and upstream's role may
+# update and patch nodes/status, which carries the Node's labels
+CALICO_NODE_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{CALICO_NODE}"
 
 
 @dataclass(frozen=True)
@@ -107,11 +111,14 @@ BORROW_RULE = (
 #   ClusterRole may update and patch every Node and nodes/status (kilonode.k8s.cloud_provider
 #   CNM_RULES), and NodeRestriction does not apply to a ServiceAccount: whoever owns one node holds
 #   that token, and could relabel any node. It sets only cloud labels (zone, region, instance type)
-#   and never the ones checked here, so an honest write always keeps them as the name implies.
+#   and never the ones checked here, so an honest write always keeps them as the name implies;
+# - calico-node's ServiceAccount (kilonode.k8s.calico), on every node for the same reason: upstream's
+#   ClusterRole updates and patches nodes/status (Calico keeps annotations on the Node), and a
+#   nodes/status write may change the Node's labels. It writes none of the labels checked here.
 # Administrators and the other controllers are not checked: they are not a node.
 NODE_WRITER = (
     "(request.userInfo.username.startsWith('system:node:') || "
-    f"request.userInfo.username == '{CLOUD_NODE_MANAGER_USER}')"
+    f"request.userInfo.username in ['{CLOUD_NODE_MANAGER_USER}', '{CALICO_NODE_USER}'])"
 )
 
 

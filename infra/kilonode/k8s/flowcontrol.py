@@ -8,7 +8,12 @@ reasons in kilonode.plan.defaults, APF_*):
   by ServiceAccount -- kube-proxy (kube-system/kube-proxy, kilonode.k8s.proxy: LIST/WATCH of
   Services, EndpointSlices and its own Node, Events) and cloud-node-manager
   (kube-system/cloud-node-manager, kilonode.k8s.cloud_provider: its Node, nodes/status).
-  Without this schema both fall to the built-in kube-system-service-accounts schema, i.e. into
+  and Calico (kilonode.k8s.calico): calico-node on every node (kube-system/calico-node: at start its
+  Node and default config objects, then the node-status reporter's watch) and Typha
+  (kube-system/calico-typha: a few dozen replicas that LIST and WATCH Pods, Namespaces, policies and
+  Calico's kinds for every Felix). Typha is not per node, but it is the per-node agents' reads
+  moved to one place: its re-lists after a rollout are the same load, so it queues beside them.
+  Without this schema all of them fall to the built-in kube-system-service-accounts schema, i.e. into
   workload-high beside kube-scheduler and kube-controller-manager, where 7,500 kube-proxies
   re-listing after a rollout compete with scheduling.
 - kilonode-monitoring: the hook for monitoring agents -- every ServiceAccount in the
@@ -67,6 +72,8 @@ import pulumi
 from pulumi_kubernetes import flowcontrol, meta
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM
+from kilonode.k8s.calico import NODE as CALICO_NODE
+from kilonode.k8s.calico import TYPHA as CALICO_TYPHA
 from kilonode.k8s.cloud_provider import CNM
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
@@ -89,6 +96,8 @@ KUBE_PROXY_SERVICE_ACCOUNT = "kube-proxy"  # kilonode.k8s.proxy's ServiceAccount
 NODE_AGENT_SERVICE_ACCOUNTS: tuple[tuple[str, str], ...] = (
     (KUBE_SYSTEM, KUBE_PROXY_SERVICE_ACCOUNT),
     (KUBE_SYSTEM, CNM),
+    (KUBE_SYSTEM, CALICO_NODE),
+    (KUBE_SYSTEM, CALICO_TYPHA),  # not per node: the per-node agents' reads, fanned out (the docstring)
 )
 # The wildcards of the v1 API (k8s.io/api flowcontrol/v1 types.go: VerbAll, APIGroupAll,
 # ResourceAll, NamespaceEvery, NonResourceAll, NameAll).

@@ -12,6 +12,7 @@ import pulumi_kubernetes as k8s
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
+from kilonode.k8s.calico import Calico, CalicoArgs
 from kilonode.k8s.capacity import NAMESPACE as CAPACITY_NAMESPACE
 from kilonode.k8s.capacity import Capacity, CapacityArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
@@ -21,6 +22,7 @@ from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.metrics_server import MetricsServer, MetricsServerArgs
 from kilonode.k8s.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from kilonode.k8s.monitoring import Monitoring, MonitoringArgs
+from kilonode.k8s.network_policy import KUBE_SYSTEM_INGRESS, KubeSystemPolicies
 from kilonode.k8s.pod_security import KubeSystemPodSecurity
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
@@ -87,11 +89,9 @@ class InCluster(pulumi.ComponentResource):
             ),
             on_cluster,
         )
-        KubeProxy(
-            f"{name}-kube-proxy",
-            KubeProxyArgs(endpoint=plan.control_plane.endpoint, image=plan.components.kube_proxy_image),
-            on_cluster,
-        )
+        KubeProxy(f"{name}-kube-proxy", KubeProxyArgs(endpoint=plan.control_plane.endpoint,
+                                                      image=plan.components.kube_proxy_image), on_cluster)
+        _network_policy(name, plan, on_cluster)
         ClusterDns(
             f"{name}-dns",
             ClusterDnsArgs(dns_ip=str(plan.control_plane.cluster_dns_ip), autoscale=plan.components.dns_autoscale,
@@ -129,6 +129,14 @@ class InCluster(pulumi.ComponentResource):
         if plan.autoscaled_pools:
             ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan=plan), on_cluster)
         self.register_outputs({})
+
+
+def _network_policy(name: str, plan: ClusterPlan, on_cluster: pulumi.ResourceOptions) -> None:
+    """[network-policy] the NetworkPolicy engine on every node (kilonode.k8s.calico), and what each
+    kube-system pod-network workload admits (kilonode.k8s.network_policy)."""
+    Calico(f"{name}-calico", CalicoArgs.of(plan), on_cluster)
+    KubeSystemPolicies(f"{name}-kube-system-policies", [w for w, _, _ in KUBE_SYSTEM_INGRESS],
+                       [str(i.ip) for i in plan.control_plane.instances], on_cluster)
 
 
 def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: pulumi.ResourceOptions) -> None:

@@ -476,6 +476,15 @@ class MetricsServerPlan(StrictModel):
     past_supported: str | None = None
 
 
+class NetworkPolicyPlan(StrictModel):
+    """The NetworkPolicy engine (kilonode.k8s.calico): Typha's replicas for the nodes the cluster
+    may reach, by the Tigera operator's rule (catalogue limits, calicoTypha)."""
+
+    nodes: int  # the nodes the cluster may reach (pools at their ceiling)
+    typha_replicas: int
+    rule: str  # how typha_replicas follows from nodes, for `kilonode explain`
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -512,6 +521,9 @@ class ComponentsPlan(StrictModel):
     dns_autoscale: DnsAutoscalePlan
     metrics_server_image: str
     metrics_server: MetricsServerPlan
+    calico_node_image: str  # calico/node: Felix on every node (kilonode.k8s.calico)
+    calico_typha_image: str  # calico/typha: the apiserver's watches, fanned out to the Felixes
+    network_policy: NetworkPolicyPlan
     awaits: AwaitsPlan
     joins: JoinPlan  # how fast nodes may join, and the waves of scale sets that bound it
 

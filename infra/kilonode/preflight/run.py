@@ -33,6 +33,7 @@ def _registry() -> tuple[Check, ...]:
         identities,
         node_join,
         pod_dns,
+        pod_isolation,
         quota,
         rdma,
         scheduling,
@@ -44,8 +45,8 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
-                       pod_dns, scheduling, rdma, disks, azure_names, custom_data_size, identities, storage_access,
-                       etcd_backups, encryption_at_host, node_join, quota, boot_pulls)
+                       pod_dns, pod_isolation, scheduling, rdma, disks, azure_names, custom_data_size, identities,
+                       storage_access, etcd_backups, encryption_at_host, node_join, quota, boot_pulls)
     )
 
 

@@ -14,7 +14,14 @@ from kilonode.catalog.vm import gpus_of
 from kilonode.config.model import ClusterConfig, NodePoolConfig
 from kilonode.node.gpu.protocol import EFFECT, STARTUP_TAINT, STARTUP_VALUE
 from kilonode.plan import defaults
-from kilonode.plan.model import AwaitsPlan, ComponentsPlan, DnsAutoscalePlan, MetricsServerPlan, NodePoolPlan
+from kilonode.plan.model import (
+    AwaitsPlan,
+    ComponentsPlan,
+    DnsAutoscalePlan,
+    MetricsServerPlan,
+    NetworkPolicyPlan,
+    NodePoolPlan,
+)
 from kilonode.plan.resolve.joins import join_plan, kilonode_shares
 from kilonode.plan.wellknown import POOL_LABEL, SYSTEM_TAINT, TEAM_LABEL
 from kilonode.problems import Problem
@@ -53,6 +60,8 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "rdma_device_plugin_image": single(c.rdma_shared_device_plugin, "rdmaSharedDevicePlugin"),
         "nccl_benchmark_image": single(c.nccl_benchmark, "pytorch"),
         "cni_version": c.azure_cni.release("azure-cni", kubernetes_version),
+        "calico_node_image": single(c.calico, "node"),
+        "calico_typha_image": single(c.calico, "typha"),
     }
 
 
@@ -118,6 +127,30 @@ def metrics_server_plan(total_nodes: int) -> MetricsServerPlan:
     )
 
 
+def typha_replicas(total_nodes: int) -> int:
+    """Typha's replicas for `total_nodes`, as the Tigera operator scales it (catalogue limits,
+    calicoTypha): one per nodesPerReplica nodes and one more, plus a spare for a rolling update or
+    a lost node; one for one or two nodes, two up to four (one fewer than the nodes, so a replica
+    can always move), else never under minReplicas. Each replica is on the host network (its port
+    on the node), so no two share a node."""
+    f = limits().calico_typha
+    if total_nodes <= 2:
+        return 1
+    if total_nodes <= 4:
+        return 2
+    return max(f.min_replicas.value, total_nodes // f.nodes_per_replica.value + 1 + f.spare_replicas.value)
+
+
+def network_policy_plan(total_nodes: int) -> NetworkPolicyPlan:
+    f = limits().calico_typha
+    return NetworkPolicyPlan(
+        nodes=total_nodes,
+        typha_replicas=typha_replicas(total_nodes),
+        rule=(f"{total_nodes:,} nodes // {f.nodes_per_replica.value} + 1, + {f.spare_replicas.value} spare, at least "
+              f"{f.min_replicas.value} past 4 nodes ({f.nodes_per_replica.source})"),
+    )
+
+
 def awaits_plan(dns_replicas: int) -> AwaitsPlan:
     """How long `pulumi up` waits for a Deployment or the DNS Service (kilonode.plan.defaults.awaits).
 
@@ -160,6 +193,7 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
         dns_replicas=dns,
         dns_autoscale=dns_autoscale(pools, dns),
         metrics_server=metrics_server_plan(nodes),
+        network_policy=network_policy_plan(nodes),
         awaits=awaits_plan(dns),
         joins=join_plan(pools, reads + mutating, config.apiserver.replicas, builtin),
     )
@@ -176,6 +210,9 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         # the resource metrics API (kilonode.k8s.metrics_server): `kubectl top` and every HPA
         images["metrics_server_image"],
         images["serving_cert_approver_image"],
+        # the NetworkPolicy engine (kilonode.k8s.calico): Felix on every node, Typha on some
+        images["calico_node_image"],
+        images["calico_typha_image"],
         # every node runs cloud-node-manager before it can take work (it lifts the
         # uninitialized taint); cloud-controller-manager must start on an uninitialized node
         images["cloud_node_manager_image"],

@@ -41,7 +41,7 @@ AZURE = limits().azure
 # every node, the NVIDIA device plugin on GPU pools, the RDMA device plugin on InfiniBand pools.
 # tests/plan/test_limits.py checks this against the DaemonSets in the shipped stacks' graphs, and
 # preflight's scheduling check the kubelets' maxPods against the DaemonSets of the graph.
-EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager")
+EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager", "calico-node")
 GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset",)
 INFINIBAND_DAEMONSETS = ("rdma-shared-dp-ds",)
 
@@ -54,7 +54,9 @@ def own_daemonsets(pool: NodePoolConfig) -> tuple[str, ...]:
 
 def max_pods(pool: NodePoolConfig) -> int:
     """The kubelet's maxPods: a pod per pod IP, the tool's DaemonSet pods (hostNetwork: no IP) and
-    the stack's own hostNetwork pods; never room for a pod-network pod without an address."""
+    the stack's own hostNetwork pods; never room for a pod-network pod without an address. (A node
+    that also holds one of Calico's Typha replicas, host network, one per node at most, has one pod
+    slot fewer for pod-network pods: kilonode.k8s.calico.)"""
     return pool.pods_per_node + len(own_daemonsets(pool)) + pool.host_network_pods
 
 

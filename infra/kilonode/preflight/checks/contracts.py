@@ -97,7 +97,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from ipaddress import IPv4Network
+from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 import yaml
@@ -111,8 +111,8 @@ from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.k8s import nccl_job
 from kilonode.plan import pki, wellknown
 from kilonode.plan.model import NodePoolPlan
-from kilonode.preflight import apiload
-from kilonode.preflight.checks import identities, scheduling
+from kilonode.preflight import apiload, netpol
+from kilonode.preflight.checks import identities, pod_isolation, scheduling
 from kilonode.preflight.checks.deployer_path import NetworkGraph, admits
 from kilonode.preflight.checks.scrape_path import nsgs_of
 from kilonode.preflight.model import Finding, Inputs, Resource
@@ -638,8 +638,8 @@ def _node_sysctls(inputs: Inputs, name: str, contract: Contract, req: Requiremen
 
 def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
     """The workload's pod spec holds what the line names: `hostNetwork`, a container's `args`, its
-    `privileged`, the `capabilities` in its bounding set (added, or privileged), and `hostPaths`
-    mounted into it."""
+    `privileged`, the `capabilities` in its bounding set (added, or privileged), its `env` values,
+    and `hostPaths` mounted into it."""
     value = req.value
     workload = _workload(inputs, value["workload"])
     if workload is None:
@@ -661,6 +661,10 @@ def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
         _, added = _capabilities(container)
         problems += [f"container {value.get('container')} is not privileged and adds no {cap}"
                      for cap in value["capabilities"] if cap not in added]
+    if "env" in value:
+        env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+        problems += [f"container {value.get('container')} has {key}={env.get(key)!r}, not {want!r}"
+                     for key, want in value["env"].items() if env.get(key) != str(want)]
     if "hostPaths" in value:
         host = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in spec.get("volumes") or []}
         mounted = {host.get(m.get("name")) for m in container.get("volumeMounts") or []}
@@ -1242,6 +1246,79 @@ def _served_to_apiservers(inputs: Inputs, name: str, contract: Contract, req: Re
                     f"{nsg.describe()} refuses the control-plane subnet ({source}) on {port}/TCP to the pool's "
                     f"subnet {group.pool.subnet} (rule {rule})",
                     f"admit {source} on {port}/TCP to the pools above every deny (kilonode.azure.network)"))
+    pod, found = pod_isolation.pod_of(inputs, workload), pod_isolation.policies(inputs)
+    refused = [str(i.ip) for i in inputs.plan.control_plane.instances
+               if not netpol.admitted(found, netpol.Flow(IPv4Address(str(i.ip)), pod, port))]
+    if refused:
+        findings.append(_finding(
+            name, contract, req, value["workload"],
+            f"its NetworkPolicies refuse the apiservers {', '.join(refused)} on {port}/TCP",
+            "admit each apiserver's address on the port (kilonode.k8s.network_policy KUBE_SYSTEM_INGRESS)"))
+    return findings
+
+
+def _served_to_pods(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every pod reaches the workload's pods on each of the line's `ports` ("53/UDP"): its container
+    serves them, and the NetworkPolicies admit a pod of every namespace kilonode creates and of an
+    ordinary one, and (host-network pods asking with their node's address) an address of every pool."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    container = _container(_pod_spec(workload), value["container"]) or {}
+    declared = {(int(p.get("containerPort", 0)), str(p.get("protocol") or "TCP")) for p in container.get("ports") or []}
+    wanted = [(int(port), proto or "TCP") for port, _, proto in (str(e).partition("/") for e in value["ports"])]
+    missing = [f"{port}/{proto}" for port, proto in wanted if (port, proto) not in declared]
+    if missing:
+        return [_finding(name, contract, req, value["workload"],
+                         f"container {value['container']} declares no {', '.join(missing)}",
+                         "serve the ports the contract names, or read the contract again at the pinned tag")]
+    pod, found = pod_isolation.pod_of(inputs, workload), pod_isolation.policies(inputs)
+    namespaces = sorted({str((r.inputs.get("metadata") or {}).get("name"))
+                         for r in inputs.of_type(pod_isolation.NAMESPACE)})
+    sources: list[tuple[str, netpol.Pod | IPv4Address]] = [
+        (f"a pod of namespace {ns}", netpol.Pod(ns, namespace_labels=pod_isolation.namespace_labels(inputs, ns)))
+        for ns in [*namespaces, pod_isolation.USER_NAMESPACE]]
+    sources += [(f"host address {a}", a) for a in pod_isolation.addresses_of_pools(inputs)]
+    # the destination's side: a namespace that denies its own pods' egress (the balloons) chose so
+    refused = [f"{who} on {port}/{proto}" for who, source in sources for port, proto in wanted
+               if not netpol.admitted(found, netpol.Flow(source, pod, port, proto), egress=False)]
+    if not refused:
+        return []
+    return [_finding(name, contract, req, value["workload"], f"its NetworkPolicies refuse {'; '.join(refused[:4])}"
+                     + (f" and {len(refused) - 4} more" if len(refused) > 4 else ""),
+                     "admit every source on those ports (kilonode.k8s.network_policy KUBE_SYSTEM_INGRESS)")]
+
+
+def _served_to_pools(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every pool's nodes reach the host-network workload's pods on the line's `port`: its container
+    serves it, and the NSGs in front of every pool its pods may land on admit every pool's subnet."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    container = _container(_pod_spec(workload), value["container"]) or {}
+    port = int(value["port"])
+    if port not in {int(p.get("containerPort", 0)) for p in container.get("ports") or []}:
+        return [_finding(name, contract, req, value["workload"], f"container {value['container']} declares no port "
+                         f"{port}, where the contract has every node call it",
+                         "serve the port the contract names, or read the contract again at the pinned tag")]
+    groups = bootstrap_nodes(inputs)
+    placed = scheduling.placement_of(workload, groups, [w for w in inputs.workloads() if w.kind == "DaemonSet"])
+    graph, vnet = NetworkGraph(inputs), [IPv4Network(inputs.plan.network.vnet_cidr)]
+    findings = []
+    for group in (g for g in groups if g.host in {*placed.now, *placed.after_gpu_health}):
+        address = next(IPv4Network(group.pool.subnet).hosts())
+        for caller in inputs.plan.node_pools:
+            source = IPv4Network(caller.subnet)
+            for nsg in nsgs_of(graph, address):
+                verdict, rule = admits(nsg.inputs.get("securityRules") or [], source, [address], port, vnet)
+                if verdict != "allow":
+                    findings.append(_finding(
+                        name, contract, req, f"{value['workload']} on {group.host}",
+                        f"{nsg.describe()} refuses pool {caller.name} ({source}) on {port}/TCP to "
+                        f"{group.pool.subnet} (rule {rule})",
+                        f"admit every pool subnet on {port}/TCP to the pools (kilonode.azure.network)"))
     return findings
 
 
@@ -1267,4 +1344,6 @@ EVALUATORS: dict[str, Evaluator] = {
     "azureRoleOnNodeGroups": _azure_role_on_node_groups,
     "apiserverFlags": _apiserver_flags,
     "servedToApiservers": _served_to_apiservers,
+    "servedToPods": _served_to_pods,
+    "servedToPools": _served_to_pools,
 }
