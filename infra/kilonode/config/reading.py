@@ -97,8 +97,18 @@ def plain_scalar_problem(text: str, pyyaml_tag: str, is_key: bool = False) -> st
     return None
 
 
+# The longest number worth reading: int64's 19 digits and a sign, with room for a float's
+# exponent. Longer digit strings are refused before any conversion, since Python refuses
+# int() of (and decimal output of) more than sys.get_int_max_str_digits() digits (4,300) with
+# a ValueError, and a number this long fits no consumer anyway.
+MAX_NUMBER_CHARS = 40
+
+
 def _number_problem(text: str, is_key: bool) -> str | None:
     """A plain scalar that either reader takes as a number: only plain decimals read alike."""
+    if len(text) > MAX_NUMBER_CHARS:
+        return (f"a number of {len(text)} characters ({_short(text)}): no key takes a number this long "
+                "(a 64-bit integer has at most 20); write a number in its consumer's range, or quote text")
     if is_key and not CANONICAL_INT.fullmatch(text):
         return (f"the number {_short(text)} as a key: Pulumi makes a key that is not text into Go's rendering of "
                 f"it, PyYAML keeps the number; write the key in quotes, \"{_short(text)}\"")
