@@ -40,7 +40,9 @@ def runtime_unit(pool: NodePoolPlan) -> str:
 @pytest.mark.parametrize(
     "unit", ["runtime", "ssh.service", "systemd-networkd.service", "kilonode-preload-images.service",
              # pods' traffic to the instance metadata service dropped (kilonode.render.metadata_block)
-             "kilonode-metadata-block.service"]
+             "kilonode-metadata-block.service",
+             # the node's unauthenticated ports kept to their scraper (kilonode.render.node_ports)
+             "kilonode-node-ports.service"]
 )
 def test_service_active(host: testinfra.host.Host, pool: NodePoolPlan, unit: str) -> None:
     name = runtime_unit(pool) if unit == "runtime" else unit

@@ -100,6 +100,10 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         + (2 + sum(1 for p in plan.autoscaled_pools if p.autoscaling and p.autoscaling.warm_nodes)
            if any(p.autoscaling and p.autoscaling.warm_nodes for p in plan.autoscaled_pools) else 0),
     }
+    # kilonode.k8s.reserved_pools: the policy and its binding, where a system pool or a tainted
+    # Prometheus pool is to be kept to the system namespaces (none on `local`)
+    if plan.system_pools or (plan.prometheus and plan.prometheus.pool_taints):
+        expected["reserved-pools"] = 2
     if plan.gpu_pools:  # kilonode.k8s.gpu: the device plugin's DaemonSet; the controller's roles and bindings
         expected |= {"device-plugin": 1, "gpu-health": 4}
     if any(p.infiniband for p in plan.node_pools):  # kilonode.k8s.rdma: its ConfigMap and DaemonSet

@@ -198,14 +198,17 @@ def test_each_host_lists_every_certificate_file_it_holds(plans: dict[str, Cluste
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
-def test_prometheus_in_the_pools_can_reach_every_hosts_certificate_metrics(
+def test_prometheus_and_no_other_pool_reaches_every_hosts_certificate_metrics(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
 ) -> None:
-    pools = {str(p.subnet) for p in plans[stack].node_pools}
+    plan = plans[stack]
+    assert plan.prometheus is not None
+    [monitoring] = [str(p.subnet) for p in plan.node_pools if p.name == plan.prometheus.pool]
     for nsg in ("etcd", "control-plane"):
         rules = [r for r in nsg_rules_for(graphs[stack], nsg)
                  if r["access"] == "Allow" and covers_port(r, wellknown.CERT_METRICS_PORT)]
-        assert pools <= {s for r in rules for s in sources(r)}, nsg
+        # plain HTTP: the scraper's subnet alone (kilonode.azure.network)
+        assert {s for r in rules for s in sources(r)} == {monitoring}, nsg
 
 
 # The expiry and unreadable alerts' promtool cases are in tests/monitoring/alert_cases.py (certificate_*).

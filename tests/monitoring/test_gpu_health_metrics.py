@@ -23,7 +23,7 @@ from kilonode.node.gpu import agent, metrics
 from kilonode.node.ship import GPU_HEALTH
 from kilonode.plan import ClusterPlan, defaults, wellknown
 from kilonode.plan.resolve.monitoring import per_node_series
-from kilonode.render import gpu_metrics, monitoring, render_cluster
+from kilonode.render import gpu_metrics, monitoring, node_ports, render_cluster
 from kilonode.render.control_plane import GPU_HEALTH_CONTROLLER_UNIT
 from kilonode.render.files import USER_DATA
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
@@ -95,8 +95,9 @@ def test_the_units_pass_systemd_analyze_verify_and_read_the_records_where_they_a
     pool, apiserver = hosts["pool-h100-ib"], hosts["apiserver-2"]
     for where in ("agent", "controller", "broken"):
         (tmp_path / where).mkdir()
+    # with the node firewall its socket requires (kilonode.render.node_ports)
     assert verify_rendered_units(tmp_path / "agent", pool, (gpu_metrics.AGENT_SOCKET_PATH,
-                                                            gpu_metrics.AGENT_SERVICE_PATH)) == []
+                                                            gpu_metrics.AGENT_SERVICE_PATH, node_ports.UNIT)) == []
     assert verify_rendered_units(tmp_path / "controller", apiserver, (
         gpu_metrics.CONTROLLER_SOCKET_PATH, gpu_metrics.CONTROLLER_SERVICE_PATH, GPU_HEALTH_CONTROLLER_UNIT)) == []
     # a misspelt key is caught by the same check (the check can fail)
@@ -174,14 +175,19 @@ def test_without_gpu_pools_there_is_nothing_of_it_to_scrape(plans: dict[str, Clu
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
-def test_prometheus_in_the_pools_reaches_both_ports_and_the_control_plane_admits_nothing_more(
+def test_prometheus_reaches_both_ports_and_the_control_plane_admits_no_other_pool(
         graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str) -> None:
     plan = plans[stack]
+    assert plan.prometheus is not None
     pools = {str(p.subnet) for p in plan.node_pools}
     control = [r for r in nsg_rules_for(graphs[stack], "control-plane")
                if r["access"] == "Allow" and covers_port(r, wellknown.GPU_HEALTH_CONTROLLER_METRICS_PORT)]
     if plan.gpu_pools:
-        assert {s for r in control for s in sources(r)} == pools
+        # plain HTTP: the Prometheus pool's subnet alone (kilonode.azure.network)
+        assert {s for r in control for s in sources(r)} == {
+            str(p.subnet) for p in plan.node_pools if p.name == plan.prometheus.pool}
+        # the agents' port: the pools' NSG admits every pool (pods talk to pods); the node
+        # firewall keeps it to the scraper (tests/render/test_node_ports.py)
         for pool in plan.gpu_pools:
             rules = [r for r in nsg_rules_for(graphs[stack], f"pool-{pool.name}")
                      if r["access"] == "Allow" and covers_port(r, wellknown.GPU_HEALTH_AGENT_METRICS_PORT)]

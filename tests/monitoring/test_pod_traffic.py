@@ -21,8 +21,8 @@ from kilonode.azure.graph import Graph
 from kilonode.node import pod_traffic as program
 from kilonode.node.ship import POD_TRAFFIC, programs_for
 from kilonode.plan import ClusterPlan, wellknown
-from kilonode.render import monitoring, pod_traffic
-from kilonode.render.files import USER_DATA
+from kilonode.render import monitoring, node_ports, pod_traffic
+from kilonode.render.files import USER_DATA, RenderedFile
 from tests import shared
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
 from tests.node.test_pod_traffic import hostile_snapshot
@@ -96,10 +96,11 @@ def test_the_ruleset_declares_the_sets_the_program_fills_and_decides_nothing() -
 
 
 def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
-    files = pod_traffic.pod_traffic_files()
+    # with the node firewall its socket requires (kilonode.render.node_ports)
+    files = {**pod_traffic.pod_traffic_files(), node_ports.UNIT: RenderedFile(node_ports.unit())}
     assert verify_rendered_units(tmp_path, files, (
         pod_traffic.TABLE_UNIT, pod_traffic.SYNC_UNIT, pod_traffic.PATH_UNIT, pod_traffic.SOCKET_UNIT,
-        pod_traffic.SERVE_UNIT)) == []
+        pod_traffic.SERVE_UNIT, node_ports.UNIT)) == []
     broken = tmp_path / "broken"
     broken.mkdir()
     name = Path(pod_traffic.PATH_UNIT).name

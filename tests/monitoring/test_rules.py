@@ -215,13 +215,15 @@ def test_the_fragment_parses_to_the_jobs_it_was_built_from(plans: dict[str, Clus
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_prometheus_in_the_pools_can_reach_the_etcd_metrics_port(
+def test_prometheus_and_no_other_pool_can_reach_the_etcd_metrics_port(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
 ) -> None:
+    plan = plans[stack]
+    assert plan.prometheus is not None
     rules = [r for r in nsg_rules_for(graphs[stack], "etcd")
              if r["access"] == "Allow" and covers_port(r, wellknown.ETCD_METRICS_PORT)]
     allowed = {s for r in rules for s in sources(r)}
-    assert {str(p.subnet) for p in plans[stack].node_pools} <= allowed
+    assert allowed == {str(p.subnet) for p in plan.node_pools if p.name == plan.prometheus.pool}
 
 
 # --- the rules' shape ------------------------------------------------------------------------------

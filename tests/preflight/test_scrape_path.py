@@ -57,23 +57,25 @@ def test_without_the_controllers_rule_the_schedulers_and_controller_managers_are
     assert "10.0.2.64/28" in scheduler.what and "10.0.2.64/28 on 10259/TCP" in scheduler.fix
 
 
-def test_prometheus_on_another_pool_is_refused_the_controllers_ports_and_nothing_else() -> None:
-    """The rule admits the monitoring pool's subnet alone: a Prometheus placed on the system pool
-    (the graph unchanged) still reaches the apiservers, etcd and the certificate metrics, which every
-    pool may scrape, but not the schedulers and controller managers."""
+def test_prometheus_on_another_pool_is_refused_every_monitoring_port_but_the_apiservers() -> None:
+    """The rules admit the monitoring pool's subnet alone: a Prometheus placed on the system pool
+    (the graph unchanged) still reaches the apiservers (6443 admits the VNet), but not the
+    schedulers and controller managers, etcd's metrics, the certificate expiry or the GPU health
+    controller."""
     files, graph = artefacts("research-7500")
     plan = shared.plan("research-7500")
     assert plan.prometheus is not None
     moved = plan.model_copy(update={"prometheus": plan.prometheus.model_copy(update={"pool": "system"})})
     findings = run(from_parts(moved, files, graph, source="research-7500"), CHECK)
-    assert sorted(f.where.rsplit("(", 1)[1] for f in findings) == ["job kilonode-controller-manager)",
-                                                                    "job kilonode-scheduler)"]
+    assert sorted({f.where.rsplit("(", 1)[1] for f in findings}) == [
+        "job kilonode-certificates)", "job kilonode-controller-manager)", "job kilonode-etcd-events)",
+        "job kilonode-etcd-main)", "job kilonode-gpu-health-controller)", "job kilonode-scheduler)"]
     assert all("pool system (10.0.2.0/26)" in f.what for f in findings)
 
 
 def test_an_etcd_metrics_rule_dropped_is_named_for_both_etcd_jobs() -> None:
     files, graph = artefacts("local")
-    graph = without_rule(graph, "-etcd-nsg", "allow-etcd-metrics-from-pools")
+    graph = without_rule(graph, "-etcd-nsg", "allow-etcd-metrics-from-monitoring")
     findings = run(inputs_of("local", files=files, graph=graph), CHECK)
     assert sorted(f.where.rsplit("(", 1)[1] for f in findings) == ["job kilonode-etcd-events)",
                                                                     "job kilonode-etcd-main)"]

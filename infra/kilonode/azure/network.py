@@ -6,12 +6,20 @@ default rules allow all traffic from the VirtualNetwork tag (and from peered net
 
 - etcd subnet: 2379 (client) only from the control-plane subnet and the etcd subnet (a
   rejoining member's etcd-join reads the member list from its peers), 2380 (peer) only from the
-  etcd subnet, SSH only from network.adminCidr.
+  etcd subnet, the metrics listener (2381) and the certificate-expiry metrics (9479) from the
+  Prometheus pool's subnet only, SSH only from network.adminCidr.
 - control-plane subnet: 6443 from the VNet, from the deployer's addresses (the stack's
   `deployer.cidrs`: the machine running `pulumi up`), from network.apiserverAllowedCidrs, and
-  from Azure's load-balancer probe; the certificate-expiry metrics (9479) from the pools; the
-  scheduler's and controller manager's secure ports (10259, 10257) from the Prometheus pool's
-  subnet only; SSH only from network.adminCidr.
+  from Azure's load-balancer probe; the certificate-expiry metrics (9479), the GPU health
+  controller's metrics (9482) and the scheduler's and controller manager's secure ports (10259,
+  10257) from the Prometheus pool's subnet only; SSH only from network.adminCidr.
+
+The monitoring ports: what Prometheus scrapes on these hosts, each unauthenticated but the two
+secure ports (catalog/listeners.yaml), is admitted from the subnet of the pool the cluster's
+Prometheus runs on (its pods have that subnet's addresses under Azure CNI) and from no other
+pool; without a Prometheus of kilonode's, from nowhere. That subnet is the scraper's where the
+pool is reserved (kilonode.plan.listeners: tainted, and the reserved-pools admission policy
+keeps users' pods off it); preflight's `listeners` check says where it is not.
 
 A `peered` deployer's VNet is peered with the cluster's both ways (a peering is connected only
 once both sides exist: virtual-network-manage-peering.md), so its runner reaches the internal
@@ -40,6 +48,7 @@ import pulumi
 from pulumi_azure_native import network, resources
 
 from kilonode.azure.common import tags
+from kilonode.plan.listeners import scraper_subnet
 from kilonode.plan.model import ClusterPlan
 from kilonode.plan.wellknown import (
     APISERVER_PORT,
@@ -57,9 +66,9 @@ SSH_PORT = 22
 DENY_ALL_PRIORITY = 4096
 DEPLOYER_RULE = "allow-apiserver-from-deployer"
 DEPLOYER_RULE_PRIORITY = 115
-# Prometheus in the pools reads the GPU health taint controller's metrics on each apiserver VM
+# Prometheus reads the GPU health taint controller's metrics on each apiserver VM
 # (kilonode.render.gpu_metrics: plain HTTP, sync times and counts); only where GPU pools run it.
-GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-pools"
+GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-monitoring"
 GPU_HEALTH_CONTROLLER_RULE_PRIORITY = 160
 # The one NSG of every pool subnet (the module docstring says why one).
 POOLS_NSG = "pools"
@@ -67,6 +76,10 @@ POOLS_NSG = "pools"
 # alone (kilonode.render.control_plane binds them to each apiserver VM's address).
 CONTROLLER_METRICS_RULE = "allow-controller-metrics-from-monitoring"
 CONTROLLER_METRICS_PRIORITY = 140
+# The unauthenticated metrics listeners (plain HTTP) of the etcd members and apiserver VMs, from
+# the Prometheus pool's subnet alone.
+ETCD_METRICS_RULE = "allow-etcd-metrics-from-monitoring"
+CERT_METRICS_RULE = "allow-cert-metrics-from-monitoring"
 
 
 @dataclass(frozen=True)
@@ -123,12 +136,26 @@ def _deny_all() -> network.SecurityRuleArgs:
     )
 
 
-def _gpu_health_rules(plan: ClusterPlan, pools: list[str], control: str) -> list[network.SecurityRuleArgs]:
-    """The control plane's admission of the GPU health controller's metrics, where it runs."""
-    if not plan.gpu_pools:
+def _monitoring_rules(plan: ClusterPlan, subnet: str) -> list[network.SecurityRuleArgs]:
+    """What the cluster's Prometheus scrapes on the hosts of `subnet` (the control plane's or the
+    etcd members'), admitted from its pool's subnet alone; nothing without one."""
+    monitoring = _monitoring_subnet(plan)
+    if monitoring is None:
         return []
-    return [_allow(GPU_HEALTH_CONTROLLER_RULE, GPU_HEALTH_CONTROLLER_RULE_PRIORITY, pools, control,
-                   str(GPU_HEALTH_CONTROLLER_METRICS_PORT))]
+    if subnet == str(plan.network.etcd_subnet):
+        return [_allow(ETCD_METRICS_RULE, 120, [monitoring], subnet, str(ETCD_METRICS_PORT)),
+                _allow(CERT_METRICS_RULE, 130, [monitoring], subnet, str(CERT_METRICS_PORT))]
+    rules = [
+        _allow(CERT_METRICS_RULE, 130, [monitoring], subnet, str(CERT_METRICS_PORT)),
+        # The scheduler's and controller manager's /metrics (TLS, authenticated and authorised by
+        # the apiserver): only Prometheus needs them.
+        _allow(CONTROLLER_METRICS_RULE, CONTROLLER_METRICS_PRIORITY, [monitoring], subnet,
+               [str(CONTROLLER_MANAGER_PORT), str(SCHEDULER_PORT)]),
+    ]
+    if plan.gpu_pools:
+        rules.append(_allow(GPU_HEALTH_CONTROLLER_RULE, GPU_HEALTH_CONTROLLER_RULE_PRIORITY, [monitoring], subnet,
+                            str(GPU_HEALTH_CONTROLLER_METRICS_PORT)))
+    return rules
 
 
 def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
@@ -159,29 +186,17 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
             "allow-apiserver-from-allowed-cidrs", 120, [str(c) for c in net.apiserver_allowed_cidrs],
             control, str(APISERVER_PORT),
         ))
-    # Prometheus in the pools reads each host's certificate expiry (kilonode.render.cert_metrics:
-    # plain HTTP, expiry dates only)
-    control_rules = [*apiserver_rules, _allow("allow-cert-metrics-from-pools", 130, pools, control,
-                                              str(CERT_METRICS_PORT))]
-    monitoring = _monitoring_subnet(plan)
-    if monitoring is not None:
-        # The scheduler's and controller manager's /metrics (TLS, authenticated and authorised by
-        # the apiserver): from the subnet of the pool the cluster's Prometheus runs on, whose pods
-        # have addresses of that subnet (Azure CNI), and from no other pool.
-        control_rules.append(_allow(CONTROLLER_METRICS_RULE, CONTROLLER_METRICS_PRIORITY, [monitoring], control,
-                                    [str(CONTROLLER_MANAGER_PORT), str(SCHEDULER_PORT)]))
     nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
-        "control-plane": [*control_rules, *_gpu_health_rules(plan, pools, control), *ssh(200, control), _deny_all()],
+        "control-plane": [*apiserver_rules, *_monitoring_rules(plan, control), *ssh(200, control), _deny_all()],
         "etcd": [
             _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
             # a member that rejoins (etcd-join) asks its peers for the member list on their client
             # URLs: without this rule the documented self-rejoin never succeeds
             _allow("allow-etcd-client-from-etcd", 105, [etcd], etcd, str(ETCD_CLIENT_PORT)),
             _allow("allow-etcd-peer-from-etcd", 110, [etcd], etcd, str(ETCD_PEER_PORT)),
-            # Prometheus runs in the pools (docs/monitoring.md): etcd's metrics listener
-            # (--listen-metrics-urls, plain HTTP, /metrics and /health only: no keys, no data)
-            _allow("allow-etcd-metrics-from-pools", 120, pools, etcd, str(ETCD_METRICS_PORT)),
-            _allow("allow-cert-metrics-from-pools", 130, pools, etcd, str(CERT_METRICS_PORT)),
+            # etcd's metrics listener (--listen-metrics-urls, plain HTTP, /metrics and /health:
+            # no keys, no data) and the certificate expiry
+            *_monitoring_rules(plan, etcd),
             *ssh(200, etcd),
             _deny_all(),
         ],
@@ -203,11 +218,9 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
 
 def _monitoring_subnet(plan: ClusterPlan) -> str | None:
     """The subnet of the pool the cluster's Prometheus runs on; None without one (the plan's
-    prometheus: no pool can hold it), when no rule admits anything to the controllers' ports."""
-    if plan.prometheus is None:
-        return None
-    [pool] = [p for p in plan.node_pools if p.name == plan.prometheus.pool]
-    return str(pool.subnet)
+    prometheus: no pool can hold it), when no rule admits anything to the monitoring ports."""
+    subnet = scraper_subnet(plan)
+    return str(subnet) if subnet is not None else None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from kilonode.k8s.pod_security import KubeSystemPodSecurity
 from kilonode.k8s.proxy import KubeProxy, KubeProxyArgs
 from kilonode.k8s.rdma import RdmaDevicePlugin, RdmaDevicePluginArgs
 from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
+from kilonode.k8s.reserved_pools import ReservedPools
 from kilonode.k8s.scheduling import GangScheduler, GangSchedulerArgs
 from kilonode.k8s.service_accounts import DefaultServiceAccounts, DefaultServiceAccountsArgs
 from kilonode.plan.model import ClusterPlan
@@ -142,7 +143,10 @@ def _network_policy(name: str, plan: ClusterPlan, on_cluster: pulumi.ResourceOpt
 def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: pulumi.ResourceOptions) -> None:
     """Monitoring and Capacity, which create kilonode's namespaces, then the default
     ServiceAccount of those and the built-in namespaces without a token (CIS 5.1.5,
-    kilonode.k8s.service_accounts): a patch per namespace, after the Namespace kilonode creates."""
+    kilonode.k8s.service_accounts): a patch per namespace, after the Namespace kilonode creates;
+    and the reserved pools, which hold the pods of kube-system and Prometheus's namespace alone, so
+    that their subnets name the cluster's own workloads (kilonode.k8s.reserved_pools)."""
+    ReservedPools(f"{name}-reserved-pools", plan, on_cluster)
     monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
         files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor, prometheus=plan.prometheus,
         image=plan.components.prometheus_image, awaits=plan.components.awaits), on_cluster)

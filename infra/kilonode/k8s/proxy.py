@@ -58,8 +58,12 @@ def proxy_config() -> dict[str, object]:
         "mode": defaults.KUBE_PROXY_MODE,
         "detectLocalMode": "InterfaceNamePrefix",
         "detectLocal": {"interfaceNamePrefix": defaults.KUBE_PROXY_POD_INTERFACE_PREFIX},
-        # Prometheus scrapes it on the node's address.
-        "metricsBindAddress": "0.0.0.0:10249",
+        # Both unauthenticated, and no one off the node reads either (catalog/listeners.yaml
+        # kube-proxy-metrics, kube-proxy-healthz): no scrape job reads the metrics, and Azure's
+        # load balancers probe the health port only in cloud-provider-azure's `shared` probe mode,
+        # which kilonode does not set. On loopback, no pod reaches them (0.0.0.0, every pod did).
+        "metricsBindAddress": "127.0.0.1:10249",
+        "healthzBindAddress": "127.0.0.1:10256",
         # NodePorts only on the node's primary address, never on pod-facing interfaces.
         "nodePortAddresses": ["primary"],
     }

@@ -31,6 +31,7 @@ def _registry() -> tuple[Check, ...]:
         etcd_backups,
         gpu_runtime,
         identities,
+        listeners,
         node_join,
         pod_dns,
         pod_isolation,
@@ -46,7 +47,8 @@ def _registry() -> tuple[Check, ...]:
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, pod_isolation, scheduling, rdma, disks, azure_names, custom_data_size, identities,
-                       storage_access, etcd_backups, encryption_at_host, node_join, quota, boot_pulls)
+                       storage_access, listeners, etcd_backups, encryption_at_host, node_join, quota,
+                       boot_pulls)
     )
 
 

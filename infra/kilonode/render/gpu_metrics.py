@@ -15,6 +15,7 @@ from __future__ import annotations
 from kilonode.node.gpu import metrics as program
 from kilonode.node.ship import GPU_HEALTH, PYTHON
 from kilonode.plan import wellknown
+from kilonode.render import node_ports
 from kilonode.render.common import render_template
 from kilonode.render.files import HostFiles, RenderedFile
 
@@ -68,7 +69,7 @@ def agent_metrics_files() -> HostFiles:
     return {
         AGENT_SOCKET_PATH: RenderedFile(render_template(
             AGENT_SOCKET_PATH, port=wellknown.GPU_HEALTH_AGENT_METRICS_PORT, max_connections=MAX_CONNECTIONS,
-            **common)),
+            firewall_unit=node_ports.UNIT_NAME, **common)),
         AGENT_SERVICE_PATH: RenderedFile(render_template(
             AGENT_SERVICE_PATH, python_path=GPU_HEALTH.pythonpath, exec_start=_exec("agent", AGENT_RECORD),
             timeout_s=TIMEOUT_S, sandbox=SANDBOX, **common)),

@@ -442,11 +442,11 @@ def targets_group() -> Group:
               "Prometheus cannot scrape {{ $labels.job }} target {{ $labels.instance }}",
               "A kilonode scrape target is down",
               "Every rule above is blind while its target is down. Check the process on the target, and that "
-              "Prometheus may reach it: the apiservers on 6443 from the VNet, the schedulers and controller "
-              f"managers on {wellknown.SCHEDULER_PORT} and {wellknown.CONTROLLER_MANAGER_PORT} from the Prometheus "
-              f"pool's subnet only, the etcd members' metrics URL (http, port {wellknown.ETCD_METRICS_PORT}) from "
-              "where Prometheus runs (the etcd subnet's security group must allow it), and the RBAC of "
-              "Prometheus' ServiceAccount (get on /metrics).",
+              "Prometheus may reach it: the apiservers on 6443 from the VNet; the schedulers and controller "
+              f"managers on {wellknown.SCHEDULER_PORT} and {wellknown.CONTROLLER_MANAGER_PORT}, the etcd members' "
+              f"metrics URL (http, port {wellknown.ETCD_METRICS_PORT}) and each host's certificate metrics "
+              f"({wellknown.CERT_METRICS_PORT}) from the Prometheus pool's subnet only (a Prometheus moved to "
+              "another pool is refused); and the RBAC of Prometheus' ServiceAccount (get on /metrics).",
               "scrape-targets"),
     ))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from kilonode.node import pod_traffic as program
 from kilonode.node.ship import POD_TRAFFIC, PYTHON
 from kilonode.plan import wellknown
+from kilonode.render import node_ports
 from kilonode.render.common import GENERATED, render_template, to_json
 from kilonode.render.files import HostFiles, RenderedFile
 
@@ -123,7 +124,8 @@ def pod_traffic_files() -> HostFiles:
                                                 sandbox=SANDBOX)),
         PATH_UNIT: RenderedFile(render_template(PATH_UNIT, state_file=STATE_FILE)),
         SOCKET_UNIT: RenderedFile(render_template(SOCKET_UNIT, port=wellknown.POD_TRAFFIC_METRICS_PORT,
-                                                  max_connections=MAX_CONNECTIONS)),
+                                                  max_connections=MAX_CONNECTIONS,
+                                                  firewall_unit=node_ports.UNIT_NAME)),
         SERVE_UNIT: RenderedFile(render_template(SERVE_UNIT, exec_start=_exec("serve"), timeout_s=TIMEOUT_S,
                                                  sandbox=SANDBOX)),
     }

@@ -11,7 +11,7 @@ import tomli_w
 
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
-from kilonode.render import cni, gpu_metrics, metadata_block, pod_traffic
+from kilonode.render import cni, gpu_metrics, metadata_block, node_ports, pod_traffic
 from kilonode.render.cloud_init import LOCAL_SSD_LABEL, user_data
 from kilonode.render.common import GENERATED, EndsInVariable, Flag, render_template, systemd_exec, to_json
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
@@ -53,6 +53,19 @@ DOCKER_DAEMON_NVIDIA_JSON = "etc/docker/daemon-nvidia.json"
 CONTAINERD_NVIDIA_CONFIG = "etc/containerd/config-nvidia.toml"
 
 
+def _nft_guards(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
+    """The node's two nftables tables, each loaded before the kubelet, which requires both: pods'
+    traffic to the instance metadata service and the WireServer dropped (kilonode.render.
+    metadata_block), and the node's unauthenticated ports admitted from the cluster's Prometheus and
+    the node alone (kilonode.render.node_ports)."""
+    return {
+        metadata_block.RULESET: RenderedFile(metadata_block.ruleset()),
+        metadata_block.UNIT: RenderedFile(metadata_block.unit()),
+        node_ports.RULESET: RenderedFile(node_ports.ruleset(node_ports.node_ports(plan, pool))),
+        node_ports.UNIT: RenderedFile(node_ports.unit()),
+    }
+
+
 def runtime_unit(pool: NodePoolPlan) -> str:
     return "docker.service" if pool.runtime == "docker" else "containerd.service"
 
@@ -74,10 +87,10 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
             fabric_unit=FABRIC_UNIT.rpartition("/")[2] if pool.infiniband else None,
             fabric_env=wellknown.FABRIC_ENV_FILE if pool.infiniband else None,
             metadata_block_unit=metadata_block.UNIT_NAME,
+            node_ports_unit=node_ports.UNIT_NAME,
         ), mode=0o600),
-        # pods' traffic to the instance metadata service and the WireServer dropped
-        metadata_block.RULESET: RenderedFile(metadata_block.ruleset()),
-        metadata_block.UNIT: RenderedFile(metadata_block.unit()),
+        # pods kept from the instance metadata service, the node's own ports kept to their scraper
+        **_nft_guards(plan, pool),
         # bytes and packets per pod, by namespace, for Prometheus
         **pod_traffic.pod_traffic_files(),
         f"etc/systemd/system/{runtime_unit(pool)}.d/10-kilonode-local-ssd.conf": RenderedFile(render_template(
@@ -113,7 +126,7 @@ def render_pool(plan: ClusterPlan, pool: NodePoolPlan) -> HostFiles:
         files[CONTAINERD_CONFIG] = RenderedFile(containerd_config(pool))
         if pool.gpus_per_node > 0:
             files[CONTAINERD_NVIDIA_CONFIG] = RenderedFile(containerd_config(pool, nvidia=True))
-    units = [runtime_unit(pool), "kilonode-preload-images.service", metadata_block.UNIT_NAME,
+    units = [runtime_unit(pool), "kilonode-preload-images.service", metadata_block.UNIT_NAME, node_ports.UNIT_NAME,
              *pod_traffic.UNIT_NAMES, "kubelet.service"]
     if pool.gpus_per_node:
         agent_files, agent_units = gpu_health_files(pool)
@@ -399,6 +412,10 @@ def cri_dockerd_flags(pool: NodePoolPlan) -> list[Flag]:
         ("pod-infra-container-image", pool.pause_image),
         # 2,500-node post: big pulls were cancelled for "lack of progress".
         ("image-pull-progress-deadline", pool.image_pull_progress_deadline),
+        # exec, attach and port-forward streams: the kubelet alone calls it, on the URL cri-dockerd
+        # hands it; without an address it listens on every address (catalog/listeners.yaml
+        # cri-dockerd-streaming), a port any pod could knock on. Port 0: one the kernel picks.
+        ("streaming-bind-addr", "127.0.0.1"),
     ]
 
 
@@ -436,6 +453,9 @@ def containerd_config(pool: NodePoolPlan, *, nvidia: bool = False) -> str:
             cri: {
                 # Field notes: the preloaded pause image, so no node pulls it.
                 "sandbox_image": pool.pause_image,
+                # exec, attach and port-forward streams for the kubelet alone (catalog/listeners.yaml
+                # containerd-streaming): loopback, whatever the release's default
+                "stream_server_address": "127.0.0.1",
                 # 2,500-node post: 10 concurrent layer downloads (containerd's default is 3).
                 "max_concurrent_downloads": pool.max_concurrent_downloads,
                 # 2,500-node post: don't cancel slow pulls of huge images (containerd 1.7+).

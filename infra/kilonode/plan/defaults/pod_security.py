@@ -10,6 +10,8 @@ Levels and label keys: kubernetes staging/src/k8s.io/pod-security-admission/api/
 
 from __future__ import annotations
 
+from kilonode.plan.defaults.flowcontrol import MONITORING_NAMESPACE
+
 # The default for every namespace without its own labels (the users' namespaces): enforce
 # `baseline`, not `restricted`. Baseline refuses what reaches the node -- privileged
 # containers, host namespaces (a hostNetwork pod would bypass the node's block of pod traffic
@@ -38,3 +40,12 @@ POD_SECURITY_NAMESPACES: dict[str, dict[str, str]] = {
     # The balloons: pause containers the tool writes whole, which need nothing from the node.
     "kilonode-capacity": {"enforce": "restricted", "audit": "restricted", "warn": "restricted"},
 }
+
+# The namespaces whose pods may run on the reserved pools (the system pools and the Prometheus
+# pool: kilonode.plan.listeners): the cluster's own agents and controllers, and its Prometheus.
+# The reserved-pools admission policy (kilonode.k8s.reserved_pools) refuses, everywhere else, a pod
+# that tolerates every taint of such a pool or names one of its nodes, so that a pod address of the
+# Prometheus pool's subnet is the scraper's or a system pod's, never a user's. Creating pods here
+# is an administrator's right; a tool that must run beside them (a policy engine's node agent)
+# runs in kube-system, as Calico's policy-only manifest puts it.
+SYSTEM_NAMESPACES = ("kube-system", MONITORING_NAMESPACE)

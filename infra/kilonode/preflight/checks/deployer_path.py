@@ -319,6 +319,25 @@ def admits(rules: Iterable[Mapping[str, Any]], source: IPv4Network, targets: lis
     return "deny", "none"
 
 
+def admitted_parts(rules: Iterable[Mapping[str, Any]], source: IPv4Network, targets: list[IPv4Address], port: int,
+                   vnet_space: list[IPv4Network]) -> list[tuple[IPv4Network, str]]:
+    """The parts of `source` Azure admits to `targets`:`port` (the order `admits` decides in), each
+    with the rule that admits it; empty where no address of `source` gets through."""
+    remaining, admitted = [source], []
+    ordered = sorted((r for r in rules if r.get("direction", "Inbound") == "Inbound"),
+                     key=lambda r: int(r.get("priority", 65000)))
+    for rule in (*ordered, *AZURE_DEFAULT_RULES):
+        if not remaining:
+            break
+        if not (_protocol(rule) and _port(rule, port) and _destination(rule, targets, vnet_space)):
+            continue
+        matched = [part for net in remaining for part in _overlap(net, _sources(rule, vnet_space))]
+        if str(rule.get("access")).lower() != "deny":
+            admitted += [(part, str(rule.get("name"))) for part in matched]
+        remaining = _minus(remaining, matched)
+    return admitted
+
+
 def _protocol(rule: Mapping[str, Any]) -> bool:
     return str(rule.get("protocol", "*")).lower() in ("*", "tcp", "any")
 

@@ -9,10 +9,10 @@ from the recorded graph:
 1. the program's ConfigMap holds the prometheus.yml the pod runs, and its jobs' static targets;
 2. each target's address lies in a subnet of the graph, and that subnet's NSG, and the NSG of a
    NIC holding the address, admit the whole Prometheus pool's subnet on the target's TCP port,
-   evaluated as Azure does (kilonode.preflight.checks.deployer_path `admits`): the schedulers'
-   and controller managers' ports are admitted from that one subnet alone
-   (kilonode.azure.network allow-controller-metrics-from-monitoring), so a Prometheus moved to
-   another pool, or the rule dropped, leaves them unreachable.
+   evaluated as Azure does (kilonode.preflight.checks.deployer_path `admits`): every port it
+   scrapes there but the apiservers' is admitted from that one subnet alone (kilonode.azure.network,
+   the `-from-monitoring` rules), so a Prometheus moved to another pool, or a rule dropped, leaves
+   them unreachable.
 
 A refused target is a warning, not a break: the cluster comes up, but KilonodeScrapeTargetDown
 fires for the target and every alert that reads it is blind. Targets found by Kubernetes
