@@ -50,7 +50,7 @@ from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pod_security import container_security_context, pod_security_context
 from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec, tolerate_every_taint
-from kilonode.plan import pki
+from kilonode.plan import defaults, pki
 from kilonode.plan.model import ClusterPlan, NetworkPolicyPlan
 from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
 
@@ -342,7 +342,8 @@ class Calico(pulumi.ComponentResource):
     def _tls(self, name: str, child: pulumi.ResourceOptions) -> dict[str, core.v1.Secret]:
         """A CA of Typha's own, a server certificate for Typha and a client certificate for Felix, as
         Secrets in kube-system (ca.crt, tls.crt, tls.key). The keys are secret outputs of pulumi-tls;
-        the leaves are renewed by `pulumi up` when pki.RENEW_HOURS remain, the CA lasts pki.CA_HOURS."""
+        the leaves are renewed by `pulumi up` when defaults.IN_CLUSTER_LEAF_RENEW_BEFORE_HOURS
+        remain, the CA lasts pki.CA_HOURS."""
         def key(part: str) -> tls.PrivateKey:
             return tls.PrivateKey(f"{name}-{part}-key", algorithm=pki.KEY_ALGORITHM, ecdsa_curve=pki.KEY_CURVE,
                                   opts=child)
@@ -360,7 +361,8 @@ class Calico(pulumi.ComponentResource):
             cert = tls.LocallySignedCert(
                 f"{name}-{app}-cert", cert_request_pem=request.cert_request_pem, ca_cert_pem=ca.cert_pem,
                 ca_private_key_pem=ca_key.private_key_pem, validity_period_hours=pki.LEAF_HOURS,
-                early_renewal_hours=pki.RENEW_HOURS, allowed_uses=["digital_signature", "key_encipherment", use],
+                early_renewal_hours=defaults.IN_CLUSTER_LEAF_RENEW_BEFORE_HOURS,
+                allowed_uses=["digital_signature", "key_encipherment", use],
                 opts=child)
             secrets[app] = core.v1.Secret(
                 f"{name}-{app}-tls",

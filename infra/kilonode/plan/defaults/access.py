@@ -24,6 +24,11 @@ HOST_LEAF_EARLY_RENEWAL_HOURS = 0
 # provider rather than replacing every in-cluster object.
 ADMIN_CLIENT_VALIDITY_HOURS = 30 * 24
 LEAF_RENEW_BEFORE_HOURS = 10 * 24
+# Year-long leaves that live only in the cluster (Calico's Typha and Felix certificates,
+# kilonode.k8s.calico): replacing them replaces no machine, only a Secret whose pods restart, so
+# pulumi-tls renews them early, in the first `pulumi up` of their last 30 days, before the
+# expiry alert's CERT_EXPIRY_WARNING_DAYS would have anyone act by hand.
+IN_CLUSTER_LEAF_RENEW_BEFORE_HOURS = 30 * 24
 # The expiry alert (kilonode.render.monitoring): a warning this many days before a
 # certificate's notAfter (time to renew one host a day, with room), critical at the second.
 CERT_EXPIRY_WARNING_DAYS = 45
