@@ -62,9 +62,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     plan = plans[stack]
     per_component = Counter(r.parent.removeprefix(f"{stack}-k8s-") for r in objects if r.parent)
     expected = {
-        # a token Secret per pool and generation, 3 bindings, the node client approver's ClusterRole,
+        # a token Secret per pool and generation, 4 bindings, the node client approver's ClusterRole,
         # binding, pool-table ConfigMap, Role and RoleBinding
-        "node-bootstrap": len(plan.join_tokens) + 8,
+        "node-bootstrap": len(plan.join_tokens) + 9,
         "serving-cert-approver": 4,  # SA, role, binding, Deployment
         # SA, role, binding, ConfigMap, Deployment, PDB, Service; the autoscaler's SA, ClusterRole
         # and binding, Role and binding, ConfigMap, Deployment
@@ -182,6 +182,8 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         "kilonode:node-autoapprove-certificate-rotation": (
             "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", [("Group", "system:nodes")]),
         "kilonode:cluster-admins": ("cluster-admin", [("Group", "kilonode:cluster-admins")]),
+        # the apiservers' kubelet client certificate's user (no group): the kubelet API and nothing more
+        "kilonode:apiserver-kubelet-client": ("system:kubelet-api-admin", [("User", "kube-apiserver-kubelet-client")]),
         "kilonode:kubelet-csr-approver": ("kilonode:kubelet-csr-approver",
                                           [("ServiceAccount", "kubelet-csr-approver")]),
         "system:coredns": ("system:coredns", [("ServiceAccount", "coredns")]),
@@ -209,6 +211,35 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
     approve = [rule for rule in role["rules"] if "approve" in rule["verbs"]]
     assert approve == [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"],
                         "resourceNames": ["kubernetes.io/kubelet-serving"], "verbs": ["approve"]}]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_apiservers_reach_kubelets_as_a_user_bound_before_any_node_can_join(
+    graphs: dict[str, Graph], stack: str,
+) -> None:
+    """Written from the kubelet's side: it authorises the apiserver by SubjectAccessReview (RBAC),
+    so the user in the apiserver's --kubelet-client-certificate must be bound to
+    system:kubelet-api-admin, and a node that authenticates (with its join token Secret) before
+    that binding exists would refuse logs and exec from every apiserver."""
+    graph = graphs[stack]
+    # every apiserver's certificate: that user, in no group (system:masters would bypass RBAC)
+    requests = [r for r in graph.of_type("tls:index/certRequest:CertRequest") if r.name.endswith("-kubelet-client-csr")]
+    assert len(requests) == len(graph_apiservers(graph)) > 0
+    assert all(r.plain()["subject"] == {"commonName": "kube-apiserver-kubelet-client"} for r in requests)
+    objects = k8s_objects(graph)
+    binding = next(r for r in objects if r.type.endswith(":ClusterRoleBinding")
+                   and manifest(r)["metadata"]["name"] == "kilonode:apiserver-kubelet-client")
+    assert manifest(binding)["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                                              "name": "kube-apiserver-kubelet-client"}]
+    tokens = [r for r in objects if r.type == "kubernetes:core/v1:Secret"
+              and manifest(r)["metadata"]["name"].startswith("bootstrap-token-")]
+    assert tokens
+    for token in tokens:
+        assert binding.name in token.depends_on, token.name
+
+
+def graph_apiservers(graph: Graph) -> list[Recorded]:
+    return [r for r in graph.resources if r.type == "azure-native:compute:VirtualMachine" and "-apiserver-" in r.name]
 
 
 def test_the_serving_cert_approver_is_scoped_to_the_pools_host_names_and_subnets(

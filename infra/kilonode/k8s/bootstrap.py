@@ -19,7 +19,12 @@
   plugin/pkg/admission/certificates/approval/admission.go), get Nodes; and in kube-system a Role
   to get its pool table, a ConfigMap of each pool's scale-set computer-name prefixes;
 - the cluster-admins group of the stack's admin generation bound to cluster-admin (the exported
-  admin kubeconfig's identity; raising adminGeneration moves the binding and so revokes old copies).
+  admin kubeconfig's identity; raising adminGeneration moves the binding and so revokes old copies);
+- the apiservers' kubelet client user bound to the built-in system:kubelet-api-admin: what lets
+  them reach a kubelet (logs, exec, port-forward) now that their certificate is in no group
+  (kilonode.plan.defaults.APISERVER_KUBELET_CLIENT_USER). Every join token Secret waits for it: no
+  node authenticates before the binding exists, so no kubelet is ever asked by an apiserver it
+  would refuse.
 
 Kubelet *serving* certificates are the ServingCertApprover's (kilonode.k8s.approver).
 """
@@ -52,6 +57,11 @@ BINDINGS = {
 # The exported admin credential's binding: to the group of the stack's admin generation alone
 # (kilonode.plan.pki.cluster_admins_group), so that raising the generation revokes earlier copies.
 CLUSTER_ADMINS_BINDING = "kilonode:cluster-admins"
+# The apiservers' kubelet client (no group) to the built-in role for the kubelet API
+# (bootstrappolicy/policy.go: system:kubelet-api-admin, "a role to use for full access to the
+# kubelet API"; kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz)
+KUBELET_API_BINDING = "kilonode:apiserver-kubelet-client"
+KUBELET_API_ROLE = "system:kubelet-api-admin"
 
 # (api group, resource, verbs, resource names): exactly the approver's requests
 # (kilonode.node.node_client_approver.main)
@@ -110,6 +120,11 @@ class NodeBootstrap(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeBootstrapArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:NodeBootstrap", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        kubelet_api = cluster_role_binding(KUBELET_API_BINDING, KUBELET_API_ROLE,
+                                           defaults.APISERVER_KUBELET_CLIENT_USER, child,
+                                           f"{name}-apiserver-kubelet-client", kind="User")
+        # the tokens after it: a node joins only once its apiservers may reach its kubelet
+        after_binding = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kubelet_api]))
         for token in args.tokens:
             token_id, token_secret = args.values[(token.pool, token.generation)]
             core.v1.Secret(
@@ -120,7 +135,7 @@ class NodeBootstrap(pulumi.ComponentResource):
                 ),
                 type="bootstrap.kubernetes.io/token",
                 string_data=token_data(token, token_id, token_secret),
-                opts=child,
+                opts=after_binding,
             )
         admins = {CLUSTER_ADMINS_BINDING: ("cluster-admin", pki.cluster_admins_group(args.admin_generation))}
         for binding, (role, group) in {**BINDINGS, **admins}.items():

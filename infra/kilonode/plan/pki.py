@@ -319,10 +319,11 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
         # Same subjects as kubeadm's; etcd and the kubelets authorise by CA and subject, not
         # by which certificate.
         etcd_client = client(apiserver_etcd_client(host), main_ca, "kube-apiserver-etcd-client", host=host)
-        # kubeadm's identity for this certificate: the apiserver acts on kubelets as an
-        # administrator (logs, exec, port-forward).
-        kubelet_client = client(f"{host}-kubelet-client", KUBERNETES_CA, "kube-apiserver-kubelet-client",
-                                "system:masters", host)
+        # The apiserver acts on kubelets (logs, exec, port-forward) as a user in no group, bound
+        # to system:kubelet-api-admin (defaults.APISERVER_KUBELET_CLIENT_USER says why not
+        # system:masters; the binding: kilonode.k8s.bootstrap).
+        kubelet_client = client(f"{host}-kubelet-client", KUBERNETES_CA, defaults.APISERVER_KUBELET_CLIENT_USER,
+                                host=host)
         # What the apiserver presents to aggregated API servers (--proxy-client-cert-file): the
         # front-proxy CA's, with kubeadm's CN and no group (the user travels in headers).
         front_proxy_client = client(f"{host}-front-proxy-client", FRONT_PROXY_CA, defaults.FRONT_PROXY_CLIENT_USER,

@@ -74,6 +74,17 @@ JOIN_TOKEN_WARN_DAYS = 30
 # The node client approver's identity on the apiserver VMs: a client certificate (CN = this
 # user, no group), bound by name to its own ClusterRole (kilonode.k8s.bootstrap).
 NODE_CLIENT_APPROVER_USER = "kilonode:node-client-approver"
+# The apiservers' identity towards the kubelets (--kubelet-client-certificate): kubeadm's CN
+# (cmd/kubeadm/app/constants: APIServerKubeletClientCertCommonName) and no group. Not
+# system:masters (kubeadm's before 1.29), which the apiserver lets through before any authorizer
+# and RBAC cannot revoke: the kubelets authorise it by webhook (a SubjectAccessReview, so RBAC)
+# as this user, bound by name to the built-in system:kubelet-api-admin ("a role to use for full
+# access to the kubelet API": kubernetes/kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy/
+# policy.go; kubernetes.io/docs/reference/access-authn-authz/kubelet-authn-authz, "ensure the user
+# identified by the --kubelet-client-certificate and --kubelet-client-key flags is authorized") by
+# kilonode.k8s.bootstrap. That role is the kubelet API (logs, exec, attach, port-forward, stats,
+# metrics) and reads of Node objects, nothing else in the cluster.
+APISERVER_KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 # The apiservers' identity towards aggregated API servers (metrics-server): the CN of each
 # apiserver's front-proxy client certificate and the one name --requestheader-allowed-names
 # admits, kubeadm's (cmd/kubeadm/app/constants: FrontProxyClientCertCommonName).
