@@ -75,3 +75,20 @@ def test_the_addresses_the_nodes_protect_lie_in_reserved_ranges() -> None:
     ranges = [row.range for row in addresses().reserved]
     for address in (AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS):
         assert any(IPv4Address(address) in r for r in ranges), address
+
+
+@pytest.mark.parametrize(("network", "admin"), [
+    ({"publicIpsOnControlPlane": True}, "203.0.113.0/24"),
+    ({"publicIpsOnControlPlane": True}, "20.1.0.0/16"),  # the widest public range SSH takes
+    ({}, "192.168.0.0/16"),  # an operator's VPN, outside the VNet
+    ({}, "172.16.0.0/12"),
+    ({}, "10.1.0.0/16"),  # next to the VNet (10.0.0.0/16)
+    ({}, "100.64.0.0/10"),
+    ({"acknowledgeWorldOpenAccess": True}, "128.0.0.0/1"),  # wide, acknowledged, and no VNet address in it
+])
+def test_an_admin_range_of_the_operators_own_passes(write_stack: StackWriter, network: dict[str, Any],
+                                                    admin: str) -> None:
+    """network.adminCidr: at most a /16 of the internet's addresses and none of the VNet's (the
+    refusals are hostile files, tests/config/hostile/trace-admin-cidr-*)."""
+    config = _load(write_stack, {**network, "adminCidr": admin})
+    assert str(config.network.admin_cidr) == admin

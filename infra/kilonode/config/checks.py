@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
-from kilonode.catalog.addresses import reserved_in
+from kilonode.catalog.addresses import public_addresses, reserved_in
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
@@ -49,6 +49,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_sizes(config),
         *_sold_in_location(config),
         *_world_open(config),
+        *_admin_cidr(config),
         *_reserved_ranges(config),
         *_audit_log_path(config),
         *_deployer(config),
@@ -432,6 +433,53 @@ WORLD_ADDRESSES = 2**31
 def admitted(ranges: list[IPv4Network]) -> int:
     """How many addresses `ranges` admit together, overlaps counted once."""
     return sum(n.num_addresses for n in collapse_addresses(ranges))
+
+
+# The most internet addresses network.adminCidr may admit to SSH: a /16. The NSGs admit it to port
+# 22 on every etcd member, apiserver and pool node, and sshd answers anyone admitted before any key
+# is checked: a pre-authentication flaw (CVE-2024-6387, "regreSSHion": OpenSSH 8.5p1 to 9.7p1,
+# remote code execution as root; nvd.nist.gov/vuln/detail/CVE-2024-6387) is then open to every
+# address in the range. An operator's SSH comes from a VPN's or bastion's egress or an office's
+# block, a few addresses; a /16 is already a large organisation's whole allocation, and anything
+# wider is a provider's, shared with strangers. (The apiserver's 6443 is bounded at half of IPv4
+# only: every request there needs a client certificate, and the deployer's runner may be a hosted
+# CI service's wide egress.) Private and shared space (catalog/addresses.yaml `private`) is not
+# counted: it reaches the VMs only through the operator's own peering or VPN.
+ADMIN_PUBLIC_ADDRESSES = 2**16
+
+
+def _admin_cidr(config: ClusterConfig) -> list[Problem]:
+    """network.adminCidr admits no address of the cluster's own (a node or a pod: Azure CNI gives pods
+    their pool subnet's addresses, so a pod would be an admin, and the etcd and control-plane NSGs
+    admit nothing else from the pools), and at most ADMIN_PUBLIC_ADDRESSES of the internet's."""
+    net = config.network
+    admin = net.admin_cidr
+    if admin is None or (admin.prefixlen == 0 and not net.acknowledge_world_open_access):
+        return []  # _world_open says so
+    loc: Loc = ("network", "adminCidr")
+    named: list[tuple[str, IPv4Network, str]] = [
+        (f"nodePools[{i}].subnet", p.subnet, f"pool {p.name}'s nodes and pods")
+        for i, p in enumerate(config.node_pools) if p.subnet]
+    named += [(f"network.{key}", subnet, what) for key, subnet, what in (
+        ("controlPlaneSubnet", net.control_plane_subnet, "the apiservers"), ("etcdSubnet", net.etcd_subnet,
+                                                                             "the etcd members")) if subnet]
+    named.append(("network.vnetCidr", net.vnet_cidr, "every node and pod (Azure CNI gives pods VNet addresses)"))
+    inside = next(((key, subnet, what) for key, subnet, what in named if admin.overlaps(subnet)), None)
+    if inside is not None:
+        key, subnet, what = inside
+        return [Problem(loc, (
+            f"{admin} overlaps {key} {subnet}, {what}: SSH (22) on every etcd member, apiserver and node would be "
+            "open to them, so any pod could reach sshd on the control plane; give the range your "
+            "operators connect from (a VPN's or bastion's egress), outside network.vnetCidr"))]
+    public = public_addresses(admin)
+    if public > ADMIN_PUBLIC_ADDRESSES and not net.acknowledge_world_open_access:
+        through = " through their public IPs" if net.public_ips_on_control_plane else ""
+        return [Problem(loc, (
+            f"{admin} admits {public:,} internet addresses to SSH (22) on every control-plane VM{through}, more "
+            f"than a /16 ({ADMIN_PUBLIC_ADDRESSES:,}): sshd answers each before any key is checked (a "
+            "pre-authentication flaw such as CVE-2024-6387 is open to all of them); name your operators' egress "
+            "addresses (a /16 or narrower), or set network.acknowledgeWorldOpenAccess: true if you mean it"))]
+    return []
 
 
 def _world_open(config: ClusterConfig) -> list[Problem]:
