@@ -11,7 +11,8 @@ import pytest
 
 from kilonode.catalog.addresses import addresses
 from kilonode.config import load_stack
-from kilonode.config.checks import WORLD_ADDRESSES, admitted
+from kilonode.config.checks import CLUSTER_DNS_OFFSET, KUBERNETES_SERVICE_OFFSET, WORLD_ADDRESSES, admitted
+from kilonode.plan.resolve import resolve
 from kilonode.plan.wellknown import AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS
 from tests.conftest import StackWriter, shipped_cluster_value
 
@@ -48,18 +49,29 @@ def test_the_world_in_pieces_passes_when_the_stack_acknowledges_it(write_stack: 
     assert admitted(list(config.deployer.cidrs)) == 2**32
 
 
+# (A range next to a reserved one, 169.255.0.0/16 or 126.0.0.0/8, is public space now refused as
+# such: tests/config/hostile/trace-service-cidr-*.)
 @pytest.mark.parametrize("service", [
-    "169.253.0.0/16",  # next to link-local
-    "169.255.0.0/16",
-    "168.63.128.0/24",  # next to 168.63.129.16
-    "168.63.130.0/23",
     "100.64.0.0/16",  # shared address space (RFC 6598) is a range of one's own
-    "126.0.0.0/8",  # next to loopback
-    "223.255.0.0/16",  # next to multicast
-    "1.0.0.0/16",
+    "100.64.0.0/12",  # the widest kube-apiserver takes
+    "172.16.0.0/12",
+    "10.1.0.0/16",  # next to the VNet (10.0.0.0/16)
+    "192.168.255.240/28",  # the narrowest that holds cluster DNS's .10
 ])
-def test_a_service_range_next_to_a_reserved_one_passes(write_stack: StackWriter, service: str) -> None:
+def test_a_private_service_range_the_apiserver_takes_passes(write_stack: StackWriter, service: str) -> None:
     assert str(_load(write_stack, {"serviceCidr": service}).network.service_cidr) == service
+
+
+def test_the_plan_takes_its_service_addresses_at_the_offsets_the_check_holds(write_stack: StackWriter) -> None:
+    cluster = shipped_cluster_value("local")
+    cluster["network"]["serviceCidr"] = "192.168.255.240/28"
+    stack = load_stack(str(write_stack(cluster)))
+    plan = resolve(stack.config, stack.sysctl_profile).control_plane
+    assert plan.kubernetes_service_ip == IPv4Address("192.168.255.241") == (
+        plan.service_cidr.network_address + KUBERNETES_SERVICE_OFFSET)
+    assert plan.cluster_dns_ip == IPv4Address("192.168.255.250") == (
+        plan.service_cidr.network_address + CLUSTER_DNS_OFFSET)
+    assert plan.cluster_dns_ip in plan.service_cidr
 
 
 def test_a_vnet_and_a_peered_runner_in_ranges_of_their_own_pass(write_stack: StackWriter) -> None:

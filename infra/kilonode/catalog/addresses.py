@@ -20,9 +20,17 @@ class PrivateRange(Row):
     source: str
 
 
+class ServiceRange(Row):
+    fewest_addresses: int
+    fewest_source: str
+    widest_prefix: int
+    widest_source: str
+
+
 class Addresses(Row):
     reserved: tuple[ReservedRange, ...]
     private: tuple[PrivateRange, ...]
+    service_range: ServiceRange
 
 
 @cache

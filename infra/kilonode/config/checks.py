@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
-from kilonode.catalog.addresses import public_addresses, reserved_in
+from kilonode.catalog.addresses import addresses, private_of, public_addresses, reserved_in
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
@@ -51,6 +51,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_world_open(config),
         *_admin_cidr(config),
         *_reserved_ranges(config),
+        *_service_range(config),
         *_audit_log_path(config),
         *_deployer(config),
         *_cidrs(config),
@@ -544,6 +545,51 @@ def _reserved_ranges(config: ClusterConfig) -> list[Problem]:
                        "range outside the VNet, like 172.16.0.0/16",
         }[kind]))
     return problems
+
+
+# The addresses the plan takes from network.serviceCidr, by offset from its first
+# (kilonode.plan.resolve.control_plane): the kubernetes Service's, which kube-apiserver itself
+# takes as the range's first usable address (ServiceIPRange: GetIndexedIP(range, 1)), and cluster
+# DNS's, .10 as kubeadm and most distributions place it.
+KUBERNETES_SERVICE_OFFSET = 1
+CLUSTER_DNS_OFFSET = 10
+
+
+def _service_range(config: ClusterConfig) -> list[Problem]:
+    """network.serviceCidr holds the addresses the plan takes from it (the kubernetes Service's and
+    cluster DNS's: kilonode.plan.resolve.control_plane) and what kube-apiserver takes for
+    --service-cluster-ip-range (catalog/addresses.yaml serviceRange), and lies in private or shared
+    space: kube-proxy on every node captures what pods and nodes send into it, so a public range
+    (8.8.8.0/24) would take those public addresses from the whole cluster."""
+    net = config.network
+    service = net.service_cidr
+    loc: Loc = ("network", "serviceCidr")
+    if reserved_in(service) is not None:
+        return []  # _reserved_ranges says so
+    limits = addresses().service_range
+    needed = {"the kubernetes Service": KUBERNETES_SERVICE_OFFSET, "cluster DNS": CLUSTER_DNS_OFFSET}
+    # the first and last address are never allocated (the range's network and broadcast addresses)
+    fewest = max(limits.fewest_addresses, 2 + max(needed.values()))
+    if service.num_addresses < fewest:
+        wide = 32 - (fewest - 1).bit_length()
+        taken = ", ".join(f"{what} .{offset} ({service.network_address + offset})" for what, offset in needed.items())
+        return [Problem(loc, (
+            f"{service} has {service.num_addresses} address{'es' if service.num_addresses > 1 else ''}, too few: "
+            f"the plan takes {taken} from it, and kube-apiserver "
+            f"needs at least {limits.fewest_addresses} ({limits.fewest_source}): give a /{wide} or wider, like "
+            "172.16.0.0/16 (the default)"))]
+    if service.prefixlen < limits.widest_prefix:
+        return [Problem(loc, (
+            f"{service} is wider than kube-apiserver takes for --service-cluster-ip-range, a /{limits.widest_prefix} "
+            f"({limits.widest_source}): give a /{limits.widest_prefix} or narrower, like 172.16.0.0/16 (the "
+            "default)"))]
+    if private_of(service) is None:
+        spaces = ", ".join(str(row.range) for row in addresses().private)
+        return [Problem(loc, (
+            f"{service} is not private address space: every node's kube-proxy would take what pods and nodes send "
+            f"to those public addresses for a Service, so the cluster could no longer reach them; pick a range inside "
+            f"one of {spaces} (RFC 1918, RFC 6598), outside network.vnetCidr, like 172.16.0.0/16"))]
+    return []
 
 
 def _audit_log_path(config: ClusterConfig) -> list[Problem]:

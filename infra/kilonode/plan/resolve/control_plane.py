@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ipaddress import IPv4Address, IPv4Network
 
+from kilonode.config.checks import CLUSTER_DNS_OFFSET, KUBERNETES_SERVICE_OFFSET
 from kilonode.config.model import ClusterConfig
 from kilonode.plan import defaults
 from kilonode.plan.model import (
@@ -52,8 +53,8 @@ def control_plane_plan(
         # (as kops shards coordination.k8s.io/leases).
         etcd_servers_overrides=etcd_servers_overrides(others),
         service_cidr=service_cidr,
-        kubernetes_service_ip=IPv4Address(int(service_cidr.network_address) + 1),
-        cluster_dns_ip=IPv4Address(int(service_cidr.network_address) + 10),
+        kubernetes_service_ip=IPv4Address(int(service_cidr.network_address) + KUBERNETES_SERVICE_OFFSET),
+        cluster_dns_ip=IPv4Address(int(service_cidr.network_address) + CLUSTER_DNS_OFFSET),
         audit_log=audit_log_plan(api, disks),
         vm_size=api.vm_size,
         local_disk=api.local_disk,
