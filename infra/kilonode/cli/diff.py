@@ -52,14 +52,16 @@ def diff(
     # its help is HELP, below (a docstring that long would hide the code)
 
     from kilonode.review import ReviewError, review
-    from kilonode.review.report import FORMATS, to_json
-    from kilonode.review.risks import HIGH, MEDIUM
 
     try:
         result = review(Path.cwd(), base, head, stacks or (), progress=lambda line: err.print(f"  {line}"),
                         cache=not no_cache)
     except ReviewError as error:
         die(str(error), "kilonode diff")
+    # after the review: it loads these while its snapshots render (kilonode.review._load_rules)
+    from kilonode.review.report import FORMATS, to_json
+    from kilonode.review.risks import HIGH, MEDIUM
+
     _refuse_invalid_heads(result)
     if write_json is not None:
         _write_whole(write_json, to_json(result))

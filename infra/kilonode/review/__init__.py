@@ -12,14 +12,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kilonode.review.compare import compare_stack
-from kilonode.review.decisions import order
 from kilonode.review.refs import ReviewError, Side, affected, changed_paths, resolve, snapshots, stacks_at, toplevel
-from kilonode.review.report import Review
-from kilonode.review.risks import MEDIUM, Risk, assess
+
+if TYPE_CHECKING:
+    from kilonode.review.report import Review
 
 __all__ = ["Review", "ReviewError", "review"]
+
+
+def __getattr__(name: str) -> Any:
+    # The report and the rules (and through them preflight's models: ~1.5 s of imports) load while
+    # the snapshots render (`_load_rules`), on the cores the children leave, not before they start.
+    if name == "Review":
+        from kilonode.review.report import Review
+
+        return Review
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _load_rules() -> None:
+    """What judges the snapshots, imported while the children render them."""
+    import kilonode.review.report
+    import kilonode.review.risks  # noqa: F401
 
 
 def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str] = (),
@@ -41,10 +58,15 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
         chosen, why = sorted(set(stacks)), "chosen with --stack"
     else:
         chosen, why = affected(changed_paths(repo, base_side.commit or "", head_side.commit), known)
+    taken = snapshots(repo, [(base_side, [s for s in chosen if s in at_base]),
+                             (head_side, [s for s in chosen if s in at_head])], progress, cache,
+                      meanwhile=_load_rules) if chosen else {}
+    from kilonode.review.decisions import order
+    from kilonode.review.report import Review
+    from kilonode.review.risks import MEDIUM, Risk, assess
+
     result = Review(base_side, head_side, chosen, why)
     if chosen:
-        taken = snapshots(repo, [(base_side, [s for s in chosen if s in at_base]),
-                                 (head_side, [s for s in chosen if s in at_head])], progress, cache)
         lessons = taken["base"].get("lessons", {})
         for name in chosen:
             diff = compare_stack(name, taken["base"]["stacks"].get(name), taken["head"]["stacks"].get(name))

@@ -197,10 +197,12 @@ def _command(tree: Path, out: Path, stacks: Sequence[str],
 
 
 def snapshots(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
-              progress: Callable[[str], None] = lambda _: None, cache: bool = True) -> dict[str, dict[str, Any]]:
+              progress: Callable[[str], None] = lambda _: None, cache: bool = True,
+              meanwhile: Callable[[], None] = lambda: None) -> dict[str, dict[str, Any]]:
     """Each side's snapshot of its stacks: read from the cache where the same inputs were
     snapshotted before (unless cache is False), else taken in parallel, one child per distinct
-    key (a base and a head with the same inputs are taken once), and then cached."""
+    key (a base and a head with the same inputs are taken once), and then cached. `meanwhile`
+    runs while the children do (or at once, when every side is cached)."""
     keys = {side.label: _key(repo, side, stacks) if cache else None for side, stacks in sides}
     found: dict[str, dict[str, Any]] = {}
     for side, _ in sides:
@@ -215,7 +217,9 @@ def snapshots(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
         entry = keys[side.label]
         taker[side.label] = side.label if entry is None else by_key.setdefault(entry, side.label)
     takes = [(side, stacks) for side, stacks in missing if taker[side.label] == side.label]
-    taken = _take(repo, takes, progress) if takes else {}
+    taken = _take(repo, takes, progress, meanwhile) if takes else {}
+    if not takes:
+        meanwhile()
     for side, _ in missing:
         body = taken[taker[side.label]]
         found[side.label] = json.loads(body)  # parsed per side: neither shares the other's objects
@@ -230,8 +234,8 @@ def _key(repo: Path, side: Side, stacks: Sequence[str]) -> str | None:
     return None if inputs is None else snapcache.key(inputs, stacks)
 
 
-def _take(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
-          progress: Callable[[str], None]) -> dict[str, bytes]:
+def _take(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]], progress: Callable[[str], None],
+          meanwhile: Callable[[], None] = lambda: None) -> dict[str, bytes]:
     """Each side's snapshot (its JSON as the child wrote it), taken in parallel: a child per
     side, in that side's checkout (the working tree itself for a head without a commit)."""
     with tempfile.TemporaryDirectory(prefix="kilonode-diff-") as tmp, contextlib.ExitStack() as trees:
@@ -244,6 +248,7 @@ def _take(repo: Path, sides: Sequence[tuple[Side, Sequence[str]]],
             progress(f"rendering and recording {len(stacks)} stack(s) at {side.label} ({side.ref}) ...")
             running[side.label] = (subprocess.Popen(args, cwd=tree, env=env, stdout=subprocess.PIPE,
                                                     stderr=subprocess.PIPE, text=True), out, time.monotonic())
+        meanwhile()
         found: dict[str, bytes] = {}
         for label, (process, out, started) in running.items():
             try:

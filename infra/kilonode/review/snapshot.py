@@ -30,6 +30,9 @@ from kilonode.digest import sha256_text
 
 FORMAT = 1
 SECRET = "[secret]"
+# Where a snapshot holds the stack file's config keys outside `kilonode:cluster`
+# (kilonode.config.load.PROVIDER_KEYS): a change to one shows as a change to this file.
+PROVIDER_CONFIG = "pulumi-config.yaml"
 
 
 def _digest(value: Any) -> str:
@@ -64,6 +67,10 @@ def _stack(name: str) -> dict[str, Any]:
     except StackError as error:
         return {"error": str(error)}
     files = {path: file.content for path, file in render_tree(stack.config, plan).items()}
+    # the config keys outside kilonode's that `pulumi up` hands a provider (an older ref has none)
+    provider = getattr(stack, "provider_config", None)
+    if provider:
+        files[PROVIDER_CONFIG] = "".join(f"{key}: {json.dumps(value)}\n" for key, value in sorted(provider.items()))
     try:
         graph = run_plan(stack)
     except Exception as error:  # the program refused it (a guard, a check): say so, as Pulumi would
