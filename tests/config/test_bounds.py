@@ -108,6 +108,8 @@ def _stack_with(write_stack: StackWriter, change: dict[str, Any]) -> Any:
     {"apiserver.auditLog.maxSizeMb": 8796093022207},
     {"apiserver.auditLog.maxBackup": 9223372036854775807},
     {"nodePools.0.imagePullProgressDeadline": "2562047h"},
+    {"nodePools.0.imagePullProgressDeadline": "1m"},  # the floor (cri-dockerd's default)
+    {"nodePools.0.imagePullProgressDeadline": "60s"},
     {"nodeImage.version": "2147483647.2147483647.0"},
     {"etcdImage.version": "0.0.0"},
     {"sysctl": {"overrides": {"net.ipv4.neigh.default.gc_thresh3": 2147483647, "fs.file-max": 9223372036854775807,

@@ -298,7 +298,14 @@ def _pull_deadline(value: str) -> str:
     # the pattern (digits and one unit) is the field's own; the length is the runtimes' reading
     if len(value) > 32:
         raise ValueError(f"is {len(value)} characters long; a duration here has at most 32 (got {shown(value)})")
-    problem = duration_problem("imagePullProgressDeadline", value) if re.fullmatch(DURATION, value) else None
+    if not re.fullmatch(DURATION, value):
+        return value  # the field's pattern says what it takes
+    low, _ = number_range("imagePullProgressDeadline")
+    if duration_ns(value) < low:
+        row = reader("imagePullProgressDeadline")
+        raise ValueError(f"{shown(value)} is shorter than {low // _NS['m']}m, the least kilonode gives "
+                         f"{row.reader}: {row.why} ({row.source}); give 1m or more, or leave it out (30m)")
+    problem = duration_problem("imagePullProgressDeadline", value)
     if problem:
         raise ValueError(problem)
     return value
