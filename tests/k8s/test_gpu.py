@@ -476,8 +476,9 @@ def test_the_controller_unit_runs_on_gpu_clusters_apiservers_after_the_apiserver
     unit = tmp_path / "kilonode-gpu-health-controller.service"
     unit.write_text(text)
     assert systemd_verify(tmp_path, [unit]) == []
+    # its kubeconfig as the credential systemd hands its dynamic user (tests/render/test_apiserver_agents.py)
     assert "ExecStart=/usr/bin/python3 -m kilonode.gpu.controller \\\n" \
-           "    --kubeconfig=/etc/kubernetes/gpu-health-controller.kubeconfig \\\n" \
+           "    --kubeconfig=%d/kubeconfig \\\n" \
            "    --metrics-file=/run/kilonode/gpu-health-controller/metrics.json\n" in text
     # its record for Prometheus in its runtime directory, the one place its sandbox lets it write
     assert "RuntimeDirectory=kilonode/gpu-health-controller\n" in text and "ProtectSystem=strict\n" in text

@@ -30,7 +30,21 @@ class EndsInVariable:
             raise ValueError(f"not an environment variable name: {self.variable!r}")
 
 
-Flag = tuple[str, "str | int | bool | EndsInVariable"]
+@dataclass(frozen=True)
+class InCredentials:
+    """A flag value naming a credential the unit loads (`LoadCredential=ID:PATH`): the file
+    `%d/ID`, where systemd resolves `%d` to the unit's credentials directory, readable by the
+    unit's own (dynamic) user alone (systemd.unit(5) "Specifiers" %d, systemd.exec(5)
+    "Credentials"; both in systemd 248 and later, so Debian 12's 252)."""
+
+    credential: str
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z][a-z0-9_.-]*", self.credential):
+            raise ValueError(f"not a credential ID: {self.credential!r}")
+
+
+Flag = tuple[str, "str | int | bool | EndsInVariable | InCredentials"]
 
 
 @cache
@@ -63,6 +77,9 @@ def systemd_exec(binary: str, flags: Iterable[Flag]) -> str:
     """
     lines = [binary]
     for name, value in flags:
+        if isinstance(value, InCredentials):
+            lines.append(f"--{name}=%d/{value.credential}")  # the one specifier left unescaped
+            continue
         literal = value.literal if isinstance(value, EndsInVariable) else flag_value(value)
         text = f"--{name}={literal}".replace("%", "%%").replace("$", "$$")
         if isinstance(value, EndsInVariable):

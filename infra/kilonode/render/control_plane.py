@@ -10,7 +10,7 @@ from kilonode.plan.model import ApiserverInstance, ClusterPlan
 from kilonode.render.cert_metrics import UNITS_TO_ENABLE as CERT_METRICS_UNITS
 from kilonode.render.cert_metrics import cert_metrics_files
 from kilonode.render.cloud_init import user_data
-from kilonode.render.common import GENERATED, Flag, render_template, systemd_exec
+from kilonode.render.common import GENERATED, Flag, InCredentials, render_template, systemd_exec
 from kilonode.render.files import USER_DATA, HostFiles, RenderedFile
 from kilonode.render.gpu_metrics import (
     CONTROLLER_RECORD,
@@ -322,6 +322,19 @@ def audit_policy() -> str:
     return f"# {GENERATED}\n" + block_yaml(policy)
 
 
+# What the apiserver-VM agents that parse node-controlled input (bootstrap CSRs, Node objects)
+# must never read, should a parser bug give an attacker their process: the cluster CA's and the
+# service-account signing keys and the apiserver's etcd client key (all in the PKI directory)
+# and the key that encrypts Secrets in etcd. They run as a dynamic user, so these root 0600 files
+# are unreadable already; InaccessiblePaths= hides them from the process's view as well.
+# Each with "-": a path missing on some host is no reason to refuse the unit. (systemd.exec(5)
+# DynamicUser=, LoadCredential=, InaccessiblePaths=: all in systemd 252, Debian 12's.) The
+# units' own comments stay short: every byte is in each apiserver's custom data.
+AGENT_INACCESSIBLE = (wellknown.K8S_PKI_DIR, wellknown.ENCRYPTION_CONFIG)
+# The ID each agent's kubeconfig is loaded under (LoadCredential=): its flag reads %d/<this>.
+KUBECONFIG_CREDENTIAL = "kubeconfig"
+
+
 def gpu_health_controller_unit() -> RenderedFile:
     """The taint controller (kilonode.gpu.controller on the machine), from the package the
     control-plane image carries (kilonode.node.ship), with its own kubeconfig (kilonode.azure.tls
@@ -330,9 +343,11 @@ def gpu_health_controller_unit() -> RenderedFile:
         GPU_HEALTH_CONTROLLER_UNIT,
         python_path=GPU_HEALTH.pythonpath,
         exec_start=systemd_exec(f"{PYTHON} -m {GPU_HEALTH.module}.controller",
-                                [("kubeconfig", wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG),
+                                [("kubeconfig", InCredentials(KUBECONFIG_CREDENTIAL)),
                                  ("metrics-file", CONTROLLER_RECORD)]),
         runtime_directory=CONTROLLER_RUNTIME_DIRECTORY,
+        credential=f"{KUBECONFIG_CREDENTIAL}:{wellknown.GPU_HEALTH_CONTROLLER_KUBECONFIG}",
+        inaccessible=" ".join(f"-{path}" for path in AGENT_INACCESSIBLE),
     ))
 
 
@@ -345,7 +360,9 @@ def node_client_approver_unit() -> RenderedFile:
         NODE_CLIENT_APPROVER_UNIT,
         python_path=NODE_CLIENT_APPROVER.pythonpath,
         exec_start=systemd_exec(f"{PYTHON} -m {NODE_CLIENT_APPROVER.module}.main",
-                                [("kubeconfig", wellknown.NODE_CLIENT_APPROVER_KUBECONFIG)]),
+                                [("kubeconfig", InCredentials(KUBECONFIG_CREDENTIAL))]),
+        credential=f"{KUBECONFIG_CREDENTIAL}:{wellknown.NODE_CLIENT_APPROVER_KUBECONFIG}",
+        inaccessible=" ".join(f"-{path}" for path in AGENT_INACCESSIBLE),
     ))
 
 
