@@ -5,6 +5,7 @@ more is refused (the refusals themselves are hostile files, tests/config/hostile
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,17 @@ def test_the_shipped_profiles_set_values_their_keys_take_and_weaken_nothing(prof
 ])
 def test_the_semantic_corpus_has_cases_of_every_class(prefix: str) -> None:
     assert len(list(HOSTILE_DIR.glob(f"{prefix}*.yaml"))) >= 3, prefix
+
+
+@pytest.mark.parametrize("key", sorted(sysctls().paths))
+def test_a_key_the_kernel_runs_or_writes_as_root_is_refused_as_such(write_stack: StackWriter, key: str) -> None:
+    """Not only as a key the catalogue lacks: a row added to `keys` for it later is refused by the
+    catalogue's own validator, and the message says why the key is never a stack's."""
+    refused = re.escape(f"sysctl.overrides.{key}: {key} names a program or file the kernel runs")
+    with pytest.raises(StackError, match=refused):
+        _stack_with(write_stack, {"sysctl": {"overrides": {key: "core"}}})
+
+
+def test_an_override_of_a_key_the_catalogue_lacks_says_how_to_add_it(write_stack: StackWriter) -> None:
+    with pytest.raises(StackError, match=r"add a row to keys in infra/kilonode/catalog/sysctls\.yaml"):
+        _stack_with(write_stack, {"sysctl": {"overrides": {"net.ipv4.tcp_congestion_control": "bbr"}}})

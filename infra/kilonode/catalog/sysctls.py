@@ -50,6 +50,7 @@ class Sysctls(Row):
     types: dict[str, KernelType]
     default: str
     keys: dict[str, SysctlKey]
+    paths: dict[str, str]  # key -> what the kernel runs or writes there (its page): never a stack's
     hardening: dict[str, Hardening]
 
     @model_validator(mode="after")
@@ -57,6 +58,9 @@ class Sysctls(Row):
         for name, row in self.keys.items():
             if row.type not in self.types:
                 raise ValueError(f"keys.{name}: type {row.type!r} is not one of {sorted(self.types)}")
+        for name in self.paths:
+            if self.key(name) is not None:
+                raise ValueError(f"paths.{name}: a key a stack may not set has no row in `keys`")
         for name, rule in self.hardening.items():
             if name not in self.keys:
                 raise ValueError(f"hardening.{name}: the key has no row in `keys` (its type and range)")

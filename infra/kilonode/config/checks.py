@@ -211,10 +211,20 @@ def _sysctl_numbers(value: int | str) -> list[int]:
 def _sysctl_value_problem(name: str, value: int | str) -> str | None:
     """Why the kernel would not take `value` for sysctl `name` (catalog/sysctls.yaml), if it would not."""
     catalogue = sysctls()
+    if name in catalogue.paths:
+        return (f"{name} names a program or file the kernel runs or writes as root ({catalogue.paths[name]}): a stack "
+                "may not set it; the node image's own value stays")
     row = catalogue.key(name)
+    if row is None:
+        return (f"{name} is not in kilonode's sysctl catalogue, so no one has read what it does, its range, or whether "
+                "it weakens the kernel: add a row to keys in infra/kilonode/catalog/sysctls.yaml with its type, range "
+                "and the kernel documentation page that describes it (and to hardening, if it weakens the kernel), or "
+                "remove the override")
     low, high, kind, source = catalogue.range_of(name)
-    count = row.count if row else 1
-    if row is not None and isinstance(value, str) and count == 1:
+    if kind == "text":
+        return None if isinstance(value, str) else f"{name} takes a name ({source}), not the number {value}"
+    count = row.count
+    if isinstance(value, str) and count == 1:
         return (f"{name} takes one number ({kind}, {low} to {high}: {source}), not the words {shown(value)}; "
                 "write the number without quotes")
     if count > 1 and (isinstance(value, int) or len(_sysctl_numbers(value)) != count or len(value.split()) != count):
