@@ -179,12 +179,13 @@ def node_identity_policy(graph: Graph) -> dict[str, Any]:
 
 def test_a_node_cannot_choose_its_team(graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
     from kilonode.k8s.capacity import FABRIC_NODE_RULE, placement_node_rule, team_node_rule
+    from kilonode.k8s.node_agents import NODE_SPEC_RULE, OWN_NODE_RULE
 
     plan = plans["research-7500"]
     rule_text = team_node_rule(plan)
     policy = node_identity_policy(graphs["research-7500"])
     assert [v["expression"] for v in policy["spec"]["validations"]] == [
-        placement_node_rule(plan), rule_text, FABRIC_NODE_RULE]
+        placement_node_rule(plan), rule_text, FABRIC_NODE_RULE, OWN_NODE_RULE, NODE_SPEC_RULE]
     # a status update can change labels too
     assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes", "nodes/status"]
     env = celpy.Environment()

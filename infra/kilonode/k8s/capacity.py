@@ -25,10 +25,8 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, scheduling
 
 from kilonode.k8s.admission import admission_policy
-from kilonode.k8s.bootstrap import KUBE_SYSTEM
-from kilonode.k8s.calico import NODE as CALICO_NODE
-from kilonode.k8s.cloud_provider import CNM
 from kilonode.k8s.network_policy import default_deny
+from kilonode.k8s.node_agents import AGENT_USERS, NODE_AGENTS, NODE_SPEC_RULE, OWN_NODE_RULE
 from kilonode.k8s.pod_security import RUNTIME_DEFAULT_SECCOMP, kilonode_namespace
 from kilonode.k8s.pods import SKIP_AWAIT
 from kilonode.node.gpu import protocol
@@ -39,11 +37,6 @@ NAMESPACE = "kilonode-capacity"
 POOL_LABEL = wellknown.POOL_LABEL
 LABELS = {"app.kubernetes.io/managed-by": "kilonode", "app.kubernetes.io/part-of": "kilonode-capacity"}
 BALLOON_APP = "kilonode-balloon"
-# cloud-node-manager's ServiceAccount, as the apiserver names its requests
-CLOUD_NODE_MANAGER_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{CNM}"
-# calico-node's ServiceAccount (kilonode.k8s.calico): on every node too, and upstream's role may
-# update and patch nodes/status, which carries the Node's labels
-CALICO_NODE_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{CALICO_NODE}"
 
 
 @dataclass(frozen=True)
@@ -115,10 +108,12 @@ BORROW_RULE = (
 # - calico-node's ServiceAccount (kilonode.k8s.calico), on every node for the same reason: upstream's
 #   ClusterRole updates and patches nodes/status (Calico keeps annotations on the Node), and a
 #   nodes/status write may change the Node's labels. It writes none of the labels checked here.
-# Administrators and the other controllers are not checked: they are not a node.
+# Both agents (kilonode.k8s.node_agents NODE_AGENTS) are also held to their own Node and to what
+# they write there (OWN_NODE_RULE, NODE_SPEC_RULE). Administrators and the other controllers are
+# not checked: they are not a node.
 NODE_WRITER = (
     "(request.userInfo.username.startsWith('system:node:') || "
-    f"request.userInfo.username in ['{CLOUD_NODE_MANAGER_USER}', '{CALICO_NODE_USER}'])"
+    f"request.userInfo.username in [{', '.join(repr(u) for u in AGENT_USERS)}])"
 )
 
 
@@ -203,6 +198,45 @@ def placement_node_rule(plan: ClusterPlan) -> str:
     return f"!{NODE_WRITER} || ({checks})"
 
 
+def node_identity_rules(plan: ClusterPlan) -> list[tuple[str, str]]:
+    """The `kilonode-node-identity` policy's rules (CEL, message), on nodes and nodes/status."""
+    node_rules = [(
+        placement_node_rule(plan),
+        f"a node's {', '.join(PLACEMENT_LABELS)} labels must be those of the pool its name comes from "
+        "(its scale set's computer-name prefix): a node cannot make itself a system node, another pool's "
+        "or another topology's",
+    )]
+    if plan.teams:
+        node_rules.append((
+            team_node_rule(plan),
+            f"a node's {wellknown.TEAM_LABEL} label (and, when it registers, its NoSchedule taint) must name the "
+            "team its scale set is reserved for, and no team on a shared scale set: a node cannot choose its "
+            "team",
+        ))
+    if any(pool.infiniband for pool in plan.node_pools):
+        node_rules.append((
+            FABRIC_NODE_RULE,
+            f"a node's {wellknown.FABRIC_LABEL} label must name its own scale set (its name less the 6 "
+            "characters of the instance): a node cannot join another InfiniBand fabric's gangs",
+        ))
+    # The per-node agents' tokens: their own Node only, and there only what they write
+    # (kilonode.k8s.node_agents; preflight's node-writers check finds every DaemonSet account
+    # that may write Nodes among them).
+    agents = ", ".join(agent.account for agent in NODE_AGENTS)
+    node_rules += [
+        (OWN_NODE_RULE,
+         f"a per-node agent ({agents}) may update only the Node its pod runs on (its token's "
+         "authentication.kubernetes.io/node-name): a token not bound to a pod on this node may not write it"),
+        (NODE_SPEC_RULE,
+         f"a per-node agent ({agents}) may not cordon a Node, add, change or remove its taints (cloud-node-manager "
+         "may only lift the cloud provider's uninitialized taint) or change a providerID already set"),
+    ]
+    # nodes/status too: an update of the status subresource can change labels as well, and
+    # cloud-node-manager may patch it. UPDATE covers PATCH: the apiserver admits a patch as an
+    # update (kilonode.k8s.node_agents), and failurePolicy is Fail (kilonode.k8s.admission).
+    return node_rules
+
+
 @dataclass(frozen=True)
 class CapacityArgs:
     plan: ClusterPlan
@@ -284,28 +318,8 @@ class Capacity(pulumi.ComponentResource):
                 )],
                 LABELS, child,
             )
-        node_rules = [(
-            placement_node_rule(plan),
-            f"a node's {', '.join(PLACEMENT_LABELS)} labels must be those of the pool its name comes from "
-            "(its scale set's computer-name prefix): a node cannot make itself a system node, another pool's "
-            "or another topology's",
-        )]
-        if plan.teams:
-            node_rules.append((
-                team_node_rule(plan),
-                f"a node's {wellknown.TEAM_LABEL} label (and, when it registers, its NoSchedule taint) must name the "
-                "team its scale set is reserved for, and no team on a shared scale set: a node cannot choose its "
-                "team",
-            ))
-        if any(pool.infiniband for pool in plan.node_pools):
-            node_rules.append((
-                FABRIC_NODE_RULE,
-                f"a node's {wellknown.FABRIC_LABEL} label must name its own scale set (its name less the 6 "
-                "characters of the instance): a node cannot join another InfiniBand fabric's gangs",
-            ))
-        # nodes/status too: an update of the status subresource can change labels as well, and
-        # cloud-node-manager may patch it
-        admission_policy(f"{name}-node-identity", "kilonode-node-identity", ["nodes", "nodes/status"], node_rules,
+        admission_policy(f"{name}-node-identity", "kilonode-node-identity", ["nodes", "nodes/status"],
+                         node_identity_rules(plan),
                          LABELS, child)
         balloons = [pool for pool in plan.autoscaled_pools if pool.autoscaling and pool.autoscaling.warm_nodes]
         if not balloons:

@@ -33,6 +33,7 @@ def _registry() -> tuple[Check, ...]:
         identities,
         listeners,
         node_join,
+        node_writers,
         pod_dns,
         pod_isolation,
         quota,
@@ -47,7 +48,7 @@ def _registry() -> tuple[Check, ...]:
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, pod_isolation, scheduling, rdma, disks, azure_names, custom_data_size, identities,
-                       storage_access, listeners, etcd_backups, encryption_at_host, node_join, quota,
+                       storage_access, listeners, etcd_backups, encryption_at_host, node_join, node_writers, quota,
                        boot_pulls)
     )
 

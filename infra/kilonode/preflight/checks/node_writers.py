@@ -1,0 +1,114 @@
+"""node-writers: every per-node agent that may write Nodes is held to its own Node.
+
+A DaemonSet's pods run on every node it selects; where they mount a token whose ServiceAccount
+may update or patch `nodes` or `nodes/status` (RBAC as the authorizer grants it: the graph's
+bindings and the apiserver's own, kilonode.preflight.apiload), root on any one of those nodes
+holds a credential that writes every Node, and NodeRestriction, which governs only system:node:
+users, does not stop it (issue 37). Each such account must be one the ValidatingAdmissionPolicy
+`kilonode-node-identity` holds to the Node its pod runs on (kilonode.k8s.node_agents OWN_NODE_RULE:
+a validation that names the account's user and the token's node-name extra), and the policy must
+bite: failurePolicy Fail, nodes and nodes/status matched on UPDATE (which a PATCH is admitted as),
+and a binding that denies.
+
+Central controllers (Deployments: the autoscaler, the GPU health controller, the scheduler plugins,
+cloud-controller-manager) write Nodes cluster-wide by design and are not checked here: their pods
+run on the system pool, not beside user work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kilonode.k8s.node_agents import NODE_NAME_EXTRA
+from kilonode.preflight.checks.contracts import _Access, _account_of
+from kilonode.preflight.model import Finding, Inputs
+
+NAME = "node-writers"
+TITLE = "Every per-node agent that may write Nodes is held to its own Node by the node-identity policy"
+
+POLICY = "kilonode-node-identity"
+POLICY_TYPE = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+BINDING_TYPE = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+NODE_RESOURCES = ("nodes", "nodes/status")
+WRITE_VERBS = ("update", "patch")
+FIX = "hold it in kilonode.k8s.node_agents NODE_AGENTS (the node-identity policy, kilonode.k8s.capacity)"
+
+
+def _named(inputs: Inputs, type_: str, name: str) -> list[Mapping[str, Any]]:
+    return [r.inputs for r in inputs.of_type(type_) if (r.inputs.get("metadata") or {}).get("name") == name]
+
+
+def node_writers(inputs: Inputs) -> list[tuple[str, str]]:
+    """(the DaemonSet, its user) for each DaemonSet whose pods' token may write Nodes."""
+    found = []
+    for workload in inputs.workloads():
+        if workload.kind != "DaemonSet":
+            continue
+        namespace, account, token = _account_of(inputs, workload)
+        if not token:
+            continue
+        access = _Access(inputs, namespace, account)
+        if any(access.allows("", resource, verb, None) for resource in NODE_RESOURCES for verb in WRITE_VERBS):
+            found.append((workload.describe(), f"system:serviceaccount:{namespace}:{account}"))
+    return found
+
+
+def _matches_updates(policy: Mapping[str, Any]) -> list[str]:
+    """The node resources the policy does not match on UPDATE."""
+    rules = ((policy.get("spec") or {}).get("matchConstraints") or {}).get("resourceRules") or []
+    covered = set()
+    for rule in rules:
+        if not {"UPDATE", "*"} & set(rule.get("operations") or []):
+            continue
+        if not {"", "*"} & set(rule.get("apiGroups") or []):
+            continue
+        covered |= set(rule.get("resources") or [])
+    return [r for r in NODE_RESOURCES if r not in covered and "*" not in covered
+            and not (r == "nodes/status" and "nodes/*" in covered)]
+
+
+def _policy_findings(inputs: Inputs, where: str) -> list[Finding]:
+    """The policy's own settings: it exists, fails closed, matches UPDATEs of both, and is bound to deny."""
+    policies = _named(inputs, POLICY_TYPE, POLICY)
+    if not policies:
+        return [Finding(NAME, "break", where, f"no ValidatingAdmissionPolicy {POLICY}: a per-node agent's token "
+                        "writes every Node (taints, cordon, addresses)", FIX)]
+    policy = policies[0]
+    findings = []
+    failure = (policy.get("spec") or {}).get("failurePolicy")
+    if failure != "Fail":
+        findings.append(Finding(NAME, "break", f"ValidatingAdmissionPolicy {POLICY}",
+                                f"failurePolicy is {failure or 'unset'}: a rule that cannot be evaluated admits "
+                                "the write",
+                                "set failurePolicy Fail (kilonode.k8s.admission)"))
+    missing = _matches_updates(policy)
+    if missing:
+        findings.append(Finding(NAME, "break", f"ValidatingAdmissionPolicy {POLICY}",
+                                f"UPDATE (and PATCH, admitted as one) of {', '.join(missing)} is not matched: "
+                                "those writes are never checked", "match nodes and nodes/status on UPDATE"))
+    bindings = [b for r in inputs.of_type(BINDING_TYPE) if (b := r.inputs).get("spec", {}).get("policyName") == POLICY]
+    if not any("Deny" in (b.get("spec") or {}).get("validationActions", []) for b in bindings):
+        findings.append(Finding(NAME, "break", f"ValidatingAdmissionPolicy {POLICY}",
+                                "no binding denies what it refuses: every write is admitted",
+                                "bind it with validationActions [Deny] (kilonode.k8s.admission)"))
+    return findings
+
+
+def check(inputs: Inputs) -> list[Finding]:
+    writers = node_writers(inputs)
+    if not writers:
+        return []
+    findings = _policy_findings(inputs, writers[0][0])
+    policies = _named(inputs, POLICY_TYPE, POLICY)
+    expressions = [str(v.get("expression") or "") for p in policies
+                   for v in (p.get("spec") or {}).get("validations") or []]
+    for where, user in writers:
+        if not any(repr(user) in e and repr(NODE_NAME_EXTRA) in e for e in expressions):
+            findings.append(Finding(
+                NAME, "break", where,
+                f"its pods run on every node it selects with a token ({user}) that may update or patch nodes or "
+                f"nodes/status, and {POLICY} does not hold it to its own Node: root on one node writes every Node "
+                "(NoExecute taints, cordons, status.addresses)",
+                f"{FIX}, or take the write out of its role"))
+    return findings

@@ -1,0 +1,88 @@
+"""node-writers: every DaemonSet whose token may write Nodes is held to its own Node by the
+node-identity policy, and that policy fails closed on updates; each with a break planted in a
+copy of a shipped stack's graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kilonode.preflight import breaks, run
+from kilonode.preflight.model import Finding
+from tests.preflight.conftest import artefacts, inputs_of, resource
+
+STACK = "research-7500"
+POLICY = "kilonode-node-identity"
+CALICO = "system:serviceaccount:kube-system:calico-node"
+
+
+def writer_breaks(graph: dict[str, Any] | None = None, stack: str = STACK) -> list[Finding]:
+    return breaks(run(inputs_of(stack, graph=graph), ["node-writers"]))
+
+
+def policy(graph: dict[str, Any]) -> dict[str, Any]:
+    [found] = [r["inputs"] for r in graph["resources"] if r["type"].endswith(":ValidatingAdmissionPolicy")
+               and r["inputs"]["metadata"]["name"] == POLICY]
+    return found
+
+
+@pytest.mark.parametrize("stack", ["local", STACK])
+def test_the_shipped_stacks_hold_every_node_writer(stack: str) -> None:
+    assert writer_breaks(stack=stack) == []
+
+
+def test_an_agent_the_policy_does_not_name_is_a_break() -> None:
+    _, graph = artefacts(STACK)
+    for validation in policy(graph)["spec"]["validations"]:
+        validation["expression"] = validation["expression"].replace(f"'{CALICO}'", "'someone-else'")
+    [finding] = writer_breaks(graph)
+    assert finding.where == "DaemonSet kube-system/calico-node" and CALICO in finding.what
+
+
+def test_a_new_daemonset_account_that_may_patch_nodes_is_a_break() -> None:
+    """Seeded: the device plugin's ServiceAccount bound to cloud-node-manager's ClusterRole."""
+    _, graph = artefacts(STACK)
+    spec = resource(graph, "DaemonSet", "nvidia-device-plugin-daemonset")["inputs"]["spec"]["template"]["spec"]
+    spec["automountServiceAccountToken"] = True
+    account = spec.get("serviceAccountName") or "default"
+    graph["resources"].append({
+        "type": "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "name": "planted", "parent": None,
+        "protect": False, "replaceOnChanges": [],
+        "inputs": {"metadata": {"name": "planted"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                               "name": "kilonode:cloud-node-manager"},
+                   "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "kube-system"}]}})
+    [finding] = writer_breaks(graph)
+    assert finding.where == "DaemonSet kube-system/nvidia-device-plugin-daemonset"
+    # without a token in its pods it writes nothing: no break
+    spec["automountServiceAccountToken"] = False
+    assert writer_breaks(graph) == []
+
+
+@pytest.mark.parametrize(("plant", "expected"), [
+    (lambda p: p["spec"].__setitem__("failurePolicy", "Ignore"), "failurePolicy is Ignore"),
+    (lambda p: p["spec"]["matchConstraints"]["resourceRules"][0].__setitem__("operations", ["CREATE"]),
+     "of nodes, nodes/status is not matched"),
+    (lambda p: p["spec"]["matchConstraints"]["resourceRules"][0].__setitem__("resources", ["nodes"]),
+     "of nodes/status is not matched"),
+])
+def test_a_policy_that_does_not_bite_is_a_break(plant: Any, expected: str) -> None:
+    _, graph = artefacts(STACK)
+    plant(policy(graph))
+    [finding] = writer_breaks(graph)
+    assert expected in finding.what
+
+
+def test_a_policy_bound_only_to_warn_or_missing_is_a_break() -> None:
+    _, graph = artefacts(STACK)
+    [binding] = [r["inputs"] for r in graph["resources"] if r["type"].endswith(":ValidatingAdmissionPolicyBinding")
+                 and r["inputs"]["spec"]["policyName"] == POLICY]
+    binding["spec"]["validationActions"] = ["Warn"]
+    [finding] = writer_breaks(graph)
+    assert "no binding denies" in finding.what
+    graph["resources"] = [r for r in graph["resources"] if not r["type"].endswith(":ValidatingAdmissionPolicy")
+                          or r["inputs"]["metadata"]["name"] != POLICY]
+    found = writer_breaks(graph)
+    assert any(f"no ValidatingAdmissionPolicy {POLICY}" in f.what for f in found)
+    assert {f.where for f in found} >= {"DaemonSet kube-system/cloud-node-manager", "DaemonSet kube-system/calico-node"}
