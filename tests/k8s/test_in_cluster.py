@@ -265,6 +265,29 @@ def test_the_serving_cert_approver_is_scoped_to_the_pools_host_names_and_subnets
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_the_serving_cert_approver_runs_on_the_controllers_pools_alone(
+    graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
+) -> None:
+    """Its token approves any kubelet's serving certificate: no replica on a GPU or team node.
+    Required, not preferred, node affinity, and no toleration but the system pool's taint (an
+    empty-key Exists would admit it to every tainted node)."""
+    plan = plans[stack]
+    spec = next(manifest(r) for r in k8s_objects(graphs[stack])
+                if r.type.endswith("Deployment") and r.name.endswith("approver-deployment"))["spec"]["template"]["spec"]
+    assert spec["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    [expression] = term["matchExpressions"]
+    assert expression["operator"] == "In"
+
+    def labels(pool: Any) -> dict[str, str]:  # what each pool's kubelets register with
+        return {"kilonode.io/pool": pool.name, **({"kilonode.io/system": "true"} if pool.system else {})}
+
+    admitted = {p.name for p in plan.node_pools if labels(p).get(expression["key"]) in expression["values"]}
+    assert admitted == {p.name for p in plan.controller_pools} != set()
+    assert not admitted & {p.name for p in plan.gpu_pools} or not plan.system_pools
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_the_metrics_api_reaches_metrics_server_which_verifies_the_kubelets_with_the_cluster_ca(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
 ) -> None:

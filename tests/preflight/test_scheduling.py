@@ -146,6 +146,7 @@ def test_a_deployment_only_later_waves_admit_is_a_break() -> None:
     files, graph = artefacts("research-7500")
     pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))["nodeSelector"] = {"kilonode.io/pool": "h100-ib"}
     pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))["tolerations"] = [{"operator": "Exists"}]
+    del pod_spec(resource(graph, "Deployment", "kubelet-csr-approver"))["affinity"]  # the system pool's alone
     found = by_where(findings("research-7500", files=files, graph=graph))
     assert "only waves starting by minute 0 count: 0 node(s) that admit it, 2,500 more in later waves" in \
         found["Deployment kube-system/kubelet-csr-approver"]

@@ -6,6 +6,12 @@ Its scope: the kubernetes.io/kubelet-serving signer only; the requester must be
 system:node:<name> with the CSR's CN equal to it (the approver's own checks); the one DNS
 name must match the pools' host names (`<cluster>-<pool>-NNN` + the 6 characters a scale set
 appends); every IP must lie in a pool subnet. Two replicas with leader election.
+
+Where it runs: the nodes the cluster's controllers run on (ClusterPlan.controller_pools: the
+system pools, else the untainted shared pools), required, not preferred, and tolerating only the
+system pool's CriticalAddonsOnly taint. Its ServiceAccount token can approve any kubelet's serving
+certificate; a replica on a GPU node would hand it to whoever owns that node. It needs no node's
+serving certificate to run (a kubelet runs pods without one), so it can wait for the system nodes.
 """
 
 from __future__ import annotations
@@ -19,9 +25,10 @@ from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pod_security import pod_security_context
-from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_every_taint
+from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_critical_addons
 from kilonode.plan import defaults
 from kilonode.plan.model import AwaitsPlan
+from kilonode.plan.wellknown import POOL_LABEL, SYSTEM_LABEL
 
 APP = "kubelet-csr-approver"
 LABELS = {"app.kubernetes.io/name": APP, "app.kubernetes.io/managed-by": "kilonode"}
@@ -34,6 +41,25 @@ class ServingCertApproverArgs:
     pool_subnets: Sequence[str]  # CIDRs
     image: str  # the plan's (components)
     awaits: AwaitsPlan  # the plan's (components): how long `pulumi up` waits for the replicas
+    # where its replicas may run: the plan's controller_pools, and whether they are system pools
+    # (then selected by kilonode.io/system, as every system workload; else by pool name)
+    replica_pools: Sequence[str] = ()
+    system_pools: bool = False
+
+
+def replica_affinity(args: ServingCertApproverArgs) -> core.v1.AffinityArgs:
+    """Required node affinity to the pools its replicas may run on (ServingCertApproverArgs)."""
+    if args.system_pools:
+        requirement = core.v1.NodeSelectorRequirementArgs(key=SYSTEM_LABEL, operator="In", values=["true"])
+    elif args.replica_pools:
+        requirement = core.v1.NodeSelectorRequirementArgs(key=POOL_LABEL, operator="In",
+                                                          values=sorted(args.replica_pools))
+    else:
+        raise ValueError("ServingCertApprover: no pool to run on (the plan's controller_pools is empty)")
+    return core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=core.v1.NodeSelectorArgs(
+            node_selector_terms=[core.v1.NodeSelectorTermArgs(match_expressions=[requirement])]),
+    ))
 
 
 def host_name_regex(cluster: str, pools: Sequence[str]) -> str:
@@ -96,9 +122,9 @@ class ServingCertApprover(pulumi.ComponentResource):
                         "cluster",
                         service_account=account,
                         system_pool=True,
-                        # Nodes run without a serving certificate until this runs: it must
-                        # land on any node, tainted GPU nodes included.
-                        tolerations=tolerate_every_taint(),
+                        # the system nodes alone (the module's docstring says why)
+                        affinity=replica_affinity(args),
+                        tolerations=tolerate_critical_addons(),
                         security_context=pod_security_context(run_as_non_root=True, run_as_user=65532),
                         containers=[core.v1.ContainerArgs(
                             name=APP,

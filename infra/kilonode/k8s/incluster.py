@@ -87,6 +87,8 @@ class InCluster(pulumi.ComponentResource):
                 pool_subnets=[str(p.subnet) for p in plan.node_pools],
                 image=plan.components.serving_cert_approver_image,
                 awaits=plan.components.awaits,
+                replica_pools=[p.name for p in plan.controller_pools],
+                system_pools=bool(plan.system_pools),
             ),
             on_cluster,
         )
