@@ -93,7 +93,17 @@ def many_pools(count: int) -> dict[str, Any]:
     pools[0] |= {"nodes": 1, "vmSize": "Standard_E16ds_v5", "monitoring": True,
                  "taints": ["dedicated=monitoring:NoSchedule"]}
     return {"name": f"pools-{count}", "etcd": {"main": {"members": 5}, "events": {"members": 3}},
-            "apiserver": {"replicas": 3}, "nodePools": pools}
+            "apiserver": {"replicas": 3}, "nodePools": pools,
+            # required (kilonode.config.tokens): within the longest lifetime of whenever the bench runs
+            "joinTokens": {"current": {"generation": 1, "expires": _token_expiry()}}}
+
+
+def _token_expiry() -> str:
+    from datetime import timedelta
+
+    from kilonode.config import tokens
+
+    return (tokens.now() + timedelta(days=tokens.JOIN_TOKEN_MAX_DAYS // 2)).strftime("%Y-%m-%dT00:00:00Z")
 
 
 def write_results(path: Path, results: dict[str, Any]) -> None:

@@ -54,3 +54,29 @@ def test_an_unquoted_yaml_timestamp_is_refused_and_a_quoted_one_is_read_as_utc(w
 def test_a_schedule_that_cannot_be_right_is_refused(value: dict[str, Any], found: str) -> None:
     with pytest.raises(ValidationError, match=found):
         tokens(value)
+
+
+def test_an_expiry_beyond_the_longest_lifetime_or_no_tokens_at_all_is_refused_at_load(
+        write_stack: StackWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A year from now (KILONODE_NOW) is the most: 9999 is a token that never expires, which
+    preflight calls a break; no joinTokens at all is refused too (every pool's VMs need one)."""
+    from kilonode.config import load_stack
+    from kilonode.config.tokens import NOW_ENV
+    from kilonode.problems import StackError
+
+    monkeypatch.setenv(NOW_ENV, "2026-12-01T00:00:00Z")
+    cluster = shipped_cluster_value("local")
+    cluster["joinTokens"] = {"current": {"generation": 1, "expires": "2027-12-01T00:00:00Z"}}
+    load_stack(str(write_stack(cluster)))  # 365 days: the longest
+    cluster["joinTokens"] = {"current": {"generation": 1, "expires": "2027-12-01T00:00:01Z"}}
+    with pytest.raises(StackError) as refused:
+        load_stack(str(write_stack(cluster)))
+    [problem] = refused.value.problems
+    assert problem.path == "joinTokens.current.expires" and "more than 365 days" in problem.message
+    monkeypatch.setenv(NOW_ENV, "2027-01-01T00:00:00Z")  # judged later, the same file passes
+    load_stack(str(write_stack(cluster)))
+    del cluster["joinTokens"]
+    with pytest.raises(StackError) as refused:
+        load_stack(str(write_stack(cluster)))
+    [problem] = refused.value.problems
+    assert problem.path == "joinTokens" and "is required" in problem.message

@@ -62,13 +62,14 @@ def test_problem_names_the_line_of_the_offending_key(tmp_path: Path) -> None:
         "config:\n"
         "  kilonode:cluster:\n"
         "    name: lines\n"
+        "    joinTokens: {current: {generation: 1, expires: '2027-11-30T00:00:00Z'}}\n"
         "    nodePools:\n"
         "      - name: gpu\n"
         "        nodes: 10\n"
         "        runtme: docker\n"
     )
     [problem] = problems_of(path)
-    assert problem.startswith(f"{path}:7: nodePools[0].runtme")
+    assert problem.startswith(f"{path}:8: nodePools[0].runtme")
 
 
 def test_gc_thresh_out_of_order_is_refused(write_stack: StackWriter) -> None:
@@ -196,6 +197,7 @@ def test_stray_kilonode_keys_are_refused(tmp_path: Path) -> None:
     path.write_text(
         "config:\n  kilonode:clustr:\n    name: x\n  kilonode:cluster:\n    name: x\n"
         "    nodePools: [{name: a, nodes: 1}]\n"
+        "    joinTokens: {current: {generation: 1, expires: '2027-11-30T00:00:00Z'}}\n"
     )
     [problem] = problems_of(path)
     assert "kilonode:clustr: unknown kilonode setting" in problem

@@ -15,7 +15,8 @@ from tests import shared
 from tests.preflight.conftest import artefacts, inputs_of
 
 # research-7500's tokens: current generation 2 until 2027-11-30, previous 1 until 2027-02-28
-BEFORE = datetime(2026, 11, 26, tzinfo=UTC)
+# (the tests' pinned now, tests/conftest.py: the stack loader judges the tokens' lifetime there)
+BEFORE = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def at(inputs: Inputs, now: datetime) -> list[tuple[str, str, str]]:
@@ -44,6 +45,16 @@ def test_a_token_without_expiry_breaks() -> None:
     inputs = dataclasses.replace(inputs_of("local"), plan=plan.model_copy(update={"join_tokens": tokens}))
     [(level, where, what)] = at(inputs, BEFORE)
     assert (level, where) == ("break", "joinTokens") and "never expire" in what
+
+
+def test_a_token_valid_beyond_the_longest_lifetime_breaks_by_the_loaders_rule() -> None:
+    """The stack loader refuses such a file (kilonode.config.tokens); preflight judges the same rule
+    as of its own now (--at), so a plan that reaches it another way is a break too."""
+    plan = shared.plan("local")
+    tokens = tuple(t.model_copy(update={"expires": "9999-12-31T00:00:00Z"}) for t in plan.join_tokens)
+    inputs = dataclasses.replace(inputs_of("local"), plan=plan.model_copy(update={"join_tokens": tokens}))
+    [(level, where, what)] = at(inputs, BEFORE)
+    assert (level, where) == ("break", "joinTokens.current (generation 1)") and "more than 365 days" in what
 
 
 def test_kubeadms_blanket_nodeclient_approval_breaks() -> None:

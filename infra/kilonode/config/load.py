@@ -611,7 +611,7 @@ def _from_pydantic(error: Any) -> Problem:
             hint = f"write it as {camel!r} (stack files use the camelCase names only); "
         return Problem(loc, f"unknown key; {hint}known keys here: {', '.join(known)}")
     if kind == "missing":
-        return Problem(loc, "is required but missing")
+        return Problem(loc, _MISSING_HINTS.get(loc, "is required but missing"))
     if kind == "too_short":
         return Problem(loc, f"needs at least {error.get('ctx', {}).get('min_length', 1)} entry")
     if kind == "string_pattern_mismatch" and loc[-1] == "name":
@@ -637,6 +637,15 @@ def _from_pydantic(error: Any) -> Problem:
         message += f" (got {shown(given)})"
     return Problem(loc, message)
 
+
+# what to write where a required key is missing and "is required but missing" would not say
+_MISSING_HINTS: dict[Loc, str] = {
+    ("joinTokens",): "is required: every pool's VMs join with a token from their custom data, and one without an "
+                     "expiry could join nodes forever; add joinTokens: {current: {generation: 1, expires: "
+                     "'<RFC 3339 UTC, months ahead>'}} (docs/azure.md, \"Node join credentials\")",
+    ("joinTokens", "current"): "is required: the generation every pool's custom data carries; add current: "
+                               "{generation: 1, expires: '<RFC 3339 UTC, months ahead>'}",
+}
 
 # strict types: what a key of each kind takes
 _TAKES = {"int_type": "a whole number", "bool_type": "true or false", "string_type": "text",

@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from kilonode.catalog import vm as vm_catalog
+from kilonode.config import tokens
 from kilonode.config.values import (
     Bool,
     Cidr,
@@ -720,14 +721,20 @@ class JoinTokenConfig(StrictModel):
         description=(
             "When the apiserver stops accepting these tokens and kube-controller-manager's token cleaner deletes "
             "them (the token Secret's `expiration`, RFC 3339 in UTC): e.g. 2027-05-31T00:00:00Z. "
-            "`kilonode preflight` warns 30 days before and refuses once it has passed."
+            f"At most {tokens.JOIN_TOKEN_MAX_DAYS} days ahead (of KILONODE_NOW when set). `kilonode preflight` "
+            "warns 30 days before and refuses once it has passed."
         ),
     )
 
     @field_validator("expires")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.astimezone(UTC)
+        value = value.astimezone(UTC)
+        # bounded where the stack is read (kilonode.config.tokens: the one rule, preflight's too)
+        problem = tokens.lifetime_problem(value, tokens.now())
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class JoinTokensConfig(StrictModel):
@@ -914,12 +921,12 @@ class ClusterConfig(StrictModel):
             "reaches existing VMs only by replacing them (kilonode diff says so)."
         ),
     )
-    join_tokens: JoinTokensConfig | None = Field(
-        default=None,
+    join_tokens: JoinTokensConfig = Field(
         description=(
-            "The node pools' join (bootstrap) tokens: one per pool and generation, each with an expiry. Rotate "
-            "before `current.expires` (docs/azure.md, \"Node join credentials\"). None: tokens without expiry, "
-            "which `kilonode preflight` (and so `pulumi up`) refuses."
+            "The node pools' join (bootstrap) tokens: one per pool and generation, each with an expiry at most "
+            f"{tokens.JOIN_TOKEN_MAX_DAYS} days ahead. Rotate before `current.expires` (docs/azure.md, \"Node join "
+            "credentials\"). Required: every pool's custom data carries a token, and one without an expiry could "
+            "join nodes forever."
         ),
     )
     acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "etcd-leases", "apiservers"], ...] = Field(

@@ -9,6 +9,7 @@ import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from ipaddress import IPv4Network
 from typing import Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from kilonode.catalog.bounds import number_range, reader
+from kilonode.config import tokens
 from kilonode.config.load import CONFIG_KEY
 from kilonode.config.model import ClusterConfig
 from kilonode.config.values import Accepts, ReadBy
@@ -233,6 +235,11 @@ def starter_stack(cluster: str, stack: str) -> str:
             out += [f"{indent}  # The system pool: CoreDNS and the controllers run here, not on tainted GPU nodes.",
                     f"{indent}  - name: system", f"{indent}    nodes: 3", f"{indent}    system: true",
                     f"{indent}    vmSize: Standard_D4ds_v5", f"{indent}    gpusPerNode: 0"]
+        elif key.path == "joinTokens":
+            # required (kilonode.config.tokens): half the longest lifetime from today, rotated before it
+            expires = (tokens.now() + timedelta(days=tokens.JOIN_TOKEN_MAX_DAYS // 2)).strftime("%Y-%m-%dT00:00:00Z")
+            out += [f"{indent}# {why}", f"{indent}joinTokens:",
+                    f"{indent}  current: {{generation: 1, expires: \"{expires}\"}}"]
         elif key.path == "deployer":
             # preflight refuses a stack that does not say where `pulumi up` runs: a placeholder the
             # user replaces (preflight warns until then)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from kilonode.config.tokens import NOW_ENV
 from kilonode.plan.model import ClusterPlan
 
 # "break": bring-up stops there (a node never Ready, a pod never scheduled, a run that fails);
@@ -17,13 +18,6 @@ Level = Literal["break", "warn"]
 
 class InputError(ValueError):
     """The artefacts cannot be read as preflight needs them: which file, what is wrong."""
-
-
-# When preflight judges expiries (the pools' join tokens): now, unless this names another time
-# (RFC 3339 with a zone): `kilonode preflight --at` sets it, to check a stack as of a planned
-# bring-up date, and the tests pin it so that no test's outcome depends on the day it runs (the
-# shipped stacks' tokens expire, as real ones must). The Pulumi program's preflight reads it too.
-NOW_ENV = "KILONODE_NOW"
 
 
 def parse_time(text: str, what: str) -> datetime:
@@ -38,7 +32,8 @@ def parse_time(text: str, what: str) -> datetime:
 
 
 def clock() -> datetime:
-    """Preflight's now: KILONODE_NOW when set, else the wall clock."""
+    """Preflight's now: KILONODE_NOW when set (kilonode.config.tokens.NOW_ENV, the stack loader's
+    clock too), else the wall clock."""
     pinned = os.environ.get(NOW_ENV)
     return parse_time(pinned, NOW_ENV) if pinned else datetime.now(UTC)
 

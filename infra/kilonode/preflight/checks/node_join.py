@@ -2,8 +2,9 @@
 its token gets a certificate for no name but its own pool's.
 
 1. The plan's join tokens (the stack's joinTokens): the current generation, which every scale
-   set's custom data carries, must have an expiry (a break without: a token that never expires
-   lets whoever copied a VM's custom data join nodes forever) that has not passed (a break: the
+   set's custom data carries, must have an expiry at most JOIN_TOKEN_MAX_DAYS ahead
+   (kilonode.config.tokens, the rule the stack loader applies too; a break without: a token that
+   never expires lets whoever copied a VM's custom data join nodes forever) that has not passed (a break: the
    apiserver's bootstrap authenticator refuses an expired token, kube-controller-manager's token
    cleaner deletes its Secret, and no new VM of any pool joins: cluster-bootstrap util/secrets
    GetExpiration, pkg/controller/bootstrap/tokencleaner.go); a warning within
@@ -24,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from kilonode.config import tokens as token_rules
 from kilonode.plan import defaults
 from kilonode.plan.model import JoinTokenPlan
 from kilonode.preflight.model import Finding, Inputs
@@ -55,14 +57,16 @@ def _expiry_findings(tokens: tuple[JoinTokenPlan, ...], now: datetime) -> list[F
     findings = []
     for token in _generations(tokens):
         which = f"joinTokens.{'current' if token.current else 'previous'} (generation {token.generation})"
-        if token.expires is None:
+        expires = (None if token.expires is None
+                   else datetime.strptime(token.expires, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo))
+        # the stack loader refuses these too (kilonode.config.tokens: one rule, judged here as of --at)
+        too_long = token_rules.lifetime_problem(expires, now)
+        if too_long is not None or expires is None:
             findings.append(Finding(
-                NAME, "break", "joinTokens",
-                "the pools' join tokens never expire: whoever reads a VM's custom data (a disk snapshot, a support "
-                "bundle, a pod on a node without the metadata block) can join nodes to the cluster forever",
-                "set joinTokens.current: {generation: 1, expires: <RFC 3339 UTC, months ahead>} in the stack"))
+                NAME, "break", "joinTokens" if token.expires is None else which, too_long or "",
+                f"set joinTokens.current: {{generation: {token.generation}, expires: <RFC 3339 UTC, at most "
+                f"{token_rules.JOIN_TOKEN_MAX_DAYS} days ahead>}} in the stack"))
             continue
-        expires = datetime.strptime(token.expires, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
         left = expires - now
         if not token.current:
             if left <= timedelta(0):
