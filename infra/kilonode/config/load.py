@@ -614,6 +614,12 @@ def _from_pydantic(error: Any) -> Problem:
         return Problem(loc, _MISSING_HINTS.get(loc, "is required but missing"))
     if kind == "too_short":
         return Problem(loc, f"needs at least {error.get('ctx', {}).get('min_length', 1)} entry")
+    if kind == "too_long":  # kilonode.config.model.CUSTOM_DATA_BOUNDS
+        most = error.get("ctx", {}).get("max_length")
+        count = len(given) if isinstance(given, dict | list | tuple) else "more"
+        return Problem(loc, f"holds {count} entries, more than the {most} a stack may give here: each lands in a "
+                            "machine's custom data, which Azure caps at 64 KiB (kilonode.azure.custom_data); keep the "
+                            "ones you need, or move the rest into the node image")
     if kind == "string_pattern_mismatch" and loc[-1] == "name":
         return Problem(loc, f"{shown(given)} is not a valid name: 1-32 lowercase letters, digits and '-', starting "
                        "with a letter and not ending with '-' (it names Azure resources and directories)")

@@ -71,6 +71,22 @@ ROLE_IMAGES = (ETCD_IMAGE, CONTROL_PLANE_IMAGE)
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 
 
+# The most entries of each stack value that grows a machine's custom data (Azure takes 64 KiB of
+# it: kilonode.azure.custom_data), far above any stack's (research-7500: a few sysctl overrides,
+# labels and taints per pool) and each well inside the room a pool's custom data has
+# (research-7500's largest takes 41 KB of 65,535): a sysctl override costs ~120 bytes of it, a
+# label or taint up to ~450 at its longest, an archive ~150 (sshKeys go in the VM's osProfile,
+# not its custom data). Together they can still overfill it: every command that plans measures
+# each role's custom data (kilonode.cli.common.load_and_plan; `pulumi up` through preflight).
+CUSTOM_DATA_BOUNDS = {
+    "overrides": 128,  # sysctl.overrides: every machine's /etc/sysctl.d file
+    "labels": 64,  # nodePools[].labels: the kubelet's --node-labels
+    "taints": 32,  # nodePools[].taints: --register-with-taints
+    "preload_images": 32,  # nodePools[].preloadImages: the pool's image preload unit
+    "boot_image_archives": 32,  # bootImageArchives: every machine's boot images
+}
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -458,6 +474,7 @@ class NodePoolConfig(StrictModel):
     )
     preload_images: tuple[PreloadImageConfig, ...] = Field(
         default=(),
+        max_length=CUSTOM_DATA_BOUNDS["preload_images"],
         description=(
             "Images baked into the node image besides the pause image, so a fresh node pulls none of them."
         ),
@@ -479,6 +496,7 @@ class NodePoolConfig(StrictModel):
     )
     labels: dict[PoolLabelKey, LabelValue] = Field(
         default_factory=dict,
+        max_length=CUSTOM_DATA_BOUNDS["labels"],
         description=(
             "Node labels the kubelet registers with (kilonode.io/pool is always set). Keys and values as "
             "Kubernetes' own (apimachinery's IsQualifiedName, IsValidLabelValue); none under kubernetes.io/, k8s.io/ "
@@ -487,6 +505,7 @@ class NodePoolConfig(StrictModel):
     )
     taints: tuple[Taint, ...] = Field(
         default=(),
+        max_length=CUSTOM_DATA_BOUNDS["taints"],
         description=(
             "`key[=value]:Effect`, registered by the kubelet so no pod lands before it is tolerated; one per key "
             "and effect, as Kubernetes allows."
@@ -530,6 +549,7 @@ class SysctlConfig(StrictModel):
     )
     overrides: dict[SysctlKey, SysctlValue] = Field(
         default_factory=dict,
+        max_length=CUSTOM_DATA_BOUNDS["overrides"],
         description=(
             "Sysctl values that replace the profile's, each reported as a stack override. An integer where the "
             "profile has one; a string is words of letters, digits and `_.,:-` (never a path or a pipe, which "
@@ -883,6 +903,7 @@ class ClusterConfig(StrictModel):
     )
     boot_image_archives: tuple[PreloadImageConfig, ...] = Field(
         default=(),
+        max_length=CUSTOM_DATA_BOUNDS["boot_image_archives"],
         description=(
             "Docker-archive tarballs of the images every node needs at its first start (kube-proxy, CoreDNS, "
             "the serving-certificate approver: `kilonode explain` lists them); each one given is baked into "

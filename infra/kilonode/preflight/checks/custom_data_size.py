@@ -191,6 +191,21 @@ def _machines(inputs: Inputs, layout: pki.PkiLayout) -> list[str]:
     return [h for h in inputs.hosts() if (h in layout.hosts or h in pools) and USER_DATA in inputs.host_files(h)]
 
 
+def measure(plan: ClusterPlan, user_data: dict[str, str]) -> dict[str, tuple[int, str]]:
+    """Each machine role's custom data size, base64 as Azure receives it, and its largest files,
+    from its rendered user-data (role -> text; roles that are no machine's custom data are
+    skipped): what this check judges, and what every command that plans refuses above the limit
+    (kilonode.cli.common.load_and_plan)."""
+    layout = pki.pki_layout(plan)
+    pools = {role for p in plan.node_pools for role in (p.role(), *(p.role(t) for t in p.teams))}
+    sizes = {}
+    for host, text in user_data.items():
+        if host in layout.hosts or host in pools:
+            files = delivered(plan, layout, host)
+            sizes[host] = (encoded_size(text, files), _largest(text, files))
+    return sizes
+
+
 def check(inputs: Inputs) -> list[Finding]:
     layout = pki.pki_layout(inputs.plan)
     findings = []
