@@ -20,10 +20,11 @@ from __future__ import annotations
 import difflib
 import errno
 import os
+import re
 import stat
 import types
 import typing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from ipaddress import IPv4Network
 from pathlib import Path
@@ -57,6 +58,22 @@ MAX_EXPANDED_CHARS = 2 * MAX_FILE_BYTES
 # pool, its preloadImages, an entry); PyYAML builds nodes recursively, so a deeper file could
 # exhaust the stack.
 MAX_DEPTH = 16
+# The config keys outside `kilonode:` a stack file may set, each with why and the form its value
+# must have. Pulumi hands every other namespace's keys to that provider or to the engine
+# (`azure-native:*` to the Azure provider, `kubernetes:*` to the Kubernetes one, `pulumi:*` to the
+# engine: `pulumi:disable-default-providers`, ...), so one could move the cluster to another tenant,
+# point the in-cluster half at another kubeconfig, or change what the engine does, while no
+# kilonode command checks it and `kilonode diff` would not show it. The program names every
+# provider's settings itself (kilonode.azure.program, kilonode.k8s.incluster), and credentials
+# come from the environment, never the stack file.
+GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+PROVIDER_KEYS: dict[str, tuple[str, str, str]] = {
+    # key: (why it is allowed, the value's pattern, the value in words)
+    "azure-native:subscriptionId": (
+        "each cluster of a fleet goes in a subscription of its own (NICs, VNets and vCPU quota are counted per "
+        "subscription and region: kilonode fleet writes its stacks to say so)", GUID, "a subscription ID (a GUID)"),
+}
+
 # How long a message about a stack may be, whatever it quotes (a safety net: values are
 # already shown truncated).
 MAX_MESSAGE = 600
@@ -71,6 +88,8 @@ class Stack:
     config: ClusterConfig
     sysctl_profile: SysctlProfile
     raw: dict[str, Any]  # the `kilonode:cluster` value as the file holds it (what Pulumi's config reads)
+    # the config keys outside kilonode's that the file sets (PROVIDER_KEYS only): `kilonode diff` shows them
+    provider_config: dict[str, str] = field(default_factory=dict)
 
 
 def project_root(start: Path | None = None) -> Path | None:
@@ -145,8 +164,10 @@ def load_stack(ref: str, stacks_dir: Path | None = None, sysctl_dir: Path = SYSC
     finally:
         loader.dispose()
     raw, problems = _cluster_value(document, root)
+    provider, provider_problems = provider_config(document, root)
     project = project_root(file.parent) or file.parent
-    return _validated(stack_name_of(file), file, raw, problems, sysctl_dir, project, root)
+    stack = _validated(stack_name_of(file), file, raw, problems + provider_problems, sysctl_dir, project, root)
+    return replace(stack, provider_config=provider)
 
 
 def _yaml_problem(error: yaml.YAMLError, text: str) -> Problem:
@@ -562,6 +583,8 @@ def _cluster_value(document: Any, root: yaml.Node | None = None) -> tuple[dict[s
                                 "checks; remove `environment:` and keep the cluster in this file",
                                 _line(_key_node(root, "environment"))))
     for key in config:
+        if isinstance(key, str) and ":" in key and not key.startswith("kilonode:"):
+            continue  # another namespace's: provider_config
         if not isinstance(key, str) or (key.startswith("kilonode:") and key != CONFIG_KEY):
             problems.append(Problem((key,), f"unknown kilonode setting; everything goes under '{CONFIG_KEY}'"))
         elif ":" not in key:
@@ -574,6 +597,33 @@ def _cluster_value(document: Any, root: yaml.Node | None = None) -> tuple[dict[s
         problems.append(Problem((), f"'config:' needs a '{CONFIG_KEY}:' map (at least name and nodePools)"))
         return None, problems
     return raw, problems
+
+
+def provider_config(document: Any, root: yaml.Node | None = None) -> tuple[dict[str, str], list[Problem]]:
+    """The file's config keys outside `kilonode:` (PROVIDER_KEYS' values), and a problem at its line
+    for every other such key or a value of the wrong form."""
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        return {}, []
+    found: dict[str, str] = {}
+    problems = []
+    for key, value in config.items():
+        if not isinstance(key, str) or ":" not in key or key.startswith("kilonode:"):
+            continue
+        line = _line(_key_node(_child(root, "config"), key))
+        allowed = PROVIDER_KEYS.get(key)
+        if allowed is None:
+            namespace = key.split(":", 1)[0]
+            problems.append(Problem((key,), f"`pulumi up` hands this to {shown(namespace, 40)} (a provider's or the "
+                                    "engine's setting), where no kilonode command checks it and `kilonode diff` does "
+                                    "not show it; a stack file sets only "
+                                    f"{', '.join(sorted(PROVIDER_KEYS))} beside '{CONFIG_KEY}': remove it", line))
+        elif not isinstance(value, str) or re.fullmatch(allowed[1], value) is None:
+            problems.append(Problem((key,), f"takes {allowed[2]}, and YAML reads {_yaml_reading(value)} here; write "
+                                    f"{allowed[2]} in quotes", line))
+        else:
+            found[key] = value
+    return found, problems
 
 
 def _load_profile(name: str, sysctl_dir: Path) -> tuple[SysctlProfile | None, list[Problem]]:
