@@ -98,12 +98,13 @@ def test_plan_command_prints_json_for_a_stack_name() -> None:
 def test_plan_command_exits_2_with_the_stack_problems(tmp_path: Path) -> None:
     path = tmp_path / "Pulumi.bad.yaml"
     path.write_text(yaml.safe_dump({"config": {"kilonode:cluster": {"name": "bad", "nodePools": [
-        {"name": "gpu", "nodes": 10, "podsPerNode": 999}]}}}))
+        {"name": "gpu", "nodes": 10, "podsPerNode": 999}],
+        "joinTokens": {"current": {"generation": 1, "expires": "2027-11-30T00:00:00Z"}}}}}))
     result = CliRunner().invoke(app, ["plan", str(path)])
     assert result.exit_code == 2
     assert result.stderr == (
         f"kilonode: 1 problem in {path}; nothing was written\n"
-        f"{path}:7: nodePools[0].podsPerNode: each NIC would need 1 + 999 = 1000 IP configurations, above Azure's "
+        f"{path}:11: nodePools[0].podsPerNode: each NIC would need 1 + 999 = 1000 IP configurations, above Azure's "
         "256 per NIC; lower podsPerNode to at most 255\n"
     )
 

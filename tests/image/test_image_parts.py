@@ -261,7 +261,8 @@ def kilonode(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 
 def test_build_bad_stack_exits_2_with_problems(kilonode: Kilonode, tmp_path: Path) -> None:
     bad = tmp_path / "Pulumi.bad.yaml"
-    bad.write_text("config:\n  kilonode:cluster:\n    name: x\n    nodePools: nope\n")
+    bad.write_text("config:\n  kilonode:cluster:\n    name: x\n    nodePools: nope\n"
+                   "    joinTokens: {current: {generation: 1, expires: '2027-11-30T00:00:00Z'}}\n")
     result = kilonode("image", "build", str(bad), "--pool", "cpu", "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
     assert result.stderr == (f"kilonode: 1 problem in {bad}; nothing was written\n"
