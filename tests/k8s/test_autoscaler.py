@@ -140,15 +140,17 @@ def flag_problems(args: list[str], minor: int, known: dict[str, tuple[str, tuple
 # securityGroupResourceGroup l.58, vmType l.71, loadBalancerSku l.93, disableAvailabilitySetNodes
 # l.109, useInstanceMetadata l.113, disableOutboundSNAT *bool l.125), azure_auth.go
 # (subscriptionId l.44), pkg/azclient v0.9.2 arm_conf.go (cloud l.33, tenantId l.40), auth_conf.go
-# (useManagedIdentityExtension l.37, userAssignedIdentityID l.41). The same names and types in
-# both; the autoscaler's own fields (cloudprovider/azure/azure_config.go Config, legacyConfig)
+# (useManagedIdentityExtension l.37, userAssignedIdentityID l.41); loadBalancerBackendPoolConfigurationType
+# string (v1.29.4 pkg/provider/azure.go l.256, v1.34.3 pkg/provider/config/azure.go l.135: read, and
+# unused by the autoscaler, which makes no load balancer). The same names and types in both; the
+# autoscaler's own fields (cloudprovider/azure/azure_config.go Config, legacyConfig)
 # reuse none of these names.
 AUTOSCALER_AZURE_FIELDS: dict[str, type] = {
     "cloud": str, "tenantId": str, "subscriptionId": str, "resourceGroup": str, "location": str, "vmType": str,
     "vnetName": str, "vnetResourceGroup": str, "subnetName": str, "securityGroupName": str,
     "securityGroupResourceGroup": str, "loadBalancerSku": str, "disableAvailabilitySetNodes": bool,
     "useInstanceMetadata": bool, "disableOutboundSNAT": bool, "useManagedIdentityExtension": bool,
-    "userAssignedIdentityID": str,
+    "userAssignedIdentityID": str, "loadBalancerBackendPoolConfigurationType": str,
 }
 # What it needs for uniform scale sets with a user-assigned identity (azure_config.go validate:
 # resourceGroup, subscriptionId, vmType vmss or standard; azure_client.go: the identity; cloud

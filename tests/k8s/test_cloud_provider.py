@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from kilonode.azure.graph import Graph
-from kilonode.azure.identity import AUTOSCALER_ACTIONS, CLOUD_PROVIDER_ACTIONS, NETWORK_CONTRIBUTOR, READER
+from kilonode.azure.identity import (
+    AUTOSCALER_ACTIONS,
+    CLOUD_PROVIDER_ACTIONS,
+    CLOUD_PROVIDER_VNET_ACTIONS,
+    NETWORK_CONTRIBUTOR,
+    READER,
+)
 from kilonode.catalog.components import components
 from kilonode.plan import ClusterPlan
 from kilonode.plan.azure_names import role_definition_name
@@ -95,6 +101,8 @@ def test_azure_json_uses_only_fields_the_provider_reads_and_no_ignored_rate_limi
     assert data["resourceGroup"] == plans[stack].node_resource_group == f"{cluster}-nodes"
     assert data["vnetResourceGroup"] == data["securityGroupResourceGroup"] == cluster
     assert data["userAssignedIdentityID"] == f"mock-client-id:{cluster}-controllers-cloud-provider-identity"
+    # nodes into the Service pools by address, never a scale-set PUT (kilonode.azure.identity)
+    assert data["loadBalancerBackendPoolConfigurationType"] == "nodeIP"
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
@@ -210,8 +218,10 @@ def test_each_controller_identity_has_its_roles_on_the_pools_resources_only(
         assert a["principalType"] == "ServicePrincipal"
     nodes = _rg_id(plan.node_resource_group)
     ccm_role, autoscaler_role = (role_definition_name(nodes, r) for r in ("cloud-provider", "autoscaler"))
+    vnet_role = role_definition_name(_rg_id(plan.cluster), "cloud-provider-vnet")
     assert granted.pop("cloud-provider") == {
         (ccm_role, nodes),
+        (vnet_role, _mock_id("network:VirtualNetwork", f"{stack}-network-vnet")),
         (NETWORK_CONTRIBUTOR, _mock_id("network:NetworkSecurityGroup", f"{stack}-network-pools-nsg")),
         *[(NETWORK_CONTRIBUTOR, _mock_id("network:Subnet", f"{stack}-network-pool-{p.name}")) for p in plan.node_pools],
     }
@@ -220,7 +230,8 @@ def test_each_controller_identity_has_its_roles_on_the_pools_resources_only(
         assert granted.pop("autoscaler") == {(READER, nodes)} | {
             (autoscaler_role, _mock_id("compute:VirtualMachineScaleSet", shard)) for shard in groups}
     assert granted == {}
-    # nothing on the cluster's own group, where the control plane is, nor on the subscription
+    # nothing on the cluster's own group, where the control plane is, nor on the subscription (the
+    # VNet holds the joinLoadBalancer role alone: the next test)
     assert all(a["scope"].startswith(("mock:", nodes)) for a in assignments)
 
 
@@ -232,22 +243,49 @@ _NEVER = ("Microsoft.Compute/virtualMachineScaleSets/virtualMachines/runCommand/
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])
-def test_the_controllers_custom_roles_are_their_listed_actions_assignable_in_the_pools_group_only(
+def test_the_controllers_custom_roles_are_their_listed_actions_assignable_in_one_group_each(
     graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str
 ) -> None:
     graph, plan = graphs[stack], plans[stack]
     nodes = _rg_id(plan.node_resource_group)
     roles = {r.plain()["roleDefinitionId"]: r.plain()
              for r in graph.of_type("azure-native:authorization:RoleDefinition") if r.parent == f"{stack}-controllers"}
-    expected = {role_definition_name(nodes, "cloud-provider"): CLOUD_PROVIDER_ACTIONS}
+    cluster = _rg_id(plan.cluster)
+    vnet_role = role_definition_name(cluster, "cloud-provider-vnet")
+    expected = {role_definition_name(nodes, "cloud-provider"): CLOUD_PROVIDER_ACTIONS,
+                vnet_role: CLOUD_PROVIDER_VNET_ACTIONS}
     if plan.autoscaled_pools:
         expected[role_definition_name(nodes, "autoscaler")] = AUTOSCALER_ACTIONS
     assert {guid: tuple(role["permissions"][0]["actions"]) for guid, role in roles.items()} == expected
-    for role in roles.values():
-        assert role["assignableScopes"] == [nodes] and role["scope"] == nodes
+    # the one role assignable where the control plane is: joinLoadBalancer alone
+    assert roles[vnet_role]["permissions"][0]["actions"] == [
+        "Microsoft.Network/virtualNetworks/joinLoadBalancer/action"]
+    for guid, role in roles.items():
+        group = cluster if guid == vnet_role else nodes
+        assert role["assignableScopes"] == [group] and role["scope"] == group
         assert len(role["permissions"]) == 1 and not role["permissions"][0].get("dataActions")
         for action in role["permissions"][0]["actions"]:
             assert "*" not in action and not action.lower().startswith(tuple(n.lower() for n in _NEVER))
+
+
+def test_the_cloud_provider_may_write_no_scale_set_or_vm() -> None:
+    """With nodeIP backend pools cloud-controller-manager PUTs no scale set or instance
+    (kilonode.azure.identity cites the calls); any Compute write would let its token rewrite a
+    pool's model (customData, extensions)."""
+    writes = [a for a in CLOUD_PROVIDER_ACTIONS + CLOUD_PROVIDER_VNET_ACTIONS
+              if a.lower().startswith("microsoft.compute/") and not a.lower().endswith("/read")]
+    assert writes == []
+    assert "Microsoft.Network/loadBalancers/backendAddressPools/join/action" not in CLOUD_PROVIDER_ACTIONS
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_no_pool_scale_set_names_a_load_balancer_pool(graphs: dict[str, Graph], stack: str) -> None:
+    """A scale set whose NIC configuration named a Service pool would be PUT by the controller's
+    EnsureBackendPoolDeleted even in nodeIP mode (kilonode.azure.identity), which its role refuses."""
+    for vmss in graphs[stack].of_type("azure-native:compute:VirtualMachineScaleSet"):
+        text = json.dumps(vmss.plain())
+        assert "loadBalancerBackendAddressPools" not in text and "loadBalancerInboundNatPools" not in text, \
+            vmss.plain()["vmScaleSetName"]
 
 
 @pytest.mark.parametrize("stack", ["local", "research-7500"])

@@ -602,6 +602,21 @@ def test_an_autoscaler_off_the_host_network_is_a_break() -> None:
     assert lines([finding]) == {"clusterAutoscaler/host-network"}
 
 
+@pytest.mark.parametrize("value", [None, "nodeIPConfiguration"])
+def test_a_cloud_provider_config_that_puts_scale_sets_into_the_pools_is_a_break(value: str | None) -> None:
+    """Unset, the backend pool type defaults to nodeIPConfiguration: scale-set PUTs the
+    controller's role does not allow (kilonode.azure.identity)."""
+    _, graph = artefacts("research-7500")
+    data = _config_map(graph, "azure-cloud-provider")
+    config = json.loads(data["azure.json"])
+    config.pop("loadBalancerBackendPoolConfigurationType")
+    if value is not None:
+        config["loadBalancerBackendPoolConfigurationType"] = value
+    data["azure.json"] = json.dumps(config)
+    [finding] = findings(graph=graph)
+    assert lines([finding]) == {"cloudProviderAzure/backend-pools-by-ip"}
+
+
 def test_an_autoscaler_azure_config_it_refuses_or_does_not_read_is_a_break() -> None:
     _, graph = artefacts("research-7500")
     data = _config_map(graph, "cluster-autoscaler-azure")

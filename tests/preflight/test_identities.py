@@ -96,13 +96,59 @@ def test_a_gpu_pool_given_the_cloud_providers_identity_is_a_warning_and_its_old_
     gpu["inputs"]["identity"] = {"type": "UserAssigned", "userAssignedIdentities": [ccm]}
     [(level, where, what)] = found("research-7500", graph=graph)
     assert level == "warn" and where.endswith("research-7500-a100-ib-007") and "for nothing" in what
-    moved = assignments(graph, "cloud-provider")
+    # (its joinLoadBalancer role stays on the VNet: the test below)
+    moved = [a for a in assignments(graph, "cloud-provider") if not a["name"].endswith("-cloud-provider-vnet")]
     for assignment in moved:
         assignment["inputs"]["scope"] = RG.format("research-7500")
     # each moved assignment is its own break: the custom role on the node resource group, the pools'
     # NSG and one per pool subnet (the cloud provider manages every pool's, the monitoring pool's too)
     assert len(moved) == 2 + len(inputs_of("research-7500").plan.node_pools)
     assert [level for level, *_ in found("research-7500", graph=graph)].count("break") == len(moved)
+
+
+def vnet_role(graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """cloud-controller-manager's VNet assignment and its custom role (joinLoadBalancer alone)."""
+    [assignment] = [a for a in assignments(graph, "cloud-provider") if a["name"].endswith("-cloud-provider-vnet")]
+    guid = assignment["inputs"]["roleDefinitionId"].rpartition("/")[2]
+    [role] = [r for r in graph["resources"] if r["type"] == "azure-native:authorization:RoleDefinition"
+              and r["inputs"]["roleDefinitionId"] == guid]
+    return assignment, role
+
+
+@pytest.mark.parametrize("stack", ["local", "research-7500"])
+def test_the_joinloadbalancer_role_on_the_vnet_passes_and_is_the_only_role_there(stack: str) -> None:
+    _, graph = artefacts(stack)
+    assignment, role = vnet_role(graph)
+    assert assignment["inputs"]["scope"] == f"mock:azure-native:network:VirtualNetwork::{stack}-network-vnet"
+    assert role["inputs"]["permissions"] == [
+        {"actions": ["Microsoft.Network/virtualNetworks/joinLoadBalancer/action"]}]
+    assert found(stack) == []
+
+
+@pytest.mark.parametrize("extra", [
+    {"actions": ["Microsoft.Network/virtualNetworks/subnets/write"]},  # could unbind the control plane's NSG
+    {"actions": ["Microsoft.Network/virtualNetworks/*/read"]},
+    {"dataActions": ["Microsoft.Network/virtualNetworks/anything"]},
+])
+def test_the_vnet_role_with_anything_beside_joinloadbalancer_is_a_break(extra: dict[str, list[str]]) -> None:
+    _, graph = artefacts("research-7500")
+    assignment, role = vnet_role(graph)
+    permissions = role["inputs"]["permissions"][0]
+    for key, values in extra.items():
+        permissions[key] = [*permissions.get(key, []), *values]
+    [(level, where, what)] = found("research-7500", graph=graph)
+    assert level == "break" and where == f"azure-native:authorization:RoleAssignment {assignment['name']}"
+    assert "contains control-plane resources" in what and "research-7500-network-etcd" in what
+
+
+def test_a_builtin_role_on_the_vnet_is_a_break_whatever_it_holds() -> None:
+    _, graph = artefacts("research-7500")
+    assignment, _ = vnet_role(graph)
+    # Network Contributor: subnets/write among its actions
+    assignment["inputs"]["roleDefinitionId"] = assignment["inputs"]["roleDefinitionId"].rpartition("/")[0] + \
+        "/4d97b98b-1d4f-4787-a291-c67834d212e7"
+    [(level, _, what)] = found("research-7500", graph=graph)
+    assert level == "break" and "holds role Network Contributor" in what
 
 
 def test_a_system_assigned_identity_on_a_scale_set_is_a_break() -> None:

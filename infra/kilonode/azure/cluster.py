@@ -103,7 +103,7 @@ class Cluster(pulumi.ComponentResource):
             ControllerIdentitiesArgs(
                 cluster=plan.cluster, location=plan.location, resource_group_name=net.resource_group_name,
                 resource_group_id=net.resource_group_id, node_resource_group=plan.node_resource_group,
-                pools_nsg_id=net.pools_nsg_id, pool_subnet_ids=net.pool_subnet_ids,
+                pools_nsg_id=net.pools_nsg_id, vnet_id=net.vnet_id, pool_subnet_ids=net.pool_subnet_ids,
                 autoscaler=bool(plan.autoscaled_pools),
             ),
             child,

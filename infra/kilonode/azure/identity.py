@@ -8,26 +8,59 @@ every scope (preflight's `identities` check proves it on the recorded graph).
 Who needs Azure, read at the pinned releases:
 
 - cloud-controller-manager (cloud-provider-azure v1.34.13, vmType vmss, --controllers=*,-cloud-node,
-  no routes): Service load balancers and their public IPs, created in its `resourceGroup`
-  (azure_loadbalancer.go getLoadBalancerResourceGroup, getPublicIPAddressResourceGroup); every
-  node's NIC into their backend pools, a PUT of each scale set and instance
-  (nodeIPConfiguration backends); every scale set of `resourceGroup` LISTed into its cache
-  (azure_vmss_cache.go l.73-80: VirtualMachineScaleSetClient.List(resourceGroup), which Azure
-  authorizes at the group's scope); the node lifecycle controller's instance reads; the one
-  NSG of its azure.json (Service rules); the subnet of an internal load balancer's frontend,
-  and `subnets/join/action` on every pool subnet, which Azure checks on the scale sets' PUTs.
+  no routes, `loadBalancerBackendPoolConfigurationType: nodeIP`): Service load balancers and
+  their public IPs, created in its `resourceGroup` (azure_loadbalancer.go
+  getLoadBalancerResourceGroup, getPublicIPAddressResourceGroup); every node's private IP into
+  their backend pools by address, a PUT of the backend pool alone
+  (azure_loadbalancer_backendpool.go backendPoolTypeNodeIP.EnsureHostsInPool l.325-437:
+  CreateOrUpdateLBBackendPool, the pool naming the VNet), which Azure authorizes with
+  `virtualNetworks/joinLoadBalancer/action` on that VNet ("AKS service permissions": "Required to
+  configure the IP based Load Balancer backend pools"); every scale set of `resourceGroup`
+  LISTed into its cache (azure_vmss_cache.go l.73-80: VirtualMachineScaleSetClient.List
+  (resourceGroup), which Azure authorizes at the group's scope); the node lifecycle controller's
+  instance reads; the one NSG of its azure.json (Service rules); the subnet of an internal load
+  balancer's frontend. No scale-set or VM write: in nodeIP mode the only paths that PUT a scale
+  set or an instance are ReconcileBackendPools' and safeDeleteLoadBalancer's
+  EnsureBackendPoolDeleted (azure_loadbalancer_backendpool.go l.527, azure_loadbalancer.go
+  l.752, azure_vmss.go l.1743-1886, 1888-2163, 2240-2326), which write only a scale set whose
+  NIC configuration, or an instance whose IP configuration, names one of the Service pools
+  (a NIC-based pool left from nodeIPConfiguration mode); kilonode's scale sets name none
+  (kilonode.azure.node_pool), and nodeIP mode never adds one. The same at v1.32.20, v1.33.17
+  and v1.35.8. (The default, nodeIPConfiguration, PUTs every scale set and instance into the
+  pools, azure_vmss.go ensureVMSSInPool/EnsureHostInPool: `virtualMachineScaleSets/write`,
+  with which a token rewrites any pool's model, customData and extensions, and its capacity:
+  root on every new instance.)
   Hence the pools and what it creates live in a group of their own, the plan's
   node_resource_group, holding nothing of the control plane:
     the custom role CLOUD_PROVIDER_ACTIONS on that group, Network Contributor on the pools' NSG
-    and on each pool subnet (a custom role's assignable scopes are groups, not resources; a
-    network role on an NSG or a subnet reaches no VM).
-  (`loadBalancerBackendPoolConfigurationType: nodeIP` would avoid the scale-set writes, but
-  its IP-based backend pools need virtualNetworks/joinLoadBalancer/action on the whole VNet.)
+    and on each pool subnet (a network role on an NSG or a subnet reaches no VM), and the
+    custom role CLOUD_PROVIDER_VNET_ACTIONS (joinLoadBalancer alone, assignable in the
+    cluster's group, where the VNet is) on the VNet itself. What that last one allows: a load
+    balancer of the pools' group may name any address of the VNet in a backend pool, a
+    control-plane VM's among them. It changes nothing in the VNet, and opens no path: Azure's
+    load balancer passes flows through with the client's source address ("Azure Load Balancer
+    components": no flow is terminated or originated; a Standard load balancer is closed to
+    inbound flows unless an NSG opens them, "What is Azure Load Balancer?"), so the control-plane
+    and etcd subnets' NSGs (kilonode.azure.network: deny-all after the few sources they admit)
+    judge each such flow by the same source as a direct one: what reaches a control-plane port
+    this way could reach it without the load balancer (the apiserver's admitted ranges, the admin
+    range's SSH), and nothing else. Preflight's `identities` check passes a custom role of
+    these actions alone (LINKED_ACCESS_ACTIONS) on a scope holding control-plane resources, and
+    nothing more.
 - cluster-autoscaler (cluster-autoscaler-1.34.5 cloudprovider/azure/azure_cache.go
   fetchAzureResources: VirtualMachineScaleSetsClient.List and VirtualMachinesClient.List of its
   `resourceGroup`, then capacity and instance deletion on its node groups' scale sets):
     Reader on the node group, the custom role AUTOSCALER_ACTIONS on each node group's scale set
     only (ControllerIdentities.grant_node_groups, once the scale sets exist).
+  Residual risk, plainly: its capacity change is a PUT of the scale set
+  (azure_scale_set.go:548 CreateOrUpdateAsync), which needs `virtualMachineScaleSets/write`,
+  and Azure RBAC grants an action, not the properties a write may change: the same token may
+  rewrite those scale sets' model (customData, extensions) and every instance created after is
+  the attacker's, as root. Only the autoscaled pools' scale sets are exposed (in the shipped
+  stacks: research-7500's h100-ib, its 25 node groups; research-2500 and local have none, and
+  make no autoscaler identity). Azure Policy does not close it: a policy judges the request's
+  content, not who sends it, so it cannot tell the deployer's PUT of a new customData from the
+  autoscaler's token doing the same (exemptions are per scope, not per principal).
 - cloud-node-manager: none. With --use-instance-metadata it builds an IMDS node provider
   (pkg/node/nodeproviderfactory.go l.26-36), which reads the node's own instance metadata and
   asks for no token.
@@ -51,7 +84,8 @@ acdd72a7-3385-48ef-bd42-f606fba81ae7, `*/read`; networking, Network Contributor
 `Microsoft.Compute/virtualMachineScaleSets/virtualMachines/runCommand/*` and `extensions/write`,
 with which a controller's token (an escape on a system node) is root on every GPU instance.
 The two controllers get custom roles instead (authorization.RoleDefinition, assignable in the
-pools' group only), each listing only the actions its controller calls at the pinned release;
+pools' group only, but the VNet's joinLoadBalancer role: in the cluster's group), each listing
+only the actions its controller calls at the pinned release;
 they need `Microsoft.Authorization/roleDefinitions/write` from the deployer, which User Access
 Administrator (already needed for the role assignments) holds.
 """
@@ -93,9 +127,8 @@ CLOUD_PROVIDER_ACTIONS: tuple[str, ...] = (
     "Microsoft.Network/loadBalancers/backendAddressPools/read",
     "Microsoft.Network/loadBalancers/backendAddressPools/write",
     "Microsoft.Network/loadBalancers/backendAddressPools/delete",
-    # not on upstream's list (its users hold Network Contributor, Microsoft.Network/*): the
-    # linked access check of a scale set's PUT whose NIC configuration names a backend pool
-    "Microsoft.Network/loadBalancers/backendAddressPools/join/action",
+    # (no backendAddressPools/join/action: that is the linked access check of a scale set's or a
+    # NIC's PUT naming a pool, and in nodeIP mode nothing names one)
     # l.23-30: their public IPs, and the linked access check of a frontend naming one
     "Microsoft.Network/publicIPAddresses/read",
     "Microsoft.Network/publicIPAddresses/write",
@@ -110,9 +143,9 @@ CLOUD_PROVIDER_ACTIONS: tuple[str, ...] = (
     "Microsoft.Compute/virtualMachineScaleSets/read",
     "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
     "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/instanceView/read",
-    # l.78-81: a scale set and its instances into a backend pool
-    "Microsoft.Compute/virtualMachineScaleSets/write",
-    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write",
+    # (not l.78-81, virtualMachineScaleSets/write and .../virtualMachines/write: "a scale set and
+    # its instances into a backend pool", which nodeIP mode does by address; the module
+    # docstring cites the code. With either, a token rewrites every pool's scale-set model.)
     # l.86-91: nodes' internal IPs and backend pools
     "Microsoft.Network/networkInterfaces/read",
     "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/networkInterfaces/read",
@@ -122,6 +155,19 @@ CLOUD_PROVIDER_ACTIONS: tuple[str, ...] = (
     "Microsoft.Network/virtualNetworks/subnets/read",
     "Microsoft.Network/virtualNetworks/subnets/join/action",
 )
+
+# cloud-controller-manager's action on the VNet itself (in the cluster's own group): an IP-based
+# backend pool names the VNet, and Azure checks this action there (linked access). Not on
+# upstream's list (its users hold Network Contributor); "AKS service permissions"
+# (learn.microsoft.com/azure/aks/aks-service-permissions): "Microsoft.Network/virtualNetworks/
+# joinLoadBalancer/action: Required to configure the IP based Load Balancer backend pools".
+CLOUD_PROVIDER_VNET_ACTIONS: tuple[str, ...] = (
+    "Microsoft.Network/virtualNetworks/joinLoadBalancer/action",
+)
+# Actions that change nothing in the scope they are granted on, only let a resource elsewhere name
+# it (Azure's linked access check): a role of these alone on a scope holding control-plane
+# resources does not act on them (preflight's `identities` check; the docstring says why).
+LINKED_ACCESS_ACTIONS: frozenset[str] = frozenset(CLOUD_PROVIDER_VNET_ACTIONS)
 
 # cluster-autoscaler's actions on each of its node groups' scale sets (its README's only word is
 # Contributor on the subscription, cloudprovider/azure/README.md:20-26 at cluster-autoscaler-1.34.5;
@@ -189,6 +235,7 @@ class ControllerIdentitiesArgs:
     resource_group_id: pulumi.Output[str]
     node_resource_group: str  # the plan's node_resource_group: created here
     pools_nsg_id: pulumi.Output[str]  # the one NSG of every pool subnet (kilonode.azure.network)
+    vnet_id: pulumi.Output[str]  # the cluster's VNet: IP-based backend pools name it
     pool_subnet_ids: Mapping[str, pulumi.Output[str]]  # pool -> its subnet
     autoscaler: bool  # the plan has autoscaled pools: the autoscaler gets an identity
 
@@ -230,6 +277,14 @@ class ControllerIdentities(pulumi.ComponentResource):
                                      "cloud-controller-manager: Service load balancers and node reads")
         self._assign(f"{name}-cloud-provider-nodes", ccm, ccm_role, nodes.id,
                      "cloud-controller-manager (the pools' group)")
+        # joinLoadBalancer alone, on the VNet alone (the docstring says what it allows); assignable
+        # in the cluster's group, where the VNet is
+        vnet_role = self._custom_role(f"{name}-cloud-provider-vnet", "cloud-provider-vnet",
+                                      CLOUD_PROVIDER_VNET_ACTIONS,
+                                      "cloud-controller-manager: IP-based backend pools naming the VNet",
+                                      group=args.resource_group_id)
+        self._assign(f"{name}-cloud-provider-vnet", ccm, vnet_role, args.vnet_id,
+                     "cloud-controller-manager (the VNet: IP-based backend pools)")
         for role, scope in [
             ("pools-nsg", args.pools_nsg_id),
             *[(f"subnet-{pool}", subnet) for pool, subnet in args.pool_subnet_ids.items()],
@@ -277,12 +332,13 @@ class ControllerIdentities(pulumi.ComponentResource):
     def _builtin(self, role_guid: str) -> pulumi.Output[str]:
         return self._args.resource_group_id.apply(lambda rg: role_definition_id(rg, role_guid))
 
-    def _custom_role(self, logical: str, role: str, actions: Sequence[str], what: str) -> pulumi.Output[str]:
-        """A custom role of exactly these actions (no data actions), assignable in the pools' group
-        only; returns its role definition ID, known before Azure creates it (the GUID is ours),
-        for assignments that wait for it."""
+    def _custom_role(self, logical: str, role: str, actions: Sequence[str], what: str,
+                     group: pulumi.Output[str] | None = None) -> pulumi.Output[str]:
+        """A custom role of exactly these actions (no data actions), assignable in `group` only
+        (the pools' group unless given); returns its role definition ID, known before Azure
+        creates it (the GUID is ours), for assignments that wait for it."""
         args = self._args
-        group = self.node_resource_group_id
+        group = self.node_resource_group_id if group is None else group
         guid = group.apply(lambda g: role_definition_name(g, role))
         definition = authorization.RoleDefinition(
             f"{logical}-role",

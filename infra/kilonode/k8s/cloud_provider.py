@@ -101,6 +101,11 @@ def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
         "securityGroupName": target.security_group_name,
         "securityGroupResourceGroup": target.network_resource_group,
         "loadBalancerSku": "standard",
+        # Nodes join the Service load balancers' backend pools by private IP, a PUT of the pool
+        # alone; the default (nodeIPConfiguration) PUTs every scale set and instance into them,
+        # which needs virtualMachineScaleSets/write: a token that can rewrite any pool's model
+        # (kilonode.azure.identity, where the calls are cited).
+        "loadBalancerBackendPoolConfigurationType": "nodeIP",
         # Outbound goes through each subnet's NAT gateway (kilonode.azure.network): load
         # balancer rules must not add SNAT of their own.
         "disableOutboundSNAT": True,

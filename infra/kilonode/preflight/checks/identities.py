@@ -18,7 +18,13 @@ through Azure (`runCommand`) and reads the cluster CA's key. Two halves, each a 
    VMs' group: a role on the group covers them. kilonode keeps the pools in a group of their
    own and scopes each controller's roles to the pools' resources (kilonode.azure.identity).
    A scale set outside the plan's controller pools that carries an identity is a warning: its
-   nodes need none.
+   nodes need none. One exception, by what the role holds: a custom role of the graph whose
+   actions are all linked-access actions (kilonode.azure.identity.LINKED_ACCESS_ACTIONS:
+   cloud-controller-manager's `virtualNetworks/joinLoadBalancer/action` on the VNet, which
+   IP-based backend pools need) changes nothing in its scope; the flows such a pool brings to a
+   control-plane address keep their source and meet the control plane's NSGs as direct ones do
+   (kilonode.azure.identity says why). Any other action beside them, or a built-in role, and the
+   assignment is judged by its scope as every other.
 2. From each pool role's user-data (what its nodes are given): the metadata block, which drops
    pods' traffic to IMDS (every port) and to the WireServer (168.63.129.16, TCP 80 and 32526)
    on the forward hook, is written, loaded by its unit, started with the node's units, and
@@ -38,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from kilonode.azure.identity import LINKED_ACCESS_ACTIONS
 from kilonode.azure.mockplan import AZURE_NAME_INPUT, MOCK_PRINCIPAL
 from kilonode.plan.wellknown import AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS, AZURE_WIRESERVER_TCP_PORTS
 from kilonode.preflight.model import Finding, Inputs, Resource
@@ -52,6 +59,7 @@ SCALE_SET = "azure-native:compute:VirtualMachineScaleSet"
 VM = "azure-native:compute:VirtualMachine"
 ROLE_ASSIGNMENT = "azure-native:authorization:RoleAssignment"
 RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
+ROLE_DEFINITION = "azure-native:authorization:RoleDefinition"
 # What the recorded graph names (kilonode.azure.mockplan): a resource's ID is
 # `mock:<type>::<logical name>`, a user-assigned identity's principal MOCK_PRINCIPAL<logical name>;
 # each resource's own name is its AZURE_NAME_INPUT input.
@@ -162,8 +170,23 @@ def _scale_set_identities(vmss: Resource) -> list[str]:
     return [str(ref).rpartition("::")[2] for ref in (assigned.keys() if isinstance(assigned, Mapping) else assigned)]
 
 
+def _linked_access_only(graph: _Graph) -> set[str]:
+    """The GUIDs of the graph's custom roles whose actions are all linked-access actions: they
+    change nothing in their scope (the module docstring says why)."""
+    found = set()
+    for role in graph.of(ROLE_DEFINITION):
+        permissions = role.inputs.get("permissions") or []
+        actions = [a for p in permissions if isinstance(p, Mapping) for a in p.get("actions") or []]
+        others = [k for p in permissions if isinstance(p, Mapping) for k in ("notActions", "dataActions")
+                  if p.get(k)]
+        if actions and not others and set(actions) <= LINKED_ACCESS_ACTIONS:
+            found.add(str(role.inputs.get("roleDefinitionId", "")).lower())
+    return found
+
+
 def _role_findings(inputs: Inputs) -> list[Finding]:
     graph = _Graph(inputs)
+    linked_only = _linked_access_only(graph)
     control_plane = graph.control_plane()
     controller_shards = {s.name for p in inputs.plan.controller_pools for s in p.shards}
     findings: list[Finding] = []
@@ -193,6 +216,8 @@ def _role_findings(inputs: Inputs) -> list[Finding]:
         if principal not in carried:
             continue
         scope = str(assignment.inputs.get("scope", ""))
+        if str(assignment.inputs.get("roleDefinitionId", "")).rpartition("/")[2].lower() in linked_only:
+            continue
         reached = sorted((r for r in graph.contained(scope) if (r.type, r.name) in control_plane),
                          key=lambda r: (_SHOWN_FIRST.index(r.type) if r.type in _SHOWN_FIRST else len(_SHOWN_FIRST),
                                         r.name))
