@@ -61,8 +61,9 @@ def test_sizes_without_nvme_keep_the_temp_disk(write_stack: StackWriter) -> None
 
 
 def test_a_device_the_stack_names_is_kept_on_an_nvme_size(write_stack: StackWriter) -> None:
-    _plan, pool = pool_plan(write_stack, "Standard_ND96isr_H100_v5", device="/dev/disk/by-id/wwn-0x60022480e7a5b1c3d1f5a0d6e4e8f2a1")
-    assert (pool.local_storage.kind, pool.local_storage.device) == ("device", "/dev/disk/by-id/wwn-0x60022480e7a5b1c3d1f5a0d6e4e8f2a1")
+    device = "/dev/disk/by-id/wwn-0x60022480e7a5b1c3d1f5a0d6e4e8f2a1"
+    _plan, pool = pool_plan(write_stack, "Standard_ND96isr_H100_v5", device=device)
+    assert (pool.local_storage.kind, pool.local_storage.device) == ("device", device)
     assert "8 NVMe disk(s) stay unused" in pool.local_storage.reason
 
 
