@@ -25,6 +25,9 @@ from kilonode.plan.resolve import pool_capacity
 from kilonode.problems import PlanError, undotted
 from tests.conftest import StackWriter
 
+# required (kilonode.config.tokens): within a year of the tests' pinned now
+JOIN_TOKENS = {"current": {"generation": 1, "expires": "2027-11-30T00:00:00Z"}}
+
 PROFILE = load_stack("local").sysctl_profile
 runner = CliRunner()
 
@@ -68,7 +71,7 @@ def addresses(plan: ClusterPlan) -> dict[str, object]:
 def base(pools: list[dict[str, object]]) -> ClusterConfig:
     return ClusterConfig.model_validate({
         "name": "prop", "etcd": {"main": {"members": 5}, "events": {"members": 3}},
-        "apiserver": {"replicas": 3}, "nodePools": pools,
+        "apiserver": {"replicas": 3}, "joinTokens": JOIN_TOKENS, "nodePools": pools,
     })
 
 
@@ -173,7 +176,7 @@ def test_no_recorded_address_moves_under_changes_to_others(first: dict, second: 
 def two_pools(write_stack: StackWriter, a: int, b: int) -> Path:
     pools = [{"name": n, "nodes": c, "podsPerNode": 4, "vmSize": "Standard_D4ds_v5", "gpusPerNode": 0}
              for n, c in (("a", a), ("b", b))]
-    return write_stack({"name": "two", "nodePools": pools})
+    return write_stack({"name": "two", "joinTokens": JOIN_TOKENS, "nodePools": pools})
 
 
 def subnets_of(path: Path) -> dict[str, str]:

@@ -21,6 +21,9 @@ from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value, with_leases
 from tests.plan.test_address_stability import addresses
 
+# required (kilonode.config.tokens): within a year of the tests' pinned now
+JOIN_TOKENS = {"current": {"generation": 1, "expires": "2027-11-30T00:00:00Z"}}
+
 K8S, ETCD = limits().kubernetes, limits().etcd
 ED25519 = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(Encoding.OpenSSH,
                                                                          PublicFormat.OpenSSH).decode()
@@ -45,20 +48,23 @@ def test_no_stack_has_a_leases_cluster_unless_it_sets_one(plans: dict[str, Clust
 def test_a_leases_cluster_takes_an_odd_count_of_three_to_seven_members(members: int) -> None:
     with pytest.raises(ValidationError, match=r"etcd\.leases\.members"):
         ClusterConfig.model_validate({"name": "c", "etcd": {"leases": {"members": members}},
-                                      "nodePools": [{"name": "p", "nodes": 1}]}, by_alias=True)
+                                      "joinTokens": JOIN_TOKENS,
+        "nodePools": [{"name": "p", "nodes": 1}]}, by_alias=True)
 
 
 @pytest.mark.parametrize("members", [3, 5, 7])
 def test_three_five_or_seven_leases_members_are_accepted(members: int) -> None:
     config = ClusterConfig.model_validate({"name": "c", "etcd": {"leases": {"members": members}},
-                                           "nodePools": [{"name": "p", "nodes": 1}]}, by_alias=True)
+                                           "joinTokens": JOIN_TOKENS,
+        "nodePools": [{"name": "p", "nodes": 1}]}, by_alias=True)
     assert config.etcd.leases is not None and config.etcd.leases.members == members
     assert [role for role, _ in config.etcd.clusters()] == ["main", "events", "leases"]
 
 
 def test_a_bare_leases_section_is_three_members_of_the_default_shape() -> None:
     config = ClusterConfig.model_validate(
-        {"name": "c", "etcd": {"leases": {}}, "nodePools": [{"name": "p", "nodes": 1}]}, by_alias=True)
+        {"name": "c", "etcd": {"leases": {}}, "joinTokens": JOIN_TOKENS,
+        "nodePools": [{"name": "p", "nodes": 1}]}, by_alias=True)
     assert config.etcd.leases is not None
     assert config.etcd.leases.members == 3 and config.etcd.leases.vm_size == config.etcd.main.vm_size
 

@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 from kilonode.config.model import ClusterConfig
 from kilonode.plan.resolve.network import _first_free, _FreeSpace, allocate_subnets
 
+# required (kilonode.config.tokens): within a year of the tests' pinned now
+JOIN_TOKENS = {"current": {"generation": 1, "expires": "2027-11-30T00:00:00Z"}}
+
 
 def scan_first_free(vnet: IPv4Network, prefix: int, taken: list[IPv4Network]) -> IPv4Network | None:
     """The first-fit scan kilonode placed subnets with before the tree (kept here as the reference)."""
@@ -66,7 +69,7 @@ def test_256_unrecorded_pools_are_placed_first_fit_in_declaration_order() -> Non
               "vmSize": "Standard_D4ds_v5", "gpusPerNode": 0} for i in range(256)]
     config = ClusterConfig.model_validate({
         "name": "many", "etcd": {"main": {"members": 5}, "events": {"members": 3}},
-        "apiserver": {"replicas": 3}, "nodePools": pools,
+        "apiserver": {"replicas": 3}, "joinTokens": JOIN_TOKENS, "nodePools": pools,
     })
     subnets = allocate_subnets(config)
     # the same blocks, in the same order, as the scan gives
