@@ -517,7 +517,9 @@ class NodePoolConfig(StrictModel):
             "A system pool: its nodes register with kilonode.io/system=true and the taint "
             "CriticalAddonsOnly=true:NoSchedule (AKS's system-pool convention), and the cluster's own workloads "
             "(CoreDNS, cloud-controller-manager, cluster-autoscaler, the gang scheduler, the CSR approver) "
-            "tolerate that taint and prefer it; other pods stay off it. A stack whose every pool carries a taint "
+            "tolerate that taint and prefer it (the CSR approver requires it); other pods stay off it (the taint, "
+            "and the kilonode-reserved-pools admission policy outside kube-system and monitoring). A stack whose "
+            "every pool carries a taint "
             "they do not tolerate (a GPU pool's health startup taint) needs one, with no other taint, or DNS and "
             "node initialisation wait on the GPU driver path."
         ),
@@ -622,8 +624,10 @@ class NetworkConfig(StrictModel):
     acknowledge_world_open_access: Bool = Field(
         default=False,
         description=(
-            "0.0.0.0/0 in adminCidr or apiserverAllowedCidrs opens SSH or the apiserver to the whole "
-            "internet; refused unless this says the stack means it."
+            "apiserverAllowedCidrs (with deployer.cidrs) admitting more than half of IPv4, or adminCidr "
+            "admitting more than a /16 of internet addresses, opens the apiserver or SSH to the world; "
+            "refused unless this says the stack means it. It never lifts adminCidr's other rule: no "
+            "address of the VNet (pods have pool-subnet addresses)."
         ),
     )
 
