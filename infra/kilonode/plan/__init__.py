@@ -1,6 +1,7 @@
 """The cluster plan: every name, address, count and budget, resolved once from the config."""
 
 from kilonode.config.load import Stack, with_lines
+from kilonode.plan.listeners import scraper_pool_problems
 from kilonode.plan.model import ClusterPlan
 from kilonode.plan.resolve import resolve
 from kilonode.plan.resolve.pools import system_pool_problems
@@ -24,7 +25,7 @@ def checked_plan(stack: Stack) -> ClusterPlan:
     so that none accepts what another refuses. plan_stack alone is for plans of parts (the
     fleet's bisection, tests of one resolver)."""
     plan = plan_stack(stack)
-    problems = system_pool_problems(plan)
+    problems = system_pool_problems(plan) + scraper_pool_problems(plan)
     if problems:
         raise with_lines(stack, PlanError(problems))
     return plan

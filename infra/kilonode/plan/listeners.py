@@ -27,6 +27,7 @@ from kilonode.catalog.listeners import Bind, Guard, Hosts, Reacher, catalogue
 from kilonode.node.gpu.protocol import STARTUP_TAINT
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, NodePoolPlan
+from kilonode.problems import Problem
 
 # The effects that keep a pod off a node; PreferNoSchedule only discourages.
 KEEPING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -123,3 +124,25 @@ def reserved_pools(plan: ClusterPlan) -> tuple[NodePoolPlan, ...]:
 
 def users_run_on(plan: ClusterPlan, pool: NodePoolPlan) -> bool:
     return pool.name not in {p.name for p in reserved_pools(plan)}
+
+
+def scraper_pool_problems(plan: ClusterPlan) -> list[Problem]:
+    """The Prometheus pool's subnet is "the scraper" to the node firewall and the NSGs (etcd's and
+    the controllers' metrics, the node programs' ports): a pool where users' pods run there would
+    make every such pod a scraper. With more than one pool the stack can keep it to the system
+    namespaces (a taint that keeps pods off, which the reserved-pools admission policy then holds
+    users to). Refused where the stack names the pool for Prometheus (`monitoring: true`) without
+    such a taint: a PreferNoSchedule taint, none, or a GPU pool's transient ones. Where the planner
+    placed Prometheus on a shared pool itself (the `local` rehearsal, which has one pool, and stacks
+    grown from it), preflight's `listeners` check says so as a warning."""
+    pool = prometheus_pool(plan)
+    if pool is None or not pool.monitoring or not users_run_on(plan, pool):
+        return []
+    index = [p.name for p in plan.node_pools].index(pool.name)
+    return [Problem(("nodePools", index), (
+        f"Prometheus runs on pool {pool.name}, where users' pods run too: its subnet is what the node firewall and "
+        "the NSGs admit to etcd's and the controllers' metrics and the node programs' ports, so every pod there "
+        "would reach them; give this pool a taint that keeps pods off (e.g. taints: "
+        "[\"dedicated=monitoring:NoSchedule\"]), or run Prometheus on the system pool"
+    ))]
+
