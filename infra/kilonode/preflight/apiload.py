@@ -131,7 +131,7 @@ def _name(props: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
     """A LabelSelector (matchLabels, matchExpressions) against an object's labels; an empty
     selector matches everything (metav1.LabelSelectorAsSelector)."""
     for key, value in _map(selector.get("matchLabels")).items():
@@ -177,7 +177,7 @@ class Rbac:
         selectors = [_map(s) for s in _list(aggregation.get("clusterRoleSelectors"))]
         for name, other in sorted(self.roles.items()):
             labels = _map(_meta(other).get("labels"))
-            if name in seen or name == role or not any(_selector_matches(s, labels) for s in selectors):
+            if name in seen or name == role or not any(selector_matches(s, labels) for s in selectors):
                 continue
             found += self.rules(name, seen | {role}) or []
         return found

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
+from kilonode.preflight.apiload import selector_matches
+
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
@@ -58,22 +60,9 @@ class Flow:
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """A LabelSelector over `labels` (an empty selector selects everything)."""
-    selector = selector or {}
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        present = key in labels
-        if operator == "In" and not (present and labels[key] in values):
-            return False
-        if operator == "NotIn" and present and labels[key] in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
+    """A LabelSelector over `labels` (an empty or absent selector selects everything): the one
+    evaluator preflight has (kilonode.preflight.apiload.selector_matches)."""
+    return selector_matches(selector or {}, labels)
 
 
 def _types(policy: Mapping[str, Any]) -> list[str]:
