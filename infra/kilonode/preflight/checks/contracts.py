@@ -1221,31 +1221,13 @@ def _served_to_apiservers(inputs: Inputs, name: str, contract: Contract, req: Re
     pools whose GPU health taint must clear first) admit the control-plane subnet on it, as Azure
     evaluates a TCP flow (deployer_path `admits`)."""
     value = req.value
-    workload = _workload(inputs, value["workload"])
+    source = IPv4Network(inputs.plan.network.control_plane_subnet)
+    workload, port, findings = _served_through_nsgs(
+        inputs, name, contract, req, "where the contract has it serve the apiservers",
+        [(f"the control-plane subnet ({source})", source, "to the pool's subnet ")],
+        f"admit {source} on {{port}}/TCP to the pools above every deny (kilonode.azure.network)")
     if workload is None:
-        return []
-    container = _container(_pod_spec(workload), value["container"]) or {}
-    port = int(value["port"])
-    if port not in {int(p.get("containerPort", 0)) for p in container.get("ports") or []}:
-        return [_finding(name, contract, req, value["workload"], f"container {value['container']} declares no port "
-                         f"{port}, where the contract has it serve the apiservers",
-                         "serve the port the contract names, or read the contract again at the pinned tag")]
-    groups = bootstrap_nodes(inputs)
-    daemonsets = [w for w in inputs.workloads() if w.kind == "DaemonSet"]
-    placed = scheduling.placement_of(workload, groups, daemonsets)
-    graph, source = NetworkGraph(inputs), IPv4Network(inputs.plan.network.control_plane_subnet)
-    vnet = [IPv4Network(inputs.plan.network.vnet_cidr)]
-    findings = []
-    for group in (g for g in groups if g.host in {*placed.now, *placed.after_gpu_health}):
-        address = next(IPv4Network(group.pool.subnet).hosts())  # any of the pool's: its NSGs are per subnet
-        for nsg in nsgs_of(graph, address):
-            verdict, rule = admits(nsg.inputs.get("securityRules") or [], source, [address], port, vnet)
-            if verdict != "allow":
-                findings.append(_finding(
-                    name, contract, req, f"{value['workload']} on {group.host}",
-                    f"{nsg.describe()} refuses the control-plane subnet ({source}) on {port}/TCP to the pool's "
-                    f"subnet {group.pool.subnet} (rule {rule})",
-                    f"admit {source} on {port}/TCP to the pools above every deny (kilonode.azure.network)"))
+        return findings
     pod, found = pod_isolation.pod_of(inputs, workload), pod_isolation.policies(inputs)
     refused = [str(i.ip) for i in inputs.plan.control_plane.instances
                if not netpol.admitted(found, netpol.Flow(IPv4Address(str(i.ip)), pod, port))]
@@ -1293,33 +1275,44 @@ def _served_to_pods(inputs: Inputs, name: str, contract: Contract, req: Requirem
 def _served_to_pools(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
     """Every pool's nodes reach the host-network workload's pods on the line's `port`: its container
     serves it, and the NSGs in front of every pool its pods may land on admit every pool's subnet."""
+    callers = [(f"pool {p.name} ({p.subnet})", IPv4Network(p.subnet), "to ") for p in inputs.plan.node_pools]
+    return _served_through_nsgs(inputs, name, contract, req, "where the contract has every node call it", callers,
+                                "admit every pool subnet on {port}/TCP to the pools (kilonode.azure.network)")[2]
+
+
+def _served_through_nsgs(inputs: Inputs, name: str, contract: Contract, req: Requirement, role: str,
+                         callers: Sequence[tuple[str, IPv4Network, str]], fix: str,
+                         ) -> tuple[Mapping[str, Any] | None, int, list[Finding]]:
+    """The line's workload, its `port`, and the findings of the two checks every "served to" line
+    shares: its container serves the port, and the NSGs in front of every pool its pods may land on
+    (preflight's scheduling placement, with the pools whose GPU health taint must clear first) admit
+    each caller (what it is called, its subnet, the words before the target subnet) on that port, as
+    Azure evaluates a TCP flow (deployer_path `admits`). No workload: (None, port, [])."""
     value = req.value
+    port = int(value["port"])
     workload = _workload(inputs, value["workload"])
     if workload is None:
-        return []
+        return None, port, []
     container = _container(_pod_spec(workload), value["container"]) or {}
-    port = int(value["port"])
     if port not in {int(p.get("containerPort", 0)) for p in container.get("ports") or []}:
-        return [_finding(name, contract, req, value["workload"], f"container {value['container']} declares no port "
-                         f"{port}, where the contract has every node call it",
-                         "serve the port the contract names, or read the contract again at the pinned tag")]
+        return None, port, [_finding(name, contract, req, value["workload"], f"container {value['container']} "
+                                     f"declares no port {port}, {role}",
+                                     "serve the port the contract names, or read the contract again at the pinned tag")]
     groups = bootstrap_nodes(inputs)
     placed = scheduling.placement_of(workload, groups, [w for w in inputs.workloads() if w.kind == "DaemonSet"])
     graph, vnet = NetworkGraph(inputs), [IPv4Network(inputs.plan.network.vnet_cidr)]
     findings = []
     for group in (g for g in groups if g.host in {*placed.now, *placed.after_gpu_health}):
-        address = next(IPv4Network(group.pool.subnet).hosts())
-        for caller in inputs.plan.node_pools:
-            source = IPv4Network(caller.subnet)
+        address = next(IPv4Network(group.pool.subnet).hosts())  # any of the pool's: its NSGs are per subnet
+        for caller, source, to in callers:
             for nsg in nsgs_of(graph, address):
                 verdict, rule = admits(nsg.inputs.get("securityRules") or [], source, [address], port, vnet)
                 if verdict != "allow":
                     findings.append(_finding(
                         name, contract, req, f"{value['workload']} on {group.host}",
-                        f"{nsg.describe()} refuses pool {caller.name} ({source}) on {port}/TCP to "
-                        f"{group.pool.subnet} (rule {rule})",
-                        f"admit every pool subnet on {port}/TCP to the pools (kilonode.azure.network)"))
-    return findings
+                        f"{nsg.describe()} refuses {caller} on {port}/TCP {to}{group.pool.subnet} (rule {rule})",
+                        fix.format(port=port)))
+    return workload, port, findings
 
 
 EVALUATORS: dict[str, Evaluator] = {
