@@ -59,7 +59,7 @@ def test_help_and_validate_load_only_what_they_use() -> None:
     validated = _modules_after(["validate", "local"])
     assert {"kilonode.config", "kilonode.plan"} <= validated
     # validate renders and composes each role's custom data to measure it, as the program would
-    # (kilonode.cli.common.custom_data_problems): the render, the Azure custom data code and the
+    # (kilonode.azure.custom_data_size.oversized): the render, the Azure custom data code and the
     # preflight checks' package (which imports the image modules), not the review
     assert {"kilonode.render", "kilonode.azure.custom_data"} <= validated
     assert not {m for m in validated if m.startswith(("kilonode.review", "kilonode.cli.diff", "kilonode.cli.image"))}

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kilonode.azure import custom_data
+from kilonode.azure import custom_data, custom_data_size
 from kilonode.azure.graph import Graph
 from kilonode.local import pki as local_pki
 from kilonode.node import ship
 from kilonode.plan import ClusterPlan, defaults
 from kilonode.plan import wellknown as pki
 from kilonode.plan.pki import pki_layout
-from kilonode.preflight.checks import custom_data_size
 from kilonode.render import USER_DATA
 from tests import shared
 from tests.azure.conftest import VM, VMSS

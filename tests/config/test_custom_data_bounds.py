@@ -1,7 +1,7 @@
 """What a stack file can add to a machine's custom data (Azure takes 64 KiB of it): each value that
 grows it is bounded at load time (kilonode.config.model.CUSTOM_DATA_BOUNDS), and every command that
 plans measures each role's custom data as the program composes it, refusing one over the limit at
-the stack value that grows it most (kilonode.cli.common.custom_data_problems): `plan` and
+the stack value that grows it most (kilonode.azure.custom_data_size.oversized): `plan` and
 `preflight` ended in a traceback or a bare ValueError before."""
 
 from __future__ import annotations
@@ -11,11 +11,19 @@ from pathlib import Path
 import pytest
 
 from kilonode.azure.custom_data import AZURE_CUSTOM_DATA_MAX_BYTES
-from kilonode.cli.common import custom_data_problems
-from kilonode.config import load_stack
+from kilonode.azure.custom_data_size import oversized, user_data
+from kilonode.config import Stack, load_stack
 from kilonode.config.model import CUSTOM_DATA_BOUNDS
 from kilonode.plan import checked_plan
+from kilonode.problems import Problem
+from kilonode.render import render_cluster
 from tests.test_cli_errors import run_main
+
+
+def _oversized(stack: Stack) -> list[Problem]:
+    plan = checked_plan(stack)
+    return oversized(stack, plan, user_data(render_cluster(plan)))
+
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 OVER = HOSTILE / "trace2-custom-data-pool-over.yaml"  # every value within its bound, the pool's sum over
@@ -34,9 +42,9 @@ def test_a_custom_data_over_the_limit_is_refused_at_its_line_by_every_command_th
 def test_the_measurement_is_the_programs_own_and_the_shipped_stacks_are_within_it() -> None:
     for name in ("local", "research-2500", "research-7500"):
         stack = load_stack(name)
-        assert custom_data_problems(stack, checked_plan(stack)) == []
+        assert _oversized(stack) == []
     stack = load_stack(str(OVER))
-    [problem] = custom_data_problems(stack, checked_plan(stack))
+    [problem] = _oversized(stack)
     assert problem.loc == ("nodePools", 0, "labels")
     size = int(problem.message.split(" would be ")[1].split(" bytes")[0].replace(",", ""))
     assert size > AZURE_CUSTOM_DATA_MAX_BYTES

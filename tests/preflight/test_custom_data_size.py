@@ -10,11 +10,12 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from kilonode.azure import custom_data_size
 from kilonode.azure.custom_data import AZURE_CUSTOM_DATA_MAX_BYTES
 from kilonode.local import pki as local_pki
 from kilonode.plan import pki
 from kilonode.preflight import Finding, run
-from kilonode.preflight.checks import custom_data_size
+from kilonode.preflight.checks import custom_data_size as size_check
 from tests import shared
 from tests.preflight.conftest import artefacts, inputs_of
 
@@ -22,7 +23,7 @@ HOST = "etcd-events-0"
 
 
 def findings(stack: str, files: dict[str, str] | None = None) -> list[Finding]:
-    return run(inputs_of(stack, files=files), [custom_data_size.NAME])
+    return run(inputs_of(stack, files=files), [size_check.NAME])
 
 
 def with_file(files: dict[str, str], host: str, size: int) -> dict[str, str]:
@@ -55,7 +56,7 @@ def test_a_host_close_to_the_limit_is_a_warning_with_its_headroom() -> None:
     [found] = findings("research-7500", with_file(files, HOST, 23_000))
     assert (found.level, found.where) == ("warn", HOST)
     room = int(found.what.split(" below")[0].rsplit(", ", 1)[1].replace(",", ""))
-    assert 0 <= room < custom_data_size.HEADROOM_WARN_BYTES
+    assert 0 <= room < size_check.HEADROOM_WARN_BYTES
     assert f"{room:,} below the 65,535 kilonode.azure.custom_data allows" in found.what
 
 

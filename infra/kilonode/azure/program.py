@@ -19,6 +19,7 @@ import pulumi.runtime.mocks
 import pulumi.runtime.settings
 
 from kilonode.azure.cluster import Cluster, ClusterArgs, etcd_endpoints_output
+from kilonode.azure.custom_data_size import refuse_oversized, user_data
 from kilonode.azure.deployer import Runner, deployer_problems, run_tool
 from kilonode.azure.identity import subscription_of
 from kilonode.azure.node_image import DEFAULT_VHD_DIR, absent_vhds, default_vhd, gallery_images, vhd_digest
@@ -44,6 +45,10 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
     try:
         stack = read_stack(stack_name, pulumi.Config("kilonode").get_object("cluster"), stack_file)
         plan = checked_plan(stack)
+        rendered = render_cluster(plan)
+        # before any resource: a custom data over Azure's cap would otherwise stop the program
+        # half-way, in an apply, with a traceback
+        refuse_oversized(stack, plan, user_data(rendered))
     except StackError as error:
         # RunError: Pulumi prints the message alone, without a Python traceback; bounded as every
         # command bounds a refusal.
@@ -63,7 +68,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         )
     cluster = Cluster(plan.cluster, ClusterArgs(
         plan=plan,
-        rendered=render_cluster(plan),
+        rendered=rendered,
         node_image_vhds=vhds,
         # a recorded plan reads no disk images: the same graph on every machine
         node_image_digests={name: vhd_digest(path, read=not _recorded_by_mocks()) for name, path in vhds.items()},

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kilonode.exit_codes import ExitCode
-from kilonode.problems import Problem, StackError, shown_lines
+from kilonode.problems import StackError, shown_lines
 
 if TYPE_CHECKING:
     from kilonode.config import Stack
@@ -41,74 +41,18 @@ def load_and_plan(ref: str) -> tuple[Stack, ClusterPlan]:
     """Load, validate and plan a stack, or print its problems and exit 2: every command that takes
     STACK comes through here (the Pulumi program through the same loader and checked_plan)."""
     # imported here: `--help` and the commands that take no stack never pay for them
+    from kilonode.azure.custom_data_size import refuse_oversized, user_data
     from kilonode.config import load_stack
     from kilonode.plan import checked_plan
+    from kilonode.render import render_cluster
 
     try:
         stack = load_stack(ref)
         plan = checked_plan(stack)
-        oversized = custom_data_problems(stack, plan)
-        if oversized:
-            from kilonode.config.load import with_lines
-            from kilonode.problems import PlanError
-
-            raise with_lines(stack, PlanError(oversized))
+        refuse_oversized(stack, plan, user_data(render_cluster(plan)))
         return stack, plan
     except StackError as error:
         fail(error)
-
-
-# The stack values that grow a role's custom data (kilonode.config.model.CUSTOM_DATA_BOUNDS), as
-# paths in the stack: every machine's, then a pool's own ("{pool}": its index in nodePools).
-_EVERY_ROLE_GROWS = (("sysctl", "overrides"), ("bootImageArchives",))
-_POOL_GROWS = (("labels",), ("taints",), ("preloadImages",))
-
-
-def custom_data_problems(stack: Stack, plan: ClusterPlan) -> list[Problem]:
-    """A problem for every machine role whose custom data, rendered and composed as the program
-    composes it (kilonode.preflight.checks.custom_data_size.measure: the same MIME and base64, with
-    certificates of real size), is above what kilonode.azure.custom_data.encode takes: `plan` and
-    `pulumi up` would otherwise stop in the program with a traceback. Each at the stack value that
-    grows that role's custom data most (the largest of those it carries)."""
-    from kilonode.azure.custom_data import AZURE_CUSTOM_DATA_MAX_BYTES
-    from kilonode.preflight.checks.custom_data_size import measure
-    from kilonode.render import render_cluster
-    from kilonode.render.files import USER_DATA
-
-    user_data = {role: files[USER_DATA].content for role, files in render_cluster(plan).items() if USER_DATA in files}
-    problems = []
-    for role, (size, largest) in measure(plan, user_data).items():
-        if size <= AZURE_CUSTOM_DATA_MAX_BYTES:
-            continue
-        loc, grown = _largest_grower(stack, plan, role)
-        problems.append(Problem(loc, (
-            f"{role}'s custom data would be {size:,} bytes base64-encoded, {size - AZURE_CUSTOM_DATA_MAX_BYTES:,} "
-            f"over the {AZURE_CUSTOM_DATA_MAX_BYTES:,} kilonode.azure.custom_data takes (Azure's cap on custom data); "
-            f"{grown}; its largest files: {largest}")))
-    return problems
-
-
-def _largest_grower(stack: Stack, plan: ClusterPlan, role: str) -> tuple[tuple[str | int, ...], str]:
-    """The stack value that grows `role`'s custom data most, and what to do, in words."""
-    import json
-
-    pools = {r: i for i, p in enumerate(plan.node_pools) for r in (p.role(), *(p.role(t) for t in p.teams))}
-    paths: list[tuple[str | int, ...]] = list(_EVERY_ROLE_GROWS)
-    if role in pools:
-        paths += [("nodePools", pools[role], *path) for path in _POOL_GROWS]
-    sizes = []
-    for path in paths:
-        value: Any = stack.raw
-        for part in path:
-            value = value.get(part) if isinstance(value, dict) else (
-                value[part] if isinstance(value, list) and isinstance(part, int) and part < len(value) else None)
-        if value:
-            sizes.append((len(json.dumps(value)), len(value), path))
-    if not sizes:
-        return (("nodePools", pools[role]) if role in pools else ()), "no stack value grows it: report this"
-    text, entries, path = max(sizes, key=lambda item: item[0])
-    return path, (f"of the stack values it carries this one is the largest ({entries:,} entries, {text:,} characters): "
-                  "keep fewer of them")
 
 
 def fail(error: StackError) -> NoReturn:

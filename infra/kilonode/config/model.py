@@ -77,7 +77,7 @@ NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 # (research-7500's largest takes 41 KB of 65,535): a sysctl override costs ~120 bytes of it, a
 # label or taint up to ~450 at its longest, an archive ~150 (sshKeys go in the VM's osProfile,
 # not its custom data). Together they can still overfill it: every command that plans measures
-# each role's custom data (kilonode.cli.common.load_and_plan; `pulumi up` through preflight).
+# each role's custom data and refuses it over the cap (kilonode.azure.custom_data_size, the program too).
 CUSTOM_DATA_BOUNDS = {
     "overrides": 128,  # sysctl.overrides: every machine's /etc/sysctl.d file
     "labels": 64,  # nodePools[].labels: the kubelet's --node-labels
