@@ -71,8 +71,8 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         "dns": 14,
         "kube-proxy": 4,  # SA, binding, ConfigMap, DaemonSet
         # kilonode.k8s.calico: 24 CRDs; calico-node and Typha: SA, ClusterRole, binding, TLS Secret each;
-        # Typha's Service, Deployment, PDB; calico-node's DaemonSet
-        "calico": 36,
+        # Typha's Service, Deployment, PDB; calico-node's DaemonSet, its writes' admission policy and binding
+        "calico": 38,
         "kube-system-policies": 6,  # one NetworkPolicy per kube-system pod-network workload
         # SA; the metrics readers' aggregated ClusterRole; the auth-reader RoleBinding and the
         # auth-delegator binding; its ClusterRole and binding; Deployment, PDB, Service, APIService

@@ -11,8 +11,9 @@ import celpy
 import pytest
 
 from kilonode.azure.graph import Graph
+from kilonode.k8s.admission import NODE_NAME_EXTRA
 from kilonode.k8s.capacity import node_identity_rules
-from kilonode.k8s.node_agents import AGENT_USERS, NODE_NAME_EXTRA, NODE_SPEC_RULE, OWN_NODE_RULE
+from kilonode.k8s.node_agents import AGENT_USERS, NODE_SPEC_RULE, OWN_NODE_RULE
 from kilonode.plan import ClusterPlan
 
 CNM = "system:serviceaccount:kube-system:cloud-node-manager"

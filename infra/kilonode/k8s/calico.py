@@ -47,6 +47,7 @@ import pulumi
 import pulumi_tls as tls
 from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
+from kilonode.k8s.admission import NODE_NAME_EXTRA, admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.pod_security import container_security_context, pod_security_context
 from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec, tolerate_every_taint
@@ -129,21 +130,29 @@ CRDS: tuple[Crd, ...] = (
 
 _READ = ["get", "list", "watch"]
 # calico-node's ClusterRole: upstream's (projectcalico/calico@v3.31.7:manifests/calico-policy-only.yaml:
-# 6755-6904), less two rules of what does not run here: serviceaccounts/token for calico-cni-plugin
-# (l.6760-6766: the Calico CNI plugin's credentials; no Calico CNI plugin, CALICO_MANAGE_CNI=false) and
-# bgpconfigurations/bgppeers create and update ("only required for upgrade from v2.6", l.6895-6904).
+# 6755-6904) less what serves only what does not run here, or only a write no startup here makes:
+# - serviceaccounts/token for calico-cni-plugin and pods/status patch (l.6760-6766, 6830-6835: the
+#   Calico CNI plugin's credentials and its pod IP annotations; no Calico CNI plugin runs,
+#   CALICO_MANAGE_CNI=false). A token that may patch any pod's status could rewrite the addresses
+#   every Service's endpoints follow;
+# - configmaps get (l.6790-6795: kubeadm's and Rancher's ConfigMaps, read for pod CIDR detection; a
+#   Forbidden read is taken as "not kubeadm", node/pkg/lifecycle/startup/startup.go:170-195);
+# - ippools create and update (l.6880-6887): with NO_DEFAULT_POOLS the startup writes no pool
+#   (startup.go:907-914, configureIPPools returns first);
+# - bgpconfigurations/bgppeers create and update ("only required for upgrade from v2.6", l.6895-6904).
+# What remains written cluster-wide, ClusterInformation, FelixConfiguration, Tiers and CalicoNodeStatus,
+# is held to what the startup writes by NODE_WRITES_POLICY (node_write_rules): the ClusterRole cannot
+# name objects on create, and the token is on every node.
 NODE_RULES: tuple[dict[str, Any], ...] = (
     {"api_groups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get"]},
     {"api_groups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["watch", "list"]},
     {"api_groups": [""], "resources": ["endpoints", "services"], "verbs": ["watch", "list", "get"]},
-    {"api_groups": [""], "resources": ["configmaps"], "verbs": ["get"]},
     {"api_groups": [""], "resources": ["nodes/status"], "verbs": ["patch", "update"]},
     {"api_groups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["watch", "list"]},
     {"api_groups": ["policy.networking.k8s.io"], "resources": ["adminnetworkpolicies",
                                                                 "baselineadminnetworkpolicies"],
      "verbs": ["watch", "list"]},
     {"api_groups": [""], "resources": ["pods", "namespaces", "serviceaccounts"], "verbs": ["list", "watch"]},
-    {"api_groups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"api_groups": [CALICO_GROUP], "resources": [
         "globalfelixconfigs", "felixconfigurations", "bgppeers", "bgpfilters", "globalbgpconfigs",
         "bgpconfigurations", "ippools", "ipreservations", "ipamblocks", "globalnetworkpolicies",
@@ -151,11 +160,79 @@ NODE_RULES: tuple[dict[str, Any], ...] = (
         "stagedkubernetesnetworkpolicies", "globalnetworksets", "networksets", "clusterinformations",
         "hostendpoints", "blockaffinities", "caliconodestatuses", "tiers"], "verbs": _READ},
     {"api_groups": [CALICO_GROUP], "resources": ["tiers"], "verbs": ["create"]},
-    {"api_groups": [CALICO_GROUP], "resources": ["ippools", "felixconfigurations", "clusterinformations"],
-     "verbs": ["create", "update"]},
+    {"api_groups": [CALICO_GROUP], "resources": ["felixconfigurations", "clusterinformations"], "verbs": ["create"]},
+    # the startup updates only the objects named "default" (startup.go:1262-1310; clientv3/client.go:328-421)
+    {"api_groups": [CALICO_GROUP], "resources": ["felixconfigurations", "clusterinformations"],
+     "resource_names": ["default"], "verbs": ["update"]},
     {"api_groups": [CALICO_GROUP], "resources": ["caliconodestatuses"], "verbs": ["update"]},
     {"api_groups": [""], "resources": ["nodes"], "verbs": _READ},
 )
+NODE_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{NODE}"
+NODE_WRITES_POLICY = "kilonode-calico-node-writes"
+NODE_WRITES = ("clusterinformations", "felixconfigurations", "tiers", "caliconodestatuses")
+# The Tiers calico-node's startup creates, each with its order and default action
+# (libcalico-go/lib/clientv3/client.go:273-289, ensureTierExists :435-456; the names
+# libcalico-go/lib/names/policy.go:26-28, the orders api/pkg/apis/projectcalico/v3/tier.go:40-42).
+# Kubernetes NetworkPolicies live in the default tier: created with "Pass" instead of "Deny", a pod
+# that its policies select but do not allow would pass on, and be let through.
+TIERS = {"default": (1_000_000, "Deny"), "adminnetworkpolicy": (1_000, "Pass"),
+         "baselineadminnetworkpolicy": (10_000_000, "Pass")}
+# What the startup sets in the default FelixConfiguration, where unset (startup.go:1262-1310:
+# ReportingInterval 0, a metav1.Duration, written "0s"; LogSeverityScreen "Info").
+FELIX_DEFAULTS = {"reportingInterval": "0s", "logSeverityScreen": "Info"}
+# ClusterInformation fields the startup may change on an existing object (clientv3/client.go:357-410:
+# the running version, and cluster types it adds); the GUID and datastoreReady it sets only where unset.
+CLUSTER_INFO_CHANGES = ("calicoVersion", "clusterType")
+# ... and what it writes in one it creates (client.go:332-340)
+CLUSTER_INFO_FIELDS = ("calicoVersion", "clusterGUID", "clusterType", "datastoreReady")
+
+
+# NODE_WRITES_POLICY's variables (kilonode.k8s.admission): who writes, the spec before (none on a create)
+# and after.
+NODE_WRITE_VARIABLES = {
+    "calicoNode": f"request.userInfo.username == {NODE_USER!r}",
+    "old": "request.operation == 'UPDATE' && has(oldObject.spec) ? oldObject.spec : {}",
+    "new": "has(object.spec) ? object.spec : {}",
+}
+
+
+def node_write_rules() -> list[tuple[str, str]]:
+    """NODE_WRITES_POLICY's validations: calico-node's token, on every node, writes Calico's cluster-wide
+    objects only as its startup does (read at v3.31.7). Without them root on any node could set
+    datastoreReady false (every Felix waits for it), rewrite the default FelixConfiguration (every Felix's
+    settings its environment does not fix), or create the default Tier with action Pass (NetworkPolicy
+    isolation off), before or after the startup does."""
+    other = "!variables.calicoNode"
+    kind = "request.resource.resource"
+    tier = " || ".join(
+        f"object.metadata.name == {name!r} && double(variables.new.order) == {order:.1f} && "
+        f"variables.new.defaultAction == {action!r}" for name, (order, action) in TIERS.items())
+    felix = " && ".join(f"(k != {key!r} || variables.new[k] == {value!r})" for key, value in FELIX_DEFAULTS.items())
+    node = f"request.userInfo.extra[{NODE_NAME_EXTRA!r}]"
+    return [
+        (f"{other} || ({kind} == 'tiers' ? object.metadata.name in {sorted(TIERS)!r} : "
+         f"{kind} == 'caliconodestatuses' || object.metadata.name == 'default')",
+         "calico-node writes only the default ClusterInformation and FelixConfiguration and Calico's three Tiers"),
+        (f"{other} || {kind} != 'tiers' || request.operation == 'CREATE' && "
+         f"'order' in variables.new && 'defaultAction' in variables.new && ({tier})",
+         "calico-node creates a Tier only as its startup does: its upstream order and default action"),
+        (f"{other} || {kind} != 'clusterinformations' || variables.old.all(k, k in {list(CLUSTER_INFO_CHANGES)!r} "
+         "|| k in variables.new && variables.new[k] == variables.old[k]) && variables.new.all(k, k in variables.old "
+         f"|| k in {list(CLUSTER_INFO_FIELDS)!r}) && 'datastoreReady' in variables.new "
+         "&& variables.new.datastoreReady == true",
+         "calico-node keeps the ClusterInformation's GUID and datastoreReady true (it may set its version)"),
+        (f"{other} || {kind} != 'felixconfigurations' || variables.old.all(k, k in variables.new && "
+         "variables.new[k] == variables.old[k]) && variables.new.all(k, k in variables.old || "
+         f"k in {sorted(FELIX_DEFAULTS)!r} && {felix})",
+         "calico-node only fills the default FelixConfiguration's reportingInterval (0s) and logSeverityScreen "
+         "(Info) where unset"),
+        (f"{other} || {kind} != 'caliconodestatuses' || {NODE_NAME_EXTRA!r} in request.userInfo.extra && "
+         f"'node' in variables.new && variables.new.node == {node}[0] && "
+         f"(request.operation == 'CREATE' || 'node' in variables.old && variables.old.node == {node}[0])",
+         "calico-node updates only the CalicoNodeStatus of the node its pod runs on"),
+    ]
+
+
 # Typha's: what its syncer reads (felixsyncerv1.go:30-125; Profiles are Namespaces and ServiceAccounts,
 # WorkloadEndpoints are Pods in the Kubernetes datastore) and the Endpoints of its own Service, which its
 # connection rebalancing reads (TYPHA_CONNECTIONREBALANCINGMODE=kubernetes). Read only: upstream runs Typha
@@ -254,6 +331,8 @@ class Calico(pulumi.ComponentResource):
         accounts = {app: self._account(name, app, rules, child)
                     for app, rules in ((NODE, NODE_RULES), (TYPHA, TYPHA_RULES))}
         secrets = self._tls(name, child)
+        admission_policy(f"{name}-node-writes", NODE_WRITES_POLICY, list(NODE_WRITES), node_write_rules(), LABELS,
+                         child, group_version=(CALICO_GROUP, "v1"), variables=NODE_WRITE_VARIABLES)
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=crds)
         typha_labels = {**LABELS, "k8s-app": TYPHA}
         core.v1.Service(

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kilonode.k8s.admission import NODE_NAME_EXTRA
 from kilonode.k8s.bootstrap import KUBE_SYSTEM
 from kilonode.k8s.calico import NODE as CALICO_NODE
 from kilonode.k8s.cloud_provider import CNM
 from kilonode.k8s.pods import UNINITIALIZED_TAINT
-
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
 @dataclass(frozen=True)

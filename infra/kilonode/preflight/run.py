@@ -19,6 +19,7 @@ def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
     # who reaches whom, what runs, what a GPU pod gets, what resolves, what schedules, what fits, what Azure takes.
     from kilonode.preflight.checks import (
+        agent_writes,
         azure_names,
         binaries,
         boot_pulls,
@@ -48,8 +49,8 @@ def _registry() -> tuple[Check, ...]:
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, pod_isolation, scheduling, rdma, disks, azure_names, custom_data_size, identities,
-                       storage_access, listeners, etcd_backups, encryption_at_host, node_join, node_writers, quota,
-                       boot_pulls)
+                       storage_access, listeners, etcd_backups, encryption_at_host, node_join, node_writers,
+                       agent_writes, quota, boot_pulls)
     )
 
 

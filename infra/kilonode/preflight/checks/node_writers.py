@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kilonode.k8s.node_agents import NODE_NAME_EXTRA
+from kilonode.k8s.admission import NODE_NAME_EXTRA
 from kilonode.preflight.checks.contracts import _Access, _account_of
 from kilonode.preflight.model import Finding, Inputs
 
