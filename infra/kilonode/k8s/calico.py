@@ -169,6 +169,8 @@ NODE_RULES: tuple[dict[str, Any], ...] = (
 )
 NODE_USER = f"system:serviceaccount:{KUBE_SYSTEM}:{NODE}"
 NODE_WRITES_POLICY = "kilonode-calico-node-writes"
+# ... and CalicoNodeStatus, whose spec.node names the node it reports on (api/pkg/apis/projectcalico/v3/
+# nodestatus.go:52), which each node's status reporter updates (node/pkg/status/reporter.go:226).
 NODE_WRITES = ("clusterinformations", "felixconfigurations", "tiers", "caliconodestatuses")
 # The Tiers calico-node's startup creates, each with its order and default action
 # (libcalico-go/lib/clientv3/client.go:273-289, ensureTierExists :435-456; the names
