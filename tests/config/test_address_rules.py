@@ -1,6 +1,7 @@
-"""Source ranges that together admit the world are refused as 0.0.0.0/0 is, and the cluster's own
-address spaces cover no reserved range (catalog/addresses.yaml). The refusals are hostile files
-(tests/config/hostile/sem-world-*, sem-reserved-*); here, the edges that must still pass."""
+"""Source ranges that together admit more than a /8 of the internet to 6443 are refused as 0.0.0.0/0
+is, and the cluster's own address spaces cover no reserved range (catalog/addresses.yaml). The
+refusals are hostile files (tests/config/hostile/sem-world-*, sem-reserved-*); here, the edges that
+must still pass."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import pytest
 
 from kilonode.catalog.addresses import addresses
 from kilonode.config import load_stack
-from kilonode.config.checks import CLUSTER_DNS_OFFSET, KUBERNETES_SERVICE_OFFSET, WORLD_ADDRESSES, admitted
+from kilonode.config.checks import APISERVER_PUBLIC_ADDRESSES, CLUSTER_DNS_OFFSET, KUBERNETES_SERVICE_OFFSET, admitted
 from kilonode.plan.resolve import resolve
 from kilonode.plan.wellknown import AZURE_IMDS_ADDRESS, AZURE_WIRESERVER_ADDRESS
+from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
 RUNNER_VNET = ("/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/ci/providers/"
@@ -32,21 +34,31 @@ def _load(write_stack: StackWriter, network: dict[str, Any] | None = None,
 
 
 @pytest.mark.parametrize(("network", "cidrs"), [
-    ({}, ["0.0.0.0/1"]),  # the largest single range the /0 rule ever allowed
-    ({}, ["128.0.0.0/1", "130.0.0.0/8", "200.1.2.0/24"]),  # pieces inside it count once
-    ({"apiserverAllowedCidrs": ["0.0.0.0/2"]}, ["64.0.0.0/2"]),  # exactly half, across both fields
-    ({"apiserverAllowedCidrs": ["203.0.113.0/24"]}, ["198.51.100.0/24", "20.0.0.0/8"]),
+    ({}, ["20.0.0.0/8"]),  # the largest single range the apiserver takes
+    ({}, ["20.0.0.0/9", "20.128.0.0/10", "20.1.2.0/24"]),  # pieces inside it count once
+    ({"apiserverAllowedCidrs": ["20.0.0.0/9"]}, ["40.0.0.0/9"]),  # exactly a /8, across both fields
+    ({"apiserverAllowedCidrs": ["203.0.113.0/24"]}, ["198.51.100.0/24", "20.0.0.0/10"]),
+    ({}, ["10.0.0.0/8", "20.0.0.0/8"]),  # private space is not counted (it comes through your own peering)
 ])
-def test_ranges_that_admit_at_most_half_of_ipv4_together_pass(write_stack: StackWriter, network: dict[str, Any],
-                                                             cidrs: list[str]) -> None:
+def test_ranges_that_admit_at_most_a_slash_8_of_the_internet_together_pass(
+        write_stack: StackWriter, network: dict[str, Any], cidrs: list[str]) -> None:
     config = _load(write_stack, network, {"network": "internet", "cidrs": cidrs})
-    assert admitted([*config.network.apiserver_allowed_cidrs, *config.deployer.cidrs]) <= WORLD_ADDRESSES
+    assert admitted([*config.network.apiserver_allowed_cidrs, *config.deployer.cidrs]) <= APISERVER_PUBLIC_ADDRESSES
+
+
+@pytest.mark.parametrize("cidrs", [["0.0.0.0/1"], ["20.0.0.0/7"], ["20.0.0.0/8", "40.0.0.1/32"]])
+def test_more_than_a_slash_8_of_the_internet_is_refused(write_stack: StackWriter, cidrs: list[str]) -> None:
+    """The edge, and the /1 the rule passed until the independent trace (issue 37, round 2, finding 4)."""
+    with pytest.raises(StackError) as refused:
+        _load(write_stack, {}, {"network": "internet", "cidrs": cidrs})
+    [problem] = refused.value.problems
+    assert problem.loc == ("deployer", "cidrs") and "more than a /8" in problem.message
 
 
 def test_the_world_in_pieces_passes_when_the_stack_acknowledges_it(write_stack: StackWriter) -> None:
     config = _load(write_stack, {"acknowledgeWorldOpenAccess": True},
                    {"network": "internet", "cidrs": ["0.0.0.0/1", "128.0.0.0/1"]})
-    assert admitted(list(config.deployer.cidrs)) == 2**32
+    assert admitted(list(config.deployer.cidrs)) > 2**31  # every internet address: private space is not counted
 
 
 # (A range next to a reserved one, 169.255.0.0/16 or 126.0.0.0/8, is public space now refused as
@@ -91,7 +103,7 @@ def test_the_addresses_the_nodes_protect_lie_in_reserved_ranges() -> None:
 
 @pytest.mark.parametrize(("network", "admin"), [
     ({"publicIpsOnControlPlane": True}, "203.0.113.0/24"),
-    ({"publicIpsOnControlPlane": True}, "20.1.0.0/16"),  # the widest public range SSH takes
+    ({"publicIpsOnControlPlane": True}, "20.1.0.0/24"),  # the widest public range SSH takes
     ({}, "192.168.0.0/16"),  # an operator's VPN, outside the VNet
     ({}, "172.16.0.0/12"),
     ({}, "10.1.0.0/16"),  # next to the VNet (10.0.0.0/16)
@@ -100,7 +112,16 @@ def test_the_addresses_the_nodes_protect_lie_in_reserved_ranges() -> None:
 ])
 def test_an_admin_range_of_the_operators_own_passes(write_stack: StackWriter, network: dict[str, Any],
                                                     admin: str) -> None:
-    """network.adminCidr: at most a /16 of the internet's addresses and none of the VNet's (the
+    """network.adminCidr: at most a /24 of the internet's addresses and none of the VNet's (the
     refusals are hostile files, tests/config/hostile/trace-admin-cidr-*)."""
     config = _load(write_stack, {**network, "adminCidr": admin})
     assert str(config.network.admin_cidr) == admin
+
+
+@pytest.mark.parametrize("admin", ["20.1.0.0/23", "20.1.0.0/16"])
+def test_an_admin_range_wider_than_a_slash_24_of_the_internet_is_refused(write_stack: StackWriter, admin: str) -> None:
+    """A /16 passed until the independent trace (issue 37, round 2, finding 4)."""
+    with pytest.raises(StackError) as refused:
+        _load(write_stack, {"publicIpsOnControlPlane": True, "adminCidr": admin})
+    [problem] = refused.value.problems
+    assert problem.loc == ("network", "adminCidr") and "more than a /24" in problem.message

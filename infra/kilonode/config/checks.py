@@ -435,28 +435,36 @@ def _cidrs(config: ClusterConfig) -> list[Problem]:
     return problems
 
 
-# The existing rule's line, in addresses: one range admitting more than half of IPv4 is 0.0.0.0/0
-# (the only prefix that large). Ranges that together admit more are the same opening written in
-# pieces (0.0.0.0/1 + 128.0.0.0/1, or the world less a few holes): refused alike.
-WORLD_ADDRESSES = 2**31
+# The most internet addresses the apiservers' port 6443 may admit, network.apiserverAllowedCidrs and
+# deployer.cidrs together (both are admitted there): a /8's worth, 16,777,216. Every request there
+# needs a client certificate, so the bound is wider than SSH's; but the TLS and HTTP/2 handling
+# before it answers whoever is admitted (CVE-2023-44487, HTTP/2 "rapid reset", let any client that
+# could connect take apiservers down; fixed for unauthenticated ones in kubernetes/kubernetes#121120),
+# and no operator, office or CI egress needs more than a few /16s. A hosted CI service's published
+# egress is a cloud region's ranges, shared with everyone who rents there: run the deployer inside
+# the VNet (deployer.network: peered) instead. Private and shared space (catalog/addresses.yaml
+# `private`) is not counted, as for adminCidr. The /0 of the first rule, and 0.0.0.0/1 (the largest
+# single range that rule once passed), are far above it.
+APISERVER_PUBLIC_ADDRESSES = 2**24
 
 
 def admitted(ranges: list[IPv4Network]) -> int:
-    """How many addresses `ranges` admit together, overlaps counted once."""
-    return sum(n.num_addresses for n in collapse_addresses(ranges))
+    """How many internet addresses `ranges` admit together, overlaps counted once (private and
+    shared space not counted: catalog/addresses.yaml)."""
+    return sum(public_addresses(n) for n in collapse_addresses(ranges))
 
 
-# The most internet addresses network.adminCidr may admit to SSH: a /16. The NSGs admit it to port
+# The most internet addresses network.adminCidr may admit to SSH: a /24. The NSGs admit it to port
 # 22 on every etcd member, apiserver and pool node, and sshd answers anyone admitted before any key
 # is checked: a pre-authentication flaw (CVE-2024-6387, "regreSSHion": OpenSSH 8.5p1 to 9.7p1,
 # remote code execution as root; nvd.nist.gov/vuln/detail/CVE-2024-6387) is then open to every
 # address in the range. An operator's SSH comes from a VPN's or bastion's egress or an office's
-# block, a few addresses; a /16 is already a large organisation's whole allocation, and anything
-# wider is a provider's, shared with strangers. (The apiserver's 6443 is bounded at half of IPv4
-# only: every request there needs a client certificate, and the deployer's runner may be a hosted
-# CI service's wide egress.) Private and shared space (catalog/addresses.yaml `private`) is not
-# counted: it reaches the VMs only through the operator's own peering or VPN.
-ADMIN_PUBLIC_ADDRESSES = 2**16
+# block, a few addresses; 256 covers an office's whole block, and a wider range is an organisation's
+# allocation or a provider's, shared with strangers (the independent trace of issue 37 found a /16
+# of the internet still admitted with public IPs on the control plane). (The apiserver's 6443 is
+# bounded at a /8: APISERVER_PUBLIC_ADDRESSES.) Private and shared space (catalog/addresses.yaml
+# `private`) is not counted: it reaches the VMs only through the operator's own peering or VPN.
+ADMIN_PUBLIC_ADDRESSES = 2**8
 
 
 def _admin_cidr(config: ClusterConfig) -> list[Problem]:
@@ -487,9 +495,10 @@ def _admin_cidr(config: ClusterConfig) -> list[Problem]:
         through = " through their public IPs" if net.public_ips_on_control_plane else ""
         return [Problem(loc, (
             f"{admin} admits {public:,} internet addresses to SSH (22) on every control-plane VM{through}, more "
-            f"than a /16 ({ADMIN_PUBLIC_ADDRESSES:,}): sshd answers each before any key is checked (a "
+            f"than a /24 ({ADMIN_PUBLIC_ADDRESSES:,}): sshd answers each before any key is checked (a "
             "pre-authentication flaw such as CVE-2024-6387 is open to all of them); name your operators' egress "
-            "addresses (a /16 or narrower), or set network.acknowledgeWorldOpenAccess: true if you mean it"))]
+            "addresses (a /24 or narrower: a bastion's or VPN's egress), or set "
+            "network.acknowledgeWorldOpenAccess: true if you mean it"))]
     return []
 
 
@@ -521,11 +530,14 @@ def _world_open(config: ClusterConfig) -> list[Problem]:
                                   (("deployer", "cidrs"), deployer, ""),
                                   (("deployer", "cidrs"), allowed + deployer, " with network.apiserverAllowedCidrs")):
         count = admitted(ranges)
-        if count > WORLD_ADDRESSES:
-            return [Problem(loc, (
-                f"these ranges{together} admit {count:,} addresses to the apiserver (6443), more than half of IPv4 "
-                f"({WORLD_ADDRESSES:,}): that is 0.0.0.0/0 written in pieces, the whole internet{ack}"))]
-    return []
+        if count > APISERVER_PUBLIC_ADDRESSES and not (together and problems):  # the union: only if neither is
+            problems.append(Problem(loc, (
+                f"these ranges{together} admit {count:,} internet addresses to the apiserver (6443), more than a /8 "
+                f"({APISERVER_PUBLIC_ADDRESSES:,}): its TLS and HTTP/2 answer each before any certificate is checked "
+                "(a flaw there, such as HTTP/2 rapid reset, CVE-2023-44487, is open to all of them); a hosted CI "
+                "service's egress is a cloud region's ranges, so run the deployer in the VNet (deployer.network: "
+                f"peered){ack}")))
+    return problems
 
 
 def _reserved_ranges(config: ClusterConfig) -> list[Problem]:

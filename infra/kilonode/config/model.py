@@ -624,8 +624,8 @@ class NetworkConfig(StrictModel):
     acknowledge_world_open_access: Bool = Field(
         default=False,
         description=(
-            "apiserverAllowedCidrs (with deployer.cidrs) admitting more than half of IPv4, or adminCidr "
-            "admitting more than a /16 of internet addresses, opens the apiserver or SSH to the world; "
+            "apiserverAllowedCidrs (with deployer.cidrs) admitting more than a /8 of internet addresses, or "
+            "adminCidr more than a /24 of them, opens the apiserver or SSH to the world; "
             "refused unless this says the stack means it. It never lifts adminCidr's other rule: no "
             "address of the VNet (pods have pool-subnet addresses)."
         ),
