@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kilonode.catalog.components import registry_of
 from kilonode.preflight import run
-from kilonode.preflight.checks.boot_pulls import registry_of
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
 

@@ -103,6 +103,22 @@ class Components(Row):
     calico: Component
 
 
+    def registries(self) -> frozenset[str]:
+        """The registry hosts the cluster's own components are pulled from (every image of the
+        catalogue): the ones a stack's pause and preload images may name without trustedRegistries."""
+        rows = (getattr(self, name) for name in type(self).model_fields)
+        return frozenset(registry_of(image) for row in rows for image in row.images.values())
+
+
+def registry_of(image: str) -> str:
+    """The registry host of an image reference (Docker's rule: the first path part, when it
+    has a dot or a colon or is localhost; otherwise Docker Hub)."""
+    first, sep, _ = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
 class _File(Row):
     components: Components
 

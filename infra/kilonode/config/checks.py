@@ -12,6 +12,7 @@ from pathlib import Path
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
 from kilonode.catalog.addresses import addresses, private_of, public_addresses, reserved_in
+from kilonode.catalog.components import components, registry_of
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
@@ -56,6 +57,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_deployer(config),
         *_cidrs(config),
         *_gc_thresh(config, profile),
+        *_image_sources(config),
     ]
 
 
@@ -794,4 +796,33 @@ def _gc_thresh(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:
             f"neighbour-table thresholds must rise: gc_thresh1 < gc_thresh2 < gc_thresh3, "
             f"got {one} / {two} / {three}; the field notes' values are 80000 / 90000 / 100000",
         ))
+    return problems
+
+
+def _image_sources(config: ClusterConfig) -> list[Problem]:
+    """The pause image and each pool's preloaded images come from a registry the cluster already
+    pulls its components from, or one trustedRegistries names; and by digest, where the node image
+    build pulls them (a tag can be moved under the next build): the pause image runs in every pod's
+    sandbox, a preloaded image on every node of its pool (issue 37, independent trace round 2,
+    finding 5). The pause image's default is exempt from the digest: the catalogue's own, by tag
+    (policy/security-exceptions.yaml imagesByTag). A preload with an archive is exempt from both:
+    nothing is pulled, the archive in the project is the content a reviewer sees."""
+    allowed = components().registries() | set(config.trusted_registries)
+    default = type(config).model_fields["pause_image"].default
+    images: list[tuple[Loc, str, bool]] = [(("pauseImage",), config.pause_image, config.pause_image != default)]
+    images += [(("nodePools", i, "preloadImages", j, "image"), item.image, True)
+               for i, pool in enumerate(config.node_pools) for j, item in enumerate(pool.preload_images)
+               if item.archive is None]
+    problems = []
+    for loc, image, needs_digest in images:
+        registry = registry_of(image)
+        if registry not in allowed:
+            problems.append(Problem(loc, (
+                f"{image} is pulled from {registry}, which is none of the registries the cluster's own components "
+                f"come from ({', '.join(sorted(components().registries()))}) and not in trustedRegistries: name it "
+                "there if this stack means to trust it")))
+        elif needs_digest and "@sha256:" not in image:
+            problems.append(Problem(loc, (
+                f"{image} is named by tag only: the node image build pulls whatever the tag points at then; add its "
+                "digest (name:tag@sha256:...), or supply its archive")))
     return problems

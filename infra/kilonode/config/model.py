@@ -13,6 +13,7 @@ from ipaddress import IPv4Network
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -340,6 +341,17 @@ def image_reference(value: str) -> str:
     if len(value) > 255 or not re.fullmatch(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]+)?(@sha256:[0-9a-f]{64})?", value):
         raise ValueError(f"is not an image reference like 'registry/name:tag' (got {shown(value)})")
     return value
+
+
+def registry_host(value: str) -> str:
+    """A registry host as an image reference names it: a DNS name, an optional port."""
+    label = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
+    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*(:[0-9]{{1,5}})?", value):
+        raise ValueError(f"is not a registry host like 'myregistry.azurecr.io' (got {shown(value)})")
+    return value
+
+
+RegistryHost = Annotated[Str, AfterValidator(registry_host)]
 
 
 class PreloadImageConfig(StrictModel):
@@ -870,6 +882,15 @@ class ClusterConfig(StrictModel):
         description=(
             "Preloaded on every node (field notes: a registry quota hit on the pause pull blocks the whole "
             "node); the node image builds it, so nothing is pulled."
+        ),
+    )
+    trusted_registries: tuple[RegistryHost, ...] = Field(
+        default=(), max_length=16,
+        description=(
+            "Registries besides the components' own (the hosts of infra/kilonode/catalog/components.yaml's "
+            "images) that pauseImage and nodePools[].preloadImages may name, like 'myregistry.azurecr.io'. "
+            "The pause image runs in every pod's sandbox and a preloaded image on every node of its pool: "
+            "adding a registry is a decision a reviewer should see, not a side effect of an image name."
         ),
     )
     network: NetworkConfig = Field(

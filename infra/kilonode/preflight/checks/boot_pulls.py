@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from kilonode.catalog.components import registry_of
 from kilonode.preflight.model import Finding, Inputs
 from kilonode.preflight.nodes import bootstrap_nodes
 from kilonode.preflight.placement import (
@@ -29,15 +30,6 @@ TITLE = "registry pulls before each node runs its pods, and how many nodes pull 
 # Taints that clear by themselves during bring-up (the node turns Ready; cloud-node-manager
 # initialises it): a DaemonSet that tolerates everything else lands on the node in the end.
 TRANSIENT = frozenset({NOT_READY, UNINITIALIZED})
-
-
-def registry_of(image: str) -> str:
-    """The registry host of an image reference (Docker's rule: the first path part, when it
-    has a dot or a colon or is localhost; otherwise Docker Hub)."""
-    first, sep, _ = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
 
 
 def _images(spec: dict) -> list[str]:  # type: ignore[type-arg]
