@@ -168,19 +168,15 @@ def largest_files(user_data: str, files: Sequence[FileEntry], count: int = 3) ->
     return ", ".join(f"{path} ({size:,} B)" for size, path in sorted(sizes, reverse=True)[:count])
 
 
-def measure(plan: ClusterPlan, user_data: Mapping[str, str]) -> dict[str, tuple[int, str]]:
-    """Each machine role's custom data size, base64 as Azure receives it, and its largest files,
-    from its rendered user-data (role -> text; roles that are no machine's custom data are
-    skipped): what preflight's custom-data-size judges, and what oversized refuses above the
-    limit."""
+def measure(plan: ClusterPlan, user_data: Mapping[str, str]) -> dict[str, int]:
+    """Each machine role's custom data size, base64 as Azure receives it, from its rendered
+    user-data (role -> text; roles that are no machine's custom data are skipped): what
+    preflight's custom-data-size judges, and what oversized refuses above the limit. (Which files
+    make a role large, largest_files, is read only for a role over it: it parses the YAML.)"""
     layout = pki.pki_layout(plan)
     pools = {role for p in plan.node_pools for role in (p.role(), *(p.role(t) for t in p.teams))}
-    sizes = {}
-    for host, text in user_data.items():
-        if host in layout.hosts or host in pools:
-            files = delivered(plan, layout, host)
-            sizes[host] = (encoded_size(text, files), largest_files(text, files))
-    return sizes
+    return {host: encoded_size(text, delivered(plan, layout, host))
+            for host, text in user_data.items() if host in layout.hosts or host in pools}
 
 
 # The stack values that grow a role's custom data (kilonode.config.model.CUSTOM_DATA_BOUNDS), as
@@ -210,9 +206,10 @@ def oversized(stack: Stack, plan: ClusterPlan, user_data: Mapping[str, str]) -> 
     apply, with a traceback. Each at the stack value that grows that role's custom data most (the
     largest of those it carries)."""
     problems = []
-    for role, (size, largest) in measure(plan, user_data).items():
+    for role, size in measure(plan, user_data).items():
         if size <= AZURE_CUSTOM_DATA_MAX_BYTES:
             continue
+        largest = largest_files(user_data[role], delivered(plan, pki.pki_layout(plan), role))
         loc, grown = _largest_grower(stack, plan, role)
         problems.append(Problem(loc, (
             f"{role}'s custom data would be {size:,} bytes base64-encoded, {size - AZURE_CUSTOM_DATA_MAX_BYTES:,} "
