@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kilonode.catalog.components import registry_of
+from kilonode.imageref import registry_of
 from kilonode.preflight import run
 from tests.preflight.conftest import artefacts, inputs_of, resource
 

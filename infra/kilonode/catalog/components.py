@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from kilonode.catalog import CATALOG_DIR, Row, load
+from kilonode.imageref import registry_of
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 _KUBERNETES_RELEASE = re.compile(r"v1\.\d+\.\d+")
@@ -108,15 +109,6 @@ class Components(Row):
         catalogue): the ones a stack's pause and preload images may name without trustedRegistries."""
         rows = (getattr(self, name) for name in type(self).model_fields)
         return frozenset(registry_of(image) for row in rows for image in row.images.values())
-
-
-def registry_of(image: str) -> str:
-    """The registry host of an image reference (Docker's rule: the first path part, when it
-    has a dot or a colon or is localhost; otherwise Docker Hub)."""
-    first, sep, _ = image.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return first
-    return "docker.io"
 
 
 class _File(Row):

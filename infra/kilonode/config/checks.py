@@ -12,13 +12,14 @@ from pathlib import Path
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
 from kilonode.catalog.addresses import addresses, private_of, public_addresses, reserved_in
-from kilonode.catalog.components import components, registry_of
+from kilonode.catalog.components import components
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
 from kilonode.config.model import GIB, ROLE_IMAGES, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown, taint_key_effect
+from kilonode.imageref import registry_of
 from kilonode.problems import Loc, Problem
 
 GC_THRESH = tuple(f"net.ipv4.neigh.default.gc_thresh{i}" for i in (1, 2, 3))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from kilonode.catalog.components import registry_of
+from kilonode.imageref import registry_of
 from kilonode.preflight.model import Finding, Inputs
 from kilonode.preflight.nodes import bootstrap_nodes
 from kilonode.preflight.placement import (
