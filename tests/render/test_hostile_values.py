@@ -161,7 +161,7 @@ NOT_RENDERED = {
     # VM size names (VmSize's pattern), each matched against the sizes the stack uses
     "sizesConfirmedInLocation[]": "size names matched against the stack's own sizes, never rendered",
     # registry hosts (RegistryHost's pattern), matched against the hosts of the stack's image names
-    "trustedRegistries[]": "registry hosts matched against the stack's image names, never rendered",
+    "trustedImagePrefixes[]": "image-name prefixes matched against the stack's image names, never rendered",
 
 
     # operators' public keys: an Azure input (osProfile...ssh.publicKeys), written to authorized_keys by

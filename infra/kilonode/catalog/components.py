@@ -104,11 +104,44 @@ class Components(Row):
     calico: Component
 
 
-    def registries(self) -> frozenset[str]:
-        """The registry hosts the cluster's own components are pulled from (every image of the
-        catalogue): the ones a stack's pause and preload images may name without trustedRegistries."""
+    def repositories(self) -> frozenset[str]:
+        """Every component image's repository (the reference without tag or digest)."""
         rows = (getattr(self, name) for name in type(self).model_fields)
-        return frozenset(registry_of(image) for row in rows for image in row.images.values())
+        return frozenset(repository_of(image) for row in rows for image in row.images.values())
+
+    def publishers(self) -> frozenset[str]:
+        """Where the cluster's own components are published, as image-name prefixes: a registry
+        one publisher curates, whole (CURATED_REGISTRIES), else the account or organisation path
+        on a registry anyone may publish to (quay.io/calico, not quay.io). What a stack's pause and
+        preload images may name without trustedImagePrefixes."""
+        return frozenset(publisher_of(repository) for repository in self.repositories())
+
+
+# Registries whose every image one publisher promotes: registry.k8s.io serves only what the
+# Kubernetes project promotes (kubernetes/k8s.io registry.k8s.io/images/*: each image by a
+# promotion pull request), mcr.microsoft.com only Microsoft's. On the others (quay.io, ghcr.io,
+# nvcr.io, Docker Hub) any account publishes, so a host names no publisher.
+CURATED_REGISTRIES = frozenset({"registry.k8s.io", "mcr.microsoft.com"})
+
+
+def repository_of(image: str) -> str:
+    """An image reference without its digest and tag (a port in the host stays), with Docker Hub's
+    host and `library/` written out as the runtimes resolve them (busybox: docker.io/library/busybox)."""
+    name = image.partition("@")[0]
+    head, _, last = name.rpartition("/")
+    repository = f"{head}/{last.partition(':')[0]}" if head else last.partition(":")[0]
+    if registry_of(repository) == "docker.io" and not repository.startswith("docker.io/"):
+        repository = f"docker.io/{repository if '/' in repository else 'library/' + repository}"
+    return repository
+
+
+def publisher_of(repository: str) -> str:
+    """The prefix that names a repository's publisher (CURATED_REGISTRIES)."""
+    registry = registry_of(repository)
+    rest = repository.removeprefix(registry + "/")
+    if registry in CURATED_REGISTRIES or "/" not in rest:
+        return registry
+    return f"{registry}/{rest.partition('/')[0]}"
 
 
 class _File(Row):

@@ -12,14 +12,13 @@ from pathlib import Path
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
 from kilonode.catalog.addresses import addresses, private_of, public_addresses, reserved_in
-from kilonode.catalog.components import components
+from kilonode.catalog.components import components, publisher_of, repository_of
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
 from kilonode.config.model import GIB, ROLE_IMAGES, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown, taint_key_effect
-from kilonode.imageref import registry_of
 from kilonode.problems import Loc, Problem
 
 GC_THRESH = tuple(f"net.ipv4.neigh.default.gc_thresh{i}" for i in (1, 2, 3))
@@ -801,14 +800,16 @@ def _gc_thresh(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:
 
 
 def _image_sources(config: ClusterConfig) -> list[Problem]:
-    """The pause image and each pool's preloaded images come from a registry the cluster already
-    pulls its components from, or one trustedRegistries names; and by digest, where the node image
-    build pulls them (a tag can be moved under the next build): the pause image runs in every pod's
-    sandbox, a preloaded image on every node of its pool (issue 37, independent trace round 2,
-    finding 5). The pause image's default is exempt from the digest: the catalogue's own, by tag
-    (policy/security-exceptions.yaml imagesByTag). A preload with an archive is exempt from both:
-    nothing is pulled, the archive in the project is the content a reviewer sees."""
-    allowed = components().registries() | set(config.trusted_registries)
+    """The pause image and each pool's preloaded images come from a publisher the cluster already
+    pulls its components from (components().publishers(): a curated registry whole, else the
+    account on a shared one), or one trustedImagePrefixes names; and by digest, where the node
+    image build pulls them (a tag can be moved under the next build): the pause image runs in
+    every pod's sandbox, a preloaded image on every node of its pool (issue 37, independent trace
+    round 2, finding 5; round 3, finding 2: a host alone let anyone's quay.io or ghcr.io account
+    in). The pause image's default is exempt from the digest: the catalogue's own, by tag
+    (policy/security-exceptions.yaml imagesByTag). A preload with an archive pulls nothing: its
+    name is checked only against the components' (_preload_shadows)."""
+    publishers = components().publishers()
     default = type(config).model_fields["pause_image"].default
     images: list[tuple[Loc, str, bool]] = [(("pauseImage",), config.pause_image, config.pause_image != default)]
     images += [(("nodePools", i, "preloadImages", j, "image"), item.image, True)
@@ -816,14 +817,37 @@ def _image_sources(config: ClusterConfig) -> list[Problem]:
                if item.archive is None]
     problems = []
     for loc, image, needs_digest in images:
-        registry = registry_of(image)
-        if registry not in allowed:
+        repository = repository_of(image)
+        if not any(repository.startswith(prefix + "/") for prefix in (*publishers, *config.trusted_image_prefixes)):
             problems.append(Problem(loc, (
-                f"{image} is pulled from {registry}, which is none of the registries the cluster's own components "
-                f"come from ({', '.join(sorted(components().registries()))}) and not in trustedRegistries: name it "
+                f"{image} is published by {publisher_of(repository)}, none of the publishers the cluster's own "
+                f"components come from ({', '.join(sorted(publishers))}) and not in trustedImagePrefixes: name it "
                 "there if this stack means to trust it")))
         elif needs_digest and "@sha256:" not in image:
             problems.append(Problem(loc, (
                 f"{image} is named by tag only: the node image build pulls whatever the tag points at then; add its "
                 "digest (name:tag@sha256:...), or supply its archive")))
+    return problems + _preload_shadows(config)
+
+
+def _preload_shadows(config: ClusterConfig) -> list[Problem]:
+    """No preloaded image takes a component's repository or the pause image's (issue 37, independent
+    trace round 3, finding 3): the components run by tag with pull policy IfNotPresent (the
+    default for a tag other than latest, kubernetes pkg/apis/core/v1/defaults.go
+    SetDefaults_Container), so a preloaded archive named quay.io/calico/node:v3.31.7 would be what
+    runs, privileged, on every node of the pool. A component's own archive goes in
+    bootImageArchives, which is held to the images the nodes start at boot."""
+    pause = repository_of(config.pause_image)
+    reserved = {*components().repositories(), pause}
+    problems = []
+    for i, pool in enumerate(config.node_pools):
+        for j, item in enumerate(pool.preload_images):
+            repository = repository_of(item.image)
+            if repository not in reserved:
+                continue
+            whose = "the pause image" if repository == pause else "an in-cluster component"
+            problems.append(Problem(("nodePools", i, "preloadImages", j, "image"), (
+                f"{item.image} is the repository of {whose}: a preloaded copy would be what its pods run (pulled "
+                "only if not present); supply a component's archive in bootImageArchives, or preload it under a "
+                "name of your own")))
     return problems

@@ -343,15 +343,17 @@ def image_reference(value: str) -> str:
     return value
 
 
-def registry_host(value: str) -> str:
-    """A registry host as an image reference names it: a DNS name, an optional port."""
+def image_prefix(value: str) -> str:
+    """A registry host (a DNS name, an optional port), optionally followed by a repository path."""
     label = r"[a-z0-9]([a-z0-9-]*[a-z0-9])?"
-    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*(:[0-9]{{1,5}})?", value):
-        raise ValueError(f"is not a registry host like 'myregistry.azurecr.io' (got {shown(value)})")
+    path = r"[a-z0-9]+([._-][a-z0-9]+)*"
+    if len(value) > 253 or not re.fullmatch(rf"{label}(\.{label})*(:[0-9]{{1,5}})?(/{path})*", value):
+        raise ValueError(f"is not a registry, or a registry and account, like 'myregistry.azurecr.io' or "
+                         f"'ghcr.io/my-org' (got {shown(value)})")
     return value
 
 
-RegistryHost = Annotated[Str, AfterValidator(registry_host)]
+ImagePrefix = Annotated[Str, AfterValidator(image_prefix)]
 
 
 class PreloadImageConfig(StrictModel):
@@ -884,13 +886,16 @@ class ClusterConfig(StrictModel):
             "node); the node image builds it, so nothing is pulled."
         ),
     )
-    trusted_registries: tuple[RegistryHost, ...] = Field(
+    trusted_image_prefixes: tuple[ImagePrefix, ...] = Field(
         default=(), max_length=16,
         description=(
-            "Registries besides the components' own (the hosts of infra/kilonode/catalog/components.yaml's "
-            "images) that pauseImage and nodePools[].preloadImages may name, like 'myregistry.azurecr.io'. "
-            "The pause image runs in every pod's sandbox and a preloaded image on every node of its pool: "
-            "adding a registry is a decision a reviewer should see, not a side effect of an image name."
+            "Publishers besides the components' own that pauseImage and nodePools[].preloadImages may name, as "
+            "image-name prefixes: a registry of yours whole ('myregistry.azurecr.io'), or an account on a shared "
+            "one ('ghcr.io/my-org'). The components' own: registry.k8s.io and mcr.microsoft.com whole (one "
+            "publisher curates each), and on quay.io, ghcr.io and nvcr.io only the accounts that publish the "
+            "catalogue's images (quay.io/calico, not quay.io: anyone publishes there). The pause image runs in "
+            "every pod's sandbox and a preloaded image on every node of its pool: trusting a publisher is a "
+            "decision a reviewer should see."
         ),
     )
     network: NetworkConfig = Field(
