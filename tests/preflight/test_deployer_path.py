@@ -4,6 +4,7 @@ kubeconfig naming the wrong endpoint, a missing peering side) is named under the
 
 from __future__ import annotations
 
+import copy
 from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
@@ -185,3 +186,38 @@ def test_nsg_evaluation_follows_azure(rules: list[dict[str, Any]], expected: tup
 def test_the_virtual_network_tag_admits_a_peered_range_by_default() -> None:
     peered_space = [*VNET, IPv4Network("10.200.0.0/24")]
     assert admits([], IPv4Network("10.200.0.0/24"), TARGETS, 6443, peered_space)[0] == "allow"
+
+
+def _nsg(graph: dict[str, Any], suffix: str) -> dict[str, Any]:
+    [found] = [r for r in azure(graph, "NetworkSecurityGroup") if r["name"].endswith(suffix)]
+    return found
+
+
+def test_no_host_of_the_cluster_reaches_a_peered_deployer(peered: tuple[ClusterPlan, dict[str, Any]]) -> None:
+    """Issue 37, independent trace round 3, finding 1: the peering gives VNet access both ways, so
+    without an outbound deny every pod reached the runner (admin credentials, the Pulumi state)."""
+    _, graph = peered
+    nsgs = azure(graph, "NetworkSecurityGroup")
+    assert len(nsgs) == 3  # control plane, etcd, pools
+    for nsg in nsgs:
+        [rule] = [r for r in nsg["inputs"]["securityRules"] if r["direction"] == "Outbound"]
+        assert (rule["access"], rule["destinationAddressPrefixes"]) == ("Deny", ["10.200.0.0/24"])
+
+
+@pytest.mark.parametrize(("plant", "allowed_by"), [
+    # the deny taken out: Azure's AllowVnetOutBound covers the peered space
+    (lambda rules: [r for r in rules if r["direction"] != "Outbound"], "AllowVnetOutBound"),
+    # an allow above it for part of the range
+    (lambda rules: [*rules, {"name": "allow-out", "priority": 90, "direction": "Outbound", "access": "Allow",
+                             "protocol": "*", "destinationAddressPrefix": "10.200.0.128/25",
+                             "destinationPortRange": "*"}], "allow-out"),
+])
+def test_a_pool_nsg_that_lets_pods_reach_the_deployer_is_a_break(
+        peered: tuple[ClusterPlan, dict[str, Any]], plant: Any, allowed_by: str) -> None:
+    plan, graph = peered
+    graph = copy.deepcopy(graph)
+    nsg = _nsg(graph, "-pools-nsg")
+    nsg["inputs"]["securityRules"] = plant(nsg["inputs"]["securityRules"])
+    files, _ = artefacts("local")
+    [finding] = breaks(run(from_parts(plan, files, graph, source="peered"), CHECK))
+    assert "pools-nsg" in finding.where and allowed_by in finding.what and "10.200.0.0/24" in finding.what

@@ -23,7 +23,11 @@ keeps users' pods off it); preflight's `listeners` check says where it is not.
 
 A `peered` deployer's VNet is peered with the cluster's both ways (a peering is connected only
 once both sides exist: virtual-network-manage-peering.md), so its runner reaches the internal
-load balancer; the deny-all below still admits nothing of it but 6443.
+load balancer; the deny-all below still admits nothing of it but 6443. Outbound, every NSG
+denies the deployer's addresses (`deny-to-deployer`): the peering would otherwise let every pod
+reach the machine that holds the admin credentials and the Pulumi state (Azure's default
+AllowVnetOutBound covers peered spaces). The rest of the runner's VNet is the runner's NSGs' to
+guard: docs/azure.md says so.
 - pool subnets, all under ONE NSG: everything from the pool subnets (pod to pod, native pod
   IPs) and from the control-plane subnet (apiserver to kubelet, webhooks, and to aggregated API
   servers' pods: metrics-server on 10250, catalog/contracts.yaml metricsServer apiserver-reach); Azure's
@@ -66,6 +70,15 @@ SSH_PORT = 22
 DENY_ALL_PRIORITY = 4096
 DEPLOYER_RULE = "allow-apiserver-from-deployer"
 DEPLOYER_RULE_PRIORITY = 115
+# A peered deployer: no host of the cluster opens a connection to it (issue 37, independent trace
+# round 3, finding 1). The peering gives VNet access both ways, and Azure's default outbound rule
+# (AllowVnetOutBound, 65000: the VirtualNetwork tag covers peered address spaces,
+# network-security-groups-overview.md "Default security rules"; service-tags-overview.md) would let
+# every pod (Azure CNI: pool-subnet addresses) reach the machine that holds the cluster's admin
+# credentials, the Azure login that assigns roles and the Pulumi state. The runner's answers to
+# its own connections (6443) pass: NSGs are stateful.
+NO_DEPLOYER_RULE = "deny-to-deployer"
+NO_DEPLOYER_PRIORITY = 100
 # Prometheus reads the GPU health taint controller's metrics on each apiserver VM
 # (kilonode.render.gpu_metrics: plain HTTP, sync times and counts); only where GPU pools run it.
 GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-monitoring"
@@ -136,6 +149,19 @@ def _deny_all() -> network.SecurityRuleArgs:
     )
 
 
+def _no_deployer(plan: ClusterPlan) -> list[network.SecurityRuleArgs]:
+    """The outbound deny to a peered deployer (NO_DEPLOYER_RULE), on every NSG; none otherwise
+    (an internet deployer is reached, if at all, through the NAT gateway like the internet)."""
+    deployer = plan.network.deployer
+    if deployer is None or deployer.vnet_id is None:
+        return []
+    return [network.SecurityRuleArgs(
+        name=NO_DEPLOYER_RULE, priority=NO_DEPLOYER_PRIORITY, direction="Outbound", access="Deny", protocol="*",
+        source_address_prefix="*", source_port_range="*",
+        destination_address_prefixes=[str(c) for c in deployer.cidrs], destination_port_range="*",
+    )]
+
+
 def _monitoring_rules(plan: ClusterPlan, subnet: str) -> list[network.SecurityRuleArgs]:
     """What the cluster's Prometheus scrapes on the hosts of `subnet` (the control plane's or the
     etcd members'), admitted from its pool's subnet alone; nothing without one."""
@@ -187,7 +213,8 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
             control, str(APISERVER_PORT),
         ))
     nsg_rules: dict[str, list[network.SecurityRuleArgs]] = {
-        "control-plane": [*apiserver_rules, *_monitoring_rules(plan, control), *ssh(200, control), _deny_all()],
+        "control-plane": [*apiserver_rules, *_monitoring_rules(plan, control), *ssh(200, control), _deny_all(),
+                          *_no_deployer(plan)],
         "etcd": [
             _allow("allow-etcd-client-from-apiservers", 100, [control], etcd, str(ETCD_CLIENT_PORT)),
             # a member that rejoins (etcd-join) asks its peers for the member list on their client
@@ -199,6 +226,7 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
             *_monitoring_rules(plan, etcd),
             *ssh(200, etcd),
             _deny_all(),
+            *_no_deployer(plan),
         ],
     }
     nsg_rules[POOLS_NSG] = [
@@ -212,6 +240,7 @@ def _nsg_rules(plan: ClusterPlan) -> dict[str, list[network.SecurityRuleArgs]]:
         _allow("allow-load-balancer-probes", 120, ["AzureLoadBalancer"], pools, "*", protocol="*"),
         *ssh(200, pools),
         _deny_all(),
+        *_no_deployer(plan),
     ]
     return nsg_rules
 

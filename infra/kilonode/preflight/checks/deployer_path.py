@@ -21,6 +21,12 @@ is outside it on a first run; the chain traced here, hop by hop, from the record
    service-tags-overview.md). Behind a load balancer the NSG sees the backend's private address
    as destination (load-balancer-overview: Standard load balancers are "closed by default").
 
+6. `peered`, the other way: no host of the cluster opens a connection to the deployer. Every NSG
+   of the cluster's subnets must refuse outbound flows to each deployer CIDR before Azure's
+   default AllowVnetOutBound, which covers the peered space: otherwise every pod (pool-subnet
+   addresses under Azure CNI) reaches the machine holding the admin credentials and the Pulumi
+   state (issue 37, independent trace round 3, finding 1).
+
 What only Azure can show (said in docs/azure.md): the deployer's real egress address, a firewall
 or proxy of its own network, an Azure Policy that forbids public IPs or peerings.
 """
@@ -87,7 +93,7 @@ def check(inputs: Inputs) -> list[Finding]:
         findings += found
         if any(f.level == "break" for f in found):
             break  # the first break of the chain: what comes after it is not reached
-    return findings
+    return findings + _outbound(inputs.plan, deployer, graph)
 
 
 class NetworkGraph:
@@ -294,6 +300,55 @@ def _nsgs(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> lis
                     "allow-apiserver-from-deployer)",
                 ))
     return findings
+
+
+# Azure's default outbound rules, after every custom one (network-security-groups-overview.md).
+AZURE_DEFAULT_OUTBOUND: tuple[dict[str, Any], ...] = (
+    {"name": "AllowVnetOutBound (Azure's default)", "priority": 65000, "access": "Allow",
+     "destinationAddressPrefix": "VirtualNetwork"},
+    {"name": "AllowInternetOutBound (Azure's default)", "priority": 65001, "access": "Allow",
+     "destinationAddressPrefix": "Internet"},
+    {"name": "DenyAllOutBound (Azure's default)", "priority": 65500, "access": "Deny", "destinationAddressPrefix": "*"},
+)
+
+
+def _outbound(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> list[Finding]:
+    """Hop 6 (peered): every NSG of the cluster's subnets refuses outbound flows to the deployer."""
+    if deployer.vnet_id is None:
+        return []
+    vnet_space = [plan.network.vnet_cidr, *deployer.cidrs]
+    findings = []
+    for group in graph.of(NSG):
+        rules = [r for r in group.inputs.get("securityRules") or [] if r.get("direction") == "Outbound"]
+        for cidr in deployer.cidrs:
+            rule = _first_outbound(rules, cidr, vnet_space)
+            if str(rule.get("access")).lower() != "deny":
+                findings.append(Finding(
+                    NAME, "break", group.describe(),
+                    f"outbound flows to {cidr} (the peered deployer) are allowed by {rule.get('name')}: every pod "
+                    "on a subnet of this NSG (Azure CNI: pool-subnet addresses) reaches the machine that holds "
+                    "the cluster's admin credentials, the Azure login that assigns roles and the Pulumi state",
+                    "deny outbound to deployer.cidrs above every allow (kilonode.azure.network: deny-to-deployer)",
+                ))
+    return findings
+
+
+def _first_outbound(rules: list[Mapping[str, Any]], target: IPv4Network,
+                    vnet_space: list[IPv4Network]) -> Mapping[str, Any]:
+    """The rule that decides the first outbound flow to `target` (any protocol, port and source):
+    custom rules by priority, then Azure's defaults; a rule that covers only part of `target`
+    decides that part, so an allow of any part is what is returned."""
+    remaining = [target]
+    for rule in (*sorted(rules, key=lambda r: int(r.get("priority", 65000))), *AZURE_DEFAULT_OUTBOUND):
+        matched = [part for net in remaining for part in _overlap(net, rule_networks(rule, "destination", vnet_space))]
+        if not matched:
+            continue
+        if str(rule.get("access")).lower() != "deny":
+            return rule
+        remaining = _minus(remaining, matched)
+        if not remaining:
+            return rule
+    return AZURE_DEFAULT_OUTBOUND[-1]
 
 
 def admits(rules: Iterable[Mapping[str, Any]], source: IPv4Network, targets: list[IPv4Address], port: int,
