@@ -53,6 +53,20 @@ class TeamPlacement:
 
 
 def _pool_of(index: int, team: TeamConfig, pools: Sequence[NodePoolPlan]) -> tuple[NodePoolPlan | None, Problem | None]:
+    pool, problem = _named_pool(index, team, pools)
+    if pool is not None and (pool.system or pool.monitoring):
+        # A team's shards register with the team's taint, which the system workloads (or the
+        # cluster's Prometheus) do not tolerate: the pool would lose those nodes to them, and the
+        # team's pods would run beside the controllers' tokens (independent trace of issue 37, round 3).
+        kind = "a system pool" if pool.system else "the monitoring pool"
+        loc = ("teams", index, "pool" if team.pool is not None else "nodeSelector")
+        return None, Problem(loc, f"pool {pool.name} is {kind}: it serves the cluster's own controllers, and no "
+                                  "team's shards may come from it; give the team a pool of its own")
+    return pool, problem
+
+
+def _named_pool(index: int, team: TeamConfig,
+                pools: Sequence[NodePoolPlan]) -> tuple[NodePoolPlan | None, Problem | None]:
     if team.pool is not None:
         for pool in pools:
             if pool.name == team.pool:
