@@ -67,7 +67,7 @@ def test_a_new_pause_image_the_node_image_lacks_stops_every_new_kubelet(repo: Pa
     result = reviewed(repo, branch)
     [image] = [r for r in risk(result, "image-not-rebuilt") if "pause:3.10.1" in r.summary]
     assert image.level == HIGH
-    assert "kilonode-preload-images.service fails" in image.summary and "no new or reimaged node" in image.summary
+    assert "kilonode-preload-images.service fails" in image.summary and "no new or upgraded node" in image.summary
     assert "Bump nodeImageVersion" in image.summary
 
 

@@ -69,8 +69,8 @@ class Side:
     objects run."""
 
     apiserver: int | None
-    kubelet_new: int | None  # new or reimaged nodes
-    kubelet_old: int | None  # nodes that exist now and keep their image until reimaged
+    kubelet_new: int | None  # new or upgraded nodes (an upgrade applies the scale set's model)
+    kubelet_old: int | None  # nodes that exist now: a reimage keeps their image, only an upgrade changes it
     in_cluster: Mapping[str, int | None]
 
 
@@ -130,7 +130,7 @@ def violations(s: Side) -> dict[str, str]:
     api = s.apiserver
     if api is None:
         return found
-    kubelets = {"new or reimaged nodes": s.kubelet_new, "the nodes already there": s.kubelet_old}
+    kubelets = {"new or upgraded nodes": s.kubelet_new, "the nodes already there": s.kubelet_old}
     for where, kubelet in kubelets.items():
         if kubelet is None:
             continue
@@ -232,7 +232,7 @@ def image_contents(base_contents: Mapping[str, Any], head_contents: Mapping[str,
         if kind == "preload":
             story = (f"{machines}: the node image {version} ({label} unchanged) does not carry the preloaded "
                      f"image(s) {what}. The head's preload list names their archives, {PRELOAD_UNIT} fails on "
-                     "the missing file and the kubelet requires it: no new or reimaged node starts a kubelet. "
+                     "the missing file and the kubelet requires it: no new or upgraded node starts a kubelet. "
                      f"Bump {label}, build and upload the image (`kilonode image build`), then roll")
         else:
             story = (f"{machines}: the image {version} ({label} unchanged) was built with other binaries than "
