@@ -11,12 +11,15 @@ docstrings cite the sources), before the rule.
 
 from __future__ import annotations
 
+import os
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.k8s import rdma as k8s_rdma
+from kilonode.preflight.model import NOW_ENV
 from kilonode.review import Review, alerting, review
 from kilonode.review.decisions import decisions
 from kilonode.review.report import to_text
@@ -141,3 +144,53 @@ def test_a_location_change_is_one_line_of_the_answer_led_by_the_resource_group(r
     answer = text.split("Answer (one line per decision, highest impact first):\n", 1)[1].split("\n\n", 1)[0]
     assert answer.count("\n  - ") == 0 and "one change, location" in answer, answer
     assert "Not judged: what the workloads themselves do" in text
+
+
+# --- the independent trace's pull requests on research-7500 (fast forms: tests/review/test_review_trace.py) --------
+
+
+def test_two_fewer_etcd_members_say_member_remove_first_and_the_guard(repo: Path) -> None:
+    branch = change(repo, "etcd-5-3", edit_stack("research-7500", lambda c: c["etcd"]["main"].update(
+        {"members": 3})), "three main etcd members")
+    result = reviewed(repo, branch, "research-7500")
+    [removed] = risk(result, "etcd-members-removed")
+    assert removed.level == HIGH and "`etcdctl member remove <ID>`" in removed.summary
+    assert "run a 5-member cluster whose quorum is 3: it can lose none" in removed.summary
+    # the 3 that stay are replaced too (their custom data names the new cluster): the guard is said there
+    stops = [r for r in risk(result, "replace-stops") if "etcd-main-0" in r.summary]
+    assert stops and "`acknowledgeRestart: [etcd-main]`" in stops[0].summary
+    [data] = risk(result, "etcd-data-lost")
+    assert "`pulumi up` stops before that" in data.summary and "only if forced past both" in data.summary
+
+
+def test_a_new_service_cidr_on_research_7500_is_cluster_dns_gone(repo: Path) -> None:
+    branch = change(repo, "service-cidr", edit_stack("research-7500", lambda c: c.setdefault("network", {}).update(
+        {"serviceCidr": "10.97.0.0/16"})), "new service range")
+    result = reviewed(repo, branch, "research-7500")
+    [moved] = risk(result, "service-cidr-moved")
+    assert moved.level == HIGH and "cluster DNS is gone" in moved.summary and "10.97.0.10" in moved.summary
+    assert risk(result, "service-replaced")
+
+
+def test_a_join_token_rotation_on_research_7500_is_no_fleet_rollout(repo: Path) -> None:
+    def rotate(cluster: dict) -> None:  # type: ignore[type-arg]
+        # docs/azure.md "Node join credentials": current -> previous, the next generation current
+        # within a year of the tests' clock (tests/conftest.py: validate refuses longer) and after
+        # the previous generation's expiry
+        expires = (datetime.fromisoformat(os.environ[NOW_ENV]) + timedelta(days=365)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        cluster["joinTokens"] = {"current": {"generation": 3, "expires": expires},
+                                 "previous": cluster["joinTokens"]["current"]}
+
+    result = reviewed(repo, change(repo, "rotate", edit_stack("research-7500", rotate), "rotate"), "research-7500")
+    assert not risk(result, "fleet-rollout"), result.risks
+    [rotated] = risk(result, "join-token-rotated")
+    assert "nothing needs rolling" in rotated.summary
+    assert "The generation 1 token Secrets are deleted" in rotated.summary
+
+
+def test_coredns_tag_moved_under_its_digest_is_high(repo: Path) -> None:
+    branch = change(repo, "coredns-tag", replace_text("infra/kilonode/catalog/components.yaml",
+                                                       "version: v1.12.1\n", "version: v1.12.2\n"), "coredns 1.12.2")
+    result = reviewed(repo, branch, "research-7500")
+    [same] = risk(result, "image-tag-same-digest")
+    assert same.level == HIGH and "tag v1.12.1 -> v1.12.2 under the same digest" in same.summary

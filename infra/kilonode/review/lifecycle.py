@@ -4,13 +4,18 @@ would tell it:
 - a replaced resource that is protected, or whose Azure name is fixed, stops `pulumi up`: Pulumi
   replaces create-before-delete unless told otherwise, the replacement would carry the same
   Azure name as the resource still there, and pulumi-azure-native does not create over an
-  existing resource; a protected one is never deleted by `pulumi up` at all. The advice is per
+  existing resource; a protected one is never deleted by `pulumi up` at all. For a control-plane
+  machine the advice carries the restart guard (kilonode.azure.rollout, run by every `pulumi up`,
+  targeted or not): `acknowledgeRestart` first where the change moves more of a group than it
+  allows, and a full run at the end (docs/azure.md, "Rolling the control plane"). The advice is per
   kind: an etcd member (protected and fixed-named: unprotecting it leaves the second stop),
   a storage account (its blobs go with it: nothing rejoins), a scale set (its instances go), a
   machine;
 - the resource group or the VNet replaced: everything inside goes with it;
 - an etcd member replaced or resized loses the data on its local SSD (Azure's temporary disk
   does not survive a resize or a redeploy: managed-disks-overview.md, "Temporary disk");
+- an etcd cluster shrunk: its removed members leave etcd by `etcdctl member remove` before their
+  VMs go, or the rest keep the old cluster's quorum; their protected deletes stop `pulumi up`;
 - a pool subnet the stack has not recorded yet (`network.unrecorded`);
 - labels and taints a node registered with stay, reimaged or not: the kubelet applies
   --node-labels and --register-with-taints only when it creates its Node, and a reimaged
@@ -28,14 +33,16 @@ Pure: a StackDiff (kilonode.review.compare) in, findings out.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
 from kilonode.review.compare import CREATE, DELETE, REPLACE, ResourceChange, StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
-from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
+from kilonode.review.rules import ETCD_GROUPS, VM, VMSS, tolerated
 
 RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
 VNET = "azure-native:network:VirtualNetwork"
@@ -43,6 +50,84 @@ VNET = "azure-native:network:VirtualNetwork"
 FIXED_NAMES = {VM: "vmName", VMSS: "vmScaleSetName"}
 MEMBER_RUNBOOK = "docs/runbooks/etcd-member-lost-its-disk.md"
 RESTORE_RUNBOOK = "docs/runbooks/etcd-restore-from-snapshot.md"
+ROLLING = 'docs/azure.md, "Rolling the control plane"'
+APISERVER_ROLE = "apiserver"
+
+
+def restart_keys(entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The side's recorded restart keys (kilonode.azure.rollout): group -> machine -> key."""
+    keys = (entry or {}).get("outputs", {}).get(RESTART_KEYS_OUTPUT)
+    return keys if isinstance(keys, dict) else {}
+
+
+def machine_of(vm_name: str) -> str:
+    """`research-7500-etcd-main-3` -> `etcd-main-3` (the restart keys' names)."""
+    match = re.search(r"(etcd-(?:main|events|leases)-\d+|apiserver-\d+)$", vm_name)
+    return match.group(1) if match else vm_name
+
+
+def group_of(role: str | None) -> str | None:
+    """A control-plane VM's restart-guard group (acknowledgeRestart's names), None for others."""
+    if role in ETCD_GROUPS:
+        return role
+    return APISERVERS if role == APISERVER_ROLE else None
+
+
+def _members(entry: Mapping[str, Any] | None, group: str) -> list[str]:
+    role = APISERVER_ROLE if group == APISERVERS else group
+    return [str(r.get("name")) for r in (entry or {}).get("resources", []) if r.get("type") == VM
+            and ((r.get("inputs") or {}).get("tags") or {}).get("kilonode-role") == role]
+
+
+def down_together(diff: StackDiff) -> dict[str, tuple[set[str], int]]:
+    """Per control-plane group: the machines this change restarts, replaces or deletes, and the
+    group's size before it. Two sources: each VM's changed inputs (effects.toml, its
+    replaceOnChanges), and the restart keys the restart guard compares (same rule as `pulumi up`)."""
+    found: dict[str, tuple[set[str], int]] = {}
+    for group in (*ETCD_GROUPS, APISERVERS):
+        members = _members(diff.base, group)
+        if not members:
+            continue
+        down = {machine_of(c.name) for c in diff.resources
+                if c.type == VM and group_of(c.role) == group and c.action != CREATE and c.restarts}
+        previous, current = restart_keys(diff.base).get(group) or {}, restart_keys(diff.head).get(group) or {}
+        down |= {machine_of(name) for name in changed(previous, current)}
+        if down:
+            found[group] = (down, len(members))
+    return found
+
+
+def guard_refuses(diff: StackDiff) -> dict[str, tuple[int, int]]:
+    """The groups whose change the program's restart guard refuses (kilonode.azure.rollout.disruptions,
+    run by every `pulumi up`, targeted or not: the program computes every control-plane machine's
+    restart key and compares them all with the last full run's, kilonode.azure.cluster
+    _restart_verdict): group -> (machines restarted or replaced, members at the head). Deleted
+    machines are not the head's, so the guard does not count them."""
+    found = {}
+    deleted = {machine_of(c.name) for c in diff.resources if c.type == VM and c.action == DELETE}
+    for group, (down, _) in down_together(diff).items():
+        members = len(_members(diff.head, group))
+        moved = len(down - deleted)
+        if members and (moved == members if group == APISERVERS else moved > tolerated(members)):
+            found[group] = (moved, members)
+    return found
+
+
+def _guard_advice(refused: Mapping[str, tuple[int, int]], groups: list[str]) -> tuple[str, str]:
+    """What the restart guard adds to a one-at-a-time procedure: the acknowledgement first (when
+    it refuses the change) and, in every case, the full run that records the new restart keys."""
+    named = [g for g in groups if g in refused]
+    if not named:
+        return "", (f"; after the last, one full `pulumi up`: only a full run records the new restart keys "
+                    f"({ROLLING})")
+    counts = ", ".join(f"{refused[g][0]} of {refused[g][1]} {g}" for g in named)
+    listed = ", ".join(named)
+    first = (f"First add `acknowledgeRestart: [{listed}]` to the stack file: the restart guard compares every "
+             f"control-plane machine's restart key with the last full run's, targeted runs included, so with "
+             f"{counts} changed it refuses each `pulumi up --target` too. Then ")
+    last = (f"; after the last, one full `pulumi up` (it records the new restart keys), then remove "
+            f"acknowledgeRestart and commit ({ROLLING})")
+    return first, last
 
 
 # libyaml's loader where PyYAML was built with it (Debian's and PyPI's wheels are): research-7500's
@@ -105,7 +190,8 @@ def replacements(diff: StackDiff) -> list[Finding]:
             groups.setdefault(("protected", _kind(c), why, fixed), []).append(c)
         elif fixed:
             groups.setdefault(("fixed-name", _kind(c), why, fixed), []).append(c)
-    return [Finding(HIGH, "replace-stops", _stop_story(diff.stack, stop, kind, why, fixed, changes),
+    refused = guard_refuses(diff)
+    return [Finding(HIGH, "replace-stops", _stop_story(diff.stack, stop, kind, why, fixed, changes, refused),
                     tuple(c.name for c in changes), cause=why)
             for (stop, kind, why, fixed), changes in sorted(groups.items())]
 
@@ -114,18 +200,21 @@ def _capacity(changes: list[ResourceChange]) -> int:
     return sum(int((((c.base or {}).get("inputs") or {}).get("sku") or {}).get("capacity") or 0) for c in changes)
 
 
-def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes: list[ResourceChange]) -> str:
+def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes: list[ResourceChange],
+                refused: Mapping[str, tuple[int, int]]) -> str:
     short = ", ".join(_short(c.name, stack) for c in changes)
     head = f"`pulumi up` stops at {short}: "
+    groups = sorted({g for c in changes if (g := group_of(c.role))})
+    first, last = _guard_advice(refused, groups) if groups else ("", "")
     if stop == "protected" and kind == "etcd-member":
         second = (" Unprotecting is not enough: its Azure name is fixed and Pulumi replaces create-before-delete, "
                   "so `pulumi up --target` would stop again at the name (pulumi-azure-native will not create over "
                   "the VM still there)." if fixed else "")
-        return (head + f"replacing it ({why}) means deleting it, and it is protected (etcd's data).{second} Do one "
-                "member at a time: `pulumi state unprotect <urn>`, delete the old VM (`pulumi destroy --target "
-                "<urn>`), `pulumi up --target <urn>` to create it anew, let etcd-join re-add it as a new member "
-                f"({MEMBER_RUNBOOK}) and wait for `etcdctl endpoint health --cluster`, `pulumi state protect <urn>`, "
-                "then the next")
+        return (head + f"replacing it ({why}) means deleting it, and it is protected (etcd's data).{second} "
+                f"{first}{'do' if first else 'Do'} one member at a time: `pulumi state unprotect <urn>`, delete the "
+                "old VM (`pulumi destroy --target <urn>`), `pulumi up --target <urn>` to create it anew, let "
+                f"etcd-join re-add it as a new member ({MEMBER_RUNBOOK}) and wait for `etcdctl endpoint health "
+                f"--cluster`, `pulumi state protect <urn>`, then the next{last}")
     if stop == "protected" and kind == "storage-account":
         return (head + f"replacing it ({why}) means deleting it, and it is protected: a storage account is deleted "
                 "with every blob in it (here the etcd snapshots, the only way back from a lost cluster). Nothing "
@@ -143,8 +232,9 @@ def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes
                 "with it: add a new pool (a new name) beside it, move the work, then remove this one")
     return (head + f"it is replaced ({why}), Pulumi creates the replacement before deleting the old one, and the "
             "replacement has the same fixed Azure name, which pulumi-azure-native will not create over the machine "
-            "still there. Do one machine at a time: delete it (`pulumi destroy --target <urn>`), then "
-            "`pulumi up --target <urn>` creates it anew; wait for it to be healthy before the next")
+            f"still there. {first}{'do' if first else 'Do'} one machine at a time: delete it (`pulumi destroy "
+            "--target <urn>`), then `pulumi up --target <urn>` creates it anew; wait for it to be healthy before "
+            f"the next{last}")
 
 
 def containers(diff: StackDiff) -> list[Finding]:
@@ -166,29 +256,77 @@ def containers(diff: StackDiff) -> list[Finding]:
     return found
 
 
+def shrinking(diff: StackDiff) -> dict[str, tuple[int, int, list[str]]]:
+    """etcd clusters that keep running with fewer members: group -> (members before, after, the
+    removed members' VM names). A cluster removed whole is the policy's (etcd-member-counts)."""
+    found = {}
+    for group in ETCD_GROUPS:
+        before, after = _members(diff.base, group), _members(diff.head, group)
+        if after and len(after) < len(before):
+            found[group] = (len(before), len(after), sorted(set(before) - set(after)))
+    return found
+
+
+def etcd_shrink(diff: StackDiff) -> list[Finding]:
+    """Fewer etcd members: deleting a VM does not change etcd's membership. Each removed member
+    must leave it first (`etcdctl member remove`, one at a time: etcd's runtime reconfiguration
+    guide, "Remove a member"; etcd counts quorum over the members it knows, and a dead one still
+    counts, etcd-io/website content/en/docs/v3.5/op-guide/runtime-configuration.md)."""
+    found = []
+    for group, (was, now, removed) in sorted(shrinking(diff).items()):
+        quorum = was // 2 + 1
+        left = now - quorum
+        fate = (f"the remaining {now} run a {was}-member cluster whose quorum is {quorum}: it can lose "
+                f"{'none' if left == 0 else left} of them" if left >= 0 else
+                f"the remaining {now} are fewer than the {was}-member cluster's quorum of {quorum}: every write stops")
+        names = ", ".join(_short(n, diff.stack) for n in removed)
+        found.append(Finding(HIGH, "etcd-members-removed", (
+            f"{group} shrinks from {was} to {now} members ({names} deleted): deleting a VM does not remove its member "
+            f"from etcd, so unless each is removed first {fate}. Before each VM goes, on a healthy member "
+            f"(etcdctl as in {MEMBER_RUNBOOK}, step 0, and its \"By hand\" section): `etcdctl member remove <ID>` for "
+            "it, one member at a time, `etcdctl endpoint health --cluster` between. `pulumi up` stops at their "
+            "deletion meanwhile: they are protected, and Pulumi never deletes a protected resource; once a member "
+            "is out of etcd, `pulumi state unprotect <urn>` its VM and run `pulumi up` again"),
+            tuple(removed)))
+    return found
+
+
 def etcd_data(diff: StackDiff) -> list[Finding]:
-    """etcd members replaced or resized: their data on the local SSD is gone."""
-    groups: dict[str, list[str]] = {}
-    members: dict[str, int] = {}
-    for r in (diff.base or {}).get("resources", []):
-        role = ((r.get("inputs") or {}).get("tags") or {}).get("kilonode-role")
-        if r.get("type") == VM and role in ETCD_GROUPS:
-            members[role] = members.get(role, 0) + 1
+    """etcd members replaced or resized: their data on the local SSD is gone. A shrinking cluster's
+    removed members are etcd_shrink's; the rest are counted against the cluster as it will be."""
+    groups: dict[str, list[ResourceChange]] = {}
+    members: dict[str, int] = {g: len(_members(diff.base, g)) for g in ETCD_GROUPS}
+    shrunk = shrinking(diff)
+    for group, (_, now, _) in shrunk.items():
+        members[group] = now
     for c in diff.resources:
         if c.type != VM or c.role not in ETCD_GROUPS or c.action == CREATE:
             continue
+        if c.action == DELETE and c.role in shrunk:
+            continue
         resized = any(i.path == "hardwareProfile.vmSize" and not i.ignored for i in c.inputs)
         if c.action in (REPLACE, DELETE) or resized:
-            groups.setdefault(str(c.role), []).append(c.name)
+            groups.setdefault(str(c.role), []).append(c)
+    refused = guard_refuses(diff)
     found = []
-    for role, names in sorted(groups.items()):
-        total = members.get(role, len(names))
+    for role, changes in sorted(groups.items()):
+        names = [c.name for c in changes]
+        total = members.get(role) or len(names)
         every = len(names) >= total
-        tail = (f"with all {total} members at once nothing keeps the data: the cluster must be restored from "
-                f"its latest snapshot ({RESTORE_RUNBOOK}), losing what was written since"
-                if every else
-                f"each comes back empty and must rejoin as a new member while the other {total - len(names)} "
-                f"keep the data ({MEMBER_RUNBOOK})")
+        if every:
+            tail = (f"with all {total} members at once nothing keeps the data, and the cluster would have to be "
+                    f"restored from its latest snapshot ({RESTORE_RUNBOOK}), losing what was written since")
+            stops = [s for s, held in (
+                (f"the restart guard (unless acknowledgeRestart lists {role})", role in refused),
+                ("the members' protect (unless unprotected)",
+                 any(c.protect[0] and c.action in (REPLACE, DELETE) for c in changes))) if held]
+            if stops:
+                # the outcome past both stops, not what `pulumi up` does: the replace-stops line says that
+                tail = (f"`pulumi up` stops before that, at {' and at '.join(stops)}; only if forced past "
+                        f"{'both' if len(stops) > 1 else 'it'}: {tail}")
+        else:
+            tail = (f"each comes back empty and must rejoin as a new member while the other {total - len(names)} "
+                    f"keep the data ({MEMBER_RUNBOOK})")
         found.append(Finding(HIGH if every else MEDIUM, "etcd-data-lost", (
             f"{len(names)} of {total} {role} members are resized or replaced: their data lives on the local SSD "
             f"(Azure's temporary disk, wiped when a VM is resized onto other hardware or recreated); {tail}"),
@@ -226,6 +364,7 @@ def registration(diff: StackDiff) -> list[Finding]:
     """Scale sets whose nodes would register with other labels, taints or team: existing nodes keep theirs."""
     before, after = _shards(plan_of(diff.base)), _shards(plan_of(diff.head))
     groups: dict[str, list[str]] = {}
+    gpu_taints: dict[str, str] = {}
     for name, (pool, marks, team) in after.items():
         if name not in before:
             continue
@@ -234,6 +373,7 @@ def registration(diff: StackDiff) -> list[Finding]:
             key = f"pool {pool}: team {old_team or '(shared)'} -> {team or '(shared)'}"
         elif old_marks != marks:
             key = f"pool {pool}: labels or taints"
+            gpu_taints[key] = _gpu_taints_added(diff, pool, old_marks[1], marks[1])
         else:
             continue
         groups.setdefault(key, []).append(name)
@@ -245,9 +385,29 @@ def registration(diff: StackDiff) -> list[Finding]:
         "name, so its kubelet finds the Node and keeps them too; only new instances register with the new ones. "
         "Apply them to the Nodes that exist (`kubectl label nodes -l kilonode.io/pool=<pool> <key>=<value> "
         "--overwrite`; `kubectl taint nodes -l ... <key>=<value>:<effect>`, `<key>-` to remove one), or delete each "
-        "Node object just before its instance is reimaged (`kubectl delete node <name>`: it registers anew)"),
+        "Node object just before its instance is upgraded to the new model (`kubectl delete node <name>`, then "
+        "`az vmss update-instances`: it registers anew; a reimage keeps the instance's own model, old labels and "
+        f"all){gpu_taints.get(what, '')}"),
         tuple(names))
         for what, names in sorted(groups.items())]
+
+
+def _gpu_taints_added(diff: StackDiff, pool: str, old: Any, new: Any) -> str:
+    """What a taint added to a GPU pool does to the users' GPU pods. The apiservers run without the
+    ExtendedResourceToleration admission plugin (render/control_plane.py, --enable-admission-plugins),
+    and it would only add a toleration for a taint keyed by the requested resource's own name
+    (kubernetes.io "Admission Control in Kubernetes", ExtendedResourceToleration): a user's GPU pod
+    tolerates a new taint only where its owner wrote the toleration."""
+    added = [str(t) for t in new or [] if t not in (old or [])]
+    gpus = [p for p in plan_of(diff.head).get("nodePools") or []
+            if isinstance(p, Mapping) and p.get("name") == pool and int(p.get("gpusPerNode") or 0) > 0]
+    if not added or not gpus:
+        return ""
+    return (f". On this GPU pool the new taint {', '.join(added)} keeps every user GPU pod off its new nodes (and "
+            "off the old ones once tainted by hand): the apiservers run without the ExtendedResourceToleration "
+            "admission plugin, which would only tolerate a taint keyed by the GPU resource's own name anyway, so "
+            "no GPU pod tolerates it unless its owner adds the toleration by hand; say so to the pool's users "
+            "before it lands")
 
 
 def image_versions(diff: StackDiff) -> list[Finding]:
@@ -270,9 +430,10 @@ def image_versions(diff: StackDiff) -> list[Finding]:
     cause = image_cause(next(iter(versions)), new[0]) if len(versions) == 1 and len(new) == 1 else ""
     return [Finding(HIGH, "rollback-target-removed", (
         f"this `pulumi up` deletes the previous image version(s) ({said}) together with their VHDs ({len(vhds)} "
-        "upload commands replaced, whose delete runs first): every node not yet reimaged still runs that version, "
-        "and the rollback target is gone: reverting this change would need the old image rebuilt and uploaded "
-        "before any node could boot it again. Keep the previous version published until the new one has rolled "
+        "upload commands replaced, whose delete runs first): every node not yet upgraded to the new model still "
+        "runs that version (a reimage keeps an instance's own image version), and the rollback target is gone: "
+        "reverting this change would need the old image rebuilt and uploaded before any node could boot it again. "
+        "Keep the previous version published until the new one has rolled "
         "out: copy its VHD aside first (`az storage blob copy start`), or land the version bump when nothing needs "
         "to go back, and remove the old version in a later change"),
         tuple(sorted(c.name for c in gone)), cause=cause)]
@@ -284,5 +445,6 @@ def image_cause(was: str, now: str) -> str:
 
 
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*replacements(diff), *containers(diff), *etcd_data(diff), *unrecorded(diff), *registration(diff),
+    return [*replacements(diff), *containers(diff), *etcd_shrink(diff), *etcd_data(diff), *unrecorded(diff),
+            *registration(diff),
             *image_versions(diff)]

@@ -12,7 +12,11 @@ below the field value, image pulls serialized, the runtime root off the local di
 
 And high: an in-place update Azure refuses (effects.toml "refused"), which stops `pulumi up`
 partway; a DaemonSet added, or one whose cluster-wide list/watch grows, budget stated or not
-(kilonode.preflight.apiload: every node's pod is one more watch on the apiservers).
+(kilonode.preflight.apiload: every node's pod is one more watch on the apiservers). Medium: a
+join-token rotation, which rolls nothing (only the models' token changes) but strands an
+instance whose own model carries a token whose Secret is deleted. The in-cluster objects'
+(a moved serviceCidr, replaced Services, Prometheus restarted, a tag under an unchanged digest)
+are kilonode.review.incluster's.
 
 Pure: a StackDiff (kilonode.review.compare) and the two snapshots' lessons in, risks out.
 """
@@ -25,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
+from kilonode.azure.rollout import APISERVERS
 from kilonode.preflight import apiload
-from kilonode.review import alerting, exposure, images, lifecycle, network, placement, rules, versions
+from kilonode.review import alerting, exposure, images, incluster, lifecycle, network, placement, rules, versions
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
@@ -69,36 +73,8 @@ def _plan(entry: Mapping[str, Any] | None) -> dict[str, Any]:
     return lifecycle.plan_of(entry)
 
 
-def _restart_keys(entry: Mapping[str, Any] | None) -> dict[str, Any]:
-    keys = (entry or {}).get("outputs", {}).get(RESTART_KEYS_OUTPUT)
-    return keys if isinstance(keys, dict) else {}
-
-
-def _machine_of(vm_name: str) -> str:
-    """`research-7500-etcd-main-3` -> `etcd-main-3` (the restart keys' names)."""
-    match = re.search(r"(etcd-(?:main|events|leases)-\d+|apiserver-\d+)$", vm_name)
-    return match.group(1) if match else vm_name
-
-
-def _down_together(diff: StackDiff) -> dict[str, tuple[set[str], int]]:
-    """Per control-plane group: the machines this change restarts, replaces or deletes, and the
-    group's size before it. Two sources: each VM's changed inputs (effects.toml, its
-    replaceOnChanges), and the restart keys the restart guard compares (same rule as `pulumi up`)."""
-    base = _resources(diff.base)
-    groups = {**{g: [r for r in base if r.type == rules.VM and r.role == g] for g in rules.ETCD_GROUPS},
-              APISERVERS: [r for r in base if r.type == rules.VM and r.role == APISERVER_ROLE]}
-    found: dict[str, tuple[set[str], int]] = {}
-    for group, members in groups.items():
-        if not members:
-            continue
-        role = APISERVER_ROLE if group == APISERVERS else group
-        down = {_machine_of(c.name) for c in diff.resources
-                if c.type == rules.VM and c.role == role and c.action != CREATE and c.restarts}
-        previous, current = _restart_keys(diff.base).get(group) or {}, _restart_keys(diff.head).get(group) or {}
-        down |= {_machine_of(name) for name in changed(previous, current)}
-        if down:
-            found[group] = (down, len(members))
-    return found
+_machine_of = lifecycle.machine_of
+_down_together = lifecycle.down_together
 
 
 def _why(diff: StackDiff, machines: set[str]) -> str:
@@ -107,9 +83,13 @@ def _why(diff: StackDiff, machines: set[str]) -> str:
 
 
 def _stopped(diff: StackDiff) -> set[str]:
-    """Machines whose replacement stops `pulumi up` before anything goes down (kilonode.review.lifecycle
-    tells that story): protected, or a fixed Azure name replaced create-before-delete."""
+    """Machines whose replacement or deletion stops `pulumi up` before anything goes down
+    (kilonode.review.lifecycle tells that story): protected, or a fixed Azure name replaced
+    create-before-delete; and the protected members a shrinking etcd cluster deletes (Pulumi never
+    deletes a protected resource: lifecycle.etcd_shrink says what to do first)."""
     stops = {name for f in lifecycle.replacements(diff) for name in f.subjects}
+    stops |= {name for _, _, removed in lifecycle.shrinking(diff).values() for name in removed
+              if any(c.name == name and c.protect[0] for c in diff.resources)}
     return {_machine_of(name) for name in stops}
 
 
@@ -314,17 +294,22 @@ def fleet(diff: StackDiff) -> list[Risk]:
                       and any(covers(i.path, (path,)) and not i.ignored for i in c.inputs)}
                for what, path in ROLLOUTS}
     image_changes = images.changes(diff)
+    tokens_only = _token_only_pools(diff)
     found = []
     for pool, roles in pools.items():
         whole = set().union(*(base_sets[r] for r in roles))
-        kinds = [what for what, _ in ROLLOUTS if whole <= touched[what].keys()]
+        if pool in tokens_only:  # join_tokens says it: the model's token, nothing to roll
+            touched_here = {what: ({} if what == "custom data" else names) for what, names in touched.items()}
+        else:
+            touched_here = touched
+        kinds = [what for what, _ in ROLLOUTS if whole <= touched_here[what].keys()]
         if kinds:
             parts = [f"{r.split('.', 1)[1] if '.' in r else 'shared'} {len(base_sets[r])}" for r in roles]
             where = f"{pool} ({len(whole)})" if len(roles) == 1 else f"{pool} ({len(whole)}: {', '.join(parts)})"
             found.append(_rollout(diff, where, kinds, whole, capacity, touched, image_changes.get(pool)))
             continue
         for r in roles:
-            kinds = [what for what, _ in ROLLOUTS if base_sets[r] <= touched[what].keys()]
+            kinds = [what for what, _ in ROLLOUTS if base_sets[r] <= touched_here[what].keys()]
             if kinds:
                 found.append(_rollout(diff, f"{r} ({len(base_sets[r])})", kinds, base_sets[r], capacity, touched,
                                       image_changes.get(pool)))
@@ -353,10 +338,75 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
             "runs two sizes. Plan it as a pool replacement (a new pool of the new size beside this one, move the "
             "work, then drain and remove the old), with quota for the new size's family"), tuple(sorted(names)))
     return Risk(MEDIUM, "fleet-rollout", diff.stack,
-                f"every scale set of {where} gets a new {' and '.join(said)}: a fleet-wide rollout of {nodes:,} "
-                "nodes as instances are upgraded or reimaged (new nodes get it at once); roll it shard by shard and "
+                f"every scale set of {where} gets a new {' and '.join(said)} in its model: a fleet-wide rollout of "
+                f"{nodes:,} nodes. {MANUAL_UPGRADE} New nodes get it at once; upgrade the rest shard by shard and "
                 "watch the first", tuple(sorted(names)),
                 cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
+
+
+# With the Manual upgrade policy an instance keeps its own model until it is upgraded to the scale
+# set's: Update Instances (VirtualMachineScaleSets_UpdateInstances, POST .../manualupgrade, "Upgrades
+# one or more virtual machines to the latest SKU set in the VM scale set model"; `az vmss
+# update-instances`). A reimage is not an upgrade: VirtualMachineScaleSetVMs_Reimage restores the
+# instance's own OS disk ("If exact version is not provided, the OS disk is reimaged to the existing
+# version of OS Disk", VirtualMachineReimageParameters.exactVersion, Azure REST API compute
+# 2024-11-01, learn.microsoft.com rest/api/compute/virtual-machine-scale-set-vms/reimage).
+MANUAL_UPGRADE = ("With the Manual upgrade policy a running node gets it only when its instance is upgraded to the "
+                  "scale set's model (`az vmss update-instances`); a reimage does not do it: it keeps the instance's "
+                  "own model and image version.")
+
+
+TOKEN_SECRET = "bootstrap.kubernetes.io/token"
+
+
+def _token_generations(plan: Mapping[str, Any]) -> dict[str, set[int]]:
+    """pool -> the join-token generations the stack keeps for it (plan.yaml joinTokens)."""
+    found: dict[str, set[int]] = {}
+    for token in plan.get("joinTokens") or []:
+        if isinstance(token, Mapping) and token.get("pool") is not None:
+            found.setdefault(f"pool-{token['pool']}", set()).add(int(token.get("generation") or 0))
+    return found
+
+
+def _token_only_pools(diff: StackDiff) -> set[str]:
+    """Pools (`pool-X`) whose join tokens move while none of their rendered files does: the custom
+    data changes by the token alone (the token is in the custom data's second part, never in a
+    rendered file: docs/azure.md, "What each VM receives as custom data")."""
+    before, after = _token_generations(_plan(diff.base)), _token_generations(_plan(diff.head))
+    touched_hosts = {f.host.split(".", 1)[0] for f in diff.files}
+    return {pool for pool in before.keys() & after.keys() if before[pool] != after[pool] and pool not in touched_hosts}
+
+
+def join_tokens(diff: StackDiff) -> list[Risk]:
+    """A join-token rotation (docs/azure.md, "Node join credentials"): only the scale sets' models
+    change, and the previous generation's Secrets, when the stack drops it, are deleted."""
+    pools = _token_only_pools(diff)
+    before, after = _token_generations(_plan(diff.base)), _token_generations(_plan(diff.head))
+    changed_pools = sorted(p for p in before.keys() & after.keys() if before[p] != after[p])
+    if not changed_pools:
+        return []
+    old = sorted(set().union(*(before[p] for p in changed_pools)))
+    new = sorted(set().union(*(after[p] for p in changed_pools)))
+    retired = [c for c in diff.resources if c.action == DELETE
+               and ((c.base or {}).get("inputs") or {}).get("type") == TOKEN_SECRET]
+    gone = sorted(set(old) - set(new))
+    said = (f"join tokens of {len(changed_pools)} pool(s) rotate (generations {', '.join(map(str, old))} -> "
+            f"{', '.join(map(str, new))}): ")
+    if pools:
+        said += ("only the scale sets' models change, so new VMs join with the new token; the running nodes hold "
+                 "their client certificates and never read a token again, so nothing needs rolling (no `az vmss "
+                 "update-instances` for it). ")
+    if not retired:
+        return [Risk(MEDIUM, "join-token-rotated", diff.stack, said + "Remove `previous` once it has expired "
+                     "(docs/azure.md, \"Node join credentials\")", tuple(changed_pools), cause="joinTokens")]
+    said += (f"The generation {', '.join(map(str, gone)) or '?'} token Secrets are deleted ({len(retired)}), so that "
+             "token joins nothing any more: an instance whose own model still carries it (one created from a model "
+             "before the last rotation and never upgraded since) cannot join again after a reimage, which keeps the "
+             "instance's own model and so its old custom data. Upgrade such instances to the current model "
+             "(`az vmss update-instances`) before reimaging any, or keep that generation as `previous` until they "
+             "are")
+    return [Risk(MEDIUM, "join-token-rotated", diff.stack, said,
+                 tuple(c.name for c in retired) or tuple(changed_pools), cause="joinTokens")]
 
 
 def _sysctls(files: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -512,10 +562,11 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
                      ())]
     found = [*control_plane(diff), *invariants(diff), *quota(diff), *leases_moved(diff), *pools(diff), *moves(diff),
              *refused(diff),
-             *fleet(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
+             *fleet(diff), *join_tokens(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
              *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
-             *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff))]
+             *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff)),
+             *_risks(diff, incluster.assess(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 

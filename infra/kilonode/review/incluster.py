@@ -1,0 +1,203 @@
+"""In-cluster objects whose change costs more than the resource diff says (independent trace of
+kilonode diff on research-7500, findings 5 to 7):
+
+- a replaced Service: pulumi-kubernetes replaces an object that keeps its fixed metadata.name
+  delete-before-replace (pulumi/pulumi-kubernetes provider/pkg/provider/provider.go, Diff:
+  `deleteBeforeReplace := len(replaces) > 0 && !metadata.IsAutonamed(newInputs) &&` same name
+  and namespace; read in the search index's copy, not at the pinned provider's tag), so the
+  Service is gone from the delete on, stays gone if the create fails, and comes back with
+  another ClusterIP;
+- network.serviceCidr moved on a running cluster: kube-dns is such a Service, and its new
+  ClusterIP lies outside the default ServiceCIDR `kubernetes`, which the apiservers created from
+  the old range and never change (kubernetes/kubernetes
+  pkg/controlplane/controller/defaultservicecidr/default_servicecidr_controller.go, sync and
+  syncStatus: only a single- to dual-stack upgrade updates it, a mismatch is only reported as
+  the event KubernetesDefaultServiceCIDRInconsistent; read at 04d6b4f1 in the search index, not
+  at the pinned v1.34.2 tag); moving the range is a manual procedure (kubernetes.io "Kubernetes
+  Default Service CIDR Reconfiguration", "Extend Service IP Ranges"); and the running kubelets
+  keep the clusterDNS their instance's model gave them until it is upgraded;
+- Prometheus restarted: its TSDB is an emptyDir (kilonode.k8s.monitoring, docs/monitoring.md
+  "Storage"), so a new pod (any pod-template change, its node resized or replaced) starts with
+  no history and alerts nothing until it has scraped for their `for:`. Its resources and
+  retention are sized from the node count (kilonode.plan.resolve.monitoring), so a pool-size
+  change alone can do it;
+- an image whose tag moves under the same digest: a reference with both runs the digest and
+  ignores the tag (Docker since 1.13, which the docker runtime's cri-dockerd pulls through:
+  aws/amazon-ecs-agent#4256, "Docker simply ignores the tag during image pull"; docker/cli#2018,
+  "<tag> is ignored"; containerd resolves a reference with a digest by the digest), so the
+  pods keep running the old image while the stack names the new tag.
+
+Pure: a StackDiff in, findings out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, covers
+from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.lifecycle import plan_of
+from kilonode.review.rules import VMSS
+
+SERVICE = "kubernetes:core/v1:Service"
+STATEFULSET = "kubernetes:apps/v1:StatefulSet"
+WORKLOADS = {f"kubernetes:apps/v1:{k}" for k in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet")} | {
+    "kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:Pod"}
+DNS_SERVICE = "kube-dns"
+PROMETHEUS = "prometheus"
+SERVICE_CIDR_CAUSE = "network.serviceCidr"
+
+
+def _inputs(record: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    found = (record or {}).get("inputs")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _meta(record: Mapping[str, Any] | None) -> tuple[str, str]:
+    meta = _inputs(record).get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+
+
+def _cluster_ip(record: Mapping[str, Any] | None) -> str:
+    return str((_inputs(record).get("spec") or {}).get("clusterIP") or "")
+
+
+def _running(diff: StackDiff) -> bool:
+    """The base is a deployed cluster: it has in-cluster objects to lose."""
+    return any(str(r.get("type", "")).startswith("kubernetes:") for r in (diff.base or {}).get("resources", []))
+
+
+def service_cidr(diff: StackDiff) -> list[Finding]:
+    was = (plan_of(diff.base).get("controlPlane") or {})
+    now = (plan_of(diff.head).get("controlPlane") or {})
+    old, new = was.get("serviceCidr"), now.get("serviceCidr")
+    if not old or not new or old == new or not _running(diff):
+        return []
+    dns_was, dns_now = was.get("clusterDnsIp", "?"), now.get("clusterDnsIp", "?")
+    return [Finding(HIGH, "service-cidr-moved", (
+        f"network.serviceCidr {old} -> {new} on a running cluster: cluster DNS is gone. The {DNS_SERVICE} Service "
+        f"(a fixed name) is replaced for its new ClusterIP {dns_now}, and pulumi-kubernetes deletes a fixed-name "
+        f"object before creating it again, so the Service goes first; its new ClusterIP lies outside the default "
+        f"ServiceCIDR `kubernetes`, which the apiservers made from {old} and never change (the defaultservicecidr "
+        "controller only reports the mismatch), so no range holds it and the create fails; and every running "
+        f"kubelet keeps clusterDNS {dns_was} until its instance is upgraded to the new model, so its pods ask an "
+        "address no Service answers. The other Services keep their ClusterIPs in the old range. Keep serviceCidr; "
+        "to add addresses, add a ServiceCIDR beside it (kubernetes.io \"Extend Service IP Ranges\"); replacing the "
+        "range is kubernetes.io's manual \"Kubernetes Default Service CIDR Reconfiguration\", not a `pulumi up`"),
+        ("plan.yaml controlPlane.serviceCidr",), cause=SERVICE_CIDR_CAUSE)]
+
+
+def services_replaced(diff: StackDiff) -> list[Finding]:
+    """Every replaced Service, one line per cause: deleted before it is created, a new ClusterIP."""
+    moved = bool(service_cidr(diff))
+    groups: dict[str, list[ResourceChange]] = {}
+    for c in diff.resources:
+        if c.type == SERVICE and c.action == REPLACE:
+            groups.setdefault(c.reason() or "an input that forces a new Service", []).append(c)
+    found = []
+    for why, changes in sorted(groups.items()):
+        named = ", ".join(f"{'/'.join(_meta(c.base))} (ClusterIP {_cluster_ip(c.base) or 'allocated'} -> "
+                          f"{_cluster_ip(c.head) or 'allocated anew'})" for c in changes)
+        found.append(Finding(MEDIUM, "service-replaced", (
+            f"{len(changes)} Service(s) replaced ({why}): {named}. pulumi-kubernetes deletes a fixed-name object "
+            "before it creates the new one, so each Service is absent from the delete on, and stays absent if the "
+            "create fails (`pulumi up` stops there); its ClusterIP changes, so whatever holds the old address "
+            "(a kubelet's clusterDNS, a client's configuration, a cached DNS answer) loses it"),
+            tuple(c.name for c in changes), cause=SERVICE_CIDR_CAUSE if moved and "clusterIP" in why else why))
+    return found
+
+
+def _template(record: Mapping[str, Any] | None) -> Any:
+    return ((_inputs(record).get("spec") or {}).get("template"))
+
+
+def _prometheus_changes(diff: StackDiff) -> list[ResourceChange]:
+    return [c for c in diff.resources if c.type == STATEFULSET and c.action != CREATE
+            and _meta(c.base)[1] == PROMETHEUS]
+
+
+def _sizing_only(change: ResourceChange) -> bool:
+    """Only the resources, GOMAXPROCS and the retention flags moved: the plan's sizing, which follows
+    the node count (kilonode.plan.resolve.monitoring)."""
+    paths = [i.path for i in change.inputs if not i.ignored]
+    sized = ("spec.template.spec.containers[].resources", "spec.template.spec.containers[].env",
+             "spec.template.spec.containers[].args", "spec.template.spec.volumes[].emptyDir")
+    return bool(paths) and all(covers(p, sized) for p in paths)
+
+
+def prometheus(diff: StackDiff) -> list[Finding]:
+    """Prometheus restarted by a new pod template, or its node resized or replaced."""
+    reasons = []
+    subjects: list[str] = []
+    for c in _prometheus_changes(diff):
+        if c.action in (REPLACE, DELETE) or _template(c.base) != _template(c.head):
+            sized = c.action == UPDATE and _sizing_only(c)
+            reasons.append("its pod template changes" + (
+                ", its sizing only: CPU, memory, disk and retention follow the node count the plan scrapes, so a "
+                "pool-size change alone does this" if sized else ""))
+            subjects.append(c.name)
+    pool = (plan_of(diff.head).get("prometheus") or plan_of(diff.base).get("prometheus") or {}).get("pool")
+    for c in diff.resources:
+        if c.type != VMSS or not pool or not str(c.role or "").startswith(f"pool-{pool}"):
+            continue
+        resized = any(i.path == "sku.name" and not i.ignored for i in c.inputs)
+        if c.action in (REPLACE, DELETE) or resized:
+            what = "resized" if resized and c.action == UPDATE else ("deleted" if c.action == DELETE else "replaced")
+            reasons.append(f"its node's scale set {c.name} is {what}")
+            subjects.append(c.name)
+    if not reasons:
+        return []
+    return [Finding(MEDIUM, "prometheus-restarted", (
+        f"Prometheus restarts on a new pod ({'; '.join(reasons)}): its TSDB is an emptyDir on the node, so all of "
+        "its history is gone, and no alert fires from the old pod's end until the new one has scraped for each "
+        "rule's `for:` (5 to 30 minutes; docs/monitoring.md, \"Storage\"). Land it when a gap in alerting and "
+        "graphs is acceptable, and say so to whoever is on call"), tuple(subjects))]
+
+
+def _images(record: Mapping[str, Any] | None) -> Iterator[tuple[str, str]]:
+    """(container name, image) of a workload's pod template (or a Pod's own spec)."""
+    inputs = _inputs(record)
+    spec = inputs.get("spec") or {}
+    pod = ((spec.get("jobTemplate") or {}).get("spec") or spec).get("template", {}).get("spec") \
+        if "template" in spec or "jobTemplate" in spec else spec
+    for key in ("initContainers", "containers"):
+        for container in (pod or {}).get(key) or []:
+            if isinstance(container, Mapping) and container.get("image"):
+                yield f"{key}/{container.get('name')}", str(container["image"])
+
+
+def split_reference(image: str) -> tuple[str, str, str]:
+    """`repo:tag@digest` -> (repo, tag, digest); '' for what it lacks."""
+    name, _, digest = image.partition("@")
+    repo, tag = name, ""
+    if ":" in name.rsplit("/", 1)[-1]:
+        repo, tag = name.rsplit(":", 1)
+    return repo, tag, digest
+
+
+def tag_under_same_digest(diff: StackDiff) -> list[Finding]:
+    groups: dict[tuple[str, str, str, str], list[str]] = {}
+    for c in diff.resources:
+        if c.type not in WORKLOADS or c.action in (CREATE, DELETE):
+            continue
+        before = dict(_images(c.base))
+        for container, image in _images(c.head):
+            old = before.get(container)
+            if not old or old == image:
+                continue
+            (repo, tag, digest), (was_repo, was_tag, was_digest) = split_reference(image), split_reference(old)
+            if digest and digest == was_digest and repo == was_repo and tag != was_tag:
+                groups.setdefault((repo, was_tag, tag, digest), []).append(
+                    f"{c.type.rsplit(':', 1)[-1]} {_meta(c.head)[1]}")
+    return [Finding(HIGH, "image-tag-same-digest", (
+        f"{repo}: tag {was or '(none)'} -> {now or '(none)'} under the same digest {digest[:19]}... in "
+        f"{', '.join(sorted(set(owners)))}: a reference with a digest is pulled by the digest and its tag is "
+        f"ignored, so the pods run the {was or 'old'} image while the stack names {now}. Set the digest "
+        "the new tag has (from the registry's promotion manifest, as catalog/components.yaml records each)"),
+        tuple(sorted(set(owners))))
+        for (repo, was, now, digest), owners in sorted(groups.items())]
+
+
+def assess(diff: StackDiff) -> list[Finding]:
+    return [*service_cidr(diff), *services_replaced(diff), *prometheus(diff), *tag_under_same_digest(diff)]
