@@ -86,3 +86,34 @@ def test_a_policy_bound_only_to_warn_or_missing_is_a_break() -> None:
     found = writer_breaks(graph)
     assert any(f"no ValidatingAdmissionPolicy {POLICY}" in f.what for f in found)
     assert {f.where for f in found} >= {"DaemonSet kube-system/cloud-node-manager", "DaemonSet kube-system/calico-node"}
+
+
+def _template(graph: dict[str, Any], name: str) -> dict[str, Any]:
+    return resource(graph, "Deployment", name)["inputs"]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("name", ["kilonode-gang-scheduler", "kilonode-gang-controller", "cluster-autoscaler",
+                                  "cloud-controller-manager"])
+def test_a_controller_that_only_prefers_the_system_pool_is_a_break(name: str) -> None:
+    """Independent trace of issue 37, round 4: the gang scheduler only preferred the system pool,
+    so its token (bind, delete, update every pod; patch Nodes) could land on a GPU node."""
+    _, graph = artefacts(STACK)
+    _template(graph, name)["affinity"]["nodeAffinity"].pop("requiredDuringSchedulingIgnoredDuringExecution")
+    [finding] = writer_breaks(graph)
+    assert finding.where == f"Deployment kube-system/{name}" and "controller pools" in finding.what
+
+
+@pytest.mark.parametrize("values", [["system", "h100-ib"], ["h100-ib"]])
+def test_a_required_term_that_admits_a_user_pool_is_a_break(values: list[str]) -> None:
+    _, graph = artefacts(STACK)
+    required = _template(graph, "kilonode-gang-scheduler")["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    required["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = values
+    [finding] = writer_breaks(graph)
+    assert finding.where == "Deployment kube-system/kilonode-gang-scheduler"
+    # a second, unrestricted alternative term is as bad
+    required["nodeSelectorTerms"] = [{"matchExpressions": [{"key": "kilonode.io/pool", "operator": "In",
+                                                            "values": ["system"]}]},
+                                     {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In",
+                                                            "values": ["linux"]}]}]
+    assert [f.where for f in writer_breaks(graph)] == ["Deployment kube-system/kilonode-gang-scheduler"]

@@ -36,11 +36,11 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import (
     SKIP_AWAIT,
     awaited,
+    on_pools,
     system_pod_spec,
     tolerate_critical_addons,
     tolerate_uninitialized_nodes,
@@ -129,13 +129,7 @@ def controller_affinity(plan: ClusterPlan,
     """Required: a node of the plan's controller pools (kilonode.io/pool), the only ones whose
     scale sets carry the controllers' identities; `preferred` terms kept. Elsewhere the
     controller would find no token, and it must not land where the identity is not meant to be."""
-    return core.v1.AffinityArgs(node_affinity=core.v1.NodeAffinityArgs(
-        required_during_scheduling_ignored_during_execution=core.v1.NodeSelectorArgs(node_selector_terms=[
-            core.v1.NodeSelectorTermArgs(match_expressions=[core.v1.NodeSelectorRequirementArgs(
-                key=POOL_LABEL, operator="In", values=sorted(p.name for p in plan.controller_pools))]),
-        ]),
-        preferred_during_scheduling_ignored_during_execution=preferred,
-    ))
+    return on_pools([p.name for p in plan.controller_pools], preferred=preferred)
 
 
 def ccm_args(plan: ClusterPlan) -> list[str]:

@@ -14,7 +14,7 @@ from pulumi_kubernetes import core
 
 from kilonode.k8s.pod_security import pod_security_context
 from kilonode.plan.model import AwaitsPlan
-from kilonode.plan.wellknown import CRITICAL_ADDONS_KEY, SYSTEM_LABEL
+from kilonode.plan.wellknown import CRITICAL_ADDONS_KEY, POOL_LABEL, SYSTEM_LABEL
 
 # set by the kubelet of a node that waits for the cloud provider to initialise it
 UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -73,6 +73,26 @@ def tolerate_uninitialized_nodes() -> list[core.v1.TolerationArgs]:
 # system pool (its workloads then run on any node they tolerate) and a workload with more
 # replicas than the system pool has nodes (CoreDNS: one per node) places the rest elsewhere.
 SYSTEM_POOL_WEIGHT = 100
+
+
+def on_pools(pools: Sequence[str], affinity: core.v1.AffinityArgs | None = None,
+             preferred: list[core.v1.PreferredSchedulingTermArgs] | None = None) -> core.v1.AffinityArgs:
+    """`affinity` (its pod affinities kept) with a required node affinity to the pools named
+    (kilonode.io/pool In ...) and the `preferred` node terms: for a controller whose token must
+    not land beside user work (ClusterPlan.controller_pools; preflight's `node-writers`)."""
+    if not pools:
+        raise ValueError("on_pools: no pool to run on (the plan's controller_pools is empty)")
+    return core.v1.AffinityArgs(
+        node_affinity=core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=core.v1.NodeSelectorArgs(node_selector_terms=[
+                core.v1.NodeSelectorTermArgs(match_expressions=[core.v1.NodeSelectorRequirementArgs(
+                    key=POOL_LABEL, operator="In", values=sorted(pools))]),
+            ]),
+            preferred_during_scheduling_ignored_during_execution=preferred,
+        ),
+        pod_affinity=affinity.pod_affinity if affinity is not None else None,
+        pod_anti_affinity=affinity.pod_anti_affinity if affinity is not None else None,
+    )
 
 
 def prefer_system_pool(affinity: core.v1.AffinityArgs | None) -> core.v1.AffinityArgs:

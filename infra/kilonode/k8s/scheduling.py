@@ -57,7 +57,7 @@ from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.gang import CROSS_FABRIC_ANNOTATION, GANG_SCHEDULER_NAME, POD_GROUP_API_VERSION, POD_GROUP_LABEL
 from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
-from kilonode.k8s.pods import awaited, system_pod_spec
+from kilonode.k8s.pods import awaited, on_pools, system_pod_spec
 from kilonode.plan.model import AwaitsPlan, ClusterPlan
 from kilonode.plan.wellknown import FABRIC_LABEL, GPU_RESOURCE
 from kilonode.yamlio import plain_yaml
@@ -366,6 +366,10 @@ class GangSchedulerArgs:
     fabric_locality: bool = False
     # (nodes, GPUs) of the largest fabric: a PodGroup larger is refused (gang_size_rule)
     largest_fabric: tuple[int, int] = (0, 0)
+    # where the replicas may run (ClusterPlan.controller_pools), required: both tokens patch Nodes,
+    # the scheduler's also updates, deletes and binds every pod (upstream's RBAC), so a replica on a
+    # GPU node would hand them to whoever owns that node (independent trace of issue 37, round 4)
+    controller_pools: tuple[str, ...] = ()
 
     @staticmethod
     def of(plan: ClusterPlan) -> GangSchedulerArgs:
@@ -373,7 +377,8 @@ class GangSchedulerArgs:
                                  controller_image=plan.components.scheduler_plugins_controller_image,
                                  gpu=bool(plan.gpu_pools), awaits=plan.components.awaits,
                                  fabric_locality=bool(plan.gpu_pools) and all(p.infiniband for p in plan.gpu_pools),
-                                 largest_fabric=largest_fabric(plan))
+                                 largest_fabric=largest_fabric(plan),
+                                 controller_pools=tuple(p.name for p in plan.controller_pools))
 
 
 class GangScheduler(pulumi.ComponentResource):
@@ -381,6 +386,7 @@ class GangScheduler(pulumi.ComponentResource):
         super().__init__("kilonode:k8s:GangScheduler", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
+        self.controller_pools = args.controller_pools
         crds = self._crds(name)
         # the two Deployments: after the CRDs they watch; their pods wait for pool nodes,
         # still allocating on a first run
@@ -517,7 +523,7 @@ class GangScheduler(pulumi.ComponentResource):
                         "cluster",
                         service_account=account,
                         system_pool=True,
-                        affinity=_anti_affinity(app),
+                        affinity=on_pools(self.controller_pools, _anti_affinity(app)),
                         containers=[container],
                         volumes=volumes,
                     ),

@@ -10,9 +10,15 @@ a validation that names the account's user and the token's node-name extra), and
 bite: failurePolicy Fail, nodes and nodes/status matched on UPDATE (which a PATCH is admitted as),
 and a binding that denies.
 
-Central controllers (Deployments: the autoscaler, the GPU health controller, the scheduler plugins,
-cloud-controller-manager) write Nodes cluster-wide by design and are not checked here: their pods
-run on the system pool, not beside user work.
+Central controllers (Deployments and StatefulSets: the autoscaler, the scheduler plugins,
+cloud-controller-manager) write Nodes, or pods, cluster-wide by design: their tokens may not land
+beside user work. Each workload whose token may update or patch nodes, update, patch or delete
+pods, or create pods/binding or pods/eviction must be held by a required node affinity (or
+nodeSelector) to the plan's controller pools (ClusterPlan.controller_pools: the system pools where
+there are any), every term of it: a preference is not enough, since the scheduler places a replica
+on any node it tolerates once the preferred ones are full or drained (the independent trace of
+issue 37, round 4: the gang scheduler's token, which binds and deletes every pod, could land on a
+healthy GPU node, and from there a calico-node pod's image could be patched: root on every node).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from kilonode.preflight.checks.contracts import _Access, _account_of
 from kilonode.preflight.model import Finding, Inputs
 
 NAME = "node-writers"
-TITLE = "Every per-node agent that may write Nodes is held to its own Node by the node-identity policy"
+TITLE = ("Every per-node agent that may write Nodes is held to its own Node by the node-identity policy, and every "
+         "controller that may write Nodes or pods runs only on the controller pools")
 
 POLICY = "kilonode-node-identity"
 POLICY_TYPE = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
@@ -95,7 +102,63 @@ def _policy_findings(inputs: Inputs, where: str) -> list[Finding]:
     return findings
 
 
+# What a central controller's token may do that must keep it on the controller pools.
+CONTROLLER_WRITES = (("nodes", ("update", "patch")), ("pods", ("update", "patch", "delete")),
+                     ("pods/binding", ("create",)), ("pods/eviction", ("create",)))
+SYSTEM_LABEL = "kilonode.io/system"
+POOL_LABEL = "kilonode.io/pool"
+
+
+def _held_to(spec: Mapping[str, Any], pools: set[str], system: bool) -> bool:
+    """The pod spec may run only on `pools` (a required term each of whose alternatives names only
+    them, or kilonode.io/system=true where `system`; or a nodeSelector that does)."""
+    selector = spec.get("nodeSelector") or {}
+    if selector.get(POOL_LABEL) in pools or (system and selector.get(SYSTEM_LABEL) == "true"):
+        return True
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+
+    def holds(term: Mapping[str, Any]) -> bool:
+        for e in term.get("matchExpressions") or []:
+            values = set(e.get("values") or [])
+            if e.get("operator") == "In" and e.get("key") == POOL_LABEL and values and values <= pools:
+                return True
+            if system and e.get("operator") == "In" and e.get("key") == SYSTEM_LABEL and values == {"true"}:
+                return True
+        return False
+    return bool(terms) and all(holds(t) for t in terms)
+
+
+def _controllers(inputs: Inputs) -> list[Finding]:
+    pools = {p.name for p in inputs.plan.controller_pools}
+    system = bool(inputs.plan.system_pools)
+    findings = []
+    for workload in inputs.workloads():
+        if workload.kind == "DaemonSet":
+            continue
+        namespace, account, token = _account_of(inputs, workload)
+        if not token:
+            continue
+        access = _Access(inputs, namespace, account)
+        may = [f"{verb} {resource}" for resource, verbs in CONTROLLER_WRITES for verb in verbs
+               if access.allows("", resource, verb, None)]
+        spec = ((workload.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
+        if may and not _held_to(spec, pools, system):
+            findings.append(Finding(
+                NAME, "break", workload.describe(),
+                f"its token (system:serviceaccount:{namespace}:{account}) may {', '.join(may)} cluster-wide, and "
+                f"nothing requires its pods on the controller pools ({', '.join(sorted(pools))}): a replica placed "
+                "on a user's node hands that token to whoever owns the node",
+                "require the controller pools (kilonode.k8s.pods.on_pools with ClusterPlan.controller_pools)"))
+    return findings
+
+
 def check(inputs: Inputs) -> list[Finding]:
+    return _agents(inputs) + _controllers(inputs)
+
+
+def _agents(inputs: Inputs) -> list[Finding]:
     writers = node_writers(inputs)
     if not writers:
         return []
