@@ -592,3 +592,27 @@ def test_ship_names_the_role_images_the_stack_builds() -> None:
         ship.programs_for("apiserver")
     with pytest.raises(ValueError, match="no image pools"):
         ship.NodeProgram("x.py", "image", target="/x", images=("pools",))
+
+
+def test_a_boot_archive_must_hold_the_image_id_the_stack_names(pause_binary: Path, tmp_path: Path) -> None:
+    """Independent trace of issue 37, round 4, finding 2: a component's archive (bootImageArchives)
+    was baked on the strength of its tag alone; it runs privileged on every node."""
+    from types import SimpleNamespace
+
+    from kilonode.image import rootfs
+    from kilonode.image.build import preload
+    from kilonode.plan.model import PreloadImage
+
+    image = "quay.io/calico/node:v3.31.7"
+    archive = single_binary_image(image, pause_binary, "/pause", tmp_path / "node.tar")
+
+    def baked(image_id: str) -> list[dict[str, str]]:
+        item = PreloadImage(image=image, source="archive", archive=str(archive.path),
+                            baked_path="/var/lib/kilonode/preload/node.tar", image_id=image_id)
+        tree = tmp_path / f"tree-{image_id[-4:]}"
+        tree.mkdir()
+        return preload(SimpleNamespace(preload_images=[item]), None, tree, tmp_path / "work", tmp_path)  # type: ignore[arg-type]
+
+    assert baked(archive.image_id)[0]["image_id"] == archive.image_id
+    with pytest.raises(rootfs.BuildError, match="not the sha256:0000"):
+        baked("sha256:" + "0" * 64)

@@ -216,7 +216,7 @@ def test_gpu_pools_boot_the_device_plugin_image_and_preload_it_when_an_archive_i
     plugin = plan.components.device_plugin_image
     assert plugin in pools["gpu"].boot_images_not_preloaded
     assert plugin not in pools["cpu"].boot_images_not_preloaded
-    cluster["bootImageArchives"] = [{"image": plugin, "archive": "device-plugin.tar"}]
+    cluster["bootImageArchives"] = [{"image": plugin, "archive": "device-plugin.tar", "imageId": "sha256:" + "e" * 64}]
     (tmp_path / "device-plugin.tar").write_bytes(b"")  # validate wants it there; the image build reads it
     plan = plan_stack(load_stack(str(write_stack(cluster))))
     pools = {p.name: p for p in plan.node_pools}

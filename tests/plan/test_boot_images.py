@@ -62,7 +62,8 @@ def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loa
     write_stack: StackWriter, tmp_path: Path,
 ) -> None:
     cluster = shipped_cluster_value("local")
-    cluster["bootImageArchives"] = [{"image": BOOT[0], "archive": "archives/kube-proxy.tar"}]
+    cluster["bootImageArchives"] = [{"image": BOOT[0], "archive": "archives/kube-proxy.tar",
+                                     "imageId": "sha256:" + "e" * 64}]
     (tmp_path / "archives").mkdir()
     (tmp_path / "archives" / "kube-proxy.tar").write_bytes(b"")  # validate wants it there; the image build reads it
     plan = plan_of(cluster, write_stack)

@@ -130,7 +130,9 @@ FIELDS: dict[str, Field] = {
     "sysctl.overrides{key}": Field("sysctl.overrides", _at("sysctl", "overrides", "x"), ""),
     "sysctl.overrides{}": Field("sysctl.overrides", _at("sysctl", "overrides", "net.core.default_qdisc"), "f"),
     "bootImageArchives[].image": Field("bootImageArchives[0].image",
-                                       _with("bootImageArchives", lambda v: [{"image": v}]), "registry.k8s.io/"),
+                                       _with("bootImageArchives", lambda v: [{"image": v, "archive": "a.tar",
+                                                                              "imageId": "sha256:" + "e" * 64}]),
+                                       "registry.k8s.io/"),
     "nodeImage.version": Field("nodeImage.version", _at("nodeImage", "version"), "1.0."),
     "etcdImage.version": Field("etcdImage.version", _at("etcdImage", "version"), "1.0."),
     "controlPlaneImage.version": Field("controlPlaneImage.version", _at("controlPlaneImage", "version"), "1.0."),
@@ -153,6 +155,7 @@ NOT_RENDERED = {
     # the archive's path is read by the image build only; RelativePath keeps it inside the project
     "nodePools[].preloadImages[].archive": "read by the image build, never rendered",
     "bootImageArchives[].archive": "read by the image build, never rendered",
+    "bootImageArchives[].imageId": "checked by the image build against the archive (a sha256 pattern), never rendered",
     # an Azure resource ID, passed to the Pulumi program as an input, never to a host
     "deployer.vnetId": "an Azure resource ID for the Pulumi program, never rendered",
     # a control-plane host's name, matched whole by a strict pattern (etcd-main-N, ...) and looked

@@ -388,6 +388,28 @@ class PreloadImageConfig(StrictModel):
         return image_reference(value)
 
 
+class BootImageArchiveConfig(PreloadImageConfig):
+    """A component's own image, baked from an archive the stack supplies (an air-gapped build, a
+    registry outage at boot): what every node runs for that component, privileged for some."""
+
+    archive: RelativePath = Field(  # type: ignore[assignment]
+        description=(
+            "A docker-archive tarball (`docker save -o FILE IMAGE`), a path relative to the stack's project "
+            "(the folder of its Pulumi.yaml)."
+        ),
+    )
+    image_id: Str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description=(
+            "The image's ID, as `docker inspect --format '{{.Id}}' IMAGE` prints it (the sha256 of its config), "
+            "which the image build checks the archive against. The archive replaces the component on every "
+            "node (it runs by tag, pulled only if not present), calico-node and kube-proxy privileged: the stack "
+            "names exactly which image that is, and a reviewer sees it change (independent trace of issue 37, "
+            "round 4, finding 2)."
+        ),
+    )
+
+
 class PoolAutoscalingConfig(StrictModel):
     """The cluster autoscaler on one pool: its shards not given to a team become node groups."""
 
@@ -944,7 +966,7 @@ class ClusterConfig(StrictModel):
             "Kernel parameters for every node: a profile in sysctl/ plus overrides."
         ),
     )
-    boot_image_archives: tuple[PreloadImageConfig, ...] = Field(
+    boot_image_archives: tuple[BootImageArchiveConfig, ...] = Field(
         default=(),
         max_length=CUSTOM_DATA_BOUNDS["boot_image_archives"],
         description=(

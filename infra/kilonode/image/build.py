@@ -516,6 +516,10 @@ def preload(pool: NodePoolPlan, recipe: Recipe, tree: Path, work: Path, base_dir
             if not src.is_file():
                 raise rootfs.BuildError(f"preload {item.image}: archive {src} not found")
             archive = describe_archive(item.image, src)
+            if item.image_id is not None and archive.image_id != item.image_id:
+                raise rootfs.BuildError(
+                    f"preload {item.image}: archive {src} holds image {archive.image_id}, not the {item.image_id} the "
+                    "stack's bootImageArchives names: rebuild it from the image you mean, or name that ID")
         else:
             raise rootfs.BuildError(
                 f"preload {item.image}: source 'pull' needs a registry at build time and none is reachable "

@@ -155,6 +155,8 @@ class PreloadImage(StrictModel):
     archive: str | None = None
     # Where the node image bakes the archive; the boot-time loader reads it from here.
     baked_path: str
+    # The image ID the archive must hold (a bootImageArchives entry's imageId): the build refuses another.
+    image_id: str | None = None
 
 
 class SysctlSetting(StrictModel):

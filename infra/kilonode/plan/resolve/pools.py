@@ -106,10 +106,11 @@ def _preload(config: ClusterConfig, pool: NodePoolConfig) -> tuple[PreloadImage,
         return f"{PRELOAD_DIR}/{safe}.tar"
 
     images = [PreloadImage(image=config.pause_image, source="build:pause", baked_path=baked(config.pause_image))]
-    supplied = {entry.image: entry.archive for entry in config.boot_image_archives}
+    supplied = {entry.image: entry for entry in config.boot_image_archives}
     for image in boot_images(config, pool):
-        if supplied.get(image):
-            images.append(PreloadImage(image=image, source="archive", archive=supplied[image], baked_path=baked(image)))
+        if image in supplied:
+            images.append(PreloadImage(image=image, source="archive", archive=supplied[image].archive,
+                                       baked_path=baked(image), image_id=supplied[image].image_id))
     for entry in pool.preload_images:
         if entry.image == config.pause_image or any(entry.image == i.image for i in images):
             continue

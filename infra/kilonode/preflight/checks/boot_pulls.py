@@ -77,7 +77,8 @@ def check(inputs: Inputs) -> list[Finding]:
             f"their pods run, through the pool's NAT gateway, {min(group.count, together):,} nodes at a time "
             "(one join wave; more if Azure creates waves slower than the plan assumes), "
             f"per registry: {spread}. Pulled: {listing}",
-            "preload them into the node image (the stack's bootImageArchives: `kilonode image build` loads each "
-            "archive into the image), or serve them from a registry inside the VNet",
+            "preload them into the node image (the stack's bootImageArchives, each archive with its imageId: "
+            "`kilonode image build` checks and loads each into the image), or serve them from a registry inside "
+            "the VNet",
         ))
     return findings
