@@ -68,30 +68,46 @@ def test_the_program_reports_each_certificates_not_after_as_cryptography_reads_i
     assert len(files) == 4 and len(found) == 4
 
 
-def test_a_kubeconfigs_embedded_certificates_are_reported_as_cryptography_reads_them(
+def test_a_kubeconfigs_client_certificate_is_copied_out_and_reported_as_cryptography_reads_it(
     plans: dict[str, ClusterPlan], tmp_path: Path,
 ) -> None:
-    """apiserver-0's component kubeconfigs (scheduler, controller manager, node client approver)
-    carry client certificates that expire like any other: each kubeconfig gives two series, the CA
-    it trusts and its client certificate."""
+    """apiserver-0's component kubeconfigs (scheduler, controller manager, node client approver, GPU
+    health controller) carry client certificates that expire like any other, and their keys: the
+    answer runs as a dynamic user that reads no key (0600, root's), so the unit's privileged
+    ExecStartPre copies each client certificate, and nothing else, to a 0644 file the answer reads
+    (the independent trace of issue 37, round 4: the kubeconfigs themselves were listed, and read
+    as unreadable on every apiserver)."""
     plan = plans["local"]
     local_pki.issue_plan(plan, tmp_path / "state")
     where = local_pki.LocalPki(tmp_path / "state")
     rendered = json.loads(render_cluster(plan)["apiserver-0"][cert_metrics.CONFIG_PATH].content)
-    kubeconfigs = [p for p in rendered["files"] if not p.endswith(".crt")]
+    assert rendered["copies"] == cert_metrics.CLIENT_CERT_DIR
+    kubeconfigs = [p for p in rendered["files"] if p.endswith(".kubeconfig")]
     assert wellknown.SCHEDULER_KUBECONFIG in kubeconfigs and wellknown.NODE_CLIENT_APPROVER_KUBECONFIG in kubeconfigs
-    files = [str(where.host_file("apiserver-0", p)) for p in kubeconfigs]
-    found = metric_lines(cert_expiry.metrics({"host": "apiserver-0", "files": files}))
+    copies = tmp_path / "run"
+    config = {"host": "apiserver-0", "copies": str(copies),
+              "files": [str(where.host_file("apiserver-0", k)) for k in kubeconfigs]}
+    path = tmp_path / "certificates.json"
+    path.write_text(json.dumps(config))
+    subprocess.run([sys.executable, str(CERT_EXPIRY.path), "--extract-client-certs", "--config", str(path)],
+                   check=True, timeout=30)
     wanted = {}
-    for path in files:
-        user = yaml.safe_load(Path(path).read_text())["users"][0]["user"]
-        cluster = yaml.safe_load(Path(path).read_text())["clusters"][0]["cluster"]
-        # in the file's order: the cluster (its CA) comes before the user (its client certificate)
-        for i, data in enumerate((cluster["certificate-authority-data"], user["client-certificate-data"])):
-            cert = x509.load_pem_x509_certificate(base64.b64decode(data))
-            key = f'kilonode_certificate_not_after_seconds{{host="apiserver-0",path="{path}",index="{i}"}}'
-            wanted[key] = cert.not_valid_after_utc.timestamp()
-    assert found == wanted and len(found) == 2 * len(files)
+    for kubeconfig in config["files"]:
+        copy = copies / (Path(kubeconfig).name.removesuffix(".kubeconfig") + ".crt")
+        assert copy.stat().st_mode & 0o777 == 0o644 and b"PRIVATE KEY" not in copy.read_bytes()
+        user = yaml.safe_load(Path(kubeconfig).read_text())["users"][0]["user"]
+        cert = x509.load_pem_x509_certificate(base64.b64decode(user["client-certificate-data"]))
+        assert x509.load_pem_x509_certificates(copy.read_bytes()) == [cert]
+        # the series keeps the kubeconfig's path: what the operator renews
+        key = f'kilonode_certificate_not_after_seconds{{host="apiserver-0",path="{kubeconfig}",index="0"}}'
+        wanted[key] = cert.not_valid_after_utc.timestamp()
+    found = metric_lines(cert_expiry.metrics(config))
+    assert found == wanted and len(found) == len(kubeconfigs)
+    # a kubeconfig gone leaves no stale copy behind: the answer says unreadable
+    Path(config["files"][0]).unlink()
+    cert_expiry.extract_client_certs(config)
+    assert not (copies / (Path(config["files"][0]).name.removesuffix(".kubeconfig") + ".crt")).exists()
+    assert "kilonode_certificate_unreadable" in cert_expiry.metrics(config)
 
 
 def test_a_missing_or_broken_file_is_reported_never_silent(issued: tuple[ClusterPlan, Path, Path],
@@ -190,9 +206,11 @@ def test_each_host_lists_every_certificate_file_it_holds(plans: dict[str, Cluste
         config = json.loads(rendered[host][cert_metrics.CONFIG_PATH].content)
         assert config["host"] == host
         held = {f.path for f in layout.hosts[host] if f.path.endswith(".crt")}
-        # and the co-located components' kubeconfigs, which embed their client certificates
-        held |= {f.path for f in layout.hosts[host] if isinstance(f.content, pki.Kubeconfig) and f.content.client}
-        assert set(config["files"]) == held, host
+        # and the co-located components' kubeconfigs, which embed their client certificates (read
+        # from copies: the answer may not read their keys)
+        kubeconfigs = {f.path for f in layout.hosts[host] if isinstance(f.content, pki.Kubeconfig) and f.content.client}
+        assert ("copies" in config) == bool(kubeconfigs), host
+        assert set(config["files"]) == held | kubeconfigs, host
     assert wellknown.APISERVER_ETCD_CA_BUNDLE in json.loads(rendered["apiserver-0"][cert_metrics.CONFIG_PATH]
                                                             .content)["files"]
 

@@ -126,10 +126,10 @@ def _content(layout: pki.PkiLayout, content: pki.Content) -> str:
             return pki.bundle_text([certificate_pem(layout, ca) for ca in cas])
         case pki.Kubeconfig(server=server, user=user, ca=ca, client=None):
             return pki.kubeconfig_text(server, certificate_pem(layout, ca), user, token=JOIN_TOKEN)
-        case pki.Kubeconfig(server=server, user=user, ca=ca, client=str(client)):
+        case pki.Kubeconfig(server=server, user=user, ca=ca, client=str(client), ca_file=ca_file):
             return pki.kubeconfig_text(server, certificate_pem(layout, ca), user,
                                        cert_pem=certificate_pem(layout, client),
-                                       key_pem=pem("EC PRIVATE KEY", PRIVATE_KEY_DER_BYTES))
+                                       key_pem=pem("EC PRIVATE KEY", PRIVATE_KEY_DER_BYTES), ca_file=ca_file)
     raise TypeError(f"unknown PKI file content {content!r}")
 
 

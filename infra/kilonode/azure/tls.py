@@ -129,7 +129,8 @@ class Tls(pulumi.ComponentResource):
             if token is None:
                 raise ValueError(f"kubeconfig for {spec.user} has no client certificate and no pool's join token")
             return kubeconfig(where, ca, spec.user, token=token, tls_server_name=tls_server_name)
-        return kubeconfig(where, ca, spec.user, cert=self._pairs[spec.client], tls_server_name=tls_server_name)
+        return kubeconfig(where, ca, spec.user, cert=self._pairs[spec.client], tls_server_name=tls_server_name,
+                          ca_file=spec.ca_file)
 
     def through(self, endpoint: pulumi.Output[str], public: bool) -> None:
         """Point the admin and super-admin kubeconfigs at the endpoint the machine running `pulumi
@@ -197,14 +198,15 @@ class Tls(pulumi.ComponentResource):
 
 
 def kubeconfig(server: pulumi.Input[str], ca_pem: pulumi.Output[str], user: str, *, cert: _Pair | None = None,
-               token: pulumi.Output[str] | None = None, tls_server_name: str | None = None) -> pulumi.Output[str]:
+               token: pulumi.Output[str] | None = None, tls_server_name: str | None = None,
+               ca_file: str | None = None) -> pulumi.Output[str]:
     """A kubeconfig (secret): the cluster CA, and a client certificate and key or a token
     (kilonode.plan.pki.kubeconfig_text writes the document)."""
 
     def text(values: list[str]) -> str:
         if cert is not None:
             return pki.kubeconfig_text(values[0], values[1], user, cert_pem=values[2], key_pem=values[3],
-                                       tls_server_name=tls_server_name)
+                                       tls_server_name=tls_server_name, ca_file=ca_file)
         return pki.kubeconfig_text(values[0], values[1], user, token=values[2], tls_server_name=tls_server_name)
 
     parts = [server, ca_pem, cert.cert_pem, cert.key_pem] if cert is not None else [server, ca_pem, token]

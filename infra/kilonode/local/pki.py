@@ -202,13 +202,13 @@ def issue(layout: pki.PkiLayout, root: Path, addresses: Mapping[str, str],
                 return _public_pem(keys[name]).decode()
             case pki.Bundle(cas=cas):
                 return pki.bundle_text([_cert_pem(certs[ca]).decode() for ca in cas])
-            case pki.Kubeconfig(server=server, user=user, ca=ca, client=client):
+            case pki.Kubeconfig(server=server, user=user, ca=ca, client=client, ca_file=ca_file):
                 ca_pem = _cert_pem(certs[ca]).decode()
                 if client is None:
                     return pki.kubeconfig_text(local_url(server, addresses), ca_pem, user, token=token)
                 return pki.kubeconfig_text(local_url(server, addresses), ca_pem, user,
                                            cert_pem=_cert_pem(certs[client]).decode(),
-                                           key_pem=_key_pem(keys[client]).decode())
+                                           key_pem=_key_pem(keys[client]).decode(), ca_file=ca_file)
         raise TypeError(f"unknown PKI file content {item!r}")
 
     for host, files in (*layout.hosts.items(), ("node", layout.node_files)):

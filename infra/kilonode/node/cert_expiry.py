@@ -11,10 +11,17 @@ collector). Standard library only: the notAfter is read from the certificate's D
 (RFC 5280 4.1: Certificate -> tbsCertificate -> validity -> notAfter).
 
 Its config (/etc/kilonode/certificates.json, rendered from the PKI layout) lists the files:
-{"host": "etcd-main-0", "files": ["/etc/etcd/pki/ca.crt", ...]}: PEM files and kubeconfigs (whose
-client-certificate-data and certificate-authority-data hold base64 PEM). Each certificate of each
-file (a bundle holds several) is one series; a file that cannot be read or parsed is one
-kilonode_certificate_unreadable series, never silence.
+{"host": "etcd-main-0", "files": ["/etc/etcd/pki/ca.crt", ...]}: PEM files (and kubeconfigs, whose
+client-certificate-data and certificate-authority-data hold base64 PEM, are read too). Each
+certificate of each file (a bundle holds several) is one series; a file that cannot be read or
+parsed is one kilonode_certificate_unreadable series, never silence.
+
+The answer runs as a dynamic user that can read no key file, and the co-located components'
+kubeconfigs embed their keys (0600, root's): so where the config names "copies" (a directory),
+each listed kubeconfig is read from its copy there, <name>.crt for <name>.kubeconfig (the series
+keep the kubeconfig's path), and --extract-client-certs (the unit's ExecStartPre=+, as root,
+reading no byte of the connection) makes those copies: each kubeconfig's client certificate, and
+nothing else, in a 0644 PEM file.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import os
 import re
 import sys
 from typing import BinaryIO
@@ -90,7 +98,7 @@ def metrics(config: dict[str, object]) -> str:
     for path in config["files"]:  # type: ignore[attr-defined]
         where = f'host="{host}",path="{_label(str(path))}"'
         try:
-            with open(path, "rb") as handle:
+            with open(copy_of(config, str(path)) or path, "rb") as handle:
                 text = handle.read()
             blocks = PEM.findall(text) + [block for data in EMBEDDED.findall(text)
                                           for block in PEM.findall(base64.b64decode(data))]
@@ -122,10 +130,48 @@ def serve(stdin: BinaryIO, stdout: BinaryIO, config: dict[str, object]) -> None:
     stdout.flush()
 
 
+def copy_of(config: dict[str, object], path: str) -> str | None:
+    """Where a kubeconfig's client certificate is copied ("copies"), or None (read it as it is)."""
+    copies = config.get("copies")
+    if not copies or not path.endswith(".kubeconfig"):
+        return None
+    return os.path.join(str(copies), os.path.basename(path).removesuffix(".kubeconfig") + ".crt")
+
+
+def extract_client_certs(config: dict[str, object]) -> None:
+    """Each listed kubeconfig's client certificate (the PEM in client-certificate-data) written to
+    its copy (copy_of), 0644, replaced whole (a reader never sees half a file). A kubeconfig that
+    cannot be read leaves no copy: the answer then reports it unreadable."""
+    for source in config["files"]:  # type: ignore[attr-defined]
+        target = copy_of(config, str(source))
+        if target is None:
+            continue
+        try:
+            with open(source, "rb") as handle:
+                text = handle.read()
+            data = re.search(rb"^\s*client-certificate-data:\s*([A-Za-z0-9+/=]+)\s*$", text, re.M)
+            blocks = PEM.findall(base64.b64decode(data.group(1))) if data else []
+        except (OSError, ValueError):
+            blocks = []
+        if not blocks:
+            if os.path.exists(target):
+                os.remove(target)
+            continue
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        partial = f"{target}.{os.getpid()}.partial"  # answers may run side by side (the socket's Accept=yes)
+        with open(partial, "wb") as out:
+            out.write(b"".join(b"-----BEGIN CERTIFICATE-----\n" + b + b"-----END CERTIFICATE-----\n" for b in blocks))
+        os.chmod(partial, 0o644)
+        os.replace(partial, target)
+
+
 def main(argv: list[str]) -> int:
     path = argv[argv.index("--config") + 1] if "--config" in argv else CONFIG
     with open(path, encoding="utf-8") as handle:
         config = json.load(handle)
+    if "--extract-client-certs" in argv:
+        extract_client_certs(config)
+        return 0
     if "--print" in argv:
         sys.stdout.write(metrics(config))
         return 0

@@ -179,6 +179,10 @@ class Kubeconfig:
     user: str
     ca: str
     client: str | None = None
+    # Where the host holds `ca`'s certificate, for a kubeconfig that names it instead of embedding
+    # it (certificate-authority rather than certificate-authority-data): the components that run as
+    # root beside the file; not the sandboxed ones, which see no /etc/kubernetes/pki.
+    ca_file: str | None = None
 
 
 Content = Cert | PrivateKey | PublicKey | Bundle | Kubeconfig
@@ -335,6 +339,7 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
                 f"{host}-kube-controller-manager", KUBERNETES_CA, "system:kube-controller-manager", host=host
             ),
         }
+        root_components = set(component_kubeconfigs)
         # The node client approver runs beside each apiserver: its own identity, bound to its own
         # ClusterRole (kilonode.k8s.bootstrap).
         component_kubeconfigs[wellknown.NODE_CLIENT_APPROVER_KUBECONFIG] = client(
@@ -367,7 +372,10 @@ def pki_layout(plan: ClusterPlan) -> PkiLayout:
             HostFile(wellknown.CONTROLLER_MANAGER_SERVING_KEY, PrivateKey(serving_for["kube-controller-manager"]),
                      KEY_MODE),
             *[
-                HostFile(path, Kubeconfig(LOCAL_APISERVER, COMPONENT_USER, KUBERNETES_CA, user), KEY_MODE)
+                # the scheduler's and controller manager's name the CA file the host holds (both run
+                # as root, unsandboxed): each embedded copy cost ~1.2 KB of the apiserver's custom data
+                HostFile(path, Kubeconfig(LOCAL_APISERVER, COMPONENT_USER, KUBERNETES_CA, user,
+                                          ca_file=wellknown.K8S_CA if path in root_components else None), KEY_MODE)
                 for path, user in component_kubeconfigs.items()
             ],
         )
@@ -432,9 +440,10 @@ DEPLOYER_TLS_SERVER_NAME = "kubernetes"
 
 def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None = None,
                     key_pem: str | None = None, token: str | None = None,
-                    tls_server_name: str | None = None) -> str:
-    """A kubeconfig document: the cluster CA, and a client certificate and key or a token;
-    `tls_server_name` when the server's address is not among the certificate's names."""
+                    tls_server_name: str | None = None, ca_file: str | None = None) -> str:
+    """A kubeconfig document: the cluster CA (embedded, or the path `ca_file` where the host holds
+    it), and a client certificate and key or a token; `tls_server_name` when the server's address
+    is not among the certificate's names."""
     if cert_pem is not None and key_pem is not None:
         credentials = {"client-certificate-data": base64.b64encode(cert_pem.encode()).decode(),
                        "client-key-data": base64.b64encode(key_pem.encode()).decode()}
@@ -446,7 +455,9 @@ def kubeconfig_text(server: str, ca_pem: str, user: str, *, cert_pem: str | None
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "kilonode", "cluster": {
-            "server": server, "certificate-authority-data": base64.b64encode(ca_pem.encode()).decode(),
+            "server": server,
+            **({"certificate-authority": ca_file} if ca_file else
+               {"certificate-authority-data": base64.b64encode(ca_pem.encode()).decode()}),
             **({"tls-server-name": tls_server_name} if tls_server_name else {}),
         }}],
         "users": [{"name": user, "user": credentials}],

@@ -34,11 +34,22 @@ MAX_CONNECTIONS = 8
 RUNTIME_MAX_S = 10
 
 
+# Where the answer finds the co-located components' client certificates, copied out of their
+# kubeconfigs (0600, with the keys) by the unit's privileged ExecStartPre (kilonode/node/cert_expiry.py).
+CLIENT_CERT_DIR = "/run/kilonode/client-certificates"
+
+
+def _kubeconfigs(layout: pki.PkiLayout, host: str) -> list[str]:
+    """The host's kubeconfigs that embed a client certificate."""
+    return sorted(f.path for f in layout.hosts[host] if isinstance(f.content, pki.Kubeconfig) and f.content.client)
+
+
 def certificate_files(layout: pki.PkiLayout, host: str) -> list[str]:
     """The host paths of the files that hold certificates: its leaves, the CAs and bundles, and the
-    kubeconfigs that embed a client certificate (the co-located components')."""
-    return sorted(f.path for f in layout.hosts[host] if isinstance(f.content, pki.Cert | pki.Bundle)
-                  or (isinstance(f.content, pki.Kubeconfig) and f.content.client is not None))
+    kubeconfigs that embed a client certificate (the co-located components'; read from their copies
+    in CLIENT_CERT_DIR)."""
+    return sorted([f.path for f in layout.hosts[host] if isinstance(f.content, pki.Cert | pki.Bundle)]
+                  + _kubeconfigs(layout, host))
 
 
 def cert_metrics_files(plan: ClusterPlan, host: str, address: str) -> HostFiles:
@@ -51,7 +62,10 @@ def cert_metrics_files(plan: ClusterPlan, host: str, address: str) -> HostFiles:
         )),
         SERVICE_PATH: RenderedFile(render_template(
             SERVICE_PATH, host=host, exec_start=f"{PYTHON} /{SCRIPT_PATH} --config /{CONFIG_PATH}",
+            extract=(f"{PYTHON} /{SCRIPT_PATH} --extract-client-certs --config /{CONFIG_PATH}"
+                     if _kubeconfigs(layout, host) else None),
             runtime_max_s=RUNTIME_MAX_S,
         )),
-        CONFIG_PATH: RenderedFile(to_json({"host": host, "files": certificate_files(layout, host)})),
+        CONFIG_PATH: RenderedFile(to_json({"host": host, "files": certificate_files(layout, host),
+                                           **({"copies": CLIENT_CERT_DIR} if _kubeconfigs(layout, host) else {})})),
     }
