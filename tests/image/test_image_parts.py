@@ -3,6 +3,7 @@ hygiene, the mirror scrubber, the cache key, the verify report and the CLI's err
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shutil
@@ -15,6 +16,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +104,7 @@ def test_pause_archive_is_docker_and_oci_and_deterministic(pause_binary: Path, t
 
 def test_user_archive_must_be_docker_archive_of_that_image(pause_binary: Path, tmp_path: Path) -> None:
     archive = single_binary_image("example.com/big:1", pause_binary, "/pause", tmp_path / "a.tar")
-    with pytest.raises(ValueError, match=r"not example\.com/other:1"):
+    with pytest.raises(ValueError, match=r"must hold example\.com/other:1 alone"):
         describe_archive("example.com/other:1", archive.path)
     oci_only = tmp_path / "oci.tar"
     with tarfile.open(archive.path) as src, tarfile.open(oci_only, "w") as dst:
@@ -616,3 +618,43 @@ def test_a_boot_archive_must_hold_the_image_id_the_stack_names(pause_binary: Pat
     assert baked(archive.image_id)[0]["image_id"] == archive.image_id
     with pytest.raises(rootfs.BuildError, match="not the sha256:0000"):
         baked("sha256:" + "0" * 64)
+
+
+def _rewritten(source: Path, target: Path, manifest: Any, extra: dict[str, bytes] | None = None) -> Path:
+    """`source` with its manifest.json replaced (and `extra` files added)."""
+    with tarfile.open(source) as src, tarfile.open(target, "w") as dst:
+        for member in src.getmembers():
+            if member.name != "manifest.json":
+                dst.addfile(member, src.extractfile(member))
+        for name, data in {"manifest.json": json.dumps(manifest).encode(), **(extra or {})}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            dst.addfile(info, io.BytesIO(data))
+    return target
+
+
+def test_an_archive_that_would_load_more_or_other_than_it_says_is_refused(pause_binary: Path, tmp_path: Path) -> None:
+    """Independent trace of issue 37, round 5, finding 1: `docker load` takes every tag of every
+    entry, and computes the ID from the config's bytes; the check read the tag list loosely and the
+    ID from the config's file name."""
+    image = "example.com/tools/x:1"
+    archive = single_binary_image(image, pause_binary, "/pause", tmp_path / "a.tar")
+    with tarfile.open(archive.path) as tar:
+        [entry] = json.load(tar.extractfile("manifest.json"))  # type: ignore[arg-type]
+        config = tar.extractfile(entry["Config"]).read()  # type: ignore[union-attr]
+    # a second tag in the same entry: a component's, taken over at load
+    extra_tag = _rewritten(archive.path, tmp_path / "b.tar",
+                           [{**entry, "RepoTags": [image, "quay.io/calico/node:v3.31.7"]}])
+    with pytest.raises(ValueError, match="alone"):
+        describe_archive(image, extra_tag)
+    # a second entry
+    extra_entry = _rewritten(archive.path, tmp_path / "c.tar",
+                             [entry, {**entry, "RepoTags": ["registry.k8s.io/pause:3.10"]}])
+    with pytest.raises(ValueError, match="in 2 image"):
+        describe_archive(image, extra_entry)
+    # the config under a name that is not its digest (the reviewed image's ID, say)
+    forged = "blobs/sha256/" + "1" * 64
+    renamed = _rewritten(archive.path, tmp_path / "d.tar", [{**entry, "Config": forged}], {forged: config})
+    with pytest.raises(ValueError, match="not the ID its name says"):
+        describe_archive(image, renamed)
+    assert describe_archive(image, archive.path).image_id == archive.image_id

@@ -143,7 +143,13 @@ def single_binary_image(image: str, binary: Path, entrypoint: str, out: Path) ->
 
 
 def describe_archive(image: str, path: Path) -> ImageArchive:
-    """A user-supplied archive: check it is a docker-archive holding `image`; find its ID."""
+    """A user-supplied archive: check it is a docker-archive holding `image` and nothing else;
+    find its ID. `docker load` loads every entry of manifest.json and takes every RepoTag in it
+    over, whatever image holds it now (moby v20.10.24 image/tarexport/load.go: each manifest
+    entry, setLoadedTag with force), and computes the ID from the config's bytes, not from its
+    file name (image/fs.go: digest.FromBytes): so one entry, one tag, and the ID is the config's
+    own sha256, checked against its name (independent trace of issue 37, round 5, finding 1: an
+    archive whose config was renamed, or that carried calico-node's tag beside its own, passed)."""
     with tarfile.open(path) as tar:
         try:
             member = tar.extractfile("manifest.json")
@@ -155,10 +161,20 @@ def describe_archive(image: str, path: Path) -> ImageArchive:
                 "(`docker save -o FILE IMAGE` makes one)"
             )
         entries = json.load(member)
-    tags = [tag for entry in entries for tag in entry.get("RepoTags") or []]
-    if image not in tags:
-        raise ValueError(f"{path}: holds {tags or 'no tagged image'}, not {image}")
-    config = next(e["Config"] for e in entries if image in (e.get("RepoTags") or []))
-    config_digest = config.rsplit("/", 1)[-1].removesuffix(".json")
-    data = path.read_bytes()
-    return ImageArchive(image=image, path=path, sha256=sha256_bytes(data), image_id=f"sha256:{config_digest}")
+        tags = [tag for entry in entries for tag in entry.get("RepoTags") or []]
+        if tags != [image] or len(entries) != 1:
+            raise ValueError(f"{path}: holds {tags or 'no tagged image'} in {len(entries)} image(s); it must hold "
+                             f"{image} alone (`docker load` takes every tag an archive carries)")
+        config = str(entries[0]["Config"])
+        try:
+            blob = tar.extractfile(config)
+        except KeyError:
+            blob = None
+        if blob is None:
+            raise ValueError(f"{path}: its manifest names config {config}, which the archive does not hold")
+        digest = sha256_bytes(blob.read())
+    named = config.rsplit("/", 1)[-1].removesuffix(".json")
+    if named != digest:
+        raise ValueError(f"{path}: config {config} holds sha256:{digest}, not the ID its name says: the image "
+                         "`docker load` would make is another")
+    return ImageArchive(image=image, path=path, sha256=sha256_bytes(path.read_bytes()), image_id=f"sha256:{digest}")
