@@ -19,6 +19,19 @@ change adds or alters is written out and given to `promtool check rules` (promto
   "Fatal error" and exits 1 (cmd/prometheus/main.go:1430-1432). The pod crash-loops: no rule is
   evaluated and no alert fires, for any cause.
 
+A second rule (`metric-dropped`, high), from a second independent trace on research-7500: a
+scrape config change that drops a metric the rules read (apiserver_request_total added to the
+apiserver job's `metric_relabel_configs` drop list) passes promtool, and silences every alert built
+on it. A `metric_relabel_configs` entry with `action: drop` (or `keep`) and `source_labels:
+[__name__]` is applied to every scraped sample before ingestion, its regex fully anchored
+(prometheus/prometheus@v3.5.5 model/relabel/relabel.go: Config.Regex is anchored "^(?:" ... ")$",
+Drop removes a matching series, Keep one that does not match; docs "metric_relabel_configs"), so the
+series never exist and a rule over them returns nothing. Judged on the head's rendered Prometheus
+config against the metric names each alert reads (kilonode.review.alerting.metric_names: the PromQL's
+identifiers outside strings, label matchers, ranges and grouping clauses, recording rules followed to
+their sources): a metric a rule selects with `job="X"` is held to job X's relabelling, one without a
+job to any job's drop list (a keep list only where the job is known).
+
 A rule file promtool rejects at the base as well (the promtool found here is older than the
 pinned server and may not know its newer syntax) is not judged: the report says so. With no
 promtool at all, the change is not judged either, and the report says that instead.
@@ -122,21 +135,151 @@ def _version(promtool: Path) -> str:
     return f"promtool {match.group(1)}" if match else "promtool"
 
 
+# PromQL words that are not metric names (functions are told by the "(" after them)
+_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+                       "offset", "inf", "nan", "atan2", "start", "end"})
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_NAME = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(\s*\()?")
+_SELECTOR = re.compile(r"(?<![\w:])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
+_JOB = re.compile(r'\bjob\s*=\s*"([^"]*)"')
+
+
+def metric_names(expr: str) -> dict[str, set[str]]:
+    """The metric names a PromQL expression selects -> the jobs its selectors name ('' for none).
+    A careful regex, not a parser: strings, label matchers, range and subquery brackets and the
+    label lists of grouping clauses are removed first; what remains is a name unless a "(" follows
+    it (a function or aggregation) or it is a keyword or a number's exponent."""
+    jobs: dict[str, set[str]] = {}
+    for name, matchers in _SELECTOR.findall(expr):
+        found = _JOB.findall(matchers)
+        jobs.setdefault(name, set()).update(found or [""])
+    bare = _STRING.sub('""', expr)
+    bare = re.sub(r"\{[^}]*\}", " ", bare)
+    bare = re.sub(r"\[[^\]]*\]", " ", bare)
+    bare = _GROUPING.sub(" ", bare)
+    names: dict[str, set[str]] = {}
+    for name, call in _NAME.findall(bare):
+        if call or name.lower() in _KEYWORDS or re.fullmatch(r"[eE]\d*", name):
+            continue
+        names[name] = jobs.get(name, {""})
+    return names
+
+
+def _rules(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    found = []
+    for text in rule_files(entry).values():
+        document = _load(text)
+        for group in (document or {}).get("groups") or [] if isinstance(document, Mapping) else []:
+            found += [r for r in (group or {}).get("rules") or [] if isinstance(r, Mapping) and r.get("expr")]
+    return found
+
+
+def _relabel_filters(entry: Mapping[str, Any] | None) -> dict[str, list[tuple[str, str]]]:
+    """job -> its (action, regex) on __name__ from metric_relabel_configs, over every Prometheus config
+    of the side's ConfigMaps (a document with scrape_configs)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for r in (entry or {}).get("resources", []):
+        if r.get("type") != CONFIG_MAP:
+            continue
+        for text in ((r.get("inputs") or {}).get("data") or {}).values():
+            config = _load(text)
+            if not isinstance(config, Mapping) or not isinstance(config.get("scrape_configs"), list):
+                continue
+            for job in config["scrape_configs"]:
+                if not isinstance(job, Mapping):
+                    continue
+                for relabel in job.get("metric_relabel_configs") or []:
+                    if isinstance(relabel, Mapping) and relabel.get("source_labels") == ["__name__"] and \
+                            relabel.get("action") in ("drop", "keep"):
+                        found.setdefault(str(job.get("job_name")), []).append(
+                            (str(relabel["action"]), str(relabel.get("regex", "(.*)"))))
+    return found
+
+
+def _dropped_by(metric: str, jobs: set[str], filters: Mapping[str, list[tuple[str, str]]]) -> list[str]:
+    """The jobs whose metric relabelling removes `metric` (Prometheus anchors the regex)."""
+    found = []
+    for job, rules in filters.items():
+        known = job in jobs
+        if not known and "" not in jobs:
+            continue
+        for action, regex in rules:
+            try:
+                hit = re.fullmatch(regex, metric) is not None
+            except re.error:
+                continue
+            if (action == "drop" and hit) or (action == "keep" and not hit and known):
+                found.append(job)
+                break
+    return found
+
+
+def dropped_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, list[str]]]:
+    """alert name -> {metric it reads (through recording rules) -> the jobs that drop it}."""
+    rules = _rules(entry)
+    filters = _relabel_filters(entry)
+    if not filters:
+        return {}
+    records: dict[str, list[str]] = {}
+    for rule in rules:
+        if rule.get("record"):
+            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
+
+    def sources(expr: str, seen: frozenset[str]) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for name, jobs in metric_names(expr).items():
+            if name in records and name not in seen:
+                for inner in records[name]:
+                    for n, j in sources(inner, seen | {name}).items():
+                        found.setdefault(n, set()).update(j)
+            else:
+                found.setdefault(name, set()).update(jobs)
+        return found
+
+    found: dict[str, dict[str, list[str]]] = {}
+    for rule in rules:
+        if not rule.get("alert"):
+            continue
+        for metric, jobs in sources(str(rule["expr"]), frozenset()).items():
+            by = _dropped_by(metric, jobs, filters)
+            if by:
+                found.setdefault(str(rule["alert"]), {})[metric] = by
+    return found
+
+
+def dropped(diff: StackDiff) -> list[Finding]:
+    """Alerts that read a metric the head's scrape config newly drops."""
+    before, after = dropped_reads(diff.base), dropped_reads(diff.head)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for alert, metrics in after.items():
+        for metric, jobs in metrics.items():
+            if metric not in before.get(alert, {}):
+                groups.setdefault((metric, ", ".join(sorted(jobs))), []).append(alert)
+    return [Finding(HIGH, "metric-dropped", (
+        f"{metric} is dropped before ingestion by the metric_relabel_configs of {jobs} (action drop or keep on "
+        f"__name__), and the alert rules read it: {', '.join(sorted(set(alerts)))} can never fire on it (the "
+        "series never exist, so the expression returns nothing; promtool checks the rules alone and passes). "
+        "Keep the metric (take it out of the drop list) or rewrite those rules on what is kept"),
+        tuple(sorted(set(alerts))), cause=f"{metric} dropped")
+        for (metric, jobs), alerts in sorted(groups.items())]
+
+
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
         return []  # no ConfigMap changed: no rule file did
+    found = dropped(diff)
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     if not changed:
-        return []
+        return found
     promtool = locate()
     if promtool is None:
         diff.note(f"alert rules ({', '.join(sorted(changed))}) changed and were not checked: no promtool here "
                   f"(put it on PATH or name it in ${PROMTOOL_ENV}; `make test-artefacts` unpacks Debian's)")
-        return []
+        return found
     version = _version(promtool)
     server = (plan_of(diff.head).get("components") or {}).get("prometheusImage") or "the pinned Prometheus"
-    found = []
     for key, text in sorted(changed.items()):
         problem = check(promtool, text)
         if problem is None:

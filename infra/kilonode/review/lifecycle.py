@@ -40,6 +40,7 @@ from typing import Any
 import yaml
 
 from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
+from kilonode.plan import wellknown
 from kilonode.review.compare import CREATE, DELETE, REPLACE, ResourceChange, StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS, tolerated
@@ -365,10 +366,15 @@ def registration(diff: StackDiff) -> list[Finding]:
     before, after = _shards(plan_of(diff.base)), _shards(plan_of(diff.head))
     groups: dict[str, list[str]] = {}
     gpu_taints: dict[str, str] = {}
+    # a team move under the head's node-identity policy is worse than labels that stay: the nodes'
+    # own writes are denied (kilonode.review.nodes.node_identity says it, high)
+    denied = identity_policy_denies(diff.head)
     for name, (pool, marks, team) in after.items():
         if name not in before:
             continue
         _, old_marks, old_team = before[name]
+        if old_team != team and denied:
+            continue
         if old_team != team:
             key = f"pool {pool}: team {old_team or '(shared)'} -> {team or '(shared)'}"
         elif old_marks != marks:
@@ -390,6 +396,36 @@ def registration(diff: StackDiff) -> list[Finding]:
         f"all){gpu_taints.get(what, '')}"),
         tuple(names))
         for what, names in sorted(groups.items())]
+
+
+NODE_IDENTITY_POLICY = "kilonode-node-identity"
+CAPACITY_FILE = "in-cluster/capacity.yaml"
+
+
+def identity_policy_denies(entry: Mapping[str, Any] | None) -> bool:
+    """The side's rendered `kilonode-node-identity` policy checks the team label, fails closed and is
+    bound to deny (what kilonode.k8s.capacity renders; read from the side's own files, so a head that
+    drops or loosens it is judged as it is)."""
+    text = ((entry or {}).get("files") or {}).get(CAPACITY_FILE)
+    if not isinstance(text, str):
+        return False
+    policy = binding = False
+    for doc in _documents(text):
+        spec = doc.get("spec") or {}
+        if doc.get("kind") == "ValidatingAdmissionPolicy" and (doc.get("metadata") or {}).get("name") == \
+                NODE_IDENTITY_POLICY:
+            policy = spec.get("failurePolicy", "Fail") == "Fail" and any(
+                wellknown.TEAM_LABEL in str(v.get("expression")) for v in spec.get("validations") or [])
+        if doc.get("kind") == "ValidatingAdmissionPolicyBinding" and spec.get("policyName") == NODE_IDENTITY_POLICY:
+            binding = "Deny" in (spec.get("validationActions") or [])
+    return policy and binding
+
+
+def _documents(text: str) -> list[Mapping[str, Any]]:
+    try:
+        return [d for d in yaml.safe_load_all(text) if isinstance(d, Mapping)]
+    except yaml.YAMLError:
+        return []
 
 
 def _gpu_taints_added(diff: StackDiff, pool: str, old: Any, new: Any) -> str:

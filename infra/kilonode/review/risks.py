@@ -31,7 +31,19 @@ from typing import Any
 
 from kilonode.azure.rollout import APISERVERS
 from kilonode.preflight import apiload
-from kilonode.review import alerting, exposure, images, incluster, lifecycle, network, placement, rules, versions
+from kilonode.review import (
+    alerting,
+    capacity,
+    exposure,
+    images,
+    incluster,
+    lifecycle,
+    network,
+    nodes,
+    placement,
+    rules,
+    versions,
+)
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
@@ -566,7 +578,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
              *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
              *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff)),
-             *_risks(diff, incluster.assess(diff))]
+             *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
+             *_risks(diff, capacity.assess(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 

@@ -1,0 +1,227 @@
+"""What a change does to running nodes that the resource diff shows only as a delete or an update
+(a second independent trace of kilonode diff on research-7500, findings 1 to 3 and 6):
+
+- scale sets (or VMs) deleted: a pool shrink (a100-ib 5,000 -> 4,000 deletes the scale sets
+  040-049) removes whole scale sets, and Azure deletes a scale set with every instance in it
+  (VirtualMachineScaleSets_Delete, "Deletes a VM scale set"; no drain: Azure knows nothing of
+  Kubernetes). The nodes' pods die with their VMs, with no cordon, no eviction and no
+  PodDisruptionBudget consulted, and a gang (a training job whose pods must all run) that had one
+  pod there fails as a whole. Judged for any shrink, not only past half (risks.pools says that);
+- a NAT gateway's public IP prefix resized (its prefixLength follows the pool's node count: the
+  plan sizes each pool's SNAT ports, kilonode.plan.model.NatGatewayPlan). Azure's REST spec gives
+  prefixLength no x-ms-mutability mark (Azure/azure-rest-api-specs@132b90d1:specification/network/
+  resource-manager/Microsoft.Network/stable/2024-05-01/publicIpPrefix.json,
+  #/definitions/PublicIPPrefixPropertiesFormat/properties/prefixLength), so pulumi-azure-native
+  previews an in-place update; Microsoft Learn describes the prefix size as chosen when the prefix
+  is created ("You create a public IP address prefix in an Azure region and subscription by
+  specifying a name and prefix size", learn.microsoft.com azure/virtual-network/ip-services/
+  public-ip-address-prefix; "Manage a public IP address prefix" lists the size among the creation
+  settings only, and no way to change it). Whether ARM refuses the update or allocates another
+  range is not confirmed here: either `pulumi up` stops there, or the pool's outbound addresses
+  change (whoever allow-lists them, a partner's firewall, a registry's, stops admitting the nodes);
+- a team's shards moved (teams[].firstShard, its node count, or anything that changes which scale
+  sets a team owns): the head's `kilonode-node-identity` admission policy (kilonode.k8s.capacity
+  node_identity_rules, team_node_rule; failurePolicy Fail, validationActions Deny, on CREATE and
+  UPDATE of nodes and nodes/status) is updated by the same `pulumi up`, and from then on it expects
+  the new team from each node's name. The running nodes still carry the old team label (a kubelet
+  never relabels its Node: kilonode.review.lifecycle), so every write their own identities make to
+  their Node is denied: the kubelet's node status (conditions, capacity and allocatable, the device
+  plugins' nvidia.com/gpu and rdma/ib counts among them), calico-node's and cloud-node-manager's
+  writes (kilonode.k8s.node_agents), the GPU health agent's condition (it writes as the node,
+  system:node:<name>: kilonode.k8s.gpu describe), so the GPU health controller never taints a
+  failing GPU node. The nodes do NOT go NotReady for it: the kubelet's heartbeat is also its Lease
+  (coordination.k8s.io, which the policy does not cover), and the node lifecycle controller counts a
+  renewed Lease as a probe ("If kubelet never posted the node status, but continues renewing the
+  heartbeat leases, the node controller will assume the node is healthy and take no action":
+  kubernetes/kubernetes pkg/controller/nodelifecycle/node_lifecycle_controller.go tryUpdateNodeHealth,
+  read at 003e8629 in the search index, not at the pinned v1.34.2 tag). So each Node keeps its last
+  status, Ready, whatever happens to the machine afterwards. An administrator's write is not checked
+  (the policy holds only the node's identities), so relabelling and retainting each affected Node
+  with an admin credential right after the policy changes (or just before) is the way through;
+- a DaemonSet's image moved (kube-proxy under a kubernetesVersion patch bump): the DaemonSet
+  controller replaces its pod on every node it runs on, each node pulling the new image from its
+  registry (not preloaded: plan.yaml bootImagesNotPreloaded lists the images no node image carries).
+
+Pure: a StackDiff in, findings out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kilonode.plan import wellknown
+from kilonode.review.compare import DELETE, UPDATE, ResourceChange, StackDiff, natural
+from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, plan_of
+from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
+
+PUBLIC_IP_PREFIX = "azure-native:network:PublicIPPrefix"
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+
+
+def _inputs(record: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    found = (record or {}).get("inputs")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _capacity(change: ResourceChange) -> int:
+    return int((_inputs(change.base).get("sku") or {}).get("capacity") or 0)
+
+
+def _short(name: str, stack: str) -> str:
+    return name.removeprefix(f"{stack}-")
+
+
+def _pool(role: str | None) -> str:
+    """`pool-a100-ib.team-language` -> `a100-ib`; another role as it is."""
+    role = str(role or "")
+    return role.split(".", 1)[0].removeprefix("pool-") if role.startswith("pool-") else role
+
+
+def deleted_nodes(diff: StackDiff) -> list[Finding]:
+    """Scale sets deleted, per pool (with their node count), and VMs deleted that no etcd rule speaks
+    for (an etcd member's removal is lifecycle.etcd_shrink's)."""
+    sets: dict[str, list[ResourceChange]] = {}
+    for c in diff.resources:
+        if c.action == DELETE and c.type == VMSS:
+            sets.setdefault(_pool(c.role), []).append(c)
+    found = []
+    for pool, changes in sorted(sets.items()):
+        changes.sort(key=lambda c: natural(c.name))
+        nodes = sum(_capacity(c) for c in changes)
+        names = ", ".join(_short(c.name, diff.stack) for c in changes)
+        found.append(Finding(HIGH, "nodes-deleted", (
+            f"pool {pool}: {len(changes)} scale set(s) deleted ({names}), {nodes:,} node(s) by their recorded "
+            "capacity: Azure deletes a scale set with every instance in it, with no cordon and no drain (it knows "
+            "nothing of Kubernetes), so their pods die with the VMs, no PodDisruptionBudget is consulted, and every "
+            "gang with a pod there fails as a whole. Before `pulumi up`: cordon those nodes (their names start with "
+            "the scale sets' names; `kubectl cordon`), drain them (`kubectl drain --ignore-daemonsets "
+            "--delete-emptydir-data`, so the jobs' pods leave as their owners allow), and let the jobs on them "
+            "finish or move; the autoscaler's ceiling and the teams' reservations shrink with them"),
+            tuple(c.name for c in changes), cause=f"pool {pool} shrink"))
+    vms = sorted((c for c in diff.resources if c.action == DELETE and c.type == VM and c.role not in ETCD_GROUPS),
+                 key=lambda c: natural(c.name))
+    if vms:
+        found.append(Finding(HIGH, "vms-deleted", (
+            f"{len(vms)} VM(s) deleted ({', '.join(_short(c.name, diff.stack) for c in vms)}): Azure deletes each "
+            "with whatever runs on it, nothing drained first. Take each out of service before `pulumi up` (a node: "
+            "cordon and drain it; an apiserver: out of the load balancer's pool, its clients pointed elsewhere)"),
+            tuple(c.name for c in vms)))
+    return found
+
+
+def nat_prefix(diff: StackDiff) -> list[Finding]:
+    """A public IP prefix whose prefixLength changes in place (a pool's NAT gateway's)."""
+    found = []
+    for c in diff.resources:
+        if c.type != PUBLIC_IP_PREFIX or c.action != UPDATE:
+            continue
+        moved = [i for i in c.inputs if i.path == "prefixLength" and not i.ignored]
+        if not moved:
+            continue
+        was, now = moved[0].before, moved[0].after
+        sizes = ""
+        if isinstance(was, int) and isinstance(now, int):
+            sizes = f" ({2 ** (32 - was)} -> {2 ** (32 - now)} addresses)"
+        found.append(Finding(HIGH, "nat-prefix-resized", (
+            f"{c.name}: prefixLength /{was} -> /{now}{sizes} in place. Azure chooses a public IP prefix's range "
+            "when the prefix is created (Microsoft Learn, \"Public IP address prefix\": a prefix is created by "
+            "name and size); its REST spec does not mark the size create-only, so Pulumi previews an update, and "
+            "whether ARM refuses it is not confirmed. Either `pulumi up` stops there with Azure's error, after "
+            "changing what came before it, or the prefix gets another range and the outbound addresses of every "
+            "subnet behind this NAT gateway change: whoever admits them by address (a partner's allow-list, a "
+            "registry's or storage account's firewall) stops admitting the nodes. The plan sizes the prefix from the "
+            "pool's nodes x network.minSnatPortsPerNode (kilonode.plan.resolve.network): keep its length (raise "
+            "minSnatPortsPerNode so the same length results), or plan the new range: a second prefix on the gateway "
+            "first, the allow-lists updated, then the old one removed"), (c.name,), cause="prefixLength"))
+    return found
+
+
+def _teams(plan: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """scale set -> (pool, its team or '')."""
+    found = {}
+    for pool in plan.get("nodePools") or []:
+        if not isinstance(pool, Mapping):
+            continue
+        for shard in pool.get("shards") or []:
+            if isinstance(shard, Mapping) and shard.get("name"):
+                found[str(shard["name"])] = (str(pool.get("name")), str(shard.get("team") or ""))
+    return found
+
+
+def team_moves(diff: StackDiff) -> dict[str, list[str]]:
+    """'pool P: team A -> team B' -> the scale sets (present on both sides) whose team changes."""
+    before, after = _teams(plan_of(diff.base)), _teams(plan_of(diff.head))
+    groups: dict[str, list[str]] = {}
+    for name, (pool, team) in after.items():
+        if name in before and before[name][1] != team:
+            groups.setdefault(f"pool {pool}: team {before[name][1] or '(shared)'} -> {team or '(shared)'}",
+                              []).append(name)
+    return groups
+
+
+def node_identity(diff: StackDiff) -> list[Finding]:
+    """A team's scale sets changed under the node-identity policy: the nodes' own writes are denied."""
+    if not identity_policy_denies(diff.head):
+        return []  # lifecycle.registration's labels-until-reimaged says what stays
+    found = []
+    for what, names in sorted(team_moves(diff).items()):
+        names.sort(key=natural)
+        new_team = what.rsplit("-> ", 1)[1]
+        relabel = (f"`kubectl label node <name> {wellknown.TEAM_LABEL}={new_team} --overwrite` and `kubectl taint "
+                   f"node <name> {wellknown.TEAM_LABEL}={new_team}:{wellknown.TEAM_TAINT_EFFECT} --overwrite`, "
+                   f"removing the old team's taint (`{wellknown.TEAM_LABEL}-`)"
+                   if new_team != "(shared)" else
+                   f"`kubectl label node <name> {wellknown.TEAM_LABEL}-` and `kubectl taint node <name> "
+                   f"{wellknown.TEAM_LABEL}-`")
+        found.append(Finding(HIGH, "node-identity-denied", (
+            f"{what} for {len(names)} scale set(s) ({', '.join(_short(n, diff.stack) for n in names)}): the same "
+            f"`pulumi up` updates the {NODE_IDENTITY_POLICY} admission policy (failurePolicy Fail, Deny; CREATE and "
+            "UPDATE of nodes and nodes/status), which from then on expects the new team from each node's name, "
+            "while the running nodes keep their old team label (a kubelet never relabels its Node). So every write "
+            "these nodes' own identities make to their Node is denied: the kubelet's node status (conditions, "
+            "capacity, the device plugins' GPU and RDMA counts), calico-node, cloud-node-manager, and the GPU health "
+            "agent's condition, so a failing GPU node is never tainted. They do not go NotReady for it (the kubelet's "
+            "Lease, which the policy does not cover, keeps them alive to the node lifecycle controller): each Node "
+            "keeps its last status, Ready, whatever happens to the machine after, and the scheduler keeps placing "
+            "pods there. Right after `pulumi up` applies the policy (or just before), relabel and retaint every "
+            "Node of these scale sets "
+            f"with an administrator's credential (the policy does not check it): {relabel}; a reimage does not do "
+            "it (the kubelet keeps an existing Node's labels)"),
+            tuple(names), cause=what))
+    return found
+
+
+def daemonset_images(diff: StackDiff) -> list[Finding]:
+    """A DaemonSet whose containers' images move: a rollout over every node it runs on."""
+    nodes = sum(int(p.get("nodes") or 0) for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping))
+    preloaded_not = {str(i) for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping)
+                     for i in p.get("bootImagesNotPreloaded") or []}
+    found = []
+    for c in diff.resources:
+        if c.type != DAEMONSET or c.action != UPDATE:
+            continue
+        moved = [i for i in c.inputs if not i.ignored and i.path.startswith("spec.template.spec.")
+                 and i.path.endswith("].image") and i.before != i.after]
+        if not moved:
+            continue
+        meta = _inputs(c.head).get("metadata") or {}
+        name, namespace = str(meta.get("name") or c.name), str(meta.get("namespace") or "default")
+        strategy = ((_inputs(c.head).get("spec") or {}).get("updateStrategy") or {})
+        rolling = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1)
+        images = "; ".join(f"{i.before} -> {i.after}" for i in moved)
+        pulls = [str(i.after) for i in moved if str(i.after) in preloaded_not]
+        what = f"not preloaded: {', '.join(pulls)}" if pulls else "the image as the stack names it"
+        found.append(Finding(MEDIUM, "daemonset-rollout", (
+            f"DaemonSet {name}: image {images}. The DaemonSet controller replaces its pod on every node it runs on "
+            f"(up to {nodes:,} nodes, {strategy.get('type') or 'RollingUpdate'}, maxUnavailable {rolling}), and "
+            f"each node pulls the new image from its registry ({what}): {nodes:,} pulls, and while a node's pod "
+            "restarts what it serves there pauses. Watch the first nodes (`kubectl rollout status daemonset/"
+            f"{name} -n {namespace}`) and the registry's pull limits"),
+            (c.name,)))
+    return found
+
+
+def assess(diff: StackDiff) -> list[Finding]:
+    return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *daemonset_images(diff)]
