@@ -122,6 +122,11 @@ class Components(Row):
 # promotion pull request), mcr.microsoft.com only Microsoft's. On the others (quay.io, ghcr.io,
 # nvcr.io, Docker Hub) any account publishes, so a host names no publisher.
 CURATED_REGISTRIES = frozenset({"registry.k8s.io", "mcr.microsoft.com"})
+# Registries where anyone may open an account and publish: a prefix there names a publisher only
+# with its account (quay.io/calico), never the host alone (the independent trace of issue 37,
+# round 5, finding 4: trustedImagePrefixes took `docker.io` whole). Docker Hub under its aliases.
+SHARED_REGISTRIES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "quay.io", "ghcr.io",
+                               "nvcr.io", "gcr.io", "public.ecr.aws", "registry.gitlab.com"})
 
 
 def repository_of(image: str) -> str:

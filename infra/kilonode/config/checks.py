@@ -12,7 +12,7 @@ from pathlib import Path
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
 from kilonode.catalog.addresses import addresses, private_of, public_addresses, reserved_in
-from kilonode.catalog.components import components, publisher_of, repository_of
+from kilonode.catalog.components import SHARED_REGISTRIES, components, publisher_of, repository_of
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
@@ -827,6 +827,10 @@ def _image_sources(config: ClusterConfig) -> list[Problem]:
             problems.append(Problem(loc, (
                 f"{image} is named by tag only: the node image build pulls whatever the tag points at then; add its "
                 "digest (name:tag@sha256:...), or supply its archive")))
+    problems += [Problem(("trustedImagePrefixes", i), (
+        f"{prefix} is a registry anyone may publish to: name the account you trust on it ({prefix}/<account>), "
+        "as the components' own are named (quay.io/calico, not quay.io)"))
+        for i, prefix in enumerate(config.trusted_image_prefixes) if prefix in SHARED_REGISTRIES]
     return problems + _preload_shadows(config)
 
 
