@@ -156,13 +156,16 @@ def test_each_pools_join_token_secret_is_what_the_apiservers_authenticator_reads
         groups = data["auth-extra-groups"].split(",")
         assert all(re.fullmatch(r"system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]", g) for g in groups), groups
         pool = value["metadata"]["labels"]["kilonode.io/pool"]
-        assert groups == ["system:bootstrappers:kilonode:nodes", f"system:bootstrappers:kilonode:pool:{pool}"]
+        team = value["metadata"]["labels"].get("kilonode.io/team")
+        group = pool if team is None else f"{pool}:team:{team}"  # a token per registration group
+        assert groups == ["system:bootstrappers:kilonode:nodes", f"system:bootstrappers:kilonode:pool:{group}"]
         # time.Parse(time.RFC3339, ...) in cluster-bootstrap util/secrets GetExpiration: whole seconds, Z
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["expiration"]), data["expiration"]
-        by_pool.setdefault(pool, []).append(data["expiration"])
-    # the stack's current and previous generation: two live tokens per pool, each its own expiry
-    assert {pool: sorted(e) for pool, e in by_pool.items()} == {
-        p.name: sorted(t.expires for t in plan.join_tokens if t.pool == p.name) for p in plan.node_pools}
+        by_pool.setdefault(group, []).append(data["expiration"])
+    # the stack's current and previous generation: two live tokens per registration group, each its own expiry
+    assert {group: sorted(e) for group, e in by_pool.items()} == {
+        t.registration: sorted(u.expires for u in plan.join_tokens if u.registration == t.registration)
+        for t in plan.join_tokens}
     assert all(len(set(e)) == 2 for e in by_pool.values())
 
 
@@ -401,6 +404,7 @@ def test_every_pool_node_gets_a_bootstrap_kubeconfig_kubectl_reads(graphs: dict[
     [token] = [t for t in plan.join_tokens if t.current and vmss.plain()["vmScaleSetName"] in t.prefixes]
     [data] = [manifest(r)["stringData"] for r in k8s_objects(graph) if r.type == "kubernetes:core/v1:Secret"
               and manifest(r)["metadata"]["labels"].get("kilonode.io/pool") == token.pool
+              and manifest(r)["metadata"]["labels"].get("kilonode.io/team") == token.team
               and manifest(r)["stringData"].get("expiration") == token.expires]
     mime = decode(vmss.plain()["virtualMachineProfile"]["osProfile"]["customData"])
     written = _write_files(mime)

@@ -19,14 +19,34 @@ def test_the_approver_and_the_tokens_name_the_same_groups_and_signer() -> None:
     assert rules.POOL_GROUP_PREFIX == defaults.POOL_BOOTSTRAP_GROUP_PREFIX
     assert rules.SIGNER == bootstrap.KUBELET_CLIENT_SIGNER
     plan = shared.plan("research-7500")
-    assert {t.group for t in plan.join_tokens} == {rules.pool_group(p.name) for p in plan.node_pools}
+    groups = {rules.pool_group(p.name) for p in plan.node_pools} | {
+        rules.pool_group(f"{p.name}:team:{team}") for p in plan.node_pools for team in p.teams}
+    assert {t.group for t in plan.join_tokens} == groups
+    assert rules.pool_group("a100-ib:team:vision") in groups
 
 
-def test_the_pool_table_names_every_pools_scale_sets() -> None:
+def test_the_pool_table_gives_each_registration_group_its_own_scale_sets() -> None:
+    """A token per registration group (the pool's shared shards, each team's): independent trace of
+    issue 37, round 5, finding 2: with one token per pool, root on a shared node could register a
+    Node under a team's unused name and receive that team's pods."""
     plan = shared.plan("research-7500")
     table = rules.pools_from_json(bootstrap.pool_table(plan.join_tokens))
-    assert {p.name: tuple(p.prefixes) for p in table} == {
-        pool.name: tuple(s.name for s in pool.shards) for pool in plan.node_pools}
+    expected = {}
+    for pool in plan.node_pools:
+        for team in (None, *pool.teams):
+            names = tuple(s.name for s in pool.shards if s.team == team)
+            if names:
+                expected[pool.name if team is None else f"{pool.name}:team:{team}"] = names
+    assert {p.name: tuple(p.prefixes) for p in table} == expected
+    # every scale set is in exactly one group
+    assert sorted(n for names in expected.values() for n in names) == sorted(
+        s.name for pool in plan.node_pools for s in pool.shards)
+    # a shared node's token cannot get a name of the team's shards
+    shared_pool = next(p for p in table if p.name == "a100-ib")
+    vision = next(p for p in table if p.name == "a100-ib:team:vision")
+    name = f"{vision.prefixes[0]}00002d"
+    assert rules.name_pool(name, table) == ["a100-ib:team:vision"]
+    assert shared_pool.name not in rules.name_pool(name, table)
 
 
 def test_its_role_allows_exactly_the_calls_it_makes() -> None:

@@ -263,8 +263,10 @@ class Cluster(pulumi.ComponentResource):
                     resource_group_name=self.identities.node_resource_group_name,
                     subnet_id=self.network.pool_subnet_ids[pool.name],
                     image_version_id=self.image_version_ids[pool.name],
-                    user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)},
-                    files=self.tls.pool_node_files[pool.name],
+                    user_data={team: _user_data(args, pool.role(team)) for team in (None, *pool.teams)
+                               if (pool.name, team) in self.tls.pool_node_files},
+                    files={team: self.tls.pool_node_files[(pool.name, team)] for team in (None, *pool.teams)
+                           if (pool.name, team) in self.tls.pool_node_files},
                     ssh_public_keys=self.ssh_keys[pool.name],
                     encryption_at_host=plan.encryption_at_host(pool.vm_size),
                     identity_ids=identities if pool.name in controllers else [],

@@ -37,7 +37,7 @@ class GpuNodePoolArgs:
     # the rendered user-data of each registration group: None for the shared scale sets, a
     # team's name for its own (NodePoolPlan.role)
     user_data: Mapping[str | None, str]
-    files: Sequence[DeliveredFile]
+    files: Mapping[str | None, Sequence[DeliveredFile]]  # per registration group: its join token's
     ssh_public_keys: Sequence[pulumi.Input[str]]  # the pool's role's (kilonode.azure.ssh)
     encryption_at_host: bool  # ClusterPlan.encryption_at_host(pool.vm_size)
     # user-assigned identities: the controllers' on the pools they run on (the plan's
@@ -75,7 +75,7 @@ class GpuNodePool(pulumi.ComponentResource):
         # One custom data per registration group: the pool's shared shards share one, each
         # team's shards another (their kubelet registers the team's label and taint).
         self._data = {
-            team: custom_data(text, args.files, pool.role(team)) for team, text in args.user_data.items()
+            team: custom_data(text, args.files[team], pool.role(team)) for team, text in args.user_data.items()
         }
         self._storage = compute.VirtualMachineScaleSetStorageProfileArgs(
             image_reference=gallery_image(args.image_version_id),

@@ -39,13 +39,14 @@ class Tls(pulumi.ComponentResource):
     """CAs and certificates, and the per-host file sets they land in.
 
     `host_files` is keyed like render_cluster's output (`etcd-main-0`, `apiserver-0`);
-    `pool_node_files[pool]` go to every node of that pool.
+    `pool_node_files[(pool, team)]` go to every node of that registration group (team None: the
+    pool's shared shards), each with its group's join token.
     """
 
     host_files: dict[str, list[DeliveredFile]]
-    pool_node_files: dict[str, list[DeliveredFile]]  # pool -> its nodes' files (its join token)
+    pool_node_files: dict[tuple[str, str | None], list[DeliveredFile]]  # (pool, team) -> its nodes' files
     # (pool, generation) -> the join token's id and secret (secret), for the token Secrets
-    join_tokens: dict[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
+    join_tokens: dict[tuple[str, str | None, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
     admin_kubeconfig: pulumi.Output[str]  # secret; kilonode:cluster-admins, through the load balancer
     super_admin_kubeconfig: pulumi.Output[str]  # secret; system:masters, for the program's own provider
     etcd_ca_certs: dict[str, pulumi.Output[str]]  # etcd cluster role -> its CA certificate (public)
@@ -70,9 +71,11 @@ class Tls(pulumi.ComponentResource):
         # a new generation in the stack is a new token, a generation no longer named is deleted.
         # Each pool's custom data carries its current one (docs/azure.md, "Node join credentials").
         self.join_tokens = {}
-        current: dict[str, pulumi.Output[str]] = {}
+        current: dict[tuple[str, str | None], pulumi.Output[str]] = {}
         for token in args.plan.join_tokens:
-            which = f"{name}-join-token-{token.pool}-g{token.generation}"
+            # a pool's shared token keeps the name it had before teams got tokens of their own
+            group = token.pool if token.team is None else f"{token.pool}-team-{token.team}"
+            which = f"{name}-join-token-{group}-g{token.generation}"
             # The ID is public (it names the token's Secret, bootstrap-token-<id>). The secret part
             # is a RandomPassword: pulumi-random marks its `result` a secret output
             # (additional_secret_outputs, random_password.py), so the state stores it encrypted,
@@ -81,15 +84,15 @@ class Tls(pulumi.ComponentResource):
             token_id = random.RandomString(f"{which}-id", length=6, upper=False, special=False, opts=self._child)
             token_secret = random.RandomPassword(f"{which}-secret", length=16, upper=False, special=False,
                                                  opts=self._child)
-            self.join_tokens[(token.pool, token.generation)] = (
+            self.join_tokens[(token.pool, token.team, token.generation)] = (
                 token_id.result, pulumi.Output.secret(token_secret.result))
             if token.current:
-                current[token.pool] = pulumi.Output.secret(
+                current[(token.pool, token.team)] = pulumi.Output.secret(
                     pulumi.Output.concat(token_id.result, ".", token_secret.result))
 
         self.host_files = {host: [self._delivered(f) for f in files] for host, files in layout.hosts.items()}
         self.pool_node_files = {
-            pool: [self._delivered(f, token) for f in layout.node_files] for pool, token in current.items()
+            group: [self._delivered(f, token) for f in layout.node_files] for group, token in current.items()
         }
         self.admin_kubeconfig = self._kubeconfig(layout.admin_kubeconfig)
         self.super_admin_kubeconfig = self._kubeconfig(layout.super_admin_kubeconfig)

@@ -76,8 +76,8 @@ NODE_CLIENT_APPROVER_RULES: tuple[tuple[str, str, tuple[str, ...], tuple[str, ..
 @dataclass(frozen=True)
 class NodeBootstrapArgs:
     tokens: Sequence[JoinTokenPlan]
-    # (pool, generation) -> the token's id and secret (secret): kilonode.azure.tls
-    values: Mapping[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
+    # (pool, team, generation) -> the token's id and secret (secret): kilonode.azure.tls
+    values: Mapping[tuple[str, str | None, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
     # the stack's admin generation: its group is the one bound (kilonode.plan.pki.cluster_admins_group)
     admin_generation: int = 0
 
@@ -94,16 +94,18 @@ def cluster_role_binding(name: str, role: str, group: str, opts: pulumi.Resource
 
 
 def pool_table(tokens: Sequence[JoinTokenPlan]) -> str:
-    """Each pool with a token, and its scale sets' computerNamePrefixes (the approver's table)."""
-    prefixes = {t.pool: t.prefixes for t in tokens}
-    return pools_to_json([Pool(pool, names) for pool, names in prefixes.items()])
+    """Each registration group with a token (a pool's shared shards, a team's), and its scale
+    sets' computerNamePrefixes (the approver's table: a token's group gets names of its own
+    shards only)."""
+    prefixes = {t.registration: t.prefixes for t in tokens}
+    return pools_to_json([Pool(group, names) for group, names in prefixes.items()])
 
 
 def token_data(token: JoinTokenPlan, token_id: pulumi.Input[str],
                token_secret: pulumi.Input[str]) -> dict[str, pulumi.Input[str]]:
     """The Secret's keys, as cluster-bootstrap names them (token/api/types.go)."""
     data: dict[str, pulumi.Input[str]] = {
-        "description": f"kilonode: pool {token.pool}'s join token, generation {token.generation}; its kubelets "
+        "description": f"kilonode: {token.registration}'s join token, generation {token.generation}; its kubelets "
                        "authenticate with it until they have a client certificate",
         "token-id": token_id,
         "token-secret": token_secret,
@@ -126,12 +128,14 @@ class NodeBootstrap(pulumi.ComponentResource):
         # the tokens after it: a node joins only once its apiservers may reach its kubelet
         after_binding = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[kubelet_api]))
         for token in args.tokens:
-            token_id, token_secret = args.values[(token.pool, token.generation)]
+            token_id, token_secret = args.values[(token.pool, token.team, token.generation)]
+            group = token.pool if token.team is None else f"{token.pool}-team-{token.team}"
             core.v1.Secret(
-                f"{name}-token-{token.pool}-g{token.generation}",
+                f"{name}-token-{group}-g{token.generation}",
                 metadata=meta.v1.ObjectMetaArgs(
                     name=pulumi.Output.concat("bootstrap-token-", token_id), namespace=KUBE_SYSTEM,
-                    labels={"app.kubernetes.io/managed-by": "kilonode", "kilonode.io/pool": token.pool},
+                    labels={"app.kubernetes.io/managed-by": "kilonode", "kilonode.io/pool": token.pool,
+                            **({"kilonode.io/team": token.team} if token.team else {})},
                 ),
                 type="bootstrap.kubernetes.io/token",
                 string_data=token_data(token, token_id, token_secret),

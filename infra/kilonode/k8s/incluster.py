@@ -40,7 +40,7 @@ class InClusterArgs:
     # the apiserver as the machine running `pulumi up` reaches it (kilonode.azure.control_plane)
     endpoint: pulumi.Input[str]
     # (pool, generation) -> each join token's id and secret (secret): kilonode.azure.tls
-    join_tokens: Mapping[tuple[str, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
+    join_tokens: Mapping[tuple[str, str | None, int], tuple[pulumi.Output[str], pulumi.Output[str]]]
     cloud_target: pulumi.Output[AzureTarget]  # where the cloud provider acts (azure.json)
     # the rule file and scrape fragment for the user's Prometheus, rendered by the caller
     # (kilonode.render.monitoring.monitoring_files)

@@ -551,7 +551,8 @@ class VcpuNeed(StrictModel):
 
 
 class JoinTokenPlan(StrictModel):
-    """One pool's join (bootstrap) token of one generation (kilonode.plan.resolve.join_tokens)."""
+    """One registration group's join (bootstrap) token of one generation: a pool's shared shards,
+    or one team's shards of it (kilonode.plan.resolve.join_tokens)."""
 
     pool: str
     generation: int
@@ -559,13 +560,24 @@ class JoinTokenPlan(StrictModel):
     expires: str | None
     # the generation in the pool's custom data (else: the previous one, valid while it drains)
     current: bool
-    # the pool's scale-set computerNamePrefixes: the names its token may get a certificate for
+    # the group's scale-set computerNamePrefixes: the names its token may get a certificate for
     prefixes: tuple[str, ...]
+    # the team whose shards these are; None: the pool's shared shards. A token per team: root on one
+    # node reads its group's token from the custom data, and with a pool-wide token could register
+    # a Node under another team's unused name and receive that team's pods (independent trace of
+    # issue 37, round 5, finding 2)
+    team: str | None = None
+
+    @property
+    def registration(self) -> str:
+        """The registration group's name in the approver's table: the pool, or <pool>:team:<team>."""
+        return self.pool if self.team is None else f"{self.pool}:team:{self.team}"
 
     @property
     def group(self) -> str:
-        """The token's extra group (cluster-bootstrap auth-extra-groups), one per pool."""
-        return f"{POOL_BOOTSTRAP_GROUP_PREFIX}{self.pool}"
+        """The token's extra group (cluster-bootstrap auth-extra-groups), one per registration group
+        (BootstrapGroupPattern: [a-z0-9:-], which pool and team names keep to)."""
+        return f"{POOL_BOOTSTRAP_GROUP_PREFIX}{self.registration}"
 
 
 class BootImage(StrictModel):

@@ -11,9 +11,10 @@ requester may `create` certificatesigningrequests/nodeclient. Nothing ties the n
 requester, so any bootstrap token could mint `system:node:<any name>`, an existing node's or
 an apiserver's included. Here, on top of all of that:
 
-- the requester holds exactly one pool's bootstrap group (system:bootstrappers:kilonode:pool:<pool>,
-  the extra group of that pool's join tokens, kilonode.k8s.bootstrap) and is a bootstrap token
-  user (system:bootstrap:<token id>);
+- the requester holds exactly one registration group's bootstrap group
+  (system:bootstrappers:kilonode:pool:<pool> for a pool's shared shards, ...:pool:<pool>:team:<team>
+  for a team's: the extra group of that group's join tokens, kilonode.k8s.bootstrap; the table's
+  "pools" are these groups) and is a bootstrap token user (system:bootstrap:<token id>);
 - the subject is exactly CN=system:node:<name>, O=system:nodes (no other attribute) and the
   request carries no extension at all (the kubelet's has none: certutil.MakeCSR with no SANs,
   pkg/kubelet/certificate/bootstrap/bootstrap.go requestNodeCertificate);

@@ -1,6 +1,7 @@
-"""Every pool's join tokens: one per pool and generation the stack names (joinTokens), the
-current generation first. A pool's names are its scale sets' computerNamePrefixes (the shard
-names, kilonode.azure.node_pool): what its token may get a first client certificate for."""
+"""Every pool's join tokens: one per registration group (the pool's shared shards, each team's
+shards) and generation the stack names (joinTokens), the current generation first. A group's
+names are its scale sets' computerNamePrefixes (the shard names, kilonode.azure.node_pool): what
+its token may get a first client certificate for."""
 
 from __future__ import annotations
 
@@ -24,10 +25,18 @@ def join_tokens(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> tuple
             generation=1 if token is None else token.generation,
             expires=None if token is None else rfc3339(token),
             current=current,
-            prefixes=tuple(shard.name for shard in pool.shards),
+            prefixes=names,
+            team=team,
         )
-        for token, current in generations for pool in pools
+        for token, current in generations for pool in pools for team, names in _groups(pool)
     )
+
+
+def _groups(pool: NodePoolPlan) -> list[tuple[str | None, tuple[str, ...]]]:
+    """The pool's registration groups with shards, each with its scale sets' names: the shared
+    shards (None), then each team's."""
+    groups = [(team, tuple(s.name for s in pool.shards if s.team == team)) for team in (None, *pool.teams)]
+    return [(team, names) for team, names in groups if names]
 
 
 def rfc3339(token: JoinTokenConfig) -> str:
