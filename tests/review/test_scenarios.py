@@ -146,11 +146,14 @@ def test_shrinking_a_team_leaves_its_old_nodes_tainted(repo: Path) -> None:
 
     branch = change(repo, "team", edit_stack("research-7500", shrink), "vision gives back 500 nodes")
     result = reviewed(repo, branch, "research-7500")
-    [labels] = risk(result, "labels-until-reimaged")
-    assert labels.level == MEDIUM and "team vision -> (shared)" in labels.summary
-    # a reimage keeps the name and the Node, so the old taints stay (issue 38): kubectl, not a reimage
-    assert len(labels.subjects) == 5 and "keep the old ones" in labels.summary
-    assert "a reimage does not help" in labels.summary and "kubectl taint nodes" in labels.summary
+    # the node-identity policy moves with the same `pulumi up` and then denies the old nodes' own
+    # writes (the second independent trace of issue 38, finding 3): high, and relabel at once
+    [denied] = risk(result, "node-identity-denied")
+    assert denied.level == HIGH and "team vision -> (shared)" in denied.summary
+    assert len(denied.subjects) == 5 and "a reimage does not do it" in denied.summary
+    assert "kubectl label node <name> kilonode.io/team-" in denied.summary
+    assert "kubectl taint node <name> kilonode.io/team-" in denied.summary
+    assert not risk(result, "labels-until-reimaged")  # said once, as the decision it is
 
 
 def test_lowering_one_sysctl_is_one_line_with_its_hosts(repo: Path) -> None:
