@@ -198,10 +198,46 @@ def test_no_host_of_the_cluster_reaches_a_peered_deployer(peered: tuple[ClusterP
     without an outbound deny every pod reached the runner (admin credentials, the Pulumi state)."""
     _, graph = peered
     nsgs = azure(graph, "NetworkSecurityGroup")
-    assert len(nsgs) == 3  # control plane, etcd, pools
+    assert len(nsgs) == 4  # control plane, etcd, pools, and the pools' NICs' own (round 5, finding 3)
     for nsg in nsgs:
         [rule] = [r for r in nsg["inputs"]["securityRules"] if r["direction"] == "Outbound"]
         assert (rule["access"], rule["destinationAddressPrefixes"]) == ("Deny", ["10.200.0.0/24"])
+    nic = _nsg(graph, "-pool-nics-nsg")
+    configs = _scale_sets(graph)
+    assert configs and all(c["networkSecurityGroup"]["id"].endswith(nic["name"]) for c in configs)
+
+
+def _of(graph: dict[str, Any], type_: str) -> list[dict[str, Any]]:
+    return [r for r in graph["resources"] if r["type"] == type_]
+
+
+def _scale_sets(graph: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for vmss in _of(graph, "azure-native:compute:VirtualMachineScaleSet")
+            for c in vmss["inputs"]["virtualMachineProfile"]["networkProfile"]["networkInterfaceConfigurations"]]
+
+
+@pytest.mark.parametrize(("plant", "expected"), [
+    (lambda g: [c.pop("networkSecurityGroup") for c in _scale_sets(g)], "carry no NSG of their own"),
+    # the NICs on the pools' subnet NSG: cloud-controller-manager's identity is scoped to it
+    (lambda g: [c.__setitem__("networkSecurityGroup", {"id": next(
+        a["inputs"]["scope"] for a in _of(g, "azure-native:authorization:RoleAssignment")
+        if str(a["inputs"]["scope"]).endswith("pools-nsg"))}) for c in _scale_sets(g)],
+     "a role assignment of the graph is scoped to"),
+    (lambda g: _nsg(g, "-pool-nics-nsg")["inputs"].__setitem__("securityRules", [
+        r for r in _nsg(g, "-pool-nics-nsg")["inputs"]["securityRules"] if r["direction"] != "Outbound"]),
+     "lets outbound flows reach 10.200.0.0/24"),
+])
+def test_a_deny_the_cloud_providers_identity_could_delete_is_a_break(
+        peered: tuple[ClusterPlan, dict[str, Any]], plant: Any, expected: str) -> None:
+    """Independent trace of issue 37, round 5, finding 3: the pools' subnet NSG is
+    cloud-controller-manager's to write, so the deny must also sit on the NICs, in an NSG of its own."""
+    plan, graph = peered
+    graph = copy.deepcopy(graph)
+    plant(graph)
+    files, _ = artefacts("local")
+    found = [f for f in breaks(run(from_parts(plan, files, graph, source="peered"), CHECK))
+             if "VirtualMachineScaleSet" in f.where]
+    assert found and all(expected in f.what for f in found), found
 
 
 @pytest.mark.parametrize(("plant", "allowed_by"), [

@@ -270,6 +270,7 @@ class Cluster(pulumi.ComponentResource):
                     ssh_public_keys=self.ssh_keys[pool.name],
                     encryption_at_host=plan.encryption_at_host(pool.vm_size),
                     identity_ids=identities if pool.name in controllers else [],
+                    nic_nsg_id=self.network.pool_nic_nsg_id,
                 ),
                 pulumi.ResourceOptions(parent=self),
             )

@@ -79,6 +79,16 @@ DEPLOYER_RULE_PRIORITY = 115
 # its own connections (6443) pass: NSGs are stateful.
 NO_DEPLOYER_RULE = "deny-to-deployer"
 NO_DEPLOYER_PRIORITY = 100
+# ... and the same deny on the pools' NICs, in an NSG of its own (NIC_NSG): the pools' subnet NSG
+# is cloud-controller-manager's to write (Network Contributor: it adds Services' rules there), so
+# root on a system node could take that identity's token and delete the rule there; no cluster
+# identity holds a right on this one (kilonode.azure.identity scopes each to the pools' NSG and
+# subnets). Azure applies both: a NIC's NSG after the subnet's for outbound flows
+# (network-security-group-how-it-works.md), a flow passes only if both allow it. Inbound, this
+# NSG admits everything: what reaches the pools stays the subnet NSG's to decide. (Independent
+# trace of issue 37, round 5, finding 3.)
+NIC_NSG = "pool-nics"
+NIC_ALLOW_INBOUND_RULE = "allow-all-inbound-subnet-decides"
 # Prometheus reads the GPU health taint controller's metrics on each apiserver VM
 # (kilonode.render.gpu_metrics: plain HTTP, sync times and counts); only where GPU pools run it.
 GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-monitoring"
@@ -326,6 +336,8 @@ class Network(pulumi.ComponentResource):
     pools_nsg_id: pulumi.Output[str]  # that one NSG: a scope of cloud-controller-manager's rights
     # a `peered` deployer's two peerings (none otherwise): the in-cluster layer waits for them
     deployer_peerings: list[network.VirtualNetworkPeering]
+    # a `peered` deployer: the NSG on every pool NIC that denies it (NIC_NSG); None otherwise
+    pool_nic_nsg_id: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Network", name, None, opts)
@@ -353,6 +365,7 @@ class Network(pulumi.ComponentResource):
         subnets = self._subnets(name, plan, rg, vnet, nsg_rules, nat_of)
         subnet_ids = {key: subnet.id for key, (subnet, _) in subnets.items()}
         self.deployer_peerings = self._peer_deployer(name, plan, rg, vnet, [s for s, _ in subnets.values()])
+        self.pool_nic_nsg_id = self._nic_nsg(name, plan, rg)
 
         self.resource_group_name = rg.name
         self.resource_group_id = rg.id
@@ -369,6 +382,22 @@ class Network(pulumi.ComponentResource):
             "vnetId": self.vnet_id,
             "subnetIds": subnet_ids,
         })
+
+    def _nic_nsg(self, name: str, plan: ClusterPlan, rg: resources.ResourceGroup) -> pulumi.Output[str] | None:
+        """NIC_NSG, for a `peered` deployer: every inbound flow left to the subnet NSG, every outbound
+        flow to the deployer refused."""
+        deny = _no_deployer(plan)
+        if not deny:
+            return None
+        allow = network.SecurityRuleArgs(
+            name=NIC_ALLOW_INBOUND_RULE, priority=100, direction="Inbound", access="Allow", protocol="*",
+            source_address_prefix="*", source_port_range="*", destination_address_prefix="*",
+            destination_port_range="*")
+        nsg = network.NetworkSecurityGroup(
+            f"{name}-{NIC_NSG}-nsg", network_security_group_name=f"{name}-{NIC_NSG}-nsg", resource_group_name=rg.name,
+            location=plan.location, security_rules=[allow, *deny], tags=tags(plan.cluster, "network"),
+            opts=pulumi.ResourceOptions(parent=self))
+        return nsg.id
 
     def _peer_deployer(self, name: str, plan: ClusterPlan, rg: resources.ResourceGroup,
                        vnet: network.VirtualNetwork, after: list[network.Subnet],

@@ -44,6 +44,9 @@ class GpuNodePoolArgs:
     # controller_pools), where they read their tokens from the instance metadata service;
     # none on any other pool (kilonode.azure.identity)
     identity_ids: Sequence[pulumi.Input[str]]
+    # the NSG every NIC of the pool's scale sets carries (kilonode.azure.network NIC_NSG: a `peered`
+    # deployer's outbound deny where no cluster identity writes); None: the subnet's alone
+    nic_nsg_id: pulumi.Input[str] | None = None
 
 
 def ip_configurations(
@@ -97,6 +100,8 @@ class GpuNodePool(pulumi.ComponentResource):
                     primary=True,
                     enable_accelerated_networking=True,
                     ip_configurations=ip_configurations(pool.ip_configs_per_nic, args.subnet_id),
+                    network_security_group=(compute.SubResourceArgs(id=args.nic_nsg_id)
+                                            if args.nic_nsg_id is not None else None),
                 )
             ]
         )

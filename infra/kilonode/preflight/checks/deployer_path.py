@@ -25,7 +25,9 @@ is outside it on a first run; the chain traced here, hop by hop, from the record
    of the cluster's subnets must refuse outbound flows to each deployer CIDR before Azure's
    default AllowVnetOutBound, which covers the peered space: otherwise every pod (pool-subnet
    addresses under Azure CNI) reaches the machine holding the admin credentials and the Pulumi
-   state (issue 37, independent trace round 3, finding 1).
+   state (issue 37, independent trace round 3, finding 1). And every pool scale set's NICs carry
+   an NSG of their own that refuses it too, which no role assignment of the graph is scoped to:
+   the pools' subnet NSG is cloud-controller-manager's to write (round 5, finding 3).
 
 What only Azure can show (said in docs/azure.md): the deployer's real egress address, a firewall
 or proxy of its own network, an Azure Policy that forbids public IPs or peerings.
@@ -93,7 +95,7 @@ def check(inputs: Inputs) -> list[Finding]:
         findings += found
         if any(f.level == "break" for f in found):
             break  # the first break of the chain: what comes after it is not reached
-    return findings + _outbound(inputs.plan, deployer, graph)
+    return findings + _outbound(inputs.plan, deployer, graph) + _nic_deny(inputs.plan, deployer, graph)
 
 
 class NetworkGraph:
@@ -330,6 +332,47 @@ def _outbound(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) ->
                     "the cluster's admin credentials, the Azure login that assigns roles and the Pulumi state",
                     "deny outbound to deployer.cidrs above every allow (kilonode.azure.network: deny-to-deployer)",
                 ))
+    return findings
+
+
+VMSS = "azure-native:compute:VirtualMachineScaleSet"
+ROLE_ASSIGNMENT = "azure-native:authorization:RoleAssignment"
+
+
+def _nic_deny(plan: ClusterPlan, deployer: DeployerPlan, graph: NetworkGraph) -> list[Finding]:
+    """Hop 6, where no cluster identity writes: every pool scale set's NICs carry an NSG of their
+    own that refuses the deployer, scoped by no role assignment of the graph. The subnet NSG's deny
+    alone is cloud-controller-manager's to delete (Network Contributor on it, for Services' rules):
+    root on a system node takes that identity's token from the instance metadata service (the
+    independent trace of issue 37, round 5, finding 3)."""
+    if deployer.vnet_id is None:
+        return []
+    scopes = {str(a.inputs.get("scope", "")) for a in graph.of(ROLE_ASSIGNMENT)}
+    vnet_space = [plan.network.vnet_cidr, *deployer.cidrs]
+    findings = []
+    for vmss in graph.of(VMSS):
+        configs = ((((vmss.inputs.get("virtualMachineProfile") or {}).get("networkProfile") or {})
+                    .get("networkInterfaceConfigurations")) or [])
+        for config in configs:
+            reference = config.get("networkSecurityGroup")
+            nsg = graph.by_reference(NSG, reference, "networkSecurityGroupName") if reference else None
+            if nsg is None:
+                problem = "carry no NSG of their own: only the subnet NSG's deny stands, which the cloud provider's " \
+                          "identity may delete"
+            elif str((reference or {}).get("id", "")) in scopes:
+                problem = f"carry NSG {nsg.describe()}, which a role assignment of the graph is scoped to"
+            else:
+                rules = [r for r in nsg.inputs.get("securityRules") or [] if r.get("direction") == "Outbound"]
+                allowed = [str(c) for c in deployer.cidrs
+                           if str(_first_outbound(rules, c, vnet_space).get("access")).lower() != "deny"]
+                if not allowed:
+                    continue
+                problem = f"carry NSG {nsg.describe()}, which lets outbound flows reach {', '.join(allowed)}"
+            findings.append(Finding(
+                NAME, "break", vmss.describe(),
+                f"its NICs {problem}: root on a system node could open every pod's way to the peered deployer "
+                "(admin credentials, Pulumi state)",
+                "give the pools' NICs the NSG kilonode.azure.network makes for a peered deployer (NIC_NSG)"))
     return findings
 
 
