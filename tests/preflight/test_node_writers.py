@@ -117,3 +117,24 @@ def test_a_required_term_that_admits_a_user_pool_is_a_break(values: list[str]) -
                                      {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In",
                                                             "values": ["linux"]}]}]
     assert [f.where for f in writer_breaks(graph)] == ["Deployment kube-system/kilonode-gang-scheduler"]
+
+
+def test_a_stack_whose_controllers_share_nodes_with_users_is_a_break(write_stack: Any) -> None:
+    """Independent trace of issue 37, round 6, finding 1: research-7500 without `system: true` was
+    accepted and passed preflight, with the autoscaler's identity (scale-set write) and the gang
+    scheduler's token on the shared pool beside users' pods."""
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+    from kilonode.preflight.load import from_parts
+    from tests.azure.conftest import recorded
+    from tests.conftest import shipped_cluster_value
+
+    cluster = shipped_cluster_value(STACK)
+    next(p for p in cluster["nodePools"] if p.get("system")).pop("system")
+    stack = load_stack(str(write_stack(cluster, STACK)))
+    files, _ = artefacts(STACK)  # the render is not read by this check
+    inputs = from_parts(plan_stack(stack), files, recorded(stack).to_json(), source="no system pool")
+    found = [f for f in breaks(run(inputs, ["node-writers"])) if f.where == "stack: nodePools"]
+    assert len(found) == 1 and "autoscaled pools" in found[0].what and "system: true" in found[0].fix
+    # the shipped local stack (one shared pool, no autoscaling, no teams) is accepted, as designed
+    assert writer_breaks(stack="local") == []

@@ -125,8 +125,19 @@ CURATED_REGISTRIES = frozenset({"registry.k8s.io", "mcr.microsoft.com"})
 # Registries where anyone may open an account and publish: a prefix there names a publisher only
 # with its account (quay.io/calico), never the host alone (the independent trace of issue 37,
 # round 5, finding 4: trustedImagePrefixes took `docker.io` whole). Docker Hub under its aliases.
-SHARED_REGISTRIES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "quay.io", "ghcr.io",
-                               "nvcr.io", "gcr.io", "public.ecr.aws", "registry.gitlab.com"})
+SHARED_REGISTRIES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com",
+                               "quay.io", "ghcr.io", "docker.pkg.github.com", "nvcr.io", "gcr.io", "mirror.gcr.io",
+                               "public.ecr.aws", "registry.gitlab.com", "ttl.sh"})
+# ... and every Artifact Registry host (<region>-docker.pkg.dev): anyone's project publishes there.
+SHARED_REGISTRY_SUFFIXES = ("-docker.pkg.dev",)
+
+
+def shared_registry(host: str) -> bool:
+    """A registry host anyone may publish to, its port aside (quay.io:443 is quay.io: the
+    runtimes keep the port in the name, distribution/reference splitDockerDomain, but it reaches the
+    same registry; the independent trace of issue 37, round 6)."""
+    name = host.rsplit(":", 1)[0] if ":" in host else host
+    return name in SHARED_REGISTRIES or name.endswith(SHARED_REGISTRY_SUFFIXES)
 
 
 def repository_of(image: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from kilonode.catalog import binaries
 from kilonode.catalog import vm as catalog
 from kilonode.catalog.addresses import addresses, private_of, public_addresses, reserved_in
-from kilonode.catalog.components import SHARED_REGISTRIES, components, publisher_of, repository_of
+from kilonode.catalog.components import components, publisher_of, repository_of, shared_registry
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
@@ -830,7 +830,7 @@ def _image_sources(config: ClusterConfig) -> list[Problem]:
     problems += [Problem(("trustedImagePrefixes", i), (
         f"{prefix} is a registry anyone may publish to: name the account you trust on it ({prefix}/<account>), "
         "as the components' own are named (quay.io/calico, not quay.io)"))
-        for i, prefix in enumerate(config.trusted_image_prefixes) if prefix in SHARED_REGISTRIES]
+        for i, prefix in enumerate(config.trusted_image_prefixes) if "/" not in prefix and shared_registry(prefix)]
     return problems + _preload_shadows(config)
 
 

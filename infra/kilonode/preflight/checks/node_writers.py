@@ -154,8 +154,29 @@ def _controllers(inputs: Inputs) -> list[Finding]:
     return findings
 
 
+def _no_system_pool(inputs: Inputs) -> list[Finding]:
+    """Without a system pool the controller pools are the untainted shared pools (ClusterPlan.
+    controller_pools), where users' pods run too: the controllers' tokens and the cloud identities
+    on those scale sets share nodes with them. Accepted for a small stack of one shared pool (the
+    shipped `local`); a break once the stack has autoscaled pools (the autoscaler's identity may
+    write their scale sets: root on every new GPU instance) or teams (whose pods the gang scheduler's
+    token places), as the independent trace of issue 37, round 6, found for research-7500 without
+    its system pool."""
+    plan = inputs.plan
+    if plan.system_pools or not (plan.autoscaled_pools or plan.teams):
+        return []
+    pools = ", ".join(p.name for p in plan.controller_pools) or "none"
+    why = "autoscaled pools (the autoscaler's identity writes their scale sets)" if plan.autoscaled_pools else "teams"
+    return [Finding(
+        NAME, "break", "stack: nodePools",
+        f"no pool is a system pool, and the stack has {why}: the controllers (cloud-controller-manager, the "
+        f"autoscaler, the gang scheduler, the serving-certificate approver) and the cloud identities run on the "
+        f"shared pool(s) {pools}, beside users' pods; root gained in any pod there holds them",
+        "add a small pool with `system: true` (3 nodes, one per zone; kilonode explain says what it holds)")]
+
+
 def check(inputs: Inputs) -> list[Finding]:
-    return _agents(inputs) + _controllers(inputs)
+    return _agents(inputs) + _controllers(inputs) + _no_system_pool(inputs)
 
 
 def _agents(inputs: Inputs) -> list[Finding]:
