@@ -58,6 +58,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_cidrs(config),
         *_gc_thresh(config, profile),
         *_image_sources(config),
+        *_system_pools_fixed(config),
     ]
 
 
@@ -855,3 +856,14 @@ def _preload_shadows(config: ClusterConfig) -> list[Problem]:
                 "only if not present); supply a component's archive in bootImageArchives, or preload it under a "
                 "name of your own")))
     return problems
+
+
+def _system_pools_fixed(config: ClusterConfig) -> list[Problem]:
+    """A system pool is not autoscaled: the autoscaler's identity would then hold scale-set write on
+    the scale sets every controller and cloud identity runs on (a rewrite of their model, customData
+    or extensions, outlives a reimage; kilonode.azure.identity says why that write cannot be narrowed),
+    and it could scale the controllers' nodes away (independent trace of issue 37, round 7)."""
+    return [Problem(("nodePools", i, "autoscaling"), (
+        f"pool {pool.name} is a system pool: it runs the controllers and carries their cloud identities, so the "
+        "autoscaler may not own its scale sets; size it with `nodes` (3, one per zone, holds every system pod)"))
+        for i, pool in enumerate(config.node_pools) if pool.system and pool.autoscaling is not None]
