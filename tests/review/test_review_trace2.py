@@ -178,5 +178,5 @@ def test_a_kube_proxy_image_bump_names_the_rollout_over_every_node() -> None:
     assert rollout.level == MEDIUM
     assert "DaemonSet kube-proxy: image registry.k8s.io/kube-proxy:v1.34.2 -> registry.k8s.io/kube-proxy:v1.34.3" \
         in rollout.summary
-    assert "every node it runs on (up to 7,504 nodes" in rollout.summary and "7,504 pulls" in rollout.summary
+    assert "every node it runs on (7,504 nodes: a100-ib " in rollout.summary and "7,504 pulls" in rollout.summary
     assert "not preloaded: registry.k8s.io/kube-proxy:v1.34.3" not in rollout.summary  # the base's list names v1.34.2

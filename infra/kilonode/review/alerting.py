@@ -32,6 +32,20 @@ identifiers outside strings, label matchers, ranges and grouping clauses, record
 their sources): a metric a rule selects with `job="X"` is held to job X's relabelling, one without a
 job to any job's drop list (a keep list only where the job is known).
 
+A third rule (`range-too-short`, high), from a third independent trace on research-7500: a rate,
+irate, increase, delta, idelta or deriv over a range shorter than twice the scrape interval of the
+job its selector names returns nothing, and promtool passes it. Since Prometheus v3 a range is
+left-open and right-closed (prometheus/prometheus@v3.5.5 docs/migration.md:79-91, "Range selectors
+and lookback exclude samples coinciding with the left boundary": with samples 1m apart, `5m` always
+holds 5), so a range of one interval holds one sample, and one under two intervals holds two only
+at some evaluations; extrapolatedRate returns no element under two samples
+(promql/functions.go:72-125, "We need either at least two Histograms and no Floats, or at least two
+Floats"), as do instantValue (irate, idelta: functions.go:310-323) and deriv (functions.go:1252-1260).
+An alert on it never fires (with a `for:` the gaps reset it pending). Judged on the head's rendered
+rules and scrape configs (the same readers as `metric-dropped`, recording rules followed), for a
+selector naming its job (`job="X"`, or `job=~"re"` against the jobs' names), reported only where
+newly true against the base.
+
 A rule file promtool rejects at the base as well (the promtool found here is older than the
 pinned server and may not know its newer syntax) is not judged: the report says so. With no
 promtool at all, the change is not judged either, and the report says that instead.
@@ -248,6 +262,128 @@ def dropped_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, list[s
     return found
 
 
+# the functions that need two samples in their range (the module docstring cites where)
+_RANGE_FUNCTIONS = ("rate", "irate", "increase", "delta", "idelta", "deriv")
+_RANGED = re.compile(r"\b(" + "|".join(_RANGE_FUNCTIONS) + r")\s*\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*"
+                     r"(\{[^}]*\})?\s*\[\s*([0-9a-z]+)\s*\]")
+_JOB_MATCHER = re.compile(r'\bjob\s*(=~|=)\s*"([^"]*)"')
+_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+DEFAULT_SCRAPE_INTERVAL_S = 60.0  # Prometheus' global default (config/config.go DefaultGlobalConfig: 1m)
+
+
+def seconds(duration: Any) -> float | None:
+    """A Prometheus duration ("1m30s", "5m") in seconds; None where it is not one."""
+    text = str(duration or "").strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(int(n) * _UNIT_S[u] for n, u in parts)
+
+
+def scrape_intervals(entry: Mapping[str, Any] | None) -> dict[str, float]:
+    """job_name -> its scrape interval in seconds (its own, else the config's global, else 1m), over every
+    Prometheus config of the side's ConfigMaps."""
+    found: dict[str, float] = {}
+    for r in (entry or {}).get("resources", []):
+        if r.get("type") != CONFIG_MAP:
+            continue
+        for text in ((r.get("inputs") or {}).get("data") or {}).values():
+            config = _load(text)
+            if not isinstance(config, Mapping) or not isinstance(config.get("scrape_configs"), list):
+                continue
+            default = seconds((config.get("global") or {}).get("scrape_interval")) or DEFAULT_SCRAPE_INTERVAL_S
+            for job in config["scrape_configs"]:
+                if isinstance(job, Mapping) and job.get("job_name"):
+                    found[str(job["job_name"])] = seconds(job.get("scrape_interval")) or default
+    return found
+
+
+def _short_ranges(expr: str, intervals: Mapping[str, float]) -> set[tuple[str, str, str, float]]:
+    """(function(metric[range]), job, range, interval) for each ranged call in `expr` whose range is
+    under twice the scrape interval of a job its selector names (a subquery, `[5m:1m]`, is not one)."""
+    found = set()
+    for function, metric, matchers, window in _RANGED.findall(expr):
+        length = seconds(window)
+        if length is None:
+            continue
+        for op, value in _JOB_MATCHER.findall(matchers or ""):
+            jobs = [value] if op == "=" else [j for j in intervals if _fullmatch(value, j)]
+            for job in jobs:
+                interval = intervals.get(job)
+                if interval and length < 2 * interval:
+                    found.add((f"{function}({metric}[{window}])", job, window, interval))
+    return found
+
+
+def _fullmatch(regex: str, text: str) -> bool:
+    try:
+        return re.fullmatch(regex, text) is not None  # PromQL anchors =~ like relabelling does
+    except re.error:
+        return False
+
+
+def short_range_reads(entry: Mapping[str, Any] | None) -> dict[str, set[tuple[str, str, str, float]]]:
+    """alert name -> the too-short ranged calls it reads, itself or through recording rules."""
+    rules = _rules(entry)
+    intervals = scrape_intervals(entry)
+    if not intervals:
+        return {}
+    records: dict[str, list[str]] = {}
+    for rule in rules:
+        if rule.get("record"):
+            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
+
+    def reads(expr: str, seen: frozenset[str]) -> set[tuple[str, str, str, float]]:
+        found = _short_ranges(expr, intervals)
+        for name in metric_names(expr):
+            if name in records and name not in seen:
+                for inner in records[name]:
+                    found |= reads(inner, seen | {name})
+        return found
+
+    found: dict[str, set[tuple[str, str, str, float]]] = {}
+    for rule in rules:
+        if rule.get("alert"):
+            short = reads(str(rule["expr"]), frozenset())
+            if short:
+                found.setdefault(str(rule["alert"]), set()).update(short)
+    return found
+
+
+def ranges_too_short(diff: StackDiff) -> list[Finding]:
+    """Alerts that newly read a rate (or irate, increase, ...) over less than two of its job's scrape
+    intervals: no result, so the alert never fires."""
+    before, after = short_range_reads(diff.base), short_range_reads(diff.head)
+    groups: dict[tuple[str, str, float], tuple[set[str], set[str]]] = {}
+    for alert, calls in after.items():
+        for call, job, window, interval in calls - before.get(alert, set()):
+            jobs, alerts = groups.setdefault((call, window, interval), (set(), set()))
+            jobs.add(job)
+            alerts.add(alert)
+    return [Finding(HIGH, "range-too-short", (
+        f"{call} over job {', '.join(sorted(jobs))}, scraped every {interval:g}s: a range under two scrape intervals "
+        f"({2 * interval:g}s) {_holds(window, interval)} (Prometheus 3's ranges are left-open, docs/migration.md; "
+        "rate, irate, increase and delta return nothing without two samples, promql/functions.go extrapolatedRate), "
+        f"so {', '.join(sorted(alerts))} {_fires(window, interval)} (promtool checks syntax and passes it). Make "
+        f"the range at least {2 * interval:g}s (four intervals is the usual margin), or scrape the job more often"),
+        tuple(sorted(alerts)), cause=f"{call} too short")
+        for (call, window, interval), (jobs, alerts) in sorted(groups.items())]
+
+
+def _holds(window: str, interval: float) -> str:
+    if (seconds(window) or 0) <= interval:
+        return "holds at most one sample at every evaluation"
+    return ("holds two samples at some evaluations only, or at none, as each target's scrape times fall against "
+            "the rule's evaluations")
+
+
+def _fires(window: str, interval: float) -> str:
+    if (seconds(window) or 0) <= interval:
+        return "can never fire"
+    return "can never fire, or only intermittently (each evaluation with no result resets a pending `for:`)"
+
+
 def dropped(diff: StackDiff) -> list[Finding]:
     """Alerts that read a metric the head's scrape config newly drops."""
     before, after = dropped_reads(diff.base), dropped_reads(diff.head)
@@ -268,7 +404,7 @@ def dropped(diff: StackDiff) -> list[Finding]:
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
         return []  # no ConfigMap changed: no rule file did
-    found = dropped(diff)
+    found = [*dropped(diff), *ranges_too_short(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     if not changed:

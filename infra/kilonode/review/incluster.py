@@ -131,7 +131,13 @@ def prometheus(diff: StackDiff) -> list[Finding]:
     reasons = []
     subjects: list[str] = []
     for c in _prometheus_changes(diff):
-        if c.action in (REPLACE, DELETE) or _template(c.base) != _template(c.head):
+        if c.action == REPLACE:
+            # a StatefulSet forceNew input (serviceName, volumeClaimTemplates, selector, ...: effects.toml,
+            # pulumi-kubernetes v4.32.0 diff.go var statefulSet): fixed name, so delete-before-replace
+            reasons.append(f"its StatefulSet is replaced ({c.reason() or 'a forceNew input'}): the old one and "
+                           "its pod are deleted before the new one is created")
+            subjects.append(c.name)
+        elif c.action == DELETE or _template(c.base) != _template(c.head):
             sized = c.action == UPDATE and _sizing_only(c)
             reasons.append("its pod template changes" + (
                 ", its sizing only: CPU, memory, disk and retention follow the node count the plan scrapes, so a "

@@ -42,16 +42,37 @@
   controller replaces its pod on every node it runs on, each node pulling the new image from its
   registry (not preloaded: plan.yaml bootImagesNotPreloaded lists the images no node image carries).
 
+From a third independent trace on research-7500:
+
+- a DaemonSet replaced (its spec.selector changed): pulumi-kubernetes' forceNew table keys apps/v1
+  "DaemonSet" since #1951 (pulumi/pulumi-kubernetes@e4bb2bd0; v4.32.0
+  provider/pkg/provider/diff.go:45-57,164-169), so a selector change is a replacement, and a
+  fixed-name object is replaced delete-before-replace (provider/pkg/provider/provider.go:1645-1658
+  at v4.32.0). The old DaemonSet is deleted with its pods (foreground or background, the pods go),
+  on every node it covers, before the new one exists; for the NVIDIA device plugin every GPU node's
+  allocatable nvidia.com/gpu is 0 meanwhile. High, naming the nodes it covers (preflight's placement
+  model, kilonode.review.placement.daemonset_nodes) and the way through: keep the selector, or add a
+  new DaemonSet under a new name first and delete the old one in a later change;
+- any change to a DaemonSet's pod template (not only an image): the controller rolls a new pod onto
+  every node, maxUnavailable at a time (a percentage rounded up over the nodes it covers: kubernetes
+  pkg/controller/daemon/util/daemonset_util.go UnavailableCount, GetScaledValueFromIntOrPercent
+  with roundUp; read in the search index, not at the pinned tag). kilonode's DaemonSets carry
+  pulumi.com/skipAwait (kilonode.k8s.pods.SKIP_AWAIT), so `pulumi up` returns as soon as the object
+  is updated while the rollout runs on for as long as it takes.
+
 Pure: a StackDiff in, findings out.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from kilonode.k8s.pods import SKIP_AWAIT_ANNOTATION
 from kilonode.plan import wellknown
-from kilonode.review.compare import DELETE, UPDATE, ResourceChange, StackDiff, natural
+from kilonode.review import placement
+from kilonode.review.compare import DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, natural
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, plan_of
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
@@ -193,35 +214,116 @@ def node_identity(diff: StackDiff) -> list[Finding]:
     return found
 
 
-def daemonset_images(diff: StackDiff) -> list[Finding]:
-    """A DaemonSet whose containers' images move: a rollout over every node it runs on."""
-    nodes = sum(int(p.get("nodes") or 0) for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping))
+def _plan_nodes(diff: StackDiff) -> int:
+    return sum(int(p.get("nodes") or 0) for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping))
+
+
+def _name(change: ResourceChange, record: Mapping[str, Any] | None) -> tuple[str, str]:
+    meta = _inputs(record).get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or change.name)
+
+
+def _covered(diff: StackDiff, change: ResourceChange) -> tuple[int, str]:
+    """The nodes the base's DaemonSet runs on (preflight's placement model), as a count and a line
+    by pool ("a100-ib 5,000, h100-ib 2,500"); the plan's whole node count where it cannot say."""
+    namespace, name = _name(change, change.base)
+    roles = placement.daemonset_nodes(diff, namespace, name)
+    if roles is None:
+        total = _plan_nodes(diff)
+        return total, f"up to {total:,} nodes: every node the plan has"
+    pools: dict[str, int] = {}
+    for role, count in roles.items():
+        pools[_pool(role)] = pools.get(_pool(role), 0) + count
+    total = sum(pools.values())
+    return total, f"{total:,} nodes: " + ", ".join(f"{pool} {count:,}" for pool, count in sorted(pools.items()))
+
+
+def _max_unavailable(record: Mapping[str, Any] | None, nodes: int) -> str:
+    """maxUnavailable as written and, for a percentage, the nodes it is (rounded up, as the
+    DaemonSet controller's UnavailableCount does)."""
+    strategy = ((_inputs(record).get("spec") or {}).get("updateStrategy") or {})
+    if strategy.get("type") == "OnDelete":
+        return "OnDelete: a node's pod changes only when it is deleted"
+    value = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1)
+    text = str(value)
+    if text.endswith("%") and text[:-1].isdigit():
+        at_once = max(1, math.ceil(int(text[:-1]) * nodes / 100))
+        return f"maxUnavailable {text}: {at_once:,} node(s) at a time"
+    return "maxUnavailable 1: one node at a time" if text == "1" else f"maxUnavailable {text} node(s) at a time"
+
+
+def _not_awaited(record: Mapping[str, Any] | None) -> bool:
+    annotations = (_inputs(record).get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(SKIP_AWAIT_ANNOTATION, "")).lower() == "true"
+
+
+def daemonsets_replaced(diff: StackDiff) -> list[Finding]:
+    """A DaemonSet replaced: deleted with its pods on every node before the new one exists."""
+    found = []
+    for c in diff.resources:
+        if c.type != DAEMONSET or c.action != REPLACE:
+            continue
+        (namespace, name), (new_ns, new_name) = _name(c, c.base), _name(c, c.head)
+        _, where = _covered(diff, c)
+        why = c.reason() or "an input that forces a new DaemonSet"
+        fixed = (namespace, name) == (new_ns, new_name)
+        order = ("pulumi-kubernetes deletes a fixed-name object before it creates the new one, so its pod on every "
+                 "node it covers is deleted before the new DaemonSet exists, and stays deleted if the create fails "
+                 "(`pulumi up` stops there)") if fixed else (
+                 f"the new {new_ns}/{new_name} is created first, then the old one is deleted with its pods on every "
+                 "node (both run side by side meanwhile)")
+        found.append(Finding(HIGH, "daemonset-replaced", (
+            f"DaemonSet {namespace}/{name} is replaced ({why}; pulumi-kubernetes' forceNew table, #1951), on "
+            f"{where}: {order}{placement.without([name])}. Keep the selector; or create a new DaemonSet under a new "
+            "name first and delete the old one in a later change"),
+            (c.name,), cause=f"DaemonSet {name} replaced"))
+    return found
+
+
+def daemonset_templates(diff: StackDiff) -> list[Finding]:
+    """A DaemonSet whose pod template changes (an image, an env var, a toleration, ...): a rollout
+    over every node it runs on, maxUnavailable at a time, which `pulumi up` does not wait for."""
     preloaded_not = {str(i) for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping)
                      for i in p.get("bootImagesNotPreloaded") or []}
     found = []
     for c in diff.resources:
         if c.type != DAEMONSET or c.action != UPDATE:
             continue
-        moved = [i for i in c.inputs if not i.ignored and i.path.startswith("spec.template.spec.")
-                 and i.path.endswith("].image") and i.before != i.after]
-        if not moved:
+        changed = [i for i in c.inputs if not i.ignored and i.path.startswith("spec.template.")]
+        if not changed:
             continue
-        meta = _inputs(c.head).get("metadata") or {}
-        name, namespace = str(meta.get("name") or c.name), str(meta.get("namespace") or "default")
-        strategy = ((_inputs(c.head).get("spec") or {}).get("updateStrategy") or {})
-        rolling = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", 1)
-        images = "; ".join(f"{i.before} -> {i.after}" for i in moved)
-        pulls = [str(i.after) for i in moved if str(i.after) in preloaded_not]
-        what = f"not preloaded: {', '.join(pulls)}" if pulls else "the image as the stack names it"
+        namespace, name = _name(c, c.head)
+        nodes, where = _covered(diff, c)
+        moved = [i for i in changed if i.path.startswith("spec.template.spec.") and i.path.endswith("].image")
+                 and i.before != i.after]
+        if moved:
+            images = "; ".join(f"{i.before} -> {i.after}" for i in moved)
+            pulls = [str(i.after) for i in moved if str(i.after) in preloaded_not]
+            what = f"not preloaded: {', '.join(pulls)}" if pulls else "the image as the stack names it"
+            head = (f"DaemonSet {name}: image {images}. The DaemonSet controller replaces its pod on every node it "
+                    f"runs on ({where}; {_max_unavailable(c.head, nodes)}), and each node pulls the new image from "
+                    f"its registry ({what}): {nodes:,} pulls")
+        else:
+            paths = ", ".join(dict.fromkeys(short_path(i.path) for i in changed))
+            head = (f"DaemonSet {name}: its pod template changes ({paths}). The DaemonSet controller replaces its "
+                    f"pod on every node it runs on ({where}; {_max_unavailable(c.head, nodes)})")
+        wait = ("`pulumi up` returns as soon as the object is updated (not awaited: pulumi.com/skipAwait, "
+                "kilonode.k8s.pods.SKIP_AWAIT) while the rollout runs on, long after it"
+                if _not_awaited(c.head) else "`pulumi up` waits for the whole rollout")
         found.append(Finding(MEDIUM, "daemonset-rollout", (
-            f"DaemonSet {name}: image {images}. The DaemonSet controller replaces its pod on every node it runs on "
-            f"(up to {nodes:,} nodes, {strategy.get('type') or 'RollingUpdate'}, maxUnavailable {rolling}), and "
-            f"each node pulls the new image from its registry ({what}): {nodes:,} pulls, and while a node's pod "
-            "restarts what it serves there pauses. Watch the first nodes (`kubectl rollout status daemonset/"
-            f"{name} -n {namespace}`) and the registry's pull limits"),
+            f"{head}, and while a node's pod restarts what it serves there pauses; {wait}. Watch the first nodes "
+            f"(`kubectl rollout status daemonset/{name} -n {namespace}`)" + (" and the registry's pull limits"
+                                                                          if moved else "")),
             (c.name,)))
     return found
 
 
+def short_path(path: str) -> str:
+    """`spec.template.spec.containers[name=x].env[name=Y].value` -> `containers[name=x].env[name=Y]`."""
+    rest = path.removeprefix("spec.template.").removeprefix("spec.")
+    return rest.rsplit(".", 1)[0] if rest.endswith((".value", ".name")) and "[" in rest else rest
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *daemonset_images(diff)]
+    return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *daemonsets_replaced(diff),
+            *daemonset_templates(diff)]

@@ -92,6 +92,24 @@ def _side(inputs: Inputs) -> _Side:
                  workloads, [w for w in workloads.values() if w.kind == "DaemonSet"])
 
 
+def daemonset_nodes(diff: StackDiff, namespace: str, name: str) -> dict[str, int] | None:
+    """The pools (role -> node count) the base's DaemonSet `namespace/name` runs on, with preflight's
+    placement model; None where the base has no preflight inputs or no such DaemonSet."""
+    key = "placement:base"
+    if key not in diff.derived:
+        built = sides.inputs(diff, "base")
+        diff.derived[key] = _side(built) if built is not None else None
+    base = diff.derived[key]
+    if base is None:
+        return None
+    for workload in base.daemonsets:
+        meta = workload.inputs.get("metadata") or {}
+        if str(meta.get("name") or "") == name and str(meta.get("namespace") or "default") == namespace:
+            return {role: base.groups[role].count for role in sorted(_runs(base.place(workload)))
+                    if role in base.groups}
+    return None
+
+
 def _runs(found: Placement) -> set[str]:
     return set(found.now) | set(found.after_gpu_health)
 
@@ -169,7 +187,7 @@ def _gate(lost: list[_Loss], otherwise: str) -> str:
     return GATE if all(x.gated for x in lost) else otherwise
 
 
-def _without(names: list[str]) -> str:
+def without(names: list[str]) -> str:
     said = [f"Without {n}, {text}" for n in names for key, text in WITHOUT.items() if key in n]
     return (". " + ". ".join(said)) if said else ""
 
@@ -193,7 +211,7 @@ def _daemonsets(base: _Side, head: _Side) -> list[Finding]:
         findings.append(Finding(HIGH, "daemonset-stranded", (
             f"DaemonSet {' and '.join(names)} can no longer run on {nodes:,} nodes where {_it(names)} runs now: "
             f"{'its new template does' if len(names) == 1 else 'their new templates do'} not fit {where}. "
-            f"{_gate(lost, 'At `pulumi up`, ')}{TEMPLATE_STORY}{_without(names)}. Keep the tolerations, nodeSelector "
+            f"{_gate(lost, 'At `pulumi up`, ')}{TEMPLATE_STORY}{without(names)}. Keep the tolerations, nodeSelector "
             "and affinity that admit those pools (preflight's scheduling check says which), or move the pools first"),
             tuple(sorted({*(f"DaemonSet {n}" for n in names), *(role for role, _, _ in pools)}))))
     by_pool: dict[str, list[_Loss]] = {}
@@ -204,7 +222,7 @@ def _daemonsets(base: _Side, head: _Side) -> list[Finding]:
         findings.append(Finding(HIGH, "daemonset-stranded", (
             f"{_registration_change(base, head, role)}: DaemonSet {' and '.join(names)} {_it(names, 'does', 'do')} "
             f"not tolerate it ({lost[0].why}), on the pool's {lost[0].nodes:,} nodes. "
-            f"{_gate(lost, 'Once applied, ')}{NODES_STORY}{_without(names)}. Add the toleration to "
+            f"{_gate(lost, 'Once applied, ')}{NODES_STORY}{without(names)}. Add the toleration to "
             f"{'the DaemonSet' if len(names) == 1 else 'each DaemonSet'} in the same change, or drop the taint"),
             tuple(sorted({role, *(f"DaemonSet {n}" for n in names)}))))
     return findings

@@ -272,7 +272,9 @@ def refused(diff: StackDiff) -> list[Risk]:
             if i.ignored or not rows or covers(i.path, MOVES.get(c.type, ())):
                 continue
             key = (c.type, rows[0].path)
-            groups.setdefault(key, []).append(c.name)
+            # objects, not paths: one selector's matchLabels and its keys are one DaemonSet, not three
+            if c.name not in groups.setdefault(key, []):
+                groups[key].append(c.name)
             why[key] = rows[0].why
     return [Risk(HIGH, "update-refused", diff.stack,
                  f"{len(names)} {kind.rsplit(':', 1)[-1]} change {path} in place, which "
