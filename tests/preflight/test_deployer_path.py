@@ -200,9 +200,18 @@ def test_no_host_of_the_cluster_reaches_a_peered_deployer(peered: tuple[ClusterP
     nsgs = azure(graph, "NetworkSecurityGroup")
     assert len(nsgs) == 4  # control plane, etcd, pools, and the pools' NICs' own (round 5, finding 3)
     for nsg in nsgs:
-        [rule] = [r for r in nsg["inputs"]["securityRules"] if r["direction"] == "Outbound"]
+        [rule, *_] = sorted((r for r in nsg["inputs"]["securityRules"] if r["direction"] == "Outbound"),
+                            key=lambda r: r["priority"])
         assert (rule["access"], rule["destinationAddressPrefixes"]) == ("Deny", ["10.200.0.0/24"])
     nic = _nsg(graph, "-pool-nics-nsg")
+    # round 8, finding 1: deployer.cidrs cannot be checked offline against the runner's VNet, so the
+    # NICs refuse every peered address, not only the declared ones; their own VNet stays open
+    from kilonode.preflight.checks.deployer_path import _first_outbound
+    outbound = [r for r in nic["inputs"]["securityRules"] if r["direction"] == "Outbound"]
+    runner_vnet = IPv4Network("10.200.0.0/16")  # wider than the cidrs the stack declared
+    space = [IPv4Network("10.0.0.0/16"), runner_vnet]
+    assert _first_outbound(outbound, IPv4Network("10.200.9.0/24"), space)["name"] == "deny-out-to-peered-networks"
+    assert _first_outbound(outbound, IPv4Network("10.0.2.0/27"), space)["name"] == "allow-out-to-own-vnet"
     configs = _scale_sets(graph)
     assert configs and all(c["networkSecurityGroup"]["id"].endswith(nic["name"]) for c in configs)
 

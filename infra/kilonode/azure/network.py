@@ -89,6 +89,16 @@ NO_DEPLOYER_PRIORITY = 100
 # trace of issue 37, round 5, finding 3.)
 NIC_NSG = "pool-nics"
 NIC_ALLOW_INBOUND_RULE = "allow-all-inbound-subnet-decides"
+# ... and outbound, past the deployer's own addresses, no peered network at all: the cluster's VNet
+# is allowed, then the VirtualNetwork tag (which covers every peered address space,
+# service-tags-overview.md) denied. The stack's `deployer.cidrs` cannot be checked offline against
+# the runner's VNet, and a narrow or wrong one would leave the runner reachable (independent trace
+# of issue 37, round 8, finding 1); the one peering kilonode makes is the runner's. A peering of
+# your own that pods must use needs its own allow here, above NIC_NO_PEERED_PRIORITY.
+NIC_OWN_VNET_RULE = "allow-out-to-own-vnet"
+NIC_OWN_VNET_PRIORITY = 110
+NIC_NO_PEERED_RULE = "deny-out-to-peered-networks"
+NIC_NO_PEERED_PRIORITY = 120
 # Prometheus reads the GPU health taint controller's metrics on each apiserver VM
 # (kilonode.render.gpu_metrics: plain HTTP, sync times and counts); only where GPU pools run it.
 GPU_HEALTH_CONTROLLER_RULE = "allow-gpu-health-metrics-from-monitoring"
@@ -385,7 +395,7 @@ class Network(pulumi.ComponentResource):
 
     def _nic_nsg(self, name: str, plan: ClusterPlan, rg: resources.ResourceGroup) -> pulumi.Output[str] | None:
         """NIC_NSG, for a `peered` deployer: every inbound flow left to the subnet NSG, every outbound
-        flow to the deployer refused."""
+        flow to the deployer refused, and to any peered network (NIC_NO_PEERED_RULE)."""
         deny = _no_deployer(plan)
         if not deny:
             return None
@@ -393,9 +403,15 @@ class Network(pulumi.ComponentResource):
             name=NIC_ALLOW_INBOUND_RULE, priority=100, direction="Inbound", access="Allow", protocol="*",
             source_address_prefix="*", source_port_range="*", destination_address_prefix="*",
             destination_port_range="*")
+        own, peered = (network.SecurityRuleArgs(
+            name=rule, priority=priority, direction="Outbound", access=access, protocol="*",
+            source_address_prefix="*", source_port_range="*", destination_address_prefix=destination,
+            destination_port_range="*") for rule, priority, access, destination in (
+                (NIC_OWN_VNET_RULE, NIC_OWN_VNET_PRIORITY, "Allow", str(plan.network.vnet_cidr)),
+                (NIC_NO_PEERED_RULE, NIC_NO_PEERED_PRIORITY, "Deny", "VirtualNetwork")))
         nsg = network.NetworkSecurityGroup(
             f"{name}-{NIC_NSG}-nsg", network_security_group_name=f"{name}-{NIC_NSG}-nsg", resource_group_name=rg.name,
-            location=plan.location, security_rules=[allow, *deny], tags=tags(plan.cluster, "network"),
+            location=plan.location, security_rules=[allow, *deny, own, peered], tags=tags(plan.cluster, "network"),
             opts=pulumi.ResourceOptions(parent=self))
         return nsg.id
 
