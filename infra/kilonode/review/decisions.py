@@ -27,7 +27,8 @@ from kilonode.review.risks import Risk
 IMPACT: dict[str, int] = {
     "stack-invalid": 0, "container-replaced": 0, "etcd-quorum": 0, "apiservers-all": 0, "etcd-data-lost": 1,
     "etcd-quota-lowered": 1, "etcd-leases-moved": 1, "address-moved": 1,
-    "daemonset-stranded": 2, "daemonset-replaced": 2, "gpu-driver-mismatch": 2, "alert-rules-rejected": 2,
+    "daemonset-stranded": 2, "daemonset-replaced": 2, "deployment-replaced": 2, "gpu-driver-mismatch": 2,
+    "alert-rules-rejected": 2,
     "nsg-shadowed": 2,
     "connection-refused": 2, "workload-unplaceable": 2, "pool-shrink": 2, "version-skew": 2,
     "kubernetes-minor-jump": 2, "image-not-rebuilt": 2,

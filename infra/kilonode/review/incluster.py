@@ -41,6 +41,8 @@ from kilonode.review.lifecycle import plan_of
 from kilonode.review.rules import VMSS
 
 SERVICE = "kubernetes:core/v1:Service"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+COREDNS = "coredns"
 STATEFULSET = "kubernetes:apps/v1:StatefulSet"
 WORKLOADS = {f"kubernetes:apps/v1:{k}" for k in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet")} | {
     "kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:Pod"}
@@ -205,5 +207,46 @@ def tag_under_same_digest(diff: StackDiff) -> list[Finding]:
         for (repo, was, now, digest), owners in sorted(groups.items())]
 
 
+# A Deployment replaced (spec.selector is forceNew for apps/v1 Deployment: pulumi/pulumi-kubernetes
+# @v4.32.0 provider/pkg/provider/diff.go, labelSelectorForceNewProperties) under the same fixed name
+# is replaced delete-before-replace (provider.go:1645-1658 at v4.32.0, as for the DaemonSet in
+# kilonode.review.nodes.daemonsets_replaced): every pod of it is gone from the delete on. A new
+# Deployment with no replicas field starts at 1 (kubernetes pkg/apis/apps/v1/defaults.go,
+# SetDefaults_Deployment: a nil Replicas becomes 1), and CoreDNS's replicas are the DNS
+# autoscaler's to set (kilonode.k8s.dns leaves the field out), so cluster DNS is down meanwhile and
+# comes back at one replica until the autoscaler resizes it.
+def deployments_replaced(diff: StackDiff) -> list[Finding]:
+    """A Deployment replaced: every pod of it deleted before the new Deployment exists."""
+    found = []
+    for c in diff.resources:
+        if c.type != DEPLOYMENT or c.action != REPLACE:
+            continue
+        (namespace, name), (new_ns, new_name) = _meta(c.base), _meta(c.head)
+        why = c.reason() or "an input that forces a new Deployment"
+        replicas = (_inputs(c.base).get("spec") or {}).get("replicas")
+        had = f"its {replicas} pod(s)" if replicas is not None else "every pod of it"
+        if (namespace, name) == (new_ns, new_name):
+            order = (f"pulumi-kubernetes deletes a fixed-name object before it creates the new one, so {had} are "
+                     "deleted before the new Deployment exists, and stay deleted if the create fails (`pulumi up` "
+                     "stops there)")
+        else:
+            order = (f"the new {new_ns}/{new_name} is created first, then the old one is deleted with {had} "
+                     "(both run side by side meanwhile)")
+        down = ""
+        if name == COREDNS and namespace == "kube-system":
+            down = (": cluster DNS is down meanwhile (every lookup through kube-dns fails), and the new Deployment "
+                    "starts at 1 replica (it names none: the DNS autoscaler sets it) until the autoscaler resizes "
+                    "it")
+        elif (namespace, name) == (new_ns, new_name):
+            down = f": what {name} serves is down meanwhile"
+        found.append(Finding(HIGH, "deployment-replaced", (
+            f"Deployment {namespace}/{name} is replaced ({why}; pulumi-kubernetes' forceNew table): {order}{down}. "
+            "Keep the selector; or create a new Deployment under a new name first and delete the old one in a "
+            "later change"),
+            (c.name,), cause=f"Deployment {name} replaced"))
+    return found
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*service_cidr(diff), *services_replaced(diff), *prometheus(diff), *tag_under_same_digest(diff)]
+    return [*service_cidr(diff), *services_replaced(diff), *deployments_replaced(diff), *prometheus(diff),
+            *tag_under_same_digest(diff)]

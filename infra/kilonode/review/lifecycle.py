@@ -383,6 +383,10 @@ def registration(diff: StackDiff) -> list[Finding]:
         else:
             continue
         groups.setdefault(key, []).append(name)
+    # Only kubectl label / kubectl taint reach the Nodes that exist: a deleted Node comes back only at
+    # the kubelet's next start (kubelet.go syncNodeStatus calls registerWithAPIServer, which returns at
+    # once once registrationCompleted is set), with the flags it started with, and an instance upgraded
+    # to the new model keeps its old files (custom data is read at first boot only: docs/azure.md).
     return [Finding(MEDIUM, "labels-until-reimaged", (
         f"{what} change for {len(names)} scale set(s): the kubelet applies --node-labels and --register-with-taints "
         "only when it creates its Node, and a kubelet whose Node exists already reconciles only its default labels "
@@ -390,10 +394,10 @@ def registration(diff: StackDiff) -> list[Finding]:
         "keep the old ones (and take the old team's work), and a reimage does not help: it keeps the instance's "
         "name, so its kubelet finds the Node and keeps them too; only new instances register with the new ones. "
         "Apply them to the Nodes that exist (`kubectl label nodes -l kilonode.io/pool=<pool> <key>=<value> "
-        "--overwrite`; `kubectl taint nodes -l ... <key>=<value>:<effect>`, `<key>-` to remove one), or delete each "
-        "Node object just before its instance is upgraded to the new model (`kubectl delete node <name>`, then "
-        "`az vmss update-instances`: it registers anew; a reimage keeps the instance's own model, old labels and "
-        f"all){gpu_taints.get(what, '')}"),
+        "--overwrite`; `kubectl taint nodes -l ... <key>=<value>:<effect>`, `<key>-` to remove one): that is the "
+        "way that works. Deleting the Node does not make it register anew: nothing re-runs cloud-init on an "
+        "upgraded instance, and a running kubelet recreates a deleted Node only when it restarts, with the "
+        f"--node-labels and --register-with-taints it started with, the old ones{gpu_taints.get(what, '')}"),
         tuple(names))
         for what, names in sorted(groups.items())]
 

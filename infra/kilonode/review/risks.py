@@ -279,9 +279,36 @@ def refused(diff: StackDiff) -> list[Risk]:
     return [Risk(HIGH, "update-refused", diff.stack,
                  f"{len(names)} {kind.rsplit(':', 1)[-1]} change {path} in place, which "
                  f"{'the apiserver' if kind.startswith('kubernetes:') else 'Azure'} refuses ({why[(kind, path)]}): "
-                 "`pulumi up` stops with an error there, after changing what came before it; recreate them "
-                 "deliberately instead", tuple(names), cause=path)
+                 "`pulumi up` stops with an error there, after changing what came before it; "
+                 + (_priority_class_way(diff, names) if kind == PRIORITY_CLASS and path == "value" else
+                    "recreate them deliberately instead"), tuple(names), cause=path)
             for (kind, path), names in sorted(groups.items())]
+
+
+PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+
+
+# A PriorityClass's value is immutable (kubernetes pkg/apis/scheduling/validation/validation.go,
+# ValidatePriorityClassUpdate). Deleting it to recreate it is not the way for a globalDefault class:
+# meanwhile the Priority admission plugin gives a pod naming no class priority 0 (no global default
+# left) and refuses a pod naming the deleted class (plugin/pkg/admission/priority/admission.go,
+# admitPod: "no PriorityClass with name ... was found"), and it refuses a second globalDefault class
+# (validatePriorityClass: "is already marked as default").
+def _priority_class_way(diff: StackDiff, names: list[str]) -> str:
+    classes = {c.name: c for c in diff.resources}
+    said = []
+    for name in names:
+        inputs = ((classes[name].base or {}).get("inputs") or {}) if name in classes else {}
+        meta = inputs.get("metadata") or {}
+        label = str(meta.get("name") or name)
+        if inputs.get("globalDefault"):
+            said.append(f"{label} is globalDefault, so while it is deleted every new pod naming no class gets "
+                        f"priority 0 and every pod naming {label} is refused at admission")
+    why = ("the value is immutable, and deleting the class to recreate it is no way through: " + "; ".join(said)
+           + ". ") if said else "the value is immutable. "
+    return (why + "Create a new class under a new name with the new value, move globalDefault to it where the old "
+            "one had it (unset on the old one first: the Priority admission plugin refuses a second globalDefault "
+            "class) and the workloads' priorityClassName, and drop the old class in a later change")
 
 
 CUSTOM_DATA = "virtualMachineProfile.osProfile.customData"
@@ -353,8 +380,8 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
             "work, then drain and remove the old), with quota for the new size's family"), tuple(sorted(names)))
     return Risk(MEDIUM, "fleet-rollout", diff.stack,
                 f"every scale set of {where} gets a new {' and '.join(said)} in its model: a fleet-wide rollout of "
-                f"{nodes:,} nodes. {MANUAL_UPGRADE} New nodes get it at once; upgrade the rest shard by shard and "
-                "watch the first", tuple(sorted(names)),
+                f"{nodes:,} nodes. {MANUAL_UPGRADE_CUSTOM_DATA if 'custom data' in kinds else MANUAL_UPGRADE} "
+                "New nodes get it at once; roll the rest shard by shard and watch the first", tuple(sorted(names)),
                 cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
 
 
@@ -365,9 +392,21 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
 # instance's own OS disk ("If exact version is not provided, the OS disk is reimaged to the existing
 # version of OS Disk", VirtualMachineReimageParameters.exactVersion, Azure REST API compute
 # 2024-11-01, learn.microsoft.com rest/api/compute/virtual-machine-scale-set-vms/reimage).
+# A new image in the model rebuilds the OS disk when the instance is upgraded to it.
 MANUAL_UPGRADE = ("With the Manual upgrade policy a running node gets it only when its instance is upgraded to the "
                   "scale set's model (`az vmss update-instances`); a reimage does not do it: it keeps the instance's "
                   "own model and image version.")
+# Custom data is different: cloud-init processes it only when the instance is provisioned, at its
+# first boot (docs/azure.md, "Custom data is read once, at a VM's first boot"), so an in-place
+# upgrade to the model gives the instance the new custom data and leaves the running node on
+# its old files. The node gets them when it is provisioned again from the upgraded model: a reimage
+# after the upgrade (a fresh OS disk, cloud-init runs as on a first boot), or a new instance.
+MANUAL_UPGRADE_CUSTOM_DATA = (
+    "With the Manual upgrade policy a running node does not get new custom data in place: cloud-init reads "
+    "custom data only when the instance is provisioned, at its first boot (docs/azure.md), so an upgrade to the "
+    "model (`az vmss update-instances`) alone leaves the node running its old files. Upgrade each instance to the "
+    "new model (`az vmss update-instances`), then reimage it (`az vmss reimage --instance-ids`), or delete it and "
+    "let a new instance be created; a reimage without the upgrade keeps the instance's own model and custom data.")
 
 
 TOKEN_SECRET = "bootstrap.kubernetes.io/token"
