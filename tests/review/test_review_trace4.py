@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from kilonode.paths import REPO_ROOT
-from kilonode.review import lifecycle
+from kilonode.review import alerting, lifecycle
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
@@ -111,3 +111,47 @@ def test_the_default_priority_class_value_is_told_a_new_class_under_a_new_name()
     assert "priority 0" in refused.summary and "refused at admission" in refused.summary
     assert "new class under a new name" in refused.summary and "move globalDefault to it" in refused.summary
     assert "recreate them deliberately" not in refused.summary
+
+
+# --- 4. a scrape interval at or past the 5m lookback under an instant vector --------------------------------------
+
+
+def _scrape_interval(entry: dict[str, Any], job: str, old: str, new: str) -> None:
+    for r in entry["resources"]:
+        if r["type"] != "kubernetes:core/v1:ConfigMap":
+            continue
+        data = r["inputs"].get("data") or {}
+        for key, text in data.items():
+            if f"job_name: {job}\n  scrape_interval: {old}" in text:
+                data[key] = text.replace(f"job_name: {job}\n  scrape_interval: {old}",
+                                         f"job_name: {job}\n  scrape_interval: {new}")
+
+
+def test_a_job_scraped_every_5m_under_an_instant_vector_is_medium_naming_the_alerts() -> None:
+    head = snapshot(STACK)
+    _scrape_interval(head, "kilonode-gpu-health-agent", "60s", "5m")
+    [gap] = rule(risks(head), "scrape-past-lookback")
+    assert gap.level == "medium"
+    assert gap.subjects == ("KilonodeGpuHealthAgentCannotReport", "KilonodeGpuHealthAgentStale")
+    assert gap.summary.startswith("job kilonode-gpu-health-agent is scraped every 300s, at or past")
+    assert "its `for:` starts again" in gap.summary and "a late scrape)" in gap.summary
+    # kilonode-certificates is scraped every 5m at the base already: not said again
+    assert "kilonode-certificates" not in gap.summary
+
+
+def test_past_the_lookback_every_cycle_drops_out() -> None:
+    head = snapshot(STACK)
+    _scrape_interval(head, "kilonode-gpu-health-agent", "60s", "10m")
+    [gap] = rule(risks(head), "scrape-past-lookback")
+    assert "every cycle at this interval" in gap.summary
+
+
+def test_ranges_are_not_instant_reads_and_subqueries_are() -> None:
+    intervals = {"j": 300.0, "fast": 60.0}
+    assert alerting._stale_reads('rate(x{job="j"}[15m]) > 0', intervals) == set()
+    assert alerting._stale_reads('max_over_time(x{job="j"}[15m])', intervals) == set()
+    assert alerting._stale_reads('x{job="j"} > 0', intervals) == {("j", 300.0)}
+    assert alerting._stale_reads('max_over_time(x{job="j"}[15m:1m])', intervals) == {("j", 300.0)}
+    assert alerting._stale_reads('x{job=~"j|fast"} == 0', intervals) == {("j", 300.0)}
+    assert alerting._stale_reads('x{job="fast"} == 0', intervals) == set()
+    assert alerting._stale_reads('x{job=~"[j]"} == 0', intervals) == {("j", 300.0)}

@@ -46,6 +46,10 @@ rules and scrape configs (the same readers as `metric-dropped`, recording rules 
 selector naming its job (`job="X"`, or `job=~"re"` against the jobs' names), reported only where
 newly true against the base.
 
+A fourth (`scrape-past-lookback`, medium), from a fourth independent trace: an alert reading, as an
+instant vector, a job scraped at or past the 5m lookback (v3: open at its older end) drops out of
+its result on any late scrape and loses its pending `for:`; the same readers, newly true only.
+
 A rule file promtool rejects at the base as well (the promtool found here is older than the
 pinned server and may not know its newer syntax) is not judged: the report says so. With no
 promtool at all, the change is not judged either, and the report says that instead.
@@ -65,7 +69,7 @@ from typing import Any
 import yaml
 
 from kilonode.review.compare import StackDiff
-from kilonode.review.finding import HIGH, Finding
+from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import load_yaml, plan_of
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -384,6 +388,82 @@ def _fires(window: str, interval: float) -> str:
     return "can never fire, or only intermittently (each evaluation with no result resets a pending `for:`)"
 
 
+# An instant vector selector sees a series' newest sample within the lookback window before the
+# evaluation time: 5m by default (prometheus/prometheus@v3.5.5 cmd/prometheus/main.go,
+# --query.lookback-delta, default "5m"; kilonode's Prometheus does not set it), and since v3 the window
+# is left-open (docs/migration.md:79-91, "Range selectors and lookback exclude samples coinciding with
+# the left boundary"). A job scraped every 5m or less often therefore has evaluations where its newest
+# sample is 5m old or older, on any late scrape (or always, past 5m): the series is absent from the
+# alert's result there, and an alert that drops out of its result loses its pending `for:`
+# (rules/alerting.go AlertingRule.Eval: a pending alert no longer in the result is deleted from the
+# active set, a firing one resolves).
+LOOKBACK_S = 300.0
+_INSTANT = re.compile(r"(?<![\w:])([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*(\{[^}]*\})(?!\s*\[[^\]:]*\])")
+
+
+def _stale_reads(expr: str, intervals: Mapping[str, float]) -> set[tuple[str, float]]:
+    """(job, interval) for each instant selector in `expr` (not under a range; a subquery's inner
+    selector is read as an instant vector at each step) naming a job scraped at or past the lookback."""
+    found = set()
+    for _, matchers in _INSTANT.findall(expr):
+        for op, value in _JOB_MATCHER.findall(matchers):
+            jobs = [value] if op == "=" else [j for j in intervals if _fullmatch(value, j)]
+            for job in jobs:
+                interval = intervals.get(job)
+                if interval and interval >= LOOKBACK_S:
+                    found.add((job, interval))
+    return found
+
+
+def stale_instant_reads(entry: Mapping[str, Any] | None) -> dict[str, set[tuple[str, float]]]:
+    """alert name -> (job, interval) of the instant vectors it reads, itself or through recording rules
+    (a recording rule that drops out leaves its series absent too), of jobs scraped at or past 5m."""
+    rules = _rules(entry)
+    intervals = scrape_intervals(entry)
+    if not intervals:
+        return {}
+    records: dict[str, list[str]] = {}
+    for rule in rules:
+        if rule.get("record"):
+            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
+
+    def reads(expr: str, seen: frozenset[str]) -> set[tuple[str, float]]:
+        found = _stale_reads(expr, intervals)
+        for name in metric_names(expr):
+            if name in records and name not in seen:
+                for inner in records[name]:
+                    found |= reads(inner, seen | {name})
+        return found
+
+    found: dict[str, set[tuple[str, float]]] = {}
+    for rule in rules:
+        if rule.get("alert"):
+            stale = reads(str(rule["expr"]), frozenset())
+            if stale:
+                found.setdefault(str(rule["alert"]), set()).update(stale)
+    return found
+
+
+def lookback_gaps(diff: StackDiff) -> list[Finding]:
+    """Alerts that newly read, as an instant vector, a job scraped at or past the 5m lookback."""
+    before, after = stale_instant_reads(diff.base), stale_instant_reads(diff.head)
+    groups: dict[tuple[str, float], set[str]] = {}
+    for alert, reads in after.items():
+        for job, interval in reads - before.get(alert, set()):
+            groups.setdefault((job, interval), set()).add(alert)
+    return [Finding(MEDIUM, "scrape-past-lookback", (
+        f"job {job} is scraped every {interval:g}s, at or past Prometheus's {LOOKBACK_S:g}s lookback (the "
+        "default --query.lookback-delta; since v3 the window is open at its older end, docs/migration.md), and "
+        f"{', '.join(sorted(alerts))} read its series as an instant vector: at any evaluation whose newest sample "
+        "is 5m old or older (a late scrape" + (", and every cycle at this interval" if interval > LOOKBACK_S else "")
+        + ") the series is absent, the alert drops out of the result: pending, its `for:` starts again; firing, it "
+        "resolves. So it fires late or never, or flaps. Scrape the job more often than every 5m (under 2.5m "
+        "leaves a missed scrape's margin), or "
+        "read it through last_over_time(...[interval x 2]) in the rule"),
+        tuple(sorted(alerts)), cause=f"job {job} past lookback")
+        for (job, interval), alerts in sorted(groups.items())]
+
+
 def dropped(diff: StackDiff) -> list[Finding]:
     """Alerts that read a metric the head's scrape config newly drops."""
     before, after = dropped_reads(diff.base), dropped_reads(diff.head)
@@ -404,7 +484,7 @@ def dropped(diff: StackDiff) -> list[Finding]:
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
         return []  # no ConfigMap changed: no rule file did
-    found = [*dropped(diff), *ranges_too_short(diff)]
+    found = [*dropped(diff), *ranges_too_short(diff), *lookback_gaps(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     if not changed:
