@@ -138,3 +138,24 @@ def test_a_stack_whose_controllers_share_nodes_with_users_is_a_break(write_stack
     assert len(found) == 1 and "autoscaled pools" in found[0].what and "system: true" in found[0].fix
     # the shipped local stack (one shared pool, no autoscaling, no teams) is accepted, as designed
     assert writer_breaks(stack="local") == []
+
+
+def test_a_large_stack_whose_system_pool_is_a_plain_shared_pool_is_a_break(write_stack: Any) -> None:
+    """Independent trace of issue 37, round 9: research-2500 with its system pool made a plain CPU
+    pool passed (no autoscaling, no teams), with the controllers' tokens and the cloud identity on
+    the pool users share, beside 2,500 GPU nodes."""
+    from kilonode.config import load_stack
+    from kilonode.plan import plan_stack
+    from kilonode.preflight.load import from_parts
+    from tests.azure.conftest import recorded
+    from tests.conftest import shipped_cluster_value
+
+    cluster = shipped_cluster_value("research-2500")
+    pool = next(p for p in cluster["nodePools"] if p.get("system"))
+    pool.pop("system")
+    pool["name"] = "cpu"
+    stack = load_stack(str(write_stack(cluster, "research-2500")))
+    files, _ = artefacts("research-2500")
+    inputs = from_parts(plan_stack(stack), files, recorded(stack).to_json(), source="plain shared pool")
+    found = [f for f in breaks(run(inputs, ["node-writers"])) if f.where == "stack: nodePools"]
+    assert len(found) == 1 and "3 pools with GPUs" in found[0].what

@@ -157,16 +157,22 @@ def _controllers(inputs: Inputs) -> list[Finding]:
 def _no_system_pool(inputs: Inputs) -> list[Finding]:
     """Without a system pool the controller pools are the untainted shared pools (ClusterPlan.
     controller_pools), where users' pods run too: the controllers' tokens and the cloud identities
-    on those scale sets share nodes with them. Accepted for a small stack of one shared pool (the
-    shipped `local`); a break once the stack has autoscaled pools (the autoscaler's identity may
+    on those scale sets share nodes with them. Accepted for a stack of one pool without GPUs (the
+    shipped `local`); a break for any other shape (the independent trace of issue 37, round 9: a
+    2,504-node stack with a plain CPU pool in place of its system pool passed), and always once the
+    stack has autoscaled pools (the autoscaler's identity may
     write their scale sets: root on every new GPU instance) or teams (whose pods the gang scheduler's
     token places), as the independent trace of issue 37, round 6, found for research-7500 without
     its system pool."""
     plan = inputs.plan
-    if plan.system_pools or not (plan.autoscaled_pools or plan.teams):
+    # the one exemption: the shape of the shipped `local` (one pool, no GPUs, no autoscaling, no teams);
+    # any second pool is a cluster whose users' pods the controllers' pool may take (round 9, finding 1)
+    small = len(plan.node_pools) == 1 and not plan.gpu_pools
+    if plan.system_pools or (small and not (plan.autoscaled_pools or plan.teams)):
         return []
     pools = ", ".join(p.name for p in plan.controller_pools) or "none"
-    why = "autoscaled pools (the autoscaler's identity writes their scale sets)" if plan.autoscaled_pools else "teams"
+    why = ("autoscaled pools (the autoscaler's identity writes their scale sets)" if plan.autoscaled_pools
+           else "teams" if plan.teams else f"{len(plan.node_pools)} pools" + (" with GPUs" if plan.gpu_pools else ""))
     return [Finding(
         NAME, "break", "stack: nodePools",
         f"no pool is a system pool, and the stack has {why}: the controllers (cloud-controller-manager, the "
