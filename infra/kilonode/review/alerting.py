@@ -62,9 +62,9 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -233,16 +233,47 @@ def _dropped_by(metric: str, jobs: set[str], filters: Mapping[str, list[tuple[st
     return found
 
 
+T = TypeVar("T")
+
+
+def _records(rules: list[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Recording rule name -> the expressions recording it."""
+    records: dict[str, list[str]] = {}
+    for rule in rules:
+        if rule.get("record"):
+            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
+    return records
+
+
+def _per_alert(rules: list[Mapping[str, Any]], find: Callable[[str], set[T]]) -> dict[str, set[T]]:
+    """alert name -> what `find` finds in its expression, or in the recording rules it reads (followed
+    through, each once per path): the walk short_range_reads and stale_instant_reads share."""
+    records = _records(rules)
+
+    def reads(expr: str, seen: frozenset[str]) -> set[T]:
+        found = find(expr)
+        for name in metric_names(expr):
+            if name in records and name not in seen:
+                for inner in records[name]:
+                    found |= reads(inner, seen | {name})
+        return found
+
+    found: dict[str, set[T]] = {}
+    for rule in rules:
+        if rule.get("alert"):
+            hits = reads(str(rule["expr"]), frozenset())
+            if hits:
+                found.setdefault(str(rule["alert"]), set()).update(hits)
+    return found
+
+
 def dropped_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, list[str]]]:
     """alert name -> {metric it reads (through recording rules) -> the jobs that drop it}."""
     rules = _rules(entry)
     filters = _relabel_filters(entry)
     if not filters:
         return {}
-    records: dict[str, list[str]] = {}
-    for rule in rules:
-        if rule.get("record"):
-            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
+    records = _records(rules)
 
     def sources(expr: str, seen: frozenset[str]) -> dict[str, set[str]]:
         found: dict[str, set[str]] = {}
@@ -329,30 +360,10 @@ def _fullmatch(regex: str, text: str) -> bool:
 
 def short_range_reads(entry: Mapping[str, Any] | None) -> dict[str, set[tuple[str, str, str, float]]]:
     """alert name -> the too-short ranged calls it reads, itself or through recording rules."""
-    rules = _rules(entry)
     intervals = scrape_intervals(entry)
     if not intervals:
         return {}
-    records: dict[str, list[str]] = {}
-    for rule in rules:
-        if rule.get("record"):
-            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
-
-    def reads(expr: str, seen: frozenset[str]) -> set[tuple[str, str, str, float]]:
-        found = _short_ranges(expr, intervals)
-        for name in metric_names(expr):
-            if name in records and name not in seen:
-                for inner in records[name]:
-                    found |= reads(inner, seen | {name})
-        return found
-
-    found: dict[str, set[tuple[str, str, str, float]]] = {}
-    for rule in rules:
-        if rule.get("alert"):
-            short = reads(str(rule["expr"]), frozenset())
-            if short:
-                found.setdefault(str(rule["alert"]), set()).update(short)
-    return found
+    return _per_alert(_rules(entry), lambda expr: _short_ranges(expr, intervals))
 
 
 def ranges_too_short(diff: StackDiff) -> list[Finding]:
@@ -418,30 +429,10 @@ def _stale_reads(expr: str, intervals: Mapping[str, float]) -> set[tuple[str, fl
 def stale_instant_reads(entry: Mapping[str, Any] | None) -> dict[str, set[tuple[str, float]]]:
     """alert name -> (job, interval) of the instant vectors it reads, itself or through recording rules
     (a recording rule that drops out leaves its series absent too), of jobs scraped at or past 5m."""
-    rules = _rules(entry)
     intervals = scrape_intervals(entry)
     if not intervals:
         return {}
-    records: dict[str, list[str]] = {}
-    for rule in rules:
-        if rule.get("record"):
-            records.setdefault(str(rule["record"]), []).append(str(rule["expr"]))
-
-    def reads(expr: str, seen: frozenset[str]) -> set[tuple[str, float]]:
-        found = _stale_reads(expr, intervals)
-        for name in metric_names(expr):
-            if name in records and name not in seen:
-                for inner in records[name]:
-                    found |= reads(inner, seen | {name})
-        return found
-
-    found: dict[str, set[tuple[str, float]]] = {}
-    for rule in rules:
-        if rule.get("alert"):
-            stale = reads(str(rule["expr"]), frozenset())
-            if stale:
-                found.setdefault(str(rule["alert"]), set()).update(stale)
-    return found
+    return _per_alert(_rules(entry), lambda expr: _stale_reads(expr, intervals))
 
 
 def lookback_gaps(diff: StackDiff) -> list[Finding]:
