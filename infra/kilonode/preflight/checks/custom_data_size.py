@@ -2,37 +2,20 @@
 kilonode.azure.custom_data allows.
 
 Each etcd member and apiserver VM, and each pool's scale sets (one custom data per registration
-group: the pool's shared shards, each team's), gets one cloud-init document
-(kilonode.azure.custom_data): the role's rendered `user-data`, then a part whose `write_files`
-carries what Pulumi creates. For an etcd member: its cluster's CA and client CA bundle, its
-server and peer certificates and keys, and the snapshot upload's Azure config; for an
-apiserver: the Kubernetes CA and its key, its serving, etcd client, kubelet client, scheduler
-and controller manager serving certificates and keys, the service-account key pair, the etcd
-CA bundle, a kubeconfig with an embedded client certificate per co-located component, and the
-Secrets' EncryptionConfiguration; for a pool: the Kubernetes CA and the bootstrap kubeconfig
-with the pool's join token. The check composes each the way the program does (the same
-compose_mime and base64) and measures it (kilonode.azure.custom_data_size, which the program and
-every command that plans use to refuse a stack whose custom data would be over).
+group), gets one cloud-init document: the role's rendered `user-data`, then a part whose
+`write_files` carries what Pulumi creates. What each carries, and the real-size model of every
+certificate, key and Azure value in it, is kilonode.azure.custom_data_size's (its docstring): the
+program, every command that plans and this check measure with it, the same compose_mime and base64.
 
-The recorded graph and a render hold no real PEM (the mock engine's placeholders are a few
-bytes), so each is replaced by one of the size a real one has: ECDSA P-256
-(kilonode.plan.pki), a private key as pulumi-tls writes it (SEC1 "EC PRIVATE KEY", 121 bytes of
-DER: 227 bytes of PEM), a public key (SubjectPublicKeyInfo, 91 bytes: 178), and a certificate
-of CERT_DER_OVERHEAD bytes plus its names (subject, issuer, SANs, extended key usages), an
-upper bound that tests/preflight/test_custom_data_size.py holds against every certificate the
-local issuer (kilonode.local.pki, built as pulumi-tls builds them) makes for the shipped stacks.
-The Azure values (the backup account's blob endpoint, a client ID, an age recipient, a 32-byte
-Secrets key) are written at their real lengths.
-
-With the local issuer's real certificates (tests/azure/test_tls_and_custom_data.py), the largest
-host of each kind at research-7500 takes 51.9 KB of the 65,535 base64 bytes (the apiservers),
-36.1 KB (the h100-ib pool), 32.2 KB (etcd-events members) and 31.3 KB (etcd-main); this check's
-estimate is never below the real size and at most 2 % above it (52.7 KB for those apiservers).
+With the local issuer's real certificates (tests/azure/test_tls_and_custom_data.py) this check's
+estimate is never below the real size and at most 2 % above it. Its estimates at research-7500
+(2026-12-07): 55.4 KB of the 65,535 base64 bytes for the apiservers, 40.8 KB for the h100-ib pool,
+32.8 KB for etcd-events members and 31.8 KB for etcd-main.
 While the etcd members carried the snapshot and certificate expiry programs inline, theirs was
 66.5 and 67.4 KB: over.
 
-Levels: above the limit is a `break`: `pulumi up` and `preview` stop in the program when it
-composes that host's custom data (kilonode.azure.custom_data.encode refuses it); Azure itself
+Levels: above the limit is a `break`: the program refuses the stack before it creates anything
+(kilonode.azure.custom_data_size.refuse_oversized), as every command that plans does; Azure itself
 refuses a custom data above 65,535 decoded bytes, 87,380 base64 characters ("Custom data in
 OSProfile must be in Base64 encoding and with a maximum length of 87380 characters"). Less
 than 8 KiB below it (HEADROOM_WARN_BYTES: two more component kubeconfigs) is a `warn`: the
