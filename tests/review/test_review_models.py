@@ -70,6 +70,42 @@ def test_a_narrowed_affinity_preflight_does_not_refuse_is_told_as_the_rollout_do
     assert "At `pulumi up`, the DaemonSet controller" in finding.summary
 
 
+MONITORING_KUBELET = "pool-monitoring/etc/kubernetes/kubelet-config.yaml"
+
+
+def test_a_taint_changed_with_the_tolerations_that_follow_it_is_judged_on_the_running_nodes() -> None:
+    """Both sides place Prometheus (the head's taint is tolerated), but the running monitoring nodes keep
+    the taint they registered with, which the new template no longer tolerates."""
+    head = snapshot(STACK)
+    head["files"][MONITORING_KUBELET] = head["files"][MONITORING_KUBELET].replace(
+        "  value: monitoring\n", "  value: observability\n", 1)
+    pod_spec(head, "StatefulSet", "prometheus")["tolerations"] = [
+        {"effect": "NoSchedule", "key": "dedicated", "operator": "Equal", "value": "observability"}]
+    found = [f for f in placed(head) if "prometheus" in f.summary]
+    [finding] = found
+    assert finding.rule == "workload-unplaceable" and finding.level == HIGH
+    assert "not the nodes running now (pool-monitoring (1 node running now" in finding.summary
+    assert "taint dedicated=observability:NoSchedule added" in finding.summary
+    assert "taint dedicated=monitoring:NoSchedule removed" in finding.summary
+    assert "both the old and the new" in finding.summary and "kubectl taint nodes" in finding.summary
+
+
+def test_a_team_taint_renamed_with_the_device_plugin_following_it_strands_the_running_nodes() -> None:
+    head = snapshot(STACK)
+    for path in list(head["files"]):
+        if path.startswith("pool-a100-ib.team-") and path.endswith("kubelet-config.yaml"):
+            head["files"][path] = head["files"][path].replace(f"key: {TEAM_LABEL}\n", "key: kilonode.io/owner\n")
+    spec = pod_spec(head, "DaemonSet", k8s_gpu.DAEMONSET_NAME)
+    for toleration in spec["tolerations"]:
+        if toleration["key"] == TEAM_LABEL:
+            toleration["key"] = "kilonode.io/owner"
+    [finding] = [f for f in placed(head) if k8s_gpu.DAEMONSET_NAME in f.summary]  # one decision, one line
+    assert finding.rule == "daemonset-stranded" and finding.level == HIGH
+    assert "follows it" in finding.summary and "4,000 running nodes keep" in finding.summary
+    assert "pool-a100-ib.team-language (3,000 nodes: taint kilonode.io/team=language:NoSchedule" in finding.summary
+    assert "offers no nvidia.com/gpu" in finding.summary and "refuses the whole run" not in finding.summary
+
+
 @pytest.mark.parametrize("kind,name", [("Deployment", "coredns"), ("StatefulSet", "prometheus")])
 def test_a_workload_no_node_admits_any_more_is_high(kind: str, name: str) -> None:
     head = snapshot(STACK)

@@ -86,6 +86,14 @@ class _Side:
         return placement_of(workload, list(on.groups.values()), on.daemonsets)
 
 
+def _running(base: _Side, head: _Side) -> _Side:
+    """The head's workloads on the nodes running once `pulumi up` is done: each pool's nodes as the
+    base registered them (the kubelet never re-applies taints or labels to a Node that exists), a new
+    pool's as the head does."""
+    return _Side({role: base.groups.get(role, group) for role, group in head.groups.items()},
+                 head.workloads, head.daemonsets)
+
+
 def _side(inputs: Inputs) -> _Side:
     workloads = {w.describe(): w for w in inputs.workloads()}
     return _Side({g.host: g for g in bootstrap_nodes(inputs) if g.count},
@@ -143,6 +151,7 @@ class _Loss:
     template: bool  # its new template no longer fits the pool's nodes as they were
     registration: bool  # the pool's nodes now register with what the old template does not fit
     gated: bool  # preflight's scheduling check calls it a break: `pulumi up` refuses the run
+    follows: bool = False  # it fits the pool's new registration: only the nodes registered now refuse it
 
 
 def _losses(base: _Side, head: _Side) -> list[_Loss]:
@@ -157,9 +166,13 @@ def _losses(base: _Side, head: _Side) -> list[_Loss]:
         new_roles = {r for r in head.groups if r not in base.groups
                      and not selector_mismatch(pod_spec_of(workload.inputs), head.groups[r].node.labels)}
         for role in sorted((ran & set(head.groups)) | new_roles):
-            if role in _runs(placed):
-                continue
             template = role in base.groups and role not in _runs(head.place(workload, base))
+            if role in _runs(placed):
+                if template:  # it fits the pool's new registration, not what its running nodes carry
+                    found.append(_Loss(name, role, base.groups[role].count,
+                                       head.place(workload, base).refused.get(role, "refused"),
+                                       True, True, False, follows=True))
+                continue
             registration = role in new_roles or role not in _runs(base.place(was, head))
             found.append(_Loss(name, role, head.groups[role].count, placed.refused.get(role, "refused"),
                                template, registration or not template, f"{where} on {role}" in gated))
@@ -172,11 +185,23 @@ def _registration_change(base: _Side, head: _Side, role: str) -> str:
         return f"{role} is a new pool"
     old, new = base.groups[role].node, head.groups[role].node
     added = [str(t) for t in new.taints if t not in old.taints]
+    removed = [str(t) for t in old.taints if t not in new.taints]
     dropped = [f"{k}={v}" for k, v in old.labels.items() if new.labels.get(k) != v]
     parts = ([f"taint {', '.join(added)} added"] if added else []) + (
+        [f"taint {', '.join(removed)} removed"] if removed else []) + (
         [f"label {', '.join(dropped)} changed or dropped"] if dropped else [])
     return f"{role}: " + ("; ".join(parts) or "its registration changed")
 
+
+FOLLOWS_STORY = (
+    "Preflight judges the nodes as the head registers them and passes it; but the kubelet applies "
+    "--register-with-taints and --node-labels only when it creates its Node (pkg/kubelet/kubelet_node_status.go "
+    "initialNode), and a reimage or an upgrade keeps the Node, so the running nodes keep their old taints and labels "
+    "until each Node is deleted and registers again")
+FOLLOWS_FIX = (
+    "Tolerate (or select) both the old and the new registration until every node has registered again, then drop "
+    "the old in a later change; or set the new taints and labels on the running nodes first (kubectl taint nodes / "
+    "kubectl label nodes -l the pool's label), before `pulumi up`")
 
 GATE = ("Preflight's scheduling check calls it a break, so `pulumi up` refuses the whole run before it changes "
         "anything (its preflight gate, kilonode.azure.program.preflight_gate); applied past the gate (kubectl, another "
@@ -200,12 +225,12 @@ def _daemonsets(base: _Side, head: _Side) -> list[Finding]:
     findings = []
     by_template: dict[tuple[tuple[str, int, str], ...], list[str]] = {}
     per_daemonset: dict[str, list[_Loss]] = {}
-    for loss in (x for x in losses if x.template):
+    for loss in (x for x in losses if x.template and not x.follows):
         per_daemonset.setdefault(loss.daemonset, []).append(loss)
     for name, lost in per_daemonset.items():
         by_template.setdefault(tuple((x.role, x.nodes, x.why) for x in lost), []).append(name)
     for pools, names in by_template.items():
-        lost = [x for x in losses if x.template and x.daemonset in names]
+        lost = [x for x in losses if x.template and not x.follows and x.daemonset in names]
         nodes = sum(n for _, n, _ in pools)
         where = "; ".join(f"{role} ({count:,} nodes: {why})" for role, count, why in pools)
         findings.append(Finding(HIGH, "daemonset-stranded", (
@@ -214,18 +239,47 @@ def _daemonsets(base: _Side, head: _Side) -> list[Finding]:
             f"{_gate(lost, 'At `pulumi up`, ')}{TEMPLATE_STORY}{without(names)}. Keep the tolerations, nodeSelector "
             "and affinity that admit those pools (preflight's scheduling check says which), or move the pools first"),
             tuple(sorted({*(f"DaemonSet {n}" for n in names), *(role for role, _, _ in pools)}))))
-    by_pool: dict[str, list[_Loss]] = {}
-    for loss in (x for x in losses if x.registration and not x.template):
-        by_pool.setdefault(loss.role, []).append(loss)
-    for role, lost in sorted(by_pool.items()):
-        names = sorted({x.daemonset for x in lost})
-        findings.append(Finding(HIGH, "daemonset-stranded", (
-            f"{_registration_change(base, head, role)}: DaemonSet {' and '.join(names)} {_it(names, 'does', 'do')} "
-            f"not tolerate it ({lost[0].why}), on the pool's {lost[0].nodes:,} nodes. "
-            f"{_gate(lost, 'Once applied, ')}{NODES_STORY}{without(names)}. Add the toleration to "
-            f"{'the DaemonSet' if len(names) == 1 else 'each DaemonSet'} in the same change, or drop the taint"),
-            tuple(sorted({role, *(f"DaemonSet {n}" for n in names)}))))
+    findings += _registrations(base, head, [x for x in losses if x.follows], following=True)
+    findings += _registrations(base, head, [x for x in losses if x.registration and not x.template],
+                               following=False)
     return findings
+
+
+def _registrations(base: _Side, head: _Side, losses: list[_Loss], following: bool) -> list[Finding]:
+    """One line per set of DaemonSets a change to pools' registration strands (one taint renamed on
+    several pools is one decision): `following`, their new templates follow the new registration and
+    the running nodes refuse them; otherwise the new registration refuses their templates."""
+    pools: dict[str, list[_Loss]] = {}
+    for loss in losses:
+        pools.setdefault(loss.role, []).append(loss)
+    by_names: dict[tuple[str, ...], list[str]] = {}
+    for role, lost in sorted(pools.items()):
+        by_names.setdefault(tuple(sorted({x.daemonset for x in lost})), []).append(role)
+    findings = []
+    for names_t, roles in by_names.items():
+        names = list(names_t)
+        lost = [x for x in losses if x.role in roles and x.daemonset in names]
+        first = {role: next(x for x in lost if x.role == role) for role in roles}
+        nodes = sum(first[role].nodes for role in roles)
+        changes = "; ".join(_registration_change(base, head, role) for role in roles)
+        where = "; ".join(f"{role} ({first[role].nodes:,} nodes: {first[role].why})" for role in roles)
+        subjects = tuple(sorted({*roles, *(f"DaemonSet {n}" for n in names)}))
+        if following:
+            text = (f"{changes}, and DaemonSet {' and '.join(names)} {_it(names, 'follows', 'follow')} it, but the "
+                    f"{nodes:,} running nodes keep what they registered with, which the new template does not fit: "
+                    f"{where}. {FOLLOWS_STORY}. At `pulumi up`, {TEMPLATE_STORY}: every running node loses "
+                    f"{_it(names)}{without(names)}. {FOLLOWS_FIX}")
+        else:
+            text = (f"{changes}: DaemonSet {' and '.join(names)} {_it(names, 'does', 'do')} not tolerate it, on "
+                    f"{nodes:,} nodes: {where}. {_gate(lost, 'Once applied, ')}{NODES_STORY}{without(names)}. Add the "
+                    f"toleration to {'the DaemonSet' if len(names) == 1 else 'each DaemonSet'} in the same change, "
+                    "or drop the taint")
+        findings.append(Finding(HIGH, "daemonset-stranded", text, subjects))
+    return findings
+
+
+def _nodes(count: int) -> str:
+    return f"{count:,} node" + ("" if count == 1 else "s")
 
 
 def _it(names: list[str], one: str = "it", many: str = "they") -> str:
@@ -236,12 +290,16 @@ def _replicated(base: _Side, head: _Side) -> list[Finding]:
     """Deployments and StatefulSets that preflight places at the base and not at the head."""
     found = []
     base_groups, head_groups = list(base.groups.values()), list(head.groups.values())
+    running = _running(base, head)
     for where, workload in head.workloads.items():
         was = base.workloads.get(where)
         if workload.kind == "DaemonSet" or was is None:
             continue
         before = {(f.where, f.what.split(":")[0]) for f in workload_breaks(base.place(was), base_groups)}
-        for f in workload_breaks(head.place(workload), head_groups):
+        at_head = workload_breaks(head.place(workload), head_groups)
+        if not at_head and was.inputs != workload.inputs:
+            found += _refused_by_running(base, head, running, workload, before)
+        for f in at_head:
             if (f.where, f.what.split(":")[0]) in before:
                 continue
             when = ("once `pulumi up` rolls its new template" if was.inputs != workload.inputs else
@@ -252,3 +310,20 @@ def _replicated(base: _Side, head: _Side) -> list[Finding]:
                 (f.where,)))
     return found
 
+
+def _refused_by_running(base: _Side, head: _Side, running: _Side, workload: Resource,
+                        before: set[tuple[str, str]]) -> list[Finding]:
+    """The head's template, placed at the head, refused by the nodes running now: the pools it needs
+    changed how they register (a taint renamed, a label added) and it follows them."""
+    now = running.place(workload)
+    breaks = [f for f in workload_breaks(now, list(running.groups.values()))
+              if (f.where, f.what.split(":")[0]) not in before]
+    if not breaks:
+        return []
+    roles = sorted(r for r in _runs(head.place(workload)) if r in base.groups and r in now.refused)
+    changed = "; ".join(_registration_change(base, head, r) for r in roles)
+    refused = "; ".join(f"{r} ({_nodes(base.groups[r].count)} running now: {now.refused[r]})" for r in roles)
+    return [Finding(HIGH, "workload-unplaceable", (
+        f"{f.where}, once `pulumi up` rolls its new template: it fits the pools as the head registers them "
+        f"({changed or 'their registration changed'}), not the nodes running now ({refused or f.what}), so its new "
+        f"pods stay Pending. {FOLLOWS_STORY}. {FOLLOWS_FIX}"), (f.where,)) for f in breaks]
