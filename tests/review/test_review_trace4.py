@@ -9,6 +9,8 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pytest
+
 import yaml
 
 from kilonode.paths import REPO_ROOT
@@ -135,8 +137,22 @@ def test_a_job_scraped_every_5m_under_an_instant_vector_is_medium_naming_the_ale
     assert gap.subjects == ("KilonodeGpuHealthAgentCannotReport", "KilonodeGpuHealthAgentStale")
     assert gap.summary.startswith("job kilonode-gpu-health-agent is scraped every 300s, at or past")
     assert "its `for:` starts again" in gap.summary and "a late scrape)" in gap.summary
-    # kilonode-certificates is scraped every 5m at the base already: not said again
     assert "kilonode-certificates" not in gap.summary
+
+
+@pytest.mark.parametrize("stack", ["local", "research-2500", "research-7500"])
+def test_no_shipped_alert_reads_a_job_scraped_past_the_lookback(stack: str) -> None:
+    """The shipped render itself: kilonode-certificates was scraped every 5m under the expiry alerts'
+    instant vectors (a late scrape reset their `for:`); every job an alert reads is now under it."""
+    assert alerting.stale_instant_reads(snapshot(stack)) == {}
+
+
+def test_the_certificates_job_at_5m_is_seen() -> None:
+    head = snapshot(STACK)
+    _scrape_interval(head, "kilonode-certificates", "1m", "5m")
+    [gap] = rule(risks(head), "scrape-past-lookback")
+    assert gap.summary.startswith("job kilonode-certificates is scraped every 300s")
+    assert "KilonodeCertificateExpiresSoon" in gap.subjects
 
 
 def test_past_the_lookback_every_cycle_drops_out() -> None:

@@ -808,10 +808,12 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
     jobs.append(Job(
         ("Each control-plane host's certificate expiry (kilonode.render.cert_metrics: a socket unit on its",
          f"address, port {wellknown.CERT_METRICS_PORT}, plain http: expiry dates only, no key, no data),",
-         "labelled with the host's name. An answer reads a dozen files: every 5 minutes is plenty."),
+         "labelled with the host's name. An answer reads a dozen files: cheap every minute, and well under",
+         "Prometheus's 5m lookback, which the expiry alerts read as an instant vector (every 5m, a late",
+         "scrape dropped them from the result and reset their `for:`)."),
         {
             "job_name": JOB_CERTIFICATES,
-            "scrape_interval": "5m",
+            "scrape_interval": "1m",
             "scheme": "http",
             "static_configs": [{"targets": [f"{ip}:{wellknown.CERT_METRICS_PORT}"], "labels": {"member": name}}
                                for name, ip in hosts],
