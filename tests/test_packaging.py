@@ -10,6 +10,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,8 @@ def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
     assert "site-packages/kilonode/" in origin and repo_root == "None"
     assert templates.endswith("site-packages/kilonode/_data/templates")
     version = run([str(installed / "kilonode"), "--version"], cwd=tmp_path)
-    assert version.returncode == 0 and version.stdout.strip() == "kilonode 0.1.0"
+    expected = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version.returncode == 0 and version.stdout.strip() == f"kilonode {expected}"
 
 
 def test_render_explain_and_plan_work_outside_the_checkout(installed: Path, tmp_path: Path) -> None:

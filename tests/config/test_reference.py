@@ -58,27 +58,29 @@ def test_schema_command_prints_a_json_schema_the_shipped_stacks_satisfy() -> Non
 
 def test_new_scaffolds_a_project_whose_stack_validates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = tmp_path / "Research-Cluster"
-    result = runner.invoke(app, ["new", str(project)])
+    # --pin path: no wheel built here (tests/cli/test_new_pin.py installs the default pin's wheel)
+    result = runner.invoke(app, ["new", str(project), "--pin", "path"])
     assert result.exit_code == 0, result.output
     assert sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()) == [
-        ".gitignore", "Pulumi.yaml", "__main__.py", "requirements.txt", "stacks/Pulumi.dev.yaml"]
+        ".gitignore", "Pulumi.yaml", "__main__.py", "catalog/vm_sizes.yaml", "node-image/apt.lock.toml",
+        "node-image/binaries.lock.toml", "requirements.txt", "stacks/Pulumi.dev.yaml"]
     pulumi_yaml = yaml.safe_load((project / "Pulumi.yaml").read_text())
     assert pulumi_yaml["stackConfigDir"] == "stacks" and pulumi_yaml["runtime"]["name"] == "python"
     assert "from kilonode.azure.program import main" in (project / "__main__.py").read_text()
-    assert re.search(r"^kilonode==\d+\.\d+\.\d+", (project / "requirements.txt").read_text(), re.M)
+    assert re.search(r"^kilonode @ file://", (project / "requirements.txt").read_text(), re.M)
     monkeypatch.chdir(project)  # `cd DIR && kilonode validate dev`: the name resolves in the project
     result = runner.invoke(app, ["validate", "dev"])
     assert result.exit_code == 0, result.output
     # the stack's cluster name is the directory's, lowercased into a valid name
     assert load_stack(str(project / "stacks" / "Pulumi.dev.yaml")).config.name == "research-cluster"
     # a second `new` into the same directory is refused and changes nothing
-    again = runner.invoke(app, ["new", str(project)])
+    again = runner.invoke(app, ["new", str(project), "--pin", "path"])
     assert again.exit_code == 2 and "not an empty directory" in again.output
 
 
 def test_uncommenting_every_key_of_the_starter_stack_changes_nothing(tmp_path: Path) -> None:
     """Each commented line shows the real default: uncomment them all and the cluster is the same."""
-    assert runner.invoke(app, ["new", str(tmp_path / "p"), "--name", "demo"]).exit_code == 0
+    assert runner.invoke(app, ["new", str(tmp_path / "p"), "--name", "demo", "--pin", "path"]).exit_code == 0
     starter = tmp_path / "p" / "stacks" / "Pulumi.dev.yaml"
     commented = starter.read_text()
     config_lines = commented.split("config:\n", 1)[1]
