@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from kilonode.paths import NODE_IMAGE_DIR
+from kilonode.paths import NODE_IMAGE_DIR, node_image_lock
 from kilonode.problems import BuildError
 
 BINARIES_FILE = NODE_IMAGE_DIR / "binaries.toml"
@@ -285,7 +285,8 @@ def load(path: Path = BINARIES_FILE) -> Catalog:
     debian = {p: d for p, raw in data.get("debian", {}).items() if (d := _debian(p, raw, problems))}
     if problems:
         raise PinError(f"{path}: " + "; ".join(problems))
-    lock_file = path.with_name(LOCK_NAME)
+    # the packaged recipe's lock is the user's project's own file where kilonode runs in one
+    lock_file = node_image_lock(LOCK_NAME, path.parent)
     return Catalog(arch, sources, roles, components, debian, load_lock(lock_file), lock_file)
 
 

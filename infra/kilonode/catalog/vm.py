@@ -10,12 +10,17 @@ from here, and a stack that contradicts its size, or asks for it where it is not
 
 from __future__ import annotations
 
+import os
 from functools import cache
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+import yaml
+from pydantic import Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
 
-from kilonode.catalog import CATALOG_DIR, Row, load
+from kilonode.catalog import CATALOG_DIR, Row, load, read
+from kilonode.paths import PROJECT_VM_SIZES, user_project
 
 # The temp (resource) disk as cloud-init's udev rules name it on Azure: the LocalDiskConfig
 # default, so a size without a temp disk needs another device.
@@ -124,9 +129,56 @@ class _AvailabilityFile(Row):
         return self
 
 
-@cache
+class CatalogError(RuntimeError):
+    """A project's catalogue addition is malformed or contradicts the packaged catalogue (one
+    line: the CLI prints it and stops, exit 2; `pulumi up` stops with it)."""
+
+
 def vm_sizes() -> dict[str, VmSize]:
+    """The packaged sizes, with those the user's project adds (<project>/catalog/vm_sizes.yaml,
+    kilonode.paths.user_project) where kilonode runs in one."""
+    return _sizes_in(os.getcwd())
+
+
+@cache
+def _sizes_in(cwd: str) -> dict[str, VmSize]:
+    # per working directory: a walk up the tree on each of the planner's many calls would cost
+    project = user_project(Path(cwd))
+    added = project / PROJECT_VM_SIZES if project is not None else None
+    if added is None or not added.is_file():
+        return _packaged_sizes()
+    return _merged(_packaged_sizes(), added)
+
+
+@cache
+def _packaged_sizes() -> dict[str, VmSize]:
     return load(_SizeFile, CATALOG_DIR / "vm_sizes.yaml").sizes
+
+
+def _merged(packaged: dict[str, VmSize], added: Path) -> dict[str, VmSize]:
+    """The packaged sizes and the project's. A size both name must agree on every value the
+    packaged row states: the project's row may state what kilonode's leaves unknown (null, e.g.
+    encryptionAtHost, quotaFamily), never change a stated value (a packaged row that changes in
+    an upgrade is then refused, never silently shadowed)."""
+    try:
+        raw = read(added)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise CatalogError(f"{added}: cannot be read as YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("sizes", {}), dict) or set(raw) - {"sizes"}:
+        raise CatalogError(f"{added}: must be a mapping with one key, `sizes:` (size name -> row), like "
+                           "kilonode's own catalog/vm_sizes.yaml")
+    try:
+        sizes = _SizeFile.model_validate({"sizes": raw.get("sizes") or {}}).sizes
+    except ValidationError as error:
+        problems = "; ".join(f"sizes.{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}" for e in error.errors())
+        raise CatalogError(f"{added}: {problems}") from None
+    conflicts = [f"{name}.{to_camel(field)}" for name, row in sorted(sizes.items()) if name in packaged
+                 for field, known in packaged[name] if known is not None and getattr(row, field) != known]
+    if conflicts:
+        raise CatalogError(f"{added}: {', '.join(conflicts)} differ from kilonode's own catalogue (a project "
+                           "row may only state what kilonode's leaves null); copy kilonode's values, or if "
+                           "Microsoft's page says otherwise, report it to kilonode")
+    return packaged | sizes
 
 
 @cache

@@ -110,7 +110,8 @@ def build(
             "--fetch",
             help="Download the pool's binaries from their pinned URLs (node-image/binaries.toml); "
             "a digest mismatch is refused. A locked component's first download is recorded in "
-            "node-image/binaries.lock.toml (commit it), later ones are verified against it.",
+            "node-image/binaries.lock.toml (your project's, made by `kilonode new`; commit it), later ones are "
+            "verified against it.",
         ),
     ] = False,
     allow_incomplete: Annotated[

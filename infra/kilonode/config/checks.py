@@ -19,6 +19,7 @@ from kilonode.catalog.sysctls import sysctls
 from kilonode.config.model import GIB, ROLE_IMAGES, ClusterConfig, LocalDiskConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown, taint_key_effect
+from kilonode.paths import shown_vm_sizes
 from kilonode.problems import Loc, Problem
 
 GC_THRESH = tuple(f"net.ipv4.neigh.default.gc_thresh{i}" for i in (1, 2, 3))
@@ -730,7 +731,7 @@ def _sizes(config: ClusterConfig) -> list[Problem]:
             problems.append(Problem(
                 loc,
                 f"{name!r} is not in kilonode's size catalogue; {hint}it lists {len(sizes)} sizes with their "
-                "pages in infra/kilonode/catalog/vm_sizes.yaml: add a new size there, citing its size page",
+                f"pages in {shown_vm_sizes()}: add a new size there, citing its size page",
             ))
             continue
         # a pool on a size with NVMe disks gets those instead (kilonode.plan.resolve.pools.local_storage)

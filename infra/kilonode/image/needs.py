@@ -21,6 +21,7 @@ from typing import Any, Literal
 from kilonode.catalog.binaries import LOCK_NAME, Catalog, Component, PinError, load
 from kilonode.image.recipe import Extra, Flavour, Recipe
 from kilonode.node.ship import programs_for
+from kilonode.paths import shown_lock
 
 # "interpreted": the script or module a unit's interpreter runs (`python3 /path/prog`, `python3 -m
 # pkg.mod` under the unit's PYTHONPATH): the interpreter starts, and exits at once without it
@@ -238,7 +239,7 @@ def component_provider(catalog: Catalog, component: Component, kubernetes_versio
         if entry is not None:
             return Provider("ok", f"{name}, locked (sha256 {entry.sha256[:12]}..., recorded {entry.recorded})")
         return Provider("unverified", f"{name} unverified: no digest yet; the first `kilonode image build --fetch` "
-                                      f"records it in node-image/{LOCK_NAME}")
+                                      f"records it in {shown_lock(LOCK_NAME)}")
     if component.unpinned:
         return Provider("missing", f"{name}: no delivery path (not pinned: {component.unpinned}); only "
                                    "`--binaries DIR` places it")

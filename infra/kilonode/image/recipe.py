@@ -14,7 +14,7 @@ from typing import Any, Literal
 from kilonode.digest import sha256_file
 from kilonode.image.vendor_apt import LOCK_NAME as APT_LOCK_NAME
 from kilonode.image.vendor_apt import Repository, load_repositories
-from kilonode.paths import NODE_IMAGE_DIR
+from kilonode.paths import NODE_IMAGE_DIR, node_image_lock
 
 Runtime = Literal["docker", "containerd"]
 # What a base root filesystem is built for: a pool's container runtime, or "control" for the
@@ -104,8 +104,9 @@ class Recipe:
 
     @property
     def apt_lock_file(self) -> Path:
-        """The sha256 each vendor .deb without a published pin had at its first fetch."""
-        return self.root / APT_LOCK_NAME
+        """The sha256 each vendor .deb without a published pin had at its first fetch (in a
+        user's project, its own node-image/apt.lock.toml: kilonode.paths.node_image_lock)."""
+        return node_image_lock(APT_LOCK_NAME, self.root)
 
     def vendor_repositories(self, extras: tuple[Extra, ...]) -> list[Repository]:
         """The vendor apt repositories the extras take packages from, in the recipe's order."""

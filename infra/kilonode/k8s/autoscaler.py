@@ -73,6 +73,7 @@ from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_uninitialized_nodes
 from kilonode.node.gpu import protocol
+from kilonode.paths import shown_vm_sizes
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, NodeGroup, NodePoolPlan
 
@@ -171,7 +172,7 @@ def resource_ceilings(plan: ClusterPlan) -> tuple[int, int]:
             raise ValueError(
                 f"pool {pool.name}: {pool.vm_size} is not in kilonode's VM-size catalogue, so the cluster "
                 "autoscaler's --cores-total/--memory-total cannot be set from the plan (upstream's defaults would "
-                "stop scale-up at 320,000 vCPUs); add the size to infra/kilonode/catalog/vm_sizes.yaml")
+                f"stop scale-up at 320,000 vCPUs); add the size to {shown_vm_sizes()}")
         cores += pool_ceiling(pool) * pool.vcpus
         memory += pool_ceiling(pool) * pool.memory_gib
     return int(cores), math.ceil(memory)

@@ -140,6 +140,7 @@ def _recipe(flavour: str, extras: tuple[str, ...], role: str | None) -> dict[str
     hex) of each file the build copies in (the common, role and extras overlays, the pause source,
     the DKMS patches) and of the two lock files. Read from this ref's node-image/."""
     from kilonode.digest import sha256_file
+    from kilonode.paths import node_image_lock
 
     try:
         recipe = _load_recipe()
@@ -150,9 +151,11 @@ def _recipe(flavour: str, extras: tuple[str, ...], role: str | None) -> dict[str
         files = {recipe.shown(p): p for d in dirs if d.is_dir() for p in sorted(d.rglob("*")) if p.is_file()}
         files[recipe.shown(recipe.pause_source)] = recipe.pause_source
         files |= {recipe.shown(p): p for ps in recipe.dkms_patches(extras).values() for p in ps}  # type: ignore[arg-type]
-        for lock in (recipe.apt_lock_file, recipe.root / "binaries.lock.toml"):
+        # the locks by their name in node-image/: in a user's project they are its own files
+        # (kilonode.paths.node_image_lock), whose absolute path differs between the refs' copies
+        for lock in (recipe.apt_lock_file, node_image_lock("binaries.lock.toml", recipe.root)):
             if lock.is_file():
-                files[recipe.shown(lock)] = lock
+                files[f"node-image/{lock.name}"] = lock
         equal = {role_: package for e in extras for role_, package in recipe.extras[e].equal_versions.items()}
         return {"packages": {name: d.version or "" for name, d in sorted(declared.items())},
                 "kernel": recipe.kernel_for(extras).image,  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ from kilonode.image.needs import (
     runtime_of,
 )
 from kilonode.image.recipe import Recipe, load_recipe
+from kilonode.paths import shown_lock
 from kilonode.preflight.model import Finding, Inputs
 
 NAME = "binaries"
@@ -164,7 +165,7 @@ def _host_findings(inputs: Inputs, host: str) -> list[Finding]:
                 flagged.add(unverified.what)
                 findings.append(Finding(
                     NAME, "warn", host, f"{unverified.what} ({need.path}, {need.why} in {need.file})",
-                    "run `kilonode image build --fetch` once, then commit node-image/binaries.lock.toml after "
+                    f"run `kilonode image build --fetch` once, then commit {shown_lock('binaries.lock.toml')} after "
                     "reviewing the recorded sha256"))
             continue
         reason = options[0].what if options else ("no component, Debian package, node program or rendered file "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kilonode.paths import shown_vm_sizes
 from kilonode.preflight.model import Finding, Inputs, Resource
 
 NAME = "encryption-at-host"
@@ -67,6 +68,6 @@ def check(inputs: Inputs) -> list[Finding]:
             f"once per subscription: `{REGISTER}` (then `az feature show` until Registered); confirm the size with "
             f"`az vm list-skus --location {inputs.plan.location} --size {size} --all --query "
             "\"[].capabilities[?name=='EncryptionAtHostSupported']\"` and record the answer, with its source, as "
-            "encryptionAtHost in infra/kilonode/catalog/vm_sizes.yaml",
+            f"encryptionAtHost in {shown_vm_sizes()}",
         ))
     return findings

@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kilonode.paths import shown_vm_sizes
 from kilonode.plan.resolve.quota import REGIONAL  # the Usage API's "Total Regional vCPUs"
 from kilonode.preflight.model import Finding, Inputs
 
@@ -261,7 +262,7 @@ def evaluate(inputs: Inputs, reader: AzureReader | None) -> list[Finding]:
     need, unknown = needs(inputs)
     scopes = _role_scopes(inputs)
     findings = [Finding(NAME, "warn", f"VM size {size}", "its quota family or vCPUs are not in the VM-size "
-                        "catalogue: its quota is not counted", "add the size to catalog/vm_sizes.yaml with its "
+                        "catalogue: its quota is not counted", f"add the size to {shown_vm_sizes()} with its "
                         "quotaFamily (Resource SKUs `family`)") for size in unknown]
     if reader is None:
         return findings + _offline(inputs, need, scopes)
