@@ -101,6 +101,11 @@ change to a stack file touches that stack; a change to the toolkit (infra/, temp
 sysctl/, node-image/, pyproject.toml, Pulumi.yaml) touches every stack; docs and tests
 touch none.
 
+In your own project (made by `kilonode new`, at its repository's root) the code is the
+installed kilonode, the same on both refs; a change to requirements.txt, catalog/ or
+node-image/ touches every stack, and a changed pin is said in the report's notes (the
+upgrade itself is not rendered at the base's version).
+
 The report has, per stack: each resource created, updated (which inputs, and whether Azure
 restarts the machine to apply them), replaced or deleted, with the source that says so
 (the catalogue's effects.toml); the rendered files as unified diffs, custom data included

@@ -15,7 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kilonode.review.compare import compare_stack
-from kilonode.review.refs import ReviewError, Side, affected, changed_paths, resolve, snapshots, stacks_at, toplevel
+from kilonode.review.refs import (
+    ReviewError,
+    Side,
+    affected,
+    changed_paths,
+    pin_note,
+    resolve,
+    snapshots,
+    stacks_at,
+    toplevel,
+)
 
 if TYPE_CHECKING:
     from kilonode.review.report import Review
@@ -44,8 +54,16 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
     """Compare the stacks a change touches (or `stacks`) between `base` and `head` (None: the
     working tree) of the git checkout holding `start`. `cache`: read and keep each side's
     snapshot by the content of its inputs (kilonode.review.snapcache)."""
+    from kilonode.paths import user_project
+
     began = time.monotonic()
     repo = toplevel(start)
+    project = user_project(start)
+    if project is not None and project != repo.resolve():
+        raise ReviewError(f"{project} is a kilonode project in a subfolder of the repository {repo}: kilonode diff "
+                          "reads stacks/ and the toolkit at the repository's root, so keep the project at the root "
+                          "of its own repository (as `kilonode new` makes it); a project in a subfolder is not "
+                          "supported yet")
     base_side = Side("base", base, resolve(repo, base))
     head_side = Side("head", head, resolve(repo, head)) if head else Side("head", "working tree", None)
     at_base, at_head = stacks_at(repo, base_side.commit), stacks_at(repo, head_side.commit)
@@ -66,6 +84,10 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
     from kilonode.review.risks import MEDIUM, Risk, assess
 
     result = Review(base_side, head_side, chosen, why)
+    note = pin_note(repo, base_side.commit or "", head_side.commit)
+    if note is not None:
+        progress(note)
+        result.notes.append(note)
     if chosen:
         lessons = taken["base"].get("lessons", {})
         for name in chosen:

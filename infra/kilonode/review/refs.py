@@ -31,8 +31,11 @@ from typing import Any
 from kilonode.review import snapcache
 from kilonode.review import snapshot as snapshot_module
 
-# A change under these paths is a change to the toolkit: it may change every stack.
-TOOLKIT = ("infra/", "templates/", "sysctl/", "node-image/", "pyproject.toml", "Pulumi.yaml")
+# A change under these paths is a change to the toolkit: it may change every stack. In a user's
+# project (`kilonode new`: no infra/kilonode/) the toolkit is the installed kilonode, which
+# requirements.txt pins, with the project's own locks (node-image/) and VM sizes (catalog/).
+TOOLKIT = ("infra/", "templates/", "sysctl/", "node-image/", "pyproject.toml", "Pulumi.yaml",
+           "catalog/", "requirements.txt")
 # What rendering reads at a ref: all a side's checkout holds, and what its snapshot is cached by.
 INPUTS = (*TOOLKIT, "stacks/")
 STACK_FILE = re.compile(r"^stacks/Pulumi\.(?P<name>[^/]+)\.ya?ml$")
@@ -179,17 +182,62 @@ def _working_file(file: Path, path: str) -> str | None:
     return f"{mode} {blob} {path}"
 
 
+def is_project(tree: Path) -> bool:
+    """A user's project (what `kilonode new` makes), not kilonode's own source tree."""
+    return (tree / "Pulumi.yaml").is_file() and (tree / "stacks").is_dir() and \
+        not (tree / "infra" / "kilonode" / "__init__.py").is_file()
+
+
+def pin_note(repo: Path, base: str, head: str | None) -> str | None:
+    """In a user's project, what to know when requirements.txt (the kilonode pin) changed
+    between the refs: both sides render with the installed kilonode, so the review shows the
+    stacks' changes under one version, not what the upgrade itself changes. None otherwise."""
+    def pinned(commit: str | None) -> str:
+        if commit is None:
+            file = repo / "requirements.txt"
+            return file.read_text(encoding="utf-8", errors="replace") if file.is_file() else ""
+        try:
+            return git(repo, "show", f"{commit}:requirements.txt")
+        except ReviewError:  # no requirements.txt at that commit
+            return ""
+
+    def kilonode_line(text: str) -> str:
+        return next((line.strip() for line in text.splitlines() if line.strip().lower().startswith("kilonode")),
+                    "no kilonode line")
+
+    before, after = pinned(base), pinned(head)
+    if not is_project(repo) or before == after:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("kilonode")
+    except PackageNotFoundError:
+        installed = "unknown"
+    return (f"requirements.txt changed between the refs ({kilonode_line(before)} -> {kilonode_line(after)}): "
+            f"both sides were rendered with the installed kilonode ({installed}), so this report shows what the "
+            "stacks' own changes do under that version, not what the upgrade changes. To see the upgrade: install "
+            "the base's pin, run `kilonode diff --base REF --write-json base.json` there and compare, or upgrade in "
+            "a change of its own with no stack edits and check it with `pulumi preview`")
+
+
 def _command(tree: Path, out: Path, stacks: Sequence[str],
              label: str) -> tuple[list[str], dict[str, str]]:
     # Each side imports its own tree's package: infra/ holds it as kilonode/, so infra/ goes first
     # on the path (before the installed kilonode, which is this side's or another checkout's).
     package = tree / "infra" / "kilonode"
-    if not (package / "__init__.py").is_file():
-        raise ReviewError(f"the {label} side has no infra/kilonode/ package: its commit predates the layout where "
-                          "the package folder is named kilonode; review against a base from after that change")
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(tree / "infra"), *filter(None, [os.environ.get("PYTHONPATH")])]),
-           "PYTHONDONTWRITEBYTECODE": "1"}
+    if (package / "__init__.py").is_file():
+        env = {**os.environ,
+               "PYTHONPATH": os.pathsep.join([str(tree / "infra"), *filter(None, [os.environ.get("PYTHONPATH")])]),
+               "PYTHONDONTWRITEBYTECODE": "1"}
+    elif is_project(tree):
+        # a user's project: its code is the installed kilonode (this process's), the same on both
+        # sides; the child runs in the side's tree, so it reads that side's stacks, locks and sizes
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    else:
+        raise ReviewError(f"the {label} side holds neither kilonode's source (infra/kilonode/) nor a kilonode "
+                          "project at the repository's root (Pulumi.yaml beside stacks/, as `kilonode new` makes "
+                          "it): review against a base where the repository already had that layout")
     args = [sys.executable, str(Path(snapshot_module.__file__)), "--out", str(out)]
     for name in stacks:
         args += ["--stack", name]
