@@ -3,6 +3,10 @@ reviewed change of the stack file, never a code edit or a moving 'latest'."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pulumi
 import pytest
 
 from kilonode.azure.graph import Graph
@@ -41,8 +45,8 @@ def test_control_plane_vms_boot_their_roles_image_from_the_gallery(graphs: dict[
     # each role image is uploaded from its own VHD, built by `kilonode image build --role`
     uploads = {c.name: c.plain()["environment"]["VHD"] for c in graph.of_type("command:local:Command")
                if c.name.endswith("-vhd")}
-    assert uploads["local-image-etcd-vhd"] == "build/node-image/local-etcd.vhd"
-    assert uploads["local-image-control-plane-vhd"] == "build/node-image/local-control-plane.vhd"
+    assert uploads["local-image-etcd-1.0.0-vhd"] == "build/node-image/local-etcd.vhd"
+    assert uploads["local-image-control-plane-1.0.0-vhd"] == "build/node-image/local-control-plane.vhd"
 
 
 def test_a_marketplace_image_for_the_control_plane_is_refused_saying_what_replaced_it(
@@ -74,3 +78,86 @@ def test_latest_is_refused_as_an_image_version(write_stack: StackWriter) -> None
         load_stack(str(write_stack(cluster)))
     [problem] = caught.value.problems
     assert problem.path == "controlPlaneImage.version" and "'latest' is refused: pin a version" in problem.message
+
+
+# --- per-pool versions and the version kept for rollback ---------------------------------------------------------
+
+COMMAND = "command:local:Command"
+VMSS = "azure-native:compute:VirtualMachineScaleSet"
+
+
+def _published(graph: Graph) -> set[tuple[str, str]]:
+    return {(v.inputs["galleryImageName"], v.inputs["galleryImageVersionName"]) for v in graph.of_type(VERSION)}
+
+
+def test_a_pool_may_have_its_own_version_a_canary() -> None:
+    cluster = shipped_cluster_value("local") | {
+        "nodeImage": {"version": "1.0.0", "pools": {"cpu": {"version": "1.1.0"}}}}
+    graph = run_program("local", cluster)
+    assert versions_of(graph)["cpu"] == "1.1.0"
+    [vmss] = graph.of_type(VMSS)
+    assert vmss.plain()["virtualMachineProfile"]["storageProfile"]["imageReference"]["id"].endswith("-cpu-1.1.0")
+
+
+def test_the_previous_version_stays_published_and_is_never_uploaded_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kilonode.azure import mockplan
+
+    aliases: dict[str, list[object]] = {}
+    drop = mockplan._without_aliases
+
+    def recording(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+        if args.type_ == COMMAND and args.opts.aliases:
+            aliases[args.name] = list(args.opts.aliases)
+        return drop(args)
+
+    monkeypatch.setattr(mockplan, "_without_aliases", recording)
+    cluster = shipped_cluster_value("local") | {
+        "nodeImage": {"version": "1.1.0", "previous": "1.0.0"}, "etcdImage": {"version": "2.0.0", "previous": "1.0.0"}}
+    graph = run_program("local", cluster)
+    assert _published(graph) >= {("cpu", "1.1.0"), ("cpu", "1.0.0"), ("etcd", "2.0.0"), ("etcd", "1.0.0"),
+                                 ("control-plane", "1.0.0")}
+    [vmss] = graph.of_type(VMSS)  # machines boot the current version, never the kept one
+    assert vmss.plain()["virtualMachineProfile"]["storageProfile"]["imageReference"]["id"].endswith("-cpu-1.1.0")
+    uploads = {c.name: c for c in graph.of_type(COMMAND) if c.name.endswith("-vhd")}
+    kept, current = uploads["local-image-cpu-1.0.0-vhd"], uploads["local-image-cpu-1.1.0-vhd"]
+    assert set(kept.ignore_changes) == {"triggers", "environment"} and not current.ignore_changes
+    # the oldest version adopts the upload a stack deployed before per-version uploads had
+    assert [a.name for a in aliases["local-image-cpu-1.0.0-vhd"]] == ["local-image-cpu-vhd"]  # type: ignore[attr-defined]
+    assert "local-image-cpu-1.1.0-vhd" not in aliases
+    assert [a.name for a in aliases["local-image-control-plane-1.0.0-vhd"]] == [  # type: ignore[attr-defined]
+        "local-image-control-plane-vhd"]
+
+
+def test_a_bump_without_previous_is_seen_by_the_review_and_one_with_it_is_not() -> None:
+    from kilonode.config.load import stack_from_value
+    from kilonode.plan import plan_stack
+    from kilonode.render.cluster import render_tree
+    from kilonode.review import lifecycle
+    from kilonode.review.compare import compare_stack
+    from kilonode.review.snapshot import entry
+
+    def side(node_image: dict[str, object]) -> dict[str, Any]:
+        cluster = shipped_cluster_value("local") | {"nodeImage": node_image}
+        stack = stack_from_value("local", cluster, Path("stacks/Pulumi.local.yaml"))
+        plan = plan_stack(stack)
+        files = {path: f.content for path, f in render_tree(stack.config, plan).items()}
+        return entry(plan, files, run_program("local", cluster))
+
+    base = side({"version": "1.0.0"})
+    [gone] = lifecycle.image_versions(compare_stack("local", base, side({"version": "1.1.0"})))
+    assert "1.0.0 of cpu" in gone.summary and "set `previous` to the old version" in gone.summary
+    assert lifecycle.image_versions(compare_stack("local", base, side({"version": "1.1.0", "previous": "1.0.0"}))) == []
+
+
+@pytest.mark.parametrize("node_image,path,words", [
+    ({"version": "1.0.0", "previous": "1.0.0"}, "nodeImage.previous", "same version as version"),
+    ({"version": "1.0.0", "pools": {"gpu": {"version": "1.1.0"}}}, "nodeImage.pools.gpu", "names no pool"),
+    ({"version": "1.0.0", "pools": {"cpu": {"version": "1.1.0", "previous": "1.1.0"}}}, "nodeImage.pools.cpu",
+     "same version as version"),
+])
+def test_image_versions_that_cannot_be_are_refused(write_stack: StackWriter, node_image: dict[str, object],
+                                                  path: str, words: str) -> None:
+    cluster = shipped_cluster_value("local") | {"nodeImage": node_image}
+    with pytest.raises(StackError) as caught:
+        load_stack(str(write_stack(cluster)))
+    assert any(p.path.startswith(path) and words in p.message for p in caught.value.problems), caught.value.problems

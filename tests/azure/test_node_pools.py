@@ -93,10 +93,10 @@ def test_gallery_versions_replicate_as_often_as_the_plan_says(
 
 
 def test_the_vhd_upload_comes_before_the_image_version_and_names_the_build_output(graph_7500: Graph) -> None:
-    upload = graph_7500.named("research-7500-image-a100-ib-vhd").plain()
+    upload = graph_7500.named("research-7500-image-a100-ib-1.0.0-vhd").plain()
     assert upload["environment"]["VHD"] == "build/node-image/research-7500-a100-ib.vhd"
     assert "--type page" in upload["create"]
-    assert "research-7500-image-a100-ib-vhd" in graph_7500.named("research-7500-image-a100-ib-1.0.0").depends_on
+    assert "research-7500-image-a100-ib-1.0.0-vhd" in graph_7500.named("research-7500-image-a100-ib-1.0.0").depends_on
     version = graph_7500.named("research-7500-image-a100-ib-1.0.0").plain()
     assert version["storageProfile"]["osDiskImage"]["source"]["uri"].endswith(f"/vhds/{upload['environment']['BLOB']}")
 
@@ -112,6 +112,6 @@ def test_the_vhd_upload_is_keyed_by_its_content_not_its_path(graph_7500: Graph, 
     assert vhd_digest(str(vhd)) != first  # a rebuilt VHD replaces the upload
     assert vhd_digest(str(vhd), read=False) == NOT_READ
     # a recorded plan reads no disk: the trigger says so, and the path is not the key
-    upload = graph_7500.named("research-7500-image-a100-ib-vhd")
+    upload = graph_7500.named("research-7500-image-a100-ib-1.0.0-vhd")
     assert upload.plain()["triggers"] == [NOT_READ, "a100-ib-1.0.0.vhd"]
     assert upload.replace_on_changes == ("triggers[*]",)

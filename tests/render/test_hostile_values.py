@@ -136,6 +136,12 @@ FIELDS: dict[str, Field] = {
     "nodeImage.version": Field("nodeImage.version", _at("nodeImage", "version"), "1.0."),
     "etcdImage.version": Field("etcdImage.version", _at("etcdImage", "version"), "1.0."),
     "controlPlaneImage.version": Field("controlPlaneImage.version", _at("controlPlaneImage", "version"), "1.0."),
+    "nodeImage.previous": Field("nodeImage.previous", _at("nodeImage", "previous"), "0.9."),
+    "etcdImage.previous": Field("etcdImage.previous", _at("etcdImage", "previous"), "0.9."),
+    "controlPlaneImage.previous": Field("controlPlaneImage.previous", _at("controlPlaneImage", "previous"), "0.9."),
+    "nodeImage.pools{}": Field("nodeImage.pools", _at("nodeImage", "pools", "cpu", "version"), "1.1."),
+    "nodeImage.pools{key}": Field("nodeImage.pools", lambda cluster, v: cluster.update(
+        nodeImage={"pools": {v: {"version": "1.1.0"}}}), "cpu"),
     "teams[].name": Field("teams[0].name", _team("name", lambda v: v), "a"),
     "teams[].pool": Field("teams[0].pool", _team("pool", lambda v: v), "c"),
     "teams[].nodeSelector{key}": Field("teams[0].nodeSelector", _team("nodeSelector", lambda v: {v: "cpu"}),

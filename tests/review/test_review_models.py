@@ -325,13 +325,14 @@ def test_an_image_version_bump_that_deletes_the_old_version_removes_the_rollback
         if r["type"] == lifecycle.GALLERY_IMAGE_VERSION:
             r["name"] = r["name"].replace("-1.0.0", "-1.1.0")
             r["inputs"]["galleryImageVersionName"] = "1.1.0"
-        if r["type"] == lifecycle.COMMAND and r["name"].endswith("-vhd"):
+        if r["type"] == lifecycle.COMMAND and r["name"].endswith("-vhd"):  # one upload per version
+            r["name"] = r["name"].replace("-1.0.0-", "-1.1.0-")
             r["inputs"]["triggers"] = [t.replace("1.0.0", "1.1.0") for t in r["inputs"]["triggers"]]
     [gone] = [f for f in lifecycle.assess(compare_stack(STACK, snapshot(STACK), head))
               if f.rule == "rollback-target-removed"]
     assert gone.level == HIGH and len(gone.subjects) == 6
     assert "deletes the previous image version(s) (1.0.0 of a100-ib, control-plane, etcd" in gone.summary
-    assert "6 upload commands replaced" in gone.summary and "rollback target is gone" in gone.summary
+    assert "6 upload commands deleted or replaced" in gone.summary and "rollback target is gone" in gone.summary
 
 
 def test_a_driver_bump_left_behind_and_unreleased_is_one_decision_led_by_the_mismatch() -> None:

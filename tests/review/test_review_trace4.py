@@ -10,7 +10,6 @@ import tomllib
 from typing import Any
 
 import pytest
-
 import yaml
 
 from kilonode.paths import REPO_ROOT

@@ -124,11 +124,12 @@ class GalleryImageSpec:
     name: str  # a pool's name, or a role's (etcd, control-plane): the image definition's name
     version: str  # its gallery version (stack: nodeImage.version, etcdImage.version, ...)
     replicas: int
+    previous: str | None = None  # the version before, kept published (nodeImage.previous, ...)
 
 
 def gallery_images(plan: ClusterPlan) -> list[GalleryImageSpec]:
     """Every image the plan's machines boot (ClusterPlan.boot_images)."""
-    return [GalleryImageSpec(image.name, image.version, image.replicas) for image in plan.boot_images]
+    return [GalleryImageSpec(image.name, image.version, image.replicas, image.previous) for image in plan.boot_images]
 
 
 def absent_vhds(vhds: Mapping[str, str]) -> list[str]:
@@ -160,8 +161,20 @@ class _Storage:
     uploader: authorization.RoleAssignment  # the deployer's right to write the VHDs
 
 
-def _blob_name(spec: GalleryImageSpec) -> str:
-    return f"{spec.name}-{spec.version}.vhd"
+def _blob_name(spec: GalleryImageSpec, version: str | None = None) -> str:
+    return f"{spec.name}-{version or spec.version}.vhd"
+
+
+def upload_name(component: str, spec: GalleryImageSpec, version: str) -> str:
+    """One upload per version (a kept version's stays while the next one's is created)."""
+    return f"{component}-{spec.name}-{version}-vhd"
+
+
+def _former_upload_name(component: str, spec: GalleryImageSpec) -> str:
+    """What the upload was named when one image had one upload, whatever its version: the oldest
+    version published adopts that state (an alias), so a stack deployed before uploads were named
+    by version neither deletes its blob nor uploads it again."""
+    return f"{component}-{spec.name}-vhd"
 
 
 class NodeImage(pulumi.ComponentResource):
@@ -172,10 +185,15 @@ class NodeImage(pulumi.ComponentResource):
         store = self._storage(name, args)
         self.image_version_ids = {}
         for spec in args.images:
-            upload = self._upload_vhd(name, store, spec, args.vhds[spec.name], args.vhd_digests[spec.name])
             definition = self._image_definition(name, args, store, spec)
-            version = self._image_version(name, args, store, spec, definition, upload)
-            self.image_version_ids[spec.name] = version.id
+            for version in (spec.version, *([spec.previous] if spec.previous else [])):
+                kept = version != spec.version
+                oldest = version == (spec.previous or spec.version)
+                upload = self._upload_vhd(name, store, spec, version, args.vhds[spec.name],
+                                          args.vhd_digests[spec.name], kept, oldest)
+                published = self._image_version(name, args, store, spec, version, definition, upload)
+                if not kept:
+                    self.image_version_ids[spec.name] = published.id
         self.register_outputs({"imageVersionIds": self.image_version_ids})
 
     def _storage(self, name: str, args: NodeImageArgs) -> _Storage:
@@ -241,13 +259,15 @@ class NodeImage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, transformations=[_no_principal_type]),
         )
 
-    def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, vhd: str,
-                    digest: str) -> local.Command:
-        """The page-blob upload, as the deployer's Entra ID identity (the module docstring says
-        why a command, and why it retries)."""
-        blob_name = _blob_name(spec)
+    def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, version: str, vhd: str,
+                    digest: str, kept: bool, oldest: bool) -> local.Command:
+        """The page-blob upload of one version, as the deployer's Entra ID identity (the module
+        docstring says why a command, and why it retries). A kept (previous) version's upload is
+        never run again: the VHD on disk is the new version's build now, so its key and path are
+        left as they were when it ran (ignoreChanges)."""
+        blob_name = _blob_name(spec, version)
         return local.Command(
-            f"{name}-{spec.name}-vhd",
+            upload_name(name, spec, version),
             create=UPLOAD_COMMAND,
             delete=(
                 'az storage blob delete --auth-mode login '
@@ -260,8 +280,10 @@ class NodeImage(pulumi.ComponentResource):
             triggers=[digest, blob_name],
             # Same content key, same blob name: the old blob goes first, else the replacement's
             # delete would remove the blob its create just uploaded.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[store.container, store.uploader],
-                                        delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[store.container, store.uploader], delete_before_replace=True,
+                ignore_changes=["triggers", "environment"] if kept else None,
+                aliases=[pulumi.Alias(name=_former_upload_name(name, spec))] if oldest else None),
         )
 
     def _image_definition(self, name: str, args: NodeImageArgs, store: _Storage,
@@ -288,17 +310,18 @@ class NodeImage(pulumi.ComponentResource):
             tags=resource_tags,
         )
 
-    def _image_version(self, name: str, args: NodeImageArgs, store: _Storage, spec: GalleryImageSpec,
+    def _image_version(self, name: str, args: NodeImageArgs, store: _Storage, spec: GalleryImageSpec, version: str,
                        definition: compute.GalleryImage, upload: local.Command) -> compute.GalleryImageVersion:
         location, resource_tags = args.location, tags(args.cluster, "node-image")
         rg = args.resource_group_name
         # Public-cloud blob endpoint of the blob the command uploaded.
         blob_url = pulumi.Output.concat(
-            "https://", store.account.name, ".blob.core.windows.net/", store.container.name, "/", _blob_name(spec)
+            "https://", store.account.name, ".blob.core.windows.net/", store.container.name, "/",
+            _blob_name(spec, version)
         )
         return compute.GalleryImageVersion(
-            f"{name}-{spec.name}-{spec.version}",
-            gallery_image_version_name=spec.version,
+            f"{name}-{spec.name}-{version}",
+            gallery_image_version_name=version,
             gallery_image_name=definition.name,
             gallery_name=store.gallery.name,
             resource_group_name=rg,

@@ -108,10 +108,9 @@ def build(
         bool,
         typer.Option(
             "--fetch",
-            help="Download the pool's binaries from their pinned URLs (node-image/binaries.toml); "
-            "a digest mismatch is refused. A locked component's first download is recorded in "
-            "node-image/binaries.lock.toml (your project's, made by `kilonode new`; commit it), later ones are "
-            "verified against it.",
+            help="Download the pool's binaries from their pinned URLs (node-image/binaries.toml); a digest mismatch "
+            "is refused. A locked component's first download is recorded in node-image/binaries.lock.toml (your "
+            "project's, made by `kilonode new`; commit it), later ones are verified against it.",
         ),
     ] = False,
     allow_incomplete: Annotated[

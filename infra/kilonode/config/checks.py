@@ -41,6 +41,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_kubernetes_pins(config),
         *_taints(config),
         *_image_replicas(config),
+        *_image_versions(config),
         *_sysctl_kinds(config, profile),
         *_sysctls_node_programs_check(config, profile),
         *_sysctl_values(config),
@@ -186,6 +187,21 @@ def _image_replicas(config: ClusterConfig) -> list[Problem]:
         f"image version has at most {most}: lower it to {per * most} or less, and create the scale sets in waves "
         "of that size"
     ))]
+
+
+def _image_versions(config: ClusterConfig) -> list[Problem]:
+    """A previous version is another version, and a pool's own entry names a pool of the stack (an
+    entry for no pool would roll nothing, silently)."""
+    problems = []
+    for loc, image in ((("nodeImage",), config.node_image), (("etcdImage",), config.etcd_image),
+                       (("controlPlaneImage",), config.control_plane_image)):
+        if image.previous is not None and image.previous == image.version:
+            problems.append(Problem((*loc, "previous"), f"is the same version as version ({image.version}): name "
+                                    "the version before it, or remove previous"))
+    pools = [pool.name for pool in config.node_pools]
+    problems += [Problem(("nodeImage", "pools", name), f"names no pool of this stack (its pools: {', '.join(pools)})")
+                 for name in sorted(config.node_image.pools) if name not in pools]
+    return problems
 
 
 def _sysctl_kinds(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:

@@ -728,6 +728,29 @@ class DeployerConfig(StrictModel):
         return self
 
 
+class PoolImageConfig(StrictModel):
+    """One pool's node image versions, apart from the stack-wide nodeImage.version."""
+
+    version: GalleryVersion = Field(
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        description="The gallery version of this pool's node image (`kilonode image build STACK --pool NAME`).")
+    previous: GalleryVersion | None = Field(
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        default=None,
+        description=(
+            "This pool's version before `version`, kept published beside it: its rollback target, and the image "
+            "of its nodes not rolled yet (nodeImage.previous says more)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _previous_is_another(self) -> PoolImageConfig:
+        if self.previous is not None and self.previous == self.version:
+            raise ValueError(f"previous is the same version as version ({self.version}): name the version before it, "
+                             "or remove previous")
+        return self
+
+
 class NodeImageConfig(StrictModel):
     max_concurrent_vm_creates: Int = Field(
         default=1000, ge=1,
@@ -746,11 +769,33 @@ class NodeImageConfig(StrictModel):
         default="1.0.0",
         pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
         description=(
-            "The Azure Compute Gallery version of every pool's node image. A gallery version is immutable: "
-            "rolling a new image is a new version here (a stack change, reviewed like any other), then the "
-            "scale sets' manual upgrade."
+            "The Azure Compute Gallery version of every pool's node image (a pool in `pools` may have its own). "
+            "A gallery version is immutable: rolling a new image is a new version here (a stack change, reviewed "
+            "like any other), then the scale sets' manual upgrade, one scale set at a time (docs/azure.md)."
         ),
     )
+    previous: GalleryVersion | None = Field(
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        default=None,
+        description=(
+            "The version before `version`, kept published beside it (its gallery version and its VHD) for "
+            "every pool that has no entry in `pools`: the rollback target while the scale sets roll, and the "
+            "image of every node not rolled yet. Without it, the new version's `pulumi up` deletes the old one "
+            "(`kilonode diff`: rollback-target-removed). Set it to the old version in the same change that raises "
+            "`version`; remove it in a later change once every node runs the new one."
+        ),
+    )
+    pools: dict[Str, PoolImageConfig] = Field(
+        default_factory=dict,
+        description=(
+            "Per pool (by its name), its own version and previous version in place of the two above: a canary "
+            "pool rolls a new image before the rest, and a pool rolls back on its own."
+        ),
+    )
+
+    def of_pool(self, pool: str) -> PoolImageConfig:
+        """The pool's version and previous version: its own entry, else the stack-wide pair."""
+        return self.pools.get(pool) or PoolImageConfig(version=self.version, previous=self.previous)
 
 
 class RoleImageConfig(StrictModel):
@@ -764,6 +809,14 @@ class RoleImageConfig(StrictModel):
             "--role ...`. Its own version, apart from the pools' and the other role's: a new pool image never "
             "replaces an etcd member. A new version replaces the role's VMs (a new OS disk), so it goes "
             "through the restart guard one machine at a time (docs/azure.md: \"Rolling the control plane\")."
+        ),
+    )
+    previous: GalleryVersion | None = Field(
+        pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        default=None,
+        description=(
+            "The version before `version`, kept published beside it while the role's machines move one at a "
+            "time: the image of every machine not moved yet, and the one to go back to."
         ),
     )
 

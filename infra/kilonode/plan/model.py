@@ -588,6 +588,14 @@ class BootImage(StrictModel):
     version: str  # its gallery version (stack: nodeImage.version, etcdImage.version, ...)
     replicas: int  # gallery replicas of that version
     role: bool  # a control-plane role's image (`kilonode image build --role NAME`), else a pool's
+    # the version before it, kept published beside it (nodeImage.previous, ...): the rollback target
+    # and the image of every machine not rolled yet; never uploaded again (kilonode.azure.node_image)
+    previous: str | None = None
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """Every version of this image the gallery keeps: the one machines boot, then the one before."""
+        return (self.version,) if self.previous is None else (self.version, self.previous)
 
 
 class ClusterPlan(StrictModel):
@@ -603,7 +611,11 @@ class ClusterPlan(StrictModel):
     control_plane: ControlPlanePlan
     node_pools: tuple[NodePoolPlan, ...]
     gallery_replicas: int
-    node_image_version: str  # the Compute Gallery image version every pool's scale sets use
+    node_image_version: str  # the Compute Gallery image version every pool's scale sets use but those below
+    # pool -> its own version (nodeImage.pools: a canary pool)
+    pool_image_versions: dict[str, str] = Field(default_factory=dict)
+    # image name -> the version before its current one, kept published (the rollback target)
+    image_previous: dict[str, str] = Field(default_factory=dict)
     # gallery versions of the role images (`kilonode image build --role`): etcd members', apiservers'
     etcd_image_version: str
     control_plane_image_version: str
@@ -698,15 +710,21 @@ class ClusterPlan(StrictModel):
         scoped to a group holding no control-plane resource (kilonode.azure.identity)."""
         return f"{self.cluster}-nodes"
 
+    def image_version_of(self, pool: str) -> str:
+        """The gallery version the pool's scale sets boot: its own (nodeImage.pools), else the stack's."""
+        return self.pool_image_versions.get(pool, self.node_image_version)
+
     @property
     def boot_images(self) -> tuple[BootImage, ...]:
         """Every disk image the cluster's machines boot, one per pool then one per control-plane
         role: the one list that `kilonode image build --all` builds, `pulumi up` uploads (and
         refuses to start without) and the runbook names."""
         return (
-            *(BootImage(name=pool.name, version=self.node_image_version, replicas=self.gallery_replicas, role=False)
+            *(BootImage(name=pool.name, version=self.image_version_of(pool.name), replicas=self.gallery_replicas,
+                        role=False, previous=self.image_previous.get(pool.name))
               for pool in self.node_pools),
-            *(BootImage(name=role, version=version, replicas=self.role_image_replicas, role=True)
+            *(BootImage(name=role, version=version, replicas=self.role_image_replicas, role=True,
+                        previous=self.image_previous.get(role))
               for role, version in ((ETCD_IMAGE, self.etcd_image_version),
                                     (CONTROL_PLANE_IMAGE, self.control_plane_image_version))),
         )

@@ -451,15 +451,17 @@ def _gpu_taints_added(diff: StackDiff, pool: str, old: Any, new: Any) -> str:
 
 
 def image_versions(diff: StackDiff) -> list[Finding]:
-    """A new image version whose `pulumi up` deletes the one before it (the version resource and,
-    first of all, its VHD: the upload command's delete runs before the new upload, deleteBeforeReplace)."""
+    """A new image version whose `pulumi up` deletes the one before it: the version resource and its
+    VHD (each version has its own upload, whose delete removes the blob; a stack deployed before
+    uploads were named by version replaces its one upload, whose delete runs first)."""
     created = {((c.head or {}).get("inputs") or {}).get("galleryImageName") for c in diff.resources
                if c.type == GALLERY_IMAGE_VERSION and c.action == CREATE}
     gone = [c for c in diff.resources if c.type == GALLERY_IMAGE_VERSION and c.action == DELETE
             and ((c.base or {}).get("inputs") or {}).get("galleryImageName") in created]
     if not gone:
         return []
-    vhds = [c for c in diff.resources if c.type == COMMAND and c.action == REPLACE and c.name.endswith("-vhd")]
+    vhds = [c for c in diff.resources
+            if c.type == COMMAND and c.action in (REPLACE, DELETE) and c.name.endswith("-vhd")]
     versions: dict[str, list[str]] = {}
     for c in gone:
         inputs = (c.base or {}).get("inputs") or {}
@@ -470,12 +472,13 @@ def image_versions(diff: StackDiff) -> list[Finding]:
     cause = image_cause(next(iter(versions)), new[0]) if len(versions) == 1 and len(new) == 1 else ""
     return [Finding(HIGH, "rollback-target-removed", (
         f"this `pulumi up` deletes the previous image version(s) ({said}) together with their VHDs ({len(vhds)} "
-        "upload commands replaced, whose delete runs first): every node not yet upgraded to the new model still "
-        "runs that version (a reimage keeps an instance's own image version), and the rollback target is gone: "
+        "upload commands deleted or replaced: their delete removes the blob): every node not yet upgraded to the "
+        "new model still runs that version (a reimage keeps an instance's own image version), and the rollback "
+        "target is gone: "
         "reverting this change would need the old image rebuilt and uploaded before any node could boot it again. "
-        "Keep the previous version published until the new one has rolled "
-        "out: copy its VHD aside first (`az storage blob copy start`), or land the version bump when nothing needs "
-        "to go back, and remove the old version in a later change"),
+        "Keep the previous version published until the new one has rolled out: set `previous` to the old version "
+        "in the same change (nodeImage.previous, or the pool's entry in nodeImage.pools; etcdImage.previous, "
+        "controlPlaneImage.previous), and remove it in a later change once every machine runs the new one"),
         tuple(sorted(c.name for c in gone)), cause=cause)]
 
 

@@ -125,7 +125,7 @@ def _image_contents(plan: Any) -> dict[str, Any]:
     }
     for pool in plan.node_pools:
         found[pool.role()] = {
-            "version": plan.node_image_version,
+            "version": plan.image_version_of(pool.name),
             "binaries": binaries(list(pool.binary_roles)),
             "preload": sorted(item.image for item in pool.preload_images),
             "recipe": _recipe(pool.runtime, tuple(getattr(pool, "image_extras", ())), None),

@@ -7,7 +7,7 @@ enumerates nodes.
 
 from __future__ import annotations
 
-from kilonode.config.model import ClusterConfig
+from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE, ClusterConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, DeployerPlan, NetworkPlan
@@ -88,6 +88,8 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         node_pools=pools,
         gallery_replicas=gallery_replicas(config),
         node_image_version=config.node_image.version,
+        pool_image_versions={name: image.version for name, image in sorted(config.node_image.pools.items())},
+        image_previous=image_previous(config),
         etcd_image_version=config.etcd_image.version,
         control_plane_image_version=config.control_plane_image.version,
         # A handful of VMs, created one group at a time: the production floor is enough.
@@ -110,3 +112,13 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         vcpu_quota=vcpu_quota(etcd, control_plane, [(p.vm_size, growth(p)) for p in config.node_pools], sizes),
         ssh_keys=dict(config.ssh_keys),
     )
+
+
+def image_previous(config: ClusterConfig) -> dict[str, str]:
+    """Image name (a pool's, a role's) -> the version before its current one, kept published."""
+    found = {pool.name: previous for pool in config.node_pools
+             if (previous := config.node_image.of_pool(pool.name).previous) is not None}
+    for role, image in ((ETCD_IMAGE, config.etcd_image), (CONTROL_PLANE_IMAGE, config.control_plane_image)):
+        if image.previous is not None:
+            found[role] = image.previous
+    return found
