@@ -122,7 +122,8 @@ objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
 binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,
 a public IP on the control plane), replace-stops ("pulumi up stops at X; do
 Y"), container-replaced (the resource group or VNet), etcd-data-lost,
-audit-log-off, daemonset-api-load;
+audit-log-off, daemonset-api-load, scrape-config-rejected (a
+Prometheus configuration promtool rejects);
 
 - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
 node of a pool gets new custom data or a new image), a field lesson made

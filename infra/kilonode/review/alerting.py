@@ -50,8 +50,35 @@ A fourth (`scrape-past-lookback`, medium), from a fourth independent trace: an a
 instant vector, a job scraped at or past the 5m lookback (v3: open at its older end) drops out of
 its result on any late scrape and loses its pending `for:`; the same readers, newly true only.
 
-A rule file promtool rejects at the base as well (the promtool found here is older than the
-pinned server and may not know its newer syntax) is not judged: the report says so. With no
+A fifth (`scrape-config-rejected`, high), from a fifth independent trace: a change that makes the
+Prometheus configuration itself invalid (`scrape_timeout: 2m` on a job scraped every 30s) is only a
+ConfigMap replace to the rest of the review. Prometheus validates every scrape config when it loads the
+file (prometheus/prometheus@v3.5.5 config/config.go:409-412, Config.UnmarshalYAML calling
+ScrapeConfig.Validate, l.822-832: "scrape timeout greater than scrape interval for scrape config with job
+name ..."), so:
+
+- the running server sees the file's checksum change (cmd/prometheus/main.go:1222-1233, the same
+  auto-reload as above) and reloadConfig fails at config.LoadFile: "couldn't load configuration
+  (--config.file=...)", prometheus_config_last_reload_successful set to 0 (main.go:1494-1512), "Error
+  reloading config" logged (main.go:1236), the old configuration kept, and retried every interval;
+- at its next start (any new pod: a reimage, an eviction, a template change, `prometheus-restarted`) main
+  loads the file before anything else and exits 2 on the error: "Error loading config
+  (--config.file=...)" (cmd/prometheus/main.go:631-640). The pod crash-loops: nothing is scraped, no
+  rule evaluated, no alert fires.
+
+The configuration judged is the ConfigMap key each side's Prometheus loads: its container's
+`--config.file` under a ConfigMap volume's mount (kilonode.k8s.monitoring: prometheus.yml at
+/etc/prometheus/kilonode). Where the change alters it, the ConfigMap's keys are written into a temporary
+directory as the volume lays them out and `promtool check config --syntax-only` (2.33+: the file's own
+syntax and validation, without opening the rule and credentials files it names, which exist only in the
+pod and the rules have their own check above) is run on it. Debian's promtool (2.42, the one `make
+test-artefacts` unpacks) is built without some service discoveries, Kubernetes' among them, and rejects
+every `kubernetes_sd_configs` block; a block of a discovery that the pinned server has (DISCOVERIES) and
+that promtool says it does not know is set aside, on both sides, and the finding says so. An unknown
+field of any other name stays a rejection.
+
+A rule file or configuration promtool rejects at the base as well (the promtool found here is older
+than the pinned server and may not know its newer syntax) is not judged: the report says so. With no
 promtool at all, the change is not judged either, and the report says that instead.
 """
 
@@ -78,6 +105,18 @@ CHECK_TIMEOUT_S = 60
 # the lines, at the pinned release, are in this module's docstring (a literal holds no version)
 SOURCE = ("prometheus/prometheus rules/manager.go Update: \"error loading rules, previous rule set restored\"; "
           "cmd/prometheus/main.go: a failed first load exits 1")
+CONFIG_SOURCE = ("prometheus/prometheus config/config.go ScrapeConfig.Validate; cmd/prometheus/main.go reloadConfig: "
+                 "\"couldn't load configuration\", the old one kept; main: a config that does not load exits 2")
+WORKLOADS = ("kubernetes:apps/v1:StatefulSet", "kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:DaemonSet")
+CONFIG_FLAG = "--config.file"
+# Every discovery prometheus/prometheus@v3.5.5 registers (discovery/*: each SDConfig's Name(), its YAML key
+# `<name>_sd_configs`, discovery/registry.go:51): one a promtool here was built without is set aside.
+DISCOVERIES = frozenset({
+    "azure", "consul", "digitalocean", "dns", "docker", "dockerswarm", "eureka", "file", "gce", "hetzner", "http",
+    "ionos", "kubernetes", "kuma", "lightsail", "linode", "marathon", "nerve", "nomad", "openstack", "ovhcloud",
+    "puppetdb", "scaleway", "serverset", "stackit", "triton", "uyuni", "vultr"})
+_UNBUILT = re.compile(r"field (\w+)_sd_configs not found in type config\.(?:ScrapeConfig|AlertmanagerConfig)")
+_JOB_NAMED = re.compile(r'job name "([^"]+)"')
 
 
 def locate() -> Path | None:
@@ -472,21 +511,189 @@ def dropped(diff: StackDiff) -> list[Finding]:
         for (metric, jobs), alerts in sorted(groups.items())]
 
 
+def prometheus_configs(entry: Mapping[str, Any] | None) -> dict[str, tuple[dict[str, str], str]]:
+    """"ConfigMap <namespace>/<name> <key>" -> (that ConfigMap's data, key), for the configuration file each
+    Prometheus of the side loads: a container's `--config.file` under one of its ConfigMap volumes' mounts."""
+    resources = [r for r in (entry or {}).get("resources", []) if isinstance(r, Mapping)]
+    maps: dict[tuple[str, str], dict[str, str]] = {}
+    for r in resources:
+        if r.get("type") == CONFIG_MAP:
+            meta = (r.get("inputs") or {}).get("metadata") or {}
+            data = (r.get("inputs") or {}).get("data") or {}
+            maps[(meta.get("namespace", "default"), meta.get("name", r.get("name")))] = {
+                k: v for k, v in data.items() if isinstance(v, str)}
+    found: dict[str, tuple[dict[str, str], str]] = {}
+    for r in resources:
+        if r.get("type") not in WORKLOADS:
+            continue
+        inputs = r.get("inputs") or {}
+        namespace = (inputs.get("metadata") or {}).get("namespace", "default")
+        pod = ((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
+        volumes = {v.get("name"): v.get("configMap") for v in pod.get("volumes") or []
+                   if isinstance(v, Mapping) and isinstance(v.get("configMap"), Mapping)}
+        for container in pod.get("containers") or []:
+            path = _config_flag(container) if isinstance(container, Mapping) else None
+            if not path:
+                continue
+            for mount in container.get("volumeMounts") or []:
+                source = volumes.get(mount.get("name")) if isinstance(mount, Mapping) else None
+                if not source:
+                    continue
+                key = _mounted_key(path, mount, source)
+                name = str(source.get("name"))
+                data = maps.get((namespace, name))
+                if key and data is not None and key in data:
+                    found[f"ConfigMap {namespace}/{name} {key}"] = (data, key)
+    return found
+
+
+def _config_flag(container: Mapping[str, Any]) -> str | None:
+    """The container's --config.file (`--config.file=X` or `--config.file X`), absolute, or None."""
+    words = [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
+    for i, word in enumerate(words):
+        value = word.partition("=")[2] if word.startswith(CONFIG_FLAG + "=") else (
+            words[i + 1] if word == CONFIG_FLAG and i + 1 < len(words) else None)
+        if value and value.startswith("/"):
+            return value
+    return None
+
+
+def _mounted_key(path: str, mount: Mapping[str, Any], source: Mapping[str, Any]) -> str | None:
+    """The ConfigMap key a ConfigMap volume mount shows at `path` (its items' paths, else the keys as
+    file names; a subPath mount is that one entry at the mount path)."""
+    at = str(mount.get("mountPath") or "").rstrip("/")
+    if mount.get("subPath"):
+        relative = str(mount["subPath"]) if path == at else ""
+    else:
+        relative = path[len(at) + 1:] if at and path.startswith(at + "/") else ""
+    if not relative:
+        return None
+    items = {str(i.get("path")): str(i.get("key")) for i in source.get("items") or [] if isinstance(i, Mapping)}
+    if items:
+        return items.get(relative)
+    return relative if "/" not in relative else None
+
+
+def syntax_only(promtool: Path) -> bool:
+    """Whether this promtool's `check config` has --syntax-only (2.33+)."""
+    try:
+        done = subprocess.run([str(promtool), "check", "config", "--help"], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--syntax-only" in done.stdout + done.stderr
+
+
+def check_config(promtool: Path, data: Mapping[str, str], key: str, only_syntax: bool,
+                 set_aside: frozenset[str] = frozenset()) -> str | None:
+    """promtool's complaint about the configuration `key` of a ConfigMap whose keys are laid out as its
+    volume shows them, or None when it accepts it; `set_aside`: discoveries whose blocks are taken out first."""
+    with tempfile.TemporaryDirectory(prefix="kilonode-config-") as tmp:
+        for name, text in data.items():
+            # a ConfigMap key is a file name ([-._a-zA-Z0-9]+, not . or ..); anything else stays out
+            if re.fullmatch(r"[-._a-zA-Z0-9]+", name) and name not in (".", ".."):
+                (Path(tmp) / name).write_text(_without(text, set_aside) if name == key else text, encoding="utf-8")
+        path = Path(tmp) / key
+        done = subprocess.run([str(promtool), "check", "config", *(["--syntax-only"] if only_syntax else []),
+                               str(path)], capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False)
+    if done.returncode == 0:
+        return None
+    lines = [line.strip().replace(str(path), key) for line in (done.stdout + done.stderr).splitlines()]
+    return "; ".join(line for line in lines if line and not line.startswith("Checking")) or f"exit {done.returncode}"
+
+
+def _without(text: str, discoveries: frozenset[str]) -> str:
+    """The configuration with its `<discovery>_sd_configs` blocks (scrape jobs and Alertmanagers) taken out."""
+    config = _load(text) if discoveries else None
+    if not isinstance(config, dict):
+        return text
+    fields = {f"{name}_sd_configs" for name in discoveries}
+    alertmanagers = (config.get("alerting") or {}).get("alertmanagers") if isinstance(config.get("alerting"),
+                                                                                      dict) else None
+    for block in [*(config.get("scrape_configs") or []), *(alertmanagers or [])]:
+        if isinstance(block, dict):
+            for field in fields:
+                block.pop(field, None)
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def judge_config(promtool: Path, data: Mapping[str, str], key: str, only_syntax: bool
+                 ) -> tuple[str | None, frozenset[str]]:
+    """promtool's complaint (None: accepted), with the blocks of any discovery it was built without (one the
+    pinned server has) set aside, and which were."""
+    problem = check_config(promtool, data, key, only_syntax)
+    unbuilt = frozenset(_UNBUILT.findall(problem or "")) & DISCOVERIES
+    if not unbuilt:
+        return problem, frozenset()
+    problem = check_config(promtool, data, key, only_syntax, unbuilt)
+    # the line numbers would be the rewritten file's, not the ConfigMap's: left out
+    return (re.sub(r"\bline \d+: ", "", problem) if problem else None), unbuilt
+
+
+def _jobs(text: str | None) -> dict[str, Any]:
+    config = _load(text)
+    jobs = config.get("scrape_configs") if isinstance(config, Mapping) else None
+    return {str(j.get("job_name")): j for j in jobs or [] if isinstance(j, Mapping)}
+
+
+def configs_rejected(diff: StackDiff, promtool: Path, changed: Mapping[str, tuple[dict[str, str], str]],
+                     version: str, server: str) -> list[Finding]:
+    """The head's Prometheus configurations, where the change alters them, that promtool rejects and the
+    base's it accepts."""
+    before = prometheus_configs(diff.base)
+    only_syntax = syntax_only(promtool)
+    found = []
+    for label, (data, key) in sorted(changed.items()):
+        problem, aside = judge_config(promtool, data, key, only_syntax)
+        if problem is None:
+            continue
+        if label in before:
+            base_problem, _ = judge_config(promtool, *before[label], only_syntax)
+            if base_problem is not None:
+                diff.note(f"{label}: {version} rejects the base's Prometheus configuration too ({base_problem}), so "
+                          f"the change to it is not judged (the cluster runs {server})")
+                continue
+        # the job promtool names, else the jobs the change alters (a problem outside any job names none)
+        base_data, base_key = before.get(label, ({}, key))
+        old_jobs, new_jobs = _jobs(base_data.get(base_key)), _jobs(data[key])
+        jobs = _JOB_NAMED.findall(problem) or sorted(j for j in new_jobs if new_jobs[j] != old_jobs.get(j))
+        named = f"job {', '.join(jobs)}" if jobs else "the configuration"
+        set_aside = (f" (checked with its {', '.join(f'{d}_sd_configs' for d in sorted(aside))} blocks set aside: "
+                     f"this promtool is built without that discovery)") if aside else ""
+        found.append(Finding(HIGH, "scrape-config-rejected", (
+            f"{label}: {version} rejects the Prometheus configuration, {named} ({problem}){set_aside}. Prometheus "
+            "refuses the reload and keeps running the old configuration, saying so only in "
+            "prometheus_config_last_reload_successful and its log; at its next start (any new pod: a reimage, an "
+            f"eviction, a template change) it exits before it scrapes anything: alerting is gone ({CONFIG_SOURCE}). "
+            f"Checked with {version}; the cluster runs {server}. Fix {named}, and run `promtool check config "
+            "--syntax-only` on it before merging"), (label,)))
+    return found
+
+
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
-        return []  # no ConfigMap changed: no rule file did
+        return []  # no ConfigMap changed: no rule file or Prometheus configuration did
     found = [*dropped(diff), *ranges_too_short(diff), *lookback_gaps(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
-    if not changed:
+    base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}
+    configs = {label: (data, key) for label, (data, key) in prometheus_configs(diff.head).items()
+               if base_configs.get(label) != data[key]}
+    if not changed and not configs:
         return found
     promtool = locate()
     if promtool is None:
-        diff.note(f"alert rules ({', '.join(sorted(changed))}) changed and were not checked: no promtool here "
-                  f"(put it on PATH or name it in ${PROMTOOL_ENV}; `make test-artefacts` unpacks Debian's)")
+        where = f"(put it on PATH or name it in ${PROMTOOL_ENV}; `make test-artefacts` unpacks Debian's)"
+        if changed:
+            diff.note(f"alert rules ({', '.join(sorted(changed))}) changed and were not checked: no promtool here "
+                      + where)
+        if configs:
+            diff.note(f"the Prometheus configuration ({', '.join(sorted(configs))}) changed and was not checked: no "
+                      "promtool here " + where)
         return found
     version = _version(promtool)
     server = (plan_of(diff.head).get("components") or {}).get("prometheusImage") or "the pinned Prometheus"
+    found += configs_rejected(diff, promtool, configs, version, server)
     for key, text in sorted(changed.items()):
         problem = check(promtool, text)
         if problem is None:
