@@ -122,14 +122,19 @@ objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
 binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,
 a public IP on the control plane), replace-stops ("pulumi up stops at X; do
 Y"), container-replaced (the resource group or VNet), etcd-data-lost,
-audit-log-off, daemonset-api-load, scrape-config-rejected (a
+audit-log-off, daemonset-api-load; corefile-reloaded (pods verified past
+CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
+controllers losing more than half its seats), scrape-config-rejected (a
 Prometheus configuration promtool rejects);
 
 - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
 node of a pool gets new custom data or a new image), a field lesson made
 weaker (a sysctl below its field value, serialized image pulls by either
 setting, the runtime root off the local disk), vnet-widened (in place, nothing
-moves), subnet-unrecorded (run kilonode allocate), labels-until-reimaged.
+moves), subnet-unrecorded (run kilonode allocate), labels-until-reimaged,
+corefile-reloaded (a Corefile change reaches every CoreDNS replica at once),
+apf-live-change (a priority level or FlowSchema change every apiserver applies
+at once, before any roll).
 
 Each risk is one line per decision, with its count and hosts, highest first
 (docs/review.md has the table with every rule's story).

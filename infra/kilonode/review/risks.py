@@ -34,7 +34,9 @@ from kilonode.preflight import apiload
 from kilonode.review import (
     alerting,
     capacity,
+    coredns,
     exposure,
+    flowcontrol,
     images,
     incluster,
     lifecycle,
@@ -620,7 +622,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
              *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff)),
              *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
-             *_risks(diff, capacity.assess(diff))]
+             *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
+             *_risks(diff, flowcontrol.assess(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 

@@ -1,0 +1,216 @@
+"""A change to CoreDNS's Corefile (independent trace of kilonode diff on research-7500, 5th, finding 1).
+
+The resource diff calls it a ConfigMap replaced; what it does to a running cluster, read in
+upstream CoreDNS at v1.12.1 (the catalogue's pin) and at the search index's newest copy
+(4b26cced, v1.14.7-15), the same at both:
+
+- it reaches every replica at once, without a rollout: the pods mount the ConfigMap (a key to a
+  path, not subPath: kilonode.k8s.dns), so the kubelet rewrites the file in every pod within its
+  sync period, and the `reload` plugin in the running Corefile reads the file every INTERVAL
+  (default 30s, +/- 15s of jitter) and restarts the server with it when it changed
+  (coredns plugin/reload/README.md "Syntax"; reload.go hook). No Deployment rollout, no
+  maxUnavailable, no PodDisruptionBudget stands between the ConfigMap and the replicas;
+- a Corefile CoreDNS rejects keeps the old configuration running in each replica: a parse error
+  is logged ("Corefile parse failed") and skipped, a failed restart is logged ("Corefile changed
+  but reload failed") and counted, and the old instance keeps serving (reload.go hook l.95-116 at
+  v1.12.1; README "Even if the new Corefile has an error, CoreDNS will continue to run the old
+  config"); but a replica that starts afterwards (the autoscaler's, one rescheduled off a drained
+  or replaced node) loads the file at start and exits on it (coremain/run.go l.73-76 at v1.12.1:
+  caddy.Start's error -> mustLogFatal), so it crash-loops;
+- `pods verified` makes every replica list and watch every Pod of the cluster (plugin/kubernetes
+  README "verified": "maintains a watch on all pods"; controller.go: the Pod informer runs only
+  when initPodCache, kubernetes.go l.258 `initPodCache = podMode == podModeVerified`), which
+  `autopath @kubernetes` needs (README "AutoPath": "`pods` must be set to `verified`"; without it
+  autopath.go returns no search path). Its memory: coredns/deployment kubernetes/
+  Scaling_CoreDNS.md "With the *autopath* plugin", "MB required (w/ autopath) = (Pods +
+  Services) / 250 + 56" (read at 7853d4a1; the autopath measurement is the Pod store that
+  pods verified keeps). Past the Deployment's memory limit every replica is OOM-killed as the
+  reload fills its Pod cache, all within the reload's jitter: cluster DNS is down.
+
+Pods are counted as the head would run them, with preflight's placement model: every DaemonSet
+on the nodes it runs on, plus kilonode's Deployments and StatefulSets; the users' own pods are
+not known here, so the estimate is a floor.
+
+Pure: a StackDiff in, findings out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kilonode.preflight.checks.scheduling import placement_of
+from kilonode.preflight.nodes import bootstrap_nodes
+from kilonode.review import sides
+from kilonode.review.compare import StackDiff
+from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.lifecycle import plan_of
+
+CONFIGMAP = "kubernetes:core/v1:ConfigMap"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SERVICE = "kubernetes:core/v1:Service"
+NAMESPACE, NAME, KEY = "kube-system", "coredns", "Corefile"
+# Scaling_CoreDNS.md (coredns/deployment kubernetes/, at 7853d4a1), "With the *autopath* plugin":
+# MB required = (Pods + Services) / 250 + 56.
+PODS_AND_SERVICES_PER_MB = 250
+BASE_MB = 56
+# The reload plugin's defaults (plugin/reload/README.md "Syntax" at v1.12.1): INTERVAL 30s, JITTER 15s.
+RELOAD_INTERVAL_S, RELOAD_JITTER_S = 30, 15
+_VERIFIED = re.compile(r"^\s*pods\s+verified\b", re.M)
+_AUTOPATH = re.compile(r"^\s*autopath\s+@kubernetes\b", re.M)
+_RELOAD = re.compile(r"^\s*reload\b", re.M)
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9,
+          "T": 10**12}
+
+
+def _objects(entry: Mapping[str, Any] | None, kind: str) -> list[Mapping[str, Any]]:
+    return [r.get("inputs") or {} for r in (entry or {}).get("resources", []) if r.get("type") == kind]
+
+
+def _named(entry: Mapping[str, Any] | None, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+    for inputs in _objects(entry, kind):
+        meta = inputs.get("metadata") or {}
+        if meta.get("name") == name and (meta.get("namespace") or "default") == namespace:
+            return inputs
+    return None
+
+
+def _container(entry: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    deployment = _named(entry, DEPLOYMENT, NAMESPACE, NAME) or {}
+    containers = (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    return next((c for c in containers if c.get("name") == NAME), containers[0] if containers else {})
+
+
+def _configmap_name(entry: Mapping[str, Any] | None) -> str:
+    """The ConfigMap the CoreDNS Deployment mounts (kilonode.k8s.dns: `coredns`)."""
+    deployment = _named(entry, DEPLOYMENT, NAMESPACE, NAME) or {}
+    volumes = (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("volumes") or []
+    for volume in volumes:
+        name = (volume.get("configMap") or {}).get("name")
+        if name:
+            return str(name)
+    return NAME
+
+
+def corefile(entry: Mapping[str, Any] | None) -> str | None:
+    found = _named(entry, CONFIGMAP, NAMESPACE, _configmap_name(entry))
+    text = ((found or {}).get("data") or {}).get(KEY)
+    return str(text) if text is not None else None
+
+
+def memory_bytes(quantity: object) -> int | None:
+    match = _QUANTITY.match(str(quantity or "").strip())
+    if not match:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def memory_limit(entry: Mapping[str, Any] | None) -> int | None:
+    """The CoreDNS container's memory limit in bytes, as the side renders it."""
+    return memory_bytes(((_container(entry).get("resources") or {}).get("limits") or {}).get("memory"))
+
+
+def pods_and_services(diff: StackDiff) -> tuple[int, int, str] | None:
+    """(pods, services, how the pods were counted) at the head: each DaemonSet on the nodes preflight's
+    placement model puts it on, plus the Deployments' and StatefulSets' replicas (CoreDNS's the plan's
+    dnsReplicas: the Deployment names none); None where the head has no preflight inputs."""
+    inputs = sides.inputs(diff, "head")
+    if inputs is None:
+        return None
+    groups = [g for g in bootstrap_nodes(inputs) if g.count]
+    workloads = inputs.workloads()
+    daemonsets = [w for w in workloads if w.kind == "DaemonSet"]
+    on_nodes = {w.describe(): placement_of(w, groups, daemonsets).nodes_eventually for w in daemonsets}
+    dns_replicas = int((plan_of(diff.head).get("components") or {}).get("dnsReplicas") or 1)
+    replicated = 0
+    for w in workloads:
+        if w.kind == "DaemonSet":
+            continue
+        replicas = (w.inputs.get("spec") or {}).get("replicas")
+        meta = w.inputs.get("metadata") or {}
+        if replicas is None and meta.get("name") == NAME and meta.get("namespace") == NAMESPACE:
+            replicas = dns_replicas
+        replicated += int(replicas if replicas is not None else 1)
+    pods = sum(on_nodes.values()) + replicated
+    services = len(_objects(diff.head, SERVICE)) + 1  # and the apiservers' own `default/kubernetes`
+    nodes = sum(g.count for g in groups)
+    how = (f"{sum(on_nodes.values()):,} DaemonSet pods ({len(daemonsets)} DaemonSets on up to {nodes:,} nodes) + "
+           f"{replicated} replicas of kilonode's Deployments and StatefulSets")
+    return pods, services, how
+
+
+def estimate_mb(pods: int, services: int) -> float:
+    """Scaling_CoreDNS.md's memory per replica with the Pod store (the docstring)."""
+    return (pods + services) / PODS_AND_SERVICES_PER_MB + BASE_MB
+
+
+def reload_reaches(diff: StackDiff) -> list[Finding]:
+    old, new = corefile(diff.base), corefile(diff.head)
+    if old is None or new is None or old == new:
+        return []
+    subjects = (f"ConfigMap {NAMESPACE}/{_configmap_name(diff.head)}",)
+    found = []
+    if _RELOAD.search(old):
+        reach = (f"the Corefile change reaches every CoreDNS replica at once, without a rollout: the kubelet "
+                 "rewrites the mounted file in every pod within its sync period, and the running Corefile's "
+                 f"`reload` plugin picks it up within its check interval (default {RELOAD_INTERVAL_S}s +/- "
+                 f"{RELOAD_JITTER_S}s) and restarts the server with it, so no maxUnavailable or "
+                 "PodDisruptionBudget paces it (coredns plugin/reload). ")
+    else:
+        reach = ("the running Corefile has no `reload`, so each replica keeps the old Corefile until its pod "
+                 "restarts, and replicas run two Corefiles meanwhile. ")
+    note = ""
+    if _AUTOPATH.search(new) and not _VERIFIED.search(new):
+        note = (" `autopath @kubernetes` without `pods verified` does nothing: the kubernetes plugin keeps no "
+                "Pod store then and gives autopath no search path (plugin/kubernetes autopath.go).")
+    found.append(Finding(MEDIUM, "corefile-reloaded", (
+        reach[0].upper() + reach[1:]
+        + "A Corefile CoreDNS rejects (a parse error, a plugin that fails its setup) keeps the old configuration "
+        "running in each replica (the reload is logged as failed), but every replica that starts afterwards (the "
+        "autoscaler's, one moved off a drained or replaced node) loads it at start and exits, so it crash-loops "
+        "and DNS capacity only shrinks from there. Check the Corefile with the pinned CoreDNS image before it "
+        "lands, and watch coredns_reload_failed_total after `pulumi up`." + note), subjects,
+        cause="Corefile"))
+    if _VERIFIED.search(new) and not _VERIFIED.search(old):
+        found.extend(_memory(diff, new, subjects))
+    return found
+
+
+def _memory(diff: StackDiff, new: str, subjects: tuple[str, ...]) -> list[Finding]:
+    limit = memory_limit(diff.head)
+    counted = pods_and_services(diff)
+    if counted is None:
+        diff.note("corefile-reloaded: the head's plan does not read as this kilonode's, so CoreDNS's memory "
+                  "with `pods verified` was not estimated")
+        return []
+    if limit is None:
+        diff.note("corefile-reloaded: the CoreDNS Deployment names no memory limit kilonode can read, so the "
+                  "memory `pods verified` needs was not compared with it")
+        return []
+    pods, services, how = counted
+    need = estimate_mb(pods, services)
+    limit_mb = limit / 10**6
+    if need <= limit_mb:
+        return []
+    raise_to_mi = math.ceil(need * 10**6 / 2**20 * 1.25)  # a quarter on top: the users' own pods come on top
+    why = "`pods verified`" + (" (for `autopath @kubernetes`, which needs it)" if _AUTOPATH.search(new) else "")
+    replicas = int((plan_of(diff.head).get("components") or {}).get("dnsReplicas") or 1)
+    return [Finding(HIGH, "corefile-reloaded", (
+        f"{why} makes every CoreDNS replica list and watch every Pod of the cluster (plugin/kubernetes README, "
+        f"\"verified\"): at least {pods:,} pods ({how}; the users' pods come on top) and {services} Services need "
+        f"about ({pods:,} + {services}) / {PODS_AND_SERVICES_PER_MB} + {BASE_MB} = {need:.0f} MB per replica "
+        f"(coredns/deployment kubernetes/Scaling_CoreDNS.md, with the Pod store), over the Deployment's memory "
+        f"limit of {limit / 2**20:.0f}Mi ({limit_mb:.0f} MB). The reload reaches all {replicas} replicas within "
+        "about a minute of each other (the kubelets' sync, the reload's jitter), each fills its Pod cache and "
+        "is OOM-killed, and they restart into the same Corefile: cluster DNS is down, and up to "
+        f"{replicas} full Pod LISTs hit the apiservers at every restart. Raise the CoreDNS memory limit first, "
+        f"to at least {raise_to_mi}Mi (the estimate and a quarter for the users' pods), in a change of its own "
+        "that rolls out before this one; or keep `pods insecure` at this scale"),
+        subjects, cause="Corefile")]
+
+
+def assess(diff: StackDiff) -> list[Finding]:
+    return reload_reaches(diff)
