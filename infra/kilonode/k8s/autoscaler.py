@@ -68,10 +68,16 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, policy, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.cloud_provider import AUTOSCALER_CONFIG_NAME, CONFIG_DIR, controller_affinity
+from kilonode.k8s.cloud_provider import (
+    AUTOSCALER_CONFIG_NAME,
+    CONFIG_DIR,
+    AzureTarget,
+    autoscaler_config_data,
+    controller_affinity,
+)
 from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
-from kilonode.k8s.pods import awaited, system_pod_spec, tolerate_uninitialized_nodes
+from kilonode.k8s.pods import awaited, config_digest_annotation, system_pod_spec, tolerate_uninitialized_nodes
 from kilonode.node.gpu import protocol
 from kilonode.paths import shown_vm_sizes
 from kilonode.plan import defaults
@@ -330,6 +336,9 @@ def _labels() -> dict[str, str]:
 @dataclass(frozen=True)
 class ClusterAutoscalerArgs:
     plan: ClusterPlan
+    # where the cloud provider acts: its azure.json (kilonode.k8s.cloud_provider autoscaler_config_data),
+    # whose digest the pod template carries
+    target: pulumi.Output[AzureTarget]
 
 
 def _pod_spec(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.PodSpecArgs:
@@ -435,7 +444,13 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 replicas=defaults.CLUSTER_AUTOSCALER_REPLICAS,
                 selector=meta.v1.LabelSelectorArgs(match_labels=selector),
                 template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=labels),
+                    # Rolls on an azure.json change (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION): the
+                    # autoscaler opens --cloud-config once, when it builds its cloud provider
+                    # (cloudprovider/azure/azure_cloud_provider.go BuildAzure: os.Open, then
+                    # CreateAzureManager), and never reads it again.
+                    metadata=meta.v1.ObjectMetaArgs(
+                        labels=labels,
+                        annotations=config_digest_annotation(autoscaler_config_data(plan, args.target))),
                     spec=_pod_spec(plan, account),
                 ),
             ),

@@ -160,6 +160,9 @@ class NodeBootstrap(pulumi.ComponentResource):
 
     def _pool_table(self, name: str, tokens: Sequence[JoinTokenPlan], child: pulumi.ResourceOptions) -> None:
         labels = {"app.kubernetes.io/managed-by": "kilonode"}
+        # No pod mounts it, so nothing to roll (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION): the node
+        # client approver GETs it through the API for every CSR it judges
+        # (kilonode.node.node_client_approver.main Approver.pools), so a change applies at the next CSR.
         core.v1.ConfigMap(
             f"{name}-node-client-approver-pools",
             metadata=meta.v1.ObjectMetaArgs(name=POOLS_CONFIGMAP, namespace=POOLS_NAMESPACE, labels=labels),

@@ -40,6 +40,7 @@ from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import (
     SKIP_AWAIT,
     awaited,
+    config_digest_annotation,
     on_pools,
     system_pod_spec,
     tolerate_critical_addons,
@@ -122,6 +123,17 @@ def autoscaler_azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, A
     if target.autoscaler_identity_client_id is None:
         raise ValueError("the plan has autoscaled pools but the cluster made no autoscaler identity")
     return azure_json(plan, target) | {"userAssignedIdentityID": target.autoscaler_identity_client_id}
+
+
+def ccm_config_data(plan: ClusterPlan, target: pulumi.Output[AzureTarget]) -> dict[str, pulumi.Output[str]]:
+    """The CONFIG_NAME ConfigMap's data: what cloud-controller-manager mounts (and its pod's digest)."""
+    return {"azure.json": target.apply(lambda t: _json(azure_json(plan, t)))}
+
+
+def autoscaler_config_data(plan: ClusterPlan, target: pulumi.Output[AzureTarget]) -> dict[str, pulumi.Output[str]]:
+    """The AUTOSCALER_CONFIG_NAME ConfigMap's data: what cluster-autoscaler mounts (and its pod's
+    digest, kilonode.k8s.autoscaler)."""
+    return {"azure.json": target.apply(lambda t: _json(autoscaler_azure_json(plan, t)))}
 
 
 def controller_affinity(plan: ClusterPlan,
@@ -349,10 +361,11 @@ class CloudProvider(pulumi.ComponentResource):
         # A ConfigMap, not the Secret upstream's example uses: azure.json holds no credential
         # (the identity's token comes from the instance metadata service), and as plain data
         # a reviewer sees it in `kilonode plan` and in a diff.
+        ccm_data = ccm_config_data(plan, args.target)
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=CONFIG_NAME, namespace=KUBE_SYSTEM, labels=_labels(CCM)),
-            data={"azure.json": args.target.apply(lambda target: _json(azure_json(plan, target)))},
+            data=ccm_data,
             opts=child,
         )
         if plan.autoscaled_pools:
@@ -361,7 +374,7 @@ class CloudProvider(pulumi.ComponentResource):
                 f"{name}-autoscaler-config",
                 metadata=meta.v1.ObjectMetaArgs(name=AUTOSCALER_CONFIG_NAME, namespace=KUBE_SYSTEM,
                                                 labels=_labels("cluster-autoscaler")),
-                data={"azure.json": args.target.apply(lambda target: _json(autoscaler_azure_json(plan, target)))},
+                data=autoscaler_config_data(plan, args.target),
                 opts=child,
             )
 
@@ -373,7 +386,12 @@ class CloudProvider(pulumi.ComponentResource):
                 replicas=defaults.CLOUD_CONTROLLER_MANAGER_REPLICAS,
                 selector=meta.v1.LabelSelectorArgs(match_labels={"k8s-app": CCM}),
                 template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=ccm_labels),
+                    # Rolls on an azure.json change (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION): without
+                    # --enable-dynamic-reloading (ccm_args sets none) cloud-controller-manager reads
+                    # --cloud-config once at start ("using static initialization from config file",
+                    # cmd/cloud-controller-manager/app/controllermanager.go RunWrapper) and never again.
+                    metadata=meta.v1.ObjectMetaArgs(
+                        labels=ccm_labels, annotations=config_digest_annotation(ccm_data)),
                     spec=_ccm_pod_spec(plan, accounts[CCM], config),
                 ),
             ),
@@ -402,6 +420,8 @@ class CloudProvider(pulumi.ComponentResource):
                     rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
                         max_unavailable=defaults.CLOUD_NODE_MANAGER_MAX_UNAVAILABLE)),
                 template=core.v1.PodTemplateSpecArgs(
+                    # No config digest: cloud-node-manager mounts no ConfigMap (--use-instance-metadata,
+                    # cnm_args: its config comes from the node's instance metadata, not azure.json).
                     metadata=meta.v1.ObjectMetaArgs(
                         labels=cnm_labels,
                         annotations={"cluster-autoscaler.kubernetes.io/daemonset-pod": "true"},

@@ -37,7 +37,13 @@ AUTOSCALER_USER = 65535
 AUTOSCALER_POLL_S = 10
 AUTOSCALER_HEALTH_PORT = 8080
 
-# The Corefile of the upstream addon, with the cluster's domain.
+# The Corefile of the upstream addon, with the cluster's domain. No config digest on CoreDNS's pod
+# template (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION), on purpose: its `reload` plugin re-reads
+# the mounted file on its own (coredns plugin/reload/reload.go hook: every interval, 30s by default
+# with 15s jitter, setup.go, it checksums the Corefile and on a change restarts the server inside
+# the process, keeping the old config if the new one fails), so a Corefile change reaches every
+# replica within the kubelet's volume sync plus that interval; rolling CoreDNS for it would take
+# replicas out of the cluster's DNS for nothing.
 COREFILE = """.:53 {
     errors
     health {
@@ -165,6 +171,7 @@ class ClusterDns(pulumi.ComponentResource):
                     type="RollingUpdate",
                     rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
                 template=core.v1.PodTemplateSpecArgs(
+                    # no config digest on purpose: the Corefile's `reload` applies a change (COREFILE)
                     metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
                     spec=_pod_spec(args, account, config),
                 ),
@@ -224,6 +231,9 @@ def _autoscaler(name: str, args: ClusterDnsArgs, child: pulumi.ResourceOptions,
             replicas=1,  # it acts on each poll: a restart loses nothing
             selector=meta.v1.LabelSelectorArgs(match_labels=selector),
             template=core.v1.PodTemplateSpecArgs(
+                # No config digest: it mounts no ConfigMap; it GETs its parameters from the API on
+                # every poll (pkg/autoscaler/autoscaler_server.go pollAPIServer -> syncConfigWithServer
+                # -> FetchConfigMap), so a change applies within AUTOSCALER_POLL_S without a restart.
                 metadata=meta.v1.ObjectMetaArgs(labels=AUTOSCALER_LABELS),
                 spec=system_pod_spec(
                     "cluster",

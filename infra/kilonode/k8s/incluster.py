@@ -130,7 +130,7 @@ class InCluster(pulumi.ComponentResource):
         # [autoscaler] cluster-autoscaler on the pools with `autoscaling`, node groups and guards from
         # the plan (kilonode.k8s.autoscaler). None without autoscaled pools.
         if plan.autoscaled_pools:
-            ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan=plan), on_cluster)
+            ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan, args.cloud_target), on_cluster)
         self.register_outputs({})
 
 

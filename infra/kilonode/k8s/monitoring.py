@@ -230,6 +230,15 @@ class Monitoring(pulumi.ComponentResource):
                 service_name=service.metadata.name,
                 selector=meta.v1.LabelSelectorArgs(match_labels=PROMETHEUS_LABELS),
                 template=core.v1.PodTemplateSpecArgs(
+                    # No config digest (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION) on purpose: Prometheus
+                    # reloads itself (prometheus_args: --enable-feature=auto-reload-config, every 30s it
+                    # compares config/reload.go GenerateChecksum, which hashes prometheus.yml and every
+                    # file its rule_files and scrape_config_files name, and reloads on a change, keeping
+                    # the old config if the new one fails; cmd/prometheus/main.go at v3.5.5). Every file
+                    # it reads is in this ConfigMap (the rule file by rule_files, the jobs inline; the
+                    # scrape fragment is for a Prometheus of the user's), so a change applies without a
+                    # restart. A roll would replace the only replica and with it its emptyDir TSDB (the
+                    # data volume is not a PVC): the whole retained history, for a config it applies anyway.
                     metadata=meta.v1.ObjectMetaArgs(labels=labels),
                     spec=prometheus_pod(args, account, config)),
             ),

@@ -6,6 +6,8 @@ workload: a sized timeout, or not at all."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -35,6 +37,38 @@ UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized"
 # it must. Also on the balloons (kilonode.k8s.capacity), which may rightly stay Pending.
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 SKIP_AWAIT = {SKIP_AWAIT_ANNOTATION: "true"}
+
+
+# A workload that reads its mounted ConfigMap only when it starts never applies a change to it:
+# the kubelet swaps the volume's files in place (an atomic symlink swap), which a process that
+# does not look again never sees, and changing only the ConfigMap leaves the pod template as it
+# was, so nothing rolls: pods started later get the new config, running ones keep the old, and
+# the fleet splits silently. The digest of what the pod mounts, as a pod-template annotation,
+# makes a config change a template change: the DaemonSet, Deployment or StatefulSet then rolls
+# under its own update strategy (maxUnavailable), and `kilonode diff` shows it as the rollout it
+# is (kilonode.review's daemonset-rollout and deployment rules). Only on consumers that read the
+# file at start alone; each cites upstream where it reads it. One that reloads on its own
+# (CoreDNS's `reload`, Prometheus's auto-reload) or reads through the API each time (the
+# cluster-proportional-autoscaler) carries none: a roll would restart it for nothing.
+CONFIG_DIGEST_ANNOTATION = "kilonode.io/config-sha256"
+
+
+def config_digest(data: Mapping[str, str]) -> str:
+    """The SHA-256 of a ConfigMap's data (key -> text) in one canonical form: its keys sorted,
+    JSON-encoded, so equal data gives an equal digest whatever the order it was built in."""
+    canonical = json.dumps(dict(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def config_digest_annotation(data: Mapping[str, pulumi.Input[str]]) -> dict[str, pulumi.Input[str]]:
+    """{CONFIG_DIGEST_ANNOTATION: digest} for a pod template, from the very data given to the
+    ConfigMap the pod mounts (values may be Outputs: azure.json waits for Azure's IDs)."""
+    if all(isinstance(value, str) for value in data.values()):
+        return {CONFIG_DIGEST_ANNOTATION: config_digest(data)}  # type: ignore[arg-type]
+    keys = list(data)
+    digest = pulumi.Output.all(*(data[k] for k in keys)).apply(
+        lambda values: config_digest(dict(zip(keys, values, strict=True))))
+    return {CONFIG_DIGEST_ANNOTATION: digest}
 
 
 def awaited(opts: pulumi.ResourceOptions, awaits: AwaitsPlan) -> pulumi.ResourceOptions:

@@ -16,7 +16,7 @@ import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec, tolerate_every_taint
+from kilonode.k8s.pods import SKIP_AWAIT, config_digest_annotation, system_pod_spec, tolerate_every_taint
 from kilonode.plan import defaults
 from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
 from kilonode.yamlio import plain_yaml
@@ -97,13 +97,14 @@ class KubeProxy(pulumi.ComponentResource):
             subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
             opts=child,
         )
+        data = {
+            "config.conf": plain_yaml(proxy_config()),
+            "kubeconfig.conf": plain_yaml(proxy_kubeconfig(args.endpoint)),
+        }
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name="kube-proxy", namespace=KUBE_SYSTEM, labels=LABELS),
-            data={
-                "config.conf": plain_yaml(proxy_config()),
-                "kubeconfig.conf": plain_yaml(proxy_kubeconfig(args.endpoint)),
-            },
+            data=data,
             opts=child,
         )
         apps.v1.DaemonSet(
@@ -118,7 +119,13 @@ class KubeProxy(pulumi.ComponentResource):
                     rolling_update=apps.v1.RollingUpdateDaemonSetArgs(
                         max_unavailable=defaults.KUBE_PROXY_MAX_UNAVAILABLE)),
                 template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=LABELS),
+                    # Rolls on a config change (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION): kube-proxy
+                    # reads --config once, in Options.Complete (cmd/kube-proxy/app/options.go,
+                    # loadConfigFromFile), and its watcher acts only on an fsnotify Write or Rename of
+                    # the file (Options.eventHandler, then exits for a restart), while a ConfigMap
+                    # volume's update is a symlink swap that gives Chmod/Remove instead
+                    # (kubernetes/kubernetes#86869, #94022): a running kube-proxy never applies it.
+                    metadata=meta.v1.ObjectMetaArgs(labels=LABELS, annotations=config_digest_annotation(data)),
                     spec=system_pod_spec(
                         "node",
                         service_account=account,

@@ -28,7 +28,7 @@ from pulumi_kubernetes import apps, core, meta
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM
 from kilonode.k8s.gpu import device_plugin_affinity, device_plugin_tolerations
-from kilonode.k8s.pods import SKIP_AWAIT, system_pod_spec
+from kilonode.k8s.pods import SKIP_AWAIT, config_digest_annotation, system_pod_spec
 from kilonode.plan import wellknown
 
 NAME = "rdma-shared-dp-ds"  # upstream's DaemonSet name
@@ -73,10 +73,11 @@ class RdmaDevicePlugin(pulumi.ComponentResource):
             raise ValueError("RdmaDevicePlugin needs at least one InfiniBand pool")
         child = pulumi.ResourceOptions(parent=self)
         labels = {**SELECTOR, "app.kubernetes.io/name": NAME, "app.kubernetes.io/managed-by": "kilonode"}
+        data = {"config.json": json.dumps(plugin_config(), indent=2) + "\n"}
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=CONFIG_MAP, namespace=KUBE_SYSTEM, labels=labels),
-            data={"config.json": json.dumps(plugin_config(), indent=2) + "\n"},
+            data=data,
             opts=child,
         )
         mounts = {"device-plugin": DEVICE_PLUGIN_DIR, "plugins-registry": PLUGINS_REGISTRY_DIR, "devs": "/dev/"}
@@ -87,7 +88,12 @@ class RdmaDevicePlugin(pulumi.ComponentResource):
             spec=apps.v1.DaemonSetSpecArgs(
                 selector=meta.v1.LabelSelectorArgs(match_labels=SELECTOR),
                 template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=labels),
+                    # Rolls on a config change (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION): the plugin
+                    # reads config.json once, before it starts its servers (cmd/k8s-rdma-shared-dp/main.go:
+                    # rm.ReadConfig, pkg/resources/resources_manager.go), and even its SIGHUP restart
+                    # (RestartAllServers) does not read it again. Under the DaemonSet's default
+                    # RollingUpdate (maxUnavailable 1); the kubelet keeps running pods' devices.
+                    metadata=meta.v1.ObjectMetaArgs(labels=labels, annotations=config_digest_annotation(data)),
                     spec=system_pod_spec(
                         "node",
                         host_network=True,

@@ -57,7 +57,7 @@ from kilonode.k8s.admission import admission_policy
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.gang import CROSS_FABRIC_ANNOTATION, GANG_SCHEDULER_NAME, POD_GROUP_API_VERSION, POD_GROUP_LABEL
 from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
-from kilonode.k8s.pods import awaited, on_pools, system_pod_spec
+from kilonode.k8s.pods import awaited, config_digest_annotation, on_pools, system_pod_spec
 from kilonode.plan.model import AwaitsPlan, ClusterPlan
 from kilonode.plan.wellknown import FABRIC_LABEL, GPU_RESOURCE
 from kilonode.yamlio import plain_yaml
@@ -394,10 +394,11 @@ class GangScheduler(pulumi.ComponentResource):
 
         accounts = self._service_accounts(name)
 
+        data = {CONFIG_FILE: plain_yaml(scheduler_config(args.gpu))}
         config = core.v1.ConfigMap(
             f"{name}-config",
             metadata=meta.v1.ObjectMetaArgs(name=SCHEDULER, namespace=KUBE_SYSTEM, labels=_labels(SCHEDULER)),
-            data={CONFIG_FILE: plain_yaml(scheduler_config(args.gpu))},
+            data=data,
             opts=child,
         )
         scheduler_probe = core.v1.HTTPGetActionArgs(path="/healthz", port=SCHEDULER_PORT, scheme="HTTPS")
@@ -417,6 +418,11 @@ class GangScheduler(pulumi.ComponentResource):
             ),
             volumes=[core.v1.VolumeArgs(name="config", config_map=core.v1.ConfigMapVolumeSourceArgs(
                 name=config.metadata.name))],
+            # Rolls on a config change (kilonode.k8s.pods.CONFIG_DIGEST_ANNOTATION): scheduler-plugins'
+            # kube-scheduler is upstream's command (cmd/scheduler/main.go: app.NewSchedulerCommand), which
+            # reads --config once at start (cmd/kube-scheduler/app/options/options.go Options.ApplyTo:
+            # LoadConfigFromFile) and watches nothing: profiles and plugin args apply only to new pods.
+            annotations=config_digest_annotation(data),
         )
         self._deployment(
             f"{name}-controller", CONTROLLER, accounts[CONTROLLER], after_crds,
@@ -504,7 +510,8 @@ class GangScheduler(pulumi.ComponentResource):
         return accounts
 
     def _deployment(self, prefix: str, app: str, account: core.v1.ServiceAccount, opts: pulumi.ResourceOptions,
-                    container: core.v1.ContainerArgs, volumes: list[core.v1.VolumeArgs] | None = None) -> None:
+                    container: core.v1.ContainerArgs, volumes: list[core.v1.VolumeArgs] | None = None,
+                    annotations: dict[str, pulumi.Input[str]] | None = None) -> None:
         selector = _selector(app)
         apps.v1.Deployment(
             f"{prefix}-deployment",
@@ -517,7 +524,8 @@ class GangScheduler(pulumi.ComponentResource):
                     type="RollingUpdate",
                     rolling_update=apps.v1.RollingUpdateDeploymentArgs(max_unavailable=1, max_surge=0)),
                 template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=_labels(app)),
+                    # the controller's: none, it mounts no ConfigMap (flags only)
+                    metadata=meta.v1.ObjectMetaArgs(labels=_labels(app), annotations=annotations),
                     # placed by the default scheduler (no schedulerName): it must not wait for itself
                     spec=system_pod_spec(
                         "cluster",
