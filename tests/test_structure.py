@@ -127,7 +127,7 @@ LAYERS = [
     ("kilonode.preflight",),
     # the CLI and the local rehearsal, which composes the renderers and the image pipeline
     ("kilonode.cli", "kilonode.entry", "kilonode.__main__", "kilonode.local",
-     "kilonode.review"),
+     "kilonode.review", "kilonode.rollout"),
 ]
 # What the Azure components and the image build may take from the renderers: the rendered
 # files' contract, handed to them by their caller. Rendering itself is the caller's job (the

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "gpu-health": "gpu:gpu_health",
     "gpu": "gpu:gpu_app",
     "image": "image:image_app",
+    "rollout": "rollout:rollout_app",
     "local": "local:local_app",
 }
 

@@ -1,0 +1,302 @@
+"""The rollout's steps carried out: cordon and uncordon (a Node's spec.unschedulable), drain (the
+Eviction API, pod by pod, as `kubectl drain` does), upgrade (the scale set's model applied to the
+batch's instances, then those instances reimaged). Each long operation prints its progress and
+is bounded; one that fails marks its scale set failed in the journal and pauses the rollout with
+what failed and what to do (`fail`).
+
+Drain, as kubectl drain (k8s.io/kubectl/pkg/drain): DaemonSet pods are left (their controller
+would put them back; they go with the node), mirror pods too (the kubelet's static pods: the API
+cannot evict them); finished pods need nothing. Every other pod gets an Eviction: 429 means a
+PodDisruptionBudget does not allow it yet, retried every few seconds until the drain's deadline;
+404 means it is gone already; anything else fails the drain. Then the drain waits (bounded) until
+the evicted pods are gone from the node.
+
+Why upgrade then reimage: updateInstances (manualUpgrade) brings each instance to the scale set's
+model (a new image version replaces the OS disk); the reimage then boots each one from a fresh
+OS disk of that model, so new custom data runs on every instance, as on a new VM.
+
+Least privilege. Azure (a custom role on the pools' resource group, `<cluster>-nodes`):
+- Microsoft.Compute/virtualMachineScaleSets/read (the scale set)
+- Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read (its instances: observe)
+- Microsoft.Compute/virtualMachineScaleSets/manualUpgrade/action (updateInstances)
+- Microsoft.Compute/virtualMachineScaleSets/reimage/action (reimage of the batch's instances)
+Reading a long operation's status needs no other action (Azure answers it to whoever started it).
+Kubernetes (a ClusterRole bound to the operator or the rollout's ServiceAccount):
+- nodes: get, list, patch (observe; cordon and uncordon)
+- pods: list (observe's gang pods; the drain's pods on each node)
+- pods/eviction: create (the drain)
+- services/proxy: get on `monitoring/prometheus` (the alerts, unless --prometheus names a URL)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kilonode.rollout.model import Action, Journal
+from kilonode.rollout.observe import sdk_missing
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # the kubelet's static pods' mirror (corev1.MirrorPodAnnotationKey)
+
+
+# --- the drain's choices: pure ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def eviction_candidates(pods: Iterable[Any]) -> tuple[list[PodRef], list[tuple[PodRef, str]]]:
+    """The pods (V1Pod) a drain evicts, and those it leaves with why."""
+    evict, left = [], []
+    for pod in pods:
+        meta = pod.metadata
+        ref = PodRef(meta.namespace, meta.name, meta.uid or "")
+        owners = meta.owner_references or []
+        phase = pod.status.phase if pod.status else None
+        if MIRROR_ANNOTATION in (meta.annotations or {}):
+            left.append((ref, "a mirror pod (static, the kubelet's)"))
+        elif any(o.kind == "DaemonSet" and o.controller for o in owners):
+            left.append((ref, "a DaemonSet's pod"))
+        elif phase in ("Succeeded", "Failed"):
+            left.append((ref, f"finished ({phase})"))
+        else:
+            evict.append(ref)
+    return evict, left
+
+
+Outcome = Literal["evicted", "gone", "blocked", "error"]
+
+
+def eviction_outcome(status: int) -> Outcome:
+    """The Eviction API's answer: 201/200 evicted; 404 the pod is gone; 429 a PodDisruptionBudget
+    does not allow it now (retry); anything else an error (500: several budgets match the pod)."""
+    if status in (200, 201):
+        return "evicted"
+    if status == 404:
+        return "gone"
+    if status == 429:
+        return "blocked"
+    return "error"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long each operation may take (seconds) and how often the drain retries."""
+
+    evict_s: float = 900.0  # a PodDisruptionBudget may hold a pod this long before the drain fails
+    retry_s: float = 5.0  # kubectl drain retries a 429 every 5 s
+    gone_s: float = 600.0  # evicted pods' grace periods to run out
+    azure_s: float = 3600.0  # one updateInstances or reimage of a batch (100 GPU VMs)
+    poll_s: float = 15.0  # progress lines this often
+
+
+def retry_due(blocked_since: float, now: float, limits: Limits) -> bool:
+    """Whether a blocked eviction is tried again (True) or the drain gives up (False)."""
+    return now - blocked_since < limits.evict_s
+
+
+# --- failures: pure ----------------------------------------------------------------------------------
+
+def fail(journal: Journal, action: Action, error: BaseException, now: float) -> str:
+    """Mark the action's scale set failed and pause the rollout with what to do. Returns the text."""
+    todo = {
+        "cordon": "check the operator's RBAC (nodes patch) and the apiserver",
+        "uncordon": "check the operator's RBAC (nodes patch); `kubectl uncordon` the nodes by hand if needed",
+        "drain": "see which pods remain (`kubectl get pods -A --field-selector spec.nodeName=NODE`), the "
+                 "PodDisruptionBudgets that hold them (`kubectl get pdb -A`), then `kilonode rollout resume`",
+        "upgrade": "see the instances in the portal or `az vmss list-instances`; fix the cause (quota, image "
+                   "replication, capacity), then `kilonode rollout resume`",
+    }.get(action.kind, "see the error, then `kilonode rollout resume`")
+    text = (f"{action.scale_set}: {action.kind} failed: {type(error).__name__}: {str(error).strip()[:500]}. "
+            f"{todo}. Nodes cordoned so far stay cordoned (kilonode.rollout.execute)")
+    progress = journal.of(action.scale_set)
+    progress.phase, progress.since, progress.why = "failed", now, f"{action.kind} failed"
+    journal.paused = text
+    journal.log.append(f"{now:.0f} {action.scale_set} failed {action.kind}: {type(error).__name__}")
+    return text
+
+
+# --- the calls ----------------------------------------------------------------------------------------
+
+@dataclass
+class Executor:
+    """Carries actions out against the cluster: the kubernetes ApiClient and a
+    ComputeManagementClient (or anything with their methods), the pools' resource group."""
+
+    kube: Any
+    compute: Any
+    resource_group: str
+    say: Callable[[str], None] = print
+    limits: Limits = field(default_factory=Limits)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    def _core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.kube)
+
+    def cordon(self, nodes: Sequence[str], unschedulable: bool = True) -> None:
+        core = self._core()
+        for node in nodes:
+            core.patch_node(node, {"spec": {"unschedulable": unschedulable}})
+        self.say(f"  {'cordoned' if unschedulable else 'uncordoned'} {len(nodes)} nodes")
+
+    def drain(self, nodes: Sequence[str]) -> None:
+        core = self._core()
+        pending: list[PodRef] = []
+        for node in nodes:
+            pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+            evict, left = eviction_candidates(pods)
+            pending += evict
+            for ref, why in left:
+                self.say(f"  {node}: leaves {ref}: {why}")
+        self.say(f"  evicting {len(pending)} pods from {len(nodes)} nodes")
+        evicted = self._evict_all(core, pending)
+        self._wait_gone(core, nodes, evicted)
+
+    def _evict_all(self, core: Any, pending: list[PodRef]) -> list[PodRef]:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        start, evicted, last = self.clock(), [], 0.0
+        while pending:
+            blocked = []
+            for ref in pending:
+                body = client.V1Eviction(metadata=client.V1ObjectMeta(name=ref.name, namespace=ref.namespace))
+                try:
+                    core.create_namespaced_pod_eviction(ref.name, ref.namespace, body)
+                    outcome: Outcome = "evicted"
+                except ApiException as error:
+                    outcome = eviction_outcome(int(error.status or 0))
+                    if outcome == "error":
+                        raise RuntimeError(f"evicting {ref}: HTTP {error.status} {error.reason}") from None
+                if outcome == "evicted":
+                    evicted.append(ref)
+                elif outcome == "blocked":
+                    blocked.append(ref)
+            pending = blocked
+            if not pending:
+                break
+            if not retry_due(start, self.clock(), self.limits):
+                raise TimeoutError(f"{len(pending)} pods still held by PodDisruptionBudgets after "
+                                   f"{self.limits.evict_s:.0f} s: {', '.join(map(str, pending[:5]))}")
+            if self.clock() - last >= self.limits.poll_s:
+                held = ", ".join(map(str, pending[:3]))
+                self.say(f"  {len(pending)} pods held by PodDisruptionBudgets, retrying ({held})")
+                last = self.clock()
+            self.sleep(self.limits.retry_s)
+        return evicted
+
+    def _wait_gone(self, core: Any, nodes: Sequence[str], evicted: Sequence[PodRef]) -> None:
+        waiting, start = {r.uid for r in evicted}, self.clock()
+        while waiting:
+            left = set()
+            for node in nodes:
+                pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+                left |= {p.metadata.uid for p in pods} & waiting
+            waiting = left
+            if not waiting:
+                break
+            if self.clock() - start > self.limits.gone_s:
+                raise TimeoutError(f"{len(waiting)} evicted pods still on the nodes after {self.limits.gone_s:.0f} s")
+            self.say(f"  {len(waiting)} evicted pods still terminating")
+            self.sleep(self.limits.poll_s)
+        self.say(f"  drained: {len(evicted)} pods evicted")
+
+    def upgrade(self, scale_set: str, instances: Sequence[str]) -> None:
+        try:
+            from azure.mgmt.compute.models import (
+                VirtualMachineScaleSetReimageParameters,
+                VirtualMachineScaleSetVMInstanceRequiredIDs,
+            )
+        except ImportError as error:
+            raise sdk_missing("azure-mgmt-compute", error) from None
+        if not instances:
+            return
+        ids = list(instances)
+        sets = self.compute.virtual_machine_scale_sets
+        self._wait(f"{scale_set}: updateInstances ({len(ids)} instances)", sets.begin_update_instances(
+            self.resource_group, scale_set, VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=ids)))
+        self._wait(f"{scale_set}: reimage ({len(ids)} instances)", sets.begin_reimage(
+            self.resource_group, scale_set, VirtualMachineScaleSetReimageParameters(instance_ids=ids)))
+
+    def _wait(self, what: str, poller: Any) -> None:
+        """An Azure long-running operation (LROPoller): progress every poll_s, bounded by azure_s."""
+        start = self.clock()
+        while not poller.done():
+            if self.clock() - start > self.limits.azure_s:
+                raise TimeoutError(f"{what} still {poller.status()} after {self.limits.azure_s:.0f} s "
+                                   "(it goes on in Azure; `kilonode rollout resume` once it ends)")
+            self.say(f"  {what}: {poller.status()} ({self.clock() - start:.0f} s)")
+            poller.wait(timeout=self.limits.poll_s)
+        poller.result()  # raises HttpResponseError where the operation failed
+        self.say(f"  {what}: done in {self.clock() - start:.0f} s")
+
+
+def compute_client(subscription_id: str) -> Any:
+    try:
+        from azure.identity import DefaultAzureCredential
+        from azure.mgmt.compute import ComputeManagementClient
+    except ImportError as error:
+        raise sdk_missing("azure-mgmt-compute and azure-identity", error) from None
+    return ComputeManagementClient(DefaultAzureCredential(), subscription_id)
+
+
+def describe(action: Action) -> str:
+    """One line for an action, as `step` prints it (and --dry-run)."""
+    what = {"cordon": f"cordon {len(action.nodes)} nodes", "drain": f"drain {len(action.nodes)} nodes",
+            "upgrade": f"upgrade and reimage {len(action.instances)} instances",
+            "uncordon": f"uncordon {len(action.nodes)} nodes"}.get(action.kind, action.kind)
+    where = f"{action.scale_set}: " if action.scale_set else ""
+    return f"{where}{what}" + (f" ({action.why})" if action.why else "")
+
+
+def execute(actions: Iterable[Action], journal: Journal, executor: Executor, now: float) -> list[str]:
+    """Carry out each cordon, drain, upgrade, uncordon in order; stop at the first failure (the
+    scale set failed, the rollout paused: `fail`). Returns what was done, one line each."""
+    done = []
+    for action in actions:
+        if action.kind not in ("cordon", "drain", "upgrade", "uncordon"):
+            continue
+        executor.say(describe(action))
+        try:
+            if action.kind in ("cordon", "uncordon"):
+                executor.cordon(action.nodes, unschedulable=action.kind == "cordon")
+            elif action.kind == "drain":
+                executor.drain(action.nodes)
+            else:
+                executor.upgrade(action.scale_set, action.instances)
+        except Exception as error:  # any failure pauses the rollout with its text
+            done.append(f"FAILED {fail(journal, action, error, now)}")
+            return done
+        done.append(describe(action))
+    return done
+
+
+def retry_failed_steps(journal: Journal, failed: dict[str, str], now: float) -> list[str]:
+    """After kilonode.rollout.journal.resume (which returns every failed scale set to its gate):
+    a scale set whose drain failed goes back to pending, its batch to be taken again (cordon and
+    drain); one whose upgrade failed back to cordoned, to be upgraded again. `failed`: each
+    failed scale set's `why` from before the resume."""
+    said = []
+    for name, why in failed.items():
+        progress = journal.of(name)
+        if why in ("cordon failed", "drain failed"):
+            progress.phase, progress.since, progress.why, progress.taken = "pending", now, "drain retried", ()
+            said.append(f"{name}: its batch is taken again (cordon, drain)")
+        elif why == "upgrade failed":
+            progress.phase, progress.since, progress.why = "cordoned", now, "upgrade retried"
+            said.append(f"{name}: its upgrade is tried again")
+        else:
+            continue
+        journal.log.append(f"{now:.0f} {name} {progress.phase} {progress.why}")
+    return said

@@ -1,0 +1,286 @@
+"""What a rollout reads before each step: a pool's scale sets from Azure, their Nodes and gang
+pods from Kubernetes, the pool's alerts from Prometheus, joined into one ClusterState.
+
+Each source is a pure parser (the SDK's model objects, or the JSON an API answers, in; our
+dataclasses out), tested on the APIs' own reference payloads, and a thin call that only fetches:
+
+- Azure (azure-mgmt-compute, ComputeManagementClient.virtual_machine_scale_set_vms.list): per
+  instance its instanceId, latestModelApplied and osProfile.computerName. No `expand`: the
+  instance view (power state, statuses) is not needed, and leaving it out keeps the response
+  small and the role to .../virtualMachines/read.
+- Kubernetes (the official `kubernetes` client): each Node's Ready condition, spec.unschedulable,
+  status.nodeInfo.bootID and the GPU health taints (kilonode.node.gpu.protocol); the pods that
+  carry the PodGroup label (kilonode.k8s.gang.POD_GROUP_LABEL), as node -> "namespace/group".
+- Prometheus: GET /api/v1/alerts, through the apiserver's service proxy to the cluster's
+  Prometheus (kilonode.k8s.monitoring) or at a URL the operator gives; an alert counts for a pool
+  when its `pool` label names it (the GPU pool alerts of kilonode.render.monitoring carry it).
+
+A node is found by name: kilonode's nodes register under their computer name lower-cased (the
+kubelet lower-cases its hostname; no --hostname-override), and a Uniform scale set names each
+instance computerNamePrefix (the shard's name, kilonode.azure.node_pool) + its instance ID in
+base 36, six characters (kilonode.node.node_client_approver.rules says where that is written).
+
+The SDKs are imported inside the thin calls: the rest of kilonode runs without them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from kilonode.k8s.gang import POD_GROUP_LABEL
+from kilonode.node.gpu import protocol
+from kilonode.plan.wellknown import POOL_LABEL
+from kilonode.rollout.model import ClusterState, Instance, ScaleSet
+
+if TYPE_CHECKING:
+    from kilonode.plan.model import ClusterPlan
+
+INSTALL = "pip install 'kilonode[rollout]'"
+# The cluster's Prometheus (kilonode.k8s.monitoring: Service `prometheus`, port `web` 9090, in the
+# monitoring namespace), reached through the apiserver's service proxy.
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_SERVICE = "prometheus:web"
+ALERT_POOL_LABEL = "pool"  # what kilonode.render.monitoring's GPU pool rules put on their alerts
+GPU_TAINTS = (protocol.STARTUP_TAINT, protocol.FAULT_TAINT)
+PAGE = 500  # list pages: a 7,500-node cluster's Nodes are never one response
+DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+class MissingSdk(RuntimeError):
+    """An SDK the rollout needs is not installed (a RuntimeError: the CLI prints it as one line)."""
+
+
+def sdk_missing(what: str, error: ImportError) -> MissingSdk:
+    return MissingSdk(f"the rollout needs {what}, which is not installed ({error.name}): {INSTALL}")
+
+
+# --- the scale sets the plan names ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # the scale set, also its computerNamePrefix
+    pool: str
+    infiniband: bool
+
+
+def targets(plan: ClusterPlan, pool: str) -> tuple[Target, ...]:
+    """The pool's scale sets in the plan's order. Raises ValueError for a pool the plan lacks."""
+    for candidate in plan.node_pools:
+        if candidate.name == pool:
+            return tuple(Target(s.name, pool, candidate.infiniband) for s in candidate.shards)
+    raise ValueError(f"the plan has no pool {pool!r} (it has {', '.join(p.name for p in plan.node_pools)})")
+
+
+def computer_name(prefix: str, instance_id: str) -> str:
+    """What Azure names a Uniform scale set's instance: prefix + base-36 instance ID, six digits."""
+    number, digits = int(instance_id), ""
+    while number:
+        number, digit = divmod(number, 36)
+        digits = DIGITS[digit] + digits
+    return prefix + digits.rjust(6, "0")
+
+
+# --- Azure ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Vm:
+    instance_id: str
+    node: str  # the Node it registers as (its computer name, lower-cased)
+    latest_model: bool
+
+
+def vms_from_azure(scale_set: str, vms: Iterable[Any]) -> tuple[Vm, ...]:
+    """VirtualMachineScaleSetVM models (azure-mgmt-compute) -> Vm, by instance ID. An instance
+    the list shows without latestModelApplied (a minimal answer, one being created) counts as
+    not at the model; one without osProfile gets the name Azure derives from its instance ID."""
+    found = []
+    for vm in vms:
+        instance_id = vm.instance_id or str(vm.id or "").rpartition("/")[2]
+        if not instance_id:
+            continue
+        os_profile = getattr(vm, "os_profile", None)
+        name = getattr(os_profile, "computer_name", None) if os_profile is not None else None
+        if not name:
+            name = computer_name(scale_set, instance_id) if instance_id.isdigit() else ""
+        found.append(Vm(instance_id, name.lower(), bool(getattr(vm, "latest_model_applied", False))))
+    return tuple(sorted(found, key=lambda v: (len(v.instance_id), v.instance_id)))
+
+
+def list_vms(subscription_id: str, resource_group: str, names: Iterable[str]) -> dict[str, tuple[Vm, ...]]:
+    """The thin call: each scale set's instances, with DefaultAzureCredential (az login, a
+    managed identity, or AZURE_* environment variables)."""
+    try:
+        from azure.identity import DefaultAzureCredential
+        from azure.mgmt.compute import ComputeManagementClient
+    except ImportError as error:
+        raise sdk_missing("azure-mgmt-compute and azure-identity", error) from None
+    client = ComputeManagementClient(DefaultAzureCredential(), subscription_id)
+    return {name: vms_from_azure(name, client.virtual_machine_scale_set_vms.list(resource_group, name))
+            for name in names}
+
+
+# --- Kubernetes ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeFacts:
+    ready: bool
+    schedulable: bool
+    gpu_pending: bool
+    boot_id: str
+
+
+def node_facts(node: Any) -> tuple[str, NodeFacts]:
+    """A V1Node (the kubernetes client's model) -> its name and what the gate reads."""
+    spec, status = node.spec, node.status
+    conditions = (status.conditions if status else None) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    taints = (spec.taints if spec else None) or []
+    info = status.node_info if status else None
+    return node.metadata.name, NodeFacts(
+        ready=ready, schedulable=not (spec and spec.unschedulable),
+        gpu_pending=any(t.key in GPU_TAINTS for t in taints), boot_id=(info.boot_id if info else "") or "")
+
+
+def gangs_from_pods(pods: Iterable[Any]) -> dict[str, tuple[str, ...]]:
+    """V1Pods -> node -> the PodGroups ("namespace/group") with a pod bound there and not finished."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for pod in pods:
+        group = (pod.metadata.labels or {}).get(POD_GROUP_LABEL)
+        node = pod.spec.node_name if pod.spec else None
+        phase = pod.status.phase if pod.status else None
+        if group and node and phase not in ("Succeeded", "Failed"):
+            found[node].add(f"{pod.metadata.namespace}/{group}")
+    return {node: tuple(sorted(groups)) for node, groups in sorted(found.items())}
+
+
+def kube_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An ApiClient from a kubeconfig (KUBECONFIG, ~/.kube/config), or in-cluster credentials."""
+    try:
+        from kubernetes import client, config
+    except ImportError as error:
+        raise sdk_missing("the kubernetes client", error) from None
+    try:
+        config.load_kube_config(config_file=kubeconfig, context=context)
+    except config.ConfigException:
+        if kubeconfig:
+            raise
+        config.load_incluster_config()
+    return client.ApiClient()
+
+
+def _pages(call: Any, **kwargs: Any) -> Iterable[Any]:
+    """Every item of a paginated list call (limit/continue)."""
+    token = None
+    while True:
+        answer = call(limit=PAGE, _continue=token, **kwargs) if token else call(limit=PAGE, **kwargs)
+        yield from answer.items
+        # `var_continue` in the client's pydantic models (37), `_continue` before
+        token = getattr(answer.metadata, "var_continue", None) or getattr(answer.metadata, "_continue", None)
+        if not token:
+            return
+
+
+def list_nodes_and_gangs(api: Any, pools: Iterable[str]) -> tuple[dict[str, NodeFacts], dict[str, tuple[str, ...]]]:
+    """The thin call: the pools' Nodes (by their kilonode.io/pool label) and every gang pod."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    selector = f"{POOL_LABEL} in ({','.join(sorted(pools))})"
+    nodes = dict(node_facts(n) for n in _pages(core.list_node, label_selector=selector))
+    gangs = gangs_from_pods(_pages(core.list_pod_for_all_namespaces, label_selector=POD_GROUP_LABEL,
+                                   field_selector="status.phase!=Succeeded,status.phase!=Failed"))
+    return nodes, gangs
+
+
+# --- Prometheus ----------------------------------------------------------------------------------
+
+def firing_from_alerts(payload: Mapping[str, Any], pools: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Prometheus' /api/v1/alerts answer -> pool -> the names of its alerts firing (pending ones,
+    not yet past their `for`, do not count)."""
+    if payload.get("status") != "success":
+        raise ValueError(f"Prometheus answered {payload.get('status')!r}: {payload.get('error', '')}")
+    wanted, found = set(pools), defaultdict(set)
+    for alert in payload.get("data", {}).get("alerts", []):
+        labels = alert.get("labels", {})
+        if alert.get("state") == "firing" and labels.get(ALERT_POOL_LABEL) in wanted:
+            found[labels[ALERT_POOL_LABEL]].add(labels.get("alertname", "?"))
+    return {pool: tuple(sorted(names)) for pool, names in sorted(found.items())}
+
+
+def fetch_alerts(api: Any, url: str | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
+    """The thin call: GET /api/v1/alerts at `url`, or through the apiserver's service proxy."""
+    if url:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/alerts", timeout=timeout_s) as answer:
+            return dict(json.loads(answer.read()))
+    from kubernetes import client
+
+    answer = client.CoreV1Api(api).connect_get_namespaced_service_proxy_with_path(
+        PROMETHEUS_SERVICE, PROMETHEUS_NAMESPACE, "api/v1/alerts", _preload_content=False,
+        _request_timeout=timeout_s)
+    return dict(json.loads(getattr(answer, "data", answer)))
+
+
+# --- joined ---------------------------------------------------------------------------------------
+
+def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeFacts]) -> ScaleSet:
+    """One scale set as the rollout sees it: each instance with its Node (None: not registered)."""
+    instances = []
+    for vm in vms:
+        facts = nodes.get(vm.node)
+        if facts is None:
+            instances.append(Instance(vm.instance_id, None, vm.latest_model))
+        else:
+            instances.append(Instance(vm.instance_id, vm.node, vm.latest_model, ready=facts.ready,
+                                      schedulable=facts.schedulable, gpu_pending=facts.gpu_pending,
+                                      boot_id=facts.boot_id))
+    return ScaleSet(target.name, target.pool, target.infiniband, tuple(instances))
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where observe reads: the subscription, the kubeconfig, Prometheus (None: the service proxy)."""
+
+    subscription_id: str
+    kubeconfig: str | None = None
+    context: str | None = None
+    prometheus_url: str | None = None
+
+
+def observe(plan: ClusterPlan, sets: Iterable[Target], sources: Sources) -> ClusterState:
+    """The cluster now, for the scale sets `sets` (targets() of a pool, or a part of it)."""
+    sets = tuple(sets)
+    pools = sorted({t.pool for t in sets})
+    vms = list_vms(sources.subscription_id, plan.node_resource_group, [t.name for t in sets])
+    api = kube_client(sources.kubeconfig, sources.context)
+    nodes, gangs = list_nodes_and_gangs(api, pools)
+    firing = firing_from_alerts(fetch_alerts(api, sources.prometheus_url), pools)
+    return ClusterState(tuple(scale_set_state(t, vms[t.name], nodes) for t in sets), gangs=gangs, firing=firing,
+                        at=time.time())
+
+
+# --- a recorded state (`--state FILE`, `--record FILE`) --------------------------------------------
+
+def state_to_json(state: ClusterState) -> str:
+    return json.dumps(asdict(state), indent=2, sort_keys=True) + "\n"
+
+
+def state_from_json(text: str, source: str = "the state") -> ClusterState:
+    """A ClusterState as state_to_json wrote it. Raises ValueError naming what is wrong."""
+    try:
+        raw = json.loads(text)
+        sets = tuple(ScaleSet(str(s["name"]), str(s["pool"]), bool(s["infiniband"]),
+                              tuple(Instance(**i) for i in s["instances"])) for s in raw["scale_sets"])
+        return ClusterState(sets, gangs={n: tuple(g) for n, g in raw.get("gangs", {}).items()},
+                            firing={p: tuple(a) for p, a in raw.get("firing", {}).items()},
+                            at=float(raw.get("at", 0.0)))
+    except KeyError as error:
+        raise ValueError(f"{source} cannot be read: it has no {error}") from None
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source} cannot be read: {error}") from None

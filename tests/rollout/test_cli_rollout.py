@@ -1,0 +1,78 @@
+"""`kilonode rollout` through the CLI on a recorded state: start writes the journal from the
+plan, step --state --dry-run prints the first steps and changes nothing, status shows it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from kilonode.cli import app
+from kilonode.rollout import journal as journals
+
+STATE = Path(__file__).parent / "fixtures" / "research-7500-h100-ib.state.json"
+SETS = [f"research-7500-h100-ib-{i:03d}" for i in range(3)]
+ENV = {"COLUMNS": "2000", "NO_COLOR": "1"}
+
+
+def start(journal: Path, *extra: str) -> None:
+    only = [arg for name in SETS for arg in ("--only", name)]
+    result = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib", *only,
+                                      "--soak", "30m", "--journal", str(journal), *extra], env=ENV)
+    assert result.exit_code == 0, result.output
+
+
+def test_start_then_a_dry_step_on_a_recorded_state(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.json"
+    start(path, "--canary", SETS[1], "--cut-gangs")
+    journal = journals.load(path)
+    assert journal.target == "h100-ib image 1.0.0" and journal.policy.order == (SETS[1], SETS[0], SETS[2])
+    assert journal.policy.soak_s == 1800 and journal.policy.cut_gangs
+    written = path.read_text()
+    result = CliRunner().invoke(app, ["rollout", "step", "research-7500", "--journal", str(path),
+                                      "--state", str(STATE), "--dry-run"], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert f"step: {SETS[1]}: cordon 4 nodes" in result.output
+    assert f"step: {SETS[1]}: drain 4 nodes (evicts gangs team-language/gpt-70b)" in result.output
+    assert f"waits: {SETS[0]}: the canary {SETS[1]} is not done" in result.output
+    assert path.read_text() == written  # a dry run leaves the journal as it was
+
+
+def test_a_gang_keeps_the_canary_waiting_without_cut_gangs(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.json"
+    start(path, "--canary", SETS[1])
+    result = CliRunner().invoke(app, ["rollout", "step", "research-7500", "--journal", str(path),
+                                      "--state", str(STATE), "--dry-run"], env=ENV)
+    assert "gangs run there: team-language/gpt-70b (the policy does not cut gangs)" in result.output
+
+
+def test_a_step_on_a_recorded_state_refuses_to_carry_anything_out(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.json"
+    start(path)
+    result = CliRunner().invoke(app, ["rollout", "step", "research-7500", "--journal", str(path),
+                                      "--state", str(STATE)], env=ENV)
+    assert result.exit_code == 2 and "needs the real one (add --dry-run)" in result.output
+
+
+def test_status_pause_resume_and_start_refusing_to_replace_a_journal(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.json"
+    start(path)
+    again = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib",
+                                     "--journal", str(path)], env=ENV)
+    assert again.exit_code == 2 and "--force replaces it" in again.output
+    paused = CliRunner().invoke(app, ["rollout", "pause", "research-7500", "--why", "incident 42",
+                                      "--journal", str(path)], env=ENV)
+    assert paused.exit_code == 0
+    shown = CliRunner().invoke(app, ["rollout", "status", "research-7500", "--journal", str(path)], env=ENV)
+    assert f"{SETS[0]}: pending" in shown.output and "PAUSED: paused by the operator: incident 42" in shown.output
+    stepped = CliRunner().invoke(app, ["rollout", "step", "research-7500", "--journal", str(path),
+                                       "--state", str(STATE), "--dry-run"], env=ENV)
+    assert "PAUSED: paused by the operator: incident 42" in stepped.output
+    resumed = CliRunner().invoke(app, ["rollout", "resume", "research-7500", "--journal", str(path)], env=ENV)
+    assert resumed.exit_code == 0 and not journals.load(path).paused
+
+
+def test_an_unknown_pool_or_scale_set_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib", "--canary", "nope",
+                                      "--journal", str(tmp_path / "j.json")], env=ENV)
+    assert result.exit_code == 2 and "pool h100-ib has no scale set nope" in result.output

@@ -1,0 +1,108 @@
+"""What execute decides without a cloud: which pods a drain evicts, how it treats the Eviction
+API's answers and for how long it retries, and how a failed step pauses the rollout and is
+retried on resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kilonode.rollout import journal as journals
+from kilonode.rollout.execute import (
+    Limits,
+    PodRef,
+    eviction_candidates,
+    eviction_outcome,
+    execute,
+    fail,
+    retry_due,
+    retry_failed_steps,
+)
+from kilonode.rollout.model import Action, Journal, Policy
+
+k8s = pytest.importorskip("kubernetes.client")
+
+
+def pod(name: str, phase: str = "Running", owner: str | None = None, annotations: dict[str, str] | None = None) -> Any:
+    """A Pod as the API returns it (metadata.ownerReferences with controller: true, as a
+    controller sets it; the kubelet's mirror pods carry kubernetes.io/config.mirror)."""
+    owners = [{"apiVersion": "apps/v1", "kind": owner, "name": "x", "uid": "o", "controller": True}] if owner else None
+    return k8s.V1Pod.from_dict({"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                                             "ownerReferences": owners, "annotations": annotations},
+                                "spec": {"nodeName": "n", "containers": [{"name": "c", "image": "x"}]},
+                                "status": {"phase": phase}})
+
+
+def test_a_drain_evicts_workload_pods_and_leaves_daemonset_mirror_and_finished_ones() -> None:
+    evict, left = eviction_candidates([
+        pod("worker-0", owner="StatefulSet"), pod("bare"), pod("calico-node-x", owner="DaemonSet"),
+        pod("kube-proxy-n", annotations={"kubernetes.io/config.mirror": "abc"}), pod("job-done", phase="Succeeded"),
+    ])
+    assert evict == [PodRef("ns", "worker-0", "uid-worker-0"), PodRef("ns", "bare", "uid-bare")]
+    assert [(str(ref), why.split(" ")[0]) for ref, why in left] == [
+        ("ns/calico-node-x", "a"), ("ns/kube-proxy-n", "a"), ("ns/job-done", "finished")]
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(201, "evicted"), (200, "evicted"), (404, "gone"),
+                                                 (429, "blocked"), (500, "error"), (403, "error")])
+def test_the_eviction_apis_answers(status: int, outcome: str) -> None:
+    assert eviction_outcome(status) == outcome
+
+
+def test_a_blocked_eviction_is_retried_until_the_drains_deadline() -> None:
+    limits = Limits(evict_s=900.0)
+    assert retry_due(100.0, 100.0 + 899.0, limits)
+    assert not retry_due(100.0, 100.0 + 900.0, limits)
+
+
+def rollout() -> Journal:
+    return Journal("research-7500", "h100-ib image 1.1.0", Policy(order=("a", "b")))
+
+
+def test_a_failed_drain_pauses_the_rollout_and_resume_takes_the_batch_again() -> None:
+    journal = rollout()
+    journal.of("a").phase, journal.of("a").taken = "cordoned", ("0", "1")
+    text = fail(journal, Action("drain", "a", nodes=("a000000",)), TimeoutError("2 pods still held"), 10.0)
+    assert journal.of("a").phase == "failed" and journal.paused == text
+    assert "a: drain failed: TimeoutError: 2 pods still held" in text and "kubectl get pdb -A" in text
+    before = {n: p.why for n, p in journal.progress.items() if p.phase == "failed"}
+    journals.resume(journal, 20.0)
+    assert retry_failed_steps(journal, before, 20.0) == ["a: its batch is taken again (cordon, drain)"]
+    assert journal.of("a").phase == "pending" and journal.of("a").taken == () and not journal.paused
+
+
+def test_a_failed_upgrade_is_tried_again_and_a_failed_gate_goes_back_to_its_gate() -> None:
+    journal = rollout()
+    fail(journal, Action("upgrade", "a", instances=("0",)), RuntimeError("quota"), 10.0)
+    journal.of("b").phase, journal.of("b").why = "failed", "3 nodes not Ready"  # decide's gate timeout
+    before = {n: p.why for n, p in journal.progress.items() if p.phase == "failed"}
+    journals.resume(journal, 20.0)
+    retry_failed_steps(journal, before, 20.0)
+    assert journal.of("a").phase == "cordoned" and journal.of("b").phase == "gating"
+
+
+class Failing:
+    """Stands in for the Executor's calls: records them, and the drain raises."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.say = self.calls.append
+
+    def cordon(self, nodes: tuple[str, ...], unschedulable: bool = True) -> None:
+        self.calls.append(f"cordon {unschedulable}")
+
+    def drain(self, nodes: tuple[str, ...]) -> None:
+        raise TimeoutError("pods still held")
+
+    def upgrade(self, scale_set: str, instances: tuple[str, ...]) -> None:
+        self.calls.append("upgrade")
+
+
+def test_execute_stops_at_the_first_failure_and_waits_are_not_carried_out() -> None:
+    journal = rollout()
+    actions = [Action("cordon", "a", nodes=("a000000",)), Action("drain", "a", nodes=("a000000",)),
+               Action("upgrade", "a", instances=("0",)), Action("wait", "b", why="the canary a is not done")]
+    done = execute(actions, journal, Failing(), 5.0)  # type: ignore[arg-type]
+    assert done[0] == "a: cordon 1 nodes" and done[1].startswith("FAILED a: drain failed")
+    assert len(done) == 2 and journal.of("a").phase == "failed" and journal.paused
