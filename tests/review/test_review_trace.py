@@ -60,7 +60,7 @@ def test_replacing_a_majority_of_etcd_members_says_to_acknowledge_the_restart_fi
     [stop] = [r for r in rule(found, "replace-stops") if "etcd-main-0" in r.summary]
     # the guard checks every control-plane machine, so each targeted run is refused too
     assert "First add `acknowledgeRestart: [etcd-main]`" in stop.summary
-    assert "3 of 5 etcd-main changed it refuses each `pulumi up --target` too" in stop.summary
+    assert "3 of the 5 etcd-main machines the head has changed, it refuses each `pulumi up --target`" in stop.summary
     assert stop.summary.index("acknowledgeRestart") < stop.summary.index("pulumi state unprotect")
     # docs/azure.md "Rolling the control plane": a full run records the keys, then the acknowledgement goes
     assert "one full `pulumi up` (it records the new restart keys), then remove acknowledgeRestart" in stop.summary
@@ -76,7 +76,7 @@ def test_replacing_one_etcd_member_needs_no_acknowledgement_but_still_the_full_r
 def test_replacing_every_apiserver_says_to_acknowledge_the_apiservers() -> None:
     head = _new_custom_data(snapshot(STACK), *(f"apiserver-{i}" for i in range(5)))
     [stop] = rule(risks(head), "replace-stops")
-    assert "`acknowledgeRestart: [apiservers]`" in stop.summary and "5 of 5 apiservers" in stop.summary
+    assert "`acknowledgeRestart: [apiservers]`" in stop.summary and "5 of the 5 apiservers machines" in stop.summary
 
 
 # --- 2. etcd's data: what happens past the stops, not what `pulumi up` does ----------------------------------------

@@ -24,6 +24,7 @@ from pulumi_azure_native import compute
 from kilonode.azure.common import ADMIN_USERNAME, gallery_image, linux_config, security_profile, tags
 from kilonode.azure.custom_data import DeliveredFile, custom_data
 from kilonode.plan.model import NodePoolPlan, ScaleSetShard
+from kilonode.plan.node_templates import node_template_tags
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,8 @@ class GpuNodePool(pulumi.ComponentResource):
             vm_scale_set_name=shard.name,
             resource_group_name=args.resource_group_name,
             location=args.location,
-            tags=tags(args.cluster, pool.role(shard.team)),
+            # the autoscaler's template of a node of this scale set, read while it holds none
+            tags={**tags(args.cluster, pool.role(shard.team)), **node_template_tags(pool, shard)},
             zones=[shard.zone],
             sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
             orchestration_mode="Uniform",

@@ -274,7 +274,11 @@ def plan_autoscaling(index: int, config: NodePoolConfig, pool: NodePoolPlan) -> 
     if problems:
         return None, problems
     shared_min = max(0, min_nodes - fixed)
-    mins, maxes = _split(shared_min, len(shared)), _split(shared_max, len(shared))
+    # The floor over the scale sets that start with nodes: one kept only for maxNodes starts empty
+    # (kilonode.plan.resolve.pools.capacity_of), and a floor there would make the autoscaler fill it.
+    started = [s for s in shared if s.capacity] or shared
+    floors = dict(zip((s.name for s in started), _split(shared_min, len(started)), strict=True))
+    mins, maxes = [floors.get(s.name, 0) for s in shared], _split(shared_max, len(shared))
     groups = tuple(
         NodeGroup(shard=s.name, min_size=min(lo, s.capacity), max_size=min(hi, pool.max_vms_per_scale_set))
         for s, lo, hi in zip(shared, mins, maxes, strict=True)

@@ -28,7 +28,7 @@ IMPACT: dict[str, int] = {
     "stack-invalid": 0, "container-replaced": 0, "etcd-quorum": 0, "apiservers-all": 0, "etcd-data-lost": 1,
     "etcd-quota-lowered": 1, "etcd-leases-moved": 1, "address-moved": 1,
     "daemonset-stranded": 2, "daemonset-replaced": 2, "deployment-replaced": 2, "gpu-driver-mismatch": 2,
-    "alert-rules-rejected": 2,
+    "alert-rules-rejected": 2, "scrape-config-rejected": 2,
     "nsg-shadowed": 2,
     "connection-refused": 2, "workload-unplaceable": 2, "pool-shrink": 2, "version-skew": 2,
     "kubernetes-minor-jump": 2, "image-not-rebuilt": 2,
@@ -40,8 +40,9 @@ OTHER = 4
 NOT_JUDGED = (
     "what the workloads themselves do (their code and configuration), the cluster's live state (what runs now, "
     "node health, etcd's size, quota and capacity in the region), changes made outside this repository, Azure and "
-    "Kubernetes behaviour beyond the effects table and the models named in docs/review.md, the meaning of scrape "
-    "configs (promtool checks rule files only), and load: a change with no risk found is not thereby safe")
+    "Kubernetes behaviour beyond the effects table and the models named in docs/review.md, what a scrape "
+    "returns (promtool checks the config's syntax and the rule files), and load: a change with no risk found is "
+    "not thereby safe")
 _NODES = re.compile(r"([\d,]+) nodes")
 
 

@@ -33,7 +33,8 @@ from kilonode.preflight.checks.deployer_path import NSG, SUBNET, NetworkGraph, a
 from kilonode.preflight.model import Inputs
 from kilonode.review import sides
 from kilonode.review.compare import StackDiff
-from kilonode.review.finding import HIGH, Finding
+from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.lifecycle import plan_of
 
 GATE = ("Preflight's connections check calls each refused call a break, so `pulumi up` refuses the run before it "
         "changes anything (its preflight gate); applied another way (the portal, az), ")
@@ -101,6 +102,38 @@ def _calls_changed(diff: StackDiff) -> bool:
     """A host's rendered files call an address:port they did not (a line added that names one)."""
     return any(connections.ADDRESS_PORT.search(line) for f in diff.files if f.host
                for line in f.diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
+
+
+def _deployer(entry: Mapping[str, Any] | None) -> tuple[str, tuple[str, ...]]:
+    deployer = (plan_of(entry).get("network") or {}).get("deployer") or {}
+    return str(deployer.get("network") or ""), tuple(str(c) for c in deployer.get("cidrs") or ())
+
+
+def deployer_moved(diff: StackDiff) -> list[Finding]:
+    """deployer.cidrs changed: the ranges `pulumi up` may run from move, in the run that moves them.
+    The NSG rule admitting the deployer to the apiservers' port and the storage accounts' firewall
+    IP rules are updated in place (kilonode.azure.network, kilonode.azure.common.storage_ip_rules),
+    and the same `pulumi up` then talks to the apiserver for the in-cluster half; a runner the head
+    no longer admits loses both from the moment Azure applies the update, this run's remaining
+    steps included (its in-cluster updates time out), and every later run."""
+    if not diff.base or not diff.head:
+        return []
+    (net_was, was), (net_now, now) = _deployer(diff.base), _deployer(diff.head)
+    if (net_was, set(was)) == (net_now, set(now)) or not was:
+        return []
+    dropped = [c for c in was if c not in now]
+    if not dropped and net_was == net_now:
+        return []  # only widened: every runner that could run it still can
+    return [Finding(MEDIUM, "deployer-moved", (
+        f"deployer.cidrs {', '.join(was)} -> {', '.join(now) or 'none'}"
+        + (f" (network {net_was} -> {net_now})" if net_was != net_now else "")
+        + ": once Azure applies the updated NSG rule and storage firewalls, a runner in "
+        + (', '.join(dropped) or 'the old range')
+        + " no longer reaches the apiservers' port or the image and backup storage accounts: if this `pulumi up` "
+        "runs from there, its own in-cluster half times out after the update, and every later run must come from "
+        "the new range. Move in two changes: first add the new range beside the old and apply it from the old "
+        "runner, then remove the old range in a change applied from the new runner"),
+        ("deployer.cidrs",))]
 
 
 def assess(diff: StackDiff) -> list[Finding]:

@@ -383,7 +383,10 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
     return Risk(MEDIUM, "fleet-rollout", diff.stack,
                 f"every scale set of {where} gets a new {' and '.join(said)} in its model: a fleet-wide rollout of "
                 f"{nodes:,} nodes. {MANUAL_UPGRADE_CUSTOM_DATA if 'custom data' in kinds else MANUAL_UPGRADE} "
-                "New nodes get it at once; roll the rest shard by shard and watch the first", tuple(sorted(names)),
+                "New nodes get it at once; roll the rest one scale set (one InfiniBand fabric) at a time and watch "
+                "the first: cordon and drain its nodes first (`kubectl drain`, or wait until no gang runs on the "
+                "fabric), as the upgrade and reimage restart every node of it and kill the pods there, a training "
+                "gang with one pod there included", tuple(sorted(names)),
                 cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
 
 
@@ -621,6 +624,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
              *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
              *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff)),
+             *_risks(diff, network.deployer_moved(diff)),
              *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
              *_risks(diff, flowcontrol.assess(diff))]

@@ -3,6 +3,7 @@ VM size (looked up once, here), labels and taints; then teams and autoscaling.""
 
 from __future__ import annotations
 
+import math
 from ipaddress import IPv4Network
 from typing import Literal
 
@@ -79,6 +80,21 @@ def shard_name(cluster: str, pool: str, index: int) -> str:
     return f"{cluster}-{pool}-{shard_index(index)}"
 
 
+def capacity_of(nodes: int, count: int, per_set: int, index: int, system: bool) -> int:
+    """Shard `index`'s capacity: `nodes` spread evenly over the shards `nodes` needs (ceil(nodes /
+    per_set), or a system pool's one per zone); a shard beyond them, which exists only for an
+    autoscaled pool's maxNodes, starts empty. So raising maxNodes alone adds empty scale sets for
+    the autoscaler to grow and moves no capacity: spread over every shard, it would create each
+    new scale set at an even share (`pulumi up` sets a scale set's capacity when it creates it)
+    beside the old ones, whose capacity the autoscaler owns (ignoreChanges): hundreds of VMs
+    nobody asked for (independent trace of issue 38, round 5)."""
+    needed = count if system else min(count, max(1, math.ceil(nodes / per_set)))
+    if index >= needed:
+        return 0
+    base, extra = divmod(nodes, needed)
+    return base + (1 if index < extra else 0)
+
+
 def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[ScaleSetShard, ...]]:
     infiniband = infiniband_of(pool.vm_size, pool.infiniband)
     per_set = (AZURE.vms_per_placement_group if infiniband else AZURE.vms_per_scale_set).value
@@ -87,12 +103,11 @@ def _shards(config: ClusterConfig, pool: NodePoolConfig) -> tuple[int, tuple[Sca
         # A system pool's nodes in every zone (one scale set per zone, a scale set being in
         # one zone): losing a zone leaves CoreDNS and the controllers somewhere to run.
         count = max(count, min(pool.nodes, len(config.zones)))
-    base, extra = divmod(pool.nodes, count)
     return per_set, tuple(
         ScaleSetShard(
             name=shard_name(config.name, pool.name, i),
             index=i,
-            capacity=base + (1 if i < extra else 0),
+            capacity=capacity_of(pool.nodes, count, per_set, i, pool.system),
             zone=config.zones[i % len(config.zones)],
             single_placement_group=infiniband,
         )
