@@ -17,7 +17,6 @@ from kilonode.rollout.execute import (
     execute,
     fail,
     retry_due,
-    retry_failed_steps,
 )
 from kilonode.rollout.model import Action, Journal, Policy
 
@@ -66,9 +65,7 @@ def test_a_failed_drain_pauses_the_rollout_and_resume_takes_the_batch_again() ->
     text = fail(journal, Action("drain", "a", nodes=("a000000",)), TimeoutError("2 pods still held"), 10.0)
     assert journal.of("a").phase == "failed" and journal.paused == text
     assert "a: drain failed: TimeoutError: 2 pods still held" in text and "kubectl get pdb -A" in text
-    before = {n: p.why for n, p in journal.progress.items() if p.phase == "failed"}
-    journals.resume(journal, 20.0)
-    assert retry_failed_steps(journal, before, 20.0) == ["a: its batch is taken again (cordon, drain)"]
+    assert journals.resume(journal, 20.0)[0] == "a: its batch is taken again (cordon, drain)"
     assert journal.of("a").phase == "pending" and journal.of("a").taken == () and not journal.paused
 
 
@@ -76,9 +73,7 @@ def test_a_failed_upgrade_is_tried_again_and_a_failed_gate_goes_back_to_its_gate
     journal = rollout()
     fail(journal, Action("upgrade", "a", instances=("0",)), RuntimeError("quota"), 10.0)
     journal.of("b").phase, journal.of("b").why = "failed", "3 nodes not Ready"  # decide's gate timeout
-    before = {n: p.why for n, p in journal.progress.items() if p.phase == "failed"}
     journals.resume(journal, 20.0)
-    retry_failed_steps(journal, before, 20.0)
     assert journal.of("a").phase == "cordoned" and journal.of("b").phase == "gating"
 
 

@@ -212,6 +212,7 @@ class Cluster(pulumi.ComponentResource):
                     encryption_at_host=plan.encryption_at_host,
                     image_version_id=self.image_version_ids[ETCD_IMAGE],
                     public_ips=plan.network.public_ips_on_control_plane,
+                    teardown=plan.teardown,
                     identity_id=backup_identity_ids[e.role],
                 ),
                 pulumi.ResourceOptions(parent=self),

@@ -32,6 +32,7 @@ class EtcdClusterArgs:
     encryption_at_host: Callable[[str], bool]  # by VM size: ClusterPlan.encryption_at_host
     image_version_id: pulumi.Input[str]  # the role's image in the cluster's gallery
     public_ips: bool
+    teardown: bool = False  # ClusterPlan.teardown: the members unprotected for `pulumi destroy`
     # this cluster's snapshot uploader's identity (kilonode.azure.backup): blobs/write on this
     # cluster's snapshot container only, carried by no other cluster's VMs
     identity_id: pulumi.Input[str] | None = None
@@ -53,7 +54,8 @@ class EtcdCluster(pulumi.ComponentResource):
                     vm_tags=quota_tags(etcd.quota_backend_bytes),
                 ),
                 parent=self,
-                protect=True,
+                # a member's data goes with its VM: only a stack armed for teardown lets it go
+                protect=not args.teardown,
             )
             self.vm_ids.append(vm.id)
         self.client_endpoints = list(etcd.client_endpoints)

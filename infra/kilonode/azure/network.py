@@ -63,6 +63,8 @@ from kilonode.plan.wellknown import (
     ETCD_PEER_PORT,
     GPU_HEALTH_CONTROLLER_METRICS_PORT,
     SCHEDULER_PORT,
+    TEARDOWN_ARMED,
+    TEARDOWN_TAG,
 )
 
 SSH_PORT = 22
@@ -357,8 +359,14 @@ class Network(pulumi.ComponentResource):
         location, resource_tags = plan.location, tags(plan.cluster, "network")
 
         # The resource group carries the cluster's name: one cluster, one group.
+        # Protected: deleting a resource group deletes all it holds in Azure, whatever Pulumi knows of
+        # (pulumi/pulumi-azure-native#2522), the etcd backup account and its snapshots included; and
+        # `pulumi destroy --exclude-protected` then keeps it, with the backups (docs/operations.md).
         rg = resources.ResourceGroup(
-            f"{name}-rg", resource_group_name=plan.cluster, location=location, tags=resource_tags, opts=child
+            f"{name}-rg", resource_group_name=plan.cluster, location=location,
+            opts=pulumi.ResourceOptions(parent=self, protect=True),
+            # armed for `pulumi destroy`: the policy pack lets the etcd VMs go unprotected (wellknown)
+            tags={**resource_tags, **({TEARDOWN_TAG: TEARDOWN_ARMED} if plan.teardown else {})},
         )
         vnet = network.VirtualNetwork(
             f"{name}-vnet",

@@ -317,14 +317,10 @@ def resume(stack_ref: StackArg, journal_file: JournalOpt = None) -> None:
     """Clear the pause. A scale set that failed its gate gets its gate tried again; one whose
     drain or upgrade failed gets that step again."""
     from kilonode.rollout import journal as journals
-    from kilonode.rollout.execute import retry_failed_steps
 
     path = journal_path(stack_ref, journal_file)
     journal = _load_journal(path)
-    failed = {n: p.why for n, p in journal.progress.items() if p.phase == "failed"}
-    now = time.time()
-    said = journals.resume(journal, now)
-    said += retry_failed_steps(journal, failed, now)
+    said = journals.resume(journal, time.time())
     journals.save(journal, path)
     for line in said:
         out.print(f"  {line}", markup=False)

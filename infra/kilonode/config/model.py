@@ -771,7 +771,8 @@ class NodeImageConfig(StrictModel):
         description=(
             "The Azure Compute Gallery version of every pool's node image (a pool in `pools` may have its own). "
             "A gallery version is immutable: rolling a new image is a new version here (a stack change, reviewed "
-            "like any other), then the scale sets' manual upgrade, one scale set at a time (docs/azure.md)."
+            "like any other), then the scale sets' manual upgrade, one scale set at a time (`kilonode rollout`; "
+            "docs/operations.md)."
         ),
     )
     previous: GalleryVersion | None = Field(
@@ -1066,6 +1067,16 @@ class ClusterConfig(StrictModel):
             f"{tokens.JOIN_TOKEN_MAX_DAYS} days ahead. Rotate before `current.expires` (docs/azure.md, \"Node join "
             "credentials\"). Required: every pool's custom data carries a token, and one without an expiry could "
             "join nodes forever."
+        ),
+    )
+    teardown: Bool = Field(
+        default=False,
+        description=(
+            "Arms `pulumi destroy`: the etcd VMs lose `protect` (which otherwise stops any deletion of a member's "
+            "data) and the cluster's resource group is tagged kilonode-teardown=armed, which the policy pack's "
+            "etcd-protected invariant reads. Set it, review (`kilonode diff` calls it high), `pulumi up`, then "
+            "`pulumi destroy --exclude-protected`: the etcd backup account stays, protected, with its snapshots "
+            "(docs/operations.md, \"Tearing a cluster down\"). Never set it on a cluster you mean to keep."
         ),
     )
     acknowledge_restart: tuple[Literal["etcd-main", "etcd-events", "etcd-leases", "apiservers"], ...] = Field(

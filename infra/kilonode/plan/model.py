@@ -612,6 +612,8 @@ class ClusterPlan(StrictModel):
     node_pools: tuple[NodePoolPlan, ...]
     gallery_replicas: int
     node_image_version: str  # the Compute Gallery image version every pool's scale sets use but those below
+    # the stack armed for `pulumi destroy` (ClusterConfig.teardown): etcd VMs unprotected
+    teardown: bool = False
     # pool -> its own version (nodeImage.pools: a canary pool)
     pool_image_versions: dict[str, str] = Field(default_factory=dict)
     # image name -> the version before its current one, kept published (the rollback target)

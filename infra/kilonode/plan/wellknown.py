@@ -298,3 +298,15 @@ AZURE_WIRESERVER_TCP_PORTS = (80, 32526)
 # why, and how it is bounded. A DaemonSet whose ServiceAccount may list or watch cluster-wide
 # and carries no such annotation is refused by the policy pack and flagged by `kilonode diff`.
 API_LOAD_BUDGET_ANNOTATION = "kilonode.io/api-load-budget"
+
+# How many pods of one node may hold the shared HCAs at once (the RDMA shared device plugin's
+# rdmaHcaMax, kilonode.k8s.rdma): more than a node ever runs pods (research-7500's podsPerNode is
+# 3); a bound, not a target. Upstream's example uses 1,000. Here because the autoscaler's node
+# template of an empty InfiniBand scale set names it too (kilonode.plan.node_templates).
+RDMA_HCA_MAX = 100
+
+# The tag on the cluster's resource group while its stack is armed for `pulumi destroy`
+# (ClusterConfig.teardown): the policy pack's etcd-protected invariant reads it
+# (kilonode.review.rules), so that an unprotected etcd VM is refused everywhere else.
+TEARDOWN_TAG = "kilonode-teardown"
+TEARDOWN_ARMED = "armed"

@@ -121,11 +121,11 @@ def _guard_advice(refused: Mapping[str, tuple[int, int]], groups: list[str]) -> 
     if not named:
         return "", (f"; after the last, one full `pulumi up`: only a full run records the new restart keys "
                     f"({ROLLING})")
-    counts = ", ".join(f"{refused[g][0]} of {refused[g][1]} {g}" for g in named)
+    counts = ", ".join(f"{refused[g][0]} of the {refused[g][1]} {g} machines the head has" for g in named)
     listed = ", ".join(named)
     first = (f"First add `acknowledgeRestart: [{listed}]` to the stack file: the restart guard compares every "
              f"control-plane machine's restart key with the last full run's, targeted runs included, so with "
-             f"{counts} changed it refuses each `pulumi up --target` too. Then ")
+             f"{counts} changed, it refuses each `pulumi up --target` too. Then ")
     last = (f"; after the last, one full `pulumi up` (it records the new restart keys), then remove "
             f"acknowledgeRestart and commit ({ROLLING})")
     return first, last
@@ -268,6 +268,51 @@ def shrinking(diff: StackDiff) -> dict[str, tuple[int, int, list[str]]]:
     return found
 
 
+def teardown(diff: StackDiff) -> list[Finding]:
+    """The stack armed for `pulumi destroy` (ClusterConfig.teardown): after this `pulumi up`, nothing
+    stops a destroy from deleting every etcd member and its data."""
+    if not diff.base or not diff.head or plan_of(diff.base).get("teardown") or not plan_of(diff.head).get("teardown"):
+        return []
+    members = sorted(n for g in ETCD_GROUPS for n in _members(diff.head, g))
+    return [Finding(HIGH, "teardown-armed", (
+        f"teardown: true: the {len(members)} etcd VMs lose `protect` and the cluster's resource group is tagged "
+        "kilonode-teardown=armed (the policy pack's etcd-protected invariant then lets them go): once this "
+        "`pulumi up` is done, `pulumi destroy` deletes every etcd member and the cluster's state with it. Only "
+        "for a cluster being retired: first delete its LoadBalancer Services (cloud-controller-manager removes "
+        "the load balancers and public IPs it made, else the subnets cannot be deleted), then `pulumi destroy "
+        "--exclude-protected` keeps the etcd backup account and its snapshots (docs/operations.md, \"Tearing a "
+        "cluster down\")"), tuple(members))]
+
+
+def etcd_growth(diff: StackDiff) -> list[Finding]:
+    """More etcd members in a running cluster: each new VM's etcd-join adds its member with
+    `etcdctl member add` before it starts (templates/usr/local/lib/kilonode/etcd-join.j2), and an
+    added member counts toward quorum at once. etcd's runtime reconfiguration guide (etcd-io/website
+    content/en/docs/v3.5/op-guide/runtime-configuration.md, "Add a new member", and "Strict
+    reconfiguration check mode") adds one member at a time; the strict check refuses an add only
+    where the started members would fall below the new quorum, so two adds in one run pass and
+    leave the cluster with no failure tolerated until both have started and caught up."""
+    found = []
+    for group in ETCD_GROUPS:
+        before, after = _members(diff.base, group), _members(diff.head, group)
+        if not before or len(after) <= len(before):
+            continue
+        added = sorted(set(after) - set(before), key=lambda n: (len(n), n))
+        quorum = len(after) // 2 + 1
+        spare = len(before) - quorum
+        found.append(Finding(HIGH if spare < 0 else MEDIUM, "etcd-grown", (
+            f"{group} grows from {len(before)} to {len(after)} members ({', '.join(added)} created): each new "
+            "member's etcd-join adds it with `etcdctl member add` before it starts, and it counts toward quorum at "
+            f"once, so until every new member has started and caught up the cluster has {len(after)} members, quorum "
+            f"{quorum}, and {len(before)} started: "
+            + ("it tolerates no failure meanwhile" if spare == 0 else
+               f"{spare} may fail meanwhile" if spare > 0 else "quorum is lost until they start")
+            + " (etcd runtime reconfiguration guide: add one member at a time). Grow one member per change, each "
+            "after `etcdctl endpoint health --cluster` shows the last one healthy"),
+            tuple(added)))
+    return found
+
+
 def etcd_shrink(diff: StackDiff) -> list[Finding]:
     """Fewer etcd members: deleting a VM does not change etcd's membership. Each removed member
     must leave it first (`etcdctl member remove`, one at a time: etcd's runtime reconfiguration
@@ -316,7 +361,12 @@ def etcd_data(diff: StackDiff) -> list[Finding]:
         every = len(names) >= total
         if every:
             tail = (f"with all {total} members at once nothing keeps the data, and the cluster would have to be "
-                    f"restored from its latest snapshot ({RESTORE_RUNBOOK}), losing what was written since")
+                    f"restored from its latest snapshot ({RESTORE_RUNBOOK}), losing what was written since"
+                    if role != "etcd-events" else
+                    f"with all {total} members at once nothing keeps the data: the Events cluster would have to be "
+                    f"bootstrapped again from any recent snapshot ({RESTORE_RUNBOOK}); what it holds is Events, kept "
+                    "an hour (--event-ttl), so losing them costs little, but until it is back every apiserver's "
+                    "Event writes fail")
             stops = [s for s, held in (
                 (f"the restart guard (unless acknowledgeRestart lists {role})", role in refused),
                 ("the members' protect (unless unprotected)",
@@ -488,6 +538,6 @@ def image_cause(was: str, now: str) -> str:
 
 
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*replacements(diff), *containers(diff), *etcd_shrink(diff), *etcd_data(diff), *unrecorded(diff),
-            *registration(diff),
+    return [*replacements(diff), *containers(diff), *etcd_shrink(diff), *etcd_growth(diff), *etcd_data(diff),
+            *unrecorded(diff), *registration(diff), *teardown(diff),
             *image_versions(diff)]

@@ -26,6 +26,7 @@ from kilonode.azure.tags import (
 )
 from kilonode.catalog.limits import limits
 from kilonode.catalog.vm import infiniband_of
+from kilonode.plan.wellknown import TEARDOWN_ARMED, TEARDOWN_TAG
 from kilonode.preflight.apiload import unbudgeted
 
 VM = "azure-native:compute:VirtualMachine"
@@ -134,7 +135,19 @@ def etcd_quota(resources: Sequence[Resource]) -> list[str]:
     return found
 
 
+RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
+
+
+def teardown_armed(resources: Sequence[Resource]) -> bool:
+    """The stack is armed for `pulumi destroy` (ClusterConfig.teardown): a resource group of it
+    carries the teardown tag, which only that stack value sets (kilonode.azure.network)."""
+    return any(r.type == RESOURCE_GROUP and isinstance(tags := r.props.get("tags"), Mapping)
+               and tags.get(TEARDOWN_TAG) == TEARDOWN_ARMED for r in resources)
+
+
 def etcd_vms_protected(resources: Sequence[Resource]) -> list[str]:
+    if teardown_armed(resources):
+        return []  # the stack says so, on purpose; `kilonode diff` calls arming it high (teardown-armed)
     return [f"{vm.name}: etcd VM without `protect`: a change that replaces it would delete a member's data "
             "(replace a member by the runbook, docs/runbooks/etcd-member-lost-its-disk.md)"
             for members in etcd_members(resources).values() for vm in members if not vm.protect]

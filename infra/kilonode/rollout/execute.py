@@ -280,23 +280,3 @@ def execute(actions: Iterable[Action], journal: Journal, executor: Executor, now
             return done
         done.append(describe(action))
     return done
-
-
-def retry_failed_steps(journal: Journal, failed: dict[str, str], now: float) -> list[str]:
-    """After kilonode.rollout.journal.resume (which returns every failed scale set to its gate):
-    a scale set whose drain failed goes back to pending, its batch to be taken again (cordon and
-    drain); one whose upgrade failed back to cordoned, to be upgraded again. `failed`: each
-    failed scale set's `why` from before the resume."""
-    said = []
-    for name, why in failed.items():
-        progress = journal.of(name)
-        if why in ("cordon failed", "drain failed"):
-            progress.phase, progress.since, progress.why, progress.taken = "pending", now, "drain retried", ()
-            said.append(f"{name}: its batch is taken again (cordon, drain)")
-        elif why == "upgrade failed":
-            progress.phase, progress.since, progress.why = "cordoned", now, "upgrade retried"
-            said.append(f"{name}: its upgrade is tried again")
-        else:
-            continue
-        journal.log.append(f"{now:.0f} {name} {progress.phase} {progress.why}")
-    return said

@@ -90,6 +90,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         node_image_version=config.node_image.version,
         pool_image_versions={name: image.version for name, image in sorted(config.node_image.pools.items())},
         image_previous=image_previous(config),
+        teardown=config.teardown,
         etcd_image_version=config.etcd_image.version,
         control_plane_image_version=config.control_plane_image.version,
         # A handful of VMs, created one group at a time: the production floor is enough.

@@ -1,0 +1,89 @@
+"""The rollout's journal on disk: JSON, written whole to a temporary file and renamed over the old
+one, so a rollout stopped at any point (a crash, Ctrl-C, a lost laptop lid) resumes from the
+last step it recorded, never from half a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kilonode.rollout.model import PHASES, Journal, Policy, Progress
+
+VERSION = 1
+
+
+def dumps(journal: Journal) -> str:
+    return json.dumps({"version": VERSION, **asdict(journal)}, indent=2, sort_keys=True) + "\n"
+
+
+def loads(text: str, source: str = "the journal") -> Journal:
+    try:
+        raw: dict[str, Any] = json.loads(text)
+        if raw.get("version") != VERSION:
+            raise ValueError(f"version {raw.get('version')!r}, this kilonode reads version {VERSION}")
+        progress = {}
+        for name, p in raw["progress"].items():
+            if p["phase"] not in PHASES:
+                raise ValueError(f"{name}: phase {p['phase']!r} is none of {', '.join(PHASES)}")
+            progress[name] = Progress(phase=p["phase"], since=float(p["since"]), why=str(p["why"]),
+                                      gangs_cut=tuple(p["gangs_cut"]), taken=tuple(p["taken"]),
+                                      boot_ids=dict(p["boot_ids"]))
+        policy = raw["policy"]
+        return Journal(stack=str(raw["stack"]), target=str(raw["target"]),
+                       policy=Policy(**{**policy, "order": tuple(policy["order"])}), progress=progress,
+                       paused=str(raw["paused"]), canary_passed_at=float(raw["canary_passed_at"]),
+                       log=[str(line) for line in raw["log"]])
+    except KeyError as error:
+        raise ValueError(f"{source} cannot be read: it has no {error}; it was not changed") from None
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{source} cannot be read: {error}; it was not changed") from None
+
+
+def load(path: Path) -> Journal:
+    return loads(path.read_text(encoding="utf-8"), str(path))
+
+
+def save(journal: Journal, path: Path) -> None:
+    """Replace `path` with the journal, atomically (same directory, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(dumps(journal))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def resume(journal: Journal, now: float) -> list[str]:
+    """Clear the pause; each failed scale set goes back to the step that failed: a cordon or drain
+    (kilonode.rollout.execute.fail: why "cordon failed", "drain failed") to pending, its batch to be
+    taken again; an upgrade to cordoned, to be upgraded again; a gate (decide's timeout) to its gate.
+    Returns what changed, for the operator."""
+    said = []
+    for name, progress in journal.progress.items():
+        if progress.phase != "failed":
+            continue
+        if progress.why in ("cordon failed", "drain failed"):
+            progress.phase, progress.why, progress.taken = "pending", "drain retried", ()
+            said.append(f"{name}: its batch is taken again (cordon, drain)")
+        elif progress.why == "upgrade failed":
+            progress.phase, progress.why = "cordoned", "upgrade retried"
+            said.append(f"{name}: its upgrade is tried again")
+        else:
+            progress.phase, progress.why = "gating", "resumed"
+            said.append(f"{name}: its gate is tried again")
+        progress.since = now
+        journal.log.append(f"{now:.0f} {name} {progress.phase} {progress.why}")
+    if journal.paused:
+        said.append(f"no longer paused ({journal.paused.split('.')[0]})")
+        journal.paused = ""
+    journal.log.append(f"{now:.0f} resumed")
+    return said

@@ -1,0 +1,111 @@
+"""What a rollout sees and remembers. Plain data: `observe` builds a ClusterState from the Azure
+and Kubernetes APIs, a test from a recorded JSON file; `decide` reads both and changes neither."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+# A scale set's progress through one rollout, in order. `failed` stops the rollout (paused) until
+# the operator resumes it (the gate is tried again) or rolls back.
+Phase = Literal["pending", "cordoned", "upgrading", "gating", "done", "failed"]
+PHASES: tuple[Phase, ...] = ("pending", "cordoned", "upgrading", "gating", "done", "failed")
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One VM of a scale set and its Node (None: not registered, or not found)."""
+
+    instance_id: str
+    node: str | None
+    latest_model: bool  # Azure's latestModelApplied: it runs the scale set's model (image, custom data)
+    ready: bool = False  # the Node's Ready condition
+    schedulable: bool = True  # not cordoned (spec.unschedulable false)
+    gpu_pending: bool = False  # carries a GPU health taint (startup checks not passed, or a fault)
+    # the Node's status.nodeInfo.bootID: it changes when the machine boots, so a gate can tell a
+    # node reimaged into the model from one that has not gone down yet (its Ready still the old one)
+    boot_id: str = ""
+
+
+@dataclass(frozen=True)
+class ScaleSet:
+    name: str
+    pool: str
+    infiniband: bool  # one fabric: taken whole, never in part (RDMA reaches only one scale set's VMs)
+    instances: tuple[Instance, ...]
+
+    @property
+    def current(self) -> bool:
+        """Every instance runs the scale set's model: nothing to roll."""
+        return all(i.latest_model for i in self.instances)
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """What the rollout reads before each step."""
+
+    scale_sets: tuple[ScaleSet, ...]
+    gangs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node -> the PodGroups with a pod there
+    firing: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pool -> alerts firing for it
+    at: float = 0.0  # when it was read (seconds since the epoch)
+
+    def scale_set(self, name: str) -> ScaleSet | None:
+        return next((s for s in self.scale_sets if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the rollout may go. Defaults are the cautious ones, each with its reason."""
+
+    # The order scale sets are taken in: the canary first (a pool's first scale set, or a canary pool).
+    order: tuple[str, ...]
+    # Scale sets in progress at once after the canary: each is a whole fabric, and a GPU pool's
+    # capacity drops by that many fabrics meanwhile.
+    in_flight: int = 1
+    # Instances of a scale set without InfiniBand upgraded at once (a fabric is always whole).
+    batch: int = 50
+    # The canary alone, then this long (seconds) with its gate passing before any other starts.
+    soak_s: int = 1800
+    # How long a gate may take (seconds) before the scale set is failed and the rollout pauses.
+    gate_timeout_s: int = 3600
+    # Take a fabric where a gang runs: only when the operator allows it (a maintenance window).
+    cut_gangs: bool = False
+
+
+@dataclass
+class Progress:
+    """One scale set's place in the journal."""
+
+    phase: Phase = "pending"
+    since: float = 0.0  # when it entered the phase
+    why: str = ""  # why it is failed, or what it waits for
+    gangs_cut: tuple[str, ...] = ()  # the PodGroups whose pods its drain evicted (cut_gangs)
+    taken: tuple[str, ...] = ()  # the instances this batch took (cordoned, drained, upgraded)
+    boot_ids: dict[str, str] = field(default_factory=dict)  # node -> its boot ID when it was taken
+
+
+@dataclass
+class Journal:
+    """What a rollout has done, kept in a file between runs (kilonode.rollout.journal)."""
+
+    stack: str
+    target: str  # what the scale sets move to, as the operator named it (an image version, a commit)
+    policy: Policy
+    progress: dict[str, Progress] = field(default_factory=dict)
+    paused: str = ""  # why it is paused; empty while it runs
+    canary_passed_at: float = 0.0
+    log: list[str] = field(default_factory=list)
+
+    def of(self, name: str) -> Progress:
+        return self.progress.setdefault(name, Progress())
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step `execute` carries out, or a reason to wait; `decide` returns them in order."""
+
+    kind: Literal["cordon", "drain", "upgrade", "uncordon", "wait", "pause", "done"]
+    scale_set: str = ""
+    nodes: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+    why: str = ""

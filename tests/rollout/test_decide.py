@@ -1,0 +1,170 @@
+"""The rollout's decisions against recorded cluster states: which scale set next, what waits,
+what stops. The cluster's answers to each step (an instance reimaged into the model, a node
+Ready again) are scripted here as the state the next observation would read: no Azure and no
+Kubernetes run in these tests, only kilonode.rollout.decide."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kilonode.rollout import journal as journals
+from kilonode.rollout.decide import decide
+from kilonode.rollout.model import Action, ClusterState, Instance, Journal, Policy, ScaleSet
+
+FABRICS = ("r-h100-ib-000", "r-h100-ib-001", "r-h100-ib-002")
+
+
+def fabric(name: str, nodes: int = 3, latest: bool = False) -> ScaleSet:
+    return ScaleSet(name, "h100-ib", True, tuple(
+        Instance(str(i), f"{name}{i:06d}", latest, ready=True, boot_id=f"{name}-{i}-boot-1") for i in range(nodes)))
+
+
+def cluster(**gangs: tuple[str, ...]) -> ClusterState:
+    return ClusterState(tuple(fabric(n) for n in FABRICS), gangs=dict(gangs))
+
+
+def rollout(**policy: object) -> Journal:
+    return Journal("research-7500", "image 1.1.0", Policy(order=FABRICS, **policy))  # type: ignore[arg-type]
+
+
+def applied(state: ClusterState, actions: list[Action], gpu_checks_pass: bool = True) -> ClusterState:
+    """What the next observation reads once the actions are carried out: cordon and drain leave
+    nodes unschedulable; an upgrade reimages the instances into the model (a new boot ID, Ready,
+    GPU checks passed or not); an uncordon makes them schedulable again."""
+    sets = {s.name: s for s in state.scale_sets}
+    for action in actions:
+        s = sets.get(action.scale_set)
+        if s is None:
+            continue
+        instances = []
+        for i in s.instances:
+            if action.kind == "cordon" and i.node in action.nodes:
+                i = replace(i, schedulable=False)
+            elif action.kind == "uncordon" and i.node in action.nodes:
+                i = replace(i, schedulable=True)
+            elif action.kind == "upgrade" and i.instance_id in action.instances:
+                i = replace(i, latest_model=True, boot_id=i.boot_id.replace("boot-1", "boot-2"),
+                            gpu_pending=not gpu_checks_pass)
+            instances.append(i)
+        sets[s.name] = replace(s, instances=tuple(instances))
+    return replace(state, scale_sets=tuple(sets[n] for n in (s.name for s in state.scale_sets)))
+
+
+def kinds(actions: list[Action]) -> list[tuple[str, str]]:
+    return [(a.kind, a.scale_set) for a in actions]
+
+
+def test_the_canary_goes_alone_then_soaks_then_the_rest_one_fabric_at_a_time() -> None:
+    journal, state, now = rollout(soak_s=600), cluster(), 1000.0
+    first = decide(journal, state, now)
+    assert kinds(first)[:2] == [("cordon", FABRICS[0]), ("drain", FABRICS[0])]
+    assert ("wait", FABRICS[1]) in kinds(first) and "canary" in first[-1].why
+    state = applied(state, first)
+    assert kinds(decide(journal, state, now + 1))[0] == ("upgrade", FABRICS[0])
+    state = applied(state, [Action("upgrade", FABRICS[0], instances=("0", "1", "2"))])
+    gated = decide(journal, state, now + 2)
+    assert kinds(gated)[0] == ("uncordon", FABRICS[0]) and journal.of(FABRICS[0]).phase == "done"
+    state = applied(state, gated)
+    waiting = decide(journal, state, now + 300)
+    assert all(a.kind == "wait" for a in waiting) and "soaks" in waiting[0].why
+    after = decide(journal, state, now + 2 + 600)
+    assert kinds(after)[:2] == [("cordon", FABRICS[1]), ("drain", FABRICS[1])]
+    assert ("wait", FABRICS[2]) in kinds(after) and "in progress" in after[-1].why  # in_flight 1
+
+
+def test_a_fabric_where_a_gang_runs_waits_and_is_taken_whole_once_allowed() -> None:
+    state = cluster(**{f"{FABRICS[0]}000001": ("team-language/gpt-7b",)})
+    journal = rollout()
+    [wait, *_] = decide(journal, state, 0.0)
+    assert wait.kind == "wait" and "gangs run there: team-language/gpt-7b" in wait.why
+    assert journal.of(FABRICS[0]).phase == "pending"
+    allowed = rollout(cut_gangs=True)
+    cordon, drain, *_ = decide(allowed, state, 0.0)
+    assert cordon.nodes == drain.nodes == tuple(f"{FABRICS[0]}{i:06d}" for i in range(3))  # the fabric, whole
+    assert "evicts gangs team-language/gpt-7b" in drain.why
+    assert allowed.of(FABRICS[0]).gangs_cut == ("team-language/gpt-7b",)
+
+
+def test_a_gate_that_fails_stops_the_rollout_with_its_nodes_cordoned_and_resume_retries_it() -> None:
+    journal, state = rollout(gate_timeout_s=900), cluster()
+    state = applied(state, decide(journal, state, 0.0))
+    state = applied(state, decide(journal, state, 1.0), gpu_checks_pass=False)  # the upgrade
+    waiting = decide(journal, state, 2.0)
+    assert waiting[0].kind == "wait" and "GPU health taint" in waiting[0].why
+    stopped = decide(journal, state, 2.0 + 901)
+    assert stopped[-1].kind == "pause" and journal.of(FABRICS[0]).phase == "failed"
+    assert "failed its gate" in journal.paused and "Its nodes stay cordoned" in journal.paused
+    assert not any(a.kind in ("cordon", "upgrade", "uncordon") for a in decide(journal, state, 5000.0))
+    # nothing else was taken while the canary failed
+    assert journal.of(FABRICS[1]).phase == journal.of(FABRICS[2]).phase == "pending"
+    said = journals.resume(journal, 6000.0)
+    assert said[0] == f"{FABRICS[0]}: its gate is tried again" and not journal.paused
+    healthy = replace(state, scale_sets=tuple(
+        replace(s, instances=tuple(replace(i, gpu_pending=False) for i in s.instances)) for s in state.scale_sets))
+    assert kinds(decide(journal, healthy, 6001.0))[0] == ("uncordon", FABRICS[0])
+
+
+def test_a_node_that_has_not_rebooted_does_not_pass_its_gate_on_its_old_ready() -> None:
+    journal, state = rollout(), cluster()
+    state = applied(state, decide(journal, state, 0.0))
+    decide(journal, state, 1.0)  # the upgrade, not carried out yet: the instances say they are at the model
+    stale = replace(state, scale_sets=tuple(
+        replace(s, instances=tuple(replace(i, latest_model=True) for i in s.instances)) if s.name == FABRICS[0]
+        else s for s in state.scale_sets))
+    [wait, *_] = decide(journal, stale, 2.0)
+    assert wait.kind == "wait" and "have not booted into the model" in wait.why
+
+
+def test_alerts_firing_for_the_pool_keep_a_new_fabric_from_being_taken_and_fail_a_gate() -> None:
+    journal = rollout()
+    state = replace(cluster(), firing={"h100-ib": ("KilonodeGpuPoolUnhealthy",)})
+    [wait, *_] = decide(journal, state, 0.0)
+    assert wait.kind == "wait" and "alerts firing for pool h100-ib: KilonodeGpuPoolUnhealthy" in wait.why
+
+
+def test_scale_sets_already_at_their_model_are_done_and_a_rollback_takes_only_the_moved_ones() -> None:
+    # a rollback: the stack's version set back; the fabric never upgraded is at the restored model already
+    state = ClusterState((fabric(FABRICS[0]), fabric(FABRICS[1], latest=True), fabric(FABRICS[2], latest=True)))
+    journal = rollout(soak_s=0)
+    actions = decide(journal, state, 0.0)
+    assert kinds(actions)[:2] == [("cordon", FABRICS[0]), ("drain", FABRICS[0])]
+    assert journal.of(FABRICS[1]).phase == journal.of(FABRICS[2]).phase == "done"
+
+
+def test_a_scale_set_without_infiniband_is_taken_in_batches() -> None:
+    cpu = ScaleSet("r-cpu-000", "cpu", False, tuple(
+        Instance(str(i), f"r-cpu-000{i:06d}", False, ready=True, boot_id=f"cpu-{i}-boot-1") for i in range(5)))
+    journal = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), batch=2))
+    state = ClusterState((cpu,))
+    cordon, _ = decide(journal, state, 0.0)
+    assert cordon.nodes == ("r-cpu-000000000", "r-cpu-000000001")
+    state = applied(state, [cordon])
+    [upgrade] = decide(journal, state, 1.0)
+    assert upgrade.instances == ("0", "1")
+    state = applied(state, [upgrade])
+    uncordon = decide(journal, state, 2.0)
+    assert kinds(uncordon)[0] == ("uncordon", "r-cpu-000") and journal.of("r-cpu-000").phase == "pending"
+    state = applied(state, uncordon)
+    assert decide(journal, state, 3.0)[0].nodes == ("r-cpu-000000002", "r-cpu-000000003")
+
+
+def test_a_scale_set_gone_from_the_cluster_pauses_the_rollout() -> None:
+    journal = rollout()
+    state = ClusterState((fabric(FABRICS[0]), fabric(FABRICS[1])))
+    actions = decide(journal, state, 0.0)
+    assert actions[-1].kind == "pause" and "r-h100-ib-002: the scale set is not there" in journal.paused
+
+
+def test_the_journal_survives_a_round_trip_and_refuses_a_broken_file(tmp_path: Path) -> None:
+    journal, state = rollout(), cluster()
+    decide(journal, state, 0.0)
+    path = tmp_path / "rollout.json"
+    journals.save(journal, path)
+    again = journals.load(path)
+    assert again == journal and list(tmp_path.iterdir()) == [path]
+    path.write_text('{"version": 1, "stack": "x"}')
+    with pytest.raises(ValueError, match="cannot be read: it has no 'progress'; it was not changed"):
+        journals.load(path)
