@@ -36,9 +36,9 @@ CONFIG_MAP = "rdma-devices"  # upstream's ConfigMap name
 CONFIG_DIR = "/k8s-rdma-shared-dev-plugin"  # resources_manager.go DefaultConfigFilePath's directory
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 PLUGINS_REGISTRY_DIR = "/var/lib/kubelet/plugins_registry"
-# How many pods of one node may hold the shared HCAs at once: more than a node ever runs pods
-# (research-7500's podsPerNode is 3); a bound, not a target. Upstream's example uses 1,000.
-RDMA_HCA_MAX = 100
+# How many pods of one node may hold the shared HCAs at once: wellknown.RDMA_HCA_MAX (the
+# autoscaler's node template of an empty scale set names it too).
+RDMA_HCA_MAX = wellknown.RDMA_HCA_MAX
 # How often the plugin looks for devices again (seconds): kilonode.plan.wellknown.RDMA_PLUGIN_RESCAN_S
 # says why 30, not upstream's example 300 (a pod then got the HCAs of a scan up to 5 minutes old: some
 # of the eight, where the virtual functions arrived after the plugin's start); the GPU health agent
