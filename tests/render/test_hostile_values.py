@@ -96,6 +96,8 @@ FIELDS: dict[str, Field] = {
     "location": Field("location", _at("location"), "westus"),
     "zones[]": Field("zones", _with("zones", lambda v: [v])),
     "kubernetesVersion": Field("kubernetesVersion", _at("kubernetesVersion"), "1.34."),
+    "nodePools[].kubernetesVersion": Field("nodePools[0].kubernetesVersion", _at("nodePools", 0, "kubernetesVersion"),
+                                           "1.34."),
     "pauseImage": Field("pauseImage", _at("pauseImage"), "registry.k8s.io/pause:"),
     "etcd.main.vmSize": Field("etcd.main.vmSize", _at("etcd", "main", "vmSize"), "Standard_D"),
     "etcd.main.vmSizeOverrides{}": Field("etcd.main.vmSizeOverrides", _at("etcd", "main", "vmSizeOverrides", 0),

@@ -226,6 +226,8 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
         pool.role(): list(pool.binary_roles)
         for pool in plan.node_pools
     }
+    # a pool may run its own Kubernetes version (nodePools[].kubernetesVersion) during a minor upgrade
+    versions = {pool.role(): pool.kubernetes_version or plan.kubernetes_version for pool in plan.node_pools}
     shown: dict[str, Any] = {}
     for host_role, catalog_roles in roles.items():
         try:
@@ -233,7 +235,7 @@ def pinned_binaries(plan: ClusterPlan) -> dict[str, Any]:
             for role in catalog_roles:
                 shown[host_role] |= {
                     r.name: {"version": r.version, "url": r.url, "digest": r.pin.expected}
-                    for r in catalog.resolve(role, plan.kubernetes_version)
+                    for r in catalog.resolve(role, versions.get(host_role, plan.kubernetes_version))
                 } | {c.name: {"version": c.version, "unpinned": c.unpinned} for c in catalog.unpinned(role)}
         except binaries.PinError as error:
             pulumi.log.warn(str(error))

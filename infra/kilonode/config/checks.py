@@ -39,6 +39,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_certificate_generations(config),
         *_acknowledged_groups(config),
         *_kubernetes_pins(config),
+        *_pool_kubernetes_versions(config),
         *_taints(config),
         *_image_replicas(config),
         *_image_versions(config),
@@ -133,12 +134,61 @@ def _binaries() -> binaries.Catalog:
     return binaries.load()
 
 
+# The kubelet's skew against kube-apiserver (kubernetes/website content/en/releases/version-skew-
+# policy.md, "kubelet": "must not be newer than kube-apiserver, and may be up to three minor versions
+# older", from 1.28; kube-proxy likewise, against the apiserver and the kubelet beside it).
+KUBELET_MAX_MINORS_BEHIND = 3
+
+
+def _minor(version: str) -> int:
+    return int(version.split(".")[1])
+
+
+def _parts(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+def _pool_kubernetes_versions(config: ClusterConfig) -> list[Problem]:
+    """A pool's own kubelet version stays within the skew policy against the control plane's, and
+    every binary its image takes is pinned at it."""
+    problems = []
+    cluster = _minor(config.kubernetes_version)
+    pins = _binaries()
+    for index, pool in enumerate(config.node_pools):
+        if pool.kubernetes_version is None:
+            continue
+        loc = ("nodePools", index, "kubernetesVersion")
+        minor = _minor(pool.kubernetes_version)
+        if _parts(pool.kubernetes_version) > _parts(config.kubernetes_version):
+            problems.append(Problem(loc, f"{pool.kubernetes_version} is newer than kubernetesVersion "
+                                         f"{config.kubernetes_version}: a kubelet must never be newer than the "
+                                         "apiservers (version skew policy); move the control plane first"))
+        elif cluster - minor > KUBELET_MAX_MINORS_BEHIND:
+            problems.append(Problem(loc, f"{pool.kubernetes_version} is {cluster - minor} minors behind "
+                                         f"kubernetesVersion {config.kubernetes_version}: a kubelet may be at most "
+                                         f"{KUBELET_MAX_MINORS_BEHIND} behind (version skew policy); upgrade this "
+                                         "pool before the control plane moves further"))
+        missing = []
+        for component in pins.role(binaries.pool_role(pool.runtime)):
+            if component.unpinned:
+                continue
+            try:
+                component.pin_for(pool.kubernetes_version, pins.arch)
+            except binaries.PinError:
+                missing.append(component.name)
+        if missing:
+            problems.append(Problem(loc, f"{pool.kubernetes_version} has no pinned {', '.join(sorted(missing))} in "
+                                         f"{binaries.DATA_NAME}, so no image can be built for this pool"))
+    return problems
+
+
 def _kubernetes_pins(config: ClusterConfig) -> list[Problem]:
     """Every binary the stack's machines take at its Kubernetes version is pinned
     (node-image/binaries.toml): otherwise no image can be built for it."""
     version = config.kubernetes_version
     pins = _binaries()
-    roles = ["control-plane", *sorted({binaries.pool_role(pool.runtime) for pool in config.node_pools})]
+    roles = ["control-plane", *sorted({binaries.pool_role(pool.runtime) for pool in config.node_pools
+                                       if pool.kubernetes_version is None})]
     components = {c.name: c for role in roles for c in pins.role(role) if not c.unpinned}
     missing = []
     for component in components.values():

@@ -320,6 +320,18 @@ class AuditLogConfig(StrictModel):
     )
 
 
+def supported_kubernetes_version(value: str) -> str:
+    """A Kubernetes version kilonode renders for: 1.<minor>.<patch>, the minor supported."""
+    match = re.fullmatch(r"1\.(\d+)\.(\d+)", value)
+    if not match:
+        raise ValueError(f"must look like '1.34.2' (got {shown(value)})")
+    minor = int(match.group(1))
+    if minor not in SUPPORTED_KUBERNETES_MINORS:
+        first, last = SUPPORTED_KUBERNETES_MINORS[0], SUPPORTED_KUBERNETES_MINORS[-1]
+        raise ValueError(f"1.{minor} is not supported; use 1.{first} to 1.{last}")
+    return value
+
+
 class ApiserverConfig(StrictModel):
     replicas: Int = Field(default=5, ge=1, le=15, description="7,500-node post: 5 dedicated apiserver nodes.")
     vm_size: VmSize = Field(
@@ -470,6 +482,21 @@ class NodePoolConfig(StrictModel):
             "it place that many pods without an address (ContainerCreating, \"no available addresses\")."
         ),
     )
+    kubernetes_version: Str | None = Field(
+        default=None,
+        description=(
+            "This pool's kubelet version, when it is not the stack's kubernetesVersion: a minor upgrade moves "
+            "the control plane first and each pool after it, one at a time, through its own image and rollout "
+            "(`kilonode upgrade`; docs/operations.md). Never newer than kubernetesVersion, and at most three "
+            "minors older (the Kubernetes version skew policy for the kubelet)."
+        ),
+    )
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _pool_version(cls, value: str | None) -> str | None:
+        return None if value is None else supported_kubernetes_version(value)
+
     runtime: Literal["docker", "containerd"] = Field(
         default="containerd",
         description=(
@@ -1148,14 +1175,7 @@ class ClusterConfig(StrictModel):
     @field_validator("kubernetes_version")
     @classmethod
     def _supported_version(cls, value: str) -> str:
-        match = re.fullmatch(r"1\.(\d+)\.(\d+)", value)
-        if not match:
-            raise ValueError(f"must look like '1.34.2' (got {shown(value)})")
-        minor = int(match.group(1))
-        if minor not in SUPPORTED_KUBERNETES_MINORS:
-            first, last = SUPPORTED_KUBERNETES_MINORS[0], SUPPORTED_KUBERNETES_MINORS[-1]
-            raise ValueError(f"1.{minor} is not supported; use 1.{first} to 1.{last}")
-        return value
+        return supported_kubernetes_version(value)
 
     @field_validator("pause_image")
     @classmethod

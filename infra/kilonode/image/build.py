@@ -114,6 +114,12 @@ class ImageInputs:
     project_dir: Path  # a relative preload archive path is relative to this (the stack's project)
     role: str | None = None  # a key of ROLE_IMAGES, when pool is None
 
+    @property
+    def kubernetes_version(self) -> str:
+        """The version the image's binaries are pinned at: the pool's own (nodePools[].kubernetesVersion,
+        during a minor upgrade), else the stack's."""
+        return (self.pool.kubernetes_version if self.pool else "") or self.plan.kubernetes_version
+
     def __post_init__(self) -> None:
         if (self.pool is None) == (self.role is None):
             raise ValueError("give exactly one of pool and role")
@@ -190,7 +196,7 @@ def build_image(
         if pool and (refused := accel.unsupported_gpu(recipe, pool)):
             raise rootfs.BuildError(refused)
         if pool and pool.runtime == "docker" and (refused := pins.load(recipe.binaries_file).docker_api_problem(
-                inputs.plan.kubernetes_version, recipe.package_list(inputs.flavour, extras))):
+                inputs.kubernetes_version, recipe.package_list(inputs.flavour, extras))):
             raise rootfs.BuildError(refused)
         base = steps.run("base root filesystem", lambda: rootfs.base_rootfs(recipe, inputs.base, progress))
         progress(f"base root filesystem {inputs.base.label}: {'reused from cache' if base.cached else 'built'} "
@@ -277,7 +283,7 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
         "pool": pool.name if pool else None,
         "role": inputs.role,
         "runtime": pool.runtime if pool else None,
-        "kubernetes_version": plan.kubernetes_version,
+        "kubernetes_version": pool.kubernetes_version if pool and pool.kubernetes_version else plan.kubernetes_version,
         "disk": _disk_record(built),
         "inputs": _inputs_record(inputs, recipe, built),
         "packages": packages,
@@ -471,7 +477,7 @@ def _place_binaries(
     binaries: list[pinned.BinaryResult] = []
     for binaries_role in roles:
         binaries += pinned.place_role(
-            tree, catalog, binaries_role, inputs.plan.kubernetes_version,
+            tree, catalog, binaries_role, inputs.kubernetes_version,
             local_dir=binaries_dir, allow_fetch=fetch, downloads=downloads,
         )
     return binaries

@@ -231,7 +231,7 @@ def image_key(inputs: ImageInputs) -> str:
                      for program in inputs.node_programs for path, data, mode in program.files()},
         },
         "pool": pool.model_dump(mode="json"),
-        "kubernetes_version": inputs.plan.kubernetes_version,
+        "kubernetes_version": pool.kubernetes_version or inputs.plan.kubernetes_version,
         "files": {path: [f.mode, sha256_text(f.content)] for path, f in inputs.files.items()},
         "archives": archives,
         "apt_sources": sources,

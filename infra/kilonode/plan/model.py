@@ -194,6 +194,9 @@ class InfinibandLinksPlan(StrictModel):
 class NodePoolPlan(StrictModel):
     name: str
     nodes: int
+    # the pool's kubelet and node binaries' Kubernetes version: nodePools[].kubernetesVersion, else the
+    # stack's (a minor upgrade moves the control plane first, then each pool through its own image)
+    kubernetes_version: str = ""
     runtime: Literal["docker", "containerd"]
     infiniband: bool
     vm_size: str

@@ -111,9 +111,9 @@ def _image_contents(plan: Any) -> dict[str, Any]:
     except Exception as error:  # an unreadable catalogue is the build's error to report, not the review's
         return {"error": str(error)}
 
-    def binaries(roles: list[str]) -> dict[str, str] | str:
+    def binaries(roles: list[str], version: str = plan.kubernetes_version) -> dict[str, str] | str:
         try:
-            return {r.name: r.version for role in roles for r in catalog.resolve(role, plan.kubernetes_version)}
+            return {r.name: r.version for role in roles for r in catalog.resolve(role, version)}
         except Exception as error:
             return str(error)
 
@@ -126,7 +126,7 @@ def _image_contents(plan: Any) -> dict[str, Any]:
     for pool in plan.node_pools:
         found[pool.role()] = {
             "version": plan.image_version_of(pool.name),
-            "binaries": binaries(list(pool.binary_roles)),
+            "binaries": binaries(list(pool.binary_roles), pool.kubernetes_version or plan.kubernetes_version),
             "preload": sorted(item.image for item in pool.preload_images),
             "recipe": _recipe(pool.runtime, tuple(getattr(pool, "image_extras", ())), None),
         }

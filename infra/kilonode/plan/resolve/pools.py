@@ -229,6 +229,7 @@ def node_pool_plan(
     return NodePoolPlan(
         name=pool.name,
         nodes=pool.nodes,
+        kubernetes_version=pool.kubernetes_version or config.kubernetes_version,
         runtime=pool.runtime,
         infiniband=infiniband_of(pool.vm_size, pool.infiniband),
         vm_size=pool.vm_size,

@@ -102,7 +102,7 @@ def _spec(inputs: Inputs, host: str) -> tuple[ImageSpec, str | None, Mapping[str
         return None
     roles = pool.binary_roles
     built = next((m for m in manifests if m.get("pool") == pool.name), None)
-    return ImageSpec(roles, pool.runtime, pool.image_extras, k8s), None, built
+    return ImageSpec(roles, pool.runtime, pool.image_extras, pool.kubernetes_version or k8s), None, built
 
 
 def _built(manifest: Mapping[str, Any]) -> dict[str, Provider]:

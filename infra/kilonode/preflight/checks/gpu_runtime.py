@@ -94,7 +94,7 @@ def check(inputs: Inputs) -> list[Finding]:
         findings += _one_release(recipe, pool, extras)
         findings += _fabric_manager(recipe, pool, extras, manifest)
         spec = ImageSpec(pool.binary_roles, pool.runtime, extras,
-                         inputs.plan.kubernetes_version)
+                         pool.kubernetes_version or inputs.plan.kubernetes_version)
         for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
             findings += _runtime(inputs.host_files(host), host, pool, providers(catalog, recipe, spec))
         findings += _toolkit_built(pool, manifest)
