@@ -101,7 +101,7 @@ def test_the_vhd_upload_comes_before_the_image_version_and_names_the_build_outpu
     assert version["storageProfile"]["osDiskImage"]["source"]["uri"].endswith(f"/vhds/{upload['environment']['BLOB']}")
 
 
-def test_the_vhd_upload_is_keyed_by_its_content_not_its_path(graph_7500: Graph, tmp_path: Path) -> None:
+def test_the_vhd_upload_records_its_content_and_never_runs_again(graph_7500: Graph, tmp_path: Path) -> None:
     from kilonode.azure.node_image import ABSENT, NOT_READ, vhd_digest
 
     vhd = tmp_path / "pool.vhd"
@@ -109,9 +109,11 @@ def test_the_vhd_upload_is_keyed_by_its_content_not_its_path(graph_7500: Graph, 
     vhd.write_bytes(b"first build")
     first = vhd_digest(str(vhd))
     vhd.write_bytes(b"rebuilt, same path, same version")
-    assert vhd_digest(str(vhd)) != first  # a rebuilt VHD replaces the upload
+    assert vhd_digest(str(vhd)) != first  # recorded in the key, which a published upload ignores
     assert vhd_digest(str(vhd), read=False) == NOT_READ
     # a recorded plan reads no disk: the trigger says so, and the path is not the key
     upload = graph_7500.named("research-7500-image-a100-ib-1.0.0-vhd")
     assert upload.plain()["triggers"] == [NOT_READ, "a100-ib-1.0.0.vhd"]
     assert upload.replace_on_changes == ("triggers[*]",)
+    # once it ran, neither a rebuilt VHD nor a moved path runs it again (a published version's blob stays)
+    assert set(upload.ignore_changes) == {"triggers", "environment"}

@@ -168,7 +168,23 @@ def test_a_vhd_upload_keyed_by_its_path_is_a_break() -> None:
     uploads[0]["inputs"]["triggers"] = [uploads[0]["inputs"]["environment"]["VHD"]]  # the old key: its path
     [finding] = breaks(run(inputs_of("local", files=files, graph=graph), ["binaries"]))
     assert finding.where == f"command:local:Command {uploads[0]['name']}"
-    assert "never uploaded" in finding.what
+    assert "an absent VHD is not caught" in finding.what
+
+
+def test_a_vhd_upload_that_would_run_again_on_a_rebuilt_vhd_is_a_break() -> None:
+    """The next build's VHD must never replace a published version's blob (its gallery version's
+    source, or the rollback target's): each upload ignores later changes to its key and path."""
+    from kilonode.preflight import breaks, run
+    from tests.preflight.conftest import artefacts, inputs_of
+
+    files, graph = artefacts("local")
+    uploads = [r for r in graph["resources"] if r["type"] == "command:local:Command"
+               and "az storage blob upload" in str(r["inputs"].get("create"))]
+    assert uploads and all(set(r["ignoreChanges"]) == {"triggers", "environment"} for r in uploads)
+    del uploads[0]["ignoreChanges"]
+    [finding] = breaks(run(inputs_of("local", files=files, graph=graph), ["binaries"]))
+    assert finding.where == f"command:local:Command {uploads[0]['name']}"
+    assert "the next build's VHD would replace this version's blob" in finding.what
 
 
 def test_built_images_missing_one_the_program_uploads_is_a_break() -> None:

@@ -34,10 +34,12 @@ account from private addresses that no IP rule matches (Azure's own rule: same-r
 is never matched by IP rules): preflight's `storage-access` says so, and docs/azure.md how to
 admit its subnet.
 
-The upload is keyed by the VHD's sha256, not its path: a VHD rebuilt under the same path and
-version is uploaded again (replacing the blob; the old one is deleted first, as both have the
-same name). A gallery image version is a copy Azure makes once, at creation: scale sets boot
-the rebuilt disk only under a new version (nodeImage.version).
+Each version has its own upload, which runs once, when the version is new, and never again:
+its blob is the disk its gallery version was copied from (a gallery image version is a copy
+Azure makes once, at creation), and a kept previous version's is the rollback target. A VHD
+rebuilt under a published version is therefore not uploaded: scale sets boot a rebuilt disk
+only under a new version (nodeImage.version, or the pool's), which the review asks for when
+the image's recipe changed (image-recipe-unreleased).
 
 The storage account's name is global in Azure (kilonode.plan.azure_names.storage_account_name):
 the cluster's name, "img", and a digest of the subscription and the cluster.
@@ -190,7 +192,7 @@ class NodeImage(pulumi.ComponentResource):
                 kept = version != spec.version
                 oldest = version == (spec.previous or spec.version)
                 upload = self._upload_vhd(name, store, spec, version, args.vhds[spec.name],
-                                          args.vhd_digests[spec.name], kept, oldest)
+                                          args.vhd_digests[spec.name], oldest)
                 published = self._image_version(name, args, store, spec, version, definition, upload)
                 if not kept:
                     self.image_version_ids[spec.name] = published.id
@@ -260,11 +262,13 @@ class NodeImage(pulumi.ComponentResource):
         )
 
     def _upload_vhd(self, name: str, store: _Storage, spec: GalleryImageSpec, version: str, vhd: str,
-                    digest: str, kept: bool, oldest: bool) -> local.Command:
+                    digest: str, oldest: bool) -> local.Command:
         """The page-blob upload of one version, as the deployer's Entra ID identity (the module
-        docstring says why a command, and why it retries). A kept (previous) version's upload is
-        never run again: the VHD on disk is the new version's build now, so its key and path are
-        left as they were when it ran (ignoreChanges)."""
+        docstring says why a command, and why it retries). It runs once, when its version is new:
+        a published version's blob is the disk its gallery version was copied from, and a kept
+        (previous) version's is the rollback target, so a VHD rebuilt later (the same version's, or
+        the next version's build on disk) never replaces it (ignoreChanges on its key and path).
+        Shipping a rebuilt image is a new version: the review's image-recipe-unreleased says so."""
         blob_name = _blob_name(spec, version)
         return local.Command(
             upload_name(name, spec, version),
@@ -275,14 +279,14 @@ class NodeImage(pulumi.ComponentResource):
             ),
             environment={"ACCOUNT": store.account.name, "CONTAINER": store.container.name, "BLOB": blob_name,
                          "VHD": vhd},
-            # Keyed by content (the module docstring): another VHD, or another version's blob,
-            # replaces the upload, never patches it.
+            # What it uploaded (the VHD's digest when it ran; `absent` makes the program refuse
+            # first) and where to: recorded, never acted on again (ignoreChanges below).
             triggers=[digest, blob_name],
             # Same content key, same blob name: the old blob goes first, else the replacement's
             # delete would remove the blob its create just uploaded.
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[store.container, store.uploader], delete_before_replace=True,
-                ignore_changes=["triggers", "environment"] if kept else None,
+                ignore_changes=["triggers", "environment"],
                 aliases=[pulumi.Alias(name=_former_upload_name(name, spec))] if oldest else None),
         )
 

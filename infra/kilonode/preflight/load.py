@@ -38,7 +38,7 @@ def resources_from_json(data: Any, where: str) -> tuple[Resource, ...]:
         if not isinstance(item, dict) or not {"type", "name"} <= item.keys():
             raise InputError(f"{where}: resources[{index}] has no type and name")
         found.append(Resource(item["type"], item["name"], item.get("parent"), item.get("inputs") or {},
-                              item.get("customTimeouts") or {}))
+                              item.get("customTimeouts") or {}, tuple(item.get("ignoreChanges") or ())))
     return tuple(found)
 
 

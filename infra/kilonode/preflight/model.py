@@ -62,6 +62,8 @@ class Resource:
     # the customTimeouts resource option, operation -> duration ("create": "40m"); none: the
     # provider's default
     custom_timeouts: Mapping[str, str] = field(default_factory=dict)
+    # the ignoreChanges resource option: input paths a later `pulumi up` leaves as they were
+    ignore_changes: tuple[str, ...] = ()
 
     @property
     def is_kubernetes(self) -> bool:

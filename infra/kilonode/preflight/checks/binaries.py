@@ -47,10 +47,12 @@ and the control plane's) must be among the built ones; a graph recorded while a 
 anything.
 
 The images reach Azure as VHD uploads (kilonode.azure.node_image: a `command:local:Command`
-per image): each upload must be keyed by its VHD's sha256 (its first trigger; `not-read` when
-the graph was recorded without reading the disks), so that a VHD rebuilt under the same
-gallery version is uploaded again. Keyed by its path or blob name alone, Pulumi sees no change
-and the gallery keeps the old image: every fix in the rebuilt image is silently absent.
+per image version), each keyed by its VHD's sha256 when it ran (its first trigger; `not-read`
+when the graph was recorded without reading the disks) and its blob. Each must ignore later
+changes to its key and path (ignoreChanges): a published version's blob is the disk its
+gallery version was copied from, and a kept previous version's is the rollback target; a VHD
+rebuilt on the runner's disk (the next build) would otherwise replace it, its delete running
+first, under the old version's name.
 """
 
 from __future__ import annotations
@@ -249,8 +251,16 @@ def _vhd_uploads(inputs: Inputs) -> list[Finding]:
         elif not any(VHD_KEY.match(t) for t in triggers):
             findings.append(Finding(
                 NAME, "break", upload.describe(),
-                f"the upload is keyed by {triggers or 'nothing'}, not by the VHD's sha256: a VHD rebuilt under the "
-                "same version is never uploaded, and the gallery keeps serving the old image",
+                f"the upload is keyed by {triggers or 'nothing'}, not by the VHD's sha256: what it uploaded is not "
+                "recorded, and an absent VHD is not caught before `pulumi up` starts",
                 "key the upload on kilonode.azure.node_image.vhd_digest (its first trigger)",
+            ))
+        elif not {"triggers", "environment"} <= set(upload.ignore_changes):
+            findings.append(Finding(
+                NAME, "break", upload.describe(),
+                "the upload runs again when the VHD on disk changes: the next build's VHD would replace this "
+                "version's blob (its delete first), the disk its gallery version was made from or the rollback "
+                "target, under the old version's name",
+                "give the upload ignoreChanges on triggers and environment (kilonode.azure.node_image._upload_vhd)",
             ))
     return findings
