@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "gpu": "gpu:gpu_app",
     "image": "image:image_app",
     "rollout": "rollout:rollout_app",
+    "upgrade": "upgrade:upgrade",
     "local": "local:local_app",
 }
 

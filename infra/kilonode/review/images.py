@@ -76,8 +76,19 @@ def changes(diff: StackDiff) -> dict[str, tuple[str, str, list[str]]]:
         was, now = _recipe(base.get(key)), _recipe(image)
         if was is None or now is None or (was == now and base[key].get("version") == image.get("version")):
             continue
-        found[key] = (str(base[key].get("version")), str(image.get("version")), recipe_changes(was, now))
+        found[key] = (str(base[key].get("version")), str(image.get("version")),
+                      recipe_changes(was, now) + binary_changes(base[key], image))
     return found
+
+
+def binary_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    """One line per pinned upstream binary whose version differs (a pool's kubelet moving with its
+    nodePools[].kubernetesVersion, the control plane's kubernetes-server with kubernetesVersion)."""
+    was, now = base.get("binaries"), head.get("binaries")
+    if not isinstance(was, Mapping) or not isinstance(now, Mapping):
+        return []
+    return [f"{name} {was.get(name, 'absent')} -> {now.get(name, 'absent')}"
+            for name in sorted(was.keys() | now.keys()) if was.get(name) != now.get(name)]
 
 
 def describe(diff: StackDiff) -> list[str]:

@@ -1,0 +1,131 @@
+"""`kilonode upgrade STACK --to VERSION`: a Kubernetes minor upgrade as reviewable stack changes
+(kilonode.rollout.minor), printed, written out, or applied one step at a time."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from kilonode.cli.common import StackArg, die, load_and_plan, out
+
+
+def upgrade(
+    stack_ref: StackArg,
+    to: Annotated[str, typer.Option("--to", metavar="VERSION", show_default=False,
+                                    help="The Kubernetes version to reach: the next minor's patch (e.g. 1.35.4).")],
+    canary: Annotated[str | None, typer.Option("--canary", metavar="POOL", show_default=False,
+                                               help="The pool that moves first (default: the smallest work pool).")]
+    = None,
+    step: Annotated[str | None, typer.Option("--step", metavar="NAME", show_default=False,
+                                             help="Apply this step's edits to the stack file (comments kept, "
+                                                  "one atomic write) and check it still loads.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", metavar="DIR", show_default=False,
+                                                 help="Write each step's whole stack file (NN-<step>.yaml) and "
+                                                      "PLAN.md there, to commit one by one.")] = None,
+) -> None:
+    """Plan a Kubernetes minor upgrade as a sequence of stack changes, each within the version
+    skew policy, each reviewed with `kilonode diff` and applied with `pulumi up` on its own: pin
+    the pools, move the control plane (apiservers one at a time, then the in-cluster components),
+    then each pool through its own image and `kilonode rollout`, the canary first; then remove
+    the pins and the previous images. Without --step or --out it prints the steps and checks
+    that each one's stack loads. docs/operations.md, "Upgrading Kubernetes by one minor"."""
+    from kilonode.config.load import CONFIG_KEY, stack_from_value
+    from kilonode.problems import StackError
+    from kilonode.rollout.minor import apply, plan_upgrade, refusal
+    from kilonode.yamlio import roundtrip_dump, roundtrip_yaml
+
+    stack, _ = load_and_plan(stack_ref)
+    if not _is_version(to):
+        die(f"--to {to!r}: give a version like 1.35.4", "kilonode upgrade")
+    if (why := refusal(stack.config, to)) is not None:
+        die(why, "kilonode upgrade")
+    if canary is not None and canary not in {p.name for p in stack.config.node_pools}:
+        die(f"--canary {canary!r} is not a pool of {stack.name}", "kilonode upgrade")
+    plan = plan_upgrade(stack.config, stack.name, to, canary)
+    names = [s.name for s in plan.steps]
+    if step is not None and step not in names:
+        die(f"--step {step!r}: the steps are {', '.join(names)}", "kilonode upgrade")
+    # every step's stack, cumulatively, must load: a step that broke it would be refused by validate
+    raw: dict[str, Any] = copy.deepcopy(stack.raw)
+    for number, each in enumerate(plan.steps, 1):
+        apply(raw, each.edits)
+        try:
+            stack_from_value(stack.name, copy.deepcopy(raw), stack.file)
+        except StackError as error:
+            die(f"step {number} ({each.name}) would not load: {error}", "kilonode upgrade")
+    if step is not None:
+        chosen = plan.steps[names.index(step)]
+        document_yaml = roundtrip_yaml()
+        document = document_yaml.load(stack.file.read_text(encoding="utf-8"))
+        apply(document["config"][CONFIG_KEY], chosen.edits)
+        text = roundtrip_dump(document_yaml, document)
+        _check_and_write(stack.file, text, stack.name)
+        out.print(f"[green]✓[/] {stack.file}: step {names.index(step) + 1} ({chosen.title}) applied. Next: "
+                  + "; ".join(chosen.then))
+        return
+    lines = _plan_text(plan)
+    if out_dir is not None:
+        _write_out(out_dir, stack.file, plan, lines)
+    out.print("\n".join(lines), markup=False)
+
+
+def _is_version(value: str) -> bool:
+    parts = value.split(".")
+    return len(parts) == 3 and all(p.isdigit() for p in parts) and parts[0] == "1"
+
+
+def _plan_text(plan: Any) -> list[str]:
+    from kilonode.rollout.minor import DELETE
+
+    lines = [f"# {plan.stack}: Kubernetes {plan.start} -> {plan.to}", ""]
+    for number, step in enumerate(plan.steps, 1):
+        lines.append(f"{number}. {step.title}  (--step {step.name})")
+        for edit in step.edits:
+            where = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in edit.path).replace(".[", "[")
+            lines.append(f"   - {where}: " + ("remove" if edit.value is DELETE else f"{edit.value}"))
+        lines += [f"   then: {command}" for command in step.then]
+        lines.append(f"   kilonode diff should say: {step.review}")
+    lines += ["", *(f"Note: {note}" for note in plan.notes)]
+    return lines
+
+
+def _check_and_write(file: Path, text: str, name: str) -> None:
+    """Write the stack file only if the result loads (atomic: a temp file renamed over it)."""
+    import os
+    import tempfile
+
+    import yaml
+
+    from kilonode.config.load import CONFIG_KEY, stack_from_value
+    from kilonode.problems import StackError
+
+    try:
+        stack_from_value(name, (yaml.safe_load(text).get("config") or {}).get(CONFIG_KEY), file)
+    except StackError as error:
+        die(f"the step's stack would not load, so {file} was not changed: {error}", "kilonode upgrade")
+    fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, file.stat().st_mode & 0o777)
+    os.replace(tmp, file)
+
+
+def _write_out(out_dir: Path, source: Path, plan: Any, lines: list[str]) -> None:
+    from kilonode.config.load import CONFIG_KEY
+    from kilonode.rollout.minor import apply
+    from kilonode.yamlio import roundtrip_dump, roundtrip_yaml
+
+    if out_dir.exists() and any(out_dir.iterdir()):
+        die(f"{out_dir} exists and is not empty; choose a new folder", "kilonode upgrade")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    document_yaml = roundtrip_yaml()
+    document = document_yaml.load(source.read_text(encoding="utf-8"))
+    for number, step in enumerate(plan.steps, 1):
+        apply(document["config"][CONFIG_KEY], step.edits)
+        (out_dir / f"{number:02d}-{step.name}.yaml").write_text(roundtrip_dump(document_yaml, document),
+                                                               encoding="utf-8")
+    (out_dir / "PLAN.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out.print(f"wrote {len(plan.steps)} stack files and PLAN.md to {out_dir}", markup=False)
