@@ -43,7 +43,10 @@ def test_a_gang_keeps_the_canary_waiting_without_cut_gangs(tmp_path: Path) -> No
     start(path, "--canary", SETS[1])
     result = CliRunner().invoke(app, ["rollout", "step", "research-7500", "--journal", str(path),
                                       "--state", str(STATE), "--dry-run"], env=ENV)
-    assert "gangs run there: team-language/gpt-70b (the policy does not cut gangs)" in result.output
+    waits = "gangs run there: team-language/gpt-70b (the policy does not cut gangs; waited 0 of 86400 s)"
+    assert waits in result.output
+    # cordoned ahead, so no new gang lands on the canary while this one finishes
+    assert f"step: {SETS[1]}: cordon 4 nodes (cordoned ahead: no new pod lands there)" in result.output
 
 
 def test_a_step_on_a_recorded_state_refuses_to_carry_anything_out(tmp_path: Path) -> None:
@@ -59,7 +62,7 @@ def test_status_pause_resume_and_start_refusing_to_replace_a_journal(tmp_path: P
     start(path)
     again = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib",
                                      "--journal", str(path)], env=ENV)
-    assert again.exit_code == 2 and "--force replaces it" in again.output
+    assert again.exit_code == 2 and "--force starts again" in again.output
     paused = CliRunner().invoke(app, ["rollout", "pause", "research-7500", "--why", "incident 42",
                                       "--journal", str(path)], env=ENV)
     assert paused.exit_code == 0
@@ -76,3 +79,31 @@ def test_an_unknown_pool_or_scale_set_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib", "--canary", "nope",
                                       "--journal", str(tmp_path / "j.json")], env=ENV)
     assert result.exit_code == 2 and "pool h100-ib has no scale set nope" in result.output
+
+
+def test_the_monitoring_pool_needs_a_prometheus_elsewhere(tmp_path: Path) -> None:
+    args = ["rollout", "start", "research-7500", "--pool", "monitoring", "--journal", str(tmp_path / "j.json")]
+    refused = CliRunner().invoke(app, args, env=ENV)
+    assert refused.exit_code == 2 and "runs the cluster's Prometheus" in refused.output
+    started = CliRunner().invoke(app, [*args, "--prometheus", "http://prometheus.example:9090"], env=ENV)
+    assert started.exit_code == 0 and journals.load(tmp_path / "j.json").prometheus == "http://prometheus.example:9090"
+
+
+def test_the_default_canary_is_the_pools_first_shared_scale_set_and_the_policy_is_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "j.json"
+    result = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "a100-ib", "--journal", str(path),
+                                      "--cordon-ahead", "2", "--gang-wait", "12h"], env=ENV)
+    assert result.exit_code == 0, result.output
+    policy = journals.load(path).policy
+    assert policy.order[0] == "research-7500-a100-ib-040"  # 000-039 are team language's
+    assert (policy.cordon_ahead, policy.gang_wait_s, policy.hold_s) == (2, 43200, 1800)
+
+
+def test_start_force_keeps_the_earlier_journal_beside_it(tmp_path: Path) -> None:
+    path = tmp_path / "rollout.json"
+    start(path)
+    result = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib", "--journal", str(path),
+                                      "--force"], env=ENV)
+    assert result.exit_code == 0 and "the earlier rollout's journal is kept as" in result.output
+    [aside] = [p for p in tmp_path.iterdir() if p != path]
+    assert aside.name.startswith("rollout.") and journals.load(aside).policy.order[0] == SETS[0]

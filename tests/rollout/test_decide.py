@@ -27,6 +27,8 @@ def cluster(**gangs: tuple[str, ...]) -> ClusterState:
 
 
 def rollout(**policy: object) -> Journal:
+    """A journal for FABRICS; no cordon ahead and no hold unless a test asks (each has its own test)."""
+    policy = {"cordon_ahead": 0, "hold_s": 0, **policy}
     return Journal("research-7500", "image 1.1.0", Policy(order=FABRICS, **policy))  # type: ignore[arg-type]
 
 
@@ -137,7 +139,7 @@ def test_scale_sets_already_at_their_model_are_done_and_a_rollback_takes_only_th
 def test_a_scale_set_without_infiniband_is_taken_in_batches() -> None:
     cpu = ScaleSet("r-cpu-000", "cpu", False, tuple(
         Instance(str(i), f"r-cpu-000{i:06d}", False, ready=True, boot_id=f"cpu-{i}-boot-1") for i in range(5)))
-    journal = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), batch=2))
+    journal = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), batch=2, cordon_ahead=0, hold_s=0))
     state = ClusterState((cpu,))
     cordon, _ = decide(journal, state, 0.0)
     assert cordon.nodes == ("r-cpu-000000000", "r-cpu-000000001")
@@ -168,3 +170,127 @@ def test_the_journal_survives_a_round_trip_and_refuses_a_broken_file(tmp_path: P
     path.write_text('{"version": 1, "stack": "x"}')
     with pytest.raises(ValueError, match="cannot be read: it has no 'progress'; it was not changed"):
         journals.load(path)
+
+
+# --- a step that ended mid-action (trace 1) ----------------------------------------------------------
+
+def test_a_step_that_ended_during_its_upgrade_resends_only_what_is_left() -> None:
+    journal, state = rollout(), cluster()
+    state = applied(state, decide(journal, state, 0.0))  # cordon, drain
+    upgrade, *_ = decide(journal, state, 1.0)
+    assert upgrade.instances == upgrade.reimage == ("0", "1", "2")  # image unknown: reimage (custom data)
+    journal.of(FABRICS[0]).doing = "upgrade"  # execute saved it before the Azure call; the step then died
+    # Azure went on: 0 and 1 updated and reimaged (booted again); 2 updated, its reimage never sent
+    done = applied(state, [Action("upgrade", FABRICS[0], instances=("0", "1"))])
+    done = replace(done, scale_sets=tuple(replace(s, instances=tuple(
+        replace(i, latest_model=True) for i in s.instances)) if s.name == FABRICS[0] else s for s in done.scale_sets))
+    again, *_ = decide(journal, done, 2.0)
+    assert again.kind == "upgrade" and again.instances == () and again.reimage == ("2",)
+    assert "a step ended during its upgrade" in again.why and journal.of(FABRICS[0]).doing == ""
+
+
+def test_a_step_that_ended_during_its_drain_drains_again_and_never_upgrades_undrained_nodes() -> None:
+    journal, state = rollout(), cluster()
+    state = applied(state, decide(journal, state, 0.0))
+    journal.of(FABRICS[0]).doing = "drain"
+    actions = decide(journal, state, 1.0)
+    assert kinds(actions)[:2] == [("cordon", FABRICS[0]), ("drain", FABRICS[0])]
+    assert journal.of(FABRICS[0]).phase == "cordoned"
+
+
+def test_a_scale_set_at_its_model_with_cordoned_nodes_is_gated_and_uncordoned_not_just_done() -> None:
+    # the journal of an older kilonode, saved only after execute: still pending, Azure done, nodes cordoned
+    journal = rollout(hold_s=600)
+    state = replace(cluster(), scale_sets=tuple(
+        replace(s, instances=tuple(replace(i, latest_model=True, schedulable=False) for i in s.instances))
+        if s.name == FABRICS[0] else s for s in cluster().scale_sets))
+    [wait, *_] = decide(journal, state, 1.0)
+    assert wait.kind == "wait" and "held 0 of 600 s" in wait.why and journal.of(FABRICS[0]).phase == "gating"
+    [uncordon, *_] = decide(journal, state, 601.0)
+    assert uncordon.kind == "uncordon" and len(uncordon.nodes) == 3 and journal.of(FABRICS[0]).phase == "done"
+
+
+def test_an_uncordon_that_a_step_ended_in_is_sent_again() -> None:
+    journal, state = rollout(), cluster()
+    progress = journal.of(FABRICS[0])
+    progress.phase, progress.doing, progress.doing_nodes = "done", "uncordon", ("n1", "n2")
+    assert kinds(decide(journal, state, 0.0))[0] == ("uncordon", FABRICS[0])
+    assert decide(journal, state, 0.0)[0].nodes != ("n1", "n2")  # once only
+
+
+# --- gangs (traces 2 and 3) ------------------------------------------------------------------------------
+
+def test_a_cut_gang_that_spans_fabrics_is_evicted_whole() -> None:
+    gang = ("team-language/xl",)
+    state = cluster(**{f"{FABRICS[0]}000001": gang, f"{FABRICS[2]}000000": gang})
+    journal = rollout(cut_gangs=True)
+    cordon, evict, drain, *_ = decide(journal, state, 1.0)
+    assert (cordon.kind, evict.kind, drain.kind) == ("cordon", "evict", "drain")
+    assert evict.groups == gang and evict.nodes == (f"{FABRICS[2]}000000",)
+    assert journal.of(FABRICS[0]).gangs_cut == gang
+    assert any("evicted whole: also on r-h100-ib-002000000" in line for line in journal.log)
+
+
+def test_the_next_scale_sets_are_cordoned_ahead_and_a_gang_wait_past_its_bound_pauses() -> None:
+    state = cluster(**{f"{FABRICS[0]}000001": ("team-language/gpt-7b",)})
+    journal = rollout(cordon_ahead=1, gang_wait_s=3600)
+    wait, *_, ahead = decide(journal, state, 10.0)
+    assert wait.kind == "wait" and ahead.kind == "cordon" and ahead.scale_set == FABRICS[0]
+    assert "cordoned ahead" in ahead.why and len(ahead.nodes) == 3
+    state = applied(state, [ahead])
+    assert not any(a.kind == "cordon" for a in decide(journal, state, 20.0))  # once
+    stopped = decide(journal, state, 10.0 + 3601)
+    assert stopped[-1].kind == "pause" and "Gangs hold: r-h100-ib-000: team-language/gpt-7b" in journal.paused
+    journals.resume(journal, 4000.0)
+    assert journal.of(FABRICS[0]).gangs_since == 0.0 and decide(journal, state, 4001.0)[0].kind == "wait"
+    # the gang ends: the fabric is taken, its nodes (cordoned ahead) in the batch
+    free = replace(state, gangs={})
+    assert kinds(decide(journal, free, 4002.0))[:2] == [("cordon", FABRICS[0]), ("drain", FABRICS[0])]
+
+
+def test_while_the_canary_rolls_the_next_fabric_is_cordoned_ahead() -> None:
+    journal = rollout(cordon_ahead=1)
+    actions = decide(journal, cluster(), 1.0)
+    assert kinds(actions)[:2] == [("cordon", FABRICS[0]), ("drain", FABRICS[0])]
+    assert actions[-1].kind == "cordon" and actions[-1].scale_set == FABRICS[1]
+
+
+# --- alerts and the hold (trace 4) -----------------------------------------------------------------------
+
+def test_alerts_unknown_block_a_take_and_a_gate_and_a_passing_gate_is_held() -> None:
+    journal, state = rollout(hold_s=900), cluster()
+    unknown = replace(state, alerts_unknown="Prometheus at monitoring/prometheus:web: ConnectionError")
+    [wait, *_] = decide(journal, unknown, 1.0)
+    assert wait.kind == "wait" and "alerts unknown" in wait.why
+    state = applied(state, decide(journal, state, 2.0))
+    state = applied(state, decide(journal, state, 3.0))  # the upgrade
+    assert "alerts unknown" in decide(journal, replace(state, alerts_unknown="down"), 4.0)[0].why
+    assert "held 0 of 900 s" in decide(journal, state, 5.0)[0].why  # passing from 5
+    assert decide(journal, state, 5.0 + 899)[0].kind == "wait"
+    assert kinds(decide(journal, state, 5.0 + 900))[0] == ("uncordon", FABRICS[0])
+
+
+# --- the image (traces 5 and 7) ---------------------------------------------------------------------------
+
+def test_a_new_image_is_not_reimaged_after_update_instances_and_custom_data_alone_is() -> None:
+    old, new = "/galleries/g/images/h100/versions/1.0.0", "/galleries/g/images/h100/versions/1.1.0"
+    sets = (replace(fabric(FABRICS[0]), model_image=new, instances=tuple(
+        replace(i, image=old) for i in fabric(FABRICS[0]).instances)),
+            replace(fabric(FABRICS[1]), model_image=new, instances=tuple(
+                replace(i, image=new) for i in fabric(FABRICS[1]).instances)))
+    journal = Journal("s", "1.1.0", Policy(order=(FABRICS[0], FABRICS[1]), soak_s=0, hold_s=0, cordon_ahead=0))
+    state = applied(ClusterState(sets), decide(journal, ClusterState(sets), 0.0))
+    [upgrade] = [a for a in decide(journal, state, 1.0) if a.kind == "upgrade"]
+    assert upgrade.instances == ("0", "1", "2") and upgrade.reimage == ()  # the image changes: one boot
+    custom = ClusterState((sets[1],))
+    journal = Journal("s", "1.1.0", Policy(order=(FABRICS[1],), hold_s=0, cordon_ahead=0))
+    custom = applied(custom, decide(journal, custom, 0.0))
+    [upgrade] = decide(journal, custom, 1.0)
+    assert upgrade.reimage == ("0", "1", "2")  # the same image, new custom data: reimaged
+
+
+def test_an_instance_azure_calls_current_whose_image_is_not_the_models_is_rolled() -> None:
+    s = replace(fabric(FABRICS[0], latest=True), model_image="img-1.0.0", instances=tuple(
+        replace(i, image="img-1.1.0") for i in fabric(FABRICS[0], latest=True).instances))
+    assert not s.current
+    assert replace(s, instances=tuple(replace(i, image="img-1.0.0") for i in s.instances)).current

@@ -90,7 +90,7 @@ class Failing:
     def drain(self, nodes: tuple[str, ...]) -> None:
         raise TimeoutError("pods still held")
 
-    def upgrade(self, scale_set: str, instances: tuple[str, ...]) -> None:
+    def upgrade(self, scale_set: str, instances: tuple[str, ...], reimage: tuple[str, ...] = ()) -> None:
         self.calls.append("upgrade")
 
 
@@ -101,3 +101,32 @@ def test_execute_stops_at_the_first_failure_and_waits_are_not_carried_out() -> N
     done = execute(actions, journal, Failing(), 5.0)  # type: ignore[arg-type]
     assert done[0] == "a: cordon 1 nodes" and done[1].startswith("FAILED a: drain failed")
     assert len(done) == 2 and journal.of("a").phase == "failed" and journal.paused
+
+
+class Recording(Failing):
+    """Every call succeeds; records what the journal said (Progress.doing) at each save."""
+
+    def drain(self, nodes: tuple[str, ...]) -> None:
+        self.calls.append("drain")
+
+
+def test_the_journal_is_saved_before_each_action_with_it_in_flight_and_after_it() -> None:
+    journal, saved = rollout(), []
+    actions = [Action("drain", "a", nodes=("a000000",)), Action("upgrade", "a", instances=("0",), reimage=("0",)),
+               Action("uncordon", "a", nodes=("a000000",))]
+    execute(actions, journal, Recording(), 5.0,  # type: ignore[arg-type]
+            save=lambda j: saved.append((j.of("a").doing, j.of("a").doing_nodes)))
+    assert saved == [("drain", ()), ("", ()), ("upgrade", ()), ("", ()), ("uncordon", ("a000000",)), ("", ())]
+
+
+def test_a_failure_is_saved_with_nothing_left_in_flight() -> None:
+    journal, saved = rollout(), []
+    execute([Action("drain", "a", nodes=("a000000",))], journal, Failing(), 5.0,  # type: ignore[arg-type]
+            save=lambda j: saved.append(j.of("a").doing))
+    assert saved == ["drain", ""] and journal.of("a").phase == "failed"
+
+
+def test_a_failed_gang_eviction_takes_the_batch_again_on_resume() -> None:
+    journal = rollout()
+    fail(journal, Action("evict", "a", nodes=("b000000",), groups=("ns/g",)), TimeoutError("held"), 10.0)
+    assert journals.resume(journal, 20.0)[0] == "a: its batch is taken again (cordon, drain)"

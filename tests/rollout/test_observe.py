@@ -28,7 +28,8 @@ def azure_vms(example: str) -> list[Any]:
 
 def test_the_full_example_gives_the_instance_its_computer_name_lower_cased_and_its_model_state() -> None:
     [vm] = observe.vms_from_azure("vmss", azure_vms("VirtualMachineScaleSetVM_List_MaximumSet_Gen.json"))
-    assert vm == observe.Vm("aaaaaaaaaaaa", "test000000", True)
+    # storageProfile.imageReference: its `id` first (a gallery image version's, as kilonode pins)
+    assert vm == observe.Vm("aaaaaaaaaaaa", "test000000", True, "a")
 
 
 def test_the_minimal_example_is_not_at_the_model_and_takes_its_name_from_its_instance_id() -> None:
@@ -123,3 +124,26 @@ def test_a_recorded_state_reads_back_as_written() -> None:
     assert state.gangs["research-7500-h100-ib-001000002"] == ("team-language/gpt-70b",)
     with pytest.raises(ValueError, match="has no 'scale_sets'"):
         observe.state_from_json("{}", "x.json")
+
+
+def test_an_unreachable_prometheus_makes_the_alerts_unknown_never_quiet() -> None:
+    # loopback port 9 (discard): nothing listens, the connection is refused at once
+    firing, unknown = observe.read_firing(None, "http://127.0.0.1:9", ["h100-ib"])
+    assert firing == {} and unknown.startswith("Prometheus at http://127.0.0.1:9: URLError")
+
+
+def test_the_image_of_an_instance_and_of_the_model() -> None:
+    reference = compute_models.ImageReference(id="/Subscriptions/S/.../Versions/1.1.0")
+    assert observe.image_name(reference) == "/subscriptions/s/.../versions/1.1.0"
+    marketplace = compute_models.ImageReference(publisher="P", offer="O", sku="S", version="latest")
+    assert observe.image_name(marketplace) == "p:o:s:latest" and observe.image_name(None) == ""
+    vmss = compute_models.VirtualMachineScaleSet(location="x", virtual_machine_profile=(
+        compute_models.VirtualMachineScaleSetVMProfile(storage_profile=(
+            compute_models.VirtualMachineScaleSetStorageProfile(image_reference=reference)))))
+    assert observe.model_image(vmss) == "/subscriptions/s/.../versions/1.1.0"
+
+
+def test_a_gate_is_held_for_the_longest_for_among_the_pools_alerts() -> None:
+    plan = checked_plan(load_stack("research-7500"))
+    # KilonodeGpuHealthNotReported's 30m; KilonodeGpuHealthPending's 1h the gate checks itself (the taint)
+    assert observe.hold_s(plan, "h100-ib") == 1800 and observe.hold_s(plan, "system") == 600

@@ -31,8 +31,10 @@ rollout_app = typer.Typer(
         "version, new custom data): the canary scale set first, then `--in-flight` at a time once it has "
         "soaked. Each scale set is cordoned, drained (PodDisruptionBudgets respected), upgraded and reimaged, "
         "then gated: its nodes booted again, Ready, past their GPU health checks, its pool's alerts quiet. "
-        "A scale set where a gang runs waits unless --cut-gangs. A gate that does not pass pauses the rollout "
-        "with the nodes cordoned. Start with `start`, then `step` (one step, --dry-run to see it) or `run`."
+        "The next --cordon-ahead scale sets are cordoned ahead so their gangs can finish; a scale set where a "
+        "gang runs waits (up to --gang-wait, then the rollout pauses) unless --cut-gangs, which evicts each gang "
+        "whole. A gate that does not pass pauses the rollout with the nodes cordoned. Start with `start`, then "
+        "`step` (one step, --dry-run to see it) or `run`."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -58,8 +60,9 @@ KubeconfigOpt = Annotated[str | None, typer.Option(
     "--kubeconfig", metavar="FILE", help="The cluster's kubeconfig (default KUBECONFIG or ~/.kube/config).")]
 PrometheusOpt = Annotated[str | None, typer.Option(
     "--prometheus", metavar="URL",
-    help="Prometheus' base URL for its alerts (default: the cluster's Prometheus through the apiserver's "
-    "service proxy, monitoring/prometheus).")]
+    help="Prometheus' base URL for its alerts (default: the one `start` was given, else the cluster's Prometheus "
+    "through the apiserver's service proxy, monitoring/prometheus). Unreachable: the alerts are unknown and no "
+    "gate passes.")]
 
 DURATION = re.compile(r"(\d+)([smhd]?)")
 
@@ -112,44 +115,78 @@ def start(
         "--gate-timeout", metavar="DURATION",
         help="How long a scale set's upgrade and gate may take before it fails and the rollout pauses.")] = "60m",
     cut_gangs: Annotated[bool, typer.Option(
-        "--cut-gangs", help="Take a scale set even where a gang's pods run (evicting the whole gang): in a "
-        "maintenance window only. Without it such a scale set waits.")] = False,
+        "--cut-gangs", help="Take a scale set even where a gang's pods run, evicting each such gang whole, its pods "
+        "on other fabrics too (a cross-fabric gang): in a maintenance window only. Without it such a scale set "
+        "waits.")] = False,
+    cordon_ahead: Annotated[int, typer.Option(
+        "--cordon-ahead", min=0, metavar="N", help="Cordon the next N pending scale sets ahead of their turn, so no "
+        "new pod lands there and their gangs can finish (0: none; a busy pool then may never free a fabric).")] = 1,
+    gang_wait: Annotated[str, typer.Option(
+        "--gang-wait", metavar="DURATION", help="How long a scale set may wait for its gangs before the rollout "
+        "pauses, naming which gangs hold which scale set.")] = "24h",
+    hold: Annotated[str | None, typer.Option(
+        "--hold", metavar="DURATION", help="How long a passing gate is held before it passes, so an alert can "
+        "fire (default: the longest `for:` among the pool's alerts, 10m for a pool without them).")] = None,
+    prometheus: Annotated[str | None, typer.Option(
+        "--prometheus", metavar="URL", help="Prometheus' base URL for the rollout's steps (kept in the journal). "
+        "Required to roll the monitoring pool: its own Prometheus is evicted by the rollout.")] = None,
     journal_file: JournalOpt = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing journal (its progress is lost).")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Start again over an existing journal: the old one is kept beside it, renamed with the "
+        "time (its progress, the gangs it cut, its log).")] = False,
 ) -> None:
     """Write a rollout's journal: the pool's scale sets in order (the canary first) and the policy.
 
     The target is the pool's image version in the plan (nodeImage.pools, else nodeImage.version):
     run it after `pulumi up` has put that version (or new custom data) in the scale sets' model.
-    Nothing in the cluster changes until `step` or `run`.
+    Nothing in the cluster changes until `step` or `run`. The canary defaults to the pool's first
+    shared scale set (a team's reserved shard is not the one to try an image on).
     """
     from kilonode.rollout import journal as journals
     from kilonode.rollout.model import Journal, Policy
-    from kilonode.rollout.observe import targets
+    from kilonode.rollout.observe import hold_s
 
     stack, plan = load_and_plan(stack_ref)
     path = journal_path(stack_ref, journal_file)
     if path.exists() and not force:
         die(f"{path}: a rollout journal is already there; `kilonode rollout status {stack_ref}` shows it, "
-            "--force replaces it", "kilonode rollout start")
+            "--force starts again (the old one is kept beside it)", "kilonode rollout start")
+    if any(p.name == pool and p.monitoring for p in plan.node_pools) and not prometheus:
+        die(f"pool {pool} runs the cluster's Prometheus: rolling it evicts the Prometheus its gates read. Give "
+            "--prometheus URL, a Prometheus outside this pool that scrapes the cluster", "kilonode rollout start")
+    order = _order(plan, pool, canary, only)
+    policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
+                    gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs, cordon_ahead=cordon_ahead,
+                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool))
+    journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy, prometheus=prometheus or "")
+    now = time.time()
+    journal.log.append(f"{now:.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
+    if path.exists():
+        aside = journals.set_aside(path, now)
+        out.print(f"{path}: the earlier rollout's journal is kept as {aside}", markup=False)
+    journals.save(journal, path)
+    out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
+              f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
+
+
+def _order(plan: ClusterPlan, pool: str, canary: str | None, only: list[str] | None) -> list[str]:
+    """The pool's scale sets to roll, the canary first: the one named, else the first shared scale
+    set (a team's reserved shard is its capacity, not the place to try an image first)."""
+    from kilonode.rollout.observe import targets
+
     try:
-        names = [t.name for t in targets(plan, pool)]
+        found = targets(plan, pool)
     except ValueError as error:
         die(str(error), "kilonode rollout start")
+    names = [t.name for t in found]
     unknown = [n for n in [*(only or []), *([canary] if canary else [])] if n not in names]
     if unknown:
         die(f"pool {pool} has no scale set {', '.join(unknown)} (it has {names[0]} .. {names[-1]})",
             "kilonode rollout start")
     order = [n for n in names if not only or n in only]
-    if canary:
-        order = [canary, *(n for n in order if n != canary)]
-    policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
-                    gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs)
-    journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy)
-    journal.log.append(f"{time.time():.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
-    journals.save(journal, path)
-    out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
-              f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
+    shared = [t.name for t in found if t.team is None and t.name in order]
+    canary = canary or (shared[0] if shared else order[0])
+    return [canary, *(n for n in order if n != canary)]
 
 
 def _state(stack: Stack, plan: ClusterPlan, journal: Journal, state_file: Path | None, record: Path | None,
@@ -163,6 +200,7 @@ def _state(stack: Stack, plan: ClusterPlan, journal: Journal, state_file: Path |
         except ValueError as error:
             die(str(error), "kilonode rollout")
     subscription, kubeconfig, prometheus = sources
+    prometheus = prometheus or journal.prometheus or None
     subscription = (subscription or stack.provider_config.get("azure-native:subscriptionId")
                     or os.environ.get("AZURE_SUBSCRIPTION_ID"))
     if not subscription:
@@ -193,7 +231,7 @@ def _step_once(stack_ref: str, journal_file: Path | None, state_file: Path | Non
                record: Path | None, sources: tuple[str | None, str | None, str | None]) -> Journal:
     from kilonode.rollout import journal as journals
     from kilonode.rollout.decide import decide
-    from kilonode.rollout.execute import Executor, compute_client, execute
+    from kilonode.rollout.execute import CARRIED, Executor, compute_client, execute
     from kilonode.rollout.observe import kube_client
 
     stack, plan = load_and_plan(stack_ref)
@@ -207,7 +245,7 @@ def _step_once(stack_ref: str, journal_file: Path | None, state_file: Path | Non
     if dry_run:
         out.print("dry run: nothing was carried out and the journal is as it was", markup=False)
         return _load_journal(path)
-    if any(a.kind in ("cordon", "drain", "upgrade", "uncordon") for a in actions):
+    if any(a.kind in CARRIED for a in actions):
         if state_file is not None:
             die("--state reads a recorded cluster: carrying its steps out needs the real one (add --dry-run)",
                 "kilonode rollout step")
@@ -215,7 +253,9 @@ def _step_once(stack_ref: str, journal_file: Path | None, state_file: Path | Non
             os.environ.get("AZURE_SUBSCRIPTION_ID") or ""
         executor = Executor(kube_client(sources[1]), compute_client(subscription), plan.node_resource_group,
                             say=lambda line: out.print(line, markup=False))
-        execute(actions, journal, executor, now)
+        # saved before each action (what is in flight) and after it: a step that ends mid-action
+        # (a drain, an Azure call of up to hours) is carried out again by the next, never taken as done
+        execute(actions, journal, executor, now, save=lambda j: journals.save(j, path))
     journals.save(journal, path)
     if journal.paused:
         out.print(f"PAUSED: {journal.paused}", markup=False)
@@ -283,7 +323,8 @@ def status(stack_ref: StackArg, journal_file: JournalOpt = None) -> None:
     journal = _load_journal(path)
     policy = journal.policy
     out.print(f"{path}: {journal.stack}: {journal.target}; canary {policy.order[0]}, in flight {policy.in_flight}, "
-              f"soak {policy.soak_s} s, gate timeout {policy.gate_timeout_s} s, "
+              f"soak {policy.soak_s} s, gate timeout {policy.gate_timeout_s} s, hold {policy.hold_s} s, "
+              f"cordon ahead {policy.cordon_ahead}, gang wait {policy.gang_wait_s} s, "
               f"{'cuts' if policy.cut_gangs else 'does not cut'} gangs", markup=False)
     for name in policy.order:
         progress = journal.of(name)

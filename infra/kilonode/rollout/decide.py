@@ -2,8 +2,10 @@
 is advanced as if the steps succeed (execute marks a scale set failed, and pauses the rollout,
 where one does not), and nothing is read or written outside the arguments.
 
-A scale set goes pending -> cordoned (cordoned and drained) -> upgrading (its model applied,
-each instance reimaged into it) -> gating (until its nodes are Ready, past their GPU health
+A scale set goes pending -> cordoned (cordoned and drained) -> upgrading (its model applied by
+updateInstances; then reimaged, only where the image did not change: an image change already
+re-provisions the OS disk, and a reimage after it would boot the instance a second time) ->
+gating (until its nodes are Ready, past their GPU health
 checks, and its pool's alerts are quiet) -> done, or failed when the gate does not pass within
 the policy's timeout: the rollout then pauses until the operator resumes it (the gate is tried
 again) or rolls back (the stack's previous version, then the same rollout; an instance already at
@@ -13,8 +15,22 @@ one without is taken `batch` instances at a time, back to pending between batche
 Gangs: a scale set is not taken while a pod of a PodGroup runs on the nodes it would drain
 (scheduler-plugins' label scheduling.x-k8s.io/pod-group: kilonode.k8s.gang), unless the policy
 allows cutting gangs; then the journal records the groups its drain evicts. A gang is kept in one
-fabric by its pod affinity (kilonode.k8s.gang.fabric_affinity), so taking a fabric takes a gang
-whole or not at all.
+fabric by its pod affinity (kilonode.k8s.gang.fabric_affinity), except one that opts out
+(kilonode.k8s.gang.CROSS_FABRIC_ANNOTATION, past the kilonode-gang-size policy): so a cut gang is
+evicted whole, its pods on other fabrics too (an `evict` action naming its groups), never cut in
+half. The next `cordon_ahead` pending scale sets are cordoned ahead of their turn so no new gang
+lands there while the ones running finish; a scale set that waits for its gangs longer than
+`gang_wait_s` pauses the rollout, naming which gangs hold which scale set.
+
+A step that ends mid-action (a crash during a drain or an Azure call) leaves the action in the
+journal (Progress.doing, saved before it is carried out): the next step carries it out again,
+each safe to repeat (cordon, evict and drain are idempotent; `_upgrade` re-sends updateInstances
+only for instances not at the model and a reimage only for those not booted since they were
+taken). A scale set found at its model with instances still taken or cordoned is gated, then
+uncordoned: never marked done with its nodes cordoned.
+
+A gate passes once its checks have kept passing for `hold_s` (an alert's `for:` has had time to
+fire); alerts that could not be read (ClusterState.alerts_unknown) block it, never pass it.
 
 The canary (the policy's first scale set) goes alone; the rest start once it has been done for
 `soak_s`, `in_flight` at a time, and none starts while its pool has an alert firing.
@@ -31,7 +47,7 @@ def _batch(journal: Journal, scale_set: ScaleSet) -> tuple[Instance, ...]:
     """The instances a new batch takes: a fabric whole; else the next `batch` not at the model."""
     if scale_set.infiniband:
         return scale_set.instances
-    return tuple(i for i in scale_set.instances if not i.latest_model)[: journal.policy.batch]
+    return tuple(i for i in scale_set.instances if not scale_set.at_model(i))[: journal.policy.batch]
 
 
 def _nodes(instances: tuple[Instance, ...]) -> tuple[str, ...]:
@@ -42,17 +58,28 @@ def _gangs(state: ClusterState, instances: tuple[Instance, ...]) -> tuple[str, .
     return tuple(sorted({g for n in _nodes(instances) for g in state.gangs.get(n, ())}))
 
 
+def _elsewhere(state: ClusterState, groups: tuple[str, ...], nodes: tuple[str, ...]) -> tuple[str, ...]:
+    """The nodes outside `nodes` where a pod of one of `groups` runs (a cross-fabric gang's)."""
+    wanted, inside = set(groups), set(nodes)
+    return tuple(sorted(n for n, gs in state.gangs.items() if n not in inside and wanted & set(gs)))
+
+
+def _taken(scale_set: ScaleSet, progress: Progress) -> tuple[Instance, ...]:
+    return tuple(i for i in scale_set.instances if i.instance_id in progress.taken)
+
+
 def _gate(state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
     """Why the batch's gate does not pass yet ('' when it does)."""
-    taken = [i for i in scale_set.instances if i.instance_id in progress.taken]
-    behind = [i.instance_id for i in taken if not i.latest_model]
+    taken = _taken(scale_set, progress)
+    behind = [i.instance_id for i in taken if not scale_set.at_model(i)]
     if behind:
         return f"{len(behind)} instances not at the model yet"
     missing = [i.instance_id for i in taken if not i.node]
     if missing:
         return f"instances {', '.join(missing[:5])} have not registered a Node"
-    # a node that has not booted since it was taken still shows its old Ready
-    stale = [i.node for i in taken if i.node and i.boot_id == progress.boot_ids.get(i.node, "")]
+    # a node that has not booted since it was taken still shows its old Ready (only those taken
+    # behind the model have a boot ID recorded: one already at it is not booted again)
+    stale = [i.node for i in taken if i.node and i.node in progress.boot_ids and i.boot_id == progress.boot_ids[i.node]]
     if stale:
         return f"{len(stale)} nodes have not booted into the model yet ({', '.join(sorted(n for n in stale if n)[:5])})"
     unready = [i.node for i in taken if i.node and not i.ready]
@@ -61,9 +88,16 @@ def _gate(state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
     pending = [i.node for i in taken if i.node and i.gpu_pending]
     if pending:
         return f"{len(pending)} nodes still carry a GPU health taint ({', '.join(sorted(n for n in pending if n)[:5])})"
-    firing = state.firing.get(scale_set.pool, ())
+    return _alerts(state, scale_set.pool)
+
+
+def _alerts(state: ClusterState, pool: str) -> str:
+    """Why the pool's alerts stop a gate or a take: unknown (never a pass), or firing."""
+    if state.alerts_unknown:
+        return f"alerts unknown ({state.alerts_unknown}): nothing passes until they can be read"
+    firing = state.firing.get(pool, ())
     if firing:
-        return f"alerts firing for pool {scale_set.pool}: {', '.join(firing)}"
+        return f"alerts firing for pool {pool}: {', '.join(firing)}"
     return ""
 
 
@@ -96,6 +130,7 @@ def decide(journal: Journal, state: ClusterState, now: float) -> list[Action]:
         actions += _advance(journal, state, scale_set, progress, now)
         if journal.paused:
             return [*actions, Action("pause", name, why=journal.paused)]
+    actions += _cordon_ahead(journal, state)
     if all(journal.of(n).phase == "done" for n in journal.policy.order):
         return [*actions, Action("done", why=f"every scale set runs {journal.target}")]
     return actions
@@ -104,24 +139,77 @@ def decide(journal: Journal, state: ClusterState, now: float) -> list[Action]:
 def _advance(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress,
              now: float) -> list[Action]:
     name = scale_set.name
+    if progress.doing:
+        again = _again(journal, state, scale_set, progress, now)
+        if again:
+            return again
     if progress.phase in ("done", "failed"):
         return []
     if progress.phase == "pending":
         return _take(journal, state, scale_set, progress, now)
-    taken = tuple(i for i in scale_set.instances if i.instance_id in progress.taken)
+    taken = _taken(scale_set, progress)
     if progress.phase == "cordoned":
         _enter(journal, name, progress, "upgrading", now, "")
-        return [Action("upgrade", name, instances=tuple(i.instance_id for i in taken if not i.latest_model))]
+        return [_upgrade(scale_set, taken, progress)]
     if progress.phase == "upgrading":
-        if not all(i.latest_model for i in taken):
-            return _timed(journal, progress, name, now, f"{sum(not i.latest_model for i in taken)} instances "
-                          "being upgraded")
+        behind = sum(not scale_set.at_model(i) for i in taken)
+        if behind:
+            return _timed(journal, progress, name, now, f"{behind} instances being upgraded")
         _enter(journal, name, progress, "gating", now, "")
+    return _gate_or_pass(journal, state, scale_set, progress, now)
+
+
+def _upgrade(scale_set: ScaleSet, taken: tuple[Instance, ...], progress: Progress, why: str = "") -> Action:
+    """updateInstances for the batch's instances not at the model; then a reimage for those not
+    booted since they were taken whose image does not change (an image change re-provisions the
+    OS disk in updateInstances already). Sent again after a step ended mid-upgrade, it repeats only
+    what is left: an instance updated and booted is in neither list."""
+    update = [i for i in taken if not scale_set.at_model(i)]
+    unbooted = [i for i in taken if i.node in progress.boot_ids and i.boot_id == progress.boot_ids[i.node]]
+    reimage = [i for i in taken if (i in update or i in unbooted) and not scale_set.image_changes(i)]
+    return Action("upgrade", scale_set.name, instances=tuple(i.instance_id for i in update),
+                  reimage=tuple(i.instance_id for i in reimage), why=why)
+
+
+def _again(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress,
+           now: float) -> list[Action]:
+    """The action a step ended in (Progress.doing), carried out again; [] when nothing is left of it."""
+    doing, name = progress.doing, scale_set.name
+    progress.doing = ""
+    journal.log.append(f"{now:.0f} {name} {doing} was interrupted: carried out again")
+    why = f"again: a step ended during its {doing}"
+    if doing == "cordon" and progress.phase == "pending":  # a cordon ahead
+        return [Action("cordon", name, nodes=progress.cordoned_ahead, why=why)] if progress.cordoned_ahead else []
+    if doing in ("cordon", "evict", "drain") and progress.phase == "cordoned":
+        taken = _taken(scale_set, progress)
+        running = {g for gs in state.gangs.values() for g in gs}
+        groups = tuple(sorted({*_gangs(state, taken), *(g for g in progress.gangs_cut if g in running)}))
+        return _take_actions(state, scale_set, taken, groups, why)
+    if doing == "upgrade" and progress.phase == "upgrading":
+        action = _upgrade(scale_set, _taken(scale_set, progress), progress, why)
+        return [action] if action.instances or action.reimage else []
+    if doing == "uncordon" and progress.doing_nodes:
+        nodes, progress.doing_nodes = progress.doing_nodes, ()
+        return [Action("uncordon", name, nodes=nodes, why=why)]
+    return []
+
+
+def _gate_or_pass(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress,
+                  now: float) -> list[Action]:
+    """The gate: wait (or fail past the timeout) while it does not pass; hold it `hold_s` once it
+    does; then uncordon the batch, and the scale set is done or its next batch pending."""
+    name = scale_set.name
     why = _gate(state, scale_set, progress)
     if why:
+        progress.passing_since = 0.0
         return _timed(journal, progress, name, now, why)
-    actions = [Action("uncordon", name, nodes=_nodes(taken))]
-    progress.taken, progress.boot_ids = (), {}
+    progress.passing_since = progress.passing_since or now
+    held = now - progress.passing_since
+    if held < journal.policy.hold_s:  # passing, so no timeout: the hold only lets an alert fire
+        progress.why = f"gate passing, held {held:.0f} of {journal.policy.hold_s} s so an alert can fire"
+        return [Action("wait", name, why=progress.why)]
+    actions = [Action("uncordon", name, nodes=_nodes(_taken(scale_set, progress)))]
+    progress.taken, progress.boot_ids, progress.passing_since = (), {}, 0.0
     if scale_set.current:
         _enter(journal, name, progress, "done", now, "")
         if name == journal.policy.order[0]:
@@ -136,28 +224,103 @@ def _take(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: 
     """A pending scale set: done if already at its model, else its next batch taken when allowed."""
     name = scale_set.name
     if scale_set.current:
-        _enter(journal, name, progress, "done", now, "already at its model")
-        if name == journal.policy.order[0]:
-            journal.canary_passed_at = journal.canary_passed_at or now
-        return []
-    why = _may_start(journal, state, name, now)
-    firing = state.firing.get(scale_set.pool, ())
-    if not why and firing:
-        why = f"alerts firing for pool {scale_set.pool}: {', '.join(firing)}"
+        return _current(journal, state, scale_set, progress, now)
+    why = _may_start(journal, state, name, now) or _alerts(state, scale_set.pool)
     taken = _batch(journal, scale_set)
     gangs = _gangs(state, taken)
-    if not why and gangs and not journal.policy.cut_gangs:
-        why = f"gangs run there: {', '.join(gangs)} (the policy does not cut gangs)"
+    if not gangs:
+        progress.gangs_since = 0.0
+    elif not why and not journal.policy.cut_gangs:
+        progress.gangs_since = progress.gangs_since or now
+        waited = now - progress.gangs_since
+        if waited > journal.policy.gang_wait_s:
+            journal.paused = _gangs_hold(journal, state, name, waited)
+            return []
+        why = (f"gangs run there: {', '.join(gangs)} (the policy does not cut gangs; waited {waited:.0f} of "
+               f"{journal.policy.gang_wait_s} s)")
     if why:
         progress.why = why
         return [Action("wait", name, why=why)]
-    progress.gangs_cut = tuple(sorted({*progress.gangs_cut, *gangs}))
-    progress.taken = tuple(i.instance_id for i in taken)
-    progress.boot_ids = {i.node: i.boot_id for i in taken if i.node}
-    _enter(journal, name, progress, "cordoned", now, "")
     nodes = _nodes(taken)
-    return [Action("cordon", name, nodes=nodes),
-            Action("drain", name, nodes=nodes, why=f"evicts gangs {', '.join(gangs)}" if gangs else "")]
+    released = tuple(n for n in progress.cordoned_ahead if n not in nodes)  # cordoned ahead, not in this batch
+    progress.gangs_cut = tuple(sorted({*progress.gangs_cut, *gangs}))
+    progress.taken, progress.cordoned_ahead, progress.gangs_since = tuple(i.instance_id for i in taken), (), 0.0
+    # boot IDs of the instances to be upgraded (one already at the model is not booted again)
+    progress.boot_ids = {i.node: i.boot_id for i in taken if i.node and not scale_set.at_model(i)}
+    _enter(journal, name, progress, "cordoned", now, "")
+    elsewhere = _elsewhere(state, gangs, nodes)
+    if elsewhere:
+        journal.log.append(f"{now:.0f} {name} gangs {', '.join(gangs)} evicted whole: also on {', '.join(elsewhere)}")
+    actions = [Action("uncordon", name, nodes=released, why="cordoned ahead, not in this batch")] if released else []
+    return [*actions, *_take_actions(state, scale_set, taken, gangs)]
+
+
+def _take_actions(state: ClusterState, scale_set: ScaleSet, taken: tuple[Instance, ...], gangs: tuple[str, ...],
+                  why: str = "") -> list[Action]:
+    """Cordon the batch; evict every pod of the gangs it cuts that runs elsewhere (a gang that
+    spans fabrics is evicted whole, never cut in half); drain the batch."""
+    name, nodes = scale_set.name, _nodes(taken)
+    actions = [Action("cordon", name, nodes=nodes, why=why)]
+    elsewhere = _elsewhere(state, gangs, nodes)
+    if elsewhere:
+        cross = tuple(g for g in gangs if any(g in state.gangs.get(n, ()) for n in elsewhere))
+        actions.append(Action("evict", name, nodes=elsewhere, groups=cross,
+                              why=f"gangs {', '.join(cross)} whole: their pods on {len(elsewhere)} nodes elsewhere"))
+    cut = f"evicts gangs {', '.join(gangs)}" if gangs else ""
+    actions.append(Action("drain", name, nodes=nodes, why="; ".join(w for w in (cut, why) if w)))
+    return actions
+
+
+def _current(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress,
+             now: float) -> list[Action]:
+    """A pending scale set already at its model: done, unless its journal says it was taken or
+    some of its nodes are cordoned (a step ended after Azure finished, a cordon ahead): then it is
+    gated and uncordoned first, never left cordoned as done."""
+    name = scale_set.name
+    held = _taken(scale_set, progress) or tuple(
+        i for i in scale_set.instances if (i.node and not i.schedulable) or (i.node in progress.cordoned_ahead))
+    if held:
+        progress.taken, progress.cordoned_ahead = tuple(i.instance_id for i in held), ()
+        _enter(journal, name, progress, "gating", now, f"at its model with {len(held)} instances taken or cordoned")
+        return _gate_or_pass(journal, state, scale_set, progress, now)
+    _enter(journal, name, progress, "done", now, "already at its model")
+    if name == journal.policy.order[0]:
+        journal.canary_passed_at = journal.canary_passed_at or now
+    return []
+
+
+def _cordon_ahead(journal: Journal, state: ClusterState) -> list[Action]:
+    """Cordon the next `cordon_ahead` pending scale sets' next batches (not yet cordoned), so no
+    new pod lands where the rollout goes next and the gangs there can finish."""
+    actions, ahead = [], 0
+    for name in journal.policy.order:
+        progress, scale_set = journal.of(name), state.scale_set(name)
+        if ahead >= journal.policy.cordon_ahead:
+            break
+        if progress.phase != "pending" or scale_set is None or scale_set.current:
+            continue
+        ahead += 1
+        batch = _batch(journal, scale_set)
+        nodes = tuple(i.node for i in batch if i.node and (i.schedulable or i.node not in progress.cordoned_ahead))
+        if nodes:
+            progress.cordoned_ahead = tuple(sorted({*progress.cordoned_ahead, *nodes}))
+            actions.append(Action("cordon", name, nodes=nodes, why="cordoned ahead: no new pod lands there"))
+    return actions
+
+
+def _gangs_hold(journal: Journal, state: ClusterState, name: str, waited: float) -> str:
+    """The pause once a scale set has waited past gang_wait_s: which gangs hold which scale set."""
+    held = []
+    for other in journal.policy.order:
+        scale_set = state.scale_set(other)
+        if journal.of(other).phase == "pending" and scale_set is not None:
+            gangs = _gangs(state, _batch(journal, scale_set))
+            if gangs:
+                held.append(f"{other}: {', '.join(gangs)}")
+    return (f"{name} waited {waited:.0f} s for its gangs (more than the policy's {journal.policy.gang_wait_s} s). "
+            f"Gangs hold: {'; '.join(held)}. Ask their owners to end them, or start again with --cut-gangs in a "
+            "maintenance window; `kilonode rollout resume` waits another --gang-wait (cordoned-ahead nodes "
+            "stay cordoned)")
 
 
 def _timed(journal: Journal, progress: Progress, name: str, now: float, why: str) -> list[Action]:

@@ -11,9 +11,23 @@ PodDisruptionBudget does not allow it yet, retried every few seconds until the d
 404 means it is gone already; anything else fails the drain. Then the drain waits (bounded) until
 the evicted pods are gone from the node.
 
-Why upgrade then reimage: updateInstances (manualUpgrade) brings each instance to the scale set's
-model (a new image version replaces the OS disk); the reimage then boots each one from a fresh
-OS disk of that model, so new custom data runs on every instance, as on a new VM.
+Why upgrade, and reimage only some: updateInstances (manualUpgrade) brings each instance to the
+scale set's model; where the image version changes it re-provisions the OS disk from the new
+image, a boot with the model's custom data, so a reimage after it would only boot the instance a
+second time. Where only the custom data changed, updateInstances leaves the OS disk, and the
+reimage boots each one from a fresh OS disk of the model so the new custom data runs, as on a new
+VM. decide chooses, per instance of the batch (Action.reimage), from the instance's image
+reference and the model's (kilonode.rollout.observe).
+
+Safe to send again (a step that ended during an Azure call, its journal saying "upgrade" in
+flight): updateInstances on an instance already at the model has nothing to apply, and decide
+re-sends a reimage only to instances whose Node has not booted since the batch was taken. Where
+Azure's first operation still runs, Azure refuses the second one as a conflict: the upgrade
+fails, the rollout pauses, and `resume` sends it again once the first has ended.
+
+Crash safety: `execute` calls `save` with the journal before each action (Progress.doing names
+it, the phase decide entered already recorded) and after it (doing cleared), so a step that ends
+mid-action leaves the journal saying what was in flight, and the next step carries it out again.
 
 Least privilege. Azure (a custom role on the pools' resource group, `<cluster>-nodes`):
 - Microsoft.Compute/virtualMachineScaleSets/read (the scale set)
@@ -23,7 +37,7 @@ Least privilege. Azure (a custom role on the pools' resource group, `<cluster>-n
 Reading a long operation's status needs no other action (Azure answers it to whoever started it).
 Kubernetes (a ClusterRole bound to the operator or the rollout's ServiceAccount):
 - nodes: get, list, patch (observe; cordon and uncordon)
-- pods: list (observe's gang pods; the drain's pods on each node)
+- pods: list (observe's gang pods; the drain's pods on each node; a cut gang's pods elsewhere)
 - pods/eviction: create (the drain)
 - services/proxy: get on `monitoring/prometheus` (the alerts, unless --prometheus names a URL)
 """
@@ -35,6 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from kilonode.k8s.gang import POD_GROUP_LABEL
 from kilonode.rollout.model import Action, Journal
 from kilonode.rollout.observe import sdk_missing
 
@@ -110,6 +125,8 @@ def fail(journal: Journal, action: Action, error: BaseException, now: float) -> 
     todo = {
         "cordon": "check the operator's RBAC (nodes patch) and the apiserver",
         "uncordon": "check the operator's RBAC (nodes patch); `kubectl uncordon` the nodes by hand if needed",
+        "evict": "see which of the gangs' pods remain (`kubectl get pods -A -l scheduling.x-k8s.io/pod-group`) "
+                 "and the PodDisruptionBudgets that hold them, then `kilonode rollout resume`",
         "drain": "see which pods remain (`kubectl get pods -A --field-selector spec.nodeName=NODE`), the "
                  "PodDisruptionBudgets that hold them (`kubectl get pdb -A`), then `kilonode rollout resume`",
         "upgrade": "see the instances in the portal or `az vmss list-instances`; fix the cause (quota, image "
@@ -119,6 +136,7 @@ def fail(journal: Journal, action: Action, error: BaseException, now: float) -> 
             f"{todo}. Nodes cordoned so far stay cordoned (kilonode.rollout.execute)")
     progress = journal.of(action.scale_set)
     progress.phase, progress.since, progress.why = "failed", now, f"{action.kind} failed"
+    progress.doing, progress.doing_nodes = "", ()  # resume retries it by its why
     journal.paused = text
     journal.log.append(f"{now:.0f} {action.scale_set} failed {action.kind}: {type(error).__name__}")
     return text
@@ -162,6 +180,20 @@ class Executor:
         self.say(f"  evicting {len(pending)} pods from {len(nodes)} nodes")
         evicted = self._evict_all(core, pending)
         self._wait_gone(core, nodes, evicted)
+
+    def evict_groups(self, groups: Sequence[str], nodes: Sequence[str]) -> None:
+        """Evict every pod of each PodGroup ("namespace/group") wherever it runs, as a drain evicts
+        (PodDisruptionBudgets respected), and wait until they are gone from `nodes`: a gang the
+        rollout cuts is evicted whole, never left running in part on another fabric."""
+        core = self._core()
+        pending: list[PodRef] = []
+        for group in groups:
+            namespace, _, name = group.partition("/")
+            pods = core.list_namespaced_pod(namespace, label_selector=f"{POD_GROUP_LABEL}={name}").items
+            evict, _ = eviction_candidates(pods)
+            pending += evict
+        self.say(f"  evicting {len(pending)} pods of gangs {', '.join(groups)} (on {len(nodes)} nodes elsewhere too)")
+        self._wait_gone(core, nodes, self._evict_all(core, pending))
 
     def _evict_all(self, core: Any, pending: list[PodRef]) -> list[PodRef]:
         from kubernetes import client
@@ -212,7 +244,7 @@ class Executor:
             self.sleep(self.limits.poll_s)
         self.say(f"  drained: {len(evicted)} pods evicted")
 
-    def upgrade(self, scale_set: str, instances: Sequence[str]) -> None:
+    def upgrade(self, scale_set: str, instances: Sequence[str], reimage: Sequence[str] = ()) -> None:
         try:
             from azure.mgmt.compute.models import (
                 VirtualMachineScaleSetReimageParameters,
@@ -220,14 +252,15 @@ class Executor:
             )
         except ImportError as error:
             raise sdk_missing("azure-mgmt-compute", error) from None
-        if not instances:
-            return
-        ids = list(instances)
         sets = self.compute.virtual_machine_scale_sets
-        self._wait(f"{scale_set}: updateInstances ({len(ids)} instances)", sets.begin_update_instances(
-            self.resource_group, scale_set, VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=ids)))
-        self._wait(f"{scale_set}: reimage ({len(ids)} instances)", sets.begin_reimage(
-            self.resource_group, scale_set, VirtualMachineScaleSetReimageParameters(instance_ids=ids)))
+        if instances:
+            ids = list(instances)
+            self._wait(f"{scale_set}: updateInstances ({len(ids)} instances)", sets.begin_update_instances(
+                self.resource_group, scale_set, VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=ids)))
+        if reimage:
+            ids = list(reimage)
+            self._wait(f"{scale_set}: reimage ({len(ids)} instances)", sets.begin_reimage(
+                self.resource_group, scale_set, VirtualMachineScaleSetReimageParameters(instance_ids=ids)))
 
     def _wait(self, what: str, poller: Any) -> None:
         """An Azure long-running operation (LROPoller): progress every poll_s, bounded by azure_s."""
@@ -254,29 +287,48 @@ def compute_client(subscription_id: str) -> Any:
 def describe(action: Action) -> str:
     """One line for an action, as `step` prints it (and --dry-run)."""
     what = {"cordon": f"cordon {len(action.nodes)} nodes", "drain": f"drain {len(action.nodes)} nodes",
-            "upgrade": f"upgrade and reimage {len(action.instances)} instances",
+            "upgrade": f"upgrade {len(action.instances)} instances, reimage {len(action.reimage)}",
+            "evict": f"evict gangs {', '.join(action.groups)} whole ({len(action.nodes)} nodes elsewhere)",
             "uncordon": f"uncordon {len(action.nodes)} nodes"}.get(action.kind, action.kind)
     where = f"{action.scale_set}: " if action.scale_set else ""
     return f"{where}{what}" + (f" ({action.why})" if action.why else "")
 
 
-def execute(actions: Iterable[Action], journal: Journal, executor: Executor, now: float) -> list[str]:
-    """Carry out each cordon, drain, upgrade, uncordon in order; stop at the first failure (the
-    scale set failed, the rollout paused: `fail`). Returns what was done, one line each."""
+CARRIED = ("cordon", "evict", "drain", "upgrade", "uncordon")
+
+
+def _carry(executor: Executor, action: Action) -> None:
+    if action.kind in ("cordon", "uncordon"):
+        executor.cordon(action.nodes, unschedulable=action.kind == "cordon")
+    elif action.kind == "evict":
+        executor.evict_groups(action.groups, action.nodes)
+    elif action.kind == "drain":
+        executor.drain(action.nodes)
+    else:
+        executor.upgrade(action.scale_set, action.instances, action.reimage)
+
+
+def execute(actions: Iterable[Action], journal: Journal, executor: Executor, now: float,
+            save: Callable[[Journal], None] = lambda journal: None) -> list[str]:
+    """Carry out each cordon, evict, drain, upgrade, uncordon in order; stop at the first failure
+    (the scale set failed, the rollout paused: `fail`). `save` writes the journal before each
+    action, with the action in flight (Progress.doing), and after it. Returns what was done."""
     done = []
     for action in actions:
-        if action.kind not in ("cordon", "drain", "upgrade", "uncordon"):
+        if action.kind not in CARRIED:
             continue
         executor.say(describe(action))
+        progress = journal.of(action.scale_set)
+        progress.doing = action.kind
+        progress.doing_nodes = action.nodes if action.kind == "uncordon" else ()
+        save(journal)
         try:
-            if action.kind in ("cordon", "uncordon"):
-                executor.cordon(action.nodes, unschedulable=action.kind == "cordon")
-            elif action.kind == "drain":
-                executor.drain(action.nodes)
-            else:
-                executor.upgrade(action.scale_set, action.instances)
+            _carry(executor, action)
         except Exception as error:  # any failure pauses the rollout with its text
             done.append(f"FAILED {fail(journal, action, error, now)}")
+            save(journal)
             return done
+        progress.doing, progress.doing_nodes = "", ()
+        save(journal)
         done.append(describe(action))
     return done

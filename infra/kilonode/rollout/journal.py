@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -29,14 +30,19 @@ def loads(text: str, source: str = "the journal") -> Journal:
         for name, p in raw["progress"].items():
             if p["phase"] not in PHASES:
                 raise ValueError(f"{name}: phase {p['phase']!r} is none of {', '.join(PHASES)}")
+            # the fields after boot_ids came later: a journal written before them reads with their defaults
             progress[name] = Progress(phase=p["phase"], since=float(p["since"]), why=str(p["why"]),
                                       gangs_cut=tuple(p["gangs_cut"]), taken=tuple(p["taken"]),
-                                      boot_ids=dict(p["boot_ids"]))
+                                      boot_ids=dict(p["boot_ids"]), doing=str(p.get("doing", "")),
+                                      doing_nodes=tuple(p.get("doing_nodes", ())),
+                                      cordoned_ahead=tuple(p.get("cordoned_ahead", ())),
+                                      gangs_since=float(p.get("gangs_since", 0.0)),
+                                      passing_since=float(p.get("passing_since", 0.0)))
         policy = raw["policy"]
         return Journal(stack=str(raw["stack"]), target=str(raw["target"]),
                        policy=Policy(**{**policy, "order": tuple(policy["order"])}), progress=progress,
                        paused=str(raw["paused"]), canary_passed_at=float(raw["canary_passed_at"]),
-                       log=[str(line) for line in raw["log"]])
+                       log=[str(line) for line in raw["log"]], prometheus=str(raw.get("prometheus", "")))
     except KeyError as error:
         raise ValueError(f"{source} cannot be read: it has no {error}; it was not changed") from None
     except (TypeError, ValueError) as error:
@@ -62,16 +68,31 @@ def save(journal: Journal, path: Path) -> None:
         raise
 
 
+def set_aside(path: Path, now: float) -> Path:
+    """Move an existing journal out of the way (`start --force`), kept beside it with the time in
+    its name: it holds what the earlier rollout did (its gangs_cut, its log), which a rollback needs."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    aside = path.with_name(f"{path.stem}.{stamp}Z{path.suffix}")
+    number = 1
+    while aside.exists():  # two in one second: never overwrite one set aside
+        aside, number = path.with_name(f"{path.stem}.{stamp}Z.{number}{path.suffix}"), number + 1
+    os.replace(path, aside)
+    return aside
+
+
 def resume(journal: Journal, now: float) -> list[str]:
     """Clear the pause; each failed scale set goes back to the step that failed: a cordon or drain
-    (kilonode.rollout.execute.fail: why "cordon failed", "drain failed") to pending, its batch to be
-    taken again; an upgrade to cordoned, to be upgraded again; a gate (decide's timeout) to its gate.
+    (kilonode.rollout.execute.fail: why "cordon failed", "evict failed", "drain failed") to pending,
+    its batch to be taken again; an upgrade to cordoned, to be upgraded again; a gate (decide's
+    timeout) to its gate. Every wait for gangs starts again (a pause past gang_wait_s).
     Returns what changed, for the operator."""
     said = []
+    for progress in journal.progress.values():
+        progress.gangs_since = 0.0
     for name, progress in journal.progress.items():
         if progress.phase != "failed":
             continue
-        if progress.why in ("cordon failed", "drain failed"):
+        if progress.why in ("cordon failed", "evict failed", "drain failed"):
             progress.phase, progress.why, progress.taken = "pending", "drain retried", ()
             said.append(f"{name}: its batch is taken again (cordon, drain)")
         elif progress.why == "upgrade failed":

@@ -25,6 +25,11 @@ class Instance:
     # the Node's status.nodeInfo.bootID: it changes when the machine boots, so a gate can tell a
     # node reimaged into the model from one that has not gone down yet (its Ready still the old one)
     boot_id: str = ""
+    # the instance's storageProfile.imageReference ('' where observe could not read it): compared
+    # with its scale set's model image, since latestModelApplied alone can say "current" of an
+    # instance whose image is not the model's (after a rollback) and cannot say whether the image
+    # or only the custom data differs (kilonode.rollout.decide reimages only for the latter)
+    image: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,11 +38,22 @@ class ScaleSet:
     pool: str
     infiniband: bool  # one fabric: taken whole, never in part (RDMA reaches only one scale set's VMs)
     instances: tuple[Instance, ...]
+    model_image: str = ""  # the scale set model's storageProfile.imageReference ('' unknown)
+
+    def at_model(self, instance: Instance) -> bool:
+        """Azure says the instance runs the model, and its image is the model's where both are known."""
+        known = bool(self.model_image and instance.image)
+        return instance.latest_model and (not known or instance.image == self.model_image)
+
+    def image_changes(self, instance: Instance) -> bool:
+        """Its image differs from the model's: updateInstances re-provisions its OS disk from the new
+        image (a boot with the model's custom data), so no reimage follows. Unknown: False (reimage)."""
+        return bool(self.model_image and instance.image and instance.image != self.model_image)
 
     @property
     def current(self) -> bool:
         """Every instance runs the scale set's model: nothing to roll."""
-        return all(i.latest_model for i in self.instances)
+        return all(self.at_model(i) for i in self.instances)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,9 @@ class ClusterState:
     gangs: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node -> the PodGroups with a pod there
     firing: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pool -> alerts firing for it
     at: float = 0.0  # when it was read (seconds since the epoch)
+    # why the pool's alerts could not be read ('' when they were): unknown alerts block every gate
+    # and every new take, never pass them (Prometheus down, or evicted by this very rollout)
+    alerts_unknown: str = ""
 
     def scale_set(self, name: str) -> ScaleSet | None:
         return next((s for s in self.scale_sets if s.name == name), None)
@@ -69,7 +88,16 @@ class Policy:
     # How long a gate may take (seconds) before the scale set is failed and the rollout pauses.
     gate_timeout_s: int = 3600
     # Take a fabric where a gang runs: only when the operator allows it (a maintenance window).
+    # Each gang it cuts is evicted whole, on every node it runs on (a cross-fabric gang too).
     cut_gangs: bool = False
+    # Pending scale sets cordoned ahead of their turn, in order, so no new gang lands there while
+    # the rollout waits for the ones running there to finish (else a busy pool never frees a fabric).
+    cordon_ahead: int = 1
+    # How long a scale set may wait for its gangs (seconds) before the rollout pauses naming them.
+    gang_wait_s: int = 86400
+    # How long a gate must keep passing (seconds) before it passes: an alert's `for:` must have
+    # had time to fire. The CLI sets the longest `for:` among the pool's alerts (kilonode.render.monitoring).
+    hold_s: int = 600
 
 
 @dataclass
@@ -82,6 +110,14 @@ class Progress:
     gangs_cut: tuple[str, ...] = ()  # the PodGroups whose pods its drain evicted (cut_gangs)
     taken: tuple[str, ...] = ()  # the instances this batch took (cordoned, drained, upgraded)
     boot_ids: dict[str, str] = field(default_factory=dict)  # node -> its boot ID when it was taken
+    # The action being carried out when the journal was last saved ('' none): saved before the
+    # action and cleared after it, so a step that died mid-action (a drain, an Azure call) is
+    # carried out again by the next step instead of being taken as done.
+    doing: str = ""
+    doing_nodes: tuple[str, ...] = ()  # the nodes of an uncordon in flight (taken is cleared by then)
+    cordoned_ahead: tuple[str, ...] = ()  # nodes cordoned ahead of its turn (Policy.cordon_ahead)
+    gangs_since: float = 0.0  # when it began waiting only for its gangs (0: it does not)
+    passing_since: float = 0.0  # when its gate began passing (0: it does not), for Policy.hold_s
 
 
 @dataclass
@@ -95,6 +131,8 @@ class Journal:
     paused: str = ""  # why it is paused; empty while it runs
     canary_passed_at: float = 0.0
     log: list[str] = field(default_factory=list)
+    # Prometheus' URL given at start (the monitoring pool's rollout needs one outside the pool)
+    prometheus: str = ""
 
     def of(self, name: str) -> Progress:
         return self.progress.setdefault(name, Progress())
@@ -104,8 +142,10 @@ class Journal:
 class Action:
     """One step `execute` carries out, or a reason to wait; `decide` returns them in order."""
 
-    kind: Literal["cordon", "drain", "upgrade", "uncordon", "wait", "pause", "done"]
+    kind: Literal["cordon", "evict", "drain", "upgrade", "uncordon", "wait", "pause", "done"]
     scale_set: str = ""
     nodes: tuple[str, ...] = ()
-    instances: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()  # upgrade: updateInstances on these
     why: str = ""
+    reimage: tuple[str, ...] = ()  # upgrade: then reimage these (their image did not change)
+    groups: tuple[str, ...] = ()  # evict: every pod of these PodGroups ("namespace/group"), wherever it runs

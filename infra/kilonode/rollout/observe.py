@@ -5,15 +5,20 @@ Each source is a pure parser (the SDK's model objects, or the JSON an API answer
 dataclasses out), tested on the APIs' own reference payloads, and a thin call that only fetches:
 
 - Azure (azure-mgmt-compute, ComputeManagementClient.virtual_machine_scale_set_vms.list): per
-  instance its instanceId, latestModelApplied and osProfile.computerName. No `expand`: the
+  instance its instanceId, latestModelApplied, osProfile.computerName and
+  storageProfile.imageReference; virtual_machine_scale_sets.get for the model's
+  virtualMachineProfile.storageProfile.imageReference (an instance is at the model only when
+  both agree, and decide reimages only where the image does not change). No `expand`: the
   instance view (power state, statuses) is not needed, and leaving it out keeps the response
-  small and the role to .../virtualMachines/read.
+  small and the role to .../virtualMachines/read and .../virtualMachineScaleSets/read.
 - Kubernetes (the official `kubernetes` client): each Node's Ready condition, spec.unschedulable,
   status.nodeInfo.bootID and the GPU health taints (kilonode.node.gpu.protocol); the pods that
   carry the PodGroup label (kilonode.k8s.gang.POD_GROUP_LABEL), as node -> "namespace/group".
 - Prometheus: GET /api/v1/alerts, through the apiserver's service proxy to the cluster's
   Prometheus (kilonode.k8s.monitoring) or at a URL the operator gives; an alert counts for a pool
   when its `pool` label names it (the GPU pool alerts of kilonode.render.monitoring carry it).
+  Prometheus unreachable, or an answer that is not one: the state says the alerts are unknown
+  (ClusterState.alerts_unknown), which blocks every gate; it never reads as "no alert firing".
 
 A node is found by name: kilonode's nodes register under their computer name lower-cased (the
 kubelet lower-cases its hostname; no --hostname-override), and a Uniform scale set names each
@@ -66,14 +71,41 @@ class Target:
     name: str  # the scale set, also its computerNamePrefix
     pool: str
     infiniband: bool
+    team: str | None = None  # the team whose reserved shard it is (None: shared capacity)
 
 
 def targets(plan: ClusterPlan, pool: str) -> tuple[Target, ...]:
     """The pool's scale sets in the plan's order. Raises ValueError for a pool the plan lacks."""
     for candidate in plan.node_pools:
         if candidate.name == pool:
-            return tuple(Target(s.name, pool, candidate.infiniband) for s in candidate.shards)
+            return tuple(Target(s.name, pool, candidate.infiniband, s.team) for s in candidate.shards)
     raise ValueError(f"the plan has no pool {pool!r} (it has {', '.join(p.name for p in plan.node_pools)})")
+
+
+# Alerts the gate checks itself, more strictly: KilonodeGpuHealthPending fires after an hour of a
+# node carrying the startup taint, which the gate refuses at once (Instance.gpu_pending). Their
+# `for:` needs no hold.
+GATE_CHECKS_ITSELF = ("KilonodeGpuHealthPending",)
+HOLD_DEFAULT_S = 600
+
+
+def hold_s(plan: ClusterPlan, pool: str) -> int:
+    """How long a gate is held once it passes: the longest `for:` among the alerts that can fire
+    for the pool (a `pool` label in their result, the GPU pools' rules of kilonode.render.monitoring),
+    so one has had time to fire; 10 minutes where none can (a pool without GPUs)."""
+    from kilonode.render.monitoring import Alert, gpu_group, gpu_health_groups
+
+    if pool not in {p.name for p in plan.gpu_pools}:
+        return HOLD_DEFAULT_S
+    groups = [g for g in (gpu_group(plan), *gpu_health_groups(plan)) if g is not None]
+    durations = [_duration_s(r.duration) for g in groups for r in g.rules
+                 if isinstance(r, Alert) and r.name not in GATE_CHECKS_ITSELF]
+    return max(durations, default=HOLD_DEFAULT_S)
+
+
+def _duration_s(text: str) -> int:
+    """A Prometheus `for:` of one unit (1m, 15m, 1h) in seconds."""
+    return int(text[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[text[-1]]
 
 
 def computer_name(prefix: str, instance_id: str) -> str:
@@ -92,6 +124,33 @@ class Vm:
     instance_id: str
     node: str  # the Node it registers as (its computer name, lower-cased)
     latest_model: bool
+    image: str = ""  # its storageProfile.imageReference (image_name), '' where the answer has none
+
+
+def image_name(reference: Any) -> str:
+    """An ImageReference (azure-mgmt-compute) as one comparable string: a gallery image version's
+    resource ID (kilonode.azure.node_pool pins one), a shared or community gallery's ID, else
+    publisher:offer:sku:version (exactVersion where Azure resolved `latest`); '' for none.
+    Lower-cased: Azure resource IDs compare case-insensitively."""
+    if reference is None:
+        return ""
+    for attribute in ("id", "shared_gallery_image_id", "community_gallery_image_id"):
+        value = getattr(reference, attribute, None)
+        if value:
+            return str(value).lower()
+    parts = [getattr(reference, a, None) or "" for a in ("publisher", "offer", "sku")]
+    version = getattr(reference, "exact_version", None) or getattr(reference, "version", None) or ""
+    return ":".join([*parts, version]).lower() if any(parts) else ""
+
+
+def _storage_image(profile: Any) -> str:
+    storage = getattr(profile, "storage_profile", None) if profile is not None else None
+    return image_name(getattr(storage, "image_reference", None) if storage is not None else None)
+
+
+def model_image(scale_set: Any) -> str:
+    """A VirtualMachineScaleSet (virtual_machine_scale_sets.get) -> its model's image (image_name)."""
+    return _storage_image(getattr(scale_set, "virtual_machine_profile", None))
 
 
 def vms_from_azure(scale_set: str, vms: Iterable[Any]) -> tuple[Vm, ...]:
@@ -107,20 +166,23 @@ def vms_from_azure(scale_set: str, vms: Iterable[Any]) -> tuple[Vm, ...]:
         name = getattr(os_profile, "computer_name", None) if os_profile is not None else None
         if not name:
             name = computer_name(scale_set, instance_id) if instance_id.isdigit() else ""
-        found.append(Vm(instance_id, name.lower(), bool(getattr(vm, "latest_model_applied", False))))
+        latest = bool(getattr(vm, "latest_model_applied", False))
+        found.append(Vm(instance_id, name.lower(), latest, _storage_image(vm)))
     return tuple(sorted(found, key=lambda v: (len(v.instance_id), v.instance_id)))
 
 
-def list_vms(subscription_id: str, resource_group: str, names: Iterable[str]) -> dict[str, tuple[Vm, ...]]:
-    """The thin call: each scale set's instances, with DefaultAzureCredential (az login, a
-    managed identity, or AZURE_* environment variables)."""
+def list_vms(subscription_id: str, resource_group: str,
+             names: Iterable[str]) -> dict[str, tuple[str, tuple[Vm, ...]]]:
+    """The thin call: each scale set's model image and instances, with DefaultAzureCredential
+    (az login, a managed identity, or AZURE_* environment variables)."""
     try:
         from azure.identity import DefaultAzureCredential
         from azure.mgmt.compute import ComputeManagementClient
     except ImportError as error:
         raise sdk_missing("azure-mgmt-compute and azure-identity", error) from None
     client = ComputeManagementClient(DefaultAzureCredential(), subscription_id)
-    return {name: vms_from_azure(name, client.virtual_machine_scale_set_vms.list(resource_group, name))
+    return {name: (model_image(client.virtual_machine_scale_sets.get(resource_group, name)),
+                   vms_from_azure(name, client.virtual_machine_scale_set_vms.list(resource_group, name)))
             for name in names}
 
 
@@ -212,6 +274,17 @@ def firing_from_alerts(payload: Mapping[str, Any], pools: Iterable[str]) -> dict
     return {pool: tuple(sorted(names)) for pool, names in sorted(found.items())}
 
 
+def read_firing(api: Any, url: str | None, pools: Iterable[str]) -> tuple[dict[str, tuple[str, ...]], str]:
+    """The pools' firing alerts, or ({}, why they are unknown). Any failure to read them (Prometheus
+    down, evicted by this rollout, the proxy refusing, an answer that is not Prometheus') makes
+    them unknown, which blocks every gate: a gate never passes on alerts it could not read."""
+    try:
+        return firing_from_alerts(fetch_alerts(api, url), pools), ""
+    except Exception as error:  # unknown, whatever the cause; the text says which
+        where = url or f"{PROMETHEUS_NAMESPACE}/{PROMETHEUS_SERVICE} through the apiserver"
+        return {}, f"Prometheus at {where}: {type(error).__name__}: {str(error).strip()[:200]}"
+
+
 def fetch_alerts(api: Any, url: str | None = None, timeout_s: float = 30.0) -> dict[str, Any]:
     """The thin call: GET /api/v1/alerts at `url`, or through the apiserver's service proxy."""
     if url:
@@ -229,18 +302,20 @@ def fetch_alerts(api: Any, url: str | None = None, timeout_s: float = 30.0) -> d
 
 # --- joined ---------------------------------------------------------------------------------------
 
-def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeFacts]) -> ScaleSet:
-    """One scale set as the rollout sees it: each instance with its Node (None: not registered)."""
+def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeFacts],
+                    image: str = "") -> ScaleSet:
+    """One scale set as the rollout sees it: each instance with its Node (None: not registered),
+    and the model's image (`image`, '' unknown)."""
     instances = []
     for vm in vms:
         facts = nodes.get(vm.node)
         if facts is None:
-            instances.append(Instance(vm.instance_id, None, vm.latest_model))
+            instances.append(Instance(vm.instance_id, None, vm.latest_model, image=vm.image))
         else:
             instances.append(Instance(vm.instance_id, vm.node, vm.latest_model, ready=facts.ready,
                                       schedulable=facts.schedulable, gpu_pending=facts.gpu_pending,
-                                      boot_id=facts.boot_id))
-    return ScaleSet(target.name, target.pool, target.infiniband, tuple(instances))
+                                      boot_id=facts.boot_id, image=vm.image))
+    return ScaleSet(target.name, target.pool, target.infiniband, tuple(instances), model_image=image)
 
 
 @dataclass(frozen=True)
@@ -260,9 +335,9 @@ def observe(plan: ClusterPlan, sets: Iterable[Target], sources: Sources) -> Clus
     vms = list_vms(sources.subscription_id, plan.node_resource_group, [t.name for t in sets])
     api = kube_client(sources.kubeconfig, sources.context)
     nodes, gangs = list_nodes_and_gangs(api, pools)
-    firing = firing_from_alerts(fetch_alerts(api, sources.prometheus_url), pools)
-    return ClusterState(tuple(scale_set_state(t, vms[t.name], nodes) for t in sets), gangs=gangs, firing=firing,
-                        at=time.time())
+    firing, unknown = read_firing(api, sources.prometheus_url, pools)
+    return ClusterState(tuple(scale_set_state(t, vms[t.name][1], nodes, vms[t.name][0]) for t in sets),
+                        gangs=gangs, firing=firing, at=time.time(), alerts_unknown=unknown)
 
 
 # --- a recorded state (`--state FILE`, `--record FILE`) --------------------------------------------
@@ -276,10 +351,11 @@ def state_from_json(text: str, source: str = "the state") -> ClusterState:
     try:
         raw = json.loads(text)
         sets = tuple(ScaleSet(str(s["name"]), str(s["pool"]), bool(s["infiniband"]),
-                              tuple(Instance(**i) for i in s["instances"])) for s in raw["scale_sets"])
+                              tuple(Instance(**i) for i in s["instances"]), str(s.get("model_image", "")))
+                     for s in raw["scale_sets"])
         return ClusterState(sets, gangs={n: tuple(g) for n, g in raw.get("gangs", {}).items()},
                             firing={p: tuple(a) for p, a in raw.get("firing", {}).items()},
-                            at=float(raw.get("at", 0.0)))
+                            at=float(raw.get("at", 0.0)), alerts_unknown=str(raw.get("alerts_unknown", "")))
     except KeyError as error:
         raise ValueError(f"{source} cannot be read: it has no {error}") from None
     except (TypeError, ValueError) as error:
