@@ -15,7 +15,8 @@ from kilonode.cli.common import StackArg, die, load_and_plan, out
 def upgrade(
     stack_ref: StackArg,
     to: Annotated[str, typer.Option("--to", metavar="VERSION", show_default=False,
-                                    help="The Kubernetes version to reach: the next minor's patch (e.g. 1.35.4).")],
+                                    help="The Kubernetes version to reach: a patch release of the next minor "
+                                         "(1.<minor + 1>.<patch>, one the binaries catalogue pins).")],
     canary: Annotated[str | None, typer.Option("--canary", metavar="POOL", show_default=False,
                                                help="The pool that moves first (default: the smallest work pool).")]
     = None,
@@ -39,7 +40,8 @@ def upgrade(
 
     stack, _ = load_and_plan(stack_ref)
     if not _is_version(to):
-        die(f"--to {to!r}: give a version like 1.35.4", "kilonode upgrade")
+        die(f"--to {to!r}: give a version 1.<minor>.<patch>, the next minor after {stack.config.kubernetes_version}",
+            "kilonode upgrade")
     if (why := refusal(stack.config, to)) is not None:
         die(why, "kilonode upgrade")
     if canary is not None and canary not in {p.name for p in stack.config.node_pools}:
