@@ -73,10 +73,27 @@ def test_replacing_one_etcd_member_needs_no_acknowledgement_but_still_the_full_r
     assert "one full `pulumi up`: only a full run records the new restart keys" in stop.summary
 
 
-def test_replacing_every_apiserver_says_to_acknowledge_the_apiservers() -> None:
+def test_replacing_every_apiserver_is_no_stop_any_more_but_still_every_apiserver() -> None:
+    # the apiserver VMs are delete-before-replace: `pulumi up --target` replaces one, nothing stops at its name
     head = _new_custom_data(snapshot(STACK), *(f"apiserver-{i}" for i in range(5)))
-    [stop] = rule(risks(head), "replace-stops")
+    found = risks(head)
+    assert not rule(found, "replace-stops")
+    [every] = rule(found, "apiservers-all")
+    assert every.summary.startswith("5 of 5 apiservers restart or are replaced")
+
+
+def test_replacing_every_apiserver_of_a_stack_deployed_before_says_to_acknowledge_and_never_destroy() -> None:
+    # a base recorded before delete-before-replace: its replacement is told as a stop at the name
+    base = snapshot(STACK)
+    for i in range(5):
+        _resource(base, f"apiserver-{i}")["deleteBeforeReplace"] = False
+    head = _new_custom_data(snapshot(STACK), *(f"apiserver-{i}" for i in range(5)))
+    [stop] = rule(assess(compare_stack(STACK, base, head), {}), "replace-stops")
     assert "`acknowledgeRestart: [apiservers]`" in stop.summary and "5 of the 5 apiservers machines" in stop.summary
+    # the guard cannot hold the acknowledged roll to one machine per run: said where it is advised
+    assert "cannot tell a targeted run from a plain one" in stop.summary
+    assert "`pulumi up --target <one machine's VM urn>` per run" in stop.summary
+    assert "pulumi destroy" not in stop.summary
 
 
 # --- 2. etcd's data: what happens past the stops, not what `pulumi up` does ----------------------------------------

@@ -305,6 +305,10 @@ class Cluster(pulumi.ComponentResource):
             found = rollout.disruptions(values[0], values[1], frozenset(acknowledged))
             if found:
                 raise pulumi.RunError("; ".join(d.message() for d in found))
+            # An acknowledged group passes: the roll is to go one targeted run per machine, which
+            # the program cannot check (it never sees the targets), so it says so, in preview too.
+            for passed in rollout.acknowledged(values[0], values[1], frozenset(acknowledged)):
+                pulumi.log.warn(passed.message(), resource=self)
             return True
 
         return pulumi.Output.all(previous, self.restart_keys).apply(check)

@@ -60,6 +60,14 @@ class ControlPlane(pulumi.ComponentResource):
     # what the machine running `pulumi up` uses: the public frontend for an internet deployer,
     # else the internal one (reached over the deployer's peering)
     deployer_endpoint: pulumi.Output[str]
+    # What the apiservers' readiness check waits for (kilonode.k8s.readiness), as outputs, so a
+    # dependency on them is on those resources alone: the load balancers' IDs, and the image the
+    # apiservers boot (on a first run its upload and gallery copy take far longer than the check's
+    # deadline, and every apiserver VM waits for it: the check must not start before). Never this
+    # component as a whole: Pulumi's Python SDK expands a dependency on a component to every child
+    # (pulumi/pulumi#7732), every apiserver VM and NIC included, and everything in the cluster hangs
+    # off that check.
+    ready_after: list[pulumi.Output[str]]
     vm_ids: list[pulumi.Output[str]]
 
     def __init__(self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -82,6 +90,7 @@ class ControlPlane(pulumi.ComponentResource):
             public = self._public_frontend(name, args)
             balancers.append(public)
         backend_ids = [lb.backend_id for lb in balancers]
+        self.ready_after = [*(lb.resource.id for lb in balancers), pulumi.Output.from_input(args.image_version_id)]
 
         self.vm_ids = []
         for instance in cp.instances:
@@ -90,6 +99,10 @@ class ControlPlane(pulumi.ComponentResource):
                           backend_pool_ids=backend_ids),
                 parent=self,
                 nic_depends_on=[lb.resource for lb in balancers],
+                # Rolled one at a time (docs/azure.md, "Rolling the control plane"): `pulumi up
+                # --target` one VM deletes it and creates it anew under its fixed name, at its
+                # NIC, while the others serve behind the load balancer.
+                delete_before_replace=True,
             )
             self.vm_ids.append(vm.id)
         self.load_balancer_ip = internal.resource.frontend_ip_configurations.apply(

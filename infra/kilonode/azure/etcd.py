@@ -3,7 +3,9 @@
 Members sit on `d`/NVMe sizes whose local SSD holds the data dir (field notes: ~200 us
 fsync on local SSD vs ~2 ms on premium SSD), at the static IPs and zones the plan gives.
 The VMs are protected: replacing a member is a remove-then-add procedure, never a
-`pulumi up` side effect; a change that would replace one stops at the protect flag.
+`pulumi up` side effect; a change that would replace one stops at the protect flag. Once
+unprotected (docs/runbooks/etcd-member-lost-its-disk.md), `pulumi up --target` the member's VM
+replaces it delete-before-replace: its name is fixed, so the old VM must go first.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class EtcdCluster(pulumi.ComponentResource):
                 parent=self,
                 # a member's data goes with its VM: only a stack armed for teardown lets it go
                 protect=not args.teardown,
+                # Its Azure name is fixed, so a replacement (the member runbook, once it is
+                # removed from etcd and unprotected) can only delete first; its data is on the
+                # local SSD, lost by a replacement either way.
+                delete_before_replace=True,
             )
             self.vm_ids.append(vm.id)
         self.client_endpoints = list(etcd.client_endpoints)

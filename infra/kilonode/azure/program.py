@@ -83,7 +83,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         join_tokens=cluster.tls.join_tokens,
         cloud_target=cloud_target(plan, cluster),
         monitoring_files=monitoring_files(plan),
-        depends_on=(cluster.control_plane, *cluster.network.deployer_peerings),
+        after=(*cluster.control_plane.ready_after, *(peering.id for peering in cluster.network.deployer_peerings)),
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)
     pulumi.export("apiserverEndpoint", plan.control_plane.endpoint)

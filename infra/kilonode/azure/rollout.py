@@ -13,6 +13,16 @@ changed would be a majority of one etcd cluster, or every apiserver, naming them
 certificate renewal goes through the same rule: a host's new certificateGenerations entry changes
 that host's custom data alone (kilonode.azure.tls), one machine, which passes.
 
+An acknowledged group passes whatever moves in it: the acknowledgement is for rolling it one
+machine per `pulumi up --target`, and the program cannot hold a run to that, because it cannot
+see whether a run is targeted. The targets are the engine's: the language host's RunRequest
+carries the project, stack, config and dry-run flag but no target list (pulumi's
+language.proto; the Python SDK 3.272's `RunRequest` fields), and a targeted run computes every
+machine's restart key as a full run does. So a plain `pulumi up` while a group is acknowledged
+replaces every machine of it whose key changed, at once. What the program can do, it does: it
+warns, naming the machines, whenever an acknowledged group has more than one machine to move
+(`acknowledged`); `kilonode diff` says the same.
+
 Everything here is pure: previous and current keys in, problems out.
 """
 
@@ -47,10 +57,45 @@ class Disruption:
         return (
             f"this update would restart or replace {len(self.machines)} of {self.members} {self.group} machines "
             f"at once ({', '.join(self.machines)}): {self.why}. Roll them one at a time: add {self.group!r} to "
-            "acknowledgeRestart in the stack file, `pulumi up --target` one machine's VM at a time (waiting for "
-            "it to be healthy), one plain `pulumi up` to record the new state, then remove the acknowledgement "
-            "(docs/azure.md: \"Rolling the control plane\"). Renewing certificates? Raise one host's "
-            "certificateGenerations entry per update instead (docs/runbooks/certificate-renewal.md)"
+            f"acknowledgeRestart in the stack file, then {ROLL_STEP}, one plain `pulumi up` to record the new "
+            "state, then remove the acknowledgement (docs/azure.md: \"Rolling the control plane\"). Renewing "
+            "certificates? Raise one host's certificateGenerations entry per update instead "
+            "(docs/runbooks/certificate-renewal.md)"
+        )
+
+
+# The step the roll repeats, as the restart guard, the review (kilonode.review.lifecycle) and
+# docs/azure.md ("Rolling the control plane") all say it. The VMs are delete-before-replace
+# (kilonode.azure.vm.machine): their Azure names are fixed.
+ROLL_STEP = (
+    "`pulumi up --target <one machine's VM urn>` per run (`pulumi stack --show-urns` lists them; a "
+    "replacement deletes that VM first and creates it anew under its name, at its NIC, which keeps its IP "
+    "and load-balancer pool; an etcd member is `pulumi state unprotect`ed first, and its new VM rejoins "
+    "etcd by itself: docs/runbooks/etcd-member-lost-its-disk.md), waiting until it is healthy (the "
+    "apiserver's /readyz, `etcdctl endpoint health --cluster`) before the next"
+)
+
+# What acknowledgeRestart cannot enforce, said wherever it is given (rollout's warning, the review).
+TARGET_LIMIT = (
+    "the program cannot tell a targeted run from a plain one (targets never reach it), so while the "
+    "acknowledgement is there a plain `pulumi up` replaces every one of them at once: run only targeted "
+    "updates until the last machine is done"
+)
+
+
+@dataclass(frozen=True)
+class Acknowledged:
+    """An acknowledged group with more than one machine to move: passed, and warned about."""
+
+    group: str
+    machines: tuple[str, ...]
+    members: int
+
+    def message(self) -> str:
+        return (
+            f"acknowledgeRestart lists {self.group}: {len(self.machines)} of its {self.members} machines differ from "
+            f"the last full run ({', '.join(self.machines)}). Roll them with {ROLL_STEP}; {TARGET_LIMIT} "
+            "(docs/azure.md: \"Rolling the control plane\")"
         )
 
 
@@ -88,4 +133,18 @@ def disruptions(previous: Mapping[str, Any] | None, current: Mapping[str, Mappin
                 group, tuple(moved), n,
                 f"etcd with {n} members tolerates {(n - 1) // 2} down; {len(moved)} down at once loses quorum",
             ))
+    return found
+
+
+def acknowledged(previous: Mapping[str, Any] | None, current: Mapping[str, Mapping[str, Mapping[str, str]]],
+                 groups: frozenset[str]) -> list[Acknowledged]:
+    """The acknowledged groups this run would move more than one machine of, were it not targeted:
+    what the restart guard lets through unchecked (see the module's docstring), to be warned of."""
+    if not previous:
+        return []
+    found = []
+    for group, machines in current.items():
+        moved = changed(previous.get(group) or {}, machines)
+        if group in groups and len(moved) > 1:
+            found.append(Acknowledged(group, tuple(moved), len(machines)))
     return found

@@ -147,7 +147,12 @@ def machine(
     parent: pulumi.Resource,
     protect: bool = False,
     nic_depends_on: Sequence[pulumi.Resource] = (),
+    delete_before_replace: bool = False,
 ) -> compute.VirtualMachine:
+    """The machine's NIC (and public IP where asked) and its VM. `delete_before_replace`: the VM's
+    Azure name is fixed (the plan's), so its replacement can only be created once the old VM is
+    gone; pulumi-azure-native refuses to create over a VM still there, which is what Pulumi's
+    default create-before-delete would ask of it."""
     location, resource_tags = spec.location, spec.tags
     public = _public_ip(spec, parent)
     nic = network.NetworkInterface(
@@ -208,9 +213,14 @@ def machine(
         # Azure refuses to change osProfile.customData, or the image, of an existing VM, and the
         # provider would preview it as a plain update that then fails: a new custom data or a
         # new image version is a new VM, shown as a replacement in preview and stopped by
-        # `protect` on etcd members.
+        # `protect` on etcd members. Delete-before-replace deletes the VM alone: its NIC (the
+        # static IP, the load balancer's backend pool) is what the VM depends on, not a dependent,
+        # so it stays and the new VM takes it (Azure detaches a NIC from a deleted VM: no
+        # deleteOption on it); the OS disk goes with the VM (deleteOption Delete) and the new one
+        # gets a name of Azure's.
         opts=pulumi.ResourceOptions(
-            parent=parent, protect=protect, replace_on_changes=[CUSTOM_DATA_PATH, IMAGE_PATH]
+            parent=parent, protect=protect, replace_on_changes=[CUSTOM_DATA_PATH, IMAGE_PATH],
+            delete_before_replace=delete_before_replace or None,
         ),
         location=location,
         tags={**resource_tags, **spec.vm_tags},

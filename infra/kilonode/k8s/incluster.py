@@ -3,7 +3,7 @@ cluster's own outputs, behind the apiserver readiness gate."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -45,8 +45,12 @@ class InClusterArgs:
     # the rule file and scrape fragment for the user's Prometheus, rendered by the caller
     # (kilonode.render.monitoring.monitoring_files)
     monitoring_files: Mapping[str, str]
-    # Resources the apiserver needs before it can answer (its VMs, the load balancer).
-    depends_on: tuple[pulumi.Resource, ...] = ()
+    # What the apiserver's answer needs, as outputs (the load balancers' and the apiservers' image's
+    # IDs, kilonode.azure.control_plane.ControlPlane.ready_after; the deployer's peerings' IDs): the
+    # readiness check, and with it the provider and every object below, depends on those
+    # resources and on no apiserver VM or NIC, so one apiserver is replaced at a time without
+    # touching anything here (kilonode.k8s.readiness).
+    after: Sequence[pulumi.Input[str]] = ()
 
 
 class InCluster(pulumi.ComponentResource):
@@ -57,8 +61,7 @@ class InCluster(pulumi.ComponentResource):
         plan = args.plan
         ready = ApiserverReady(
             f"{name}-apiserver-ready",
-            ApiserverReadyArgs(endpoint=args.endpoint, kubeconfig=args.kubeconfig,
-                               after=args.depends_on),
+            ApiserverReadyArgs(endpoint=args.endpoint, kubeconfig=args.kubeconfig, after=args.after),
             pulumi.ResourceOptions(parent=self),
         )
         self.provider = k8s.Provider(

@@ -12,6 +12,7 @@ deployer-path check traces that path through the graph before anything is create
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -43,9 +44,15 @@ class ApiserverReadyArgs:
     # internet, the public frontend's (Azure's address, known once it exists)
     endpoint: pulumi.Input[str]
     kubeconfig: pulumi.Output[str]  # secret
-    # What must exist before asking (the apiserver VMs, their load balancer): a component
-    # here stands for all its children.
-    after: tuple[pulumi.Resource, ...] = ()
+    # What must exist before asking, as outputs (the load balancers' IDs, the apiservers' image's,
+    # the deployer's peerings'): the check waits for those resources alone. Outputs, never a resource to
+    # depend on: a component there would stand for all its children (pulumi/pulumi#7732), and
+    # a single apiserver VM among them would tie every in-cluster object to that VM, so
+    # replacing it one at a time would take them all along (docs/azure.md, "Rolling the
+    # control plane"). The VMs themselves are not waited for: the check asks until its deadline
+    # (which so also covers their creation, minutes), and the load balancer serves whichever
+    # apiserver answers.
+    after: Sequence[pulumi.Input[str]] = ()
     timeout_s: int = defaults.APISERVER_READY_TIMEOUT_S
     interval_s: int = 10  # between two asks; a first boot takes minutes, so no need to hurry
 
@@ -65,9 +72,10 @@ class ApiserverReady(pulumi.ComponentResource):
                 "KILONODE_TIMEOUT_S": str(args.timeout_s),
                 "KILONODE_INTERVAL_S": str(args.interval_s),
             },
-            # Checked again whenever the endpoint moves (a new load balancer address).
-            triggers=[args.endpoint],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after),
-                                        additional_secret_outputs=["stdout", "stderr"]),
+            # Checked again whenever the endpoint moves (a new load balancer address), or what it
+            # needs is replaced (a new load balancer, peering or apiserver image: the next full
+            # `pulumi up` after a roll asks once more).
+            triggers=[args.endpoint, *args.after],
+            opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout", "stderr"]),
         )
         self.register_outputs({})

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, changed
+from kilonode.azure.rollout import APISERVERS, RESTART_KEYS_OUTPUT, ROLL_STEP, TARGET_LIMIT, changed
 from kilonode.plan import wellknown
 from kilonode.review.compare import CREATE, DELETE, REPLACE, ResourceChange, StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
@@ -125,7 +125,8 @@ def _guard_advice(refused: Mapping[str, tuple[int, int]], groups: list[str]) -> 
     listed = ", ".join(named)
     first = (f"First add `acknowledgeRestart: [{listed}]` to the stack file: the restart guard compares every "
              f"control-plane machine's restart key with the last full run's, targeted runs included, so with "
-             f"{counts} changed, it refuses each `pulumi up --target` too. Then ")
+             f"{counts} changed, it refuses each `pulumi up --target` too; once acknowledged, {TARGET_LIMIT}. "
+             "Then ")
     last = (f"; after the last, one full `pulumi up` (it records the new restart keys), then remove "
             f"acknowledgeRestart and commit ({ROLLING})")
     return first, last
@@ -211,11 +212,16 @@ def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes
         second = (" Unprotecting is not enough: its Azure name is fixed and Pulumi replaces create-before-delete, "
                   "so `pulumi up --target` would stop again at the name (pulumi-azure-native will not create over "
                   "the VM still there)." if fixed else "")
+        # delete-before-replace (kilonode.azure.vm): the targeted run deletes the old VM first
+        replace = ("delete the old VM (`pulumi destroy --target <urn>`: nothing depends on an etcd VM), "
+                   "`pulumi up --target <urn>` to create it anew" if fixed else
+                   "`pulumi up --target <urn>` (it is delete-before-replace: the old VM goes first, the new one "
+                   "takes its name and NIC)")
         return (head + f"replacing it ({why}) means deleting it, and it is protected (etcd's data).{second} "
-                f"{first}{'do' if first else 'Do'} one member at a time: `pulumi state unprotect <urn>`, delete the "
-                "old VM (`pulumi destroy --target <urn>`), `pulumi up --target <urn>` to create it anew, let "
-                f"etcd-join re-add it as a new member ({MEMBER_RUNBOOK}) and wait for `etcdctl endpoint health "
-                f"--cluster`, `pulumi state protect <urn>`, then the next{last}")
+                f"{first}{'do' if first else 'Do'} one member per run: `pulumi state unprotect <urn>`, "
+                f"{replace}, let etcd-join re-add it as a new member "
+                f"({MEMBER_RUNBOOK}) and wait for `etcdctl endpoint health --cluster`, `pulumi state protect <urn>`, "
+                f"then the next{last}")
     if stop == "protected" and kind == "storage-account":
         return (head + f"replacing it ({why}) means deleting it, and it is protected: a storage account is deleted "
                 "with every blob in it (here the etcd snapshots, the only way back from a lost cluster). Nothing "
@@ -231,11 +237,13 @@ def _stop_story(stack: str, stop: str, kind: str, why: str, fixed: bool, changes
                 "the replacement has the same fixed Azure name, which pulumi-azure-native will not create over the "
                 f"scale set still there. Replacing a scale set deletes its {_capacity(changes):,} instances "
                 "with it: add a new pool (a new name) beside it, move the work, then remove this one")
+    # Never `pulumi destroy --target` here: at a ref where the in-cluster objects depend on every
+    # apiserver VM (through the readiness check's dependency on the ControlPlane component,
+    # pulumi/pulumi#7732) it is refused, and with --target-dependents deletes them all.
     return (head + f"it is replaced ({why}), Pulumi creates the replacement before deleting the old one, and the "
             "replacement has the same fixed Azure name, which pulumi-azure-native will not create over the machine "
-            f"still there. {first}{'do' if first else 'Do'} one machine at a time: delete it (`pulumi destroy "
-            "--target <urn>`), then `pulumi up --target <urn>` creates it anew; wait for it to be healthy before "
-            f"the next{last}")
+            "still there. It must be replaced delete-before-replace, as kilonode's control-plane VMs are "
+            f"(kilonode.azure.vm). {first}{'do' if first else 'Do'} one machine per run: {ROLL_STEP}{last}")
 
 
 def containers(diff: StackDiff) -> list[Finding]:
