@@ -211,7 +211,7 @@ def test_a_prometheus_pod_template_change_loses_its_history_and_alerting_for_a_w
     container["resources"]["limits"]["memory"] = container["resources"]["requests"]["memory"] = "50Gi"
     [restart] = rule(risks(head), "prometheus-restarted")
     assert restart.level == MEDIUM and "all of its history is gone" in restart.summary
-    assert "no alert fires" in restart.summary and "a pool-size change alone does this" in restart.summary
+    assert "no alert fires" in restart.summary and "its sizing only" in restart.summary
 
 
 def test_the_monitoring_node_resized_restarts_prometheus() -> None:

@@ -125,7 +125,9 @@ Y"), container-replaced (the resource group or VNet), etcd-data-lost,
 audit-log-off, daemonset-api-load; corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
-Prometheus configuration promtool rejects);
+Prometheus configuration promtool rejects), recording-rule-missing (alerts
+reading a record no rule writes any more), dns-replicas-cut (CoreDNS's
+autoscaler asking for less than half the replicas);
 
 - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
 node of a pool gets new custom data or a new image), a field lesson made
@@ -134,7 +136,10 @@ setting, the runtime root off the local disk), vnet-widened (in place, nothing
 moves), subnet-unrecorded (run kilonode allocate), labels-until-reimaged,
 corefile-reloaded (a Corefile change reaches every CoreDNS replica at once),
 apf-live-change (a priority level or FlowSchema change every apiserver applies
-at once, before any roll).
+at once, before any roll), dns-replicas-cut (fewer CoreDNS replicas, at once),
+apiserver-load (fewer apiservers: each carries more watches, and higher
+inflight limits), autoscaler-min-not-enforced (a raised autoscaler floor that
+nothing scales up to).
 
 Each risk is one line per decision, with its count and hosts, highest first
 (docs/review.md has the table with every rule's story).

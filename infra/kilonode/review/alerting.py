@@ -77,6 +77,16 @@ every `kubernetes_sd_configs` block; a block of a discovery that the pinned serv
 that promtool says it does not know is set aside, on both sides, and the finding says so. An unknown
 field of any other name stays a rejection.
 
+A sixth (`recording-rule-missing`, high), from a sixth independent trace: a recording rule renamed
+(`kilonode:etcd_db_quota:ratio` recorded under another name) while the alerts still read the old name
+passes promtool (each rule is checked alone) and silences both KilonodeEtcdDatabaseNearQuota alerts: a
+name with ':' is a recording rule's by Prometheus' naming convention (prometheus/docs
+content/docs/practices/rules.md, "Naming and aggregation": level:metric:operations; docs/concepts/
+data_model.md: the colons are reserved for user-defined recording rules, never exporters'), so no job scrapes it,
+and once no rule writes it the series goes stale and the expression returns nothing. Judged on the
+head's rules (the alerts' reads, recording rules followed: _per_alert) against the names the head's
+recording rules record, for names the base recorded.
+
 A rule file or configuration promtool rejects at the base as well (the promtool found here is older
 than the pinned server and may not know its newer syntax) is not judged: the report says so. With no
 promtool at all, the change is not judged either, and the report says that instead.
@@ -511,6 +521,43 @@ def dropped(diff: StackDiff) -> list[Finding]:
         for (metric, jobs), alerts in sorted(groups.items())]
 
 
+def unrecorded_reads(entry: Mapping[str, Any] | None) -> dict[str, set[str]]:
+    """alert name -> the recorded-style names (a ':' in them: Prometheus' recording-rule naming,
+    docs/practices/rules.md, level:metric:operations) it reads, itself or through the recording rules it
+    follows, that no recording rule of the side records."""
+    rules = _rules(entry)
+    records = _records(rules)
+    return _per_alert(rules, lambda expr: {name for name in metric_names(expr)
+                                           if ":" in name and name not in records})
+
+
+def records_missing(diff: StackDiff) -> list[Finding]:
+    """Alerts that at the head read a recorded name no recording rule records any more (it was recorded at
+    the base): a renamed or removed recording rule left behind by its alerts."""
+    base_records = _records(_rules(diff.base))
+    head_records = _records(_rules(diff.head))
+    groups: dict[str, set[str]] = {}
+    for alert, names in unrecorded_reads(diff.head).items():
+        for name in names:
+            if name in base_records:
+                groups.setdefault(name, set()).add(alert)
+    found = []
+    for name, alerts in sorted(groups.items()):
+        # the same expressions recorded under a name the base did not have: a rename, said as one
+        renamed = sorted(other for other, exprs in head_records.items()
+                         if other not in base_records and sorted(exprs) == sorted(base_records[name]))
+        instead = (f" (the head records the same expression{'s' if len(base_records[name]) > 1 else ''} as "
+                   f"{', '.join(renamed)}: a rename the alerts did not follow)") if renamed else ""
+        found.append(Finding(HIGH, "recording-rule-missing", (
+            f"{name} is no longer recorded by any recording rule{instead}, and {', '.join(sorted(alerts))} still "
+            f"read{'s' if len(alerts) == 1 else ''} it: a name with ':' is a recording rule's (Prometheus "
+            "docs/practices/rules.md, level:metric:operations), which no job scrapes, so from the reload on the "
+            "series is never written again, the expression returns nothing after the lookback, and the alerts can "
+            "never fire (promtool checks each rule alone and passes). Rename the alerts' reads with the record, or "
+            "keep the old record"), tuple(sorted(alerts)), cause=f"{name} not recorded"))
+    return found
+
+
 def prometheus_configs(entry: Mapping[str, Any] | None) -> dict[str, tuple[dict[str, str], str]]:
     """"ConfigMap <namespace>/<name> <key>" -> (that ConfigMap's data, key), for the configuration file each
     Prometheus of the side loads: a container's `--config.file` under one of its ConfigMap volumes' mounts."""
@@ -673,7 +720,7 @@ def configs_rejected(diff: StackDiff, promtool: Path, changed: Mapping[str, tupl
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
         return []  # no ConfigMap changed: no rule file or Prometheus configuration did
-    found = [*dropped(diff), *ranges_too_short(diff), *lookback_gaps(diff)]
+    found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}

@@ -20,7 +20,10 @@ surge pod).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kilonode.preflight.checks.scheduling import _allocatable, _daemonsets_on, placement_of, requests_of
 from kilonode.preflight.model import Inputs
@@ -29,6 +32,7 @@ from kilonode.preflight.placement import pod_spec_of
 from kilonode.review import sides
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import MEDIUM, Finding
+from kilonode.review.lifecycle import plan_of
 
 # What a pool may hold of its allocatable before a change that passes it is named: a node's loss
 # (one of three system nodes is a third) or a Deployment's surge pod needs the rest.
@@ -80,7 +84,82 @@ def loads(inputs: Inputs) -> dict[str, Load]:
     return found_loads
 
 
+# A second rule (`autoscaler-min-not-enforced`, medium), from a sixth independent trace: h100-ib's
+# `autoscaling.minNodes` 1,250 -> 2,000 was "No risk found". cluster-autoscaler does not grow a node group
+# to a raised min size: "Cluster Autoscaler will not scale the cluster beyond these limits, but does not
+# enforce them. If your cluster is below the minimum number of nodes configured for Cluster Autoscaler,
+# it will be scaled up *only* in presence of unschedulable pods" (kubernetes/autoscaler
+# cluster-autoscaler/FAQ.md, "My cluster is below minimum / above maximum number of nodes, but CA did not
+# fix that! Why?"), unless it runs with --enforce-node-group-min-size (FAQ "What are the parameters to
+# CA?": "Should CA scale up the node group to the configured min size if needed", default false), which
+# kilonode.k8s.autoscaler does not set (read here from the head's Deployment). And `pulumi up` does not
+# set an autoscaled scale set's capacity either: it ignores sku.capacity there (kilonode.azure.node_pool,
+# ignoreChanges), the autoscaler owning it. The floors are the node groups' min sizes as the head's
+# cluster-autoscaler Deployment passes them (--nodes=min:max:scale set); the review cannot see the
+# scale sets' live sizes, which can be as low as the base's floors.
+AUTOSCALER_DEPLOYMENT = ("kube-system", "cluster-autoscaler")
+ENFORCE_FLAG = "--enforce-node-group-min-size"
+_NODES_FLAG = re.compile(r"^--nodes=(\d+):(\d+):(\S+)$")
+
+
+def _autoscaler_args(entry: Mapping[str, Any] | None) -> list[str] | None:
+    for r in (entry or {}).get("resources", []):
+        inputs = r.get("inputs") or {}
+        meta = inputs.get("metadata") or {}
+        if r.get("type") == "kubernetes:apps/v1:Deployment" and \
+                (meta.get("namespace"), meta.get("name")) == AUTOSCALER_DEPLOYMENT:
+            containers = (((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers")
+            return [str(w) for c in containers or [] for w in [*(c.get("command") or []), *(c.get("args") or [])]]
+    return None
+
+
+def node_group_floors(entry: Mapping[str, Any] | None) -> dict[str, int]:
+    """scale set -> its node group's min size, from the side's cluster-autoscaler --nodes flags."""
+    return {m.group(3): int(m.group(1)) for w in _autoscaler_args(entry) or [] if (m := _NODES_FLAG.match(w))}
+
+
+def _enforced(args: list[str]) -> bool:
+    return any(w == ENFORCE_FLAG or w.lower() in (f"{ENFORCE_FLAG}=true", f"{ENFORCE_FLAG}=1") for w in args)
+
+
+def min_not_enforced(diff: StackDiff) -> list[Finding]:
+    """A pool whose autoscaler floor rises above what its node groups may hold now (the base's floors)."""
+    args = _autoscaler_args(diff.head)
+    if args is None or _enforced(args):
+        return []
+    before, after = node_group_floors(diff.base), node_group_floors(diff.head)
+    owner = {str(s.get("name")): str(p.get("name")) for p in plan_of(diff.head).get("nodePools") or []
+             if isinstance(p, Mapping) for s in p.get("shards") or [] if isinstance(s, Mapping)}
+    pools: dict[str, list[tuple[str, int, int]]] = {}
+    for shard, low in after.items():
+        was = before.get(shard)
+        if was is not None and low > was:
+            pools.setdefault(owner.get(shard, shard), []).append((shard, was, low))
+    found = []
+    for pool, raised in sorted(pools.items()):
+        was, now = sum(w for _, w, _ in raised), sum(n for _, _, n in raised)
+        found.append(Finding(MEDIUM, "autoscaler-min-not-enforced", (
+            f"pool {pool}: the autoscaler's floor over {len(raised)} node group(s) rises from {was:,} to {now:,} "
+            "nodes, but nothing will scale them up to it: cluster-autoscaler keeps a node group from going below its "
+            "min size and does not grow one that is below it, except for pending pods (kubernetes/autoscaler "
+            "cluster-autoscaler/FAQ.md, \"My cluster is below minimum / above maximum number of nodes, but CA did "
+            f"not fix that! Why?\"), unless it runs with {ENFORCE_FLAG}, which kilonode does not pass; and `pulumi "
+            "up` leaves an autoscaled scale set's capacity to the autoscaler (ignoreChanges: sku.capacity). Scale "
+            "sets the autoscaler brought down toward the old floor stay there until pods are pending. To get there: "
+            "set each scale set's capacity to at least its new min by hand (`az vmss scale --new-capacity`; the "
+            f"autoscaler then never removes below it), or run the autoscaler with {ENFORCE_FLAG}=true, which makes "
+            "it add nodes to every node group of every pool below its min at each loop, with no pending pod asking "
+            "(up to --max-nodes-per-scaleup at a time: GPU nodes paid for idle, and a node group whose VMs fail to "
+            "come up retried with backoff)"),
+            tuple(shard for shard, _, _ in raised), cause=f"pool {pool} floor"))
+    return found
+
+
 def assess(diff: StackDiff) -> list[Finding]:
+    return [*pool_capacity(diff), *min_not_enforced(diff)]
+
+
+def pool_capacity(diff: StackDiff) -> list[Finding]:
     head = sides.inputs(diff, "head")
     if head is None:
         return []

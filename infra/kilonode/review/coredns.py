@@ -31,11 +31,31 @@ Pods are counted as the head would run them, with preflight's placement model: e
 on the nodes it runs on, plus kilonode's Deployments and StatefulSets; the users' own pods are
 not known here, so the estimate is a floor.
 
+A second rule (`dns-replicas-cut`, medium / high), from a sixth independent trace: the DNS
+autoscaler's parameters moved (DNS_NODES_PER_REPLICA 250 -> 1000: the ConfigMap's max 31 -> 8) were
+"No risk found". kubernetes-sigs/cluster-proportional-autoscaler (read at 5a5dd5a1, v1.10.3-8):
+every --poll-period-seconds (kilonode sets 10: kilonode.k8s.dns AUTOSCALER_POLL_S, read here from the
+Deployment's args) pollAPIServer fetches the ConfigMap, rebuilds its parameters when its
+resourceVersion moved (pkg/autoscaler/autoscaler_server.go pollAPIServer, l.116-155), asks the linear
+controller for the count (pkg/autoscaler/controller/linearcontroller/linear_controller.go
+getExpectedReplicasFromParams and getExpectedReplicasFromParam: ceil(nodes / nodesPerReplica), within
+[min, max], at least 2 with preventSinglePointFailure and more than one node; coresPerReplica likewise,
+the larger of the two) and writes it to the Deployment's scale subresource at once
+(pkg/autoscaler/k8sclient/k8sclient.go updateReplicasAppsV1: one PUT with the new count). The
+ReplicaSet controller then deletes the surplus pods together. A PodDisruptionBudget does not pace
+that: it guards evictions (the Eviction API, a drain), and a workload's own scale-down deletes pods
+without asking it (Kubernetes docs, concepts/workloads/pods/disruptions "Pod disruption budgets": not
+all voluntary disruptions are constrained by them; deleting a Deployment or its pods bypasses them).
+The counts are computed on each side's ConfigMap parameters and the plan's count of the nodes the
+autoscaler's --nodelabels selects (components.dnsAutoscale.eligibleNodes, the pools at their
+ceiling): the steady state either side reaches.
+
 Pure: a StackDiff in, findings out.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -212,5 +232,94 @@ def _memory(diff: StackDiff, new: str, subjects: tuple[str, ...]) -> list[Findin
         subjects, cause="Corefile")]
 
 
+AUTOSCALER = "coredns-autoscaler"  # kilonode.k8s.dns AUTOSCALER: its ConfigMap and Deployment
+DEFAULT_POLL_S = 10  # the autoscaler's own default --poll-period-seconds
+_POLL = re.compile(r"^--poll-period-seconds=(\d+)$")
+
+
+def linear_params(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The side's DNS autoscaler ConfigMap's `linear` parameters, or None."""
+    found = _named(entry, CONFIGMAP, NAMESPACE, AUTOSCALER)
+    text = ((found or {}).get("data") or {}).get("linear")
+    try:
+        params = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return params if isinstance(params, dict) else None
+
+
+def expected_replicas(params: Mapping[str, Any], nodes: int, cores: int = 0) -> int:
+    """cluster-proportional-autoscaler's linear count (linear_controller.go getExpectedReplicasFromParams)."""
+    low = int(params.get("min") or 0) or 1  # parseParams: min 0 defaults to 1
+    high = int(params.get("max") or 0)
+
+    def of(amount: int, per: float) -> int:
+        if not per:
+            return 1
+        count = float(math.ceil(amount / per))
+        if high:
+            count = min(float(high), count)
+        return int(max(float(low), count))
+
+    from_cores = of(cores, float(params.get("coresPerReplica") or 0))
+    from_nodes = of(nodes, float(params.get("nodesPerReplica") or 0))
+    if params.get("preventSinglePointFailure") and nodes > 1 and from_nodes < 2:
+        from_nodes = 2
+    return max(from_cores, from_nodes)
+
+
+def _eligible_nodes(entry: Mapping[str, Any] | None) -> int | None:
+    value = ((plan_of(entry).get("components") or {}).get("dnsAutoscale") or {}).get("eligibleNodes")
+    return int(value) if isinstance(value, int) else None
+
+
+def _poll_seconds(entry: Mapping[str, Any] | None) -> int:
+    deployment = _named(entry, DEPLOYMENT, NAMESPACE, AUTOSCALER) or {}
+    for container in (((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") \
+            or []:
+        for word in [*(container.get("command") or []), *(container.get("args") or [])]:
+            match = _POLL.match(str(word))
+            if match:
+                return int(match.group(1))
+    return DEFAULT_POLL_S
+
+
+def replicas_cut(diff: StackDiff) -> list[Finding]:
+    """The DNS autoscaler's parameters moved so that it asks for fewer CoreDNS replicas."""
+    old, new = linear_params(diff.base), linear_params(diff.head)
+    if old is None or new is None or old == new:
+        return []
+    old_nodes, new_nodes = _eligible_nodes(diff.base), _eligible_nodes(diff.head)
+    if old_nodes is None or new_nodes is None:
+        diff.note("dns-replicas-cut: a side's plan names no dnsAutoscale.eligibleNodes, so the CoreDNS replicas the "
+                  "autoscaler's new parameters ask for were not computed")
+        return []
+    was, now = expected_replicas(old, old_nodes), expected_replicas(new, new_nodes)
+    if now >= was:
+        return []
+    level = HIGH if now * 2 < was else MEDIUM
+    moved = ", ".join(f"{k} {old.get(k)} -> {new.get(k)}" for k in sorted(set(old) | set(new))
+                      if old.get(k) != new.get(k))
+    per_was, per_now = old_nodes / was, new_nodes / now
+    poll = _poll_seconds(diff.head)
+    pdb = _named(diff.head, "kubernetes:policy/v1:PodDisruptionBudget", NAMESPACE, NAME)
+    pdb_said = ("the coredns PodDisruptionBudget does not pace it: it guards evictions, and a Deployment's own "
+                "scale-down deletes its pods without asking it" if pdb else
+                "no PodDisruptionBudget would pace it: they guard evictions, not a Deployment's own scale-down")
+    return [Finding(level, "dns-replicas-cut", (
+        f"the DNS autoscaler's parameters move ({moved}): for the {new_nodes:,} nodes its --nodelabels selects, "
+        f"its linear formula (ceil(nodes / nodesPerReplica) within [min, max]) gives {was} CoreDNS replicas at "
+        f"the base and {now} at the head ({was - now} fewer). cluster-proportional-autoscaler re-reads the "
+        f"ConfigMap every {poll}s and writes the new count to the Deployment's scale at once "
+        "(linearcontroller/linear_controller.go getExpectedReplicasFromParams; k8sclient.go updateReplicasAppsV1), "
+        f"so within seconds of `pulumi up` {was - now} replicas are deleted together; {pdb_said} (Kubernetes docs, "
+        "\"Disruptions\": deleting a Deployment's pods bypasses PodDisruptionBudgets). Each remaining replica "
+        f"serves {per_now:,.0f} nodes instead of {per_was:,.0f} (x{per_now / per_was:.1f} its queries and its "
+        "VM's external lookups, ~200 QPS a VM: the 2,500-node lesson behind one replica per node). Check "
+        "CoreDNS's CPU and coredns_dns_requests_total per replica first, and lower the count in steps (no more "
+        "than half per change)"),
+        (f"ConfigMap {NAMESPACE}/{AUTOSCALER}",), cause="DNS autoscaler parameters")]
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return reload_reaches(diff)
+    return [*reload_reaches(diff), *replicas_cut(diff)]

@@ -128,6 +128,34 @@ def _sizing_only(change: ResourceChange) -> bool:
     return bool(paths) and all(covers(p, sized) for p in paths)
 
 
+# The pool fields Prometheus's sizing reads (kilonode.plan.resolve.monitoring series_terms, per_node_series):
+# targets per pool, and per node the pods (cAdvisor, kube-state-metrics) and GPUs.
+_SIZING_FIELDS = ("nodes", "podsPerNode", "maxPods", "gpusPerNode")
+
+
+def _sizing_causes(diff: StackDiff) -> str:
+    """What moved among the plan's inputs to Prometheus's sizing ("pool h100-ib podsPerNode 3 -> 8"), else a
+    general phrase."""
+    def pools(entry: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+        return {str(p.get("name")): p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping)}
+
+    before, after = pools(diff.base), pools(diff.head)
+    moved = []
+    for name in sorted(before.keys() | after.keys()):
+        old, new = before.get(name), after.get(name)
+        if old is None or new is None:
+            moved.append(f"pool {name} {'added' if old is None else 'removed'}")
+            continue
+        fields = [(f, old.get(f), new.get(f)) for f in _SIZING_FIELDS]
+        fields.append(("autoscaling.maxNodes", (old.get("autoscaling") or {}).get("maxNodes"),
+                       (new.get("autoscaling") or {}).get("maxNodes")))
+        changed = [f"{f} {a} -> {b}" for f, a, b in fields if a != b and not (f == "maxPods" and any(
+            g == "podsPerNode" and x != y for g, x, y in fields))]  # maxPods follows podsPerNode: said once
+        if changed:
+            moved.append(f"pool {name} {', '.join(changed)}")
+    return "; ".join(moved) if moved else "a change to a pool's nodes, pods per node or GPUs"
+
+
 def prometheus(diff: StackDiff) -> list[Finding]:
     """Prometheus restarted by a new pod template, or its node resized or replaced."""
     reasons = []
@@ -142,8 +170,9 @@ def prometheus(diff: StackDiff) -> list[Finding]:
         elif c.action == DELETE or _template(c.base) != _template(c.head):
             sized = c.action == UPDATE and _sizing_only(c)
             reasons.append("its pod template changes" + (
-                ", its sizing only: CPU, memory, disk and retention follow the node count the plan scrapes, so a "
-                "pool-size change alone does this" if sized else ""))
+                ", its sizing only: CPU, memory, disk and retention follow the series the plan estimates (each "
+                "pool's nodes, pods per node and GPUs: kilonode.plan.resolve.monitoring), and what moved them here "
+                "is " + _sizing_causes(diff) if sized else ""))
             subjects.append(c.name)
     pool = (plan_of(diff.head).get("prometheus") or plan_of(diff.base).get("prometheus") or {}).get("pool")
     for c in diff.resources:

@@ -60,6 +60,13 @@ From a third independent trace on research-7500:
   pulumi.com/skipAwait (kilonode.k8s.pods.SKIP_AWAIT), so `pulumi up` returns as soon as the object
   is updated while the rollout runs on for as long as it takes.
 
+Where the kube-proxy ConfigMap's `mode` changes (a sixth independent trace: KUBE_PROXY_MODE), the
+rollout line says more: each new kube-proxy, at its start, removes the rules of the modes it does not
+run (kubernetes cmd/kube-proxy/app/server_linux.go platformCleanup: the iptables and IPVS rules when
+the mode is nftables, the nftables table when it is iptables or ipvs) and only then programs its own on
+its first full sync, so from the cleanup to that sync the node's Services are not programmed: its pods'
+connections to ClusterIPs and NodePorts fail.
+
 Pure: a StackDiff in, findings out.
 """
 
@@ -74,7 +81,7 @@ from kilonode.plan import wellknown
 from kilonode.review import placement
 from kilonode.review.compare import DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, natural
 from kilonode.review.finding import HIGH, MEDIUM, Finding
-from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, plan_of
+from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, load_yaml, plan_of
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
 
 PUBLIC_IP_PREFIX = "azure-native:network:PublicIPPrefix"
@@ -310,12 +317,44 @@ def daemonset_templates(diff: StackDiff) -> list[Finding]:
         wait = ("`pulumi up` returns as soon as the object is updated (not awaited: pulumi.com/skipAwait, "
                 "kilonode.k8s.pods.SKIP_AWAIT) while the rollout runs on, long after it"
                 if _not_awaited(c.head) else "`pulumi up` waits for the whole rollout")
+        switch = _proxy_mode(diff) if name == PROXY[1] and namespace == PROXY[0] else None
+        # platformCleanup removes the other modes' rules only across nftables (iptables and ipvs share chains)
+        if switch and (switch[0] == "nftables") != (switch[1] == "nftables"):
+            head += (f". The kube-proxy mode changes ({switch[0]} -> {switch[1]}): each restarted kube-proxy first "
+                     f"cleans the {switch[0]} rules the old one left (kubernetes cmd/kube-proxy/app/server_linux.go "
+                     f"platformCleanup) and programs the {switch[1]} ones only at its first full sync, so the "
+                     "Services on that node are unprogrammed for that window (ClusterIP and NodePort connections "
+                     "from its pods fail); roll it on a few nodes first and watch kubeproxy_sync_proxy_rules_"
+                     "duration_seconds")
         found.append(Finding(MEDIUM, "daemonset-rollout", (
             f"{head}, and while a node's pod restarts what it serves there pauses; {wait}. Watch the first nodes "
             f"(`kubectl rollout status daemonset/{name} -n {namespace}`)" + (" and the registry's pull limits"
                                                                           if moved else "")),
             (c.name,)))
     return found
+
+
+PROXY = ("kube-system", "kube-proxy")  # kilonode.k8s.proxy: its DaemonSet and ConfigMap
+PROXY_CONFIG_KEY = "config.conf"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+
+
+def _proxy_mode_of(entry: Mapping[str, Any] | None) -> str | None:
+    for r in (entry or {}).get("resources", []):
+        meta = _inputs(r).get("metadata") or {}
+        if r.get("type") == CONFIG_MAP and (meta.get("namespace"), meta.get("name")) == PROXY:
+            text = (_inputs(r).get("data") or {}).get(PROXY_CONFIG_KEY)
+            config = load_yaml(text) if isinstance(text, str) else None
+            return str(config.get("mode") or "") if isinstance(config, Mapping) else None
+    return None
+
+
+def _proxy_mode(diff: StackDiff) -> tuple[str, str] | None:
+    """(before, after) of kube-proxy's mode where the change moves it ('' is kube-proxy's default)."""
+    was, now = _proxy_mode_of(diff.base), _proxy_mode_of(diff.head)
+    if was is None or now is None or was == now:
+        return None
+    return was or "iptables", now or "iptables"  # the Linux default (server_linux.go platformApplyDefaults)
 
 
 def short_path(path: str) -> str:

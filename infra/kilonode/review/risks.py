@@ -33,6 +33,7 @@ from kilonode.azure.rollout import APISERVERS
 from kilonode.preflight import apiload
 from kilonode.review import (
     alerting,
+    apiservers,
     capacity,
     coredns,
     exposure,
@@ -107,6 +108,22 @@ def _stopped(diff: StackDiff) -> set[str]:
     return {_machine_of(name) for name in stops}
 
 
+def _zone_moves(diff: StackDiff) -> dict[str, str]:
+    """Control-plane machine -> "old -> new" zone, for each VM whose `zones` input this change moves in place:
+    create-only in Azure (effects.toml: PropertyChangeNotAllowed)."""
+    found = {}
+    for c in diff.resources:
+        if c.type == rules.VM and c.action == UPDATE:
+            for i in c.inputs:
+                if i.path == "zones" and i.before != i.after:
+                    found[_machine_of(c.name)] = f"{_zone(i.before)} -> {_zone(i.after)}"
+    return found
+
+
+def _zone(value: Any) -> str:
+    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+
+
 def control_plane(diff: StackDiff) -> list[Risk]:
     found = []
     stopped = _stopped(diff)
@@ -114,19 +131,49 @@ def control_plane(diff: StackDiff) -> list[Risk]:
         # Pulumi deletes what left the program only after every other step succeeded: a
         # replacement that stops `pulumi up` leaves the removed machines running too.
         stopped |= {_machine_of(c.name) for c in diff.resources if c.type == rules.VM and c.action == DELETE}
+    zones = _zone_moves(diff)
     for group, (down, members) in _down_together(diff).items():
         if down <= stopped:
             continue  # `pulumi up` stops at the first of them: the replace-stops risk says so
         names = tuple(sorted(down, key=lambda n: (len(n), n)))
         why = _why(diff, down)
+        # A zone move is no restart: Azure refuses the update (update-refused), and the only way is to
+        # delete each machine and create it again in its new zone.
+        moving = [n for n in names if n in zones]
+        each = ", ".join(f"{n} {zones[n]}" for n in moving)
+        moved = (f"{len(moving)} move{'s' if len(moving) == 1 else ''} zone ({each}): a VM's zone is "
+                 "create-only, Azure refuses the update (PropertyChangeNotAllowed; update-refused), so `pulumi up` "
+                 "stops there and no restart moves them: each must be deleted and created again in its new zone"
+                 ) if moving else ""
         if group == APISERVERS:
             level = HIGH if len(down) == members else MEDIUM
             tail = "no apiserver is left to serve" if level == HIGH else "the others serve meanwhile"
             rule = "apiservers-restarted" if level == MEDIUM else "apiservers-all"
+            if moving:
+                tail = (f"{moved}, one after another, the other {members - 1} carrying its clients meanwhile "
+                        "(an apiserver keeps no state: it starts from its custom data)" if level == MEDIUM else
+                        f"{moved}; deleted together, no apiserver is left to serve")
+                found.append(Risk(level, rule, diff.stack, f"{len(down)} of {members} apiservers: {tail}", names))
+                continue
             found.append(Risk(level, rule, diff.stack,
                               f"{len(down)} of {members} apiservers restart or are replaced ({why}): {tail}", names))
             continue
         tolerated = rules.tolerated(members)
+        if moving:
+            # etcd's data is on the local SSD: a recreated member is a new, empty one
+            protected = ("; the etcd VMs are protected, so `pulumi up` would not delete them either: each is "
+                         "unprotected, deleted and recreated by hand, then protected again")
+            found.append(Risk(
+                HIGH if len(down) > tolerated else MEDIUM, "etcd-quorum" if len(down) > tolerated else "etcd-restarted",
+                diff.stack,
+                f"{len(down)} of {members} {group} members: {moved}, not restarted. Each loses its data (the local "
+                "SSD goes with the VM) and rejoins as a new member: `etcdctl member remove` it first, and its new VM's "
+                f"etcd-join adds it back ({lifecycle.MEMBER_RUNBOOK}){protected}. etcd with {members} members "
+                f"tolerates {tolerated} missing"
+                + (f", so deleting {len(down)} together loses quorum and every write stops" if len(down) > tolerated
+                   else f"; {members - len(down)} keep quorum while {'it is' if len(down) == 1 else 'they are'} gone"),
+                names))
+            continue
         if len(down) > tolerated:
             found.append(Risk(
                 HIGH, "etcd-quorum", diff.stack,
@@ -627,7 +674,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, network.deployer_moved(diff)),
              *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
-             *_risks(diff, flowcontrol.assess(diff))]
+             *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff))]
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 
