@@ -142,20 +142,14 @@ def _public_ip(spec: MachineSpec, parent: pulumi.Resource) -> network.PublicIPAd
     return network.PublicIPAddressArgs(id=pip.id)
 
 
-def machine(
-    spec: MachineSpec,
-    parent: pulumi.Resource,
-    protect: bool = False,
-    nic_depends_on: Sequence[pulumi.Resource] = (),
-    delete_before_replace: bool = False,
-) -> compute.VirtualMachine:
-    """The machine's NIC (and public IP where asked) and its VM. `delete_before_replace`: the VM's
-    Azure name is fixed (the plan's), so its replacement can only be created once the old VM is
-    gone; pulumi-azure-native refuses to create over a VM still there, which is what Pulumi's
-    default create-before-delete would ask of it."""
+def _nic(spec: MachineSpec, parent: pulumi.Resource, nic_depends_on: Sequence[pulumi.Resource]
+         ) -> network.NetworkInterface:
+    """The machine's NIC: its static address, its public IP where asked, and its place in the load
+    balancers' backend pools. The VM depends on it, not the other way round, so it outlives a
+    delete-before-replace of its VM."""
     location, resource_tags = spec.location, spec.tags
     public = _public_ip(spec, parent)
-    nic = network.NetworkInterface(
+    return network.NetworkInterface(
         f"{spec.name}-nic",
         network_interface_name=f"{spec.vm_name}-nic",
         resource_group_name=spec.resource_group_name,
@@ -177,6 +171,21 @@ def machine(
         location=location,
         tags=resource_tags,
     )
+
+
+def machine(
+    spec: MachineSpec,
+    parent: pulumi.Resource,
+    protect: bool = False,
+    nic_depends_on: Sequence[pulumi.Resource] = (),
+    delete_before_replace: bool = False,
+) -> compute.VirtualMachine:
+    """The machine's NIC (and public IP where asked) and its VM. `delete_before_replace`: the VM's
+    Azure name is fixed (the plan's), so its replacement can only be created once the old VM is
+    gone; pulumi-azure-native refuses to create over a VM still there, which is what Pulumi's
+    default create-before-delete would ask of it."""
+    location, resource_tags = spec.location, spec.tags
+    nic = _nic(spec, parent, nic_depends_on)
     return compute.VirtualMachine(
         spec.name,
         vm_name=spec.vm_name,
