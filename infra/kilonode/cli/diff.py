@@ -122,7 +122,10 @@ objects, either way), kubernetes-minor-jump, image-not-rebuilt (a preload or
 binary the image version does not carry), world-open (0.0.0.0/0, *, Internet,
 a public IP on the control plane), replace-stops ("pulumi up stops at X; do
 Y"), container-replaced (the resource group or VNet), etcd-data-lost,
-audit-log-off, daemonset-api-load; corefile-reloaded (pods verified past
+audit-log-off, daemonset-api-load, preflight-break (a break `kilonode
+preflight` finds at the head and not at the base: `pulumi up` refuses the
+run), admission-weakened (an admission policy binding without Deny, a
+policy or binding deleted or narrowed); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
 Prometheus configuration promtool rejects), recording-rule-missing (alerts

@@ -21,6 +21,7 @@ def _registry() -> tuple[Check, ...]:
     from kilonode.preflight.checks import (
         agent_writes,
         azure_names,
+        balloon_priority,
         binaries,
         boot_pulls,
         connections,
@@ -37,6 +38,7 @@ def _registry() -> tuple[Check, ...]:
         node_writers,
         pod_dns,
         pod_isolation,
+        pod_security,
         quota,
         rdma,
         scheduling,
@@ -48,9 +50,9 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
-                       pod_dns, pod_isolation, scheduling, rdma, disks, azure_names, custom_data_size, identities,
-                       storage_access, listeners, etcd_backups, encryption_at_host, node_join, node_writers,
-                       agent_writes, quota, boot_pulls)
+                       pod_dns, pod_isolation, pod_security, scheduling, balloon_priority, rdma, disks, azure_names,
+                       custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
+                       node_join, node_writers, agent_writes, quota, boot_pulls)
     )
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from kilonode.azure.rollout import APISERVERS
 from kilonode.preflight import apiload
 from kilonode.review import (
+    admission,
     alerting,
     apiservers,
     capacity,
@@ -44,6 +45,7 @@ from kilonode.review import (
     network,
     nodes,
     placement,
+    preflight_break,
     rules,
     versions,
 )
@@ -674,7 +676,10 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, network.deployer_moved(diff)),
              *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
-             *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff))]
+             *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
+             *_risks(diff, admission.assess(diff))]
+    # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
+    found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
 
 
