@@ -186,8 +186,10 @@ def replacements(diff: StackDiff) -> list[Finding]:
         why = c.reason() or "an input that forces a new resource"
         record = _recorded(c)
         name_input = FIXED_NAMES.get(c.type)
+        # Pulumi replaces with the head program's options: its deleteBeforeReplace decides
+        options = c.head or record
         fixed = name_input is not None and bool((record.get("inputs") or {}).get(name_input)) \
-            and not record.get("deleteBeforeReplace")
+            and not options.get("deleteBeforeReplace")
         if c.protect[0]:
             groups.setdefault(("protected", _kind(c), why, fixed), []).append(c)
         elif fixed:

@@ -14,8 +14,8 @@ nothing preflight reads (only images: the sides' inputs hold no image manifest) 
 head runs every check first, and the base only the checks that broke at the head (a check that
 finds no break at the head has none to be new), so an ordinary change pays one side's run.
 
-Not judged: the breaks about resource options the snapshots do not record (customTimeouts,
-ignoreChanges: BLIND), on a side whose resources carry none. Not said again: the breaks
+Not judged: the breaks about resource options (customTimeouts, ignoreChanges: BLIND) on a side
+whose resources carry none of them, a snapshot recorded before they were (format 1). Not said again: the breaks
 placement and network already report from the same preflight model
 (scheduling's and connections' breaks whose subject a daemonset-stranded, workload-unplaceable,
 connection-refused or nsg-shadowed line names). A break is the same on both sides when its

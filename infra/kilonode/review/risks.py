@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kilonode.azure.rollout import APISERVERS
+from kilonode.azure.rollout import APISERVERS, ROLL_STEP, TARGET_LIMIT
 from kilonode.preflight import apiload
 from kilonode.review import (
     admission,
@@ -157,6 +157,11 @@ def control_plane(diff: StackDiff) -> list[Risk]:
                         f"{moved}; deleted together, no apiserver is left to serve")
                 found.append(Risk(level, rule, diff.stack, f"{len(down)} of {members} apiservers: {tail}", names))
                 continue
+            if level == HIGH:  # the working procedure: one machine per targeted run (kilonode.azure.rollout)
+                tail += (f". `pulumi up` refuses it (restart guard) unless acknowledgeRestart lists {APISERVERS}; "
+                         f"then replace them one at a time: {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full "
+                         "`pulumi up` (it records the new restart keys), then remove the acknowledgement "
+                         "(docs/azure.md, \"Rolling the control plane\")")
             found.append(Risk(level, rule, diff.stack,
                               f"{len(down)} of {members} apiservers restart or are replaced ({why}): {tail}", names))
             continue

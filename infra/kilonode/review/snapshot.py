@@ -28,7 +28,7 @@ from typing import Any
 
 from kilonode.digest import sha256_text
 
-FORMAT = 1
+FORMAT = 2  # 2: customTimeouts recorded
 SECRET = "[secret]"
 # Where a snapshot holds the stack file's config keys outside `kilonode:cluster`
 # (kilonode.config.load.PROVIDER_KEYS): a change to one shows as a change to this file.
@@ -90,6 +90,8 @@ def entry(plan: Any, files: dict[str, str], graph: Any) -> dict[str, Any]:
             "type": r.type, "name": r.name, "parent": r.parent, "protect": r.protect, "custom": r.custom,
             "deleteBeforeReplace": r.delete_before_replace,
             "replaceOnChanges": list(r.replace_on_changes), "ignoreChanges": list(r.ignore_changes),
+            # preflight's checks read it (an await's timeout): the review runs them on each side
+            **({"customTimeouts": dict(r.custom_timeouts)} if r.custom_timeouts else {}),
             "inputs": _with_digests(r.masked(), r.plain()),
         })
     outputs = graph.to_json()["outputs"]

@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kilonode.catalog.limits import limits
 from kilonode.k8s.capacity import BALLOON_APP
+from kilonode.plan.defaults.priorities import AUTOSCALER_EXPENDABLE_PRIORITY_CUTOFF
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.placement import pod_spec_of
 
@@ -52,7 +52,7 @@ def _cutoff(workload: Resource) -> int | None:
                     return int(value)
                 except ValueError:
                     return None
-        return int(limits().kubernetes.autoscaler_expendable_priority_cutoff.value)
+        return int(AUTOSCALER_EXPENDABLE_PRIORITY_CUTOFF)
     return None
 
 
