@@ -68,3 +68,18 @@ def test_arming_teardown_is_high_and_says_what_destroy_keeps() -> None:
     assert "--exclude-protected" in armed.summary and "LoadBalancer Services" in armed.summary
     assert len(armed.subjects) == 8  # research-7500's etcd members: 5 main, 3 events
     assert lifecycle.teardown(compare_stack(STACK, head, snapshot(STACK))) == []  # disarming is not this
+
+
+def test_every_apiserver_replaced_with_the_acknowledgement_is_the_medium_roll_it_means() -> None:
+    from kilonode.review.risks import assess
+    from tests.review.test_review_trace import _new_custom_data
+
+    head = _new_custom_data(snapshot(STACK), *(f"apiserver-{i}" for i in range(5)))
+    plan = yaml.safe_load(head["files"]["plan.yaml"])
+    plan["acknowledgeRestart"] = ["apiservers"]
+    head["files"]["plan.yaml"] = yaml.safe_dump(plan)
+    found = {r.rule: r for r in assess(compare_stack(STACK, snapshot(STACK), head), {})}
+    assert "apiservers-all" not in found
+    rolled = found["apiservers-rolled"]
+    assert rolled.level == MEDIUM and "one at a time" in rolled.summary
+    assert "cannot tell a targeted run from a plain one" in rolled.summary

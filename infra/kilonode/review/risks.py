@@ -157,7 +157,16 @@ def control_plane(diff: StackDiff) -> list[Risk]:
                         f"{moved}; deleted together, no apiserver is left to serve")
                 found.append(Risk(level, rule, diff.stack, f"{len(down)} of {members} apiservers: {tail}", names))
                 continue
-            if level == HIGH:  # the working procedure: one machine per targeted run (kilonode.azure.rollout)
+            acknowledged = APISERVERS in (_plan(diff.head).get("acknowledgeRestart") or ())
+            if level == HIGH and acknowledged:
+                # the stack says it means it (a control-plane image or version change): told as the roll it
+                # is, medium, with the one way it stays safe; without the acknowledgement the guard refuses
+                level, rule = MEDIUM, "apiservers-rolled"
+                tail = (f"acknowledgeRestart lists {APISERVERS}, so the restart guard lets it through: replace them "
+                        f"one at a time, {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full `pulumi up` (it "
+                        "records the new restart keys), then remove the acknowledgement (docs/azure.md, \"Rolling "
+                        "the control plane\")")
+            elif level == HIGH:  # the working procedure: one machine per targeted run (kilonode.azure.rollout)
                 tail += (f". `pulumi up` refuses it (restart guard) unless acknowledgeRestart lists {APISERVERS}; "
                          f"then replace them one at a time: {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full "
                          "`pulumi up` (it records the new restart keys), then remove the acknowledgement "
