@@ -259,6 +259,62 @@ def test_losing_two_of_five_main_members_under_writes_loses_no_acknowledged_writ
           f"all 5 at revision {caught_up[names[0]]['header']['revision']}")
 
 
+# --- every member replaced, one at a time (a control-plane image or version roll) -------------
+
+def _caught_up_under_writes(etcd: LocalEtcd, name: str, other: str, timeout_s: float = 30) -> None:
+    """`name` holds at least what `other` held when asked: with writes going on the revisions
+    never stand equal, so wait_caught_up's test cannot be this one's."""
+    target = int(etcd.status(other)["header"]["revision"])  # type: ignore[index]
+    deadline = time.monotonic() + timeout_s
+    while int(etcd.status(name)["header"]["revision"]) < target:  # type: ignore[index]
+        assert time.monotonic() < deadline, f"{name} did not reach revision {target} in {timeout_s} s"
+        time.sleep(0.2)
+
+
+def test_replacing_every_main_member_one_at_a_time_under_writes_loses_nothing(
+    etcd_for: EtcdFor, write_stack: StackWriter
+) -> None:
+    """What docs/azure.md "Rolling the control plane" does to etcd-main when a new image or flag
+    replaces its VMs: one member per targeted `pulumi up`, its VM deleted first (delete-before-
+    replace) so both its local SSD and its OS disk (the ready marker) come back blank, and its
+    boot path rejoins it; the next only once every member has caught up. Under writes throughout:
+    no acknowledged write is lost and quorum is never lost (every put is answered somewhere)."""
+    etcd = etcd_for(stack_plan(write_stack, main={"members": 5}))
+    names = etcd.names("main")
+    etcd.start_cluster("main")
+    first_ids = member_ids(etcd, "main")
+    writer = Writer(etcd.endpoints("main"), etcd.pki.client, "/registry/pods/default/roll-", WRITES_PER_S)
+    writer.start()
+    began = time.monotonic()
+    times = []
+    for name in names:
+        started = time.monotonic()
+        etcd.stop(name)
+        shutil.rmtree(etcd.members[name].data_dir)  # the local SSD, gone with the VM
+        shutil.rmtree(etcd.members[name].ready_marker_dir)  # the OS disk too: a new VM
+        result = etcd.boot(name)
+        assert result.started, result.output
+        assert result.environment["ETCD_INITIAL_CLUSTER_STATE"] == "existing", result.output
+        etcd.ready(name)
+        _caught_up_under_writes(etcd, name, next(n for n in names if n != name))
+        times.append(time.monotonic() - started)
+    log = writer.stop()
+    ended = time.monotonic()
+    # every member is new (a new ID under its name), every acknowledged write is on each
+    ids = member_ids(etcd, "main")
+    assert set(ids) == set(names) and all(ids[n] != first_ids[n] for n in names)
+    for name in names:
+        stored = Kv(etcd.members[name].endpoint, etcd.pki.client).range_prefix("/registry/pods/default/roll-")
+        missing = set(log.acknowledged) - set(stored)
+        assert not missing, f"{name}: {len(missing)} of {len(log.acknowledged)} acknowledged writes lost"
+    assert len(log.acknowledged) >= 0.5 * WRITES_PER_S * (ended - began), (len(log.acknowledged), ended - began)
+    stall = log.longest_gap_s(began, ended)
+    assert stall < 8.0, f"writes stalled {stall:.1f} s: quorum was at stake"
+    print(f"5 members replaced one at a time in {ended - began:.0f} s ({', '.join(f'{t:.1f}' for t in times)} s "
+          f"each) under {WRITES_PER_S} puts/s: {len(log.acknowledged)} acknowledged, 0 lost, longest stall "
+          f"{stall:.2f} s, {len(log.errors)} failed attempts retried elsewhere")
+
+
 # --- a member whose disk came back blank -----------------------------------------------------
 
 @pytest.mark.parametrize("role", ["main", "events"])
