@@ -51,3 +51,13 @@ def test_a_pool_without_pinned_binaries_at_its_version_is_refused() -> None:
         _stack("1.34.2", "1.34.99")
     assert any(p.path == "nodePools[0].kubernetesVersion" and "no pinned" in p.message
                for p in caught.value.problems)
+
+
+def test_the_kubelet_contract_is_judged_at_each_pools_own_version() -> None:
+    """Pools pinned at 1.34.2 under a 1.35 control plane run the kubelet whose contract was read:
+    only kube-proxy, which follows the control plane, is unread at 1.35."""
+    from kilonode.preflight.checks.contracts import unread
+
+    assert set(unread(plan_stack(_stack("1.35.4", "1.34.2")))) == {"kubeProxy"}
+    assert set(unread(plan_stack(_stack("1.35.4", None)))) == {"kubeProxy", "kubelet"}
+    assert unread(plan_stack(_stack("1.34.2", None))) == {}

@@ -75,7 +75,33 @@ def test_a_delete_prunes_the_maps_it_empties() -> None:
     assert tree == {}
 
 
-def test_a_step_is_applied_to_the_stack_file_with_its_comments(tmp_path: Path) -> None:
+def _stack_copy(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    (project / "stacks").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "Pulumi.yaml", project / "Pulumi.yaml")
+    stack_file = project / "stacks" / f"Pulumi.{STACK}.yaml"
+    shutil.copy(REPO_ROOT / "stacks" / f"Pulumi.{STACK}.yaml", stack_file)
+    return stack_file
+
+
+def test_an_upgrade_to_versions_whose_contracts_were_not_read_prints_the_plan_and_applies_nothing(
+    tmp_path: Path,
+) -> None:
+    """The kubelet's and kube-proxy's contracts (catalog/contracts.yaml) are read at 1.34.2: a step
+    that runs them at 1.35.4 would break preflight and `pulumi up`'s gate refuse it."""
+    stack_file = _stack_copy(tmp_path)
+    before = stack_file.read_text()
+    done = CliRunner().invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", "pin-pools"])
+    assert done.exit_code == 2 and stack_file.read_text() == before
+    assert "1. Pin every pool at 1.34.2" in done.output
+    assert "kubeProxy (read at v1.34.2, run at v1.35.4)" in done.output and "kubelet (read at" in done.output
+
+
+def test_a_step_is_applied_to_the_stack_file_with_its_comments(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from kilonode.preflight.checks import contracts
+
+    monkeypatch.setattr(contracts, "unread", lambda plan: {})  # as if every contract were read at 1.35.4
     project = tmp_path / "project"
     (project / "stacks").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "Pulumi.yaml", project / "Pulumi.yaml")

@@ -50,14 +50,30 @@ def upgrade(
     names = [s.name for s in plan.steps]
     if step is not None and step not in names:
         die(f"--step {step!r}: the steps are {', '.join(names)}", "kilonode upgrade")
-    # every step's stack, cumulatively, must load: a step that broke it would be refused by validate
+    # every step's stack, cumulatively, must load (validate would refuse it) and run only components
+    # whose contracts kilonode has read at the versions the step runs (preflight's contracts check
+    # breaks otherwise, and `pulumi up`'s gate refuses the run)
+    from kilonode.plan import plan_stack
+    from kilonode.preflight.checks.contracts import unread
+
     raw: dict[str, Any] = copy.deepcopy(stack.raw)
+    stale: dict[str, tuple[str, str | None]] = {}
     for number, each in enumerate(plan.steps, 1):
         apply(raw, each.edits)
         try:
-            stack_from_value(stack.name, copy.deepcopy(raw), stack.file)
+            step_plan = plan_stack(stack_from_value(stack.name, copy.deepcopy(raw), stack.file))
         except StackError as error:
             die(f"step {number} ({each.name}) would not load: {error}", "kilonode upgrade")
+        for name, versions in unread(step_plan).items():
+            stale.setdefault(name, versions)
+    if stale:
+        # the plan is still worth reading; no step is applied or written until the contracts are read
+        out.print("\n".join(_plan_text(plan)), markup=False)
+        listed = "; ".join(f"{name} (read at {was}, run at {now})" for name, (was, now) in sorted(stale.items()))
+        die(f"kilonode has not read these components' contracts at the versions {to} runs: {listed}. Preflight "
+            "would break at the step that first runs them and `pulumi up`'s gate refuse it, so no step is applied. "
+            "Re-read each contract's lines at the new version (catalog/contracts.yaml, their sources) and add it to "
+            "alsoReadAt, or take a kilonode release that has", "kilonode upgrade")
     if step is not None:
         chosen = plan.steps[names.index(step)]
         document_yaml = roundtrip_yaml()

@@ -110,7 +110,7 @@ from kilonode.image import gpu as image_gpu
 from kilonode.image.recipe import Recipe, load_recipe
 from kilonode.k8s import nccl_job
 from kilonode.plan import pki, wellknown
-from kilonode.plan.model import NodePoolPlan
+from kilonode.plan.model import ClusterPlan, NodePoolPlan
 from kilonode.preflight import apiload, netpol
 from kilonode.preflight.checks import identities, pod_isolation, scheduling
 from kilonode.preflight.checks.deployer_path import NetworkGraph, admits
@@ -188,11 +188,37 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def _versions_run(plan: ClusterPlan, pin: str) -> list[str | None]:
+    """Every version of the pinned component the cluster runs: a binary that follows Kubernetes
+    (the kubelet) at each pool's own version (nodePools[].kubernetesVersion: a minor upgrade moves
+    the pools after the control plane), anything else at the one version the plan pins."""
+    if pin.startswith("binaries:"):
+        component = catalog_binaries.load().components.get(pin.removeprefix("binaries:"))
+        if component is not None and component.follows == "kubernetes" and plan.node_pools:
+            versions = sorted({p.kubernetes_version or plan.kubernetes_version for p in plan.node_pools})
+            return [pinned_version(pin, v) for v in versions]
+    return [pinned_version(pin, plan.kubernetes_version)]
+
+
+def unread(plan: ClusterPlan) -> dict[str, tuple[str, str | None]]:
+    """Contract name -> (the version it was read at, a version the plan runs it at that it was not
+    read at): what `kilonode upgrade` must have re-read before a step may run."""
+    found = {}
+    for name, contract in contracts().items():
+        read = {contract.version, *contract.also_read_at}
+        missing = [v for v in _versions_run(plan, contract.pin)
+                   if v not in read and not (v is None and contract.pin.startswith("recipe:"))]
+        if missing:
+            found[name] = (contract.version, missing[0])
+    return found
+
+
 def _stale(inputs: Inputs, name: str, contract: Contract) -> Finding | None:
-    pinned = pinned_version(contract.pin, inputs.plan.kubernetes_version)
-    if pinned in {contract.version, *contract.also_read_at} or (pinned is None and contract.pin.startswith("recipe:")):
-        # a package no image declares: its requirements say what is missing, line by line
+    stale = unread(inputs.plan).get(name)
+    if stale is None:
+        # (a package no image declares: its requirements say what is missing, line by line)
         return None
+    pinned = stale[1]
     return Finding(
         NAME, "break", f"catalog/contracts.yaml {name}",
         f"the {contract.component} contract was read at {contract.version}, but {contract.pin} pins "
