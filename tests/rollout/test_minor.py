@@ -36,7 +36,8 @@ def test_the_steps_move_the_control_plane_first_then_each_pool_the_canary_first(
     canary = plan.steps[3]
     assert {e.path: e.value for e in canary.edits}[("nodeImage", "pools", "h100-ib")] == {
         "version": "1.1.0", "previous": "1.0.0"}
-    assert any("kilonode rollout start research-7500 --pool h100-ib" in c for c in canary.then)
+    assert any("kilonode rollout start research-7500 --pool h100-ib --journal .kilonode/rollout/research-7500-h100-ib"
+               in c for c in canary.then)
     assert any("--prometheus" in c for c in plan.steps[5].then)  # the pool that runs Prometheus
 
 
@@ -59,6 +60,13 @@ def test_every_step_stack_loads_within_the_skew_policy_and_the_last_is_the_new_v
 ])
 def test_what_cannot_be_planned_is_refused(to: str, words: str) -> None:
     assert words in str(refusal(_config(), to))
+
+
+def test_an_unfinished_image_rollout_is_refused() -> None:
+    cluster = shipped_cluster_value(STACK) | {"nodeImage": {"pools": {"h100-ib": {"version": "1.2.0",
+                                                                                "previous": "1.1.0"}}}}
+    config = stack_from_value(STACK, cluster, Path("x.yaml")).config
+    assert "nodeImage.pools.h100-ib still keep a previous version" in str(refusal(config, "1.35.4"))
 
 
 def test_an_unfinished_upgrade_is_refused() -> None:

@@ -84,6 +84,13 @@ def refusal(config: ClusterConfig, to: str) -> str | None:
                 "control plane's version, their pins removed)")
     if config.acknowledge_restart:
         return f"acknowledgeRestart is set ({', '.join(config.acknowledge_restart)}): finish that change first"
+    kept = [name for name, image in (("nodeImage", config.node_image), ("etcdImage", config.etcd_image),
+                                     ("controlPlaneImage", config.control_plane_image)) if image.previous]
+    kept += [f"nodeImage.pools.{pool}" for pool, image in sorted(config.node_image.pools.items()) if image.previous]
+    if kept:
+        return (f"{', '.join(kept)} still keep a previous version: an image rollout is not finished (its nodes not "
+                "rolled yet still boot that version). Finish it and remove `previous` first; the upgrade's pool "
+                "steps set their own")
     return None
 
 
@@ -130,21 +137,28 @@ def plan_upgrade(config: ClusterConfig, stack: str, to: str, canary: str | None 
             (f"kilonode image build {stack} --pool {pool.name} --out build/node-image --fetch",
              "kilonode diff  # a fleet rollout of the pool, its old image kept",
              "pulumi up  # new instances (scale-out) get the new model at once",
-             f"kilonode rollout start {stack} --pool {pool.name} && kilonode rollout run {stack}"
-             + (" --prometheus <another Prometheus: this pool runs the cluster's>" if pool.monitoring else "")),
+             f"kilonode rollout start {stack} --pool {pool.name} --journal {_journal(stack, pool.name)}"
+             + (" --prometheus <a Prometheus outside this pool: it runs the cluster's>" if pool.monitoring else "")
+             + f" && kilonode rollout run {stack} --journal {_journal(stack, pool.name)}"),
             "fleet-rollout of this pool, no rollback-target-removed, no version-skew", pool=pool.name))
     cleanup = [Edit(("nodePools", index[p.name], "kubernetesVersion"), DELETE) for p in pools]
     cleanup += [Edit(("nodeImage", "pools", p.name, "previous"), DELETE) for p in pools]
     cleanup.append(Edit(("controlPlaneImage", "previous"), DELETE))
     plan.steps.append(Step(
         "cleanup", "Remove the pins and the previous versions, once every node runs the new version",
-        tuple(cleanup), ("kilonode rollout status  # every pool's scale sets done", "kilonode diff", "pulumi up"),
+        tuple(cleanup), (*(f"kilonode rollout status {stack} --journal {_journal(stack, p.name)}  # every scale set "
+                           "done" for p in order), "kilonode diff", "pulumi up"),
         "rollback-target-removed for the previous versions (expected: nothing runs them any more)"))
     plan.notes.append(
         f"Going back after the control-plane step is a minor downgrade, which Kubernetes supports only with "
         f"--emulated-version at 1.{minor_of(start)} set before the move; kilonode does not render it yet, so the way "
         "back from there is the etcd snapshot (docs/runbooks/etcd-restore-from-snapshot.md).")
     return plan
+
+
+def _journal(stack: str, pool: str) -> str:
+    """One rollout journal per pool: the pools roll one after another, each with its own."""
+    return f".kilonode/rollout/{stack}-{pool}.json"
 
 
 def apply(cluster: Any, edits: Sequence[Edit]) -> None:
