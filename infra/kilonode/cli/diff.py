@@ -125,7 +125,11 @@ Y"), container-replaced (the resource group or VNet), etcd-data-lost,
 audit-log-off, daemonset-api-load, preflight-break (a break `kilonode
 preflight` finds at the head and not at the base: `pulumi up` refuses the
 run), admission-weakened (an admission policy binding without Deny, a
-policy or binding deleted or narrowed); corefile-reloaded (pods verified past
+policy or binding deleted or narrowed), admission-plugins-changed (an admission
+plugin kilonode relies on removed; AlwaysPullImages added where pools preload
+images, medium without), autoscaler-scale-down-raised (cluster-autoscaler flags
+that make more GPU nodes removable: their gangs evicted), coredns-memory-short
+(CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
 Prometheus configuration promtool rejects), recording-rule-missing (alerts

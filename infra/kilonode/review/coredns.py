@@ -50,6 +50,13 @@ The counts are computed on each side's ConfigMap parameters and the plan's count
 autoscaler's --nodelabels selects (components.dnsAutoscale.eligibleNodes, the pools at their
 ceiling): the steady state either side reaches.
 
+A third rule (`coredns-memory-short`, high), from a seventh trace: the CoreDNS container's memory limit
+lowered (170Mi -> 80Mi) below Scaling_CoreDNS.md's estimate for the Corefile the head runs, "MB required
+(default settings) = (Pods + Services) / 1000 + 54" with `pods insecure` (no Pod store; 30 MB of it a full
+cache, 5 MB the query buffer), or the autopath formula above with `pods verified`; and the base's limit was
+not below its own estimate. The limit is in the pod template: the change is a Deployment rollout of every
+replica at the Deployment's strategy.
+
 Pure: a StackDiff in, findings out.
 """
 
@@ -76,6 +83,10 @@ NAMESPACE, NAME, KEY = "kube-system", "coredns", "Corefile"
 # MB required = (Pods + Services) / 250 + 56.
 PODS_AND_SERVICES_PER_MB = 250
 BASE_MB = 56
+# The same page, "With default CoreDNS settings" (no Pod store: `pods insecure` or `pods disabled`, which
+# kilonode ships): MB required = (Pods + Services) / 1000 + 54.
+DEFAULT_PODS_AND_SERVICES_PER_MB = 1000
+DEFAULT_BASE_MB = 54
 # The reload plugin's defaults (plugin/reload/README.md "Syntax" at v1.12.1): INTERVAL 30s, JITTER 15s.
 RELOAD_INTERVAL_S, RELOAD_JITTER_S = 30, 15
 _VERIFIED = re.compile(r"^\s*pods\s+verified\b", re.M)
@@ -321,5 +332,56 @@ def replicas_cut(diff: StackDiff) -> list[Finding]:
         (f"ConfigMap {NAMESPACE}/{AUTOSCALER}",), cause="DNS autoscaler parameters")]
 
 
+def estimate_for(corefile_text: str, pods: int, services: int) -> tuple[float, str]:
+    """(MB per replica, the formula said) for the Corefile a replica runs: the Pod store's with
+    `pods verified`, the default settings' otherwise (Scaling_CoreDNS.md)."""
+    if _VERIFIED.search(corefile_text):
+        return estimate_mb(pods, services), (f"({pods:,} + {services}) / {PODS_AND_SERVICES_PER_MB} + {BASE_MB}, "
+                                             "the formula with the Pod store `pods verified` keeps")
+    need = (pods + services) / DEFAULT_PODS_AND_SERVICES_PER_MB + DEFAULT_BASE_MB
+    return need, (f"({pods:,} + {services}) / {DEFAULT_PODS_AND_SERVICES_PER_MB} + {DEFAULT_BASE_MB}, the default "
+                  "settings' formula (no Pod store: the Corefile's `pods insecure`)")
+
+
+def memory_short(diff: StackDiff) -> list[Finding]:
+    """`coredns-memory-short` (7th trace, finding 2: the limit 170Mi -> 80Mi was "No risk found"): the CoreDNS
+    container's memory limit moves below Scaling_CoreDNS.md's estimate for the Corefile each side runs, where
+    the base's limit was not below its own. A Corefile change to `pods verified` under an unchanged limit is
+    corefile-reloaded's (the reload reaches the replicas, not a rollout)."""
+    was, now = memory_limit(diff.base), memory_limit(diff.head)
+    old_file, new_file = corefile(diff.base), corefile(diff.head)
+    if was is None or now is None or was == now or old_file is None or new_file is None:
+        return []
+    counted = pods_and_services(diff)
+    if counted is None:
+        diff.note("coredns-memory-short: the head's plan does not read as this kilonode's, so CoreDNS's memory "
+                  "was not estimated against its new limit")
+        return []
+    pods, services, how = counted
+    need, formula = estimate_for(new_file, pods, services)
+    need_before, _ = estimate_for(old_file, pods, services)
+    if now / 10**6 >= need or was / 10**6 < need_before:
+        return []
+    deployment = _named(diff.head, DEPLOYMENT, NAMESPACE, NAME) or {}
+    rolling = ((deployment.get("spec") or {}).get("strategy") or {}).get("rollingUpdate") or {}
+    pace = (f"maxUnavailable {rolling.get('maxUnavailable')}, maxSurge {rolling.get('maxSurge')}" if rolling
+            else "the Deployment's default pace")
+    replicas = expected_replicas(linear_params(diff.head) or {}, _eligible_nodes(diff.head) or 0) \
+        if linear_params(diff.head) and _eligible_nodes(diff.head) else None
+    count = f"all {replicas}" if replicas else "every"
+    raise_to_mi = math.ceil(need * 10**6 / 2**20 * 1.25)
+    return [Finding(HIGH, "coredns-memory-short", (
+        f"CoreDNS's memory limit moves from {was / 2**20:.0f}Mi to {now / 2**20:.0f}Mi ({now / 10**6:.0f} MB), "
+        f"below what a replica needs: at least {pods:,} pods ({how}; the users' pods come on top) and {services} "
+        f"Services need about {formula} = {need:.0f} MB per replica (coredns/deployment kubernetes/"
+        "Scaling_CoreDNS.md; 30 MB of it is a full cache). The limit is in the pod template, so the change rolls "
+        f"{count} replicas as a Deployment rollout ({pace}): a new replica starts under the limit and passes its "
+        "readiness probe, so the rollout goes on to the next, and is OOM-killed later, once its answer cache fills "
+        "under load, then restarts with an empty cache and fills it again. Every replica ends on the short limit, "
+        "and the kills come under load, on each replica whose cache fills. Keep the limit at or above "
+        f"{raise_to_mi}Mi (the estimate and a quarter for the users' pods)"),
+        (f"Deployment {NAMESPACE}/{NAME}",), cause="CoreDNS memory limit")]
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*reload_reaches(diff), *replicas_cut(diff)]
+    return [*reload_reaches(diff), *replicas_cut(diff), *memory_short(diff)]

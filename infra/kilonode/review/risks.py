@@ -34,7 +34,9 @@ from kilonode.preflight import apiload
 from kilonode.review import (
     admission,
     alerting,
+    apiserver_flags,
     apiservers,
+    autoscaler,
     capacity,
     coredns,
     exposure,
@@ -691,7 +693,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
-             *_risks(diff, admission.assess(diff))]
+             *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
+             *_risks(diff, apiserver_flags.assess(diff))]
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))

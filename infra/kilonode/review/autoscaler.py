@@ -1,0 +1,193 @@
+"""The cluster autoscaler's scale-down flags moved so that more nodes are removable
+(`autoscaler-scale-down-raised`; independent trace of kilonode diff on research-7500, 7th, finding 1:
+`--scale-down-gpu-utilization-threshold` 0 -> 0.5 was "No risk found").
+
+What each flag does, read in kubernetes/autoscaler cluster-autoscaler:
+
+- core/scaledown/eligibility/eligibility.go (unremovableReasonAndNodeUtilization,
+  isNodeBelowUtilizationThreshold): a node whose cloud provider reports a GPU config is judged
+  against --scale-down-gpu-utilization-threshold, any other against
+  --scale-down-utilization-threshold, and it is kept ("NotUnderutilized") while
+  `utilInfo.Utilization >= threshold`; below it, it is a scale-down candidate.
+  utils/utilization (Calculate): a GPU node's utilization is its requested GPUs over its
+  allocatable GPUs (DaemonSet pods left out with --ignore-daemonsets-utilization). So raising the
+  GPU threshold to 0.5 makes every 8-GPU node with fewer than 4 GPUs requested removable: its
+  pods are simulated elsewhere and, after --scale-down-unneeded-time, the node is drained (its
+  pods evicted) and deleted, down to the node group's min size (`--nodes=min:max:set`).
+- --scale-down-unneeded-time: how long a node stays a candidate before it goes; shorter removes
+  sooner. --scale-down-enabled=false stops all scale-down.
+- --skip-nodes-with-local-storage / -with-system-pods / -with-custom-controller-pods (default
+  true; utils/drain): a node with such a pod is not removed; false lets it go.
+- --expendable-pods-priority-cutoff: pods below it neither keep a node nor are rescheduled
+  (FAQ "How does Cluster Autoscaler treat nodes with expendable pods?"); raising it lets more
+  pods' nodes go.
+
+A GPU job's gang (kilonode.k8s.scheduling: one PodGroup per job, all members on one fabric) stops
+whole when one member is evicted (MPI/NCCL ranks do not survive a lost peer: field notes), so a
+drained GPU node costs every node of its job. The flags are read from the rendered Deployment
+kube-system/cluster-autoscaler in each side's snapshot; the pools from each side's plan.
+
+Pure: a StackDiff in, findings out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from kilonode.review.compare import StackDiff
+from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.lifecycle import plan_of
+
+RULE = "autoscaler-scale-down-raised"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+NAMESPACE, NAME = "kube-system", "cluster-autoscaler"  # kilonode.k8s.autoscaler APP
+# Upstream's defaults where a flag is absent (config/flags/flags.go at the pinned tags).
+DEFAULTS = {
+    "scale-down-enabled": "true",
+    "scale-down-utilization-threshold": "0.5",
+    "scale-down-gpu-utilization-threshold": "0.5",
+    "scale-down-unneeded-time": "10m",
+    "skip-nodes-with-local-storage": "true",
+    "skip-nodes-with-system-pods": "true",
+    "skip-nodes-with-custom-controller-pods": "true",
+    "expendable-pods-priority-cutoff": "-10",
+    "max-drain-parallelism": "1",
+}
+SKIPS = {
+    "skip-nodes-with-local-storage": "a pod with an emptyDir or hostPath volume",
+    "skip-nodes-with-system-pods": "a kube-system pod without a PodDisruptionBudget",
+    "skip-nodes-with-custom-controller-pods": "a pod owned by a controller other than the built-in ones",
+}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def flags(entry: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The autoscaler container's flags (name without dashes -> value; the last one wins), or None
+    where the side renders no cluster-autoscaler Deployment."""
+    for r in (entry or {}).get("resources") or []:
+        inputs = r.get("inputs") or {}
+        meta = inputs.get("metadata") or {}
+        if r.get("type") != DEPLOYMENT or (meta.get("namespace"), meta.get("name")) != (NAMESPACE, NAME):
+            continue
+        found: dict[str, str] = {}
+        for container in (((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                "containers") or []:
+            for word in [*(container.get("command") or []), *(container.get("args") or [])]:
+                text = str(word)
+                if text.startswith("--") and not text.startswith("--nodes="):
+                    key, sep, value = text[2:].partition("=")
+                    found[key] = value if sep else "true"
+        return found
+    return None
+
+
+def _value(found: Mapping[str, str], key: str) -> str:
+    return found.get(key, DEFAULTS[key])
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def seconds(text: str) -> float | None:
+    """A Go duration ("30m", "1h30m", "90s") in seconds; None where it does not read as one."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * _SECONDS[u] for n, u in parts)
+
+
+def _true(text: str) -> bool:
+    return text.strip().lower() in ("true", "1", "t")
+
+
+def _pools(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return [p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping) and p.get("autoscaling")]
+
+
+def _drainable(pool: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(nodes at the ceiling, the floor, how many may go) from the node groups' --nodes bounds."""
+    groups = (pool.get("autoscaling") or {}).get("nodeGroups") or []
+    high = sum(int(g.get("maxSize") or 0) for g in groups)
+    low = sum(int(g.get("minSize") or 0) for g in groups)
+    return high, low, high - low
+
+
+def _moves(base: Mapping[str, str], head: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(what makes more GPU nodes removable, what makes more non-GPU nodes removable), each said once."""
+    gpu: list[str] = []
+    other: list[str] = []
+    for key, target in (("scale-down-gpu-utilization-threshold", gpu), ("scale-down-utilization-threshold", other)):
+        was, now = _float(_value(base, key)), _float(_value(head, key))
+        if was is not None and now is not None and now > was:
+            kind = "GPU node" if target is gpu else "node without GPUs"
+            target.append(f"--{key} {was:g} -> {now:g}: a {kind} is kept only while its requested "
+                          f"{'GPUs' if target is gpu else 'CPU or memory'} are at least {now:.0%} of its allocatable "
+                          f"(eligibility.go: kept while Utilization >= threshold), "
+                          + ("so no node was below the base's 0" if was == 0 else f"was {was:.0%}"))
+    both: list[str] = []
+    was_t, now_t = seconds(_value(base, "scale-down-unneeded-time")), seconds(_value(head, "scale-down-unneeded-time"))
+    if was_t is not None and now_t is not None and now_t < was_t:
+        both.append(f"--scale-down-unneeded-time {_value(base, 'scale-down-unneeded-time')} -> "
+                    f"{_value(head, 'scale-down-unneeded-time')}: a candidate goes sooner")
+    if not _true(_value(base, "scale-down-enabled")) and _true(_value(head, "scale-down-enabled")):
+        both.append("--scale-down-enabled false -> true: scale-down starts")
+    for key, what in SKIPS.items():
+        if _true(_value(base, key)) and not _true(_value(head, key)):
+            both.append(f"--{key} true -> false: a node running {what} is removable")
+    was_c, now_c = (_float(_value(base, "expendable-pods-priority-cutoff")),
+                    _float(_value(head, "expendable-pods-priority-cutoff")))
+    if was_c is not None and now_c is not None and now_c > was_c:
+        both.append(f"--expendable-pods-priority-cutoff {was_c:g} -> {now_c:g}: pods with a priority below "
+                    f"{now_c:g} no longer keep their node")
+    return gpu + both, other + both
+
+
+def assess(diff: StackDiff) -> list[Finding]:
+    base, head = flags(diff.base), flags(diff.head)
+    if base is None or head is None or base == head:
+        return []
+    gpu_moves, other_moves = _moves(base, head)
+    pools = _pools(diff.head)
+    gpu_pools = [p for p in pools if int(p.get("gpusPerNode") or 0) > 0]
+    other_pools = [p for p in pools if int(p.get("gpusPerNode") or 0) == 0]
+    reached = [(p, gpu_moves) for p in gpu_pools if gpu_moves] + [(p, other_moves) for p in other_pools if other_moves]
+    if not reached:
+        return []
+    said = []
+    for pool, _ in reached:
+        high, low, may = _drainable(pool)
+        gpus = int(pool.get("gpusPerNode") or 0)
+        line = f"pool {pool['name']}: up to {may:,} of its {high:,} nodes (down to its floor of {low:,})"
+        if gpus:
+            line += (f"; any node with fewer than {_threshold_gpus(head, gpus)} of its {gpus} GPUs requested"
+                     if _float(_value(head, "scale-down-gpu-utilization-threshold")) else "")
+        said.append(line)
+    moves = sorted({m for _, ms in reached for m in ms}, key=lambda m: (not m.startswith("--scale-down-gpu"), m))
+    level = HIGH if any(int(p.get("gpusPerNode") or 0) for p, _ in reached) else MEDIUM
+    drain = _value(head, "max-drain-parallelism")
+    return [Finding(level, RULE, (
+        f"the cluster autoscaler's scale-down reaches more nodes ({'; '.join(moves)}). Drainable: "
+        f"{'; '.join(said)}. After --scale-down-unneeded-time ({_value(head, 'scale-down-unneeded-time')}) such a "
+        f"node is drained, {drain} at a time (--max-drain-parallelism), its pods evicted and rescheduled, and "
+        "deleted (kubernetes/autoscaler cluster-autoscaler core/scaledown/eligibility/eligibility.go, "
+        "utils/utilization)"
+        + (": a gang pod evicted stops its whole job (every rank of an MPI/NCCL job fails with its peer), so "
+           "each drained GPU node running part of a job costs all of that job's nodes, and the job's pods pend "
+           "until a scale-up brings nodes back" if level == HIGH else "")
+        + ". Keep the GPU threshold at kilonode's 0 (kilonode.plan.defaults.autoscaler), or mark running GPU "
+        "pods cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\" before this lands"),
+        tuple(f"pool {p['name']}" for p, _ in reached), cause="cluster-autoscaler flags")]
+
+
+def _threshold_gpus(head: Mapping[str, str], gpus: int) -> int:
+    """The fewest requested GPUs that keep a node (Utilization >= threshold)."""
+    threshold = _float(_value(head, "scale-down-gpu-utilization-threshold")) or 0.0
+    return math.ceil(threshold * gpus - 1e-9)
