@@ -377,9 +377,10 @@ def test_the_guards_by_flag_name_and_value(graphs: dict[str, Graph]) -> None:
         # 320,000 and 6,400,000 (config/const.go), would refuse every scale-up.
         "cores-total": f"0:{CORES_TOTAL}",  # 720,064
         "memory-total": f"0:{MEMORY_TOTAL}",
-        # a node with any GPU pod is full; one with DaemonSets only is empty
-        "scale-down-utilization-threshold": "0",
-        "scale-down-gpu-utilization-threshold": "0",
+        # a node with any GPU pod is full; one with DaemonSets only is empty (and removable: a node
+        # goes only while its utilization is below the threshold, so not 0: eligibility.go)
+        "scale-down-utilization-threshold": "0.000001",
+        "scale-down-gpu-utilization-threshold": "0.000001",
         "ignore-daemonsets-utilization": "true",
         "scale-down-unneeded-time": "30m",
         "scale-down-delay-after-add": "30m",
@@ -388,6 +389,8 @@ def test_the_guards_by_flag_name_and_value(graphs: dict[str, Graph]) -> None:
         "v": "1",
     }
     assert float(given["max-total-unready-percentage"]) < 45  # stricter than upstream's default
+    # an empty node's utilization (0) is below both thresholds; one GPU of eight is not
+    assert 0 < float(given["scale-down-gpu-utilization-threshold"]) < 1 / 8
     # the balloons (priority at the cutoff) are not expendable: they keep their nodes
     assert int(given["expendable-pods-priority-cutoff"]) <= defaults.PRIORITY_BALLOON
     # kilonode's GPU taints, as the autoscaler must read them (kilonode.gpu.protocol)
