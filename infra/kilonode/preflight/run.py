@@ -19,6 +19,7 @@ def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
     # who reaches whom, what runs, what a GPU pod gets, what resolves, what schedules, what fits, what Azure takes.
     from kilonode.preflight.checks import (
+        admission_requests,
         agent_writes,
         azure_names,
         balloon_priority,
@@ -37,6 +38,7 @@ def _registry() -> tuple[Check, ...]:
         node_join,
         node_writers,
         pod_dns,
+        pod_egress,
         pod_isolation,
         pod_security,
         quota,
@@ -50,9 +52,10 @@ def _registry() -> tuple[Check, ...]:
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
-                       pod_dns, pod_isolation, pod_security, scheduling, balloon_priority, rdma, disks, azure_names,
+                       pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
+                       azure_names,
                        custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
-                       node_join, node_writers, agent_writes, quota, boot_pulls)
+                       node_join, node_writers, admission_requests, agent_writes, quota, boot_pulls)
     )
 
 

@@ -1,0 +1,41 @@
+"""The two changes an independent trace of `kilonode diff` on research-7500 found reported as "No
+risk found" (trace 7a), each on the stack's recorded snapshot changed by hand as the pull request
+changes it: the node-identity policy's label lookups "simplified" to a direct index (a CEL runtime
+error on every node that lacks a label, a denial under failurePolicy Fail: no node registers), and
+monitoring's default deny given Egress (Prometheus's discovery, scrapes and DNS refused). Both are
+preflight breaks new at the head (admission-requests, pod-egress), so `preflight-break` reports them high."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kilonode.review.compare import compare_stack
+from kilonode.review.finding import HIGH
+from kilonode.review.risks import Risk, assess
+from tests.preflight.test_admission_requests import direct_index
+from tests.review.snapshots import snapshot
+
+STACK = "research-7500"
+
+
+def breaks(head: dict[str, Any]) -> list[Risk]:
+    return [r for r in assess(compare_stack(STACK, snapshot(STACK), head), {}) if r.rule == "preflight-break"]
+
+
+def test_the_node_identity_lookup_indexed_directly_is_a_new_admission_requests_break() -> None:
+    head = snapshot(STACK)
+    assert direct_index(head) > 0
+    [line] = [r for r in breaks(head) if "admission-requests" in r.summary]
+    assert line.level == HIGH
+    assert "kilonode-node-identity" in line.summary and "failurePolicy Fail" in line.summary
+
+
+def test_monitoring_denying_its_own_egress_is_a_new_pod_egress_break() -> None:
+    head = snapshot(STACK)
+    [deny] = [r["inputs"] for r in head["resources"] if r["type"].endswith(":NetworkPolicy")
+              and r["inputs"]["metadata"].get("namespace") == "monitoring"
+              and r["inputs"]["metadata"]["name"] == "default-deny"]
+    deny["spec"]["policyTypes"] = ["Ingress", "Egress"]
+    [line] = [r for r in breaks(head) if "pod-egress" in r.summary]
+    assert line.level == HIGH
+    assert "monitoring/prometheus" in line.summary and "every alert is blind" in line.summary
