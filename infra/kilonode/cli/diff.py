@@ -75,10 +75,14 @@ def diff(
 
 
 def _refuse_invalid_heads(result: Review) -> None:
-    """A stack file the change leaves unloadable (refused by the loader every command and `pulumi
-    up` use) ends the review as `validate` would: its problems, one line each, exit 2, nothing
-    written. A stack that loads but whose program stops (a restart guard) is a risk instead."""
-    refused = [diff for diff in result.diffs if diff.head and "error" in diff.head and "files" not in diff.head]
+    """A stack file unloadable at both refs (refused by the loader every command and `pulumi up`
+    use) ends the review as `validate` would: its problems, one line each, exit 2, nothing written:
+    there is no change to judge. Where the base loads, the change is what breaks it: that is the
+    high `stack-invalid` risk, with the loader's message, reported like any other (exit by
+    --fail-on), as docs/review.md says; so is a stack that loads but whose program stops (a restart
+    guard)."""
+    refused = [diff for diff in result.diffs if diff.head and "error" in diff.head and "files" not in diff.head
+               and diff.base and "error" in diff.base and "files" not in diff.base]
     if refused:
         lines = [line for diff in refused for line in str(diff.head["error"]).splitlines() if line.strip()]
         fail_lines(", ".join(f"stacks/Pulumi.{diff.stack}.yaml" for diff in refused), lines)
@@ -134,7 +138,8 @@ CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
 Prometheus configuration promtool rejects), recording-rule-missing (alerts
 reading a record no rule writes any more), dns-replicas-cut (CoreDNS's
-autoscaler asking for less than half the replicas);
+autoscaler asking for less than half the replicas); stack-invalid (a stack the change
+leaves unloadable, with the loader's message);
 
 - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
 node of a pool gets new custom data or a new image), a field lesson made
@@ -146,7 +151,8 @@ apf-live-change (a priority level or FlowSchema change every apiserver applies
 at once, before any roll), dns-replicas-cut (fewer CoreDNS replicas, at once),
 apiserver-load (fewer apiservers: each carries more watches, and higher
 inflight limits), autoscaler-min-not-enforced (a raised autoscaler floor that
-nothing scales up to).
+nothing scales up to), join-token-rotated (a rotation, or a registration group's token
+Secrets deleted while its scale sets stay: a removed team).
 
 Each risk is one line per decision, with its count and hosts, highest first
 (docs/review.md has the table with every rule's story).
@@ -166,8 +172,9 @@ Examples:
   kilonode diff --base origin/main --format md --write-json diff.json > comment.md
 
 Exit status: 0, or 3 with --fail-on when such a risk is found; 2 when the review could
-not be made (a bad ref, a side that does not render), or when the change leaves a stack
-file that does not load: its problems, one line each as `kilonode validate` prints them,
-and nothing written.
+not be made (a bad ref, a side that does not render), or when a stack file loads at
+neither ref: its problems, one line each as `kilonode validate` prints them, and nothing
+written. A stack the change leaves unloadable (the base loads) is the high stack-invalid
+risk, with the loader's message.
 """
 diff.__doc__ = HELP

@@ -41,6 +41,7 @@ def _registry() -> tuple[Check, ...]:
         pod_egress,
         pod_isolation,
         pod_security,
+        port_range,
         quota,
         rdma,
         scheduling,
@@ -55,7 +56,7 @@ def _registry() -> tuple[Check, ...]:
                        pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
                        azure_names,
                        custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
-                       node_join, node_writers, admission_requests, agent_writes, quota, boot_pulls)
+                       port_range, node_join, node_writers, admission_requests, agent_writes, quota, boot_pulls)
     )
 
 

@@ -347,7 +347,7 @@ def refused(diff: StackDiff) -> list[Risk]:
                  f"{len(names)} {kind.rsplit(':', 1)[-1]} change {path} in place, which "
                  f"{'the apiserver' if kind.startswith('kubernetes:') else 'Azure'} refuses ({why[(kind, path)]}): "
                  "`pulumi up` stops with an error there, after changing what came before it; "
-                 + (_priority_class_way(diff, names) if kind == PRIORITY_CLASS and path == "value" else
+                 + (_priority_class_way(diff, names, path) if kind == PRIORITY_CLASS else
                     "recreate them deliberately instead"), tuple(names), cause=path)
             for (kind, path), names in sorted(groups.items())]
 
@@ -355,13 +355,14 @@ def refused(diff: StackDiff) -> list[Risk]:
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"
 
 
-# A PriorityClass's value is immutable (kubernetes pkg/apis/scheduling/validation/validation.go,
-# ValidatePriorityClassUpdate). Deleting it to recreate it is not the way for a globalDefault class:
-# meanwhile the Priority admission plugin gives a pod naming no class priority 0 (no global default
-# left) and refuses a pod naming the deleted class (plugin/pkg/admission/priority/admission.go,
-# admitPod: "no PriorityClass with name ... was found"), and it refuses a second globalDefault class
-# (validatePriorityClass: "is already marked as default").
-def _priority_class_way(diff: StackDiff, names: list[str]) -> str:
+# A PriorityClass's value and preemptionPolicy are immutable (kubernetes
+# pkg/apis/scheduling/validation/validation.go, ValidatePriorityClassUpdate). Deleting it to recreate
+# it is no way through for a class in use: meanwhile the Priority admission plugin refuses every pod
+# naming the deleted class (plugin/pkg/admission/priority/admission.go, admitPod: "no PriorityClass
+# with name ... was found"), a DaemonSet's or a Deployment's new pods included, and for a globalDefault
+# class it gives a pod naming no class priority 0 (no global default left) and refuses a second
+# globalDefault class (validatePriorityClass: "is already marked as default").
+def _priority_class_way(diff: StackDiff, names: list[str], path: str = "value") -> str:
     classes = {c.name: c for c in diff.resources}
     said = []
     for name in names:
@@ -371,9 +372,11 @@ def _priority_class_way(diff: StackDiff, names: list[str]) -> str:
         if inputs.get("globalDefault"):
             said.append(f"{label} is globalDefault, so while it is deleted every new pod naming no class gets "
                         f"priority 0 and every pod naming {label} is refused at admission")
-    why = ("the value is immutable, and deleting the class to recreate it is no way through: " + "; ".join(said)
-           + ". ") if said else "the value is immutable. "
-    return (why + "Create a new class under a new name with the new value, move globalDefault to it where the old "
+        else:
+            said.append(f"while {label} is deleted every pod naming it (a controller's replacement pods "
+                        "included) is refused at admission")
+    why = f"the {path} is immutable, and deleting the class to recreate it is no way through: {'; '.join(said)}. "
+    return (why + f"Create a new class under a new name with the new {path}, move globalDefault to it where the old "
             "one had it (unset on the old one first: the Priority admission plugin refuses a second globalDefault "
             "class) and the workloads' priorityClassName, and drop the old class in a later change")
 
@@ -391,10 +394,18 @@ def fleet(diff: StackDiff) -> list[Risk]:
     only a team's sets, a line for the team."""
     base_sets: dict[str, set[str]] = {}
     capacity: dict[str, int] = {}
+    # each scale set counted once, under the role it has at the head: a removed team's sets that
+    # move to the shared group (or another) are that group's rollout, not a second line of their own
+    head_roles = {r.name: r.role for r in _resources(diff.head) if r.type == rules.VMSS and r.role}
+    moved: dict[str, dict[str, int]] = {}  # head role -> base role -> sets moving from it
     for r in _resources(diff.base):
         if r.type == rules.VMSS and r.role:
-            base_sets.setdefault(r.role, set()).add(r.name)
+            role = head_roles.get(r.name, r.role)
+            base_sets.setdefault(role, set()).add(r.name)
             capacity[r.name] = int((r.props.get("sku") or {}).get("capacity") or 0)
+            if role != r.role:
+                moved.setdefault(role, {}).setdefault(r.role, 0)
+                moved[role][r.role] += 1
     pools: dict[str, list[str]] = {}
     for role in sorted(base_sets):
         pools.setdefault(role.split(".", 1)[0], []).append(role)
@@ -419,14 +430,22 @@ def fleet(diff: StackDiff) -> list[Risk]:
         for r in roles:
             kinds = [what for what, _ in ROLLOUTS if base_sets[r] <= touched_here[what].keys()]
             if kinds:
-                found.append(_rollout(diff, f"{r} ({len(base_sets[r])})", kinds, base_sets[r], capacity, touched,
-                                      image_changes.get(pool)))
+                group = r.split(".", 1)[1] if "." in r else "the shared group"
+                moves = "".join(f"; {n} of them move from {b.split('.', 1)[1] if '.' in b else 'the shared group'} "
+                                f"to {group}" for b, n in sorted(moved.get(r, {}).items()))
+                found.append(_rollout(diff, f"{r} ({len(base_sets[r])}{moves})", kinds, base_sets[r], capacity,
+                                      touched, image_changes.get(pool)))
     return found
 
 
 def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], capacity: Mapping[str, int],
              touched: Mapping[str, Mapping[str, Any]], image: tuple[str, str, list[str]] | None) -> Risk:
     nodes = sum(capacity.get(n, 0) for n in names)
+    # one fabric at a time only where the pool has one (plan.yaml nodePools[].infiniband)
+    pool = where.split(" ", 1)[0].split(".", 1)[0].removeprefix("pool-")
+    infiniband = any(p.get("name") == pool and p.get("infiniband") for p in _plan(diff.head).get("nodePools") or []
+                     if isinstance(p, Mapping))
+    unit = "one scale set (one InfiniBand fabric)" if infiniband else "one scale set (or a batch of its instances)"
     said = []
     for what in kinds:
         if what == "image" and image:
@@ -448,10 +467,11 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
     return Risk(MEDIUM, "fleet-rollout", diff.stack,
                 f"every scale set of {where} gets a new {' and '.join(said)} in its model: a fleet-wide rollout of "
                 f"{nodes:,} nodes. {MANUAL_UPGRADE_CUSTOM_DATA if 'custom data' in kinds else MANUAL_UPGRADE} "
-                "New nodes get it at once; roll the rest one scale set (one InfiniBand fabric) at a time and watch "
-                "the first: cordon and drain its nodes first (`kubectl drain`, or wait until no gang runs on the "
-                "fabric), as the upgrade and reimage restart every node of it and kill the pods there, a training "
-                "gang with one pod there included", tuple(sorted(names)),
+                f"New nodes get it at once; roll the rest {unit} at a time and watch the first: cordon and drain "
+                "its nodes first (`kubectl drain`"
+                + (", or wait until no gang runs on the fabric)" if infiniband else ")")
+                + ", as the upgrade and reimage restart every node of it and kill the pods there, a training gang "
+                "with one pod there included", tuple(sorted(names)),
                 cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
 
 
@@ -502,7 +522,58 @@ def _token_only_pools(diff: StackDiff) -> set[str]:
 
 def join_tokens(diff: StackDiff) -> list[Risk]:
     """A join-token rotation (docs/azure.md, "Node join credentials"): only the scale sets' models
-    change, and the previous generation's Secrets, when the stack drops it, are deleted."""
+    change, and the previous generation's Secrets, when the stack drops it, are deleted. And a
+    registration group (a pool's shared group, or a team's) whose every token Secret is deleted while
+    its scale sets stay, under another group (a team removed)."""
+    return [*_rotated(diff), *_orphaned(diff)]
+
+
+def _token_group(inputs: Mapping[str, Any]) -> str | None:
+    """A bootstrap-token Secret's registration group, as a scale set's role names it (pool-X,
+    pool-X.team-Y), from the labels kilonode.k8s.bootstrap gives it."""
+    labels = (inputs.get("metadata") or {}).get("labels") or {}
+    if inputs.get("type") != TOKEN_SECRET or not labels.get("kilonode.io/pool"):
+        return None
+    team = labels.get("kilonode.io/team")
+    return f"pool-{labels['kilonode.io/pool']}" + (f".team-{team}" if team else "")
+
+
+# The bootstrap token authenticator finds a token by its Secret (kube-system, type
+# bootstrap.kubernetes.io/token: kubernetes plugin/pkg/auth/authenticator/token/bootstrap/
+# bootstrap.go, AuthenticateToken: a token whose Secret is not found authenticates no one), so a
+# deleted Secret's token joins nothing. An instance of a Manual-upgrade scale set keeps its own
+# model's custom data (the token in it) until it is upgraded, and a reimage keeps that model
+# (MANUAL_UPGRADE above): a reimaged, not-upgraded node offers the deleted token, cannot
+# TLS-bootstrap, and never rejoins.
+def _orphaned(diff: StackDiff) -> list[Risk]:
+    head_groups = {g for r in (diff.head or {}).get("resources", [])
+                   if (g := _token_group(r.get("inputs") or {})) is not None}
+    deleted: dict[str, list[str]] = {}
+    for c in diff.resources:
+        group = _token_group((c.base or {}).get("inputs") or {}) if c.action == DELETE else None
+        if group is not None and group not in head_groups:
+            deleted.setdefault(group, []).append(c.name)
+    if not deleted:
+        return []
+    head_roles = {r.name: r.role for r in _resources(diff.head) if r.type == rules.VMSS}
+    found = []
+    for group, secrets in sorted(deleted.items()):
+        kept = sorted((r.name, head_roles[r.name]) for r in _resources(diff.base)
+                      if r.type == rules.VMSS and r.role == group and r.name in head_roles)
+        if not kept:
+            continue  # its scale sets go too: no instance is left holding the token
+        now = sorted({role or "?" for _, role in kept})
+        found.append(Risk(MEDIUM, "join-token-rotated", diff.stack, (
+            f"registration group {group}'s join-token Secrets are deleted ({len(secrets)}) while its {len(kept)} "
+            f"scale set(s) remain, now {', '.join(now)}: each instance's own model (Manual upgrade policy) still "
+            "carries that group's token in its custom data, and a reimage keeps the instance's model, so a "
+            "reimaged node not upgraded first offers a token no Secret backs, cannot TLS-bootstrap and never "
+            "rejoins. Upgrade the instances to the new model (`az vmss update-instances`) before a reimage, or "
+            "keep the old token until then"), tuple(sorted(secrets)), cause="teams"))
+    return found
+
+
+def _rotated(diff: StackDiff) -> list[Risk]:
     pools = _token_only_pools(diff)
     before, after = _token_generations(_plan(diff.base)), _token_generations(_plan(diff.head))
     changed_pools = sorted(p for p in before.keys() & after.keys() if before[p] != after[p])
