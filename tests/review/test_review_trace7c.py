@@ -23,7 +23,7 @@ from kilonode.render.pool import SYSCTL_FILE
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.refs import Side
-from kilonode.review.report import Review, to_markdown, to_text
+from kilonode.review.report import Review
 from kilonode.review.risks import Risk, assess
 from kilonode.review.snapshot import entry
 from tests.graphcache import recorded
@@ -171,7 +171,10 @@ def _review(base: dict[str, Any], head: dict[str, Any]) -> Review:
                   assess(diff, {}))
 
 
-def test_a_head_the_loader_refuses_is_a_high_stack_invalid_with_its_message(tmp_path: Path) -> None:
+def test_a_head_the_loader_refuses_is_refused_as_validate_would_whatever_fail_on_says(tmp_path: Path) -> None:
+    """A stack file the change leaves unloadable ends the review with exit 2 and its problem lines
+    (a CI step fails on it, and a hostile file's text never reaches a report: issue 37); the risk
+    the assessment gives it is high, for a caller that reads the risks without the CLI."""
     from kilonode.cli.diff import _refuse_invalid_heads
 
     message = _loader_error(tmp_path)
@@ -179,8 +182,9 @@ def test_a_head_the_loader_refuses_is_a_high_stack_invalid_with_its_message(tmp_
     result = _review(snapshot(STACK), {"error": message})
     [invalid] = result.risks
     assert (invalid.level, invalid.rule) == (HIGH, "stack-invalid") and "kernel.panic" in invalid.summary
-    _refuse_invalid_heads(result)  # the base loads: reported, not refused
-    assert "stack-invalid" in to_text(result) and "stack-invalid" in to_markdown(result)
+    with pytest.raises(typer.Exit) as stopped:
+        _refuse_invalid_heads(result)
+    assert stopped.value.exit_code == 2
 
 
 def test_a_stack_that_loads_at_neither_ref_is_refused_with_exit_2(tmp_path: Path) -> None:

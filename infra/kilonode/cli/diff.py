@@ -75,14 +75,12 @@ def diff(
 
 
 def _refuse_invalid_heads(result: Review) -> None:
-    """A stack file unloadable at both refs (refused by the loader every command and `pulumi up`
-    use) ends the review as `validate` would: its problems, one line each, exit 2, nothing written:
-    there is no change to judge. Where the base loads, the change is what breaks it: that is the
-    high `stack-invalid` risk, with the loader's message, reported like any other (exit by
-    --fail-on), as docs/review.md says; so is a stack that loads but whose program stops (a restart
-    guard)."""
-    refused = [diff for diff in result.diffs if diff.head and "error" in diff.head and "files" not in diff.head
-               and diff.base and "error" in diff.base and "files" not in diff.base]
+    """A stack file the change leaves unloadable (refused by the loader every command and `pulumi
+    up` use) ends the review as `validate` would: its problems, one line each, exit 2, nothing
+    written, whatever --fail-on says: a CI step fails on it, and a hostile file's text never reaches
+    a report (issue 37). A base that does not load is the medium `stack-invalid` risk; a stack that
+    loads but whose program stops (a restart guard) is a risk too."""
+    refused = [diff for diff in result.diffs if diff.head and "error" in diff.head and "files" not in diff.head]
     if refused:
         lines = [line for diff in refused for line in str(diff.head["error"]).splitlines() if line.strip()]
         fail_lines(", ".join(f"stacks/Pulumi.{diff.stack}.yaml" for diff in refused), lines)
@@ -138,8 +136,7 @@ CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
 Prometheus configuration promtool rejects), recording-rule-missing (alerts
 reading a record no rule writes any more), dns-replicas-cut (CoreDNS's
-autoscaler asking for less than half the replicas); stack-invalid (a stack the change
-leaves unloadable, with the loader's message);
+autoscaler asking for less than half the replicas);
 
 - medium: any etcd member or apiserver restarted, a fleet-wide rollout (every
 node of a pool gets new custom data or a new image), a field lesson made
@@ -172,9 +169,8 @@ Examples:
   kilonode diff --base origin/main --format md --write-json diff.json > comment.md
 
 Exit status: 0, or 3 with --fail-on when such a risk is found; 2 when the review could
-not be made (a bad ref, a side that does not render), or when a stack file loads at
-neither ref: its problems, one line each as `kilonode validate` prints them, and nothing
-written. A stack the change leaves unloadable (the base loads) is the high stack-invalid
-risk, with the loader's message.
+not be made (a bad ref, a side that does not render), or when the change leaves a stack
+file that does not load: its problems, one line each as `kilonode validate` prints them,
+and nothing written.
 """
 diff.__doc__ = HELP
