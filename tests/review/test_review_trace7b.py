@@ -48,7 +48,7 @@ def test_the_gpu_threshold_raised_to_half_drains_h100_ib_nodes_and_their_gangs()
     _autoscaler_args(head, **{"scale-down-gpu-utilization-threshold": "0.5"})
     [raised] = rule(risks(head), "autoscaler-scale-down-raised")
     assert raised.level == HIGH and raised.subjects == ("pool h100-ib",)
-    assert "--scale-down-gpu-utilization-threshold 0 -> 0.5" in raised.summary
+    assert "--scale-down-gpu-utilization-threshold 1e-06 -> 0.5" in raised.summary
     assert "pool h100-ib: up to 1,250 of its 2,500 nodes (down to its floor of 1,250)" in raised.summary
     assert "fewer than 4 of its 8 GPUs requested" in raised.summary
     assert "after --scale-down-unneeded-time (30m)" in raised.summary.lower()
@@ -58,7 +58,7 @@ def test_the_gpu_threshold_raised_to_half_drains_h100_ib_nodes_and_their_gangs()
 def test_the_flags_read_from_the_rendered_deployment() -> None:
     flags = autoscaler.flags(snapshot(STACK))
     assert flags is not None
-    assert flags["scale-down-gpu-utilization-threshold"] == "0" and flags["scale-down-unneeded-time"] == "30m"
+    assert flags["scale-down-gpu-utilization-threshold"] == "0.000001" and flags["scale-down-unneeded-time"] == "30m"
     assert "nodes" not in flags  # the node groups are bounds, not scale-down flags
 
 
