@@ -40,6 +40,7 @@ limits (tests/k8s/test_capacity.py counts them).
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,6 +161,14 @@ class _Unevaluable(Exception):
 def _program(env: celpy.Environment, expression: str) -> Any:
     if "authorizer" in expression or "params" in expression:
         raise _Unevaluable(expression)
+    return _compiled(expression)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(expression: str) -> Any:
+    """One compiled program per expression, reused for every request (cel-python's parse and
+    compile are most of an evaluation's cost: 17 s for research-7500's 36 requests without it)."""
+    env = celpy.Environment()
     return env.program(env.compile(expression))
 
 
