@@ -99,7 +99,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -242,10 +242,8 @@ def _rules(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     return found
 
 
-def _relabel_filters(entry: Mapping[str, Any] | None) -> dict[str, list[tuple[str, str]]]:
-    """job -> its (action, regex) on __name__ from metric_relabel_configs, over every Prometheus config
-    of the side's ConfigMaps (a document with scrape_configs)."""
-    found: dict[str, list[tuple[str, str]]] = {}
+def _scrape_documents(entry: Mapping[str, Any] | None) -> Iterator[Mapping[str, Any]]:
+    """Every Prometheus configuration (a document with scrape_configs) among the side's ConfigMaps."""
     for r in (entry or {}).get("resources", []):
         if r.get("type") != CONFIG_MAP:
             continue
@@ -253,14 +251,22 @@ def _relabel_filters(entry: Mapping[str, Any] | None) -> dict[str, list[tuple[st
             config = _load(text)
             if not isinstance(config, Mapping) or not isinstance(config.get("scrape_configs"), list):
                 continue
-            for job in config["scrape_configs"]:
-                if not isinstance(job, Mapping):
-                    continue
-                for relabel in job.get("metric_relabel_configs") or []:
-                    if isinstance(relabel, Mapping) and relabel.get("source_labels") == ["__name__"] and \
-                            relabel.get("action") in ("drop", "keep"):
-                        found.setdefault(str(job.get("job_name")), []).append(
-                            (str(relabel["action"]), str(relabel.get("regex", "(.*)"))))
+            yield config
+
+
+def _relabel_filters(entry: Mapping[str, Any] | None) -> dict[str, list[tuple[str, str]]]:
+    """job -> its (action, regex) on __name__ from metric_relabel_configs, over every Prometheus config
+    of the side's ConfigMaps (a document with scrape_configs)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for config in _scrape_documents(entry):
+        for job in config["scrape_configs"]:
+            if not isinstance(job, Mapping):
+                continue
+            for relabel in job.get("metric_relabel_configs") or []:
+                if isinstance(relabel, Mapping) and relabel.get("source_labels") == ["__name__"] and \
+                        relabel.get("action") in ("drop", "keep"):
+                    found.setdefault(str(job.get("job_name")), []).append(
+                        (str(relabel["action"]), str(relabel.get("regex", "(.*)"))))
     return found
 
 
@@ -369,17 +375,11 @@ def scrape_intervals(entry: Mapping[str, Any] | None) -> dict[str, float]:
     """job_name -> its scrape interval in seconds (its own, else the config's global, else 1m), over every
     Prometheus config of the side's ConfigMaps."""
     found: dict[str, float] = {}
-    for r in (entry or {}).get("resources", []):
-        if r.get("type") != CONFIG_MAP:
-            continue
-        for text in ((r.get("inputs") or {}).get("data") or {}).values():
-            config = _load(text)
-            if not isinstance(config, Mapping) or not isinstance(config.get("scrape_configs"), list):
-                continue
-            default = seconds((config.get("global") or {}).get("scrape_interval")) or DEFAULT_SCRAPE_INTERVAL_S
-            for job in config["scrape_configs"]:
-                if isinstance(job, Mapping) and job.get("job_name"):
-                    found[str(job["job_name"])] = seconds(job.get("scrape_interval")) or default
+    for config in _scrape_documents(entry):
+        default = seconds((config.get("global") or {}).get("scrape_interval")) or DEFAULT_SCRAPE_INTERVAL_S
+        for job in config["scrape_configs"]:
+            if isinstance(job, Mapping) and job.get("job_name"):
+                found[str(job["job_name"])] = seconds(job.get("scrape_interval")) or default
     return found
 
 
