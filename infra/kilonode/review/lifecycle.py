@@ -408,7 +408,7 @@ def unrecorded(diff: StackDiff) -> list[Finding]:
         "commit the stack file with this change"), ())]
 
 
-def _shards(plan: Mapping[str, Any]) -> dict[str, tuple[str, Any, Any]]:
+def shards(plan: Mapping[str, Any]) -> dict[str, tuple[str, Any, Any]]:
     """scale set -> (pool, labels and taints it registers its nodes with, team)."""
     found = {}
     for pool in plan.get("nodePools") or []:
@@ -423,7 +423,7 @@ def _shards(plan: Mapping[str, Any]) -> dict[str, tuple[str, Any, Any]]:
 
 def registration(diff: StackDiff) -> list[Finding]:
     """Scale sets whose nodes would register with other labels, taints or team: existing nodes keep theirs."""
-    before, after = _shards(plan_of(diff.base)), _shards(plan_of(diff.head))
+    before, after = shards(plan_of(diff.base)), shards(plan_of(diff.head))
     groups: dict[str, list[str]] = {}
     gpu_taints: dict[str, str] = {}
     # a team move under the head's node-identity policy is worse than labels that stay: the nodes'

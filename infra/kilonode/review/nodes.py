@@ -81,7 +81,7 @@ from kilonode.plan import wellknown
 from kilonode.review import placement
 from kilonode.review.compare import DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, natural
 from kilonode.review.finding import HIGH, MEDIUM, Finding
-from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, load_yaml, plan_of
+from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, load_yaml, plan_of, shards
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
 
 PUBLIC_IP_PREFIX = "azure-native:network:PublicIPPrefix"
@@ -168,14 +168,7 @@ def nat_prefix(diff: StackDiff) -> list[Finding]:
 
 def _teams(plan: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     """scale set -> (pool, its team or '')."""
-    found = {}
-    for pool in plan.get("nodePools") or []:
-        if not isinstance(pool, Mapping):
-            continue
-        for shard in pool.get("shards") or []:
-            if isinstance(shard, Mapping) and shard.get("name"):
-                found[str(shard["name"])] = (str(pool.get("name")), str(shard.get("team") or ""))
-    return found
+    return {name: (pool, str(team or "")) for name, (pool, _, team) in shards(plan).items()}
 
 
 def team_moves(diff: StackDiff) -> dict[str, list[str]]:
