@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kilonode.preflight import breaks, run
-from kilonode.preflight.checks.admission_requests import CALICO_USER, CNM_USER, node_requests
+from kilonode.preflight.checks.admission_requests import CALICO_USER, CNM_USER, check_hosts, node_requests
 from kilonode.preflight.model import Finding
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
@@ -91,3 +91,16 @@ def test_a_match_condition_that_errors_is_a_break() -> None:
     spec["matchConditions"] = [{"name": "pool", "expression": "object.metadata.labels['kilonode.io/system'] == 'x'"}]
     [finding] = admission_breaks(graph)
     assert "no such key" in finding.what
+
+
+def test_a_check_of_some_roles_evaluates_their_writes_alone() -> None:
+    """check_hosts, as a review of a change to one pool's kubelet runs it: the seeded break is
+    found on that role's writes and no other's; no role, no request."""
+    _, graph = artefacts(STACK)
+    assert direct_index(graph) > 0
+    inputs = inputs_of(STACK, graph=graph)
+    host = next(r.describe.split(":")[0].removeprefix("pool role ") for r in node_requests(inputs))
+    found = [f for f in check_hosts(inputs, {host}) if f.level == "break"]
+    assert found and all(f"pool role {host}:" in f.what for f in found)
+    assert all(f"of the {len(node_requests(inputs, {host}))} requests" in f.what for f in found if "more of" in f.what)
+    assert check_hosts(inputs, set()) == []

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kilonode.review.compare import compare_stack
+from kilonode.review import preflight_break
+from kilonode.review.compare import FileChange, ResourceChange, StackDiff, compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
 from tests.preflight.test_admission_requests import direct_index
@@ -39,3 +40,18 @@ def test_monitoring_denying_its_own_egress_is_a_new_pod_egress_break() -> None:
     [line] = [r for r in breaks(head) if "pod-egress" in r.summary]
     assert line.level == HIGH
     assert "monitoring/prometheus" in line.summary and "every alert is blind" in line.summary
+
+
+def test_a_change_to_one_pools_kubelet_judges_that_pools_node_writes_alone() -> None:
+    """The review's cost bound: a change touching some pools' kubelet files and no admission
+    policy evaluates those roles' writes (cel-python, ~0.4 s a role); a policy change, every role's."""
+    kubelet = FileChange("pool-h100-ib/etc/default/kubelet", "modified", "")
+    other = FileChange("pool-a100/etc/sysctl.d/90-kilonode.conf", "modified", "")
+    diff = StackDiff(STACK, {}, {}, files=[kubelet, other])
+    assert preflight_break._moved("admission-requests", diff)
+    assert preflight_break._hosts("admission-requests", diff) == {"pool-h100-ib"}
+    policy = ResourceChange("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "p", "update", None)
+    diff.resources.append(policy)
+    assert preflight_break._hosts("admission-requests", diff) is None
+    assert not preflight_break._moved("admission-requests", StackDiff(STACK, {}, {}, files=[other]))
+    assert preflight_break._hosts("pod-dns", StackDiff(STACK, {}, {}, files=[kubelet])) is None

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,10 +87,13 @@ def _node(name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, st
             "status": {"addresses": ADDRESSES}}
 
 
-def node_requests(inputs: Inputs) -> list[Request]:
-    """The Node writes of each pool role's first node, in the order they happen."""
+def node_requests(inputs: Inputs, hosts: Collection[str] | None = None) -> list[Request]:
+    """The Node writes of each pool role's first node (of the roles `hosts` names, when given), in
+    the order they happen."""
     found: list[Request] = []
     for group in bootstrap_nodes(inputs):
+        if hosts is not None and group.host not in hosts:
+            continue
         shard = next((s for s in group.pool.shards if group.pool.role(s.team) == group.host), None)
         if shard is None:
             continue
@@ -239,7 +242,14 @@ def _short(expression: str) -> str:
 
 
 def check(inputs: Inputs) -> list[Finding]:
-    requests = node_requests(inputs)
+    return check_hosts(inputs, None)
+
+
+def check_hosts(inputs: Inputs, hosts: Collection[str] | None) -> list[Finding]:
+    """The check on the Node writes of the pool roles `hosts` names (every role when None): a review
+    whose change touches one pool's kubelet and no policy evaluates that pool's writes alone
+    (kilonode.review.preflight_break), the rest being the same on both sides."""
+    requests = node_requests(inputs, hosts)
     findings: list[Finding] = []
     for resource in inputs.of_type(POLICY_TYPE):
         spec = resource.inputs.get("spec") or {}
