@@ -49,6 +49,7 @@ from kilonode.review import (
     placement,
     preflight_break,
     rules,
+    security,
     versions,
 )
 from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
@@ -766,6 +767,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
              *_risks(diff, apiserver_flags.assess(diff))]
+    found += _risks(diff, security.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
