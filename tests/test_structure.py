@@ -175,6 +175,8 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
                      "kilonode.preflight.checks.contracts",
                      # and pod-isolation, which reads the contracts' servedToPods lines (the flows every pod needs)
                      "kilonode.preflight.checks.pod_isolation",
+                     # and admission-config: kube-apiserver's admission plugin names and what each needs to start
+                     "kilonode.preflight.checks.admission_config",
                      # the RBAC authorizer's model (review and preflight's contracts): the apiserver's
                      # built-in roles are the cluster's, not the plan's
                      "kilonode.preflight.apiload")

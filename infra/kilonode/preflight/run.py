@@ -19,6 +19,7 @@ def _registry() -> tuple[Check, ...]:
     # Imported here, in the order the report lists them (the order of a machine's bring-up):
     # who reaches whom, what runs, what a GPU pod gets, what resolves, what schedules, what fits, what Azure takes.
     from kilonode.preflight.checks import (
+        admission_config,
         admission_requests,
         agent_writes,
         azure_names,
@@ -56,7 +57,8 @@ def _registry() -> tuple[Check, ...]:
                        pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
                        azure_names,
                        custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
-                       port_range, node_join, node_writers, admission_requests, agent_writes, quota, boot_pulls)
+                       port_range, node_join, node_writers, admission_config, admission_requests, agent_writes, quota,
+                       boot_pulls)
     )
 
 
