@@ -27,6 +27,33 @@ whole when one member is evicted (MPI/NCCL ranks do not survive a lost peer: fie
 drained GPU node costs every node of its job. The flags are read from the rendered Deployment
 kube-system/cluster-autoscaler in each side's snapshot; the pools from each side's plan.
 
+The unready guard weakened (`autoscaler-unready-guard-weakened`; independent trace 8a:
+`--max-total-unready-percentage` 10 -> 45 on research-7500 was "No risk found"), read in
+kubernetes/autoscaler cluster-autoscaler at cluster-autoscaler-1.34.5 (cb2123ed; the same at
+1.32.7, 1.33.6 and 1.35.2):
+
+- clusterstate/clusterstate.go IsClusterHealthy (l.418-430): the cluster is unhealthy when its
+  unready nodes number more than --ok-total-unready-count AND more than
+  --max-total-unready-percentage/100 of all registered nodes; core/static_autoscaler.go RunOnce
+  (l.417-422) then returns before scale-up and scale-down (FAQ.md "How does CA deal with unready
+  nodes?": "CA stops all operations until the situation improves"). Raised, the autoscaler goes on
+  acting through a larger outage (kilonode's 10% is the 2,500-node guard:
+  kilonode.plan.defaults.autoscaler; upstream's 45% lets a zone or a third of the fleet go unready
+  and scaling go on).
+- core/scaledown/unneeded/nodes.go (l.231-250): an unready candidate is removed once it has been
+  unneeded for --scale-down-unready-time (config/const.go DefaultScaleDownUnreadyTime, 20m; kilonode
+  does not set it), a ready one after --scale-down-unneeded-time; shorter removes unready nodes
+  sooner. core/scaledown/eligibility/eligibility.go (l.149-155): with --scale-down-unready-enabled
+  false (default true, flags.go l.74) no unready node is a candidate at all.
+- Defaults where a flag is absent: flags.go l.74, l.85, l.122-123 (main.go l.128, l.139, l.177-178
+  at 1.32.7): 45, 3, 20m, true; so a flag removed is judged at upstream's value.
+
+Any other cluster-autoscaler flag that changes (`autoscaler-flag-changed`, medium) is said with its
+values, so that a flag no rule here judges is never silent. The flags the plan sets from the
+pools (--cores-total, --memory-total, --max-nodes-per-scaleup, --balance-similar-node-groups, the GPU
+health taints' --startup-taint and --status-taint) are said only when the plan did not change: with it,
+they follow the pools the other rules judge.
+
 Pure: a StackDiff in, findings out.
 """
 
@@ -42,6 +69,8 @@ from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
 
 RULE = "autoscaler-scale-down-raised"
+GUARD_RULE = "autoscaler-unready-guard-weakened"
+CHANGED_RULE = "autoscaler-flag-changed"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 NAMESPACE, NAME = "kube-system", "cluster-autoscaler"  # kilonode.k8s.autoscaler APP
 # Upstream's defaults where a flag is absent (config/flags/flags.go at the pinned tags).
@@ -55,7 +84,23 @@ DEFAULTS = {
     "skip-nodes-with-custom-controller-pods": "true",
     "expendable-pods-priority-cutoff": "-10",
     "max-drain-parallelism": "1",
+    # the unready guard (flags.go l.74, l.85, l.122-123 at 1.34.5; config/const.go DefaultScaleDownUnreadyTime)
+    "max-total-unready-percentage": "45",
+    "ok-total-unready-count": "3",
+    "scale-down-unready-time": "20m",
+    "scale-down-unready-enabled": "true",
 }
+# The flags a rule here (or kilonode.review.capacity: --nodes) judges; a change to any other is said as it is.
+JUDGED = frozenset({
+    "scale-down-enabled", "scale-down-utilization-threshold", "scale-down-gpu-utilization-threshold",
+    "scale-down-unneeded-time", "skip-nodes-with-local-storage", "skip-nodes-with-system-pods",
+    "skip-nodes-with-custom-controller-pods", "expendable-pods-priority-cutoff", "max-total-unready-percentage",
+    "ok-total-unready-count", "scale-down-unready-time", "scale-down-unready-enabled", "nodes",
+})
+# Set from the plan's pools (kilonode.k8s.autoscaler autoscaler_args): they move with a pool's size, an
+# InfiniBand pool autoscaled or not, a GPU pool autoscaled or not (the GPU health taints).
+FROM_PLAN = frozenset({"cores-total", "memory-total", "max-nodes-per-scaleup", "balance-similar-node-groups",
+                       "startup-taint", "status-taint"})
 SKIPS = {
     "skip-nodes-with-local-storage": "a pod with an emptyDir or hostPath volume",
     "skip-nodes-with-system-pods": "a kube-system pod without a PodDisruptionBudget",
@@ -65,24 +110,32 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
 _SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
-def flags(entry: Mapping[str, Any] | None) -> dict[str, str] | None:
-    """The autoscaler container's flags (name without dashes -> value; the last one wins), or None
-    where the side renders no cluster-autoscaler Deployment."""
+def flag_values(entry: Mapping[str, Any] | None) -> dict[str, tuple[str, ...]] | None:
+    """Every value each of the autoscaler container's flags is given, in order (--startup-taint is
+    given twice), --nodes aside (the node groups, kilonode.review.capacity's); None where the side
+    renders no cluster-autoscaler Deployment."""
     for r in (entry or {}).get("resources") or []:
         inputs = r.get("inputs") or {}
         meta = inputs.get("metadata") or {}
         if r.get("type") != DEPLOYMENT or (meta.get("namespace"), meta.get("name")) != (NAMESPACE, NAME):
             continue
-        found: dict[str, str] = {}
+        found: dict[str, tuple[str, ...]] = {}
         for container in (((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
                 "containers") or []:
             for word in [*(container.get("command") or []), *(container.get("args") or [])]:
                 text = str(word)
                 if text.startswith("--") and not text.startswith("--nodes="):
                     key, sep, value = text[2:].partition("=")
-                    found[key] = value if sep else "true"
+                    found[key] = (*found.get(key, ()), value if sep else "true")
         return found
     return None
+
+
+def flags(entry: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """The autoscaler container's flags (name without dashes -> value; the last one wins), or None
+    where the side renders no cluster-autoscaler Deployment."""
+    found = flag_values(entry)
+    return None if found is None else {key: values[-1] for key, values in found.items()}
 
 
 def _value(found: Mapping[str, str], key: str) -> str:
@@ -151,6 +204,12 @@ def _moves(base: Mapping[str, str], head: Mapping[str, str]) -> tuple[list[str],
 
 
 def assess(diff: StackDiff) -> list[Finding]:
+    """Every autoscaler finding of the change: scale-down reaching more nodes, the unready guard
+    weakened, and any other flag changed."""
+    return [*scale_down_raised(diff), *unready_guard_weakened(diff), *flags_changed(diff)]
+
+
+def scale_down_raised(diff: StackDiff) -> list[Finding]:
     base, head = flags(diff.base), flags(diff.head)
     if base is None or head is None or base == head:
         return []
@@ -191,3 +250,115 @@ def _threshold_gpus(head: Mapping[str, str], gpus: int) -> int:
     """The fewest requested GPUs that keep a node (Utilization >= threshold)."""
     threshold = _float(_value(head, "scale-down-gpu-utilization-threshold")) or 0.0
     return math.ceil(threshold * gpus - 1e-9)
+
+
+def _tolerated(found: Mapping[str, str], nodes: int) -> int | None:
+    """The most unready nodes of `nodes` under which the autoscaler still acts: IsClusterHealthy is
+    false only past both the count and the percentage (clusterstate.go l.424-425)."""
+    percent = _float(_value(found, "max-total-unready-percentage"))
+    count = _float(_value(found, "ok-total-unready-count"))
+    if percent is None or count is None:
+        return None
+    return max(int(count), math.floor(percent / 100.0 * nodes + 1e-9))
+
+
+def _cluster_nodes(entry: Mapping[str, Any] | None) -> int:
+    """The plan's pools at their planned size: the registered nodes the percentage is taken of."""
+    return sum(int(p.get("nodes") or 0) for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping))
+
+
+def _removed(head: Mapping[str, str], key: str) -> str:
+    return "" if key in head else " (removed: upstream's default)"
+
+
+def _guard_moves(base: Mapping[str, str], head: Mapping[str, str], nodes: int) -> tuple[list[str], bool]:
+    """(each weakening of the unready guard, said once; whether one reaches nodes at this cluster's size:
+    more unready nodes tolerated, or unready nodes removed sooner or at all)."""
+    moves: list[str] = []
+    reaches = False
+    for key in ("max-total-unready-percentage", "ok-total-unready-count"):
+        was, now = _float(_value(base, key)), _float(_value(head, key))
+        if was is not None and now is not None and now > was:
+            unit = "%" if key.startswith("max") else " nodes"
+            moves.append(f"--{key} {was:g}{unit} -> {now:g}{unit}" + _removed(head, key))
+    was_n, now_n = _tolerated(base, nodes), _tolerated(head, nodes)
+    if moves and was_n is not None and now_n is not None:
+        if now_n > was_n:
+            reaches = True
+            moves.append(f"of the plan's {nodes:,} nodes, up to {now_n:,} may be unready and it still scales up and "
+                         f"down, was {was_n:,}")
+        else:
+            moves.append(f"at the plan's {nodes:,} nodes it still halts past {now_n:,} unready "
+                         "(the other bound decides)")
+    was_t, now_t = seconds(_value(base, "scale-down-unready-time")), seconds(_value(head, "scale-down-unready-time"))
+    if was_t is not None and now_t is not None and now_t < was_t:
+        reaches = True
+        moves.append(f"--scale-down-unready-time {_value(base, 'scale-down-unready-time')} -> "
+                     f"{_value(head, 'scale-down-unready-time')}"
+                     + _removed(head, "scale-down-unready-time")
+                     + ": an unready candidate is deleted sooner")
+    if not _true(_value(base, "scale-down-unready-enabled")) and _true(_value(head, "scale-down-unready-enabled")):
+        reaches = True
+        moves.append("--scale-down-unready-enabled false -> true"
+                     + _removed(head, "scale-down-unready-enabled")
+                     + ": unready nodes become scale-down candidates (eligibility.go l.149-155)")
+    return moves, reaches
+
+
+def unready_guard_weakened(diff: StackDiff) -> list[Finding]:
+    """The autoscaler's halt on unready nodes weakened, or unready nodes removed sooner."""
+    base, head = flags(diff.base), flags(diff.head)
+    if base is None or head is None or base == head:
+        return []
+    nodes = _cluster_nodes(diff.head)
+    moves, reaches = _guard_moves(base, head, nodes)
+    pools = _pools(diff.head)
+    if not moves or not pools:
+        return []
+    said = []
+    for pool in pools:
+        high, low, may = _drainable(pool)
+        said.append(f"pool {pool['name']}: up to {may:,} of its {high:,} nodes (down to its floor of {low:,})")
+    gpu = any(int(p.get("gpusPerNode") or 0) for p in pools)
+    level = HIGH if gpu and reaches else MEDIUM
+    return [Finding(level, GUARD_RULE, (
+        f"the cluster autoscaler's unready guard is weakened ({'; '.join(moves)}). The guard is kilonode's "
+        "2,500-node lesson (field notes: an etcd outage made every node unready and the autoscaler set about "
+        "removing the fleet): past --ok-total-unready-count and --max-total-unready-percentage of all registered nodes "
+        "unready it halts all scale-up and scale-down (kubernetes/autoscaler cluster-autoscaler "
+        "clusterstate/clusterstate.go IsClusterHealthy, core/static_autoscaler.go RunOnce; FAQ \"How does CA deal "
+        "with unready nodes?\"). Below it, through a partial outage (a zone, a third of the fleet), it goes on: "
+        "an unready node below its utilization threshold is deleted "
+        f"after --scale-down-unready-time ({_value(head, 'scale-down-unready-time')}; "
+        "core/scaledown/unneeded/nodes.go), down to each node group's min size. Removable while an outage is "
+        f"under the guard: {'; '.join(said)}"
+        + (", GPU nodes whose jobs stop with them and that come back only by a scale-up" if gpu else "")
+        + ". Keep --max-total-unready-percentage at kilonode's 10 and --ok-total-unready-count at 3 "
+        "(kilonode.plan.defaults.autoscaler), and --scale-down-unready-time at upstream's 20m or longer; "
+        "--scale-down-unready-enabled=false keeps unready nodes altogether"),
+        tuple(f"pool {p['name']}" for p in pools), cause="cluster-autoscaler flags")]
+
+
+def _shown(values: tuple[str, ...] | None) -> str:
+    if values is None:
+        return "(unset)"
+    return ",".join(values)
+
+
+def flags_changed(diff: StackDiff) -> list[Finding]:
+    """A change to a flag no rule here judges, said as it is (medium): never silence."""
+    base, head = flag_values(diff.base), flag_values(diff.head)
+    if base is None or head is None or base == head:
+        return []
+    plan_moved = (diff.base or {}).get("files", {}).get("plan.yaml") != (diff.head or {}).get("files", {}).get(
+        "plan.yaml")
+    changed = [f"--{key} {_shown(base.get(key))} -> {_shown(head.get(key))}"
+               for key in sorted({*base, *head} - JUDGED)
+               if base.get(key) != head.get(key) and not (plan_moved and key in FROM_PLAN)]
+    if not changed:
+        return []
+    return [Finding(MEDIUM, CHANGED_RULE, (
+        f"a cluster-autoscaler flag the review does not model changed: {'; '.join(changed)}; check it against "
+        "the FAQ (kubernetes/autoscaler cluster-autoscaler/FAQ.md, \"What are the parameters to CA?\") and "
+        "kilonode's reasons for its value (kilonode.k8s.autoscaler autoscaler_args, kilonode.plan.defaults."
+        "autoscaler)"), (f"Deployment {NAMESPACE}/{NAME}",), cause="cluster-autoscaler flags")]
