@@ -87,6 +87,16 @@ and once no rule writes it the series goes stale and the expression returns noth
 head's rules (the alerts' reads, recording rules followed: _per_alert) against the names the head's
 recording rules record, for names the base recorded.
 
+A seventh (`alert-selects-no-job`, high), from an eighth independent trace: the rules' `job="kilonode-apiserver"`
+changed to the kube-prometheus mixin's `job="apiserver"`, a job no scrape config of kilonode's defines, so
+kilonode:apiserver_requests:rate5m records nothing and the four apiserver alerts can never fire; promtool passes
+it. Judged on the head's rules, their selectors read by a scanner that follows Prometheus' PromQL lexer
+(`selectors`, cited where it stands), against the job label values the head's scrapes give (`scrape_jobs`: each
+job_name, static labels and literal relabellings to `job`; not judged, with a note, where a job's label is set at
+scrape time), for each (rule, job matcher) that named a scraped job at the base or is new; the alerts named are those
+reading the rule, through recording rules. Preflight does not check it: a blind alert breaks no bring-up, and the
+review alone sees what the base selected.
+
 A rule file or configuration promtool rejects at the base as well (the promtool found here is older
 than the pinned server and may not know its newer syntax) is not judged: the report says so. With no
 promtool at all, the change is not judged either, and the report says that instead.
@@ -94,6 +104,8 @@ promtool at all, the change is not judged either, and the report says that inste
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import os
 import re
 import shutil
@@ -101,7 +113,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 
@@ -720,7 +732,8 @@ def configs_rejected(diff: StackDiff, promtool: Path, changed: Mapping[str, tupl
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
         return []  # no ConfigMap changed: no rule file or Prometheus configuration did
-    found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff)]
+    found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff),
+             *jobs_unselected(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}
@@ -754,4 +767,422 @@ def assess(diff: StackDiff) -> list[Finding]:
             "rules, saying so only in prometheus_config_last_reload_successful; at its next start it exits: "
             f"alerting is gone ({SOURCE}). Checked with {version}; the cluster runs {server}. Fix the rule, and run "
             "`promtool check rules` on it before merging"), (key,)))
+    return found
+
+
+# --- alert-selects-no-job -------------------------------------------------------------------------------------
+# A seventh rule (`alert-selects-no-job`, high), from an eighth independent trace on research-7500: the rules'
+# selector `job="kilonode-apiserver"` changed to the kube-prometheus mixin's `job="apiserver"`. A series' job
+# label is its scrape config's job_name unless the target's own labels set one (prometheus/prometheus@v3.5.5
+# scrape/target.go:444-456, PopulateDiscoveredLabels: `job` set from cfg.JobName only where lb.Get(job) is
+# empty), then relabel_configs (target.go:461), metric_relabel_configs and, with honor_labels, the scraped
+# labels (scrape/scrape.go:670-692, mutateSampleLabels) may rewrite it. A matcher naming a job no scrape gives
+# selects nothing (`=` compares the value; `=~` is anchored, model/labels/regexp.go:70, "^(?s:" + re + ")$"),
+# the rule returns nothing, and promtool, which checks the rules alone, passes it. The selectors are read by a
+# scanner that follows the PromQL lexer (promql/parser/lex.go at v3.5.5: lexStatements l.385-523,
+# lexInsideBraces l.648-698, lexString and lexRawString l.825-862, lexLineComment l.873-881) and the
+# grammar's vector selector (promql/parser/generated_parser.y l.608-688: `metric {label op "value", ...}`, a
+# lone quoted string in the braces the metric name): no Python PromQL parser is installed here, and promtool
+# (2.42, the one here) has no command that parses an expression without a server.
+
+class PromQLSyntax(ValueError):
+    """An expression the scanner cannot read (promtool rejects it too: alert-rules-rejected says so)."""
+
+
+# Words the lexer emits as keywords, not identifiers (lex.go `key`, lower-cased): never a selector alone.
+_PROMQL_KEYWORDS = frozenset({
+    "and", "or", "unless", "atan2", "sum", "avg", "count", "min", "max", "group", "stddev", "stdvar", "topk",
+    "bottomk", "count_values", "quantile", "limitk", "limit_ratio", "offset", "by", "without", "on", "ignoring",
+    "group_left", "group_right", "bool", "start", "end", "step", "inf", "nan"})
+# A parenthesis after these holds label names, not expressions (generated_parser.y grouping_labels).
+_GROUPINGS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
+_IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # inside braces: lexIdentifier, no colon
+_NUMBER = re.compile(r"0[xX][0-9a-fA-F_]+|(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)(?:[eE][+-]?[0-9_]+)?[a-zA-Z0-9_.]*")
+_OPS = ("=~", "!=", "!~", "=")
+_GO_ESCAPE = re.compile(r"\\(?:([abfnrtv\\'\"])|x([0-9a-fA-F]{2})|([0-7]{3})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))")
+_GO_SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'",
+              '"': '"'}
+# Series whose job label is not a scrape's: an alert's own labels (rules/alerting.go ALERTS, ALERTS_FOR_STATE).
+_NOT_SCRAPED = frozenset({"ALERTS", "ALERTS_FOR_STATE"})
+ABSENT = frozenset({"absent", "absent_over_time"})
+
+
+class Selector(NamedTuple):
+    metric: str  # '' for `{...}` without a name
+    matchers: tuple[tuple[str, str, str], ...]  # (label, op, value), the value unquoted
+    within: tuple[str, ...]  # the calls (functions, aggregations) it sits in, outermost first
+
+
+def _unquote(text: str, quote: str) -> str:
+    """A PromQL string's value: raw between backquotes, else Go's escapes (parse.go unquoteString, strutil.Unquote;
+    \\x and octal taken as code points, which for the ASCII job names is the same)."""
+    if quote == "`":
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        simple, hex2, octal, u4, u8 = m.groups()
+        if simple:
+            return _GO_SIMPLE[simple]
+        return chr(int(hex2 or u4 or u8, 16) if not octal else int(octal, 8))
+    return _GO_ESCAPE.sub(one, text)
+
+
+def _string(expr: str, i: int) -> tuple[str, int]:
+    """The string opening at expr[i] (its value, the index past it): lexString stops at an unescaped
+    newline, lexRawString runs to the next backquote."""
+    quote, j = expr[i], i + 1
+    while j < len(expr):
+        c = expr[j]
+        if quote != "`" and c == "\\":
+            j += 2
+            continue
+        if c == quote:
+            return _unquote(expr[i + 1:j], quote), j + 1
+        if c == "\n" and quote != "`":
+            break
+        j += 1
+    raise PromQLSyntax(f"unterminated string at {i}")
+
+
+def _skip(expr: str, i: int) -> int:
+    """Past spaces and `#` line comments (lexSpace, lexLineComment)."""
+    while i < len(expr):
+        if expr[i] in " \t\n\r":
+            i += 1
+        elif expr[i] == "#":
+            end = expr.find("\n", i)
+            i = len(expr) if end < 0 else end
+        else:
+            break
+    return i
+
+
+def _braces(expr: str, i: int) -> tuple[str, tuple[tuple[str, str, str], ...], int]:
+    """The matchers from just past a `{` (lexInsideBraces; label_matcher in the grammar): the metric name a
+    lone quoted string gives (Prometheus 3), the (label, op, value) matchers, the index past the `}`."""
+    name, matchers = "", []
+    while True:
+        i = _skip(expr, i)
+        if i >= len(expr):
+            raise PromQLSyntax("unclosed brace")
+        if expr[i] == "}":
+            return name, tuple(matchers), i + 1
+        if expr[i] in "\"'`":
+            label, i = _string(expr, i)
+            quoted = True
+        else:
+            m = _LABEL_NAME.match(expr, i)
+            if not m:
+                raise PromQLSyntax(f"unexpected {expr[i]!r} inside braces")
+            label, i, quoted = m.group(), m.end(), False
+        i = _skip(expr, i)
+        op = next((o for o in _OPS if expr.startswith(o, i)), None)
+        if op is None:
+            if not quoted:
+                raise PromQLSyntax(f"label {label} without an operator")
+            name = label
+        else:
+            i = _skip(expr, i + len(op))
+            if i >= len(expr) or expr[i] not in "\"'`":
+                raise PromQLSyntax(f"label {label} {op} without a string")
+            value, i = _string(expr, i)
+            matchers.append((label, op, value))
+        i = _skip(expr, i)
+        if i < len(expr) and expr[i] == ",":
+            i += 1
+        elif i >= len(expr) or expr[i] != "}":
+            raise PromQLSyntax("expected ',' or '}' inside braces")
+
+
+def scan(expr: str) -> tuple[list[Selector], set[str]]:
+    """Every vector selector of a PromQL expression, `metric{...}`, `{...}` and a bare `metric`, with its
+    matchers and the calls it sits in; and the functions it calls (lower-cased). Raises PromQLSyntax on what the
+    lexer would reject here."""
+    found: list[Selector] = []
+    calls: set[str] = set()
+    stack: list[str] = []  # per open parenthesis: the word before it ('' for none)
+    owners: list[str] = []  # per open parenthesis of `by`/`without`: the aggregation before it (`sum by (x) (...)`)
+    pending: str | None = None  # an identifier whose role the next token decides
+    before = ""  # the identifier before the pending one
+
+    def settle() -> None:
+        # a bare identifier: a selector unless it is a keyword or a grouping clause's label
+        if pending and pending.lower() not in _PROMQL_KEYWORDS and not (stack and stack[-1] in _GROUPINGS):
+            found.append(Selector(pending, (), tuple(stack)))
+
+    i = 0
+    while True:
+        i = _skip(expr, i)
+        if i >= len(expr):
+            settle()
+            return found, calls
+        c = expr[i]
+        if c == "(":
+            stack.append((pending or "").lower())
+            owners.append(before.lower() if stack[-1] in ("by", "without") else "")
+            calls.add(stack[-1])
+            pending, i = None, i + 1
+        elif c == "{":
+            name, matchers, i = _braces(expr, i + 1)
+            # a keyword before the braces is an operator or a modifier, not the metric's name (`on (x) group_left
+            # {...}`); the grammar would take an aggregation's name (metric_identifier), which no rule here means
+            metric = pending if pending and pending.lower() not in _PROMQL_KEYWORDS else ""
+            found.append(Selector(metric or name, matchers, tuple(stack)))
+            pending = None
+        else:
+            settle()
+            last, pending = pending or "", None
+            if c in "\"'`":
+                _, i = _string(expr, i)
+            elif c == "[":  # a range, a subquery or a duration expression: no selector inside
+                end = expr.find("]", i)
+                if end < 0:
+                    raise PromQLSyntax("unclosed bracket")
+                i = end + 1
+            elif c.isdigit() or (c == "." and expr[i + 1:i + 2].isdigit()):
+                m = _NUMBER.match(expr, i)
+                i = m.end() if m else i + 1
+            elif c.isalpha() or c in "_:":
+                m = _IDENTIFIER.match(expr, i)
+                assert m is not None
+                pending, before, i = m.group(), last, m.end()
+            elif c == ")":
+                if not stack:
+                    raise PromQLSyntax("unexpected right parenthesis")
+                stack.pop()
+                pending = owners.pop() or None  # the aggregation a grouping clause sat between and its `(`
+                i += 1
+            else:
+                i += 1  # an operator, a comma, `@`
+
+
+def selectors(expr: str) -> list[Selector]:
+    return scan(expr)[0]
+
+
+def _deployed_scrape_documents(entry: Mapping[str, Any] | None) -> Iterator[Mapping[str, Any]]:
+    """The Prometheus configurations the side's Prometheus loads (its --config.file, prometheus_configs) and the
+    keys of the same ConfigMap its `scrape_config_files` name (prometheus/prometheus@v3.5.5 config/config.go:338-339,
+    GetScrapeConfigs: each a glob, its jobs added to the file's); every document with scrape_configs
+    (_scrape_documents) where no workload names one. A fragment beside the file that no `scrape_config_files`
+    names (kilonode-scrape-configs.yaml) is not scraped."""
+    loaded = prometheus_configs(entry)
+    if not loaded:
+        yield from _scrape_documents(entry)
+        return
+    for data, key in loaded.values():
+        config = _load(data[key])
+        if not isinstance(config, Mapping):
+            continue
+        if isinstance(config.get("scrape_configs"), list):
+            yield config
+        for pattern in config.get("scrape_config_files") or []:
+            for name in sorted(data):
+                fragment = _load(data[name]) if name != key and fnmatch.fnmatchcase(name, Path(str(pattern)).name) \
+                    else None
+                if isinstance(fragment, Mapping) and isinstance(fragment.get("scrape_configs"), list):
+                    yield fragment
+
+
+def scrape_jobs(entry: Mapping[str, Any] | None) -> tuple[set[str], set[str]]:
+    """(the job label values the side's scrapes give their series, the scrape jobs whose job label is set at scrape
+    time to values no configuration names). Each job_name, except where every static group's labels set `job`
+    (then those); a relabelling to `job` adds its literal replacement; one from a captured value (`$1`), a labelmap,
+    honor_labels, or file or HTTP discovery (their targets carry labels) leaves the job open."""
+    values: set[str] = set()
+    open_jobs: set[str] = set()
+    for config in _deployed_scrape_documents(entry):
+        for job in config["scrape_configs"]:
+            if not isinstance(job, Mapping) or not job.get("job_name"):
+                continue
+            name = str(job["job_name"])
+            groups = [g for g in job.get("static_configs") or [] if isinstance(g, Mapping)]
+            set_by_group = [str((g.get("labels") or {}).get("job") or "") for g in groups]
+            others = any(k.endswith("_sd_configs") for k in job)
+            values |= {v or name for v in set_by_group} if groups and not others else {name}
+            if others and any(v for v in set_by_group):
+                values |= {v for v in set_by_group if v}
+            if job.get("honor_labels") or job.get("file_sd_configs") or job.get("http_sd_configs"):
+                open_jobs.add(name)
+            for relabel in [*(job.get("relabel_configs") or []), *(job.get("metric_relabel_configs") or [])]:
+                if not isinstance(relabel, Mapping):
+                    continue
+                action = str(relabel.get("action") or "replace").lower()
+                target = str(relabel.get("target_label") or "")
+                replacement = str(relabel.get("replacement", "$1"))
+                if action == "labelmap" or (action == "replace" and "$" in target):
+                    open_jobs.add(name)
+                elif action == "replace" and target == "job":
+                    if "$" in replacement:
+                        open_jobs.add(name)
+                    elif replacement:
+                        values.add(replacement)
+    return values, open_jobs
+
+
+def _names_no_job(op: str, value: str, jobs: set[str]) -> bool:
+    """Whether a job matcher (`=` or `=~`) selects none of `jobs` and does not select the series without a job."""
+    if op == "=":
+        return value != "" and value not in jobs
+    try:
+        regex = re.compile(value, re.DOTALL)
+    except re.error:
+        return False  # promtool rejects it (alert-rules-rejected), or RE2 syntax Python lacks: not judged
+    return regex.fullmatch("") is None and not any(regex.fullmatch(j) for j in jobs)
+
+
+def _rule_key(rule: Mapping[str, Any]) -> tuple[str, str]:
+    """("record", name) or ("alert", name): the same rule on both sides (a name may have several definitions)."""
+    return ("record", str(rule["record"])) if rule.get("record") else ("alert", str(rule.get("alert")))
+
+
+def blind_selectors(entry: Mapping[str, Any] | None
+                    ) -> tuple[dict[tuple[tuple[str, str], str], set[str]], set[str]]:
+    """({(rule, job matcher as written) -> the metrics it selects} for every job matcher of the side's rules that
+    names no job the side's scrapes give, the open scrape jobs). A selector of a name the side's rules record is held
+    to those jobs and the records' own `labels: {job: ...}` (rules/recording.go Eval sets them), and not judged
+    where a record's expression rewrites labels (label_replace, label_join); one of a recorded-style name no rule
+    records is recording-rule-missing's; ALERTS carries alerts' labels."""
+    jobs, open_jobs = scrape_jobs(entry)
+    if not jobs or open_jobs:
+        return {}, open_jobs
+    rules = _rules(entry)
+    recorded: dict[str, set[str]] = {}
+    rewritten: set[str] = set()
+    for rule in rules:
+        if rule.get("record"):
+            name = str(rule["record"])
+            labels = rule.get("labels") if isinstance(rule.get("labels"), Mapping) else {}
+            recorded.setdefault(name, set()).update({str(labels["job"])} if labels.get("job") else set())
+            try:
+                if scan(str(rule["expr"]))[1] & {"label_replace", "label_join"}:
+                    rewritten.add(name)
+            except PromQLSyntax:
+                rewritten.add(name)
+    found: dict[tuple[tuple[str, str], str], set[str]] = {}
+    for rule in rules:
+        try:
+            read = selectors(str(rule["expr"]))
+        except PromQLSyntax:
+            continue  # promtool rejects it: alert-rules-rejected
+        for selector in read:
+            if selector.metric in _NOT_SCRAPED or selector.metric in rewritten or (
+                    ":" in selector.metric and selector.metric not in recorded):
+                continue
+            known = jobs | recorded.get(selector.metric, set())
+            for label, op, value in selector.matchers:
+                if label == "job" and op in ("=", "=~") and _names_no_job(op, value, known):
+                    found.setdefault((_rule_key(rule), f'job{op}"{value}"'), set()).add(selector.metric or "{...}")
+    return found, open_jobs
+
+
+def _severity(rule: Mapping[str, Any]) -> tuple[str, str]:
+    labels = rule.get("labels") if isinstance(rule.get("labels"), Mapping) else {}
+    return str(rule.get("alert")), str(labels.get("severity") or "")
+
+
+def _readers(rules: list[Mapping[str, Any]]) -> dict[str, set[tuple[str, str]]]:
+    """recorded name -> the alerting rules, (alert, severity), that read it, themselves or through other recording
+    rules (by the selectors)."""
+    records = _records(rules)
+    reads: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        try:
+            names = {s.metric for s in selectors(str(rule["expr"]))} & set(records)
+        except PromQLSyntax:
+            continue
+        reads.setdefault(_rule_key(rule), set()).update(names)
+    found: dict[str, set[tuple[str, str]]] = {}
+    for rule in rules:
+        if not rule.get("alert"):
+            continue
+        seen: set[str] = set()
+        todo = list(reads.get(_rule_key(rule), set()))
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += reads.get(("record", name), set())
+        for name in seen:
+            found.setdefault(name, set()).add(_severity(rule))
+    return found
+
+
+def _reading(rules: list[Mapping[str, Any]], matcher: str, absent: bool) -> set[tuple[str, str]]:
+    """The alerting rules whose own expression has the matcher: inside absent() or absent_over_time() (which return a
+    series exactly when their argument is empty, promql/functions.go funcAbsent: those fire at every evaluation
+    instead), or (absent=False) anywhere."""
+    found = set()
+    for rule in rules:
+        if not rule.get("alert"):
+            continue
+        try:
+            read = selectors(str(rule["expr"]))
+        except PromQLSyntax:
+            continue
+        if any((not absent or set(s.within) & ABSENT) and any(f'{k}{o}"{v}"' == matcher for k, o, v in s.matchers)
+               for s in read):
+            found.add(_severity(rule))
+    return found
+
+
+def _said(alerts: set[tuple[str, str]]) -> str:
+    """"A (warning, critical), B": each alert name once, with the severities of its rules that are meant."""
+    by: dict[str, set[str]] = {}
+    for name, severity in alerts:
+        by.setdefault(name, set()).update({severity} if severity else set())
+    order = {"critical": 0, "warning": 1}
+    return ", ".join(f"{name} ({', '.join(sorted(sev, key=lambda s: (order.get(s, 2), s)))})" if sev else name
+                     for name, sev in sorted(by.items()))
+
+
+def jobs_unselected(diff: StackDiff) -> list[Finding]:
+    """Rules whose job matcher names, at the head, no job the head's Prometheus scrapes, where the base's same rule's
+    same matcher named one (or the base had no such rule): the rule returns nothing; its alerts never fire."""
+    after, open_jobs = blind_selectors(diff.head)
+    if open_jobs:
+        diff.note(f"the rules' job selectors were not judged: scrape job{'s' if len(open_jobs) > 1 else ''} "
+                  f"{', '.join(sorted(open_jobs))} set{'' if len(open_jobs) > 1 else 's'} the job label at scrape "
+                  "time (honor_labels, file or HTTP discovery, a labelmap or a relabelling from a captured value)")
+        return []
+    before, _ = blind_selectors(diff.base)
+    groups: dict[str, dict[tuple[str, str], set[str]]] = {}
+    for (rule, matcher), metrics in after.items():
+        if (rule, matcher) not in before:
+            groups.setdefault(matcher, {}).setdefault(rule, set()).update(metrics)
+    if not groups:
+        return []
+    rules = _rules(diff.head)
+    readers = _readers(rules)
+    jobs, _ = scrape_jobs(diff.head)
+    found = []
+    for matcher, by_rule in sorted(groups.items()):
+        alerts: set[tuple[str, str]] = set()
+        for kind, name in by_rule:
+            alerts |= readers.get(name, set()) if kind == "record" else {
+                a for a in _reading(rules, matcher, absent=False) if a[0] == name}
+        absent = _reading(rules, matcher, absent=True)
+        named = "; ".join(f"{'recording rule' if kind == 'record' else 'alert'} {name} "
+                          f"({', '.join(f'{m}{{{matcher}}}' for m in sorted(metrics))})"
+                          for (kind, name), metrics in sorted(by_rule.items()))
+        blind = alerts - absent
+        count = f" ({len(blind)} alerting rules)" if len(blind) > 1 else ""
+        what = f"{_said(blind)}{count} can never fire on it" if blind else "no alert reads it"
+        if absent:
+            what += f"; {_said(absent)}, reading it inside absent(), fire at every evaluation instead"
+        value = matcher.partition('"')[2][:-1]
+        near = [] if "=~" in matcher else (
+            sorted(j for j in jobs if value in j or j in value)
+            or difflib.get_close_matches(value, sorted(jobs), n=1, cutoff=0.6))[:1]
+        likely = f" (likely job=\"{near[0]}\")" if near else ""
+        found.append(Finding(HIGH, "alert-selects-no-job", (
+            f"{named}: {matcher} names no job the head's Prometheus scrapes (a series' job label is its scrape "
+            "config's job_name, or what its static labels or relabelling set: prometheus/prometheus scrape/target.go "
+            "PopulateDiscoveredLabels), so the selector returns nothing and the rule records or fires nothing: "
+            f"{what} (promtool checks the rules alone and passes). Name one of the jobs the head scrapes{likely}: "
+            f"{', '.join(sorted(jobs))} (a selector copied from the kube-prometheus mixin names the mixin's jobs, "
+            "not kilonode's)"),
+            tuple(sorted({name for name, _ in alerts | absent})) or tuple(name for _, name in sorted(by_rule)),
+            cause=f"{matcher} scraped by no job"))
     return found
