@@ -127,7 +127,7 @@ def test_a_node_image_version_bump_deletes_the_rollback_target(repo: Path) -> No
     [gone] = risk(result, "rollback-target-removed")
     assert gone.level == HIGH and "deletes the previous image version(s) (1.0.0 of cpu)" in gone.summary
     [rollout] = risk(result, "fleet-rollout")
-    assert "image 1.0.0 -> 1.0.1 (the same pins)" in rollout.summary
+    assert "image 1.0.0 -> 1.0.1 (contents unchanged: a new version of the same recipe" in rollout.summary
     # one decision, one line: the deletion leads, the rollout it comes with is named after it
     [decision] = [d for d in decisions(result.risks) if d.lead.rule == "rollback-target-removed"]
     assert rollout in decision.others and "one change, image version 1.0.0 -> 1.0.1" in decision.line()

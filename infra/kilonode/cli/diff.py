@@ -130,7 +130,10 @@ run), admission-weakened (an admission policy binding without Deny, a
 policy or binding deleted or narrowed), admission-plugins-changed (an admission
 plugin kilonode relies on removed; AlwaysPullImages added where pools preload
 images, medium without), autoscaler-scale-down-raised (cluster-autoscaler flags
-that make more GPU nodes removable: their gangs evicted), coredns-memory-short
+that make more GPU nodes removable: their gangs evicted),
+autoscaler-unready-guard-weakened (the halt on unready nodes raised, or unready
+nodes removed sooner), alert-selects-no-job (a rule's job selector naming no job
+Prometheus scrapes: its alerts never fire), coredns-memory-short
 (CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
@@ -149,7 +152,12 @@ at once, before any roll), dns-replicas-cut (fewer CoreDNS replicas, at once),
 apiserver-load (fewer apiservers: each carries more watches, and higher
 inflight limits), autoscaler-min-not-enforced (a raised autoscaler floor that
 nothing scales up to), join-token-rotated (a rotation, or a registration group's token
-Secrets deleted while its scale sets stay: a removed team).
+Secrets deleted while its scale sets stay: a removed team),
+autoscaler-flag-changed (a cluster-autoscaler flag no rule judges), pool-capacity (a pool
+too small for what must run there, or for what prefers it: the rest spills onto
+other pools, GPU nodes named), etcd-retention-moot (etcd's own compaction
+retention raised while the apiservers compact every 5 minutes: no more history,
+every member replaced).
 
 Each risk is one line per decision, with its count and hosts, highest first
 (docs/review.md has the table with every rule's story).

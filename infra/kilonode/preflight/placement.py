@@ -93,7 +93,7 @@ def untolerated(tolerations: Sequence[Mapping[str, Any]], taints: Iterable[Taint
     return [t for t in taints if t.effect in BLOCKING_EFFECTS and not any(tolerates(o, t) for o in tolerations)]
 
 
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+def expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key, operator = expression.get("key", ""), expression.get("operator", "")
     values = list(expression.get("values") or [])
     if operator == "In":
@@ -122,7 +122,7 @@ def selector_mismatch(pod_spec: Mapping[str, Any], labels: Mapping[str, str]) ->
     required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+    if terms and not any(all(expression_matches(e, labels) for e in term.get("matchExpressions") or [])
                          for term in terms):
         return "required node affinity"
     return None

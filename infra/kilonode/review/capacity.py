@@ -21,14 +21,14 @@ surge pod).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kilonode.preflight.checks.scheduling import _allocatable, _daemonsets_on, placement_of, requests_of
 from kilonode.preflight.model import Inputs
 from kilonode.preflight.nodes import bootstrap_nodes
-from kilonode.preflight.placement import pod_spec_of
+from kilonode.preflight.placement import expression_matches, pod_spec_of
 from kilonode.review import sides
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import MEDIUM, Finding
@@ -48,39 +48,81 @@ class Load:
     demand: dict[str, float]
     room: dict[str, float]
     workloads: tuple[str, ...]
+    # what only prefers this pool (a preferred node affinity naming it, other pools allowed), and where
+    # it goes when this pool has no room: its pods land there before anywhere else while room lasts
+    preferring: dict[str, float] = field(default_factory=lambda: {"cpu": 0.0, "memory": 0.0})
+    preferring_workloads: tuple[str, ...] = ()
+    spill_to: tuple[str, ...] = ()
 
     def ratio(self, key: str) -> float:
         return self.demand[key] / self.room[key] if self.room[key] > 0 else float("inf")
 
+    def ratio_with_preferring(self, key: str) -> float:
+        total = self.demand[key] + self.preferring[key]
+        return total / self.room[key] if self.room[key] > 0 else float("inf")
+
+
+def preferred_host(pod_spec: Mapping[str, Any], hosts: Sequence[str], groups: Sequence[Any]) -> str | None:
+    """The one pool among `hosts` that the pod's preferred node affinity scores highest, as the
+    scheduler's NodeAffinity score plugin sums the weights of the preferred terms a node matches
+    (kubernetes pkg/scheduler/framework/plugins/nodeaffinity/node_affinity.go Score); None where no
+    term matches or several pools tie."""
+    terms = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    if not terms:
+        return None
+    scores: dict[str, int] = {}
+    for g in groups:
+        if g.host not in hosts:
+            continue
+        scores[g.host] = sum(int(t.get("weight") or 0) for t in terms
+                             if all(expression_matches(e, g.node.labels)
+                                    for e in (t.get("preference") or {}).get("matchExpressions") or []))
+    best = max(scores.values(), default=0)
+    winners = [h for h, score in scores.items() if score == best]
+    return winners[0] if best > 0 and len(winners) == 1 else None
+
 
 def loads(inputs: Inputs) -> dict[str, Load]:
-    """pool role -> what must run there (only there) against its room."""
+    """pool role -> what must run there (only there), and what prefers it, against its room."""
     groups = [g for g in bootstrap_nodes(inputs) if g.count]
     workloads = list(inputs.workloads())
     daemonsets = [w for w in workloads if w.kind == "DaemonSet"]
     demand: dict[str, dict[str, float]] = {g.host: {"cpu": 0.0, "memory": 0.0} for g in groups}
+    preferring: dict[str, dict[str, float]] = {g.host: {"cpu": 0.0, "memory": 0.0} for g in groups}
     names: dict[str, list[str]] = {g.host: [] for g in groups}
+    preferring_names: dict[str, list[str]] = {g.host: [] for g in groups}
+    spill: dict[str, set[str]] = {g.host: set() for g in groups}
     for w in workloads:
         if w.kind == "DaemonSet":
             continue
         found = placement_of(w, groups, daemonsets)
         where = set(found.now) | set(found.after_gpu_health)
-        if len(where) != 1:
-            continue  # nowhere (workload-unplaceable says so) or several pools: not required on one
-        [host] = where
         replicas = int((w.inputs.get("spec") or {}).get("replicas") or 1)
         asks = requests_of(pod_spec_of(w.inputs))
+        if len(where) == 1:
+            [host] = where
+            for key in ("cpu", "memory"):
+                demand[host][key] += replicas * asks[key]
+            names[host].append(f"{w.describe()} x{replicas}")
+            continue
+        host = preferred_host(pod_spec_of(w.inputs), sorted(where), groups) if where else None
+        if host is None:
+            continue  # nowhere (workload-unplaceable says so), or no one pool preferred
         for key in ("cpu", "memory"):
-            demand[host][key] += replicas * asks[key]
-        names[host].append(f"{w.describe()} x{replicas}")
+            preferring[host][key] += replicas * asks[key]
+        preferring_names[host].append(f"{w.describe()} x{replicas}")
+        gpu = {g.host for g in groups if g.pool.gpus_per_node}
+        spill[host] |= {f"{h} (GPU nodes)" if h in gpu else h for h in where - {host}}
     found_loads = {}
     for g in groups:
         free = _allocatable(g, _daemonsets_on(g, daemonsets))
-        if free is None or not names[g.host]:
+        if free is None or not (names[g.host] or preferring_names[g.host]):
             continue
         found_loads[g.host] = Load(g.host, g.pool.vm_size, g.count, demand[g.host],
                                    {k: max(free[k], 0.0) * g.count for k in ("cpu", "memory")},
-                                   tuple(names[g.host]))
+                                   tuple(names[g.host]), preferring[g.host], tuple(preferring_names[g.host]),
+                                   tuple(sorted(spill[g.host])))
     return found_loads
 
 
@@ -156,7 +198,7 @@ def min_not_enforced(diff: StackDiff) -> list[Finding]:
 
 
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*pool_capacity(diff), *min_not_enforced(diff)]
+    return [*pool_capacity(diff), *pool_spill(diff), *min_not_enforced(diff)]
 
 
 def pool_capacity(diff: StackDiff) -> list[Finding]:
@@ -184,4 +226,38 @@ def pool_capacity(diff: StackDiff) -> list[Finding]:
             "threshold, less the DaemonSets there; kilonode.preflight.checks.scheduling), no bin packing, so the "
             f"real limit comes sooner. The workloads: {', '.join(load.workloads)}. Keep the larger size, or add "
             "nodes to the pool"), (host,)))
+    return found
+
+
+def pool_spill(diff: StackDiff) -> list[Finding]:
+    """What only prefers a pool no longer fits there with what must run there (the trace's PR01: the
+    system pool to D8ds_v5, where metrics-server's two replicas alone nearly fill two of the three
+    nodes): the scheduler places the rest where the preference allows, which on research-7500
+    includes GPU nodes, taking their CPU and memory from the jobs' pods."""
+    head = sides.inputs(diff, "head")
+    if head is None:
+        return []
+    base = sides.inputs(diff, "base")
+    before = loads(base) if base is not None else {}
+    found = []
+    for host, load in sorted(loads(head).items()):
+        was = before.get(host)
+        if not load.preferring_workloads or not load.spill_to:
+            continue
+        over = [k for k, *_ in RESOURCES
+                if load.ratio_with_preferring(k) > 1 and (was is None or was.ratio_with_preferring(k) <= 1)]
+        if not over:
+            continue
+        said = "; ".join(f"{label} {(load.demand[k] + load.preferring[k]) / unit:,.1f} of {load.room[k] / unit:,.1f} "
+                         f"{units} ({load.ratio_with_preferring(k):.0%}"
+                         + (f", was {was.ratio_with_preferring(k):.0%})" if was else ")")
+                         for k, label, unit, units in RESOURCES if k in over)
+        found.append(Finding(MEDIUM, "pool-capacity", (
+            f"{host} ({load.nodes} x {load.vm_size}): what must run there with what prefers it asks for {said}: "
+            f"the pods that only prefer it ({', '.join(load.preferring_workloads)}) no longer all fit, and the "
+            "scheduler puts the rest where their preference allows (a preferred node affinity only scores nodes: "
+            "kubernetes pkg/scheduler/framework/plugins/nodeaffinity), on "
+            f"{', '.join(load.spill_to)}, taking room the jobs' pods there were given. Same model and "
+            "simplification as preflight's (no bin packing). Keep the larger size, or add nodes to the pool"),
+            (host,)))
     return found

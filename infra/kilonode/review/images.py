@@ -91,13 +91,20 @@ def binary_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str
             for name in sorted(was.keys() | now.keys()) if was.get(name) != now.get(name)]
 
 
+# An image whose version moves with a recipe, binaries and files all as before (a CPU pool's image when
+# only the GPU pins move: the NVIDIA packages are in the GPU pools' recipes alone, kilonode.image.gpu):
+# rebuilt and rolled for nothing.
+UNCHANGED = ("contents unchanged: a new version of the same recipe, rolled for nothing; nodeImage.pools can keep "
+             "this pool at its version so only the pools whose contents change roll")
+
+
 def describe(diff: StackDiff) -> list[str]:
     """The report's lines about the images (one per distinct change, with its images)."""
     grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
     for key, (was, now, lines) in changes(diff).items():
         grouped.setdefault((was, now, tuple(lines)), []).append(key)
     return [f"image {', '.join(keys)} ({was}" + (f" -> {now}" if now != was else ", version unchanged") + "): "
-            + ("; ".join(lines) or "the same pins") for (was, now, lines), keys in grouped.items()]
+            + ("; ".join(lines) or UNCHANGED) for (was, now, lines), keys in grouped.items()]
 
 
 def _label(key: str) -> str:

@@ -495,19 +495,29 @@ def _documents(text: str) -> list[Mapping[str, Any]]:
 def _gpu_taints_added(diff: StackDiff, pool: str, old: Any, new: Any) -> str:
     """What a taint added to a GPU pool does to the users' GPU pods. The apiservers run without the
     ExtendedResourceToleration admission plugin (render/control_plane.py, --enable-admission-plugins),
-    and it would only add a toleration for a taint keyed by the requested resource's own name
-    (kubernetes.io "Admission Control in Kubernetes", ExtendedResourceToleration): a user's GPU pod
-    tolerates a new taint only where its owner wrote the toleration."""
-    added = [str(t) for t in new or [] if t not in (old or [])]
+    which adds, to every pod requesting an extended resource, a toleration of the taints keyed by that
+    resource's name (kubernetes.io "Admission Control in Kubernetes", ExtendedResourceToleration:
+    operators "are expected to taint the node with the extended resource name as the key"): a user's
+    GPU pod tolerates a new taint only where its owner wrote the toleration, and a taint keyed
+    nvidia.com/gpu is the one that plugin would make every GPU pod tolerate."""
+    added = [t for t in new or [] if t not in (old or [])]
     gpus = [p for p in plan_of(diff.head).get("nodePools") or []
             if isinstance(p, Mapping) and p.get("name") == pool and int(p.get("gpusPerNode") or 0) > 0]
     if not added or not gpus:
         return ""
-    return (f". On this GPU pool the new taint {', '.join(added)} keeps every user GPU pod off its new nodes (and "
-            "off the old ones once tainted by hand): the apiservers run without the ExtendedResourceToleration "
-            "admission plugin, which would only tolerate a taint keyed by the GPU resource's own name anyway, so "
-            "no GPU pod tolerates it unless its owner adds the toleration by hand; say so to the pool's users "
-            "before it lands")
+    keyed = [str(t) for t in added if str(t).split("=", 1)[0].split(":", 1)[0] == wellknown.GPU_RESOURCE]
+    said = (f". On this GPU pool the new taint {', '.join(str(t) for t in added)} keeps every user GPU pod off its "
+            "new nodes (and off the old ones once tainted by hand): the apiservers run without the "
+            "ExtendedResourceToleration admission plugin, so no GPU pod tolerates it unless its owner adds the "
+            "toleration by hand")
+    if keyed:
+        return (f"{said}. {', '.join(keyed)} is keyed by the GPU resource's own name ({wellknown.GPU_RESOURCE}), "
+                "the taint ExtendedResourceToleration exists for: enabled on the apiservers (their "
+                "--enable-admission-plugins, kilonode.render.control_plane; every apiserver rolls), every pod "
+                f"requesting {wellknown.GPU_RESOURCE} gets the toleration at admission and CPU-only pods stay off, "
+                "with no job edited; land that first, or tell the pool's users before this lands")
+    return (f"{said} (ExtendedResourceToleration would not help: it tolerates only taints keyed by the resource's "
+            f"name, {wellknown.GPU_RESOURCE}); say so to the pool's users before it lands")
 
 
 def image_versions(diff: StackDiff) -> list[Finding]:

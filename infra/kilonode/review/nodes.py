@@ -76,6 +76,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from kilonode.catalog.limits import limits
 from kilonode.k8s.pods import SKIP_AWAIT_ANNOTATION
 from kilonode.plan import wellknown
 from kilonode.review import placement
@@ -155,15 +156,37 @@ def nat_prefix(diff: StackDiff) -> list[Finding]:
         found.append(Finding(HIGH, "nat-prefix-resized", (
             f"{c.name}: prefixLength /{was} -> /{now}{sizes} in place. Azure chooses a public IP prefix's range "
             "when the prefix is created (Microsoft Learn, \"Public IP address prefix\": a prefix is created by "
-            "name and size); its REST spec does not mark the size create-only, so Pulumi previews an update, and "
-            "whether ARM refuses it is not confirmed. Either `pulumi up` stops there with Azure's error, after "
-            "changing what came before it, or the prefix gets another range and the outbound addresses of every "
-            "subnet behind this NAT gateway change: whoever admits them by address (a partner's allow-list, a "
-            "registry's or storage account's firewall) stops admitting the nodes. The plan sizes the prefix from the "
-            "pool's nodes x network.minSnatPortsPerNode (kilonode.plan.resolve.network): keep its length (raise "
-            "minSnatPortsPerNode so the same length results), or plan the new range: a second prefix on the gateway "
-            "first, the allow-lists updated, then the old one removed"), (c.name,), cause="prefixLength"))
+            "name and size), and the size is no property to change afterwards (terraform-provider-azurerm, from "
+            "the same ARM API, marks azurerm_public_ip_prefix's prefix_length ForceNew); Pulumi's azure-native "
+            "schema does not mark it replace-on-change, so it previews an update that ARM is expected to refuse: "
+            "`pulumi up` stops there with Azure's error, after changing what came before it. Were a new range "
+            "given, the outbound addresses of every subnet behind this NAT gateway would change: whoever admits "
+            "them by address (a partner's allow-list, a registry's or storage account's firewall) stops admitting "
+            f"the nodes. The plan sizes the prefix from the pool's nodes x network.minSnatPortsPerNode "
+            f"(kilonode.plan.resolve.network). {_nat_fix(was, now)}"), (c.name,), cause="prefixLength"))
     return found
+
+
+def _nat_fix(was: Any, now: Any) -> str:
+    """What keeps the prefix, by the way it moves: a longer length (fewer addresses) from fewer
+    nodes or fewer ports each, a shorter one (more) from more."""
+    if not (isinstance(was, int) and isinstance(now, int)):
+        return "Keep its length, or plan the new range with the allow-lists updated first."
+    cap = limits().azure.nat_ips_per_gateway.value
+    if now < was:  # more addresses wanted
+        spare = cap - 2 ** (32 - was)
+        second = next((n for n in sorted(limits().azure.nat_prefix_lengths.value, reverse=True)
+                       if 2 ** (32 - n) <= spare and 2 ** (32 - n) >= 2 ** (32 - now) - 2 ** (32 - was)), None)
+        beside = (f"a second /{second} beside this one would keep the present addresses and add "
+                  f"{2 ** (32 - second)} (a gateway takes at most {cap}, prefixes and single IPs together: Azure "
+                  "NAT gateway limits), which the stack cannot express today" if second is not None else
+                  f"no second prefix beside this one can bring it there (a gateway takes at most {cap} addresses: "
+                  "Azure NAT gateway limits): split the pool in two pools, each subnet with its own gateway")
+        return ("To keep the outbound addresses: lower network.minSnatPortsPerNode (or the pool's node count) "
+                f"so /{was} still results. The plan gives each gateway one prefix, so more addresses from the stack "
+                f"means a new range (every allow-list updated for it first); {beside}.")
+    return (f"The plan now wants fewer addresses: to keep the prefix, keep network.minSnatPortsPerNode and the "
+            f"pool's node count where /{was} results (a larger prefix than needed costs only its addresses).")
 
 
 def _teams(plan: Mapping[str, Any]) -> dict[str, tuple[str, str]]:

@@ -39,6 +39,7 @@ from kilonode.review import (
     autoscaler,
     capacity,
     coredns,
+    etcd_flags,
     exposure,
     flowcontrol,
     images,
@@ -450,7 +451,7 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
     said = []
     for what in kinds:
         if what == "image" and image:
-            said.append(f"image {image[0]} -> {image[1]} ({'; '.join(image[2]) or 'the same pins'})")
+            said.append(f"image {image[0]} -> {image[1]} ({'; '.join(image[2]) or images.UNCHANGED})")
         elif what == "VM size":
             sizes = {(str(i.before), str(i.after)) for n in names for i in touched[what][n].inputs if i.path == SIZE}
             said.append("VM size " + ", ".join(f"{a} -> {b}" for a, b in sorted(sizes)))
@@ -766,7 +767,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
-             *_risks(diff, apiserver_flags.assess(diff))]
+             *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff))]
     found += _risks(diff, security.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))

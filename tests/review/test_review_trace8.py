@@ -1,0 +1,88 @@
+"""The lead's share of the eighth independent trace of `kilonode diff` on research-7500: the system
+pool to D8ds_v5 (what only prefers the system pool spills onto GPU nodes), a taint keyed by the GPU
+resource's own name (ExtendedResourceToleration's case), and the NAT prefix advice by direction."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kilonode.review import etcd_flags, lifecycle
+from kilonode.review.compare import compare_stack
+from kilonode.review.finding import MEDIUM
+from kilonode.review.nodes import _nat_fix
+from tests.review.snapshots import snapshot
+from tests.review.test_review_trace2 import STACK, _edit_plan, risks, rule
+
+
+def test_a_system_pool_too_small_for_what_prefers_it_says_where_the_rest_goes() -> None:
+    head = snapshot(STACK)
+    _edit_plan(head, "system", vmSize="Standard_D8ds_v5", vcpus=8, memoryGib=32.0)
+    spills = [r for r in rule(risks(head), "pool-capacity") if "with what prefers it" in r.summary]
+    [spill] = spills
+    assert spill.level == MEDIUM and spill.subjects == ("pool-system",)
+    assert "Deployment kube-system/metrics-server x2" in spill.summary
+    assert "pool-h100-ib (GPU nodes)" in spill.summary
+
+
+def test_the_shipped_system_pool_holds_what_prefers_it() -> None:
+    assert not [r for r in rule(risks(snapshot(STACK)), "pool-capacity") if "with what prefers it" in r.summary]
+
+
+def test_the_nat_fix_follows_the_direction_of_the_change() -> None:
+    grown = _nat_fix(29, 28)
+    assert "lower network.minSnatPortsPerNode" in grown and "so /29 still results" in grown
+    assert "a second /29 beside this one" in grown and "raise" not in grown
+    assert "split the pool" in _nat_fix(28, 27)  # 16 + anything is past a gateway's 16 addresses
+    assert "fewer addresses" in _nat_fix(28, 29)
+
+
+def _gpu_keyed(key: str) -> list[str]:
+    head = snapshot(STACK)
+    plan = _edit_plan(head, "h100-ib")
+    [entry] = [p for p in plan["nodePools"] if p["name"] == "h100-ib"]
+    _edit_plan(head, "h100-ib", taints=[*entry["taints"], f"{key}=present:NoSchedule"])
+    return [f.summary for f in lifecycle.assess(compare_stack(STACK, snapshot(STACK), head))
+            if f.rule == "labels-until-reimaged"]
+
+
+def test_a_taint_keyed_by_the_gpu_resource_advises_extended_resource_toleration() -> None:
+    [said] = _gpu_keyed("nvidia.com/gpu")
+    assert "keyed by the GPU resource's own name (nvidia.com/gpu)" in said
+    assert "every pod requesting nvidia.com/gpu gets the toleration at admission" in said
+    [other] = _gpu_keyed("dedicated")
+    assert "ExtendedResourceToleration would not help" in other
+
+
+def _retention(entry: dict[str, Any], cluster: str, value: str) -> None:
+    for path in entry["files"]:
+        if path.startswith(f"{cluster}-") and path.endswith(etcd_flags.ETCD_UNIT):
+            entry["files"][path] = re.sub(r"--auto-compaction-retention=\S+", f"--auto-compaction-retention={value}",
+                                          entry["files"][path])
+
+
+def test_an_etcd_retention_raised_past_the_apiservers_compaction_keeps_no_more_history() -> None:
+    head = snapshot(STACK)
+    _retention(head, "etcd-main", "8h")
+    [moot] = etcd_flags.assess(compare_stack(STACK, snapshot(STACK), head))
+    assert moot.level == MEDIUM and moot.subjects == ("etcd-main",)
+    assert "--auto-compaction-retention 1h -> 8h keeps no more history" in moot.summary
+    assert "every 5 min" in moot.summary
+
+
+def test_an_etcd_retention_lowered_or_the_apiservers_compaction_off_is_not_said() -> None:
+    head = snapshot(STACK)
+    _retention(head, "etcd-main", "1m")
+    assert not etcd_flags.assess(compare_stack(STACK, snapshot(STACK), head))
+    head = snapshot(STACK)
+    _retention(head, "etcd-events", "8h")
+    for path in head["files"]:
+        if path.endswith(etcd_flags.APISERVER_UNIT):
+            head["files"][path] = head["files"][path].replace(
+                "--secure-port=", "--etcd-compaction-interval=0 \\\n    --secure-port=")
+    assert not etcd_flags.assess(compare_stack(STACK, snapshot(STACK), head))
+
+
+def test_go_durations_and_etcds_bare_hours_are_read() -> None:
+    assert etcd_flags.seconds("1h30m") == 5400 and etcd_flags.seconds("8") == 8 * 3600
+    assert etcd_flags.seconds("5m0s") == 300 and etcd_flags.seconds("soon") is None
