@@ -12,6 +12,10 @@ renderers, the Pulumi components and the in-cluster modules read the plan instea
 - binaries.py (node-image/binaries.toml): the pinned upstream binaries of the node images;
 - effects.py (effects.toml): what a changed input does to each Azure and in-cluster resource;
 - rbac.py (rbac.yaml): the RBAC roles and bindings every apiserver creates for itself;
+- escalations.py (escalations.yaml): the RBAC permissions upstream names as privilege-escalation paths, with
+  what each lets a pod do and the narrower fix;
+- admission_plugins.py (admission_plugins.yaml): kube-apiserver's in-tree admission plugin names, and the
+  plugins that cannot start without their AdmissionConfiguration entry (EventRateLimit, ImagePolicyWebhook);
 - bounds.py (bounds.yaml): the programs that read a stack's numbers, and the type each reads them as;
 - sysctls.py (sysctls.yaml): how the nodes' kernel reads each sysctl, and the hardening baselines.
 """

@@ -133,7 +133,9 @@ images, medium without), autoscaler-scale-down-raised (cluster-autoscaler flags
 that make more GPU nodes removable: their gangs evicted),
 autoscaler-unready-guard-weakened (the halt on unready nodes raised, or unready
 nodes removed sooner), alert-selects-no-job (a rule's job selector naming no job
-Prometheus scrapes: its alerts never fire), coredns-memory-short
+Prometheus scrapes: its alerts never fire), rbac-escalation (a subject newly
+granted an escalation path: nodes/proxy, pods/exec, Secrets, ...),
+audit-secrets-logged (Secrets or tokens in the audit log above Metadata), coredns-memory-short
 (CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
