@@ -27,8 +27,9 @@ def cluster(**gangs: tuple[str, ...]) -> ClusterState:
 
 
 def rollout(**policy: object) -> Journal:
-    """A journal for FABRICS; no cordon ahead and no hold unless a test asks (each has its own test)."""
-    policy = {"cordon_ahead": 0, "hold_s": 0, **policy}
+    """A journal for FABRICS; no cordon ahead, no hold and no steering unless a test asks (each has
+    its own test)."""
+    policy = {"cordon_ahead": 0, "hold_s": 0, "steer": False, **policy}
     return Journal("research-7500", "image 1.1.0", Policy(order=FABRICS, **policy))  # type: ignore[arg-type]
 
 
@@ -47,6 +48,8 @@ def applied(state: ClusterState, actions: list[Action], gpu_checks_pass: bool = 
                 i = replace(i, schedulable=False)
             elif action.kind == "uncordon" and i.node in action.nodes:
                 i = replace(i, schedulable=True)
+            elif action.kind in ("taint", "untaint") and i.node in action.nodes:
+                i = replace(i, steered=action.kind == "taint")
             elif action.kind == "upgrade" and i.instance_id in action.instances:
                 i = replace(i, latest_model=True, boot_id=i.boot_id.replace("boot-1", "boot-2"),
                             gpu_pending=not gpu_checks_pass)
@@ -139,7 +142,7 @@ def test_scale_sets_already_at_their_model_are_done_and_a_rollback_takes_only_th
 def test_a_scale_set_without_infiniband_is_taken_in_batches() -> None:
     cpu = ScaleSet("r-cpu-000", "cpu", False, tuple(
         Instance(str(i), f"r-cpu-000{i:06d}", False, ready=True, boot_id=f"cpu-{i}-boot-1") for i in range(5)))
-    journal = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), batch=2, cordon_ahead=0, hold_s=0))
+    journal = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), batch=2, cordon_ahead=0, hold_s=0, steer=False))
     state = ClusterState((cpu,))
     cordon, _ = decide(journal, state, 0.0)
     assert cordon.nodes == ("r-cpu-000000000", "r-cpu-000000001")
@@ -294,3 +297,40 @@ def test_an_instance_azure_calls_current_whose_image_is_not_the_models_is_rolled
         replace(i, image="img-1.1.0") for i in fabric(FABRICS[0], latest=True).instances))
     assert not s.current
     assert replace(s, instances=tuple(replace(i, image="img-1.0.0") for i in s.instances)).current
+
+
+# --- steering: gangs prefer the fabrics already rolled ----------------------------------------------
+
+
+def test_every_node_not_rolled_is_steered_away_and_lifted_once_its_fabric_passes() -> None:
+    journal, state = rollout(soak_s=0, steer=True), cluster()
+    first = decide(journal, state, 0.0)
+    taints = [a for a in first if a.kind == "taint"]
+    assert [a.scale_set for a in taints] == list(FABRICS)  # every fabric, the canary's too
+    assert all(len(a.nodes) == 3 for a in taints)
+    state = applied(state, first)
+    assert not [a for a in decide(journal, state, 1.0) if a.kind in ("taint", "untaint")]  # nothing twice
+    state = applied(state, [Action("upgrade", FABRICS[0], instances=("0", "1", "2"))])
+    # at the model but still gating: the taint stays until the gate passes
+    gated = decide(journal, state, 2.0)
+    [lift] = [a for a in gated if a.kind == "untaint"]
+    assert lift.scale_set == FABRICS[0] and journal.of(FABRICS[0]).phase == "done"
+    state = applied(state, gated)
+    assert all(i.steered for s in state.scale_sets[1:] for i in s.instances)
+    assert not any(i.steered for i in state.scale_sets[0].instances)
+
+
+def test_a_new_instance_at_the_model_is_never_steered_and_steer_off_only_lifts() -> None:
+    # a scale-out (the autoscaler) brings instances at the model: nothing keeps gangs off them
+    grown = ScaleSet(FABRICS[0], "h100-ib", True, (*fabric(FABRICS[0]).instances,
+                                                     Instance("9", "new000009", True, ready=True)))
+    state = ClusterState((grown,))
+    journal = Journal("s", "1.1.0", Policy(order=(FABRICS[0],), cordon_ahead=0, hold_s=0))
+    [taint] = [a for a in decide(journal, state, 0.0) if a.kind == "taint"]
+    assert "new000009" not in taint.nodes and len(taint.nodes) == 3
+    # resumed with steering off: a node still carrying the taint at the model is lifted, none tainted
+    steered = ClusterState((replace(grown, instances=tuple(replace(i, steered=True, latest_model=True)
+                                                            for i in grown.instances)),))
+    off = Journal("s", "1.1.0", Policy(order=(FABRICS[0],), cordon_ahead=0, hold_s=0, steer=False))
+    actions = decide(off, steered, 0.0)
+    assert [a.kind for a in actions if a.kind in ("taint", "untaint")] == ["untaint"]

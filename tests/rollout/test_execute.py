@@ -130,3 +130,49 @@ def test_a_failed_gang_eviction_takes_the_batch_again_on_resume() -> None:
     journal = rollout()
     fail(journal, Action("evict", "a", nodes=("b000000",), groups=("ns/g",)), TimeoutError("held"), 10.0)
     assert journals.resume(journal, 20.0)[0] == "a: its batch is taken again (cordon, drain)"
+
+
+class Core:
+    """CoreV1Api's read_node and patch_node over one node's taints, answering 409 to a write whose
+    resourceVersion is not the node's (another writer came between the read and the write)."""
+
+    def __init__(self, taints: list[dict[str, str]], conflicts: int = 0) -> None:
+        self.taints, self.version, self.conflicts, self.writes = taints, 1, conflicts, 0
+        self.api_client = k8s.ApiClient()
+
+    def read_node(self, name: str) -> Any:
+        return k8s.V1Node.from_dict({"metadata": {"name": name, "resourceVersion": str(self.version)},
+                                     "spec": {"taints": self.taints}})
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> None:
+        if self.conflicts:
+            self.conflicts -= 1
+            self.version += 1  # the GPU health agent wrote meanwhile
+            raise k8s.exceptions.ApiException(status=409, reason="Conflict")
+        assert body["metadata"]["resourceVersion"] == str(self.version)
+        self.taints, self.version, self.writes = body["spec"]["taints"], self.version + 1, self.writes + 1
+
+
+def test_the_pending_taint_keeps_the_others_and_rereads_on_a_conflict() -> None:
+    from kilonode.rollout.execute import Executor
+    from kilonode.rollout.model import PENDING_TAINT_KEY
+
+    gpu = {"key": "kilonode.io/gpu-unhealthy", "effect": "NoSchedule"}
+    core = Core([gpu], conflicts=2)
+    executor = Executor(None, None, "rg", say=lambda _: None)
+    executor._core = lambda: core  # type: ignore[method-assign]
+    executor.taint(["n1"])
+    assert core.taints == [gpu, {"key": PENDING_TAINT_KEY, "effect": "PreferNoSchedule"}] and core.writes == 1
+    executor.taint(["n1"])  # already there: no write
+    assert core.writes == 1
+    executor.taint(["n1"], present=False)
+    assert core.taints == [gpu] and core.writes == 2
+    with pytest.raises(RuntimeError, match="kept changing"):
+        Core.__init__(core, [gpu], conflicts=9)
+        executor.taint(["n1"])
+
+
+def test_a_failed_taint_pauses_without_failing_the_scale_set() -> None:
+    journal = rollout()
+    fail(journal, Action("taint", "a", nodes=("a000000",)), RuntimeError("forbidden"), 10.0)
+    assert journal.paused and journal.of("a").phase == "pending"

@@ -121,6 +121,11 @@ def start(
     cordon_ahead: Annotated[int, typer.Option(
         "--cordon-ahead", min=0, metavar="N", help="Cordon the next N pending scale sets ahead of their turn, so no "
         "new pod lands there and their gangs can finish (0: none; a busy pool then may never free a fabric).")] = 1,
+    steer: Annotated[bool, typer.Option(
+        "--steer/--no-steer", help="Taint every node not yet rolled kilonode.io/rollout-pending:PreferNoSchedule, "
+        "lifted once its batch passes its gate: gangs that start or restart meanwhile prefer the rolled fabrics, "
+        "so one cut once is not placed where the rollout cuts it again. PreferNoSchedule only ranks those nodes "
+        "last; it keeps no pod off them.")] = True,
     gang_wait: Annotated[str, typer.Option(
         "--gang-wait", metavar="DURATION", help="How long a scale set may wait for its gangs before the rollout "
         "pauses, naming which gangs hold which scale set.")] = "24h",
@@ -157,7 +162,7 @@ def start(
     order = _order(plan, pool, canary, only)
     policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
                     gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs, cordon_ahead=cordon_ahead,
-                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool))
+                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool), steer=steer)
     journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy, prometheus=prometheus or "")
     now = time.time()
     journal.log.append(f"{now:.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
@@ -325,7 +330,8 @@ def status(stack_ref: StackArg, journal_file: JournalOpt = None) -> None:
     out.print(f"{path}: {journal.stack}: {journal.target}; canary {policy.order[0]}, in flight {policy.in_flight}, "
               f"soak {policy.soak_s} s, gate timeout {policy.gate_timeout_s} s, hold {policy.hold_s} s, "
               f"cordon ahead {policy.cordon_ahead}, gang wait {policy.gang_wait_s} s, "
-              f"{'cuts' if policy.cut_gangs else 'does not cut'} gangs", markup=False)
+              f"{'cuts' if policy.cut_gangs else 'does not cut'} gangs, "
+              f"{'steers gangs to rolled fabrics' if policy.steer else 'does not steer'}", markup=False)
     for name in policy.order:
         progress = journal.of(name)
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(progress.since)) if progress.since else "-"

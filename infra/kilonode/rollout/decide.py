@@ -20,7 +20,10 @@ fabric by its pod affinity (kilonode.k8s.gang.fabric_affinity), except one that 
 evicted whole, its pods on other fabrics too (an `evict` action naming its groups), never cut in
 half. The next `cordon_ahead` pending scale sets are cordoned ahead of their turn so no new gang
 lands there while the ones running finish; a scale set that waits for its gangs longer than
-`gang_wait_s` pauses the rollout, naming which gangs hold which scale set.
+`gang_wait_s` pauses the rollout, naming which gangs hold which scale set. And every node not yet
+rolled carries a PreferNoSchedule taint (Policy.steer, lifted once its batch passes its gate): a gang
+that restarts after the rollout cut it, or a new one, prefers a rolled fabric over one the rollout
+will take (and cut again).
 
 A step that ends mid-action (a crash during a drain or an Azure call) leaves the action in the
 journal (Progress.doing, saved before it is carried out): the next step carries it out again,
@@ -131,6 +134,7 @@ def decide(journal: Journal, state: ClusterState, now: float) -> list[Action]:
         if journal.paused:
             return [*actions, Action("pause", name, why=journal.paused)]
     actions += _cordon_ahead(journal, state)
+    actions += _steer(journal, state)
     if all(journal.of(n).phase == "done" for n in journal.policy.order):
         return [*actions, Action("done", why=f"every scale set runs {journal.target}")]
     return actions
@@ -305,6 +309,31 @@ def _cordon_ahead(journal: Journal, state: ClusterState) -> list[Action]:
         if nodes:
             progress.cordoned_ahead = tuple(sorted({*progress.cordoned_ahead, *nodes}))
             actions.append(Action("cordon", name, nodes=nodes, why="cordoned ahead: no new pod lands there"))
+    return actions
+
+
+def _steer(journal: Journal, state: ClusterState) -> list[Action]:
+    """Policy.steer: taint PreferNoSchedule (PENDING_TAINT_KEY) each node whose instance is not at
+    its scale set's model, and lift it from each node at the model whose batch has passed its gate
+    (not among the instances taken): a reimaged instance keeps its Node, taints included (the
+    kubelet finds its Node by name and registers nothing anew: kubelet_node_status.go
+    tryRegisterWithAPIServer), so the rollout lifts what it put there. With steer off, only lifts
+    (a rollout started with it on and resumed with it off leaves nothing behind)."""
+    actions = []
+    for name in journal.policy.order:
+        scale_set, progress = state.scale_set(name), journal.of(name)
+        if scale_set is None:
+            continue
+        taken = set(progress.taken)
+        behind = tuple(i.node for i in scale_set.instances
+                       if i.node and not i.steered and not scale_set.at_model(i)) if journal.policy.steer else ()
+        rolled = tuple(i.node for i in scale_set.instances
+                       if i.node and i.steered and scale_set.at_model(i) and i.instance_id not in taken)
+        if behind:
+            actions.append(Action("taint", name, nodes=behind,
+                                  why="not rolled yet: new and restarted gangs prefer the rolled fabrics"))
+        if rolled:
+            actions.append(Action("untaint", name, nodes=rolled, why="rolled and past its gate"))
     return actions
 
 

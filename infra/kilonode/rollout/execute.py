@@ -36,7 +36,7 @@ Least privilege. Azure (a custom role on the pools' resource group, `<cluster>-n
 - Microsoft.Compute/virtualMachineScaleSets/reimage/action (reimage of the batch's instances)
 Reading a long operation's status needs no other action (Azure answers it to whoever started it).
 Kubernetes (a ClusterRole bound to the operator or the rollout's ServiceAccount):
-- nodes: get, list, patch (observe; cordon and uncordon)
+- nodes: get, list, patch (observe; cordon and uncordon; the pending taint put and lifted)
 - pods: list (observe's gang pods; the drain's pods on each node; a cut gang's pods elsewhere)
 - pods/eviction: create (the drain)
 - services/proxy: get on `monitoring/prometheus` (the alerts, unless --prometheus names a URL)
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kilonode.k8s.gang import POD_GROUP_LABEL
-from kilonode.rollout.model import Action, Journal
+from kilonode.rollout.model import PENDING_TAINT_EFFECT, PENDING_TAINT_KEY, Action, Journal
 from kilonode.rollout.observe import sdk_missing
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # the kubelet's static pods' mirror (corev1.MirrorPodAnnotationKey)
@@ -125,6 +125,9 @@ def fail(journal: Journal, action: Action, error: BaseException, now: float) -> 
     todo = {
         "cordon": "check the operator's RBAC (nodes patch) and the apiserver",
         "uncordon": "check the operator's RBAC (nodes patch); `kubectl uncordon` the nodes by hand if needed",
+        "taint": "check the operator's RBAC (nodes get, patch), then `kilonode rollout resume`",
+        "untaint": f"check the operator's RBAC (nodes get, patch); `kubectl taint nodes NODE {PENDING_TAINT_KEY}-` "
+                   "lifts it by hand",
         "evict": "see which of the gangs' pods remain (`kubectl get pods -A -l scheduling.x-k8s.io/pod-group`) "
                  "and the PodDisruptionBudgets that hold them, then `kilonode rollout resume`",
         "drain": "see which pods remain (`kubectl get pods -A --field-selector spec.nodeName=NODE`), the "
@@ -135,7 +138,10 @@ def fail(journal: Journal, action: Action, error: BaseException, now: float) -> 
     text = (f"{action.scale_set}: {action.kind} failed: {type(error).__name__}: {str(error).strip()[:500]}. "
             f"{todo}. Nodes cordoned so far stay cordoned (kilonode.rollout.execute)")
     progress = journal.of(action.scale_set)
-    progress.phase, progress.since, progress.why = "failed", now, f"{action.kind} failed"
+    if action.kind not in ("taint", "untaint"):
+        progress.phase, progress.since, progress.why = "failed", now, f"{action.kind} failed"
+    # else its phase stands: the steering taint is no step of the scale set's, and the next step
+    # after `resume` computes it again from the nodes as they are
     progress.doing, progress.doing_nodes = "", ()  # resume retries it by its why
     journal.paused = text
     journal.log.append(f"{now:.0f} {action.scale_set} failed {action.kind}: {type(error).__name__}")
@@ -167,6 +173,37 @@ class Executor:
         for node in nodes:
             core.patch_node(node, {"spec": {"unschedulable": unschedulable}})
         self.say(f"  {'cordoned' if unschedulable else 'uncordoned'} {len(nodes)} nodes")
+
+    def taint(self, nodes: Sequence[str], present: bool = True) -> None:
+        """Put the rollout's PreferNoSchedule taint on each node, or lift it. A Node's taints are one
+        list with no merge key (core/v1 NodeSpec.taints), so a patch replaces all of them: each write
+        carries the resourceVersion it read, and a 409 (another writer, such as the GPU health agent
+        adding its own taint, came first) reads the node again, a few times at most."""
+        from kubernetes.client.exceptions import ApiException
+
+        core = self._core()
+        wanted = {"key": PENDING_TAINT_KEY, "effect": PENDING_TAINT_EFFECT}
+        changed = 0
+        for node in nodes:
+            for _attempt in range(5):
+                found = core.read_node(node)
+                taints = [core.api_client.sanitize_for_serialization(t) for t in (found.spec.taints or [])]
+                has = any(t.get("key") == PENDING_TAINT_KEY for t in taints)
+                if has == present:
+                    break
+                kept = [t for t in taints if t.get("key") != PENDING_TAINT_KEY] + ([wanted] if present else [])
+                try:
+                    core.patch_node(node, {"metadata": {"resourceVersion": found.metadata.resource_version},
+                                           "spec": {"taints": kept}})
+                    changed += 1
+                    break
+                except ApiException as error:
+                    if int(error.status or 0) != 409:
+                        raise
+            else:
+                raise RuntimeError(f"{node}: its taints kept changing under 5 writes in a row")
+        done = "tainted" if present else "untainted"
+        self.say(f"  {done} {changed} nodes ({PENDING_TAINT_KEY}:{PENDING_TAINT_EFFECT})")
 
     def drain(self, nodes: Sequence[str]) -> None:
         core = self._core()
@@ -289,17 +326,21 @@ def describe(action: Action) -> str:
     what = {"cordon": f"cordon {len(action.nodes)} nodes", "drain": f"drain {len(action.nodes)} nodes",
             "upgrade": f"upgrade {len(action.instances)} instances, reimage {len(action.reimage)}",
             "evict": f"evict gangs {', '.join(action.groups)} whole ({len(action.nodes)} nodes elsewhere)",
-            "uncordon": f"uncordon {len(action.nodes)} nodes"}.get(action.kind, action.kind)
+            "uncordon": f"uncordon {len(action.nodes)} nodes",
+            "taint": f"taint {len(action.nodes)} nodes {PENDING_TAINT_KEY}:{PENDING_TAINT_EFFECT}",
+            "untaint": f"lift {PENDING_TAINT_KEY} from {len(action.nodes)} nodes"}.get(action.kind, action.kind)
     where = f"{action.scale_set}: " if action.scale_set else ""
     return f"{where}{what}" + (f" ({action.why})" if action.why else "")
 
 
-CARRIED = ("cordon", "evict", "drain", "upgrade", "uncordon")
+CARRIED = ("cordon", "evict", "drain", "upgrade", "uncordon", "taint", "untaint")
 
 
 def _carry(executor: Executor, action: Action) -> None:
     if action.kind in ("cordon", "uncordon"):
         executor.cordon(action.nodes, unschedulable=action.kind == "cordon")
+    elif action.kind in ("taint", "untaint"):
+        executor.taint(action.nodes, present=action.kind == "taint")
     elif action.kind == "evict":
         executor.evict_groups(action.groups, action.nodes)
     elif action.kind == "drain":

@@ -9,6 +9,13 @@ from typing import Literal
 # A scale set's progress through one rollout, in order. `failed` stops the rollout (paused) until
 # the operator resumes it (the gate is tried again) or rolls back.
 Phase = Literal["pending", "cordoned", "upgrading", "gating", "done", "failed"]
+# The taint a rollout puts on every node not yet at its scale set's model (Policy.steer): with
+# effect PreferNoSchedule the scheduler's TaintToleration score ranks those nodes last, never
+# refusing them (kubernetes pkg/scheduler/framework/plugins/tainttoleration: Score counts the
+# intolerable PreferNoSchedule taints), so a gang that restarts after a rollout cut it lands on a
+# fabric already rolled, not on one the rollout takes next, while room lasts.
+PENDING_TAINT_KEY = "kilonode.io/rollout-pending"
+PENDING_TAINT_EFFECT = "PreferNoSchedule"
 PHASES: tuple[Phase, ...] = ("pending", "cordoned", "upgrading", "gating", "done", "failed")
 
 
@@ -30,6 +37,7 @@ class Instance:
     # instance whose image is not the model's (after a rollback) and cannot say whether the image
     # or only the custom data differs (kilonode.rollout.decide reimages only for the latter)
     image: str = ""
+    steered: bool = False  # carries the rollout's PENDING_TAINT_KEY taint
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,11 @@ class Policy:
     # How long a gate must keep passing (seconds) before it passes: an alert's `for:` must have
     # had time to fire. The CLI sets the longest `for:` among the pool's alerts (kilonode.render.monitoring).
     hold_s: int = 600
+    # Taint every node not yet rolled PreferNoSchedule (PENDING_TAINT_KEY), lifted once its batch
+    # passes its gate: new and restarted gangs prefer the fabrics already rolled (and the new
+    # instances a scale-out brings, at the model already), so a gang evicted once is not placed
+    # where the rollout evicts it again. It never keeps a pod off a node that has room elsewhere only.
+    steer: bool = True
 
 
 @dataclass
@@ -142,7 +155,7 @@ class Journal:
 class Action:
     """One step `execute` carries out, or a reason to wait; `decide` returns them in order."""
 
-    kind: Literal["cordon", "evict", "drain", "upgrade", "uncordon", "wait", "pause", "done"]
+    kind: Literal["cordon", "evict", "drain", "upgrade", "uncordon", "taint", "untaint", "wait", "pause", "done"]
     scale_set: str = ""
     nodes: tuple[str, ...] = ()
     instances: tuple[str, ...] = ()  # upgrade: updateInstances on these

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from kilonode.k8s.gang import POD_GROUP_LABEL
 from kilonode.node.gpu import protocol
 from kilonode.plan.wellknown import POOL_LABEL
-from kilonode.rollout.model import ClusterState, Instance, ScaleSet
+from kilonode.rollout.model import PENDING_TAINT_KEY, ClusterState, Instance, ScaleSet
 
 if TYPE_CHECKING:
     from kilonode.plan.model import ClusterPlan
@@ -194,6 +194,7 @@ class NodeFacts:
     schedulable: bool
     gpu_pending: bool
     boot_id: str
+    steered: bool = False  # carries the rollout's pending taint (kilonode.rollout.model.PENDING_TAINT_KEY)
 
 
 def node_facts(node: Any) -> tuple[str, NodeFacts]:
@@ -205,7 +206,8 @@ def node_facts(node: Any) -> tuple[str, NodeFacts]:
     info = status.node_info if status else None
     return node.metadata.name, NodeFacts(
         ready=ready, schedulable=not (spec and spec.unschedulable),
-        gpu_pending=any(t.key in GPU_TAINTS for t in taints), boot_id=(info.boot_id if info else "") or "")
+        gpu_pending=any(t.key in GPU_TAINTS for t in taints), boot_id=(info.boot_id if info else "") or "",
+        steered=any(t.key == PENDING_TAINT_KEY for t in taints))
 
 
 def gangs_from_pods(pods: Iterable[Any]) -> dict[str, tuple[str, ...]]:
@@ -314,7 +316,7 @@ def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeF
         else:
             instances.append(Instance(vm.instance_id, vm.node, vm.latest_model, ready=facts.ready,
                                       schedulable=facts.schedulable, gpu_pending=facts.gpu_pending,
-                                      boot_id=facts.boot_id, image=vm.image))
+                                      boot_id=facts.boot_id, image=vm.image, steered=facts.steered))
     return ScaleSet(target.name, target.pool, target.infiniband, tuple(instances), model_image=image)
 
 
