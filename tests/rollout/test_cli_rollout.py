@@ -3,8 +3,10 @@ plan, step --state --dry-run prints the first steps and changes nothing, status 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from kilonode.cli import app
@@ -105,5 +107,25 @@ def test_start_force_keeps_the_earlier_journal_beside_it(tmp_path: Path) -> None
     result = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "h100-ib", "--journal", str(path),
                                       "--force"], env=ENV)
     assert result.exit_code == 0 and "the earlier rollout's journal is kept as" in result.output
-    [aside] = [p for p in tmp_path.iterdir() if p != path]
+    [aside] = [p for p in tmp_path.iterdir() if p != path and not p.name.endswith(".lock")]
     assert aside.name.startswith("rollout.") and journals.load(aside).policy.order[0] == SETS[0]
+
+
+def test_a_journal_held_by_a_run_refuses_a_second_and_a_pause_is_left_for_it(tmp_path: Path) -> None:
+    """Two processes on one journal would take the same scale set twice: the second is refused,
+    naming the first; `pause` while a run holds it leaves the request, applied at the run's next step."""
+    path = tmp_path / "rollout.json"
+    start(path)
+    with journals.locked(path):
+        with pytest.raises(journals.Busy, match=f"pid {os.getpid()}"), journals.locked(path):
+            pass
+        refused = CliRunner().invoke(app, ["rollout", "resume", "research-7500", "--journal", str(path)], env=ENV)
+        assert refused.exit_code == 2 and "is running this rollout" in refused.output
+        left = CliRunner().invoke(app, ["rollout", "pause", "research-7500", "--journal", str(path), "--why",
+                                        "a job owner asked"], env=ENV)
+        assert left.exit_code == 0 and "it pauses at its next step" in left.output
+        assert not journals.load(path).paused  # the holder's to apply
+    journal = journals.load(path)
+    assert journals.take_pause_request(journal, path, 1.0)
+    assert journal.paused == "paused by the operator: a job owner asked"
+    assert not journals.pause_request(path).exists()

@@ -8,9 +8,11 @@ carries the steps out and saves it; `run` steps until done or paused. Stop at an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -166,10 +168,12 @@ def start(
     journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy, prometheus=prometheus or "")
     now = time.time()
     journal.log.append(f"{now:.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
-    if path.exists():
-        aside = journals.set_aside(path, now)
-        out.print(f"{path}: the earlier rollout's journal is kept as {aside}", markup=False)
-    journals.save(journal, path)
+    with _holding(path):  # never set aside a journal a running `run` is writing
+        if path.exists():
+            aside = journals.set_aside(path, now)
+            out.print(f"{path}: the earlier rollout's journal is kept as {aside}", markup=False)
+        journals.pause_request(path).unlink(missing_ok=True)  # a pause left for the earlier rollout
+        journals.save(journal, path)
     out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
               f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
 
@@ -232,6 +236,21 @@ def _why(action: Action) -> str:
     return f"{action.scale_set}: {action.why}" if action.scale_set else action.why
 
 
+def _holding(path: Path) -> contextlib.AbstractContextManager[None]:
+    """The journal's lock (kilonode.rollout.journal.locked), its refusal said as a CLI error."""
+    from kilonode.rollout import journal as journals
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        try:
+            with journals.locked(path):
+                yield
+        except journals.Busy as busy:
+            die(str(busy), "kilonode rollout")
+
+    return hold()
+
+
 def _step_once(stack_ref: str, journal_file: Path | None, state_file: Path | None, dry_run: bool,
                record: Path | None, sources: tuple[str | None, str | None, str | None]) -> Journal:
     from kilonode.rollout import journal as journals
@@ -242,6 +261,8 @@ def _step_once(stack_ref: str, journal_file: Path | None, state_file: Path | Non
     stack, plan = load_and_plan(stack_ref)
     path = journal_path(stack_ref, journal_file)
     journal = _load_journal(path)
+    if not dry_run and journals.take_pause_request(journal, path, time.time()):
+        journals.save(journal, path)
     state = _state(stack, plan, journal, state_file, record, sources)
     now = time.time()
     actions = decide(journal, state, now)
@@ -283,7 +304,9 @@ def step(
     Exit 0 while the rollout goes on or is done, 1 when it is paused (a failed gate or step: the
     line says what to do), 2 when it could not run.
     """
-    journal = _step_once(stack_ref, journal_file, state_file, dry_run, record, (subscription, kubeconfig, prometheus))
+    sources = (subscription, kubeconfig, prometheus)
+    with contextlib.nullcontext() if dry_run else _holding(journal_path(stack_ref, journal_file)):
+        journal = _step_once(stack_ref, journal_file, state_file, dry_run, record, sources)
     if journal.paused:
         raise typer.Exit(code=ExitCode.FAILED)
 
@@ -303,11 +326,18 @@ def run(
 
     Exit 0 done, 1 paused, 3 still going when --for ran out (run it again to go on).
     """
-    from kilonode.rollout.decide import BUSY
 
     deadline = time.monotonic() + seconds(for_)
+    with _holding(journal_path(stack_ref, journal_file)):  # the whole run: no `step` slips in between
+        _run_until(stack_ref, journal_file, every, deadline, (subscription, kubeconfig, prometheus))
+
+
+def _run_until(stack_ref: str, journal_file: Path | None, every: int, deadline: float,
+               sources: tuple[str | None, str | None, str | None]) -> None:
+    from kilonode.rollout.decide import BUSY
+
     while True:
-        journal = _step_once(stack_ref, journal_file, None, False, None, (subscription, kubeconfig, prometheus))
+        journal = _step_once(stack_ref, journal_file, None, False, None, sources)
         if journal.paused:
             raise typer.Exit(code=ExitCode.FAILED)
         if all(journal.of(n).phase == "done" for n in journal.policy.order):
@@ -352,11 +382,18 @@ def pause(
     from kilonode.rollout import journal as journals
 
     path = journal_path(stack_ref, journal_file)
-    journal = _load_journal(path)
-    journal.paused = f"paused by the operator: {why}"
-    journal.log.append(f"{time.time():.0f} paused: {why}")
-    journals.save(journal, path)
-    out.print(f"{path}: paused", markup=False)
+    try:
+        with journals.locked(path):
+            journal = _load_journal(path)
+            journal.paused = f"paused by the operator: {why}"
+            journal.log.append(f"{time.time():.0f} paused: {why}")
+            journals.save(journal, path)
+            out.print(f"{path}: paused", markup=False)
+    except journals.Busy as busy:
+        # a `run` holds it: leave the request for its next step, which pauses before it takes anything
+        journals.pause_request(path).write_text(why + "\n", encoding="utf-8")
+        out.print(f"{busy}. Left the pause for it ({journals.pause_request(path).name}): it pauses at its next "
+                  "step, before it takes anything more", markup=False)
 
 
 @rollout_app.command("resume")
@@ -366,9 +403,11 @@ def resume(stack_ref: StackArg, journal_file: JournalOpt = None) -> None:
     from kilonode.rollout import journal as journals
 
     path = journal_path(stack_ref, journal_file)
-    journal = _load_journal(path)
-    said = journals.resume(journal, time.time())
-    journals.save(journal, path)
+    with _holding(path):
+        journal = _load_journal(path)
+        journals.take_pause_request(journal, path, time.time())  # one left for a run that has stopped
+        said = journals.resume(journal, time.time())
+        journals.save(journal, path)
     for line in said:
         out.print(f"  {line}", markup=False)
     if not said:

@@ -4,10 +4,14 @@ last step it recorded, never from half a file."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -66,6 +70,61 @@ def save(journal: Journal, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class Busy(RuntimeError):
+    """Another process holds the journal (kilonode.rollout.journal.locked)."""
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold the journal for one process: a second `kilonode rollout run` or `step` on the same
+    journal (a colleague's terminal, a forgotten tmux pane) would take the same scale set twice and
+    each overwrite the other's record. An exclusive flock on `<journal>.lock`, released when the
+    process ends however it ends (the kernel drops it with the file), naming who holds it. It
+    guards processes on one machine and one filesystem (flock(2); over NFS only where the server
+    supports it): the journal is one operator's file (docs/operations.md says where to keep it)."""
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise Busy(f"{path}: {holder} is running this rollout; wait for it to stop (or stop it), then run "
+                       "again") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime())}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def pause_request(path: Path) -> Path:
+    """Where `kilonode rollout pause` leaves its request while a process holds the journal: the
+    holder reads it at its next step (take_pause_request), so a pause is never lost to the
+    holder's next save over the journal."""
+    return path.with_name(path.name + ".pause")
+
+
+def take_pause_request(journal: Journal, path: Path, now: float) -> bool:
+    """Apply a waiting pause request to the journal and remove it; True where there was one."""
+    request = pause_request(path)
+    try:
+        why = request.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return False
+    journal.paused = f"paused by the operator: {why}"
+    journal.log.append(f"{now:.0f} paused: {why}")
+    request.unlink(missing_ok=True)
+    return True
 
 
 def set_aside(path: Path, now: float) -> Path:
