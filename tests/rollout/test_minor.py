@@ -28,17 +28,17 @@ def _config(**changes: object):  # type: ignore[no-untyped-def]
 def test_the_steps_move_the_control_plane_first_then_each_pool_the_canary_first() -> None:
     plan = plan_upgrade(_config(), STACK, "1.35.4", canary="h100-ib")
     names = [s.name for s in plan.steps]
-    assert names == ["pin-pools", "control-plane", "control-plane-done", "pool-h100-ib", "pool-a100-ib",
-                     "pool-monitoring", "pool-system", "cleanup"]
+    assert names == ["pin-pools", "control-plane", "control-plane-done", "raise-emulated-version", "raise-done",
+                     "pool-h100-ib", "pool-a100-ib", "pool-monitoring", "pool-system", "cleanup"]
     control = plan.steps[1]
     assert {e.path: e.value for e in control.edits}[("kubernetesVersion",)] == "1.35.4"
     assert {e.path: e.value for e in control.edits}[("controlPlaneImage", "previous")] == "1.0.0"
-    canary = plan.steps[3]
+    canary = plan.steps[5]
     assert {e.path: e.value for e in canary.edits}[("nodeImage", "pools", "h100-ib")] == {
         "version": "1.1.0", "previous": "1.0.0"}
     assert any("kilonode rollout start research-7500 --pool h100-ib --journal .kilonode/rollout/research-7500-h100-ib"
                in c for c in canary.then)
-    assert any("--prometheus" in c for c in plan.steps[5].then)  # the pool that runs Prometheus
+    assert any("--prometheus" in c for c in plan.steps[7].then)  # the pool that runs Prometheus
 
 
 def test_every_step_stack_loads_within_the_skew_policy_and_the_last_is_the_new_version() -> None:

@@ -995,6 +995,17 @@ class ClusterConfig(StrictModel):
             "A minor in SUPPORTED_KUBERNETES_MINORS; flags and config fields are rendered for it."
         ),
     )
+    control_plane_emulated_version: Str | None = Field(
+        default=None,
+        description=(
+            "`1.<minor>`, only the minor below kubernetesVersion's, and only while every pool is pinned at it "
+            "(nodePools[].kubernetesVersion): kube-apiserver, kube-controller-manager and kube-scheduler run "
+            "kubernetesVersion's binaries with --emulated-version at this minor, and the in-cluster components "
+            "stay at the pools' version. Set by `kilonode upgrade`'s control-plane step so the binaries can go "
+            "back while it is set; removing it (raising the emulated version) is the upgrade's point of no "
+            "return (docs/operations.md, \"Upgrading Kubernetes by one minor\"). Unset: no flag, as before."
+        ),
+    )
     pause_image: Str = Field(
         default="registry.k8s.io/pause:3.10",
         description=(
@@ -1176,6 +1187,62 @@ class ClusterConfig(StrictModel):
     @classmethod
     def _supported_version(cls, value: str) -> str:
         return supported_kubernetes_version(value)
+
+    # --emulated-version (KEP-4330; k8s.io/component-base compatibility/registry.go at kubernetes-1.35.4,
+    # AddFlags/toVersionMap: major.minor only, a patch refused; k8s.io/apiserver pkg/util/compatibility/
+    # version.go at kubernetes-1.35.4, kubeEffectiveVersionFloors: binary-3 up to the binary's minor, no
+    # feature gate). kilonode takes only binary-1, the one step `kilonode upgrade` needs: the binaries can be
+    # rolled back to that minor while it is set (KEP-4330 README, Goals: "A Kubernetes binary with emulation
+    # version set to N does not enable any changes (storage versions, CEL feature, features) that would
+    # prevent it from being rolled back to N-1"; the emulated N is the old minor here). Kubelets (and
+    # kube-proxy) must not be newer than the apiserver's emulated version (KEP-4330 README, "Skew" and
+    # "--emulation-version"), so every pool stays pinned at the old minor while it is set.
+    @field_validator("control_plane_emulated_version")
+    @classmethod
+    def _emulated_form(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"1\.\d+", value):
+            raise ValueError(f"must be a minor like '1.34', no patch (got {shown(value)})")
+        return value
+
+    @model_validator(mode="after")
+    def _emulated_one_minor_below(self) -> ClusterConfig:
+        emulated = self.control_plane_emulated_version
+        if emulated is None:
+            return self
+        below = f"1.{self.kubernetes_minor - 1}"
+        if emulated != below:
+            raise ValueError(
+                f"controlPlaneEmulatedVersion {emulated}: only {below}, the minor below kubernetesVersion "
+                f"{self.kubernetes_version}, is supported (the binaries can go back to it while it is set); "
+                "remove it once the upgrade is final")
+        ahead = [p.name for p in self.node_pools
+                 if int((p.kubernetes_version or self.kubernetes_version).split(".")[1]) != self.kubernetes_minor - 1]
+        if ahead:
+            raise ValueError(
+                f"controlPlaneEmulatedVersion {emulated}: pools {', '.join(ahead)} are not pinned at {emulated} "
+                "(nodePools[].kubernetesVersion); a kubelet must not be newer than the apiservers' emulated "
+                "version (KEP-4330, \"Skew\"): remove controlPlaneEmulatedVersion before moving a pool")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _unset_emulation_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        # a stack without the key dumps as it did before the key existed (the rendered config and
+        # everything keyed by it stay the same), as EtcdConfig does for `leases`
+        data: dict[str, object] = handler(self)
+        if self.control_plane_emulated_version is None:
+            data.pop("controlPlaneEmulatedVersion", None)
+            data.pop("control_plane_emulated_version", None)
+        return data
+
+    @property
+    def in_cluster_version(self) -> str:
+        """The Kubernetes version the in-cluster components (kube-proxy, cloud-controller-manager,
+        ...) run: kubernetesVersion, or while controlPlaneEmulatedVersion is set the pools' (the oldest,
+        all at that minor), which none of them may be newer than (KEP-4330, "Skew")."""
+        if self.control_plane_emulated_version is None:
+            return self.kubernetes_version
+        pinned = {p.kubernetes_version or self.kubernetes_version for p in self.node_pools}
+        return min(pinned, key=lambda v: tuple(int(x) for x in v.split(".")))
 
     @field_validator("pause_image")
     @classmethod

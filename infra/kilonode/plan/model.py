@@ -606,6 +606,9 @@ class ClusterPlan(StrictModel):
     location: str
     zones: tuple[str, ...]
     kubernetes_version: str
+    # --emulated-version of the control-plane programs (ClusterConfig.control_plane_emulated_version);
+    # None: unset, and not written (plan.yaml as before the field existed)
+    control_plane_emulated_version: str | None = None
     network: NetworkPlan
     etcd_main: EtcdClusterPlan
     etcd_events: EtcdClusterPlan
@@ -665,6 +668,9 @@ class ClusterPlan(StrictModel):
         if self.etcd_leases is None:
             data.pop("etcdLeases", None)
             data.pop("etcd_leases", None)
+        if self.control_plane_emulated_version is None:
+            data.pop("controlPlaneEmulatedVersion", None)
+            data.pop("control_plane_emulated_version", None)
         return data
 
     @property

@@ -106,6 +106,7 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
         # Not set: --watch-cache-sizes ("all non-zero values are equivalent", etcd.go l.158-165:
         # watch caches size themselves) and the deprecated --default-watch-cache-size (l.152-156).
     ]
+    flags += _emulated_version(plan)
     if len(cp.instances) > 1:
         flags += [
             # Several apiservers behind the Azure load balancer: HTTP/2 clients that stick to
@@ -116,6 +117,21 @@ def apiserver_flags(plan: ClusterPlan, instance: ApiserverInstance) -> list[Flag
             ("shutdown-delay-duration", f"{defaults.APISERVER_SHUTDOWN_DELAY_S}s"),
         ]
     return flags
+
+
+def _emulated_version(plan: ClusterPlan) -> list[Flag]:
+    """--emulated-version, only while the stack sets controlPlaneEmulatedVersion (a minor upgrade's
+    binaries-first step, `kilonode upgrade`): the component serves the APIs, feature defaults and
+    storage versions of that minor, so its binary can be rolled back to it. All three control-plane
+    programs register it: kube-apiserver through ServerRunOptions.AddUniversalFlags
+    (k8s.io/apiserver pkg/server/options/server_run_options.go at kubernetes-1.35.4, l.401:
+    ComponentGlobalsRegistry.AddFlags), kube-controller-manager and kube-scheduler through the same
+    registry (their command-line references at 1.35 list it: "Options are: kube=1.32..1.35"). No
+    feature gate guards it (k8s.io/component-base compatibility/registry.go at kubernetes-1.35.4,
+    Set: the emulation version is applied before any gate). The value is major.minor ("patch version
+    not allowed", toVersionMap). Unset: no flag, the binary's own version, as before."""
+    emulated = plan.control_plane_emulated_version
+    return [] if emulated is None else [("emulated-version", emulated)]
 
 
 def _kubelet_client() -> list[Flag]:
@@ -190,7 +206,7 @@ def _metrics_serving(instance: ApiserverInstance, port: int, cert: str, key: str
     ]
 
 
-def scheduler_flags(instance: ApiserverInstance) -> list[Flag]:
+def scheduler_flags(instance: ApiserverInstance, emulated: list[Flag] | None = None) -> list[Flag]:
     # With --config, kube-scheduler honours only the serving, delegated authn/authz and
     # leader-elect* flags; --profiling and the other deprecated flags are ignored
     # (cmd/kube-scheduler/app/options/options.go ApplyTo, deprecated.go), so profiling is
@@ -201,10 +217,13 @@ def scheduler_flags(instance: ApiserverInstance) -> list[Flag]:
         ("authorization-kubeconfig", wellknown.SCHEDULER_KUBECONFIG),
         *_metrics_serving(instance, wellknown.SCHEDULER_PORT, wellknown.SCHEDULER_SERVING_CERT,
                           wellknown.SCHEDULER_SERVING_KEY),
+        # honoured with --config: Options.ApplyTo sets the version registry (SetFallback) before it
+        # reads the file (cmd/kube-scheduler/app/options/options.go; flag in the "feature gate" set)
+        *(emulated or []),
     ]
 
 
-def controller_manager_flags(instance: ApiserverInstance) -> list[Flag]:
+def controller_manager_flags(instance: ApiserverInstance, emulated: list[Flag] | None = None) -> list[Flag]:
     return [
         ("kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("authentication-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
@@ -232,6 +251,7 @@ def controller_manager_flags(instance: ApiserverInstance) -> list[Flag]:
         ("allocate-node-cidrs", False),
         ("cloud-provider", "external"),
         ("profiling", False),
+        *(emulated or []),
     ]
 
 
@@ -393,11 +413,12 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
             audit_mount(plan),
         ),
         "etc/systemd/system/kube-scheduler.service": _unit(
-            "kube-scheduler", "Kubernetes scheduler (leader-elected)", scheduler_flags(instance)
+            "kube-scheduler", "Kubernetes scheduler (leader-elected)",
+            scheduler_flags(instance, _emulated_version(plan)),
         ),
         "etc/systemd/system/kube-controller-manager.service": _unit(
             "kube-controller-manager", "Kubernetes controller manager (leader-elected)",
-            controller_manager_flags(instance),
+            controller_manager_flags(instance, _emulated_version(plan)),
         ),
         AUDIT_POLICY: RenderedFile(audit_policy()),
         ADMISSION_CONFIG: RenderedFile(admission_config(plan)),

@@ -10,14 +10,23 @@ through its own image and rollout, after the control plane:
 
 1. pin every pool at its current version (nodePools[].kubernetesVersion): nothing changes, and
    from then on the stack's kubernetesVersion moves the control plane only;
-2. the control plane: kubernetesVersion and a new controlPlaneImage version, the old one kept as
-   `previous`, acknowledgeRestart [apiservers]; the apiservers are replaced one at a time
-   (docs/azure.md, "Rolling the control plane"), then one full `pulumi up` moves the in-cluster
-   components (kube-proxy, cloud-controller-manager, ...) to the new version;
-3. acknowledgeRestart removed;
-4. each pool, the canary first: its kubernetesVersion and a new image version with the old one
-   as `previous`, built, `pulumi up`, then `kilonode rollout` through its scale sets;
-5. the pins and the `previous` versions removed, once every node runs the new version.
+2. the control plane's binaries: kubernetesVersion, controlPlaneEmulatedVersion at the old minor
+   (--emulated-version on kube-apiserver, kube-controller-manager and kube-scheduler: KEP-4330,
+   kubernetes/enhancements keps/sig-architecture/4330-compatibility-versions, Story 1) and a new
+   controlPlaneImage version, the old one kept as `previous`, acknowledgeRestart [apiservers]; the
+   apiservers are replaced one at a time (docs/azure.md, "Rolling the control plane"). The
+   in-cluster components stay at the pools' version (none may be newer than the emulated one);
+   while the emulated version is the old minor the binaries can go back (revert this step);
+3. acknowledgeRestart removed; soak;
+4. the emulated version raised (controlPlaneEmulatedVersion removed), acknowledgeRestart
+   [apiservers]: the point of no return (the new minor's APIs, features and storage versions
+   start writing etcd); then one full `pulumi up` moves the in-cluster components
+   (kube-proxy, cloud-controller-manager, ...) to the new version;
+5. acknowledgeRestart removed;
+6. each pool, the canary first: its kubernetesVersion and a new image version with the old one
+   as `previous`, built, `pulumi up`, then `kilonode rollout` through its scale sets. Only now:
+   a kubelet must not be newer than the apiservers' emulated version (KEP-4330, "Skew");
+7. the pins and the `previous` versions removed, once every node runs the new version.
 
 Pure: the stack's config in, steps out; each step is a list of edits (a path under
 kilonode:cluster and its value, or DELETE) that `apply` makes on the stack file's YAML tree.
@@ -110,21 +119,41 @@ def plan_upgrade(config: ClusterConfig, stack: str, to: str, canary: str | None 
         "no change: every pool already runs this version"))
     cp = config.control_plane_image.version
     cp_next = next_minor_version(cp)
+    old_minor = f"1.{minor_of(start)}"
     plan.steps.append(Step(
-        "control-plane", f"Move the control plane to {to}",
+        "control-plane", f"Move the control plane's binaries to {to}, emulating {old_minor}",
         (Edit(("kubernetesVersion",), to),
+         Edit(("controlPlaneEmulatedVersion",), old_minor,
+              f"--emulated-version={old_minor}: the binaries can go back to {start} while it is set"),
          Edit(("controlPlaneImage", "version"), cp_next, f"Kubernetes {to}"),
          Edit(("controlPlaneImage", "previous"), cp, "the rollback target while the apiservers move"),
          Edit(("acknowledgeRestart",), ["apiservers"], "one apiserver at a time (docs/azure.md)")),
         (f"kilonode image build {stack} --role control-plane --out build/node-image --fetch",
          "kilonode diff  # the apiservers replaced, one at a time",
          "replace the apiservers one at a time (docs/azure.md, \"Rolling the control plane\")",
+         f"`pulumi up`: the in-cluster components stay at {start} (none newer than the emulated {old_minor})"),
+        f"replace-stops (the apiservers, one at a time: {to} binaries, --emulated-version={old_minor}); no "
+        "version change of the in-cluster components; no version-skew (the pools stay at their pinned version)"))
+    plan.steps.append(Step(
+        "control-plane-done", "Remove acknowledgeRestart; soak",
+        (Edit(("acknowledgeRestart",), DELETE),),
+        ("kilonode diff  # no changes", "pulumi up",
+         f"soak: until the next step, going back is reverting the control-plane step's commit (the {start} "
+         "binaries, kept as controlPlaneImage.previous, with acknowledgeRestart [apiservers]; docs/operations.md)"),
+        "no change"))
+    plan.steps.append(Step(
+        "raise-emulated-version", f"Raise the emulated version to {to}: the point of no return",
+        (Edit(("controlPlaneEmulatedVersion",), DELETE,
+              f"the {to} APIs, features and storage versions: the binaries can no longer go back to {old_minor}"),
+         Edit(("acknowledgeRestart",), ["apiservers"], "one apiserver at a time (docs/azure.md)")),
+        ("kilonode diff  # the apiservers replaced again (--emulated-version removed)",
+         "replace the apiservers one at a time (docs/azure.md, \"Rolling the control plane\")",
          f"one full `pulumi up`: the in-cluster components move to {to} (kube-proxy rolls on every node, "
          "never newer than the apiservers now)"),
         "replace-stops (the apiservers, one at a time), version changes of the in-cluster components; no "
         "version-skew (the pools stay at their pinned version, within three minors)"))
     plan.steps.append(Step(
-        "control-plane-done", "Remove acknowledgeRestart", (Edit(("acknowledgeRestart",), DELETE),),
+        "raise-done", "Remove acknowledgeRestart", (Edit(("acknowledgeRestart",), DELETE),),
         ("kilonode diff  # no changes", "pulumi up"), "no change"))
     images = config.node_image
     for pool in order:
@@ -150,9 +179,13 @@ def plan_upgrade(config: ClusterConfig, stack: str, to: str, canary: str | None 
                            "done" for p in order), "kilonode diff", "pulumi up"),
         "rollback-target-removed for the previous versions (expected: nothing runs them any more)"))
     plan.notes.append(
-        f"Going back after the control-plane step is a minor downgrade, which Kubernetes supports only with "
-        f"--emulated-version at 1.{minor_of(start)} set before the move; kilonode does not render it yet, so the way "
-        "back from there is the etcd snapshot (docs/runbooks/etcd-restore-from-snapshot.md).")
+        f"Going back: until raise-emulated-version the apiservers, controller manager and scheduler run the {to} "
+        f"binaries with --emulated-version={old_minor} (KEP-4330), so the {start} binaries can come back: revert "
+        f"the control-plane step's commit with acknowledgeRestart [apiservers] and replace the apiservers one at "
+        f"a time. raise-emulated-version is the point of no return: from then on the {to} APIs, features and "
+        "storage versions are in use and the only way back is the etcd snapshot taken at pin-pools "
+        "(docs/runbooks/etcd-restore-from-snapshot.md). The pools move only after it: a kubelet must not be "
+        "newer than the apiservers' emulated version.")
     return plan
 
 

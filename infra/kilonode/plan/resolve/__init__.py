@@ -68,6 +68,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         location=config.location,
         zones=config.zones,
         kubernetes_version=config.kubernetes_version,
+        control_plane_emulated_version=config.control_plane_emulated_version,
         network=NetworkPlan(
             vnet_cidr=net.vnet_cidr,
             control_plane_subnet=subnets.control_plane,

@@ -186,7 +186,9 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
     dns = dns_replicas(nodes)
     builtin = limits().kubernetes.apf_builtin_shares.value
     return ComponentsPlan(
-        **_releases(config.kubernetes_version),
+        # the in-cluster components' version: kubernetesVersion, or the pools' while the control plane
+        # emulates the minor below (ClusterConfig.in_cluster_version: none may be newer than it)
+        **_releases(config.in_cluster_version),
         apf_builtin_shares=limits().kubernetes.apf_builtin_shares.value,
         apiserver_max_requests_inflight=reads,
         apiserver_max_mutating_requests_inflight=mutating,
@@ -202,7 +204,7 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
 def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tuple[str, ...]:
     """What the in-cluster program runs that every node (or any node) must start at boot;
     with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
-    images = _releases(config.kubernetes_version)
+    images = _releases(config.in_cluster_version)
     common: tuple[str, ...] = (
         images["kube_proxy_image"],
         images["coredns_image"],
