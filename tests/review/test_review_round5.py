@@ -83,3 +83,12 @@ def test_every_apiserver_replaced_with_the_acknowledgement_is_the_medium_roll_it
     rolled = found["apiservers-rolled"]
     assert rolled.level == MEDIUM and "one at a time" in rolled.summary
     assert "cannot tell a targeted run from a plain one" in rolled.summary
+
+
+def test_a_replaced_apiserver_says_its_audit_log_goes_with_its_disk() -> None:
+    from kilonode.review.risks import assess
+    from tests.review.test_review_trace import _new_custom_data
+
+    head = _new_custom_data(snapshot(STACK), "apiserver-0")
+    [api] = [r for r in assess(compare_stack(STACK, snapshot(STACK), head), {}) if r.rule == "apiservers-restarted"]
+    assert "1 of them replaced: each one's audit log goes with its local disk" in api.summary

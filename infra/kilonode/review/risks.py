@@ -53,7 +53,7 @@ from kilonode.review import (
     security,
     versions,
 )
-from kilonode.review.compare import CREATE, DELETE, UPDATE, StackDiff, covers, short
+from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, StackDiff, covers, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
 LEVELS = (HIGH, MEDIUM)
@@ -175,6 +175,11 @@ def control_plane(diff: StackDiff) -> list[Risk]:
                          f"then replace them one at a time: {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full "
                          "`pulumi up` (it records the new restart keys), then remove the acknowledgement "
                          "(docs/azure.md, \"Rolling the control plane\")")
+            replaced = [c.name for c in diff.resources if c.type == rules.VM and _machine_of(c.name) in down
+                        and (c.action == REPLACE or "replace" in c.kinds)]
+            if replaced:  # the audit log is on the local SSD (kilonode.plan.resolve.disks), which goes with the VM
+                tail += (f". {len(replaced)} of them replaced: each one's audit log goes with its local disk; copy it "
+                         "off first where it may be needed (docs/azure.md, \"Rolling the control plane\")")
             found.append(Risk(level, rule, diff.stack,
                               f"{len(down)} of {members} apiservers restart or are replaced ({why}): {tail}", names))
             continue
