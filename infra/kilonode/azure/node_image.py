@@ -119,6 +119,13 @@ def gallery_name(component: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.]", "_", component)
 
 
+def image_gallery(cluster: str) -> str:
+    """The Azure name of the cluster's gallery (the Cluster component names its NodeImage
+    `<cluster>-image`, kilonode.azure.cluster; the gallery is `<that>-gallery`), in the cluster's
+    own resource group."""
+    return gallery_name(f"{cluster}-image-gallery")
+
+
 @dataclass(frozen=True)
 class GalleryImageSpec:
     """One image definition and the version of it the cluster's machines boot."""

@@ -22,7 +22,14 @@ from kilonode.azure.cluster import Cluster, ClusterArgs, etcd_endpoints_output
 from kilonode.azure.custom_data_size import refuse_oversized, user_data
 from kilonode.azure.deployer import Runner, deployer_problems, run_tool
 from kilonode.azure.identity import subscription_of
-from kilonode.azure.node_image import DEFAULT_VHD_DIR, absent_vhds, default_vhd, gallery_images, vhd_digest
+from kilonode.azure.node_image import (
+    DEFAULT_VHD_DIR,
+    absent_vhds,
+    default_vhd,
+    gallery_images,
+    image_gallery,
+    vhd_digest,
+)
 from kilonode.azure.rollout import RESTART_KEYS_OUTPUT
 from kilonode.catalog import binaries
 from kilonode.config import Stack, program_stack, stack_from_value
@@ -55,7 +62,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         raise pulumi.RunError(report(error)) from None
     vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
     if not _recorded_by_mocks():
-        require_vhds(stack.name, vhds)
+        require_vhds(stack.name, vhds, plan)
         require_deployer(plan)
         preflight_gate(stack.file)
     if require_recorded_addresses and plan.network.unrecorded:
@@ -129,17 +136,37 @@ def read_stack(stack_name: str, value: Any, stack_file: Path | None) -> Stack:
     return program_stack(stack_name, value, stack_file)
 
 
-def require_vhds(stack_name: str, vhds: dict[str, str]) -> None:
+def require_vhds(stack_name: str, vhds: dict[str, str], plan: ClusterPlan | None = None,
+                 run: Runner = run_tool) -> None:
     """Refuse before anything is registered when a disk image the program uploads is not built:
     otherwise its upload fails after minutes of retries (blaming role assignments) and no scale
-    set is created, because every join wave waits on the whole image component."""
+    set is created, because every join wave waits on the whole image component. An image whose
+    version is published in the gallery already needs no VHD here: its upload ran when the
+    version was new and never runs again (kilonode.azure.node_image, ignoreChanges), so a later
+    `pulumi up` from a machine without the VHDs (a CI runner, a colleague's laptop) goes on."""
     missing = absent_vhds(vhds)
+    if missing and plan is not None:
+        published = {image for image, path in vhds.items() if path in missing and _published(plan, image, run)}
+        missing = [path for image, path in vhds.items() if path in missing and image not in published]
     if missing:
         raise pulumi.RunError(
-            f"{len(missing)} of the {len(vhds)} disk images this stack boots are not built: {', '.join(missing)}. "
-            f"Build them all with `kilonode image build {stack_name} --all --out {DEFAULT_VHD_DIR} --fetch` "
-            "(docs/azure.md, \"Running it for real\"), then `pulumi up` again; nothing was created."
+            f"{len(missing)} of the {len(vhds)} disk images this stack boots are not built here and not published "
+            f"in its gallery: {', '.join(missing)}. Build them with `kilonode image build {stack_name} --all --out "
+            f"{DEFAULT_VHD_DIR} --fetch` (docs/azure.md, \"Running it for real\"), then `pulumi up` again; nothing "
+            "was created."
         )
+
+
+def _published(plan: ClusterPlan, image: str, run: Runner) -> bool:
+    """Whether the gallery holds the image's current version, provisioned (asked with az as the
+    signed-in identity; any failure, a missing login included, is a no: the VHD is then required)."""
+    version = next((i.version for i in plan.boot_images if i.name == image), None)
+    if version is None:
+        return False
+    answer = run(["az", "sig", "image-version", "show", "--resource-group", plan.cluster,
+                  "--gallery-name", image_gallery(plan.cluster), "--gallery-image-definition", image,
+                  "--gallery-image-version", version, "--query", "provisioningState", "--output", "tsv"])
+    return answer.returncode == 0 and answer.stdout.strip() == "Succeeded"
 
 
 def require_deployer(plan: ClusterPlan, run: Runner = run_tool) -> None:
