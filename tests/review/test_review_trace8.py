@@ -86,3 +86,13 @@ def test_an_etcd_retention_lowered_or_the_apiservers_compaction_off_is_not_said(
 def test_go_durations_and_etcds_bare_hours_are_read() -> None:
     assert etcd_flags.seconds("1h30m") == 5400 and etcd_flags.seconds("8") == 8 * 3600
     assert etcd_flags.seconds("5m0s") == 300 and etcd_flags.seconds("soon") is None
+
+
+def test_components_at_the_emulated_minor_are_in_policy_and_a_kubelet_past_it_is_not() -> None:
+    from kilonode.review.versions import Side, violations
+
+    held = {"kube-proxy": 34, "cloud-controller-manager": 34, "cluster-autoscaler": 34}
+    assert violations(Side(35, 34, 34, held, emulated=34)) == {}
+    assert "autoscaler" in violations(Side(35, 34, 34, held))  # the binaries' minor without it
+    ahead = violations(Side(35, 35, 34, held, emulated=34))
+    assert "kube-apiserver 1.34 (1.35 emulating 1.34)" in ahead["kubelet-newer:new or upgraded nodes"]

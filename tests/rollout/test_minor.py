@@ -93,10 +93,17 @@ def _stack_copy(tmp_path: Path) -> Path:
 
 
 def test_an_upgrade_to_versions_whose_contracts_were_not_read_prints_the_plan_and_applies_nothing(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The kubelet's and kube-proxy's contracts (catalog/contracts.yaml) are read at 1.34.2: a step
-    that runs them at 1.35.4 would break preflight and `pulumi up`'s gate refuse it."""
+    """A contract (catalog/contracts.yaml) not read at the version a step runs it at: the step would
+    break preflight and `pulumi up`'s gate refuse it. Seeded as the catalogue stood before the
+    kubelet's and kube-proxy's contracts were read at 1.35.4 (both read at 1.34.2 only)."""
+    from kilonode.catalog import contracts as catalogue
+
+    read = dict(catalogue.contracts())
+    for name in ("kubelet", "kubeProxy"):
+        read[name] = read[name].model_copy(update={"also_read_at": []})
+    monkeypatch.setattr("kilonode.preflight.checks.contracts.contracts", lambda: read)
     stack_file = _stack_copy(tmp_path)
     before = stack_file.read_text()
     done = CliRunner().invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", "pin-pools"])

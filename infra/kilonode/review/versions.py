@@ -72,6 +72,15 @@ class Side:
     kubelet_new: int | None  # new or upgraded nodes (an upgrade applies the scale set's model)
     kubelet_old: int | None  # nodes that exist now: a reimage keeps their image, only an upgrade changes it
     in_cluster: Mapping[str, int | None]
+    # the control plane's --emulated-version (plan.yaml controlPlaneEmulatedVersion), None where unset:
+    # the apiservers then serve that minor's APIs and defaults, and the skew rules hold against it
+    # (KEP-4330 "Compatibility Versions", Skew: no kubelet, kube-proxy or controller newer than the
+    # emulated version), so 1.34 in-cluster components under 1.35 binaries emulating 1.34 are in policy
+    emulated: int | None = None
+
+    @property
+    def effective_apiserver(self) -> int | None:
+        return self.emulated if self.emulated is not None else self.apiserver
 
 
 def _image(contents: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
@@ -116,7 +125,8 @@ def side(base_plan: Mapping[str, Any], head_plan: Mapping[str, Any], base_conten
     new = [running(base_contents, head_contents, k, KUBELET_BINARY) for k in pools]
     newest = max((n for n, _ in new if n is not None), default=None)
     oldest = min((o for _, o in new if o is not None), default=None)
-    return Side(apiserver, newest, oldest, _in_cluster(head_plan))
+    return Side(apiserver, newest, oldest, _in_cluster(head_plan),
+                minor(head_plan.get("controlPlaneEmulatedVersion") or head_plan.get("control_plane_emulated_version")))
 
 
 def base_side(plan: Mapping[str, Any], contents: Mapping[str, Any]) -> Side:
@@ -127,34 +137,34 @@ def base_side(plan: Mapping[str, Any], contents: Mapping[str, Any]) -> Side:
 def violations(s: Side) -> dict[str, str]:
     """Each broken rule of the skew policy: a stable key -> what is wrong."""
     found: dict[str, str] = {}
-    api = s.apiserver
+    api = s.effective_apiserver
     if api is None:
         return found
+    apis = f"kube-apiserver 1.{api}" + (f" (1.{s.apiserver} emulating 1.{api})" if s.emulated is not None else "")
     kubelets = {"new or upgraded nodes": s.kubelet_new, "the nodes already there": s.kubelet_old}
     for where, kubelet in kubelets.items():
         if kubelet is None:
             continue
         if kubelet > api:
-            found[f"kubelet-newer:{where}"] = (f"the kubelet on {where} (1.{kubelet}) is newer than kube-apiserver "
-                                               f"(1.{api}): the policy forbids a kubelet newer than the apiserver")
+            found[f"kubelet-newer:{where}"] = (f"the kubelet on {where} (1.{kubelet}) is newer than "
+                                               f"{apis}: the policy forbids a kubelet newer than the apiserver")
         elif api - kubelet > 3:
             found[f"kubelet-older:{where}"] = (f"the kubelet on {where} (1.{kubelet}) is more than three minors older "
-                                               f"than kube-apiserver (1.{api})")
+                                               f"than {apis}")
     for name, version in s.in_cluster.items():
         if version is None:
             continue
         if name == "cluster-autoscaler":
             if version != api:
-                found["autoscaler"] = (f"cluster-autoscaler 1.{version} runs against kube-apiserver 1.{api}: each "
+                found["autoscaler"] = (f"cluster-autoscaler 1.{version} runs against {apis}: each "
                                        "autoscaler release supports the Kubernetes minor it was built for")
             continue
         older = 3 if name in ("kube-proxy", "cloud-node-manager") else 1
         if version > api:
-            found[f"newer:{name}"] = (f"{name} 1.{version} is newer than kube-apiserver 1.{api}, which the policy "
+            found[f"newer:{name}"] = (f"{name} 1.{version} is newer than {apis}, which the policy "
                                       "forbids")
         elif api - version > older:
-            found[f"older:{name}"] = (f"{name} 1.{version} is more than {older} minor(s) older than kube-apiserver "
-                                      f"1.{api}")
+            found[f"older:{name}"] = f"{name} 1.{version} is more than {older} minor(s) older than {apis}"
     proxy = s.in_cluster.get("kube-proxy")
     for where, kubelet in kubelets.items():
         if proxy is not None and kubelet is not None and abs(proxy - kubelet) > 3:
