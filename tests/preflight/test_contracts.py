@@ -887,3 +887,52 @@ def test_every_pool_kubelet_protects_the_kernel_defaults_the_profile_sets() -> N
     for key, text in files.items():
         if key.endswith("etc/sysctl.d/90-kilonode.conf"):
             assert expected.items() <= check.sysctl_file_values(text).items(), key
+
+
+# --- the kubelet's cgroup v2 line (1.35: failCgroupV1 defaults to true) ------------------------------
+
+
+def _legacy_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    recipe = check._recipe()
+    monkeypatch.setattr(check, "_recipe", lambda: dataclasses.replace(
+        recipe, kernel_cmdline=recipe.kernel_cmdline + " systemd.unified_cgroup_hierarchy=0"))
+
+
+def test_a_legacy_cgroup_boot_breaks_the_kubelets_line_and_failcgroupv1_false_lifts_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _legacy_recipe(monkeypatch)
+    contract = contracts()["kubelet"]
+    [line] = [r for r in contract.requirements if r.id == "cgroup-v2"]
+    inputs = inputs_of("research-7500")
+    found = check._cgroup_v2(inputs, "kubelet", contract, line)
+    assert found and all("systemd.unified_cgroup_hierarchy=0" in f.what for f in found)
+    pools = {h for h in inputs.hosts() if h.startswith("pool-")}
+    assert {f.where.split(":")[0] for f in found} == pools
+    files = {path: text + ("failCgroupV1: false\n" if path.endswith("etc/kubernetes/kubelet-config.yaml") else "")
+             for path, text in inputs.files.items()}
+    assert check._cgroup_v2(inputs_of("research-7500", files=files), "kubelet", contract, line) == []
+
+
+def test_the_cgroup_line_holds_at_1_35_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 1.34 the kubelet only warns on cgroup v1 (failCgroupV1 defaulted to false): the line is `onlyAt` 1.35.4."""
+    _legacy_recipe(monkeypatch)
+    found = run(inputs_of("research-7500"), ["contracts"])
+    assert not [f for f in found if "cgroup-v2" in f.what]
+
+
+def test_the_shipped_recipe_boots_the_unified_hierarchy() -> None:
+    contract = contracts()["kubelet"]
+    [line] = [r for r in contract.requirements if r.id == "cgroup-v2"]
+    assert check._cgroup_v2(inputs_of("research-7500"), "kubelet", contract, line) == []
+
+
+def test_at_1_35_4_a_legacy_cgroup_boot_is_a_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kilonode.preflight.load import from_parts
+    from tests import shared
+    from tests.preflight.conftest import _files, _graph_json
+
+    _legacy_recipe(monkeypatch)
+    plan = shared.plan("research-7500").model_copy(update={"kubernetes_version": "1.35.4"})
+    inputs = from_parts(plan, _files("research-7500"), _graph_json("research-7500"), source="research-7500 at 1.35.4")
+    found = [f for f in check.check(inputs) if "kubelet/cgroup-v2" in f.what]
+    assert found and all(f.level == "break" and "kernel command line" in f.where for f in found)

@@ -312,6 +312,9 @@ def _manifest(inputs: ImageInputs, recipe: Recipe, built: _Built) -> dict[str, A
         # the kernel the image boots and the options of its config that component contracts name
         # (kilonode preflight --images judges these instead of catalog/kernels.yaml)
         "kernel": accel.kernel_record(built.tree),
+        # the command line the boot loader gives that kernel (the grub.cfg this build writes): the
+        # kubelet's cgroup contract reads it (systemd's legacy-hierarchy parameters)
+        "kernel_cmdline": recipe.kernel_cmdline,
         # kilonode.gpu (agent, taint controller) where this image carries it
         "gpu_agent": {"pythonpath": GPU_HEALTH.pythonpath, "files": baked.agent} if baked.agent else None,
         "user_data": {"file": user_data.name, "sha256": sha256_file(user_data)} if user_data else None,

@@ -627,6 +627,32 @@ def _rendered_setting(inputs: Inputs, name: str, contract: Contract, req: Requir
     return findings
 
 
+def _cgroup_v2(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """Every host of the named pools boots the unified cgroup hierarchy (no kernel parameter in the
+    image's command line asks systemd for the legacy one: the built manifest's with --images, else
+    the recipe's), or its rendered kubelet configuration sets the key to false."""
+    value = req.value
+    findings = []
+    for pool in (p for p in inputs.plan.node_pools if POOL_SETS[value["pools"]](p)):
+        manifest = _manifest(inputs, pool) or {}
+        cmdline = str(manifest.get("kernel_cmdline") or _recipe().kernel_cmdline)
+        legacy = [param for param in cmdline.split() if param in value["legacyParameters"]]
+        if not legacy:
+            continue
+        for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
+            text = inputs.host_files(host).get(str(value["kubeletConfig"]).lstrip("/"))
+            config = yaml.safe_load(text) if text else None
+            if isinstance(config, Mapping) and config.get(value["key"]) is False:
+                continue
+            findings.append(_finding(
+                name, contract, req, f"{host}: kernel command line",
+                f"the image boots with {' '.join(legacy)} (the legacy cgroup v1 hierarchy), and "
+                f"{value['kubeletConfig']} does not set {value['key']}: false",
+                f"drop {' '.join(legacy)} from node-image/recipe.toml's kernel_cmdline (Debian boots cgroup v2 by "
+                "default), or render failCgroupV1: false for these pools until they move"))
+    return findings
+
+
 def sysctl_file_values(text: str) -> dict[str, str]:
     """A sysctl.d file's settings as systemd-sysctl reads them (`key = value`, `#`/`;` comments,
     `/` in a key read as `.`, the last setting of a key winning), values as written."""
@@ -1345,6 +1371,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "podNeeds": _pod_needs,
     "renderedSetting": _rendered_setting,
     "nodeSysctls": _node_sysctls,
+    "cgroupV2": _cgroup_v2,
     "deviceAccessFromImageEnv": _device_access_from_image_env,
     "waitsForNodeMarker": _waits_for_node_marker,
     "hostNetworkOnIpBoundNodes": _host_network,
