@@ -34,7 +34,9 @@ ConfigMap's rescan interval above 0, and a node program's rendered hold at least
 pools named), waitsForFabricState
 (the agent's fabric wait on NVSwitch pools),
 renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), nodeSysctls
-(the pools' rendered sysctl.d file sets each kernel tunable to the value), podNeeds
+(the pools' rendered sysctl.d file sets each kernel tunable to the value), cgroupV2 (no parameter of
+the image's kernel command line, the built manifest's or the recipe's, asks systemd for the legacy
+cgroup hierarchy, unless the pool's rendered kubelet config sets the key to false), podNeeds
 (a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
 capabilities in the bounding set, host paths), rbacAllows (the workload's pods get a token and its
 ServiceAccount is granted each request: ClusterRoleBindings anywhere, RoleBindings in their namespace,
