@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable
 from functools import cache
 from ipaddress import IPv4Network, collapse_addresses
 from pathlib import Path
@@ -16,13 +17,14 @@ from kilonode.catalog.components import components, publisher_of, repository_of,
 from kilonode.catalog.contracts import requirements
 from kilonode.catalog.limits import limits
 from kilonode.catalog.sysctls import sysctls
-from kilonode.config.model import GIB, ROLE_IMAGES, ClusterConfig, LocalDiskConfig
+from kilonode.config.model import GIB, ROLE_IMAGES, ClusterConfig, LocalDiskConfig, NodePoolConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown, taint_key_effect
 from kilonode.paths import shown_vm_sizes
 from kilonode.problems import Loc, Problem
 
 GC_THRESH = tuple(f"net.ipv4.neigh.default.gc_thresh{i}" for i in (1, 2, 3))
+PID_MAX = "kernel.pid_max"
 
 
 def effective_sysctls(config: ClusterConfig, profile: SysctlProfile) -> dict[str, int | str]:
@@ -865,6 +867,49 @@ def _gc_thresh(config: ClusterConfig, profile: SysctlProfile) -> list[Problem]:
             f"got {one} / {two} / {three}; the field notes' values are 80000 / 90000 / 100000",
         ))
     return problems
+
+
+
+def pid_max_problems(config: ClusterConfig, profile: SysctlProfile, pod_pids_limit: int,
+                     max_pods: Callable[[NodePoolConfig], int], default_pid_max: int) -> list[Problem]:
+    """kernel.pid_max (the profile's or sysctl.overrides', every node's) must exceed what the pool's
+    pods may hold at the kubelet's podPidsLimit, maxPods x podPidsLimit, plus one pod's budget more
+    for the node's own processes; else the pods at their limits take every PID and the kubelet, the
+    container runtime and sshd can no longer fork (kubernetes/website content/en/docs/concepts/policy/
+    pid-limiting.md, "Process ID Limits And Reservations": per-pod limits "do not protect the node
+    agents themselves from PID exhaustion"; its example sizes the pods' budgets, 250 x 1,000, below a
+    pid_max of 262,144 with the rest, about 5%, left to the node; "consider raising the value of
+    /proc/sys/kernel/pid_max"). The reserve is one pod's budget (podPidsLimit): no fewer PIDs for the
+    node's agents than any one pod may take, 5% of research-7500's densest pool's budget (its system
+    pool: 19 x 32,768), the doc's share. The plan's numbers come from the caller (kilonode.plan
+    checked_plan): this layer does not read the plan. A pid_max at or below podPidsLimit itself means
+    one pod alone can exhaust the node."""
+    values = effective_sysctls(config, profile)
+    raw = values.get(PID_MAX)
+    if raw is None:
+        return []  # systemd's default (the caller's default_pid_max), which the plan's sizing assumes
+    try:
+        pid_max = int(raw)
+    except ValueError:
+        return []  # _sysctl_values says so
+    loc: Loc = ("sysctl", "overrides", PID_MAX) if PID_MAX in config.sysctl.overrides else ("sysctl", "profile")
+    if not config.node_pools:
+        return []
+    # the densest pool decides (every node gets the same sysctls): one line, one fix
+    pool = max(config.node_pools, key=max_pods)
+    pods = max_pods(pool)
+    needed = pod_pids_limit * (pods + 1)
+    if pid_max > needed:
+        return []
+    alone = (" (at or below podPidsLimit itself: one pod alone can take every PID)"
+             if pid_max <= pod_pids_limit else "")
+    return [Problem(loc, (
+        f"{PID_MAX} {pid_max:,} leaves pool {pool.name}'s nodes no PIDs of their own: its {pods} pods "
+        f"(maxPods) may each hold podPidsLimit {pod_pids_limit:,} PIDs, {pod_pids_limit * pods:,} in all{alone}, "
+        f"and then the kubelet and the container runtime cannot fork (per-pod limits do not protect the node's "
+        f"agents: Kubernetes docs, \"Process ID Limits And Reservations\"). Raise it above {needed:,} "
+        f"(maxPods + 1 pods' budgets: one for the node's own processes), or leave it out: the nodes keep "
+        f"systemd's {default_pid_max:,}"))]
 
 
 def _image_sources(config: ClusterConfig) -> list[Problem]:

@@ -1,10 +1,12 @@
 """The cluster plan: every name, address, count and budget, resolved once from the config."""
 
+from kilonode.config.checks import pid_max_problems
 from kilonode.config.load import Stack, with_lines
+from kilonode.plan import defaults
 from kilonode.plan.listeners import scraper_pool_problems
 from kilonode.plan.model import ClusterPlan
 from kilonode.plan.resolve import resolve
-from kilonode.plan.resolve.pools import system_pool_problems
+from kilonode.plan.resolve.pools import max_pods, system_pool_problems
 from kilonode.problems import PlanError
 
 __all__ = ["ClusterPlan", "checked_plan", "plan_stack", "resolve"]
@@ -26,6 +28,9 @@ def checked_plan(stack: Stack) -> ClusterPlan:
     fleet's bisection, tests of one resolver)."""
     plan = plan_stack(stack)
     problems = system_pool_problems(plan) + scraper_pool_problems(plan)
+    # kernel.pid_max against the pods' PIDs at the kubelet's podPidsLimit (a config rule, the plan's numbers)
+    problems += pid_max_problems(stack.config, stack.sysctl_profile, defaults.POD_PIDS_LIMIT, max_pods,
+                                 defaults.KERNEL_PID_MAX)
     if problems:
         raise with_lines(stack, PlanError(problems))
     return plan

@@ -22,6 +22,7 @@ def _registry() -> tuple[Check, ...]:
         admission_config,
         admission_requests,
         agent_writes,
+        api_validation,
         azure_names,
         balloon_priority,
         binaries,
@@ -55,7 +56,7 @@ def _registry() -> tuple[Check, ...]:
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
-                       azure_names,
+                       api_validation, azure_names,
                        custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
                        port_range, node_join, node_writers, admission_config, admission_requests, agent_writes, quota,
                        boot_pulls)
