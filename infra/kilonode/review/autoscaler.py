@@ -48,6 +48,31 @@ kubernetes/autoscaler cluster-autoscaler at cluster-autoscaler-1.34.5 (cb2123ed;
 - Defaults where a flag is absent: flags.go l.74, l.85, l.122-123 (main.go l.128, l.139, l.177-178
   at 1.32.7): 45, 3, 20m, true; so a flag removed is judged at upstream's value.
 
+A new node's window (`autoscaler-provision-time-changed`, `autoscaler-scale-down-delay-after-add-changed`;
+independent trace 9b: `--max-node-provision-time` and `--scale-down-delay-after-add` 30m -> 10m on research-7500 were
+said only as a flag changed), read in kubernetes/autoscaler cluster-autoscaler at cluster-autoscaler-1.34.5
+(cb2123ed; the same functions at 1.32.7 f645beb1, 1.33.6 be4b5a18, 1.35.2 2d425888):
+
+- core/static_autoscaler.go removeOldUnregisteredNodes / oldUnregisteredNodes (l.755-850): a VM its node group
+  has that is not registered as a Node within --max-node-provision-time is deleted (down to the group's min
+  size). clusterstate/clusterstate.go updateScaleRequests (l.274-310): a scale-up whose nodes are not all
+  provisioned by then (registered and Ready: a node registered but not Ready, younger than MaxNodeStartupTime
+  15m, is NotStarted and not provisioned, l.512 and l.620-640; a node under a --startup-taint counts as not
+  Ready, utils/taints/taints.go FilterOutNodesWithStartupTaints) times out ("ScaleUpTimedOut"), is counted
+  failed (metrics.Timeout) and its node group is backed off (backoffNodeGroup:
+  --initial-node-group-backoff-duration 5m doubling to --max-node-group-backoff-duration 30m, flags.go
+  l.185-187). The Azure provider overrides only the scale-down options per scale set
+  (cloudprovider/azure/azure_manager.go GetScaleSetOptions), so the flag decides for every scale set.
+  kilonode's NODE_READY_MIN (kilonode.plan.defaults.node, 30) is an InfiniBand GPU VM's way to a working
+  node: placement-group allocation, boot, TLS bootstrap, the GPU health checks under the startup taint.
+  Below it, such VMs are deleted and retried in a loop and every GPU scale-up times out.
+- core/static_autoscaler.go isScaleDownInCooldown (l.710-719): no scale-down runs for
+  --scale-down-delay-after-add after any scale-up (across all node groups unless
+  --scale-down-delay-type-local); the unneeded clock runs meanwhile (UpdateClusterState before the cooldown
+  check, l.588-620). kilonode holds it at the provision time, so nothing is removed while a scale-up's nodes
+  may still be on their way; shorter, a node just added for a gang, empty while its gang assembles, is a
+  candidate sooner.
+
 Any other cluster-autoscaler flag that changes (`autoscaler-flag-changed`, medium) is said with its
 values, so that a flag no rule here judges is never silent. The flags the plan sets from the
 pools (--cores-total, --memory-total, --max-nodes-per-scaleup, --balance-similar-node-groups, the GPU
@@ -64,12 +89,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kilonode.plan.defaults.node import NODE_READY_MIN
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
 
 RULE = "autoscaler-scale-down-raised"
 GUARD_RULE = "autoscaler-unready-guard-weakened"
+PROVISION_RULE = "autoscaler-provision-time-changed"
+DELAY_RULE = "autoscaler-scale-down-delay-after-add-changed"
 CHANGED_RULE = "autoscaler-flag-changed"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 NAMESPACE, NAME = "kube-system", "cluster-autoscaler"  # kilonode.k8s.autoscaler APP
@@ -89,6 +117,9 @@ DEFAULTS = {
     "ok-total-unready-count": "3",
     "scale-down-unready-time": "20m",
     "scale-down-unready-enabled": "true",
+    # a new node's window (flags.go l.75, l.126 at 1.34.5; main.go l.129, l.181 at 1.32.7)
+    "max-node-provision-time": "15m",
+    "scale-down-delay-after-add": "10m",
 }
 # The flags a rule here (or kilonode.review.capacity: --nodes) judges; a change to any other is said as it is.
 JUDGED = frozenset({
@@ -96,6 +127,7 @@ JUDGED = frozenset({
     "scale-down-unneeded-time", "skip-nodes-with-local-storage", "skip-nodes-with-system-pods",
     "skip-nodes-with-custom-controller-pods", "expendable-pods-priority-cutoff", "max-total-unready-percentage",
     "ok-total-unready-count", "scale-down-unready-time", "scale-down-unready-enabled", "nodes",
+    "max-node-provision-time", "scale-down-delay-after-add",
 })
 # Set from the plan's pools (kilonode.k8s.autoscaler autoscaler_args): they move with a pool's size, an
 # InfiniBand pool autoscaled or not, a GPU pool autoscaled or not (the GPU health taints).
@@ -206,7 +238,8 @@ def _moves(base: Mapping[str, str], head: Mapping[str, str]) -> tuple[list[str],
 def assess(diff: StackDiff) -> list[Finding]:
     """Every autoscaler finding of the change: scale-down reaching more nodes, the unready guard
     weakened, and any other flag changed."""
-    return [*scale_down_raised(diff), *unready_guard_weakened(diff), *flags_changed(diff)]
+    return [*scale_down_raised(diff), *unready_guard_weakened(diff), *provision_time_changed(diff),
+            *delay_after_add_changed(diff), *flags_changed(diff)]
 
 
 def scale_down_raised(diff: StackDiff) -> list[Finding]:
@@ -337,6 +370,106 @@ def unready_guard_weakened(diff: StackDiff) -> list[Finding]:
         "(kilonode.plan.defaults.autoscaler), and --scale-down-unready-time at upstream's 20m or longer; "
         "--scale-down-unready-enabled=false keeps unready nodes altogether"),
         tuple(f"pool {p['name']}" for p in pools), cause="cluster-autoscaler flags")]
+
+
+def _autoscaled(entry: Mapping[str, Any] | None) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(the autoscaled GPU pools, the other autoscaled pools) of a side's plan."""
+    pools = _pools(entry)
+    return ([p for p in pools if int(p.get("gpusPerNode") or 0) > 0],
+            [p for p in pools if int(p.get("gpusPerNode") or 0) == 0])
+
+
+def _moved(base: Mapping[str, str], head: Mapping[str, str], key: str) -> tuple[str, str, float, float] | None:
+    """(was, now, was seconds, now seconds) of a duration flag that changed its value, upstream's default where
+    absent; None where it did not move or does not read as a duration."""
+    was, now = _value(base, key), _value(head, key)
+    was_s, now_s = seconds(was), seconds(now)
+    if was_s is None or now_s is None or was_s == now_s:
+        return None
+    return was, now + _removed(head, key), was_s, now_s
+
+
+def _groups(pool: Mapping[str, Any]) -> str:
+    groups = (pool.get("autoscaling") or {}).get("nodeGroups") or []
+    high, low, _ = _drainable(pool)
+    return f"pool {pool['name']} ({len(groups)} node group(s), {low:,} to {high:,} nodes)"
+
+
+def provision_time_changed(diff: StackDiff) -> list[Finding]:
+    """--max-node-provision-time moved: high where it falls below NODE_READY_MIN and an autoscaled GPU pool
+    scales by it (its VMs deleted before they can join, its scale-ups failed and backed off)."""
+    base, head = flags(diff.base), flags(diff.head)
+    if base is None or head is None:
+        return []
+    moved = _moved(base, head, "max-node-provision-time")
+    if moved is None:
+        return []
+    was, now, was_s, now_s = moved
+    gpu_pools, other_pools = _autoscaled(diff.head)
+    pools = gpu_pools + other_pools
+    ready_s = NODE_READY_MIN * 60.0
+    subjects = tuple(f"pool {p['name']}" for p in pools) or (f"Deployment {NAMESPACE}/{NAME}",)
+    what = (f"--max-node-provision-time {was} -> {now}: the autoscaler deletes a VM of a node group that has not "
+            "registered as a Node within it (kubernetes/autoscaler cluster-autoscaler core/static_autoscaler.go "
+            "removeOldUnregisteredNodes, down to the group's min size), and a scale-up whose nodes are not "
+            "registered and Ready by then times out (ScaleUpTimedOut), counts as failed and backs its node group "
+            "off, 5m doubling to 30m (clusterstate/clusterstate.go updateScaleRequests, backoffNodeGroup); a node "
+            "under a --startup-taint counts as not Ready (utils/taints/taints.go FilterOutNodesWithStartupTaints)")
+    if now_s > was_s:
+        return [Finding(MEDIUM, PROVISION_RULE, (
+            f"{what}. Raised: a VM that never joins is replaced, and a failed scale-up noticed, later, so pods "
+            "wait longer before the autoscaler tries another node group"), subjects, cause="cluster-autoscaler flags")]
+    reached = ", ".join(_groups(p) for p in pools) or "no pool is autoscaled at the head"
+    if now_s >= ready_s:
+        return [Finding(MEDIUM, PROVISION_RULE, (
+            f"{what}. Lowered, still at or above kilonode's NODE_READY_MIN ({NODE_READY_MIN} min, "
+            f"kilonode.plan.defaults.node: a new VM's way to a node that takes work). Autoscaled: {reached}"),
+            subjects, cause="cluster-autoscaler flags")]
+    level = HIGH if gpu_pools else MEDIUM
+    return [Finding(level, PROVISION_RULE, (
+        f"{what}. It is now below kilonode's NODE_READY_MIN ({NODE_READY_MIN} min, kilonode.plan.defaults.node): "
+        "the time a new VM takes to become a working node, placement-group allocation (InfiniBand sizes), boot, "
+        "the kubelet's TLS bootstrap and registration, and on GPU nodes the health checks under the startup "
+        f"taint. Autoscaled: {reached}"
+        + (". On these GPU pools VMs still on their way are deleted at "
+           f"{_value(head, 'max-node-provision-time')} and asked for again, each scale-up counts as failed and "
+           "its node group is backed off, so the autoscaler deletes and retries in a loop and the pending "
+           "gangs waiting for those nodes never get them" if gpu_pools else "")
+        + f". Keep it at {NODE_READY_MIN}m (kilonode.plan.defaults.autoscaler "
+        "CLUSTER_AUTOSCALER_MAX_NODE_PROVISION_TIME) or longer"), subjects, cause="cluster-autoscaler flags")]
+
+
+def delay_after_add_changed(diff: StackDiff) -> list[Finding]:
+    """--scale-down-delay-after-add moved (medium): shorter, nodes just added are removable sooner."""
+    base, head = flags(diff.base), flags(diff.head)
+    if base is None or head is None:
+        return []
+    moved = _moved(base, head, "scale-down-delay-after-add")
+    if moved is None:
+        return []
+    was, now, was_s, now_s = moved
+    gpu_pools, other_pools = _autoscaled(diff.head)
+    pools = gpu_pools + other_pools
+    subjects = tuple(f"pool {p['name']}" for p in pools) or (f"Deployment {NAMESPACE}/{NAME}",)
+    what = (f"--scale-down-delay-after-add {was} -> {now}: after any scale-up no scale-down runs for this long "
+            "(kubernetes/autoscaler cluster-autoscaler core/static_autoscaler.go isScaleDownInCooldown; across "
+            "all node groups unless --scale-down-delay-type-local), while the nodes' unneeded time keeps counting")
+    if now_s > was_s:
+        return [Finding(MEDIUM, DELAY_RULE, (
+            f"{what}. Raised: idle nodes stay longer after each scale-up, and while scale-ups come more often than "
+            "the delay nothing is ever scaled down"), subjects, cause="cluster-autoscaler flags")]
+    return [Finding(MEDIUM, DELAY_RULE, (
+        f"{what}. Lowered: scale-down resumes sooner after a scale-up"
+        + (f", before kilonode's NODE_READY_MIN ({NODE_READY_MIN} min, kilonode.plan.defaults.node: a new VM's way "
+           "to a node that takes work) has passed, while that scale-up's nodes may still be on their way"
+           if now_s < NODE_READY_MIN * 60.0 else "")
+        + (". A GPU node added for a gang runs no GPU pod until the whole gang has nodes (Coscheduling holds its "
+           "pods at Permit), so it is below the GPU utilization threshold and removable once unneeded for "
+           "--scale-down-unneeded-time (or --scale-down-unready-time while still starting): a node added for a "
+           "gang may be removed before the gang lands, and the gang pends for another scale-up. GPU pools "
+           f"reached: {', '.join(_groups(p) for p in gpu_pools)}" if gpu_pools else "")
+        + ". kilonode holds it at --max-node-provision-time (kilonode.plan.defaults.autoscaler "
+        "CLUSTER_AUTOSCALER_SCALE_DOWN_DELAY_AFTER_ADD)"), subjects, cause="cluster-autoscaler flags")]
 
 
 def _shown(values: tuple[str, ...] | None) -> str:

@@ -42,6 +42,7 @@ from kilonode.review import (
     etcd_flags,
     exposure,
     flowcontrol,
+    gang_scheduler,
     images,
     incluster,
     lifecycle,
@@ -773,6 +774,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
              *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff))]
+    found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))

@@ -1,0 +1,209 @@
+"""The gang scheduler's configuration changed (independent trace 9b of kilonode diff on research-7500, finding 2:
+the Coscheduling plugin's `permitWaitingTimeSeconds` 300 -> 30 was "No risk found", the Deployment rolling by its
+config hash).
+
+Where it lives: kilonode.k8s.scheduling renders the KubeSchedulerConfiguration of the second scheduler into the
+ConfigMap kube-system/kilonode-gang-scheduler (data key scheduler-config.yaml), one profile `kilonode-gang` with
+Coscheduling and its args; each side's snapshot carries that ConfigMap's inputs among its resources.
+
+What the wait does, read in kubernetes-sigs/scheduler-plugins at v0.34.7 (8283b145; the same at v0.32.7 f83c6ac7
+and v0.33.5 c595039e, the releases components.yaml pins):
+
+- pkg/coscheduling/coscheduling.go Permit (l.219-254): a gang pod placed before minMember of its PodGroup have a
+  node waits at Permit, holding its node, for util.GetWaitTimeDuration (pkg/util/podgroup.go l.68-76): the
+  PodGroup's own spec.scheduleTimeoutSeconds, else the plugin's permitWaitingTimeSeconds
+  (apis/config/v1/types.go CoschedulingArgs; default 60, apis/config/v1/defaults.go l.30). Past it the waiting pod
+  is rejected and Unreserve (l.260-276) rejects every other waiting pod of the group and marks the group's
+  scheduling failed: the gang gives back all the nodes it held and starts over.
+- The first pod waits while the scheduler places all the others, so the wait must cover the largest gang at the
+  scheduler's pace. kilonode.k8s.scheduling PERMIT_WAITING_TIME_SECONDS says why 300: the field notes' jobs ask for
+  100% of a 7,500-node cluster, placed at 25 pods/s (docs/gang-scheduling.md). The rule takes those figures: the
+  plan's largest gang is one pod per GPU node of the whole cluster (an NCCL gang is a pod per node, and a gang may
+  span fabrics with kilonode.io/cross-fabric: kilonode.k8s.gang), autoscaled pools at their ceiling, and it needs
+  that many pods / 25 per second. Lowered below that (`gang-permit-wait-lowered`, high), a gang that large without
+  its own scheduleTimeoutSeconds times out before its last pod is placed, releases its reserved nodes and retries,
+  for ever.
+- Any other change of the profile or the plugins' args (`gang-scheduler-config-changed`, medium) is said with its
+  path and values, and the meaning of the Coscheduling args: podGroupBackoffSeconds (default 0: a rejected group
+  is retried at once; set, PostFilter backs the whole group off, coscheduling.go l.104-111, l.198-206),
+  podGroupRejectPercentage (default 10, from v0.34 only: PostFilter rejects the waiting members at once when more
+  than this share of minMember is still unplaced, coscheduling.go l.180-196). kube-scheduler's framework caps any
+  Permit wait at 15 minutes (kubernetes pkg/scheduler/framework/runtime/framework.go maxTimeout, read at
+  kubernetes 002774c3; kilonode.k8s.scheduling relies on it too).
+
+Pure: a StackDiff in, findings out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from kilonode.review.compare import StackDiff
+from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.review.lifecycle import plan_of
+
+RULE = "gang-permit-wait-lowered"
+CHANGED_RULE = "gang-scheduler-config-changed"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+# kilonode.k8s.scheduling SCHEDULER, CONFIG_FILE; kilonode.k8s.gang GANG_SCHEDULER_NAME (the profile)
+NAMESPACE, NAME, CONFIG_FILE = "kube-system", "kilonode-gang-scheduler", "scheduler-config.yaml"
+PROFILE = "kilonode-gang"
+PLUGIN = "Coscheduling"
+PERMIT = "permitWaitingTimeSeconds"
+# scheduler-plugins apis/config/v1/defaults.go l.30-32 at v0.34.7 (v0.32.7, v0.33.5: the first two the same)
+DEFAULT_ARGS: dict[str, int] = {PERMIT: 60, "podGroupBackoffSeconds": 0, "podGroupRejectPercentage": 10}
+# The pace kilonode.k8s.scheduling PERMIT_WAITING_TIME_SECONDS is sized at (300 s for 7,500 pods: 25 pods/s)
+PODS_PER_SECOND = 25
+# kube-scheduler's cap on a Permit wait (pkg/scheduler/framework/runtime/framework.go maxTimeout, 15 minutes)
+MAX_PERMIT_SECONDS = 900
+SUBJECT = f"ConfigMap {NAMESPACE}/{NAME}"
+MEANINGS = {
+    PERMIT: ("how long a placed gang pod holds its node waiting for the rest of its PodGroup at Permit, where the "
+             "PodGroup sets no spec.scheduleTimeoutSeconds (pkg/coscheduling/coscheduling.go Permit, "
+             "pkg/util/podgroup.go GetWaitTimeDuration); past it the whole gang gives its nodes back (Unreserve)"),
+    "podGroupBackoffSeconds": ("how long a PodGroup rejected in PostFilter is kept from scheduling again (0: "
+                               "retried at once; coscheduling.go New, PostFilter)"),
+    "podGroupRejectPercentage": ("the share of minMember still unplaced above which PostFilter rejects the "
+                                 "group's waiting pods at once (v0.34 only; coscheduling.go PostFilter)"),
+    "queueSort": "the queue order: Coscheduling keeps a gang's pods next to each other (coscheduling.go Less)",
+    "multiPoint": "the plugins run at every extension point they implement",
+    "schedulerName": "the name jobs ask for (schedulerName: kilonode-gang); a pod naming another waits unscheduled",
+}
+
+
+def config(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The gang scheduler's KubeSchedulerConfiguration as the side renders it; None where it renders none
+    (or it does not parse: kilonode.preflight's contracts judge that)."""
+    for r in (entry or {}).get("resources") or []:
+        inputs = r.get("inputs") or {}
+        meta = inputs.get("metadata") or {}
+        if r.get("type") != CONFIG_MAP or (meta.get("namespace"), meta.get("name")) != (NAMESPACE, NAME):
+            continue
+        text = (inputs.get("data") or {}).get(CONFIG_FILE)
+        try:
+            loaded = yaml.safe_load(text) if isinstance(text, str) else None
+        except yaml.YAMLError:
+            return None
+        return loaded if isinstance(loaded, dict) else None
+    return None
+
+
+def _key(item: Any, index: int) -> str:
+    if isinstance(item, Mapping):
+        for field in ("schedulerName", "name"):
+            if isinstance(item.get(field), str):
+                return item[field]
+    return str(index)
+
+
+def flatten(value: Any, path: str = "") -> dict[str, Any]:
+    """path -> leaf value; a list's items keyed by their schedulerName or name (a profile, a plugin, a
+    pluginConfig entry), else by position."""
+    if isinstance(value, Mapping):
+        found: dict[str, Any] = {}
+        for k, v in value.items():
+            found.update(flatten(v, f"{path}.{k}" if path else str(k)))
+        return found or {path: {}}
+    if isinstance(value, list):
+        found = {}
+        for i, v in enumerate(value):
+            found.update(flatten(v, f"{path}[{_key(v, i)}]"))
+        return found or {path: []}
+    return {path: value}
+
+
+def coscheduling_args(found: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The kilonode-gang profile's Coscheduling args, upstream's defaults where absent; None where the
+    configuration has no such profile (said as a change of the profile instead)."""
+    for profile in (found or {}).get("profiles") or []:
+        if not isinstance(profile, Mapping) or profile.get("schedulerName") != PROFILE:
+            continue
+        args: dict[str, Any] = dict(DEFAULT_ARGS)
+        for entry in profile.get("pluginConfig") or []:
+            if isinstance(entry, Mapping) and entry.get("name") == PLUGIN and isinstance(entry.get("args"), Mapping):
+                args.update(entry["args"])
+        return args
+    return None
+
+
+def largest_gang(entry: Mapping[str, Any] | None) -> int:
+    """The plan's largest gang in pods: one per GPU node of the whole cluster (autoscaled pools at their
+    ceiling), as kilonode.k8s.scheduling sizes the wait; every node where the plan has no GPU pool."""
+    pools = [p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping)]
+    gpu = [p for p in pools if int(p.get("gpusPerNode") or 0) > 0]
+
+    def nodes(pool: Mapping[str, Any]) -> int:
+        ceiling = (pool.get("autoscaling") or {}).get("maxNodes")
+        return max(int(pool.get("nodes") or 0), int(ceiling or 0))
+
+    return sum(nodes(p) for p in (gpu or pools))
+
+
+def needed_seconds(gang: int) -> int:
+    return math.ceil(gang / PODS_PER_SECOND)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _meaning(path: str) -> str:
+    """What the path's innermost named setting does (MEANINGS), if the rule knows it."""
+    names = [part.split("[", 1)[0] for part in path.split(".")]
+    return next((MEANINGS[n] for n in reversed(names) if n in MEANINGS), "")
+
+
+def assess(diff: StackDiff) -> list[Finding]:
+    """The Permit wait lowered below the plan's largest gang (high), and any other change of the gang
+    scheduler's configuration (medium)."""
+    base, head = config(diff.base), config(diff.head)
+    if base is None or head is None or base == head:
+        return []
+    found: list[Finding] = []
+    was_args, now_args = coscheduling_args(base), coscheduling_args(head)
+    was = _number(was_args.get(PERMIT)) if was_args is not None else None
+    now = _number(now_args.get(PERMIT)) if now_args is not None else None
+    gang = largest_gang(diff.head)
+    need = needed_seconds(gang)
+    lowered = was is not None and now is not None and now < was and now < need
+    if lowered:
+        found.append(Finding(HIGH, RULE, (
+            f"the gang scheduler's Coscheduling {PERMIT} {was:g} -> {now:g} s, below the {need:,} s the plan's "
+            f"largest gang needs ({gang:,} pods, one per GPU node, at {PODS_PER_SECOND} pods/s: the figures "
+            "kilonode.k8s.scheduling PERMIT_WAITING_TIME_SECONDS and docs/gang-scheduling.md size 300 s by). A "
+            "gang's first placed pod waits at Permit, holding its node, for the PodGroup's spec.scheduleTimeoutSeconds "
+            f"or else {PERMIT} while the scheduler places the rest (kubernetes-sigs/scheduler-plugins "
+            "pkg/coscheduling/coscheduling.go Permit, pkg/util/podgroup.go GetWaitTimeDuration at v0.34.7); past "
+            "it Unreserve rejects every waiting pod of the group and marks it failed. At "
+            f"{now:g} s a gang of more than {int(now) * PODS_PER_SECOND:,} pods without its own timeout times out "
+            "before its last pod is placed, gives back the nodes it reserved and starts over, for ever. Keep it at "
+            f"{need:,} s or more (kilonode's 300), or set spec.scheduleTimeoutSeconds on every large PodGroup"),
+            (SUBJECT,), cause="gang scheduler config"))
+    before, after = flatten(base), flatten(head)
+    changed = []
+    for path in sorted(before.keys() | after.keys()):
+        old, new = before.get(path, "(unset)"), after.get(path, "(unset)")
+        if old == new or (lowered and path.endswith(f"[{PLUGIN}].args.{PERMIT}")):
+            continue
+        capped = (path.endswith(f".{PERMIT}") and (_number(new) or 0) > MAX_PERMIT_SECONDS)
+        changed.append(f"{path} {old} -> {new}" + (f" ({_meaning(path)})" if _meaning(path) else "")
+                       + (f"; kube-scheduler caps any Permit wait at {MAX_PERMIT_SECONDS} s (kubernetes "
+                          "pkg/scheduler/framework/runtime/framework.go maxTimeout)" if capped else ""))
+    if changed:
+        found.append(Finding(MEDIUM, CHANGED_RULE, (
+            f"the gang scheduler's configuration changed (kube-system/{NAME}, {CONFIG_FILE}): {'; '.join(changed)}. "
+            f"Read it against kubernetes-sigs/scheduler-plugins at the pinned release (apis/config/v1/types.go "
+            f"CoschedulingArgs, defaults {', '.join(f'{k} {v}' for k, v in DEFAULT_ARGS.items())} in "
+            "apis/config/v1/defaults.go; pkg/coscheduling/coscheduling.go) and kilonode's reasons "
+            "(kilonode.k8s.scheduling scheduler_config, docs/gang-scheduling.md); the Deployment rolls to it by its "
+            "config hash"), (SUBJECT,), cause="gang scheduler config"))
+    return found
