@@ -68,7 +68,7 @@ MEANINGS = {
     "podGroupBackoffSeconds": ("how long a PodGroup rejected in PostFilter is kept from scheduling again (0: "
                                "retried at once; coscheduling.go New, PostFilter)"),
     "podGroupRejectPercentage": ("the share of minMember still unplaced above which PostFilter rejects the "
-                                 "group's waiting pods at once (v0.34 only; coscheduling.go PostFilter)"),
+                                 "group's waiting pods at once (the pinned release's coscheduling.go PostFilter; not in older ones)"),
     "queueSort": "the queue order: Coscheduling keeps a gang's pods next to each other (coscheduling.go Less)",
     "multiPoint": "the plugins run at every extension point they implement",
     "schedulerName": "the name jobs ask for (schedulerName: kilonode-gang); a pod naming another waits unscheduled",
@@ -182,7 +182,7 @@ def assess(diff: StackDiff) -> list[Finding]:
             "kilonode.k8s.scheduling PERMIT_WAITING_TIME_SECONDS and docs/gang-scheduling.md size 300 s by). A "
             "gang's first placed pod waits at Permit, holding its node, for the PodGroup's spec.scheduleTimeoutSeconds "
             f"or else {PERMIT} while the scheduler places the rest (kubernetes-sigs/scheduler-plugins "
-            "pkg/coscheduling/coscheduling.go Permit, pkg/util/podgroup.go GetWaitTimeDuration at v0.34.7); past "
+            "pkg/coscheduling/coscheduling.go Permit, pkg/util/podgroup.go GetWaitTimeDuration at the pinned release); past "
             "it Unreserve rejects every waiting pod of the group and marks it failed. At "
             f"{now:g} s a gang of more than {int(now) * PODS_PER_SECOND:,} pods without its own timeout times out "
             "before its last pod is placed, gives back the nodes it reserved and starts over, for ever. Keep it at "
