@@ -102,9 +102,11 @@ def test_a_job_label_set_at_scrape_time_leaves_the_selectors_unjudged_with_a_not
     assert any("kilonode-scheduler" in note and "not judged" in note for note in diff.notes)
 
 
-def test_the_scanner_reads_selectors_as_the_promql_lexer_does() -> None:
+def test_selectors_are_read_as_prometheus_parses_them() -> None:
+    # the offset inside absent(): after a call it is a parse error (prometheus/prometheus@v3.5.5
+    # promql/parser/parse.go:986 addOffset), which the scanner before promql_parser let through
     expr = ('sum by (job) (rate(x_total{job="a}b", verb!~"W|C"}[5m])) # job="not-a-selector"\n'
-            ' / on (job) group_left {"dotted.name", job=~`re.+`} or absent(up{job=\'c\\\'d\'}) offset 5m')
+            ' / on (job) group_left {"dotted.name", job=~`re.+`} or absent(up{job=\'c\\\'d\'} offset 5m)')
     read = alerting.selectors(expr)
     assert [(s.metric, s.matchers) for s in read] == [
         ("x_total", (("job", "=", "a}b"), ("verb", "!~", "W|C"))),
@@ -123,7 +125,7 @@ def test_every_job_selector_of_a_shipped_stacks_rules_names_a_scrape_job(stack: 
     assert jobs and not open_jobs
     matchers = [m for r in alerting._rules(entry) for s in alerting.selectors(str(r["expr"])) for m in s.matchers
                 if m[0] == "job"]
-    assert len(matchers) > 10  # the scanner sees them
+    assert len(matchers) > 10  # the parser sees them
     assert alerting.blind_selectors(entry) == ({}, set())
     diff = compare_stack(stack, snapshot(stack), snapshot(stack))
     assert alerting.jobs_unselected(diff) == [] and not diff.notes

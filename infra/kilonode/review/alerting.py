@@ -27,9 +27,9 @@ on it. A `metric_relabel_configs` entry with `action: drop` (or `keep`) and `sou
 (prometheus/prometheus@v3.5.5 model/relabel/relabel.go: Config.Regex is anchored "^(?:" ... ")$",
 Drop removes a matching series, Keep one that does not match; docs "metric_relabel_configs"), so the
 series never exist and a rule over them returns nothing. Judged on the head's rendered Prometheus
-config against the metric names each alert reads (kilonode.review.alerting.metric_names: the PromQL's
-identifiers outside strings, label matchers, ranges and grouping clauses, recording rules followed to
-their sources): a metric a rule selects with `job="X"` is held to job X's relabelling, one without a
+config against the metric names each alert reads (kilonode.review.alerting.metric_names: the vector
+selectors of the PromQL's syntax tree, recording rules followed to their sources): a metric a rule
+selects with `job="X"` is held to job X's relabelling, one without a
 job to any job's drop list (a keep list only where the job is known).
 
 A third rule (`range-too-short`, high), from a third independent trace on research-7500: a rate,
@@ -90,12 +90,28 @@ recording rules record, for names the base recorded.
 A seventh (`alert-selects-no-job`, high), from an eighth independent trace: the rules' `job="kilonode-apiserver"`
 changed to the kube-prometheus mixin's `job="apiserver"`, a job no scrape config of kilonode's defines, so
 kilonode:apiserver_requests:rate5m records nothing and the four apiserver alerts can never fire; promtool passes
-it. Judged on the head's rules, their selectors read by a scanner that follows Prometheus' PromQL lexer
-(`selectors`, cited where it stands), against the job label values the head's scrapes give (`scrape_jobs`: each
+it. Judged on the head's rules, their selectors read from the PromQL's syntax tree (`selectors`), against the job
+label values the head's scrapes give (`scrape_jobs`: each
 job_name, static labels and literal relabellings to `job`; not judged, with a note, where a job's label is set at
 scrape time), for each (rule, job matcher) that named a scraped job at the base or is new; the alerts named are those
 reading the rule, through recording rules. Preflight does not check it: a blind alert breaks no bring-up, and the
 review alone sees what the base selected.
+
+The PromQL is parsed by promql_parser (PyPI promql-parser, messense/py-promql-parser, MIT: Python bindings of
+GreptimeTeam/promql-parser, Apache-2.0, whose README declares PromQL compatible with Prometheus v3.8; 0.12.0 embeds
+the crate at 0.11.1), not by hand: a maintained parser (both projects released every one to three months through
+2026) with wheels for CPython 3.11 on manylinux x86_64 and aarch64, and a typed tree (VectorSelector, MatrixSelector,
+Call, AggregateExpr, BinaryExpr, SubqueryExpr; matchers with op, name, value). promtool has no command that parses an
+expression alone. Checked against every expression of the shipped stacks' rules (112 rules, 45 distinct expressions,
+84 selectors, 76 matchers, 44 of them on `job`) and the tests': every one parsed, its selectors and matchers are
+those the lexer-following scanner it replaced (a2536be) read, and its metric names those the regular expressions
+before it read. Its known gaps, each a parse error here
+(the rule then noted, `unreadable`, never misread): a backquoted raw string holding a backslash (Prometheus takes
+it verbatim, prometheus/prometheus@v3.5.5 promql/parser/lex.go:845-861 lexRawString, lex_test.go:235-236; the crate
+rejects it: GreptimeTeam/promql-parser@v0.10.0 src/parser/lex.rs test_strings asserts so), digit separators
+(`1_000`, lex.go:940-951), and depth: memory quadratic in the tree's depth and a native stack overflow at a few
+thousand levels (MAX_EXPR_CHARS, where it is bounded). It is more lenient than Prometheus in ways a reader does
+not mind (`{a="b" or c="d"}`, experimental functions without their feature flag): promtool judges validity.
 
 A rule file or configuration promtool rejects at the base as well (the promtool found here is older
 than the pinned server and may not know its newer syntax) is not judged: the report says so. With no
@@ -106,15 +122,18 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import promql_parser
 import yaml
 
 from kilonode.review.compare import StackDiff
@@ -214,34 +233,19 @@ def _version(promtool: Path) -> str:
     return f"promtool {match.group(1)}" if match else "promtool"
 
 
-# PromQL words that are not metric names (functions are told by the "(" after them)
-_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
-                       "offset", "inf", "nan", "atan2", "start", "end"})
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
-_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
-_NAME = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(\s*\()?")
-_SELECTOR = re.compile(r"(?<![\w:])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}")
-_JOB = re.compile(r'\bjob\s*=\s*"([^"]*)"')
-
-
 def metric_names(expr: str) -> dict[str, set[str]]:
-    """The metric names a PromQL expression selects -> the jobs its selectors name ('' for none).
-    A careful regex, not a parser: strings, label matchers, range and subquery brackets and the
-    label lists of grouping clauses are removed first; what remains is a name unless a "(" follows
-    it (a function or aggregation) or it is a keyword or a number's exponent."""
-    jobs: dict[str, set[str]] = {}
-    for name, matchers in _SELECTOR.findall(expr):
-        found = _JOB.findall(matchers)
-        jobs.setdefault(name, set()).update(found or [""])
-    bare = _STRING.sub('""', expr)
-    bare = re.sub(r"\{[^}]*\}", " ", bare)
-    bare = re.sub(r"\[[^\]]*\]", " ", bare)
-    bare = _GROUPING.sub(" ", bare)
+    """The metric names a PromQL expression selects -> the jobs its selectors name with `job="..."` ('' for a
+    selector naming none), from promql_parser's tree (`scan`); {} for an expression it does not read (`unreadable`:
+    assess notes those)."""
+    try:
+        read = selectors(expr)
+    except PromQLSyntax:
+        return {}
     names: dict[str, set[str]] = {}
-    for name, call in _NAME.findall(bare):
-        if call or name.lower() in _KEYWORDS or re.fullmatch(r"[eE]\d*", name):
-            continue
-        names[name] = jobs.get(name, {""})
+    for selector in read:
+        if selector.metric:
+            jobs = {value for label, op, value in selector.matchers if label == "job" and op == "="}
+            names.setdefault(selector.metric, set()).update(jobs or {""})
     return names
 
 
@@ -734,6 +738,10 @@ def assess(diff: StackDiff) -> list[Finding]:
         return []  # no ConfigMap changed: no rule file or Prometheus configuration did
     found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff),
              *jobs_unselected(diff)]
+    for (kind, name), why in sorted(unreadable(diff.head).items()):
+        diff.note(f"{'recording rule' if kind == 'record' else 'alert'} {name}: its PromQL was not read by "
+                  f"promql_parser ({why}), so metric-dropped, recording-rule-missing and alert-selects-no-job did not "
+                  "judge what it selects")
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}
@@ -778,31 +786,26 @@ def assess(diff: StackDiff) -> list[Finding]:
 # empty), then relabel_configs (target.go:461), metric_relabel_configs and, with honor_labels, the scraped
 # labels (scrape/scrape.go:670-692, mutateSampleLabels) may rewrite it. A matcher naming a job no scrape gives
 # selects nothing (`=` compares the value; `=~` is anchored, model/labels/regexp.go:70, "^(?s:" + re + ")$"),
-# the rule returns nothing, and promtool, which checks the rules alone, passes it. The selectors are read by a
-# scanner that follows the PromQL lexer (promql/parser/lex.go at v3.5.5: lexStatements l.385-523,
-# lexInsideBraces l.648-698, lexString and lexRawString l.825-862, lexLineComment l.873-881) and the
-# grammar's vector selector (promql/parser/generated_parser.y l.608-688: `metric {label op "value", ...}`, a
-# lone quoted string in the braces the metric name): no Python PromQL parser is installed here, and promtool
-# (2.42, the one here) has no command that parses an expression without a server.
+# the rule returns nothing, and promtool, which checks the rules alone, passes it. The selectors are read from
+# promql_parser's syntax tree (`scan`, below; the module docstring says why that library).
 
 class PromQLSyntax(ValueError):
-    """An expression the scanner cannot read (promtool rejects it too: alert-rules-rejected says so)."""
+    """An expression promql_parser does not read: one Prometheus rejects too (promtool says so:
+    alert-rules-rejected), or one of the library's gaps the module docstring lists; `unreadable` says which rules."""
 
 
-# Words the lexer emits as keywords, not identifiers (lex.go `key`, lower-cased): never a selector alone.
-_PROMQL_KEYWORDS = frozenset({
-    "and", "or", "unless", "atan2", "sum", "avg", "count", "min", "max", "group", "stddev", "stdvar", "topk",
-    "bottomk", "count_values", "quantile", "limitk", "limit_ratio", "offset", "by", "without", "on", "ignoring",
-    "group_left", "group_right", "bool", "start", "end", "step", "inf", "nan"})
-# A parenthesis after these holds label names, not expressions (generated_parser.y grouping_labels).
-_GROUPINGS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
-_IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")  # inside braces: lexIdentifier, no colon
-_NUMBER = re.compile(r"0[xX][0-9a-fA-F_]+|(?:[0-9][0-9_]*\.?[0-9_]*|\.[0-9_]+)(?:[eE][+-]?[0-9_]+)?[a-zA-Z0-9_.]*")
-_OPS = ("=~", "!=", "!~", "=")
-_GO_ESCAPE = re.compile(r"\\(?:([abfnrtv\\'\"])|x([0-9a-fA-F]{2})|([0-7]{3})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))")
-_GO_SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", "'": "'",
-              '"': '"'}
+# A selector with a lone quoted name, `{"name"}`, is `{__name__="name"}` in Prometheus' tree
+# (prometheus/prometheus@v3.5.5 promql/parser/generated_parser.y:676, parse.go:952-959 newMetricNameMatcher) and in
+# promql_parser's: its metric is that matcher's value.
+_METRIC_LABEL = "__name__"
+_MATCH_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
+# The library's tree costs time and memory quadratic in its depth, and its recursion overflows the native stack at
+# a few thousand levels (measured with 0.12.0: 1,000 nested `x+(...)` take 0.65 s and 460 MB to parse, 2,800 segfault
+# on an 8 MiB stack). So a longer expression than MAX_EXPR_CHARS is not parsed (noted, like a parse error: the
+# shipped rules' longest is 645), which bounds the depth; the worst shape measured at the bound (2,040 unary minus)
+# takes about 1 s and 380 MB. The parse runs on a thread with its own stack, whatever the process' stack limit is.
+MAX_EXPR_CHARS = 2048
+_PARSE_STACK_BYTES = 64 << 20
 # Series whose job label is not a scrape's: an alert's own labels (rules/alerting.go ALERTS, ALERTS_FOR_STATE).
 _NOT_SCRAPED = frozenset({"ALERTS", "ALERTS_FOR_STATE"})
 ABSENT = frozenset({"absent", "absent_over_time"})
@@ -814,151 +817,90 @@ class Selector(NamedTuple):
     within: tuple[str, ...]  # the calls (functions, aggregations) it sits in, outermost first
 
 
-def _unquote(text: str, quote: str) -> str:
-    """A PromQL string's value: raw between backquotes, else Go's escapes (parse.go unquoteString, strutil.Unquote;
-    \\x and octal taken as code points, which for the ASCII job names is the same)."""
-    if quote == "`":
-        return text
-
-    def one(m: re.Match[str]) -> str:
-        simple, hex2, octal, u4, u8 = m.groups()
-        if simple:
-            return _GO_SIMPLE[simple]
-        return chr(int(hex2 or u4 or u8, 16) if not octal else int(octal, 8))
-    return _GO_ESCAPE.sub(one, text)
-
-
-def _string(expr: str, i: int) -> tuple[str, int]:
-    """The string opening at expr[i] (its value, the index past it): lexString stops at an unescaped
-    newline, lexRawString runs to the next backquote."""
-    quote, j = expr[i], i + 1
-    while j < len(expr):
-        c = expr[j]
-        if quote != "`" and c == "\\":
-            j += 2
-            continue
-        if c == quote:
-            return _unquote(expr[i + 1:j], quote), j + 1
-        if c == "\n" and quote != "`":
-            break
-        j += 1
-    raise PromQLSyntax(f"unterminated string at {i}")
-
-
-def _skip(expr: str, i: int) -> int:
-    """Past spaces and `#` line comments (lexSpace, lexLineComment)."""
-    while i < len(expr):
-        if expr[i] in " \t\n\r":
-            i += 1
-        elif expr[i] == "#":
-            end = expr.find("\n", i)
-            i = len(expr) if end < 0 else end
-        else:
-            break
-    return i
+def _walk(tree: promql_parser.Expr) -> tuple[tuple[Selector, ...], frozenset[str]]:
+    """The selectors of a parsed expression, in the order they are written, and the functions and aggregations it
+    calls. Iterative: a deep tree does not reach Python's recursion limit."""
+    found: list[Selector] = []
+    calls: set[str] = set()
+    todo: list[tuple[Any, tuple[str, ...]]] = [(tree, ())]
+    while todo:
+        node, within = todo.pop()
+        if isinstance(node, promql_parser.VectorSelector):
+            # `{a="b" or c="d"}`, a GreptimeDB extension Prometheus rejects, holds its groups in or_matchers
+            for group in node.matchers.or_matchers or [node.matchers.matchers]:
+                matchers = [(m.name, _MATCH_OPS[str(m.op)], m.value) for m in group]
+                metric = node.name or ""
+                named = next((m for m in matchers if m[0] == _METRIC_LABEL and m[1] == "="), None)
+                if not metric and named:
+                    metric = named[2]
+                    matchers.remove(named)
+                found.append(Selector(metric, tuple(matchers), within))
+        elif isinstance(node, promql_parser.MatrixSelector):
+            todo.append((node.vector_selector, within))
+        elif isinstance(node, promql_parser.Call):
+            calls.add(node.func.name)
+            todo += [(arg, (*within, node.func.name)) for arg in reversed(node.args)]
+        elif isinstance(node, promql_parser.AggregateExpr):
+            op = str(node.op).lower()
+            calls.add(op)
+            todo += [(node.expr, (*within, op))] + ([(node.param, (*within, op))] if node.param is not None else [])
+        elif isinstance(node, promql_parser.BinaryExpr):
+            todo += [(node.rhs, within), (node.lhs, within)]
+        elif isinstance(node, (promql_parser.ParenExpr, promql_parser.UnaryExpr, promql_parser.SubqueryExpr)):
+            todo.append((node.expr, within))
+    return tuple(found), frozenset(calls)
 
 
-def _braces(expr: str, i: int) -> tuple[str, tuple[tuple[str, str, str], ...], int]:
-    """The matchers from just past a `{` (lexInsideBraces; label_matcher in the grammar): the metric name a
-    lone quoted string gives (Prometheus 3), the (label, op, value) matchers, the index past the `}`."""
-    name, matchers = "", []
-    while True:
-        i = _skip(expr, i)
-        if i >= len(expr):
-            raise PromQLSyntax("unclosed brace")
-        if expr[i] == "}":
-            return name, tuple(matchers), i + 1
-        if expr[i] in "\"'`":
-            label, i = _string(expr, i)
-            quoted = True
-        else:
-            m = _LABEL_NAME.match(expr, i)
-            if not m:
-                raise PromQLSyntax(f"unexpected {expr[i]!r} inside braces")
-            label, i, quoted = m.group(), m.end(), False
-        i = _skip(expr, i)
-        op = next((o for o in _OPS if expr.startswith(o, i)), None)
-        if op is None:
-            if not quoted:
-                raise PromQLSyntax(f"label {label} without an operator")
-            name = label
-        else:
-            i = _skip(expr, i + len(op))
-            if i >= len(expr) or expr[i] not in "\"'`":
-                raise PromQLSyntax(f"label {label} {op} without a string")
-            value, i = _string(expr, i)
-            matchers.append((label, op, value))
-        i = _skip(expr, i)
-        if i < len(expr) and expr[i] == ",":
-            i += 1
-        elif i >= len(expr) or expr[i] != "}":
-            raise PromQLSyntax("expected ',' or '}' inside braces")
+_STACK_SIZE_LOCK = threading.Lock()  # threading.stack_size is process-wide: one parse thread set up at a time
+
+
+@functools.lru_cache(maxsize=1024)
+def _read(expr: str) -> tuple[tuple[Selector, ...], frozenset[str]] | str:
+    """`_walk` of the parsed expression, or why it was not read (the parse on its own thread: MAX_EXPR_CHARS)."""
+    if len(expr) > MAX_EXPR_CHARS:
+        return f"{len(expr)} characters, over the {MAX_EXPR_CHARS} this review parses"
+    outcome: list[tuple[tuple[Selector, ...], frozenset[str]] | str] = []
+
+    def work() -> None:
+        try:
+            outcome.append(_walk(promql_parser.parse(expr)))
+        except BaseException as e:  # a Rust panic arrives as PanicException, a BaseException; no signal reaches here
+            outcome.append(str(e).strip() or type(e).__name__)
+
+    with _STACK_SIZE_LOCK:
+        previous = threading.stack_size(_PARSE_STACK_BYTES)
+        try:
+            worker = threading.Thread(target=work, name="kilonode-promql", daemon=True)
+            worker.start()
+        finally:
+            threading.stack_size(previous)
+    worker.join()
+    return outcome[0] if outcome else "the parser stopped without a result"
 
 
 def scan(expr: str) -> tuple[list[Selector], set[str]]:
-    """Every vector selector of a PromQL expression, `metric{...}`, `{...}` and a bare `metric`, with its
-    matchers and the calls it sits in; and the functions it calls (lower-cased). Raises PromQLSyntax on what the
-    lexer would reject here."""
-    found: list[Selector] = []
-    calls: set[str] = set()
-    stack: list[str] = []  # per open parenthesis: the word before it ('' for none)
-    owners: list[str] = []  # per open parenthesis of `by`/`without`: the aggregation before it (`sum by (x) (...)`)
-    pending: str | None = None  # an identifier whose role the next token decides
-    before = ""  # the identifier before the pending one
-
-    def settle() -> None:
-        # a bare identifier: a selector unless it is a keyword or a grouping clause's label
-        if pending and pending.lower() not in _PROMQL_KEYWORDS and not (stack and stack[-1] in _GROUPINGS):
-            found.append(Selector(pending, (), tuple(stack)))
-
-    i = 0
-    while True:
-        i = _skip(expr, i)
-        if i >= len(expr):
-            settle()
-            return found, calls
-        c = expr[i]
-        if c == "(":
-            stack.append((pending or "").lower())
-            owners.append(before.lower() if stack[-1] in ("by", "without") else "")
-            calls.add(stack[-1])
-            pending, i = None, i + 1
-        elif c == "{":
-            name, matchers, i = _braces(expr, i + 1)
-            # a keyword before the braces is an operator or a modifier, not the metric's name (`on (x) group_left
-            # {...}`); the grammar would take an aggregation's name (metric_identifier), which no rule here means
-            metric = pending if pending and pending.lower() not in _PROMQL_KEYWORDS else ""
-            found.append(Selector(metric or name, matchers, tuple(stack)))
-            pending = None
-        else:
-            settle()
-            last, pending = pending or "", None
-            if c in "\"'`":
-                _, i = _string(expr, i)
-            elif c == "[":  # a range, a subquery or a duration expression: no selector inside
-                end = expr.find("]", i)
-                if end < 0:
-                    raise PromQLSyntax("unclosed bracket")
-                i = end + 1
-            elif c.isdigit() or (c == "." and expr[i + 1:i + 2].isdigit()):
-                m = _NUMBER.match(expr, i)
-                i = m.end() if m else i + 1
-            elif c.isalpha() or c in "_:":
-                m = _IDENTIFIER.match(expr, i)
-                assert m is not None
-                pending, before, i = m.group(), last, m.end()
-            elif c == ")":
-                if not stack:
-                    raise PromQLSyntax("unexpected right parenthesis")
-                stack.pop()
-                pending = owners.pop() or None  # the aggregation a grouping clause sat between and its `(`
-                i += 1
-            else:
-                i += 1  # an operator, a comma, `@`
+    """Every vector selector of a PromQL expression, `metric{...}`, `{...}` and a bare `metric` (also under a range
+    or in a subquery), with its matchers and the calls it sits in; and the functions and aggregations it calls. Raises
+    PromQLSyntax where promql_parser does not read it."""
+    read = _read(expr)
+    if isinstance(read, str):
+        raise PromQLSyntax(read)
+    return list(read[0]), set(read[1])
 
 
 def selectors(expr: str) -> list[Selector]:
     return scan(expr)[0]
+
+
+def unreadable(entry: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+    """(rule kind, name) -> why its expression was not read, for the side's rules promql_parser does not parse: the
+    readers here skip them, so the review says so."""
+    found = {}
+    for rule in _rules(entry):
+        read = _read(str(rule["expr"]))
+        if isinstance(read, str):
+            found[_rule_key(rule)] = read
+    return found
 
 
 def _deployed_scrape_documents(entry: Mapping[str, Any] | None) -> Iterator[Mapping[str, Any]]:
