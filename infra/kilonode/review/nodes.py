@@ -73,13 +73,14 @@ Pure: a StackDiff in, findings out.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from kilonode.catalog.limits import limits
 from kilonode.k8s.pods import SKIP_AWAIT_ANNOTATION
 from kilonode.plan import wellknown
-from kilonode.review import placement
+from kilonode.review import autoscaler, placement
 from kilonode.review.compare import DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, natural
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, load_yaml, plan_of, shards
@@ -237,6 +238,202 @@ def node_identity(diff: StackDiff) -> list[Finding]:
     return found
 
 
+# --- capacity that changes owner, and the autoscaler's floors lowered (a ninth independent trace of
+# kilonode diff on research-7500, 9d: onboarding team robotics with 500 nodes on the autoscaled h100-ib pool
+# was said as node-identity-denied and fleet-rollout only).
+#
+# kilonode.azure.node_pool gives a scale set `ignoreChanges: ["sku.capacity"]` only while its shard is one of
+# the pool's autoscaler node groups (GpuNodePool._scaled: the pool's autoscaling.node_groups); a team's
+# shards are no node group (kilonode.plan.capacity: "Teams' shards keep their capacity and are not node
+# groups at all"), so a shared shard that becomes a team's, or a pool whose autoscaling is removed, goes
+# from autoscaler-owned capacity to program-owned. From that `pulumi up` on, Pulumi compares sku.capacity
+# like any input (with it ignored, the engine puts the old input in its place: pulumi/pulumi pkg/resource/
+# deploy step_generator.go processIgnoreChanges(news, olds, ...), read in the search index), and
+# pulumi-azure-native writes a scale set with a PUT of its whole model built from the new inputs (provider/
+# pkg/provider/provider.go defaultUpdate: PrepareAzureRESTBody(inputs), CreateOrUpdate; the v3 line, read in
+# the search index, not at the pinned 3.29.0): the update this same change makes (new custom data) carries the
+# plan's capacity, and so does any later one. A PUT's sku.capacity is the scale set's size, whatever scaled it
+# before (Azure/vm-scale-sets#70: an ARM deployment's sku.capacity resets an autoscaled scale set; the reason
+# kubernetes/autoscaler#2959 made cluster-autoscaler send the capacity alone). Below it, Azure creates the
+# missing VMs at once, from the new model; above it, it removes instances by the scale-in policy (Uniform,
+# Default: balanced across zones and fault domains, then the highest instance IDs: Microsoft Learn, "Use custom
+# scale-in policies with Azure Virtual Machine Scale Sets"), deleted with whatever runs on them, no cordon, no
+# drain. The live size is not in a snapshot: the base's --nodes bounds say how far it can be from the plan's
+# (the autoscaler does not take a node group beyond min:max: kubernetes/autoscaler cluster-autoscaler FAQ.md,
+# "My cluster is below minimum / above maximum number of nodes, but CA did not fix that! Why?").
+#
+# The autoscaler's node groups' minimums lowered (the same onboarding: the 20 shared groups' --nodes went
+# from 50:100 to 38:100 and 37:100, as kilonode.plan.capacity spreads the pool's floor less the team's
+# fixed 500 over them): the pool's floor holds, but the shared groups may lose more nodes than before.
+# Which nodes go is the scale-down thresholds' (kilonode.review.autoscaler): at kilonode's GPU threshold
+# (0.000001, kilonode.plan.defaults.autoscaler) only a GPU node no pod requests a GPU of; above 1/gpus a
+# node running a job's pod, whose gang then stops whole (the autoscaler-scale-down-raised reasoning).
+CAPACITY_RULE = "capacity-takes-over"
+FLOOR_RULE = "autoscaler-floor-lowered"
+CAPACITY_PATH = "sku.capacity"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+AUTOSCALER = ("kube-system", "cluster-autoscaler")  # kilonode.k8s.autoscaler
+_NODES_FLAG = re.compile(r"^--nodes=(\d+):(\d+):(\S+)$")
+
+
+def _scale_sets(entry: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """resource name -> its recorded scale set."""
+    return {str(r.get("name")): r for r in (entry or {}).get("resources") or [] if r.get("type") == VMSS}
+
+
+def _set_name(record: Mapping[str, Any]) -> str:
+    return str(_inputs(record).get("vmScaleSetName") or record.get("name"))
+
+
+def _ignores_capacity(record: Mapping[str, Any]) -> bool:
+    return CAPACITY_PATH in (record.get("ignoreChanges") or [])
+
+
+def _node_group_bounds(entry: Mapping[str, Any] | None) -> dict[str, tuple[int, int]]:
+    """scale set -> (min, max) from the side's cluster-autoscaler `--nodes=min:max:set` flags (kilonode.k8s.
+    autoscaler renders one per node group, on the Deployment kube-system/cluster-autoscaler)."""
+    found: dict[str, tuple[int, int]] = {}
+    for r in (entry or {}).get("resources") or []:
+        meta = _inputs(r).get("metadata") or {}
+        if r.get("type") != DEPLOYMENT or (meta.get("namespace"), meta.get("name")) != AUTOSCALER:
+            continue
+        spec = ((_inputs(r).get("spec") or {}).get("template") or {}).get("spec") or {}
+        for container in spec.get("containers") or []:
+            for word in [*(container.get("command") or []), *(container.get("args") or [])]:
+                matched = _NODES_FLAG.match(str(word))
+                if matched:
+                    found[matched.group(3)] = (int(matched.group(1)), int(matched.group(2)))
+    return found
+
+
+def _pools_by_name(entry: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    return {str(p.get("name")): p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping)}
+
+
+def capacity_takes_over(diff: StackDiff) -> list[Finding]:
+    """Scale sets whose capacity the autoscaler owned (ignored by Pulumi) and the program now sets."""
+    before, after = _scale_sets(diff.base), _scale_sets(diff.head)
+    bounds = _node_group_bounds(diff.base)
+    owners = {name: (pool, str(team or "")) for name, (pool, _, team) in shards(plan_of(diff.head)).items()}
+    pools = _pools_by_name(diff.head)
+    taken: dict[str, list[tuple[str, int, tuple[int, int] | None]]] = {}
+    for name, record in after.items():
+        was = before.get(name)
+        if was is None or not _ignores_capacity(was) or _ignores_capacity(record):
+            continue
+        set_name = _set_name(record)
+        capacity_now = int((_inputs(record).get("sku") or {}).get("capacity") or 0)
+        pool = owners.get(set_name, ("(not in the plan)", ""))[0]
+        taken.setdefault(pool, []).append((set_name, capacity_now, bounds.get(set_name)))
+    found = []
+    joins = int(((plan_of(diff.head).get("components") or {}).get("joins") or {}).get("sizedForPerMin") or 0)
+    for pool_name, sets in sorted(taken.items()):
+        sets.sort(key=lambda s: natural(s[0]))
+        pool = pools.get(pool_name) or {}
+        gpus, vcpus = int(pool.get("gpusPerNode") or 0), int(pool.get("vcpus") or 0)
+        size = str(pool.get("vmSize") or "VMs")
+        teams = sorted({owners[s][1] for s, _, _ in sets if s in owners and owners[s][1]})
+        why = (f"they become team {', '.join(teams)}'s and leave the autoscaler's node groups (its --nodes list)"
+               if teams else "the pool is no longer autoscaled")
+        created = sum(max(0, n - b[0]) for _, n, b in sets if b is not None)
+        deleted = sum(max(0, b[1] - n) for _, n, b in sets if b is not None)
+        each = "; ".join(f"{_short(s, diff.stack)} {n:,}" + (f" (autoscaler {b[0]}:{b[1]}: up to {max(0, n - b[0]):,} "
+                                                            "created" + (f", or up to {b[1] - n:,} deleted"
+                                                                         if b[1] > n else "") + ")"
+                                                            if b is not None else "")
+                         for s, n, b in sets)
+        unknown = [s for s, _, b in sets if b is None]
+        if created:
+            spent = [f"{created * gpus:,} GPUs"] if gpus else []
+            spent += [f"{created * vcpus:,} vCPUs of the region's quota for the size's family"] if vcpus else []
+            cost = (f"up to {created:,} {size} VMs created at once" + (f" ({', '.join(spent)})" if spent else "")
+                    + ", paid from the moment they run, each allocated in its scale set's zone and placement group, "
+                    "so Azure's capacity for the size in the region decides whether they come (an allocation failure "
+                    "stops `pulumi up` at that scale set)")
+        else:
+            cost = "no VM created (the autoscaler could not hold any below its plan size)"
+        if created and joins and created > joins:
+            cost += f"; more than the {joins:,} joins a minute the apiservers are sized for (components.joins)"
+        removal = (f"; where the autoscaler had one above it, up to {deleted:,} VMs deleted in all, chosen by the "
+                   "scale-in policy (Uniform, Default: balanced across zones and fault domains, then the highest "
+                   "instance IDs) with no cordon and no drain, every gang with a pod there failing whole"
+                   if deleted else "")
+        level = HIGH if gpus and (created or deleted or unknown) else MEDIUM
+        found.append(Finding(level, CAPACITY_RULE, (
+            f"pool {pool_name}: {len(sets)} scale set(s) go from autoscaler-owned to program-owned capacity ({why}, "
+            "and kilonode.azure.node_pool ignores sku.capacity only for a node group's scale set): from this `pulumi "
+            "up` on, Pulumi sets sku.capacity like any input, and pulumi-azure-native PUTs a scale set's whole model, "
+            "so the first update of each (this change's, where it changes the model; after a refresh, the "
+            "autoscaler's size itself shows as a difference) sets it to the plan's size whatever the autoscaler "
+            f"left it at: {each}. The live sizes are not in the review (the autoscaler kept each within its "
+            f"--nodes bounds): {cost}{removal}"
+            + (f"; {', '.join(_short(s, diff.stack) for s in unknown)}: no --nodes bounds on the base, size unknown"
+               if unknown else "")
+            + ". The VMs it adds boot from the head's model (the new custom data). Before `pulumi up`: read each "
+            "one's size (`az vmss show --query sku.capacity`) and bring it to the plan's size by hand, in steps the "
+            "region's capacity and the join rate allow (`az vmss scale --new-capacity`), cordoning and draining "
+            "first any node that would go; or onboard the team's nodes in steps (a smaller teams[].nodes, raised in "
+            "later changes); or keep the pool's shards autoscaled (no team on an autoscaled pool)"),
+            tuple(s for s, _, _ in sets), cause=f"pool {pool_name} capacity owner"))
+    return found
+
+
+def _drains_running(head: Mapping[str, str] | None, gpus: int) -> bool:
+    """Whether the head's GPU threshold makes a node running a 1-GPU pod removable (utilization below it:
+    cluster-autoscaler core/scaledown/eligibility/eligibility.go isNodeBelowUtilizationThreshold)."""
+    key = "scale-down-gpu-utilization-threshold"
+    text = (head or {}).get(key, autoscaler.DEFAULTS[key])
+    try:
+        return gpus > 0 and float(text) > 1 / gpus
+    except ValueError:
+        return False
+
+
+def floors_lowered(diff: StackDiff) -> list[Finding]:
+    """Node groups (present on both sides) whose autoscaler min size falls: more of them removable."""
+    before, after = _node_group_bounds(diff.base), _node_group_bounds(diff.head)
+    owners = {name: pool for name, (pool, _, _) in shards(plan_of(diff.head)).items()}
+    pools = _pools_by_name(diff.head)
+    lowered: dict[str, list[tuple[str, int, int, int]]] = {}
+    for name, (low, high) in after.items():
+        was = before.get(name)
+        if was is not None and low < was[0]:
+            lowered.setdefault(owners.get(name, name), []).append((name, was[0], low, high))
+    if not lowered:
+        return []
+    head_flags = autoscaler.flags(diff.head)
+    found = []
+    for pool_name, groups in sorted(lowered.items()):
+        groups.sort(key=lambda g: natural(g[0]))
+        gpus = int((pools.get(pool_name) or {}).get("gpusPerNode") or 0)
+        high = sum(h for *_, h in groups)
+        was_low, now_low = sum(g[1] for g in groups), sum(g[2] for g in groups)
+        mins = ", ".join(sorted({f"{g[1]} -> {g[2]}" for g in groups}))
+        running = _drains_running(head_flags, gpus)
+        floor = int(((pools.get(pool_name) or {}).get("autoscaling") or {}).get("minNodes") or 0)
+        keep = (f"To keep the old floor: autoscaling.minNodes {floor:,} -> {floor + was_low - now_low:,} (a team's "
+                "fixed nodes count toward the pool's minNodes, and the rest is spread over the shared node groups: "
+                "kilonode.plan.capacity)" if floor else
+                "To keep the old floor, raise autoscaling.minNodes by the difference (kilonode.plan.capacity)")
+        which = (("a GPU node running a job's pod is removable at the head's --scale-down-gpu-utilization-threshold, "
+                  "so each removed node running part of a job stops the whole job (a gang dies with any member) and "
+                  "its pods pend until a scale-up brings nodes back") if running else
+                 ("the scale-down thresholds leave only nodes no pod requests a GPU of (kilonode.plan.defaults."
+                  "autoscaler), so no running job is drained, but idle GPU nodes go that only a scale-up brings back "
+                  "(--max-node-provision-time to Ready, and only if Azure has the size's capacity in the region)"
+                  if gpus else "only nodes below the scale-down utilization threshold go"))
+        found.append(Finding(HIGH if running else MEDIUM, FLOOR_RULE, (
+            f"pool {pool_name}: the cluster autoscaler's min size falls on {len(groups)} node group(s) ({mins}; "
+            f"--nodes=min:max:set), so it may remove up to {high - now_low:,} of their {high:,} nodes, was "
+            f"{high - was_low:,}: {was_low - now_low:,} more (down to {now_low:,}). Scale-down stops at each node "
+            "group's min size (\"Cluster Autoscaler will not scale the cluster beyond these limits\": "
+            "kubernetes/autoscaler cluster-autoscaler/FAQ.md, \"My cluster is below minimum / above maximum number "
+            "of nodes, but CA did not fix that! Why?\"); "
+            f"{which}. {keep}"),
+            tuple(g[0] for g in groups), cause=f"pool {pool_name} floor"))
+    return found
+
+
 def _plan_nodes(diff: StackDiff) -> int:
     return sum(int(p.get("nodes") or 0) for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping))
 
@@ -380,5 +577,5 @@ def short_path(path: str) -> str:
 
 
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *daemonsets_replaced(diff),
-            *daemonset_templates(diff)]
+    return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *capacity_takes_over(diff),
+            *floors_lowered(diff), *daemonsets_replaced(diff), *daemonset_templates(diff)]
