@@ -38,6 +38,7 @@ from kilonode.review import (
     apiservers,
     autoscaler,
     capacity,
+    control_flags,
     coredns,
     etcd_flags,
     exposure,
@@ -773,7 +774,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
-             *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff))]
+             *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff)),
+             *_risks(diff, control_flags.assess(diff))]
     found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
