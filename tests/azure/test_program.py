@@ -10,6 +10,7 @@ from pathlib import Path
 import pulumi
 import pytest
 
+from kilonode.azure.deployer import Answer
 from kilonode.azure.graph import Graph, format_json
 from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.config import load_stack
@@ -91,6 +92,8 @@ def test_pulumi_up_refuses_before_registering_anything_while_a_disk_image_is_not
     from kilonode.azure.node_image import default_vhd
 
     monkeypatch.setattr(program, "_recorded_by_mocks", lambda: False)  # as `pulumi up` runs it
+    asked = []
+    monkeypatch.setattr(program, "run_tool", lambda argv: asked.append(argv) or Answer(3, "", "ResourceNotFound"))
     monkeypatch.setattr(program, "preflight_gate", lambda *_: pytest.fail("preflight ran before the images' check"))
     monkeypatch.chdir(tmp_path)  # the project folder `pulumi up` runs in: build/node-image/ holds some images
     # and its stack file, which the program reads as every command does (config.load.program_stack)
@@ -104,9 +107,12 @@ def test_pulumi_up_refuses_before_registering_anything_while_a_disk_image_is_not
     with pytest.raises(pulumi.RunError) as refused:
         run_program("research-7500", shipped_cluster_value("research-7500"), program.main)
     assert str(refused.value) == (
-        f"1 of the {len(names)} disk images this stack boots are not built: build/node-image/research-7500-"
-        f"{names[-1]}.vhd. Build them all with `kilonode image build research-7500 --all --out build/node-image "
-        '--fetch` (docs/azure.md, "Running it for real"), then `pulumi up` again; nothing was created.')
+        f"1 of the {len(names)} disk images this stack boots are not built here and not published in its gallery: "
+        f"build/node-image/research-7500-{names[-1]}.vhd. Build them with `kilonode image build research-7500 --all "
+        '--out build/node-image --fetch` (docs/azure.md, "Running it for real"), then `pulumi up` again; nothing '
+        "was created.")
+    [question] = asked  # the gallery is asked about the one not built, and says it has no such version
+    assert names[-1] in question and "image-version" in question
 
 
 def plan_images(stack: str) -> list[BootImage]:

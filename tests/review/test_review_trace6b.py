@@ -229,7 +229,7 @@ def test_min_nodes_2000_on_h100_ib_is_told_nothing_scales_up() -> None:
     assert floor.summary.startswith("pool h100-ib: the autoscaler's floor over 25 node group(s) rises from 1,250 "
                                     "to 2,000 nodes, but nothing will scale them up to it")
     assert "FAQ.md" in floor.summary and "--enforce-node-group-min-size" in floor.summary
-    assert "ignoreChanges: sku.capacity" in floor.summary and "az vmss scale --new-capacity" in floor.summary
+    assert "its live size back" in floor.summary and "az vmss scale --new-capacity" in floor.summary
 
 
 def test_with_the_flag_or_a_lower_floor_it_is_not_said() -> None:

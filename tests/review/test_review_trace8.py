@@ -96,3 +96,14 @@ def test_components_at_the_emulated_minor_are_in_policy_and_a_kubelet_past_it_is
     assert "autoscaler" in violations(Side(35, 34, 34, held))  # the binaries' minor without it
     ahead = violations(Side(35, 35, 34, held, emulated=34))
     assert "kube-apiserver 1.34 (1.35 emulating 1.34)" in ahead["kubelet-newer:new or upgraded nodes"]
+
+
+def test_a_model_update_of_autoscaled_scale_sets_says_to_pause_the_autoscaler() -> None:
+    head = snapshot(STACK)
+    for r in head["resources"]:
+        if r["type"].endswith(":VirtualMachineScaleSet") and "-h100-ib-" in r["name"]:
+            r["inputs"]["virtualMachineProfile"]["osProfile"]["customData"] = "[secret sha256:0000]"
+    found = risks(head)
+    [h100] = [r for r in rule(found, "fleet-rollout") if "pool-h100-ib" in r.summary]
+    assert "25 of them are autoscaled" in h100.summary and "--replicas=0" in h100.summary
+    assert not [r for r in rule(found, "fleet-rollout") if "pool-a100-ib" in r.summary and "autoscaled" in r.summary]

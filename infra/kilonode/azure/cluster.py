@@ -40,6 +40,9 @@ class ClusterArgs:
     # this stack's fully qualified name (org/project/stack): its last deployed outputs are
     # read back for the restart guard; None skips the guard (nothing deployed to compare)
     own_stack: str | None = None
+    # scale set -> its size in Azure at this run's start (kilonode.azure.live); None when recorded
+    # under the mock engine
+    live_capacities: Mapping[str, int] | None = None
 
 
 def _user_data(args: ClusterArgs, host: str) -> str:
@@ -272,6 +275,7 @@ class Cluster(pulumi.ComponentResource):
                     encryption_at_host=plan.encryption_at_host(pool.vm_size),
                     identity_ids=identities if pool.name in controllers else [],
                     nic_nsg_id=self.network.pool_nic_nsg_id,
+                    live_capacities=args.live_capacities,
                 ),
                 pulumi.ResourceOptions(parent=self),
             )

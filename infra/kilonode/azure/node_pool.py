@@ -48,6 +48,9 @@ class GpuNodePoolArgs:
     # the NSG every NIC of the pool's scale sets carries (kilonode.azure.network NIC_NSG: a `peered`
     # deployer's outbound deny where no cluster identity writes); None: the subnet's alone
     nic_nsg_id: pulumi.Input[str] | None = None
+    # scale set -> its size in Azure as this run read it (kilonode.azure.live); None where the
+    # program is recorded, not deployed (under the mock engine: no live size to read)
+    live_capacities: Mapping[str, int] | None = None
 
 
 def ip_configurations(
@@ -136,7 +139,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # the autoscaler's template of a node of this scale set, read while it holds none
             tags={**tags(args.cluster, pool.role(shard.team)), **node_template_tags(pool, shard)},
             zones=[shard.zone],
-            sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=shard.capacity),
+            sku=compute.SkuArgs(name=pool.vm_size, tier="Standard", capacity=self._capacity(shard)),
             orchestration_mode="Uniform",
             single_placement_group=shard.single_placement_group,
             overprovision=False,
@@ -146,17 +149,38 @@ class GpuNodePool(pulumi.ComponentResource):
                 user_assigned_identities=list(args.identity_ids),
             ) if args.identity_ids else None,
             virtual_machine_profile=profile,
-            # The autoscaler owns an autoscaled shard's capacity (kilonode.plan.capacity):
-            # `pulumi up` sets it when it creates the scale set and never resets it after.
+            # The autoscaler owns an autoscaled shard's capacity (kilonode.plan.capacity), and an
+            # update of the scale set must not undo it (_capacity). Recorded offline, its size is the
+            # autoscaler's, unknown: ignoreChanges says so to the review and preflight. Deployed,
+            # the live size is the input (no ignoreChanges: with it the engine would put the size
+            # recorded at creation back in the update, pulumi-azure-native#2032).
             # dependsOn orders creation and updates, and is no input: adding it to a scale set
             # that exists changes nothing in Azure.
             opts=pulumi.ResourceOptions(
-                parent=self, ignore_changes=["sku.capacity"] if shard.name in self._scaled else None,
+                parent=self,
+                ignore_changes=(["sku.capacity"] if shard.name in self._scaled and args.live_capacities is None
+                                else None),
                 depends_on=list(after) or None,
             ),
         )
         self.scale_set_ids[shard.name] = vmss.id
         return vmss
+
+    def _capacity(self, shard: ScaleSetShard) -> int:
+        """The size the scale set is given. A fixed shard's is the plan's. An autoscaled shard's is
+        the plan's when it is created, and after that its size in Azure as this run read it: pulumi-
+        azure-native updates a scale set with a PUT of its whole model (sku included), and a PUT's
+        sku.capacity is the scale set's new size (Azure/vm-scale-sets#70; Azure/aks-engine#2183:
+        an update that re-sent the created size removed the instances the cluster had grown by,
+        with no drain). ignoreChanges cannot keep it: the engine then sends the input recorded at
+        creation (pulumi/pulumi pkg/resource/deploy step_generator.go processIgnoreChanges), and a
+        refresh does not bring an ignored input up to date (pulumi/pulumi#16146); a scale set the
+        autoscaler had grown from 0 (kilonode.plan.capacity: beyond the pool's nodes) would go back
+        to 0 at its next model change, an image rollout's."""
+        live = self._args.live_capacities
+        if shard.name in self._scaled and live is not None and shard.name in live:
+            return live[shard.name]
+        return shard.capacity
 
     def done(self) -> None:
         self.register_outputs({"scaleSetIds": self.scale_set_ids})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from kilonode.azure.cluster import Cluster, ClusterArgs, etcd_endpoints_output
 from kilonode.azure.custom_data_size import refuse_oversized, user_data
 from kilonode.azure.deployer import Runner, deployer_problems, run_tool
 from kilonode.azure.identity import subscription_of
+from kilonode.azure.live import LiveReadError, live_capacities
 from kilonode.azure.node_image import (
     DEFAULT_VHD_DIR,
     absent_vhds,
@@ -44,10 +45,13 @@ from kilonode.render import render_cluster
 from kilonode.render.monitoring import monitoring_files
 
 
-def main(require_recorded_addresses: bool = True, stack_file: Path | None = None) -> Cluster:
+def main(require_recorded_addresses: bool = True, stack_file: Path | None = None,
+         live_capacities_recorded: Mapping[str, int] | None = None) -> Cluster:
     """The program. `pulumi up` runs it as is; the offline preview (`kilonode plan`) passes
     require_recorded_addresses=False to show the graph of a stack not yet allocated, and the
-    stack file it loaded."""
+    stack file it loaded. Deployed, it reads the autoscaled scale sets' sizes from Azure
+    (kilonode.azure.live); recorded, it has none, or `live_capacities_recorded` (a test's: the
+    graph a deployment with those sizes would send)."""
     stack_name = pulumi.get_stack()
     try:
         stack = read_stack(stack_name, pulumi.Config("kilonode").get_object("cluster"), stack_file)
@@ -61,10 +65,15 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         # command bounds a refusal.
         raise pulumi.RunError(report(error)) from None
     vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
+    live = dict(live_capacities_recorded) if live_capacities_recorded is not None else None
     if not _recorded_by_mocks():
         require_vhds(stack.name, vhds, plan)
         require_deployer(plan)
         preflight_gate(stack.file)
+        try:
+            live = live_capacities(plan)
+        except LiveReadError as error:
+            raise pulumi.RunError(str(error)) from None
     if require_recorded_addresses and plan.network.unrecorded:
         # An unrecorded subnet could move when another pool changes (and with it static IPs
         # or scale sets): nothing gets created at an address the stack file does not hold.
@@ -80,6 +89,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         # a recorded plan reads no disk images: the same graph on every machine
         node_image_digests={name: vhd_digest(path, read=not _recorded_by_mocks()) for name, path in vhds.items()},
         own_stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack_name}",
+        live_capacities=live,
     ))
     # The in-cluster half: on the cluster's own credentials, once the apiserver answers, through
     # the endpoint the machine running `pulumi up` reaches (the stack's `deployer`).
@@ -137,7 +147,7 @@ def read_stack(stack_name: str, value: Any, stack_file: Path | None) -> Stack:
 
 
 def require_vhds(stack_name: str, vhds: dict[str, str], plan: ClusterPlan | None = None,
-                 run: Runner = run_tool) -> None:
+                 run: Runner | None = None) -> None:
     """Refuse before anything is registered when a disk image the program uploads is not built:
     otherwise its upload fails after minutes of retries (blaming role assignments) and no scale
     set is created, because every join wave waits on the whole image component. An image whose
@@ -146,7 +156,8 @@ def require_vhds(stack_name: str, vhds: dict[str, str], plan: ClusterPlan | None
     `pulumi up` from a machine without the VHDs (a CI runner, a colleague's laptop) goes on."""
     missing = absent_vhds(vhds)
     if missing and plan is not None:
-        published = {image for image, path in vhds.items() if path in missing and _published(plan, image, run)}
+        ask = run or run_tool
+        published = {image for image, path in vhds.items() if path in missing and _published(plan, image, ask)}
         missing = [path for image, path in vhds.items() if path in missing and image not in published]
     if missing:
         raise pulumi.RunError(

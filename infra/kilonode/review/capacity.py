@@ -135,8 +135,8 @@ def loads(inputs: Inputs) -> dict[str, Load]:
 # fix that! Why?"), unless it runs with --enforce-node-group-min-size (FAQ "What are the parameters to
 # CA?": "Should CA scale up the node group to the configured min size if needed", default false), which
 # kilonode.k8s.autoscaler does not set (read here from the head's Deployment). And `pulumi up` does not
-# set an autoscaled scale set's capacity either: it ignores sku.capacity there (kilonode.azure.node_pool,
-# ignoreChanges), the autoscaler owning it. The floors are the node groups' min sizes as the head's
+# set an autoscaled scale set's capacity either: it sends its live size back (kilonode.azure.live),
+# the autoscaler owning it. The floors are the node groups' min sizes as the head's
 # cluster-autoscaler Deployment passes them (--nodes=min:max:scale set); the review cannot see the
 # scale sets' live sizes, which can be as low as the base's floors.
 AUTOSCALER_DEPLOYMENT = ("kube-system", "cluster-autoscaler")
@@ -186,7 +186,7 @@ def min_not_enforced(diff: StackDiff) -> list[Finding]:
             "min size and does not grow one that is below it, except for pending pods (kubernetes/autoscaler "
             "cluster-autoscaler/FAQ.md, \"My cluster is below minimum / above maximum number of nodes, but CA did "
             f"not fix that! Why?\"), unless it runs with {ENFORCE_FLAG}, which kilonode does not pass; and `pulumi "
-            "up` leaves an autoscaled scale set's capacity to the autoscaler (ignoreChanges: sku.capacity). Scale "
+            "up` gives an autoscaled scale set its live size back (kilonode.azure.live). Scale "
             "sets the autoscaler brought down toward the old floor stay there until pods are pending. To get there: "
             "set each scale set's capacity to at least its new min by hand (`az vmss scale --new-capacity`; the "
             f"autoscaler then never removes below it), or run the autoscaler with {ENFORCE_FLAG}=true, which makes "

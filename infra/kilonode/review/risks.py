@@ -480,8 +480,24 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
                 "its nodes first (`kubectl drain`"
                 + (", or wait until no gang runs on the fabric)" if infiniband else ")")
                 + ", as the upgrade and reimage restart every node of it and kill the pods there, a training gang "
-                "with one pod there included", tuple(sorted(names)),
+                "with one pod there included" + _autoscaled_update(diff, names), tuple(sorted(names)),
                 cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
+
+
+def _autoscaled_update(diff: StackDiff, names: set[str]) -> str:
+    """For autoscaled scale sets (recorded with ignoreChanges on sku.capacity: the autoscaler's size,
+    kilonode.azure.node_pool), what the update's PUT does to their size: `pulumi up` sends each one's
+    size as it read it at the run's start (kilonode.azure.live), so a size the autoscaler changes during
+    the run is set back, and instances it added meanwhile are removed with no drain."""
+    scaled = sorted(n for n in names if any(
+        c.name == n and c.type == rules.VMSS and "sku.capacity" in ((c.head or {}).get("ignoreChanges") or [])
+        for c in diff.resources))
+    if not scaled:
+        return ""
+    return (f". {len(scaled)} of them are autoscaled: `pulumi up` reads their sizes when it starts and sends each "
+            "back with its update (a PUT of the whole model), so a size the autoscaler changes during the run is set "
+            "back, instances it added meanwhile removed with no drain; pause the autoscaler for that run (`kubectl -n "
+            "kube-system scale deployment cluster-autoscaler --replicas=0`, its replicas back after; docs/azure.md)")
 
 
 # With the Manual upgrade policy an instance keeps its own model until it is upgraded to the scale
