@@ -135,7 +135,11 @@ autoscaler-unready-guard-weakened (the halt on unready nodes raised, or unready
 nodes removed sooner), alert-selects-no-job (a rule's job selector naming no job
 Prometheus scrapes: its alerts never fire), rbac-escalation (a subject newly
 granted an escalation path: nodes/proxy, pods/exec, Secrets, ...),
-audit-secrets-logged (Secrets or tokens in the audit log above Metadata), coredns-memory-short
+audit-secrets-logged (Secrets or tokens in the audit log above Metadata),
+node-monitor-grace-lowered (nodes marked NotReady, their pods evicted, on any
+control-plane blip), kubelet-node-writes-raised (Node writes x10), capacity-takes-over
+(a scale set set to the plan's size whatever the autoscaler left),
+gang-permit-wait-lowered (large gangs never assemble), coredns-memory-short
 (CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
@@ -155,7 +159,9 @@ apiserver-load (fewer apiservers: each carries more watches, and higher
 inflight limits), autoscaler-min-not-enforced (a raised autoscaler floor that
 nothing scales up to), join-token-rotated (a rotation, or a registration group's token
 Secrets deleted while its scale sets stay: a removed team),
-autoscaler-flag-changed (a cluster-autoscaler flag no rule judges), pool-capacity (a pool
+autoscaler-flag-changed (a cluster-autoscaler flag no rule judges),
+control-plane-flag-changed and kubelet-config-changed (a flag or field no rule
+judges), autoscaler-floor-lowered (more of a pool's nodes removable), pool-capacity (a pool
 too small for what must run there, or for what prefers it: the rest spills onto
 other pools, GPU nodes named), etcd-retention-moot (etcd's own compaction
 retention raised while the apiservers compact every 5 minutes: no more history,
