@@ -33,10 +33,12 @@ def rollout(**policy: object) -> Journal:
     return Journal("research-7500", "image 1.1.0", Policy(order=FABRICS, **policy))  # type: ignore[arg-type]
 
 
-def applied(state: ClusterState, actions: list[Action], gpu_checks_pass: bool = True) -> ClusterState:
+def applied(state: ClusterState, actions: list[Action], gpu_checks_pass: bool = True,
+            gpu_at: float = 1e12) -> ClusterState:
     """What the next observation reads once the actions are carried out: cordon and drain leave
-    nodes unschedulable; an upgrade reimages the instances into the model (a new boot ID, Ready,
-    GPU checks passed or not); an uncordon makes them schedulable again."""
+    nodes unschedulable and held from the autoscaler; an upgrade reimages the instances into the
+    model (a new boot ID, Ready, GPU checks passed or not: a GPUHealthy condition True or False
+    from after the send, at `gpu_at`); an uncordon makes them schedulable again, the hold lifted."""
     sets = {s.name: s for s in state.scale_sets}
     for action in actions:
         s = sets.get(action.scale_set)
@@ -44,15 +46,20 @@ def applied(state: ClusterState, actions: list[Action], gpu_checks_pass: bool = 
             continue
         instances = []
         for i in s.instances:
-            if action.kind == "cordon" and i.node in action.nodes:
-                i = replace(i, schedulable=False)
-            elif action.kind == "uncordon" and i.node in action.nodes:
-                i = replace(i, schedulable=True)
+            if action.kind in ("cordon", "hold") and i.node in action.nodes:
+                # execute.hold_patch: the rollout's hold (and its mark) only where none is there
+                mark = i.held or not i.scale_down_disabled
+                i = replace(i, schedulable=i.schedulable and action.kind == "hold", scale_down_disabled=True,
+                            held=mark)
+            elif action.kind in ("uncordon", "release") and i.node in action.nodes:
+                i = replace(i, schedulable=i.schedulable or action.kind == "uncordon",
+                            scale_down_disabled=i.scale_down_disabled and not i.held, held=False)
             elif action.kind in ("taint", "untaint") and i.node in action.nodes:
                 i = replace(i, steered=action.kind == "taint")
             elif action.kind == "upgrade" and i.instance_id in action.instances:
                 i = replace(i, latest_model=True, boot_id=i.boot_id.replace("boot-1", "boot-2"),
-                            gpu_pending=not gpu_checks_pass)
+                            gpu_pending=not gpu_checks_pass, gpu_condition="True" if gpu_checks_pass else "False",
+                            gpu_since=gpu_at)
             instances.append(i)
         sets[s.name] = replace(s, instances=tuple(instances))
     return replace(state, scale_sets=tuple(sets[n] for n in (s.name for s in state.scale_sets)))
@@ -334,3 +341,140 @@ def test_a_new_instance_at_the_model_is_never_steered_and_steer_off_only_lifts()
     off = Journal("s", "1.1.0", Policy(order=(FABRICS[0],), cordon_ahead=0, hold_s=0, steer=False))
     actions = decide(off, steered, 0.0)
     assert [a.kind for a in actions if a.kind in ("taint", "untaint")] == ["untaint"]
+
+
+# --- the autoscaler's scale-down hold (model.SCALE_DOWN_DISABLED) ----------------------------------
+
+def held(state: ClusterState, name: str) -> dict[str, tuple[bool, bool]]:
+    """node -> (scale-down disabled, by the rollout) for scale set `name`."""
+    found = state.scale_set(name)
+    assert found is not None
+    return {i.node or "": (i.scale_down_disabled, i.held) for i in found.instances}
+
+
+def test_every_node_the_rollout_keeps_cordoned_is_held_from_scale_down_until_its_gate_passes() -> None:
+    journal, state = rollout(cordon_ahead=1, hold_s=600), cluster()
+    first = decide(journal, state, 0.0)
+    assert kinds(first) == [("cordon", FABRICS[0]), ("drain", FABRICS[0]), ("wait", FABRICS[1]),
+                            ("wait", FABRICS[2]), ("cordon", FABRICS[1])]  # the batch, and one ahead
+    state = applied(state, first)
+    assert set(held(state, FABRICS[0]).values()) == set(held(state, FABRICS[1]).values()) == {(True, True)}
+    upgrade = decide(journal, state, 1.0)
+    assert not [a for a in upgrade if a.kind in ("hold", "release")]  # nothing lost: nothing to mend
+    state = applied(state, upgrade)
+    for now in (2.0, 300.0):  # through the boot and the hold
+        assert not [a for a in decide(journal, state, now) if a.kind in ("hold", "release")]
+    passed = decide(journal, state, 700.0)
+    assert kinds(passed)[0] == ("uncordon", FABRICS[0])
+    state = applied(state, passed)
+    assert set(held(state, FABRICS[0]).values()) == {(False, False)}  # lifted with the uncordon
+    assert set(held(state, FABRICS[1]).values()) == {(True, True)}  # still cordoned ahead
+
+
+def test_a_hold_the_gpu_health_controller_set_is_kept_and_one_it_lifts_mid_roll_is_put_back() -> None:
+    journal, state = rollout(hold_s=600), cluster()
+    own = FABRICS[0] + "000001"  # pending GPU checks: the controller's hold (no ROLLOUT_HOLD mark)
+    state = replace(state, scale_sets=(replace(state.scale_sets[0], instances=tuple(
+        replace(i, scale_down_disabled=True) if i.node == own else i for i in state.scale_sets[0].instances)),
+        *state.scale_sets[1:]))
+    state = applied(state, decide(journal, state, 0.0))
+    assert held(state, FABRICS[0])[own] == (True, False)  # not marked the rollout's
+    state = applied(state, decide(journal, state, 1.0))  # upgraded
+    # the controller lifts its own hold once the node's GPU taints go: the rollout puts its own on
+    lifted = replace(state, scale_sets=(replace(state.scale_sets[0], instances=tuple(
+        replace(i, scale_down_disabled=False) if i.node == own else i for i in state.scale_sets[0].instances)),
+        *state.scale_sets[1:]))
+    rollout_copy = journals.loads(journals.dumps(journal))
+    mend = [a for a in decide(rollout_copy, lifted, 2.0) if a.kind == "hold"]
+    assert mend == [Action("hold", FABRICS[0], nodes=(own,), why=mend[0].why)]
+    assert rollout_copy.of(FABRICS[0]).phase == "gating"
+    # had it kept it: the uncordon leaves the controller's hold where it is
+    decide(journal, state, 2.0)  # the gate passes: held
+    state = applied(state, passed := decide(journal, state, 700.0))
+    assert kinds(passed)[0] == ("uncordon", FABRICS[0])
+    assert held(state, FABRICS[0])[own] == (True, False)
+    assert {n: h for n, h in held(state, FABRICS[0]).items() if n != own} == {
+        FABRICS[0] + "000000": (False, False), FABRICS[0] + "000002": (False, False)}
+
+
+def test_a_node_uncordoned_by_hand_with_the_rollouts_hold_is_released() -> None:
+    journal, state = rollout(), cluster()
+    stray = FABRICS[2] + "000000"
+    state = replace(state, scale_sets=(*state.scale_sets[:2], replace(state.scale_sets[2], instances=tuple(
+        replace(i, scale_down_disabled=True, held=True) if i.node == stray else i
+        for i in state.scale_sets[2].instances))))
+    release = [a for a in decide(journal, state, 0.0) if a.kind == "release"]
+    assert [(a.scale_set, a.nodes) for a in release] == [(FABRICS[2], (stray,))]
+    # cordoned (by a rollout whose journal was set aside): kept until it is uncordoned
+    cordoned = replace(state, scale_sets=(*state.scale_sets[:2], replace(state.scale_sets[2], instances=tuple(
+        replace(i, schedulable=False) if i.node == stray else i for i in state.scale_sets[2].instances))))
+    assert not [a for a in decide(rollout(), cordoned, 0.0) if a.kind == "release"]
+
+
+def test_a_hold_or_release_a_step_ended_in_is_carried_out_again() -> None:
+    journal, state = rollout(), cluster()
+    state = applied(state, decide(journal, state, 0.0))
+    # a step that died while putting the hold back on a taken fabric: taken again, never upgraded undrained
+    journal.of(FABRICS[0]).doing = "hold"
+    again = decide(journal, state, 1.0)
+    assert kinds(again)[:2] == [("cordon", FABRICS[0]), ("drain", FABRICS[0])]
+    assert "upgrade" not in [a.kind for a in again]
+    # one that died lifting it: lifted again
+    journal.of(FABRICS[1]).doing, journal.of(FABRICS[1]).doing_nodes = "release", (FABRICS[1] + "000000",)
+    again = decide(journal, state, 2.0)
+    assert Action("release", FABRICS[1], nodes=(FABRICS[1] + "000000",),
+                  why="again: a step ended during its release") in again
+    # one that died mid-cordon left some nodes without their hold: the next step puts it on
+    partly = replace(state, scale_sets=(replace(state.scale_sets[0], instances=tuple(
+        replace(i, scale_down_disabled=False, held=False) if i.instance_id == "2" else i
+        for i in state.scale_sets[0].instances)), *state.scale_sets[1:]))
+    mend = [a for a in decide(journal, partly, 3.0) if a.kind == "hold"]
+    assert [a.nodes for a in mend] == [(FABRICS[0] + "000002",)]
+
+
+# --- the GPU gate: a pass from the new boot ---------------------------------------------------------
+
+def gpu_cluster() -> ClusterState:
+    return replace(cluster(), scale_sets=tuple(replace(s, gpu=True) for s in cluster().scale_sets))
+
+
+def test_a_reimaged_node_passes_only_on_a_gpu_verdict_from_after_its_upgrade_was_sent() -> None:
+    journal, state = rollout(), gpu_cluster()
+    state = applied(state, decide(journal, state, 100.0))  # taken at 100
+    upgrade = decide(journal, state, 200.0)  # sent at 200
+    assert journal.of(FABRICS[0]).upgrade_sent == {f"{FABRICS[0]}{i:06d}": 200.0 for i in range(3)}
+    # rebooted and Ready, no GPU taint (the Node kept its own: no startup taint comes back) and the
+    # condition still the old boot's: True since an idle re-check after the drain (150, after the take)
+    state = applied(state, upgrade, gpu_at=150.0)
+    why = decide(journal, state, 300.0)[0].why
+    assert "3 nodes have no GPU health pass from their new boot yet" in why
+    assert journal.of(FABRICS[0]).phase == "gating"
+    # the new boot's agent reports: its first report's lastTransitionTime is its own time
+    state = replace(state, scale_sets=(replace(state.scale_sets[0], instances=tuple(
+        replace(i, gpu_since=400.0) for i in state.scale_sets[0].instances)), *state.scale_sets[1:]))
+    passed = decide(journal, state, 500.0)
+    assert kinds(passed)[0] == ("uncordon", FABRICS[0]) and journal.of(FABRICS[0]).upgrade_sent == {}
+
+
+def test_a_gpu_verdict_not_true_or_absent_blocks_the_gate_and_a_pool_without_gpus_needs_none() -> None:
+    journal, state = rollout(), gpu_cluster()
+    state = applied(state, decide(journal, state, 100.0))
+    state = applied(state, decide(journal, state, 200.0), gpu_at=400.0)
+    for status in ("Unknown", ""):
+        unsure = replace(state, scale_sets=(replace(state.scale_sets[0], instances=tuple(
+            replace(i, gpu_condition=status) for i in state.scale_sets[0].instances)), *state.scale_sets[1:]))
+        assert "no GPU health pass from their new boot" in decide(journals.loads(journals.dumps(journal)),
+                                                                  unsure, 500.0)[0].why
+    cpu_journal, cpu = rollout(), cluster()  # gpu=False: no GPU condition asked for
+    cpu = applied(cpu, decide(cpu_journal, cpu, 100.0))
+    cpu = applied(cpu, decide(cpu_journal, cpu, 200.0), gpu_at=0.0)
+    assert kinds(decide(cpu_journal, cpu, 500.0))[0] == ("uncordon", FABRICS[0])
+
+
+def test_a_resent_upgrade_moves_the_gpu_verdicts_bound_for_the_nodes_it_boots() -> None:
+    journal, state = rollout(), gpu_cluster()
+    state = applied(state, decide(journal, state, 100.0))
+    decide(journal, state, 200.0)  # the upgrade sent; the step ends during it
+    journal.of(FABRICS[0]).doing = "upgrade"
+    again = decide(journal, state, 250.0)
+    assert again[0].kind == "upgrade" and set(journal.of(FABRICS[0]).upgrade_sent.values()) == {250.0}

@@ -93,6 +93,9 @@ class Failing:
     def upgrade(self, scale_set: str, instances: tuple[str, ...], reimage: tuple[str, ...] = ()) -> None:
         self.calls.append("upgrade")
 
+    def hold(self, nodes: tuple[str, ...], present: bool = True) -> None:
+        self.calls.append(f"hold {present}")
+
 
 def test_execute_stops_at_the_first_failure_and_waits_are_not_carried_out() -> None:
     journal = rollout()
@@ -176,3 +179,91 @@ def test_a_failed_taint_pauses_without_failing_the_scale_set() -> None:
     journal = rollout()
     fail(journal, Action("taint", "a", nodes=("a000000",)), RuntimeError("forbidden"), 10.0)
     assert journal.paused and journal.of("a").phase == "pending"
+
+
+# --- the scale-down hold, written with the cordon ---------------------------------------------------
+
+class Annotated:
+    """CoreV1Api's read_node and patch_node over one node's annotations and spec.unschedulable
+    (a merge patch: a null value removes the key), answering 409 as Core does."""
+
+    def __init__(self, annotations: dict[str, str], unschedulable: bool = False, conflicts: int = 0) -> None:
+        self.annotations, self.unschedulable, self.version = dict(annotations), unschedulable, 1
+        self.conflicts, self.writes = conflicts, 0
+
+    def read_node(self, name: str) -> Any:
+        return k8s.V1Node.from_dict({"metadata": {"name": name, "resourceVersion": str(self.version),
+                                                  "annotations": dict(self.annotations)},
+                                     "spec": {"unschedulable": self.unschedulable}})
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> None:
+        if self.conflicts:
+            self.conflicts -= 1
+            self.version += 1
+            raise k8s.exceptions.ApiException(status=409, reason="Conflict")
+        assert body["metadata"]["resourceVersion"] == str(self.version)
+        for key, value in body["metadata"].get("annotations", {}).items():
+            if value is None:
+                self.annotations.pop(key, None)
+            else:
+                self.annotations[key] = value
+        self.unschedulable = body.get("spec", {}).get("unschedulable", self.unschedulable)
+        self.version, self.writes = self.version + 1, self.writes + 1
+
+
+def executor_on(core: Annotated) -> Any:
+    from kilonode.rollout.execute import Executor
+
+    executor = Executor(None, None, "rg", say=lambda _: None)
+    executor._core = lambda: core  # type: ignore[method-assign]
+    return executor
+
+
+SDD, MARK = "cluster-autoscaler.kubernetes.io/scale-down-disabled", "kilonode.io/rollout-held"
+CONTROLLER_HELD = "kilonode.io/gpu-unhealthy-held"
+
+
+def test_a_cordon_puts_the_hold_on_with_its_mark_and_an_uncordon_lifts_both_each_once() -> None:
+    core = Annotated({"other": "x"}, conflicts=1)
+    executor = executor_on(core)
+    executor.cordon(["n1"])
+    assert core.unschedulable and core.annotations == {"other": "x", SDD: "true", MARK: "true"} and core.writes == 1
+    executor.cordon(["n1"])  # carried out again (a step ended in it): nothing left to write
+    assert core.writes == 1
+    executor.cordon(["n1"], unschedulable=False)
+    assert not core.unschedulable and core.annotations == {"other": "x"} and core.writes == 2
+    executor.cordon(["n1"], unschedulable=False)  # again: nothing
+    assert core.writes == 2
+
+
+def test_a_hold_the_gpu_health_controller_or_a_person_set_is_never_lifted() -> None:
+    for theirs in ({SDD: "true", CONTROLLER_HELD: "true"}, {SDD: "true"}):
+        core = Annotated(theirs)
+        executor = executor_on(core)
+        executor.cordon(["n1"])
+        assert core.unschedulable and core.annotations == theirs  # not marked the rollout's
+        executor.cordon(["n1"], unschedulable=False)
+        assert not core.unschedulable and core.annotations == theirs
+    # the controller marked it its own between observe and the cordon's write: the mark goes, its hold stays
+    core = Annotated({SDD: "true", MARK: "true", CONTROLLER_HELD: "true"}, unschedulable=True)
+    executor_on(core).cordon(["n1"], unschedulable=False)
+    assert core.annotations == {SDD: "true", CONTROLLER_HELD: "true"}
+
+
+def test_hold_and_release_alone_and_a_failed_one_pauses_without_failing_the_scale_set() -> None:
+    core = Annotated({})
+    executor = executor_on(core)
+    executor.hold(["n1"])
+    assert core.annotations == {SDD: "true", MARK: "true"} and not core.unschedulable
+    executor.hold(["n1"], present=False)
+    assert core.annotations == {}
+    journal = rollout()
+    fail(journal, Action("hold", "a", nodes=("a000000",)), RuntimeError("forbidden"), 10.0)
+    assert journal.paused and journal.of("a").phase == "pending"
+
+
+def test_a_release_is_saved_in_flight_with_its_nodes() -> None:
+    journal, saved = rollout(), []
+    execute([Action("release", "a", nodes=("a000000",))], journal, Recording(), 5.0,  # type: ignore[arg-type]
+            save=lambda j: saved.append((j.of("a").doing, j.of("a").doing_nodes)))
+    assert saved == [("release", ("a000000",)), ("", ())]

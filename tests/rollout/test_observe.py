@@ -112,7 +112,7 @@ def test_instances_join_their_nodes_and_one_not_registered_has_none() -> None:
 def test_the_targets_are_the_pools_shards_in_the_plans_order() -> None:
     plan = checked_plan(load_stack("research-7500"))
     sets = observe.targets(plan, "h100-ib")
-    assert sets[0] == observe.Target("research-7500-h100-ib-000", "h100-ib", True) and len(sets) == 25
+    assert sets[0] == observe.Target("research-7500-h100-ib-000", "h100-ib", True, gpu=True) and len(sets) == 25
     with pytest.raises(ValueError, match="no pool 'nope'"):
         observe.targets(plan, "nope")
 

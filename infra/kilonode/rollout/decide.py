@@ -32,6 +32,12 @@ only for instances not at the model and a reimage only for those not booted sinc
 taken). A scale set found at its model with instances still taken or cordoned is gated, then
 uncordoned: never marked done with its nodes cordoned.
 
+Every node the rollout keeps cordoned (a batch taken, a cordon ahead) carries the cluster
+autoscaler's scale-down-disabled annotation, put on by its cordon and lifted by its uncordon
+(kilonode.rollout.execute.hold_patch; _holds mends a lost or a stray one), never lifting one
+someone else set. On a GPU pool a rebooted node passes its gate only on a GPU health verdict
+from its new boot (_fresh_pass).
+
 A gate passes once its checks have kept passing for `hold_s` (an alert's `for:` has had time to
 fire); alerts that could not be read (ClusterState.alerts_unknown) block it, never pass it.
 
@@ -91,7 +97,30 @@ def _gate(state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
     pending = [i.node for i in taken if i.node and i.gpu_pending]
     if pending:
         return f"{len(pending)} nodes still carry a GPU health taint ({', '.join(sorted(n for n in pending if n)[:5])})"
+    if scale_set.gpu:
+        old = [i.node for i in taken if i.node and i.node in progress.boot_ids and not _fresh_pass(i, progress)]
+        if old:
+            return (f"{len(old)} nodes have no GPU health pass from their new boot yet "
+                    f"({', '.join(sorted(n for n in old if n)[:5])})")
     return _alerts(state, scale_set.pool)
+
+
+def _fresh_pass(instance: Instance, progress: Progress) -> bool:
+    """The node's GPUHealthy condition is True and came after its upgrade was sent. The taints
+    cannot say it: a reimaged VM keeps its Node (the kubelet finds it by name and registers
+    nothing, so the startup taint is not put back: kubelet_node_status.go tryRegisterWithAPIServer;
+    kilonode.node.gpu.agent.Agent.startup says the same), and a Ready node with a new boot ID
+    would pass on the old boot's verdict. The agent writes no boot ID into the condition, but it
+    keeps its state per boot, so its first report of a boot carries that report's time as
+    lastTransitionTime (agent._report). Not lastHeartbeatTime: the old boot refreshes it unchanged
+    (every heartbeat_s). Not the time the batch was taken either: the drain leaves the node idle,
+    and a due idle re-check (Agent.loop, every active_interval_s; overdue on a busy node) turns
+    the old boot's condition Unknown and True again meanwhile, a lastTransitionTime after the take.
+    What is left is an old-boot change between the send and Azure stopping the VM, and then the
+    new boot's first report (always written: a fresh state) moves the condition again before the
+    hold ends. An instance with no send recorded (a journal from before upgrade_sent) needs True only."""
+    sent = progress.upgrade_sent.get(instance.node or "", 0.0)
+    return instance.gpu_condition == "True" and instance.gpu_since > sent
 
 
 def _alerts(state: ClusterState, pool: str) -> str:
@@ -134,6 +163,7 @@ def decide(journal: Journal, state: ClusterState, now: float) -> list[Action]:
         if journal.paused:
             return [*actions, Action("pause", name, why=journal.paused)]
     actions += _cordon_ahead(journal, state)
+    actions += _holds(journal, state, actions)
     actions += _steer(journal, state)
     if all(journal.of(n).phase == "done" for n in journal.policy.order):
         return [*actions, Action("done", why=f"every scale set runs {journal.target}")]
@@ -154,7 +184,7 @@ def _advance(journal: Journal, state: ClusterState, scale_set: ScaleSet, progres
     taken = _taken(scale_set, progress)
     if progress.phase == "cordoned":
         _enter(journal, name, progress, "upgrading", now, "")
-        return [_upgrade(scale_set, taken, progress)]
+        return [_sent(scale_set, progress, _upgrade(scale_set, taken, progress), now)]
     if progress.phase == "upgrading":
         behind = sum(not scale_set.at_model(i) for i in taken)
         if behind:
@@ -175,6 +205,15 @@ def _upgrade(scale_set: ScaleSet, taken: tuple[Instance, ...], progress: Progres
                   reimage=tuple(i.instance_id for i in reimage), why=why)
 
 
+def _sent(scale_set: ScaleSet, progress: Progress, action: Action, now: float) -> Action:
+    """Record when the upgrade that boots each node was sent (Progress.upgrade_sent, for _fresh_pass)."""
+    ids = {*action.instances, *action.reimage}
+    for i in scale_set.instances:
+        if i.node and i.instance_id in ids:
+            progress.upgrade_sent[i.node] = now
+    return action
+
+
 def _again(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress,
            now: float) -> list[Action]:
     """The action a step ended in (Progress.doing), carried out again; [] when nothing is left of it."""
@@ -184,17 +223,17 @@ def _again(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress:
     why = f"again: a step ended during its {doing}"
     if doing == "cordon" and progress.phase == "pending":  # a cordon ahead
         return [Action("cordon", name, nodes=progress.cordoned_ahead, why=why)] if progress.cordoned_ahead else []
-    if doing in ("cordon", "evict", "drain") and progress.phase == "cordoned":
+    if doing in ("cordon", "evict", "drain", "hold") and progress.phase == "cordoned":
         taken = _taken(scale_set, progress)
         running = {g for gs in state.gangs.values() for g in gs}
         groups = tuple(sorted({*_gangs(state, taken), *(g for g in progress.gangs_cut if g in running)}))
         return _take_actions(state, scale_set, taken, groups, why)
     if doing == "upgrade" and progress.phase == "upgrading":
         action = _upgrade(scale_set, _taken(scale_set, progress), progress, why)
-        return [action] if action.instances or action.reimage else []
-    if doing == "uncordon" and progress.doing_nodes:
+        return [_sent(scale_set, progress, action, now)] if action.instances or action.reimage else []
+    if doing in ("uncordon", "release") and progress.doing_nodes:
         nodes, progress.doing_nodes = progress.doing_nodes, ()
-        return [Action("uncordon", name, nodes=nodes, why=why)]
+        return [Action(doing, name, nodes=nodes, why=why)]
     return []
 
 
@@ -213,7 +252,7 @@ def _gate_or_pass(journal: Journal, state: ClusterState, scale_set: ScaleSet, pr
         progress.why = f"gate passing, held {held:.0f} of {journal.policy.hold_s} s so an alert can fire"
         return [Action("wait", name, why=progress.why)]
     actions = [Action("uncordon", name, nodes=_nodes(_taken(scale_set, progress)))]
-    progress.taken, progress.boot_ids, progress.passing_since = (), {}, 0.0
+    progress.taken, progress.boot_ids, progress.passing_since, progress.upgrade_sent = (), {}, 0.0, {}
     if scale_set.current:
         _enter(journal, name, progress, "done", now, "")
         if name == journal.policy.order[0]:
@@ -310,6 +349,36 @@ def _cordon_ahead(journal: Journal, state: ClusterState) -> list[Action]:
             progress.cordoned_ahead = tuple(sorted({*progress.cordoned_ahead, *nodes}))
             actions.append(Action("cordon", name, nodes=nodes, why="cordoned ahead: no new pod lands there"))
     return actions
+
+
+def _holds(journal: Journal, state: ClusterState, actions: list[Action]) -> list[Action]:
+    """Keep the autoscaler's scale-down off every node the rollout keeps cordoned, and only those
+    (model.SCALE_DOWN_DISABLED: nothing upstream skips a cordoned node). A cordon puts the hold on
+    and an uncordon takes it off in the same write (kilonode.rollout.execute.Executor.cordon), so
+    this only mends: `hold` where a node the journal keeps cordoned (a batch taken, a scale set
+    failed, a cordon ahead) has lost it (the GPU health controller lifts a hold of its own once the
+    node's GPU taints go, kilonode.node.gpu.controller; a cordon sent before this hold existed),
+    and `release` where a schedulable node the journal does not keep still carries the rollout's
+    (an uncordon by hand; a step that ended between the two). A node kept cordoned by no journal
+    (one set aside) keeps its hold until it is uncordoned. Nodes this step cordons or uncordons
+    are left to that action."""
+    done = {n for a in actions if a.kind in ("cordon", "uncordon", "hold", "release") for n in a.nodes}
+    out = []
+    for name in journal.policy.order:
+        scale_set, progress = state.scale_set(name), journal.of(name)
+        if scale_set is None:
+            continue
+        taken = set(progress.taken) if progress.phase in (*BUSY, "failed") else set()
+        kept = {i.node for i in scale_set.instances if i.instance_id in taken} | set(progress.cordoned_ahead)
+        hold = tuple(i.node for i in scale_set.instances
+                     if i.node and i.node in kept and i.node not in done and not i.scale_down_disabled)
+        release = tuple(i.node for i in scale_set.instances
+                        if i.node and i.held and i.schedulable and i.node not in kept and i.node not in done)
+        if hold:
+            out.append(Action("hold", name, nodes=hold, why="kept cordoned: the autoscaler may not remove it"))
+        if release:
+            out.append(Action("release", name, nodes=release, why="schedulable again: the rollout's hold lifted"))
+    return out
 
 
 def _steer(journal: Journal, state: ClusterState) -> list[Action]:

@@ -4,6 +4,11 @@ batch's instances, then those instances reimaged). Each long operation prints it
 is bounded; one that fails marks its scale set failed in the journal and pauses the rollout with
 what failed and what to do (`fail`).
 
+Cordon puts the cluster autoscaler's scale-down opt-out on each node in the same write
+(model.SCALE_DOWN_DISABLED, with model.ROLLOUT_HOLD saying it is the rollout's: hold_patch), and
+uncordon lifts it: a cordoned, drained fabric is otherwise "unneeded" and deleted by the
+autoscaler during the upgrade, the boot or the hold (model.SCALE_DOWN_DISABLED says where upstream).
+
 Drain, as kubectl drain (k8s.io/kubectl/pkg/drain): DaemonSet pods are left (their controller
 would put them back; they go with the node), mirror pods too (the kubelet's static pods: the API
 cannot evict them); finished pods need nothing. Every other pod gets an Eviction: 429 means a
@@ -36,7 +41,8 @@ Least privilege. Azure (a custom role on the pools' resource group, `<cluster>-n
 - Microsoft.Compute/virtualMachineScaleSets/reimage/action (reimage of the batch's instances)
 Reading a long operation's status needs no other action (Azure answers it to whoever started it).
 Kubernetes (a ClusterRole bound to the operator or the rollout's ServiceAccount):
-- nodes: get, list, patch (observe; cordon and uncordon; the pending taint put and lifted)
+- nodes: get, list, patch (observe; cordon and uncordon, each with the scale-down hold put on or
+  lifted in the same write; the pending taint put and lifted)
 - pods: list (observe's gang pods; the drain's pods on each node; a cut gang's pods elsewhere)
 - pods/eviction: create (the drain)
 - services/proxy: get on `monitoring/prometheus` (the alerts, unless --prometheus names a URL)
@@ -50,7 +56,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kilonode.k8s.gang import POD_GROUP_LABEL
-from kilonode.rollout.model import PENDING_TAINT_EFFECT, PENDING_TAINT_KEY, Action, Journal
+from kilonode.node.gpu import protocol
+from kilonode.rollout.model import (
+    PENDING_TAINT_EFFECT,
+    PENDING_TAINT_KEY,
+    ROLLOUT_HOLD,
+    SCALE_DOWN_DISABLED,
+    Action,
+    Journal,
+)
 from kilonode.rollout.observe import sdk_missing
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # the kubelet's static pods' mirror (corev1.MirrorPodAnnotationKey)
@@ -113,6 +127,29 @@ class Limits:
     poll_s: float = 15.0  # progress lines this often
 
 
+def hold_patch(node: Any, hold: bool, unschedulable: bool | None = None) -> dict[str, Any] | None:
+    """The patch (a V1Node as read) that cordons or uncordons (`unschedulable`; None: neither) and
+    puts on or lifts the rollout's scale-down hold; None where nothing changes. Put on only where
+    SCALE_DOWN_DISABLED is not "true" already, then with ROLLOUT_HOLD beside it: a hold someone
+    else set is theirs. Lifted only where ROLLOUT_HOLD is: the marker goes, and the annotation too
+    unless the GPU health controller marked it its own meanwhile (ANNOTATION_HELD: it set the
+    annotation between observe and this write), in which case the controller lifts it. The
+    controller also puts its hold back at once on a node with a GPU fault or startup taint that
+    this lifts (it watches Nodes: kilonode.node.gpu.controller._hold_while_pending_or_faulty)."""
+    annotations = dict(node.metadata.annotations or {})
+    body: dict[str, Any] = {}
+    if unschedulable is not None and bool(node.spec and node.spec.unschedulable) != unschedulable:
+        body["spec"] = {"unschedulable": unschedulable}
+    if hold and annotations.get(SCALE_DOWN_DISABLED) != "true":
+        body["metadata"] = {"annotations": {SCALE_DOWN_DISABLED: "true", ROLLOUT_HOLD: "true"}}
+    elif not hold and ROLLOUT_HOLD in annotations:
+        lift: dict[str, str | None] = {ROLLOUT_HOLD: None}
+        if protocol.ANNOTATION_HELD not in annotations:
+            lift[SCALE_DOWN_DISABLED] = None
+        body["metadata"] = {"annotations": lift}
+    return body or None
+
+
 def retry_due(blocked_since: float, now: float, limits: Limits) -> bool:
     """Whether a blocked eviction is tried again (True) or the drain gives up (False)."""
     return now - blocked_since < limits.evict_s
@@ -124,7 +161,11 @@ def fail(journal: Journal, action: Action, error: BaseException, now: float) -> 
     """Mark the action's scale set failed and pause the rollout with what to do. Returns the text."""
     todo = {
         "cordon": "check the operator's RBAC (nodes patch) and the apiserver",
-        "uncordon": "check the operator's RBAC (nodes patch); `kubectl uncordon` the nodes by hand if needed",
+        "uncordon": "check the operator's RBAC (nodes get, patch); `kubectl uncordon` the nodes by hand if needed "
+                    f"and `kubectl annotate node NODE {SCALE_DOWN_DISABLED}- {ROLLOUT_HOLD}-` where {ROLLOUT_HOLD} is",
+        "hold": "check the operator's RBAC (nodes get, patch), then `kilonode rollout resume`",
+        "release": f"check the operator's RBAC (nodes get, patch); `kubectl annotate node NODE {SCALE_DOWN_DISABLED}- "
+                   f"{ROLLOUT_HOLD}-` lifts it by hand",
         "taint": "check the operator's RBAC (nodes get, patch), then `kilonode rollout resume`",
         "untaint": f"check the operator's RBAC (nodes get, patch); `kubectl taint nodes NODE {PENDING_TAINT_KEY}-` "
                    "lifts it by hand",
@@ -138,9 +179,9 @@ def fail(journal: Journal, action: Action, error: BaseException, now: float) -> 
     text = (f"{action.scale_set}: {action.kind} failed: {type(error).__name__}: {str(error).strip()[:500]}. "
             f"{todo}. Nodes cordoned so far stay cordoned (kilonode.rollout.execute)")
     progress = journal.of(action.scale_set)
-    if action.kind not in ("taint", "untaint"):
+    if action.kind not in ("taint", "untaint", "hold", "release"):
         progress.phase, progress.since, progress.why = "failed", now, f"{action.kind} failed"
-    # else its phase stands: the steering taint is no step of the scale set's, and the next step
+    # else its phase stands: the steering taint and the hold are no step of the scale set's, and the next step
     # after `resume` computes it again from the nodes as they are
     progress.doing, progress.doing_nodes = "", ()  # resume retries it by its why
     journal.paused = text
@@ -169,10 +210,41 @@ class Executor:
         return client.CoreV1Api(self.kube)
 
     def cordon(self, nodes: Sequence[str], unschedulable: bool = True) -> None:
-        core = self._core()
+        """Cordon each node and put the rollout's scale-down hold on it, or uncordon it and lift
+        the hold, in one write per node (hold_patch)."""
+        changed = self._nodes(nodes, lambda found: hold_patch(found, unschedulable, unschedulable))
+        self.say(f"  {'cordoned' if unschedulable else 'uncordoned'} {len(nodes)} nodes "
+                 f"({SCALE_DOWN_DISABLED} {'put on' if unschedulable else 'lifted from'} {changed})")
+
+    def hold(self, nodes: Sequence[str], present: bool = True) -> None:
+        """The scale-down hold alone (decide._holds: a node that lost it, or kept it)."""
+        changed = self._nodes(nodes, lambda found: hold_patch(found, present))
+        self.say(f"  {SCALE_DOWN_DISABLED} {'put on' if present else 'lifted from'} {changed} nodes")
+
+    def _nodes(self, nodes: Sequence[str], patch: Callable[[Any], dict[str, Any] | None]) -> int:
+        """Read each node, patch it with what `patch` makes of it (None: nothing to change),
+        carrying the resourceVersion read: a 409 (the GPU health controller or agent wrote first)
+        reads it again, a few times at most. Returns how many hold annotations changed."""
+        from kubernetes.client.exceptions import ApiException
+
+        core, changed = self._core(), 0
         for node in nodes:
-            core.patch_node(node, {"spec": {"unschedulable": unschedulable}})
-        self.say(f"  {'cordoned' if unschedulable else 'uncordoned'} {len(nodes)} nodes")
+            for _attempt in range(5):
+                found = core.read_node(node)
+                body = patch(found)
+                if body is None:
+                    break
+                try:
+                    core.patch_node(node, {**body, "metadata": {**body.get("metadata", {}),
+                                                                "resourceVersion": found.metadata.resource_version}})
+                    changed += "annotations" in body.get("metadata", {})
+                    break
+                except ApiException as error:
+                    if int(error.status or 0) != 409:
+                        raise
+            else:
+                raise RuntimeError(f"{node}: it kept changing under 5 writes in a row")
+        return changed
 
     def taint(self, nodes: Sequence[str], present: bool = True) -> None:
         """Put the rollout's PreferNoSchedule taint on each node, or lift it. A Node's taints are one
@@ -328,12 +400,15 @@ def describe(action: Action) -> str:
             "evict": f"evict gangs {', '.join(action.groups)} whole ({len(action.nodes)} nodes elsewhere)",
             "uncordon": f"uncordon {len(action.nodes)} nodes",
             "taint": f"taint {len(action.nodes)} nodes {PENDING_TAINT_KEY}:{PENDING_TAINT_EFFECT}",
-            "untaint": f"lift {PENDING_TAINT_KEY} from {len(action.nodes)} nodes"}.get(action.kind, action.kind)
+            "untaint": f"lift {PENDING_TAINT_KEY} from {len(action.nodes)} nodes",
+            "hold": f"put {SCALE_DOWN_DISABLED} on {len(action.nodes)} nodes",
+            "release": f"lift the rollout's {SCALE_DOWN_DISABLED} from {len(action.nodes)} nodes",
+            }.get(action.kind, action.kind)
     where = f"{action.scale_set}: " if action.scale_set else ""
     return f"{where}{what}" + (f" ({action.why})" if action.why else "")
 
 
-CARRIED = ("cordon", "evict", "drain", "upgrade", "uncordon", "taint", "untaint")
+CARRIED = ("cordon", "evict", "drain", "upgrade", "uncordon", "taint", "untaint", "hold", "release")
 
 
 def _carry(executor: Executor, action: Action) -> None:
@@ -341,6 +416,8 @@ def _carry(executor: Executor, action: Action) -> None:
         executor.cordon(action.nodes, unschedulable=action.kind == "cordon")
     elif action.kind in ("taint", "untaint"):
         executor.taint(action.nodes, present=action.kind == "taint")
+    elif action.kind in ("hold", "release"):
+        executor.hold(action.nodes, present=action.kind == "hold")
     elif action.kind == "evict":
         executor.evict_groups(action.groups, action.nodes)
     elif action.kind == "drain":
@@ -361,7 +438,7 @@ def execute(actions: Iterable[Action], journal: Journal, executor: Executor, now
         executor.say(describe(action))
         progress = journal.of(action.scale_set)
         progress.doing = action.kind
-        progress.doing_nodes = action.nodes if action.kind == "uncordon" else ()
+        progress.doing_nodes = action.nodes if action.kind in ("uncordon", "release") else ()
         save(journal)
         try:
             _carry(executor, action)

@@ -41,7 +41,8 @@ def loads(text: str, source: str = "the journal") -> Journal:
                                       doing_nodes=tuple(p.get("doing_nodes", ())),
                                       cordoned_ahead=tuple(p.get("cordoned_ahead", ())),
                                       gangs_since=float(p.get("gangs_since", 0.0)),
-                                      passing_since=float(p.get("passing_since", 0.0)))
+                                      passing_since=float(p.get("passing_since", 0.0)),
+                                      upgrade_sent={str(n): float(t) for n, t in p.get("upgrade_sent", {}).items()})
         policy = raw["policy"]
         return Journal(stack=str(raw["stack"]), target=str(raw["target"]),
                        policy=Policy(**{**policy, "order": tuple(policy["order"])}), progress=progress,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kilonode.node.gpu import protocol
+
 # A scale set's progress through one rollout, in order. `failed` stops the rollout (paused) until
 # the operator resumes it (the gate is tried again) or rolls back.
 Phase = Literal["pending", "cordoned", "upgrading", "gating", "done", "failed"]
@@ -17,6 +19,21 @@ Phase = Literal["pending", "cordoned", "upgrading", "gating", "done", "failed"]
 PENDING_TAINT_KEY = "kilonode.io/rollout-pending"
 PENDING_TAINT_EFFECT = "PreferNoSchedule"
 PHASES: tuple[Phase, ...] = ("pending", "cordoned", "upgrading", "gating", "done", "failed")
+# The cluster autoscaler's per-node opt-out of scale-down: a candidate whose annotation is exactly
+# "true" is skipped (kubernetes/autoscaler cluster-autoscaler/core/scaledown/eligibility/eligibility.go,
+# HasNoScaleDownAnnotation, read at 0a11e9c1; FAQ "How can I prevent Cluster Autoscaler from scaling
+# down a particular node?"). Nothing there, nor in processors/nodes/pre_filtering_processor.go, skips
+# a cordoned node: a fabric the rollout keeps cordoned and empty through its upgrade, boot and hold
+# is "unneeded" to an autoscaler run with kilonode's GPU threshold (kilonode.k8s.autoscaler) and
+# is deleted after --scale-down-unneeded-time. So every node the rollout cordons carries it.
+SCALE_DOWN_DISABLED = protocol.SCALE_DOWN_DISABLED
+# Says the rollout set SCALE_DOWN_DISABLED (the autoscaler honours only the value "true", so the
+# value cannot say whose it is): set with it in the same write, and the rollout removes only an
+# annotation that carries it. One set by someone else (a person; the GPU health controller, which
+# marks its own with kilonode.node.gpu.protocol.ANNOTATION_HELD) is left alone. On the Node rather
+# than in the journal: written in the same patch as the annotation (no crash can separate the two),
+# it outlives a journal set aside (`start --force`), and `kubectl get node` shows whose hold it is.
+ROLLOUT_HOLD = "kilonode.io/rollout-held"
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,14 @@ class Instance:
     # or only the custom data differs (kilonode.rollout.decide reimages only for the latter)
     image: str = ""
     steered: bool = False  # carries the rollout's PENDING_TAINT_KEY taint
+    scale_down_disabled: bool = False  # SCALE_DOWN_DISABLED is "true", whoever set it
+    held: bool = False  # carries ROLLOUT_HOLD: the rollout set SCALE_DOWN_DISABLED
+    # The GPU health agent's GPUHealthy condition (kilonode.node.gpu.protocol.CONDITION): its status
+    # ('' none) and lastTransitionTime (seconds since the epoch, 0 unknown). The agent keeps its
+    # state per boot (in /run), so its first report in a boot always carries a lastTransitionTime
+    # of that report (kilonode.node.gpu.agent._report): a verdict older than the reimage is the old boot's.
+    gpu_condition: str = ""
+    gpu_since: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,7 @@ class ScaleSet:
     infiniband: bool  # one fabric: taken whole, never in part (RDMA reaches only one scale set's VMs)
     instances: tuple[Instance, ...]
     model_image: str = ""  # the scale set model's storageProfile.imageReference ('' unknown)
+    gpu: bool = False  # a GPU pool's: its gate needs each rebooted node's GPU verdict from the new boot
 
     def at_model(self, instance: Instance) -> bool:
         """Azure says the instance runs the model, and its image is the model's where both are known."""
@@ -123,6 +149,9 @@ class Progress:
     gangs_cut: tuple[str, ...] = ()  # the PodGroups whose pods its drain evicted (cut_gangs)
     taken: tuple[str, ...] = ()  # the instances this batch took (cordoned, drained, upgraded)
     boot_ids: dict[str, str] = field(default_factory=dict)  # node -> its boot ID when it was taken
+    # node -> when the upgrade that boots it was last sent (decide's `now`): the GPU verdict the gate
+    # takes must be newer (Instance.gpu_since), so never the old boot's
+    upgrade_sent: dict[str, float] = field(default_factory=dict)
     # The action being carried out when the journal was last saved ('' none): saved before the
     # action and cleared after it, so a step that died mid-action (a drain, an Azure call) is
     # carried out again by the next step instead of being taken as done.
@@ -155,7 +184,10 @@ class Journal:
 class Action:
     """One step `execute` carries out, or a reason to wait; `decide` returns them in order."""
 
-    kind: Literal["cordon", "evict", "drain", "upgrade", "uncordon", "taint", "untaint", "wait", "pause", "done"]
+    # cordon also puts the rollout's scale-down hold on each node (SCALE_DOWN_DISABLED, ROLLOUT_HOLD)
+    # and uncordon lifts it; hold and release do only that, where a node lost its hold or kept it
+    kind: Literal["cordon", "evict", "drain", "upgrade", "uncordon", "taint", "untaint", "hold", "release", "wait",
+                  "pause", "done"]
     scale_set: str = ""
     nodes: tuple[str, ...] = ()
     instances: tuple[str, ...] = ()  # upgrade: updateInstances on these

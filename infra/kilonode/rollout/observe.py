@@ -12,7 +12,9 @@ dataclasses out), tested on the APIs' own reference payloads, and a thin call th
   instance view (power state, statuses) is not needed, and leaving it out keeps the response
   small and the role to .../virtualMachines/read and .../virtualMachineScaleSets/read.
 - Kubernetes (the official `kubernetes` client): each Node's Ready condition, spec.unschedulable,
-  status.nodeInfo.bootID and the GPU health taints (kilonode.node.gpu.protocol); the pods that
+  status.nodeInfo.bootID, the GPU health taints and the GPUHealthy condition's status and
+  lastTransitionTime (kilonode.node.gpu.protocol), the autoscaler's scale-down-disabled
+  annotation and the rollout's mark beside it (kilonode.rollout.model.ROLLOUT_HOLD); the pods that
   carry the PodGroup label (kilonode.k8s.gang.POD_GROUP_LABEL), as node -> "namespace/group".
 - Prometheus: GET /api/v1/alerts, through the apiserver's service proxy to the cluster's
   Prometheus (kilonode.k8s.monitoring) or at a URL the operator gives; an alert counts for a pool
@@ -40,7 +42,14 @@ from typing import TYPE_CHECKING, Any
 from kilonode.k8s.gang import POD_GROUP_LABEL
 from kilonode.node.gpu import protocol
 from kilonode.plan.wellknown import POOL_LABEL
-from kilonode.rollout.model import PENDING_TAINT_KEY, ClusterState, Instance, ScaleSet
+from kilonode.rollout.model import (
+    PENDING_TAINT_KEY,
+    ROLLOUT_HOLD,
+    SCALE_DOWN_DISABLED,
+    ClusterState,
+    Instance,
+    ScaleSet,
+)
 
 if TYPE_CHECKING:
     from kilonode.plan.model import ClusterPlan
@@ -72,13 +81,15 @@ class Target:
     pool: str
     infiniband: bool
     team: str | None = None  # the team whose reserved shard it is (None: shared capacity)
+    gpu: bool = False  # a GPU pool's (its gate needs a GPU health pass from each node's new boot)
 
 
 def targets(plan: ClusterPlan, pool: str) -> tuple[Target, ...]:
     """The pool's scale sets in the plan's order. Raises ValueError for a pool the plan lacks."""
+    gpu = pool in {p.name for p in plan.gpu_pools}
     for candidate in plan.node_pools:
         if candidate.name == pool:
-            return tuple(Target(s.name, pool, candidate.infiniband, s.team) for s in candidate.shards)
+            return tuple(Target(s.name, pool, candidate.infiniband, s.team, gpu) for s in candidate.shards)
     raise ValueError(f"the plan has no pool {pool!r} (it has {', '.join(p.name for p in plan.node_pools)})")
 
 
@@ -195,6 +206,21 @@ class NodeFacts:
     gpu_pending: bool
     boot_id: str
     steered: bool = False  # carries the rollout's pending taint (kilonode.rollout.model.PENDING_TAINT_KEY)
+    scale_down_disabled: bool = False  # the autoscaler's opt-out is "true" (kilonode.rollout.model.SCALE_DOWN_DISABLED)
+    held: bool = False  # the rollout set it (kilonode.rollout.model.ROLLOUT_HOLD)
+    gpu_condition: str = ""  # the GPUHealthy condition's status ('' none)
+    gpu_since: float = 0.0  # its lastTransitionTime, seconds since the epoch (0 unknown)
+
+
+def _seconds(when: Any) -> float:
+    """A condition's time as the client gives it (a datetime; a string in a raw answer) -> epoch s."""
+    if when is None or when == "":
+        return 0.0
+    if isinstance(when, str):
+        from datetime import datetime
+
+        when = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    return float(when.timestamp())
 
 
 def node_facts(node: Any) -> tuple[str, NodeFacts]:
@@ -202,12 +228,17 @@ def node_facts(node: Any) -> tuple[str, NodeFacts]:
     spec, status = node.spec, node.status
     conditions = (status.conditions if status else None) or []
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    gpu = next((c for c in conditions if c.type == protocol.CONDITION), None)
     taints = (spec.taints if spec else None) or []
     info = status.node_info if status else None
+    annotations = node.metadata.annotations or {}
     return node.metadata.name, NodeFacts(
         ready=ready, schedulable=not (spec and spec.unschedulable),
         gpu_pending=any(t.key in GPU_TAINTS for t in taints), boot_id=(info.boot_id if info else "") or "",
-        steered=any(t.key == PENDING_TAINT_KEY for t in taints))
+        steered=any(t.key == PENDING_TAINT_KEY for t in taints),
+        scale_down_disabled=annotations.get(SCALE_DOWN_DISABLED) == "true", held=ROLLOUT_HOLD in annotations,
+        gpu_condition=str(gpu.status or "") if gpu else "",
+        gpu_since=_seconds(gpu.last_transition_time) if gpu else 0.0)
 
 
 def gangs_from_pods(pods: Iterable[Any]) -> dict[str, tuple[str, ...]]:
@@ -316,8 +347,11 @@ def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeF
         else:
             instances.append(Instance(vm.instance_id, vm.node, vm.latest_model, ready=facts.ready,
                                       schedulable=facts.schedulable, gpu_pending=facts.gpu_pending,
-                                      boot_id=facts.boot_id, image=vm.image, steered=facts.steered))
-    return ScaleSet(target.name, target.pool, target.infiniband, tuple(instances), model_image=image)
+                                      boot_id=facts.boot_id, image=vm.image, steered=facts.steered,
+                                      scale_down_disabled=facts.scale_down_disabled, held=facts.held,
+                                      gpu_condition=facts.gpu_condition, gpu_since=facts.gpu_since))
+    return ScaleSet(target.name, target.pool, target.infiniband, tuple(instances), model_image=image,
+                    gpu=target.gpu)
 
 
 @dataclass(frozen=True)
@@ -353,7 +387,8 @@ def state_from_json(text: str, source: str = "the state") -> ClusterState:
     try:
         raw = json.loads(text)
         sets = tuple(ScaleSet(str(s["name"]), str(s["pool"]), bool(s["infiniband"]),
-                              tuple(Instance(**i) for i in s["instances"]), str(s.get("model_image", "")))
+                              tuple(Instance(**i) for i in s["instances"]), str(s.get("model_image", "")),
+                              bool(s.get("gpu", False)))
                      for s in raw["scale_sets"])
         return ClusterState(sets, gangs={n: tuple(g) for n, g in raw.get("gangs", {}).items()},
                             firing={p: tuple(a) for p, a in raw.get("firing", {}).items()},
