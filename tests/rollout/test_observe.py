@@ -147,3 +147,19 @@ def test_a_gate_is_held_for_the_longest_for_among_the_pools_alerts() -> None:
     plan = checked_plan(load_stack("research-7500"))
     # KilonodeGpuHealthNotReported's 30m; KilonodeGpuHealthPending's 1h the gate checks itself (the taint)
     assert observe.hold_s(plan, "h100-ib") == 1800 and observe.hold_s(plan, "system") == 600
+
+
+def test_a_node_reads_its_scale_down_hold_whose_it_is_and_its_gpu_verdicts_time() -> None:
+    body = k8s.ApiClient().sanitize_for_serialization(node("n1"))
+    body["metadata"]["annotations"] = {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true",
+                                       "kilonode.io/rollout-held": "true"}
+    # as the GPU health agent writes it (kilonode.node.gpu.agent._report)
+    body["status"]["conditions"].append({"type": "GPUHealthy", "status": "True", "reason": "Passed",
+                                         "lastHeartbeatTime": "2026-01-01T01:00:00Z",
+                                         "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    _, facts = observe.node_facts(k8s.V1Node.from_dict(body))
+    assert facts.scale_down_disabled and facts.held and facts.gpu_condition == "True"
+    assert facts.gpu_since == 1767225600.0  # 2026-01-01T00:00:00Z, not the heartbeat
+    body["metadata"]["annotations"] = {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "false"}
+    _, other = observe.node_facts(k8s.V1Node.from_dict(body))
+    assert not other.scale_down_disabled and not other.held  # only "true" counts (eligibility.go)
