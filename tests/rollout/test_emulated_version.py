@@ -110,3 +110,28 @@ def test_every_step_loads_and_only_the_soak_steps_emulate() -> None:
         if _load(copy.deepcopy(raw)).config.control_plane_emulated_version is not None:
             emulating.append(step.name)
     assert emulating == ["control-plane", "control-plane-done"]
+
+
+def test_from_the_emulating_stack_the_plan_goes_on_and_the_snapshot_comes_right_before_the_raise() -> None:
+    """The stack after control-plane (binaries 1.35.4, emulating 1.34) is an upgrade under way: the
+    plan goes on from it. The way back after the raise is a snapshot taken right before it, kept
+    outside the backup account's 7-day lifecycle rule (kilonode.azure.backup), not step 1's."""
+    config = _load(_cluster() | {"controlPlaneImage": {"version": "1.1.0", "previous": "1.0.0"}}).config
+    plan = plan_upgrade(config, STACK, "1.35.4")
+    assert [s.name for s in plan.steps if s.done] == ["pin-pools", "control-plane", "control-plane-done"]
+    assert plan.start == "1.34.2"
+    raise_step = next(s for s in plan.steps if s.name == "raise-emulated-version")
+    assert "fresh etcd snapshot" in raise_step.then[0]
+    assert "systemctl start kilonode-etcd-snapshot.service" in raise_step.then[0]
+    assert "lifecycle rule deletes a blob 7 days" in raise_step.then[0]
+    note = " ".join(plan.notes)
+    assert "snapshot taken immediately before raise-emulated-version" in note and "loses every write" in note
+
+
+def test_the_way_back_before_the_raise_loads() -> None:
+    """The control-plane step undone as the note says: 1.34.2, no emulation, the old image with the
+    new one kept published while the apiservers move back, acknowledgeRestart [apiservers]."""
+    cluster = _cluster(version="1.34.2", emulated=None) | {
+        "controlPlaneImage": {"version": "1.0.0", "previous": "1.1.0"}, "acknowledgeRestart": ["apiservers"]}
+    config = _load(cluster).config
+    assert config.kubernetes_version == "1.34.2" and config.control_plane_image.previous == "1.1.0"

@@ -133,6 +133,170 @@ def test_a_step_is_applied_to_the_stack_file_with_its_comments(tmp_path: Path,
         line for line in after.splitlines() if line.strip().startswith("#")]
     written = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--out", str(tmp_path / "steps")])
     assert written.exit_code == 0, written.output
-    assert sorted(p.name for p in (tmp_path / "steps").iterdir())[:2] == ["01-pin-pools.yaml", "02-control-plane.yaml"]
+    # pin-pools is in the stack file already: the written steps start after it
+    assert sorted(p.name for p in (tmp_path / "steps").iterdir())[:2] == ["02-control-plane.yaml",
+                                                                          "03-control-plane-done.yaml"]
     refused = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", "nope"])
     assert refused.exit_code == 2 and "the steps are pin-pools, control-plane" in refused.output
+
+
+STEPS = ["pin-pools", "control-plane", "control-plane-done", "raise-emulated-version", "raise-done",
+         "pool-h100-ib", "pool-a100-ib", "pool-monitoring", "pool-system", "cleanup"]
+
+
+def _cluster_of(stack_file: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(stack_file.read_text())["config"]["kilonode:cluster"]
+
+
+def test_every_step_applied_in_turn_with_step_on_the_stack_the_last_one_left(tmp_path: Path) -> None:
+    """The trace's sequence: each `--step` on the stack file as the previous step left it (the
+    control plane already at 1.35.4 from step 2 on is an upgrade under way, not a downgrade), each
+    result valid, a step asked again changing nothing, and the end the plain 1.35.4 stack."""
+    stack_file = _stack_copy(tmp_path)
+    comments = [line for line in stack_file.read_text().splitlines() if line.strip().startswith("#")]
+    runner = CliRunner()
+    early = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", "control-plane"])
+    assert early.exit_code == 2 and "step 1 (pin-pools) is not applied yet" in " ".join(early.output.split())
+    for number, name in enumerate(STEPS, 1):
+        done = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
+        assert done.exit_code == 0, (name, done.output)
+        assert f"step {number} (" in done.output and "applied" in done.output, done.output
+        valid = runner.invoke(app, ["validate", str(stack_file)])
+        assert valid.exit_code == 0 and "valid" in valid.output, (name, valid.output)
+        assert "reaches no pool" not in valid.output, (name, valid.output)
+        before = stack_file.read_text()
+        again = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
+        assert again.exit_code == 0 and "nothing changed" in " ".join(again.output.split()), (name, again.output)
+        assert stack_file.read_text() == before
+    cluster = _cluster_of(stack_file)
+    assert cluster["kubernetesVersion"] == "1.35.4"
+    assert all("kubernetesVersion" not in pool for pool in cluster["nodePools"])
+    assert not {"controlPlaneEmulatedVersion", "acknowledgeRestart"} & set(cluster)
+    assert cluster["nodeImage"] == {"version": "1.1.0"}  # the pools' entries folded back
+    assert cluster["controlPlaneImage"] == {"version": "1.1.0"}
+    shipped = shipped_cluster_value(STACK)
+    assert {k: v for k, v in cluster.items() if k not in ("kubernetesVersion", "nodeImage", "controlPlaneImage")} \
+        == {k: v for k, v in shipped.items() if k not in ("kubernetesVersion", "nodeImage", "controlPlaneImage")}
+    assert [line for line in stack_file.read_text().splitlines() if line.strip().startswith("#")] == comments
+    finished = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4"])
+    assert finished.exit_code == 0 and "every step of the upgrade is applied" in finished.output
+
+
+def _at(*names: str) -> dict:
+    """research-7500's cluster value with these steps applied."""
+    raw = copy.deepcopy(shipped_cluster_value(STACK))
+    for name in names:
+        config = stack_from_value(STACK, copy.deepcopy(raw), Path("x.yaml")).config
+        plan = plan_upgrade(config, STACK, "1.35.4")
+        apply(raw, next(s for s in plan.steps if s.name == name).edits)
+    return raw
+
+
+def _plan_at(*names: str):  # type: ignore[no-untyped-def]
+    return plan_upgrade(stack_from_value(STACK, _at(*names), Path("x.yaml")).config, STACK, "1.35.4")
+
+
+def test_the_stack_tells_which_steps_are_applied_and_the_values_the_upgrade_started_from() -> None:
+    plan = _plan_at("pin-pools", "control-plane", "control-plane-done", "raise-emulated-version", "raise-done",
+                    "pool-h100-ib")
+    assert [s.name for s in plan.steps if s.done] == STEPS[:6]
+    assert plan.start == "1.34.2" and plan.next is not None and plan.next.name == "pool-a100-ib"
+    control = {e.path: e.value for e in plan.steps[1].edits}
+    assert control[("controlPlaneImage", "version")] == "1.1.0"  # from previous, not 1.1.0 + one minor
+    edits = {e.path: e.value for e in plan.steps[6].edits}  # a100-ib, not moved: from the stack-wide 1.0.0
+    assert edits[("nodeImage", "pools", "a100-ib")] == {"version": "1.1.0", "previous": "1.0.0"}
+
+
+@pytest.mark.parametrize("applied,step,words", [
+    ((), "control-plane", "step 1 (pin-pools) is not applied yet"),
+    (("pin-pools", "control-plane"), "raise-emulated-version", "step 3 (control-plane-done) is not applied yet"),
+    (("pin-pools", "control-plane", "control-plane-done"), "pool-h100-ib", "step 4 (raise-emulated-version)"),
+    (tuple(STEPS[:6]), "cleanup", "step 7 (pool-a100-ib) is not applied yet"),
+])
+def test_a_step_before_its_turn_is_refused(applied: tuple[str, ...], step: str, words: str) -> None:
+    plan = _plan_at(*applied)
+    chosen = next(s for s in plan.steps if s.name == step)
+    first = plan.first_unapplied_before(chosen)
+    assert first is not None and words.startswith(f"step {plan.steps.index(first) + 1} ({first.name})")
+
+
+def test_the_pools_may_move_in_another_order_than_the_canary_first() -> None:
+    plan = _plan_at(*STEPS[:5])
+    assert plan.first_unapplied_before(next(s for s in plan.steps if s.name == "pool-system")) is None
+
+
+def test_an_upgrade_under_way_names_its_version() -> None:
+    config = stack_from_value(STACK, _at("pin-pools", "control-plane"), Path("x.yaml")).config
+    assert refusal(config, "1.35.4") is None
+    assert "give --to 1.35.4" in str(refusal(config, "1.35.5"))
+    assert "one minor at a time" in str(refusal(config, "1.37.0"))
+
+
+def test_an_unmoved_pool_with_its_own_image_rollout_waits() -> None:
+    raw = _at(*STEPS[:5])
+    raw["nodeImage"] = {"pools": {"system": {"version": "1.0.5", "previous": "1.0.0"}}}
+    plan = plan_upgrade(stack_from_value(STACK, raw, Path("x.yaml")).config, STACK, "1.35.4")
+    system = next(s for s in plan.steps if s.name == "pool-system")
+    assert system.waits is not None and "nodeImage.pools.system keeps a previous version (1.0.0)" in system.waits
+    assert {e.path: e.value for e in system.edits}[("nodeImage", "pools", "system")] == {
+        "version": "1.1.0", "previous": "1.0.5"}
+
+
+def test_a_pool_step_rolls_back_with_its_kubelet_and_its_image_together() -> None:
+    raw = _at(*STEPS[:6])
+    plan = plan_upgrade(stack_from_value(STACK, copy.deepcopy(raw), Path("x.yaml")).config, STACK, "1.35.4")
+    canary = next(s for s in plan.steps if s.name == "pool-h100-ib")
+    assert {e.path: e.value for e in canary.rollback} == {
+        ("nodePools", 1, "kubernetesVersion"): "1.34.2",
+        ("nodeImage", "pools", "h100-ib"): {"version": "1.0.0", "previous": "1.1.0"}}
+    apply(raw, canary.rollback)
+    config = stack_from_value(STACK, raw, Path("x.yaml")).config
+    assert config.node_pools[1].kubernetes_version == "1.34.2"
+    assert config.node_image.of_pool("h100-ib").version == "1.0.0"
+    # rolled back, the pool step is not applied any more and can run again
+    again = plan_upgrade(config, STACK, "1.35.4")
+    assert not next(s for s in again.steps if s.name == "pool-h100-ib").done
+
+
+def test_the_plan_prints_each_pool_steps_rollback_and_the_fresh_snapshot(tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["upgrade", str(_stack_copy(tmp_path)), "--to", "1.35.4"])
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    assert "rollback (both keys in one change" in text
+    assert "nodePools[1].kubernetesVersion: 1.34.2; nodeImage.pools.h100-ib: {'version': '1.0.0', 'previous': " \
+           "'1.1.0'}" in text
+    assert "systemctl start kilonode-etcd-snapshot.service" in text and "lifecycle rule" in text
+    assert "snapshot taken at pin-pools" not in text
+    assert "kubectl -n kube-system rollout status daemonset/kube-proxy" in text
+    assert "Prometheus' history is lost" in text
+
+
+def test_cleanup_keeps_pool_entries_of_different_versions_and_says_so() -> None:
+    raw = _at(*STEPS[:9])
+    raw["nodeImage"]["pools"]["system"]["version"] = "1.1.1"  # re-rolled after its step
+    plan = plan_upgrade(stack_from_value(STACK, copy.deepcopy(raw), Path("x.yaml")).config, STACK, "1.35.4")
+    cleanup = plan.steps[-1]
+    assert not any(e.path == ("nodeImage", "pools") for e in cleanup.edits)
+    assert any("versions differ" in line and "system: 1.1.1" in line for line in cleanup.then)
+    apply(raw, cleanup.edits)
+    assert raw["nodeImage"]["pools"]["system"] == {"version": "1.1.1"}
+    from kilonode.plan import plan_stack
+
+    warnings = plan_stack(stack_from_value(STACK, raw, Path("x.yaml"))).warnings
+    assert any("nodeImage.version 1.0.0 reaches no pool" in w for w in warnings)
+
+
+def test_validate_warns_when_the_stack_wide_image_reaches_no_pool() -> None:
+    from kilonode.plan import plan_stack
+
+    def warned(node_image: dict) -> bool:
+        cluster = shipped_cluster_value(STACK) | {"nodeImage": node_image}
+        warnings = plan_stack(stack_from_value(STACK, cluster, Path("x.yaml"))).warnings
+        return any("reaches no pool" in w for w in warnings)
+
+    entries = {name: {"version": "1.1.0"} for name in ("a100-ib", "h100-ib", "system", "monitoring")}
+    assert warned({"version": "1.2.0", "pools": entries})  # the raise that rolls nothing
+    assert not warned({"version": "1.1.0", "pools": entries})
+    assert not warned({"version": "1.2.0", "pools": {"h100-ib": {"version": "1.1.0"}}})  # the others boot 1.2.0

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from kilonode.cli.common import StackArg, die, load_and_plan, out
 
@@ -21,8 +22,10 @@ def upgrade(
                                                help="The pool that moves first (default: the smallest work pool).")]
     = None,
     step: Annotated[str | None, typer.Option("--step", metavar="NAME", show_default=False,
-                                             help="Apply this step's edits to the stack file (comments kept, "
-                                                  "one atomic write) and check it still loads.")] = None,
+                                             help="Apply this step's edits to the stack file as the last step "
+                                                  "left it (comments kept, one atomic write) and check it still "
+                                                  "loads. A step already applied changes nothing; one whose "
+                                                  "turn has not come is refused.")] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", metavar="DIR", show_default=False,
                                                  help="Write each step's whole stack file (NN-<step>.yaml) and "
                                                       "PLAN.md there, to commit one by one.")] = None,
@@ -33,8 +36,7 @@ def upgrade(
     then each pool through its own image and `kilonode rollout`, the canary first; then remove
     the pins and the previous images. Without --step or --out it prints the steps and checks
     that each one's stack loads. docs/operations.md, "Upgrading Kubernetes by one minor"."""
-    from kilonode.config.load import CONFIG_KEY, stack_from_value
-    from kilonode.problems import StackError
+    from kilonode.config.load import CONFIG_KEY
     from kilonode.rollout.minor import apply, plan_upgrade, refusal
     from kilonode.yamlio import roundtrip_dump, roundtrip_yaml
 
@@ -50,15 +52,58 @@ def upgrade(
     names = [s.name for s in plan.steps]
     if step is not None and step not in names:
         die(f"--step {step!r}: the steps are {', '.join(names)}", "kilonode upgrade")
-    # every step's stack, cumulatively, must load (validate would refuse it) and run only components
-    # whose contracts kilonode has read at the versions the step runs (preflight's contracts check
-    # breaks otherwise, and `pulumi up`'s gate refuses the run)
+    if plan.finished:
+        # the cleanup ran (or the stack never went through kilonode upgrade): a step asked again
+        # is already applied, not a downgrade from `to` to `to`
+        out.print(f"{stack.name} runs Kubernetes {to} with no pool pinned: every step of the upgrade is applied"
+                  + (f" (--step {step}: nothing changed)" if step is not None else ""), markup=False)
+        return
+    _check_remaining(stack, plan, to)
+    if step is not None:
+        number = names.index(step) + 1
+        chosen = plan.steps[number - 1]
+        following = plan.next
+        if chosen.done:
+            out.print(f"{stack.file}: step {number} ({chosen.name}) is already applied; nothing changed."
+                      + (f" Next: --step {following.name}" if following is not None else ""), markup=False)
+            return
+        if (first := plan.first_unapplied_before(chosen)) is not None:
+            die(f"--step {step}: step {names.index(first.name) + 1} ({first.name}) is not applied yet; it goes first",
+                "kilonode upgrade")
+        if chosen.waits is not None:
+            die(f"--step {step}: {chosen.waits}", "kilonode upgrade")
+        document_yaml = roundtrip_yaml()
+        document = document_yaml.load(stack.file.read_text(encoding="utf-8"))
+        apply(document["config"][CONFIG_KEY], chosen.edits)
+        text = roundtrip_dump(document_yaml, document)
+        _check_and_write(stack.file, text, stack.name)
+        after = [s for s in plan.steps if not s.done and s is not chosen]
+        out.print("[green]✓[/] " + escape(f"{stack.file}: step {number} ({chosen.title}) applied. Then: "
+                                           + "; ".join(chosen.then)
+                                           + (f". Next step: --step {after[0].name}" if after
+                                              else ". That was the last step.")))
+        return
+    lines = _plan_text(plan)
+    if out_dir is not None:
+        _write_out(out_dir, stack.file, plan, lines)
+    out.print("\n".join(lines), markup=False)
+
+
+def _check_remaining(stack: Any, plan: Any, to: str) -> None:
+    """Every step still to apply, cumulatively from the stack as it is, must load (validate would
+    refuse it) and run only components whose contracts kilonode has read at the versions the step
+    runs (preflight's contracts check breaks otherwise, and `pulumi up`'s gate refuses the run)."""
+    from kilonode.config.load import stack_from_value
     from kilonode.plan import plan_stack
     from kilonode.preflight.checks.contracts import unread
+    from kilonode.problems import StackError
+    from kilonode.rollout.minor import apply
 
     raw: dict[str, Any] = copy.deepcopy(stack.raw)
     stale: dict[str, tuple[str, str | None]] = {}
     for number, each in enumerate(plan.steps, 1):
+        if each.done:
+            continue
         apply(raw, each.edits)
         try:
             step_plan = plan_stack(stack_from_value(stack.name, copy.deepcopy(raw), stack.file))
@@ -74,20 +119,6 @@ def upgrade(
             "would break at the step that first runs them and `pulumi up`'s gate refuse it, so no step is applied. "
             "Re-read each contract's lines at the new version (catalog/contracts.yaml, their sources) and add it to "
             "alsoReadAt, or take a kilonode release that has", "kilonode upgrade")
-    if step is not None:
-        chosen = plan.steps[names.index(step)]
-        document_yaml = roundtrip_yaml()
-        document = document_yaml.load(stack.file.read_text(encoding="utf-8"))
-        apply(document["config"][CONFIG_KEY], chosen.edits)
-        text = roundtrip_dump(document_yaml, document)
-        _check_and_write(stack.file, text, stack.name)
-        out.print(f"[green]✓[/] {stack.file}: step {names.index(step) + 1} ({chosen.title}) applied. Next: "
-                  + "; ".join(chosen.then))
-        return
-    lines = _plan_text(plan)
-    if out_dir is not None:
-        _write_out(out_dir, stack.file, plan, lines)
-    out.print("\n".join(lines), markup=False)
 
 
 def _is_version(value: str) -> bool:
@@ -96,18 +127,28 @@ def _is_version(value: str) -> bool:
 
 
 def _plan_text(plan: Any) -> list[str]:
-    from kilonode.rollout.minor import DELETE
-
     lines = [f"# {plan.stack}: Kubernetes {plan.start} -> {plan.to}", ""]
     for number, step in enumerate(plan.steps, 1):
-        lines.append(f"{number}. {step.title}  (--step {step.name})")
-        for edit in step.edits:
-            where = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in edit.path).replace(".[", "[")
-            lines.append(f"   - {where}: " + ("remove" if edit.value is DELETE else f"{edit.value}"))
+        state = "  [applied]" if step.done else (f"  [waits: {step.waits}]" if step.waits else "")
+        lines.append(f"{number}. {step.title}  (--step {step.name}){state}")
+        lines += [f"   - {_where(edit)}: {_value(edit)}" for edit in step.edits]
         lines += [f"   then: {command}" for command in step.then]
         lines.append(f"   kilonode diff should say: {step.review}")
+        if step.rollback:
+            lines.append("   rollback (both keys in one change, then `kilonode diff`, `pulumi up`, `kilonode rollout "
+                         "start --force` and `run`): " + "; ".join(f"{_where(e)}: {_value(e)}" for e in step.rollback))
     lines += ["", *(f"Note: {note}" for note in plan.notes)]
     return lines
+
+
+def _where(edit: Any) -> str:
+    return ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in edit.path).replace(".[", "[")
+
+
+def _value(edit: Any) -> str:
+    from kilonode.rollout.minor import DELETE
+
+    return "remove" if edit.value is DELETE else f"{edit.value}"
 
 
 def _check_and_write(file: Path, text: str, name: str) -> None:
@@ -142,8 +183,10 @@ def _write_out(out_dir: Path, source: Path, plan: Any, lines: list[str]) -> None
     document_yaml = roundtrip_yaml()
     document = document_yaml.load(source.read_text(encoding="utf-8"))
     for number, step in enumerate(plan.steps, 1):
+        if step.done:  # already in the stack file: applying it again would undo later steps (the pins)
+            continue
         apply(document["config"][CONFIG_KEY], step.edits)
         (out_dir / f"{number:02d}-{step.name}.yaml").write_text(roundtrip_dump(document_yaml, document),
                                                                encoding="utf-8")
     (out_dir / "PLAN.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out.print(f"wrote {len(plan.steps)} stack files and PLAN.md to {out_dir}", markup=False)
+    out.print(f"wrote {sum(not s.done for s in plan.steps)} stack files and PLAN.md to {out_dir}", markup=False)

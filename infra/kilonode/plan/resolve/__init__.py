@@ -105,7 +105,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         disk_tiers=disk_tiers(),
         warnings=tuple(
             location_warnings(config) + budget_warnings(budgets) + unrecorded_warnings(subnets.unrecorded)
-            + acknowledged_warnings(config)
+            + acknowledged_warnings(config) + node_image_warnings(config)
             + list(teams.warnings) + ([] if prometheus else [NO_POOL_WARNING])
         ),
         components=components_plan(config, pools),
@@ -114,6 +114,24 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         vcpu_quota=vcpu_quota(etcd, control_plane, [(p.vm_size, growth(p)) for p in config.node_pools], sizes),
         ssh_keys=dict(config.ssh_keys),
     )
+
+
+def node_image_warnings(config: ClusterConfig) -> list[str]:
+    """nodeImage.version that no pool boots: every pool has its own nodeImage.pools entry (of_pool
+    prefers it), and the stack-wide version is none of theirs, current or previous. Raising it (the
+    documented way to roll a new image to every pool) then changes nothing, and `kilonode diff`
+    finds no risk in it. A minor upgrade's pool steps leave such entries until its cleanup."""
+    images = config.node_image
+    pools = [pool.name for pool in config.node_pools]
+    if not pools or any(name not in images.pools for name in pools):
+        return []
+    own = {images.pools[name].version for name in pools} | {images.pools[name].previous for name in pools}
+    if images.version in own:
+        return []
+    listed = ", ".join(f"{name}: {images.pools[name].version}" for name in pools)
+    return [f"nodeImage.version {images.version} reaches no pool: every pool has its own nodeImage.pools entry "
+            f"({listed}), which wins, so raising nodeImage.version rolls nothing. Raise each pool's entry, or, "
+            "with every pool at one version, set nodeImage.version to it and remove nodeImage.pools"]
 
 
 def image_previous(config: ClusterConfig) -> dict[str, str]:
