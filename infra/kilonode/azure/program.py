@@ -65,15 +65,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         # command bounds a refusal.
         raise pulumi.RunError(report(error)) from None
     vhds = {image.name: default_vhd(stack.name, image.name) for image in gallery_images(plan)}
-    live = dict(live_capacities_recorded) if live_capacities_recorded is not None else None
-    if not _recorded_by_mocks():
-        require_vhds(stack.name, vhds, plan)
-        require_deployer(plan)
-        preflight_gate(stack.file)
-        try:
-            live = live_capacities(plan)
-        except LiveReadError as error:
-            raise pulumi.RunError(str(error)) from None
+    live = _deployment_gates(stack, plan, vhds, live_capacities_recorded)
     if require_recorded_addresses and plan.network.unrecorded:
         # An unrecorded subnet could move when another pool changes (and with it static IPs
         # or scale sets): nothing gets created at an address the stack file does not hold.
@@ -144,6 +136,22 @@ def read_stack(stack_name: str, value: Any, stack_file: Path | None) -> Stack:
     if stack_file is None:
         stack_file = (project_stacks_dir() or Path.cwd()) / f"Pulumi.{stack_name}.yaml"
     return program_stack(stack_name, value, stack_file)
+
+
+def _deployment_gates(stack: Stack, plan: ClusterPlan, vhds: dict[str, str],
+                      recorded: Mapping[str, int] | None) -> dict[str, int] | None:
+    """What a deployment checks and reads before it registers anything (nothing under the mock
+    engine): the images built or published, the deployer's tools, preflight, and the autoscaled
+    scale sets' live sizes (kilonode.azure.live), which it returns; recorded, `recorded` or None."""
+    if _recorded_by_mocks():
+        return dict(recorded) if recorded is not None else None
+    require_vhds(stack.name, vhds, plan)
+    require_deployer(plan)
+    preflight_gate(stack.file)
+    try:
+        return live_capacities(plan)
+    except LiveReadError as error:
+        raise pulumi.RunError(str(error)) from None
 
 
 def require_vhds(stack_name: str, vhds: dict[str, str], plan: ClusterPlan | None = None,

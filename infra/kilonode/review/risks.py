@@ -132,6 +132,41 @@ def _zone(value: Any) -> str:
     return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
+def _apiservers_down(diff: StackDiff, down: set[str], members: int, names: tuple[str, ...], why: str,
+                     moved: str) -> Risk:
+    """The apiservers a change restarts, replaces or moves (`moved`: the zone moves said, '' for none):
+    all of them high, unless the stack acknowledges the roll; some medium, the others serving."""
+    level = HIGH if len(down) == members else MEDIUM
+    tail = "no apiserver is left to serve" if level == HIGH else "the others serve meanwhile"
+    rule = "apiservers-restarted" if level == MEDIUM else "apiservers-all"
+    if moved:
+        tail = (f"{moved}, one after another, the other {members - 1} carrying its clients meanwhile "
+                "(an apiserver keeps no state: it starts from its custom data)" if level == MEDIUM else
+                f"{moved}; deleted together, no apiserver is left to serve")
+        return Risk(level, rule, diff.stack, f"{len(down)} of {members} apiservers: {tail}", names)
+    acknowledged = APISERVERS in (_plan(diff.head).get("acknowledgeRestart") or ())
+    if level == HIGH and acknowledged:
+        # the stack says it means it (a control-plane image or version change): told as the roll it
+        # is, medium, with the one way it stays safe; without the acknowledgement the guard refuses
+        level, rule = MEDIUM, "apiservers-rolled"
+        tail = (f"acknowledgeRestart lists {APISERVERS}, so the restart guard lets it through: replace them "
+                f"one at a time, {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full `pulumi up` (it "
+                "records the new restart keys), then remove the acknowledgement (docs/azure.md, \"Rolling "
+                "the control plane\")")
+    elif level == HIGH:  # the working procedure: one machine per targeted run (kilonode.azure.rollout)
+        tail += (f". `pulumi up` refuses it (restart guard) unless acknowledgeRestart lists {APISERVERS}; "
+                 f"then replace them one at a time: {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full "
+                 "`pulumi up` (it records the new restart keys), then remove the acknowledgement "
+                 "(docs/azure.md, \"Rolling the control plane\")")
+    replaced = [c.name for c in diff.resources if c.type == rules.VM and _machine_of(c.name) in down
+                and (c.action == REPLACE or "replace" in c.kinds)]
+    if replaced:  # the audit log is on the local SSD (kilonode.plan.resolve.disks), which goes with the VM
+        tail += (f". {len(replaced)} of them replaced: each one's audit log goes with its local disk; copy it "
+                 "off first where it may be needed (docs/azure.md, \"Rolling the control plane\")")
+    return Risk(level, rule, diff.stack,
+                f"{len(down)} of {members} apiservers restart or are replaced ({why}): {tail}", names)
+
+
 def control_plane(diff: StackDiff) -> list[Risk]:
     found = []
     stopped = _stopped(diff)
@@ -154,36 +189,7 @@ def control_plane(diff: StackDiff) -> list[Risk]:
                  "stops there and no restart moves them: each must be deleted and created again in its new zone"
                  ) if moving else ""
         if group == APISERVERS:
-            level = HIGH if len(down) == members else MEDIUM
-            tail = "no apiserver is left to serve" if level == HIGH else "the others serve meanwhile"
-            rule = "apiservers-restarted" if level == MEDIUM else "apiservers-all"
-            if moving:
-                tail = (f"{moved}, one after another, the other {members - 1} carrying its clients meanwhile "
-                        "(an apiserver keeps no state: it starts from its custom data)" if level == MEDIUM else
-                        f"{moved}; deleted together, no apiserver is left to serve")
-                found.append(Risk(level, rule, diff.stack, f"{len(down)} of {members} apiservers: {tail}", names))
-                continue
-            acknowledged = APISERVERS in (_plan(diff.head).get("acknowledgeRestart") or ())
-            if level == HIGH and acknowledged:
-                # the stack says it means it (a control-plane image or version change): told as the roll it
-                # is, medium, with the one way it stays safe; without the acknowledgement the guard refuses
-                level, rule = MEDIUM, "apiservers-rolled"
-                tail = (f"acknowledgeRestart lists {APISERVERS}, so the restart guard lets it through: replace them "
-                        f"one at a time, {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full `pulumi up` (it "
-                        "records the new restart keys), then remove the acknowledgement (docs/azure.md, \"Rolling "
-                        "the control plane\")")
-            elif level == HIGH:  # the working procedure: one machine per targeted run (kilonode.azure.rollout)
-                tail += (f". `pulumi up` refuses it (restart guard) unless acknowledgeRestart lists {APISERVERS}; "
-                         f"then replace them one at a time: {ROLL_STEP}; {TARGET_LIMIT}; after the last, one full "
-                         "`pulumi up` (it records the new restart keys), then remove the acknowledgement "
-                         "(docs/azure.md, \"Rolling the control plane\")")
-            replaced = [c.name for c in diff.resources if c.type == rules.VM and _machine_of(c.name) in down
-                        and (c.action == REPLACE or "replace" in c.kinds)]
-            if replaced:  # the audit log is on the local SSD (kilonode.plan.resolve.disks), which goes with the VM
-                tail += (f". {len(replaced)} of them replaced: each one's audit log goes with its local disk; copy it "
-                         "off first where it may be needed (docs/azure.md, \"Rolling the control plane\")")
-            found.append(Risk(level, rule, diff.stack,
-                              f"{len(down)} of {members} apiservers restart or are replaced ({why}): {tail}", names))
+            found.append(_apiservers_down(diff, down, members, names, why, moved if moving else ""))
             continue
         tolerated = rules.tolerated(members)
         if moving:
