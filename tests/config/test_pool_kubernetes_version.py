@@ -53,11 +53,18 @@ def test_a_pool_without_pinned_binaries_at_its_version_is_refused() -> None:
                for p in caught.value.problems)
 
 
-def test_the_kubelet_contract_is_judged_at_each_pools_own_version() -> None:
+def test_the_kubelet_contract_is_judged_at_each_pools_own_version(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pools pinned at 1.34.2 under a 1.35 control plane run the kubelet whose contract was read:
-    only kube-proxy, which follows the control plane, is unread at 1.35."""
+    only kube-proxy, which follows the control plane, is unread at 1.35. Seeded as the catalogue
+    stood before both were read at 1.35.4 (read at 1.34.2 only); as it stands, neither is unread."""
+    from kilonode.catalog import contracts as catalogue
     from kilonode.preflight.checks.contracts import unread
 
+    assert unread(plan_stack(_stack("1.35.4", None))) == {}
+    read = dict(catalogue.contracts())
+    for name in ("kubelet", "kubeProxy"):
+        read[name] = read[name].model_copy(update={"also_read_at": []})
+    monkeypatch.setattr("kilonode.preflight.checks.contracts.contracts", lambda: read)
     assert set(unread(plan_stack(_stack("1.35.4", "1.34.2")))) == {"kubeProxy"}
     assert set(unread(plan_stack(_stack("1.35.4", None)))) == {"kubeProxy", "kubelet"}
     assert unread(plan_stack(_stack("1.34.2", None))) == {}

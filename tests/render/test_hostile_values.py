@@ -98,6 +98,7 @@ FIELDS: dict[str, Field] = {
     "kubernetesVersion": Field("kubernetesVersion", _at("kubernetesVersion"), "1.34."),
     "nodePools[].kubernetesVersion": Field("nodePools[0].kubernetesVersion", _at("nodePools", 0, "kubernetesVersion"),
                                            "1.34."),
+    "controlPlaneEmulatedVersion": Field("controlPlaneEmulatedVersion", _at("controlPlaneEmulatedVersion"), "1."),
     "pauseImage": Field("pauseImage", _at("pauseImage"), "registry.k8s.io/pause:"),
     "etcd.main.vmSize": Field("etcd.main.vmSize", _at("etcd", "main", "vmSize"), "Standard_D"),
     "etcd.main.vmSizeOverrides{}": Field("etcd.main.vmSizeOverrides", _at("etcd", "main", "vmSizeOverrides", 0),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import yaml
+
 from kilonode.review import etcd_flags, lifecycle
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import MEDIUM
@@ -107,3 +109,16 @@ def test_a_model_update_of_autoscaled_scale_sets_says_to_pause_the_autoscaler() 
     [h100] = [r for r in rule(found, "fleet-rollout") if "pool-h100-ib" in r.summary]
     assert "25 of them are autoscaled" in h100.summary and "--replicas=0" in h100.summary
     assert not [r for r in rule(found, "fleet-rollout") if "pool-a100-ib" in r.summary and "autoscaled" in r.summary]
+
+
+def test_a_rollback_to_the_kept_version_is_said_as_one_not_as_unchanged_contents() -> None:
+    from kilonode.review import images
+
+    base, head = snapshot(STACK), snapshot(STACK)
+    plan = yaml.safe_load(base["files"]["plan.yaml"])
+    plan["imagePrevious"] = {"h100-ib": "0.9.0"}
+    base["files"]["plan.yaml"] = yaml.safe_dump(plan)
+    head["imageContents"]["pool-h100-ib"]["version"] = "0.9.0"
+    said = images.changes(compare_stack(STACK, base, head))
+    assert said["pool-h100-ib"][:2] == ("1.0.0", "0.9.0")
+    assert said["pool-h100-ib"][2][0].startswith("a rollback to 0.9.0, the version kept as previous")

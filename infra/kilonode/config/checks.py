@@ -42,6 +42,7 @@ def cross_field_problems(config: ClusterConfig, profile: SysctlProfile) -> list[
         *_acknowledged_groups(config),
         *_kubernetes_pins(config),
         *_pool_kubernetes_versions(config),
+        *_emulated_version(config),
         *_taints(config),
         *_image_replicas(config),
         *_image_versions(config),
@@ -182,6 +183,29 @@ def _pool_kubernetes_versions(config: ClusterConfig) -> list[Problem]:
             problems.append(Problem(loc, f"{pool.kubernetes_version} has no pinned {', '.join(sorted(missing))} in "
                                          f"{binaries.DATA_NAME}, so no image can be built for this pool"))
     return problems
+
+
+def _emulated_version(config: ClusterConfig) -> list[Problem]:
+    """controlPlaneEmulatedVersion only one minor below kubernetesVersion, and only while every pool is
+    pinned there (kilonode.config.model ClusterConfig.control_plane_emulated_version says why, KEP-4330):
+    kubelets and kube-proxy must not be newer than the apiservers' emulated version."""
+    emulated = config.control_plane_emulated_version
+    if emulated is None:
+        return []
+    loc: Loc = ("controlPlaneEmulatedVersion",)
+    below = f"1.{config.kubernetes_minor - 1}"
+    if emulated != below:
+        return [Problem(loc, f"{emulated}: only {below}, the minor below kubernetesVersion "
+                             f"{config.kubernetes_version}, is supported (the binaries can go back to it while it "
+                             "is set); remove it once the upgrade is final")]
+    ahead = [p.name for p in config.node_pools
+             if _minor(p.kubernetes_version or config.kubernetes_version) != config.kubernetes_minor - 1]
+    if ahead:
+        return [Problem(loc, f"{emulated}: pools {', '.join(ahead)} are not pinned at {emulated} "
+                             "(nodePools[].kubernetesVersion); a kubelet must not be newer than the apiservers' "
+                             "emulated version (KEP-4330, \"Skew\"): remove controlPlaneEmulatedVersion before "
+                             "moving a pool")]
+    return []
 
 
 def _kubernetes_pins(config: ClusterConfig) -> list[Problem]:

@@ -1204,25 +1204,8 @@ class ClusterConfig(StrictModel):
             raise ValueError(f"must be a minor like '1.34', no patch (got {shown(value)})")
         return value
 
-    @model_validator(mode="after")
-    def _emulated_one_minor_below(self) -> ClusterConfig:
-        emulated = self.control_plane_emulated_version
-        if emulated is None:
-            return self
-        below = f"1.{self.kubernetes_minor - 1}"
-        if emulated != below:
-            raise ValueError(
-                f"controlPlaneEmulatedVersion {emulated}: only {below}, the minor below kubernetesVersion "
-                f"{self.kubernetes_version}, is supported (the binaries can go back to it while it is set); "
-                "remove it once the upgrade is final")
-        ahead = [p.name for p in self.node_pools
-                 if int((p.kubernetes_version or self.kubernetes_version).split(".")[1]) != self.kubernetes_minor - 1]
-        if ahead:
-            raise ValueError(
-                f"controlPlaneEmulatedVersion {emulated}: pools {', '.join(ahead)} are not pinned at {emulated} "
-                "(nodePools[].kubernetesVersion); a kubelet must not be newer than the apiservers' emulated "
-                "version (KEP-4330, \"Skew\"): remove controlPlaneEmulatedVersion before moving a pool")
-        return self
+    # The cross-field rules (one minor below kubernetesVersion, every pool pinned there) are
+    # kilonode.config.checks._emulated_version's, so a refusal names this field.
 
     @model_serializer(mode="wrap")
     def _unset_emulation_unwritten(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:

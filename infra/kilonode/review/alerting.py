@@ -738,17 +738,13 @@ def assess(diff: StackDiff) -> list[Finding]:
         return []  # no ConfigMap changed: no rule file or Prometheus configuration did
     found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff),
              *jobs_unselected(diff)]
-    for (kind, name), why in sorted(unreadable(diff.head).items()):
-        diff.note(f"{'recording rule' if kind == 'record' else 'alert'} {name}: its PromQL was not read by "
-                  f"promql_parser ({why}), so metric-dropped, recording-rule-missing and alert-selects-no-job did not "
-                  "judge what it selects")
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}
     configs = {label: (data, key) for label, (data, key) in prometheus_configs(diff.head).items()
                if base_configs.get(label) != data[key]}
     if not changed and not configs:
-        return found
+        return _unread(diff, found)
     promtool = locate()
     if promtool is None:
         where = f"(put it on PATH or name it in ${PROMTOOL_ENV}; `make test-artefacts` unpacks Debian's)"
@@ -758,7 +754,7 @@ def assess(diff: StackDiff) -> list[Finding]:
         if configs:
             diff.note(f"the Prometheus configuration ({', '.join(sorted(configs))}) changed and was not checked: no "
                       "promtool here " + where)
-        return found
+        return _unread(diff, found)
     version = _version(promtool)
     server = (plan_of(diff.head).get("components") or {}).get("prometheusImage") or "the pinned Prometheus"
     found += configs_rejected(diff, promtool, configs, version, server)
@@ -775,6 +771,17 @@ def assess(diff: StackDiff) -> list[Finding]:
             "rules, saying so only in prometheus_config_last_reload_successful; at its next start it exits: "
             f"alerting is gone ({SOURCE}). Checked with {version}; the cluster runs {server}. Fix the rule, and run "
             "`promtool check rules` on it before merging"), (key,)))
+    return _unread(diff, found)
+
+
+def _unread(diff: StackDiff, found: list[Finding]) -> list[Finding]:
+    """Say each head rule whose PromQL the parser could not read, unless promtool rejected a rule file
+    (alert-rules-rejected says that file is refused whole: a rule it cannot parse is the cause)."""
+    if not any(f.rule == "alert-rules-rejected" for f in found):
+        for (kind, name), why in sorted(unreadable(diff.head).items()):
+            diff.note(f"{'recording rule' if kind == 'record' else 'alert'} {name}: its PromQL was not read by "
+                      f"promql_parser ({why}), so metric-dropped, recording-rule-missing and alert-selects-no-job "
+                      "did not judge what it selects")
     return found
 
 

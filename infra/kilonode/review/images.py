@@ -71,14 +71,29 @@ def changes(diff: StackDiff) -> dict[str, tuple[str, str, list[str]]]:
     """image key (control-plane, etcd, pool-<name>) -> (version before, after, what its recipe
     changes), for every image whose version or recipe differs."""
     base, head = _contents(diff.base), _contents(diff.head)
+    kept = plan_of(diff.base).get("imagePrevious") or {}
     found = {}
     for key, image in head.items():
         was, now = _recipe(base.get(key)), _recipe(image)
         if was is None or now is None or (was == now and base[key].get("version") == image.get("version")):
             continue
-        found[key] = (str(base[key].get("version")), str(image.get("version")),
+        version = str(image.get("version"))
+        if version != str(base[key].get("version")) and version == str(kept.get(key.removeprefix("pool-"), "")):
+            # back to the version the base kept published: its machines boot what that version was built
+            # from, not today's recipe (which both sides render), so today's contents say nothing of it
+            found[key] = (str(base[key].get("version")), version, [ROLLBACK.format(version=version)])
+            continue
+        found[key] = (str(base[key].get("version")), version,
                       recipe_changes(was, now) + binary_changes(base[key], image))
     return found
+
+
+# A rollback's contents: the image version the base kept as `previous`, built before, from its own recipe
+# and binaries; a pool rolled back to it runs the kubelet that image carries, so its kubernetesVersion
+# goes back in the same change (docs/operations.md, "Rolling a node image", step 6).
+ROLLBACK = ("a rollback to {version}, the version kept as previous: its machines get what {version} was built "
+            "from (its own recipe and binaries, which the review cannot read: both sides render today's), so set "
+            "the pool's kubernetesVersion, or the stack's, back to what it carries in the same change")
 
 
 def binary_changes(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
