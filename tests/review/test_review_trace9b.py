@@ -208,3 +208,25 @@ def test_any_other_change_of_the_profile_is_medium_naming_it(change: Callable[[d
     assert not rule(found, PERMIT)
     [changed] = rule(found, GANG_CHANGED)
     assert changed.level == MEDIUM and said in changed.summary
+
+
+def _broken(change: Callable[[dict[str, Any]], None]) -> list[Finding]:
+    head = snapshot(STACK)
+    _gang(head, change)
+    return [f for f in gang_scheduler.assess(compare_stack(STACK, snapshot(STACK), head))
+            if f.rule == gang_scheduler.BROKEN_RULE]
+
+
+def test_the_profile_jobs_name_renamed_is_high() -> None:
+    [gone] = _broken(lambda c: c["profiles"][0].update(schedulerName="gang"))
+    assert gone.level == HIGH and "every new training job stays Pending" in gone.summary
+
+
+def test_two_queue_sort_plugins_stop_the_scheduler() -> None:
+    def enable_priority_sort(config: dict[str, Any]) -> None:
+        config["profiles"][0]["plugins"]["queueSort"].pop("disabled")
+
+    [crash] = _broken(enable_priority_sort)
+    assert crash.level == HIGH and "Coscheduling, PrioritySort" in crash.summary
+    assert "only one queue sort plugin required" in crash.summary
+    assert _broken(lambda c: c["profiles"][0]["plugins"]["queueSort"].update(disabled=[{"name": "*"}])) == []

@@ -48,6 +48,10 @@ from kilonode.review.lifecycle import plan_of
 
 RULE = "gang-permit-wait-lowered"
 CHANGED_RULE = "gang-scheduler-config-changed"
+BROKEN_RULE = "gang-scheduler-broken"
+# The in-tree QueueSort plugin, on by default in every profile (kubernetes pkg/scheduler/apis/config/v1
+# default_plugins.go getDefaultPlugins: QueueSort PrioritySort)
+DEFAULT_QUEUE_SORT = "PrioritySort"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 # kilonode.k8s.scheduling SCHEDULER, CONFIG_FILE; kilonode.k8s.gang GANG_SCHEDULER_NAME (the profile)
 NAMESPACE, NAME, CONFIG_FILE = "kube-system", "kilonode-gang-scheduler", "scheduler-config.yaml"
@@ -68,7 +72,8 @@ MEANINGS = {
     "podGroupBackoffSeconds": ("how long a PodGroup rejected in PostFilter is kept from scheduling again (0: "
                                "retried at once; coscheduling.go New, PostFilter)"),
     "podGroupRejectPercentage": ("the share of minMember still unplaced above which PostFilter rejects the "
-                                 "group's waiting pods at once (the pinned release's coscheduling.go PostFilter; not in older ones)"),
+                                 "group's waiting pods at once (the pinned release's coscheduling.go "
+                                 "PostFilter; not in older ones)"),
     "queueSort": "the queue order: Coscheduling keeps a gang's pods next to each other (coscheduling.go Less)",
     "multiPoint": "the plugins run at every extension point they implement",
     "schedulerName": "the name jobs ask for (schedulerName: kilonode-gang); a pod naming another waits unscheduled",
@@ -182,12 +187,13 @@ def assess(diff: StackDiff) -> list[Finding]:
             "kilonode.k8s.scheduling PERMIT_WAITING_TIME_SECONDS and docs/gang-scheduling.md size 300 s by). A "
             "gang's first placed pod waits at Permit, holding its node, for the PodGroup's spec.scheduleTimeoutSeconds "
             f"or else {PERMIT} while the scheduler places the rest (kubernetes-sigs/scheduler-plugins "
-            "pkg/coscheduling/coscheduling.go Permit, pkg/util/podgroup.go GetWaitTimeDuration at the pinned release); past "
-            "it Unreserve rejects every waiting pod of the group and marks it failed. At "
+            "pkg/coscheduling/coscheduling.go Permit, pkg/util/podgroup.go GetWaitTimeDuration at the pinned "
+            "release); past it Unreserve rejects every waiting pod of the group and marks it failed. At "
             f"{now:g} s a gang of more than {int(now) * PODS_PER_SECOND:,} pods without its own timeout times out "
             "before its last pod is placed, gives back the nodes it reserved and starts over, for ever. Keep it at "
             f"{need:,} s or more (kilonode's 300), or set spec.scheduleTimeoutSeconds on every large PodGroup"),
             (SUBJECT,), cause="gang scheduler config"))
+    found += _broken(base, head)
     before, after = flatten(base), flatten(head)
     changed = []
     for path in sorted(before.keys() | after.keys()):
@@ -206,4 +212,52 @@ def assess(diff: StackDiff) -> list[Finding]:
             "apis/config/v1/defaults.go; pkg/coscheduling/coscheduling.go) and kilonode's reasons "
             "(kilonode.k8s.scheduling scheduler_config, docs/gang-scheduling.md); the Deployment rolls to it by its "
             "config hash"), (SUBJECT,), cause="gang scheduler config"))
+    return found
+
+
+def _profile(found: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    return next((p for p in found.get("profiles") or [] if isinstance(p, Mapping) and p.get("schedulerName") == name),
+                None)
+
+
+def _queue_sorts(profile: Mapping[str, Any]) -> set[str]:
+    """The QueueSort plugins a profile ends with: the default's unless disabled ("*" or by name), plus those
+    enabled at queueSort or through multiPoint that implement it (Coscheduling does: coscheduling.go Less)."""
+    plugins = profile.get("plugins") or {}
+    queue = plugins.get("queueSort") or {}
+    disabled = {str((d or {}).get("name")) for d in queue.get("disabled") or []}
+    enabled = {str((e or {}).get("name")) for e in queue.get("enabled") or []}
+    enabled |= {str((e or {}).get("name")) for e in (plugins.get("multiPoint") or {}).get("enabled") or []
+                if (e or {}).get("name") == PLUGIN}
+    if not ({"*", DEFAULT_QUEUE_SORT} & disabled):
+        enabled.add(DEFAULT_QUEUE_SORT)
+    return enabled
+
+
+def _broken(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[Finding]:
+    """What stops the gang scheduler from scheduling any gang (high): the profile jobs name gone or renamed
+    (kube-scheduler schedules a pod only with the profile its spec.schedulerName names, pkg/scheduler
+    scheduler.go frameworkForPod: "profile not found", and skips pods naming none of its profiles), or a
+    profile left with two QueueSort plugins (kube-scheduler refuses to start: "only one queue sort plugin
+    required for profile", pkg/scheduler/framework/runtime/framework.go NewFramework)."""
+    found = []
+    if _profile(base, PROFILE) is not None and _profile(head, PROFILE) is None:
+        found.append(Finding(HIGH, BROKEN_RULE, (
+            f"the gang scheduler's configuration no longer has the profile {PROFILE}: every job names it "
+            f"(schedulerName: {PROFILE}, kilonode.k8s.gang), and kube-scheduler takes a pod only for a profile its "
+            "schedulerName names (pkg/scheduler/scheduler.go frameworkForPod), so no gang pod is scheduled by "
+            "anyone: every new training job stays Pending. Keep the profile's name (jobs, admission policies and "
+            "docs/gang-scheduling.md name it)"), (SUBJECT,), cause="gang scheduler config"))
+    for profile in head.get("profiles") or []:
+        if not isinstance(profile, Mapping):
+            continue
+        sorts = _queue_sorts(profile)
+        was = _profile(base, str(profile.get("schedulerName")))
+        if len(sorts) > 1 and (was is None or len(_queue_sorts(was)) <= 1):
+            found.append(Finding(HIGH, BROKEN_RULE, (
+                f"the gang scheduler's profile {profile.get('schedulerName')} ends with two QueueSort plugins "
+                f"({', '.join(sorted(sorts))}): kube-scheduler refuses to start (\"only one queue sort plugin "
+                "required for profile\", pkg/scheduler/framework/runtime/framework.go NewFramework), its Deployment "
+                "rolls into a crash loop and no gang is scheduled. Keep PrioritySort disabled at queueSort where "
+                "Coscheduling sorts the queue"), (SUBJECT,), cause="gang scheduler config"))
     return found
