@@ -328,17 +328,19 @@ def test_every_node_not_rolled_is_steered_away_and_lifted_once_its_fabric_passes
 
 
 def test_a_new_instance_at_the_model_is_never_steered_and_steer_off_only_lifts() -> None:
-    # a scale-out (the autoscaler) brings instances at the model: nothing keeps gangs off them
-    grown = ScaleSet(FABRICS[0], "h100-ib", True, (*fabric(FABRICS[0]).instances,
-                                                     Instance("9", "new000009", True, ready=True)))
-    state = ClusterState((grown,))
-    journal = Journal("s", "1.1.0", Policy(order=(FABRICS[0],), cordon_ahead=0, hold_s=0))
+    # a scale-out (the autoscaler) brings instances at the model: in a scale set taken in batches (no
+    # InfiniBand) only the instances behind the model are taken, so nothing keeps gangs off the new one
+    cpu = ScaleSet("r-cpu-000", "cpu", False, (
+        *(Instance(str(i), f"r-cpu-000{i:06d}", False, ready=True) for i in range(3)),
+        Instance("9", "new000009", True, ready=True)))
+    state = ClusterState((cpu,))
+    journal = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), cordon_ahead=0, hold_s=0))
     [taint] = [a for a in decide(journal, state, 0.0) if a.kind == "taint"]
     assert "new000009" not in taint.nodes and len(taint.nodes) == 3
     # resumed with steering off: a node still carrying the taint at the model is lifted, none tainted
-    steered = ClusterState((replace(grown, instances=tuple(replace(i, steered=True, latest_model=True)
-                                                            for i in grown.instances)),))
-    off = Journal("s", "1.1.0", Policy(order=(FABRICS[0],), cordon_ahead=0, hold_s=0, steer=False))
+    steered = ClusterState((replace(cpu, instances=tuple(replace(i, steered=True, latest_model=True)
+                                                          for i in cpu.instances)),))
+    off = Journal("s", "1.1.0", Policy(order=("r-cpu-000",), cordon_ahead=0, hold_s=0, steer=False))
     actions = decide(off, steered, 0.0)
     assert [a.kind for a in actions if a.kind in ("taint", "untaint")] == ["untaint"]
 
@@ -478,3 +480,14 @@ def test_a_resent_upgrade_moves_the_gpu_verdicts_bound_for_the_nodes_it_boots() 
     journal.of(FABRICS[0]).doing = "upgrade"
     again = decide(journal, state, 250.0)
     assert again[0].kind == "upgrade" and set(journal.of(FABRICS[0]).upgrade_sent.values()) == {250.0}
+
+
+def test_a_scale_outs_new_instance_in_a_fabric_not_rolled_is_steered_away_too() -> None:
+    """A fabric is taken whole: a new instance the autoscaler added there (at the model already) would
+    draw a restarted gang that the fabric's turn then cuts again."""
+    grown = ScaleSet(FABRICS[1], "h100-ib", True, (*fabric(FABRICS[1]).instances,
+                                                     Instance("9", "new000009", True, ready=True)))
+    state = ClusterState((fabric(FABRICS[0]), grown))
+    journal = Journal("s", "1.1.0", Policy(order=(FABRICS[0], FABRICS[1]), cordon_ahead=0, hold_s=0))
+    taints = {a.scale_set: a.nodes for a in decide(journal, state, 0.0) if a.kind == "taint"}
+    assert "new000009" in taints[FABRICS[1]] and len(taints[FABRICS[1]]) == 4

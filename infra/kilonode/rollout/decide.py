@@ -383,7 +383,8 @@ def _holds(journal: Journal, state: ClusterState, actions: list[Action]) -> list
 
 def _steer(journal: Journal, state: ClusterState) -> list[Action]:
     """Policy.steer: taint PreferNoSchedule (PENDING_TAINT_KEY) each node whose instance is not at
-    its scale set's model, and lift it from each node at the model whose batch has passed its gate
+    its scale set's model, and every node of a fabric not done yet (taken whole, a scale-out's new
+    instances at the model included), and lift it from each node at the model whose batch has passed its gate
     (not among the instances taken): a reimaged instance keeps its Node, taints included (the
     kubelet finds its Node by name and registers nothing anew: kubelet_node_status.go
     tryRegisterWithAPIServer), so the rollout lifts what it put there. With steer off, only lifts
@@ -394,10 +395,14 @@ def _steer(journal: Journal, state: ClusterState) -> list[Action]:
         if scale_set is None:
             continue
         taken = set(progress.taken)
+        # a fabric is taken whole (_batch), its instances already at the model too (a scale-out's, which
+        # get the model at once): until it is done, every node of it is one a gang would be cut on again
+        whole = scale_set.infiniband and progress.phase != "done"
+        away = {i.instance_id for i in scale_set.instances if whole or not scale_set.at_model(i)}
         behind = tuple(i.node for i in scale_set.instances
-                       if i.node and not i.steered and not scale_set.at_model(i)) if journal.policy.steer else ()
+                       if i.node and not i.steered and i.instance_id in away) if journal.policy.steer else ()
         rolled = tuple(i.node for i in scale_set.instances
-                       if i.node and i.steered and scale_set.at_model(i) and i.instance_id not in taken)
+                       if i.node and i.steered and i.instance_id not in away and i.instance_id not in taken)
         if behind:
             actions.append(Action("taint", name, nodes=behind,
                                   why="not rolled yet: new and restarted gangs prefer the rolled fabrics"))
