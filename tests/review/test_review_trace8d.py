@@ -205,3 +205,15 @@ def test_a_hand_built_diff_of_the_policy_file_alone() -> None:
     broken = {"files": {f"apiserver-0/{POLICY}": "rules: [\n"}, "resources": []}
     diff = StackDiff(STACK, base, broken, files=[change])
     assert security.assess(diff) == [] and any("did not parse" in n for n in diff.notes)
+
+
+def test_configmap_writes_in_kube_system_are_an_escalation() -> None:
+    """Trace 10: Prometheus's ClusterRole given configmaps update/patch: the Corefile is a ConfigMap
+    CoreDNS reloads in every replica."""
+    head = snapshot(STACK)
+    [role] = [r["inputs"] for r in head["resources"] if r["type"].endswith(":ClusterRole")
+              and "prometheus" in r["inputs"]["metadata"]["name"]]
+    role["rules"].append({"apiGroups": [""], "resources": ["configmaps"],
+                          "verbs": ["get", "list", "watch", "update", "patch"]})
+    found = [f for f in security.assess(compare_stack(STACK, snapshot(STACK), head)) if f.rule == "rbac-escalation"]
+    assert any("ConfigMap writes in kube-system" in f.summary and "Corefile" in f.summary for f in found)
