@@ -42,16 +42,34 @@ def test_monitoring_denying_its_own_egress_is_a_new_pod_egress_break() -> None:
     assert "monitoring/prometheus" in line.summary and "every alert is blind" in line.summary
 
 
-def test_a_change_to_one_pools_kubelet_judges_that_pools_node_writes_alone() -> None:
-    """The review's cost bound: a change touching some pools' kubelet files and no admission
-    policy evaluates those roles' writes (cel-python, ~0.4 s a role); a policy change, every role's."""
+def test_a_change_judges_the_touched_roles_and_the_changed_policies_alone() -> None:
+    """The review's cost bound: a change touching some pools' kubelet files evaluates every policy on
+    those roles' writes, and a changed policy on every role's (cel-python, ~0.3 s a role and policy);
+    a binding alone moves nothing the check reads."""
     kubelet = FileChange("pool-h100-ib/etc/default/kubelet", "modified", "")
     other = FileChange("pool-a100/etc/sysctl.d/90-kilonode.conf", "modified", "")
     diff = StackDiff(STACK, {}, {}, files=[kubelet, other])
     assert preflight_break._moved("admission-requests", diff)
-    assert preflight_break._hosts("admission-requests", diff) == {"pool-h100-ib"}
-    policy = ResourceChange("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy", "p", "update", None)
+    assert preflight_break._scope("admission-requests", diff) == ({"pool-h100-ib"}, set())
+    policy = ResourceChange(preflight_break.POLICY, "p", "update", None,
+                            base={"inputs": {"metadata": {"name": "kilonode-reserved-pools"}}},
+                            head={"inputs": {"metadata": {"name": "kilonode-reserved-pools"}}})
     diff.resources.append(policy)
-    assert preflight_break._hosts("admission-requests", diff) is None
-    assert not preflight_break._moved("admission-requests", StackDiff(STACK, {}, {}, files=[other]))
-    assert preflight_break._hosts("pod-dns", StackDiff(STACK, {}, {}, files=[kubelet])) is None
+    assert preflight_break._scope("admission-requests", diff) == ({"pool-h100-ib"}, {"kilonode-reserved-pools"})
+    binding = ResourceChange("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding", "b",
+                             "update", None)
+    assert not preflight_break._moved("admission-requests", StackDiff(STACK, {}, {}, files=[other],
+                                                                      resources=[binding]))
+    assert preflight_break._scope("pod-dns", StackDiff(STACK, {}, {}, files=[kubelet])) is None
+
+
+def test_a_scoped_run_finds_a_changed_policys_break_on_every_role() -> None:
+    from kilonode.preflight.checks.admission_requests import check_scoped
+    from tests.preflight.conftest import artefacts, inputs_of
+
+    _, graph = artefacts(STACK)
+    assert direct_index(graph) > 0
+    inputs = inputs_of(STACK, graph=graph)
+    found = [f for f in check_scoped(inputs, set(), {"kilonode-node-identity"}) if f.level == "break"]
+    assert found and all("kilonode-node-identity" in f.where for f in found)
+    assert check_scoped(inputs, set(), {"kilonode-reserved-pools"}) == []  # the broken one not re-judged

@@ -73,8 +73,8 @@ def _run(inputs: Inputs, names: Iterable[str], diff: StackDiff) -> list[Break]:
     found = []
     for check in (c for c in CHECKS if c.name in wanted):
         try:
-            scoped, hosts = SCOPED.get(check.name), _hosts(check.name, diff)
-            run = scoped(inputs, hosts) if scoped is not None and hosts is not None else check.run(inputs)
+            scoped, scope = SCOPED.get(check.name), _scope(check.name, diff)
+            run = scoped(inputs, *scope) if scoped is not None and scope is not None else check.run(inputs)
             breaks = [f for f in run if f.level == "break"]
         except Exception as error:
             diff.note(f"preflight's {check.name} check could not read {inputs.source}: {error}")
@@ -85,15 +85,17 @@ def _run(inputs: Inputs, names: Iterable[str], diff: StackDiff) -> list[Break]:
 
 # Checks whose verdict moves only with what the change touches, and costly enough to skip where
 # it does not (a one-line change to research-7500 must stay a review of seconds): admission-requests
-# runs cel-python's interpreter over each pool role's Node writes (about 0.4 s of CPU a role, 6.5 s
-# on research-7500), and its inputs are the admission policies and how each pool's nodes register
-# (their kubelet's files). A change to a policy moves every role's verdict; a change to some
-# roles' kubelet files moves those roles' alone, so only they are evaluated (SCOPED).
+# runs cel-python's interpreter over each pool role's Node writes (about 0.3 s of CPU a role and
+# policy, several seconds on research-7500), and its inputs are the admission policies and how each
+# pool's nodes register (their kubelet's files). A change to one policy moves that policy's verdict
+# on every role; a change to some roles' kubelet files moves every policy's verdict on those roles:
+# only that is evaluated (SCOPED, with the roles and the policies).
 MOVED_BY: dict[str, tuple[str, ...]] = {
     "admission-requests": ("kubernetes:admissionregistration.k8s.io/",),
 }
-SCOPED: dict[str, Callable[[Inputs, Collection[str]], list[Break]]] = {
-    "admission-requests": admission_requests.check_hosts,
+POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+SCOPED: dict[str, Callable[[Inputs, Collection[str], Collection[str]], list[Break]]] = {
+    "admission-requests": admission_requests.check_scoped,
 }
 
 
@@ -101,21 +103,27 @@ def _kubelet_hosts(diff: StackDiff) -> set[str]:
     return {f.host for f in diff.files if f.host.startswith("pool-") and "kubelet" in f.path}
 
 
+def _policies(diff: StackDiff) -> set[str]:
+    """The metadata.name of each ValidatingAdmissionPolicy the change creates, updates or deletes (a
+    binding alone moves nothing admission-requests reads: it evaluates every policy as bound)."""
+    return {str(((side or {}).get("inputs") or {}).get("metadata", {}).get("name"))
+            for c in diff.resources if c.type == POLICY for side in (c.base, c.head) if side}
+
+
 def _moved(check: str, diff: StackDiff) -> bool:
     """Whether the change can move `check`'s verdict (a check not in MOVED_BY always can)."""
     types = MOVED_BY.get(check)
     if types is None:
         return True
-    return any(c.type.startswith(types) for c in diff.resources) or bool(_kubelet_hosts(diff))
+    return bool(_policies(diff)) or bool(_kubelet_hosts(diff))
 
 
-def _hosts(check: str, diff: StackDiff) -> set[str] | None:
-    """The pool roles a scoped check need judge: every one (None) for a check not in MOVED_BY or
-    a change to a resource it reads, else the roles whose kubelet files the change touches."""
-    types = MOVED_BY.get(check)
-    if types is None or any(c.type.startswith(types) for c in diff.resources):
+def _scope(check: str, diff: StackDiff) -> tuple[set[str], set[str]] | None:
+    """What a scoped check need judge: the pool roles whose kubelet files the change touches, and the
+    policies it changes; None (everything) for a check not in MOVED_BY."""
+    if check not in MOVED_BY:
         return None
-    return _kubelet_hosts(diff)
+    return _kubelet_hosts(diff), _policies(diff)
 
 
 def new_breaks(diff: StackDiff) -> list[Break] | None:

@@ -40,6 +40,7 @@ limits (tests/k8s/test_capacity.py counts them).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class Request:
     extra: Mapping[str, list[str]]
     new: Mapping[str, Any]
     old: Mapping[str, Any] | None
+    host: str = ""  # the pool role whose node makes it (the render's role directory)
 
 
 def _node(name: str, labels: Mapping[str, str], taints: Sequence[Mapping[str, str]]) -> dict[str, Any]:
@@ -127,7 +129,7 @@ def node_requests(inputs: Inputs, hosts: Collection[str] | None = None) -> list[
         heartbeat = copy.deepcopy(registered)
         heartbeat["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         role = f"pool role {group.host}"
-        found += [
+        made = [
             Request(f"{role}: the kubelet registers its Node {name}", "nodes", "CREATE", *kubelet, registered, None),
             Request(f"{role}: the kubelet updates its Node's status", "nodes/status", "UPDATE", *kubelet,
                     heartbeat, registered),
@@ -139,6 +141,7 @@ def node_requests(inputs: Inputs, hosts: Collection[str] | None = None) -> list[
             Request(f"{role}: calico-node updates nodes/status (annotations, NetworkUnavailable)", "nodes/status",
                     "UPDATE", CALICO_USER, agent_groups, pod, annotated, initialised),
         ]
+        found += [dataclasses.replace(r, host=group.host) for r in made]
     return found
 
 
@@ -242,18 +245,26 @@ def _short(expression: str) -> str:
 
 
 def check(inputs: Inputs) -> list[Finding]:
-    return check_hosts(inputs, None)
+    return check_scoped(inputs, None, None)
 
 
 def check_hosts(inputs: Inputs, hosts: Collection[str] | None) -> list[Finding]:
-    """The check on the Node writes of the pool roles `hosts` names (every role when None): a review
-    whose change touches one pool's kubelet and no policy evaluates that pool's writes alone
-    (kilonode.review.preflight_break), the rest being the same on both sides."""
-    requests = node_requests(inputs, hosts)
+    """The check on the Node writes of the pool roles `hosts` names (every role when None)."""
+    return check_scoped(inputs, hosts, None)
+
+
+def check_scoped(inputs: Inputs, hosts: Collection[str] | None, policies: Collection[str] | None) -> list[Finding]:
+    """The check on part of the requests, as a review needs it (kilonode.review.preflight_break): every
+    policy on the Node writes of the pool roles `hosts` names, and the policies `policies` names on
+    every role's. With both None, every policy on every role's writes (preflight's whole check). What
+    neither names is the same on both sides of the change."""
+    everything = node_requests(inputs)
     findings: list[Finding] = []
     for resource in inputs.of_type(POLICY_TYPE):
         spec = resource.inputs.get("spec") or {}
         name = (resource.inputs.get("metadata") or {}).get("name")
+        whole = (hosts is None and policies is None) or (policies is not None and name in policies)
+        requests = everything if whole else [r for r in everything if hosts is not None and r.host in hosts]
         # one finding per (policy, expression, verdict): the first request it refuses, and how many
         refused: dict[tuple[str, str], list[tuple[Request, str]]] = {}
         for request in requests:
