@@ -136,7 +136,13 @@ def start(
         "fire (default: the longest `for:` among the pool's alerts, 10m for a pool without them).")] = None,
     prometheus: Annotated[str | None, typer.Option(
         "--prometheus", metavar="URL", help="Prometheus' base URL for the rollout's steps (kept in the journal). "
-        "Required to roll the monitoring pool: its own Prometheus is evicted by the rollout.")] = None,
+        "To roll the pool that runs the cluster's Prometheus (monitoring) with its gates reading alerts: a "
+        "Prometheus outside the cluster that scrapes it, since the rollout evicts the cluster's own.")] = None,
+    without_alerts: Annotated[bool, typer.Option(
+        "--without-alerts", help="Only for the pool that runs the cluster's Prometheus (monitoring), which the "
+        "rollout evicts: its gates read no alerts and wait instead, besides the node checks, for that Prometheus "
+        "Ready again (its node uncordoned for it), held --hold. Alerting is dark meanwhile and Prometheus' "
+        "history (an emptyDir) is lost. Recorded in the journal; refused on any other pool.")] = False,
     journal_file: JournalOpt = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Start again over an existing journal: the old one is kept beside it, renamed with the "
@@ -150,7 +156,7 @@ def start(
     shared scale set (a team's reserved shard is not the one to try an image on).
     """
     from kilonode.rollout import journal as journals
-    from kilonode.rollout.model import Journal, Policy
+    from kilonode.rollout.model import Journal, Policy, dark_alerting
     from kilonode.rollout.observe import hold_s
 
     stack, plan = load_and_plan(stack_ref)
@@ -158,16 +164,30 @@ def start(
     if path.exists() and not force:
         die(f"{path}: a rollout journal is already there; `kilonode rollout status {stack_ref}` shows it, "
             "--force starts again (the old one is kept beside it)", "kilonode rollout start")
-    if any(p.name == pool and p.monitoring for p in plan.node_pools) and not prometheus:
+    runs_prometheus = pool == _prometheus_pool(plan)
+    if without_alerts and not runs_prometheus:
+        die(f"--without-alerts is only for the pool that runs the cluster's Prometheus "
+            f"({_prometheus_pool(plan) or 'none in this plan'}): pool {pool}'s gates read its alerts",
+            "kilonode rollout start")
+    if without_alerts and prometheus:
+        die("give --prometheus URL (the gates read that Prometheus' alerts) or --without-alerts (they read none), "
+            "not both", "kilonode rollout start")
+    if runs_prometheus and not prometheus and not without_alerts:
         die(f"pool {pool} runs the cluster's Prometheus: rolling it evicts the Prometheus its gates read. Give "
-            "--prometheus URL, a Prometheus outside this pool that scrapes the cluster", "kilonode rollout start")
+            "--without-alerts (its gates wait for that Prometheus Ready again instead; alerting is dark while the "
+            "pool rolls and its history is lost), or --prometheus URL, a Prometheus outside the cluster that "
+            "scrapes it (docs/operations.md, \"Rolling a node image\")", "kilonode rollout start")
     order = _order(plan, pool, canary, only)
     policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
                     gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs, cordon_ahead=cordon_ahead,
-                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool), steer=steer)
+                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool), steer=steer,
+                    without_alerts=pool if without_alerts else "")
     journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy, prometheus=prometheus or "")
     now = time.time()
     journal.log.append(f"{now:.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
+    if without_alerts:
+        journal.log.append(f"{now:.0f} --without-alerts: gates read no alerts, they wait for Prometheus Ready again; "
+                           f"{dark_alerting(pool)}")
     with _holding(path):  # never set aside a journal a running `run` is writing
         if path.exists():
             aside = journals.set_aside(path, now)
@@ -176,6 +196,29 @@ def start(
         journals.save(journal, path)
     out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
               f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
+    if without_alerts:
+        out.print(f"--without-alerts: {dark_alerting(pool)}; its history (an emptyDir) is lost", markup=False,
+                  soft_wrap=True)
+
+
+def _prometheus_pool(plan: ClusterPlan) -> str:
+    """The pool the cluster's Prometheus runs on (its nodeSelector, kilonode.k8s.monitoring): the
+    plan's choice (the pool marked monitoring, else the first system pool, else the first untainted
+    one: docs/monitoring.md, "Placement"); '' where the plan places none."""
+    if plan.prometheus is not None:
+        return plan.prometheus.pool
+    return next((p.name for p in plan.node_pools if p.monitoring), "")
+
+
+def _dark(journal: Journal) -> str:
+    """The line `status` and `step` print while a --without-alerts rollout is not done ('' otherwise)."""
+    from kilonode.rollout.model import dark_alerting
+
+    pool = journal.policy.without_alerts
+    if not pool or all(journal.of(n).phase == "done" for n in journal.policy.order):
+        return ""
+    return (f"{dark_alerting(pool)} (started --without-alerts: its gates read no alerts, they wait for Prometheus "
+            "Ready again)")
 
 
 def _order(plan: ClusterPlan, pool: str, canary: str | None, only: list[str] | None) -> list[str]:
@@ -203,6 +246,10 @@ def _state(stack: Stack, plan: ClusterPlan, journal: Journal, state_file: Path |
     """The cluster: from --state, or observed through the SDKs (and written to --record)."""
     from kilonode.rollout import observe
 
+    if sources[2] and journal.policy.without_alerts:
+        die(f"this rollout was started --without-alerts for pool {journal.policy.without_alerts}: its gates read no "
+            "alerts. To gate on a Prometheus outside the cluster, `start --force --prometheus URL`",
+            "kilonode rollout")
     if state_file is not None:
         try:
             return observe.state_from_json(state_file.read_text(encoding="utf-8"), str(state_file))
@@ -218,7 +265,8 @@ def _state(stack: Stack, plan: ClusterPlan, journal: Journal, state_file: Path |
     # the journal's scale sets, in its order, each with its pool (the plan's names)
     known = {t.name: t for p in plan.node_pools for t in observe.targets(plan, p.name)}
     wanted = [known[n] for n in journal.policy.order if n in known]
-    state = observe.observe(plan, wanted, observe.Sources(subscription, kubeconfig, None, prometheus))
+    state = observe.observe(plan, wanted, observe.Sources(subscription, kubeconfig, None, prometheus,
+                                                          journal.policy.without_alerts))
     if record is not None:
         record.write_text(observe.state_to_json(state), encoding="utf-8")
     return state
@@ -265,8 +313,11 @@ def _step_once(stack_ref: str, journal_file: Path | None, state_file: Path | Non
         journals.save(journal, path)
     state = _state(stack, plan, journal, state_file, record, sources)
     now = time.time()
+    dark = _dark(journal)  # before decide: the step that finishes the pool still says it
     actions = decide(journal, state, now)
     out.print(f"{journal.stack}: {journal.target}", markup=False)
+    if dark:
+        out.print(f"  NOTE: {dark}", markup=False, soft_wrap=True)
     _say(actions)
     if dry_run:
         out.print("dry run: nothing was carried out and the journal is as it was", markup=False)
@@ -361,7 +412,12 @@ def status(stack_ref: StackArg, journal_file: JournalOpt = None) -> None:
               f"soak {policy.soak_s} s, gate timeout {policy.gate_timeout_s} s, hold {policy.hold_s} s, "
               f"cordon ahead {policy.cordon_ahead}, gang wait {policy.gang_wait_s} s, "
               f"{'cuts' if policy.cut_gangs else 'does not cut'} gangs, "
-              f"{'steers gangs to rolled fabrics' if policy.steer else 'does not steer'}", markup=False)
+              f"{'steers gangs to rolled fabrics' if policy.steer else 'does not steer'}"
+              + (f", gates read no alerts for pool {policy.without_alerts} (--without-alerts: they wait for "
+                 "Prometheus Ready again)" if policy.without_alerts else ""), markup=False, soft_wrap=True)
+    dark = _dark(journal)
+    if dark:
+        out.print(f"  NOTE: {dark}", markup=False, soft_wrap=True)
     for name in policy.order:
         progress = journal.of(name)
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(progress.since)) if progress.since else "-"

@@ -39,7 +39,12 @@ someone else set. On a GPU pool a rebooted node passes its gate only on a GPU he
 from its new boot (_fresh_pass).
 
 A gate passes once its checks have kept passing for `hold_s` (an alert's `for:` has had time to
-fire); alerts that could not be read (ClusterState.alerts_unknown) block it, never pass it.
+fire); alerts that could not be read (ClusterState.alerts_unknown) block it, never pass it. The
+one exception is the pool named by Policy.without_alerts, the one that runs the cluster's
+Prometheus (only `start --without-alerts` sets it, and only there): rolling it evicts the
+Prometheus the alerts come from, so its gate reads none and waits instead for that Prometheus
+Ready again (ClusterState.prometheus_ready), its batch uncordoned once its node checks pass so
+Prometheus can be scheduled there (_uncordon_for_prometheus), then held `hold_s` as any gate.
 
 The canary (the policy's first scale set) goes alone; the rest start once it has been done for
 `soak_s`, `in_flight` at a time, and none starts while its pool has an alert firing.
@@ -47,7 +52,7 @@ The canary (the policy's first scale set) goes alone; the rest start once it has
 
 from __future__ import annotations
 
-from kilonode.rollout.model import Action, ClusterState, Instance, Journal, Progress, ScaleSet
+from kilonode.rollout.model import Action, ClusterState, Instance, Journal, Progress, ScaleSet, dark_alerting
 
 BUSY = ("cordoned", "upgrading", "gating")
 
@@ -77,8 +82,14 @@ def _taken(scale_set: ScaleSet, progress: Progress) -> tuple[Instance, ...]:
     return tuple(i for i in scale_set.instances if i.instance_id in progress.taken)
 
 
-def _gate(state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
-    """Why the batch's gate does not pass yet ('' when it does)."""
+def _gate(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
+    """Why the batch's gate does not pass yet ('' when it does): its nodes' checks, then its pool's
+    alerts (or, for the Policy.without_alerts pool, its Prometheus Ready again)."""
+    return _node_checks(state, scale_set, progress) or _pool_check(journal, state, scale_set.pool)
+
+
+def _node_checks(state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
+    """Why the batch's nodes do not pass yet ('' when they do)."""
     taken = _taken(scale_set, progress)
     behind = [i.instance_id for i in taken if not scale_set.at_model(i)]
     if behind:
@@ -102,7 +113,23 @@ def _gate(state: ClusterState, scale_set: ScaleSet, progress: Progress) -> str:
         if old:
             return (f"{len(old)} nodes have no GPU health pass from their new boot yet "
                     f"({', '.join(sorted(n for n in old if n)[:5])})")
-    return _alerts(state, scale_set.pool)
+    return ""
+
+
+def _pool_check(journal: Journal, state: ClusterState, pool: str) -> str:
+    """The pool's part of a gate: its alerts; for the Policy.without_alerts pool (the one that
+    runs the cluster's Prometheus) that Prometheus Ready again instead, since its alerts are the
+    ones this rollout made dark."""
+    if pool != journal.policy.without_alerts:
+        return _alerts(journal, state, pool)
+    if state.prometheus_unknown:
+        return f"Prometheus unknown ({state.prometheus_unknown}): the gate waits for it Ready again"
+    if not state.prometheus_node:
+        return (f"Prometheus {state.prometheus_pod or '(no pod)'} is not bound to a node yet: the gate waits for it "
+                f"Ready again ({dark_alerting(pool)})")
+    if not state.prometheus_ready:
+        return f"Prometheus {state.prometheus_pod} on {state.prometheus_node} is not Ready yet ({dark_alerting(pool)})"
+    return ""
 
 
 def _fresh_pass(instance: Instance, progress: Progress) -> bool:
@@ -123,8 +150,12 @@ def _fresh_pass(instance: Instance, progress: Progress) -> bool:
     return instance.gpu_condition == "True" and instance.gpu_since > sent
 
 
-def _alerts(state: ClusterState, pool: str) -> str:
-    """Why the pool's alerts stop a gate or a take: unknown (never a pass), or firing."""
+def _alerts(journal: Journal, state: ClusterState, pool: str) -> str:
+    """Why the pool's alerts stop a gate or a take: unknown (never a pass), or firing. Not read
+    for the Policy.without_alerts pool only: its alerts come from the Prometheus this rollout
+    evicts (its gate waits on that Prometheus instead, _pool_check); every other pool's block."""
+    if pool and pool == journal.policy.without_alerts:
+        return ""
     if state.alerts_unknown:
         return f"alerts unknown ({state.alerts_unknown}): nothing passes until they can be read"
     firing = state.firing.get(pool, ())
@@ -242,10 +273,11 @@ def _gate_or_pass(journal: Journal, state: ClusterState, scale_set: ScaleSet, pr
     """The gate: wait (or fail past the timeout) while it does not pass; hold it `hold_s` once it
     does; then uncordon the batch, and the scale set is done or its next batch pending."""
     name = scale_set.name
-    why = _gate(state, scale_set, progress)
+    why = _gate(journal, state, scale_set, progress)
     if why:
         progress.passing_since = 0.0
-        return _timed(journal, progress, name, now, why)
+        waits = _timed(journal, progress, name, now, why)
+        return [*_uncordon_for_prometheus(journal, state, scale_set, progress), *waits] if waits else waits
     progress.passing_since = progress.passing_since or now
     held = now - progress.passing_since
     if held < journal.policy.hold_s:  # passing, so no timeout: the hold only lets an alert fire
@@ -262,13 +294,32 @@ def _gate_or_pass(journal: Journal, state: ClusterState, scale_set: ScaleSet, pr
     return actions
 
 
+def _uncordon_for_prometheus(journal: Journal, state: ClusterState, scale_set: ScaleSet,
+                             progress: Progress) -> list[Action]:
+    """The Policy.without_alerts pool's batch, its node checks passed: uncordoned before its gate
+    passes, since that gate waits for the cluster's Prometheus Ready again and Prometheus can only
+    be scheduled on a schedulable node of this pool (its nodeSelector, kilonode.k8s.monitoring;
+    a cordon is the node.kubernetes.io/unschedulable:NoSchedule taint, which it does not
+    tolerate). Kept cordoned, a one-node pool would deadlock: Prometheus Pending, the gate waiting
+    on it, failed at the gate timeout. The batch stays taken (and held from scale-down, _holds)
+    until the gate passes; the final uncordon repeats nothing that is done."""
+    if scale_set.pool != journal.policy.without_alerts or _node_checks(state, scale_set, progress):
+        return []
+    cordoned = tuple(i.node for i in _taken(scale_set, progress) if i.node and not i.schedulable)
+    if not cordoned:
+        return []
+    return [Action("uncordon", scale_set.name, nodes=cordoned,
+                   why="its nodes passed their checks: uncordoned so the cluster's Prometheus can be scheduled "
+                   "again; the gate waits for it Ready")]
+
+
 def _take(journal: Journal, state: ClusterState, scale_set: ScaleSet, progress: Progress,
           now: float) -> list[Action]:
     """A pending scale set: done if already at its model, else its next batch taken when allowed."""
     name = scale_set.name
     if scale_set.current:
         return _current(journal, state, scale_set, progress, now)
-    why = _may_start(journal, state, name, now) or _alerts(state, scale_set.pool)
+    why = _may_start(journal, state, name, now) or _alerts(journal, state, scale_set.pool)
     taken = _batch(journal, scale_set)
     gangs = _gangs(state, taken)
     if not gangs:

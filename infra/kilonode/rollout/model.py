@@ -101,6 +101,14 @@ class ClusterState:
     # why the pool's alerts could not be read ('' when they were): unknown alerts block every gate
     # and every new take, never pass them (Prometheus down, or evicted by this very rollout)
     alerts_unknown: str = ""
+    # The cluster's Prometheus pod (kilonode.k8s.monitoring: StatefulSet `prometheus`, one replica,
+    # in the monitoring namespace): its name and node ('' none bound), whether its Ready condition
+    # is True, and why it could not be read ('' it was). Read for a Policy.without_alerts gate,
+    # which waits on this instead of on the alerts that Prometheus would serve.
+    prometheus_pod: str = ""
+    prometheus_node: str = ""
+    prometheus_ready: bool = False
+    prometheus_unknown: str = ""
 
     def scale_set(self, name: str) -> ScaleSet | None:
         return next((s for s in self.scale_sets if s.name == name), None)
@@ -137,6 +145,18 @@ class Policy:
     # instances a scale-out brings, at the model already), so a gang evicted once is not placed
     # where the rollout evicts it again. It never keeps a pod off a node that has room elsewhere only.
     steer: bool = True
+    # The pool whose gates read no alerts ('' none): only the pool that runs the cluster's
+    # Prometheus (kilonode.k8s.monitoring's nodeSelector; the CLI refuses any other), where the
+    # rollout evicts the very Prometheus its gates would read, so alerting is dark for the whole
+    # step (dark_alerting). Its gate needs, besides the node checks, that Prometheus is Ready again
+    # (ClusterState.prometheus_ready), held hold_s; any other pool's alerts are still read and
+    # still block (decide._alerts). `start --without-alerts` sets it, recorded here in the journal.
+    without_alerts: str = ""
+
+
+def dark_alerting(pool: str) -> str:
+    """What `status` and `step` say of a Policy.without_alerts rollout, every time."""
+    return f"alerting is dark while pool {pool} rolls: its Prometheus is the one evicted"
 
 
 @dataclass

@@ -21,6 +21,11 @@ dataclasses out), tested on the APIs' own reference payloads, and a thin call th
   when its `pool` label names it (the GPU pool alerts of kilonode.render.monitoring carry it).
   Prometheus unreachable, or an answer that is not one: the state says the alerts are unknown
   (ClusterState.alerts_unknown), which blocks every gate; it never reads as "no alert firing".
+  A rollout started --without-alerts (Policy.without_alerts: the pool that runs that Prometheus)
+  reads no alerts at all, and says so in alerts_unknown (any other pool's gate stays blocked).
+- The cluster's Prometheus pod (kilonode.k8s.monitoring: StatefulSet `prometheus`, one replica,
+  so its pod is `prometheus-0`, labelled app.kubernetes.io/name=prometheus, in `monitoring`):
+  its Ready condition and spec.nodeName, what a --without-alerts gate waits on.
 
 A node is found by name: kilonode's nodes register under their computer name lower-cased (the
 kubelet lower-cases its hostname; no --hostname-override), and a Uniform scale set names each
@@ -59,6 +64,11 @@ INSTALL = "pip install 'kilonode[rollout]'"
 # monitoring namespace), reached through the apiserver's service proxy.
 PROMETHEUS_NAMESPACE = "monitoring"
 PROMETHEUS_SERVICE = "prometheus:web"
+# Its pod: a StatefulSet's pods are named <statefulset>-<ordinal> (kubernetes
+# pkg/controller/statefulset/stateful_set_utils.go getPodName), and carry the template's labels
+# (kilonode.k8s.monitoring.PROMETHEUS_LABELS; tests/rollout/test_without_alerts.py holds the two equal).
+PROMETHEUS_POD_PREFIX = "prometheus-"
+PROMETHEUS_SELECTOR = "app.kubernetes.io/name=prometheus"
 ALERT_POOL_LABEL = "pool"  # what kilonode.render.monitoring's GPU pool rules put on their alerts
 GPU_TAINTS = (protocol.STARTUP_TAINT, protocol.FAULT_TAINT)
 PAGE = 500  # list pages: a 7,500-node cluster's Nodes are never one response
@@ -333,6 +343,43 @@ def fetch_alerts(api: Any, url: str | None = None, timeout_s: float = 30.0) -> d
     return dict(json.loads(getattr(answer, "data", answer)))
 
 
+@dataclass(frozen=True)
+class PrometheusPod:
+    name: str = ""  # '' none found
+    node: str = ""  # spec.nodeName ('' not bound: Pending)
+    ready: bool = False  # its Ready condition is True
+
+
+def prometheus_from_pods(pods: Iterable[Any]) -> PrometheusPod:
+    """V1Pods of the monitoring namespace -> the cluster's Prometheus pod: one named
+    prometheus-<ordinal> and not being deleted. An evicted pod terminates for up to its grace
+    period (300 s, kilonode.k8s.monitoring) on its old node, and its replacement has
+    the same name (getPodName), so it is created only once that one is gone: one read mid-deletion
+    is never taken for Prometheus Ready again. A Ready one first, else a bound one."""
+    found = []
+    for pod in pods:
+        name = pod.metadata.name or ""
+        if not name.startswith(PROMETHEUS_POD_PREFIX) or pod.metadata.deletion_timestamp is not None:
+            continue
+        conditions = (pod.status.conditions if pod.status else None) or []
+        ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+        node = (pod.spec.node_name if pod.spec else None) or ""
+        found.append(PrometheusPod(name, node, ready and bool(node)))
+    return max(found, key=lambda p: (p.ready, bool(p.node), p.name), default=PrometheusPod())
+
+
+def read_prometheus(api: Any) -> tuple[PrometheusPod, str]:
+    """The thin call: the Prometheus pod, or (none, why it could not be read)."""
+    from kubernetes import client
+
+    try:
+        pods = client.CoreV1Api(api).list_namespaced_pod(PROMETHEUS_NAMESPACE, label_selector=PROMETHEUS_SELECTOR)
+        return prometheus_from_pods(pods.items), ""
+    except Exception as error:  # unknown, whatever the cause: a gate waiting on it does not pass
+        return PrometheusPod(), f"{PROMETHEUS_NAMESPACE}/{PROMETHEUS_POD_PREFIX}*: {type(error).__name__}: " \
+            f"{str(error).strip()[:200]}"
+
+
 # --- joined ---------------------------------------------------------------------------------------
 
 def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeFacts],
@@ -356,12 +403,14 @@ def scale_set_state(target: Target, vms: Iterable[Vm], nodes: Mapping[str, NodeF
 
 @dataclass(frozen=True)
 class Sources:
-    """Where observe reads: the subscription, the kubeconfig, Prometheus (None: the service proxy)."""
+    """Where observe reads: the subscription, the kubeconfig, Prometheus (None: the service proxy).
+    without_alerts: the pool a --without-alerts rollout rolls ('' none): no alerts are read."""
 
     subscription_id: str
     kubeconfig: str | None = None
     context: str | None = None
     prometheus_url: str | None = None
+    without_alerts: str = ""
 
 
 def observe(plan: ClusterPlan, sets: Iterable[Target], sources: Sources) -> ClusterState:
@@ -371,9 +420,16 @@ def observe(plan: ClusterPlan, sets: Iterable[Target], sources: Sources) -> Clus
     vms = list_vms(sources.subscription_id, plan.node_resource_group, [t.name for t in sets])
     api = kube_client(sources.kubeconfig, sources.context)
     nodes, gangs = list_nodes_and_gangs(api, pools)
-    firing, unknown = read_firing(api, sources.prometheus_url, pools)
+    if sources.without_alerts:
+        # not read, and said: decide passes over them for that pool only, any other stays blocked
+        firing, unknown = {}, f"not read: the rollout was started --without-alerts for pool {sources.without_alerts}"
+    else:
+        firing, unknown = read_firing(api, sources.prometheus_url, pools)
+    prometheus, prometheus_unknown = read_prometheus(api)
     return ClusterState(tuple(scale_set_state(t, vms[t.name][1], nodes, vms[t.name][0]) for t in sets),
-                        gangs=gangs, firing=firing, at=time.time(), alerts_unknown=unknown)
+                        gangs=gangs, firing=firing, at=time.time(), alerts_unknown=unknown,
+                        prometheus_pod=prometheus.name, prometheus_node=prometheus.node,
+                        prometheus_ready=prometheus.ready, prometheus_unknown=prometheus_unknown)
 
 
 # --- a recorded state (`--state FILE`, `--record FILE`) --------------------------------------------
@@ -392,7 +448,11 @@ def state_from_json(text: str, source: str = "the state") -> ClusterState:
                      for s in raw["scale_sets"])
         return ClusterState(sets, gangs={n: tuple(g) for n, g in raw.get("gangs", {}).items()},
                             firing={p: tuple(a) for p, a in raw.get("firing", {}).items()},
-                            at=float(raw.get("at", 0.0)), alerts_unknown=str(raw.get("alerts_unknown", "")))
+                            at=float(raw.get("at", 0.0)), alerts_unknown=str(raw.get("alerts_unknown", "")),
+                            prometheus_pod=str(raw.get("prometheus_pod", "")),
+                            prometheus_node=str(raw.get("prometheus_node", "")),
+                            prometheus_ready=bool(raw.get("prometheus_ready", False)),
+                            prometheus_unknown=str(raw.get("prometheus_unknown", "")))
     except KeyError as error:
         raise ValueError(f"{source} cannot be read: it has no {error}") from None
     except (TypeError, ValueError) as error:
