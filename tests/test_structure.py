@@ -177,6 +177,8 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
                      "kilonode.preflight.checks.pod_isolation",
                      # and admission-config: kube-apiserver's admission plugin names and what each needs to start
                      "kilonode.preflight.checks.admission_config",
+                     # and kubelet-config: the kubelet's own validation rules of its configuration
+                     "kilonode.preflight.checks.kubelet_config",
                      # and api-validation: the apiserver's validation rules beyond the schema (PriorityClass bounds)
                      "kilonode.preflight.checks.api_validation",
                      # the RBAC authorizer's model (review and preflight's contracts): the apiserver's

@@ -36,6 +36,7 @@ def _registry() -> tuple[Check, ...]:
         etcd_backups,
         gpu_runtime,
         identities,
+        kubelet_config,
         listeners,
         node_join,
         node_writers,
@@ -59,7 +60,7 @@ def _registry() -> tuple[Check, ...]:
                        api_validation, azure_names,
                        custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
                        port_range, node_join, node_writers, admission_config, admission_requests, agent_writes, quota,
-                       boot_pulls)
+                       boot_pulls, kubelet_config)
     )
 
 

@@ -50,6 +50,7 @@ from kilonode.review import (
     network,
     nodes,
     placement,
+    pod_security_default,
     preflight_break,
     rules,
     security,
@@ -800,6 +801,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, control_flags.assess(diff))]
     found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
+    found += _risks(diff, pod_security_default.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
