@@ -135,8 +135,11 @@ def _plan_text(plan: Any) -> list[str]:
         lines += [f"   then: {command}" for command in step.then]
         lines.append(f"   kilonode diff should say: {step.review}")
         if step.rollback:
-            lines.append("   rollback (both keys in one change, then `kilonode diff`, `pulumi up`, `kilonode rollout "
-                         "start --force` and `run`): " + "; ".join(f"{_where(e)}: {_value(e)}" for e in step.rollback))
+            journal = f"--journal .kilonode/rollout/{plan.stack}-{step.pool}.json" if step.pool else ""
+            lines.append("   rollback (both keys in one change, then `kilonode diff`, `pulumi up` with the autoscaler "
+                         f"paused, `kilonode rollout start {plan.stack} --pool {step.pool} {journal} --force` and "
+                         f"`kilonode rollout run {plan.stack} {journal}`): "
+                         + "; ".join(f"{_where(e)}: {_value(e)}" for e in step.rollback))
     lines += ["", *(f"Note: {note}" for note in plan.notes)]
     return lines
 

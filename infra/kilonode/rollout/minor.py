@@ -306,12 +306,15 @@ def _pool_step(config: ClusterConfig, found: Progress, stack: str, to: str, pool
               f"Kubernetes {to}; {was} kept for rollback")),
         (f"kilonode image build {stack} --pool {pool.name} --out build/node-image --fetch",
          "kilonode diff  # a fleet rollout of the pool, its old image kept",
-         "pulumi up  # new instances (scale-out) get the new model at once",
+         "kubectl -n kube-system scale deployment cluster-autoscaler --replicas=0  # for the `pulumi up`: it sends "
+         "the autoscaled scale sets' sizes as it read them at its start (docs/azure.md)",
+         "pulumi up  # new instances (scale-out) get the new model at once; then give the autoscaler its replicas back",
          f"kilonode rollout start {stack} --pool {pool.name} --journal {journal}"
-         + (" --prometheus <a Prometheus outside this pool: it runs the cluster's>" if pool.monitoring else "")
+         + (" --without-alerts" if pool.monitoring else "")
          + f" && kilonode rollout run {stack} --journal {journal}"
-         + ("  # Prometheus' history is lost: its data is an emptyDir on this pool's node "
-            "(docs/monitoring.md, \"Storage\")" if pool.monitoring else "")),
+         + ("  # alerting is dark while the pool rolls (its Prometheus is the one evicted; or --prometheus URL at a "
+            "Prometheus outside the cluster), and Prometheus' history is lost: its data is an emptyDir on this "
+            "pool's node (docs/monitoring.md, \"Storage\")" if pool.monitoring else "")),
         "fleet-rollout of this pool, no rollback-target-removed, no version-skew", pool=pool.name,
         rollback=(Edit(("nodePools", index, "kubernetesVersion"), start,
                        "the kubelet the old image runs: left at the new version, `kilonode diff` would "
@@ -348,7 +351,8 @@ def _cleanup_step(config: ClusterConfig, found: Progress, stack: str, order: Seq
         "cleanup", "Remove the pins and the previous versions, once every node runs the new version",
         tuple(cleanup), (*(f"kilonode rollout status {stack} --journal {_journal(stack, p.name)}  # every scale set "
                            "done" for p in order), "kilonode diff", "pulumi up", folded),
-        "rollback-target-removed for the previous versions (expected: nothing runs them any more)")
+        "the previous gallery versions and their VHDs deleted (resources: deleted), no risk: nothing runs them any "
+        "more (rollback-target-removed speaks only where a new version is published in the same change)")
 
 
 def _going_back(start: str, to: str, cp: str) -> str:
