@@ -136,6 +136,7 @@ from typing import Any, NamedTuple, TypeVar
 import promql_parser
 import yaml
 
+from kilonode.plan import defaults
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import load_yaml, plan_of
@@ -737,7 +738,7 @@ def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
         return []  # no ConfigMap changed: no rule file or Prometheus configuration did
     found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff),
-             *jobs_unselected(diff)]
+             *jobs_unselected(diff), *scrape_limits_below_load(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}
@@ -1135,3 +1136,217 @@ def jobs_unselected(diff: StackDiff) -> list[Finding]:
             tuple(sorted({name for name, _ in alerts | absent})) or tuple(name for _, name in sorted(by_rule)),
             cause=f"{matcher} scraped by no job"))
     return found
+
+
+# ---- scrape limits below the plan's load (scrape-limit-below-load) ------------------------------------------------
+#
+# From an independent trace on research-7500 (10b): `sample_limit: 100000` on the kube-state-metrics job was "No risk
+# found". prometheus/prometheus@v3.5.5 docs/configuration/configuration.md <scrape_config>: "Per-scrape limit on the
+# number of scraped samples that will be accepted. If more than this number of samples are present after metric
+# relabeling the entire scrape will be treated as failed" (label_limit alike: "more than this number of labels ...
+# on any sample"; target_limit: "more than this number of targets are present after target relabeling, Prometheus
+# will mark the targets as failed without scraping them"); a job's 0 (unset) takes the global section's
+# (config/config.go ScrapeConfig.Validate: `if c.SampleLimit == 0 { c.SampleLimit = globalConfig.SampleLimit }`, the
+# same for TargetLimit and LabelLimit). scrape/scrape.go scrapeAndReport: an append past the limit is rolled back,
+# appended again empty "to trigger stale markers", and reported as the scrape's error (`up` 0): every series of the
+# target goes stale at once, every scrape. The load is the plan's own (kilonode.plan.resolve.monitoring
+# series_terms, its figures in kilonode.plan.defaults.monitoring), per scrape of one target.
+
+SCRAPE_LIMIT_RULE = "scrape-limit-below-load"
+# kilonode.render.monitoring's job names (named here, not imported: the review reads rendered sides).
+_JOB_APISERVER, _JOB_SCHEDULER, _JOB_CM = "kilonode-apiserver", "kilonode-scheduler", "kilonode-controller-manager"
+_JOB_KUBELET, _JOB_CADVISOR, _JOB_KSM = "kilonode-kubelet", "kilonode-cadvisor", "kilonode-kube-state-metrics"
+_JOB_CERTS, _JOB_TRAFFIC = "kilonode-certificates", "kilonode-pod-traffic"
+_JOB_AUTOSCALER = "kilonode-cluster-autoscaler"
+_JOB_GPU_AGENT, _JOB_GPU_CONTROLLER = "kilonode-gpu-health-agent", "kilonode-gpu-health-controller"
+_JOB_ETCD_PREFIX = "kilonode-etcd-"
+# A job's metric names no selector ties to it by `job=`: kube-state-metrics names every metric it exports kube_*
+# (kubernetes/kube-state-metrics docs/metrics: each family "kube_<resource>_..."), and kilonode's rules read
+# kube_node_* without a job matcher.
+_EXPORTED_PREFIXES = {_JOB_KSM: ("kube_",)}
+_LIMITS = {"sample_limit": "samples per scrape", "label_limit": "labels per sample", "target_limit": "targets"}
+
+
+class JobLoad(NamedTuple):
+    samples: int      # per scrape of one target
+    targets: int      # after relabelling, at the size the plan sizes Prometheus for
+    why: str          # the plan's arithmetic, said in the finding
+
+
+def _pool_reach(plan: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], int]]:
+    """(pool, the nodes Prometheus is sized for there): the plan's "nodes of <pool> (...)" series terms' targets
+    (series_terms: maxNodes and room declared for growth), else the pool's nodes."""
+    terms = {str(t.get("what", "")).split(" (", 1)[0].removeprefix("nodes of "): int(t.get("targets") or 0)
+             for t in ((plan.get("prometheus") or {}).get("terms") or []) if isinstance(t, Mapping)
+             and str(t.get("what", "")).startswith("nodes of ")}
+    return [(p, terms.get(str(p.get("name")), int(p.get("nodes") or 0)))
+            for p in plan.get("nodePools") or [] if isinstance(p, Mapping)]
+
+
+def job_loads(plan: Mapping[str, Any]) -> dict[str, JobLoad]:
+    """scrape job -> the plan's load on it; a job the plan has no figure for is absent (not judged). The figures are
+    kilonode.plan.resolve.monitoring's (per_node_series, series_terms), per job rather than per pool."""
+    pools = _pool_reach(plan)
+    if not pools:
+        return {}
+    nodes = sum(n for _, n in pools)
+    pods = sum(n * int(p.get("maxPods") or 0) for p, n in pools)
+    most_pods = max(int(p.get("maxPods") or 0) for p, _ in pools)
+    gpu = [(p, n) for p, n in pools if int(p.get("gpusPerNode") or 0)]
+    instances = len((plan.get("controlPlane") or {}).get("instances") or [])
+    etcd = [len((plan.get(key) or {}).get("members") or []) for key in ("etcdMain", "etcdEvents", "etcdLeases")]
+    loads = {
+        _JOB_KSM: JobLoad(
+            defaults.PROMETHEUS_KSM_SERIES_PER_NODE * nodes + defaults.PROMETHEUS_KSM_SERIES_PER_POD * pods, 1,
+            f"one kube-state-metrics answers for the whole cluster (kilonode does not shard it, docs/monitoring.md): "
+            f"{defaults.PROMETHEUS_KSM_SERIES_PER_NODE} series per node x {nodes:,} nodes + "
+            f"{defaults.PROMETHEUS_KSM_SERIES_PER_POD} per pod x {pods:,} pods (the pools' maxPods)"),
+        _JOB_KUBELET: JobLoad(defaults.PROMETHEUS_SERIES_PER_KUBELET, nodes,
+                              f"{defaults.PROMETHEUS_SERIES_PER_KUBELET:,} series per kubelet"),
+        _JOB_CADVISOR: JobLoad(defaults.PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER * most_pods, nodes,
+                               f"{defaults.PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER} series per container x "
+                               f"{most_pods} (the largest maxPods)"),
+        _JOB_TRAFFIC: JobLoad(defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE
+                              + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * most_pods, nodes,
+                              f"{defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE} + "
+                              f"{defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD} per pod x {most_pods}"),
+        _JOB_APISERVER: JobLoad(defaults.PROMETHEUS_SERIES_PER_APISERVER, instances,
+                                f"{defaults.PROMETHEUS_SERIES_PER_APISERVER:,} series per apiserver"),
+        _JOB_SCHEDULER: JobLoad(defaults.PROMETHEUS_SERIES_PER_SCHEDULER, instances,
+                                f"{defaults.PROMETHEUS_SERIES_PER_SCHEDULER:,} series per kube-scheduler"),
+        _JOB_CM: JobLoad(defaults.PROMETHEUS_SERIES_PER_CONTROLLER_MANAGER, instances,
+                         f"{defaults.PROMETHEUS_SERIES_PER_CONTROLLER_MANAGER:,} series per controller manager"),
+        _JOB_CERTS: JobLoad(defaults.PROMETHEUS_SERIES_PER_CERT_TARGET, sum(etcd) + instances,
+                            f"{defaults.PROMETHEUS_SERIES_PER_CERT_TARGET} series per host"),
+        _JOB_GPU_CONTROLLER: JobLoad(defaults.PROMETHEUS_SERIES_PER_GPU_HEALTH_CONTROLLER, instances,
+                                     f"{defaults.PROMETHEUS_SERIES_PER_GPU_HEALTH_CONTROLLER} series per controller"),
+        _JOB_AUTOSCALER: JobLoad(defaults.PROMETHEUS_SERIES_PER_AUTOSCALER, defaults.CLUSTER_AUTOSCALER_REPLICAS,
+                                 f"{defaults.PROMETHEUS_SERIES_PER_AUTOSCALER:,} series per replica"),
+    }
+    for role, members in zip(("main", "events", "leases"), etcd, strict=True):
+        if members:
+            per = defaults.PROMETHEUS_SERIES_PER_ETCD_MEMBER
+            loads[_JOB_ETCD_PREFIX + role] = JobLoad(per, members, f"{per:,} series per member")
+    if gpu:
+        most_gpus = max(int(p.get("gpusPerNode") or 0) for p, _ in gpu)
+        loads[_JOB_GPU_AGENT] = JobLoad(
+            defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_NODE + defaults.PROMETHEUS_GPU_AGENT_FINDING_SERIES
+            + defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_GPU * most_gpus, sum(n for _, n in gpu),
+            f"{defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_NODE} + {defaults.PROMETHEUS_GPU_AGENT_FINDING_SERIES} + "
+            f"{defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_GPU} per GPU x {most_gpus}")
+    return loads
+
+
+def _limit(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def scrape_limits(entry: Mapping[str, Any] | None) -> dict[tuple[str, str], int]:
+    """(job, sample_limit | label_limit | target_limit) -> the limit in force (the job's, else its configuration's
+    global one), for every job of the side's deployed Prometheus configuration that has one."""
+    found: dict[tuple[str, str], int] = {}
+    for config in _deployed_scrape_documents(entry):
+        glob = config.get("global") if isinstance(config.get("global"), Mapping) else {}
+        for job in config["scrape_configs"]:
+            if not isinstance(job, Mapping) or not job.get("job_name"):
+                continue
+            for key in _LIMITS:
+                value = _limit(job.get(key)) or _limit(glob.get(key))
+                if value:
+                    found[(str(job["job_name"]), key)] = value
+    return found
+
+
+def _over(entry: Mapping[str, Any] | None) -> tuple[dict[tuple[str, str], tuple[int, int, str]], set[str]]:
+    """({(job, limit) -> (limit, the plan's figure, its arithmetic)} for each limit below the plan's load, the jobs
+    with a limit and no figure in the plan)."""
+    loads = job_loads(plan_of(entry))
+    over: dict[tuple[str, str], tuple[int, int, str]] = {}
+    unjudged: set[str] = set()
+    for (job, key), value in scrape_limits(entry).items():
+        load = loads.get(job)
+        if load is None:
+            unjudged.add(job)
+            continue
+        figure, why = {
+            "sample_limit": (load.samples, load.why),
+            "target_limit": (load.targets, "targets at the size the plan sizes Prometheus for"),
+            # an average (plan defaults PROMETHEUS_LABEL_PAIRS_PER_SERIES): a limit under it fails most scrapes
+            "label_limit": (defaults.PROMETHEUS_LABEL_PAIRS_PER_SERIES,
+                            "the plan's average label pairs per series (kilonode.plan.defaults.monitoring)"),
+        }[key]
+        if value < figure:
+            over[(job, key)] = (value, figure, why)
+    return over, unjudged
+
+
+def _job_reads(job: str, jobs: set[str]) -> Callable[[str], set[str]]:
+    """An expression -> {job} where a selector of it reads the job's series: by `job="..."`/`=~` matching the job,
+    or (no job matcher) by a metric name the job exports (_EXPORTED_PREFIXES)."""
+    prefixes = _EXPORTED_PREFIXES.get(job, ())
+
+    def find(expr: str) -> set[str]:
+        try:
+            read = selectors(expr)
+        except PromQLSyntax:
+            return set()
+        for s in read:
+            named = [(op, v) for label, op, v in s.matchers if label == "job" and op in ("=", "=~")]
+            if any((op == "=" and v == job) or (op == "=~" and _fullmatch(v, job)) for op, v in named):
+                return {job}
+            if not named and s.metric.startswith(prefixes) and prefixes:
+                return {job}
+        return set()
+    return find
+
+
+def scrape_limits_below_load(diff: StackDiff) -> list[Finding]:
+    """Each head scrape job whose sample, label or target limit is below the plan's figure for it, where the base's
+    was not (or was another limit, or the plan's figure moved): every scrape of it fails, its series go stale."""
+    after, unjudged = _over(diff.head)
+    if unjudged:
+        diff.note(f"scrape limits of {', '.join(sorted(unjudged))} were not judged: the plan has no per-job series "
+                  "estimate for " + ("them" if len(unjudged) > 1 else "it"))
+    if not after:
+        return []
+    before, _ = _over(diff.base)
+    rules = _rules(diff.head)
+    jobs = {job for job, _ in after}
+    found = []
+    for (job, key), (value, figure, why) in sorted(after.items()):
+        if before.get((job, key)) == (value, figure, why):
+            continue
+        alerts = sorted(_per_alert(rules, _job_reads(job, jobs)))
+        up = [a for a in alerts if a in _per_alert(rules, _up_of(job))]
+        blind = [a for a in alerts if a not in up]
+        one = len(blind) == 1
+        said = (f"{', '.join(blind)} read{'s' if one else ''} its series and go{'es' if one else ''} blind (stale, so "
+                "the expressions return nothing)" if blind else "no alert reads its series")
+        if up:
+            said += f"; {', '.join(up)} (on up{{job}}) fire{'s' if len(up) == 1 else ''} instead, target down"
+        what = {"sample_limit": "every scrape of it carries more samples than that, so each is treated as failed",
+                "label_limit": "most of its series carry more labels than that, so every scrape is treated as failed",
+                "target_limit": "it discovers more targets than that, so every target is marked failed unscraped"}[key]
+        fix = {"sample_limit": f"raise it above {figure:,} with headroom for growth, or remove it",
+               "label_limit": "raise it well above the series' label count, or remove it",
+               "target_limit": f"raise it above {figure:,}, or remove it"}[key]
+        found.append(Finding(HIGH, SCRAPE_LIMIT_RULE, (
+            f"job {job}: {key} {value:,} is below the plan's {figure:,} {_LIMITS[key]} ({why}): {what} "
+            "(prometheus/prometheus docs/configuration/configuration.md <scrape_config>; scrape/scrape.go rolls the "
+            "append back, writes stale markers and reports up 0), so none of its series is stored: " + said
+            + f". Fix: {fix} (a job's unset limit takes the global one, config/config.go ScrapeConfig.Validate)"),
+            (f"job {job}", *blind, *up), cause=f"{job} {key}"))
+    return found
+
+
+def _up_of(job: str) -> Callable[[str], set[str]]:
+    """An expression -> {job} where it reads `up` of the job (a failed scrape sets it 0: the alert fires)."""
+    def find(expr: str) -> set[str]:
+        try:
+            read = selectors(expr)
+        except PromQLSyntax:
+            return set()
+        return {job} if any(s.metric == "up" and any(
+            label == "job" and ((op == "=" and v == job) or (op == "=~" and _fullmatch(v, job)))
+            for label, op, v in s.matchers) for s in read) else set()
+    return find

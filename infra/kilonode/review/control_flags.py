@@ -604,7 +604,7 @@ def control_plane_flags(diff: StackDiff) -> list[Finding]:
     if before == after:
         return []
     kcm_was, kcm_now = before.get("kube-controller-manager", {}), after.get("kube-controller-manager", {})
-    found = [*_grace(diff, kcm_was, kcm_now), *_period(diff, kcm_was, kcm_now),
+    found = [*_grace(diff, kcm_was, kcm_now), *_period(diff, kcm_was, kcm_now), *_evictions(diff, kcm_was, kcm_now),
              *_tolerations(before.get("kube-apiserver", {}), after.get("kube-apiserver", {})),
              *_removed(before, after)]
     # (program, flag, host) a rule above spoke for: the generic line leaves them out
@@ -615,4 +615,215 @@ def control_plane_flags(diff: StackDiff) -> list[Finding]:
 
 def assess(diff: StackDiff) -> list[Finding]:
     """Every finding of the control plane's flags and the kubelets' configuration."""
-    return [*control_plane_flags(diff), *kubelet_writes(diff)]
+    return [*control_plane_flags(diff), *scheduler_config(diff), *kubelet_writes(diff)]
+
+
+# ---- node eviction rates (node-eviction-rate-raised) --------------------------------------------------------------
+#
+# Independent trace 10b: --node-eviction-rate=5 was only the generic line. kubernetes/kubernetes
+# pkg/controller/nodelifecycle/node_lifecycle_controller.go: each zone's NoExecute tainter is a token bucket at
+# --node-eviction-rate (default 0.1 nodes/s, pkg/controller/nodelifecycle/config/v1alpha1/defaults.go) while the zone
+# is Normal; ComputeZoneState makes it PartialDisruption once more than 2 of its nodes and at least
+# --unhealthy-zone-threshold (default 0.55) of them are NotReady, and then ReducedQPSFunc gives
+# --secondary-node-eviction-rate (default 0.01) to a zone of more than --large-cluster-size-threshold (default 50)
+# nodes, 0 to a smaller one; a zone with no Ready node (FullDisruption) is not tainted.
+EVICTION_RULE = "node-eviction-rate-raised"
+EVICTION_FLAGS = {"node-eviction-rate": 0.1, "secondary-node-eviction-rate": 0.01,
+                  "unhealthy-zone-threshold": 0.55, "large-cluster-size-threshold": 50.0}
+_FLAGS_OF[EVICTION_RULE] = tuple(EVICTION_FLAGS)
+# The outage the figures are told for: the first 10 minutes of a zone's partial outage (a rack's switch, a bad node
+# agent rollout), twice the pods' default 300 s toleration, so the evictions of the nodes tainted early have begun.
+OUTAGE_S = 600.0
+# A difference in nodes tainted NoExecute over OUTAGE_S, over every zone, past which a raise is high: every such
+# node's gang loses its whole job (a NCCL gang is a pod per node).
+EVICTION_HIGH_NODES = 100
+
+
+def _eviction(flags: Mapping[str, str]) -> dict[str, float]:
+    found = {}
+    for flag, default in EVICTION_FLAGS.items():
+        try:
+            found[flag] = float(flags[flag]) if flag in flags else default
+        except ValueError:
+            found[flag] = default
+    return found
+
+
+def _zone_nodes(entry: Mapping[str, Any] | None) -> tuple[int, int, int]:
+    """(zones, nodes per zone, nodes): the plan's pools at their ceiling (autoscaling maxNodes), spread evenly over its
+    zones (kilonode spreads a pool's scale sets over the zones)."""
+    plan = plan_of(entry)
+    nodes = 0
+    for pool in plan.get("nodePools") or []:
+        if isinstance(pool, Mapping):
+            scaling = pool.get("autoscaling") if isinstance(pool.get("autoscaling"), Mapping) else {}
+            nodes += max(int(pool.get("nodes") or 0), int(scaling.get("maxNodes") or 0))
+    zones = max(1, len(plan.get("zones") or []))
+    return zones, math.ceil(nodes / zones), nodes
+
+
+def _tainted(v: Mapping[str, float], zone: int, down: int) -> float:
+    """Nodes of one zone tainted NoExecute in OUTAGE_S with `down` of its `zone` nodes NotReady."""
+    if down <= 0 or down >= zone:
+        return 0.0
+    partial = down > 2 and down / zone >= v["unhealthy-zone-threshold"]
+    rate = (v["secondary-node-eviction-rate"] if zone > v["large-cluster-size-threshold"] else 0.0) if partial \
+        else v["node-eviction-rate"]
+    return min(float(down), max(rate, 0.0) * OUTAGE_S)
+
+
+def _evictions(diff: StackDiff, before: Mapping[str, Mapping[str, str]],
+               after: Mapping[str, Mapping[str, str]]) -> list[Finding]:
+    hosts = [h for h in after if h in before and any(before[h].get(f) != after[h].get(f) for f in EVICTION_FLAGS)]
+    if not hosts:
+        return []
+    zones, zone, _ = _zone_nodes(diff.head)
+    worst: tuple[float, int, float, float] | None = None
+    for host in hosts:
+        was, now = _eviction(before[host]), _eviction(after[host])
+        # the largest outage one side still judges healthy, and one past both thresholds (all but one node)
+        outages = {max(0, math.ceil(t * zone) - 1) for t in (was["unhealthy-zone-threshold"],
+                                                             now["unhealthy-zone-threshold"])} | {zone - 1}
+        for down in sorted(outages):
+            b, a = _tainted(was, zone, down), _tainted(now, zone, down)
+            if a > b and (worst is None or (a - b) > worst[0]):
+                worst = (a - b, down, b, a)
+    if worst is None:
+        return []  # less eviction: the generic line says the values
+    _, down, b, a = worst
+    said = "; ".join(f"--{f} {_values(before, hosts, f)} -> {_values(after, hosts, f)}" for f in EVICTION_FLAGS
+                     if any(before[h].get(f) != after[h].get(f) for h in hosts))
+    now = _eviction(after[hosts[0]])
+    level = HIGH if (a - b) * zones >= EVICTION_HIGH_NODES else MEDIUM
+    share = down / zone
+    return [Finding(level, EVICTION_RULE, (
+        f"kube-controller-manager {said} on {len(hosts)} apiserver host(s): with {down:,} of a zone's {zone:,} nodes "
+        f"NotReady ({share:.0%}; the plan's nodes at their ceiling over its {zones} zone(s)), the node lifecycle "
+        f"controller taints {a:,.0f} of them NoExecute in the first {_shown_s(OUTAGE_S)}, was {b:,.0f} "
+        f"({(a - b) * zones:,.0f} more nodes if every zone has such an outage). Upstream's defaults: 0.1 nodes/s per "
+        "zone while under --unhealthy-zone-threshold 0.55 of the zone is NotReady, 0.01/s past it in a zone larger "
+        "than --large-cluster-size-threshold 50, none in a smaller one (pkg/controller/nodelifecycle/"
+        "node_lifecycle_controller.go ComputeZoneState, ReducedQPSFunc; config/v1alpha1/defaults.go): the slow rate "
+        "is what keeps a partial outage (a rack, a network blip, a bad agent rollout) from evicting the zone. Every "
+        "tainted node's pods are evicted once their 300 s toleration runs out, and a training gang loses its whole "
+        f"job with one member; at {now['node-eviction-rate']:g}/s the taints outpace any operator's response. Keep "
+        "upstream's rates and thresholds, or tolerate the taints longer on the workloads that can wait"),
+        _subjects("kube-controller-manager", hosts), cause="kube-controller-manager flags")]
+
+
+# ---- the kube-scheduler's configuration file (scheduler-nodes-to-score-raised, scheduler-config-changed) ----------
+#
+# kilonode.render.control_plane writes each apiserver host's etc/kubernetes/kube-scheduler-config.yaml
+# (KubeSchedulerConfiguration); the unit's --config names it, so the flags alone do not show it. kubernetes/kubernetes
+# pkg/scheduler/schedule_one.go numFeasibleNodesToFind: under 100 nodes every node; else the profile's
+# percentageOfNodesToScore, else the configuration's, else (0, the v1 default) the adaptive 50 - nodes/125 percent
+# with a floor of 5 (minFeasibleNodesPercentageToFind), and never under 100 nodes (minFeasibleNodesToFind). The
+# scheduler stops filtering once that many feasible nodes are found and scores only those (kubernetes/website
+# content/en/docs/concepts/scheduling-eviction/scheduler-perf-tuning.md, "Scheduler Performance Tuning").
+SCHEDULER_CONFIG = "etc/kubernetes/kube-scheduler-config.yaml"
+SCORE_RULE = "scheduler-nodes-to-score-raised"
+SCHEDULER_CHANGED_RULE = "scheduler-config-changed"
+SCORE_FIELD = "percentageOfNodesToScore"
+MIN_FEASIBLE_NODES, MIN_FEASIBLE_PERCENT = 100, 5
+
+
+def scheduler_configs(files: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """apiserver host -> its KubeSchedulerConfiguration."""
+    found = {}
+    for path, text in files.items():
+        if path.endswith("/" + SCHEDULER_CONFIG):
+            loaded = load_yaml(text)
+            found[path.split("/", 1)[0]] = loaded if isinstance(loaded, dict) else {}
+    return found
+
+
+def nodes_to_score(percentage: int, nodes: int) -> int:
+    """numFeasibleNodesToFind (schedule_one.go), for `nodes` nodes."""
+    if nodes < MIN_FEASIBLE_NODES:
+        return nodes
+    if percentage <= 0:
+        percentage = max(50 - nodes // 125, MIN_FEASIBLE_PERCENT)
+    return max(min(nodes, nodes * percentage // 100), MIN_FEASIBLE_NODES)
+
+
+def _percentages(config: Mapping[str, Any]) -> dict[str, int]:
+    """profile name -> the percentage in force for it (its own, else the configuration's; 0 adaptive)."""
+    def number(value: Any) -> int:
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    top = number(config.get(SCORE_FIELD))
+    found = {}
+    for profile in config.get("profiles") or [{"schedulerName": "default-scheduler"}]:
+        if isinstance(profile, Mapping):
+            own = profile.get(SCORE_FIELD)
+            found[str(profile.get("schedulerName") or "default-scheduler")] = number(own) if own is not None else top
+    return found
+
+
+def _flat(value: Any, path: str = "") -> dict[str, Any]:
+    """Dotted paths -> leaves; profiles keyed by schedulerName, pluginConfig by name; other lists whole."""
+    if isinstance(value, Mapping):
+        found: dict[str, Any] = {}
+        for key, inner in value.items():
+            found.update(_flat(inner, f"{path}.{key}" if path else str(key)))
+        return found
+    keyed = path.split(".")[-1] in ("profiles", "pluginConfig")
+    if keyed and isinstance(value, list) and value and all(
+            isinstance(v, Mapping) and (v.get("schedulerName") or v.get("name")) for v in value):
+        found = {}
+        for item in value:
+            key = item.get("schedulerName") or item.get("name")
+            found.update(_flat({k: v for k, v in item.items() if k not in ("schedulerName", "name")},
+                               f"{path}[{key}]"))
+        return found
+    return {path: value}
+
+
+def scheduler_config(diff: StackDiff) -> list[Finding]:
+    before, after = scheduler_configs(_files(diff.base)), scheduler_configs(_files(diff.head))
+    hosts = _shared(before, after)
+    if not hosts:
+        return []
+    _, _, nodes = _zone_nodes(diff.head)
+    found: list[Finding] = []
+    raised: dict[tuple[str, int, int], list[str]] = {}
+    for host in hosts:
+        was, now = _percentages(before[host]), _percentages(after[host])
+        for profile, pct in now.items():
+            b, a = nodes_to_score(was.get(profile, 0), nodes), nodes_to_score(pct, nodes)
+            if a > b:
+                raised.setdefault((profile, was.get(profile, 0), pct), []).append(host)
+    spoken = set()
+    for (profile, was_pct, now_pct), hs in sorted(raised.items()):
+        b, a = nodes_to_score(was_pct, nodes), nodes_to_score(now_pct, nodes)
+        spoken |= set(hs)
+
+        def shown(p: int) -> str:
+            return f"{p}%" if p > 0 else "unset (adaptive)"
+        found.append(Finding(MEDIUM, SCORE_RULE, (
+            f"kube-scheduler {SCORE_FIELD} of profile {profile} {shown(was_pct)} -> {shown(now_pct)} on {len(hs)} "
+            f"apiserver host(s): at the plan's {nodes:,} nodes each pod's scheduling cycle filters and scores up to "
+            f"{a:,} feasible nodes, was {b:,} ({a / max(b, 1):.0f}x the per-pod work; upstream's adaptive default is "
+            "50% at 100 nodes falling by 1% per 125 nodes to a 5% floor, 10% at 5,000: pkg/scheduler/schedule_one.go "
+            "numFeasibleNodesToFind, docs \"Scheduler Performance Tuning\"). The trade-off: a slightly better "
+            "placement per pod against scheduling latency and throughput: a gang of thousands of pods is placed up to "
+            "that many times slower, and a pod waiting at Permit holds its node the while. Keep it "
+            "unset (adaptive) or low at this size"), tuple(f"{h}/{SCHEDULER_CONFIG}" for h in hs),
+            cause="kube-scheduler configuration"))
+    changes: dict[tuple[str, str, str], list[str]] = {}
+    for host in hosts:
+        was, now = _flat(before[host]), _flat(after[host])
+        for key in sorted({*was, *now}):
+            if was.get(key) == now.get(key) or (host in spoken and key.split(".")[-1] == SCORE_FIELD):
+                continue
+            changes.setdefault((key, _shown(was.get(key)), _shown(now.get(key))), []).append(host)
+    if changes:
+        said = [f"{key} {w} -> {n}" + (f" ({', '.join(hs)})" if len(hs) < len(after) else "")
+                for (key, w, n), hs in sorted(changes.items())]
+        changed_hosts = sorted({h for hs in changes.values() for h in hs})
+        found.append(Finding(MEDIUM, SCHEDULER_CHANGED_RULE, (
+            f"a kube-scheduler configuration field the review does not model changed on {len(changed_hosts)} "
+            f"apiserver host(s): {'; '.join(said)}; check it against the KubeSchedulerConfiguration reference "
+            "(kubernetes/kube-scheduler config/v1/types.go at the pinned version) and kilonode's reasons for its value "
+            "(kilonode.render.control_plane)"), tuple(f"{h}/{SCHEDULER_CONFIG}" for h in changed_hosts),
+            cause="kube-scheduler configuration"))
+    return found
