@@ -14,6 +14,8 @@ renderers, the Pulumi components and the in-cluster modules read the plan instea
 - rbac.py (rbac.yaml): the RBAC roles and bindings every apiserver creates for itself;
 - escalations.py (escalations.yaml): the RBAC permissions upstream names as privilege-escalation paths, with
   what each lets a pod do and the narrower fix;
+- kubelet_validation.py (kubelet_validation.yaml): the rules of upstream's ValidateKubeletConfiguration a
+  stack's kubelet configuration could break;
 - admission_plugins.py (admission_plugins.yaml): kube-apiserver's in-tree admission plugin names, and the
   plugins that cannot start without their AdmissionConfiguration entry (EventRateLimit, ImagePolicyWebhook);
 - bounds.py (bounds.yaml): the programs that read a stack's numbers, and the type each reads them as;
