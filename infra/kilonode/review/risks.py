@@ -46,6 +46,7 @@ from kilonode.review import (
     gang_scheduler,
     images,
     incluster,
+    inert,
     lifecycle,
     network,
     nodes,
@@ -430,13 +431,18 @@ def fleet(diff: StackDiff) -> list[Risk]:
                for what, path in ROLLOUTS}
     image_changes = images.changes(diff)
     tokens_only = _token_only_pools(diff)
-    found = []
+    # roles whose new custom data no running instance can see (kilonode.review.inert): their own line
+    quiet = inert.inert_custom_data(diff)
+    quiet_sets = {r: {n for n in base_sets.get(r, set()) if n in touched["custom data"]} for r in quiet}
+    found = _risks(diff, inert.inert_findings(diff, quiet, quiet_sets, capacity))
     for pool, roles in pools.items():
         whole = set().union(*(base_sets[r] for r in roles))
         if pool in tokens_only:  # join_tokens says it: the model's token, nothing to roll
             touched_here = {what: ({} if what == "custom data" else names) for what, names in touched.items()}
         else:
-            touched_here = touched
+            hidden = set().union(*(quiet_sets.get(r, set()) for r in roles))
+            touched_here = {what: ({n: c for n, c in names.items() if n not in hidden} if what == "custom data"
+                                   else names) for what, names in touched.items()}
         kinds = [what for what, _ in ROLLOUTS if whole <= touched_here[what].keys()]
         if kinds:
             parts = [f"{r.split('.', 1)[1] if '.' in r else 'shared'} {len(base_sets[r])}" for r in roles]
@@ -451,7 +457,8 @@ def fleet(diff: StackDiff) -> list[Risk]:
                                 f"to {group}" for b, n in sorted(moved.get(r, {}).items()))
                 found.append(_rollout(diff, f"{r} ({len(base_sets[r])}{moves})", kinds, base_sets[r], capacity,
                                       touched, image_changes.get(pool)))
-    return found
+    # a pool's SSH keys: the model only, like the rollouts above, but nothing flags it otherwise
+    return found + _risks(diff, inert.ssh_keys(diff))
 
 
 def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], capacity: Mapping[str, int],
