@@ -16,7 +16,8 @@
   user-data, the user-data differs by the script's content alone (parsed as the cloud-config it is:
   a YAML comment is inert), the script differs only in its case arms, each arm is a plain glob of
   lowercase letters, digits, '-' and brackets with an empty body, no existing scale set (at the base
-  and still at the head) changes whether it matches, and nothing else that goes into the custom data
+  and still at the head) changes whether it matches (a shrink's
+  re-merged arms included), and nothing else that goes into the custom data
   moved (the join token's generation, kilonode.review.risks._token_generations; the TLS and random
   resources whose values the second MIME part carries, kilonode.azure.custom_data and
   kilonode.azure.tls). Anything else keeps fleet-rollout.
@@ -191,15 +192,16 @@ def inert_findings(diff: StackDiff, inert: Mapping[str, Inert], sets: Mapping[st
         if not names:
             continue
         nodes = sum(capacity.get(n, 0) for n in names)
-        arms = ", ".join(f"`{p}`" for p in why.added) or "none"
-        gone = f"; removed: {', '.join(f'`{p}`' for p in why.removed)} (scale sets this change deletes)" \
-            if why.removed else ""
+        arms = "; ".join(part for part in (
+            f"added: {', '.join(f'`{p}`' for p in why.added)}" if why.added else "",
+            f"removed: {', '.join(f'`{p}`' for p in why.removed)}" if why.removed else "") if part)
         found.append(Finding(
             MEDIUM, "custom-data-inert",
             f"every scale set of {role} ({len(names)}, {nodes:,} nodes) gets a new custom data in its model, but "
             "nothing a running instance does changes: the only difference is the fabric-label script's case arms "
-            f"for scale sets that do not exist yet (added: {arms}{gone}), and each running instance's host name "
-            "still matches its own scale set's arm, so it names the same fabric. Instances get the new script "
+            f"({arms}), which accept every remaining scale set as before and differ only on scale sets that do not "
+            "exist yet or that this change deletes, so each running instance's host name still matches its own "
+            "scale set's arm and it names the same fabric. Instances get the new script "
             "when next upgraded and reimaged, and new instances at once; do not roll the pool for this",
             tuple(names)))
     return found
