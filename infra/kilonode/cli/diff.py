@@ -139,7 +139,9 @@ audit-secrets-logged (Secrets or tokens in the audit log above Metadata),
 node-monitor-grace-lowered (nodes marked NotReady, their pods evicted, on any
 control-plane blip), kubelet-node-writes-raised (Node writes x10), capacity-takes-over
 (a scale set set to the plan's size whatever the autoscaler left),
-gang-permit-wait-lowered (large gangs never assemble), coredns-memory-short
+gang-permit-wait-lowered (large gangs never assemble), gang-scheduler-broken,
+pod-security-default-tightened (new pods refused in unlabelled namespaces),
+scrape-limit-below-load (a job's every scrape fails), node-eviction-rate-raised, coredns-memory-short
 (CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
@@ -161,7 +163,9 @@ nothing scales up to), join-token-rotated (a rotation, or a registration group's
 Secrets deleted while its scale sets stay: a removed team),
 autoscaler-flag-changed (a cluster-autoscaler flag no rule judges),
 control-plane-flag-changed and kubelet-config-changed (a flag or field no rule
-judges), autoscaler-floor-lowered (more of a pool's nodes removable), pool-capacity (a pool
+judges), autoscaler-floor-lowered (more of a pool's nodes removable),
+custom-data-inert (a model change no running node acts on: do not roll),
+ssh-keys-not-on-running-nodes, pool-capacity (a pool
 too small for what must run there, or for what prefers it: the rest spills onto
 other pools, GPU nodes named), etcd-retention-moot (etcd's own compaction
 retention raised while the apiservers compact every 5 minutes: no more history,
