@@ -155,8 +155,7 @@ def start(
     Nothing in the cluster changes until `step` or `run`. The canary defaults to the pool's first
     shared scale set (a team's reserved shard is not the one to try an image on).
     """
-    from kilonode.rollout import journal as journals
-    from kilonode.rollout.model import Journal, Policy, dark_alerting
+    from kilonode.rollout.model import Journal, Policy
     from kilonode.rollout.observe import hold_s
 
     stack, plan = load_and_plan(stack_ref)
@@ -164,6 +163,42 @@ def start(
     if path.exists() and not force:
         die(f"{path}: a rollout journal is already there; `kilonode rollout status {stack_ref}` shows it, "
             "--force starts again (the old one is kept beside it)", "kilonode rollout start")
+    _alert_source(plan, pool, prometheus, without_alerts)
+    order = _order(plan, pool, canary, only)
+    policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
+                    gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs, cordon_ahead=cordon_ahead,
+                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool), steer=steer,
+                    without_alerts=pool if without_alerts else "")
+    journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy, prometheus=prometheus or "")
+    _write_new(journal, path, stack_ref)
+
+
+def _write_new(journal: Journal, path: Path, stack_ref: str) -> None:
+    """Save a new journal, an earlier one set aside beside it, under the journal's lock."""
+    from kilonode.rollout import journal as journals
+    from kilonode.rollout.model import dark_alerting
+
+    now, order, pool = time.time(), journal.policy.order, journal.policy.without_alerts
+    journal.log.append(f"{now:.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
+    if pool:
+        journal.log.append(f"{now:.0f} --without-alerts: gates read no alerts, they wait for Prometheus Ready again; "
+                           f"{dark_alerting(pool)}")
+    with _holding(path):  # never set aside a journal a running `run` is writing
+        if path.exists():
+            aside = journals.set_aside(path, now)
+            out.print(f"{path}: the earlier rollout's journal is kept as {aside}", markup=False)
+        journals.pause_request(path).unlink(missing_ok=True)  # a pause left for the earlier rollout
+        journals.save(journal, path)
+    out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
+              f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
+    if pool:
+        out.print(f"--without-alerts: {dark_alerting(pool)}; its history (an emptyDir) is lost", markup=False,
+                  soft_wrap=True)
+
+
+def _alert_source(plan: ClusterPlan, pool: str, prometheus: str | None, without_alerts: bool) -> None:
+    """Refuse a start whose gates could read no alerts: the pool running the cluster's Prometheus needs
+    --prometheus (another one) or --without-alerts, and only that pool may go without."""
     runs_prometheus = pool == _prometheus_pool(plan)
     if without_alerts and not runs_prometheus:
         die(f"--without-alerts is only for the pool that runs the cluster's Prometheus "
@@ -177,28 +212,6 @@ def start(
             "--without-alerts (its gates wait for that Prometheus Ready again instead; alerting is dark while the "
             "pool rolls and its history is lost), or --prometheus URL, a Prometheus outside the cluster that "
             "scrapes it (docs/operations.md, \"Rolling a node image\")", "kilonode rollout start")
-    order = _order(plan, pool, canary, only)
-    policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
-                    gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs, cordon_ahead=cordon_ahead,
-                    gang_wait_s=seconds(gang_wait), hold_s=seconds(hold) if hold else hold_s(plan, pool), steer=steer,
-                    without_alerts=pool if without_alerts else "")
-    journal = Journal(stack.name, f"{pool} image {plan.image_version_of(pool)}", policy, prometheus=prometheus or "")
-    now = time.time()
-    journal.log.append(f"{now:.0f} started: {journal.target}, {len(order)} scale sets, canary {order[0]}")
-    if without_alerts:
-        journal.log.append(f"{now:.0f} --without-alerts: gates read no alerts, they wait for Prometheus Ready again; "
-                           f"{dark_alerting(pool)}")
-    with _holding(path):  # never set aside a journal a running `run` is writing
-        if path.exists():
-            aside = journals.set_aside(path, now)
-            out.print(f"{path}: the earlier rollout's journal is kept as {aside}", markup=False)
-        journals.pause_request(path).unlink(missing_ok=True)  # a pause left for the earlier rollout
-        journals.save(journal, path)
-    out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
-              f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
-    if without_alerts:
-        out.print(f"--without-alerts: {dark_alerting(pool)}; its history (an emptyDir) is lost", markup=False,
-                  soft_wrap=True)
 
 
 def _prometheus_pool(plan: ClusterPlan) -> str:
