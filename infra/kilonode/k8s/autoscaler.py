@@ -454,8 +454,16 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                     spec=_pod_spec(plan, account),
                 ),
             ),
-            # its pods wait for the first pool node, still allocating on a first run
-            opts=awaited(child, plan.components.awaits),
+            # its pods wait for the first pool node, still allocating on a first run. spec.replicas
+            # is set at creation and left after: the documented pause (`kubectl -n kube-system scale
+            # deployment cluster-autoscaler --replicas=0` for a `pulumi up` that sends the autoscaled
+            # scale sets' sizes, docs/azure.md) makes kubectl's manager own the field, and a later
+            # server-side apply of this Deployment (a new image at a minor upgrade) sending its own
+            # value would then fail with a field conflict, or, forced, start the autoscaler mid-run;
+            # ignored, pulumi-kubernetes leaves the field out of its apply (provider/pkg/await
+            # handleSSAIgnoreFields).
+            opts=pulumi.ResourceOptions.merge(awaited(child, plan.components.awaits),
+                                              pulumi.ResourceOptions(ignore_changes=["spec.replicas"])),
         )
         policy.v1.PodDisruptionBudget(
             f"{name}-pdb",
