@@ -4,6 +4,7 @@ resource's own name (ExtendedResourceToleration's case), and the NAT prefix advi
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -122,3 +123,16 @@ def test_a_rollback_to_the_kept_version_is_said_as_one_not_as_unchanged_contents
     said = images.changes(compare_stack(STACK, base, head))
     assert said["pool-h100-ib"][:2] == ("1.0.0", "0.9.0")
     assert said["pool-h100-ib"][2][0].startswith("a rollback to 0.9.0, the version kept as previous")
+
+
+def test_the_previous_version_removed_alone_says_to_check_every_rollout_is_done() -> None:
+    base, head = snapshot(STACK), snapshot(STACK)
+    [current] = [r for r in base["resources"] if r["type"] == lifecycle.GALLERY_IMAGE_VERSION
+                 and r["inputs"]["galleryImageName"] == "h100-ib"]
+    kept = copy.deepcopy(current)
+    kept["name"] = current["name"].replace("1.0.0", "0.9.0")
+    kept["inputs"]["galleryImageVersionName"] = "0.9.0"
+    base["resources"].append(kept)
+    [said] = lifecycle.image_versions(compare_stack(STACK, base, head))
+    assert said.rule == "previous-image-removed" and said.level == MEDIUM
+    assert "h100-ib 0.9.0" in said.summary and "kilonode rollout status" in said.summary

@@ -144,6 +144,24 @@ STEPS = ["pin-pools", "control-plane", "control-plane-done", "raise-emulated-ver
          "pool-h100-ib", "pool-a100-ib", "pool-monitoring", "pool-system", "cleanup"]
 
 
+def _rolled(project: Path, done_but: str = "") -> None:
+    """Each pool's rollout journal where the pool steps name it, every scale set done (but one of
+    `done_but`'s pool step's)."""
+    from kilonode.rollout import journal as journals
+    from kilonode.rollout.model import Journal, Policy, Progress
+
+    for step in STEPS:
+        if not step.startswith("pool-"):
+            continue
+        pool = step.removeprefix("pool-")
+        order = (f"{STACK}-{pool}-000", f"{STACK}-{pool}-001")
+        progress = {n: Progress(phase="done") for n in order}
+        if step == done_but:
+            progress[order[1]] = Progress(phase="gating")
+        journals.save(Journal(STACK, f"{pool} image 1.1.0", Policy(order=order), progress=progress),
+                      project / ".kilonode" / "rollout" / f"{STACK}-{pool}.json")
+
+
 def _cluster_of(stack_file: Path) -> dict:
     import yaml
 
@@ -160,6 +178,13 @@ def test_every_step_applied_in_turn_with_step_on_the_stack_the_last_one_left(tmp
     early = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", "control-plane"])
     assert early.exit_code == 2 and "step 1 (pin-pools) is not applied yet" in " ".join(early.output.split())
     for number, name in enumerate(STEPS, 1):
+        if name == "cleanup":
+            refused = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
+            assert refused.exit_code == 2 and "no rollout journal" in " ".join(refused.output.split())
+            _rolled(stack_file.parent.parent, done_but="pool-h100-ib")
+            half = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
+            assert half.exit_code == 2 and "pool h100-ib: 1 of 2 scale sets not done" in " ".join(half.output.split())
+            _rolled(stack_file.parent.parent)
         done = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
         assert done.exit_code == 0, (name, done.output)
         assert f"step {number} (" in done.output and "applied" in done.output, done.output

@@ -72,6 +72,11 @@ def upgrade(
                 "kilonode upgrade")
         if chosen.waits is not None:
             die(f"--step {step}: {chosen.waits}", "kilonode upgrade")
+        if chosen.name == "cleanup" and (unfinished := _unfinished_rollouts(stack, plan)):
+            die(f"--step cleanup deletes every previous image version, the one a scale set not yet rolled still runs "
+                f"and reimages to: {'; '.join(unfinished)}. Finish each pool's rollout (`kilonode rollout run`) and "
+                "run this step again; a pool rolled another way: remove its `previous` by hand once `az vmss "
+                "list-instances` shows every instance at the model", "kilonode upgrade")
         document_yaml = roundtrip_yaml()
         document = document_yaml.load(stack.file.read_text(encoding="utf-8"))
         apply(document["config"][CONFIG_KEY], chosen.edits)
@@ -87,6 +92,30 @@ def upgrade(
     if out_dir is not None:
         _write_out(out_dir, stack.file, plan, lines)
     out.print("\n".join(lines), markup=False)
+
+
+def _unfinished_rollouts(stack: Any, plan: Any) -> list[str]:
+    """Each pool whose rollout journal (the pool steps name it: kilonode.rollout.minor) is missing or not
+    done, read from the project the stack file is in: the cleanup removes what those scale sets run."""
+    from kilonode.rollout import journal as journals
+
+    root = stack.file.parent.parent if stack.file.parent.name == "stacks" else stack.file.parent
+    found = []
+    for step in (s for s in plan.steps if s.pool):
+        path = root / f".kilonode/rollout/{stack.name}-{step.pool}.json"
+        if not path.is_file():
+            found.append(f"pool {step.pool}: no rollout journal at {path}")
+            continue
+        try:
+            journal = journals.load(path)
+        except ValueError as error:
+            found.append(f"pool {step.pool}: {error}")
+            continue
+        left = [n for n in journal.policy.order if journal.of(n).phase != "done"]
+        if left:
+            found.append(f"pool {step.pool}: {len(left)} of {len(journal.policy.order)} scale sets not done "
+                         f"({', '.join(left[:3])}{', ...' if len(left) > 3 else ''})")
+    return found
 
 
 def _check_remaining(stack: Any, plan: Any, to: str) -> None:

@@ -529,7 +529,7 @@ def image_versions(diff: StackDiff) -> list[Finding]:
     gone = [c for c in diff.resources if c.type == GALLERY_IMAGE_VERSION and c.action == DELETE
             and ((c.base or {}).get("inputs") or {}).get("galleryImageName") in created]
     if not gone:
-        return []
+        return _previous_removed(diff)
     vhds = [c for c in diff.resources
             if c.type == COMMAND and c.action in (REPLACE, DELETE) and c.name.endswith("-vhd")]
     versions: dict[str, list[str]] = {}
@@ -550,6 +550,23 @@ def image_versions(diff: StackDiff) -> list[Finding]:
         "in the same change (nodeImage.previous, or the pool's entry in nodeImage.pools; etcdImage.previous, "
         "controlPlaneImage.previous), and remove it in a later change once every machine runs the new one"),
         tuple(sorted(c.name for c in gone)), cause=cause)]
+
+
+def _previous_removed(diff: StackDiff) -> list[Finding]:
+    """A kept previous version deleted with no new one published: the end of a rollout, when every
+    machine runs the current version; before that, the nodes not yet rolled run the deleted one."""
+    gone = [c for c in diff.resources if c.type == GALLERY_IMAGE_VERSION and c.action == DELETE]
+    if not gone:
+        return []
+    said = ", ".join(sorted(f"{(c.base or {}).get('inputs', {}).get('galleryImageName')} "
+                            f"{(c.base or {}).get('inputs', {}).get('galleryImageVersionName')}" for c in gone))
+    return [Finding(MEDIUM, "previous-image-removed", (
+        f"this `pulumi up` deletes the image version(s) kept as previous ({said}) and their VHDs: right once every "
+        "machine runs the current version; a scale set whose rollout is not done still has instances on the "
+        "deleted one (a reimage restores an instance's own image version, and a rollback has nothing to go back "
+        "to). Check first: `kilonode rollout status` for each pool, or every instance at the model in `az vmss "
+        "list-instances` (`kilonode upgrade --step cleanup` refuses while a pool's rollout journal is not done)"),
+        tuple(sorted(c.name for c in gone)))]
 
 
 def image_cause(was: str, now: str) -> str:

@@ -351,8 +351,8 @@ def _cleanup_step(config: ClusterConfig, found: Progress, stack: str, order: Seq
         "cleanup", "Remove the pins and the previous versions, once every node runs the new version",
         tuple(cleanup), (*(f"kilonode rollout status {stack} --journal {_journal(stack, p.name)}  # every scale set "
                            "done" for p in order), "kilonode diff", "pulumi up", folded),
-        "the previous gallery versions and their VHDs deleted (resources: deleted), no risk: nothing runs them any "
-        "more (rollback-target-removed speaks only where a new version is published in the same change)")
+        "previous-image-removed (medium) for the previous gallery versions and their VHDs: right once every "
+        "rollout is done, which `--step cleanup` checks in the pools' journals before it applies")
 
 
 def _going_back(start: str, to: str, cp: str) -> str:
