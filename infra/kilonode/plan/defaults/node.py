@@ -45,6 +45,14 @@ NODE_READY_MIN = 30
 # exhausts the node (tests/security/test_pids.py checks every shipped pool: research-7500's
 # largest maxPods, 24, is 786,432 PIDs).
 POD_PIDS_LIMIT = 32768
+# The tasks (processes and threads: the pids cgroup counts both) of one training rank, one per GPU,
+# as estimated above: its trainer's 64 threads, 12 data-loader workers (its 96/8 vCPUs' share on an
+# ND96) of up to 32 threads each, and torch.compile's up to 32 compile workers. A GPU pool's
+# training pod takes all its GPUs, so its tasks are gpusPerNode x this; the kubelet's podPidsLimit
+# must be at least that (preflight kubelet-config) or the pod's fork() and clone() fail with EAGAIN.
+TRAINING_RANK_TASKS = 64 + 12 * 32 + 32  # 480
+# the estimate for the 8-GPU node above: 3,840 tasks, which POD_PIDS_LIMIT is 8.5 times
+TRAINING_POD_TASKS = 8 * TRAINING_RANK_TASKS
 # kernel.pid_max where no sysctl (the profile or a stack's sysctl.overrides) sets it: systemd's
 # sysctl.d/50-pid-max.conf ("2^22 ... is possible maximum of 64bit ... kernels"), which
 # systemd-sysctl.service applies at every boot; also the kernel's PID_MAX_LIMIT on 64-bit
