@@ -68,6 +68,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kilonode.catalog.limits import limits
+from kilonode.render.monitoring import ETCD_QUOTA_CRITICAL, ETCD_QUOTA_WARNING, etcd_job
 from kilonode.review.autoscaler import seconds
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
@@ -606,6 +607,7 @@ def control_plane_flags(diff: StackDiff) -> list[Finding]:
     kcm_was, kcm_now = before.get("kube-controller-manager", {}), after.get("kube-controller-manager", {})
     found = [*_grace(diff, kcm_was, kcm_now), *_period(diff, kcm_was, kcm_now), *_evictions(diff, kcm_was, kcm_now),
              *_tolerations(before.get("kube-apiserver", {}), after.get("kube-apiserver", {})),
+             *_event_ttls(diff, before.get("kube-apiserver", {}), after.get("kube-apiserver", {})),
              *_removed(before, after)]
     # (program, flag, host) a rule above spoke for: the generic line leaves them out
     spoken = {(p, flag, s.split("/", 1)[0]) for f in found for s in f.subjects for p, unit in UNITS.items()
@@ -827,3 +829,120 @@ def scheduler_config(diff: StackDiff) -> list[Finding]:
             "(kilonode.render.control_plane)"), tuple(f"{h}/{SCHEDULER_CONFIG}" for h in changed_hosts),
             cause="kube-scheduler configuration"))
     return found
+
+
+# ---- the Events' retention (event-ttl-raised, event-ttl-lowered) --------------------------------------------------
+#
+# Independent trace 11b: kube-apiserver --event-ttl=24h was only the generic line. The flag: "Amount of time to retain
+# events.", default 1h0m0s (kubernetes/kubernetes cmd/kube-apiserver/app/options/options.go, since 1.31
+# pkg/controlplane/apiserver/options/options.go AddFlags, the "misc" flag set, EventTTL: 1 * time.Hour; the search
+# index's copies, not read at v1.34.2; kubernetes/website content/en/docs/reference/command-line-tools-reference/
+# kube-apiserver.md). The Event registry gives every Event that TTL (pkg/registry/core/event/storage/storage.go NewREST:
+# TTLFunc returns it), and the etcd3 storage attaches each Event to an etcd lease of that length
+# (k8s.io/apiserver pkg/storage/etcd3/store.go Create with ttl, lease_manager.go: leases reused for
+# --lease-reuse-duration-seconds, 60 s), so an Event lives in etcd until its lease runs out: the Events store holds
+# every Event of the last TTL. kilonode sends /events to their own etcd cluster (plan.yaml etcdEvents:
+# kilonode.plan.resolve.control_plane, the 7,500-node post's lesson that Event volume belonged apart), sized by its
+# quotaBackendBytes; a member that reaches its quota raises NOSPACE and refuses every write (etcd
+# server/etcdserver/quota.go), so every Event write fails. Neither the plan nor the catalogue has an Event rate, so the
+# rule computes the break-even: the steady Event rate at which the head's TTL fills the quota.
+EVENT_TTL_RAISED_RULE = "event-ttl-raised"
+EVENT_TTL_LOWERED_RULE = "event-ttl-lowered"
+_FLAGS_OF[EVENT_TTL_RAISED_RULE] = ("event-ttl",)
+_FLAGS_OF[EVENT_TTL_LOWERED_RULE] = ("event-ttl",)
+EVENT_TTL_DEFAULT_S = 3600.0
+# One Event as stored, measured like the catalogue's objects (limits.yaml etcd.*ObjectBytes): the compact JSON of a
+# kubelet "Pulled" Event on a training pod with its managedFields (tests/review/test_review_trace11b.py builds it and
+# checks this figure). The apiserver stores protobuf, smaller; an Event's updates (count bumps) add revisions until the
+# next compaction on top: a per-Event figure, not a bound.
+EVENT_OBJECT_BYTES = 1312
+# kilonode's judgement, not an upstream figure: a fleet that records fewer than one Event per node per minute is a
+# quiet one (a pod's start alone records five on its node: Scheduled, Pulling, Pulled, Created, Started,
+# pkg/kubelet/events/event.go). A TTL at which the quota holds less than that is high.
+QUIET_EVENTS_PER_NODE_MINUTE = 1.0
+
+
+def _event_ttl(flags: Mapping[str, str]) -> float:
+    return _duration(flags.get("event-ttl")) or EVENT_TTL_DEFAULT_S
+
+
+def _ttl_shown(value: float) -> str:
+    return f"{value / 3600:g} h" if value >= 3600 else _shown_s(value)
+
+
+def _events_quota(entry: Mapping[str, Any] | None) -> int | None:
+    events = plan_of(entry).get("etcdEvents")
+    quota = events.get("quotaBackendBytes") if isinstance(events, Mapping) else None
+    return int(quota) if isinstance(quota, int) and quota > 0 else None
+
+
+def _event_ttls(diff: StackDiff, before: Mapping[str, Mapping[str, str]],
+                after: Mapping[str, Mapping[str, str]]) -> list[Finding]:
+    hosts = _changed_hosts(before, after, "event-ttl")
+    raised = [h for h in hosts if _event_ttl(after[h]) > _event_ttl(before[h])]
+    lowered = [h for h in hosts if _event_ttl(after[h]) < _event_ttl(before[h])]
+    found = []
+    if raised:
+        found.append(_ttl_raised(diff, before, after, raised))
+    if lowered:
+        was = max(_event_ttl(before[h]) for h in lowered)
+        now = min(_event_ttl(after[h]) for h in lowered)
+        found.append(Finding(MEDIUM, EVENT_TTL_LOWERED_RULE, (
+            f"kube-apiserver --event-ttl {_values(before, lowered, 'event-ttl')} -> "
+            f"{_values(after, lowered, 'event-ttl')} on {len(lowered)} apiserver host(s): every Event written through "
+            f"them is deleted {_ttl_shown(now)} after its last write, was {_ttl_shown(was)} (upstream's default "
+            "1h0m0s, \"Amount of time to retain events\"; the Event registry's TTLFunc and the etcd lease each Event "
+            "is attached to: pkg/registry/core/event/storage/storage.go, k8s.io/apiserver pkg/storage/etcd3). Less "
+            "for the Events etcd to hold, but the why of a failure (FailedScheduling, FailedMount, BackOff, a node's "
+            "NotReady, an eviction) is gone sooner: `kubectl describe` and `kubectl get events` show nothing for an "
+            "incident found later than that. Keep 1h unless the Events are shipped elsewhere (an event exporter)"),
+            _subjects("kube-apiserver", lowered), cause="kube-apiserver flags"))
+    return found
+
+
+def _ttl_raised(diff: StackDiff, before: Mapping[str, Mapping[str, str]], after: Mapping[str, Mapping[str, str]],
+                hosts: list[str]) -> Finding:
+    was = min(_event_ttl(before[h]) for h in hosts)
+    now = max(_event_ttl(after[h]) for h in hosts)
+    ratio = now / was
+    said = (f"kube-apiserver --event-ttl {_values(before, hosts, 'event-ttl')} -> {_values(after, hosts, 'event-ttl')} "
+            f"on {len(hosts)} apiserver host(s): every Event stays {_ttl_shown(now)} after its last write, was "
+            f"{_ttl_shown(was)}, so the Events store holds {ratio:g}x the Events it holds today (upstream's default "
+            "1h0m0s, \"Amount of time to retain events\"; the Event registry gives each Event that TTL and the etcd3 "
+            "storage attaches it to an etcd lease of that length: pkg/registry/core/event/storage/storage.go NewREST "
+            "TTLFunc, k8s.io/apiserver pkg/storage/etcd3/store.go and lease_manager.go)")
+    quota = _events_quota(diff.head)
+    job = etcd_job("events")
+    watch = (f"Watch etcd_mvcc_db_total_size_in_bytes{{job=\"{job}\"}} against its quota "
+             f"(KilonodeEtcdDatabaseNearQuota at {ETCD_QUOTA_WARNING:.0%} and {ETCD_QUOTA_CRITICAL:.0%}, "
+             "KilonodeEtcdNoSpace) for at least "
+             f"{_ttl_shown(now)} after the change")
+    if quota is None:
+        diff.note(f"{EVENT_TTL_RAISED_RULE}: the head's plan names no etcdEvents.quotaBackendBytes, so the Event rate "
+                  "that fills the Events store at the new TTL was not computed")
+        return Finding(MEDIUM, EVENT_TTL_RAISED_RULE, (
+            f"{said}. {watch}. Raise the Events cluster's quota with it, or keep 1h"),
+            _subjects("kube-apiserver", hosts), cause="kube-apiserver flags")
+    _, _, nodes = _zone_nodes(diff.head)
+    rate_now = quota / (now * EVENT_OBJECT_BYTES)
+    rate_was = quota / (was * EVENT_OBJECT_BYTES)
+    per_node_min = rate_now / max(nodes, 1) * 60
+    level = HIGH if per_node_min < QUIET_EVENTS_PER_NODE_MINUTE else MEDIUM
+    return Finding(level, EVENT_TTL_RAISED_RULE, (
+        f"{said}. The Events have their own etcd cluster (plan.yaml etcdEvents, the 7,500-node post's lesson: Event "
+        f"volume kept apart from the main store) with a quota of {quota:,} bytes ({quota / 2**30:g} GiB); at "
+        f"~{EVENT_OBJECT_BYTES:,} B an Event (a kubelet Event with its managedFields, measured) that quota holds "
+        f"{_ttl_shown(now)} of Events only while they come at under {rate_now:,.0f}/s cluster-wide "
+        f"({per_node_min:.2g} per node per minute over the plan's {nodes:,} nodes at their ceiling), where "
+        f"{_ttl_shown(was)} held {rate_was:,.0f}/s; put the other way, the store fills if it holds more than "
+        f"{quota / ratio / 2**20:,.0f} MiB today (1/{ratio:g} of the quota). Past the quota the Events cluster raises "
+        "NOSPACE and refuses every write (etcd server/etcdserver/quota.go): every Event of the cluster is lost until "
+        "it is compacted, defragmented and disarmed, and etcd frees no file space as Events expire (pages are "
+        "reused, the file does not shrink), so the peak stays. kilonode's own review says Events are \"kept an hour "
+        f"(--event-ttl), so losing them costs little\" (kilonode.review.lifecycle): no longer. {watch}. Raise "
+        f"etcd.events.quotaBackendBytes first, to at least {ratio:g}x the store's size today (its "
+        "etcd_mvcc_db_total_size_in_bytes now), in a change that rolls out before this one"
+        + (": the quota is already at the 8 GiB etcd suggests at most (kilonode's configuration refuses more "
+           "without acknowledgeQuotaAboveSuggestedMaximum), so at this size " if quota >= 8 * 2**30 else "; or ")
+        + "keep 1h and ship Events elsewhere (an event exporter) "
+        "for the longer history"), _subjects("kube-apiserver", hosts), cause="kube-apiserver flags")

@@ -383,5 +383,93 @@ def memory_short(diff: StackDiff) -> list[Finding]:
         (f"Deployment {NAMESPACE}/{NAME}",), cause="CoreDNS memory limit")]
 
 
+# ---- the forward plugin's upstreams leave Azure DNS (dns-upstream-off-azure) -------------------------------------
+#
+# Independent trace 11b: `forward . /etc/resolv.conf` -> `forward . 8.8.8.8 1.1.1.1` was only corefile-reloaded. The
+# forward plugin sends every query of its FROM zone that no earlier plugin answered to its TO upstreams; a TO of a
+# file is read as a resolv.conf, its nameservers the upstreams (coredns plugin/forward/README.md "Syntax", setup.go
+# parseStanza: parse.HostPortOrFile, at v1.12.1). A pod's resolv.conf names CoreDNS (the kubelets' clusterDNS), and
+# CoreDNS's `/etc/resolv.conf` is its node's, which on Azure names Azure DNS at 168.63.129.16 unless the VNet sets
+# custom DNS servers (Microsoft Learn, "What is IP address 168.63.129.16?"). Only Azure DNS answers the VNet's internal
+# names and the private DNS zones linked to the VNet: a private endpoint's name (privatelink.blob.core.windows.net,
+# privatelink.azurecr.io, privatelink.vaultcore.azure.net) resolves to its private address only there, a public
+# resolver gives the public address (refused by the service's network rules) or NXDOMAIN (Microsoft Learn, "Azure
+# Private Endpoint DNS configuration"). A public resolver also sees every query of the cluster from the NAT gateway's
+# few addresses and limits each client address (Google Public DNS for ISPs: 1,500 QPS per IPv4 address by default).
+AZURE_DNS = "168.63.129.16"
+RESOLV_CONF = "/etc/resolv.conf"
+UPSTREAM_RULE = "dns-upstream-off-azure"
+# Resource types (any provider version) whose names resolve privately only through Azure DNS.
+_PRIVATE_TYPES = re.compile(r"privateendpoint|privatezone|privatednszone|privatedns:|virtualnetworklink", re.I)
+
+
+def forwards(text: str) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(server block keys, FROM) -> TO of every `forward` in a Corefile: the server block is its header (`.:53`),
+    comments dropped; a FROM of several zones is kept as written."""
+    found: dict[tuple[str, str], tuple[str, ...]] = {}
+    depth, server = 0, ""
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = line.rstrip("{").split()
+        if depth == 0 and line.endswith("{"):
+            server = " ".join(words)
+        elif depth == 1 and words and words[0] == "forward" and len(words) >= 3:
+            found[(server, words[1])] = tuple(words[2:])
+        depth += line.count("{") - line.count("}")
+        depth = max(depth, 0)
+    return found
+
+
+def _via_azure(upstreams: tuple[str, ...]) -> bool:
+    """Whether any upstream is the node's resolv.conf or Azure DNS itself (any scheme or port)."""
+    for upstream in upstreams:
+        host = re.sub(r"^[a-z]+://", "", upstream).rsplit(":", 1)[0] if upstream.count(":") <= 2 else upstream
+        if upstream == RESOLV_CONF or upstream.startswith("/") or host == AZURE_DNS:
+            return True
+    return False
+
+
+def _private_names(entry: Mapping[str, Any] | None) -> list[str]:
+    """The side's resources whose names resolve privately only through Azure DNS."""
+    return sorted({str(r.get("type")) for r in (entry or {}).get("resources", [])
+                   if _PRIVATE_TYPES.search(str(r.get("type") or ""))})
+
+
+def upstream_off_azure(diff: StackDiff) -> list[Finding]:
+    old, new = corefile(diff.base), corefile(diff.head)
+    if old is None or new is None or old == new:
+        return []
+    was, now = forwards(old), forwards(new)
+    moved = [(key, was[key], now.get(key)) for key in sorted(was)
+             if key[1] == "." and _via_azure(was[key]) and not (now.get(key) and _via_azure(now[key]))]
+    if not moved:
+        return []
+    private = sorted({*_private_names(diff.base), *_private_names(diff.head)})
+    nat = sum(1 for r in (diff.head or {}).get("resources", []) if r.get("type") == "azure-native:network:NatGateway")
+    said = "; ".join(f"server {server or '(unnamed)'}: `forward {zone} {' '.join(w)}` -> "
+                     + (f"`forward {zone} {' '.join(n)}`" if n else "no `forward` for the root zone")
+                     for (server, zone), w, n in moved)
+    where = (f"This stack has {', '.join(private)}: their names stop resolving to their private addresses, so the "
+             "pods that reach them (registries, storage, Key Vault) get public addresses the services' network "
+             "rules refuse, or NXDOMAIN. " if private else
+             "This stack declares no private endpoint or private DNS zone today; any one added later (or linked to "
+             "the VNet from outside the stack) will not resolve privately from pods. ")
+    return [Finding(HIGH if private else MEDIUM, UPSTREAM_RULE, (
+        f"CoreDNS's upstreams leave Azure DNS ({said}): every name outside the cluster domain that a pod looks up now "
+        f"goes to those resolvers instead of the node's resolv.conf (Azure DNS, {AZURE_DNS}; coredns plugin/forward "
+        "README \"Syntax\": a file TO is read as a resolv.conf). Only Azure DNS answers the VNet's internal names and "
+        "the private DNS zones linked to the VNet (Microsoft Learn, \"What is IP address 168.63.129.16?\", \"Azure "
+        f"Private Endpoint DNS configuration\"). {where}And all the cluster's external lookups leave through "
+        + (f"the NAT gateways ({nat} in this stack), " if nat else "the VNet's egress, ")
+        + "so the public resolvers see every query from a few source addresses and limit each (Google Public DNS: "
+        "1,500 QPS per IPv4 address by default): lookups fail under load, cluster-wide. The change reaches every "
+        "replica within the reload's interval (corefile-reloaded). Keep `forward . /etc/resolv.conf` and add a server "
+        "block per external zone that must go elsewhere (`example.org:53 { forward . 8.8.8.8 }`), or set the VNet's "
+        "DNS servers (which resolv.conf follows) to resolvers that forward to Azure DNS"),
+        (f"ConfigMap {NAMESPACE}/{_configmap_name(diff.head)}",), cause="Corefile")]
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*reload_reaches(diff), *replicas_cut(diff), *memory_short(diff)]
+    return [*reload_reaches(diff), *replicas_cut(diff), *memory_short(diff), *upstream_off_azure(diff)]
