@@ -144,22 +144,23 @@ STEPS = ["pin-pools", "control-plane", "control-plane-done", "raise-emulated-ver
          "pool-h100-ib", "pool-a100-ib", "pool-monitoring", "pool-system", "cleanup"]
 
 
-def _rolled(project: Path, done_but: str = "") -> None:
-    """Each pool's rollout journal where the pool steps name it, every scale set done (but one of
-    `done_but`'s pool step's)."""
+def _rolled(stack_file: Path, done_but: str = "", only: str = "") -> None:
+    """Each pool's rollout journal where the pool steps name it, at the pool's image version, every
+    scale set of the pool done (but the last of `done_but`'s pool; `only`'s pool: its canary alone)."""
+    from kilonode.config import load_stack
+    from kilonode.plan import checked_plan
     from kilonode.rollout import journal as journals
     from kilonode.rollout.model import Journal, Policy, Progress
 
-    for step in STEPS:
-        if not step.startswith("pool-"):
-            continue
-        pool = step.removeprefix("pool-")
-        order = (f"{STACK}-{pool}-000", f"{STACK}-{pool}-001")
+    plan = checked_plan(load_stack(str(stack_file)))
+    for pool in plan.node_pools:
+        order = tuple(s.name for s in pool.shards)[: 1 if pool.name == only else None]
         progress = {n: Progress(phase="done") for n in order}
-        if step == done_but:
-            progress[order[1]] = Progress(phase="gating")
-        journals.save(Journal(STACK, f"{pool} image 1.1.0", Policy(order=order), progress=progress),
-                      project / ".kilonode" / "rollout" / f"{STACK}-{pool}.json")
+        if pool.name == done_but:
+            progress[order[-1]] = Progress(phase="gating")
+        journals.save(Journal(STACK, f"{pool.name} image {plan.image_version_of(pool.name)}", Policy(order=order),
+                              progress=progress),
+                      stack_file.parent.parent / ".kilonode" / "rollout" / f"{STACK}-{pool.name}.json")
 
 
 def _cluster_of(stack_file: Path) -> dict:
@@ -181,10 +182,14 @@ def test_every_step_applied_in_turn_with_step_on_the_stack_the_last_one_left(tmp
         if name == "cleanup":
             refused = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
             assert refused.exit_code == 2 and "no rollout journal" in " ".join(refused.output.split())
-            _rolled(stack_file.parent.parent, done_but="pool-h100-ib")
+            _rolled(stack_file, done_but="h100-ib")
             half = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
-            assert half.exit_code == 2 and "pool h100-ib: 1 of 2 scale sets not done" in " ".join(half.output.split())
-            _rolled(stack_file.parent.parent)
+            assert half.exit_code == 2 and "pool h100-ib: 1 of 25 scale sets not done" in " ".join(half.output.split())
+            _rolled(stack_file, only="a100-ib")  # a canary-only (--only) rollout covers 1 of 50
+            canary = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
+            assert canary.exit_code == 2 and "49 of its 50 scale sets not in its rollout" in " ".join(
+                canary.output.split())
+            _rolled(stack_file)
         done = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
         assert done.exit_code == 0, (name, done.output)
         assert f"step {number} (" in done.output and "applied" in done.output, done.output

@@ -95,25 +95,42 @@ def upgrade(
 
 
 def _unfinished_rollouts(stack: Any, plan: Any) -> list[str]:
-    """Each pool whose rollout journal (the pool steps name it: kilonode.rollout.minor) is missing or not
-    done, read from the project the stack file is in: the cleanup removes what those scale sets run."""
+    """Each pool whose rollout is not known done, read from the project the stack file is in: the
+    cleanup removes what those scale sets run. A pool's journal is the pool step's
+    (`<stack>-<pool>.json`) or the default one (`<stack>.json`) where its target names that pool; it
+    counts only when it covers every scale set of the pool (a `--only` rollout does not) at the pool's
+    image version now, each done."""
+    from kilonode.plan import checked_plan
     from kilonode.rollout import journal as journals
 
+    cluster = checked_plan(stack)
     root = stack.file.parent.parent if stack.file.parent.name == "stacks" else stack.file.parent
     found = []
     for step in (s for s in plan.steps if s.pool):
-        path = root / f".kilonode/rollout/{stack.name}-{step.pool}.json"
-        if not path.is_file():
-            found.append(f"pool {step.pool}: no rollout journal at {path}")
+        pool = next(p for p in cluster.node_pools if p.name == step.pool)
+        target = f"{pool.name} image {cluster.image_version_of(pool.name)}"
+        sets = {s.name for s in pool.shards}
+        journal, why = None, f"no rollout journal of pool {pool.name} at {target} under {root / '.kilonode/rollout'}"
+        for path in (root / f".kilonode/rollout/{stack.name}-{pool.name}.json",
+                     root / f".kilonode/rollout/{stack.name}.json"):
+            try:
+                candidate = journals.load(path)
+            except (OSError, ValueError):
+                continue
+            if candidate.target == target:
+                journal = candidate
+                break
+            why = f"{path.name} rolls {candidate.target}, not {target}"
+        if journal is None:
+            found.append(f"pool {pool.name}: {why}")
             continue
-        try:
-            journal = journals.load(path)
-        except ValueError as error:
-            found.append(f"pool {step.pool}: {error}")
-            continue
+        missing = sorted(sets - set(journal.policy.order))
         left = [n for n in journal.policy.order if journal.of(n).phase != "done"]
-        if left:
-            found.append(f"pool {step.pool}: {len(left)} of {len(journal.policy.order)} scale sets not done "
+        if missing:
+            found.append(f"pool {pool.name}: {len(missing)} of its {len(sets)} scale sets not in its rollout "
+                         f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+        elif left:
+            found.append(f"pool {pool.name}: {len(left)} of {len(journal.policy.order)} scale sets not done "
                          f"({', '.join(left[:3])}{', ...' if len(left) > 3 else ''})")
     return found
 
