@@ -167,3 +167,24 @@ def test_start_without_alerts_records_it_and_status_and_step_say_alerting_is_dar
                                      str(state), "--dry-run", "--prometheus", "http://p:9090"], env=ENV)
     assert other.exit_code == 2 and "started --without-alerts" in other.output
     assert dark_alerting("monitoring") == DARK
+
+
+def test_without_alerts_waits_for_the_stacks_other_rollouts() -> None:
+    """Its Prometheus is the one every other rollout's gates read: refused while one is not done."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        other = folder / "research-7500-h100-ib.json"
+        journals.save(Journal("research-7500", "h100-ib image 1.1.0", Policy(order=("research-7500-h100-ib-000",))),
+                      other)
+        path = folder / "research-7500-monitoring.json"
+        args = ["rollout", "start", "research-7500", "--pool", "monitoring", "--journal", str(path),
+                "--without-alerts"]
+        refused = CliRunner().invoke(app, args, env=ENV)
+        assert refused.exit_code == 2 and "research-7500-h100-ib.json (h100-ib image 1.1.0) is not done" in \
+            " ".join(refused.output.split())
+        done = journals.load(other)
+        done.of("research-7500-h100-ib-000").phase = "done"
+        journals.save(done, other)
+        assert CliRunner().invoke(app, args, env=ENV).exit_code == 0

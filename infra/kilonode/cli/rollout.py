@@ -164,6 +164,8 @@ def start(
         die(f"{path}: a rollout journal is already there; `kilonode rollout status {stack_ref}` shows it, "
             "--force starts again (the old one is kept beside it)", "kilonode rollout start")
     _alert_source(plan, pool, prometheus, without_alerts)
+    if without_alerts:
+        _alone(path, stack.name)
     order = _order(plan, pool, canary, only)
     policy = Policy(order=tuple(order), in_flight=in_flight, batch=batch, soak_s=seconds(soak),
                     gate_timeout_s=seconds(gate_timeout), cut_gangs=cut_gangs, cordon_ahead=cordon_ahead,
@@ -212,6 +214,28 @@ def _alert_source(plan: ClusterPlan, pool: str, prometheus: str | None, without_
             "--without-alerts (its gates wait for that Prometheus Ready again instead; alerting is dark while the "
             "pool rolls and its history is lost), or --prometheus URL, a Prometheus outside the cluster that "
             "scrapes it (docs/operations.md, \"Rolling a node image\")", "kilonode rollout start")
+
+
+def _alone(path: Path, stack: str) -> None:
+    """Refuse a --without-alerts rollout while another rollout of the stack is not done (its journal
+    beside this one): the Prometheus this one evicts is the one the other's gates read, and unknown
+    alerts hold every gate (kilonode.rollout.decide) until it fails at its timeout, its fabric cordoned."""
+    from kilonode.rollout import journal as journals
+
+    busy = []
+    for other in sorted(path.parent.glob(f"{stack}*.json")) if path.parent.is_dir() else []:
+        if other == path or re.search(r"\.\d{8}T\d{6}Z(\.\d+)?\.json$", other.name):
+            continue  # this one, or one set aside by start --force
+        try:
+            journal = journals.load(other)
+        except (OSError, ValueError):
+            continue
+        if journal.stack == stack and any(journal.of(n).phase != "done" for n in journal.policy.order):
+            busy.append(f"{other.name} ({journal.target})")
+    if busy:
+        die(f"--without-alerts evicts the Prometheus every other rollout's gates read, and {', '.join(busy)} is not "
+            "done: its gates would wait on unknown alerts until they fail. Finish (or pause and finish) it first",
+            "kilonode rollout start")
 
 
 def _prometheus_pool(plan: ClusterPlan) -> str:

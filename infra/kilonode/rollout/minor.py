@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kilonode.config.model import ClusterConfig
+from kilonode.plan.defaults.autoscaler import CLUSTER_AUTOSCALER_REPLICAS
 
 DELETE = object()  # an edit that removes its key
 
@@ -218,6 +219,14 @@ def plan_upgrade(config: ClusterConfig, stack: str, to: str, canary: str | None 
     plan.steps.append(_cleanup_step(config, found, stack, order, index))
     _mark(plan, found)
     plan.notes.append(_going_back(start, to, found.control_plane_was))
+    if any(p.autoscaling for p in config.node_pools):
+        # every run sends the autoscaled scale sets' sizes as it read them (kilonode.azure.live)
+        plan.notes.append(
+            "Every `pulumi up` below, not only the pool steps': pause the cluster autoscaler first (`kubectl -n "
+            "kube-system scale deployment cluster-autoscaler --replicas=0`) and give it back after (`--replicas="
+            f"{CLUSTER_AUTOSCALER_REPLICAS}`): each run sends the autoscaled scale sets' sizes as it read them at "
+            "its start, and `pulumi up` never restores the replicas itself (docs/azure.md). Check after each: "
+            "`kubectl -n kube-system get deployment cluster-autoscaler` shows them back")
     return plan
 
 
