@@ -34,6 +34,7 @@ def _registry() -> tuple[Check, ...]:
         disks,
         encryption_at_host,
         etcd_backups,
+        etcd_config,
         gpu_runtime,
         identities,
         kubelet_config,
@@ -58,7 +59,8 @@ def _registry() -> tuple[Check, ...]:
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
                        api_validation, azure_names,
-                       custom_data_size, identities, storage_access, listeners, etcd_backups, encryption_at_host,
+                       custom_data_size, identities, storage_access, listeners, etcd_backups, etcd_config,
+                       encryption_at_host,
                        port_range, node_join, node_writers, admission_config, admission_requests, agent_writes, quota,
                        boot_pulls, kubelet_config)
     )
