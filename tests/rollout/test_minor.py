@@ -144,7 +144,7 @@ STEPS = ["pin-pools", "control-plane", "control-plane-done", "raise-emulated-ver
          "pool-h100-ib", "pool-a100-ib", "pool-monitoring", "pool-system", "cleanup"]
 
 
-def _rolled(stack_file: Path, done_but: str = "", only: str = "") -> None:
+def _rolled(stack_file: Path, done_but: str = "", only: str = "", pools: tuple[str, ...] = ()) -> None:
     """Each pool's rollout journal where the pool steps name it, at the pool's image version, every
     scale set of the pool done (but the last of `done_but`'s pool; `only`'s pool: its canary alone)."""
     from kilonode.config import load_stack
@@ -153,7 +153,7 @@ def _rolled(stack_file: Path, done_but: str = "", only: str = "") -> None:
     from kilonode.rollout.model import Journal, Policy, Progress
 
     plan = checked_plan(load_stack(str(stack_file)))
-    for pool in plan.node_pools:
+    for pool in (p for p in plan.node_pools if not pools or p.name in pools):
         order = tuple(s.name for s in pool.shards)[: 1 if pool.name == only else None]
         progress = {n: Progress(phase="done") for n in order}
         if pool.name == done_but:
@@ -179,6 +179,10 @@ def test_every_step_applied_in_turn_with_step_on_the_stack_the_last_one_left(tmp
     early = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", "control-plane"])
     assert early.exit_code == 2 and "step 1 (pin-pools) is not applied yet" in " ".join(early.output.split())
     for number, name in enumerate(STEPS, 1):
+        if name == "pool-a100-ib":  # the canary pool (h100-ib) goes first and alone
+            early = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
+            assert early.exit_code == 2 and "the canary pool goes first" in " ".join(early.output.split())
+            _rolled(stack_file, pools=("h100-ib",))
         if name == "cleanup":
             refused = runner.invoke(app, ["upgrade", str(stack_file), "--to", "1.35.4", "--step", name])
             assert refused.exit_code == 2 and "no rollout journal" in " ".join(refused.output.split())

@@ -40,7 +40,7 @@ def upgrade(
     from kilonode.rollout.minor import apply, plan_upgrade, refusal
     from kilonode.yamlio import roundtrip_dump, roundtrip_yaml
 
-    stack, _ = load_and_plan(stack_ref)
+    stack, cluster = load_and_plan(stack_ref)
     if not _is_version(to):
         die(f"--to {to!r}: give a version 1.<minor>.<patch>, the next minor after {stack.config.kubernetes_version}",
             "kilonode upgrade")
@@ -72,11 +72,7 @@ def upgrade(
                 "kilonode upgrade")
         if chosen.waits is not None:
             die(f"--step {step}: {chosen.waits}", "kilonode upgrade")
-        if chosen.name == "cleanup" and (unfinished := _unfinished_rollouts(stack, plan)):
-            die(f"--step cleanup deletes every previous image version, the one a scale set not yet rolled still runs "
-                f"and reimages to: {'; '.join(unfinished)}. Finish each pool's rollout (`kilonode rollout run`) and "
-                "run this step again; a pool rolled another way: remove its `previous` by hand once `az vmss "
-                "list-instances` shows every instance at the model", "kilonode upgrade")
+        _check_rolled(stack, cluster, plan, chosen)
         document_yaml = roundtrip_yaml()
         document = document_yaml.load(stack.file.read_text(encoding="utf-8"))
         apply(document["config"][CONFIG_KEY], chosen.edits)
@@ -94,45 +90,63 @@ def upgrade(
     out.print("\n".join(lines), markup=False)
 
 
+def _check_rolled(stack: Any, cluster: Any, plan: Any, chosen: Any) -> None:
+    """Refuse a step whose rollouts are not done: a pool step other than the canary's before the canary
+    pool's rollout is done; the cleanup before every pool's is (it deletes what they run)."""
+    canary = next((s for s in plan.steps if s.pool), None)
+    if chosen.pool and canary is not None and chosen is not canary and (
+            why := _rollout_unfinished(stack, cluster, canary.pool)):
+        die(f"--step {chosen.name}: the canary pool goes first and alone: {why}. Finish its rollout, then the "
+            "other pools (docs/operations.md, \"Upgrading Kubernetes by one minor\")", "kilonode upgrade")
+    if chosen.name == "cleanup" and (unfinished := _unfinished_rollouts(stack, plan)):
+        die(f"--step cleanup deletes every previous image version, the one a scale set not yet rolled still runs "
+            f"and reimages to: {'; '.join(unfinished)}. Finish each pool's rollout (`kilonode rollout run`) and "
+            "run this step again; a pool rolled another way: remove its `previous` by hand once `az vmss "
+            "list-instances` shows every instance at the model", "kilonode upgrade")
+
+
 def _unfinished_rollouts(stack: Any, plan: Any) -> list[str]:
-    """Each pool whose rollout is not known done, read from the project the stack file is in: the
-    cleanup removes what those scale sets run. A pool's journal is the pool step's
-    (`<stack>-<pool>.json`) or the default one (`<stack>.json`) where its target names that pool; it
-    counts only when it covers every scale set of the pool (a `--only` rollout does not) at the pool's
-    image version now, each done."""
+    """Each pool whose rollout is not known done (the cleanup removes what those scale sets run)."""
     from kilonode.plan import checked_plan
-    from kilonode.rollout import journal as journals
 
     cluster = checked_plan(stack)
+    found = [_rollout_unfinished(stack, cluster, step.pool) for step in plan.steps if step.pool]
+    return [f for f in found if f]
+
+
+def _rollout_unfinished(stack: Any, cluster: Any, name: str) -> str:
+    """Why pool `name`'s rollout is not known done ('' when it is), read from the project the stack file
+    is in. A pool's journal is the pool step's (`<stack>-<pool>.json`) or the default one (`<stack>.json`)
+    where its target names that pool; it counts only when it covers every scale set of the pool (a
+    `--only` rollout does not) at the pool's image version now, each done."""
+    from kilonode.rollout import journal as journals
+
     root = stack.file.parent.parent if stack.file.parent.name == "stacks" else stack.file.parent
-    found = []
-    for step in (s for s in plan.steps if s.pool):
-        pool = next(p for p in cluster.node_pools if p.name == step.pool)
-        target = f"{pool.name} image {cluster.image_version_of(pool.name)}"
-        sets = {s.name for s in pool.shards}
-        journal, why = None, f"no rollout journal of pool {pool.name} at {target} under {root / '.kilonode/rollout'}"
-        for path in (root / f".kilonode/rollout/{stack.name}-{pool.name}.json",
-                     root / f".kilonode/rollout/{stack.name}.json"):
-            try:
-                candidate = journals.load(path)
-            except (OSError, ValueError):
-                continue
-            if candidate.target == target:
-                journal = candidate
-                break
-            why = f"{path.name} rolls {candidate.target}, not {target}"
-        if journal is None:
-            found.append(f"pool {pool.name}: {why}")
+    pool = next(p for p in cluster.node_pools if p.name == name)
+    target = f"{pool.name} image {cluster.image_version_of(pool.name)}"
+    sets = {s.name for s in pool.shards}
+    journal, why = None, f"no rollout journal of pool {pool.name} at {target} under {root / '.kilonode/rollout'}"
+    for path in (root / f".kilonode/rollout/{stack.name}-{pool.name}.json",
+                 root / f".kilonode/rollout/{stack.name}.json"):
+        try:
+            candidate = journals.load(path)
+        except (OSError, ValueError):
             continue
-        missing = sorted(sets - set(journal.policy.order))
-        left = [n for n in journal.policy.order if journal.of(n).phase != "done"]
-        if missing:
-            found.append(f"pool {pool.name}: {len(missing)} of its {len(sets)} scale sets not in its rollout "
-                         f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
-        elif left:
-            found.append(f"pool {pool.name}: {len(left)} of {len(journal.policy.order)} scale sets not done "
-                         f"({', '.join(left[:3])}{', ...' if len(left) > 3 else ''})")
-    return found
+        if candidate.target == target:
+            journal = candidate
+            break
+        why = f"{path.name} rolls {candidate.target}, not {target}"
+    if journal is None:
+        return f"pool {pool.name}: {why}"
+    missing = sorted(sets - set(journal.policy.order))
+    left = [n for n in journal.policy.order if journal.of(n).phase != "done"]
+    if missing:
+        return (f"pool {pool.name}: {len(missing)} of its {len(sets)} scale sets not in its rollout "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+    if left:
+        return (f"pool {pool.name}: {len(left)} of {len(journal.policy.order)} scale sets not done "
+                f"({', '.join(left[:3])}{', ...' if len(left) > 3 else ''})")
+    return ""
 
 
 def _check_remaining(stack: Any, plan: Any, to: str) -> None:
