@@ -86,3 +86,22 @@ def encryption_configuration_data(key_b64: str) -> dict[str, Any]:
 def encryption_configuration(key_b64: str) -> str:
     """The file's text (only the Pulumi program calls this, inside an apply: it holds the key)."""
     return f"# {HEADER}\n" + block_yaml(encryption_configuration_data(key_b64))
+
+
+# What encrypts Secrets, without the key: each provider's type and key names in the order the
+# apiserver reads them (the first provider's first key encrypts every write; the value carries
+# "k8s:enc:<provider>:v1:<key name>:" as its prefix, the page above). In plan.yaml
+# (ClusterPlan.secrets_encryption) so that `kilonode diff` sees a provider or key change, which the
+# Pulumi graph shows only as a secret's new digest.
+_NO_KEY = base64.b64encode(bytes(KEY_BYTES)).decode()
+
+
+def provider_keys() -> tuple[str, ...]:
+    """"<provider>:<key name>" per key of each provider, in the file's order ("identity" alone)."""
+    [resource] = encryption_configuration_data(_NO_KEY)["resources"]
+    found = []
+    for provider in resource["providers"]:
+        for kind, settings in provider.items():
+            keys = [k["name"] for k in (settings or {}).get("keys", [])]
+            found += [f"{kind}:{name}" for name in keys] or [kind]
+    return tuple(found)

@@ -19,6 +19,7 @@ from kilonode.config.model import (
     StrictModel,
 )
 from kilonode.plan.defaults.access import POOL_BOOTSTRAP_GROUP_PREFIX
+from kilonode.plan.encryption import provider_keys
 from kilonode.plan.wellknown import TEAM_LABEL, team_taint
 
 
@@ -651,6 +652,9 @@ class ClusterPlan(StrictModel):
     # machine role (etcd-main, etcd-events, etcd-leases, apiservers, a pool's name) -> the operators' SSH keys the
     # stack gives it; a role not here gets a generated key whose private half nothing exports
     ssh_keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # what encrypts Secrets at rest, without the key (kilonode.plan.encryption.provider_keys):
+    # "<provider>:<key name>" in the apiservers' order, the first one writing
+    secrets_encryption: tuple[str, ...] = Field(default_factory=provider_keys)
 
     def encryption_at_host(self, vm_size: str) -> bool:
         """Whether the machines of this size get encryption at host: unless the catalogue says

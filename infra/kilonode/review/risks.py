@@ -40,6 +40,7 @@ from kilonode.review import (
     capacity,
     control_flags,
     coredns,
+    encryption,
     etcd_flags,
     exposure,
     flowcontrol,
@@ -809,6 +810,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
     found += _risks(diff, pod_security_default.assess(diff))
+    found += _risks(diff, encryption.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
