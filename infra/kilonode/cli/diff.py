@@ -143,7 +143,7 @@ gang-permit-wait-lowered (large gangs never assemble), gang-scheduler-broken,
 pod-security-default-tightened (new pods refused in unlabelled namespaces),
 scrape-limit-below-load (a job's every scrape fails), node-eviction-rate-raised,
 event-ttl-raised (the Events etcd past its quota), dns-upstream-off-azure (private
-names stop resolving), coredns-memory-short
+names stop resolving), encryption-provider-dropped (stored Secrets unreadable), coredns-memory-short
 (CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
