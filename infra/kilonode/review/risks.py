@@ -56,6 +56,7 @@ from kilonode.review import (
     preflight_break,
     rules,
     security,
+    serving,
     versions,
 )
 from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, StackDiff, covers, short
@@ -811,6 +812,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, security.assess(diff))
     found += _risks(diff, pod_security_default.assess(diff))
     found += _risks(diff, encryption.assess(diff))
+    found += _risks(diff, serving.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
