@@ -143,7 +143,8 @@ gang-permit-wait-lowered (large gangs never assemble), gang-scheduler-broken,
 pod-security-default-tightened (new pods refused in unlabelled namespaces),
 scrape-limit-below-load (a job's every scrape fails), node-eviction-rate-raised,
 event-ttl-raised (the Events etcd past its quota), dns-upstream-off-azure (private
-names stop resolving), encryption-provider-dropped (stored Secrets unreadable), coredns-memory-short
+names stop resolving), encryption-provider-dropped (stored Secrets unreadable),
+lb-probe-not-readiness, proxy-felix-mode-mismatch, coredns-memory-short
 (CoreDNS's memory limit below its estimate; every replica rolls); corefile-reloaded (pods verified past
 CoreDNS's memory limit), apf-live-change (a level carrying node agents or the
 controllers losing more than half its seats), scrape-config-rejected (a
@@ -167,6 +168,7 @@ autoscaler-flag-changed (a cluster-autoscaler flag no rule judges),
 control-plane-flag-changed and kubelet-config-changed (a flag or field no rule
 judges), autoscaler-floor-lowered (more of a pool's nodes removable),
 custom-data-inert (a model change no running node acts on: do not roll),
+daemonset-pacing-raised, alert-threshold-weakened,
 ssh-keys-not-on-running-nodes, pool-capacity (a pool
 too small for what must run there, or for what prefers it: the rest spills onto
 other pools, GPU nodes named), etcd-retention-moot (etcd's own compaction
