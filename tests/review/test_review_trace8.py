@@ -136,3 +136,12 @@ def test_the_previous_version_removed_alone_says_to_check_every_rollout_is_done(
     [said] = lifecycle.image_versions(compare_stack(STACK, base, head))
     assert said.rule == "previous-image-removed" and said.level == MEDIUM
     assert "h100-ib 0.9.0" in said.summary and "kilonode rollout status" in said.summary
+
+
+def test_an_image_records_the_node_programs_it_bakes_so_a_change_to_them_is_unreleased() -> None:
+    """Trace 12 W14: the GPU agent's thresholds changed; the alert rules built from them change at
+    `pulumi up`, the agents only with a new image: the image's contents must name the file."""
+    files = snapshot(STACK)["imageContents"]["pool-h100-ib"]["recipe"]["files"]
+    assert "infra/kilonode/node/gpu/thresholds.toml" in files
+    system = snapshot(STACK)["imageContents"]["pool-system"]["recipe"]["files"]
+    assert "infra/kilonode/node/gpu/thresholds.toml" not in system

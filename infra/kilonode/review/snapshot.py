@@ -135,6 +135,25 @@ def _image_contents(plan: Any) -> dict[str, Any]:
     return found
 
 
+def _baked_programs(role: str | None, extras: tuple[str, ...]) -> dict[str, Path]:
+    """The kilonode node programs the build writes into this image (kilonode.node.ship programs_for:
+    the GPU health agent and its thresholds on a GPU pool's), by their path in the toolkit: a change
+    to one reaches machines only with a new image version, like any file the build copies in, while
+    what reads the same source at `pulumi up` (the alert rules built from the agent's thresholds)
+    changes at once."""
+    import kilonode.node
+    from kilonode.node.ship import programs_for
+
+    root = Path(kilonode.node.__file__).parent
+    found: dict[str, Path] = {}
+    for program in programs_for(role, extras):
+        source = root / program.source
+        paths = sorted(p for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts) \
+            if source.is_dir() else [source]
+        found |= {f"infra/kilonode/node/{p.relative_to(root).as_posix()}": p for p in paths if p.is_file()}
+    return found
+
+
 def _recipe(flavour: str, extras: tuple[str, ...], role: str | None) -> dict[str, Any] | str:
     """The node-image recipe's pins for one image (kilonode.image.recipe): each package the image
     is built with at the version the recipe declares ("" where apt picks), the kernel it boots,
@@ -158,6 +177,7 @@ def _recipe(flavour: str, extras: tuple[str, ...], role: str | None) -> dict[str
         for lock in (recipe.apt_lock_file, node_image_lock("binaries.lock.toml", recipe.root)):
             if lock.is_file():
                 files[f"node-image/{lock.name}"] = lock
+        files |= _baked_programs(role, extras)
         equal = {role_: package for e in extras for role_, package in recipe.extras[e].equal_versions.items()}
         return {"packages": {name: d.version or "" for name, d in sorted(declared.items())},
                 "kernel": recipe.kernel_for(extras).image,  # type: ignore[arg-type]
