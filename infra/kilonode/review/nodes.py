@@ -576,6 +576,53 @@ def short_path(path: str) -> str:
     return rest.rsplit(".", 1)[0] if rest.endswith((".value", ".name")) and "[" in rest else rest
 
 
+def scale_set_policy(diff: StackDiff) -> list[Finding]:
+    """Two scale-set settings the rollouts and the fabrics rest on (a thirteenth independent trace,
+    x03 and x04: both were "No risk found"):
+    - upgradePolicy.mode off Manual: Azure then upgrades the instances to every model change itself,
+      "the scale set might take down all VMs at the same time" with Automatic (Microsoft Learn,
+      "Upgrade policies for Virtual Machine Scale Sets"), no cordon, no drain, no gang waited for:
+      every image or custom-data change afterwards restarts whole pools under running jobs, and the
+      rollout (kilonode.rollout) and the review's advice, which assume Manual, no longer hold;
+    - singlePlacementGroup true -> false on an InfiniBand pool: allowed in place and never back (the
+      effects catalogue's row for it), and InfiniBand reaches only the VMs of one placement group, so
+      instances placed outside it lose the fabric NCCL runs on."""
+    opened: list[str] = []
+    policies: dict[tuple[str, str], list[str]] = {}
+    for c in diff.resources:
+        if c.type != VMSS or c.action not in (UPDATE, REPLACE):
+            continue
+        for change in c.inputs:
+            if change.ignored:
+                continue
+            if change.path == "upgradePolicy.mode" and str(change.before) == "Manual" and str(change.after) != "Manual":
+                policies.setdefault((str(change.before), str(change.after)), []).append(c.name)
+            if change.path == "singlePlacementGroup" and change.before is True and change.after is False:
+                opened.append(c.name)
+    found = []
+    for (was, now), names in sorted(policies.items()):
+        found.append(Finding(HIGH, "upgrade-policy-not-manual", (
+            f"{len(names)} scale set(s) ({_names(names, diff.stack)}): upgradePolicy {was} -> {now}: Azure then "
+            "brings every instance to each new model itself (Automatic: \"the scale set might take down all VMs at "
+            "the same time\", Microsoft Learn, Upgrade policies for Virtual Machine Scale Sets), with no cordon, no "
+            "drain and no gang waited for: every later image or custom-data change restarts the pools under their "
+            "jobs, and kilonode's rollout and this review's advice assume Manual. Keep Manual "
+            "(kilonode.azure.node_pool)"), tuple(sorted(names)), cause="upgrade policy"))
+    if opened:
+        found.append(Finding(HIGH, "placement-group-opened", (
+            f"{len(opened)} scale set(s) ({_names(opened, diff.stack)}): singlePlacementGroup true -> false: Azure "
+            "allows it in place and never back, and InfiniBand reaches only the VMs of one placement group: "
+            "instances placed outside it lose the fabric their gangs' NCCL runs on, and nothing holds a scale set to "
+            "one fabric's 100 VMs any more. Keep it true on an InfiniBand pool"), tuple(sorted(opened)),
+            cause="placement group"))
+    return found
+
+
+def _names(names: list[str], stack: str) -> str:
+    shown = sorted(names, key=natural)
+    return ", ".join(_short(n, stack) for n in shown[:4]) + (f", and {len(shown) - 4} more" if len(shown) > 4 else "")
+
+
 def assess(diff: StackDiff) -> list[Finding]:
     return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *capacity_takes_over(diff),
-            *floors_lowered(diff), *daemonsets_replaced(diff), *daemonset_templates(diff)]
+            *floors_lowered(diff), *daemonsets_replaced(diff), *daemonset_templates(diff), *scale_set_policy(diff)]
