@@ -198,17 +198,19 @@ def min_not_enforced(diff: StackDiff) -> list[Finding]:
 
 
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*pool_capacity(diff), *pool_spill(diff), *min_not_enforced(diff)]
-
-
-def pool_capacity(diff: StackDiff) -> list[Finding]:
     head = sides.inputs(diff, "head")
     if head is None:
-        return []
+        return min_not_enforced(diff)
     base = sides.inputs(diff, "base")
-    before = loads(base) if base is not None else {}
+    # each side's loads once (placement_of over every workload): both rules read them
+    before, after = (loads(base) if base is not None else {}), loads(head)
+    return [*pool_capacity(before, after), *pool_spill(before, after), *min_not_enforced(diff)]
+
+
+def pool_capacity(before: Mapping[str, Load], after: Mapping[str, Load]) -> list[Finding]:
+    """Pools whose must-run-here load newly passes their room, or MARGIN of it."""
     found = []
-    for host, load in sorted(loads(head).items()):
+    for host, load in sorted(after.items()):
         was = before.get(host)
         over = [k for k, *_ in RESOURCES if load.ratio(k) > 1 and (was is None or was.ratio(k) <= 1)]
         near = [k for k, *_ in RESOURCES if MARGIN < load.ratio(k) <= 1 and (was is None or was.ratio(k) <= MARGIN)]
@@ -229,18 +231,13 @@ def pool_capacity(diff: StackDiff) -> list[Finding]:
     return found
 
 
-def pool_spill(diff: StackDiff) -> list[Finding]:
+def pool_spill(before: Mapping[str, Load], after: Mapping[str, Load]) -> list[Finding]:
     """What only prefers a pool no longer fits there with what must run there (the trace's PR01: the
     system pool to D8ds_v5, where metrics-server's two replicas alone nearly fill two of the three
     nodes): the scheduler places the rest where the preference allows, which on research-7500
     includes GPU nodes, taking their CPU and memory from the jobs' pods."""
-    head = sides.inputs(diff, "head")
-    if head is None:
-        return []
-    base = sides.inputs(diff, "base")
-    before = loads(base) if base is not None else {}
     found = []
-    for host, load in sorted(loads(head).items()):
+    for host, load in sorted(after.items()):
         was = before.get(host)
         if not load.preferring_workloads or not load.spill_to:
             continue
