@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from kilonode.k8s.gang import GANG_SCHEDULER_NAME
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
@@ -55,7 +56,7 @@ DEFAULT_QUEUE_SORT = "PrioritySort"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 # kilonode.k8s.scheduling SCHEDULER, CONFIG_FILE; kilonode.k8s.gang GANG_SCHEDULER_NAME (the profile)
 NAMESPACE, NAME, CONFIG_FILE = "kube-system", "kilonode-gang-scheduler", "scheduler-config.yaml"
-PROFILE = "kilonode-gang"
+PROFILE = GANG_SCHEDULER_NAME  # the profile jobs name
 PLUGIN = "Coscheduling"
 PERMIT = "permitWaitingTimeSeconds"
 # scheduler-plugins apis/config/v1/defaults.go l.30-32 at v0.34.7 (v0.32.7, v0.33.5: the first two the same)
