@@ -875,15 +875,21 @@ def _read(expr: str) -> tuple[tuple[Selector, ...], frozenset[str]] | str:
         except BaseException as e:  # a Rust panic arrives as PanicException, a BaseException; no signal reaches here
             outcome.append(str(e).strip() or type(e).__name__)
 
+    on_parse_thread(work)
+    return outcome[0] if outcome else "the parser stopped without a result"
+
+
+def on_parse_thread(work: Callable[[], None], name: str = "kilonode-promql") -> None:
+    """Run `work` (a promql_parser call) on its own thread with _PARSE_STACK_BYTES of stack, and wait for
+    it: the parser recurses deeply (MAX_EXPR_CHARS says why), and the process's main stack may be small."""
     with _STACK_SIZE_LOCK:
         previous = threading.stack_size(_PARSE_STACK_BYTES)
         try:
-            worker = threading.Thread(target=work, name="kilonode-promql", daemon=True)
+            worker = threading.Thread(target=work, name=name, daemon=True)
             worker.start()
         finally:
             threading.stack_size(previous)
     worker.join()
-    return outcome[0] if outcome else "the parser stopped without a result"
 
 
 def scan(expr: str) -> tuple[list[Selector], set[str]]:

@@ -31,7 +31,6 @@ shows later (independent trace 12b on research-7500 found "No risk found" for ea
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -229,14 +228,7 @@ def _parse(expr: str) -> Any:
         except BaseException:  # a Rust panic arrives as PanicException, a BaseException
             out.append(None)
 
-    with alerting._STACK_SIZE_LOCK:
-        previous = threading.stack_size(alerting._PARSE_STACK_BYTES)
-        try:
-            worker = threading.Thread(target=work, name="kilonode-promql-threshold", daemon=True)
-            worker.start()
-        finally:
-            threading.stack_size(previous)
-    worker.join()
+    alerting.on_parse_thread(work, "kilonode-promql-threshold")
     return out[0] if out else None
 
 
