@@ -32,6 +32,7 @@ Pure: a StackDiff in, findings out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -153,12 +154,47 @@ def _sizing_causes(diff: StackDiff) -> str:
             g == "podsPerNode" and x != y for g, x, y in fields))]  # maxPods follows podsPerNode: said once
         if changed:
             moved.append(f"pool {name} {', '.join(changed)}")
-    return "; ".join(moved) if moved else "a change to a pool's nodes, pods per node or GPUs"
+    if moved:
+        return "; ".join(moved)
+    # No pool input moved: the plan's own Prometheus figures did (a default or a hand edit), said as they are
+    old_prom, new_prom = (plan_of(e).get("prometheus") or {} for e in (diff.base, diff.head))
+    figures = [f"prometheus.{k} {old_prom.get(k)} -> {new_prom.get(k)}"
+               for k in sorted(old_prom.keys() | new_prom.keys())
+               if k in _PLAN_FIGURES and old_prom.get(k) != new_prom.get(k)]
+    return ("the plan's own figures, no pool input: " + ", ".join(figures)) if figures else \
+        "neither a pool input nor a plan figure: the StatefulSet's rendering itself (kilonode.k8s.monitoring)"
+
+
+# plan.yaml prometheus figures that reach the pod template (kilonode.k8s.monitoring)
+_PLAN_FIGURES = ("cpus", "memoryGib", "diskGib", "retentionDays", "retentionSizeGib", "queryTimeout",
+                 "queryMaxConcurrency", "queryMaxSamples", "perNodeIntervalS", "controlPlaneIntervalS",
+                 "walCompression")
+_RETENTION = "--storage.tsdb.retention.time="
+
+
+def _retention_days(record: Mapping[str, Any] | None) -> float | None:
+    """The Prometheus container's --storage.tsdb.retention.time in days (its unit letters: y w d h m s)."""
+    spec = (_template(record) or {}).get("spec") or {}
+    for container in spec.get("containers") or []:
+        for arg in container.get("args") or [] if container.get("name") == PROMETHEUS else []:
+            if str(arg).startswith(_RETENTION):
+                text = str(arg)[len(_RETENTION):]
+                parts = re.findall(r"(\d+)(ms|y|w|d|h|m|s)", text)
+                if not parts or "".join(n + u for n, u in parts) != text:
+                    return None
+                scale = {"y": 365, "w": 7, "d": 1, "h": 1 / 24, "m": 1 / 1440, "s": 1 / 86400, "ms": 1 / 86400000}
+                return sum(int(n) * scale[u] for n, u in parts)
+    return None
+
+
+def _days(value: float) -> str:
+    return f"{value:g} d" if value >= 1 else f"{value * 24:g} h"
 
 
 def prometheus(diff: StackDiff) -> list[Finding]:
     """Prometheus restarted by a new pod template, or its node resized or replaced."""
     reasons = []
+    shortened: list[str] = []
     subjects: list[str] = []
     for c in _prometheus_changes(diff):
         if c.action == REPLACE:
@@ -174,6 +210,13 @@ def prometheus(diff: StackDiff) -> list[Finding]:
                 "pool's nodes, pods per node and GPUs: kilonode.plan.resolve.monitoring), and what moved them here "
                 "is " + _sizing_causes(diff) if sized else ""))
             subjects.append(c.name)
+            before, after = _retention_days(c.base), _retention_days(c.head)
+            if c.action == UPDATE and before is not None and after is not None and after < before:
+                shortened.append(f"its retention shortens {_days(before)} -> {_days(after)}: from then on it keeps "
+                                 f"{_days(after)} of history, so any question, graph or rule over a longer range "
+                                 "(a week-on-week comparison, a slow leak, `predict_linear` over days) has no data "
+                                 "(prometheus/prometheus tsdb/db.go: blocks past the retention are deleted at each "
+                                 "reload of blocks)")
     pool = (plan_of(diff.head).get("prometheus") or plan_of(diff.base).get("prometheus") or {}).get("pool")
     for c in diff.resources:
         if c.type != VMSS or not pool or not str(c.role or "").startswith(f"pool-{pool}"):
@@ -188,8 +231,9 @@ def prometheus(diff: StackDiff) -> list[Finding]:
     return [Finding(MEDIUM, "prometheus-restarted", (
         f"Prometheus restarts on a new pod ({'; '.join(reasons)}): its TSDB is an emptyDir on the node, so all of "
         "its history is gone, and no alert fires from the old pod's end until the new one has scraped for each "
-        "rule's `for:` (5 to 30 minutes; docs/monitoring.md, \"Storage\"). Land it when a gap in alerting and "
-        "graphs is acceptable, and say so to whoever is on call"), tuple(subjects))]
+        "rule's `for:` (5 to 30 minutes; docs/monitoring.md, \"Storage\")" + "".join(f"; and {s}" for s in shortened)
+        + ". Land it when a gap in alerting and graphs is acceptable, and say so to whoever is on call"),
+        tuple(subjects))]
 
 
 def _images(record: Mapping[str, Any] | None) -> Iterator[tuple[str, str]]:

@@ -27,6 +27,10 @@ shows later (independent trace 12b on research-7500 found "No risk found" for ea
   says the headroom left at the plan's quotaBackendBytes: etcd refuses writes at the quota
   (etcd-io/etcd server/etcdserver/quota.go backendQuota.Available; the apply path answers ErrNoSpace,
   "etcdserver: mvcc: database space exceeded", and raises the NOSPACE alarm).
+- `alert-page-lost` (high): a shipped alert that pages (`severity: critical`, docs/monitoring.md: "critical: page",
+  the contract an operator's Alertmanager routes on) no longer does: its severity lowered, its label dropped, or the
+  alert deleted (a rename, the same expression under another name at the same severity, is not a loss). A warning-only
+  alert deleted is medium. promtool passes either; nothing else sees it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ FELIX_NFTABLES = "FELIX_NFTABLESMODE"
 def assess(diff: StackDiff) -> list[Finding]:
     if diff.base is None or diff.head is None:
         return []
-    return [*probes(diff), *proxy_modes(diff), *pacing(diff), *thresholds(diff)]
+    return [*probes(diff), *proxy_modes(diff), *pacing(diff), *thresholds(diff), *pages_lost(diff)]
 
 
 def _resources(entry: Mapping[str, Any] | None, kind: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
@@ -320,3 +324,59 @@ def thresholds(diff: StackDiff) -> list[Finding]:
         "warns, but the on-call learns of the condition later, with less room to act. Keep the shipped thresholds "
         "(docs/monitoring.md gives their reasons), or lower the condition itself (raise quotaBackendBytes, not the "
         "alert)"), tuple(names))]
+
+
+# alert-page-lost ---------------------------------------------------------------------------------------------------
+
+PAGE = "critical"
+
+
+def _by_name(entry: Mapping[str, Any] | None) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """(rule file, alert) -> its rules (an alert may have a warning and a critical rule under one name)."""
+    found: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for (where, alert, _, _), rule in _alerts(entry).items():
+        found.setdefault((where, alert), []).append(rule)
+    return found
+
+
+def _severities(rules: list[Mapping[str, Any]]) -> list[str]:
+    return sorted(str((r.get("labels") or {}).get("severity") or "") for r in rules)
+
+
+def pages_lost(diff: StackDiff) -> list[Finding]:
+    """Shipped alerts that paged at the base and page less at the head, and warning alerts deleted (renames aside)."""
+    base, head = _by_name(diff.base), _by_name(diff.head)
+    head_exprs = {(where, str(r["expr"]).strip(), sev) for (where, _), rules in head.items() for r in rules
+                  for sev in [str((r.get("labels") or {}).get("severity") or "")]}
+    lost, deleted = [], []
+    for key, rules in sorted(base.items()):
+        was = _severities(rules)
+        now = _severities(head.get(key, []))
+        where, alert = key
+        if not now:
+            gone = [r for r in rules if (where, str(r["expr"]).strip(), str((r.get("labels") or {}).get("severity")
+                                                                           or "")) not in head_exprs]
+            if not gone:
+                continue  # renamed: the same expressions at the same severities under another name
+            if PAGE in _severities(gone):
+                lost.append((alert, f"{alert}: deleted (it paged: {', '.join(was)})"))
+            else:
+                deleted.append(alert)
+            continue
+        if was.count(PAGE) > now.count(PAGE):
+            lost.append((alert, f"{alert}: severity {', '.join(was)} -> {', '.join(s or '(none)' for s in now)}"))
+    found = []
+    if lost:
+        found.append(Finding(HIGH, "alert-page-lost", (
+            f"{len(lost)} alert(s) kilonode ships no longer page: {'; '.join(w for _, w in lost)}. `critical` is the "
+            "label that pages (docs/monitoring.md: every alert carries severity, `critical`: page; an Alertmanager "
+            "routes on it), so when the condition comes nobody is woken: it waits for someone to look at a "
+            "dashboard. promtool passes it and nothing else warns. Keep `critical` on these (the runbook sections "
+            "of docs/monitoring.md say why each pages); to quieten a noisy alert, fix its threshold or `for:` in "
+            "the same review, said as such"), tuple(a for a, _ in lost)))
+    if deleted:
+        found.append(Finding(MEDIUM, "alert-deleted", (
+            f"{len(deleted)} warning alert(s) kilonode ships are deleted: {', '.join(deleted)}. Nothing tells the "
+            "on-call of their conditions any more (docs/monitoring.md gives each one's reason); keep them, or say "
+            "in the change what replaces them"), tuple(deleted)))
+    return found
