@@ -27,6 +27,7 @@ def _registry() -> tuple[Check, ...]:
         balloon_priority,
         binaries,
         boot_pulls,
+        component_flags,
         connections,
         contracts,
         custom_data_size,
@@ -62,7 +63,7 @@ def _registry() -> tuple[Check, ...]:
                        custom_data_size, identities, storage_access, listeners, etcd_backups, etcd_config,
                        encryption_at_host,
                        port_range, node_join, node_writers, admission_config, admission_requests, agent_writes, quota,
-                       boot_pulls, kubelet_config)
+                       boot_pulls, kubelet_config, component_flags)
     )
 
 
