@@ -612,6 +612,11 @@ def control_plane_flags(diff: StackDiff) -> list[Finding]:
     # (program, flag, host) a rule above spoke for: the generic line leaves them out
     spoken = {(p, flag, s.split("/", 1)[0]) for f in found for s in f.subjects for p, unit in UNITS.items()
               if s.endswith(unit) for flag in _FLAGS_OF[f.rule]}
+    # and the flags a value_effects.yaml row judged (kilonode.review.value_effects; imported here, as it
+    # imports this module's unit parser)
+    from kilonode.review import value_effects
+
+    spoken |= value_effects.flags_spoken(diff)
     return found + _flags_changed(diff, before, after, spoken)
 
 

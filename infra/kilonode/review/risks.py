@@ -57,6 +57,7 @@ from kilonode.review import (
     rules,
     security,
     serving,
+    value_effects,
     versions,
 )
 from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, StackDiff, covers, short
@@ -807,7 +808,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
              *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff)),
-             *_risks(diff, control_flags.assess(diff))]
+             *_risks(diff, control_flags.assess(diff)), *_risks(diff, value_effects.assess(diff))]
     found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
     found += _risks(diff, pod_security_default.assess(diff))
