@@ -18,6 +18,10 @@ renderers, the Pulumi components and the in-cluster modules read the plan instea
   stack's kubelet configuration could break;
 - admission_plugins.py (admission_plugins.yaml): kube-apiserver's in-tree admission plugin names, and the
   plugins that cannot start without their AdmissionConfiguration entry (EventRateLimit, ImagePolicyWebhook);
+- flag_validation.py (flag_validation.yaml): the start-time validation of kube-apiserver's, the controller
+  manager's, the scheduler's and metrics-server's flags (what the program refuses, exiting);
+- value_effects.py (value_effects.yaml): valid values whose effect upstream documents as dangerous, read by
+  the review's `value-effect`;
 - bounds.py (bounds.yaml): the programs that read a stack's numbers, and the type each reads them as;
 - sysctls.py (sysctls.yaml): how the nodes' kernel reads each sysctl, and the hardening baselines.
 """
