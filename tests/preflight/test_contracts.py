@@ -137,17 +137,22 @@ def test_a_plugin_off_the_host_network_is_a_break() -> None:
 # --- the toolkit's /dev/char links ---------------------------------------------------------------
 
 
-def test_an_image_without_the_dev_char_links_is_a_break_where_the_kubelet_uses_systemd_cgroups(
+def test_an_image_without_the_dev_char_links_is_a_break_where_the_runtime_uses_systemd_cgroups(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(image_gpu, "NVIDIA_DEVICES_UNIT_TEXT", image_gpu.NVIDIA_DEVICES_UNIT_TEXT.replace(
         "ExecStart=/usr/bin/nvidia-ctk system create-dev-char-symlinks", "ExecStart=/usr/bin/nvidia-ctk system x"))
     found = findings()
     assert lines(found) == {"containerToolkit/dev-char-links"}
     assert {f.where.split(":")[0].split(".")[0] for f in found} == {"pool-a100-ib", "pool-h100-ib"}
-    # the same image where the kubelet uses cgroupfs: the line does not apply there
+    # the kubelet's field alone on cgroupfs: inert on these Docker pools (cri-dockerd reports Docker's
+    # systemd and the kubelet uses it), so runc still runs the GPU containers on systemd: still a break
     files, _ = artefacts("research-7500")
     for key in [k for k in files if k.endswith("etc/kubernetes/kubelet-config.yaml")]:
         files[key] = files[key].replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs")
+    assert lines(findings(files=files)) == {"containerToolkit/dev-char-links"}
+    # Docker's GPU variant on cgroupfs: the line holds for the systemd driver only (its whenCgroupDriver)
+    for key in [k for k in files if k.endswith("etc/docker/daemon-nvidia.json")]:
+        files[key] = files[key].replace("native.cgroupdriver=systemd", "native.cgroupdriver=cgroupfs")
     assert findings(files=files) == []
 
 

@@ -27,6 +27,7 @@ Kind = Literal[
     "renderedSetting",  # a node program's rendered JSON configuration sets a key on the pools it names
     "nodeSysctls",  # the pools' rendered sysctl.d file sets each kernel tunable a node program checks
     "cgroupV2",  # the pools boot the unified cgroup hierarchy, or the kubelet's config lets it run on v1
+    "cgroupDriverMatchesKubelet",  # the kubelet's cgroupDriver equals every runtime handler's, where in effect
     "podNeeds",  # what a workload's pod spec must hold as upstream runs it: host network, args, capabilities
     "rbacAllows",  # what a workload's ServiceAccount must be allowed (verbs on resources, where)
     "discoveryRbac",  # the RBAC a service-discovery config needs for each discovery role it names

@@ -24,8 +24,8 @@ release: a break, since none of its lines can be trusted until someone reads the
 The kinds, each judged by one function below: deviceAccessFromImageEnv (a container that gets
 its devices through its image's env var: privileged, the capability added, or the image's
 toolkit taking the variable from anyone), waitsForNodeMarker (an init container waiting for a
-marker a unit of the image writes), hostNetworkOnIpBoundNodes, devCharLinks (where the kubelet's
-cgroup driver is the named one, the image runs the named command in the named unit),
+marker a unit of the image writes), hostNetworkOnIpBoundNodes, devCharLinks (where the runtime runs
+the GPU containers with the named cgroup driver, the image runs the named command in the named unit),
 kernelOptionForSelector (a selector the component's config uses, the kernel option in the pool's
 kernel, a module option loaded at boot), gpuDirectPath (the driver module, kernel options, the job
 image's rdma-core and NCCL), ncclJobEnvironment (while the job image's NCCL is older than a release,
@@ -36,7 +36,10 @@ pools named), waitsForFabricState
 renderedSetting (a node program's rendered JSON setting, a dotted path, on the pools named), nodeSysctls
 (the pools' rendered sysctl.d file sets each kernel tunable to the value), cgroupV2 (no parameter of
 the image's kernel command line, the built manifest's or the recipe's, asks systemd for the legacy
-cgroup hierarchy, unless the pool's rendered kubelet config sets the key to false), podNeeds
+cgroup hierarchy, unless the pool's rendered kubelet config sets the key to false),
+cgroupDriverMatchesKubelet (on the pools of the named runtime, the kubelet's cgroupDriver equals every
+runtime handler's: a break where the runtime does not report its driver to the kubelet, which then
+runs with its own field; a warning where it does, the field being inert), podNeeds
 (a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
 capabilities in the bounding set, host paths), rbacAllows (the workload's pods get a token and its
 ServiceAccount is granted each request: ClusterRoleBindings anywhere, RoleBindings in their namespace,
@@ -60,7 +63,9 @@ line's `onlyAt` keeps it to those of the releases the contract was read at.
 Seeded breaks (tests/preflight/test_contracts.py), one per requirement used: the plugin without
 SYS_ADMIN (and with the toolkit's env-var key true, the case that passes); no init container
 waiting for the marker, and an image unit that writes another; the plugin off the host network;
-the links unit missing from the image (and the cgroupfs driver, where the line does not apply);
+the links unit missing from the image (and the runtime's cgroupfs driver, where the line does not apply,
+while the kubelet's field alone does not stop it); the kubelet on cgroupfs with containerd's runc handlers
+on systemd, and the reverse (a warning only on Docker pools, where cri-dockerd reports Docker's driver);
 a link-type selector on the cloud kernel, ib_ipoib not loaded at boot, and a selector that needs
 no netdev (not judged); the proprietary module on an InfiniBand pool, an NCCL older than DMA-BUF
 and a job image's old rdma-core (an unrecorded one is a warning); an agent told not to wait for
@@ -96,6 +101,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -391,8 +397,14 @@ def _dev_char_links(inputs: Inputs, name: str, contract: Contract, req: Requirem
             f"set {key}={wanted} (kilonode.k8s.gpu DEVICE_PLUGIN_ENV)"))
     for pool in _gpu_pools(inputs):
         for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
-            kubelet = inputs.host_files(host).get("etc/kubernetes/kubelet-config.yaml")
-            driver = (yaml.safe_load(kubelet) or {}).get("cgroupDriver", "cgroupfs") if kubelet else None
+            # the driver runc runs the GPU containers with: the device rules at stake are runc's
+            # systemd cgroup manager's, whatever the kubelet's configuration says (cgroupDriverMatchesKubelet)
+            runtime = value["runtimeConfigs"].get(pool.runtime) or {}
+            config = str(runtime.get("config"))
+            text = inputs.host_files(host).get(config.lstrip("/")) if runtime else None
+            if text is None:
+                continue  # no GPU variant of the runtime's configuration rendered: nothing runs GPU containers
+            driver = runtime_cgroup_drivers(text, runtime["format"]).get(default_handler(text, runtime["format"]))
             if driver != value["whenCgroupDriver"]:
                 continue
             path, exec_lines, whose = _devices_unit(inputs, pool)
@@ -400,8 +412,8 @@ def _dev_char_links(inputs: Inputs, name: str, contract: Contract, req: Requirem
                 continue
             findings.append(_finding(
                 name, contract, req, f"{host}: image",
-                f"the kubelet's cgroup driver is {driver} and {whose} runs no `{value['command']}` "
-                f"({value['unit']}: {path or 'absent'})",
+                f"the runtime's cgroup driver for GPU containers ({config}) is {driver} and {whose} runs no "
+                f"`{value['command']}` ({value['unit']}: {path or 'absent'})",
                 f"install and enable {value['unit']} running `{value['command']}` with the toolkit "
                 "(kilonode.image.gpu NVIDIA_DEVICES_UNIT_TEXT)"))
             break  # one finding per pool: the image is the pool's
@@ -652,6 +664,87 @@ def _cgroup_v2(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
                 f"{value['kubeletConfig']} does not set {value['key']}: false",
                 f"drop {' '.join(legacy)} from node-image/recipe.toml's kernel_cmdline (Debian boots cgroup v2 by "
                 "default), or render failCgroupV1: false for these pools until they move"))
+    return findings
+
+
+# The kubelet's cgroupDriver when its configuration names none (kubernetes/kubelet@v0.34.2
+# config/v1beta1/types.go:389-393 KubeletConfiguration.CgroupDriver, "Default: \"cgroupfs\"").
+KUBELET_DEFAULT_CGROUP_DRIVER = "cgroupfs"
+
+
+def runtime_cgroup_drivers(text: str, form: str) -> dict[str, str]:
+    """The cgroup driver of each runtime handler a rendered runtime configuration defines.
+
+    `containerdRuncOptions`: a containerd 1.6/1.7 config.toml (version 2); each runtime of the CRI
+    plugin whose runtime_type is io.containerd.runc.v2, systemd where its options set SystemdCgroup,
+    else cgroupfs (the shim runs runc with --systemd-cgroup only then: containerd/containerd@v1.7.34
+    runtime/v2/runc/container.go:203, pkg/process/init.go:82-93). `dockerExecOpts`: a daemon.json's
+    exec-opts native.cgroupdriver, the daemon's driver that `docker info` reports and cri-dockerd
+    takes (Mirantis/cri-dockerd@665a141d core/docker_service.go:219-238), keyed "*"; none when the
+    file names none (Docker's default is not judged here)."""
+    if form == "containerdRuncOptions":
+        cri = (tomllib.loads(text).get("plugins") or {}).get("io.containerd.grpc.v1.cri") or {}
+        runtimes = (cri.get("containerd") or {}).get("runtimes") or {}
+        return {handler: "systemd" if (runtime.get("options") or {}).get("SystemdCgroup") is True else "cgroupfs"
+                for handler, runtime in runtimes.items()
+                if runtime.get("runtime_type") == "io.containerd.runc.v2"}
+    if form == "dockerExecOpts":
+        opts = [str(o) for o in json.loads(text).get("exec-opts") or []]
+        named = [o.split("=", 1)[1].strip() for o in opts if o.split("=", 1)[0].strip() == "native.cgroupdriver"]
+        return {"*": named[-1]} if named else {}
+    raise ValueError(f"unknown runtime configuration form {form!r}")
+
+
+def default_handler(text: str, form: str) -> str:
+    """The handler a pod without a runtimeClass runs with: containerd's default_runtime_name ("runc"
+    when unset, containerd/containerd@v1.7.34 pkg/cri/config/config_unix.go:74), or "*",
+    Docker's one driver."""
+    if form == "containerdRuncOptions":
+        cri = (tomllib.loads(text).get("plugins") or {}).get("io.containerd.grpc.v1.cri") or {}
+        return str((cri.get("containerd") or {}).get("default_runtime_name") or "runc")
+    return "*"
+
+
+def _cgroup_driver_matches_kubelet(inputs: Inputs, name: str, contract: Contract,
+                                   req: Requirement) -> list[Finding]:
+    """On every host of the pools running the named runtime, the kubelet's cgroupDriver (its
+    rendered configuration's, cgroupfs when it names none) equals the driver of every runtime
+    handler of each rendered runtime configuration. Where the runtime reports its driver to the
+    kubelet (`kubeletAsksRuntime`: the CRI RuntimeConfig call, which the kubelet then obeys), a
+    field that disagrees is inert: a warning; where it does not, the kubelet runs with its own
+    field and a disagreement is a break, said as `whenKubeletSays` has it for the kubelet's driver."""
+    value = req.value
+    level = "warn" if value["kubeletAsksRuntime"] else "break"
+    findings = []
+    for pool in (p for p in inputs.plan.node_pools if p.runtime == value["runtime"]):
+        for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
+            files = inputs.host_files(host)
+            kubelet_text = files.get(str(value["kubeletConfig"]).lstrip("/"))
+            if kubelet_text is None:
+                continue
+            kubelet = (yaml.safe_load(kubelet_text) or {}).get("cgroupDriver") or KUBELET_DEFAULT_CGROUP_DRIVER
+            differing = []
+            for config in value["runtimeConfigs"]:
+                text = files.get(str(config).lstrip("/"))
+                if text is None:
+                    continue
+                differing += [f"{config} {'handler ' + h if h != '*' else 'native.cgroupdriver'} {d}"
+                              for h, d in sorted(runtime_cgroup_drivers(text, value["format"]).items()) if d != kubelet]
+            if not differing:
+                continue
+            if value["kubeletAsksRuntime"]:
+                here = (f"the kubelet's configuration says cgroupDriver {kubelet}, the runtime runs "
+                        f"{'; '.join(differing)}: the kubelet asks the runtime and uses its driver, so the field is "
+                        "inert, but it names a driver the node does not run")
+                fix = (f"render cgroupDriver as the runtime's driver in {value['kubeletConfig']} "
+                       "(kilonode.render.pool kubelet_config)")
+            else:
+                said = value["whenKubeletSays"].get(kubelet, "the two disagree")
+                here = (f"the kubelet runs with cgroupDriver {kubelet} (the runtime does not report its own), the "
+                        f"runtime with {'; '.join(differing)}: {said}")
+                fix = (f"render one driver for the kubelet ({value['kubeletConfig']} cgroupDriver) and every runtime "
+                       "handler (kilonode.render.pool kubelet_config, containerd_config)")
+            findings.append(_finding(name, contract, req, f"{host}: {value['kubeletConfig']}", here, fix, level))
     return findings
 
 
@@ -1374,6 +1467,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "renderedSetting": _rendered_setting,
     "nodeSysctls": _node_sysctls,
     "cgroupV2": _cgroup_v2,
+    "cgroupDriverMatchesKubelet": _cgroup_driver_matches_kubelet,
     "deviceAccessFromImageEnv": _device_access_from_image_env,
     "waitsForNodeMarker": _waits_for_node_marker,
     "hostNetworkOnIpBoundNodes": _host_network,
