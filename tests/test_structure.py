@@ -181,6 +181,8 @@ CATALOGUE_READERS = ("kilonode.config", "kilonode.plan", "kilonode.cli", "kilono
                      "kilonode.preflight.checks.kubelet_config",
                      # and api-validation: the apiserver's validation rules beyond the schema (PriorityClass bounds)
                      "kilonode.preflight.checks.api_validation",
+                     # and component-flags: the programs' own start-time validation of their flags
+                     "kilonode.preflight.checks.component_flags",
                      # the RBAC authorizer's model (review and preflight's contracts): the apiserver's
                      # built-in roles are the cluster's, not the plan's
                      "kilonode.preflight.apiload")

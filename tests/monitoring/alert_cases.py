@@ -923,3 +923,27 @@ def gpu_health_no_controller_seen(plan: ClusterPlan) -> tuple[list[Series], list
     series = [s for host in apiservers(plan) for s in gpu_controller_series(host, sync=None, readable="0x60")]
     return series, [("20m", name, [expected(plan, name, {"severity": "critical",
                                                          "job": monitoring.JOB_GPU_HEALTH_CONTROLLER})])]
+
+
+# --- cluster-autoscaler ------------------------------------------------------------------------------------------
+def autoscaler_series(up: str | None) -> list[Series]:
+    """Two replicas' `up` (the leader and a standby answer alike), or none at all (scaled to 0: no target)."""
+    if up is None:
+        return [(selector("up", {"job": monitoring.JOB_APISERVER, "instance": "10.0.1.4:6443"}), "1x200")]
+    return [(selector("up", {"job": monitoring.JOB_AUTOSCALER, "instance": f"10.1.0.{n}:8085",
+                             "pod": f"cluster-autoscaler-{n}"}), up) for n in (7, 8)]
+
+
+@case(stack="research-7500")
+def autoscaler_left_paused(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeAutoscalerNotRunning"
+    return autoscaler_series(None), [("150m", name, [expected(plan, name, {"severity": "warning"})]),
+                                     ("60m", name, [])]  # a `pulumi up`'s pause: not yet
+
+
+@case(stack="research-7500")
+def autoscaler_paused_for_a_run_and_back(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # both replicas answer, stop for a 50-minute run (scaled to 0: the series end), and come back
+    up = "1x20 _x50 1x130"
+    return autoscaler_series(up), [("60m", "KilonodeAutoscalerNotRunning", []),
+                                   ("180m", "KilonodeAutoscalerNotRunning", [])]

@@ -79,7 +79,8 @@ def test_x09_watch_cache_off_is_high_and_not_repeated_as_a_generic_flag() -> Non
     hosts = [p.split("/", 1)[0] for p in head["files"] if p.endswith("/kube-apiserver.service")]
     assert len(line.subjects) == len(hosts) > 1
     # control_flags' generic line no longer says the flag a row judged
-    flags = control_flags.assess(compare_stack(STACK, snapshot(STACK), head))
+    diff = compare_stack(STACK, snapshot(STACK), head)
+    flags = control_flags.assess(diff, frozenset(rule.flags_spoken(diff)))
     assert not [f for f in flags if f.rule == "control-plane-flag-changed" and "watch-cache" in f.summary]
     # and the whole review says it once, high
     said = [r for r in assess(compare_stack(STACK, snapshot(STACK), head), {}) if "watch-cache" in r.summary]

@@ -674,11 +674,37 @@ def gpu_health_groups(plan: ClusterPlan) -> list[Group]:
     return [Group("kilonode-gpu-health", (*_gpu_agent_alerts(plan), *_gpu_controller_alerts()))]
 
 
+# --- cluster-autoscaler --------------------------------------------------------------------------
+# docs/operations.md and docs/azure.md pause the autoscaler for each `pulumi up` that changes an autoscaled pool
+# (`kubectl scale ... --replicas=0`, 2 after). A pause left in place is silent: pending GPU pods wait for nodes
+# that never come and idle nodes are never removed. A run takes well under an hour; 2 h is a pause forgotten.
+AUTOSCALER_PAUSE_FOR = "2h"
+
+
+def autoscaler_group(plan: ClusterPlan) -> Group | None:
+    if not plan.autoscaled_pools:
+        return None
+    pools = ", ".join(p.name for p in plan.autoscaled_pools)
+    return Group("kilonode-autoscaler", (
+        Alert("KilonodeAutoscalerNotRunning", f'absent(up{{job="{JOB_AUTOSCALER}"}} == 1)', AUTOSCALER_PAUSE_FOR,
+              "warning",
+              f"No cluster-autoscaler replica scraped by {JOB_AUTOSCALER} answers for {AUTOSCALER_PAUSE_FOR}",
+              "cluster-autoscaler is not running: autoscaled pools neither grow nor shrink",
+              f"The pools it scales ({pools}) keep their size: pods waiting for nodes stay Pending and idle nodes "
+              "are not removed. Most often the pause for a `pulumi up` was not undone: `kubectl -n kube-system get "
+              "deployment cluster-autoscaler` shows 0 replicas; give them back with `kubectl -n kube-system scale "
+              "deployment cluster-autoscaler --replicas=2` once no `pulumi up` runs. Otherwise its pods fail "
+              "(`kubectl -n kube-system get pods -l k8s-app=cluster-autoscaler`, their logs).",
+              "cluster-autoscaler"),
+    ))
+
+
 def rule_groups(plan: ClusterPlan) -> list[Group]:
     groups = [apiserver_group(), controllers_group(), etcd_group(plan), certificates_group(), targets_group(),
               pod_traffic_group()]
     gpu = gpu_group(plan)
-    return groups + ([gpu] if gpu else []) + gpu_health_groups(plan)
+    autoscaler = autoscaler_group(plan)
+    return groups + ([gpu] if gpu else []) + gpu_health_groups(plan) + ([autoscaler] if autoscaler else [])
 
 
 def alerts(plan: ClusterPlan) -> list[Alert]:

@@ -600,7 +600,10 @@ def _flags_changed(diff: StackDiff, before: Mapping[str, Mapping[str, Mapping[st
     return found
 
 
-def control_plane_flags(diff: StackDiff) -> list[Finding]:
+def control_plane_flags(diff: StackDiff, spoken_elsewhere: frozenset[tuple[str, str, str]] = frozenset()
+                        ) -> list[Finding]:
+    """The named flag rules, then the generic line for every other changed flag; `spoken_elsewhere`:
+    (program, flag, host) another module's rule judged (kilonode.review.value_effects.flags_spoken)."""
     before, after = program_flags(_files(diff.base)), program_flags(_files(diff.head))
     if before == after:
         return []
@@ -612,17 +615,14 @@ def control_plane_flags(diff: StackDiff) -> list[Finding]:
     # (program, flag, host) a rule above spoke for: the generic line leaves them out
     spoken = {(p, flag, s.split("/", 1)[0]) for f in found for s in f.subjects for p, unit in UNITS.items()
               if s.endswith(unit) for flag in _FLAGS_OF[f.rule]}
-    # and the flags a value_effects.yaml row judged (kilonode.review.value_effects; imported here, as it
-    # imports this module's unit parser)
-    from kilonode.review import value_effects
-
-    spoken |= value_effects.flags_spoken(diff)
-    return found + _flags_changed(diff, before, after, spoken)
+    return found + _flags_changed(diff, before, after, spoken | spoken_elsewhere)
 
 
-def assess(diff: StackDiff) -> list[Finding]:
-    """Every finding of the control plane's flags and the kubelets' configuration."""
-    return [*control_plane_flags(diff), *scheduler_config(diff), *kubelet_writes(diff)]
+def assess(diff: StackDiff, spoken_elsewhere: frozenset[tuple[str, str, str]] = frozenset()) -> list[Finding]:
+    """Every finding of the control plane's flags and the kubelets' configuration; `spoken_elsewhere` as in
+    control_plane_flags (the caller passes it: value_effects reads this module's unit parser, so this module
+    does not import it)."""
+    return [*control_plane_flags(diff, spoken_elsewhere), *scheduler_config(diff), *kubelet_writes(diff)]
 
 
 # ---- node eviction rates (node-eviction-rate-raised) --------------------------------------------------------------

@@ -808,7 +808,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
              *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff)),
-             *_risks(diff, control_flags.assess(diff)), *_risks(diff, value_effects.assess(diff))]
+             *_risks(diff, control_flags.assess(diff, frozenset(value_effects.flags_spoken(diff)))),
+             *_risks(diff, value_effects.assess(diff))]
     found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
     found += _risks(diff, pod_security_default.assess(diff))
