@@ -48,7 +48,10 @@ def test_the_resolv_conf_pods_get_exists_and_names_no_loopback(host: testinfra.h
 
 
 def test_kubelet_and_runtime_agree_on_cgroup_driver(host: testinfra.host.Host, pool: NodePoolPlan) -> None:
-    """Hand-written: a kubelet/runtime cgroup-driver mismatch leaves every pod failing."""
+    """Hand-written: the kubelet's cgroupDriver matches the runtime's. On containerd 1.7 (no RuntimeConfig CRI
+    call, so the kubelet keeps its own field) a mismatch fails every pod sandbox; on Docker pools cri-dockerd
+    reports Docker's driver and the kubelet (KubeletCgroupDriverFromCRI, GA in 1.34) takes it, so the field is
+    inert there, but a matching file is what the image ships (catalog/contracts.yaml kubelet-cgroup-driver)."""
     config = yaml.safe_load(run_ok(host, "cat /etc/kubernetes/kubelet-config.yaml"))
     if pool.runtime == "docker":
         runtime = json.loads(run_ok(host, "docker info --format '{{json .CgroupDriver}}'"))
