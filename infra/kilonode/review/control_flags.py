@@ -68,6 +68,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kilonode.catalog.limits import limits
+from kilonode.preflight.nodes import flags_of, unit_exec_args
 from kilonode.render.monitoring import ETCD_QUOTA_CRITICAL, ETCD_QUOTA_WARNING, etcd_job
 from kilonode.review.autoscaler import seconds
 from kilonode.review.compare import StackDiff
@@ -137,26 +138,14 @@ QPS_FIELDS = ("kubeAPIQPS", "kubeAPIBurst")
 KUBELET_FROM_PLAN = frozenset({"maxPods", "clusterDNS", "resolvConf", "containerRuntimeEndpoint",
                                "maxParallelImagePulls"})
 
-_FLAG = re.compile(r"--([A-Za-z0-9][A-Za-z0-9-]*)(?:=(\S*))?")
-
-
 def unit_flags(text: str) -> dict[str, str]:
-    """The flags of a unit's ExecStart (its continuation lines), name -> value ('true' for a bare flag;
-    the last one wins, as pflag)."""
-    found: dict[str, str] = {}
-    lines = text.splitlines()
-    for index, line in enumerate(lines):
-        if not line.startswith("ExecStart="):
-            continue
-        command = [line]
-        while command[-1].rstrip().endswith("\\") and index + len(command) < len(lines):
-            command.append(lines[index + len(command)])
-        for word in " ".join(c.rstrip().rstrip("\\") for c in command).split()[1:]:
-            match = _FLAG.fullmatch(word)
-            if match:
-                found[match.group(1)] = (match.group(2) if match.group(2) is not None else "true").strip("'\"")
-        break
-    return found
+    """The flags of a unit's ExecStart, name -> value ('true' for a bare flag; the last one wins, as pflag):
+    preflight's reader (kilonode.preflight.nodes), so that the review and preflight read a unit alike. A unit
+    whose ExecStart does not split as a shell line (an unbalanced quote: systemd refuses it too) has none."""
+    try:
+        return flags_of(unit_exec_args(text))
+    except ValueError:
+        return {}
 
 
 def program_flags(files: Mapping[str, str]) -> dict[str, dict[str, dict[str, str]]]:

@@ -22,9 +22,8 @@ ElectionMs 1000). Each is a break:
 
 from __future__ import annotations
 
-import re
-
 from kilonode.preflight.model import Finding, Inputs
+from kilonode.preflight.nodes import flags_of, unit_exec_args
 
 NAME = "etcd-config"
 TITLE = "every etcd member's flags pass etcd's own start-up validation"
@@ -39,21 +38,15 @@ MAX_ELECTION_MS = 50000
 ELECTION_TICKS = 5  # Validate: 5*TickMs > ElectionMs is refused
 COMPACTION_MODES = ("periodic", "revision")  # v3compactor.ModePeriodic, ModeRevision
 SOURCE = "etcd server/embed/config.go Config.Validate"
-_FLAG = re.compile(r"--([a-z0-9-]+)(?:=(\S*))?")
 
 
 def unit_flags(text: str) -> dict[str, str]:
-    """The unit's ExecStart flags: name -> value (the last one given wins, as in etcd's flag set)."""
-    found: dict[str, str] = {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("ExecStart="):
-            command = [line]
-            while command[-1].rstrip().endswith("\\") and i + len(command) < len(lines):
-                command.append(lines[i + len(command)])
-            for match in _FLAG.finditer(" ".join(c.rstrip().rstrip("\\") for c in command)):
-                found[match.group(1)] = (match.group(2) or "true").strip("'\"")
-    return found
+    """The unit's ExecStart flags: name -> value (the last one given wins, as in etcd's flag set), read as
+    every preflight check reads a unit (kilonode.preflight.nodes); a line that does not split has none."""
+    try:
+        return flags_of(unit_exec_args(text))
+    except ValueError:
+        return {}
 
 
 def _ms(flags: dict[str, str], name: str) -> int | str:
