@@ -6,7 +6,7 @@ On the head, for each pool: the Deployments and StatefulSets that preflight plac
 no other (their required node affinity, node selector and tolerations leave them only there: the
 controllers on the system pool), replicas x requests, against the pool's allocatable: its nodes x
 one node's allocatable less the DaemonSets that land there. The model is preflight's own
-(kilonode.preflight.checks.scheduling: placement_of for where a workload can run, _allocatable for a
+(kilonode.preflight.checks.scheduling: placement_of for where a workload can run, allocatable_after for a
 node's room: the size's vCPUs and memory less the kubelet's hard eviction threshold, less the
 DaemonSets' requests; requests_of as the scheduler sums a pod's requests), built from each side's
 snapshot (kilonode.review.sides), so the review and preflight never disagree about a node's room.
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kilonode.preflight.checks.scheduling import _allocatable, _daemonsets_on, placement_of, requests_of
+from kilonode.preflight.checks.scheduling import allocatable_after, daemonsets_on, placement_of, requests_of
 from kilonode.preflight.model import Inputs
 from kilonode.preflight.nodes import bootstrap_nodes
 from kilonode.preflight.placement import expression_matches, pod_spec_of
@@ -116,7 +116,7 @@ def loads(inputs: Inputs) -> dict[str, Load]:
         spill[host] |= {f"{h} (GPU nodes)" if h in gpu else h for h in where - {host}}
     found_loads = {}
     for g in groups:
-        free = _allocatable(g, _daemonsets_on(g, daemonsets))
+        free = allocatable_after(g, daemonsets_on(g, daemonsets))
         if free is None or not (names[g.host] or preferring_names[g.host]):
             continue
         found_loads[g.host] = Load(g.host, g.pool.vm_size, g.count, demand[g.host],

@@ -163,7 +163,7 @@ def _blocking(kind: str, spec: Mapping[str, Any], group: PoolNodes) -> list[Tain
             if t.key not in BRING_UP or t.key in stays]
 
 
-def _daemonsets_on(group: PoolNodes, daemonsets: list[Resource]) -> list[Mapping[str, Any]]:
+def daemonsets_on(group: PoolNodes, daemonsets: list[Resource]) -> list[Mapping[str, Any]]:
     """The pod specs of the DaemonSets that run on every node of this pool once it is up."""
     found = []
     for ds in daemonsets:
@@ -175,7 +175,10 @@ def _daemonsets_on(group: PoolNodes, daemonsets: list[Resource]) -> list[Mapping
     return found
 
 
-def _allocatable(group: PoolNodes, daemonsets: list[Mapping[str, Any]]) -> dict[str, float] | None:
+def allocatable_after(group: PoolNodes, daemonsets: list[Mapping[str, Any]]) -> dict[str, float] | None:
+    """One node's room once the DaemonSets on it run: the size's vCPUs and memory less the kubelet's hard
+    eviction threshold, less their requests (None where the catalogue lacks the size). The review's
+    capacity rules read the same figure (kilonode.review.capacity)."""
     pool = group.pool
     if pool.vcpus is None or pool.memory_gib is None:
         return None  # a size the catalogue lacks: nothing to compare with
@@ -205,7 +208,7 @@ def _refusal(kind: str, spec: Mapping[str, Any], group: PoolNodes,
         if not spec.get("hostNetwork") and _pod_ips(group, daemonsets) < 1:
             return (f"no pod IP left: podsPerNode {group.pool.pods_per_node}, taken by the pool's "
                     "non-hostNetwork DaemonSets"), False
-        free = _allocatable(group, daemonsets)
+        free = allocatable_after(group, daemonsets)
         if free is not None:
             short = [key for key, want in requests_of(spec).items() if want > free[key]]
             if short:
@@ -222,7 +225,7 @@ def placement_of(workload: Resource, groups: list[PoolNodes], daemonsets: list[R
     for group in groups:
         if group.count == 0:
             continue
-        why, gpu_only = _refusal(workload.kind, spec, group, _daemonsets_on(group, daemonsets))
+        why, gpu_only = _refusal(workload.kind, spec, group, daemonsets_on(group, daemonsets))
         if why is None:
             found.now[group.host] = group.count
         elif gpu_only:
@@ -346,7 +349,7 @@ def _pod_addresses(group: PoolNodes, daemonsets: list[Resource]) -> list[Finding
     """More room under maxPods than pod IPs for the pods that need one."""
     if group.count == 0:
         return []
-    on = _daemonsets_on(group, daemonsets)
+    on = daemonsets_on(group, daemonsets)
     max_pods = int(group.kubelet_config.get("maxPods", KUBELET_DEFAULT_MAX_PODS))
     networked = sum(1 for spec in on if not spec.get("hostNetwork"))
     room = max_pods - len(on) - group.pool.host_network_pods
