@@ -197,6 +197,22 @@ def _pools(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
     return [p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping) and p.get("autoscaling")]
 
 
+def _raised(base: Mapping[str, str], head: Mapping[str, str], key: str) -> tuple[float, float] | None:
+    """(was, now) of a number flag the head raises, upstream's default where absent; else None."""
+    was, now = _float(_value(base, key)), _float(_value(head, key))
+    return (was, now) if was is not None and now is not None and now > was else None
+
+
+def _shortened(base: Mapping[str, str], head: Mapping[str, str], key: str) -> bool:
+    """A duration flag the head shortens (upstream's default where absent)."""
+    was, now = seconds(_value(base, key)), seconds(_value(head, key))
+    return was is not None and now is not None and now < was
+
+
+def _turned_on(base: Mapping[str, str], head: Mapping[str, str], key: str) -> bool:
+    return not _true(_value(base, key)) and _true(_value(head, key))
+
+
 def _drainable(pool: Mapping[str, Any]) -> tuple[int, int, int]:
     """(nodes at the ceiling, the floor, how many may go) from the node groups' --nodes bounds."""
     groups = (pool.get("autoscaling") or {}).get("nodeGroups") or []
@@ -210,26 +226,24 @@ def _moves(base: Mapping[str, str], head: Mapping[str, str]) -> tuple[list[str],
     gpu: list[str] = []
     other: list[str] = []
     for key, target in (("scale-down-gpu-utilization-threshold", gpu), ("scale-down-utilization-threshold", other)):
-        was, now = _float(_value(base, key)), _float(_value(head, key))
-        if was is not None and now is not None and now > was:
+        if raised := _raised(base, head, key):
+            was, now = raised
             kind = "GPU node" if target is gpu else "node without GPUs"
             target.append(f"--{key} {was:g} -> {now:g}: a {kind} is kept only while its requested "
                           f"{'GPUs' if target is gpu else 'CPU or memory'} are at least {now:.0%} of its allocatable "
                           f"(eligibility.go: kept while Utilization >= threshold), "
                           + ("so no node was below the base's 0" if was == 0 else f"was {was:.0%}"))
     both: list[str] = []
-    was_t, now_t = seconds(_value(base, "scale-down-unneeded-time")), seconds(_value(head, "scale-down-unneeded-time"))
-    if was_t is not None and now_t is not None and now_t < was_t:
+    if _shortened(base, head, "scale-down-unneeded-time"):
         both.append(f"--scale-down-unneeded-time {_value(base, 'scale-down-unneeded-time')} -> "
                     f"{_value(head, 'scale-down-unneeded-time')}: a candidate goes sooner")
-    if not _true(_value(base, "scale-down-enabled")) and _true(_value(head, "scale-down-enabled")):
+    if _turned_on(base, head, "scale-down-enabled"):
         both.append("--scale-down-enabled false -> true: scale-down starts")
     for key, what in SKIPS.items():
         if _true(_value(base, key)) and not _true(_value(head, key)):
             both.append(f"--{key} true -> false: a node running {what} is removable")
-    was_c, now_c = (_float(_value(base, "expendable-pods-priority-cutoff")),
-                    _float(_value(head, "expendable-pods-priority-cutoff")))
-    if was_c is not None and now_c is not None and now_c > was_c:
+    if cutoff := _raised(base, head, "expendable-pods-priority-cutoff"):
+        was_c, now_c = cutoff
         both.append(f"--expendable-pods-priority-cutoff {was_c:g} -> {now_c:g}: pods with a priority below "
                     f"{now_c:g} no longer keep their node")
     return gpu + both, other + both
@@ -310,8 +324,8 @@ def _guard_moves(base: Mapping[str, str], head: Mapping[str, str], nodes: int) -
     moves: list[str] = []
     reaches = False
     for key in ("max-total-unready-percentage", "ok-total-unready-count"):
-        was, now = _float(_value(base, key)), _float(_value(head, key))
-        if was is not None and now is not None and now > was:
+        if raised := _raised(base, head, key):
+            was, now = raised
             unit = "%" if key.startswith("max") else " nodes"
             moves.append(f"--{key} {was:g}{unit} -> {now:g}{unit}" + _removed(head, key))
     was_n, now_n = _tolerated(base, nodes), _tolerated(head, nodes)
@@ -323,14 +337,13 @@ def _guard_moves(base: Mapping[str, str], head: Mapping[str, str], nodes: int) -
         else:
             moves.append(f"at the plan's {nodes:,} nodes it still halts past {now_n:,} unready "
                          "(the other bound decides)")
-    was_t, now_t = seconds(_value(base, "scale-down-unready-time")), seconds(_value(head, "scale-down-unready-time"))
-    if was_t is not None and now_t is not None and now_t < was_t:
+    if _shortened(base, head, "scale-down-unready-time"):
         reaches = True
         moves.append(f"--scale-down-unready-time {_value(base, 'scale-down-unready-time')} -> "
                      f"{_value(head, 'scale-down-unready-time')}"
                      + _removed(head, "scale-down-unready-time")
                      + ": an unready candidate is deleted sooner")
-    if not _true(_value(base, "scale-down-unready-enabled")) and _true(_value(head, "scale-down-unready-enabled")):
+    if _turned_on(base, head, "scale-down-unready-enabled"):
         reaches = True
         moves.append("--scale-down-unready-enabled false -> true"
                      + _removed(head, "scale-down-unready-enabled")
