@@ -947,3 +947,86 @@ def autoscaler_paused_for_a_run_and_back(plan: ClusterPlan) -> tuple[list[Series
     up = "1x20 _x50 1x130"
     return autoscaler_series(up), [("60m", "KilonodeAutoscalerNotRunning", []),
                                    ("180m", "KilonodeAutoscalerNotRunning", [])]
+
+
+# --- exporters: dcgm-exporter's GPUs and node-exporter's InfiniBand ports -------------------------------
+def gpu_labels(plan: ClusterPlan, gpu: int) -> dict[str, str]:
+    """One GPU of a node of the first GPU pool, as the dcgm-exporter job labels it."""
+    return {"node": "a100-ib-000000", "pool": plan.gpu_pools[0].name, "gpu": str(gpu), "UUID": f"GPU-000{gpu}"}
+
+
+def dcgm(plan: ClusterPlan, field: str, gpu: int, values: str) -> Series:
+    # a pod holds the GPU: dcgm-exporter adds its labels (the rules aggregate them away)
+    return (selector(field, {"job": monitoring.JOB_DCGM_EXPORTER, **gpu_labels(plan, gpu), "pod": "train-0",
+                             "namespace": "team-a", "container": "main"}), values)
+
+
+def ib_labels(plan: ClusterPlan, hca: int) -> dict[str, str]:
+    pool = next(p.name for p in plan.node_pools if p.infiniband)
+    return {"node": f"{pool}-000000", "pool": pool, "device": f"mlx5_ib{hca}", "port": "1"}
+
+
+def ib(plan: ClusterPlan, field: str, hca: int, values: str) -> Series:
+    return (selector(field, {"job": monitoring.JOB_NODE_EXPORTER, **ib_labels(plan, hca)}), values)
+
+
+def gpu_alert(plan: ClusterPlan, name: str, gpu: int) -> dict[str, Any]:
+    return expected(plan, name, {"severity": "warning", **gpu_labels(plan, gpu)})
+
+
+@case(stack="research-7500")
+def a_gpu_reports_a_node_level_xid_and_another_an_application_xid(plan: ClusterPlan) -> tuple[list[Series],
+                                                                                                 list[Check]]:
+    # GPU 1's last Xid is 13 (a graphics exception: the application's) all along; GPU 0 falls off
+    # the bus (Xid 79, RESTART_BM in NVIDIA's catalogue) at minute 10
+    name = "KilonodeGpuXidError"
+    series = [dcgm(plan, "DCGM_FI_DEV_XID_ERRORS", 0, "0x10 79x20"), dcgm(plan, "DCGM_FI_DEV_XID_ERRORS", 1, "13x30")]
+    return series, [("8m", name, []), ("15m", name, [gpu_alert(plan, name, 0)])]
+
+
+@case(stack="research-7500")
+def a_gpu_counts_an_uncorrectable_ecc_error(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeGpuUncorrectableEcc"
+    series = [dcgm(plan, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 0, "0x10 2x20"),
+              dcgm(plan, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 1, "0x30"),
+              dcgm(plan, "DCGM_FI_DEV_ROW_REMAP_FAILURE", 0, "0x30"),
+              dcgm(plan, "DCGM_FI_DEV_ROW_REMAP_FAILURE", 1, "0x30")]
+    return series, [("8m", name, []), ("15m", name, [gpu_alert(plan, name, 0)])]
+
+
+@case(stack="research-7500")
+def nvlink_replays_keep_rising_on_one_gpu(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # GPU 0's replay counter climbs from minute 30 (5 a minute); GPU 1's CRC count stays at 3
+    name = "KilonodeGpuNvlinkErrors"
+    series = [dcgm(plan, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 0, "3x30 3+5x30"),
+              dcgm(plan, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 1, "3x60")]
+    return series, [("25m", name, []), ("40m", name, []),  # rising, not yet for 15 minutes
+                    ("55m", name, [gpu_alert(plan, name, 0)])]
+
+
+@case(stack="research-7500")
+def one_gpu_is_slowed_for_heat_a_third_of_the_time(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # GPU 0: 20 s of every minute thermally slowed from minute 30 (33%); GPU 1: 1 s a minute (1.7%)
+    name = "KilonodeGpuThermalThrottling"
+    series = [dcgm(plan, "DCGM_FI_DEV_THERMAL_VIOLATION", 0, "0x30 0+20000000000x30"),
+              dcgm(plan, "DCGM_FI_DEV_THERMAL_VIOLATION", 1, "0+1000000000x60")]
+    return series, [("25m", name, []), ("55m", name, [gpu_alert(plan, name, 0)])]
+
+
+@case(stack="research-7500")
+def an_infiniband_port_goes_down(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeInfinibandPortDown"
+    series = [ib(plan, "node_infiniband_state_id", 0, "4x20 1x20"), ib(plan, "node_infiniband_state_id", 1, "4x40")]
+    return series, [("15m", name, []),
+                    ("30m", name, [expected(plan, name, {"severity": "warning", **ib_labels(plan, 0)})])]
+
+
+@case(stack="research-7500")
+def an_infiniband_link_goes_down_and_back(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # port 0 counts one link-down at minute 10 and is ACTIVE again (a flap); port 1 never
+    name = "KilonodeInfinibandLinkFlapping"
+    series = [ib(plan, "node_infiniband_link_downed_total", 0, "0x10 1x30"),
+              ib(plan, "node_infiniband_link_downed_total", 1, "0x40")]
+    return series, [("8m", name, []),
+                    ("15m", name, [expected(plan, name, {"severity": "warning", **ib_labels(plan, 0)})]),
+                    ("45m", name, [])]  # 30 minutes on: no flap since

@@ -22,7 +22,7 @@ from kilonode.azure.graph import Graph
 from kilonode.node.gpu import agent, metrics
 from kilonode.node.ship import GPU_HEALTH
 from kilonode.plan import ClusterPlan, defaults, wellknown
-from kilonode.plan.resolve.monitoring import per_node_series
+from kilonode.plan.resolve.monitoring import dcgm_exporter_series, node_exporter_series, per_node_series
 from kilonode.render import gpu_metrics, monitoring, node_ports, render_cluster
 from kilonode.render.control_plane import GPU_HEALTH_CONTROLLER_UNIT
 from kilonode.render.files import USER_DATA
@@ -209,9 +209,10 @@ def test_the_series_estimate_counts_the_agents_on_gpu_nodes_and_the_controllers_
             defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_NODE + defaults.PROMETHEUS_GPU_AGENT_FINDING_SERIES
             + defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_GPU * pool.gpus_per_node)
         without = (defaults.PROMETHEUS_SERIES_PER_KUBELET + defaults.PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER
-                   * pool.max_pods + defaults.PROMETHEUS_KSM_SERIES_PER_NODE + defaults.PROMETHEUS_KSM_SERIES_PER_POD
-                   * pool.max_pods + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE
-                   + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * pool.max_pods)
+                   * pool.max_pods + defaults.PROMETHEUS_KSM_SERIES_PER_NODE
+                   + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE
+                   + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * pool.max_pods
+                   + node_exporter_series(pool) + dcgm_exporter_series(pool))
         assert per_node_series(pool) == without + agent_series, pool.name
     controllers = [t for t in p.terms if t.what.startswith("GPU health taint controllers")]
     if plan.gpu_pools:
@@ -222,4 +223,5 @@ def test_the_series_estimate_counts_the_agents_on_gpu_nodes_and_the_controllers_
     if stack == "research-7500":
         # 7,500 8-GPU nodes: 18 fixed + 2 findings + 3 x 8 figures = 44 each, 330,000 in all
         gpu_terms = [t for t in p.terms if "GPU health agent of 8 GPUs" in t.what]
-        assert sum(t.targets for t in gpu_terms) == 7_500 and per_node_series(plan.gpu_pools[0]) - 1_499 == 44
+        assert sum(t.targets for t in gpu_terms) == 7_500 and per_node_series(gpu := plan.gpu_pools[0]) - 1_299 - (
+            node_exporter_series(gpu) + dcgm_exporter_series(gpu)) == 44

@@ -58,12 +58,14 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     plan = plans["research-7500"]
     p = plan.prometheus
     gpu = next(pool for pool in plan.node_pools if pool.name == "a100-ib")
-    # kubelet 1,200 + cAdvisor 3 per container + kube-state-metrics 40 per node and 25 per pod
-    # + pod traffic 3 per node and 4 per pod (bytes and packets, in and out) + the GPU health
-    # agent's 18 fixed series, 2 of findings and 3 per GPU (8 on an ND96asr_v4)
-    assert gpu.gpus_per_node == 8
-    assert per_node_series(gpu) == (1_200 + 3 * gpu.max_pods + 40 + 25 * gpu.max_pods + 3 + 4 * gpu.max_pods
-                                    + 18 + 2 + 3 * 8)
+    # kubelet 1,200 + cAdvisor 3 per container + kube-state-metrics 40 per node (nodes only: no
+    # per-pod series) + pod traffic 3 per node and 4 per pod (bytes and packets, in and out) + the
+    # GPU health agent's 18 fixed series, 2 of findings and 3 per GPU (8 on an ND96asr_v4)
+    # + node-exporter's 64 kept per node and 9 per InfiniBand port (one HCA per GPU)
+    # + dcgm-exporter's 15 fields per GPU
+    assert gpu.gpus_per_node == 8 and gpu.infiniband
+    assert per_node_series(gpu) == (1_200 + 3 * gpu.max_pods + 40 + 3 + 4 * gpu.max_pods
+                                    + 18 + 2 + 3 * 8 + 64 + 9 * 8 + 15 * 8) == 1_599
     assert p.series == sum(t.targets * t.per_target for t in p.terms)
     nodes = sum(t.targets for t in p.terms if t.what.startswith("nodes of "))
     assert nodes == 5_000 + 2_500 + 3 + 1

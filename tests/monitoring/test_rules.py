@@ -158,8 +158,9 @@ def test_kubernetes_service_discovery_uses_only_fields_roles_and_meta_labels_pro
     discovered = [job for job in fragment["scrape_configs"] if "kubernetes_sd_configs" in job]
     assert {job["job_name"] for job in discovered} == {
         monitoring.JOB_KUBELET, monitoring.JOB_CADVISOR, monitoring.JOB_KUBE_STATE_METRICS,
-        monitoring.JOB_POD_TRAFFIC} | ({monitoring.JOB_AUTOSCALER} if plans[stack].autoscaled_pools else set()) \
-        | ({monitoring.JOB_GPU_HEALTH_AGENT} if plans[stack].gpu_pools else set())
+        monitoring.JOB_POD_TRAFFIC, monitoring.JOB_NODE_EXPORTER} \
+        | ({monitoring.JOB_AUTOSCALER} if plans[stack].autoscaled_pools else set()) \
+        | ({monitoring.JOB_GPU_HEALTH_AGENT, monitoring.JOB_DCGM_EXPORTER} if plans[stack].gpu_pools else set())
     for job in discovered:
         [sd] = job["kubernetes_sd_configs"]
         assert set(sd) <= SD_FIELDS and sd["role"] in SD_ROLES, job["job_name"]

@@ -102,6 +102,7 @@ class Components(Row):
     nccl_benchmark: Component
     azure_cni: Component
     calico: Component
+    azure_disk_csi: Component
 
 
     def repositories(self) -> frozenset[str]:

@@ -30,6 +30,7 @@ from kilonode.k8s.readiness import ApiserverReady, ApiserverReadyArgs
 from kilonode.k8s.reserved_pools import ReservedPools
 from kilonode.k8s.scheduling import GangScheduler, GangSchedulerArgs
 from kilonode.k8s.service_accounts import DefaultServiceAccounts, DefaultServiceAccountsArgs
+from kilonode.k8s.storage import Storage, StorageArgs
 from kilonode.plan.model import ClusterPlan
 
 
@@ -107,6 +108,8 @@ class InCluster(pulumi.ComponentResource):
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
         MetricsServer(f"{name}-metrics-server", MetricsServerArgs.of(plan), on_cluster)  # kubectl top, HPAs
+        # Azure Disk CSI and the Premium SSD class Prometheus's claim binds to (kilonode.k8s.storage)
+        Storage(f"{name}-storage", StorageArgs(plan=plan), on_cluster)
         # GPU pools: the device plugin on their nodes, and the taint controller's access
         # (the controller itself runs on the apiserver VMs). None without GPU pools.
         if plan.gpu_pools:

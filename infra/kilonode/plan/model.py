@@ -445,10 +445,13 @@ class PrometheusPlan(StrictModel):
     query_max_concurrency: int
     query_max_samples: int
     query_bytes: int  # concurrency x samples x bytes per sample
-    disk_gib: int  # the data emptyDir's sizeLimit
+    disk_gib: int  # the disk the TSDB is sized for (retention.size is a share of it)
     retention_size_gib: int
     retention_days: int
     daily_bytes: int
+    # its PersistentVolumeClaim (kilonode.k8s.monitoring): disk_gib rounded up to its Premium SSD tier
+    volume_gib: int
+    volume_tier: str
     wal_compression: bool = True
 
 
@@ -513,6 +516,8 @@ class ComponentsPlan(StrictModel):
     cluster_autoscaler_image: str
     device_plugin_image: str
     rdma_device_plugin_image: str  # InfiniBand pools: rdma/ib for pods (kilonode.k8s.rdma)
+    azure_disk_csi_version: str  # Azure Disk CSI (kilonode.k8s.storage)
+    azure_disk_csi_images: dict[str, str]  # its images by role (catalogue components.yaml azureDiskCsi)
     # the image of the NCCL all-reduce job kilonode generates (kilonode.k8s.nccl_job); no node
     # runs it at boot, so it is in no preload list
     nccl_benchmark_image: str

@@ -100,6 +100,12 @@ POD_TRAFFIC_METRICS_PORT = 9480
 # DCGM exporter 9400). Two ports, not one: the control-plane NSG admits only the controller's.
 GPU_HEALTH_AGENT_METRICS_PORT = 9481
 GPU_HEALTH_CONTROLLER_METRICS_PORT = 9482
+# The exporters' own ports, as upstream sets them (kilonode.k8s.exporters): node-exporter's
+# --web.listen-address default :9100 (prometheus/node_exporter Dockerfile at v1.12.1: EXPOSE 9100)
+# and dcgm-exporter's -a default :9400 (NVIDIA/dcgm-exporter pkg/cmd/app.go at 4.5.3-4.8.2 l.133).
+# Host-network pods: the node firewall keeps both to the Prometheus pool (catalog/listeners.yaml).
+NODE_EXPORTER_PORT = 9100
+DCGM_EXPORTER_PORT = 9400
 
 # Where the node image bakes preloaded image archives.
 PRELOAD_DIR = "/opt/kilonode/preload"

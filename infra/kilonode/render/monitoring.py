@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 
 from kilonode.node.gpu import controller as gpu_controller
 from kilonode.node.gpu import protocol
+from kilonode.node.gpu.rules import NOT_TAINTING, xid_catalog
 from kilonode.node.gpu.rules import thresholds as gpu_thresholds
 from kilonode.plan import defaults, wellknown
 from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
@@ -699,12 +700,167 @@ def autoscaler_group(plan: ClusterPlan) -> Group | None:
     ))
 
 
+# --- exporters: GPUs (dcgm-exporter) and nodes (node-exporter) ------------------------------------
+# The series kilonode.k8s.exporters makes, named as the exporters emit them: dcgm-exporter emits each
+# counters-CSV field under its own name (NVIDIA/dcgm-exporter etc/default-counters.csv at
+# 4.5.3-4.8.2; kilonode.plan.defaults DCGM_FIELDS), one per GPU with labels gpu and UUID (and pod,
+# namespace, container while a pod holds the GPU, so every rule aggregates them away);
+# node-exporter's InfiniBand collector node_infiniband_<name>{device, port} (prometheus/node_exporter
+# collector/infiniband_linux.go at v1.12.1 l.187-219).
+JOB_DCGM_EXPORTER = "kilonode-dcgm-exporter"
+JOB_NODE_EXPORTER = "kilonode-node-exporter"
+BY_GPU = "node, pool, gpu, UUID"
+BY_IB_PORT = "node, pool, device, port"
+# The InfiniBand port state as the kernel reports it (/sys/class/infiniband/<hca>/ports/<n>/state,
+# "4: ACTIVE"; procfs sysfs/class_infiniband.go parses the number into StateID): 4 is ACTIVE, the
+# only state that carries traffic (IBA 1.3 PortInfo PortState: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE).
+IB_PORT_ACTIVE = 4
+# Thermal slowdown: the share of time the GPU was slowed for heat (DCGM_FI_DEV_THERMAL_VIOLATION
+# counts nanoseconds) above which a node is not delivering its GPUs. The GPU health agent treats any
+# HW or SW thermal slowdown at a check as a fault (thresholds.toml [clock_event_reasons] fault); this
+# alert sees the time between its checks. 10% over 10 minutes: an estimate, not a vendor figure.
+GPU_THERMAL_FRACTION = 0.10
+NVLINK_ERROR_FIELDS = ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                       "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
+
+
+def _ranges(codes: list[int]) -> list[tuple[int, int]]:
+    """Sorted codes as (first, last) runs of consecutive numbers."""
+    runs: list[tuple[int, int]] = []
+    for code in sorted(codes):
+        if runs and code == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], code)
+        else:
+            runs.append((code, code))
+    return runs
+
+
+def application_xids() -> list[int]:
+    """The Xids NVIDIA's catalogue (kilonode.node.gpu xid_catalog.toml) says leave the node in
+    service: the application's own fault, nothing to do, Xid 45's workflow (rules.NOT_TAINTING). The
+    GPU health agent takes a node out for every other Xid; so does the alert."""
+    return sorted(code for code, row in xid_catalog().items() if row.get("immediate") in NOT_TAINTING)
+
+
+def _xid_expr() -> str:
+    last = f'DCGM_FI_DEV_XID_ERRORS{{job="{JOB_DCGM_EXPORTER}"}}'
+    app = " or ".join(f"{last} == {a}" if a == b else f"({last} >= {a} and {last} <= {b})"
+                      for a, b in _ranges(application_xids()))
+    return f"max by ({BY_GPU}) (({last} > 0) unless ({app}))"
+
+
+def exporter_group(plan: ClusterPlan) -> Group | None:
+    """The GPU and InfiniBand alerts the field notes' GPU lessons need; dcgm-exporter's on GPU pools
+    only, InfiniBand's on InfiniBand pools only."""
+    gpu = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) of node {{ $labels.node }}"
+    alerts: list[Alert] = []
+    if plan.gpu_pools:
+        dcgm = f'job="{JOB_DCGM_EXPORTER}"'
+        # one selector for the four counters: a GPU that exports only some of them still counts
+        nvlink = f'increase({{__name__=~"{"|".join(NVLINK_ERROR_FIELDS)}", {dcgm}}}[15m])'
+        alerts += [
+            Alert("KilonodeGpuXidError", _xid_expr(), "1m", "warning",
+                  f"The last Xid of {gpu} is one NVIDIA's catalogue says needs a GPU reset, a reboot or support",
+                  "A GPU reported a node-level Xid",
+                  "The GPU health agent takes the node out at its next check (the taint's value names the Xid). "
+                  "Read the Xid: kubectl debug node/<node> or the node's journal (NVRM: Xid); drain the node and "
+                  "follow the catalogue's action. Application Xids (13, 31, 43, 45, ...) are the job's: no alert.",
+                  "gpu-xid"),
+            Alert("KilonodeGpuUncorrectableEcc",
+                  f"max by ({BY_GPU}) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{dcgm}}} > 0 "
+                  f"or DCGM_FI_DEV_ROW_REMAP_FAILURE{{{dcgm}}} > 0)", "1m", "warning",
+                  f"{gpu} has had uncorrectable ECC errors since its driver loaded, or failed to remap a row",
+                  "A GPU has uncorrectable memory errors",
+                  "Drain the node; a reboot resets the volatile count and applies pending row remaps. A GPU whose "
+                  "row remapping failed goes back to the vendor.", "gpu-ecc"),
+            Alert("KilonodeGpuNvlinkErrors", f"sum by ({BY_GPU}) ({nvlink}) > 0", "15m", "warning",
+                  f"The NVLink error counters (CRC, replay, recovery) of {gpu} keep rising",
+                  "NVLink errors keep rising",
+                  "Collective operations on the node slow down or fail. Check the links (nvidia-smi nvlink -e), "
+                  "drain the node and reset the GPU or reboot; errors that return after a reboot are hardware.",
+                  "nvlink-errors"),
+            Alert("KilonodeGpuThermalThrottling",
+                  f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_THERMAL_VIOLATION{{{dcgm}}}[10m])) / 1e9 "
+                  f"> {GPU_THERMAL_FRACTION:g}", "15m", "warning",
+                  f"{gpu} was slowed for heat more than {_percent(GPU_THERMAL_FRACTION)} of the time",
+                  "A GPU is thermally throttled",
+                  "Compare DCGM_FI_DEV_GPU_TEMP with the node's other GPUs: one hot GPU is its cooling or seating, a "
+                  "hot node its airflow (an Azure host issue: redeploy the VM).", "gpu-thermal"),
+        ]
+    if any(p.infiniband for p in plan.node_pools):
+        ib = f'job="{JOB_NODE_EXPORTER}"'
+        port = "InfiniBand port {{ $labels.device }}/{{ $labels.port }} of node {{ $labels.node }}"
+        alerts += [
+            Alert("KilonodeInfinibandPortDown",
+                  f"max by ({BY_IB_PORT}) (node_infiniband_state_id{{{ib}}}) != {IB_PORT_ACTIVE}", "5m", "warning",
+                  f"{port} is not ACTIVE", "An InfiniBand port is down",
+                  "Jobs that span nodes lose this rail (NCCL falls back or fails). ibstat on the node; a port "
+                  "that stays down is a cable, switch or HCA fault: drain the node and redeploy the VM.",
+                  "infiniband"),
+            Alert("KilonodeInfinibandLinkFlapping",
+                  f"sum by ({BY_IB_PORT}) (increase(node_infiniband_link_downed_total{{{ib}}}[30m])) > 0", "1m",
+                  "warning",
+                  f"{port} went down and came back in the last 30 minutes",
+                  "An InfiniBand link flapped",
+                  "Every flap can abort the multi-node jobs using it. One flap is noise; repeated ones on a port "
+                  "are its cable or switch port: drain the node and report it for repair.", "infiniband"),
+        ]
+    return Group("kilonode-exporters", tuple(alerts)) if alerts else None
+
+
+def exporter_scrape_jobs(plan: ClusterPlan, node_interval: str) -> list[Job]:
+    """node-exporter on every node, dcgm-exporter on the GPU pools' nodes (kilonode.k8s.exporters):
+    host-network pods, found by node discovery at the node's InternalIP, kept to what the rules read."""
+    def at(port: int) -> dict[str, Any]:
+        return {"source_labels": ["__meta_kubernetes_node_address_InternalIP"], "regex": "(.+)",
+                "target_label": "__address__", "replacement": f"$1:{port}"}
+
+    jobs = [Job(
+        ("node-exporter on every node (host network, port "
+         f"{wellknown.NODE_EXPORTER_PORT}, plain http), only the collectors kilonode reads (no per-CPU `cpu`:",
+         "768 series on a 96-vCPU node). Kept: the series the rules and capacity views read",
+         f"(defaults.NODE_EXPORTER_KEPT); every {node_interval} like the other per-node jobs."),
+        {
+            "job_name": JOB_NODE_EXPORTER,
+            "scrape_interval": node_interval,
+            "scheme": "http",
+            "kubernetes_sd_configs": [{"role": "node"}],
+            "relabel_configs": [at(wellknown.NODE_EXPORTER_PORT), *_node_labels()],
+            "metric_relabel_configs": [
+                {"source_labels": ["__name__"], "regex": "|".join(defaults.NODE_EXPORTER_KEPT), "action": "keep"}],
+        },
+    )]
+    if plan.gpu_pools:
+        jobs.append(Job(
+            (f"dcgm-exporter on the GPU pools' nodes (host network, port {wellknown.DCGM_EXPORTER_PORT}, plain http):",
+             f"{len(defaults.DCGM_FIELDS)} fields per GPU (its counters CSV, defaults.DCGM_FIELDS), collected as often",
+             "as scraped. Hostname dropped: the job's node label says it."),
+            {
+                "job_name": JOB_DCGM_EXPORTER,
+                "scrape_interval": node_interval,
+                "scheme": "http",
+                "kubernetes_sd_configs": [{"role": "node"}],
+                "relabel_configs": [
+                    {"source_labels": ["__meta_kubernetes_node_label_kilonode_io_pool"],
+                     "regex": _pool_regex(plan), "action": "keep"},
+                    at(wellknown.DCGM_EXPORTER_PORT), *_node_labels()],
+                "metric_relabel_configs": [
+                    {"source_labels": ["__name__"], "regex": "|".join(f for f, _, _ in defaults.DCGM_FIELDS),
+                     "action": "keep"},
+                    {"regex": "Hostname", "action": "labeldrop"}],
+            },
+        ))
+    return jobs
+
+
 def rule_groups(plan: ClusterPlan) -> list[Group]:
     groups = [apiserver_group(), controllers_group(), etcd_group(plan), certificates_group(), targets_group(),
               pod_traffic_group()]
     gpu = gpu_group(plan)
     autoscaler = autoscaler_group(plan)
-    return groups + ([gpu] if gpu else []) + gpu_health_groups(plan) + ([autoscaler] if autoscaler else [])
+    exporters = exporter_group(plan)
+    return (groups + ([gpu] if gpu else []) + gpu_health_groups(plan) + ([exporters] if exporters else [])
+            + ([autoscaler] if autoscaler else []))
 
 
 def alerts(plan: ClusterPlan) -> list[Alert]:
@@ -901,6 +1057,7 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
     ]
     jobs.append(pod_traffic_scrape_job(node_interval))
     jobs += gpu_health_scrape_jobs(plan, node_interval, control_interval)
+    jobs += exporter_scrape_jobs(plan, node_interval)
     if plan.autoscaled_pools:
         jobs.append(Job(
             ("cluster-autoscaler: its pods in kube-system (label k8s-app, port `metrics`: --address, plain http).",

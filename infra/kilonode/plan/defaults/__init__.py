@@ -14,6 +14,7 @@ from kilonode.plan.defaults.cloud_provider import *  # noqa: F403
 from kilonode.plan.defaults.disks import *  # noqa: F403
 from kilonode.plan.defaults.dns import *  # noqa: F403
 from kilonode.plan.defaults.etcd_snapshot import *  # noqa: F403
+from kilonode.plan.defaults.exporters import *  # noqa: F403
 from kilonode.plan.defaults.flowcontrol import *  # noqa: F403
 from kilonode.plan.defaults.gpu import *  # noqa: F403
 from kilonode.plan.defaults.joins import *  # noqa: F403

@@ -58,6 +58,9 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "cluster_autoscaler_image": c.cluster_autoscaler.image("clusterAutoscaler", autoscaler),
         "device_plugin_image": single(c.device_plugin, "devicePlugin"),
         "rdma_device_plugin_image": single(c.rdma_shared_device_plugin, "rdmaSharedDevicePlugin"),
+        # Azure Disk CSI (kilonode.k8s.storage): the driver and its sidecars, role -> reference
+        "azure_disk_csi_version": c.azure_disk_csi.release("azure-disk-csi", kubernetes_version),
+        "azure_disk_csi_images": {role: single(c.azure_disk_csi, role) for role in c.azure_disk_csi.images},
         "nccl_benchmark_image": single(c.nccl_benchmark, "pytorch"),
         "cni_version": c.azure_cni.release("azure-cni", kubernetes_version),
         "calico_node_image": single(c.calico, "node"),
@@ -231,6 +234,15 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         common = (*common, images["device_plugin_image"])
     if pool is not None and pool.infiniband:
         common = (*common, images["rdma_device_plugin_image"])
+    # Azure Disk CSI's node plugin runs on every pool but the GPU pools (kilonode.k8s.storage
+    # node_plugin_pools), and on the Prometheus pool whatever it is; its controller on the
+    # controller pools.
+    csi = images["azure_disk_csi_images"]
+    common = (*common, *(csi[r] for r in ("provisioner", "attacher", "resizer")))
+    placed_on = prometheus_pool(config)
+    if pool is not None and (not gpus_of(pool.vm_size, pool.gpus_per_node)
+                             or (placed_on is not None and placed_on.name == pool.name)):
+        common = (*common, *(csi[r] for r in ("azuredisk", "nodeDriverRegistrar", "livenessProbe")))
     # The cluster's Prometheus (kilonode.k8s.monitoring) runs on one node of one pool, but a
     # registry hiccup when that node first starts leaves every alert silent, like the autoscaler's.
     placed = prometheus_pool(config)

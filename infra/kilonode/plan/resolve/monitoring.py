@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from kilonode.catalog.disks import PREMIUM_SSD_SOURCE, premium_ssd_tier
 from kilonode.catalog.limits import limits
 from kilonode.config.model import ClusterConfig
 from kilonode.plan import defaults
@@ -172,6 +173,9 @@ def prometheus_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...], etcd
         cpus=cpus, memory_gib=memory, query_timeout=defaults.PROMETHEUS_QUERY_TIMEOUT,
         query_max_concurrency=concurrency, query_max_samples=defaults.PROMETHEUS_QUERY_MAX_SAMPLES, query_bytes=query,
         disk_gib=disk, retention_size_gib=retention_size, retention_days=days, daily_bytes=daily,
+        # the PersistentVolumeClaim asks for the whole Premium SSD tier the disk falls in: Azure
+        # provisions and bills a disk by its tier (kilonode.catalog.disks), so the rest is free room
+        volume_gib=premium_ssd_tier(disk).size_gib, volume_tier=premium_ssd_tier(disk).name,
     )
 
 
@@ -215,9 +219,10 @@ def describe(p: PrometheusPlan | None) -> list[str]:
         f"CPUs: {p.cpus} (one per {defaults.PROMETHEUS_SERIES_PER_CPU:,} series; GOMAXPROCS={p.cpus}); "
         f"--query.timeout={p.query_timeout} --query.max-concurrency={p.query_max_concurrency} "
         f"--query.max-samples={p.query_max_samples}",
-        f"disk: emptyDir of {p.disk_gib} GiB ({defaults.PROMETHEUS_OS_DISK_PERCENT}% of the node's OS disk); "
+        f"disk: {p.disk_gib} GiB ({defaults.PROMETHEUS_OS_DISK_PERCENT}% of the pool's OS disk), on a Premium SSD "
+        f"PersistentVolume of its tier, {p.volume_tier} ({p.volume_gib:,} GiB; {PREMIUM_SSD_SOURCE}); "
         f"{p.samples_per_s:,} samples/s x {f.disk_bytes_per_sample.value} B x 86,400 = {p.daily_bytes / gib:.1f} GiB "
         f"a day; --storage.tsdb.retention.size={p.retention_size_gib}GB ({f.retention_size_percent.value}%), "
-        f"--storage.tsdb.retention.time={p.retention_days}d; history is lost when the pod leaves its node",
+        f"--storage.tsdb.retention.time={p.retention_days}d; the history follows the pod to another node",
     ]
     return lines

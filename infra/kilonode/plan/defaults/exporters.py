@@ -1,0 +1,116 @@
+"""The exporters the cluster's Prometheus scrapes beside the kubelets (kilonode.k8s.exporters):
+NVIDIA's dcgm-exporter on the GPU pools, node-exporter on every node, kube-state-metrics once.
+
+What each is told to collect is chosen here, from what the alert rules (kilonode.render.monitoring
+exporter_group) and the runbooks read, because at 7,500 nodes every per-node series is multiplied by
+7,500 (the 7,500-node post's Prometheus ran out of memory until they dropped what they never looked
+at). The series each adds per node are derived from these lists (kilonode.plan.resolve.monitoring
+exporter_series), so Prometheus's memory and disk are sized for them.
+"""
+
+from __future__ import annotations
+
+# --- dcgm-exporter ------------------------------------------------------------------------------
+# The counters CSV (its -f file, DCGM_EXPORTER_COLLECTORS): DCGM field, Prometheus type, help, in
+# the format of etc/default-counters.csv (NVIDIA/dcgm-exporter at 4.5.3-4.8.2, "DCGM FIELD,
+# Prometheus metric type, help message"); each field's line there is named. The exporter emits each
+# field as a series named after it, one per GPU (labels gpu, UUID, pci_bus_id, device, modelName,
+# Hostname; pod, namespace, container while a pod holds the GPU).
+DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
+    # utilisation and memory: who uses the GPUs, for capacity (default-counters.csv l.23, l.45-46)
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    # the value of the last Xid, which KilonodeGpuXidError classes by NVIDIA's catalogue (l.29)
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    # uncorrectable ECC since the driver loaded, and row remapping's outcome on A100/H100
+    # (l.51 commented there, l.72, l.74)
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors."),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    # NVLink: bandwidth for the dashboards, and the error counters the NVLink alert reads, each the
+    # sum over the GPU's links (l.61-65, the error counters commented there)
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink flow-control CRC errors."),
+    ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink data CRC errors."),
+    ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink retries."),
+    ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "counter", "Total number of NVLink recovery errors."),
+    # thermal: the temperature, and the time the GPU spent slowed for it (l.11, l.31 commented there)
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns)."),
+    # power draw, for the dashboards and the pool's power budget (l.14)
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+)
+# How often the exporter asks DCGM for the fields (its -c, DCGM_EXPORTER_INTERVAL, in ms; upstream's
+# default 30000): the scrape interval of its job, so no reading is taken that no scrape collects.
+# The plan's per-node interval (kilonode.plan.resolve.monitoring) sets it.
+
+# --- node-exporter ------------------------------------------------------------------------------
+# Only these collectors (--collector.disable-defaults, then --collector.<name>; node_exporter
+# README.md at v1.12.1). Not `cpu`: node_cpu_seconds_total is one series per vCPU and mode (96
+# vCPUs x 8 modes = 768 on an ND96 node, 5.8 million at 7,500 nodes: half of everything Prometheus
+# held before the exporters); CPU saturation shows in `pressure` and `loadavg`, and the pods' CPU
+# in cAdvisor's per-container series.
+NODE_EXPORTER_COLLECTORS = ("meminfo", "loadavg", "pressure", "diskstats", "filesystem", "netdev", "infiniband")
+# Filters by the flags upstream gives each collector (README.md at v1.12.1, the include/exclude table):
+NODE_EXPORTER_FLAGS: tuple[tuple[str, str], ...] = (
+    # the kubelet's pod volumes and the runtimes' layers: one mount per pod volume or container
+    # (collector/filesystem_linux.go l.36 excludes docker's and containers/storage's, not the kubelet's)
+    ("collector.filesystem.mount-points-exclude",
+     "^/(dev|proc|run|sys|var/lib/kubelet/.+|var/lib/docker/.+|var/lib/containerd/.+|host/.+)($|/)"),
+    # the node's own NICs: eth0 and accelerated networking's VF; not the azv* interface of every pod
+    # (Azure CNI) nor IPoIB's ib* (the InfiniBand collector counts the HCAs' traffic)
+    ("collector.netdev.device-include", "^eth[0-9]+$"),
+    # the eight HDR/NDR HCAs as Azure's HPC images name them (mlx5_ib0..7, kilonode.node.gpu.infiniband),
+    # not the accelerated-networking VF mlx5_an0, which is Ethernet
+    ("collector.infiniband.device-include", "^mlx5_ib[0-9]+$"),
+)
+# What the scrape job keeps of each collector's series (metric_relabel_configs keep): what the rules
+# and the runbooks read, and the capacity views; the rest is dropped before it is stored.
+NODE_EXPORTER_KEPT: tuple[str, ...] = (
+    "node_memory_MemTotal_bytes", "node_memory_MemAvailable_bytes",
+    "node_load1", "node_load15",
+    "node_pressure_cpu_waiting_seconds_total", "node_pressure_memory_stalled_seconds_total",
+    "node_pressure_io_stalled_seconds_total",
+    "node_disk_read_bytes_total", "node_disk_written_bytes_total", "node_disk_io_time_seconds_total",
+    "node_filesystem_avail_bytes", "node_filesystem_size_bytes", "node_filesystem_readonly",
+    "node_network_receive_bytes_total", "node_network_transmit_bytes_total",
+    "node_network_receive_errs_total", "node_network_transmit_errs_total",
+    # collector/infiniband_linux.go at v1.12.1 l.187-219
+    "node_infiniband_state_id", "node_infiniband_physical_state_id", "node_infiniband_link_downed_total",
+    "node_infiniband_link_error_recovery_total", "node_infiniband_port_errors_received_total",
+    "node_infiniband_symbol_error_total", "node_infiniband_port_data_received_bytes_total",
+    "node_infiniband_port_data_transmitted_bytes_total",
+    # whether each collector answered (node_exporter's own, per collector)
+    "node_scrape_collector_success",
+)
+# Series per node from that list (ESTIMATES where devices vary): memory 2, load 2, pressure 3, a
+# collector success per collector (7); disks: the OS disk, the resource disk and up to 8 local NVMe
+# (ND96asr_v4, ND96isr_H100_v5) x 3; filesystems: /, /boot/efi, the resource disk, the runtime's
+# root x 3; eth0 and the VF x 4.
+NODE_EXPORTER_SERIES_PER_NODE = 2 + 2 + 3 + 7 + 10 * 3 + 4 * 3 + 2 * 4
+# Per InfiniBand port (one HCA per GPU on the IB GPU sizes, one port each): the nine
+# node_infiniband_* series kept above. Exact.
+NODE_EXPORTER_SERIES_PER_IB_PORT = 9
+NODE_EXPORTER_USER = 65534  # the image's (Dockerfile at v1.12.1: USER nobody)
+NODE_EXPORTER_ROOTFS = "/host"  # where the host's / is mounted (README.md "Docker": --path.rootfs)
+
+# --- kube-state-metrics -------------------------------------------------------------------------
+# --resources: what the rules read (kube_node_labels, _info, _spec_taint, _status_condition:
+# kilonode.render.monitoring gpu_group): nodes alone. Not pods: 25 series per pod, 1.5 million at
+# research-7500's 60,000 pods, that no rule reads.
+KSM_RESOURCES = ("nodes",)
+# kube_node_labels carries a node's labels only when allowlisted (cli-arguments.md l.66): the pool.
+KSM_LABELS_ALLOWLIST = "nodes=[kilonode.io/pool]"
+KSM_USER = 65534  # examples/standard/deployment.yaml runAsUser
+KSM_PORT = 8080  # --port's default (cli-arguments.md), named http-metrics in upstream's Service
+KSM_TELEMETRY_PORT = 8081
+# Its memory: upstream's general rule (README.md "Resource recommendation": 250MiB, 0.1 cores) plus,
+# per Node it watches, an ESTIMATE: the decoded Node in the informer's cache (its status lists up to
+# 50 images: ~20 KiB) and its ~40 rendered series (~8 KiB), doubled for Go's garbage collector.
+KSM_BASE_MEMORY_MIB = 250
+KSM_MEMORY_KIB_PER_NODE = 56
+KSM_BASE_CPU_MILLIS = 100
+# ... and a core per 10,000 nodes for the watch's churn (status updates every 10 s per node,
+# the kubelet's nodeStatusUpdateFrequency): an estimate.
+KSM_CPU_MILLIS_PER_1000_NODES = 100
