@@ -53,6 +53,15 @@ IMAGE_USERS: dict[str, int | str | None] = {
     "k8s-rdma-shared-dp-ds": None,
     # postfinance/kubelet-csr-approver: built with ko, its base image not read here
     "kubelet-csr-approver": None,
+    # kubernetes-sigs/azuredisk-csi-driver v1.34.5 pkg/azurediskplugin/Dockerfile: FROM debian-base, no USER
+    "azuredisk": 0,
+    # the kubernetes-csi sidecars on mcr.microsoft.com: their Dockerfiles not read here (kilonode.k8s.storage
+    # leaves the image's user and sets no runAsNonRoot)
+    "csi-provisioner": None,
+    "csi-attacher": None,
+    "csi-resizer": None,
+    "liveness-probe": None,
+    "node-driver-registrar": None,
 }
 
 

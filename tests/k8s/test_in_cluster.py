@@ -85,6 +85,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # and, when every GPU pool is InfiniBand, the fabric and gang-size policies and bindings
         "gang": 16 + (4 if plan.gpu_pools and all(p.infiniband for p in plan.gpu_pools) else 0),
         "api-protection": 6,  # 3 PriorityLevelConfigurations, 3 FlowSchemas
+        # kilonode.k8s.storage: the CSIDriver, the StorageClass; the controller's SA, 3 roles and
+        # bindings, Deployment; the node plugin's SA, role, binding, DaemonSet
+        "storage": 14,
         # Namespace, ConfigMap, 2 NetworkPolicies; Prometheus: SA, ClusterRole, binding, 2 Roles, 2 RoleBindings,
         # Service, StatefulSet
         "monitoring": 4 + (9 if plan.prometheus else 0),
@@ -174,7 +177,8 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
     """The bootstrap and core components' bindings (the gang scheduler's and the autoscaler's
     are checked against their upstream manifests in their own tests)."""
     # the Prometheus ClusterRole's rules: tests/monitoring/test_prometheus.py
-    own_tests = ("research-7500-k8s-gang", "research-7500-k8s-autoscaler", "research-7500-k8s-monitoring")
+    own_tests = ("research-7500-k8s-gang", "research-7500-k8s-autoscaler", "research-7500-k8s-monitoring",
+                 "research-7500-k8s-storage")  # tests/k8s/test_storage.py
     bindings = {
         manifest(r)["metadata"]["name"]: (manifest(r)["roleRef"]["name"],
                                           [(s["kind"], s["name"]) for s in manifest(r)["subjects"]])

@@ -75,6 +75,7 @@ from kilonode.k8s.bootstrap import KUBE_SYSTEM
 from kilonode.k8s.calico import NODE as CALICO_NODE
 from kilonode.k8s.calico import TYPHA as CALICO_TYPHA
 from kilonode.k8s.cloud_provider import CNM
+from kilonode.k8s.storage import NODE_ACCOUNT as CSI_NODE_ACCOUNT
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan
 from kilonode.plan.resolve.joins import nominal_seats
@@ -98,6 +99,7 @@ NODE_AGENT_SERVICE_ACCOUNTS: tuple[tuple[str, str], ...] = (
     (KUBE_SYSTEM, CNM),
     (KUBE_SYSTEM, CALICO_NODE),
     (KUBE_SYSTEM, CALICO_TYPHA),  # not per node: the per-node agents' reads, fanned out (the docstring)
+    (KUBE_SYSTEM, CSI_NODE_ACCOUNT),  # Azure Disk CSI's node plugin: its Node and CSINode (kilonode.k8s.storage)
 )
 # The wildcards of the v1 API (k8s.io/api flowcontrol/v1 types.go: VerbAll, APIGroupAll,
 # ResourceAll, NamespaceEvery, NonResourceAll, NameAll).

@@ -21,6 +21,7 @@ from kilonode.k8s.gpu import POOL_LABEL
 from kilonode.k8s.network_policy import PROMETHEUS_PORT, default_deny, same_namespace_port
 from kilonode.k8s.pod_security import container_security_context, kilonode_namespace, pod_security_context
 from kilonode.k8s.pods import awaited
+from kilonode.k8s.storage import PREMIUM_RETAIN_CLASS
 from kilonode.plan import defaults
 from kilonode.plan.model import AwaitsPlan, PrometheusPlan
 
@@ -43,6 +44,9 @@ PROMETHEUS_LABELS = {"app.kubernetes.io/name": PROMETHEUS, "app.kubernetes.io/ma
 # so its UID is named.
 PROMETHEUS_UID = 65534
 DATA_DIR = "/prometheus"  # the image's WORKDIR and VOLUME
+# The StatefulSet's claim template: each pod's claim is `data-prometheus-0`, a Premium SSD that
+# outlives the pod, the StatefulSet and a deleted claim (PREMIUM_RETAIN_CLASS: reclaimPolicy Retain).
+DATA_VOLUME = "data"
 # Where kilonode.render.monitoring's files are mounted; prometheus.yml names the rule file there.
 CONFIG_DIR = defaults.PROMETHEUS_CONFIG_DIR
 PROMETHEUS_FILE = defaults.PROMETHEUS_CONFIG_FILE
@@ -78,7 +82,7 @@ def prometheus_args(p: PrometheusPlan) -> list[str]:
         f"--query.max-concurrency={p.query_max_concurrency}",
         f"--query.max-samples={p.query_max_samples}",
         # a ConfigMap change reaches the mounted file within the kubelet's sync; reloading it keeps
-        # the data, where a pod restart for a new config would lose the emptyDir's history
+        # the pod, where a restart for a new config would leave the alerts blind while it replays;
         # and at shutdown the head's chunks are written out, so a restart replays only the WAL
         # after them (main.go l.229 at v3.5.5): the field notes' hours-long replay, for planned restarts
         "--enable-feature=auto-reload-config,memory-snapshot-on-shutdown",
@@ -90,11 +94,14 @@ def prometheus_pod(args: MonitoringArgs, account: core.v1.ServiceAccount, config
                    ) -> core.v1.PodSpecArgs:
     p = args.prometheus
     assert p is not None
-    resources = {"cpu": str(p.cpus), "memory": f"{p.memory_gib}Gi", "ephemeral-storage": f"{p.disk_gib}Gi"}
+    # no ephemeral-storage: the TSDB is on its own volume (data_claim), not the node's kubelet root
+    resources = {"cpu": str(p.cpus), "memory": f"{p.memory_gib}Gi"}
     return core.v1.PodSpecArgs(
         service_account_name=account.metadata.name,
         node_selector={POOL_LABEL: p.pool},
         tolerations=[_toleration(taint) for taint in p.pool_taints],
+        # fsGroup: the kubelet makes the new disk's root group-writable by 65534 (the CSIDriver's
+        # fsGroupPolicy File, kilonode.k8s.storage)
         security_context=pod_security_context(run_as_non_root=True, run_as_user=PROMETHEUS_UID,
                                                run_as_group=PROMETHEUS_UID, fs_group=PROMETHEUS_UID),
         # its time to flush the head on SIGTERM before the kubelet kills it
@@ -118,14 +125,27 @@ def prometheus_pod(args: MonitoringArgs, account: core.v1.ServiceAccount, config
             security_context=container_security_context(PROMETHEUS_UID),
             volume_mounts=[
                 core.v1.VolumeMountArgs(name="config", mount_path=CONFIG_DIR, read_only=True),
-                core.v1.VolumeMountArgs(name="data", mount_path=DATA_DIR),
+                core.v1.VolumeMountArgs(name=DATA_VOLUME, mount_path=DATA_DIR),
             ],
         )],
         volumes=[
             core.v1.VolumeArgs(name="config", config_map=core.v1.ConfigMapVolumeSourceArgs(name=config.metadata.name)),
-            # the node's kubelet root (its OS disk): lost with the pod (docs/monitoring.md, "Storage")
-            core.v1.VolumeArgs(name="data", empty_dir=core.v1.EmptyDirVolumeSourceArgs(size_limit=f"{p.disk_gib}Gi")),
+            # DATA_VOLUME comes from the StatefulSet's claim template (data_claim)
         ],
+    )
+
+
+def data_claim(p: PrometheusPlan) -> core.v1.PersistentVolumeClaimArgs:
+    """The TSDB's claim template: the plan's disk rounded up to its Premium SSD tier (volume_gib,
+    kilonode.catalog.disks), on PREMIUM_RETAIN_CLASS. ReadWriteOnce: Azure Disk's only mode
+    (kubernetes-sigs/azuredisk-csi-driver README.md at v1.34.5)."""
+    return core.v1.PersistentVolumeClaimArgs(
+        metadata=meta.v1.ObjectMetaArgs(name=DATA_VOLUME, labels=PROMETHEUS_LABELS),
+        spec=core.v1.PersistentVolumeClaimSpecArgs(
+            access_modes=["ReadWriteOnce"],
+            storage_class_name=PREMIUM_RETAIN_CLASS,
+            resources=core.v1.VolumeResourceRequirementsArgs(requests={"storage": f"{p.volume_gib}Gi"}),
+        ),
     )
 
 
@@ -220,7 +240,7 @@ class Monitoring(pulumi.ComponentResource):
                 ports=[core.v1.ServicePortArgs(name="web", port=PROMETHEUS_PORT, target_port="web")]),
             # waits for the pod's endpoint, whose node may still be joining
             opts=awaited(child, args.awaits))
-        assert args.awaits is not None
+        assert args.awaits is not None and args.prometheus is not None
         apps.v1.StatefulSet(
             f"{name}-prometheus",
             metadata=meta.v1.ObjectMetaArgs(name=PROMETHEUS, namespace=namespace.metadata.name, labels=labels),
@@ -237,10 +257,18 @@ class Monitoring(pulumi.ComponentResource):
                     # the old config if the new one fails; cmd/prometheus/main.go at v3.5.5). Every file
                     # it reads is in this ConfigMap (the rule file by rule_files, the jobs inline; the
                     # scrape fragment is for a Prometheus of the user's), so a change applies without a
-                    # restart. A roll would replace the only replica and with it its emptyDir TSDB (the
-                    # data volume is not a PVC): the whole retained history, for a config it applies anyway.
+                    # restart. A roll would replace the only replica: its claim keeps the history, but the
+                    # alerts are blind while the new pod replays the WAL, for a config it applies anyway.
                     metadata=meta.v1.ObjectMetaArgs(labels=labels),
                     spec=prometheus_pod(args, account, config)),
+                # Changing the claim template replaces the StatefulSet (pulumi-kubernetes marks
+                # spec.volumeClaimTemplates replace-on-change; the apiserver refuses an update of it);
+                # the claim itself is kept (below) and the new pod binds it again by name.
+                volume_claim_templates=[data_claim(args.prometheus)],
+                # Kubernetes' defaults, named: neither deleting the StatefulSet nor scaling it down
+                # deletes the claim (apps/v1 StatefulSetPersistentVolumeClaimRetentionPolicy)
+                persistent_volume_claim_retention_policy=apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicyArgs(
+                    when_deleted="Retain", when_scaled="Retain"),
             ),
             # its pool's node may still be joining on a first `pulumi up`
             opts=awaited(child, args.awaits),

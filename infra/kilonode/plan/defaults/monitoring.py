@@ -118,8 +118,9 @@ PROMETHEUS_QUERY_TIMEOUT = "30s"
 PROMETHEUS_QUERY_MAX_SAMPLES = 50_000_000
 
 # --- storage -------------------------------------------------------------------------------------
-# The data directory: an emptyDir on the node's kubelet root (its managed OS disk), sized to this
-# share of that disk; the rest is the OS, the journal and the other pods' emptyDirs.
+# The TSDB's disk, sized to this share of the Prometheus pool's OS disk (where it lived as an
+# emptyDir until it had a PersistentVolume of its own: kilonode.k8s.monitoring); the volume is
+# this rounded up to its Premium SSD tier.
 PROMETHEUS_OS_DISK_PERCENT = 60
 # Prometheus' default retention time; shortened when the disk holds fewer days.
 PROMETHEUS_RETENTION_DAYS_MAX = 15
