@@ -95,6 +95,9 @@ class Components(Row):
     dns_autoscaler: Component
     metrics_server: Component
     prometheus: Component
+    dcgm_exporter: Component
+    node_exporter: Component
+    kube_state_metrics: Component
     kube_proxy: Component
     kubelet_csr_approver: Component
     device_plugin: Component

@@ -17,6 +17,7 @@ from kilonode.k8s.capacity import NAMESPACE as CAPACITY_NAMESPACE
 from kilonode.k8s.capacity import Capacity, CapacityArgs
 from kilonode.k8s.cloud_provider import AzureTarget, CloudProvider, CloudProviderArgs
 from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
+from kilonode.k8s.exporters import Exporters, ExportersArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
 from kilonode.k8s.metrics_server import MetricsServer, MetricsServerArgs
@@ -108,6 +109,8 @@ class InCluster(pulumi.ComponentResource):
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
         MetricsServer(f"{name}-metrics-server", MetricsServerArgs.of(plan), on_cluster)  # kubectl top, HPAs
+        # node-exporter, dcgm-exporter on the GPU pools, kube-state-metrics (kilonode.k8s.exporters)
+        Exporters(f"{name}-exporters", ExportersArgs.of(plan), on_cluster)
         # Azure Disk CSI and the Premium SSD class Prometheus's claim binds to (kilonode.k8s.storage)
         Storage(f"{name}-storage", StorageArgs(plan=plan), on_cluster)
         # GPU pools: the device plugin on their nodes, and the taint controller's access

@@ -503,6 +503,10 @@ class ComponentsPlan(StrictModel):
     kube_proxy_image: str
     coredns_image: str
     prometheus_image: str  # the cluster's Prometheus (kilonode.k8s.monitoring)
+    # the exporters it scrapes (kilonode.k8s.exporters): GPU pools, every node, one Deployment
+    dcgm_exporter_image: str
+    node_exporter_image: str
+    kube_state_metrics_image: str
     serving_cert_approver_image: str
     cloud_provider_azure_version: str
     cloud_controller_manager_image: str

@@ -46,6 +46,10 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "dns_autoscaler_image": single(c.dns_autoscaler, "dnsAutoscaler"),
         "metrics_server_image": single(c.metrics_server, "metricsServer"),
         "prometheus_image": single(c.prometheus, "prometheus"),
+        # the exporters (kilonode.k8s.exporters)
+        "dcgm_exporter_image": single(c.dcgm_exporter, "dcgmExporter"),
+        "node_exporter_image": single(c.node_exporter, "nodeExporter"),
+        "kube_state_metrics_image": single(c.kube_state_metrics, "kubeStateMetrics"),
         "serving_cert_approver_image": single(c.kubelet_csr_approver, "approver"),
         "cloud_provider_azure_version": cloud,
         "cloud_controller_manager_image": c.cloud_provider_azure.image("cloudControllerManager", cloud),

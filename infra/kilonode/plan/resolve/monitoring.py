@@ -66,20 +66,36 @@ def gpu_agent_series(pool: NodePoolPlan) -> int:
             + defaults.PROMETHEUS_GPU_AGENT_SERIES_PER_GPU * pool.gpus_per_node)
 
 
+def dcgm_exporter_series(pool: NodePoolPlan) -> int:
+    """dcgm-exporter's series on one node of `pool`: one per field of its counters CSV per GPU
+    (defaults.DCGM_FIELDS); none where the pool has no GPUs (it runs on the GPU pools alone)."""
+    return len(defaults.DCGM_FIELDS) * pool.gpus_per_node
+
+
+def node_exporter_series(pool: NodePoolPlan) -> int:
+    """node-exporter's series kept on one node of `pool`: the node's, and the kept InfiniBand series
+    per HCA port where the pool has InfiniBand (one HCA per GPU on the InfiniBand GPU sizes)."""
+    ports = pool.gpus_per_node if pool.infiniband else 0
+    return defaults.NODE_EXPORTER_SERIES_PER_NODE + defaults.NODE_EXPORTER_SERIES_PER_IB_PORT * ports
+
+
 def per_node_series(pool: NodePoolPlan) -> int:
-    """kubelet + cAdvisor + kube-state-metrics' share + per-pod traffic (+ the GPU health agent on
-    a GPU pool) for one node of `pool`."""
+    """kubelet + cAdvisor + kube-state-metrics' share (nodes alone: defaults.KSM_RESOURCES) +
+    per-pod traffic + node-exporter (+ the GPU health agent and dcgm-exporter on a GPU pool) for
+    one node of `pool`."""
     return (defaults.PROMETHEUS_SERIES_PER_KUBELET
             + defaults.PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER * pool.max_pods
-            + defaults.PROMETHEUS_KSM_SERIES_PER_NODE + defaults.PROMETHEUS_KSM_SERIES_PER_POD * pool.max_pods
+            + defaults.PROMETHEUS_KSM_SERIES_PER_NODE
             + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_NODE
             + defaults.PROMETHEUS_POD_TRAFFIC_SERIES_PER_POD * pool.max_pods
+            + node_exporter_series(pool) + dcgm_exporter_series(pool)
             + gpu_agent_series(pool))
 
 
 def _gpu_agent_words(pool: NodePoolPlan) -> str:
     gpus = pool.gpus_per_node
-    return f", GPU health agent of {gpus} GPU{'s' if gpus > 1 else ''}" if gpus else ""
+    ib = f", {gpus} InfiniBand ports" if gpus and pool.infiniband else ""
+    return f", GPU health agent of {gpus} GPU{'s' if gpus > 1 else ''}, dcgm-exporter{ib}" if gpus else ""
 
 
 def per_node_interval(node_series: int) -> int:
@@ -98,7 +114,7 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
     per_node = per_node_interval(node_series)
     cp = defaults.PROMETHEUS_CONTROL_PLANE_INTERVAL_S
     terms = [SeriesTerm(what=f"nodes of {p.name} (kubelet, cAdvisor x {p.max_pods} containers, kube-state-metrics, "
-                             f"pod traffic{_gpu_agent_words(p)})",
+                             f"pod traffic, node-exporter{_gpu_agent_words(p)})",
                         targets=_nodes(p, reach), per_target=per_node_series(p), interval_s=per_node) for p in pools]
     members = sum(len(c.members) for c in etcd)
     roles = [c.role for c in etcd]
