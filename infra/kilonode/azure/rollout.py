@@ -71,8 +71,10 @@ ROLL_STEP = (
     "`pulumi up --target <one machine's VM urn>` per run (`pulumi stack --show-urns` lists them; a "
     "replacement deletes that VM first and creates it anew under its name, at its NIC, which keeps its IP "
     "and load-balancer pool; an etcd member is `pulumi state unprotect`ed first, and its new VM rejoins "
-    "etcd by itself: docs/runbooks/etcd-member-lost-its-disk.md), waiting until it is healthy (the "
-    "apiserver's /readyz, `etcdctl endpoint health --cluster`) before the next"
+    "etcd by itself: docs/runbooks/etcd-member-lost-its-disk.md), waiting until it is healthy before the next: "
+    "an apiserver's /readyz asked as the load balancer asks it, without credentials (`curl -k "
+    "https://<its IP>:6443/readyz` answers 200; with credentials it may pass where the probe gets 401) and back "
+    "in the load balancer's pool (its health-probe status), an etcd member's `etcdctl endpoint health --cluster`"
 )
 
 # What acknowledgeRestart cannot enforce, said wherever it is given (rollout's warning, the review).

@@ -100,6 +100,13 @@ def review(start: Path, base: str, head: str | None = None, stacks: Sequence[str
             elif diff.changed:
                 result.risks += assess(diff, lessons)
                 result.notes += [f"{name}: {note}" for note in diff.notes]
-        result.risks.sort(key=order)  # highest impact first (kilonode.review.decisions)
+    # the catalogue's facts are the toolkit's, not a stack's: said once (kilonode.review.catalogue_facts)
+    from kilonode.review import catalogue_facts
+
+    paths = changed_paths(repo, base_side.commit or "", head_side.commit)
+    for level, summary, subjects in catalogue_facts.assess(*catalogue_facts.read(
+            repo, base_side.commit or "", head_side.commit, paths)):
+        result.risks.append(Risk(level, catalogue_facts.RULE, ", ".join(chosen) or "toolkit", summary, subjects))
+    result.risks.sort(key=order)  # highest impact first (kilonode.review.decisions)
     result.seconds = time.monotonic() - began
     return result
