@@ -170,7 +170,9 @@ judges), autoscaler-floor-lowered (more of a pool's nodes removable),
 custom-data-inert (a model change no running node acts on: do not roll),
 daemonset-pacing-raised, alert-threshold-weakened, alert-page-lost (a paging
 alert demoted or deleted), alert-deleted, value-effect (a valid value upstream
-documents as dangerous: catalog/value_effects.yaml),
+documents as dangerous: catalog/value_effects.yaml), catalogue-fact-changed (an
+outside fact's value moved: high where its source still names the old one),
+replicas-cut (a Deployment scaled down at once; Typha past its ratio),
 ssh-keys-not-on-running-nodes, pool-capacity (a pool
 too small for what must run there, or for what prefers it: the rest spills onto
 other pools, GPU nodes named), etcd-retention-moot (etcd's own compaction
