@@ -52,7 +52,7 @@ UPSTREAM_RULES: dict[tuple[str, str, str], set[str]] = {
     ("azuredisk-external-resizer-role", "", "pods"): {"get", "list", "watch"},
     ("azuredisk-external-resizer-role", "storage.k8s.io", "volumeattributesclasses"): {"get", "list", "watch"},
     ("csi-azuredisk-node-role", "", "secrets"): {"get"},
-    ("csi-azuredisk-node-role", "", "nodes"): {"get", "patch"},
+    ("csi-azuredisk-node-role", "", "nodes"): {"get", "patch"},  # patch not granted here (kilonode.k8s.storage)
     ("csi-azuredisk-node-role", "storage.k8s.io", "csinodes"): {"get"},
     ("csi-azuredisk-node-role", "storage.k8s.io", "volumeattachments"): {"get", "list", "watch"},
 }

@@ -21,11 +21,16 @@ these differences, each for a reason given where it is made:
   l.150-192 at v1.34.5); kilonode gives the controller the file, and the node plugin runs with an
   empty cloud config as upstream's node manifest allows (--allow-empty-cloud-config=true), taking
   its zone and instance type from its Node's labels (pkg/azuredisk/nodeserver.go NodeGetInfo).
+- the node plugin lifts no taint (--remove-not-ready-taint=false: kilonode registers none), so its
+  role has no Node patch: a token on every node that may write any Node is what
+  preflight's `node-writers` refuses.
 - the node plugin does not list or watch VolumeAttachments: only the controller's attach path lists
   them (pkg/azuredisk/controllerserver.go l.875, azuredisk.go getUsedLunsFromVolumeAttachments); a
   per-node list right on 7,500 nodes is the apiserver load the field notes warn of. Nor does it
   mount the host's /etc/kubernetes (no azure.json is there: kilonode writes none on nodes).
-- metrics listen on loopback: nothing scrapes them, and the endpoint has no authentication.
+- metrics listen on loopback: nothing scrapes them, and the endpoint has no authentication; no
+  host-network port is declared (CONTROLLER_HEALTH_PORT), and the controller's two replicas are kept
+  on different nodes by anti-affinity instead.
 - the node plugin runs on the pools that are not GPU pools, and on the Prometheus pool whatever it
   is (node_plugin_pools): 7,500 GPU nodes would each run three more containers and register a
   CSINode, for volumes no training job asks for today; a GPU pool that needs disks is a change here.
@@ -40,7 +45,6 @@ from pulumi_kubernetes import apps, core, meta, rbac, storage
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
 from kilonode.k8s.cloud_provider import CONFIG_NAME as CLOUD_CONFIG_NAME
-from kilonode.k8s.cloud_provider import controller_affinity
 from kilonode.k8s.pod_security import container_security_context
 from kilonode.k8s.pods import SKIP_AWAIT, awaited, on_pools, system_pod_spec
 from kilonode.plan.model import ClusterPlan
@@ -66,7 +70,10 @@ PLUGIN_DIR = f"/var/lib/kubelet/plugins/{DRIVER}"
 REGISTRATION_DIR = "/var/lib/kubelet/plugins_registry/"
 SOCKET = "/csi/csi.sock"
 # The ports on the host network (the manifests' --http-endpoint and --metrics-address), all on
-# loopback here (catalogue listeners.yaml).
+# loopback here. Upstream declares four of them as containerPorts (controller l.183-186, node
+# l.80-83, l.114-120); kilonode declares none: a declared host-network port is a listener on every
+# address to preflight's `listeners` check and to the scheduler, and these answer on 127.0.0.1 only
+# (the kubelet's probes, which name host localhost, as upstream's).
 CONTROLLER_HEALTH_PORT = 29602
 CONTROLLER_METRICS_PORT = 29604
 NODE_HEALTH_PORT = 29603
@@ -127,11 +134,12 @@ RESIZER_RULES: list[Rule] = [
     ("storage.k8s.io", "volumeattributesclasses", ["get", "list", "watch"]),
 ]
 # rbac-csi-azuredisk-node.yaml l.9-25, less secrets get and volumeattachments get/list/watch (the
-# module docstring). What stays: azuredisk.go l.868-930 at v1.34.5, a GET of its Node and a JSON
-# patch of its taints (removeNotReadyTaint: disk.csi.azure.com/agent-not-ready), a GET of its
-# CSINode (checkAllocatable); NodeGetInfo's GET of its Node's labels.
+# module docstring), and less nodes patch: its one Node write is removeNotReadyTaint's JSON patch of
+# the disk.csi.azure.com/agent-not-ready taint (azuredisk.go l.868-914 at v1.34.5), off here
+# (--remove-not-ready-taint=false, node_args). What stays: NodeGetInfo's GET of its Node's labels
+# (nodeserver.go, GetNodeInfoFromLabels) and a GET of its CSINode (azuredisk.go l.922-923).
 NODE_RULES: list[Rule] = [
-    ("", "nodes", ["get", "patch"]),
+    ("", "nodes", ["get"]),
     ("storage.k8s.io", "csinodes", ["get"]),
 ]
 CONTROLLER_ROLES = {
@@ -213,7 +221,10 @@ def node_args() -> dict[str, list[str]]:
                                   "--v=2", f"--http-endpoint=localhost:{REGISTRAR_HEALTH_PORT}"],
         "azuredisk": ["--v=5", "--endpoint=$(CSI_ENDPOINT)", "--nodeid=$(KUBE_NODE_NAME)",
                       "--enable-perf-optimization=true", "--allow-empty-cloud-config=true",
-                      "--get-node-info-from-labels=false", f"--metrics-address=127.0.0.1:{NODE_METRICS_PORT}"],
+                      "--get-node-info-from-labels=false", f"--metrics-address=127.0.0.1:{NODE_METRICS_PORT}",
+                      # no kilonode node registers with disk.csi.azure.com/agent-not-ready, so there is no
+                      # taint to lift and its role needs no Node patch (azuredisk.go l.424-430, l.868-914)
+                      "--remove-not-ready-taint=false"],
     }
 
 
@@ -231,7 +242,14 @@ def controller_pod(plan: ClusterPlan, account: core.v1.ServiceAccount, config_na
         "cluster",
         service_account=account,
         system_pool=True,
-        affinity=controller_affinity(plan),
+        # where cloud-controller-manager's identity is (kilonode.k8s.cloud_provider controller_affinity),
+        # one replica per node: the two share the host's loopback ports (CONTROLLER_*_PORT), which
+        # kilonode declares as no containerPort (listen_ports), so the scheduler cannot see the clash
+        affinity=on_pools([p.name for p in plan.controller_pools], affinity=core.v1.AffinityArgs(
+            pod_anti_affinity=core.v1.PodAntiAffinityArgs(
+                required_during_scheduling_ignored_during_execution=[core.v1.PodAffinityTermArgs(
+                    label_selector=meta.v1.LabelSelectorArgs(match_labels={"app": CONTROLLER}),
+                    topology_key="kubernetes.io/hostname")]))),
         host_network=True,  # l.17; and the instance metadata service, for the identity's token
         node_selector={"kubernetes.io/os": "linux"},
         containers=[
@@ -242,8 +260,6 @@ def controller_pod(plan: ClusterPlan, account: core.v1.ServiceAccount, config_na
             core.v1.ContainerArgs(
                 name="azuredisk", image=images["azuredisk"], image_pull_policy="IfNotPresent",
                 args=args["azuredisk"],
-                ports=[core.v1.ContainerPortArgs(name="metrics", container_port=CONTROLLER_METRICS_PORT,
-                                                 protocol="TCP")],
                 liveness_probe=_health(CONTROLLER_HEALTH_PORT, initial=30, timeout=10, period=30, failures=5),
                 env=[_env("AZURE_CREDENTIAL_FILE", f"{CLOUD_CONFIG_DIR}/azure.json"),
                      _env("CSI_ENDPOINT", f"unix://{SOCKET}")],
@@ -287,14 +303,10 @@ def node_pod(plan: ClusterPlan, account: core.v1.ServiceAccount) -> core.v1.PodS
                      # the socket path it registers with the kubelet (l.73-74)
                      env=[_env("DRIVER_REG_SOCK_PATH", f"{PLUGIN_DIR}/csi.sock")],
                      mounts=[core.v1.VolumeMountArgs(name="registration-dir", mount_path="/registration")],
-                     ports=[core.v1.ContainerPortArgs(name="healthz", container_port=REGISTRAR_HEALTH_PORT,
-                                                      protocol="TCP")],
-                     liveness_probe=_health("healthz", initial=20, timeout=10, period=20, failures=2)),
+                     liveness_probe=_health(REGISTRAR_HEALTH_PORT, initial=20, timeout=10, period=20, failures=2)),
             core.v1.ContainerArgs(
                 name="azuredisk", image=images["azuredisk"], image_pull_policy="IfNotPresent",
                 args=args["azuredisk"],
-                ports=[core.v1.ContainerPortArgs(name="healthz", container_port=NODE_HEALTH_PORT, protocol="TCP"),
-                       core.v1.ContainerPortArgs(name="metrics", container_port=NODE_METRICS_PORT, protocol="TCP")],
                 liveness_probe=_health(NODE_HEALTH_PORT, initial=30, timeout=30, period=30, failures=5),
                 env=[_env("CSI_ENDPOINT", f"unix://{SOCKET}"), node_name],
                 security_context=core.v1.SecurityContextArgs(privileged=True),
