@@ -47,6 +47,7 @@ def _registry() -> tuple[Check, ...]:
         pod_isolation,
         pod_security,
         port_range,
+        prometheus_load,
         quota,
         rdma,
         scheduling,
@@ -59,6 +60,7 @@ def _registry() -> tuple[Check, ...]:
         Check(module.NAME, module.TITLE, module.check)
         for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
                        pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
+                       prometheus_load,
                        api_validation, azure_names,
                        custom_data_size, identities, storage_access, listeners, etcd_backups, etcd_config,
                        encryption_at_host,

@@ -121,7 +121,6 @@ promtool at all, the change is not judged either, and the report says that inste
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import functools
 import os
 import re
@@ -129,7 +128,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -137,9 +136,13 @@ import promql_parser
 import yaml
 
 from kilonode.plan import defaults
+from kilonode.preflight.prometheus import deployed_scrape_documents as _deployed_scrape_documents
+from kilonode.preflight.prometheus import load as _load
+from kilonode.preflight.prometheus import prometheus_configs, scrape_intervals, seconds
+from kilonode.preflight.prometheus import scrape_documents as _scrape_documents
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
-from kilonode.review.lifecycle import load_yaml, plan_of
+from kilonode.review.lifecycle import plan_of
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 PROMTOOL_ENV = "KILONODE_PROMTOOL"
@@ -149,8 +152,6 @@ SOURCE = ("prometheus/prometheus rules/manager.go Update: \"error loading rules,
           "cmd/prometheus/main.go: a failed first load exits 1")
 CONFIG_SOURCE = ("prometheus/prometheus config/config.go ScrapeConfig.Validate; cmd/prometheus/main.go reloadConfig: "
                  "\"couldn't load configuration\", the old one kept; main: a config that does not load exits 2")
-WORKLOADS = ("kubernetes:apps/v1:StatefulSet", "kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:DaemonSet")
-CONFIG_FLAG = "--config.file"
 # Every discovery prometheus/prometheus@v3.5.5 registers (discovery/*: each SDConfig's Name(), its YAML key
 # `<name>_sd_configs`, discovery/registry.go:51): one a promtool here was built without is set aside.
 DISCOVERIES = frozenset({
@@ -205,13 +206,6 @@ def _is_rule_file(text: str) -> bool:
     return isinstance(document, Mapping) and isinstance(document.get("groups"), list)
 
 
-def _load(text: Any) -> Any:
-    try:
-        return load_yaml(text) if isinstance(text, str) else None
-    except yaml.YAMLError:
-        return None
-
-
 def check(promtool: Path, text: str) -> str | None:
     """promtool's complaint about one rule file, or None when it accepts it."""
     with tempfile.TemporaryDirectory(prefix="kilonode-rules-") as tmp:
@@ -257,18 +251,6 @@ def _rules(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
         for group in (document or {}).get("groups") or [] if isinstance(document, Mapping) else []:
             found += [r for r in (group or {}).get("rules") or [] if isinstance(r, Mapping) and r.get("expr")]
     return found
-
-
-def _scrape_documents(entry: Mapping[str, Any] | None) -> Iterator[Mapping[str, Any]]:
-    """Every Prometheus configuration (a document with scrape_configs) among the side's ConfigMaps."""
-    for r in (entry or {}).get("resources", []):
-        if r.get("type") != CONFIG_MAP:
-            continue
-        for text in ((r.get("inputs") or {}).get("data") or {}).values():
-            config = _load(text)
-            if not isinstance(config, Mapping) or not isinstance(config.get("scrape_configs"), list):
-                continue
-            yield config
 
 
 def _relabel_filters(entry: Mapping[str, Any] | None) -> dict[str, list[tuple[str, str]]]:
@@ -374,30 +356,6 @@ _RANGE_FUNCTIONS = ("rate", "irate", "increase", "delta", "idelta", "deriv")
 _RANGED = re.compile(r"\b(" + "|".join(_RANGE_FUNCTIONS) + r")\s*\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*"
                      r"(\{[^}]*\})?\s*\[\s*([0-9a-z]+)\s*\]")
 _JOB_MATCHER = re.compile(r'\bjob\s*(=~|=)\s*"([^"]*)"')
-_DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-DEFAULT_SCRAPE_INTERVAL_S = 60.0  # Prometheus' global default (config/config.go DefaultGlobalConfig: 1m)
-
-
-def seconds(duration: Any) -> float | None:
-    """A Prometheus duration ("1m30s", "5m") in seconds; None where it is not one."""
-    text = str(duration or "").strip()
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    return sum(int(n) * _UNIT_S[u] for n, u in parts)
-
-
-def scrape_intervals(entry: Mapping[str, Any] | None) -> dict[str, float]:
-    """job_name -> its scrape interval in seconds (its own, else the config's global, else 1m), over every
-    Prometheus config of the side's ConfigMaps."""
-    found: dict[str, float] = {}
-    for config in _scrape_documents(entry):
-        default = seconds((config.get("global") or {}).get("scrape_interval")) or DEFAULT_SCRAPE_INTERVAL_S
-        for job in config["scrape_configs"]:
-            if isinstance(job, Mapping) and job.get("job_name"):
-                found[str(job["job_name"])] = seconds(job.get("scrape_interval")) or default
-    return found
 
 
 def _short_ranges(expr: str, intervals: Mapping[str, float]) -> set[tuple[str, str, str, float]]:
@@ -573,69 +531,6 @@ def records_missing(diff: StackDiff) -> list[Finding]:
             "never fire (promtool checks each rule alone and passes). Rename the alerts' reads with the record, or "
             "keep the old record"), tuple(sorted(alerts)), cause=f"{name} not recorded"))
     return found
-
-
-def prometheus_configs(entry: Mapping[str, Any] | None) -> dict[str, tuple[dict[str, str], str]]:
-    """"ConfigMap <namespace>/<name> <key>" -> (that ConfigMap's data, key), for the configuration file each
-    Prometheus of the side loads: a container's `--config.file` under one of its ConfigMap volumes' mounts."""
-    resources = [r for r in (entry or {}).get("resources", []) if isinstance(r, Mapping)]
-    maps: dict[tuple[str, str], dict[str, str]] = {}
-    for r in resources:
-        if r.get("type") == CONFIG_MAP:
-            meta = (r.get("inputs") or {}).get("metadata") or {}
-            data = (r.get("inputs") or {}).get("data") or {}
-            maps[(meta.get("namespace", "default"), meta.get("name", r.get("name")))] = {
-                k: v for k, v in data.items() if isinstance(v, str)}
-    found: dict[str, tuple[dict[str, str], str]] = {}
-    for r in resources:
-        if r.get("type") not in WORKLOADS:
-            continue
-        inputs = r.get("inputs") or {}
-        namespace = (inputs.get("metadata") or {}).get("namespace", "default")
-        pod = ((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
-        volumes = {v.get("name"): v.get("configMap") for v in pod.get("volumes") or []
-                   if isinstance(v, Mapping) and isinstance(v.get("configMap"), Mapping)}
-        for container in pod.get("containers") or []:
-            path = _config_flag(container) if isinstance(container, Mapping) else None
-            if not path:
-                continue
-            for mount in container.get("volumeMounts") or []:
-                source = volumes.get(mount.get("name")) if isinstance(mount, Mapping) else None
-                if not source:
-                    continue
-                key = _mounted_key(path, mount, source)
-                name = str(source.get("name"))
-                data = maps.get((namespace, name))
-                if key and data is not None and key in data:
-                    found[f"ConfigMap {namespace}/{name} {key}"] = (data, key)
-    return found
-
-
-def _config_flag(container: Mapping[str, Any]) -> str | None:
-    """The container's --config.file (`--config.file=X` or `--config.file X`), absolute, or None."""
-    words = [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
-    for i, word in enumerate(words):
-        value = word.partition("=")[2] if word.startswith(CONFIG_FLAG + "=") else (
-            words[i + 1] if word == CONFIG_FLAG and i + 1 < len(words) else None)
-        if value and value.startswith("/"):
-            return value
-    return None
-
-
-def _mounted_key(path: str, mount: Mapping[str, Any], source: Mapping[str, Any]) -> str | None:
-    """The ConfigMap key a ConfigMap volume mount shows at `path` (its items' paths, else the keys as
-    file names; a subPath mount is that one entry at the mount path)."""
-    at = str(mount.get("mountPath") or "").rstrip("/")
-    if mount.get("subPath"):
-        relative = str(mount["subPath"]) if path == at else ""
-    else:
-        relative = path[len(at) + 1:] if at and path.startswith(at + "/") else ""
-    if not relative:
-        return None
-    items = {str(i.get("path")): str(i.get("key")) for i in source.get("items") or [] if isinstance(i, Mapping)}
-    if items:
-        return items.get(relative)
-    return relative if "/" not in relative else None
 
 
 def syntax_only(promtool: Path) -> bool:
@@ -915,30 +810,6 @@ def unreadable(entry: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
         if isinstance(read, str):
             found[_rule_key(rule)] = read
     return found
-
-
-def _deployed_scrape_documents(entry: Mapping[str, Any] | None) -> Iterator[Mapping[str, Any]]:
-    """The Prometheus configurations the side's Prometheus loads (its --config.file, prometheus_configs) and the
-    keys of the same ConfigMap its `scrape_config_files` name (prometheus/prometheus@v3.5.5 config/config.go:338-339,
-    GetScrapeConfigs: each a glob, its jobs added to the file's); every document with scrape_configs
-    (_scrape_documents) where no workload names one. A fragment beside the file that no `scrape_config_files`
-    names (kilonode-scrape-configs.yaml) is not scraped."""
-    loaded = prometheus_configs(entry)
-    if not loaded:
-        yield from _scrape_documents(entry)
-        return
-    for data, key in loaded.values():
-        config = _load(data[key])
-        if not isinstance(config, Mapping):
-            continue
-        if isinstance(config.get("scrape_configs"), list):
-            yield config
-        for pattern in config.get("scrape_config_files") or []:
-            for name in sorted(data):
-                fragment = _load(data[name]) if name != key and fnmatch.fnmatchcase(name, Path(str(pattern)).name) \
-                    else None
-                if isinstance(fragment, Mapping) and isinstance(fragment.get("scrape_configs"), list):
-                    yield fragment
 
 
 def scrape_jobs(entry: Mapping[str, Any] | None) -> tuple[set[str], set[str]]:
