@@ -37,6 +37,13 @@ IMAGE_USERS: dict[str, int | str | None] = {
     "autoscaler": 65535,
     # kubernetes-sigs/metrics-server v0.8.0 Dockerfile: FROM distroless/static, USER 65534
     "metrics-server": 65534,
+    # prometheus/node_exporter v1.12.1 Dockerfile: USER nobody (65534)
+    "node-exporter": 65534,
+    # kube-state-metrics v2.18.0: examples/standard/deployment.yaml names runAsUser 65534; its image's
+    # config was not read here
+    "kube-state-metrics": None,
+    # NVIDIA/dcgm-exporter 4.5.3-4.8.2 docker/Dockerfile:202 USER root
+    "exporter": 0,
     # kubernetes-sigs/scheduler-plugins v0.32.7-v0.34.7 build/{scheduler,controller}/Dockerfile: USER 65532:65532
     "kube-scheduler": 65532,
     "controller": 65532,
@@ -112,10 +119,14 @@ def test_every_unprivileged_kube_system_container_is_read_only_with_no_capabilit
             assert context.get("allowPrivilegeEscalation") is False, name
             assert context.get("capabilities", {}).get("drop") == ["ALL"], name
             # CoreDNS's one: port 53 (upstream's manifest); the NVIDIA device plugin's SYS_ADMIN, which
-            # upstream's chart adds for the volume-mounts device list (catalog/contracts.yaml devicePlugin)
-            allowed = {"SYS_ADMIN"} if container["name"] == "nvidia-device-plugin-ctr" else {"NET_BIND_SERVICE"}
+            # upstream's chart adds for the volume-mounts device list (catalog/contracts.yaml devicePlugin),
+            # and dcgm-exporter's, which its chart adds (catalog/contracts.yaml dcgmExporter)
+            gpu = container["name"] in ("nvidia-device-plugin-ctr", "exporter")
+            allowed = {"SYS_ADMIN"} if gpu else {"NET_BIND_SERVICE"}
             assert set(context.get("capabilities", {}).get("add", [])) <= allowed, name
-            assert context.get("readOnlyRootFilesystem") is True, name
+            # dcgm-exporter's root stays writable as upstream's chart leaves it: its embedded DCGM host
+            # engine writes its state and log there (not read whether it runs on a read-only root)
+            assert context.get("readOnlyRootFilesystem") is True or name == "dcgm-exporter", name
     assert {"cloud-controller-manager", "cloud-node-manager", "coredns", "kube-scheduler", "controller"} <= seen
 
 

@@ -77,6 +77,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # SA; the metrics readers' aggregated ClusterRole; the auth-reader RoleBinding and the
         # auth-delegator binding; its ClusterRole and binding; Deployment, PDB, Service, APIService
         "metrics-server": 10,
+        # kilonode.k8s.exporters: node-exporter's DaemonSet; kube-state-metrics's SA, ClusterRole, binding,
+        # Deployment, Service, NetworkPolicy; on GPU stacks dcgm-exporter's counters ConfigMap and DaemonSet
+        "exporters": 7 + (2 if plan.gpu_pools else 0),
         # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet; with autoscaled
         # pools the autoscaler's azure.json (its own identity)
         "cloud-provider": 11 + (1 if plan.autoscaled_pools else 0),
@@ -206,6 +209,8 @@ def test_rbac_grants_what_kubeadm_grants_and_no_more(graphs: dict[str, Graph]) -
         # lets an aggregated API server delegate authentication and authorisation to the apiserver
         "system:metrics-server": ("system:metrics-server", [("ServiceAccount", "metrics-server")]),
         "metrics-server:system:auth-delegator": ("system:auth-delegator", [("ServiceAccount", "metrics-server")]),
+        # kube-state-metrics's (kilonode.k8s.exporters): examples/standard/cluster-role.yaml cut to list/watch nodes
+        "kube-state-metrics": ("kube-state-metrics", [("ServiceAccount", "kube-state-metrics")]),
         "kilonode:cloud-controller-manager": ("kilonode:cloud-controller-manager",
                                               [("ServiceAccount", "cloud-controller-manager")]),
         "kilonode:cloud-node-manager": ("kilonode:cloud-node-manager", [("ServiceAccount", "cloud-node-manager")]),

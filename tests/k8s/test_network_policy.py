@@ -56,13 +56,20 @@ def test_every_namespace_kilonode_creates_denies_ingress_by_default(graphs: dict
     # kube-system: one policy per workload, CoreDNS's 53 from anywhere, metrics-server's 10250 from
     # each apiserver's address, nothing else
     kube_system = {p["metadata"]["name"]: p["spec"] for p in found if p["metadata"]["namespace"] == "kube-system"}
-    assert set(kube_system) == {name for name, _, _ in KUBE_SYSTEM_INGRESS}
+    # ... and kube-state-metrics's own (kilonode.k8s.exporters): its metrics port from Prometheus's pods alone
+    assert set(kube_system) == {name for name, _, _ in KUBE_SYSTEM_INGRESS} | {"kube-state-metrics"}
+    assert kube_system["kube-state-metrics"]["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                                  "app.kubernetes.io/managed-by": "kilonode"}}}],
+        "ports": [{"port": 8080, "protocol": "TCP"}]}]
     assert kube_system["coredns"]["ingress"] == [{"ports": [{"port": 53, "protocol": "UDP"},
                                                             {"port": 53, "protocol": "TCP"}]}]
     apiservers = [f"{i.ip}/32" for i in shared.plan(stack).control_plane.instances]
     assert kube_system["metrics-server"]["ingress"] == [{
         "from": [{"ipBlock": {"cidr": cidr}} for cidr in apiservers], "ports": [{"port": 10250, "protocol": "TCP"}]}]
-    assert all("ingress" not in spec for name, spec in kube_system.items() if name not in {"coredns", "metrics-server"})
+    assert all("ingress" not in spec for name, spec in kube_system.items() if name not in {"coredns", "metrics-server",
+                                                                                      "kube-state-metrics"})
     for policy in found:
         shared.validate_object(policy, "1.34.0")
 

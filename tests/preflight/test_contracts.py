@@ -941,3 +941,58 @@ def test_at_1_35_4_a_legacy_cgroup_boot_is_a_break(monkeypatch: pytest.MonkeyPat
     inputs = from_parts(plan, _files("research-7500"), _graph_json("research-7500"), source="research-7500 at 1.35.4")
     found = [f for f in check.check(inputs) if "kubelet/cgroup-v2" in f.what]
     assert found and all(f.level == "break" and "kernel command line" in f.where for f in found)
+
+
+# --- the exporters (kilonode.k8s.exporters) ---------------------------------------------------------------
+
+
+def _pod(graph: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = resource(graph, kind, name)["inputs"]["spec"]["template"]["spec"]
+    return spec
+
+
+def test_a_dcgm_exporter_without_sys_admin_is_a_break_for_nvml_and_for_upstreams_pod() -> None:
+    _, graph = artefacts("research-7500")
+    del _pod(graph, "DaemonSet", "dcgm-exporter")["containers"][0]["securityContext"]["capabilities"]["add"]
+    found = findings(graph=graph)
+    assert lines(found) == {"dcgmExporter/nvml-from-image-env", "dcgmExporter/upstream-pod"}
+    assert any("NVIDIA_VISIBLE_DEVICES=all is ignored" in f.what for f in found)
+
+
+@pytest.mark.parametrize(("plant", "line", "expected"), [
+    (lambda spec: spec.update(volumes=[v for v in spec["volumes"] if v["name"] != "pod-gpu-resources"]),
+     "dcgmExporter/upstream-pod", "does not mount the host's /var/lib/kubelet/pod-resources"),
+    (lambda spec: spec["containers"][0].update(env=[e for e in spec["containers"][0]["env"]
+                                                   if e["name"] != "DCGM_EXPORTER_KUBERNETES"]),
+     "dcgmExporter/upstream-pod", "DCGM_EXPORTER_KUBERNETES=None"),
+    (lambda spec: spec.update(hostNetwork=False), "dcgmExporter/no-pod-ip", "pod IPs"),
+])
+def test_a_dcgm_exporter_unlike_upstreams_pod_is_a_break(plant: Any, line: str, expected: str) -> None:
+    _, graph = artefacts("research-7500")
+    plant(_pod(graph, "DaemonSet", "dcgm-exporter"))
+    found = findings(graph=graph)
+    assert lines(found) == {line} and expected in found[0].what
+
+
+@pytest.mark.parametrize(("plant", "expected"), [
+    (lambda spec: spec.update(hostPID=False), "hostPID is False, not True"),
+    (lambda spec: spec.update(hostNetwork=False), "hostNetwork is False, not True"),
+    (lambda spec: spec["containers"][0].update(args=[a for a in spec["containers"][0]["args"]
+                                                    if not a.startswith("--path.rootfs")]),
+     "runs without --path.rootfs=/host"),
+    (lambda spec: spec.update(volumes=[]), "does not mount the host's /"),
+])
+def test_a_node_exporter_unlike_upstreams_pod_is_a_break(plant: Any, expected: str) -> None:
+    _, graph = artefacts("research-7500")
+    plant(_pod(graph, "DaemonSet", "node-exporter"))
+    found = findings(graph=graph)
+    assert lines(found) == {"nodeExporter/upstream-pod"} and expected in found[0].what
+
+
+def test_kube_state_metrics_without_node_reads_or_the_pool_label_is_a_break() -> None:
+    _, graph = artefacts("research-7500")
+    graph["resources"].remove(resource(graph, "ClusterRoleBinding", "kube-state-metrics"))
+    container = _pod(graph, "Deployment", "kube-state-metrics")["containers"][0]
+    container["args"] = [a for a in container["args"] if not a.startswith("--metric-labels-allowlist")]
+    found = findings(graph=graph)
+    assert lines(found) == {"kubeStateMetrics/node-reads", "kubeStateMetrics/pool-label"}

@@ -84,30 +84,31 @@ RULE = node_ports.RULESET
 
 
 @pytest.mark.parametrize(("host", "old", "new", "said"), [
-    # the pods on a GPU node reach its per-pod traffic port (a root process) and the agent's metrics
-    ("pool-h100-ib", 'iifname "azv*" tcp dport { 9480, 9481 } counter drop', None,
+    # the pods on a GPU node reach its per-pod traffic port (a root process), the agent's metrics and the
+    # exporters' (node-exporter 9100, dcgm-exporter 9400)
+    ("pool-h100-ib", 'iifname "azv*" tcp dport { 9100, 9400, 9480, 9481 } counter drop', None,
      "a pod on the node, from any address (10.0.2.64/28) on TCP 9480 (pod-traffic): accept"),
     # the drop-all at the end gone: every other pool reaches the system pool's autoscaler metrics
-    ("pool-system", "\t\ttcp dport { 8085, 9480 } counter drop", "\t\ttcp dport { 8085, 9480 } counter",
+    ("pool-system", "\t\ttcp dport { 8085, 9100, 9480 } counter drop", "\t\ttcp dport { 8085, 9100, 9480 } counter",
      "pods of pool a100-ib (10.0.128.0/17) on TCP 8085 (cluster-autoscaler): accept (policy)"),
     # the scraper's rule widened to the VNet
     ("pool-a100-ib", "ip saddr 10.0.2.64/28", "ip saddr 10.0.0.0/16",
      "pods of pool h100-ib (10.0.64.0/18) on TCP 9480 (pod-traffic): accept"),
     # a port left out of the set
-    ("pool-a100-ib.team-vision", "{ 9480, 9481 }", "{ 9480 }",
+    ("pool-a100-ib.team-vision", "{ 9100, 9400, 9480, 9481 }", "{ 9100, 9400, 9480 }",
      "on TCP 9481 (gpu-health-agent-metrics): accept (policy)"),
     # Prometheus's own port open to every pod
     ("pool-monitoring", 'oifname "azv*" tcp dport 9090 counter drop', None,
      "pods of pool a100-ib (10.0.128.0/17) to Prometheus on TCP 9090: accept (policy)"),
     # the scraper shut out
-    ("pool-h100-ib", "ip saddr 10.0.2.64/28 tcp dport { 9480, 9481 } accept", None,
+    ("pool-h100-ib", "ip saddr 10.0.2.64/28 tcp dport { 9100, 9400, 9480, 9481 } accept", None,
      "the cluster's Prometheus (10.0.2.64/28) on TCP 9480 (pod-traffic): drop"),
     # the node's own probes shut out (the autoscaler's liveness probe)
-    ("pool-system", 'iifname "lo" tcp dport { 8085, 9480 } accept', None,
+    ("pool-system", 'iifname "lo" tcp dport { 8085, 9100, 9480 } accept', None,
      "the node itself (127.0.0.1/32) on TCP 8085 (cluster-autoscaler): drop"),
     # a statement the reader does not understand decides nothing it cannot vouch for
-    ("pool-h100-ib", "ip saddr 10.0.2.64/28 tcp dport { 9480, 9481 } accept",
-     "ct state new ip saddr 10.0.2.64/28 tcp dport { 9480, 9481 } accept", ": unknown"),
+    ("pool-h100-ib", "ip saddr 10.0.2.64/28 tcp dport { 9100, 9400, 9480, 9481 } accept",
+     "ct state new ip saddr 10.0.2.64/28 tcp dport { 9100, 9400, 9480, 9481 } accept", ": unknown"),
 ])
 def test_a_node_firewall_rule_dropped_or_loosened_is_a_break(host: str, old: str, new: str | None, said: str) -> None:
     files, _ = artefacts("research-7500")

@@ -784,7 +784,7 @@ def _node_sysctls(inputs: Inputs, name: str, contract: Contract, req: Requiremen
 
 
 def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
-    """The workload's pod spec holds what the line names: `hostNetwork`, a container's `args`, its
+    """The workload's pod spec holds what the line names: `hostNetwork`, `hostPID`, a container's `args`, its
     `privileged`, the `capabilities` in its bounding set (added, or privileged), its `env` values,
     and `hostPaths` mounted into it."""
     value = req.value
@@ -795,6 +795,8 @@ def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
     problems = []
     if "hostNetwork" in value and bool(spec.get("hostNetwork")) != value["hostNetwork"]:
         problems.append(f"hostNetwork is {bool(spec.get('hostNetwork'))}, not {value['hostNetwork']}")
+    if "hostPID" in value and bool(spec.get("hostPID")) != value["hostPID"]:
+        problems.append(f"hostPID is {bool(spec.get('hostPID'))}, not {value['hostPID']}")
     container = next((c for c in spec.get("containers") or [] if c.get("name") == value.get("container")), {})
     if "args" in value:
         words = [*map(str, container.get("command") or []), *map(str, container.get("args") or [])]
