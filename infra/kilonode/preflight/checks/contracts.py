@@ -41,7 +41,8 @@ cgroupDriverMatchesKubelet (on the pools of the named runtime, the kubelet's cgr
 runtime handler's: a break where the runtime does not report its driver to the kubelet, which then
 runs with its own field; a warning where it does, the field being inert), podNeeds
 (a workload's pod spec as upstream's manifest runs it: host network, container arguments, privileged,
-capabilities in the bounding set, host paths), rbacAllows (the workload's pods get a token and its
+capabilities in the bounding set, host paths and the propagation of their mounts), rbacAllows
+(the workload's pods get a token and its
 ServiceAccount is granted each request: ClusterRoleBindings anywhere, RoleBindings in their namespace,
 the apiserver's own roles from catalog/rbac.yaml; a request that a bound role not readable here might
 grant is a warning), discoveryRbac (each Kubernetes service-discovery block of a configuration a
@@ -786,7 +787,7 @@ def _node_sysctls(inputs: Inputs, name: str, contract: Contract, req: Requiremen
 def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
     """The workload's pod spec holds what the line names: `hostNetwork`, `hostPID`, a container's `args`, its
     `privileged`, the `capabilities` in its bounding set (added, or privileged), its `env` values,
-    and `hostPaths` mounted into it."""
+    `hostPaths` mounted into it, and `mountPropagation` (host path -> mode) of those mounts."""
     value = req.value
     workload = _workload(inputs, value["workload"])
     if workload is None:
@@ -819,6 +820,13 @@ def _pod_needs(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
         mounted = {host.get(m.get("name")) for m in container.get("volumeMounts") or []}
         problems += [f"container {value.get('container')} does not mount the host's {path}"
                      for path in value["hostPaths"] if path not in mounted]
+    if "mountPropagation" in value:
+        host = {v.get("name"): (v.get("hostPath") or {}).get("path") for v in spec.get("volumes") or []}
+        modes = {host.get(m.get("name")): m.get("mountPropagation") or "None"
+                 for m in container.get("volumeMounts") or []}
+        problems += [f"container {value.get('container')} mounts the host's {path} with propagation "
+                     f"{modes.get(path, 'None (not mounted)')}, not {mode}"
+                     for path, mode in value["mountPropagation"].items() if modes.get(path) != mode]
     if not problems:
         return []
     return [_finding(name, contract, req, value["workload"], "; ".join(problems),
