@@ -1035,7 +1035,8 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             },
         ),
         Job(
-            ("kube-state-metrics, found through its Service's EndpointSlices (label app.kubernetes.io/name,",
+            ("kube-state-metrics (kilonode.k8s.exporters runs it in kube-system, nodes only; a Prometheus of your own",
+             "finds the same), found through its Service's EndpointSlices (label app.kubernetes.io/name,",
              "port http-metrics, as its own manifests name them) in kube-system or monitoring, the namespaces",
              "Prometheus may watch (a Role in each, no cluster-wide pod watch). Run it with",
              f"--metric-labels-allowlist=nodes=[{POOL_LABEL}]: without it kube_node_labels has no pool label",
@@ -1166,7 +1167,7 @@ def scrape_config(plan: ClusterPlan) -> str:
         f"# Scrape configuration for cluster {plan.cluster} (kilonode.render.monitoring); {RUNBOOK_DOC} says",
         "# how to load it. Credentials: the ServiceAccount of a Prometheus running in the cluster.",
         "# At this size do NOT scrape from every node what one target can answer, nor whole histograms per",
-        "# node: kubelet and cAdvisor are trimmed below; node-level exporters are yours to trim alike.",
+        "# node: kubelet, cAdvisor and the exporters are trimmed below.",
         "scrape_configs:",
     ]
     for job in scrape_jobs(plan):

@@ -14,7 +14,7 @@ from __future__ import annotations
 PROMETHEUS_CONFIG_DIR = "/etc/prometheus/kilonode"
 PROMETHEUS_CONFIG_FILE = "prometheus.yml"
 # Namespaces Prometheus discovers pods and EndpointSlices in (a Role in each, not a cluster-wide
-# watch of every pod): cluster-autoscaler's, and where kube-state-metrics (the user's) may run.
+# watch of every pod): cluster-autoscaler's, and kube-state-metrics's (kilonode.k8s.exporters, kube-system).
 PROMETHEUS_DISCOVERY_NAMESPACES = ("kube-system", "monitoring")
 
 # --- series per target (estimates) --------------------------------------------------------------
@@ -27,9 +27,11 @@ PROMETHEUS_SERIES_PER_KUBELET = 1_200
 # CPU, working set, OOM events), one series each per container; pod-level cgroups and pause
 # containers are dropped. Containers per node: the pool's maxPods (one container per pod).
 PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER = 3
-# kube-state-metrics (the user's: kilonode scrapes it, does not run it): per Node object its
-# conditions x statuses, capacity/allocatable per resource, labels, taints, info (~40); per Pod
-# its phase, conditions, container states, requests and limits (~25).
+# kube-state-metrics: per Node object its conditions x statuses, capacity/allocatable per resource,
+# labels, taints, info (~40); per Pod its phase, conditions, container states, requests and limits
+# (~25), which kilonode's kube-state-metrics does not export (--resources=nodes,
+# kilonode.plan.defaults.exporters): the plan counts the per-node figure alone; the review's load
+# figure (kilonode.review.alerting) still counts a kube-state-metrics that exports pods.
 PROMETHEUS_KSM_SERIES_PER_NODE = 40
 PROMETHEUS_KSM_SERIES_PER_POD = 25
 # Per-pod network accounting (kilonode.render.pod_traffic), per node: bytes and packets in each
