@@ -95,7 +95,9 @@ def test_a_replaced_prometheus_statefulset_is_prometheus_restarted() -> None:
     found = risks(head)
     [restarted] = rule(found, "prometheus-restarted")
     assert "its StatefulSet is replaced (spec.serviceName)" in restarted.summary
-    assert "history is gone" in restarted.summary
+    # the claim outlives the StatefulSet (Retain) and the new one's pod mounts it again by name
+    assert "its history stays on its claim data-prometheus-0" in restarted.summary
+    assert "history is gone" not in restarted.summary and "no alert fires" in restarted.summary
 
 
 # --- 3. an alert's rate range under two scrape intervals ------------------------------------------------------------

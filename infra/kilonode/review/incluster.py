@@ -16,9 +16,13 @@ kilonode diff on research-7500, findings 5 to 7):
   at the pinned v1.34.2 tag); moving the range is a manual procedure (kubernetes.io "Kubernetes
   Default Service CIDR Reconfiguration", "Extend Service IP Ranges"); and the running kubelets
   keep the clusterDNS their instance's model gave them until it is upgraded;
-- Prometheus restarted: its TSDB is an emptyDir (kilonode.k8s.monitoring, docs/monitoring.md
-  "Storage"), so a new pod (any pod-template change, its node resized or replaced) starts with
-  no history and alerts nothing until it has scraped for their `for:`. Its resources and
+- Prometheus restarted: a new pod (any pod-template change, its node resized or replaced) alerts
+  nothing until it has replayed its WAL and scraped for each rule's `for:`. Its TSDB is on a
+  claim of the StatefulSet's volumeClaimTemplates (kilonode.k8s.monitoring, docs/monitoring.md
+  "Storage"), which the new pod mounts again, so the history stays, unless the change moves the
+  data off that claim: to an emptyDir (lost with the pod), to a claim of another name (a new empty
+  disk), or deletes the claim with the StatefulSet (persistentVolumeClaimRetentionPolicy
+  whenDeleted: Delete); each side's StatefulSet says which (_data_volume). Its resources and
   retention are sized from the node count (kilonode.plan.resolve.monitoring), so a pool-size
   change alone can do it;
 - an image whose tag moves under the same digest: a reference with both runs the digest and
@@ -191,11 +195,108 @@ def _days(value: float) -> str:
     return f"{value:g} d" if value >= 1 else f"{value * 24:g} h"
 
 
+DATA_DIR = "/prometheus"  # where the container keeps its TSDB (kilonode.k8s.monitoring DATA_DIR)
+
+
+def _data_volume(record: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """Where a Prometheus StatefulSet keeps DATA_DIR: ("claim", template name) for a volumeClaimTemplate,
+    ("emptyDir", volume) for an emptyDir, (its source kind, volume) for anything else; None where
+    there is no StatefulSet or no mount of DATA_DIR."""
+    spec = _inputs(record).get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or {}
+    mounts = [m for c in pod.get("containers") or [] if c.get("name") == PROMETHEUS
+              for m in c.get("volumeMounts") or [] if str(m.get("mountPath", "")).rstrip("/") == DATA_DIR]
+    if not mounts:
+        return None
+    name = str(mounts[0].get("name"))
+    if name in {str((t.get("metadata") or {}).get("name")) for t in spec.get("volumeClaimTemplates") or []}:
+        return "claim", name
+    for volume in pod.get("volumes") or []:
+        if volume.get("name") == name:
+            kind = next((k for k in volume if k != "name"), "unknown")
+            return kind, name
+    return None
+
+
+def _claim_template(record: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
+    spec = _inputs(record).get("spec") or {}
+    return next((t.get("spec") or {} for t in spec.get("volumeClaimTemplates") or []
+                 if (t.get("metadata") or {}).get("name") == name), {})
+
+
+def _deletes_claims(record: Mapping[str, Any] | None) -> bool:
+    """The StatefulSet's claims go with it (persistentVolumeClaimRetentionPolicy whenDeleted: Delete;
+    Retain, the default, keeps them: apps/v1 StatefulSetPersistentVolumeClaimRetentionPolicy)."""
+    policy = (_inputs(record).get("spec") or {}).get("persistentVolumeClaimRetentionPolicy") or {}
+    return policy.get("whenDeleted") == "Delete"
+
+
+def _history(c: ResourceChange) -> tuple[bool, str]:
+    """(whether the new pod starts with the old pod's history, why), from the StatefulSet on each side."""
+    before = _data_volume(c.base)
+    after = None if c.action == DELETE else _data_volume(c.head)
+    if before is None or before[0] != "claim":
+        where = f"an {before[0]}" if before and before[0] == "emptyDir" else (
+            f"a {before[0]} volume" if before else "no volume the review can read")
+        return False, f"its TSDB is {where} on the node, so all of its history is gone"
+    claim = f"{before[1]}-{PROMETHEUS}-0"  # the StatefulSet controller's claim name: <template>-<set>-<ordinal>
+    if c.action in (REPLACE, DELETE) and _deletes_claims(c.base):
+        return False, (f"its claim {claim} is deleted with the StatefulSet (persistentVolumeClaimRetentionPolicy "
+                       "whenDeleted: Delete), and with it all of its history")
+    if c.action == DELETE:
+        return True, (f"its history stays on the claim {claim} (not deleted with the StatefulSet), but nothing runs "
+                      "Prometheus until a StatefulSet of that name and claim template mounts it again")
+    if after is None or after[0] != "claim":
+        return False, (f"its TSDB moves from the claim {claim} to "
+                       + (f"an {after[0]}" if after else "no volume the review can read")
+                       + ": the new pod starts empty and all of its history stays behind on that claim (kept: "
+                         "Retain), read by nothing")
+    if after[1] != before[1]:
+        return False, (f"its claim template is renamed {before[1]} -> {after[1]}: the new pod gets a new, empty claim "
+                       f"({after[1]}-{PROMETHEUS}-0) and all of its history stays behind on {claim}, read by nothing")
+    old, new = _claim_template(c.base, before[1]), _claim_template(c.head, after[1])
+    moved = "" if old == new else (
+        f"; the claim template's new spec ({'; '.join(_claim_changes(old, new))}) does not reach {claim}: the "
+        "StatefulSet controller creates a claim only where none exists (kubernetes pkg/controller/statefulset/"
+        "stateful_pod_control.go createMissingPersistentVolumeClaims, read in the search index's copy, not at the "
+        "cluster's tag), so resize the claim itself (its class "
+        "allows expansion) or it keeps its old size")
+    return True, (f"its history stays on its claim {claim}, a managed disk the new pod mounts again "
+                  "(docs/monitoring.md, \"Storage\")" + moved)
+
+
+def _claim_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    def size(spec: Mapping[str, Any]) -> Any:
+        return ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    changes = [f"{k} {old.get(k)} -> {new.get(k)}" for k in ("storageClassName", "accessModes")
+               if old.get(k) != new.get(k)]
+    if size(old) != size(new):
+        changes.append(f"storage {size(old)} -> {size(new)}")
+    return changes or ["other fields"]
+
+
+def _node_history(diff: StackDiff) -> tuple[bool, str]:
+    """Whether a new pod on a replaced or resized node keeps the history: the head's StatefulSet's
+    volume (the base's where it is gone)."""
+    for entry in (diff.head, diff.base):
+        for record in (entry or {}).get("resources") or []:
+            if record.get("type") == STATEFULSET and _meta(record)[1] == PROMETHEUS:
+                volume = _data_volume(record)
+                if volume and volume[0] == "claim":
+                    return True, (f"its history stays on its claim {volume[1]}-{PROMETHEUS}-0, a managed disk that is "
+                                  "detached and attached to the new node (a Premium_LRS disk is zonal: a node of "
+                                  "another zone cannot take it, and the pod waits)")
+                return False, "its TSDB is " + (f"an {volume[0]}" if volume else "a volume the review cannot read") + \
+                    " on the node, so all of its history is gone"
+    return False, "its TSDB's volume could not be read, so its history may be gone"
+
+
 def prometheus(diff: StackDiff) -> list[Finding]:
     """Prometheus restarted by a new pod template, or its node resized or replaced."""
     reasons = []
     shortened: list[str] = []
     subjects: list[str] = []
+    history: list[tuple[bool, str]] = []
     for c in _prometheus_changes(diff):
         if c.action == REPLACE:
             # a StatefulSet forceNew input (serviceName, volumeClaimTemplates, selector, ...: effects.toml,
@@ -203,6 +304,7 @@ def prometheus(diff: StackDiff) -> list[Finding]:
             reasons.append(f"its StatefulSet is replaced ({c.reason() or 'a forceNew input'}): the old one and "
                            "its pod are deleted before the new one is created")
             subjects.append(c.name)
+            history.append(_history(c))
         elif c.action == DELETE or _template(c.base) != _template(c.head):
             sized = c.action == UPDATE and _sizing_only(c)
             reasons.append("its pod template changes" + (
@@ -210,6 +312,7 @@ def prometheus(diff: StackDiff) -> list[Finding]:
                 "pool's nodes, pods per node and GPUs: kilonode.plan.resolve.monitoring), and what moved them here "
                 "is " + _sizing_causes(diff) if sized else ""))
             subjects.append(c.name)
+            history.append(_history(c))
             before, after = _retention_days(c.base), _retention_days(c.head)
             if c.action == UPDATE and before is not None and after is not None and after < before:
                 shortened.append(f"its retention shortens {_days(before)} -> {_days(after)}: from then on it keeps "
@@ -226,14 +329,18 @@ def prometheus(diff: StackDiff) -> list[Finding]:
             what = "resized" if resized and c.action == UPDATE else ("deleted" if c.action == DELETE else "replaced")
             reasons.append(f"its node's scale set {c.name} is {what}")
             subjects.append(c.name)
+            history.append(_node_history(diff))
     if not reasons:
         return []
+    lost = [why for kept, why in history if not kept]
+    said = list(dict.fromkeys(lost or [why for _, why in history]))  # each once, the losses if any
     return [Finding(MEDIUM, "prometheus-restarted", (
-        f"Prometheus restarts on a new pod ({'; '.join(reasons)}): its TSDB is an emptyDir on the node, so all of "
-        "its history is gone, and no alert fires from the old pod's end until the new one has scraped for each "
+        f"Prometheus restarts on a new pod ({'; '.join(reasons)}): {'; '.join(said)}; "
+        + ("" if lost else "only alerting pauses: ")
+        + "no alert fires from the old pod's end until the new one has replayed its WAL and scraped for each "
         "rule's `for:` (5 to 30 minutes; docs/monitoring.md, \"Storage\")" + "".join(f"; and {s}" for s in shortened)
-        + ". Land it when a gap in alerting and graphs is acceptable, and say so to whoever is on call"),
-        tuple(subjects))]
+        + (". Land it when a gap in alerting and graphs is acceptable" if lost else ". Land it when a gap in alerting "
+           "is acceptable") + ", and say so to whoever is on call"), tuple(subjects))]
 
 
 def _images(record: Mapping[str, Any] | None) -> Iterator[tuple[str, str]]:
