@@ -304,7 +304,7 @@ def test_the_plan_prints_each_pool_steps_rollback_and_the_fresh_snapshot(tmp_pat
     assert "systemctl start kilonode-etcd-snapshot.service" in text and "lifecycle rule" in text
     assert "snapshot taken at pin-pools" not in text
     assert "kubectl -n kube-system rollout status daemonset/kube-proxy" in text
-    assert "Prometheus' history is lost" in text
+    assert "Prometheus' history stays on its disk" in text
 
 
 def test_cleanup_keeps_pool_entries_of_different_versions_and_says_so() -> None:

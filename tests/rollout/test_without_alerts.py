@@ -62,7 +62,7 @@ def test_the_monitoring_pools_gate_passes_on_its_node_checks_and_prometheus_read
     waiting = decide(journal, state, 4.0)  # schedulable now; the hold put back while it is still taken
     assert kinds(waiting) == [("wait", SET), ("hold", SET)] and "not bound" in waiting[0].why
     state = applied(state, waiting)
-    state = replace(state, prometheus_node=NODE)  # scheduled, replaying nothing (a new emptyDir), not Ready
+    state = replace(state, prometheus_node=NODE)  # scheduled, not Ready yet
     assert f"Prometheus prometheus-0 on {NODE} is not Ready yet" in decide(journal, state, 5.0)[0].why
     state = replace(state, prometheus_ready=True)
     assert "held 0 of 600 s" in decide(journal, state, 6.0)[0].why
@@ -152,7 +152,7 @@ def test_start_without_alerts_records_it_and_status_and_step_say_alerting_is_dar
     started = CliRunner().invoke(app, ["rollout", "start", "research-7500", "--pool", "monitoring", "--journal",
                                        str(path), "--without-alerts"], env=ENV)
     assert started.exit_code == 0, started.output
-    assert DARK in started.output and "history (an emptyDir) is lost" in started.output
+    assert DARK in started.output and "history stays on its disk" in started.output
     journal = journals.load(path)
     assert journal.policy.without_alerts == "monitoring" and journal.policy.order == (SET,) and not journal.prometheus
     assert any(DARK in line for line in journal.log)

@@ -141,8 +141,9 @@ def start(
     without_alerts: Annotated[bool, typer.Option(
         "--without-alerts", help="Only for the pool that runs the cluster's Prometheus (monitoring), which the "
         "rollout evicts: its gates read no alerts and wait instead, besides the node checks, for that Prometheus "
-        "Ready again (its node uncordoned for it), held --hold. Alerting is dark meanwhile and Prometheus' "
-        "history (an emptyDir) is lost. Recorded in the journal; refused on any other pool.")] = False,
+        "Ready again (its node uncordoned for it), held --hold. Alerting is dark meanwhile; Prometheus' "
+        "history stays on its disk, which follows the pod (docs/monitoring.md, \"Storage\"). Recorded in the "
+        "journal; refused on any other pool.")] = False,
     journal_file: JournalOpt = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Start again over an existing journal: the old one is kept beside it, renamed with the "
@@ -194,7 +195,8 @@ def _write_new(journal: Journal, path: Path, stack_ref: str) -> None:
     out.print(f"{path}: rollout of {journal.target} over {len(order)} scale sets, canary {order[0]}; "
               f"`kilonode rollout step {stack_ref} --dry-run` shows the first step", markup=False)
     if pool:
-        out.print(f"--without-alerts: {dark_alerting(pool)}; its history (an emptyDir) is lost", markup=False,
+        out.print(f"--without-alerts: {dark_alerting(pool)}; its history stays on its disk (a claim that follows "
+                  "the pod)", markup=False,
                   soft_wrap=True)
 
 

@@ -322,8 +322,8 @@ def _pool_step(config: ClusterConfig, found: Progress, stack: str, to: str, pool
          + (" --without-alerts" if pool.monitoring else "")
          + f" && kilonode rollout run {stack} --journal {journal}"
          + ("  # alerting is dark while the pool rolls (its Prometheus is the one evicted; or --prometheus URL at a "
-            "Prometheus outside the cluster), and Prometheus' history is lost: its data is an emptyDir on this "
-            "pool's node (docs/monitoring.md, \"Storage\")" if pool.monitoring else "")),
+            "Prometheus outside the cluster); Prometheus' history stays on its disk, a claim that follows the pod to "
+            "the new node (docs/monitoring.md, \"Storage\")" if pool.monitoring else "")),
         "fleet-rollout of this pool, no rollback-target-removed, no version-skew", pool=pool.name,
         rollback=(Edit(("nodePools", index, "kubernetesVersion"), start,
                        "the kubelet the old image runs: left at the new version, `kilonode diff` would "

@@ -20,10 +20,11 @@ POOL_OS_DISK_GIB = 128
 # P20 (512 GiB, 2,300 IOPS) is small beside the VM's price and keeps the kubelet from evicting
 # a job's pods for nodefs pressure (10% free).
 GPU_POOL_OS_DISK_GIB = 512
-# The monitoring pool (NodePoolConfig.monitoring): Prometheus' data is an emptyDir on the kubelet
-# root, so on this disk (kilonode.plan.resolve.monitoring). P30 (1,024 GiB, 5,000 IOPS): at
-# research-7500 ~32 GiB a day, 15 days in 60% of it; head compaction writes a two-hour block
-# at a time, well within the IOPS.
+# The monitoring pool (NodePoolConfig.monitoring): Prometheus' data was an emptyDir on the kubelet
+# root, on this disk; it is now a disk of its own (kilonode.k8s.monitoring, a claim), still sized
+# from this one (kilonode.plan.resolve.monitoring: 60%, rounded up to its tier). P30 (1,024 GiB,
+# 5,000 IOPS): at research-7500 ~32 GiB a day, 15 days in 60% of it. Sizing the claim from the
+# series and retention instead, and this disk back to a pool's, is not done.
 MONITORING_POOL_OS_DISK_GIB = 1024
 
 # The apiserver audit log, when the stack leaves its retention to the plan: as many

@@ -64,7 +64,8 @@ def pool_disks(size_name: str, gpus: int, storage: LocalStoragePlan, monitoring:
                       "GPU pool: the kubelet root (emptyDirs of training jobs), pod logs and the journal", temp)
     if monitoring:
         return _disks(defaults.MONITORING_POOL_OS_DISK_GIB, local,
-                      "monitoring pool: Prometheus' data (an emptyDir on the kubelet root), pod logs and the journal",
+                      "monitoring pool: pod logs and the journal; Prometheus' data is on a disk of its own, sized "
+                      "from this one (kilonode.plan.resolve.monitoring)",
                       temp)
     return _disks(defaults.POOL_OS_DISK_GIB, local, "pool: the kubelet root (emptyDirs), pod logs and the journal",
                   temp)
