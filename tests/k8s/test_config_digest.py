@@ -38,6 +38,8 @@ WORKLOADS = ("DaemonSet", "Deployment", "StatefulSet")
 ANNOTATED = {
     ("DaemonSet", "kube-proxy"), ("Deployment", "cloud-controller-manager"), ("Deployment", "cluster-autoscaler"),
     ("DaemonSet", "rdma-shared-dp-ds"), ("Deployment", SCHEDULER),
+    # its counters CSV, read at start (kilonode.k8s.exporters)
+    ("DaemonSet", "dcgm-exporter"),
 }
 
 

@@ -223,5 +223,6 @@ def test_the_series_estimate_counts_the_agents_on_gpu_nodes_and_the_controllers_
     if stack == "research-7500":
         # 7,500 8-GPU nodes: 18 fixed + 2 findings + 3 x 8 figures = 44 each, 330,000 in all
         gpu_terms = [t for t in p.terms if "GPU health agent of 8 GPUs" in t.what]
-        assert sum(t.targets for t in gpu_terms) == 7_500 and per_node_series(gpu := plan.gpu_pools[0]) - 1_299 - (
-            node_exporter_series(gpu) + dcgm_exporter_series(gpu)) == 44
+        assert sum(t.targets for t in gpu_terms) == 7_500 and per_node_series(gpu := plan.gpu_pools[0]) - (
+            1_200 + 3 * gpu.max_pods + 40 + 3 + 4 * gpu.max_pods
+            + node_exporter_series(gpu) + dcgm_exporter_series(gpu)) == 44

@@ -24,6 +24,9 @@ BOOT = (
     # by digest, from the same promotion manifests (k8s-staging-metrics-server)
     "registry.k8s.io/metrics-server/metrics-server:v0.8.0"
     "@sha256:89258156d0e9af60403eafd44da9676fd66f600c7934d468ccc17e42b199aee2",
+    # the exporters (kilonode.k8s.exporters; by tag: no digest read here)
+    "quay.io/prometheus/node-exporter:v1.12.1",
+    "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.18.0",
     "ghcr.io/postfinance/kubelet-csr-approver:v1.2.14",
     # the NetworkPolicy engine: Felix on every node, Typha on some (by tag: no digest read here)
     "quay.io/calico/node:v3.31.7",
@@ -40,13 +43,14 @@ DEVICE_PLUGIN = components().device_plugin.image("devicePlugin", str(components(
 RDMA_PLUGIN = components().rdma_shared_device_plugin.image(
     "rdmaSharedDevicePlugin", str(components().rdma_shared_device_plugin.version))
 PROMETHEUS = "quay.io/prometheus/prometheus:v3.5.5"  # on its pool only (kilonode.k8s.monitoring)
+DCGM_EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"  # GPU pools (kilonode.k8s.exporters)
 
 
 def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(plans: dict[str, ClusterPlan]) -> None:
     for pool in plans["research-7500"].node_pools:
         # the GPU pools: the device plugin too (not the system pool), the InfiniBand pools the RDMA
         # device plugin; a pool autoscales: the autoscaler; the monitoring pool: Prometheus
-        plugin = (DEVICE_PLUGIN,) if pool.gpus_per_node else ()
+        plugin = (DEVICE_PLUGIN, DCGM_EXPORTER) if pool.gpus_per_node else ()
         rdma = (RDMA_PLUGIN,) if pool.infiniband else ()
         prometheus = (PROMETHEUS,) if pool.name == "monitoring" else ()
         assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin, *rdma, *prometheus)
@@ -85,7 +89,7 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
     # ... and the pause image, which every node has from the image build (balloon pods run it)
-    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, RDMA_PLUGIN, PROMETHEUS,
+    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, DCGM_EXPORTER, RDMA_PLUGIN, PROMETHEUS,
                       plans["research-7500"].node_pools[0].pause_image}
     # each image the program runs is one some pool's nodes preload or name as pulled at first start
     named = {i for pool in plans["research-7500"].node_pools

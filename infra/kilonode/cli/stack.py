@@ -159,7 +159,7 @@ def _capacity_tables(plan: ClusterPlan) -> None:
 def _in_cluster(plan: ClusterPlan) -> None:
     """The in-cluster layer's lessons, one heading each (kilonode.k8s.*.describe)."""
     # Imported here: the in-cluster modules import pulumi (~0.5 s), which only explain pays.
-    from kilonode.k8s import autoscaler, calico, capacity, flowcontrol, metrics_server, scheduling
+    from kilonode.k8s import autoscaler, calico, capacity, exporters, flowcontrol, metrics_server, scheduling
     from kilonode.plan.resolve import joins
     from kilonode.plan.resolve import monitoring as prometheus
     from kilonode.render import monitoring
@@ -173,6 +173,7 @@ def _in_cluster(plan: ClusterPlan) -> None:
         "metrics-server (kubectl top, HorizontalPodAutoscalers)": metrics_server.describe(plan),
         "NetworkPolicy engine (docs/in-cluster.md)": calico.describe(plan),
         "node joins (how many boot at once, against what the apiservers are sized for)": joins.describe(plan),
+        "exporters Prometheus scrapes (docs/monitoring.md, The exporters)": exporters.describe(plan),
         "Prometheus: series, memory, disk (docs/monitoring.md)": prometheus.describe(plan.prometheus),
         "alerts it evaluates (docs/monitoring.md)": monitoring.describe(plan),
     }

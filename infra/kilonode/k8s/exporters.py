@@ -333,10 +333,16 @@ def _kube_state_metrics(name: str, args: ExportersArgs, child: pulumi.ResourceOp
             cluster_ip="None", selector=selector,
             ports=[core.v1.ServicePortArgs(name="http-metrics", port=metrics, target_port="http-metrics"),
                    core.v1.ServicePortArgs(name="telemetry", port=telemetry, target_port="telemetry")]),
-        opts=child,
+        opts=awaited(child, args.awaits),  # it waits for a ready endpoint, the replica on a pool node
     )
-    # kube-system has no default deny (kilonode.k8s.network_policy): its own policy, the metrics port
-    # from the cluster's Prometheus alone
+    _kube_state_metrics_policy(name, labels, selector, child)
+
+
+def _kube_state_metrics_policy(name: str, labels: dict[str, str], selector: dict[str, str],
+                               child: pulumi.ResourceOptions) -> None:
+    """kube-system has no default deny (kilonode.k8s.network_policy): its own policy, the metrics
+    port from the cluster's Prometheus alone."""
+    metrics = defaults.KSM_PORT
     networking.v1.NetworkPolicy(
         f"{name}-ksm-policy",
         metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=KUBE_SYSTEM, labels=labels),

@@ -108,9 +108,7 @@ class InCluster(pulumi.ComponentResource):
             on_cluster,
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
-        MetricsServer(f"{name}-metrics-server", MetricsServerArgs.of(plan), on_cluster)  # kubectl top, HPAs
-        # node-exporter, dcgm-exporter on the GPU pools, kube-state-metrics (kilonode.k8s.exporters)
-        Exporters(f"{name}-exporters", ExportersArgs.of(plan), on_cluster)
+        _metrics(name, plan, on_cluster)  # metrics-server (kubectl top, HPAs), the exporters Prometheus scrapes
         # Azure Disk CSI and the Premium SSD class Prometheus's claim binds to (kilonode.k8s.storage)
         Storage(f"{name}-storage", StorageArgs(plan=plan), on_cluster)
         # GPU pools: the device plugin on their nodes, and the taint controller's access
@@ -141,6 +139,13 @@ class InCluster(pulumi.ComponentResource):
         if plan.autoscaled_pools:
             ClusterAutoscaler(f"{name}-autoscaler", ClusterAutoscalerArgs(plan, args.cloud_target), on_cluster)
         self.register_outputs({})
+
+
+def _metrics(name: str, plan: ClusterPlan, on_cluster: pulumi.ResourceOptions) -> None:
+    """The resource metrics API (kilonode.k8s.metrics_server: kubectl top, HPAs), and node-exporter,
+    dcgm-exporter on the GPU pools and kube-state-metrics (kilonode.k8s.exporters)."""
+    MetricsServer(f"{name}-metrics-server", MetricsServerArgs.of(plan), on_cluster)
+    Exporters(f"{name}-exporters", ExportersArgs.of(plan), on_cluster)
 
 
 def _network_policy(name: str, plan: ClusterPlan, on_cluster: pulumi.ResourceOptions) -> None:

@@ -218,6 +218,9 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         images["dns_autoscaler_image"],  # CoreDNS's replicas follow the nodes (kilonode.k8s.dns)
         # the resource metrics API (kilonode.k8s.metrics_server): `kubectl top` and every HPA
         images["metrics_server_image"],
+        # the exporters (kilonode.k8s.exporters): node-exporter on every node, kube-state-metrics once
+        images["node_exporter_image"],
+        images["kube_state_metrics_image"],
         images["serving_cert_approver_image"],
         # the NetworkPolicy engine (kilonode.k8s.calico): Felix on every node, Typha on some
         images["calico_node_image"],
@@ -235,7 +238,7 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu), and an
     # InfiniBand node rdma/ib only once the RDMA device plugin does (kilonode.k8s.rdma).
     if pool is not None and gpus_of(pool.vm_size, pool.gpus_per_node):
-        common = (*common, images["device_plugin_image"])
+        common = (*common, images["device_plugin_image"], images["dcgm_exporter_image"])
     if pool is not None and pool.infiniband:
         common = (*common, images["rdma_device_plugin_image"])
     # Azure Disk CSI's node plugin runs on every pool but the GPU pools (kilonode.k8s.storage

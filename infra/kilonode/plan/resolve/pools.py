@@ -39,11 +39,13 @@ from kilonode.problems import PlanError, Problem
 AZURE = limits().azure
 
 # The tool's own DaemonSets (kilonode.k8s.incluster): kube-proxy and the cloud node manager on
-# every node, the NVIDIA device plugin on GPU pools, the RDMA device plugin on InfiniBand pools.
+# every node, the NVIDIA device plugin on GPU pools, the RDMA device plugin on InfiniBand pools;
+# node-exporter on every node and dcgm-exporter on GPU pools (kilonode.k8s.exporters: host network,
+# so a pod slot each in maxPods and no pod IP).
 # tests/plan/test_limits.py checks this against the DaemonSets in the shipped stacks' graphs, and
 # preflight's scheduling check the kubelets' maxPods against the DaemonSets of the graph.
-EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager", "calico-node")
-GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset",)
+EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager", "calico-node", "node-exporter")
+GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset", "dcgm-exporter")
 INFINIBAND_DAEMONSETS = ("rdma-shared-dp-ds",)
 
 
