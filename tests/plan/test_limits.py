@@ -39,8 +39,9 @@ def budget(plan: ClusterPlan, name: str) -> Any:
 
 def test_pod_objects_count_the_tools_daemonset_pods(plans: dict[str, ClusterPlan]) -> None:
     # a100-ib 5,000 x (3 pod IPs + kube-proxy, cloud-node-manager, calico-node, node-exporter, device
-    # plugin, dcgm-exporter, RDMA plugin), h100-ib 2,500 x 10, system 3 x (16 + 4), monitoring 1 x (4 + 4)
-    assert budget(plans["research-7500"], "pods per cluster").used == 5000 * 10 + 2500 * 10 + 3 * 20 + 1 * 8
+    # plugin, dcgm-exporter, RDMA plugin), h100-ib 2,500 x 10, system 3 x (16 + 4 + the Azure Disk node
+    # plugin), monitoring 1 x (4 + 4 + the Azure Disk node plugin)
+    assert budget(plans["research-7500"], "pods per cluster").used == 5000 * 10 + 2500 * 10 + 3 * 21 + 1 * 9
 
 
 def test_a_host_network_fleet_still_makes_pod_objects() -> None:

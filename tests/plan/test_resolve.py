@@ -168,14 +168,17 @@ def test_gallery_replicas_follow_concurrent_creates_within_bounds(plans: dict[st
 
 def test_max_pods_counts_pod_ips_and_the_daemonsets_pods(plans: dict[str, ClusterPlan]) -> None:
     """A pod per pod IP plus the tool's DaemonSet pods (hostNetwork): kube-proxy,
-    cloud-node-manager and calico-node everywhere, the device plugins on GPU and InfiniBand pools."""
+    cloud-node-manager, calico-node and node-exporter everywhere, the device plugin and dcgm-exporter on
+    GPU pools, the RDMA plugin on InfiniBand pools, Azure Disk CSI's node plugin on the pools without
+    GPUs and on monitoring and system pools."""
     for plan in plans.values():
         for pool in plan.node_pools:
             assert pool.ip_configs_per_nic == 1 + pool.pods_per_node
-            agents = 3 + (1 if pool.gpus_per_node else 0) + (1 if pool.infiniband else 0)
+            disks = not pool.gpus_per_node or pool.monitoring or pool.system
+            agents = 4 + (2 if pool.gpus_per_node else 0) + (1 if pool.infiniband else 0) + (1 if disks else 0)
             assert pool.max_pods == pool.pods_per_node + agents, pool.name
     assert {p.name: p.max_pods for p in plans["research-7500"].node_pools} == {
-        "a100-ib": 3 + 5, "h100-ib": 3 + 5, "system": 16 + 3, "monitoring": 4 + 3}
+        "a100-ib": 3 + 7, "h100-ib": 3 + 7, "system": 16 + 5, "monitoring": 4 + 5}
 
 
 def test_pause_image_is_always_preloaded_first(plans: dict[str, ClusterPlan]) -> None:

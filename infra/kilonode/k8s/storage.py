@@ -156,9 +156,11 @@ class StorageArgs:
 
 
 def node_plugin_pools(plan: ClusterPlan) -> list[str]:
-    """Where a disk can be attached: every pool with no GPUs, and the Prometheus pool (the module
-    docstring says why not the GPU pools)."""
-    pools = {p.name for p in plan.node_pools if not p.gpus_per_node}
+    """Where a disk can be attached: every pool with no GPUs, a monitoring or system pool, and the
+    Prometheus pool (the module docstring says why not the GPU pools). The plan counts its pod in
+    those pools' maxPods by the same rule (kilonode.plan.resolve.components runs_disk_plugin;
+    tests/plan/test_limits.py compares the two)."""
+    pools = {p.name for p in plan.node_pools if not p.gpus_per_node or p.monitoring or p.system}
     if plan.prometheus is not None:
         pools.add(plan.prometheus.pool)
     return sorted(pools)

@@ -208,6 +208,14 @@ def components_plan(config: ClusterConfig, pools: tuple[NodePoolPlan, ...]) -> C
     )
 
 
+def runs_disk_plugin(pool: NodePoolConfig) -> bool:
+    """Whether Azure Disk CSI's node plugin runs on the pool's nodes (kilonode.k8s.storage
+    node_plugin_pools, which adds the Prometheus pool wherever it is): every pool without GPUs, and
+    a monitoring or system pool whatever its size; not the GPU pools, whose thousands of nodes would
+    each run three containers for disks no training job asks for."""
+    return not gpus_of(pool.vm_size, pool.gpus_per_node) or pool.monitoring or pool.system
+
+
 def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tuple[str, ...]:
     """What the in-cluster program runs that every node (or any node) must start at boot;
     with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
@@ -229,6 +237,8 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         # uninitialized taint); cloud-controller-manager must start on an uninitialized node
         images["cloud_node_manager_image"],
         images["cloud_controller_manager_image"],
+        # Azure Disk CSI's controller, where cloud-controller-manager runs (kilonode.k8s.storage)
+        *(images["azure_disk_csi_images"][r] for r in ("provisioner", "attacher", "resizer")),
         # the gang scheduler and its controller (kilonode.k8s.scheduling): gang jobs wait for them
         images["scheduler_plugins_scheduler_image"],
         images["scheduler_plugins_controller_image"],
@@ -241,14 +251,11 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
         common = (*common, images["device_plugin_image"], images["dcgm_exporter_image"])
     if pool is not None and pool.infiniband:
         common = (*common, images["rdma_device_plugin_image"])
-    # Azure Disk CSI's node plugin runs on every pool but the GPU pools (kilonode.k8s.storage
-    # node_plugin_pools), and on the Prometheus pool whatever it is; its controller on the
-    # controller pools.
-    csi = images["azure_disk_csi_images"]
-    common = (*common, *(csi[r] for r in ("provisioner", "attacher", "resizer")))
+    # Azure Disk CSI's node plugin (kilonode.k8s.storage): where pools.own_daemonsets puts it, and on
+    # the Prometheus pool whatever it is (its claim is attached there)
     placed_on = prometheus_pool(config)
-    if pool is not None and (not gpus_of(pool.vm_size, pool.gpus_per_node)
-                             or (placed_on is not None and placed_on.name == pool.name)):
+    if pool is not None and (runs_disk_plugin(pool) or (placed_on is not None and placed_on.name == pool.name)):
+        csi = images["azure_disk_csi_images"]
         common = (*common, *(csi[r] for r in ("azuredisk", "nodeDriverRegistrar", "livenessProbe")))
     # The cluster's Prometheus (kilonode.k8s.monitoring) runs on one node of one pool, but a
     # registry hiccup when that node first starts leaves every alert silent, like the autoscaler's.

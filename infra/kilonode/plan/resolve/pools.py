@@ -24,7 +24,7 @@ from kilonode.plan.model import (
     ScaleSetShard,
     SysctlSetting,
 )
-from kilonode.plan.resolve.components import boot_images
+from kilonode.plan.resolve.components import boot_images, runs_disk_plugin
 from kilonode.plan.resolve.disks import pool_disks
 from kilonode.plan.wellknown import (
     NCCL_TOPOLOGY_LABEL,
@@ -47,12 +47,15 @@ AZURE = limits().azure
 EVERY_NODE_DAEMONSETS = ("kube-proxy", "cloud-node-manager", "calico-node", "node-exporter")
 GPU_DAEMONSETS = ("nvidia-device-plugin-daemonset", "dcgm-exporter")
 INFINIBAND_DAEMONSETS = ("rdma-shared-dp-ds",)
+# Azure Disk CSI's node plugin (kilonode.k8s.storage, host network) where runs_disk_plugin says
+STORAGE_DAEMONSETS = ("csi-azuredisk-node",)
 
 
 def own_daemonsets(pool: NodePoolConfig) -> tuple[str, ...]:
     """The tool's DaemonSets with a pod on each of this pool's nodes."""
     return (*EVERY_NODE_DAEMONSETS, *(GPU_DAEMONSETS if gpus_of(pool.vm_size, pool.gpus_per_node) else ()),
-            *(INFINIBAND_DAEMONSETS if infiniband_of(pool.vm_size, pool.infiniband) else ()))
+            *(INFINIBAND_DAEMONSETS if infiniband_of(pool.vm_size, pool.infiniband) else ()),
+            *(STORAGE_DAEMONSETS if runs_disk_plugin(pool) else ()))
 
 
 def max_pods(pool: NodePoolConfig) -> int:
