@@ -21,7 +21,9 @@ def test_images_go_to_the_registry_their_reference_names() -> None:
 def test_each_pool_counts_its_daemonsets_images_over_its_nodes() -> None:
     found = pulls("research-7500")
     h100 = found["pool-h100-ib"]
-    assert h100.startswith("2,500 nodes x 5 image(s) = 12,500 registry pulls")
+    # kube-proxy, cloud-node-manager, calico-node, node-exporter, the device plugin, dcgm-exporter, the RDMA plugin
+    assert h100.startswith("2,500 nodes x 7 image(s) = 17,500 registry pulls")
+    assert "DaemonSet kube-system/node-exporter" in h100 and "DaemonSet kube-system/dcgm-exporter" in h100
     assert "DaemonSet kube-system/kube-proxy" in h100 and "nvidia-device-plugin" in h100
     assert "DaemonSet kube-system/calico-node" in h100
     assert "DaemonSet kube-system/rdma-shared-dp-ds" in h100

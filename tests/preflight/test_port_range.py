@@ -38,7 +38,8 @@ def test_a_range_from_1024_takes_the_kubelets_agents_and_nodeports() -> None:
 
 
 def test_reserving_the_ports_clears_it() -> None:
-    reserved = "net.ipv4.ip_local_reserved_ports = 5473,6666,8085,9098-9099,9479-9482,10248-10268,30000-32767\n"
+    reserved = ("net.ipv4.ip_local_reserved_ports = 5473,6666,8085,9098-9100,9400,9479-9482,10248-10268,"
+                "30000-32767\n")
     assert breaks(run(inputs_of(STACK, files=_widened(reserved)), CHECK)) == []
 
 
