@@ -107,9 +107,11 @@ def test_a_model_update_of_autoscaled_scale_sets_says_to_pause_the_autoscaler() 
         if r["type"].endswith(":VirtualMachineScaleSet") and "-h100-ib-" in r["name"]:
             r["inputs"]["virtualMachineProfile"]["osProfile"]["customData"] = "[secret sha256:0000]"
     found = risks(head)
-    [h100] = [r for r in rule(found, "fleet-rollout") if "pool-h100-ib" in r.summary]
-    assert "25 of them are autoscaled" in h100.summary and "--replicas=0" in h100.summary
-    assert not [r for r in rule(found, "fleet-rollout") if "pool-a100-ib" in r.summary and "autoscaled" in r.summary]
+    assert [r for r in rule(found, "fleet-rollout") if "pool-h100-ib" in r.summary]
+    # said once, in its own line (independent trace 14: every PUT of an autoscaled model, whatever the rule)
+    [put] = rule(found, "autoscaled-model-put")
+    assert "25 autoscaled scale set(s)" in put.summary and "--replicas=0" in put.summary
+    assert not [s for s in put.subjects if "-a100-ib-" in s]
 
 
 def test_a_rollback_to_the_kept_version_is_said_as_one_not_as_unchanged_contents() -> None:

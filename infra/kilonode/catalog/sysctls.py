@@ -17,12 +17,26 @@ class KernelType(Row):
     source: str
 
 
+class Netns(Row):
+    """A sysctl the kernel keeps per network namespace: what a new namespace (a pod's, under Azure CNI)
+    starts with, and whether a pod may set its own."""
+
+    # "default": the kernel's value, whatever the host set (the key's pernet init writes a constant);
+    # "host": the host's (init_net's) value at the namespace's creation (the pernet init copies it)
+    start: Literal["default", "host"]
+    default: str | None = None  # the kernel's value a new namespace starts at, where `start` is default
+    # in the kubelet's safe sysctl list (a pod may set it in securityContext.sysctls unflagged); None: not read
+    safe: bool | None = None
+    source: str
+
+
 class SysctlKey(Row):
     type: str
     min: int | None = None
     max: int | None = None
     count: int = 1  # numbers in one value: "1024 65535" is two
     source: str
+    netns: Netns | None = None  # None: not recorded (global, or not read), never "not namespaced"
 
 
 class Hardening(Row):
@@ -61,6 +75,9 @@ class Sysctls(Row):
         for name in self.paths:
             if self.key(name) is not None:
                 raise ValueError(f"paths.{name}: a key a stack may not set has no row in `keys`")
+        for name, row in self.keys.items():
+            if row.netns is not None and (row.netns.start == "default") != (row.netns.default is not None):
+                raise ValueError(f"keys.{name}.netns: a kernel default is given exactly where start is default")
         for name, rule in self.hardening.items():
             if name not in self.keys:
                 raise ValueError(f"hardening.{name}: the key has no row in `keys` (its type and range)")

@@ -5,13 +5,17 @@
 What each flag does, read in kubernetes/autoscaler cluster-autoscaler:
 
 - core/scaledown/eligibility/eligibility.go (unremovableReasonAndNodeUtilization,
-  isNodeBelowUtilizationThreshold): a node whose cloud provider reports a GPU config is judged
-  against --scale-down-gpu-utilization-threshold, any other against
+  isNodeAtOrBelowUtilizationThreshold, l.173-192 at cluster-autoscaler-1.34.5 cb2123ed; the same at
+  1.32.7 f645beb1, 1.33.6 be4b5a18, 1.35.2 2d425888, each with the backport "Fix scale-down
+  eligibility when utilization and threshold are zero"): a node whose cloud provider reports a GPU
+  config is judged against --scale-down-gpu-utilization-threshold, any other against
   --scale-down-utilization-threshold, and it is kept ("NotUnderutilized") while
-  `utilInfo.Utilization >= threshold`; below it, it is a scale-down candidate.
-  utils/utilization (Calculate): a GPU node's utilization is its requested GPUs over its
-  allocatable GPUs (DaemonSet pods left out with --ignore-daemonsets-utilization). So raising the
-  GPU threshold to 0.5 makes every 8-GPU node with fewer than 4 GPUs requested removable: its
+  `utilInfo.Utilization > threshold`; at or below it, it is a scale-down candidate (older
+  releases kept it at `>=`, so that a threshold of 0 kept even an empty node; not the pinned ones).
+  simulator/utilization/info.go (Calculate, l.50-60 at 1.34.5): a GPU node's utilization is its
+  requested GPUs over its allocatable GPUs, CPU and memory not counted (DaemonSet pods left out
+  with --ignore-daemonsets-utilization). So raising the GPU threshold to 0.5 makes every 8-GPU
+  node with 4 or fewer GPUs requested removable: its
   pods are simulated elsewhere and, after --scale-down-unneeded-time, the node is drained (its
   pods evicted) and deleted, down to the node group's min size (`--nodes=min:max:set`).
 - --scale-down-unneeded-time: how long a node stays a candidate before it goes; shorter removes
@@ -26,6 +30,21 @@ A GPU job's gang (kilonode.k8s.scheduling: one PodGroup per job, all members on 
 whole when one member is evicted (MPI/NCCL ranks do not survive a lost peer: field notes), so a
 drained GPU node costs every node of its job. The flags are read from the rendered Deployment
 kube-system/cluster-autoscaler in each side's snapshot; the pools from each side's plan.
+
+Whether a running gang pod can be evicted at all depends on the head's GPU threshold (independent
+trace 14, PR 05: `--scale-down-unneeded-time` 30m -> 5m was said as gang eviction). A GPU node's
+utilization is its requested GPUs alone (simulator/utilization/info.go Calculate at 1.34.5), and
+a node is a candidate while Utilization <= threshold (eligibility.go, above), so at kilonode's
+one millionth (or at 0) only a node with no GPU requested is a candidate and no pod holding a GPU
+is evicted. Running GPU pods are at risk only where a node with one GPU requested is at or below
+the threshold, or where --expendable-pods-priority-cutoff rises: pods below it are left out of
+the autoscaler's cluster snapshot (core/static_autoscaler.go RunOnce l.341-343 at 1.34.5:
+FilterOutExpendablePods before ClusterSnapshot.SetClusterState), so their node looks empty.
+Otherwise (high becomes medium) the line says the real cost: churn (a freed GPU node goes after
+the unneeded time and takes NODE_READY_MIN or more to come back), and a node held for a gang at
+the Coscheduling Permit stage, whose pods are bound only after WaitOnPermit (kubernetes
+pkg/scheduler/schedule_one.go bindingCycle), so the node looks empty and can be removed within
+the gang scheduler's permitWaitingTimeSeconds (kilonode.review.gang_scheduler).
 
 The unready guard weakened (`autoscaler-unready-guard-weakened`; independent trace 8a:
 `--max-total-unready-percentage` 10 -> 45 on research-7500 was "No risk found"), read in
@@ -89,7 +108,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from kilonode.plan.defaults.autoscaler import (
+    CLUSTER_AUTOSCALER_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD,
+    CLUSTER_AUTOSCALER_SCALE_DOWN_UNNEEDED_TIME,
+)
 from kilonode.plan.defaults.node import NODE_READY_MIN
+from kilonode.review import gang_scheduler
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
@@ -230,9 +254,9 @@ def _moves(base: Mapping[str, str], head: Mapping[str, str]) -> tuple[list[str],
             was, now = raised
             kind = "GPU node" if target is gpu else "node without GPUs"
             target.append(f"--{key} {was:g} -> {now:g}: a {kind} is kept only while its requested "
-                          f"{'GPUs' if target is gpu else 'CPU or memory'} are at least {now:.0%} of its allocatable "
-                          f"(eligibility.go: kept while Utilization >= threshold), "
-                          + ("so no node was below the base's 0" if was == 0 else f"was {was:.0%}"))
+                          f"{'GPUs' if target is gpu else 'CPU or memory'} are more than {now:.0%} of its allocatable "
+                          f"(eligibility.go: kept while Utilization > threshold), "
+                          + ("only empty nodes at the base's 0" if was == 0 else f"was {was:.0%}"))
     both: list[str] = []
     if _shortened(base, head, "scale-down-unneeded-time"):
         both.append(f"--scale-down-unneeded-time {_value(base, 'scale-down-unneeded-time')} -> "
@@ -273,30 +297,74 @@ def scale_down_raised(diff: StackDiff) -> list[Finding]:
         gpus = int(pool.get("gpusPerNode") or 0)
         line = f"pool {pool['name']}: up to {may:,} of its {high:,} nodes (down to its floor of {low:,})"
         if gpus:
-            line += (f"; any node with fewer than {_threshold_gpus(head, gpus)} of its {gpus} GPUs requested"
-                     if _float(_value(head, "scale-down-gpu-utilization-threshold")) else "")
+            keep = _threshold_gpus(head, gpus)
+            line += ("; any node with no GPU requested" if keep <= 1 else
+                     f"; any node with {keep - 1} or fewer of its {gpus} GPUs requested")
         said.append(line)
     moves = sorted({m for _, ms in reached for m in ms}, key=lambda m: (not m.startswith("--scale-down-gpu"), m))
-    level = HIGH if any(int(p.get("gpusPerNode") or 0) for p, _ in reached) else MEDIUM
+    gpu_reached = [p for p, _ in reached if int(p.get("gpusPerNode") or 0)]
+    evicts = any(_evicts_running(base, head, int(p.get("gpusPerNode") or 0)) for p in gpu_reached)
+    level = HIGH if evicts else MEDIUM
     drain = _value(head, "max-drain-parallelism")
+    unneeded = _value(head, "scale-down-unneeded-time")
     return [Finding(level, RULE, (
         f"the cluster autoscaler's scale-down reaches more nodes ({'; '.join(moves)}). Drainable: "
-        f"{'; '.join(said)}. After --scale-down-unneeded-time ({_value(head, 'scale-down-unneeded-time')}) such a "
+        f"{'; '.join(said)}. After --scale-down-unneeded-time ({unneeded}) such a "
         f"node is drained, {drain} at a time (--max-drain-parallelism), its pods evicted and rescheduled, and "
         "deleted (kubernetes/autoscaler cluster-autoscaler core/scaledown/eligibility/eligibility.go, "
-        "utils/utilization)"
+        "simulator/utilization)"
         + (": a gang pod evicted stops its whole job (every rank of an MPI/NCCL job fails with its peer), so "
            "each drained GPU node running part of a job costs all of that job's nodes, and the job's pods pend "
-           "until a scale-up brings nodes back" if level == HIGH else "")
-        + ". Keep the GPU threshold at kilonode's 0 (kilonode.plan.defaults.autoscaler), or mark running GPU "
-        "pods cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\" before this lands"),
+           "until a scale-up brings nodes back. Keep the GPU threshold at kilonode's "
+           f"{CLUSTER_AUTOSCALER_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD} (kilonode.plan.defaults.autoscaler), or mark "
+           "running GPU pods cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\" before this lands"
+           if evicts else "")
+        + (_empty_gpu_nodes_only(diff, head, unneeded) if gpu_reached and not evicts else "")),
         tuple(f"pool {p['name']}" for p, _ in reached), cause="cluster-autoscaler flags")]
 
 
+def _evicts_running(base: Mapping[str, str], head: Mapping[str, str], gpus: int) -> bool:
+    """Can the head's scale-down take a GPU node that runs a pod holding a GPU (a gang member)? Only where a
+    node with one GPU requested is at or below the GPU threshold (a GPU node's utilization is its requested
+    GPUs over its allocatable GPUs alone: simulator/utilization/info.go Calculate; a candidate while
+    Utilization <= threshold: eligibility.go isNodeAtOrBelowUtilizationThreshold), or where the expendable-pod
+    cutoff rises: pods below it are left out of the autoscaler's cluster snapshot (core/static_autoscaler.go
+    RunOnce l.341-343 at 1.34.5, FilterOutExpendablePods before ClusterSnapshot.SetClusterState), so a node
+    running only such pods counts as empty and they go with it (FAQ "How does Cluster Autoscaler treat nodes
+    with expendable pods?")."""
+    return _threshold_gpus(head, gpus) > 1 or _raised(base, head, "expendable-pods-priority-cutoff") is not None
+
+
+def _empty_gpu_nodes_only(diff: StackDiff, head: Mapping[str, str], unneeded: str) -> str:
+    """What a scale-down move costs on GPU pools whose threshold lets only a GPU node with no GPU requested
+    go (kilonode's one millionth: kilonode.plan.defaults.autoscaler): no running GPU pod is evicted; the cost
+    is churn and the nodes held for a gang at Permit (the wording of delay_after_add_changed)."""
+    threshold = _value(head, "scale-down-gpu-utilization-threshold")
+    args = gang_scheduler.coscheduling_args(gang_scheduler.config(diff.head))
+    permit = args.get(gang_scheduler.PERMIT) if args else None
+    return (f". With --scale-down-gpu-utilization-threshold {threshold} only a GPU node with no GPU requested is a "
+            "candidate (a GPU node's utilization is its requested GPUs over its allocatable, nothing else: "
+            "simulator/utilization/info.go Calculate; kept while Utilization > threshold), so no pod holding a "
+            "GPU, no gang member, is evicted. What it costs is churn and the gang's nodes: a GPU node freed between "
+            f"jobs is deleted after {unneeded} idle, and one asked for again takes kilonode's NODE_READY_MIN "
+            f"({NODE_READY_MIN} min, kilonode.plan.defaults.node: placement-group allocation, boot, TLS bootstrap, "
+            "the GPU health checks) or more to come back; and a node held for a gang runs no GPU pod until the "
+            "whole gang has nodes (Coscheduling holds its pods at Permit, unbound"
+            + (f", for up to {permit:g} s: the gang scheduler's {gang_scheduler.PERMIT}"
+               if isinstance(permit, (int, float)) and not isinstance(permit, bool) else "")
+            + "; kubernetes pkg/scheduler/schedule_one.go binds after WaitOnPermit), so it looks empty, below the "
+            "GPU utilization threshold, and is removable once unneeded for --scale-down-unneeded-time: a node "
+            "held for a gang may be removed before the gang lands, and the gang pends for another scale-up. "
+            f"kilonode holds --scale-down-unneeded-time at {CLUSTER_AUTOSCALER_SCALE_DOWN_UNNEEDED_TIME}, the "
+            "provision time (kilonode.plan.defaults.autoscaler: a GPU node idle for less than it takes to get one "
+            "back is churn)")
+
+
 def _threshold_gpus(head: Mapping[str, str], gpus: int) -> int:
-    """The fewest requested GPUs that keep a node (Utilization >= threshold)."""
+    """The fewest requested GPUs that keep a node: Utilization > threshold (eligibility.go
+    isNodeAtOrBelowUtilizationThreshold at the pinned releases); 1 where only an empty node goes."""
     threshold = _float(_value(head, "scale-down-gpu-utilization-threshold")) or 0.0
-    return math.ceil(threshold * gpus - 1e-9)
+    return max(1, math.floor(threshold * gpus + 1e-9) + 1)
 
 
 def _tolerated(found: Mapping[str, str], nodes: int) -> int | None:

@@ -14,7 +14,10 @@ And high: an in-place update Azure refuses (effects.toml "refused"), which stops
 partway; a DaemonSet added, or one whose cluster-wide list/watch grows, budget stated or not
 (kilonode.preflight.apiload: every node's pod is one more watch on the apiservers). Medium: a
 join-token rotation, which rolls nothing (only the models' token changes) but strands an
-instance whose own model carries a token whose Secret is deleted. The in-cluster objects'
+instance whose own model carries a token whose Secret is deleted. Medium too, once per review: the
+autoscaled scale sets whose model the change updates, whatever rule judges the cause (a rollout, a
+join token, inert custom data): `pulumi up` PUTs each with the size it read at its start, so what the
+autoscaler adds meanwhile is removed undrained (autoscaled_put). The in-cluster objects'
 (a moved serviceCidr, replaced Services, Prometheus restarted, a tag under an unchanged digest)
 are kilonode.review.incluster's.
 
@@ -57,10 +60,11 @@ from kilonode.review import (
     rules,
     security,
     serving,
+    sysctl_netns,
     value_effects,
     versions,
 )
-from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, StackDiff, covers, short
+from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, StackDiff, covers, natural, short
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
 LEVELS = (HIGH, MEDIUM)
@@ -497,24 +501,40 @@ def _rollout(diff: StackDiff, where: str, kinds: list[str], names: set[str], cap
                 "its nodes first (`kubectl drain`"
                 + (", or wait until no gang runs on the fabric)" if infiniband else ")")
                 + ", as the upgrade and reimage restart every node of it and kill the pods there, a training gang "
-                "with one pod there included" + _autoscaled_update(diff, names), tuple(sorted(names)),
+                "with one pod there included", tuple(sorted(names)),
                 cause=lifecycle.image_cause(image[0], image[1]) if image and "image" in kinds else "")
 
 
-def _autoscaled_update(diff: StackDiff, names: set[str]) -> str:
-    """For autoscaled scale sets (recorded with ignoreChanges on sku.capacity: the autoscaler's size,
-    kilonode.azure.node_pool), what the update's PUT does to their size: `pulumi up` sends each one's
-    size as it read it at the run's start (kilonode.azure.live), so a size the autoscaler changes during
-    the run is set back, and instances it added meanwhile are removed with no drain."""
-    scaled = sorted(n for n in names if any(
-        c.name == n and c.type == rules.VMSS and "sku.capacity" in ((c.head or {}).get("ignoreChanges") or [])
-        for c in diff.resources))
+# the ignoreChanges path an autoscaled scale set is recorded with (kilonode.azure.node_pool)
+AUTOSCALED = "sku.capacity"
+
+
+def autoscaled_put(diff: StackDiff) -> list[Risk]:
+    """One line per review for every autoscaled scale set the change updates, whatever moves its model
+    (an image, custom data, a join token, the fabric-label script, a tag): the effect, not the rule that
+    judges the cause (independent trace 14, PRs 11 and 14: said under fleet-rollout only).
+
+    Autoscaled scale sets are recorded with ignoreChanges on sku.capacity (the autoscaler's size,
+    kilonode.azure.node_pool). pulumi-azure-native updates a scale set with a PUT of its whole model,
+    sku.capacity included, and a PUT's capacity is the scale set's new size (kilonode.azure.node_pool
+    _capacity: Azure/vm-scale-sets#70, Azure/aks-engine#2183); `pulumi up` sends the size it read when it
+    started (kilonode.azure.live; docs/in-cluster.md, docs/azure.md), so a size the autoscaler changes during
+    the run is set back, and the instances it added meanwhile are removed with no drain."""
+    scaled = sorted((c for c in diff.resources if c.type == rules.VMSS and c.action == UPDATE
+                     and AUTOSCALED in ((c.head or {}).get("ignoreChanges") or [])
+                     and any(not i.ignored for i in c.inputs)), key=lambda c: natural(c.name))
     if not scaled:
-        return ""
-    return (f". {len(scaled)} of them are autoscaled: `pulumi up` reads their sizes when it starts and sends each "
-            "back with its update (a PUT of the whole model), so a size the autoscaler changes during the run is set "
-            "back, instances it added meanwhile removed with no drain; pause the autoscaler for that run (`kubectl -n "
-            "kube-system scale deployment cluster-autoscaler --replicas=0`, its replicas back after; docs/azure.md)")
+        return []
+    roles: dict[str, int] = {}
+    for c in scaled:
+        roles[c.role or "?"] = roles.get(c.role or "?", 0) + 1
+    return [Risk(MEDIUM, "autoscaled-model-put", diff.stack, (
+        f"`pulumi up` updates the model of {len(scaled)} autoscaled scale set(s) "
+        f"({', '.join(f'{r} {n}' for r, n in sorted(roles.items()))}): it reads their sizes when it starts and "
+        "sends each back with its update (a PUT of the whole model, sku.capacity included), so a size the "
+        "autoscaler changes during the run is set back, instances it added meanwhile removed with no drain; "
+        "pause the autoscaler for that run (`kubectl -n kube-system scale deployment cluster-autoscaler "
+        "--replicas=0`, its replicas back after; docs/azure.md)"), tuple(c.name for c in scaled))]
 
 
 # With the Manual upgrade policy an instance keeps its own model until it is upgraded to the scale
@@ -797,7 +817,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
                      f"the stack does not load at the {side}: `pulumi up` would stop there ({'; '.join(diff.errors)})",
                      ())]
     found = [*control_plane(diff), *invariants(diff), *quota(diff), *leases_moved(diff), *pools(diff), *moves(diff),
-             *refused(diff),
+             *refused(diff), *autoscaled_put(diff),
              *fleet(diff), *join_tokens(diff), *lessons(diff, base_lessons), *api_load(diff), *world(diff),
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
              *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
@@ -815,6 +835,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, pod_security_default.assess(diff))
     found += _risks(diff, encryption.assess(diff))
     found += _risks(diff, serving.assess(diff))
+    found += _risks(diff, sysctl_netns.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
