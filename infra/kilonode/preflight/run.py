@@ -47,6 +47,7 @@ def _registry() -> tuple[Check, ...]:
         pod_isolation,
         pod_security,
         port_range,
+        probe_anonymous,
         prometheus_load,
         quota,
         rdma,
@@ -58,7 +59,8 @@ def _registry() -> tuple[Check, ...]:
 
     return tuple(
         Check(module.NAME, module.TITLE, module.check)
-        for module in (deployer_path, connections, service_path, scrape_path, binaries, gpu_runtime, contracts,
+        for module in (deployer_path, connections, service_path, probe_anonymous, scrape_path, binaries, gpu_runtime,
+                       contracts,
                        pod_dns, pod_isolation, pod_egress, pod_security, scheduling, balloon_priority, rdma, disks,
                        prometheus_load,
                        api_validation, azure_names,

@@ -57,6 +57,7 @@ from kilonode.review import (
     placement,
     pod_security_default,
     preflight_break,
+    replicas,
     rules,
     security,
     serving,
@@ -829,7 +830,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, admission.assess(diff)), *_risks(diff, autoscaler.assess(diff)),
              *_risks(diff, apiserver_flags.assess(diff)), *_risks(diff, etcd_flags.assess(diff)),
              *_risks(diff, control_flags.assess(diff, frozenset(value_effects.flags_spoken(diff)))),
-             *_risks(diff, value_effects.assess(diff))]
+             *_risks(diff, value_effects.assess(diff)), *_risks(diff, replicas.assess(diff))]
     found += _risks(diff, gang_scheduler.assess(diff))
     found += _risks(diff, security.assess(diff))
     found += _risks(diff, pod_security_default.assess(diff))
