@@ -11,8 +11,10 @@ these differences, each for a reason given where it is made:
   controller pools, as cloud-controller-manager does (kilonode.k8s.cloud_provider): on the host
   network, where the instance metadata service answers for the managed identity's token, and with
   azure.json from cloud-controller-manager's ConfigMap (AZURE_CREDENTIAL_FILE) instead of the
-  host's /etc/kubernetes. So it acts as cloud-controller-manager's identity, whose role must hold
-  the disk actions upstream lists (docs/in-cluster.md, "Storage"; DISK_ACTIONS).
+  host's /etc/kubernetes. So it acts as cloud-controller-manager's identity, whose custom role does
+  not hold the disk actions upstream lists (DISK_ACTIONS; kilonode.azure.identity keeps every
+  scale-set write off it): until an identity that holds them is named in the ConfigMap given as
+  StorageArgs.target_config, no disk is made or attached (docs/in-cluster.md, "Storage").
 - no csi-snapshotter and none of its RBAC: no VolumeSnapshot CRDs nor snapshot controller run here.
 - no Secret access: upstream lets both accounts read every Secret of the cluster
   (csi-azuredisk-controller-secret-role; csi-azuredisk-node-role), for a cloud config kept in the
@@ -31,9 +33,10 @@ these differences, each for a reason given where it is made:
 - metrics listen on loopback: nothing scrapes them, and the endpoint has no authentication; no
   host-network port is declared (CONTROLLER_HEALTH_PORT), and the controller's two replicas are kept
   on different nodes by anti-affinity instead.
-- the node plugin runs on the pools that are not GPU pools, and on the Prometheus pool whatever it
-  is (node_plugin_pools): 7,500 GPU nodes would each run three more containers and register a
-  CSINode, for volumes no training job asks for today; a GPU pool that needs disks is a change here.
+- the node plugin runs on the pools that are not GPU pools, on monitoring and system pools, and on
+  the Prometheus pool whatever it is (node_plugin_pools): 7,500 GPU nodes would each run three more
+  containers and register a CSINode, for volumes no training job asks for today; a GPU pool that
+  needs disks is a change here.
 """
 
 from __future__ import annotations
