@@ -379,12 +379,13 @@ def capacity_takes_over(diff: StackDiff) -> list[Finding]:
 
 
 def _drains_running(head: Mapping[str, str] | None, gpus: int) -> bool:
-    """Whether the head's GPU threshold makes a node running a 1-GPU pod removable (utilization below it:
-    cluster-autoscaler core/scaledown/eligibility/eligibility.go isNodeBelowUtilizationThreshold)."""
+    """Whether the head's GPU threshold makes a node running a 1-GPU pod removable (utilization at or below it:
+    cluster-autoscaler core/scaledown/eligibility/eligibility.go isNodeAtOrBelowUtilizationThreshold at the
+    pinned releases, which keep a node only while its utilization is above the threshold)."""
     key = "scale-down-gpu-utilization-threshold"
     text = (head or {}).get(key, autoscaler.DEFAULTS[key])
     try:
-        return gpus > 0 and float(text) > 1 / gpus
+        return gpus > 0 and float(text) >= 1 / gpus
     except ValueError:
         return False
 

@@ -60,12 +60,14 @@ CLUSTER_AUTOSCALER_MAX_DRAIN_PARALLELISM = 1
 # requests CPU or memory; DaemonSet pods do not count (--ignore-daemonsets-utilization). The
 # scheduler packs nodes, so idle capacity shows as empty nodes; the autoscaler removes those
 # and never evicts running work to consolidate half-used nodes (upstream's 0.5 would drain a
-# node running a 4-GPU job). Not 0: a node is removable only while its utilization is *below*
-# the threshold (kubernetes/autoscaler cluster-autoscaler/core/scaledown/eligibility/
-# eligibility.go isNodeBelowUtilizationThreshold: `if utilInfo.Utilization >= threshold { return
-# false }`), so at 0 not even an empty node ever is (the 7th independent trace of issue 38 read it
-# there). One millionth: below any request a pod can make of a node (1 GPU of 8 is 0.125; 1m of
-# CPU of a 96-core node is about 0.00001), above an empty node's 0.
+# node running a 4-GPU job). Not 0: older releases kept a node while its utilization was at or
+# above the threshold (eligibility.go isNodeBelowUtilizationThreshold: `if utilInfo.Utilization >=
+# threshold { return false }`), so at 0 not even an empty node was removable (the 7th independent
+# trace of issue 38 read it there); the pinned releases carry the fix ("Fix scale-down eligibility
+# when utilization and threshold are zero": isNodeAtOrBelowUtilizationThreshold keeps a node only
+# while its utilization is above the threshold), under which 0 would work too. One millionth works
+# under both: below any request a pod can make of a node (1 GPU of 8 is 0.125; 1m of CPU of a
+# 96-core node is about 0.00001), above an empty node's 0.
 CLUSTER_AUTOSCALER_SCALE_DOWN_UTILIZATION_THRESHOLD = "0.000001"
 CLUSTER_AUTOSCALER_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD = "0.000001"
 # A GPU node idle for less than it takes to get one back (provision time) is churn: jobs
