@@ -109,7 +109,7 @@ def test_a_container_log_budget_larger_than_the_kubelet_roots_disk_is_a_break() 
     files[config] = files[config].replace("containerLogMaxSize: 100Mi", "containerLogMaxSize: 20Gi")
     found = breaks_at("research-2500", "pool-nc-a100", files=files, graph=graph)
     assert len(found) == 1 and "container log budget does not fit the kubelet root's disk" in found[0]
-    assert "20480 MiB x 3 x 12 pods" in found[0] and "512 x 90%" in found[0]
+    assert "20480 MiB x 3 x 14 pods" in found[0] and "512 x 90%" in found[0]
 
 
 @pytest.mark.parametrize(("host", "unit", "path"), [

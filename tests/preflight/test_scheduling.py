@@ -170,16 +170,16 @@ def test_the_dns_autoscaler_asks_only_for_nodes_coredns_may_use() -> None:
 
 
 def test_a_gpu_pool_admitting_more_pods_than_it_has_pod_ips_is_a_break() -> None:
-    """The issue's case: maxPods 11 (3 pod IPs + 8 assumed hostNetwork pods) while 4 DaemonSets
-    run there: the scheduler places 7 pod-network pods on a node with 3 addresses."""
+    """The issue's case: maxPods 11 (3 pod IPs + 8 assumed hostNetwork pods) while 7 DaemonSets
+    run there: the scheduler places 4 pod-network pods on a node with 3 addresses."""
     files, graph = artefacts("research-7500")
     config = yaml.safe_load(files[f"pool-h100-ib/{KUBELET_CONFIG}"])
     config["maxPods"] = 11
     files[f"pool-h100-ib/{KUBELET_CONFIG}"] = yaml.safe_dump(config)
     found = by_where(findings("research-7500", files=files, graph=graph))
     assert found["pool-h100-ib"].startswith(
-        "the kubelet admits 11 pods (maxPods): 5 DaemonSet pods and 0 of the stack's own hostNetwork pods leave room "
-        "for 6 more, but a node has 3 pod IP(s) for them"), found["pool-h100-ib"]
+        "the kubelet admits 11 pods (maxPods): 7 DaemonSet pods and 0 of the stack's own hostNetwork pods leave room "
+        "for 4 more, but a node has 3 pod IP(s) for them"), found["pool-h100-ib"]
     assert "pool-a100-ib" not in found
 
 

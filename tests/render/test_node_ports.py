@@ -33,6 +33,7 @@ from tests import shared
 # of a pool's nodes (the per-pod traffic socket everywhere, the GPU health agent's on GPU pools,
 # the autoscaler's host-network metrics on the controller pools).
 POD_TRAFFIC, GPU_AGENT, AUTOSCALER = 9480, 9481, 8085
+NODE_EXPORTER, DCGM_EXPORTER = 9100, 9400  # upstream's default ports (catalog/listeners.yaml)
 
 
 def pool_roles(stack: str) -> Iterator[tuple[str, dict[str, str]]]:
@@ -66,9 +67,13 @@ def test_the_guarded_ports_are_every_unauthenticated_host_port_of_the_pool(stack
     plan = shared.plan(stack)
     controllers = {p.name for p in plan.controller_pools}
     for pool in plan.node_pools:
+        # the exporters' host-network pods (kilonode.k8s.exporters): node-exporter everywhere, dcgm-exporter
+        # on the GPU pools
+        pods = {NODE_EXPORTER} | ({DCGM_EXPORTER} if pool.gpus_per_node else set())
         expected = {POD_TRAFFIC} | ({GPU_AGENT} if pool.gpus_per_node else set()) | (
-            {AUTOSCALER} if pool.name in controllers else set())
+            {AUTOSCALER} if pool.name in controllers else set()) | pods
         assert set(firewalled_ports(plan, pool)) == expected, pool.name
+        expected -= pods
         # and each one really listens there: a socket unit or the autoscaler's host-network port
         listening = {int(line.rpartition("=")[2].rpartition(":")[2])
                      for path, f in shared.rendered(stack)[pool.role()].items() if path.endswith(".socket")

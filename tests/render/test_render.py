@@ -113,8 +113,9 @@ def test_every_docker_pool_carries_the_field_lessons(rendered_7500: Path, pool: 
     kubelet = yaml.safe_load((root / "etc/kubernetes/kubelet-config.yaml").read_text())
     assert kubelet["serializeImagePulls"] is False
     assert kubelet["readOnlyPort"] == 0 and kubelet["authentication"]["anonymous"]["enabled"] is False
-    # pod IPs, and kube-proxy, cloud-node-manager, calico-node and the two device plugins
-    assert kubelet["maxPods"] == 3 + 5
+    # pod IPs, and kube-proxy, cloud-node-manager, calico-node, node-exporter, the two device plugins and
+    # dcgm-exporter
+    assert kubelet["maxPods"] == 3 + 7
     daemon = json.loads((root / "etc/docker/daemon.json").read_text())
     assert daemon["max-concurrent-downloads"] == 10
     assert daemon["storage-driver"] == "overlay2"
