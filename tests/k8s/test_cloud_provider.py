@@ -16,10 +16,13 @@ from kilonode.azure.identity import (
     AUTOSCALER_ACTIONS,
     CLOUD_PROVIDER_ACTIONS,
     CLOUD_PROVIDER_VNET_ACTIONS,
+    DISK_CSI_ACTIONS,
+    DISK_CSI_ATTACH_ACTIONS,
     NETWORK_CONTRIBUTOR,
     READER,
 )
 from kilonode.catalog.components import components
+from kilonode.k8s.storage import node_plugin_pools
 from kilonode.plan import ClusterPlan
 from kilonode.plan.azure_names import role_definition_name
 
@@ -225,6 +228,12 @@ def test_each_controller_identity_has_its_roles_on_the_pools_resources_only(
         (NETWORK_CONTRIBUTOR, _mock_id("network:NetworkSecurityGroup", f"{stack}-network-pools-nsg")),
         *[(NETWORK_CONTRIBUTOR, _mock_id("network:Subnet", f"{stack}-network-pool-{p.name}")) for p in plan.node_pools],
     }
+    # Azure Disk CSI's controller: the disks on the pools' group, the instance write on its node
+    # plugin's pools' scale sets alone (tests/azure/test_disk_csi_identity.py)
+    disk_role, attach_role = (role_definition_name(nodes, r) for r in ("disk-csi", "disk-csi-attach"))
+    assert granted.pop("disk-csi") == {(disk_role, nodes)} | {
+        (attach_role, _mock_id("compute:VirtualMachineScaleSet", s.name))
+        for p in plan.node_pools if p.name in node_plugin_pools(plan) for s in p.shards}
     groups = [g.shard for p in plan.autoscaled_pools for g in (p.autoscaling.node_groups if p.autoscaling else ())]
     if groups:  # a scale set's logical name is its shard's name
         assert granted.pop("autoscaler") == {(READER, nodes)} | {
@@ -253,7 +262,9 @@ def test_the_controllers_custom_roles_are_their_listed_actions_assignable_in_one
     cluster = _rg_id(plan.cluster)
     vnet_role = role_definition_name(cluster, "cloud-provider-vnet")
     expected = {role_definition_name(nodes, "cloud-provider"): CLOUD_PROVIDER_ACTIONS,
-                vnet_role: CLOUD_PROVIDER_VNET_ACTIONS}
+                vnet_role: CLOUD_PROVIDER_VNET_ACTIONS,
+                role_definition_name(nodes, "disk-csi"): DISK_CSI_ACTIONS,
+                role_definition_name(nodes, "disk-csi-attach"): DISK_CSI_ATTACH_ACTIONS}
     if plan.autoscaled_pools:
         expected[role_definition_name(nodes, "autoscaler")] = AUTOSCALER_ACTIONS
     assert {guid: tuple(role["permissions"][0]["actions"]) for guid, role in roles.items()} == expected
@@ -296,7 +307,7 @@ def test_only_the_controller_pools_scale_sets_carry_identities(
     controllers = {p.name for p in plan.controller_pools}
     assert controllers == ({"system"} if stack == "research-7500" else {"cpu"})
     identities = {_mock_id("managedidentity:UserAssignedIdentity", f"{stack}-controllers-{who}-identity")
-                  for who in ("cloud-provider", *(["autoscaler"] if plan.autoscaled_pools else []))}
+                  for who in ("cloud-provider", "disk-csi", *(["autoscaler"] if plan.autoscaled_pools else []))}
     for pool in plan.node_pools:
         names = {s.name for s in pool.shards}
         for vmss in graph.of_type("azure-native:compute:VirtualMachineScaleSet"):

@@ -40,6 +40,8 @@ ANNOTATED = {
     ("DaemonSet", "rdma-shared-dp-ds"), ("Deployment", SCHEDULER),
     # its counters CSV, read at start (kilonode.k8s.exporters)
     ("DaemonSet", "dcgm-exporter"),
+    # its own azure.json, read at start (kilonode.k8s.storage)
+    ("Deployment", "csi-azuredisk-controller"),
 }
 
 

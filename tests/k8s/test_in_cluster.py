@@ -89,8 +89,8 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         "gang": 16 + (4 if plan.gpu_pools and all(p.infiniband for p in plan.gpu_pools) else 0),
         "api-protection": 6,  # 3 PriorityLevelConfigurations, 3 FlowSchemas
         # kilonode.k8s.storage: the CSIDriver, the StorageClass; the controller's SA, 3 roles and
-        # bindings, Deployment; the node plugin's SA, role, binding, DaemonSet
-        "storage": 14,
+        # bindings, Deployment, its azure.json ConfigMap; the node plugin's SA, role, binding, DaemonSet
+        "storage": 15,
         # Namespace, ConfigMap, 2 NetworkPolicies; Prometheus: SA, ClusterRole, binding, 2 Roles, 2 RoleBindings,
         # Service, StatefulSet
         "monitoring": 4 + (9 if plan.prometheus else 0),

@@ -6,6 +6,8 @@ Kubernetes version (kubernetes-validate, strict)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +15,9 @@ import pytest
 from kilonode.azure.graph import Graph, Recorded
 from kilonode.catalog.components import components
 from kilonode.catalog.disks import premium_ssd_tier
+from kilonode.k8s.cloud_provider import AzureTarget
+from kilonode.k8s.pods import CONFIG_DIGEST_ANNOTATION, config_digest
+from kilonode.k8s.storage import controller_azure_json
 from kilonode.plan import ClusterPlan
 from tests import shared
 
@@ -80,7 +85,7 @@ def records(graph: Graph) -> list[Recorded]:
 def test_every_storage_object_is_valid_for_the_stacks_kubernetes(
         graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str) -> None:
     found = records(graphs[stack])
-    assert len(found) == 14
+    assert len(found) == 15  # with the controller's azure.json ConfigMap
     for record in found:
         shared.validate_object(record.plain(), f"1.{plans[stack].components.kubernetes_minor}.0")
 
@@ -156,12 +161,54 @@ def test_the_controller_is_two_leader_elected_replicas_where_the_cloud_identity_
         assert "--leader-election-namespace=kube-system" in args
     plugin = by_name["azuredisk"]
     env = {e["name"]: e.get("value") for e in plugin["env"]}
-    # cloud-controller-manager's azure.json (its identity), not the host's /etc/kubernetes
+    # its own azure.json (its own identity), not cloud-controller-manager's nor the host's /etc/kubernetes
     assert env["AZURE_CREDENTIAL_FILE"] == "/etc/kubernetes/azuredisk/azure.json"
     volumes = {v["name"]: v for v in spec["volumes"]}
-    assert volumes["azure-cred"]["configMap"]["name"] == "azure-cloud-provider"
+    assert volumes["azure-cred"]["configMap"]["name"] == "csi-azuredisk-controller-azure"
+    mounts = {m["name"]: m["mountPath"] for m in plugin["volumeMounts"]}
+    assert mounts["azure-cred"] == "/etc/kubernetes/azuredisk"
     assert "--allow-empty-cloud-config=false" in plugin["args"]
     assert all(not a.startswith("--metrics-address=0.0.0.0") for a in plugin["args"])
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_controllers_azure_json_is_cloud_controller_managers_naming_its_own_identity(
+        graphs: dict[str, Graph], plans: dict[str, ClusterPlan], stack: str) -> None:
+    """The driver decodes cloud-provider-azure's config struct from AZURE_CREDENTIAL_FILE
+    (pkg/azureutils/azure_disk_utils.go GetCloudProviderFromClient l.150-192 at v1.34.5): the same
+    fields as cloud-controller-manager's, acting as the disk CSI identity (kilonode.azure.identity)
+    through the instance metadata service, and it rolls when that file changes (read once, at start:
+    pkg/azuredisk/azuredisk.go l.271-275)."""
+    graph, cluster = graphs[stack], plans[stack].cluster
+    [config_map] = objects(graph, "ConfigMap")
+    assert (config_map["metadata"]["name"], config_map["metadata"]["namespace"]) == (
+        "csi-azuredisk-controller-azure", "kube-system")
+    mine = json.loads(config_map["data"]["azure.json"])
+    [ccm_map] = [r.plain() for r in graph.resources if r.custom and r.type == "kubernetes:core/v1:ConfigMap"
+                 and r.plain()["metadata"]["name"] == "azure-cloud-provider"]
+    ccm = json.loads(ccm_map["data"]["azure.json"])
+    assert mine["useManagedIdentityExtension"] is True and mine["useInstanceMetadata"] is True
+    assert mine["userAssignedIdentityID"] == f"mock-client-id:{cluster}-controllers-disk-csi-identity"
+    assert ccm["userAssignedIdentityID"] == f"mock-client-id:{cluster}-controllers-cloud-provider-identity"
+    # every other field is cloud-controller-manager's: the same cloud, tenant, subscription, the
+    # pools' group (where disks are made and the scale sets listed), location, vmType, VNet
+    assert {k: v for k, v in mine.items() if k != "userAssignedIdentityID"} == {
+        k: v for k, v in ccm.items() if k != "userAssignedIdentityID"}
+    for key in ("cloud", "tenantId", "subscriptionId", "resourceGroup", "location", "vmType", "vnetName",
+                "vnetResourceGroup"):
+        assert mine[key], key
+    assert mine["resourceGroup"] == plans[stack].node_resource_group
+    template = one(graph, "Deployment")["spec"]["template"]
+    assert template["metadata"]["annotations"][CONFIG_DIGEST_ANNOTATION] == config_digest(config_map["data"])
+
+
+def test_the_controllers_azure_json_needs_the_disk_identity() -> None:
+    target = AzureTarget(tenant_id="t", subscription_id="s", resource_group="rg", network_resource_group="net",
+                         vnet_name="v", subnet_name="n", security_group_name="g", identity_client_id="ccm")
+    with pytest.raises(ValueError, match="no Azure Disk CSI identity"):
+        controller_azure_json(shared.plan("local"), target)
+    assert controller_azure_json(shared.plan("local"), dataclasses.replace(
+        target, disk_csi_identity_client_id="disk"))["userAssignedIdentityID"] == "disk"
 
 
 def test_rbac_is_upstreams_less_secrets_snapshots_and_the_node_plugins_unused_reads(graphs: dict[str, Graph]) -> None:

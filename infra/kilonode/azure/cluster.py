@@ -150,11 +150,7 @@ class Cluster(pulumi.ComponentResource):
         self.tls.through(self.control_plane.deployer_endpoint,
                          public=plan.network.deployer is not None and plan.network.deployer.public_frontend)
         self.scale_set_ids = self._node_pools(name, args)
-        # the autoscaler acts on its node groups' scale sets only, once they exist
-        self.identities.grant_node_groups({
-            group.shard: self.scale_set_ids[group.shard]
-            for pool in plan.autoscaled_pools for group in (pool.autoscaling.node_groups if pool.autoscaling else ())
-        })
+        self._grant_scale_sets(plan)
 
         self.apiserver_address = self.control_plane.load_balancer_ip
         self.etcd_backup_account = backup.account_name
@@ -167,6 +163,18 @@ class Cluster(pulumi.ComponentResource):
             **{etcd_endpoints_output(role): endpoints for role, endpoints in self.etcd_endpoints.items()},
             "imageVersionIds": self.image_version_ids,
             "scaleSetIds": self.scale_set_ids,
+        })
+
+    def _grant_scale_sets(self, plan: ClusterPlan) -> None:
+        """The controllers' rights scoped to scale sets, once they exist: the autoscaler on its node
+        groups' only, Azure Disk CSI's controller's attach on its node plugin's pools' only."""
+        self.identities.grant_node_groups({
+            group.shard: self.scale_set_ids[group.shard]
+            for pool in plan.autoscaled_pools for group in (pool.autoscaling.node_groups if pool.autoscaling else ())
+        })
+        self.identities.grant_disk_pools({
+            shard.name: self.scale_set_ids[shard.name]
+            for pool in plan.node_pools if pool.name in plan.disk_plugin_pools for shard in pool.shards
         })
 
     def _guarded_custom_data(self, name: str, args: ClusterArgs, backup: EtcdBackup) -> dict[str, pulumi.Output[str]]:
@@ -254,7 +262,7 @@ class Cluster(pulumi.ComponentResource):
         of the wave in_flight_waves before."""
         plan = args.plan
         controllers = {pool.name for pool in plan.controller_pools}
-        identities = [self.identities.cloud_provider.id]
+        identities = [self.identities.cloud_provider.id, self.identities.disk_csi.id]
         if self.identities.autoscaler is not None:
             identities.append(self.identities.autoscaler.id)
         pools = {

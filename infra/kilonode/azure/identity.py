@@ -61,6 +61,31 @@ Who needs Azure, read at the pinned releases:
   make no autoscaler identity). Azure Policy does not close it: a policy judges the request's
   content, not who sends it, so it cannot tell the deployer's PUT of a new customData from the
   autoscaler's token doing the same (exemptions are per scope, not per principal).
+- Azure Disk CSI's controller (kubernetes-sigs/azuredisk-csi-driver v1.34.5, kilonode.k8s.storage):
+  makes, deletes and resizes managed disks in its azure.json's `resourceGroup` (the pools' group)
+  and attaches them to, and detaches them from, scale-set instances by a PUT of the instance
+  whose body holds its storageProfile.dataDisks and nothing else
+  (vendor/sigs.k8s.io/cloud-provider-azure/pkg/provider/azure_controller_vmss.go AttachDisk
+  l.37-131, DetachDisk l.134-226 at that tag: VirtualMachineScaleSetVMClient.Update,
+  pkg/azclient/virtualmachinescalesetvmclient/custom.go l.31-40, armcompute BeginUpdate).
+  An identity of its own, on the controller pools' scale sets where its pods run, named in its
+  own azure.json (kilonode.k8s.storage): cloud-controller-manager's role stays without any disk
+  action or scale-set write. Its actions are upstream's list
+  (docs/driver-parameters.md l.4-36 at v1.34.5, "required permissions for CSI driver
+  controller"), less what this cluster never asks for (DISK_CSI_ACTIONS says which), split in two:
+    the custom role DISK_CSI_ACTIONS (disks, the reads, the operations it polls) on the pools'
+    group, where the disks are; the custom role DISK_CSI_ATTACH_ACTIONS
+    (`virtualMachineScaleSets/virtualMachines/write` alone) on each scale set of the pools its
+    node plugin runs on (kilonode.k8s.storage node_plugin_pools: pools without GPUs, monitoring and
+    system pools, the Prometheus pool), so a GPU pool's instances (kilonode.plan.resolve.components
+    runs_disk_plugin keeps the plugin off them) are out of its reach (ControllerIdentities.
+    grant_disk_pools, once the scale sets exist).
+  Residual risk, plainly: Azure RBAC grants the instance write, not the properties it may change:
+  the same token may PUT any property of those pools' instances that an instance-level update
+  may change (its data disks, its protection policy), and attach any disk of the pools' group
+  to one of them (another pool node's data disk, Prometheus's among them). It cannot change a
+  scale set's model (customData, extensions: no `virtualMachineScaleSets/write`), run a command,
+  or reach a GPU instance.
 - cloud-node-manager: none. With --use-instance-metadata it builds an IMDS node provider
   (pkg/node/nodeproviderfactory.go l.26-36), which reads the node's own instance metadata and
   asks for no token.
@@ -72,7 +97,7 @@ Who needs Azure, read at the pinned releases:
   (kilonode.azure.backup; preflight's `etcd-backups` check). Not Storage Blob Data Contributor:
   it deletes blobs and containers.
 
-Both controllers run where their identities are, and nowhere else: on the plan's
+The controllers run where their identities are, and nowhere else: on the plan's
 controller_pools (the system pools), required by node affinity (kilonode.k8s.cloud_provider),
 on the host network, where the instance metadata service still answers; every pool node drops
 pod traffic to it (kilonode.render.metadata_block). GPU pools' scale sets carry no identity.
@@ -83,7 +108,7 @@ acdd72a7-3385-48ef-bd42-f606fba81ae7, `*/read`; networking, Network Contributor
 4d97b98b-1d4f-4787-a291-c67834d212e7). Virtual Machine Contributor is used nowhere: it holds
 `Microsoft.Compute/virtualMachineScaleSets/virtualMachines/runCommand/*` and `extensions/write`,
 with which a controller's token (an escape on a system node) is root on every GPU instance.
-The two controllers get custom roles instead (authorization.RoleDefinition, assignable in the
+The controllers get custom roles instead (authorization.RoleDefinition, assignable in the
 pools' group only, but the VNet's joinLoadBalancer role: in the cluster's group), each listing
 only the actions its controller calls at the pinned release;
 they need `Microsoft.Authorization/roleDefinitions/write` from the deployer, which User Access
@@ -184,6 +209,31 @@ AUTOSCALER_ACTIONS: tuple[str, ...] = (
 )
 # (the group's List calls, azure_cache.go:279 and :344, are Reader's on the group)
 
+# Azure Disk CSI's controller on the pools' group (kubernetes-sigs/azuredisk-csi-driver,
+# docs/driver-parameters.md l.4-36 at v1.34.5, "required permissions for CSI driver controller";
+# each action below is a line of that list), less: diskEncryptionSets/read (l.9: no StorageClass names
+# a disk encryption set), snapshots/* (l.10-12: no snapshotter, kilonode.k8s.storage),
+# virtualMachines/read|write (l.13-14: standalone VMs; every node is a scale-set instance, vmType
+# vmss), `resourceGroups/*/read` (l.21: a read of every resource of the group, where the reads
+# below name theirs), and l.22-34, "needed only when the virtualMachine or virtualMachineScaleSets
+# have these additional resources configured": Azure's linked access checks of an instance PUT
+# naming them, where the driver's PUT names its data disks alone (the module docstring cites it).
+DISK_CSI_ACTIONS: tuple[str, ...] = (
+    "Microsoft.Compute/disks/read",  # l.6
+    "Microsoft.Compute/disks/write",  # l.7: create, resize
+    "Microsoft.Compute/disks/delete",  # l.8
+    "Microsoft.Compute/virtualMachineScaleSets/read",  # l.17: the group's scale sets, listed into its cache
+    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",  # l.16: an instance's data disks
+    "Microsoft.Compute/locations/operations/read",  # l.18: the long-running operations it polls
+    "Microsoft.Compute/locations/DiskOperations/read",  # l.19
+    "Microsoft.Resources/subscriptions/resourceGroups/read",  # l.20
+)
+# ... and on each scale set its node plugin runs on, attach and detach (l.15): a PUT of the
+# instance's data disks (the module docstring cites the call).
+DISK_CSI_ATTACH_ACTIONS: tuple[str, ...] = (
+    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write",
+)
+
 
 def subscription_of(resource_id: str) -> str:
     """/subscriptions/<id>/resourceGroups/... -> <id>"""
@@ -253,6 +303,7 @@ class ControllerIdentities(pulumi.ComponentResource):
     node_resource_group_id: pulumi.Output[str]
     cloud_provider: Identity
     autoscaler: Identity | None
+    disk_csi: Identity  # Azure Disk CSI's controller (kilonode.k8s.storage)
 
     def __init__(
         self, name: str, args: ControllerIdentitiesArgs, opts: pulumi.ResourceOptions | None = None
@@ -301,8 +352,19 @@ class ControllerIdentities(pulumi.ComponentResource):
             # LISTs the group's scale sets and VMs; acts only on its node groups (grant_node_groups)
             self._assign(f"{name}-autoscaler-reader", self.autoscaler, self._builtin(READER), nodes.id,
                          "cluster-autoscaler (reads the pools' group)")
+        # Azure Disk CSI's controller: the disks of the pools' group; attach and detach only on
+        # its node plugin's pools' scale sets (grant_disk_pools)
+        self.disk_csi = self._identity(f"{name}-disk-csi", "disk-csi")
+        disk_role = self._custom_role(f"{name}-disk-csi", "disk-csi", DISK_CSI_ACTIONS,
+                                      "Azure Disk CSI controller: managed disks of the pools' group")
+        self._assign(f"{name}-disk-csi-nodes", self.disk_csi, disk_role, nodes.id,
+                     "Azure Disk CSI controller (the pools' group: disks)")
+        self._disk_attach_role = self._custom_role(f"{name}-disk-csi-attach", "disk-csi-attach",
+                                                   DISK_CSI_ATTACH_ACTIONS,
+                                                   "Azure Disk CSI controller: attach and detach on its pools")
         self.register_outputs({"nodeResourceGroup": self.node_resource_group_name,
-                               "cloudProviderClientId": ccm.client_id})
+                               "cloudProviderClientId": ccm.client_id,
+                               "diskCsiClientId": self.disk_csi.client_id})
 
     def grant_node_groups(self, scale_set_ids: Mapping[str, pulumi.Output[str]]) -> None:
         """The autoscaler's custom role (AUTOSCALER_ACTIONS) on each of its node groups' scale
@@ -314,6 +376,14 @@ class ControllerIdentities(pulumi.ComponentResource):
         for shard, scale_set_id in scale_set_ids.items():
             self._assign(f"{self._name}-autoscaler-{shard}", self.autoscaler, self._autoscaler_role,
                          scale_set_id, f"cluster-autoscaler (node group {shard})")
+
+    def grant_disk_pools(self, scale_set_ids: Mapping[str, pulumi.Output[str]]) -> None:
+        """The disk CSI controller's attach role (DISK_CSI_ATTACH_ACTIONS) on each scale set of the
+        pools its node plugin runs on (scale set name -> ID), and on no other: the GPU pools'
+        instances are never written."""
+        for scale_set, scale_set_id in scale_set_ids.items():
+            self._assign(f"{self._name}-disk-csi-{scale_set}", self.disk_csi, self._disk_attach_role,
+                         scale_set_id, f"Azure Disk CSI controller (attach and detach on {scale_set})")
 
     def _identity(self, logical: str, role: str) -> Identity:
         args = self._args

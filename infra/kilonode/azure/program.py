@@ -245,7 +245,8 @@ def preflight_gate(stack_file: Path, command: Sequence[str] | None = None) -> No
 
 
 def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarget]:
-    """Where cloud-controller-manager and the autoscaler act (their azure.json). The scale sets,
+    """Where cloud-controller-manager, the autoscaler and Azure Disk CSI's controller act (their
+    azure.json). The scale sets,
     and the load balancers and public IPs Services get, are in the pools' resource group; the
     VNet and the NSG in the cluster's own. Internal frontends come from the first pool's subnet,
     Service ports open in the pools' NSG: cloud-provider-azure manages one NSG
@@ -256,11 +257,11 @@ def cloud_target(plan: ClusterPlan, cluster: Cluster) -> pulumi.Output[AzureTarg
     return pulumi.Output.all(
         ids.cloud_provider.tenant_id, net.resource_group_id, ids.node_resource_group_name, net.resource_group_name,
         net.vnet_name, net.pool_subnet_names[first], net.pool_nsg_names[first], ids.cloud_provider.client_id,
-        autoscaler,
+        autoscaler, ids.disk_csi.client_id,
     ).apply(lambda v: AzureTarget(
         tenant_id=v[0], subscription_id=subscription_of(v[1]), resource_group=v[2], network_resource_group=v[3],
         vnet_name=v[4], subnet_name=v[5], security_group_name=v[6], identity_client_id=v[7],
-        autoscaler_identity_client_id=v[8],
+        autoscaler_identity_client_id=v[8], disk_csi_identity_client_id=v[9],
     ))
 
 

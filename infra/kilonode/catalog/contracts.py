@@ -36,6 +36,7 @@ Kind = Literal[
     "corefilePlugins",  # a Corefile's directives: compiled into the image, and serving what the probes ask
     "kernelAtLeast",  # a kernel release floor on every pool's image, when a setting asks for it
     "azureRoleOnNodeGroups",  # an autoscaler's node groups: in its resource group, its identity may write them
+    "azureRoleForDisks",  # a CSI controller's identity: on its pools, disks in its group, attach where its plugin runs
     "apiserverFlags",  # the apiservers run with flags a component needs, the files they name delivered
     "servedToApiservers",  # the apiservers reach a workload's pods on a port (the pools' NSGs, its NetworkPolicies)
     "servedToPods",  # every pod reaches a workload's pods on its ports (the NetworkPolicies)

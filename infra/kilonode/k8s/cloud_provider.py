@@ -74,6 +74,9 @@ class AzureTarget:
     identity_client_id: str  # cloud-controller-manager's, on the controller pools' scale sets
     # the autoscaler's (kilonode.azure.identity), on the same scale sets; None without one
     autoscaler_identity_client_id: str | None = None
+    # Azure Disk CSI's controller's (kilonode.azure.identity), on the same scale sets; its own
+    # azure.json names it (kilonode.k8s.storage)
+    disk_csi_identity_client_id: str | None = None
 
 
 def azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:

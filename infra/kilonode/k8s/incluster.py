@@ -109,7 +109,7 @@ class InCluster(pulumi.ComponentResource):
         )
         CloudProvider(f"{name}-cloud-provider", CloudProviderArgs(plan=plan, target=args.cloud_target), on_cluster)
         _metrics(name, plan, on_cluster)  # metrics-server (kubectl top, HPAs), the exporters Prometheus scrapes
-        Storage(f"{name}-storage", StorageArgs(plan=plan), on_cluster)  # Azure Disk CSI, Prometheus's class
+        Storage(f"{name}-storage", StorageArgs(plan, args.cloud_target), on_cluster)  # Azure Disk CSI, its class
         # GPU pools: the device plugin on their nodes, and the taint controller's access
         # (the controller itself runs on the apiserver VMs). None without GPU pools.
         if plan.gpu_pools:

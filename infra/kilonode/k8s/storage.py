@@ -10,11 +10,13 @@ these differences, each for a reason given where it is made:
 - the controller (a Deployment of 2 replicas, leader election in every sidecar) runs on the plan's
   controller pools, as cloud-controller-manager does (kilonode.k8s.cloud_provider): on the host
   network, where the instance metadata service answers for the managed identity's token, and with
-  azure.json from cloud-controller-manager's ConfigMap (AZURE_CREDENTIAL_FILE) instead of the
-  host's /etc/kubernetes. So it acts as cloud-controller-manager's identity, whose custom role does
-  not hold the disk actions upstream lists (DISK_ACTIONS; kilonode.azure.identity keeps every
-  scale-set write off it): until an identity that holds them is named in the ConfigMap given as
-  StorageArgs.target_config, no disk is made or attached (docs/in-cluster.md, "Storage").
+  an azure.json of its own (CONFIG_NAME, AZURE_CREDENTIAL_FILE) instead of the host's
+  /etc/kubernetes: cloud-controller-manager's, naming the controller's own identity
+  (userAssignedIdentityID, kilonode.azure.identity `disk-csi`, carried by the controller pools'
+  scale sets). That identity holds the disk actions upstream lists on the pools' group
+  (DISK_CSI_ACTIONS) and the instance write that attaches a disk on the scale sets of
+  node_plugin_pools only (DISK_CSI_ATTACH_ACTIONS); cloud-controller-manager's role keeps no disk
+  action and no scale-set write (docs/in-cluster.md, "Storage: Azure Disk CSI").
 - no csi-snapshotter and none of its RBAC: no VolumeSnapshot CRDs nor snapshot controller run here.
 - no Secret access: upstream lets both accounts read every Secret of the cluster
   (csi-azuredisk-controller-secret-role; csi-azuredisk-node-role), for a cloud config kept in the
@@ -41,15 +43,17 @@ these differences, each for a reason given where it is made:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 from pulumi_kubernetes import apps, core, meta, rbac, storage
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM, RBAC_GROUP
-from kilonode.k8s.cloud_provider import CONFIG_NAME as CLOUD_CONFIG_NAME
+from kilonode.k8s.cloud_provider import AzureTarget, azure_json
 from kilonode.k8s.pod_security import container_security_context
-from kilonode.k8s.pods import SKIP_AWAIT, awaited, on_pools, system_pod_spec
+from kilonode.k8s.pods import SKIP_AWAIT, awaited, config_digest_annotation, on_pools, system_pod_spec
 from kilonode.plan.model import ClusterPlan
 
 DRIVER = "disk.csi.azure.com"
@@ -82,25 +86,12 @@ CONTROLLER_METRICS_PORT = 29604
 NODE_HEALTH_PORT = 29603
 NODE_METRICS_PORT = 29605
 REGISTRAR_HEALTH_PORT = 29607
-# where the controller reads cloud-controller-manager's azure.json
+# where the controller reads its azure.json (CONFIG_NAME)
 CLOUD_CONFIG_DIR = "/etc/kubernetes/azuredisk"
-
-# The Azure actions the controller calls (docs/driver-parameters.md at v1.34.5, "required
-# permissions for CSI driver controller", l.4-33), less snapshots (not deployed), standalone VMs
-# (vmType vmss) and disk encryption sets (none named): what the identity it acts as needs on the
-# pools' resource group, where the disks are made (azure.json resourceGroup).
-DISK_ACTIONS: tuple[str, ...] = (
-    "Microsoft.Compute/disks/read",
-    "Microsoft.Compute/disks/write",
-    "Microsoft.Compute/disks/delete",
-    "Microsoft.Compute/virtualMachineScaleSets/read",
-    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/read",
-    # attach and detach: a PUT of the instance's data disks
-    "Microsoft.Compute/virtualMachineScaleSets/virtualMachines/write",
-    "Microsoft.Compute/locations/operations/read",
-    "Microsoft.Compute/locations/DiskOperations/read",
-    "Microsoft.Resources/subscriptions/resourceGroups/read",
-)
+# The controller's own azure.json (a ConfigMap, as cloud-controller-manager's: it holds no
+# credential). The Azure actions its identity holds, and where, are kilonode.azure.identity's
+# DISK_CSI_ACTIONS and DISK_CSI_ATTACH_ACTIONS (docs/driver-parameters.md l.4-36 at v1.34.5).
+CONFIG_NAME = "csi-azuredisk-controller-azure"
 
 Rule = tuple[str, str, list[str]]
 # rbac-csi-azuredisk-controller.yaml at v1.34.5: azuredisk-external-provisioner-role (l.9-43),
@@ -155,18 +146,34 @@ CONTROLLER_ROLES = {
 @dataclass(frozen=True)
 class StorageArgs:
     plan: ClusterPlan
-    target_config: str = CLOUD_CONFIG_NAME  # the ConfigMap holding azure.json (kilonode.k8s.cloud_provider)
+    # where the cluster is in Azure and the controller's identity (kilonode.azure.program cloud_target)
+    target: pulumi.Output[AzureTarget]
+
+
+def controller_azure_json(plan: ClusterPlan, target: AzureTarget) -> dict[str, Any]:
+    """The controller's azure.json: cloud-controller-manager's (kilonode.k8s.cloud_provider
+    azure_json: the driver decodes the same struct, cloud-provider-azure's azureconfig.Config,
+    pkg/azureutils/azure_disk_utils.go GetCloudProviderFromClient l.150-192 at v1.34.5, and builds
+    its clients from it: cloud, tenantId, subscriptionId, resourceGroup (where disks are made and
+    scale sets are listed), location, vmType, vnet and the rest), acting as its own identity."""
+    if target.disk_csi_identity_client_id is None:
+        raise ValueError("the cluster made no Azure Disk CSI identity (kilonode.azure.identity disk_csi)")
+    return azure_json(plan, target) | {"userAssignedIdentityID": target.disk_csi_identity_client_id}
+
+
+def controller_config_data(plan: ClusterPlan, target: pulumi.Output[AzureTarget]) -> dict[str, pulumi.Output[str]]:
+    """CONFIG_NAME's data: what the controller mounts (and its pod's digest)."""
+    return {"azure.json": target.apply(
+        lambda t: json.dumps(controller_azure_json(plan, t), indent=2, sort_keys=True) + "\n")}
 
 
 def node_plugin_pools(plan: ClusterPlan) -> list[str]:
     """Where a disk can be attached: every pool with no GPUs, a monitoring or system pool, and the
     Prometheus pool (the module docstring says why not the GPU pools). The plan counts its pod in
     those pools' maxPods by the same rule (kilonode.plan.resolve.components runs_disk_plugin;
-    tests/plan/test_limits.py compares the two)."""
-    pools = {p.name for p in plan.node_pools if not p.gpus_per_node or p.monitoring or p.system}
-    if plan.prometheus is not None:
-        pools.add(plan.prometheus.pool)
-    return sorted(pools)
+    tests/plan/test_limits.py compares the two), and its controller's identity may write those
+    pools' instances only (ClusterPlan.disk_plugin_pools, which this is)."""
+    return list(plan.disk_plugin_pools)
 
 
 def _labels(app: str) -> dict[str, str]:
@@ -247,7 +254,7 @@ def controller_pod(plan: ClusterPlan, account: core.v1.ServiceAccount, config_na
         "cluster",
         service_account=account,
         system_pool=True,
-        # where cloud-controller-manager's identity is (kilonode.k8s.cloud_provider controller_affinity),
+        # where its identity is (the controller pools' scale sets, kilonode.k8s.cloud_provider controller_affinity),
         # one replica per node: the two share the host's loopback ports (CONTROLLER_*_PORT), which
         # kilonode declares as no containerPort (listen_ports), so the scheduler cannot see the clash
         affinity=on_pools([p.name for p in plan.controller_pools], affinity=core.v1.AffinityArgs(
@@ -355,6 +362,13 @@ class Storage(pulumi.ComponentResource):
         controller_account = self._account(name, CONTROLLER_ACCOUNT, CONTROLLER, CONTROLLER_ROLES)
         node_account = self._account(name, NODE_ACCOUNT, NODE, {"csi-azuredisk-node-role": NODE_RULES})
         labels = _labels(CONTROLLER)
+        config_data = controller_config_data(plan, args.target)
+        core.v1.ConfigMap(
+            f"{name}-controller-config",
+            metadata=meta.v1.ObjectMetaArgs(name=CONFIG_NAME, namespace=KUBE_SYSTEM, labels=labels),
+            data=config_data,
+            opts=child,
+        )
         apps.v1.Deployment(
             f"{name}-controller",
             metadata=meta.v1.ObjectMetaArgs(name=CONTROLLER, namespace=KUBE_SYSTEM, labels=labels),
@@ -362,8 +376,10 @@ class Storage(pulumi.ComponentResource):
                 replicas=REPLICAS,
                 selector=meta.v1.LabelSelectorArgs(match_labels={"app": CONTROLLER}),
                 template=core.v1.PodTemplateSpecArgs(
-                    metadata=meta.v1.ObjectMetaArgs(labels=labels),
-                    spec=controller_pod(plan, controller_account, args.target_config)),
+                    # rolls on an azure.json change: the driver reads it once, at start
+                    # (pkg/azuredisk/azuredisk.go l.271-275 at v1.34.5, GetCloudProviderFromClient in Run)
+                    metadata=meta.v1.ObjectMetaArgs(labels=labels, annotations=config_digest_annotation(config_data)),
+                    spec=controller_pod(plan, controller_account, CONFIG_NAME)),
             ),
             opts=awaited(child, plan.components.awaits),  # its pool's nodes may still be joining
         )

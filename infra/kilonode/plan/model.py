@@ -727,6 +727,18 @@ class ClusterPlan(StrictModel):
                      if not pool.taints and any(s.team is None for s in pool.shards))
 
     @property
+    def disk_plugin_pools(self) -> tuple[str, ...]:
+        """Where Azure Disk CSI's node plugin runs, and so the only scale sets whose instances its
+        controller's identity may write (attach and detach, kilonode.azure.identity): every pool
+        with no GPUs, a monitoring or system pool, and the Prometheus pool (kilonode.k8s.storage
+        node_plugin_pools says why not the GPU pools; kilonode.plan.resolve.components
+        runs_disk_plugin counts its pod there)."""
+        pools = {p.name for p in self.node_pools if not p.gpus_per_node or p.monitoring or p.system}
+        if self.prometheus is not None:
+            pools.add(self.prometheus.pool)
+        return tuple(sorted(pools))
+
+    @property
     def node_resource_group(self) -> str:
         """The resource group of the pools' scale sets and of the Service load balancers and
         public IPs cloud-controller-manager creates: apart from the cluster's own group (named

@@ -54,7 +54,10 @@ watches, serving the version), corefilePlugins (a Corefile names only plugins bu
 and enables those serving what the container's probes ask), kernelAtLeast (where a ConfigMap's
 setting asks for it, every pool's image kernel at or above a release), azureRoleOnNodeGroups (each
 node group a `--nodes` flag names is a scale set of the resource group the Azure configuration lists,
-and the identity it names holds a role with write on a scope containing it), apiserverFlags (every
+and the identity it names holds a role with write on a scope containing it), azureRoleForDisks (the
+identity a CSI controller's azure.json names is on the scale sets of the pools it runs on, may make
+disks in that configuration's resource group and write the instances of every scale set its node
+plugin runs on; that write elsewhere is a warning), apiserverFlags (every
 apiserver's rendered unit runs with the flags, at the values given, and receives each file they name:
 rendered, or in kilonode.plan.pki's layout for that host; not judged on a host that runs the line's
 `unlessUnit`), servedToApiservers (the container serves the port, and the NSGs in front of every pool
@@ -1341,6 +1344,116 @@ def _custom_roles_with(graph: identities._Graph, needed: Sequence[str]) -> set[s
     return found
 
 
+# --- a CSI controller's Azure rights over the disks and the instances it attaches them to ------------
+
+
+def _mounted_config_map(spec: Mapping[str, Any], container: Mapping[str, Any], path: str) -> tuple[str, str] | None:
+    """(ConfigMap name, key) of the file a container reads at `path`: a mount of a ConfigMap volume
+    holding it under the key's name (or the item the volume maps a key to)."""
+    volumes = {v.get("name"): v.get("configMap") for v in spec.get("volumes") or [] if v.get("configMap")}
+    for mount in container.get("volumeMounts") or []:
+        source, where = volumes.get(mount.get("name")), str(mount.get("mountPath", "")).rstrip("/")
+        if not source or not path.startswith(f"{where}/"):
+            continue
+        relative = path.removeprefix(f"{where}/")
+        items = source.get("items")
+        key = next((i.get("key") for i in items or [] if i.get("path") == relative), None) if items else relative
+        if key:
+            return str(source.get("name")), str(key)
+    return None
+
+
+def _azure_role_for_disks(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
+    """The workload reads its Azure configuration from a ConfigMap (the file its `env` names); the
+    identity that configuration names is carried by the scale sets of every pool its pods may land
+    on (the token comes from there), holds a role granting `groupActions` (one of `roles`, or a
+    custom role of the graph) on a scope containing the resource group it names, and a role
+    granting `attachActions` on a scope containing every scale set of the pools the `nodePlugin`
+    DaemonSet may land on (where a disk is attached). That role on a scale set the node plugin does
+    not run on is a warning: no disk is attached there, and the right is a write of its instances."""
+    value = req.value
+    workload = _workload(inputs, value["workload"])
+    if workload is None:
+        return []
+    spec = _pod_spec(workload)
+    container = _container(spec, value["container"]) or {}
+    path = _container_env(workload, value["container"]).get(value["env"], "")
+    where = f"{value['workload']} container {value['container']}"
+    fix = ("give the controller an identity of its own, on the controller pools' scale sets, with the disk "
+           "actions on the pools' group and the instance write on its node plugin's scale sets, named in its own "
+           "azure.json (kilonode.azure.identity DISK_CSI_ACTIONS, kilonode.k8s.storage)")
+    mounted = _mounted_config_map(spec, container, path) if path else None
+    if mounted is None:
+        return [_finding(name, contract, req, where, f"its {value['env']} ({path or 'unset'}) is no mount of a "
+                         "ConfigMap: which identity it acts as is not known", fix)]
+    config_name, key = mounted
+    namespace = str((workload.inputs.get("metadata") or {}).get("namespace") or "")
+    _, config = _config_map_document(inputs, f"ConfigMap {namespace}/{config_name}", key, "json")
+    config = config if isinstance(config, Mapping) else {}
+    group = config.get(value["resourceGroupKey"])
+    client = str(config.get(value["identityKey"]) or "")
+    identity = client.removeprefix(value["mockClientPrefix"]) if client.startswith(value["mockClientPrefix"]) else None
+    where = f"{where} ({config_name} {key})"
+    if not group:
+        return [_finding(name, contract, req, where, f"it sets no {value['resourceGroupKey']}", fix)]
+    if identity is None:
+        return [_finding(name, contract, req, where, f"its {value['identityKey']} ({client or 'unset'}) names no "
+                         "identity of the graph: whether it may make and attach disks is not known",
+                         "record the graph with kilonode's own identities", level="warn")]
+    return _disk_rights_findings(inputs, name, contract, req, workload, identity, str(group), where, fix)
+
+
+def _disk_rights_findings(inputs: Inputs, name: str, contract: Contract, req: Requirement, workload: Resource,
+                          identity: str, group: str, where: str, fix: str) -> list[Finding]:
+    """_azure_role_for_disks on the graph, once the identity and its resource group are known."""
+    value = req.value
+    graph = identities._Graph(inputs)
+    groups = bootstrap_nodes(inputs)
+    daemonsets = [w for w in inputs.workloads() if w.kind == "DaemonSet"]
+    scale_sets = {str(r.inputs.get("vmScaleSetName", r.name)): r for r in graph.of(identities.SCALE_SET)}
+
+    def pools_of(workload: Resource) -> dict[str, NodePoolPlan]:
+        placed = scheduling.placement_of(workload, groups, daemonsets)
+        return {g.pool.name: g.pool for g in groups if g.host in {*placed.now, *placed.after_gpu_health}}
+
+    def scopes(actions: Sequence[str]) -> list[str]:
+        granting = set(value["roles"]) | _custom_roles_with(graph, actions)
+        return [str(a.inputs.get("scope", "")) for a in graph.of(identities.ROLE_ASSIGNMENT)
+                if identities._principal_name(a) == identity
+                and str(a.inputs.get("roleDefinitionId", "")).rpartition("/")[2].lower() in granting]
+
+    problems = []
+    for pool in pools_of(workload).values():
+        bare = [s.name for s in pool.shards if s.name in scale_sets
+                and identity not in identities._scale_set_identities(scale_sets[s.name])]
+        if bare:
+            problems.append(f"its pods may run on pool {pool.name}, whose scale set(s) {', '.join(bare)} do not "
+                            f"carry identity {identity}: no token there")
+    resource_group = next((r for r in graph.of(identities.RESOURCE_GROUP)
+                           if r.inputs.get("resourceGroupName") == group), None)
+    if resource_group is None or not any(resource_group in graph.contained(s) for s in scopes(value["groupActions"])):
+        problems.append(f"identity {identity} holds no role with {', '.join(value['groupActions'])} on a scope "
+                        f"containing resource group {group}, where it makes and finds the disks")
+    attach = scopes(value["attachActions"])
+    plugin = _workload(inputs, value["nodePlugin"])
+    plugin_sets = {s.name for p in (pools_of(plugin).values() if plugin is not None else ()) for s in p.shards}
+    for scale_set in sorted(plugin_sets):
+        vmss = scale_sets.get(scale_set)
+        if vmss is not None and not any(vmss in graph.contained(s) for s in attach):
+            problems.append(f"identity {identity} holds no role with {', '.join(value['attachActions'])} on a scope "
+                            f"containing scale set {scale_set}, where {value['nodePlugin']} runs")
+    findings = [_finding(name, contract, req, where, "; ".join(problems), fix)] if problems else []
+    extra = sorted(n for n, vmss in scale_sets.items() if n not in plugin_sets
+                   and any(vmss in graph.contained(s) for s in attach))
+    if extra:
+        findings.append(_finding(
+            name, contract, req, where,
+            f"identity {identity} may write the instances of scale set(s) {', '.join(extra)}, where "
+            f"{value['nodePlugin']} does not run and no disk is attached", "scope the instance write to the node "
+            "plugin's pools' scale sets (kilonode.azure.identity grant_disk_pools)", level="warn"))
+    return findings
+
+
 # --- an aggregated API server: the apiservers' side of it ---------------------------------------
 
 APISERVER_UNIT = "etc/systemd/system/kube-apiserver.service"
@@ -1494,6 +1607,7 @@ EVALUATORS: dict[str, Evaluator] = {
     "corefilePlugins": _corefile_plugins,
     "kernelAtLeast": _kernel_at_least,
     "azureRoleOnNodeGroups": _azure_role_on_node_groups,
+    "azureRoleForDisks": _azure_role_for_disks,
     "apiserverFlags": _apiserver_flags,
     "servedToApiservers": _served_to_apiservers,
     "servedToPods": _served_to_pods,
