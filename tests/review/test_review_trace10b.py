@@ -42,10 +42,10 @@ def test_a_sample_limit_below_kube_state_metrics_load_is_high_and_names_the_blin
     _set_limit(head, KSM, sample_limit=100_000)
     [line] = _alerting(head)
     assert line.level == HIGH and line.rule == alerting.SCRAPE_LIMIT_RULE
-    assert KSM in line.summary and "100,000" in line.summary and "1,801,760" in line.summary
+    assert KSM in line.summary and "100,000" in line.summary and "2,176,960" in line.summary
     assert "KilonodeGpuNodesUnhealthy" in line.summary and "KilonodeGpuPoolDegraded" in line.summary
     assert "KilonodeScrapeTargetDown" in line.summary  # up{job} fires instead
-    assert "raise it above 1,801,760" in line.summary
+    assert "raise it above 2,176,960" in line.summary
 
 
 def test_a_sample_limit_above_the_load_and_a_global_one_below_it() -> None:

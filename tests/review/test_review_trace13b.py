@@ -59,7 +59,7 @@ def test_a_shorter_retention_is_said_with_its_cause() -> None:
     _retention(head, "3d")
     [risk] = _risks(head, "prometheus-restarted")
     assert risk.level == MEDIUM
-    assert "its retention shortens 15 d -> 3 d" in risk.summary
+    assert "its retention shortens 14 d -> 3 d" in risk.summary
     assert "a change to a pool's nodes" not in risk.summary
 
 

@@ -742,23 +742,29 @@ def application_xids() -> list[int]:
     return sorted(code for code, row in xid_catalog().items() if row.get("immediate") in NOT_TAINTING)
 
 
+# Each GPU's last Xid, its pod labels aggregated away: short enough to name ~25 times in the alert
+# (the review parses rules of up to 2,048 characters, kilonode.review.alerting).
+GPU_XID_LAST = "kilonode:gpu_xid_errors:last"
+
+
 def _xid_expr() -> str:
-    last = f'DCGM_FI_DEV_XID_ERRORS{{job="{JOB_DCGM_EXPORTER}"}}'
+    last = GPU_XID_LAST
     app = " or ".join(f"{last} == {a}" if a == b else f"({last} >= {a} and {last} <= {b})"
                       for a, b in _ranges(application_xids()))
-    return f"max by ({BY_GPU}) (({last} > 0) unless ({app}))"
+    return f"({last} > 0) unless ({app})"
 
 
 def exporter_group(plan: ClusterPlan) -> Group | None:
     """The GPU and InfiniBand alerts the field notes' GPU lessons need; dcgm-exporter's on GPU pools
     only, InfiniBand's on InfiniBand pools only."""
     gpu = "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) of node {{ $labels.node }}"
-    alerts: list[Alert] = []
+    alerts: list[Alert | Record] = []
     if plan.gpu_pools:
         dcgm = f'job="{JOB_DCGM_EXPORTER}"'
         # one selector for the four counters: a GPU that exports only some of them still counts
         nvlink = f'increase({{__name__=~"{"|".join(NVLINK_ERROR_FIELDS)}", {dcgm}}}[15m])'
         alerts += [
+            Record(GPU_XID_LAST, f'max by ({BY_GPU}) (DCGM_FI_DEV_XID_ERRORS{{{dcgm}}})'),
             Alert("KilonodeGpuXidError", _xid_expr(), "1m", "warning",
                   f"The last Xid of {gpu} is one NVIDIA's catalogue says needs a GPU reset, a reboot or support",
                   "A GPU reported a node-level Xid",
