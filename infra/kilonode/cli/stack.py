@@ -185,11 +185,31 @@ def _in_cluster(plan: ClusterPlan) -> None:
               f"Calico's Typha: not at all)\n    {escape(plan.components.awaits.reason)}")
 
 
-def explain(stack: StackArg) -> None:
+HtmlOption = Annotated[Path | None, typer.Option(
+    "--html", metavar="PATH", show_default=False,
+    help="Also write one self-contained HTML page (inline SVG, nothing fetched) drawing the plan: the address "
+         "space, the scale sets and their fabrics, the join waves, the budgets against their limits "
+         "(docs/explain.md).")]
+
+
+def _write_pictures(plan: ClusterPlan, html: Path | None, source: str) -> None:
+    """`explain --html`: the page kilonode.render.pictures draws from the plan."""
+    if html is None:
+        return
+    from kilonode.render.pictures import page
+
+    try:
+        html.write_text(page(plan, source), encoding="utf-8")
+    except OSError as error:
+        die(f"cannot write {html}: {error.strerror or error}")
+
+
+def explain(stack: StackArg, html: HtmlOption = None) -> None:
     """A readable summary: counts, subnets, scale-set shards, IP budget and headroom per limit."""
     from kilonode.config.load import display_path
 
     loaded, plan = load_and_plan(stack)
+    _write_pictures(plan, html, display_path(loaded.file))
     cp = plan.control_plane
     out.print(f"[bold]{plan.cluster}[/] ({display_path(loaded.file)}) — Kubernetes {plan.kubernetes_version}, "
               f"{plan.location}, zones {', '.join(plan.zones)}")
