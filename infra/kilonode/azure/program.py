@@ -42,6 +42,7 @@ from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import ClusterPlan, checked_plan
 from kilonode.problems import StackError, report
 from kilonode.render import render_cluster
+from kilonode.render.dashboards import dashboard_files
 from kilonode.render.monitoring import monitoring_files
 
 
@@ -92,6 +93,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         join_tokens=cluster.tls.join_tokens,
         cloud_target=cloud_target(plan, cluster),
         monitoring_files=monitoring_files(plan),
+        dashboard_files=dashboard_files(plan),
         after=(*cluster.control_plane.ready_after, *(peering.id for peering in cluster.network.deployer_peerings)),
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)

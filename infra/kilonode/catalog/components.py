@@ -95,6 +95,7 @@ class Components(Row):
     dns_autoscaler: Component
     metrics_server: Component
     prometheus: Component
+    grafana: Component
     dcgm_exporter: Component
     node_exporter: Component
     kube_state_metrics: Component

@@ -4,7 +4,7 @@ cluster's own outputs, behind the apiserver readiness gate."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,6 +20,7 @@ from kilonode.k8s.dns import ClusterDns, ClusterDnsArgs
 from kilonode.k8s.exporters import Exporters, ExportersArgs
 from kilonode.k8s.flowcontrol import ApiProtection, ApiProtectionArgs
 from kilonode.k8s.gpu import DevicePlugin, DevicePluginArgs, GpuHealthAccess
+from kilonode.k8s.grafana import Grafana, GrafanaArgs
 from kilonode.k8s.metrics_server import MetricsServer, MetricsServerArgs
 from kilonode.k8s.monitoring import NAMESPACE as MONITORING_NAMESPACE
 from kilonode.k8s.monitoring import Monitoring, MonitoringArgs
@@ -53,6 +54,8 @@ class InClusterArgs:
     # resources and on no apiserver VM or NIC, so one apiserver is replaced at a time without
     # touching anything here (kilonode.k8s.readiness).
     after: Sequence[pulumi.Input[str]] = ()
+    # the dashboards' JSON for Grafana (kilonode.render.dashboards.dashboard_files), rendered by the caller
+    dashboard_files: Mapping[str, str] = field(default_factory=dict)
 
 
 class InCluster(pulumi.ComponentResource):
@@ -165,6 +168,10 @@ def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: p
     monitoring = Monitoring(f"{name}-monitoring", MonitoringArgs(
         files=args.monitoring_files, kubernetes_minor=plan.kubernetes_minor, prometheus=plan.prometheus,
         image=plan.components.prometheus_image, awaits=plan.components.awaits), on_cluster)
+    if plan.prometheus is not None and args.dashboard_files:  # Grafana beside it (kilonode.k8s.grafana)
+        Grafana(f"{name}-grafana", GrafanaArgs(dashboards=args.dashboard_files, prometheus=plan.prometheus,
+                                               image=plan.components.grafana_image, awaits=plan.components.awaits),
+                monitoring.namespace, on_cluster)
     capacity = Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
     own: dict[str, pulumi.Resource] = {MONITORING_NAMESPACE: monitoring.namespace}
     if capacity.namespace is not None:

@@ -503,6 +503,7 @@ class ComponentsPlan(StrictModel):
     kube_proxy_image: str
     coredns_image: str
     prometheus_image: str  # the cluster's Prometheus (kilonode.k8s.monitoring)
+    grafana_image: str  # Grafana beside it, the dashboards (kilonode.k8s.grafana)
     # the exporters it scrapes (kilonode.k8s.exporters): GPU pools, every node, one Deployment
     dcgm_exporter_image: str
     node_exporter_image: str

@@ -46,6 +46,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "dns_autoscaler_image": single(c.dns_autoscaler, "dnsAutoscaler"),
         "metrics_server_image": single(c.metrics_server, "metricsServer"),
         "prometheus_image": single(c.prometheus, "prometheus"),
+        "grafana_image": single(c.grafana, "grafana"),  # kilonode.k8s.grafana
         # the exporters (kilonode.k8s.exporters)
         "dcgm_exporter_image": single(c.dcgm_exporter, "dcgmExporter"),
         "node_exporter_image": single(c.node_exporter, "nodeExporter"),
@@ -262,6 +263,10 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     placed = prometheus_pool(config)
     if pool is not None and placed is not None and placed.name == pool.name:
         common = (*common, images["prometheus_image"])
+    # Grafana runs beside it, on the same pool (kilonode.k8s.grafana): its dashboards are how a person
+    # sees the cluster when the alerts fire, so its image is there at boot as well.
+    if pool is not None and placed is not None and placed.name == pool.name:
+        common = (*common, images["grafana_image"])
     return common
 
 

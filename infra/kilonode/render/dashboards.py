@@ -1,0 +1,456 @@
+"""Dashboards as code: the Grafana dashboards of a cluster, rendered from its plan (data in, JSON out).
+
+Five dashboards, each a file of Grafana's dashboard JSON model that the Grafana beside the cluster's
+Prometheus reads through a file provider (kilonode.k8s.grafana; Grafana's documentation at v13.0,
+"Provision Grafana": a provider of type file loads every .json file under its path):
+
+- cluster health: nodes Ready by pool against the pool's size, pods waiting in the scheduler's
+  queues, the apiservers' requests by code, and by API Priority and Fairness priority level their
+  rate, queue wait, rejections (HTTP 429) and seats;
+- etcd: per cluster (main, events, leases) the database size against that cluster's
+  --quota-backend-bytes, the WAL fsync and backend commit p99 against the alerts' thresholds, and
+  leader changes;
+- GPU fleet (only with GPU pools): dcgm-exporter's fields, as kilonode's counters file enables
+  them (kilonode.plan.defaults DCGM_FIELDS), by pool and fabric;
+- InfiniBand (only with InfiniBand pools): node-exporter's infiniband collector, port state and
+  error counters;
+- network: the per-namespace pod traffic kilonode counts on every node (kilonode.render.pod_traffic).
+
+Every query reads only series a deployed source produces: `produced_metrics` says which, from the
+scrape jobs and rules kilonode.render.monitoring renders and the names each source documents
+(SOURCE_METRICS, each cited); tests/render/test_dashboards.py parses every query with promql-parser
+and fails on a name no source produces. Thresholds drawn on panels come from the plan (etcd's
+quotas, the pools' sizes) or from the alert rules' own constants, never from a literal here.
+
+Each panel queries the data source through the dashboard's `datasource` variable (a Prometheus
+data source, by default the one Grafana's provisioning marks default), so the files name no data
+source's uid and import unchanged into a Grafana of the user's own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kilonode.node.node_client_approver.rules import SUFFIX as NODE_NAME_SUFFIX
+from kilonode.node.pod_traffic import METRICS as POD_TRAFFIC_METRICS
+from kilonode.plan import defaults
+from kilonode.plan.model import ClusterPlan, NodePoolPlan
+from kilonode.render import monitoring as mon
+
+# The JSON model's schema version the files are written in (Grafana's documentation at v13.0,
+# "JSON model": schemaVersion); Grafana migrates an older model when it loads one.
+SCHEMA_VERSION = 41
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+TAGS = ["kilonode"]
+# The width of Grafana's grid is 24 columns; two panels a row.
+GRID_WIDTH, PANEL_WIDTH, PANEL_HEIGHT = 24, 12, 8
+# Colours of the threshold steps: below the first, at and above each.
+BASE_COLOUR, WARNING_COLOUR, CRITICAL_COLOUR = "green", "orange", "red"
+
+# Series each source produces that the dashboards (or the rules) read, by scrape job, for the jobs
+# whose metric_relabel_configs keep no list of names (a job with a `keep` list produces exactly that
+# list). Names read upstream at the pinned releases:
+SOURCE_METRICS: dict[str, tuple[str, ...]] = {
+    # kubernetes/apiserver v0.34.10 pkg/endpoints/metrics/metrics.go l.81 (request_total), l.128
+    # (request_sli_duration_seconds, a histogram: _bucket); pkg/util/flowcontrol/metrics/metrics.go
+    # l.93-109 (rejected_requests_total {priority_level, flow_schema, reason}, dispatched_requests_total),
+    # l.258-264 (current_executing_seats), l.280-287 (request_wait_duration_seconds, a histogram),
+    # l.348 (nominal_limit_seats {priority_level})
+    mon.JOB_APISERVER: (
+        "apiserver_request_total", "apiserver_request_sli_duration_seconds_bucket",
+        "apiserver_flowcontrol_rejected_requests_total", "apiserver_flowcontrol_dispatched_requests_total",
+        "apiserver_flowcontrol_current_executing_seats", "apiserver_flowcontrol_request_wait_duration_seconds_bucket",
+        "apiserver_flowcontrol_nominal_limit_seats",
+    ),
+    # kubernetes/kubernetes pkg/scheduler/metrics/metrics.go: pending_pods {queue} (active, backoff,
+    # unschedulable, gated), in the scheduler subsystem
+    mon.JOB_SCHEDULER: ("scheduler_pending_pods",),
+    # kubernetes/kube-state-metrics v2.18.0 internal/store/node.go l.40 (kube_node_labels), l.134
+    # (kube_node_info), l.480 (kube_node_status_condition {node, condition, status})
+    mon.JOB_KUBE_STATE_METRICS: ("kube_node_labels", "kube_node_info", "kube_node_status_condition",
+                                 "kube_node_spec_taint"),
+    # kilonode's own (kilonode.node.pod_traffic METRICS)
+    mon.JOB_POD_TRAFFIC: tuple(name for name, _, _ in POD_TRAFFIC_METRICS),
+}
+# etcd (v3.5/v3.6 server/storage/mvcc/metrics.go, server/etcdserver/metrics.go, server/storage/wal
+# and backend metrics.go): the series the etcd rules of kilonode.render.monitoring read, which
+# tests/monitoring/test_live_etcd_quota.py scrapes from a real member.
+ETCD_METRICS = (
+    "etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes", "etcd_server_has_leader",
+    "etcd_server_leader_changes_seen_total", "etcd_disk_wal_fsync_duration_seconds_bucket",
+    "etcd_disk_backend_commit_duration_seconds_bucket",
+)
+# Prometheus's own per target (docs/concepts/jobs_instances.md: up, scrape_duration_seconds, ...).
+SCRAPE_METRICS = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
+
+# A node's name is its scale set's (its fabric: RDMA reaches the VMs of one scale set) followed by
+# six base-36 characters (kilonode.node.node_client_approver.rules SUFFIX): the fabric is read
+# from the node label, which no series carries otherwise.
+FABRIC = f'"fabric", "$1", "node", "(.+){NODE_NAME_SUFFIX}"'
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    colour: str
+    source: str  # what in the plan (or which alert) it is
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    queries: tuple[Query, ...]
+    unit: str = "short"
+    thresholds: tuple[Threshold, ...] = ()
+    # per series (by its legend's value): thresholds of its own, a Grafana field override
+    series_thresholds: tuple[tuple[str, tuple[Threshold, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    panels: tuple[Panel, ...] = field(default_factory=tuple)
+
+
+def _steps(thresholds: Iterable[Threshold]) -> dict[str, Any]:
+    return {"mode": "absolute", "steps": [{"color": BASE_COLOUR, "value": None},
+                                          *({"color": t.colour, "value": t.value} for t in thresholds)]}
+
+
+def panel_json(panel: Panel, index: int) -> dict[str, Any]:
+    """One timeseries panel of Grafana's JSON model, its thresholds drawn as lines."""
+    overrides = [{"matcher": {"id": "byName", "options": name},
+                  "properties": [{"id": "thresholds", "value": _steps(steps)}]}
+                 for name, steps in panel.series_thresholds]
+    drawn = bool(panel.thresholds or panel.series_thresholds)
+    return {
+        "id": index + 1,
+        "type": "timeseries",
+        "title": panel.title,
+        "description": panel.description,
+        "datasource": DATASOURCE,
+        "gridPos": {"h": PANEL_HEIGHT, "w": PANEL_WIDTH, "x": (index * PANEL_WIDTH) % GRID_WIDTH,
+                    "y": (index * PANEL_WIDTH) // GRID_WIDTH * PANEL_HEIGHT},
+        "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": q.expr,
+                     "legendFormat": q.legend, "range": True}
+                    for i, q in enumerate(panel.queries)],
+        "fieldConfig": {
+            "defaults": {
+                "unit": panel.unit,
+                "thresholds": _steps(panel.thresholds),
+                "custom": {"thresholdsStyle": {"mode": "line" if drawn else "off"}},
+            },
+            "overrides": overrides,
+        },
+        "options": {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+                    "tooltip": {"mode": "multi", "sort": "desc"}},
+    }
+
+
+def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
+    """The whole dashboard: its panels, and the `datasource` variable they query through."""
+    return {
+        "uid": dashboard.uid,
+        "title": dashboard.title,
+        "description": dashboard.description,
+        "tags": TAGS,
+        "editable": False,  # provisioned from files: a change in the UI would be lost at the next load
+        "schemaVersion": SCHEMA_VERSION,
+        "time": {"from": "now-6h", "to": "now"},
+        "refresh": "1m",
+        "timezone": "utc",
+        "templating": {"list": [{"name": "datasource", "label": "Prometheus", "type": "datasource",
+                                 "query": "prometheus", "hide": 0, "current": {}}]},
+        "panels": [panel_json(p, i) for i, p in enumerate(dashboard.panels)],
+    }
+
+
+# --- cluster health ---------------------------------------------------------------------------------
+def pool_ceiling(pool: NodePoolPlan) -> int:
+    """The nodes a pool may have: an autoscaled pool's maxNodes, else its node count."""
+    return pool.autoscaling.max_nodes if pool.autoscaling else pool.nodes
+
+
+def _ksm(metric: str, matchers: str = "") -> str:
+    inner = f'job="{mon.JOB_KUBE_STATE_METRICS}"' + (f",{matchers}" if matchers else "")
+    return f"{metric}{{{inner}}}"
+
+
+def nodes_ready_panel(plan: ClusterPlan) -> Panel:
+    ready = _ksm("kube_node_status_condition", 'condition="Ready",status="true"')
+    pools = _ksm("kube_node_labels")
+    expr = (f'sum by (pool) (label_replace(max by (node) ({ready}) * on (node) group_left ({mon.KSM_POOL_LABEL}) '
+            f'max by (node, {mon.KSM_POOL_LABEL}) ({pools}), "pool", "$1", "{mon.KSM_POOL_LABEL}", "(.+)"))')
+    return Panel(
+        "Nodes Ready by pool",
+        "Nodes whose Ready condition is true (kube-state-metrics), by their kilonode.io/pool label; each pool's "
+        "line is its size in the plan (an autoscaled pool's maxNodes).",
+        (Query(expr, "{{pool}}"),),
+        series_thresholds=tuple((p.name, (Threshold(pool_ceiling(p), WARNING_COLOUR, f"pool {p.name}: nodes"),))
+                                for p in plan.node_pools),
+    )
+
+
+def _apiserver(metric: str, matchers: str = "") -> str:
+    inner = f'job="{mon.JOB_APISERVER}"' + (f",{matchers}" if matchers else "")
+    return f"{metric}{{{inner}}}"
+
+
+def apiserver_panels() -> tuple[Panel, ...]:
+    """The apiservers' load, and by APF priority level what they admit, queue and refuse."""
+    wait = _apiserver("apiserver_flowcontrol_request_wait_duration_seconds_bucket", 'execute="true"')
+    sli = _apiserver("apiserver_request_sli_duration_seconds_bucket", 'verb!~"WATCH|CONNECT"')
+    return (
+        Panel("Apiserver requests by code", "Requests per second answered, by HTTP code (WATCH and CONNECT left "
+              f"out), from the recording rule {mon.APISERVER_RATE} the 429 and 5xx alerts read.",
+              (Query(f"sum by (code) ({mon.APISERVER_RATE})", "{{code}}"),), unit="reqps"),
+        Panel("Apiserver request latency p99 by verb", "The apiservers' SLI latency (without the time a request "
+              "waits for webhooks or in APF's queues), 99th percentile over 5 minutes.",
+              (Query(f"histogram_quantile(0.99, sum by (verb, le) (rate({sli}[5m])))", "{{verb}}"),), unit="s"),
+        Panel("Requests dispatched by priority level", "Requests API Priority and Fairness let through, per "
+              "second, by priority level.",
+              (Query(f"sum by (priority_level) (rate({_apiserver('apiserver_flowcontrol_dispatched_requests_total')}"
+                     "[5m]))", "{{priority_level}}"),), unit="reqps"),
+        Panel("Requests rejected (HTTP 429) by priority level", "Requests API Priority and Fairness refused, per "
+              "second, by priority level and reason (queue-full, concurrency-limit, time-out, cancelled): who is "
+              "being shed first.",
+              (Query(f"sum by (priority_level, reason) (rate("
+                     f"{_apiserver('apiserver_flowcontrol_rejected_requests_total')}[5m]))",
+                     "{{priority_level}} {{reason}}"),), unit="reqps"),
+        Panel("Queue wait p99 by priority level", "How long executed requests waited in their priority level's "
+              "queues, 99th percentile over 5 minutes.",
+              (Query(f"histogram_quantile(0.99, sum by (priority_level, le) (rate({wait}[5m])))",
+                     "{{priority_level}}"),), unit="s"),
+        Panel("Seats in use by priority level", "Seats executing now against each level's nominal limit, summed "
+              "over the apiservers.",
+              (Query(f"sum by (priority_level) ({_apiserver('apiserver_flowcontrol_current_executing_seats')})",
+                     "{{priority_level}} in use"),
+               Query(f"sum by (priority_level) (max by (instance, priority_level) "
+                     f"({_apiserver('apiserver_flowcontrol_nominal_limit_seats')}))", "{{priority_level}} limit")),
+              ),
+    )
+
+
+def cluster_health(plan: ClusterPlan) -> Dashboard:
+    pending = f'max by (queue) (scheduler_pending_pods{{job="{mon.JOB_SCHEDULER}"}})'
+    return Dashboard(
+        "kilonode-cluster-health", f"{plan.cluster}: cluster health",
+        "Nodes, the scheduler's queues and the apiservers' load (kilonode.render.dashboards).",
+        (
+            nodes_ready_panel(plan),
+            Panel("Pods pending", "Pods waiting in kube-scheduler's queues (active, backoff, unschedulable, "
+                  "gated), from the leading scheduler (a standby's queues are empty). The gang scheduler's pods "
+                  "wait in its own queues, not scraped.", (Query(pending, "{{queue}}"),)),
+            *apiserver_panels(),
+        ),
+    )
+
+
+# --- etcd -------------------------------------------------------------------------------------------
+def quota_thresholds(quota_bytes: int) -> tuple[Threshold, ...]:
+    """The database-size alert's levels (kilonode.render.monitoring) and the quota itself."""
+    return (
+        Threshold(quota_bytes * mon.ETCD_QUOTA_WARNING, WARNING_COLOUR,
+                  f"KilonodeEtcdDatabaseNearQuota warning: {mon.ETCD_QUOTA_WARNING:g} of quotaBackendBytes"),
+        Threshold(quota_bytes * mon.ETCD_QUOTA_CRITICAL, CRITICAL_COLOUR,
+                  f"KilonodeEtcdDatabaseNearQuota critical: {mon.ETCD_QUOTA_CRITICAL:g} of quotaBackendBytes"),
+        Threshold(quota_bytes, CRITICAL_COLOUR, "quotaBackendBytes: etcd refuses writes (NOSPACE)"),
+    )
+
+
+def etcd_panels(plan: ClusterPlan) -> tuple[Panel, ...]:
+    panels: list[Panel] = []
+    for cluster in plan.etcd_clusters:
+        job = f'job="{mon.etcd_job(cluster.role)}"'
+        panels.append(Panel(
+            f"etcd {cluster.role}: database size", f"Each member's backend database against its quota "
+            f"(--quota-backend-bytes {cluster.quota_backend_bytes:,} bytes in the plan) and the quota alert's "
+            "levels. At the quota etcd refuses every write until compacted and defragmented.",
+            (Query(f"max by (instance) (etcd_mvcc_db_total_size_in_bytes{{{job}}})", "{{instance}}"),),
+            unit="bytes", thresholds=quota_thresholds(cluster.quota_backend_bytes)))
+    return tuple(panels)
+
+
+def etcd_disk_panels() -> tuple[Panel, ...]:
+    by_member = f"{mon.CLUSTER_ROLE_LABEL}, instance"
+    legend = f"{{{{{mon.CLUSTER_ROLE_LABEL}}}}} {{{{instance}}}}"
+    leaders = f'etcd_server_leader_changes_seen_total{{job=~"{mon.ETCD_JOBS}"}}'
+    return (
+        Panel("etcd WAL fsync p99", "Each member's 99th percentile write-ahead-log fsync (the recording rule "
+              f"{mon.ETCD_WAL_FSYNC_P99}); the lines are KilonodeEtcdSlowWalFsync's warning and critical.",
+              (Query(f"max by ({by_member}) ({mon.ETCD_WAL_FSYNC_P99})", legend),), unit="s",
+              thresholds=(Threshold(mon.ETCD_WAL_FSYNC_P99_WARNING, WARNING_COLOUR, "KilonodeEtcdSlowWalFsync warning"),
+                          Threshold(mon.ETCD_WAL_FSYNC_P99_CRITICAL, CRITICAL_COLOUR,
+                                    "KilonodeEtcdSlowWalFsync critical"))),
+        Panel("etcd backend commit p99", "Each member's 99th percentile backend commit (the recording rule "
+              f"{mon.ETCD_BACKEND_COMMIT_P99}); the line is KilonodeEtcdSlowBackendCommit's warning.",
+              (Query(f"max by ({by_member}) ({mon.ETCD_BACKEND_COMMIT_P99})", legend),), unit="s",
+              thresholds=(Threshold(mon.ETCD_BACKEND_COMMIT_P99_WARNING, WARNING_COLOUR,
+                                    "KilonodeEtcdSlowBackendCommit warning"),)),
+        Panel("etcd leader changes (15 minutes)", "Leader changes each member saw in the last 15 minutes; the "
+              "line is KilonodeEtcdLeaderChanges's.",
+              (Query(f"max by ({by_member}) (increase({leaders}[15m]))", legend),),
+              thresholds=(Threshold(mon.ETCD_LEADER_CHANGES_15M, WARNING_COLOUR, "KilonodeEtcdLeaderChanges"),)),
+    )
+
+
+def etcd_dashboard(plan: ClusterPlan) -> Dashboard:
+    roles = ", ".join(c.role for c in plan.etcd_clusters)
+    return Dashboard("kilonode-etcd", f"{plan.cluster}: etcd",
+                     f"The etcd clusters ({roles}): size against each quota, disk latency, leader changes.",
+                     (*etcd_panels(plan), *etcd_disk_panels()))
+
+
+# --- GPUs -------------------------------------------------------------------------------------------
+def dcgm_fields() -> frozenset[str]:
+    """The fields kilonode's counters file enables (kilonode.k8s.exporters, defaults.DCGM_FIELDS)."""
+    return frozenset(name for name, _, _ in defaults.DCGM_FIELDS)
+
+
+def _by_fabric(aggregation: str, field_name: str, parameter: str = "") -> str:
+    """An aggregation of a DCGM field by pool and fabric (the node's scale set, FABRIC)."""
+    series = f'{field_name}{{job="{mon.JOB_DCGM_EXPORTER}"}}'
+    return f"{aggregation} by (pool, fabric) ({parameter}label_replace({series}, {FABRIC}))"
+
+
+def gpu_panels() -> tuple[Panel, ...]:
+    legend = "{{pool}} {{fabric}}"
+    used, free = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"
+    return (
+        Panel("GPU utilisation by pool and fabric", "Mean DCGM_FI_DEV_GPU_UTIL over the GPUs of each scale set "
+              "(a fabric: RDMA reaches one scale set's VMs).",
+              (Query(_by_fabric("avg", "DCGM_FI_DEV_GPU_UTIL"), legend),), unit="percent"),
+        Panel("GPU memory used by pool and fabric", "Framebuffer used over used + free (DCGM_FI_DEV_FB_USED, "
+              "_FB_FREE, MiB), over the GPUs of each scale set.",
+              (Query(f"{_by_fabric('sum', used)} / ({_by_fabric('sum', used)} + {_by_fabric('sum', free)})",
+                     legend),), unit="percentunit"),
+        Panel("GPUs whose last Xid needs an action", "GPUs whose last Xid (DCGM_FI_DEV_XID_ERRORS) is one "
+              f"NVIDIA's catalogue gives an action other than the job's own (the recording rule {mon.GPU_XID_LAST} "
+              "as KilonodeGpuXidError reads it), counted by pool.",
+              # the alert's own expression (kilonode.render.monitoring), so the panel and the alert agree
+              (Query(f"count by (pool) ({mon._xid_expr()})", "{{pool}}"),)),
+        Panel("GPU temperature by pool and fabric", "Hottest and median DCGM_FI_DEV_GPU_TEMP of each scale set.",
+              (Query(_by_fabric("max", "DCGM_FI_DEV_GPU_TEMP"), "max {{pool}} {{fabric}}"),
+               Query(_by_fabric("quantile", "DCGM_FI_DEV_GPU_TEMP", "0.5, "), "median {{pool}} {{fabric}}")),
+              unit="celsius"),
+        Panel("GPU power by pool and fabric", "Power drawn by each scale set's GPUs (DCGM_FI_DEV_POWER_USAGE).",
+              (Query(_by_fabric("sum", "DCGM_FI_DEV_POWER_USAGE"), legend),), unit="watt"),
+        Panel("GPU thermal slowdown by pool", "Share of the last 10 minutes the GPUs were slowed for heat "
+              "(DCGM_FI_DEV_THERMAL_VIOLATION, ns), the hottest GPU of each pool; the line is "
+              "KilonodeGpuThermalThrottling's.",
+              (Query(f'max by (pool) (rate(DCGM_FI_DEV_THERMAL_VIOLATION{{job="{mon.JOB_DCGM_EXPORTER}"}}[10m])) '
+                     "/ 1e9", "{{pool}}"),), unit="percentunit",
+              thresholds=(Threshold(mon.GPU_THERMAL_FRACTION, WARNING_COLOUR, "KilonodeGpuThermalThrottling"),)),
+    )
+
+
+def gpu_dashboard(plan: ClusterPlan) -> Dashboard | None:
+    if not plan.gpu_pools:
+        return None
+    pools = ", ".join(f"{p.name} ({len(p.shards)} scale sets)" for p in plan.gpu_pools)
+    return Dashboard("kilonode-gpu-fleet", f"{plan.cluster}: GPU fleet",
+                     f"dcgm-exporter's fields on the GPU pools ({pools}), by pool and fabric.", gpu_panels())
+
+
+# --- InfiniBand -------------------------------------------------------------------------------------
+def infiniband_dashboard(plan: ClusterPlan) -> Dashboard | None:
+    pools = [p for p in plan.node_pools if p.infiniband]
+    if not pools:
+        return None
+    job = f'job="{mon.JOB_NODE_EXPORTER}"'
+    errors = ("node_infiniband_symbol_error_total", "node_infiniband_link_error_recovery_total",
+              "node_infiniband_port_errors_received_total")
+    ports = sum(p.infiniband_links.count * pool_ceiling(p) if p.infiniband_links else 0 for p in pools)
+    return Dashboard("kilonode-infiniband", f"{plan.cluster}: InfiniBand",
+                     "The HCA ports of the InfiniBand pools (node-exporter's infiniband collector).", (
+        Panel("Ports not ACTIVE by pool", f"HCA ports whose state is not ACTIVE ({mon.IB_PORT_ACTIVE}), by pool: "
+              "NCCL loses that rail.",
+              (Query(f"count by (pool) (node_infiniband_state_id{{{job}}} != {mon.IB_PORT_ACTIVE})", "{{pool}}"),)),
+        Panel("Ports ACTIVE", "HCA ports ACTIVE; the line is the ports of the pools at their ceiling in the plan "
+              "(one port a link of the VM size).",
+              (Query(f"count(node_infiniband_state_id{{{job}}} == {mon.IB_PORT_ACTIVE})", "active"),),
+              thresholds=(Threshold(ports, WARNING_COLOUR, "the plan's InfiniBand ports"),)),
+        Panel("Link flaps by pool", "Link-downed events per hour (node_infiniband_link_downed_total), by pool.",
+              (Query(f"sum by (pool) (increase(node_infiniband_link_downed_total{{{job}}}[1h]))", "{{pool}}"),)),
+        Panel("Port errors by pool", "Symbol errors, link error recoveries and received errors per second.",
+              tuple(Query(f"sum by (pool) (rate({m}{{{job}}}[5m]))",
+                          f"{{{{pool}}}} {m.removeprefix('node_infiniband_')}") for m in errors), unit="cps"),
+        Panel("InfiniBand traffic by pool", "Bytes per second through the HCAs, each direction.",
+              (Query(f"sum by (pool) (rate(node_infiniband_port_data_received_bytes_total{{{job}}}[5m]))",
+                     "{{pool}} received"),
+               Query(f"sum by (pool) (rate(node_infiniband_port_data_transmitted_bytes_total{{{job}}}[5m]))",
+                     "{{pool}} transmitted")), unit="Bps"),
+    ))
+
+
+# --- network ----------------------------------------------------------------------------------------
+def network_dashboard(plan: ClusterPlan) -> Dashboard:
+    traffic = f'kilonode_pod_network_bytes_total{{job="{mon.JOB_POD_TRAFFIC}"}}'
+    return Dashboard("kilonode-network", f"{plan.cluster}: network by namespace",
+                     "Bytes every node forwarded to and from each namespace's pods (kilonode.render.pod_traffic).", (
+        Panel("Traffic by namespace", f"Bytes per second by namespace and direction (the recording rule "
+              f"{mon.POD_TRAFFIC_NAMESPACE_RATE}: in to the namespace's pods, out from them).",
+              (Query(f"sort_desc(sum by (namespace, direction) ({mon.POD_TRAFFIC_NAMESPACE_RATE}))",
+                     "{{namespace}} {{direction}}"),), unit="Bps"),
+        Panel("Top pods", "The 20 pods moving the most bytes per second, each direction.",
+              (Query(f"topk(20, sum by (namespace, pod, direction) (rate({traffic}[5m])))",
+                     "{{namespace}}/{{pod}} {{direction}}"),), unit="Bps"),
+    ))
+
+
+def dashboards(plan: ClusterPlan) -> list[Dashboard]:
+    found = [cluster_health(plan), etcd_dashboard(plan), gpu_dashboard(plan), infiniband_dashboard(plan),
+             network_dashboard(plan)]
+    return [d for d in found if d is not None]
+
+
+def dashboard_files(plan: ClusterPlan) -> dict[str, str]:
+    """File name -> the dashboard's JSON (the ConfigMap Grafana's file provider reads)."""
+    return {f"{d.uid}.json": json.dumps(dashboard_json(d), indent=2, sort_keys=True) + "\n" for d in dashboards(plan)}
+
+
+# --- what the deployed sources produce ----------------------------------------------------------------
+def _kept(config: dict[str, Any]) -> tuple[str, ...] | None:
+    """The names a job's metric_relabel_configs keep by __name__ (a `keep` of names joined by |)."""
+    for rule in config.get("metric_relabel_configs", []):
+        if rule.get("action") == "keep" and rule.get("source_labels") == ["__name__"]:
+            return tuple(rule["regex"].split("|"))
+    return None
+
+
+def _dropped(config: dict[str, Any]) -> set[str]:
+    return {name for rule in config.get("metric_relabel_configs", [])
+            if rule.get("action") == "drop" and rule.get("source_labels") == ["__name__"]
+            for name in rule["regex"].split("|")}
+
+
+def produced_metrics(plan: ClusterPlan) -> dict[str, str]:
+    """Metric name -> what produces it in this cluster: a scrape job of kilonode.render.monitoring
+    (its `keep` list, else the names its source documents, SOURCE_METRICS and ETCD_METRICS, less its
+    drops), a recording rule, or Prometheus itself for every target."""
+    produced: dict[str, str] = {}
+    for job in mon.scrape_jobs(plan):
+        name = job.config["job_name"]
+        kept = _kept(job.config)
+        documented = ETCD_METRICS if name.startswith(mon.ETCD_JOB_PREFIX) else SOURCE_METRICS.get(name, ())
+        for metric in (kept if kept is not None else tuple(m for m in documented if m not in _dropped(job.config))):
+            produced.setdefault(metric, f"scrape job {name}")
+        for metric in SCRAPE_METRICS:
+            produced.setdefault(metric, "Prometheus, per target")
+    for group in mon.rule_groups(plan):
+        for rule in group.rules:
+            if isinstance(rule, mon.Record):
+                produced.setdefault(rule.name, f"recording rule ({group.name})")
+    return produced
