@@ -225,7 +225,8 @@ def join_waves(plan: ClusterPlan) -> ET.Element:
     scale = (WIDTH - label_w) / span
     items = [_el("text", {"x": LEFT, "y": 16},
                  f"{len(rows)} wave(s), ≤ {joins.wave_nodes} nodes each, {joins.in_flight_waves} in flight at most; "
-                 f"sized for {joins.sized_for_per_min} nodes/min")]
+                 f"sized for {joins.sized_for_per_min} nodes/min. Dark: created (~{defaults.SCALE_SET_CREATE_MIN} min "
+                 f"assumed); light: to Ready ({defaults.NODE_READY_MIN} min); red: the last node Ready")]
     for k, (start, end, nodes, wave) in enumerate(rows):
         y = 28 + k * 18
         first, last = (name.removeprefix(f"{plan.cluster}-") for name in (wave[0], wave[-1]))
