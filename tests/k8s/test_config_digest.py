@@ -42,6 +42,8 @@ ANNOTATED = {
     ("DaemonSet", "dcgm-exporter"),
     # its own azure.json, read at start (kilonode.k8s.storage)
     ("Deployment", "csi-azuredisk-controller"),
+    # its data source file, read at start, and the dashboards (kilonode.k8s.grafana)
+    ("Deployment", "grafana"),
 }
 
 

@@ -110,6 +110,8 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     # Prometheus pool is to be kept to the system namespaces (none on `local`)
     if plan.system_pools or (plan.prometheus and plan.prometheus.pool_taints):
         expected["reserved-pools"] = 2
+    if plan.prometheus:  # kilonode.k8s.grafana: NetworkPolicy, Secret, 2 ConfigMaps, Service, Deployment
+        expected["grafana"] = 6
     if plan.gpu_pools:  # kilonode.k8s.gpu: the device plugin's DaemonSet; the controller's roles and bindings
         expected |= {"device-plugin": 1, "gpu-health": 4}
     if any(p.infiniband for p in plan.node_pools):  # kilonode.k8s.rdma: its ConfigMap and DaemonSet

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kilonode.azure.graph import Graph
+from kilonode.k8s.grafana import GRAFANA_PORT
 from kilonode.k8s.network_policy import KUBE_SYSTEM_INGRESS, PROMETHEUS_PORT
 from kilonode.paths import REPO_ROOT
 from kilonode.preflight.checks import pod_isolation
@@ -48,11 +49,12 @@ def test_every_namespace_kilonode_creates_denies_ingress_by_default(graphs: dict
         assert default_denies(found, namespace, "Ingress"), namespace
     if "kilonode-capacity" in namespaces(graphs[stack]):  # the balloons call nothing either
         assert default_denies(found, "kilonode-capacity", "Egress")
-    # what is let in outside kube-system: Prometheus's port, from its own namespace
-    rules = [(p["metadata"]["namespace"], rule) for p in found for rule in p["spec"].get("ingress", [])
-             if p["metadata"]["namespace"] != "kube-system"]
-    assert rules == [("monitoring", {"from": [{"podSelector": {}}],
-                                     "ports": [{"protocol": "TCP", "port": PROMETHEUS_PORT}]})]
+    # what is let in outside kube-system: Prometheus's port and Grafana's (kilonode.k8s.grafana), each
+    # from its own namespace
+    rules = sorted(((p["metadata"]["namespace"], rule) for p in found for rule in p["spec"].get("ingress", [])
+                    if p["metadata"]["namespace"] != "kube-system"), key=lambda r: r[1]["ports"][0]["port"])
+    assert rules == [("monitoring", {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": port}]})
+                     for port in sorted((GRAFANA_PORT, PROMETHEUS_PORT))]
     # kube-system: one policy per workload, CoreDNS's 53 from anywhere, metrics-server's 10250 from
     # each apiserver's address, nothing else
     kube_system = {p["metadata"]["name"]: p["spec"] for p in found if p["metadata"]["namespace"] == "kube-system"}

@@ -6,7 +6,8 @@ Grafana OSS (catalogue components.yaml, grafana) provisioned from files, as Graf
 at v13.0 "Provision Grafana" describes: a data source file naming the in-cluster Prometheus Service
 (made default, not editable), and a dashboard provider of type file reading a ConfigMap of the
 dashboards' JSON, which Grafana re-reads every updateIntervalSeconds (a dashboard change reaches it
-without a restart; the data source file is read at start, so its ConfigMap's digest rolls the pod).
+without a restart; the data source file is read at start only, so the pod template carries the
+digest of both ConfigMaps and a change rolls the pod).
 
 No anonymous access and no sign-up; the admin password is a generated Pulumi secret (a
 RandomPassword: pulumi-random marks its result secret, so the state holds it encrypted) in the
@@ -217,9 +218,11 @@ class Grafana(pulumi.ComponentResource):
                 replicas=1,  # its state is the files: a second replica would add nothing to show
                 selector=meta.v1.LabelSelectorArgs(match_labels=GRAFANA_LABELS),
                 template=core.v1.PodTemplateSpecArgs(
-                    # the data source file is read at start: a change to it rolls the pod;
-                    # the dashboards are re-read by the provider, no digest needed
-                    metadata=meta.v1.ObjectMetaArgs(labels=labels, annotations=config_digest_annotation(files)),
+                    # the data source file is read at start only, so a change to it rolls the pod; so
+                    # does a dashboard's (the digest is of everything the pod mounts): a restart costs
+                    # Grafana seconds, its state being these files, and shows the change at once
+                    metadata=meta.v1.ObjectMetaArgs(labels=labels, annotations=config_digest_annotation(
+                        {**args.dashboards, **files})),
                     spec=grafana_pod(args, provisioning, dashboards, secret))),
             # its pool's node may still be joining on a first `pulumi up`
             opts=awaited(child, args.awaits))
