@@ -6,6 +6,7 @@ the kube-proxy rollout of a patch bump."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from typing import Any
 
@@ -133,7 +134,10 @@ def test_a_system_pool_too_small_for_its_controllers_is_medium() -> None:
     [room] = [r for r in rule(risks(head), "pool-capacity") if "nowhere else" in r.summary]
     assert room.level == MEDIUM and room.subjects == ("pool-system",)
     assert room.summary.startswith("pool-system (3 x Standard_D2ds_v5): what must run there and nowhere else")
-    assert "(96%, was 10%)" in room.summary and "Deployment kube-system/cloud-controller-manager x2" in room.summary
+    # what must run there grows with the stack (the disk CSI controller joined): over 80% of 2 vCPUs x 3 either way
+    found = re.search(r"asks for CPU [\d.]+ of [\d.]+ cores \((\d+)%, was (\d+)%\)", room.summary)
+    assert found and int(found[1]) > 80 and int(found[2]) < 20, room.summary
+    assert "Deployment kube-system/cloud-controller-manager x2" in room.summary
 
 
 def test_an_unchanged_system_pool_says_nothing_of_capacity() -> None:

@@ -28,6 +28,7 @@ from kilonode.problems import StackError
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
+from tests import shared
 from tests.review.snapshots import snapshot
 from tests.shared import SHIPPED_STACKS
 
@@ -75,13 +76,18 @@ def test_pid_max_at_the_pods_pids_limit_is_refused_at_its_line(tmp_path: Path) -
     text = str(refused.value)
     assert f"Pulumi.{STACK}.yaml:7" in text and "sysctl.overrides.kernel.pid_max" in text
     assert "one pod alone can take every PID" in text and "Process ID Limits And Reservations" in text
-    assert "Raise it above 655,360" in text and "or leave it out" in text
+    assert f"Raise it above {_floor():,}" in text and "or leave it out" in text
+
+
+def _floor() -> int:
+    """research-7500's densest pool's maxPods and one more budgets of podPidsLimit (the pools' DaemonSets move
+    maxPods: the exporters, the disk plugin)."""
+    return defaults.POD_PIDS_LIMIT * (max(p.max_pods for p in shared.plan(STACK).node_pools) + 1)
 
 
 def test_pid_max_above_the_pools_pods_and_one_more_is_accepted(tmp_path: Path) -> None:
-    # research-7500's densest pool (system) has 19 pods: 20 budgets of podPidsLimit are the floor
-    floor = defaults.POD_PIDS_LIMIT * 20
-    with pytest.raises(StackError, match="Raise it above 655,360"):
+    floor = _floor()
+    with pytest.raises(StackError, match=f"Raise it above {floor:,}"):
         checked_plan(load_stack(STACK, _stack_with(tmp_path, f"kernel.pid_max: {floor}")))
     checked_plan(load_stack(STACK, _stack_with(tmp_path, f"kernel.pid_max: {floor + 1}")))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kilonode.k8s import exporters as k8s_exporters
 from kilonode.k8s import gpu as k8s_gpu
 from kilonode.k8s import rdma as k8s_rdma
 from kilonode.preflight.model import NOW_ENV
@@ -48,8 +49,9 @@ def test_dropping_the_team_toleration_strands_the_gpu_and_rdma_plugins_on_4000_n
     result = reviewed(repo, branch, "research-7500")
     [stranded] = risk(result, "daemonset-stranded")
     assert stranded.level == HIGH and result.risks[0] == stranded
-    assert (f"DaemonSet {k8s_gpu.DAEMONSET_NAME} and {k8s_rdma.NAME} can no longer run on 4,000 nodes"
-            in stranded.summary)
+    # dcgm-exporter shares the device plugin's tolerations too (kilonode.k8s.exporters)
+    assert (f"DaemonSet {k8s_gpu.DAEMONSET_NAME} and {k8s_rdma.NAME} and {k8s_exporters.DCGM_EXPORTER} can no "
+            "longer run on 4,000 nodes" in stranded.summary)
     assert "team-language (3,000 nodes" in stranded.summary and "offers no nvidia.com/gpu" in stranded.summary
 
 
