@@ -110,7 +110,6 @@ from typing import Any
 
 from kilonode.plan.defaults.autoscaler import (
     CLUSTER_AUTOSCALER_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD,
-    CLUSTER_AUTOSCALER_SCALE_DOWN_UNNEEDED_TIME,
 )
 from kilonode.plan.defaults.node import NODE_READY_MIN
 from kilonode.review import gang_scheduler
@@ -319,7 +318,7 @@ def scale_down_raised(diff: StackDiff) -> list[Finding]:
            f"{CLUSTER_AUTOSCALER_SCALE_DOWN_GPU_UTILIZATION_THRESHOLD} (kilonode.plan.defaults.autoscaler), or mark "
            "running GPU pods cluster-autoscaler.kubernetes.io/safe-to-evict: \"false\" before this lands"
            if evicts else "")
-        + (_empty_gpu_nodes_only(diff, head, unneeded) if gpu_reached and not evicts else "")),
+        + (_empty_gpu_nodes_only(diff, base, head, unneeded) if gpu_reached and not evicts else "")),
         tuple(f"pool {p['name']}" for p, _ in reached), cause="cluster-autoscaler flags")]
 
 
@@ -335,7 +334,7 @@ def _evicts_running(base: Mapping[str, str], head: Mapping[str, str], gpus: int)
     return _threshold_gpus(head, gpus) > 1 or _raised(base, head, "expendable-pods-priority-cutoff") is not None
 
 
-def _empty_gpu_nodes_only(diff: StackDiff, head: Mapping[str, str], unneeded: str) -> str:
+def _empty_gpu_nodes_only(diff: StackDiff, base: Mapping[str, str], head: Mapping[str, str], unneeded: str) -> str:
     """What a scale-down move costs on GPU pools whose threshold lets only a GPU node with no GPU requested
     go (kilonode's one millionth: kilonode.plan.defaults.autoscaler): no running GPU pod is evicted; the cost
     is churn and the nodes held for a gang at Permit (the wording of delay_after_add_changed)."""
@@ -355,9 +354,9 @@ def _empty_gpu_nodes_only(diff: StackDiff, head: Mapping[str, str], unneeded: st
             + "; kubernetes pkg/scheduler/schedule_one.go binds after WaitOnPermit), so it looks empty, below the "
             "GPU utilization threshold, and is removable once unneeded for --scale-down-unneeded-time: a node "
             "held for a gang may be removed before the gang lands, and the gang pends for another scale-up. "
-            f"kilonode holds --scale-down-unneeded-time at {CLUSTER_AUTOSCALER_SCALE_DOWN_UNNEEDED_TIME}, the "
-            "provision time (kilonode.plan.defaults.autoscaler: a GPU node idle for less than it takes to get one "
-            "back is churn)")
+            f"The base held --scale-down-unneeded-time at {_value(base, 'scale-down-unneeded-time')} (kilonode's "
+            "reason, kilonode.plan.defaults.autoscaler: a GPU node idle for less than it takes to get one back, "
+            f"NODE_READY_MIN {NODE_READY_MIN} min, is churn)")
 
 
 def _threshold_gpus(head: Mapping[str, str], gpus: int) -> int:
