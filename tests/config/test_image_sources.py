@@ -31,7 +31,7 @@ def _load(write_stack: StackWriter, **cluster: Any) -> Any:
 def test_publishers_are_accounts_on_shared_registries_and_curated_registries_whole() -> None:
     assert components().publishers() == {"registry.k8s.io", "mcr.microsoft.com", "quay.io/calico",
                                          "quay.io/prometheus", "ghcr.io/postfinance", "ghcr.io/mellanox",
-                                         "nvcr.io/nvidia"}
+                                         "nvcr.io/nvidia", "docker.io/grafana"}
     assert repository_of("busybox:1.36") == "docker.io/library/busybox"
     assert publisher_of(repository_of("quay.io/anyone/x:1" + DIGEST)) == "quay.io/anyone"
 
