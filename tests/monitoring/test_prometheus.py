@@ -61,11 +61,12 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     # kubelet 1,200 + cAdvisor 3 per container + kube-state-metrics 40 per node (nodes only: no
     # per-pod series) + pod traffic 3 per node and 4 per pod (bytes and packets, in and out) + the
     # GPU health agent's 18 fixed series, 2 of findings and 3 per GPU (8 on an ND96asr_v4)
-    # + node-exporter's 64 kept per node and 9 per InfiniBand port (one HCA per GPU)
+    # + node-exporter's 64 kept per node and 8 per InfiniBand port (one HCA per GPU: the 8 node_infiniband_*
+    # names kept, defaults.NODE_EXPORTER_KEPT)
     # + dcgm-exporter's 15 fields per GPU
     assert gpu.gpus_per_node == 8 and gpu.infiniband
     assert per_node_series(gpu) == (1_200 + 3 * gpu.max_pods + 40 + 3 + 4 * gpu.max_pods
-                                    + 18 + 2 + 3 * 8 + 64 + 9 * 8 + 15 * 8) == 1_613  # maxPods 10
+                                    + 18 + 2 + 3 * 8 + 64 + 8 * 8 + 15 * 8) == 1_605  # maxPods 10
     assert p.series == sum(t.targets * t.per_target for t in p.terms)
     nodes = sum(t.targets for t in p.terms if t.what.startswith("nodes of "))
     assert nodes == 5_000 + 2_500 + 3 + 1
@@ -242,3 +243,16 @@ def test_a_leases_cluster_gets_its_own_scrape_job_and_quota_rules(tmp_path: Path
     # the shipped stack's rules are those of the variant less the leases cluster's
     assert etcd_job("leases") not in {j["job_name"] for j in shared.load_yaml(prometheus_config(
         plan_stack(load_stack("local"))))["scrape_configs"]}
+
+
+def test_a_kept_node_exporter_name_is_counted_by_what_it_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the 15th independent trace of kilonode diff kept node_cpu_seconds_total and the estimate, a constant then,
+    # did not move: 768 series on a 96-vCPU node, 5.8 million at research-7500, unsized
+    from kilonode.plan import defaults
+    from kilonode.plan.resolve.monitoring import node_exporter_series
+
+    gpu = next(pool for pool in shared.plan("research-7500").node_pools if pool.name == "a100-ib")
+    before = node_exporter_series(gpu)
+    kept = (*defaults.NODE_EXPORTER_KEPT, ("node_cpu_seconds_total", "cpu"))
+    monkeypatch.setattr(defaults, "NODE_EXPORTER_KEPT", kept)
+    assert node_exporter_series(gpu) - before == gpu.vcpus * 8 == 768

@@ -833,7 +833,8 @@ def exporter_scrape_jobs(plan: ClusterPlan, node_interval: str) -> list[Job]:
             "kubernetes_sd_configs": [{"role": "node"}],
             "relabel_configs": [at(wellknown.NODE_EXPORTER_PORT), *_node_labels()],
             "metric_relabel_configs": [
-                {"source_labels": ["__name__"], "regex": "|".join(defaults.NODE_EXPORTER_KEPT), "action": "keep"}],
+                {"source_labels": ["__name__"], "regex": "|".join(name for name, _ in defaults.NODE_EXPORTER_KEPT),
+                 "action": "keep"}],
         },
     )]
     if plan.gpu_pools:

@@ -73,10 +73,13 @@ def dcgm_exporter_series(pool: NodePoolPlan) -> int:
 
 
 def node_exporter_series(pool: NodePoolPlan) -> int:
-    """node-exporter's series kept on one node of `pool`: the node's, and the kept InfiniBand series
-    per HCA port where the pool has InfiniBand (one HCA per GPU on the InfiniBand GPU sizes)."""
-    ports = pool.gpus_per_node if pool.infiniband else 0
-    return defaults.NODE_EXPORTER_SERIES_PER_NODE + defaults.NODE_EXPORTER_SERIES_PER_IB_PORT * ports
+    """node-exporter's series kept on one node of `pool`: each kept name (defaults.NODE_EXPORTER_KEPT) times
+    what it counts on the node (its disks, filesystems, NICs, InfiniBand ports, collectors or vCPUs)."""
+    per = {"node": 1, "disk": defaults.NODE_EXPORTER_DISKS, "filesystem": defaults.NODE_EXPORTER_FILESYSTEMS,
+           "nic": defaults.NODE_EXPORTER_NICS, "ib_port": pool.gpus_per_node if pool.infiniband else 0,
+           "collector": len(defaults.NODE_EXPORTER_COLLECTORS),
+           "cpu": (pool.vcpus or 0) * defaults.NODE_EXPORTER_CPU_MODES}
+    return sum(per[kind] for _, kind in defaults.NODE_EXPORTER_KEPT)
 
 
 def per_node_series(pool: NodePoolPlan) -> int:
