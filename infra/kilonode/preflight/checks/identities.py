@@ -25,6 +25,10 @@ through Azure (`runCommand`) and reads the cluster CA's key. Two halves, each a 
    control-plane address keep their source and meet the control plane's NSGs as direct ones do
    (kilonode.azure.identity says why). Any other action beside them, or a built-in role, and the
    assignment is judged by its scope as every other.
+1b. From the recorded graph: every role assignment whose role may write scale-set models
+   (virtualMachineScaleSets/write, by name or wildcard; Owner, Contributor, Virtual Machine Contributor)
+   covers only scale sets the autoscaler scales (its node groups): a model is what every new instance
+   boots, so a wider scope is root on the next instances of every pool it reaches. A break.
 2. From each pool role's user-data (what its nodes are given): the metadata block, which drops
    pods' traffic to IMDS (every port) and to the WireServer (168.63.129.16, TCP 80 and 32526)
    on the forward hook, is written, loaded by its unit, started with the node's units, and
@@ -83,8 +87,76 @@ _ARM_ID = re.compile(r"^/subscriptions/[^/]+(?:/resourceGroups/(?P<rg>[^/]+)"
 
 
 def check(inputs: Inputs) -> list[Finding]:
-    return _role_findings(inputs) + [f for host in inputs.hosts() if host.startswith("pool-")
-                                     for f in _block_findings(host, inputs.host_files(host))]
+    blocks = [f for host in inputs.hosts() if host.startswith("pool-")
+              for f in _block_findings(host, inputs.host_files(host))]
+    return _role_findings(inputs) + _model_write_findings(inputs) + blocks
+
+
+# --- 1b. who may rewrite a scale set's model ----------------------------------------------------
+# virtualMachineScaleSets/write sets a scale set's model (its custom data, image, extensions), which
+# every new instance boots: root on each (kilonode.azure.identity). Only the cluster autoscaler needs
+# it, on the scale sets it scales (its node groups), and kilonode assigns its role there alone. A role
+# that grants it at a wider scope (the pools' resource group: the 15th independent trace of kilonode diff
+# moved the autoscaler's 25 per-scale-set assignments to one on the group) reaches every pool, fixed
+# GPU pools, the system and the monitoring pool included.
+MODEL_WRITE = "microsoft.compute/virtualmachinescalesets/write"
+# built-in roles that hold it (Azure built-in roles: Owner, Contributor "*"; Virtual Machine Contributor
+# Microsoft.Compute/virtualMachineScaleSets/*)
+_BUILT_IN_MODEL_WRITERS = {"8e3af657-a8ff-443c-a75c-2fe8c4bcb635", "b24988ac-6180-42a0-ab88-20f7382dd24c",
+                           "9980e02c-c2be-4d73-94e8-173b1dc7cf3c"}
+
+
+def _grants_model_write(actions: Iterable[str]) -> bool:
+    """An action list that holds virtualMachineScaleSets/write, by name or by wildcard (Azure RBAC's `*`)."""
+    for action in (a.lower() for a in actions):
+        pattern = "^" + re.escape(action).replace("\\*", ".*") + "$"
+        if re.match(pattern, MODEL_WRITE):
+            return True
+    return False
+
+
+def _model_writers(graph: _Graph) -> dict[str, str]:
+    """The role definition GUIDs (lower case) that hold virtualMachineScaleSets/write, with their names: the
+    graph's custom roles whose actions grant it, and the built-in roles that do."""
+    found = {guid: ROLE_NAMES[guid] for guid in _BUILT_IN_MODEL_WRITERS}
+    for role in graph.of(ROLE_DEFINITION):
+        actions = [a for p in role.inputs.get("permissions") or [] if isinstance(p, Mapping)
+                   for a in p.get("actions") or []]
+        if _grants_model_write(actions):
+            guid = str(role.inputs.get("roleDefinitionId", "")).lower()
+            found[guid] = str(role.inputs.get("roleName") or guid)
+    return found
+
+
+def _model_write_findings(inputs: Inputs) -> list[Finding]:
+    graph = _Graph(inputs)
+    writers = _model_writers(graph)
+    scaled = {g.shard for p in inputs.plan.autoscaled_pools for g in (p.autoscaling.node_groups if p.autoscaling
+                                                                      else ())}
+    findings = []
+    for assignment in graph.of(ROLE_ASSIGNMENT):
+        guid = str(assignment.inputs.get("roleDefinitionId", "")).rpartition("/")[2].lower()
+        if guid not in writers:
+            continue
+        scope = str(assignment.inputs.get("scope", ""))
+        beyond = sorted(str(r.inputs.get("vmScaleSetName", r.name)) for r in graph.contained(scope)
+                        if r.type == SCALE_SET and str(r.inputs.get("vmScaleSetName", r.name)) not in scaled)
+        if not beyond:
+            continue
+        pools = {shard.name: pool.name for pool in inputs.plan.node_pools for shard in pool.shards}
+        counts: dict[str, int] = {}
+        for name in beyond:
+            counts[pools.get(name, "outside the plan")] = counts.get(pools.get(name, "outside the plan"), 0) + 1
+        by_pool = ", ".join(f"{pool} {n}" for pool, n in sorted(counts.items()))
+        findings.append(Finding(
+            NAME, "break", assignment.describe(),
+            f"{_principal_name(assignment) or 'its principal'} holds {writers[guid]}, which may write "
+            f"scale-set models (virtualMachineScaleSets/write), at {scope}: that reaches {len(beyond)} scale set(s) "
+            f"no autoscaler scales (by pool: {by_pool}; {_shown(beyond)}), whose model (custom data, image, "
+            "extensions) every new instance boots: a token of it is root on each of those pools' next instances",
+            "assign the role on each autoscaled node group's scale set alone (kilonode.azure.identity "
+            "grant_node_groups), never on the pools' resource group or wider"))
+    return findings
 
 
 # --- 1. the identities' scopes ------------------------------------------------------------------
