@@ -427,6 +427,59 @@ def deployments_replaced(diff: StackDiff) -> list[Finding]:
     return found
 
 
+# Prometheus's size units are powers of two (prometheus/common model.ParseBytes / units.Base2Bytes: "KB" is 1024 B),
+# a claim's Kubernetes quantities "Gi" (2^30) or "G" (10^9).
+_PROM_UNITS = {"B": 1, "KB": 2**10, "MB": 2**20, "GB": 2**30, "TB": 2**40, "PB": 2**50}
+_QUANTITY_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 10**3, "k": 10**3, "M": 10**6,
+                   "G": 10**9, "T": 10**12, "": 1}
+# prometheus docs/storage.md ("Right-Sizing Retention Size"): keep retention.size at most 80-85% of the disk, since
+# compactions and the WAL briefly take more than it; kilonode sets 80% (kilonode.plan.resolve.monitoring).
+DISK_SHARE = 0.85
+
+
+def _retention_bytes(record: Mapping[str, Any] | None) -> int | None:
+    spec = (_template(record) or {}).get("spec") or {}
+    for container in spec.get("containers") or []:
+        for arg in container.get("args") or [] if container.get("name") == PROMETHEUS else []:
+            if (m := re.fullmatch(r"--storage\.tsdb\.retention\.size=(\d+)(B|KB|MB|GB|TB|PB)", str(arg))):
+                return int(m[1]) * _PROM_UNITS[m[2]]
+    return None
+
+
+def _claim_bytes(record: Mapping[str, Any] | None) -> int | None:
+    volume = _data_volume(record)
+    if not volume or volume[0] != "claim":
+        return None
+    size = ((_claim_template(record, volume[1]).get("resources") or {}).get("requests") or {}).get("storage")
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti|K|k|M|G|T|)", str(size or ""))
+    return int(m[1]) * _QUANTITY_UNITS[m[2]] if m else None
+
+
+def prometheus_disk(diff: StackDiff) -> list[Finding]:
+    """The head's retention.size past what the running claim holds: the claim keeps the base's size (a claim
+    template's change does not reach an existing claim), so Prometheus fills its disk as history grows (the
+    fifteenth independent trace, PR 05: the OS disk and the claim template doubled, retention.size 982GB on a
+    claim that stays 1,024 GiB)."""
+    found = []
+    for c in _prometheus_changes(diff):
+        # a replaced StatefulSet (a claim template change forces it) finds its claim again, at the claim's size,
+        # unless the claims went with it (whenDeleted: Delete: prometheus-restarted says the history is lost)
+        if c.action not in (UPDATE, REPLACE) or (c.action == REPLACE and _deletes_claims(c.base)):
+            continue
+        keeps, wants = _claim_bytes(c.base), _retention_bytes(c.head)
+        if keeps is None or wants is None or wants <= keeps * DISK_SHARE:
+            continue
+        found.append(Finding(HIGH, "prometheus-disk-short", (
+            f"Prometheus's --storage.tsdb.retention.size becomes {wants / 2**30:,.0f} GiB (Prometheus counts it in "
+            f"powers of two) while its running claim keeps {keeps / 2**30:,.0f} GiB: the claim template's new size "
+            "does not reach an existing claim, and Prometheus's own guidance is at most 80-85% of the disk (docs/"
+            "storage.md: compactions and the WAL take more than the retention size for a while). As history grows "
+            "toward the new retention the disk fills and Prometheus fails its writes: alerting stops. Resize the "
+            "claim first (its class allows expansion: `kubectl -n monitoring patch pvc ...`), then raise the "
+            "retention"), (c.name,)))
+    return found
+
+
 def assess(diff: StackDiff) -> list[Finding]:
     return [*service_cidr(diff), *services_replaced(diff), *deployments_replaced(diff), *prometheus(diff),
-            *tag_under_same_digest(diff)]
+            *prometheus_disk(diff), *tag_under_same_digest(diff)]

@@ -1,0 +1,37 @@
+"""The fifteenth independent trace of `kilonode diff` on research-7500, PR 05: Prometheus kept 30 days by doubling
+the monitoring OS disk, so the claim template and retention.size doubled; the running claim keeps its size (a
+template change does not reach it) and the disk fills as history grows (prometheus-disk-short, high)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kilonode.review import incluster
+from kilonode.review.compare import compare_stack
+from kilonode.review.finding import HIGH
+from tests.review.snapshots import pod_spec, snapshot, workload
+
+STACK = "research-7500"
+
+
+def _grow(entry: dict[str, Any], size: str, retention: str) -> None:
+    [template] = workload(entry, "StatefulSet", "prometheus")["spec"]["volumeClaimTemplates"]
+    template["spec"]["resources"]["requests"]["storage"] = size
+    [container] = [c for c in pod_spec(entry, "StatefulSet", "prometheus")["containers"] if c["name"] == "prometheus"]
+    container["args"] = [f"--storage.tsdb.retention.size={retention}" if a.startswith("--storage.tsdb.retention.size=")
+                         else a for a in container["args"]]
+
+
+def test_retention_past_the_running_claim_is_high() -> None:
+    head = snapshot(STACK)
+    _grow(head, "2048Gi", "982GB")
+    [line] = incluster.prometheus_disk(compare_stack(STACK, snapshot(STACK), head))
+    assert line.level == HIGH and line.rule == "prometheus-disk-short"
+    assert "becomes 982 GiB" in line.summary and "keeps 1,024 GiB" in line.summary
+
+
+def test_retention_within_the_running_claim_says_nothing() -> None:
+    head = snapshot(STACK)
+    _grow(head, "2048Gi", "800GB")
+    assert incluster.prometheus_disk(compare_stack(STACK, snapshot(STACK), head)) == []
+    assert incluster.prometheus_disk(compare_stack(STACK, snapshot(STACK), snapshot(STACK))) == []
