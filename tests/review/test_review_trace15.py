@@ -35,3 +35,24 @@ def test_retention_within_the_running_claim_says_nothing() -> None:
     _grow(head, "2048Gi", "800GB")
     assert incluster.prometheus_disk(compare_stack(STACK, snapshot(STACK), head)) == []
     assert incluster.prometheus_disk(compare_stack(STACK, snapshot(STACK), snapshot(STACK))) == []
+
+
+def test_scale_sets_created_on_a_running_cluster_are_said_with_their_vms_and_quota() -> None:
+    import copy
+
+    from kilonode.review import nodes
+    from kilonode.review.finding import MEDIUM
+
+    head = snapshot(STACK)
+    [last] = [r for r in head["resources"] if r["type"] == "azure-native:compute:VirtualMachineScaleSet"
+              and r["name"] == "research-7500-h100-ib-024"]
+    for n in (25, 26):
+        new = copy.deepcopy(last)
+        new["name"] = f"research-7500-h100-ib-0{n}"
+        new["inputs"]["vmScaleSetName"] = new["name"]
+        new["inputs"]["sku"]["capacity"] = 100
+        head["resources"].append(new)
+    [line] = [f for f in nodes.assess(compare_stack(STACK, snapshot(STACK), head)) if f.rule == "nodes-added"]
+    assert line.level == MEDIUM and line.subjects == ("research-7500-h100-ib-025", "research-7500-h100-ib-026")
+    assert "2 scale set(s) created with 200 VM(s) at once" in line.summary
+    assert "19,200 vCPUs, 1,600 GPUs" in line.summary and "az vm list-usage" in line.summary

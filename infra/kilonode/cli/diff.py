@@ -175,7 +175,7 @@ outside fact's value moved: high where its source still names the old one),
 replicas-cut (a Deployment scaled down at once; Typha past its ratio),
 autoscaled-model-put (autoscaled scale sets' models PUT: pause the autoscaler),
 sysctl-not-in-pods (a namespaced sysctl pods never see), prometheus-disk-short
-(retention past the claim Prometheus runs on),
+(retention past the claim Prometheus runs on), nodes-added (VMs created at once: quota),
 ssh-keys-not-on-running-nodes, pool-capacity (a pool
 too small for what must run there, or for what prefers it: the rest spills onto
 other pools, GPU nodes named), etcd-retention-moot (etcd's own compaction

@@ -81,7 +81,7 @@ from kilonode.catalog.limits import limits
 from kilonode.k8s.pods import SKIP_AWAIT_ANNOTATION
 from kilonode.plan import wellknown
 from kilonode.review import autoscaler, placement
-from kilonode.review.compare import DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, natural
+from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, natural
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import NODE_IDENTITY_POLICY, identity_policy_denies, load_yaml, plan_of, shards
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS
@@ -624,6 +624,45 @@ def _names(names: list[str], stack: str) -> str:
     return ", ".join(_short(n, stack) for n in shown[:4]) + (f", and {len(shown) - 4} more" if len(shown) > 4 else "")
 
 
+def _head_capacity(change: ResourceChange) -> int:
+    return int((_inputs(change.head).get("sku") or {}).get("capacity") or 0)
+
+
+def added_nodes(diff: StackDiff) -> list[Finding]:
+    """Scale sets created on a running cluster, per pool: the VMs Azure creates at once in this `pulumi up`
+    (their recorded capacity), the vCPUs and GPUs they take from the region's quota, and the pool's autoscaler
+    bounds where they move (the fifteenth independent trace, PR 07: 1,000 H100 VMs and a floor raised by 500, said
+    only in the resource list)."""
+    if not any(str(r.get("type", "")).startswith("kubernetes:") for r in (diff.base or {}).get("resources", [])):
+        return []  # a first `pulumi up`: the join waves (kilonode explain) are the plan's story
+    pools = {str(p.get("name")): p for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping)}
+    before = {str(p.get("name")): p for p in plan_of(diff.base).get("nodePools") or [] if isinstance(p, Mapping)}
+    sets: dict[str, list[ResourceChange]] = {}
+    for c in diff.resources:
+        if c.action == CREATE and c.type == VMSS:
+            sets.setdefault(_pool(c.role), []).append(c)
+    found = []
+    for pool, changes in sorted(sets.items()):
+        nodes = sum(_head_capacity(c) for c in changes)
+        plan = pools.get(pool) or {}
+        vcpus, gpus = int(plan.get("vcpus") or 0) * nodes, int(plan.get("gpusPerNode") or 0) * nodes
+        bounds = ""
+        was, now = ((before.get(pool) or {}).get("autoscaling") or {}), (plan.get("autoscaling") or {})
+        if was.get("minNodes") != now.get("minNodes") or was.get("maxNodes") != now.get("maxNodes"):
+            bounds = (f"; the autoscaler's bounds move: floor {was.get('minNodes', '-')} -> {now.get('minNodes', '-')}"
+                      f", ceiling {was.get('maxNodes', '-')} -> {now.get('maxNodes', '-')} (the floor is held: "
+                      "those nodes are never scaled down)")
+        found.append(Finding(MEDIUM, "nodes-added", (
+            f"pool {pool}: {len(changes)} scale set(s) created with {nodes:,} VM(s) at once in this `pulumi up` "
+            f"({plan.get('vmSize', 'its size')}: {vcpus:,} vCPUs" + (f", {gpus:,} GPUs" if gpus else "") + " of the "
+            "region's quota for the size's family, taken at creation; a shortfall fails the create and `pulumi up` "
+            "stops there), every new node joining, pulling its images and registering with the apiservers together"
+            + bounds + ". Check the family's quota (`az vm list-usage`) and grow in steps where the join load matters"),
+            tuple(c.name for c in sorted(changes, key=lambda c: natural(c.name))), cause=f"pool {pool} growth"))
+    return found
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*deleted_nodes(diff), *nat_prefix(diff), *node_identity(diff), *capacity_takes_over(diff),
-            *floors_lowered(diff), *daemonsets_replaced(diff), *daemonset_templates(diff), *scale_set_policy(diff)]
+    return [*deleted_nodes(diff), *added_nodes(diff), *nat_prefix(diff), *node_identity(diff),
+            *capacity_takes_over(diff), *floors_lowered(diff), *daemonsets_replaced(diff), *daemonset_templates(diff),
+            *scale_set_policy(diff)]
