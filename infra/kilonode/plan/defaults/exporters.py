@@ -61,9 +61,15 @@ NODE_EXPORTER_FLAGS: tuple[tuple[str, str], ...] = (
     # the node's own NICs: eth0 and accelerated networking's VF; not the azv* interface of every pod
     # (Azure CNI) nor IPoIB's ib* (the InfiniBand collector counts the HCAs' traffic)
     ("collector.netdev.device-include", "^eth[0-9]+$"),
-    # the eight HDR/NDR HCAs as Azure's HPC images name them (mlx5_ib0..7, kilonode.node.gpu.infiniband),
-    # not the accelerated-networking VF mlx5_an0, which is Ethernet
-    ("collector.infiniband.device-include", "^mlx5_ib[0-9]+$"),
+    # the eight HDR/NDR HCAs, under either naming: Azure's HPC images rename them mlx5_ib0..7 (their
+    # azure_persistent_rdma_naming; Azure/azurehpc-health-checks conf/nd96isr_h100_v5.conf), while Debian's
+    # rdma-core (44.0, kilonode's image: node-image/packages/infiniband.txt) names them by its udev rule
+    # 60-rdma-persistent-naming.rules, `rdma_rename %k NAME_FALLBACK`: an InfiniBand link layer takes the
+    # "ib" prefix with the onboard, slot or PCI path (ibo<n>, ibs<n>, ibp<bus>s<slot>, ibP<domain>p...;
+    # rdma-core kernel-boot/rdma_rename.c), an Ethernet one "roce". The 40th issue's independent trace found
+    # the mlx5_ib-only filter matched nothing on kilonode's own image. Not the accelerated-networking VF
+    # (mlx5_an0, or roce...): Ethernet, no InfiniBand port to watch.
+    ("collector.infiniband.device-include", "^(mlx5_ib[0-9]+|ib[osSpP][0-9].*)$"),
 )
 # What the scrape job keeps of each collector's series (metric_relabel_configs keep): what the rules
 # and the runbooks read, and the capacity views; the rest is dropped before it is stored. Each name
