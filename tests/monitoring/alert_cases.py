@@ -1030,3 +1030,26 @@ def an_infiniband_link_goes_down_and_back(plan: ClusterPlan) -> tuple[list[Serie
     return series, [("8m", name, []),
                     ("15m", name, [expected(plan, name, {"severity": "warning", **ib_labels(plan, 0)})]),
                     ("45m", name, [])]  # 30 minutes on: no flap since
+
+
+# --- per-node exporters ------------------------------------------------------------------------------------------
+def exporter_targets(job: str, down: int, total: int = 20) -> list[Series]:
+    """`total` targets of `job`, the first `down` of them down from minute 5."""
+    return [(selector("up", {"job": job, "instance": f"10.1.{i // 250}.{i % 250 + 4}:9100"}),
+             "1x5 0x40" if i < down else "1x45") for i in range(total)]
+
+
+@case()
+def node_exporters_down_on_many_nodes(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeNodeExportersDown"
+    job = monitoring.JOB_NODE_EXPORTER
+    return exporter_targets(job, 3), [
+        ("30m", name, [expected(plan, name, {"severity": "warning", "job": job})]),
+        ("15m", name, []),  # down 10 minutes: not yet
+    ]
+
+
+@case()
+def one_node_exporter_down_is_a_node_not_an_exporter(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # 1 of 20 (5%) is not more than the share: a NotReady node's story
+    return exporter_targets(monitoring.JOB_NODE_EXPORTER, 1), [("30m", "KilonodeNodeExportersDown", [])]

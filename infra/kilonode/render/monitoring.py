@@ -438,6 +438,7 @@ def targets_group() -> Group:
     # Per-node jobs are left out: one node down is one NotReady node, not a monitoring failure.
     jobs = (f"{JOB_APISERVER}|{JOB_SCHEDULER}|{JOB_CONTROLLER_MANAGER}|{ETCD_JOBS}|{JOB_CERTIFICATES}|"
             f"{JOB_KUBE_STATE_METRICS}")
+    exporters = f"{JOB_NODE_EXPORTER}|{JOB_DCGM_EXPORTER}"
     return Group("kilonode-targets", (
         Alert("KilonodeScrapeTargetDown", f'up{{job=~"{jobs}"}} == 0', "10m", "warning",
               "Prometheus cannot scrape {{ $labels.job }} target {{ $labels.instance }}",
@@ -449,7 +450,22 @@ def targets_group() -> Group:
               f"({wellknown.CERT_METRICS_PORT}) from the Prometheus pool's subnet only (a Prometheus moved to "
               "another pool is refused); and the RBAC of Prometheus' ServiceAccount (get on /metrics).",
               "scrape-targets"),
+        # The per-node exporters are every GPU, ECC, NVLink and InfiniBand rule's eyes: a DaemonSet that stops
+        # answering leaves them quiet with nothing saying so (issue 40's independent trace). One node down is a
+        # NotReady node; a share of the job's targets is the exporter, or a pool, failing.
+        Alert("KilonodeNodeExportersDown",
+              f'(count by (job) (up{{job=~"{exporters}"}} == 0) / count by (job) (up{{job=~"{exporters}"}}))'
+              f" > {EXPORTERS_DOWN_SHARE:g}", "15m", "warning",
+              f"More than {EXPORTERS_DOWN_SHARE:.0%} of the {{{{ $labels.job }}}} targets have not answered for 15m",
+              "A per-node exporter is down on many nodes",
+              "The GPU, ECC, NVLink, thermal and InfiniBand alerts read these series and go quiet on every node "
+              "whose exporter does not answer. `kubectl -n monitoring get ds` (desired vs ready), the failing pods' "
+              "logs and events; if the nodes themselves are down, the node alerts and `kubectl get nodes` say so.",
+              "scrape-targets"),
     ))
+
+
+EXPORTERS_DOWN_SHARE = 0.05
 
 
 # --- certificates --------------------------------------------------------------------------------
