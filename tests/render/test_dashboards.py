@@ -146,3 +146,21 @@ def test_the_files_are_grafana_dashboards_with_unique_uids_and_panel_ids(stack: 
         assert all(p["datasource"] == d.DATASOURCE for p in board["panels"])
         assert board["templating"]["list"][0] == {"name": "datasource", "label": "Prometheus", "type": "datasource",
                                                   "query": "prometheus", "hide": 0, "current": {}}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_panel_reading_an_alerts_state_names_an_alert_the_rules_have(stack: str) -> None:
+    """ALERTS is produced wherever there is an alert rule, so its alertname is checked on its own."""
+    plan = shared.plan(stack)
+    named = {value for _, _, expr in queries(plan) for s in scan(expr)[0] if s.metric == d.ALERTS_METRIC
+             for label, op, value in s.matchers if label == "alertname" and op == "="}
+    assert named <= {a.name for a in mon.alerts(plan)}
+    assert bool(named) == bool(plan.gpu_pools)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_line_of_the_files_stays_readable_in_the_golden_manifests(stack: str) -> None:
+    """tests/render/test_golden.py refuses a line of 400 characters or more in the in-cluster files,
+    where the ConfigMap's data is written out indented."""
+    assert max(len(line) for text in d.dashboard_files(shared.plan(stack)).values()
+               for line in text.splitlines()) < 390

@@ -85,6 +85,11 @@ ETCD_METRICS = (
 )
 # Prometheus's own per target (docs/concepts/jobs_instances.md: up, scrape_duration_seconds, ...).
 SCRAPE_METRICS = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
+# Prometheus's series of its alerting rules' state, one per pending or firing alert with its labels
+# (prometheus/prometheus rules/alerting.go at v3.5.5: alertMetricName "ALERTS", labels alertname and
+# alertstate): produced wherever the rule file has an alert.
+ALERTS_METRIC = "ALERTS"
+XID_ALERT = "KilonodeGpuXidError"
 
 # A node's name is its scale set's (its fabric: RDMA reaches the VMs of one scale set) followed by
 # six base-36 characters (kilonode.node.node_client_approver.rules SUFFIX): the fabric is read
@@ -319,10 +324,16 @@ def dcgm_fields() -> frozenset[str]:
     return frozenset(name for name, _, _ in defaults.DCGM_FIELDS)
 
 
-def _by_fabric(aggregation: str, field_name: str, parameter: str = "") -> str:
-    """An aggregation of a DCGM field by pool and fabric (the node's scale set, FABRIC)."""
-    series = f'{field_name}{{job="{mon.JOB_DCGM_EXPORTER}"}}'
-    return f"{aggregation} by (pool, fabric) ({parameter}label_replace({series}, {FABRIC}))"
+def dcgm(field_name: str) -> str:
+    """A DCGM field's series as the dcgm-exporter job scrapes them."""
+    return f'{field_name}{{job="{mon.JOB_DCGM_EXPORTER}"}}'
+
+
+def _by_fabric(aggregation: str, series: str, parameter: str = "") -> str:
+    """An aggregation of DCGM series (a field's name, or an expression of them) by pool and fabric (the
+    node's scale set, FABRIC)."""
+    inner = dcgm(series) if series.isidentifier() else series
+    return f"{aggregation} by (pool, fabric) ({parameter}label_replace({inner}, {FABRIC}))"
 
 
 def gpu_panels() -> tuple[Panel, ...]:
@@ -332,15 +343,16 @@ def gpu_panels() -> tuple[Panel, ...]:
         Panel("GPU utilisation by pool and fabric", "Mean DCGM_FI_DEV_GPU_UTIL over the GPUs of each scale set "
               "(a fabric: RDMA reaches one scale set's VMs).",
               (Query(_by_fabric("avg", "DCGM_FI_DEV_GPU_UTIL"), legend),), unit="percent"),
-        Panel("GPU memory used by pool and fabric", "Framebuffer used over used + free (DCGM_FI_DEV_FB_USED, "
-              "_FB_FREE, MiB), over the GPUs of each scale set.",
-              (Query(f"{_by_fabric('sum', used)} / ({_by_fabric('sum', used)} + {_by_fabric('sum', free)})",
-                     legend),), unit="percentunit"),
+        Panel("GPU memory used by pool and fabric", "Each GPU's framebuffer used over used + free "
+              "(DCGM_FI_DEV_FB_USED, _FB_FREE), the mean over the GPUs of each scale set.",
+              (Query(_by_fabric("avg", f"{dcgm(used)} / ({dcgm(used)} + {dcgm(free)})"), legend),),
+              unit="percentunit"),
         Panel("GPUs whose last Xid needs an action", "GPUs whose last Xid (DCGM_FI_DEV_XID_ERRORS) is one "
-              f"NVIDIA's catalogue gives an action other than the job's own (the recording rule {mon.GPU_XID_LAST} "
-              "as KilonodeGpuXidError reads it), counted by pool.",
-              # the alert's own expression (kilonode.render.monitoring), so the panel and the alert agree
-              (Query(f"count by (pool) ({mon._xid_expr()})", "{{pool}}"),)),
+              "NVIDIA's catalogue gives an action other than the job's own, counted by pool: KilonodeGpuXidError "
+              "firing, one alert per GPU.",
+              # the alert's own state (Prometheus's ALERTS series), so the panel and the alert agree without
+              # repeating its expression (some thousand characters of Xid classes)
+              (Query(f'count by (pool) (ALERTS{{alertname="{XID_ALERT}",alertstate="firing"}})', "{{pool}}"),)),
         Panel("GPU temperature by pool and fabric", "Hottest and median DCGM_FI_DEV_GPU_TEMP of each scale set.",
               (Query(_by_fabric("max", "DCGM_FI_DEV_GPU_TEMP"), "max {{pool}} {{fabric}}"),
                Query(_by_fabric("quantile", "DCGM_FI_DEV_GPU_TEMP", "0.5, "), "median {{pool}} {{fabric}}")),
@@ -350,8 +362,8 @@ def gpu_panels() -> tuple[Panel, ...]:
         Panel("GPU thermal slowdown by pool", "Share of the last 10 minutes the GPUs were slowed for heat "
               "(DCGM_FI_DEV_THERMAL_VIOLATION, ns), the hottest GPU of each pool; the line is "
               "KilonodeGpuThermalThrottling's.",
-              (Query(f'max by (pool) (rate(DCGM_FI_DEV_THERMAL_VIOLATION{{job="{mon.JOB_DCGM_EXPORTER}"}}[10m])) '
-                     "/ 1e9", "{{pool}}"),), unit="percentunit",
+              (Query(f"max by (pool) (rate({dcgm('DCGM_FI_DEV_THERMAL_VIOLATION')}[10m])) / 1e9", "{{pool}}"),),
+              unit="percentunit",
               thresholds=(Threshold(mon.GPU_THERMAL_FRACTION, WARNING_COLOUR, "KilonodeGpuThermalThrottling"),)),
     )
 
@@ -453,4 +465,6 @@ def produced_metrics(plan: ClusterPlan) -> dict[str, str]:
         for rule in group.rules:
             if isinstance(rule, mon.Record):
                 produced.setdefault(rule.name, f"recording rule ({group.name})")
+            else:
+                produced.setdefault(ALERTS_METRIC, "Prometheus, the alerting rules' state")
     return produced
