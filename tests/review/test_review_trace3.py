@@ -141,7 +141,7 @@ def test_a_range_already_too_short_at_the_base_is_not_said_again() -> None:
     for side in (base, head):
         _edit_rules(side, 'verb!~"WATCH|CONNECT"}[5m]', 'verb!~"WATCH|CONNECT"}[30s]')
     # some other rule edit, so that the ConfigMap changes
-    _edit_rules(head, "runbook: docs/monitoring.md#scrape-targets", "runbook: docs/monitoring.md#targets")
+    _edit_rules(head, "summary: etcd member without a leader", "summary: etcd member leaderless")
     assert not rule(assess(compare_stack(STACK, base, head), {}), "range-too-short")
 
 
