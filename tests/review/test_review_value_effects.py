@@ -181,3 +181,19 @@ def test_a_row_needs_one_place_and_one_predicate() -> None:
                                     "equals": "a"})
     with pytest.raises(ValueError, match="exactly one"):
         ValueEffect.model_validate({**common, "kind": "DaemonSet", "field": "spec.x", "equals": "a", "above": 1})
+
+
+def _health_checks(entry: dict[str, Any], value: str) -> dict[str, Any]:
+    [container] = [c for c in pod_spec(entry, "DaemonSet", DEVICE_PLUGIN)["containers"]
+                   if c["name"] == "nvidia-device-plugin-ctr"]
+    container["env"].append({"name": "DP_DISABLE_HEALTHCHECKS", "value": value})
+    return entry
+
+
+def test_trace15_health_checks_off_by_xids_is_medium_and_a_list_of_xids_is_not() -> None:
+    # the fifteenth trace's PR 15: "xids" disables every health check, not the Xids a team meant
+    [line] = _findings(snapshot(STACK), _health_checks(snapshot(STACK), "xids"))
+    assert line.level == MEDIUM and "disables the plugin's health checks entirely" in line.summary
+    [line] = _findings(snapshot(STACK), _health_checks(snapshot(STACK), "13,xids"))
+    assert "Xid 79" in line.summary
+    assert _findings(snapshot(STACK), _health_checks(snapshot(STACK), "13,31,43")) == []

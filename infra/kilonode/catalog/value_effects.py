@@ -42,6 +42,7 @@ class ValueEffect(Row):
     not_equals: str | None = None
     below: float | None = None
     above: float | None = None
+    pattern: str | None = None  # a Python regular expression searched in the value, lower-cased (e.g. "xids")
     consequence: str
     fix: str
     source: str
@@ -53,9 +54,9 @@ class ValueEffect(Row):
                                                                              self.env is not None))
         if program == workload or (program and (self.kind or self.field or self.arg or self.env)):
             raise ValueError(f"{self.id}: one place: program + flag, or kind + field, or kind + arg/env")
-        predicates = [p for p in (self.equals, self.not_equals, self.below, self.above) if p is not None]
+        predicates = [p for p in (self.equals, self.not_equals, self.below, self.above, self.pattern) if p is not None]
         if len(predicates) != 1:
-            raise ValueError(f"{self.id}: exactly one of equals, notEquals, below, above")
+            raise ValueError(f"{self.id}: exactly one of equals, notEquals, below, above, pattern")
         if self.boolean and not {v for v in (self.equals, self.not_equals, self.default) if v is not None} <= (
                 TRUE_WORDS | FALSE_WORDS):
             raise ValueError(f"{self.id}: a boolean row's values must read as booleans")

@@ -32,6 +32,7 @@ Pure: a StackDiff in, findings out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,8 @@ def matches(row: ValueEffect, value: str | None) -> bool:
         return value == row.equals
     if row.not_equals is not None:
         return value != row.not_equals
+    if row.pattern is not None:
+        return re.search(row.pattern, value.lower()) is not None
     number = _number(value)
     if number is None:
         return False
