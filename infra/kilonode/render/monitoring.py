@@ -864,8 +864,7 @@ def exporter_scrape_jobs(plan: ClusterPlan, node_interval: str) -> list[Job]:
                 "scheme": "http",
                 "kubernetes_sd_configs": [{"role": "node"}],
                 "relabel_configs": [
-                    {"source_labels": ["__meta_kubernetes_node_label_kilonode_io_pool"],
-                     "regex": _pool_regex(plan), "action": "keep"},
+                    _keep_gpu_pools(plan),
                     at(wellknown.DCGM_EXPORTER_PORT), *_node_labels()],
                 "metric_relabel_configs": [
                     {"source_labels": ["__name__"], "regex": "|".join(f for f, _, _ in defaults.DCGM_FIELDS),
@@ -884,6 +883,12 @@ def rule_groups(plan: ClusterPlan) -> list[Group]:
     exporters = exporter_group(plan)
     return (groups + ([gpu] if gpu else []) + gpu_health_groups(plan) + ([exporters] if exporters else [])
             + ([autoscaler] if autoscaler else []))
+
+
+def _keep_gpu_pools(plan: ClusterPlan) -> dict[str, Any]:
+    """The relabelling that keeps node discovery to the GPU pools' nodes (their kilonode.io/pool label)."""
+    return {"source_labels": ["__meta_kubernetes_node_label_kilonode_io_pool"], "regex": _pool_regex(plan),
+            "action": "keep"}
 
 
 def alerts(plan: ClusterPlan) -> list[Alert]:
@@ -1160,8 +1165,7 @@ def gpu_health_scrape_jobs(plan: ClusterPlan, node_interval: str, control_interv
                 "scheme": "http",
                 "kubernetes_sd_configs": [{"role": "node"}],
                 "relabel_configs": [
-                    {"source_labels": ["__meta_kubernetes_node_label_kilonode_io_pool"],
-                     "regex": _pool_regex(plan), "action": "keep"},
+                    _keep_gpu_pools(plan),
                     {"source_labels": ["__meta_kubernetes_node_address_InternalIP"], "regex": "(.+)",
                      "target_label": "__address__", "replacement": f"$1:{agent_port}"},
                     *_node_labels(),

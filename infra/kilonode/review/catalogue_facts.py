@@ -20,6 +20,7 @@ says the pin moved instead); the TOML tables (effects.toml: what a change does, 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,8 @@ def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str,
             yield from _leaves(item, (*path, str(key)))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            name = item.get("name") or item.get("id") or item.get("field") if isinstance(item, Mapping) else None
-            yield from _leaves(item, (*path, f"[{name}]" if isinstance(name, str) else f"[{index}]"))
+            name = _name(item)
+            yield from _leaves(item, (*path, f"[{name}]" if name is not None else f"[{index}]"))
     else:
         yield path, value
 
@@ -120,8 +121,6 @@ def changes(before: Mapping[str, str | None], after: Mapping[str, str | None]) -
 def read(repo: Path, base: str, head: str | None, paths: list[str]) -> tuple[dict[str, str | None],
                                                                            dict[str, str | None]]:
     """Each changed catalogue YAML file's text at base and head (head None: the working tree)."""
-    import subprocess
-
     def show(commit: str, path: str) -> str | None:
         done = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=repo, capture_output=True, text=True,
                               check=False, timeout=60)

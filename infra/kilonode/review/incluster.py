@@ -176,19 +176,24 @@ _PLAN_FIGURES = ("cpus", "memoryGib", "diskGib", "retentionDays", "retentionSize
 _RETENTION = "--storage.tsdb.retention.time="
 
 
-def _retention_days(record: Mapping[str, Any] | None) -> float | None:
-    """The Prometheus container's --storage.tsdb.retention.time in days (its unit letters: y w d h m s)."""
+def _prometheus_arg(record: Mapping[str, Any] | None, prefix: str) -> str | None:
+    """The value of the Prometheus container's argument `prefix<value>` in the StatefulSet's pod template."""
     spec = (_template(record) or {}).get("spec") or {}
     for container in spec.get("containers") or []:
         for arg in container.get("args") or [] if container.get("name") == PROMETHEUS else []:
-            if str(arg).startswith(_RETENTION):
-                text = str(arg)[len(_RETENTION):]
-                parts = re.findall(r"(\d+)(ms|y|w|d|h|m|s)", text)
-                if not parts or "".join(n + u for n, u in parts) != text:
-                    return None
-                scale = {"y": 365, "w": 7, "d": 1, "h": 1 / 24, "m": 1 / 1440, "s": 1 / 86400, "ms": 1 / 86400000}
-                return sum(int(n) * scale[u] for n, u in parts)
+            if str(arg).startswith(prefix):
+                return str(arg)[len(prefix):]
     return None
+
+
+def _retention_days(record: Mapping[str, Any] | None) -> float | None:
+    """The Prometheus container's --storage.tsdb.retention.time in days (its unit letters: y w d h m s)."""
+    text = _prometheus_arg(record, _RETENTION)
+    parts = re.findall(r"(\d+)(ms|y|w|d|h|m|s)", text or "")
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    scale = {"y": 365, "w": 7, "d": 1, "h": 1 / 24, "m": 1 / 1440, "s": 1 / 86400, "ms": 1 / 86400000}
+    return sum(int(n) * scale[u] for n, u in parts)
 
 
 def _days(value: float) -> str:
@@ -438,12 +443,8 @@ DISK_SHARE = 0.85
 
 
 def _retention_bytes(record: Mapping[str, Any] | None) -> int | None:
-    spec = (_template(record) or {}).get("spec") or {}
-    for container in spec.get("containers") or []:
-        for arg in container.get("args") or [] if container.get("name") == PROMETHEUS else []:
-            if (m := re.fullmatch(r"--storage\.tsdb\.retention\.size=(\d+)(B|KB|MB|GB|TB|PB)", str(arg))):
-                return int(m[1]) * _PROM_UNITS[m[2]]
-    return None
+    m = re.fullmatch(r"(\d+)(B|KB|MB|GB|TB|PB)", _prometheus_arg(record, "--storage.tsdb.retention.size=") or "")
+    return int(m[1]) * _PROM_UNITS[m[2]] if m else None
 
 
 def _claim_bytes(record: Mapping[str, Any] | None) -> int | None:
