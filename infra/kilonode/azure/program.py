@@ -37,11 +37,13 @@ from kilonode.config import Stack, program_stack, stack_from_value
 from kilonode.config.load import project_stacks_dir
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE
 from kilonode.exit_codes import ExitCode
+from kilonode.k8s.alertmanager import read_secrets
 from kilonode.k8s.cloud_provider import AzureTarget
 from kilonode.k8s.incluster import InCluster, InClusterArgs
 from kilonode.plan import ClusterPlan, checked_plan
 from kilonode.problems import StackError, report
 from kilonode.render import render_cluster
+from kilonode.render.alertmanager import alertmanager_files
 from kilonode.render.dashboards import dashboard_files
 from kilonode.render.monitoring import monitoring_files
 
@@ -94,6 +96,9 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         cloud_target=cloud_target(plan, cluster),
         monitoring_files=monitoring_files(plan),
         dashboard_files=dashboard_files(plan),
+        alertmanager_files=alertmanager_files(plan),
+        # the receivers' Pulumi secrets: required under `pulumi up`, stand-ins under the mock engine
+        alerting_secrets=read_secrets(plan.alerting, pulumi.Config("kilonode"), required=not _recorded_by_mocks()),
         after=(*cluster.control_plane.ready_after, *(peering.id for peering in cluster.network.deployer_peerings)),
     ))
     pulumi.export("apiserverAddress", cluster.apiserver_address)

@@ -96,6 +96,7 @@ class Components(Row):
     metrics_server: Component
     prometheus: Component
     grafana: Component
+    alertmanager: Component
     dcgm_exporter: Component
     node_exporter: Component
     kube_state_metrics: Component

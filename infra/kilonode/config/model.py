@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime
 from ipaddress import IPv4Network
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -70,6 +71,8 @@ CONTROL_PLANE_IMAGE = "control-plane"
 ROLE_IMAGES = (ETCD_IMAGE, CONTROL_PLANE_IMAGE)
 
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
+# The longest alerting.webhookUrl taken: far above a real endpoint's, so a pasted file is refused.
+ALERTING_URL_MAX = 2048
 
 
 # The most entries of each stack value that grows a machine's custom data (Azure takes 64 KiB of
@@ -961,6 +964,59 @@ class TeamConfig(StrictModel):
         return self
 
 
+class AlertingConfig(StrictModel):
+    """Where the cluster's Alertmanager sends alerts (kilonode.render.alertmanager; docs/monitoring.md,
+    "Alertmanager"). The secrets are not here: `kilonode:cluster` takes none (kilonode.config.load); they
+    are Pulumi secret config of their own (`pulumi config set --secret kilonode:<key>`), read by the
+    program and mounted into the pod as files that alertmanager.yml names."""
+
+    pager_duty: Bool = Field(
+        default=False,
+        description=(
+            "Critical alerts page through PagerDuty's Events API v2: the integration's routing key is the Pulumi "
+            "secret `kilonode:alertingPagerDutyRoutingKey` (`pulumi config set --secret "
+            "kilonode:alertingPagerDutyRoutingKey <key>`); `pulumi up` refuses the stack without it."
+        ),
+    )
+    webhook_url: Str | None = Field(
+        default=None, max_length=ALERTING_URL_MAX,
+        description=(
+            "Every alert, warning and critical, is POSTed here as Alertmanager's webhook JSON (and only here when "
+            "pagerDuty is off, so critical alerts then page only if this endpoint pages). https only, no user or "
+            "password in it. Not a secret: a URL that is itself a credential (a chat tool's incoming-webhook URL) "
+            "does not belong here; put a relay in front that takes a bearer token (webhookBearerToken)."
+        ),
+    )
+    webhook_bearer_token: Bool = Field(
+        default=False,
+        description=(
+            "The webhook is called with `Authorization: Bearer <token>`, the token the Pulumi secret "
+            "`kilonode:alertingWebhookToken`; `pulumi up` refuses the stack without it."
+        ),
+    )
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _https_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError(f"must be an https:// URL with a host (got {shown(value)})")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not hold a user or password: it is written, unencrypted, into a ConfigMap")
+        if any(c.isspace() for c in value) or "{{" in value:
+            # Alertmanager 0.34 reads the webhook URL as a template (notify/webhook/config.go: SecretTemplateURL)
+            raise ValueError(f"must not hold spaces or '{{{{' (got {shown(value)})")
+        return value
+
+    @model_validator(mode="after")
+    def _token_needs_webhook(self) -> AlertingConfig:
+        if self.webhook_bearer_token and self.webhook_url is None:
+            raise ValueError("webhookBearerToken without webhookUrl: the token would be sent nowhere")
+        return self
+
+
 class ClusterConfig(StrictModel):
     name: Str = Field(pattern=NAME_PATTERN, description="The cluster's name: it prefixes every Azure resource name.")
     location: Str = Field(
@@ -1135,6 +1191,14 @@ class ClusterConfig(StrictModel):
             "credential\"). No machine is replaced. Never lower it: an old generation's group would be bound again."
         ),
     )
+    alerting: AlertingConfig | None = Field(
+        default=None,
+        description=(
+            "Where the cluster's Alertmanager sends alerts: critical ones page (pagerDuty), every one goes to "
+            "webhookUrl. None: Alertmanager still runs and shows every alert (its UI and API, Grafana), but "
+            "nothing is sent anywhere, and `kilonode preflight` warns that nothing pages."
+        ),
+    )
     certificate_generations: dict[ControlPlaneHost, Generation] = Field(
         default_factory=dict,
         description=(
@@ -1215,6 +1279,8 @@ class ClusterConfig(StrictModel):
         if self.control_plane_emulated_version is None:
             data.pop("controlPlaneEmulatedVersion", None)
             data.pop("control_plane_emulated_version", None)
+        if self.alerting is None:  # likewise (kilonode.k8s.alertmanager: no receiver)
+            data.pop("alerting", None)
         return data
 
     @property

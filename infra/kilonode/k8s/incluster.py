@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from kilonode.k8s.alertmanager import Alertmanager, AlertmanagerArgs
 from kilonode.k8s.approver import ServingCertApprover, ServingCertApproverArgs
 from kilonode.k8s.autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from kilonode.k8s.bootstrap import NodeBootstrap, NodeBootstrapArgs
@@ -56,6 +57,10 @@ class InClusterArgs:
     after: Sequence[pulumi.Input[str]] = ()
     # the dashboards' JSON for Grafana (kilonode.render.dashboards.dashboard_files), rendered by the caller
     dashboard_files: Mapping[str, str] = field(default_factory=dict)
+    # alertmanager.yml (kilonode.render.alertmanager.alertmanager_files), rendered by the caller, and the
+    # receivers' secrets it names as files (kilonode.k8s.alertmanager.read_secrets)
+    alertmanager_files: Mapping[str, str] = field(default_factory=dict)
+    alerting_secrets: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
 class InCluster(pulumi.ComponentResource):
@@ -172,6 +177,11 @@ def _namespaced(name: str, plan: ClusterPlan, args: InClusterArgs, on_cluster: p
         Grafana(f"{name}-grafana", GrafanaArgs(dashboards=args.dashboard_files, prometheus=plan.prometheus,
                                                image=plan.components.grafana_image, awaits=plan.components.awaits),
                 monitoring.namespace, on_cluster)
+    if plan.prometheus is not None and args.alertmanager_files:  # where its alerts go (kilonode.k8s.alertmanager)
+        Alertmanager(f"{name}-alertmanager", AlertmanagerArgs(
+            files=args.alertmanager_files, prometheus=plan.prometheus, alerting=plan.alerting,
+            image=plan.components.alertmanager_image, awaits=plan.components.awaits, secrets=args.alerting_secrets),
+            monitoring.namespace, on_cluster)
     capacity = Capacity(f"{name}-capacity", CapacityArgs(plan=plan), on_cluster)
     own: dict[str, pulumi.Resource] = {MONITORING_NAMESPACE: monitoring.namespace}
     if capacity.namespace is not None:

@@ -504,6 +504,7 @@ class ComponentsPlan(StrictModel):
     coredns_image: str
     prometheus_image: str  # the cluster's Prometheus (kilonode.k8s.monitoring)
     grafana_image: str  # Grafana beside it, the dashboards (kilonode.k8s.grafana)
+    alertmanager_image: str  # Alertmanager beside it, the receivers (kilonode.k8s.alertmanager)
     # the exporters it scrapes (kilonode.k8s.exporters): GPU pools, every node, one Deployment
     dcgm_exporter_image: str
     node_exporter_image: str
@@ -612,6 +613,20 @@ class BootImage(StrictModel):
         return (self.version,) if self.previous is None else (self.version, self.previous)
 
 
+class AlertingPlan(StrictModel):
+    """Where the cluster's Alertmanager sends alerts (ClusterConfig.alerting; kilonode.render.alertmanager):
+    which receivers exist, never their secrets (Pulumi secret config, read by the program)."""
+
+    pager_duty: bool = False  # critical alerts page PagerDuty (routing key: a Pulumi secret)
+    webhook_url: str | None = None  # every alert POSTed here
+    webhook_bearer_token: bool = False  # with a bearer token (a Pulumi secret)
+
+    @property
+    def pages(self) -> bool:
+        """Whether a critical alert reaches anything at all."""
+        return self.pager_duty or self.webhook_url is not None
+
+
 class ClusterPlan(StrictModel):
     cluster: str
     location: str
@@ -653,6 +668,8 @@ class ClusterPlan(StrictModel):
     components: ComponentsPlan
     # the cluster's Prometheus; None where no pool can take it (the plan warns)
     prometheus: PrometheusPlan | None = None
+    # where Alertmanager sends alerts; None: no receiver (it runs, shows alerts, sends nothing)
+    alerting: AlertingPlan | None = None
     # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
     # the vCPU quota the subscription needs per family, and the region's total ("cores") last

@@ -8,6 +8,7 @@ Outside facts (what Azure, Kubernetes or a project documents) are not here: kilo
 """
 
 from kilonode.plan.defaults.access import *  # noqa: F403
+from kilonode.plan.defaults.alertmanager import *  # noqa: F403
 from kilonode.plan.defaults.autoscaler import *  # noqa: F403
 from kilonode.plan.defaults.awaits import *  # noqa: F403
 from kilonode.plan.defaults.cloud_provider import *  # noqa: F403

@@ -47,6 +47,7 @@ def _releases(kubernetes_version: str) -> dict[str, Any]:
         "metrics_server_image": single(c.metrics_server, "metricsServer"),
         "prometheus_image": single(c.prometheus, "prometheus"),
         "grafana_image": single(c.grafana, "grafana"),  # kilonode.k8s.grafana
+        "alertmanager_image": single(c.alertmanager, "alertmanager"),  # kilonode.k8s.alertmanager
         # the exporters (kilonode.k8s.exporters)
         "dcgm_exporter_image": single(c.dcgm_exporter, "dcgmExporter"),
         "node_exporter_image": single(c.node_exporter, "nodeExporter"),
@@ -267,6 +268,9 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     # sees the cluster when the alerts fire, so its image is there at boot as well.
     if pool is not None and placed is not None and placed.name == pool.name:
         common = (*common, images["grafana_image"])
+    # Alertmanager too (kilonode.k8s.alertmanager): without it no alert reaches a person.
+    if pool is not None and placed is not None and placed.name == pool.name:
+        common = (*common, images["alertmanager_image"])
     return common
 
 

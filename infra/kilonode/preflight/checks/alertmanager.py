@@ -1,0 +1,99 @@
+"""alertmanager: a critical alert the cluster's Prometheus fires reaches someone.
+
+Read from the recorded graph, not the stack: the Prometheus the cluster deploys (its `alerting:` block, in
+the ConfigMap key its `--config.file` names: kilonode.preflight.prometheus) and the alertmanager.yml of the
+Alertmanager it sends to (any ConfigMap key holding a `route:` and `receivers:`; kilonode.render.alertmanager
+writes it). Alertmanager sends an alert to the receiver of the first route that matches it, the root's when
+no child does (prometheus/alertmanager dispatch/route.go Route.Match at v0.34.0, `continue` aside), and a
+receiver with no `*_configs` sends nothing (config/config.go Receiver at v0.34.0: a name alone is valid).
+
+- a Prometheus with rules and no `alerting.alertmanagers`: its alerts fire in its own UI and go nowhere
+  (warn);
+- the receiver a `severity="critical"` alert is routed to has no integration: Alertmanager takes, groups and
+  shows every alert (its UI and API, Grafana's ALERTS) but nothing pages (warn: the stack's `alerting`,
+  docs/monitoring.md "Alertmanager").
+
+Both are warnings: the cluster works, and a stack may mean to watch its alerts by other means; the
+finding says so before the first incident does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kilonode.preflight.model import Finding, Inputs
+from kilonode.preflight.prometheus import graph_of, load, prometheus_configs
+
+NAME = "alertmanager"
+TITLE = "a critical alert reaches a receiver that sends it somewhere (Prometheus -> Alertmanager -> pager)"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+CRITICAL = {"severity": "critical"}
+FIX = ("set the stack's `alerting` (pagerDuty with the Pulumi secret kilonode:alertingPagerDutyRoutingKey, "
+       "and/or webhookUrl): docs/monitoring.md, \"Alertmanager\"")
+
+
+def _matches(route: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a route's `matchers` (and the older `match`) take an alert with `labels`; only the
+    `name="value"` and `name=value` forms kilonode writes are judged, any other matcher is taken as
+    not matching (the finding then errs towards a warning)."""
+    for matcher in route.get("matchers") or []:
+        name, sep, value = str(matcher).partition("=")
+        if not sep or name.endswith(("!", "=~", "!~")) or value.startswith("~"):
+            return False
+        if labels.get(name.strip()) != value.strip().strip('"'):
+            return False
+    return all(labels.get(k) == v for k, v in (route.get("match") or {}).items())
+
+
+def routed_receiver(config: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
+    """The receiver Alertmanager sends an alert with `labels` to: the first matching child's, depth
+    first, else the route's own (inherited down the tree)."""
+    def walk(route: Mapping[str, Any], inherited: str | None) -> str | None:
+        own = route.get("receiver") or inherited
+        for child in route.get("routes") or []:
+            if isinstance(child, Mapping) and _matches(child, labels):
+                return walk(child, own)
+        return own
+
+    route = config.get("route")
+    return walk(route, None) if isinstance(route, Mapping) else None
+
+
+def integrations(config: Mapping[str, Any], receiver: str | None) -> list[str]:
+    """The integration kinds (pagerduty_configs, webhook_configs, ...) the named receiver has."""
+    for r in config.get("receivers") or []:
+        if isinstance(r, Mapping) and r.get("name") == receiver:
+            return sorted(k for k, v in r.items() if k.endswith("_configs") and v)
+    return []
+
+
+def alertmanager_configs(inputs: Inputs) -> list[tuple[str, Mapping[str, Any]]]:
+    """(where, parsed alertmanager.yml) of every ConfigMap key that is one."""
+    found = []
+    for r in inputs.of_type(CONFIG_MAP):
+        for key, text in ((r.inputs.get("data") or {}).items()):
+            config = load(text)
+            if isinstance(config, Mapping) and "route" in config and "receivers" in config:
+                found.append((f"{r.describe()} {key}", config))
+    return found
+
+
+def check(inputs: Inputs) -> list[Finding]:
+    findings = []
+    prometheus = prometheus_configs(graph_of(inputs))
+    for where, (files, key) in sorted(prometheus.items()):
+        config = load(files.get(key))
+        if isinstance(config, Mapping) and config.get("rule_files") and \
+                not (config.get("alerting") or {}).get("alertmanagers"):
+            findings.append(Finding(NAME, "warn", where, "its rules fire but its configuration names no "
+                                    "Alertmanager (no `alerting.alertmanagers`): alerts show in Prometheus's UI "
+                                    "and go nowhere", FIX))
+    for where, config in alertmanager_configs(inputs):
+        receiver = routed_receiver(config, CRITICAL)
+        if not integrations(config, receiver):
+            findings.append(Finding(
+                NAME, "warn", where,
+                f"a severity=critical alert goes to receiver {receiver!r}, which has no integration: Alertmanager "
+                "shows every alert (its UI and API, Grafana) but nothing pages anyone", FIX))
+    return findings
