@@ -80,6 +80,10 @@ JOB_KUBE_STATE_METRICS = "kilonode-kube-state-metrics"
 JOB_CERTIFICATES = "kilonode-certificates"
 JOB_POD_TRAFFIC = "kilonode-pod-traffic"
 JOB_AUTOSCALER = "kilonode-cluster-autoscaler"
+# The cluster's Alertmanager (kilonode.k8s.alertmanager), at its Service's name: Prometheus sends it
+# alerts and scrapes it.
+JOB_ALERTMANAGER = "kilonode-alertmanager"
+ALERTMANAGER_ADDRESS = f"{defaults.ALERTMANAGER_NAME}.{defaults.MONITORING_NAMESPACE}.svc:{defaults.ALERTMANAGER_PORT}"
 # cluster-autoscaler's namespace and pod label (kilonode.k8s.autoscaler: Deployment kube-system/
 # cluster-autoscaler, labels k8s-app=cluster-autoscaler); named here, not imported (layers).
 AUTOSCALER_NAMESPACE = "kube-system"
@@ -882,7 +886,7 @@ def rule_groups(plan: ClusterPlan) -> list[Group]:
     autoscaler = autoscaler_group(plan)
     exporters = exporter_group(plan)
     return (groups + ([gpu] if gpu else []) + gpu_health_groups(plan) + ([exporters] if exporters else [])
-            + ([autoscaler] if autoscaler else []))
+            + ([autoscaler] if autoscaler else []) + alertmanager_groups(plan))
 
 
 def _keep_gpu_pools(plan: ClusterPlan) -> dict[str, Any]:
@@ -1087,6 +1091,7 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
     jobs.append(pod_traffic_scrape_job(node_interval))
     jobs += gpu_health_scrape_jobs(plan, node_interval, control_interval)
     jobs += exporter_scrape_jobs(plan, node_interval)
+    jobs += alertmanager_scrape_jobs(plan, control_interval)
     if plan.autoscaled_pools:
         jobs.append(Job(
             ("cluster-autoscaler: its pods in kube-system (label k8s-app, port `metrics`: --address, plain http).",
@@ -1219,6 +1224,7 @@ def prometheus_config(plan: ClusterPlan) -> str | None:
             "external_labels": {"cluster": plan.cluster},
         },
         "rule_files": [f"{CONFIG_DIR}/{RULES_FILE}"],
+        "alerting": alerting_config(),
         "scrape_configs": [job.config for job in scrape_jobs(plan)],
     }
     header = (f"# {GENERATED}\n"
@@ -1243,3 +1249,65 @@ def describe(plan: ClusterPlan) -> list[str]:
     if not plan.gpu_pools:
         lines.append("no GPU pools: no GPU health alerts")
     return lines
+
+
+# --- Alertmanager (kilonode.k8s.alertmanager, kilonode.render.alertmanager) ---------------------------
+def alerting_config() -> dict[str, Any]:
+    """prometheus.yml's `alerting:`: the one Alertmanager at its Service's name. Static, not Kubernetes
+    discovery: one replica, so the Service's one endpoint is the pod; no RBAC is needed beyond what
+    Prometheus has, and promtool (Debian's, without Kubernetes discovery) checks the block whole. Prometheus
+    sends every firing alert again each --rules.alert.resend-delay (1m; prometheus/prometheus
+    cmd/prometheus/main.go l.527 at v3.5.5), so an Alertmanager back from a restart has every alert that
+    still fires within a minute."""
+    return {"alertmanagers": [{"static_configs": [{"targets": [ALERTMANAGER_ADDRESS]}]}]}
+
+
+def alertmanager_scrape_jobs(plan: ClusterPlan, interval: str) -> list[Job]:
+    """Alertmanager's own /metrics, where kilonode runs one (beside its Prometheus)."""
+    if plan.prometheus is None:
+        return []
+    return [Job(
+        ("The cluster's Alertmanager (kilonode.k8s.alertmanager) at its Service, plain http: whether it runs and",
+         "whether its notifications fail (alertmanager_notifications_failed_total; prometheus/alertmanager",
+         "notify/metrics.go at v0.34.0). A few hundred series."),
+        {
+            "job_name": JOB_ALERTMANAGER,
+            "scrape_interval": interval,
+            "scheme": "http",
+            "static_configs": [{"targets": [ALERTMANAGER_ADDRESS]}],
+        },
+    )]
+
+
+def alertmanager_groups(plan: ClusterPlan) -> list[Group]:
+    """Alertmanager down, or failing to deliver: without these the pager's own silence goes unseen. Both
+    critical: a critical alert goes to every receiver (PagerDuty and the webhook), so one integration that
+    fails is reported through the other. An Alertmanager that is down cannot send its own alert: this one is
+    seen in Prometheus's and Grafana's ALERTS (docs/monitoring.md, "Alertmanager")."""
+    if plan.prometheus is None:
+        return []
+    job = f'job="{JOB_ALERTMANAGER}"'
+    return [Group("kilonode-alertmanager", (
+        Alert(
+            name="KilonodeAlertmanagerDown",
+            expr=f"up{{{job}}} == 0 or absent(up{{{job}}})",
+            duration="10m",
+            severity="critical",
+            condition="Alertmanager has not answered Prometheus's scrape for 10 minutes",
+            summary="Alertmanager is down: no alert reaches anyone",
+            action=("kubectl -n monitoring get pod alertmanager-0; its events and log (its claim, its node); "
+                    "Prometheus keeps each firing alert and sends it again once Alertmanager is back"),
+            runbook="alertmanager",
+        ),
+        Alert(
+            name="KilonodeAlertmanagerNotificationsFailing",
+            expr=(f"sum by (integration) (increase(alertmanager_notifications_failed_total{{{job}}}[15m])) > 0"),
+            duration="15m",
+            severity="critical",
+            condition="Alertmanager's {{ $labels.integration }} notifications have failed for 15 minutes",
+            summary="Alertmanager cannot deliver to {{ $labels.integration }}",
+            action=("kubectl -n monitoring logs alertmanager-0 names the receiver and the error "
+                    "(a wrong or revoked routing key or token, the endpoint refusing, no route out)"),
+            runbook="alertmanager",
+        ),
+    ))]
