@@ -1053,3 +1053,53 @@ def node_exporters_down_on_many_nodes(plan: ClusterPlan) -> tuple[list[Series], 
 def one_node_exporter_down_is_a_node_not_an_exporter(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
     # 1 of 20 (5%) is not more than the share: a NotReady node's story
     return exporter_targets(monitoring.JOB_NODE_EXPORTER, 1), [("30m", "KilonodeNodeExportersDown", [])]
+
+
+# --- Alertmanager (kilonode.k8s.alertmanager) -------------------------------------------------------------------
+def alertmanager_up(values: str) -> list[Series]:
+    return [(selector("up", {"job": monitoring.JOB_ALERTMANAGER, "instance": monitoring.ALERTMANAGER_ADDRESS}), values)]
+
+
+@case()
+def alertmanager_stops_answering(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeAlertmanagerDown"
+    labels = {"severity": "critical", "job": monitoring.JOB_ALERTMANAGER, "instance": monitoring.ALERTMANAGER_ADDRESS}
+    return alertmanager_up("1x5 0x40"), [("30m", name, [expected(plan, name, labels)]),
+                                          ("12m", name, [])]  # down 7 minutes: a restart, not yet
+
+
+@case()
+def alertmanager_never_scraped(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # no target at all (its Service gone, or the job dropped): absent(up) fires with the job's label alone
+    name = "KilonodeAlertmanagerDown"
+    other = [(selector("up", {"job": monitoring.JOB_APISERVER, "instance": "10.0.1.4:6443"}), "1x40")]
+    return other, [("30m", name, [expected(plan, name, {"severity": "critical", "job": monitoring.JOB_ALERTMANAGER})])]
+
+
+@case()
+def alertmanager_answering(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    return alertmanager_up("1x60"), [("60m", "KilonodeAlertmanagerDown", [])]
+
+
+def notifications_failed(values: str) -> list[Series]:
+    failed = selector("alertmanager_notifications_failed_total", {
+        "job": monitoring.JOB_ALERTMANAGER, "instance": monitoring.ALERTMANAGER_ADDRESS, "integration": "pagerduty",
+        "reason": "authError"})
+    return [*alertmanager_up("1x60"), (failed, values)]
+
+
+@case()
+def alertmanager_pagerduty_keeps_refusing(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # a revoked routing key: every notification fails, one a minute from minute 5
+    name = "KilonodeAlertmanagerNotificationsFailing"
+    return notifications_failed("0x5 1+1x55"), [
+        ("40m", name, [expected(plan, name, {"severity": "critical", "integration": "pagerduty"})]),
+        ("15m", name, []),  # failing 10 minutes: not yet
+    ]
+
+
+@case()
+def alertmanager_one_failed_notification(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # one send failed once (PagerDuty's 5xx for a minute): true for 10 minutes, under the 15 of `for:`
+    name = "KilonodeAlertmanagerNotificationsFailing"
+    return notifications_failed("0x5 1x55"), [("14m", name, []), ("20m", name, []), ("40m", name, [])]

@@ -1301,10 +1301,11 @@ def alertmanager_groups(plan: ClusterPlan) -> list[Group]:
         ),
         Alert(
             name="KilonodeAlertmanagerNotificationsFailing",
-            expr=(f"sum by (integration) (increase(alertmanager_notifications_failed_total{{{job}}}[15m])) > 0"),
+            # failures in every 10-minute window for 15 minutes: a lasting fault, not one failed send
+            expr=(f"sum by (integration) (increase(alertmanager_notifications_failed_total{{{job}}}[10m])) > 0"),
             duration="15m",
             severity="critical",
-            condition="Alertmanager's {{ $labels.integration }} notifications have failed for 15 minutes",
+            condition="Alertmanager's {{ $labels.integration }} notifications have kept failing for 15 minutes",
             summary="Alertmanager cannot deliver to {{ $labels.integration }}",
             action=("kubectl -n monitoring logs alertmanager-0 names the receiver and the error "
                     "(a wrong or revoked routing key or token, the endpoint refusing, no route out)"),
