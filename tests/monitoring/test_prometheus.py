@@ -61,12 +61,13 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     # kubelet 1,200 + cAdvisor 3 per container + kube-state-metrics 40 per node (nodes only: no
     # per-pod series) + pod traffic 3 per node and 4 per pod (bytes and packets, in and out) + the
     # GPU health agent's 18 fixed series, 2 of findings and 3 per GPU (8 on an ND96asr_v4)
-    # + node-exporter's 64 kept per node and 8 per InfiniBand port (one HCA per GPU: the 8 node_infiniband_*
+    # + node-exporter's 70 kept per node (64, then 5 conntrack series and the conntrack collector's
+    # node_scrape_collector_success) and 8 per InfiniBand port (one HCA per GPU: the 8 node_infiniband_*
     # names kept, defaults.NODE_EXPORTER_KEPT)
     # + dcgm-exporter's 15 fields per GPU
     assert gpu.gpus_per_node == 8 and gpu.infiniband
     assert per_node_series(gpu) == (1_200 + 3 * gpu.max_pods + 40 + 3 + 4 * gpu.max_pods
-                                    + 18 + 2 + 3 * 8 + 64 + 8 * 8 + 15 * 8) == 1_605  # maxPods 10
+                                    + 18 + 2 + 3 * 8 + 70 + 8 * 8 + 15 * 8) == 1_611  # maxPods 10
     assert p.series == sum(t.targets * t.per_target for t in p.terms)
     nodes = sum(t.targets for t in p.terms if t.what.startswith("nodes of "))
     assert nodes == 5_000 + 2_500 + 3 + 1
@@ -74,6 +75,12 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     # one scheduler and one controller manager beside each apiserver, 5,000 series each
     assert [(t.targets, t.per_target) for t in p.terms if t.what.startswith("kube-")] == [(5, 5_000), (5, 5_000)]
     assert [t.targets for t in p.terms if t.what.startswith("etcd members")] == [5 + 3]
+    # Prometheus's own kept names (81: 14 single series, 4 per rule group x 16, 2 sample types, 1 Alertmanager),
+    # CoreDNS's 31 replicas (one per 250 of 7,504 nodes) x 178 kept, and the recording rules: 3,000 and one last
+    # Xid per GPU (7,500 nodes x 8)
+    assert [t.per_target for t in p.terms if t.what.startswith("Prometheus itself")] == [14 + 4 * 16 + 2 + 1]
+    assert [(t.targets, t.per_target) for t in p.terms if t.what.startswith("CoreDNS")] == [(31, 178)]
+    assert [t.per_target for t in p.terms if t.what.startswith("recording rules")] == [3_000 + 7_500 * 8]
     # ~12.5 million series: more than a 16 GiB system node holds, within one E16ds_v5
     assert 10_000_000 < p.series < 13_000_000
     # at 60 s: 2 x (732 + 10 x 32 + 2 x 40) cardinality + 2 x 1.5 x 2 B x 180 samples ingestion

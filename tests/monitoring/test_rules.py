@@ -43,7 +43,10 @@ SD_ROLES = {"node", "pod", "service", "endpoints", "endpointslice", "ingress"}
 # kubernetes.go addObjectMetaLabels l.786-792 (<role>_name, <role>_label_<sanitized key>).
 SD_META = {
     "node": (("__meta_kubernetes_node_name",), ("__meta_kubernetes_node_label_", "__meta_kubernetes_node_address_")),
-    "endpointslice": (("__meta_kubernetes_endpointslice_port_name",), "__meta_kubernetes_service_label_"),
+    # an endpoint backed by a pod also carries the pod's (v3.5.5 endpointslice.go l.352-367: podLabels, pod.go
+    # l.215-235: its <role>_name and pod_node_name)
+    "endpointslice": (("__meta_kubernetes_endpointslice_port_name", "__meta_kubernetes_pod_name",
+                       "__meta_kubernetes_pod_node_name"), "__meta_kubernetes_service_label_"),
     "pod": (("__meta_kubernetes_pod_name", "__meta_kubernetes_pod_container_port_name"),
             "__meta_kubernetes_pod_label_"),
 }
@@ -158,7 +161,7 @@ def test_kubernetes_service_discovery_uses_only_fields_roles_and_meta_labels_pro
     discovered = [job for job in fragment["scrape_configs"] if "kubernetes_sd_configs" in job]
     assert {job["job_name"] for job in discovered} == {
         monitoring.JOB_KUBELET, monitoring.JOB_CADVISOR, monitoring.JOB_KUBE_STATE_METRICS,
-        monitoring.JOB_POD_TRAFFIC, monitoring.JOB_NODE_EXPORTER} \
+        monitoring.JOB_POD_TRAFFIC, monitoring.JOB_NODE_EXPORTER, monitoring.JOB_COREDNS} \
         | ({monitoring.JOB_AUTOSCALER} if plans[stack].autoscaled_pools else set()) \
         | ({monitoring.JOB_GPU_HEALTH_AGENT, monitoring.JOB_DCGM_EXPORTER} if plans[stack].gpu_pools else set())
     for job in discovered:

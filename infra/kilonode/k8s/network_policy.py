@@ -27,10 +27,16 @@ import pulumi
 from pulumi_kubernetes import meta, networking
 
 from kilonode.k8s.bootstrap import KUBE_SYSTEM
+from kilonode.plan import defaults
 
 # Prometheus's own port (its --web.listen-address default, :9090), open to pods of the same
 # namespace only: a dashboard run beside it queries it; anything else needs its own policy.
 PROMETHEUS_PORT = 9090
+# The cluster's Prometheus pods, as a NetworkPolicy peer: their namespace (by the label the API server sets on
+# every namespace, kubernetes.io/metadata.name) and their labels: kilonode.k8s.monitoring's PROMETHEUS_LABELS,
+# repeated here because that module imports this one (tests/monitoring/test_observability.py holds them equal).
+PROMETHEUS_NAMESPACE = defaults.MONITORING_NAMESPACE
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by": "kilonode"}
 
 
 def default_deny(name: str, namespace: pulumi.Input[str], labels: Mapping[str, str], *, egress: bool,
@@ -70,7 +76,8 @@ def same_namespace_port(name: str, namespace: pulumi.Input[str], labels: Mapping
 @dataclass(frozen=True)
 class Admit:
     """What one kube-system workload serves to whom: `ports` ("53/UDP"), from `peers` -- "everywhere"
-    (every pod and every address: no `from`), or "apiservers" (each apiserver's address)."""
+    (every pod and every address: no `from`), "apiservers" (each apiserver's address), or "prometheus"
+    (the cluster's Prometheus pods alone: PROMETHEUS_NAMESPACE and PROMETHEUS_POD_LABELS)."""
 
     ports: tuple[str, ...]
     peers: str
@@ -82,7 +89,10 @@ class Admit:
 KUBE_SYSTEM_INGRESS: tuple[tuple[str, Mapping[str, str], tuple[Admit, ...]], ...] = (
     # cluster DNS: every pod's resolv.conf names its Service (kilonode.k8s.dns), and host-network pods
     # with ClusterFirstWithHostNet ask from their node's address (contracts.yaml coredns served-to-every-pod)
-    ("coredns", {"k8s-app": "kube-dns"}, (Admit(("53/UDP", "53/TCP"), "everywhere"),)),
+    # and its metrics (the Corefile's `prometheus :9153`) to the cluster's Prometheus alone (the scrape job
+    # kilonode-coredns, kilonode.render.monitoring)
+    ("coredns", {"k8s-app": "kube-dns"},
+     (Admit(("53/UDP", "53/TCP"), "everywhere"), Admit(("9153/TCP",), "prometheus"))),
     # the aggregation layer: the apiservers dial its pod IP (contracts.yaml metricsServer apiserver-reach)
     ("metrics-server", {"k8s-app": "metrics-server"}, (Admit(("10250/TCP",), "apiservers"),)),
     # clients of the apiserver only; nothing calls them
@@ -106,6 +116,11 @@ def workload_policy(name: str, workload: str, selector: Mapping[str, str], admit
     for admit in admits:
         if admit.peers == "everywhere":
             peers = None
+        elif admit.peers == "prometheus":
+            peers = [networking.v1.NetworkPolicyPeerArgs(
+                namespace_selector=meta.v1.LabelSelectorArgs(
+                    match_labels={"kubernetes.io/metadata.name": PROMETHEUS_NAMESPACE}),
+                pod_selector=meta.v1.LabelSelectorArgs(match_labels=dict(PROMETHEUS_POD_LABELS)))]
         elif admit.peers == "apiservers":
             peers = [networking.v1.NetworkPolicyPeerArgs(ip_block=networking.v1.IPBlockArgs(cidr=f"{ip}/32"))
                      for ip in apiservers]

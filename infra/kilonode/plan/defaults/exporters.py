@@ -50,8 +50,11 @@ DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
 # README.md at v1.12.1). Not `cpu`: node_cpu_seconds_total is one series per vCPU and mode (96
 # vCPUs x 8 modes = 768 on an ND96 node, 5.8 million at 7,500 nodes: half of everything Prometheus
 # held before the exporters); CPU saturation shows in `pressure` and `loadavg`, and the pods' CPU
-# in cAdvisor's per-container series.
-NODE_EXPORTER_COLLECTORS = ("meminfo", "loadavg", "pressure", "diskstats", "filesystem", "netdev", "infiniband")
+# in cAdvisor's per-container series. `conntrack` (collector/conntrack_linux.go at v1.12.1 l.44: enabled by
+# default, so off here until named, --collector.disable-defaults): the node's connection-tracking table, whose
+# exhaustion drops new connections (a team's jobs "cannot reach the internet" while every pod looks healthy).
+NODE_EXPORTER_COLLECTORS = ("meminfo", "loadavg", "pressure", "diskstats", "filesystem", "netdev", "infiniband",
+                            "conntrack")
 # Filters by the flags upstream gives each collector (README.md at v1.12.1, the include/exclude table):
 NODE_EXPORTER_FLAGS: tuple[tuple[str, str], ...] = (
     # the kubelet's pod volumes and the runtimes' layers: one mount per pod volume or container
@@ -94,6 +97,14 @@ NODE_EXPORTER_KEPT: tuple[tuple[str, str], ...] = (
     ("node_infiniband_port_errors_received_total", "ib_port"), ("node_infiniband_symbol_error_total", "ib_port"),
     ("node_infiniband_port_data_received_bytes_total", "ib_port"),
     ("node_infiniband_port_data_transmitted_bytes_total", "ib_port"),
+    # the connection-tracking table: /proc/sys/net/netfilter/nf_conntrack_count and _max (conntrack_linux.go
+    # at v1.12.1 l.48-56, l.108-120), and of /proc/net/stat/nf_conntrack, summed over the CPUs (l.157-176), the
+    # new connections dropped for want of a slot (drop, early_drop) and inserts that failed (insert_failed: the
+    # DNS-over-UDP race as well as a full table); one series each per node, in the host's network namespace
+    # (the DaemonSet is host-network). Not found, invalid, ignore, insert, search_restart: no rule reads them.
+    ("node_nf_conntrack_entries", "node"), ("node_nf_conntrack_entries_limit", "node"),
+    ("node_nf_conntrack_stat_drop", "node"), ("node_nf_conntrack_stat_early_drop", "node"),
+    ("node_nf_conntrack_stat_insert_failed", "node"),
     # whether each collector answered (node_exporter's own, per collector)
     ("node_scrape_collector_success", "collector"),
 )

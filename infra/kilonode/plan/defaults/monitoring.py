@@ -76,8 +76,56 @@ PROMETHEUS_SERIES_PER_ETCD_MEMBER = 1_500
 PROMETHEUS_SERIES_PER_CERT_TARGET = 20
 # One cluster-autoscaler replica: its function-duration histograms and per-node-group series.
 PROMETHEUS_SERIES_PER_AUTOSCALER = 1_000
-# Prometheus' own series and the recording rules' results: small beside the rest.
-PROMETHEUS_SERIES_SELF = 5_000
+# Prometheus's own /metrics, scraped by itself (kilonode.render.monitoring, job kilonode-prometheus) and kept to
+# these names, each with what it counts (PROMETHEUS_SELF_PER: one series, one per rule group, one per type or per
+# Alertmanager), so that the plan's figure follows the list. Names at prometheus/prometheus v3.5.5: tsdb/head.go
+# l.404 (head_series), l.442 (wal_corruptions_total), l.450 (head_samples_appended_total{type}), l.470
+# (head_truncations_failed_total); tsdb/wlog/wlog.go l.251, l.263, l.267 under the prefix prometheus_tsdb_wal_
+# (l.321: truncations_failed_total, writes_failed_total, storage_size_bytes); tsdb/db.go l.344
+# (compactions_failed_total), l.374 (storage_blocks_bytes); cmd/prometheus/main.go l.128
+# (config_last_reload_successful); rules/group.go l.949-1000 ({rule_group}: rule_group_iterations_missed_total,
+# rule_evaluation_failures_total, rule_group_interval_seconds, rule_group_last_duration_seconds);
+# notifier/metric.go l.42-74 (notifications_errors_total{alertmanager}, _dropped_total, _queue_length,
+# _queue_capacity, notifications_alertmanagers_discovered); client_golang's process collector
+# (process_resident_memory_bytes), which Prometheus registers.
+PROMETHEUS_SELF_KEPT: tuple[tuple[str, str], ...] = (
+    ("prometheus_tsdb_head_series", "one"), ("prometheus_tsdb_head_samples_appended_total", "type"),
+    ("prometheus_tsdb_wal_corruptions_total", "one"), ("prometheus_tsdb_wal_writes_failed_total", "one"),
+    ("prometheus_tsdb_wal_truncations_failed_total", "one"), ("prometheus_tsdb_wal_storage_size_bytes", "one"),
+    ("prometheus_tsdb_head_truncations_failed_total", "one"), ("prometheus_tsdb_compactions_failed_total", "one"),
+    ("prometheus_tsdb_storage_blocks_bytes", "one"), ("prometheus_config_last_reload_successful", "one"),
+    ("prometheus_rule_evaluation_failures_total", "rule_group"),
+    ("prometheus_rule_group_iterations_missed_total", "rule_group"),
+    ("prometheus_rule_group_interval_seconds", "rule_group"),
+    ("prometheus_rule_group_last_duration_seconds", "rule_group"),
+    ("prometheus_notifications_errors_total", "alertmanager"), ("prometheus_notifications_dropped_total", "one"),
+    ("prometheus_notifications_queue_length", "one"), ("prometheus_notifications_queue_capacity", "one"),
+    ("prometheus_notifications_alertmanagers_discovered", "one"), ("process_resident_memory_bytes", "one"),
+)
+# The rule groups kilonode renders at most (tests/monitoring/test_prometheus.py checks the shipped stacks stay
+# within), sample types appended (float, histogram), and Alertmanagers notified (one, or none yet).
+PROMETHEUS_SELF_PER = {"one": 1, "rule_group": 16, "type": 2, "alertmanager": 1}
+# The recording rules' results beside the per-GPU one (kilonode.render.monitoring: the apiserver rate by code, the
+# etcd members' ratios, headroom and p99s, each control-plane certificate, the pools' counts, the namespaces'
+# traffic by direction, CoreDNS's responses by rcode): an ESTIMATE, a few thousand. The per-GPU last Xid
+# (kilonode:gpu_xid_errors:last, one series per GPU) is counted per GPU (kilonode.plan.resolve.monitoring).
+PROMETHEUS_RECORDED_SERIES = 3_000
+# CoreDNS's /metrics (kilonode.k8s.dns: the `prometheus :9153` plugin), kept to these names
+# (kilonode.render.monitoring coredns_scrape_job), each with its series on one replica (an ESTIMATE where the
+# label values vary): coredns/coredns v1.12.1 plugin/metrics/vars/vars.go l.19-26 (request_duration_seconds
+# {server, zone, view}, plugin.TimeBuckets: 16 buckets + Inf, plugin/plugin.go l.106) over four zones (".",
+# the cluster domain, in-addr.arpa., ip6.arpa.); l.53-58 (responses_total {server, zone, view, rcode, plugin}:
+# ~4 zones x ~4 rcodes x ~3 plugins); plugin/pkg/proxy/metrics.go l.12-26 (proxy_request_duration_seconds
+# {proxy_name, to, rcode}: one upstream, the node's resolver, ~3 rcodes x 17 buckets; healthcheck_failures_total
+# {proxy_name, to}); plugin/forward/metrics.go l.12-24 (forward_healthcheck_broken_total,
+# forward_max_concurrent_rejects_total); vars.go l.60-63 (panics_total).
+COREDNS_KEPT: tuple[tuple[str, int], ...] = (
+    ("coredns_dns_request_duration_seconds_bucket", 68), ("coredns_dns_request_duration_seconds_count", 4),
+    ("coredns_dns_responses_total", 48),
+    ("coredns_proxy_request_duration_seconds_bucket", 51), ("coredns_proxy_request_duration_seconds_count", 3),
+    ("coredns_proxy_healthcheck_failures_total", 1), ("coredns_forward_healthcheck_broken_total", 1),
+    ("coredns_forward_max_concurrent_rejects_total", 1), ("coredns_panics_total", 1),
+)
 # What a series' labels cost in the head (the catalogue's per-label-pair figure): job, instance,
 # node, pool, name and the metric's own labels; the name's bytes, stored twice.
 PROMETHEUS_LABEL_PAIRS_PER_SERIES = 10

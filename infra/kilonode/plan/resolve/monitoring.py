@@ -22,7 +22,7 @@ from kilonode.config.model import ClusterConfig
 from kilonode.plan import defaults
 from kilonode.plan.model import ControlPlanePlan, EtcdClusterPlan, NodePoolPlan, PrometheusPlan, SeriesTerm
 from kilonode.plan.resolve.budgets import growth
-from kilonode.plan.resolve.components import prometheus_pool
+from kilonode.plan.resolve.components import dns_replicas, most_nodes, prometheus_pool
 from kilonode.problems import PlanError, Problem
 
 GIB = 1024**3
@@ -101,6 +101,21 @@ def _gpu_agent_words(pool: NodePoolPlan) -> str:
     return f", GPU health agent of {gpus} GPU{'s' if gpus > 1 else ''}, dcgm-exporter{ib}" if gpus else ""
 
 
+def prometheus_self_series() -> int:
+    """Prometheus's own series kept (defaults.PROMETHEUS_SELF_KEPT), each name times what it counts."""
+    return sum(defaults.PROMETHEUS_SELF_PER[kind] for _, kind in defaults.PROMETHEUS_SELF_KEPT)
+
+
+def coredns_series() -> int:
+    """One CoreDNS replica's series kept (defaults.COREDNS_KEPT)."""
+    return sum(count for _, count in defaults.COREDNS_KEPT)
+
+
+def recorded_series(pools: tuple[NodePoolPlan, ...], reach: Mapping[str, int]) -> int:
+    """The recording rules' results: the fixed estimate and one last Xid per GPU the pools may reach."""
+    return defaults.PROMETHEUS_RECORDED_SERIES + sum(_nodes(p, reach) * p.gpus_per_node for p in pools)
+
+
 def per_node_interval(node_series: int) -> int:
     """The shortest per-node interval whose samples per second stay in the ingest budget."""
     for interval in defaults.PROMETHEUS_PER_NODE_INTERVALS_S:
@@ -133,8 +148,13 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
                    per_target=defaults.PROMETHEUS_SERIES_PER_ETCD_MEMBER, interval_s=cp),
         SeriesTerm(what="control-plane hosts' certificate expiry", targets=members + len(control.instances),
                    per_target=defaults.PROMETHEUS_SERIES_PER_CERT_TARGET, interval_s=300),
-        SeriesTerm(what="Prometheus itself and the recording rules", targets=1,
-                   per_target=defaults.PROMETHEUS_SERIES_SELF, interval_s=cp),
+        SeriesTerm(what="Prometheus itself (its kept names)", targets=1, per_target=prometheus_self_series(),
+                   interval_s=cp),
+        SeriesTerm(what="CoreDNS replicas (the plan's, at the pools' ceiling)", targets=dns_replicas(most_nodes(pools)),
+                   per_target=coredns_series(), interval_s=cp),
+        # one result a rule evaluation, as often as the control plane's scrapes (evaluation_interval)
+        SeriesTerm(what="recording rules (and one last Xid per GPU)", targets=1,
+                   per_target=recorded_series(pools, reach), interval_s=cp),
     ]
     if any(p.gpus_per_node for p in pools):
         # the taint controller runs on every apiserver VM where there are GPU pools
