@@ -1103,3 +1103,6 @@ def alertmanager_one_failed_notification(plan: ClusterPlan) -> tuple[list[Series
     # one send failed once (PagerDuty's 5xx for a minute): true for 10 minutes, under the 15 of `for:`
     name = "KilonodeAlertmanagerNotificationsFailing"
     return notifications_failed("0x5 1x55"), [("14m", name, []), ("20m", name, []), ("40m", name, [])]
+
+# The DNS, conntrack and Prometheus-itself cases register themselves into CASES.
+from tests.monitoring import alert_cases_observability  # noqa: E402,F401

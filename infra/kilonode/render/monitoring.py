@@ -441,7 +441,7 @@ def controllers_group() -> Group:
 def targets_group() -> Group:
     # Per-node jobs are left out: one node down is one NotReady node, not a monitoring failure.
     jobs = (f"{JOB_APISERVER}|{JOB_SCHEDULER}|{JOB_CONTROLLER_MANAGER}|{ETCD_JOBS}|{JOB_CERTIFICATES}|"
-            f"{JOB_KUBE_STATE_METRICS}")
+            f"{JOB_KUBE_STATE_METRICS}|{JOB_COREDNS}")
     exporters = f"{JOB_NODE_EXPORTER}|{JOB_DCGM_EXPORTER}"
     return Group("kilonode-targets", (
         Alert("KilonodeScrapeTargetDown", f'up{{job=~"{jobs}"}} == 0', "10m", "warning",
@@ -879,9 +879,210 @@ def exporter_scrape_jobs(plan: ClusterPlan, node_interval: str) -> list[Job]:
     return jobs
 
 
+# --- cluster DNS (CoreDNS), connection tracking, Prometheus itself ---------------------------------
+# The on-call question "a team's jobs cannot reach the internet": the names they resolve (CoreDNS: its
+# answers, its upstream), and the node's connection-tracking table, where a full table drops new
+# connections while every pod still looks healthy.
+JOB_COREDNS = "kilonode-coredns"
+JOB_PROMETHEUS = "kilonode-prometheus"
+# kilonode.k8s.dns: the kube-dns Service's port `metrics` (9153, the Corefile's `prometheus :9153`) and its
+# label; named here, not imported (layers).
+COREDNS_NAMESPACE = "kube-system"
+COREDNS_SERVICE_APP = "kube-dns"
+COREDNS_METRICS_PORT_NAME = "metrics"
+DNS_RESPONSES_RATE = "kilonode:coredns_responses:rate5m"
+DNS_REQUEST_P99 = "kilonode:coredns_request_duration_seconds:p99"
+# SERVFAIL: CoreDNS could not answer (its upstream failed or timed out, a plugin erred). A pod's resolver
+# retries and then fails the lookup: at 1% a job's many lookups fail somewhere every minute, at 5% widely.
+DNS_SERVFAIL_WARNING = 0.01
+DNS_SERVFAIL_CRITICAL = 0.05
+# ... and at least this many SERVFAILs a second before a ratio means anything (as the apiserver's).
+DNS_MIN_ERROR_RATE = 0.1
+# p99 of CoreDNS's answers over every replica: a cluster name is answered from memory in well under a
+# millisecond and an external one from the cache or the node's resolver in milliseconds; one in a hundred
+# above 1 s is an upstream (or a replica) in trouble, well before glibc's 5 s resolver timeout fails lookups.
+DNS_P99_WARNING = 1.0
+# Connection tracking: the share of nf_conntrack_max in use above which the table is near full (the kernel
+# then drops new connections and logs "nf_conntrack: table full, dropping packet"); kube-proxy sizes the table
+# per CPU (its conntrack.maxPerCore); a node at 85% has little headroom left for a burst of new connections.
+CONNTRACK_FULL_WARNING = 0.85
+# Prometheus's head against the plan's series (PrometheusPlan.series): the memory request is the head at that
+# figure plus 25% (defaults.PROMETHEUS_MEMORY_MARGIN_PERCENT) plus the queries; above the plan the margin is
+# being eaten, at 120% the pod is near its limit and the OOM killer.
+PROMETHEUS_HEAD_WARNING = 1.0
+PROMETHEUS_HEAD_CRITICAL = 1.2
+
+
+def coredns_scrape_job(control_interval: str) -> Job:
+    """CoreDNS's replicas through the kube-dns Service's EndpointSlices (port `metrics`), kept to
+    defaults.COREDNS_KEPT."""
+    return Job(
+        ("CoreDNS (kilonode.k8s.dns): every replica, found through the kube-dns Service's EndpointSlices in",
+         f"kube-system, port `{COREDNS_METRICS_PORT_NAME}` (9153, the Corefile's `prometheus :9153`; its",
+         "NetworkPolicy admits it from Prometheus's pods alone). One replica per 250 nodes (31 at 7,500), so",
+         f"every {control_interval} like the control plane; kept: answers by rcode, request and upstream latency,",
+         "upstream health and rejects (defaults.COREDNS_KEPT, ~180 series a replica): not the Go runtime, the",
+         "per-qtype request counts nor the request and response size histograms."),
+        {
+            "job_name": JOB_COREDNS,
+            "scrape_interval": control_interval,
+            "kubernetes_sd_configs": [{"role": "endpointslice", "namespaces": {"names": [COREDNS_NAMESPACE]}}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_service_label_k8s_app"], "regex": COREDNS_SERVICE_APP,
+                 "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_endpointslice_port_name"], "regex": COREDNS_METRICS_PORT_NAME,
+                 "action": "keep"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+                {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
+            ],
+            "metric_relabel_configs": [
+                {"source_labels": ["__name__"], "regex": "|".join(name for name, _ in defaults.COREDNS_KEPT),
+                 "action": "keep"}],
+        },
+    )
+
+
+def prometheus_self_job(control_interval: str) -> Job:
+    """Prometheus's own /metrics on localhost, kept to defaults.PROMETHEUS_SELF_KEPT."""
+    return Job(
+        ("Prometheus itself, on localhost:9090 (its --web.listen-address default; inside the pod, no NetworkPolicy",
+         "applies): its head series against the plan's, WAL, compaction and config-reload failures, rule",
+         "evaluation failures and the notification queue (defaults.PROMETHEUS_SELF_KEPT, ~90 series)."),
+        {
+            "job_name": JOB_PROMETHEUS,
+            "scrape_interval": control_interval,
+            "scheme": "http",
+            "static_configs": [{"targets": ["localhost:9090"]}],
+            "metric_relabel_configs": [
+                {"source_labels": ["__name__"],
+                 "regex": "|".join(name for name, _ in defaults.PROMETHEUS_SELF_KEPT), "action": "keep"}],
+        },
+    )
+
+
+def _dns_ratio(threshold: float) -> str:
+    servfail = f'sum({DNS_RESPONSES_RATE}{{rcode="SERVFAIL"}})'
+    return (f"{servfail} / sum({DNS_RESPONSES_RATE}) > {threshold:g}\n"
+            f"and {servfail} > {DNS_MIN_ERROR_RATE:g}")
+
+
+def dns_group() -> Group:
+    job = f'job="{JOB_COREDNS}"'
+    errors_action = (
+        "Pods' lookups fail (SERVFAIL). Which names: the replicas' logs (the Corefile's `errors`); if external "
+        "names, the upstream (KilonodeDnsUpstreamFailing, the node's resolver: Azure DNS limits each VM's "
+        "queries, ~200 a second in the 2,500-node post, kilonode.plan.defaults.dns); if cluster names, the "
+        "apiserver watch (CoreDNS's `kubernetes` plugin). "
+        "kubectl -n kube-system logs -l k8s-app=kube-dns.")
+    upstream = ("CoreDNS's forward plugin is failing against the node's resolver (/etc/resolv.conf: Azure DNS, "
+                "168.63.129.16): external names fail for every pod on those replicas. Check the VMs' reachability of "
+                "Azure DNS, its per-VM query limit (the 2,500-node post: packed replicas exceeded it), and the "
+                "replicas' nodes' conntrack (KilonodeConntrackTableNearFull).")
+    return Group("kilonode-dns", (
+        Record(DNS_RESPONSES_RATE, f"sum by (rcode) (rate(coredns_dns_responses_total{{{job}}}[5m]))"),
+        Record(DNS_REQUEST_P99, f"histogram_quantile(0.99, sum by (le) "
+                                f"(rate(coredns_dns_request_duration_seconds_bucket{{{job}}}[5m])))"),
+        Alert("KilonodeDnsErrors", _dns_ratio(DNS_SERVFAIL_WARNING), "10m", "warning",
+              f"More than {_percent(DNS_SERVFAIL_WARNING)} of CoreDNS's answers are SERVFAIL for 10m",
+              "Cluster DNS is failing lookups (SERVFAIL)", errors_action, "dns"),
+        Alert("KilonodeDnsErrors", _dns_ratio(DNS_SERVFAIL_CRITICAL), "5m", "critical",
+              f"More than {_percent(DNS_SERVFAIL_CRITICAL)} of CoreDNS's answers are SERVFAIL for 5m",
+              "Cluster DNS is failing a large share of lookups (SERVFAIL)", errors_action, "dns"),
+        Alert("KilonodeDnsSlow", f"{DNS_REQUEST_P99} > {DNS_P99_WARNING:g}", "10m", "warning",
+              f"CoreDNS's p99 answer time is above {DNS_P99_WARNING:g} s for 10m",
+              "Cluster DNS is slow", "Compare the upstream's latency (coredns_proxy_request_duration_seconds, the DNS "
+              "dashboard) with the replicas' CPU: a slow upstream slows every external name; saturated replicas "
+              "slow every name (their autoscaler's nodes per replica).", "dns"),
+        Alert("KilonodeDnsUpstreamFailing",
+              f'sum by (to) (rate(coredns_proxy_healthcheck_failures_total{{{job},proxy_name="forward"}}[5m])) > 0',
+              "10m", "warning", "CoreDNS's health checks of its upstream {{ $labels.to }} keep failing",
+              "Cluster DNS's upstream is failing", upstream, "dns"),
+        Alert("KilonodeDnsUpstreamFailing",
+              f"sum(increase(coredns_forward_healthcheck_broken_total{{{job}}}[5m])) > 0", "2m", "critical",
+              "Every upstream of a CoreDNS replica failed its health checks (the forward plugin's healthcheck_broken)",
+              "Cluster DNS has no working upstream: external names fail", upstream, "dns"),
+        Alert("KilonodeDnsForwardSaturated",
+              f"sum(rate(coredns_forward_max_concurrent_rejects_total{{{job}}}[5m])) > 0", "5m", "warning",
+              "CoreDNS refuses queries because a replica has max_concurrent (1000) queries in flight to its upstream",
+              "Cluster DNS is refusing external lookups",
+              "The upstream is slow or the replicas too few for the external lookups: check the upstream's latency; "
+              "more replicas (the autoscaler's nodes per replica) spread the load over more VMs.", "dns"),
+    ))
+
+
+def conntrack_alerts() -> tuple[Alert, ...]:
+    job = f'job="{JOB_NODE_EXPORTER}"'
+    node = "node {{ $labels.node }} (pool {{ $labels.pool }})"
+    action = ("New connections from and to the node's pods are dropped once the table is full: `conntrack -S` "
+              "and `conntrack -L | awk '{print $3}' | sort | uniq -c` on the node (what fills it: a job opening "
+              "connections in a loop, UDP floods, long timeouts); raise net.netfilter.nf_conntrack_max (kube-proxy's "
+              "conntrack.maxPerCore) only once the cause is known.")
+    return (
+        Alert("KilonodeConntrackTableNearFull",
+              f"max by (node, pool) (node_nf_conntrack_entries{{{job}}} / node_nf_conntrack_entries_limit{{{job}}})"
+              f" > {CONNTRACK_FULL_WARNING:g}", "10m", "warning",
+              f"The connection-tracking table of {node} is more than {_percent(CONNTRACK_FULL_WARNING)} full",
+              "A node's connection-tracking table is nearly full", action, "conntrack"),
+        Alert("KilonodeConntrackDropping",
+              f"sum by (node, pool) (increase(node_nf_conntrack_stat_drop{{{job}}}[10m])"
+              f" + increase(node_nf_conntrack_stat_early_drop{{{job}}}[10m])) > 0", "5m", "warning",
+              f"The kernel of {node} dropped new connections for want of a connection-tracking slot",
+              "A node is dropping connections (conntrack)", action, "conntrack"),
+    )
+
+
+def prometheus_group(plan: ClusterPlan) -> Group | None:
+    """Prometheus's own health, where kilonode runs it (its head against the plan's series)."""
+    p = plan.prometheus
+    if p is None:
+        return None
+    job = f'job="{JOB_PROMETHEUS}"'
+    head = f"max(prometheus_tsdb_head_series{{{job}}})"
+    head_action = (f"The plan sized the pod for {p.series:,} series (`kilonode explain`; {p.memory_gib} GiB, request = "
+                   "limit). Find what grew: topk(20, count by (__name__) ({__name__=~\".+\"})) and count by (job) "
+                   "(up); drop it in the job's metric_relabel_configs, or correct the plan's estimate "
+                   "(kilonode.plan.defaults.monitoring) so the pod is sized for it.")
+    failures = ("prometheus_tsdb_compactions_failed_total", "prometheus_tsdb_head_truncations_failed_total",
+                "prometheus_tsdb_wal_corruptions_total", "prometheus_tsdb_wal_writes_failed_total",
+                "prometheus_tsdb_wal_truncations_failed_total")
+    # each sum `or vector(0)`: a counter not (yet) exported must not empty the whole sum, and one selector of
+    # the five names would not do (increase drops the name: five series of one labelset)
+    tsdb = "\n+ ".join(f"(sum(increase({m}{{{job}}}[30m])) or vector(0))" for m in failures)
+    return Group("kilonode-prometheus", (
+        Alert("KilonodePrometheusRuleFailures",
+              f"sum by (rule_group) (increase(prometheus_rule_evaluation_failures_total{{{job}}}[10m])) > 0", "10m",
+              "warning", "Rules of {{ $labels.rule_group }} fail to evaluate",
+              "Prometheus rules are failing: their alerts cannot fire",
+              "Prometheus's log names the rule and the error (a query over --query.max-samples, a timeout, "
+              "many-to-many matching after a label change); every alert of that group is blind meanwhile.",
+              "prometheus-itself"),
+        Alert("KilonodePrometheusHeadSeriesOverPlan", f"{head} > {p.series} * {PROMETHEUS_HEAD_WARNING:g}", "30m",
+              "warning", f"Prometheus holds more series than the plan's {p.series:,}",
+              "Prometheus holds more series than it was sized for", head_action, "prometheus-itself"),
+        Alert("KilonodePrometheusHeadSeriesOverPlan", f"{head} > {p.series} * {PROMETHEUS_HEAD_CRITICAL:g}", "10m",
+              "critical",
+              f"Prometheus holds more than {PROMETHEUS_HEAD_CRITICAL:g} x the plan's {p.series:,} series: its memory "
+              "margin is spent", "Prometheus is near its memory limit", head_action, "prometheus-itself"),
+        Alert("KilonodePrometheusConfigReloadFailed", f"max(prometheus_config_last_reload_successful{{{job}}}) == 0",
+              "10m", "warning", "Prometheus's last configuration reload failed: it runs the previous one",
+              "Prometheus rejected its configuration",
+              "The rendered prometheus.yml or rule file was refused (Prometheus's log says why); until fixed, "
+              "changes to jobs and rules do not apply. `promtool check config` on the ConfigMap's files.",
+              "prometheus-itself"),
+        Alert("KilonodePrometheusTsdbFailures", f"{tsdb} > 0", "5m", "warning",
+              "Prometheus's storage reported a failed compaction, head truncation or WAL write, or a WAL corruption "
+              "in the last 30 minutes", "Prometheus's storage is failing",
+              "Check the data disk (its free space against --storage.tsdb.retention.size, the Azure disk's state) "
+              "and Prometheus's log; a WAL that cannot be written loses samples, and a head that cannot be truncated "
+              "grows until the pod runs out of memory.", "prometheus-itself"),
+    ))
+
+
 def rule_groups(plan: ClusterPlan) -> list[Group]:
     groups = [apiserver_group(), controllers_group(), etcd_group(plan), certificates_group(), targets_group(),
-              pod_traffic_group()]
+              pod_traffic_group(), dns_group(), Group("kilonode-nodes", conntrack_alerts())]
+    own = prometheus_group(plan)
+    groups += [own] if own else []
     gpu = gpu_group(plan)
     autoscaler = autoscaler_group(plan)
     exporters = exporter_group(plan)
@@ -1050,8 +1251,9 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
         ),
         Job(
             ("cAdvisor through each kubelet: dozens of series per container, per node. Do NOT scrape it whole at",
-             "this size; kept: per-container CPU, working set and OOM events (CADVISOR_KEPT), without the",
-             "pod- and slice-level cgroups nor the pause containers."),
+             "this size; kept: CPU, working set and OOM events (CADVISOR_KEPT) per container on containerd pools",
+             "and per pod on Docker (cri-dockerd) pools, whose containers the kubelet's cAdvisor cannot name;",
+             "never the system slices nor the pause containers."),
             {
                 "job_name": JOB_CADVISOR,
                 "scrape_interval": node_interval,
@@ -1061,8 +1263,7 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
                 "relabel_configs": _node_labels(),
                 "metric_relabel_configs": [
                     {"source_labels": ["__name__"], "regex": "|".join(CADVISOR_KEPT), "action": "keep"},
-                    # pod- and slice-level cgroups have no container; Docker's pause container is "POD"
-                    {"source_labels": ["container"], "regex": "|POD", "action": "drop"},
+                    *_cadvisor_cgroup_drops(plan),
                 ],
             },
         ),
@@ -1089,6 +1290,9 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
         ),
     ]
     jobs.append(pod_traffic_scrape_job(node_interval))
+    jobs.append(coredns_scrape_job(control_interval))
+    if p is not None:
+        jobs.append(prometheus_self_job(control_interval))
     jobs += gpu_health_scrape_jobs(plan, node_interval, control_interval)
     jobs += exporter_scrape_jobs(plan, node_interval)
     jobs += alertmanager_scrape_jobs(plan, control_interval)
@@ -1111,6 +1315,30 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             },
         ))
     return jobs
+
+
+def _cadvisor_cgroup_drops(plan: ClusterPlan) -> list[dict[str, Any]]:
+    """Which cgroups' series the cAdvisor job drops, by the pool's runtime.
+
+    The kubelet labels a cgroup's series from its cAdvisor container handler (kubernetes/kubernetes
+    pkg/kubelet/server/server.go containerPrometheusLabelsFunc: pod, namespace and container from the
+    handler's Spec.Labels) and names a pod-level cgroup's pod itself (GetPodByCgroupfs), container "".
+    Since dockershim's removal (1.24) the kubelet registers cAdvisor's containerd, CRI-O and systemd
+    handlers only (pkg/kubelet/cadvisor/cadvisor_linux.go; the Docker handler's cadvisor_linux_docker.go
+    went with dockershim): under cri-dockerd a container's cgroup falls to the raw handler and its series
+    carry no pod, namespace nor container (kubernetes/kubernetes#111077, open for 1.24+ with cri-dockerd;
+    google/cadvisor#3572). Dropping every series of an empty container, as for containerd, would keep
+    nothing of a Docker pool; there the pod-level cgroup is the finest named one, and is kept."""
+    # Docker's pause container is named "POD"; a cgroup of no pod is a system slice (or, under cri-dockerd,
+    # an unnamed container)
+    drops: list[dict[str, Any]] = [{"source_labels": ["container"], "regex": "POD", "action": "drop"},
+                                   {"source_labels": ["pod"], "regex": "", "action": "drop"}]
+    labelled = sorted(p.name for p in plan.node_pools if p.runtime != "docker")
+    if labelled:
+        # where containers are named (containerd), a pod-level cgroup would count its containers twice
+        drops.append({"source_labels": ["pool", "container"], "separator": ";", "regex": f"({'|'.join(labelled)});",
+                      "action": "drop"})
+    return drops
 
 
 def _controller_job(plan: ClusterPlan, name: str, program: str, port: int, interval: str) -> Job:
