@@ -82,6 +82,12 @@ ETCD_METRICS = (
     "etcd_mvcc_db_total_size_in_bytes", "etcd_server_quota_backend_bytes", "etcd_server_has_leader",
     "etcd_server_leader_changes_seen_total", "etcd_disk_wal_fsync_duration_seconds_bucket",
     "etcd_disk_backend_commit_duration_seconds_bucket",
+    # fragmentation and its cures, at v3.5.33: server/mvcc/metrics.go l.163-166 (db_total_size_in_bytes, the
+    # file) and l.183-186 (db_total_size_in_use_in_bytes, its pages in use), l.137-139
+    # (etcd_debugging_mvcc_db_compaction_total_duration_milliseconds, a histogram: _count is compactions);
+    # server/mvcc/backend/metrics.go l.65-67 (etcd_disk_backend_defrag_duration_seconds: _count is defrags)
+    "etcd_mvcc_db_total_size_in_use_in_bytes", "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count",
+    "etcd_disk_backend_defrag_duration_seconds_count",
 )
 # Prometheus's own per target (docs/concepts/jobs_instances.md: up, scrape_duration_seconds, ...).
 SCRAPE_METRICS = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
@@ -127,6 +133,9 @@ class Dashboard:
     title: str
     description: str
     panels: tuple[Panel, ...] = field(default_factory=tuple)
+    # template variables after `datasource` (Grafana's JSON model, templating.list): a query variable's
+    # label_values() over a series some job keeps
+    variables: tuple[dict[str, Any], ...] = ()
 
 
 def _steps(thresholds: Iterable[Threshold]) -> dict[str, Any]:
@@ -177,7 +186,7 @@ def dashboard_json(dashboard: Dashboard) -> dict[str, Any]:
         "refresh": "1m",
         "timezone": "utc",
         "templating": {"list": [{"name": "datasource", "label": "Prometheus", "type": "datasource",
-                                 "query": "prometheus", "hide": 0, "current": {}}]},
+                                 "query": "prometheus", "hide": 0, "current": {}}, *dashboard.variables]},
         "panels": [panel_json(p, i) for i, p in enumerate(dashboard.panels)],
     }
 
@@ -285,6 +294,14 @@ def etcd_panels(plan: ClusterPlan) -> tuple[Panel, ...]:
             "levels. At the quota etcd refuses every write until compacted and defragmented.",
             (Query(f"max by (instance) (etcd_mvcc_db_total_size_in_bytes{{{job}}})", "{{instance}}"),),
             unit="bytes", thresholds=quota_thresholds(cluster.quota_backend_bytes)))
+        panels.append(Panel(
+            f"etcd {cluster.role}: database in use vs allocated", "Each member's database file "
+            "(etcd_mvcc_db_total_size_in_bytes, what the quota counts) against the pages in use "
+            "(etcd_mvcc_db_total_size_in_use_in_bytes): the gap is fragmentation, which compaction frees inside "
+            "the file and only a defragmentation (etcdctl defrag, one member at a time) gives back.",
+            (Query(f"max by (instance) (etcd_mvcc_db_total_size_in_bytes{{{job}}})", "{{instance}} allocated"),
+             Query(f"max by (instance) (etcd_mvcc_db_total_size_in_use_in_bytes{{{job}}})", "{{instance}} in use")),
+            unit="bytes"))
     return tuple(panels)
 
 
@@ -304,6 +321,15 @@ def etcd_disk_panels() -> tuple[Panel, ...]:
               (Query(f"max by ({by_member}) ({mon.ETCD_BACKEND_COMMIT_P99})", legend),), unit="s",
               thresholds=(Threshold(mon.ETCD_BACKEND_COMMIT_P99_WARNING, WARNING_COLOUR,
                                     "KilonodeEtcdSlowBackendCommit warning"),)),
+        Panel("etcd compactions and defragmentations (1 hour)", "Compactions (the apiserver asks every 5 minutes: "
+              "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count) and defragmentations "
+              "(etcd_disk_backend_defrag_duration_seconds_count) each member ran in the last hour: no compaction "
+              "means the database only grows.",
+              (Query(f"max by ({by_member}) (increase("
+                     f"etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count"
+                     f'{{job=~"{mon.ETCD_JOBS}"}}[1h]))', f"{legend} compactions"),
+               Query(f"max by ({by_member}) (increase(etcd_disk_backend_defrag_duration_seconds_count"
+                     f'{{job=~"{mon.ETCD_JOBS}"}}[1h]))', f"{legend} defrags"))),
         Panel("etcd leader changes (15 minutes)", "Leader changes each member saw in the last 15 minutes; the "
               "line is KilonodeEtcdLeaderChanges's.",
               (Query(f"max by ({by_member}) (increase({leaders}[15m]))", legend),),
@@ -422,9 +448,122 @@ def network_dashboard(plan: ClusterPlan) -> Dashboard:
     ))
 
 
+# --- DNS ----------------------------------------------------------------------------------------------------
+def dns_dashboard(plan: ClusterPlan) -> Dashboard:
+    job = f'job="{mon.JOB_COREDNS}"'
+    forward = f'{job},proxy_name="forward"'
+    return Dashboard("kilonode-dns", f"{plan.cluster}: cluster DNS",
+                     "CoreDNS (kilonode.k8s.dns): its answers, its latency, its upstream (kilonode-coredns).", (
+        Panel("Answers by rcode", f"CoreDNS's answers per second by response code (the recording rule "
+              f"{mon.DNS_RESPONSES_RATE}): SERVFAIL is a lookup that failed; NXDOMAIN is mostly the search path.",
+              (Query(f"sum by (rcode) ({mon.DNS_RESPONSES_RATE})", "{{rcode}}"),), unit="reqps"),
+        Panel("SERVFAIL share", "SERVFAIL over every answer; the lines are KilonodeDnsErrors's.",
+              (Query(f'sum({mon.DNS_RESPONSES_RATE}{{rcode="SERVFAIL"}}) / sum({mon.DNS_RESPONSES_RATE})',
+                     "SERVFAIL"),), unit="percentunit",
+              thresholds=(Threshold(mon.DNS_SERVFAIL_WARNING, WARNING_COLOUR, "KilonodeDnsErrors warning"),
+                          Threshold(mon.DNS_SERVFAIL_CRITICAL, CRITICAL_COLOUR, "KilonodeDnsErrors critical"))),
+        Panel("Answer time p99", f"Over every replica (the recording rule {mon.DNS_REQUEST_P99}), and per replica; "
+              "the line is KilonodeDnsSlow's.",
+              (Query(mon.DNS_REQUEST_P99, "all replicas"),
+               Query(f"histogram_quantile(0.99, sum by (pod, le) "
+                     f"(rate(coredns_dns_request_duration_seconds_bucket{{{job}}}[5m])))", "{{pod}}")), unit="s",
+              thresholds=(Threshold(mon.DNS_P99_WARNING, WARNING_COLOUR, "KilonodeDnsSlow"),)),
+        Panel("Upstream answer time p99 and rcodes", "The forward plugin's queries to the node's resolver: p99 "
+              "by upstream, and answers per second by rcode.",
+              (Query(f"histogram_quantile(0.99, sum by (to, le) "
+                     f"(rate(coredns_proxy_request_duration_seconds_bucket{{{forward}}}[5m])))", "p99 {{to}}"),
+               Query(f"sum by (to, rcode) (rate(coredns_proxy_request_duration_seconds_count{{{forward}}}[5m]))",
+                     "{{to}} {{rcode}} /s")), unit="s"),
+        Panel("Upstream health and rejects", "Failed health checks of each upstream, every upstream broken, and "
+              "queries refused at max_concurrent, per second (KilonodeDnsUpstreamFailing, "
+              "KilonodeDnsForwardSaturated).",
+              (Query(f"sum by (to) (rate(coredns_proxy_healthcheck_failures_total{{{forward}}}[5m]))",
+                     "health check failures {{to}}"),
+               Query(f"sum(rate(coredns_forward_healthcheck_broken_total{{{job}}}[5m]))", "all upstreams broken"),
+               Query(f"sum(rate(coredns_forward_max_concurrent_rejects_total{{{job}}}[5m]))", "rejected")),
+              unit="cps"),
+    ))
+
+
+# --- one node ---------------------------------------------------------------------------------------------
+NODE_VARIABLE = "node"
+
+
+def node_dashboard(plan: ClusterPlan) -> Dashboard:
+    """One node, chosen by the `node` variable (every node node-exporter answers for): CPU pressure and load,
+    memory, disks, network, its conntrack table, and where it has them its GPUs and InfiniBand ports."""
+    ne = f'job="{mon.JOB_NODE_EXPORTER}",node="${NODE_VARIABLE}"'
+    variable = {"name": NODE_VARIABLE, "label": "Node", "type": "query", "datasource": DATASOURCE,
+                "query": {"query": f'label_values(node_load1{{job="{mon.JOB_NODE_EXPORTER}"}}, node)',
+                          "refId": "nodes"},
+                "refresh": 2, "sort": 1, "hide": 0, "current": {}}
+    panels = [
+        Panel("CPU pressure and load", "Share of time some task waited for a CPU (node_pressure_cpu_waiting_"
+              "seconds_total; no per-CPU series are kept) and the load averages.",
+              (Query(f"rate(node_pressure_cpu_waiting_seconds_total{{{ne}}}[5m])", "CPU waiting"),
+               Query(f"node_load1{{{ne}}}", "load 1m"), Query(f"node_load15{{{ne}}}", "load 15m"))),
+        Panel("Memory used and pressure", "Memory used (1 - MemAvailable / MemTotal) and the share of time tasks "
+              "stalled on memory.",
+              (Query(f"1 - node_memory_MemAvailable_bytes{{{ne}}} / node_memory_MemTotal_bytes{{{ne}}}", "used"),
+               Query(f"rate(node_pressure_memory_stalled_seconds_total{{{ne}}}[5m])", "stalled")),
+              unit="percentunit"),
+        Panel("Disks", "Bytes read and written per second and the share of time each disk was busy.",
+              (Query(f"rate(node_disk_read_bytes_total{{{ne}}}[5m])", "{{device}} read"),
+               Query(f"rate(node_disk_written_bytes_total{{{ne}}}[5m])", "{{device}} written"),
+               Query(f"rate(node_disk_io_time_seconds_total{{{ne}}}[5m])", "{{device}} busy")), unit="Bps"),
+        Panel("Filesystems free", "Free bytes over size per mount point.",
+              (Query(f"node_filesystem_avail_bytes{{{ne}}} / node_filesystem_size_bytes{{{ne}}}",
+                     "{{mountpoint}}"),), unit="percentunit"),
+        Panel("Network", "Bytes per second and errors per second on the node's own NICs (eth*).",
+              (Query(f"rate(node_network_receive_bytes_total{{{ne}}}[5m])", "{{device}} received"),
+               Query(f"rate(node_network_transmit_bytes_total{{{ne}}}[5m])", "{{device}} transmitted"),
+               Query(f"rate(node_network_receive_errs_total{{{ne}}}[5m])", "{{device}} receive errors"),
+               Query(f"rate(node_network_transmit_errs_total{{{ne}}}[5m])", "{{device}} transmit errors")),
+              unit="Bps"),
+        Panel("Connection tracking", "The conntrack table's entries against its limit (the line is "
+              "KilonodeConntrackTableNearFull's share of it), and new connections dropped or failed per second.",
+              (Query(f"node_nf_conntrack_entries{{{ne}}} / node_nf_conntrack_entries_limit{{{ne}}}", "in use"),
+               Query(f"rate(node_nf_conntrack_stat_drop{{{ne}}}[5m]) + rate(node_nf_conntrack_stat_early_drop"
+                     f"{{{ne}}}[5m])", "dropped /s"),
+               Query(f"rate(node_nf_conntrack_stat_insert_failed{{{ne}}}[5m])", "insert failed /s")),
+              unit="percentunit",
+              thresholds=(Threshold(mon.CONNTRACK_FULL_WARNING, WARNING_COLOUR, "KilonodeConntrackTableNearFull"),)),
+    ]
+    if plan.gpu_pools:
+        gpu = f'job="{mon.JOB_DCGM_EXPORTER}",node="${NODE_VARIABLE}"'
+        panels += [
+            Panel("GPUs: utilisation", "DCGM_FI_DEV_GPU_UTIL of each GPU of the node (GPU pools only).",
+                  (Query(f"max by (gpu) (DCGM_FI_DEV_GPU_UTIL{{{gpu}}})", "GPU {{gpu}}"),), unit="percent"),
+            Panel("GPUs: temperature and power", "DCGM_FI_DEV_GPU_TEMP and DCGM_FI_DEV_POWER_USAGE of each GPU.",
+                  (Query(f"max by (gpu) (DCGM_FI_DEV_GPU_TEMP{{{gpu}}})", "GPU {{gpu}} C"),
+                   Query(f"max by (gpu) (DCGM_FI_DEV_POWER_USAGE{{{gpu}}})", "GPU {{gpu}} W"))),
+            Panel("GPUs: last Xid and uncorrectable ECC", "Each GPU's last Xid (DCGM_FI_DEV_XID_ERRORS) and "
+                  "double-bit ECC errors since its driver loaded.",
+                  (Query(f"max by (gpu) (DCGM_FI_DEV_XID_ERRORS{{{gpu}}})", "GPU {{gpu}} Xid"),
+                   Query(f"max by (gpu) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{gpu}}})", "GPU {{gpu}} DBE"))),
+        ]
+    if any(p.infiniband for p in plan.node_pools):
+        panels += [
+            Panel("InfiniBand ports", f"Each HCA port's state ({mon.IB_PORT_ACTIVE}: ACTIVE) and link-downed "
+                  "events in the last hour (InfiniBand pools only).",
+                  (Query(f"node_infiniband_state_id{{{ne}}}", "{{device}}/{{port}} state"),
+                   Query(f"increase(node_infiniband_link_downed_total{{{ne}}}[1h])", "{{device}}/{{port}} flaps"))),
+            Panel("InfiniBand traffic and errors", "Bytes per second each way and symbol errors per second per port.",
+                  (Query(f"rate(node_infiniband_port_data_received_bytes_total{{{ne}}}[5m])",
+                         "{{device}} received"),
+                   Query(f"rate(node_infiniband_port_data_transmitted_bytes_total{{{ne}}}[5m])",
+                         "{{device}} transmitted"),
+                   Query(f"rate(node_infiniband_symbol_error_total{{{ne}}}[5m])", "{{device}} symbol errors")),
+                  unit="Bps"),
+        ]
+    return Dashboard("kilonode-node", f"{plan.cluster}: one node",
+                     "One node (the `node` variable): node-exporter's kept series, its GPUs from dcgm-exporter, its "
+                     "InfiniBand ports.", tuple(panels), variables=(variable,))
+
+
 def dashboards(plan: ClusterPlan) -> list[Dashboard]:
     found = [cluster_health(plan), etcd_dashboard(plan), gpu_dashboard(plan), infiniband_dashboard(plan),
-             network_dashboard(plan)]
+             network_dashboard(plan), dns_dashboard(plan), node_dashboard(plan)]
     return [d for d in found if d is not None]
 
 
