@@ -102,7 +102,7 @@ PROMETHEUS_SELF_KEPT: tuple[tuple[str, str], ...] = (
     ("prometheus_notifications_queue_length", "one"), ("prometheus_notifications_queue_capacity", "one"),
     ("prometheus_notifications_alertmanagers_discovered", "one"), ("process_resident_memory_bytes", "one"),
 )
-# The rule groups kilonode renders at most (tests/monitoring/test_prometheus.py checks the shipped stacks stay
+# The rule groups kilonode renders at most (tests/monitoring/test_observability.py checks the shipped stacks stay
 # within), sample types appended (float, histogram), and Alertmanagers notified (one, or none yet).
 PROMETHEUS_SELF_PER = {"one": 1, "rule_group": 16, "type": 2, "alertmanager": 1}
 # The recording rules' results beside the per-GPU one (kilonode.render.monitoring: the apiserver rate by code, the
