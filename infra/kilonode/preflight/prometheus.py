@@ -78,6 +78,25 @@ def scrape_intervals(entry: Mapping[str, Any] | None) -> dict[str, float]:
 def prometheus_configs(entry: Mapping[str, Any] | None) -> dict[str, tuple[dict[str, str], str]]:
     """"ConfigMap <namespace>/<name> <key>" -> (that ConfigMap's data, key), for the configuration file each
     Prometheus of the side loads: a container's `--config.file` under one of its ConfigMap volumes' mounts."""
+    return {label: (data, key) for _, label, data, key in _loaders(entry)}
+
+
+def prometheus_workloads(entry: Mapping[str, Any] | None) -> set[tuple[str, str]]:
+    """(namespace, name) of each workload whose container loads a Prometheus configuration (prometheus_configs)."""
+    return {workload for workload, _, _, _ in _loaders(entry)}
+
+
+def _alertmanager(text: str) -> bool:
+    """An Alertmanager configuration: `route` and `receivers` at its top (prometheus/alertmanager config/config.go
+    Config at v0.34.0), keys a Prometheus configuration refuses (unknown fields). Alertmanager's container takes
+    `--config.file` too (kilonode.k8s.alertmanager): this tells the two apart."""
+    config = load(text)
+    return isinstance(config, Mapping) and "route" in config and "receivers" in config
+
+
+def _loaders(entry: Mapping[str, Any] | None) -> Iterator[tuple[tuple[str, str], str, dict[str, str], str]]:
+    """((namespace, workload), "ConfigMap <namespace>/<name> <key>", that ConfigMap's data, key) for each container
+    loading a Prometheus configuration."""
     resources = [r for r in (entry or {}).get("resources", []) if isinstance(r, Mapping)]
     maps: dict[tuple[str, str], dict[str, str]] = {}
     for r in resources:
@@ -86,12 +105,12 @@ def prometheus_configs(entry: Mapping[str, Any] | None) -> dict[str, tuple[dict[
             data = (r.get("inputs") or {}).get("data") or {}
             maps[(meta.get("namespace", "default"), meta.get("name", r.get("name")))] = {
                 k: v for k, v in data.items() if isinstance(v, str)}
-    found: dict[str, tuple[dict[str, str], str]] = {}
     for r in resources:
         if r.get("type") not in WORKLOADS:
             continue
         inputs = r.get("inputs") or {}
         namespace = (inputs.get("metadata") or {}).get("namespace", "default")
+        workload = (namespace, str((inputs.get("metadata") or {}).get("name", r.get("name"))))
         pod = ((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
         volumes = {v.get("name"): v.get("configMap") for v in pod.get("volumes") or []
                    if isinstance(v, Mapping) and isinstance(v.get("configMap"), Mapping)}
@@ -106,9 +125,8 @@ def prometheus_configs(entry: Mapping[str, Any] | None) -> dict[str, tuple[dict[
                 key = _mounted_key(path, mount, source)
                 name = str(source.get("name"))
                 data = maps.get((namespace, name))
-                if key and data is not None and key in data:
-                    found[f"ConfigMap {namespace}/{name} {key}"] = (data, key)
-    return found
+                if key and data is not None and key in data and not _alertmanager(data[key]):
+                    yield workload, f"ConfigMap {namespace}/{name} {key}", data, key
 
 
 def config_flag(container: Mapping[str, Any]) -> str | None:

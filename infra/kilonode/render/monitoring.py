@@ -1497,7 +1497,7 @@ def alertmanager_scrape_jobs(plan: ClusterPlan, interval: str) -> list[Job]:
     return [Job(
         ("The cluster's Alertmanager (kilonode.k8s.alertmanager) at its Service, plain http: whether it runs and",
          "whether its notifications fail (alertmanager_notifications_failed_total; prometheus/alertmanager",
-         "notify/metrics.go at v0.34.0). A few hundred series."),
+         "notify/metrics.go at the catalogue's release). A few hundred series."),
         {
             "job_name": JOB_ALERTMANAGER,
             "scrape_interval": interval,

@@ -51,7 +51,13 @@ from kilonode.plan.model import NodePoolPlan, PrometheusPlan
 from kilonode.plan.resolve import monitoring as model
 from kilonode.preflight.checks.disks import size_bytes
 from kilonode.preflight.model import Finding, Inputs, Resource
-from kilonode.preflight.prometheus import config_flag, deployed_scrape_intervals, graph_of, seconds
+from kilonode.preflight.prometheus import (
+    config_flag,
+    deployed_scrape_intervals,
+    graph_of,
+    prometheus_workloads,
+    seconds,
+)
 from kilonode.render import monitoring as render
 
 NAME = "prometheus-load"
@@ -159,8 +165,12 @@ def load(inputs: Inputs, intervals: Mapping[str, float]) -> Load | None:
 
 
 def prometheus_container(inputs: Inputs) -> tuple[Resource, Mapping[str, Any]] | None:
-    """The workload and container that load a Prometheus configuration (its --config.file)."""
+    """The workload and container that load a Prometheus configuration (its --config.file; not Alertmanager's)."""
+    loaders = prometheus_workloads(graph_of(inputs))
     for workload in inputs.workloads():
+        meta = workload.inputs.get("metadata") or {}
+        if (meta.get("namespace", "default"), str(meta.get("name", workload.name))) not in loaders:
+            continue
         pod = ((workload.inputs.get("spec") or {}).get("template") or {}).get("spec") or {}
         for container in pod.get("containers") or []:
             if isinstance(container, Mapping) and config_flag(container):

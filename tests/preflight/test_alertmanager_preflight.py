@@ -1,0 +1,73 @@
+"""alertmanager (kilonode.preflight.checks.alertmanager): a shipped stack, which names no receiver, warns that
+nothing pages; the same stack with receivers set does not; and seeded breaks in the recorded graph (the
+critical route sent to a receiver without integrations, Prometheus's `alerting:` block removed) each warn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from kilonode.config import stack_from_value
+from kilonode.paths import EXAMPLE_STACKS_DIR
+from kilonode.plan import defaults, plan_stack
+from kilonode.preflight import run
+from kilonode.preflight.load import from_parts
+from kilonode.preflight.model import Inputs
+from kilonode.preflight.prometheus import CONFIG_MAP
+from tests import shared
+from tests.graphcache import recorded_program
+from tests.preflight.conftest import artefacts, inputs_of, resource
+
+CHECK = ["alertmanager"]
+
+
+def with_receivers_inputs() -> Inputs:
+    """The local stack with PagerDuty and a webhook set (its graph recorded by the program under mocks)."""
+    raw = shared.cluster_value("local")
+    raw["alerting"] = {"pagerDuty": True, "webhookUrl": "https://alerts.example.com/hook"}
+    graph = recorded_program("local", raw).to_json()
+    files, _ = artefacts("local")
+    stack = stack_from_value("local", raw, EXAMPLE_STACKS_DIR / "Pulumi.local.yaml")
+    return from_parts(plan_stack(stack), files, graph, source="local+alerting")
+
+
+def test_a_shipped_stack_without_receivers_warns_that_nothing_pages(shipped: str) -> None:
+    [finding] = run(inputs_of(shipped), CHECK)
+    assert finding.level == "warn"
+    assert finding.where == "ConfigMap monitoring/alertmanager alertmanager.yml"
+    assert "nothing pages" in finding.what and "'kilonode-page'" in finding.what
+    assert "alerting" in finding.fix and "alertingPagerDutyRoutingKey" in finding.fix
+
+
+def test_with_receivers_set_it_says_nothing() -> None:
+    assert run(with_receivers_inputs(), CHECK) == []
+
+
+def _alertmanager_yml(graph: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = resource(graph, "ConfigMap", defaults.ALERTMANAGER_NAME)["inputs"]["data"]
+    return data, yaml.safe_load(data[defaults.ALERTMANAGER_CONFIG_FILE])
+
+
+def test_a_critical_route_to_a_receiver_without_integrations_warns_though_the_stack_has_receivers() -> None:
+    inputs = with_receivers_inputs()
+    graph = {"resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in inputs.resources]}
+    data, config = _alertmanager_yml(graph)
+    config["receivers"].append({"name": "blackhole"})
+    config["route"]["routes"][0]["receiver"] = "blackhole"  # the seeded break
+    data[defaults.ALERTMANAGER_CONFIG_FILE] = yaml.safe_dump(config)
+    broken = from_parts(inputs.plan, inputs.files, graph, source="seeded")
+    [finding] = run(broken, CHECK)
+    assert "'blackhole'" in finding.what and finding.level == "warn"
+
+
+def test_a_prometheus_that_names_no_alertmanager_warns() -> None:
+    files, graph = artefacts("local")
+    [data] = [r["inputs"]["data"] for r in graph["resources"] if r["type"] == CONFIG_MAP
+              and defaults.PROMETHEUS_CONFIG_FILE in (r["inputs"].get("data") or {})]
+    config = yaml.safe_load(data[defaults.PROMETHEUS_CONFIG_FILE])
+    del config["alerting"]  # the seeded break
+    data[defaults.PROMETHEUS_CONFIG_FILE] = yaml.safe_dump(config)
+    findings = run(inputs_of("local", files=files, graph=graph), CHECK)
+    assert any("names no Alertmanager" in f.what and f.where.endswith("prometheus.yml") for f in findings)
+    assert len(findings) == 2  # and the shipped stack's own warning: no receiver
