@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.config import stack_from_value
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from kilonode.plan import defaults, plan_stack
-from kilonode.preflight import run
+from kilonode.preflight import breaks, run
 from kilonode.preflight.load import from_parts
 from kilonode.preflight.model import Inputs
 from kilonode.preflight.prometheus import CONFIG_MAP
@@ -71,3 +72,17 @@ def test_a_prometheus_that_names_no_alertmanager_warns() -> None:
     findings = run(inputs_of("local", files=files, graph=graph), CHECK)
     assert any("names no Alertmanager" in f.what and f.where.endswith("prometheus.yml") for f in findings)
     assert len(findings) == 2  # and the shipped stack's own warning: no receiver
+
+
+# --- its contract (catalog/contracts.yaml alertmanager): each line broken in the recorded graph ---------------------
+@pytest.mark.parametrize(("flag", "line"), [("--storage.path=/alertmanager", "alertmanager/writable-storage"),
+                                            ("--cluster.listen-address=", "alertmanager/single-replica-no-gossip")])
+def test_each_contract_line_finds_its_seeded_break(flag: str, line: str) -> None:
+    files, graph = artefacts("local")
+    assert not [f for f in breaks(run(inputs_of("local"), ["contracts"])) if "alertmanager/" in f.what]
+    [container] = resource(graph, "StatefulSet", defaults.ALERTMANAGER_NAME)["inputs"]["spec"]["template"]["spec"][
+        "containers"]
+    container["args"] = [a for a in container["args"] if a != flag]  # the seeded break
+    found = [f for f in breaks(run(inputs_of("local", files=files, graph=graph), ["contracts"]))
+             if f"contract line {line}" in f.what]
+    assert len(found) == 1 and found[0].where.startswith("StatefulSet monitoring/alertmanager")
