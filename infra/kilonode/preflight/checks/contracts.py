@@ -159,11 +159,12 @@ def check(inputs: Inputs) -> list[Finding]:
 
 
 def _finding(name: str, contract: Contract, req: Requirement, where: str, here: str, fix: str,
-             level: str = "break") -> Finding:
-    """What the finding says: the component and line, what violates it here, what breaks, the sources."""
+             level: str = "break", breaks: str | None = None) -> Finding:
+    """What the finding says: the component and line, what violates it here, what breaks (the
+    line's own `breaks`, or what the evaluator found breaks in this case), the sources."""
     return Finding(
         NAME, level, where,  # type: ignore[arg-type]  # "break" or "warn"
-        f"{contract.component} {contract.version}, contract line {name}/{req.id}: {here}. {req.breaks}. "
+        f"{contract.component} {contract.version}, contract line {name}/{req.id}: {here}. {breaks or req.breaks}. "
         f"The contract: {req.what} (source: {req.source[0]}"
         + (f"; {len(req.source) - 1} more in catalog/contracts.yaml {name}/{req.id})" if len(req.source) > 1 else ")"),
         fix,
@@ -1533,13 +1534,40 @@ def _served_to_pods(inputs: Inputs, name: str, contract: Contract, req: Requirem
         for ns in [*namespaces, pod_isolation.USER_NAMESPACE]]
     sources += [(f"host address {a}", a) for a in pod_isolation.addresses_of_pools(inputs)]
     # the destination's side: a namespace that denies its own pods' egress (the balloons) chose so
-    refused = [f"{who} on {port}/{proto}" for who, source in sources for port, proto in wanted
+    refused = [(f"{who} on {port}/{proto}", isinstance(source, netpol.Pod)) for who, source in sources
+               for port, proto in wanted
                if not netpol.admitted(found, netpol.Flow(source, pod, port, proto), egress=False)]
     if not refused:
         return []
-    return [_finding(name, contract, req, value["workload"], f"its NetworkPolicies refuse {'; '.join(refused[:4])}"
-                     + (f" and {len(refused) - 4} more" if len(refused) > 4 else ""),
-                     "admit every source on those ports (kilonode.k8s.network_policy KUBE_SYSTEM_INGRESS)")]
+    said = [who for who, _ in refused]
+    # What breaks follows who is refused: pods refused, the line's own `breaks` (no name resolves
+    # for them); host addresses alone, the line's `hostSourcesOnly.breaks`, but only while
+    # kube-proxy keeps a pod's own address on its way to the DNS Service (hostSourcesOnly.kubeProxy)
+    hosts_only = value.get("hostSourcesOnly") or {}
+    breaks = (str(hosts_only["breaks"]) if hosts_only and not any(is_pod for _, is_pod in refused)
+              and _keeps_pod_sources(inputs, hosts_only) else None)
+    return [_finding(name, contract, req, value["workload"], f"its NetworkPolicies refuse {'; '.join(said[:4])}"
+                     + (f" and {len(said) - 4} more" if len(said) > 4 else ""),
+                     "admit every source on those ports (kilonode.k8s.network_policy KUBE_SYSTEM_INGRESS)",
+                     breaks=breaks)]
+
+
+def _keeps_pod_sources(inputs: Inputs, hosts_only: Mapping[str, Any]) -> bool:
+    """Whether kube-proxy's rendered configuration (the line's `kubeProxy` ConfigMap, `key`) leaves a
+    pod's own address on its packets to a ClusterIP: a mode among `modes` (nftables, iptables), no
+    masqueradeAll, and local-traffic detection in `detectLocalMode`. Those proxiers masquerade traffic
+    to a ClusterIP only when masqueradeAll is set, or when the detector calls it not local (the
+    internal-traffic chain's `IfNotLocalNFT` jump to the masquerade mark: kubernetes/kubernetes
+    pkg/proxy/nftables/proxier.go, and pkg/proxy/iptables/proxier.go's `IfNotLocal`); by interface
+    prefix, traffic entering on a pod's host-side interface (`iifname azv*`) is local
+    (pkg/proxy/util/localdetector.go NewDetectLocalByInterfaceNamePrefix). Unreadable or anything
+    else: False, so the finding keeps the line's whole `breaks`."""
+    _, config = _config_map_document(inputs, str(hosts_only["kubeProxy"]), str(hosts_only.get("key", "config.conf")))
+    if not isinstance(config, Mapping):
+        return False
+    return (str(config.get("mode") or "") in set(hosts_only.get("modes") or [])
+            and config.get("masqueradeAll") is not True
+            and str(config.get("detectLocalMode") or "") in set(hosts_only.get("detectLocalMode") or []))
 
 
 def _served_to_pools(inputs: Inputs, name: str, contract: Contract, req: Requirement) -> list[Finding]:
