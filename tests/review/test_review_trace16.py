@@ -68,3 +68,31 @@ def test_dns_policy_admitting_every_source_says_nothing() -> None:
     rule = _coredns_policy(head)["spec"]["ingress"][0]  # 53 over UDP and TCP
     rule["from"] = [{"namespaceSelector": {}}, {"ipBlock": {"cidr": "10.0.0.0/8"}}]
     assert _dns_breaks(head) == []
+
+
+# --- PR 5: metrics-server off the port the apiservers call --------------------------------------
+
+
+def _metrics_server_port(head: dict[str, Any], port: int) -> None:
+    from tests.review.snapshots import pod_spec
+    [container] = [c for c in pod_spec(head, "Deployment", "metrics-server")["containers"]
+                   if c["name"] == "metrics-server"]
+    container["args"] = [f"--secure-port={port}" if a.startswith("--secure-port=") else a for a in container["args"]]
+    for declared in container["ports"]:
+        declared["containerPort"] = port
+
+
+def test_metrics_server_unreachable_says_namespace_deletion_stalls() -> None:
+    head = snapshot(STACK)
+    _metrics_server_port(head, 4443)
+    [summary] = [b.summary for b in preflight_break.assess(compare_stack(STACK, snapshot(STACK), head))
+                 if "metricsServer/apiserver-reach" in b.summary]
+    assert "namespace deletion stalls cluster-wide" in summary
+    assert "NamespaceDeletionDiscoveryFailure" in summary
+
+
+def test_metrics_server_on_its_own_port_says_nothing() -> None:
+    head = snapshot(STACK)
+    _metrics_server_port(head, 10250)
+    assert [b for b in preflight_break.assess(compare_stack(STACK, snapshot(STACK), head))
+            if "apiserver-reach" in b.summary] == []
