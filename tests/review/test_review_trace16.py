@@ -96,3 +96,114 @@ def test_metrics_server_on_its_own_port_says_nothing() -> None:
     _metrics_server_port(head, 10250)
     assert [b for b in preflight_break.assess(compare_stack(STACK, snapshot(STACK), head))
             if "apiserver-reach" in b.summary] == []
+
+
+# --- PR 12: Prometheus --query.timeout 30s -> 2m ------------------------------------------------
+
+
+def _query_timeout(head: dict[str, Any], timeout: str) -> None:
+    from tests.review.snapshots import pod_spec
+    [container] = [c for c in pod_spec(head, "StatefulSet", "prometheus")["containers"] if c["name"] == "prometheus"]
+    container["args"] = [f"--query.timeout={timeout}" if a.startswith("--query.timeout=") else a
+                         for a in container["args"]]
+    head["files"]["plan.yaml"] = head["files"]["plan.yaml"].replace("queryTimeout: 30s", f"queryTimeout: {timeout}")
+
+
+def test_query_timeout_past_the_evaluation_interval_says_rules_queue_behind_dashboards() -> None:
+    from kilonode.review import value_effects
+    from kilonode.review.finding import MEDIUM
+    head = snapshot(STACK)
+    _query_timeout(head, "2m")
+    [line] = [f for f in value_effects.assess(compare_stack(STACK, snapshot(STACK), head))
+              if "prometheus-query-timeout-past-evaluation" in f.summary]
+    assert line.level == MEDIUM
+    assert "--query.timeout 30s -> 2m" in line.summary
+    assert "--query.max-concurrency" in line.summary and "rules.EngineQueryFunc" in line.summary
+
+
+def test_query_timeout_within_the_evaluation_interval_says_nothing() -> None:
+    from kilonode.review import value_effects
+    head = snapshot(STACK)
+    _query_timeout(head, "20s")
+    assert [f for f in value_effects.assess(compare_stack(STACK, snapshot(STACK), head))
+            if "prometheus-query-timeout" in f.summary] == []
+
+
+def test_prometheus_restart_names_a_behaviour_flag_as_behaviour_not_sizing() -> None:
+    from kilonode.review import incluster
+    head = snapshot(STACK)
+    _query_timeout(head, "2m")
+    [line] = [f for f in incluster.assess(compare_stack(STACK, snapshot(STACK), head))
+              if f.rule == "prometheus-restarted"]
+    assert "its sizing only" not in line.summary
+    assert "a change of behaviour, not of sizing" in line.summary
+    assert "prometheus.queryTimeout 30s -> 2m" in line.summary
+
+
+def test_duration_predicate_reads_prometheus_durations() -> None:
+    from kilonode.review.value_effects import prometheus_seconds
+    assert prometheus_seconds("1h30m") == 5400 and prometheus_seconds("2m") == 120 and prometheus_seconds("0") == 0
+    assert prometheus_seconds("30") is None and prometheus_seconds("m") is None and prometheus_seconds("1m1h") is None
+
+
+# --- PR 7: a NoSchedule taint on the autoscaled GPU pool -----------------------------------------
+
+GPU_TAINT = "nvidia.com/gpu=present:NoSchedule"
+
+
+def _taint_pool(head: dict[str, Any], pool: str, taint: str, balloon_tolerates: bool = True) -> None:
+    import yaml
+    plan = yaml.safe_load(head["files"]["plan.yaml"])
+    [found] = [p for p in plan["nodePools"] if p["name"] == pool]
+    found["taints"] = [*found.get("taints", []), taint]
+    head["files"]["plan.yaml"] = yaml.safe_dump(plan, sort_keys=False)
+    if balloon_tolerates:  # kilonode.k8s.capacity balloon_tolerations: the pool's own taints
+        from tests.review.snapshots import pod_spec
+        key, _, rest = taint.partition("=")
+        value, _, effect = rest.partition(":")
+        spec = pod_spec(head, "Deployment", f"balloon-{pool}")
+        spec["tolerations"] = [*spec.get("tolerations", []),
+                               {"key": key, "operator": "Equal", "value": value, "effect": effect}]
+
+
+def _loops(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import lifecycle
+    return [f for f in lifecycle.registration(compare_stack(STACK, snapshot(STACK), head))
+            if f.rule == "autoscaler-template-untainted"]
+
+
+def test_taint_on_an_autoscaled_pool_says_scale_ups_loop_up_to_its_max() -> None:
+    from kilonode.review.finding import HIGH
+    head = snapshot(STACK)
+    _taint_pool(head, "h100-ib", GPU_TAINT)
+    [line] = _loops(head)
+    assert line.level == HIGH and line.subjects == ("h100-ib",)
+    assert "up to the pool's max, 2,500 nodes" in line.summary
+    assert "mixed_nodeinfos_processor.go" in line.summary and "run without ExtendedResourceToleration" in line.summary
+    assert "Deployment" not in line.summary  # the balloons tolerate the pool's own taints
+
+
+def test_taint_the_stack_own_workload_does_not_tolerate_is_named() -> None:
+    head = snapshot(STACK)
+    _taint_pool(head, "h100-ib", GPU_TAINT, balloon_tolerates=False)
+    [line] = _loops(head)
+    assert "balloon-h100-ib" in line.summary
+
+
+def test_taint_every_gpu_pod_tolerates_through_the_admission_plugin_says_nothing() -> None:
+    head = snapshot(STACK)
+    _taint_pool(head, "h100-ib", GPU_TAINT)
+    for path in [p for p in head["files"] if p.endswith("/kube-apiserver.service")]:
+        head["files"][path] = head["files"][path].replace(
+            "--enable-admission-plugins=NodeRestriction,", "--enable-admission-plugins=ExtendedResourceToleration,"
+            "NodeRestriction,")
+    assert _loops(head) == []
+
+
+def test_prefer_no_schedule_or_a_fixed_pool_says_nothing() -> None:
+    head = snapshot(STACK)
+    _taint_pool(head, "h100-ib", "example.com/soft=yes:PreferNoSchedule")
+    assert _loops(head) == []
+    head = snapshot(STACK)
+    _taint_pool(head, "a100-ib", GPU_TAINT)  # no autoscaling: no template to go stale
+    assert _loops(head) == []

@@ -38,6 +38,9 @@ class ValueEffect(Row):
     env: str | None = None  # a container's environment variable (the flag, where both, wins)
     default: str | None = None  # upstream's value where absent
     boolean: bool = False  # read as strconv.ParseBool reads it
+    # read as a Prometheus duration (prometheus/common model.ParseDuration: "30s", "2m", "1h30m"),
+    # in seconds: `below` and `above` are seconds then
+    duration: bool = False
     equals: str | None = None
     not_equals: str | None = None
     below: float | None = None
@@ -57,6 +60,8 @@ class ValueEffect(Row):
         predicates = [p for p in (self.equals, self.not_equals, self.below, self.above, self.pattern) if p is not None]
         if len(predicates) != 1:
             raise ValueError(f"{self.id}: exactly one of equals, notEquals, below, above, pattern")
+        if self.duration and ((self.below is None and self.above is None) or self.boolean):
+            raise ValueError(f"{self.id}: a duration row compares with below or above (seconds)")
         if self.boolean and not {v for v in (self.equals, self.not_equals, self.default) if v is not None} <= (
                 TRUE_WORDS | FALSE_WORDS):
             raise ValueError(f"{self.id}: a boolean row's values must read as booleans")

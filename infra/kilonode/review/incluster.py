@@ -161,18 +161,28 @@ def _sizing_causes(diff: StackDiff) -> str:
     if moved:
         return "; ".join(moved)
     # No pool input moved: the plan's own Prometheus figures did (a default or a hand edit), said as they are
-    old_prom, new_prom = (plan_of(e).get("prometheus") or {} for e in (diff.base, diff.head))
-    figures = [f"prometheus.{k} {old_prom.get(k)} -> {new_prom.get(k)}"
-               for k in sorted(old_prom.keys() | new_prom.keys())
-               if k in _PLAN_FIGURES and old_prom.get(k) != new_prom.get(k)]
+    figures = _figures_moved(diff, _SIZING_FIGURES)
     return ("the plan's own figures, no pool input: " + ", ".join(figures)) if figures else \
         "neither a pool input nor a plan figure: the StatefulSet's rendering itself (kilonode.k8s.monitoring)"
 
 
-# plan.yaml prometheus figures that reach the pod template (kilonode.k8s.monitoring)
-_PLAN_FIGURES = ("cpus", "memoryGib", "diskGib", "retentionDays", "retentionSizeGib", "queryTimeout",
-                 "queryMaxConcurrency", "queryMaxSamples", "perNodeIntervalS", "controlPlaneIntervalS",
-                 "walCompression")
+def _figures_moved(diff: StackDiff, names: tuple[str, ...]) -> list[str]:
+    """"prometheus.<figure> <before> -> <after>" for each of the plan's Prometheus figures among `names`
+    that differs between the sides."""
+    old_prom, new_prom = (plan_of(e).get("prometheus") or {} for e in (diff.base, diff.head))
+    return [f"prometheus.{k} {old_prom.get(k)} -> {new_prom.get(k)}"
+            for k in sorted(old_prom.keys() | new_prom.keys())
+            if k in names and old_prom.get(k) != new_prom.get(k)]
+
+
+# plan.yaml prometheus figures that reach the pod template (kilonode.k8s.monitoring): its sizing,
+# which follows the series the plan estimates (the query gates follow its cores and memory,
+# kilonode.plan.defaults.monitoring), and its behaviour, which no series count moves: how long a query
+# may run, how often it scrapes and evaluates its rules, how its WAL is written. A behaviour figure
+# moved is said as a behaviour change, not as sizing (the sixteenth trace, PR 12: --query.timeout)
+_SIZING_FIGURES = ("cpus", "memoryGib", "diskGib", "retentionDays", "retentionSizeGib",
+                   "queryMaxConcurrency", "queryMaxSamples")
+_BEHAVIOUR_FIGURES = ("queryTimeout", "perNodeIntervalS", "controlPlaneIntervalS", "walCompression")
 _RETENTION = "--storage.tsdb.retention.time="
 
 
@@ -312,10 +322,18 @@ def prometheus(diff: StackDiff) -> list[Finding]:
             history.append(_history(c))
         elif c.action == DELETE or _template(c.base) != _template(c.head):
             sized = c.action == UPDATE and _sizing_only(c)
+            behaviour = _figures_moved(diff, _BEHAVIOUR_FIGURES) if sized else []
+            causes = _sizing_causes(diff)
+            # sizing moved too: a pool input (causes names pools) or a sizing figure of the plan
+            sizing_too = sized and (not behaviour or bool(_figures_moved(diff, _SIZING_FIGURES))
+                                    or not causes.startswith(("the plan's own figures", "neither")))
             reasons.append("its pod template changes" + (
-                ", its sizing only: CPU, memory, disk and retention follow the series the plan estimates (each "
-                "pool's nodes, pods per node and GPUs: kilonode.plan.resolve.monitoring), and what moved them here "
-                "is " + _sizing_causes(diff) if sized else ""))
+                f", its sizing{'' if behaviour else ' only'}: CPU, memory, disk and retention follow the series "
+                "the plan estimates (each pool's nodes, pods per node and GPUs: kilonode.plan.resolve.monitoring), "
+                "and what moved them here is " + causes if sizing_too else "") + (
+                (", and " if sizing_too else ", ") + "a change of behaviour, not of sizing (no series count moves "
+                "it): " + ", ".join(behaviour) + " (the plan's own figure; what the flag does is said where the "
+                "effects table has it, value_effects.yaml)" if behaviour else ""))
             subjects.append(c.name)
             history.append(_history(c))
             before, after = _retention_days(c.base), _retention_days(c.head)

@@ -447,7 +447,9 @@ def registration(diff: StackDiff) -> list[Finding]:
     # the kubelet's next start (kubelet.go syncNodeStatus calls registerWithAPIServer, which returns at
     # once once registrationCompleted is set), with the flags it started with, and an instance upgraded
     # to the new model keeps its old files (custom data is read at first boot only: docs/azure.md).
-    return [Finding(MEDIUM, "labels-until-reimaged", (
+    loops = [f for f in (_autoscaler_template_untainted(diff, pool, old, new)
+                         for pool, (old, new) in sorted(_taints_added(diff).items())) if f is not None]
+    return loops + [Finding(MEDIUM, "labels-until-reimaged", (
         f"{what} change for {len(names)} scale set(s): the kubelet applies --node-labels and --register-with-taints "
         "only when it creates its Node, and a kubelet whose Node exists already reconciles only its default labels "
         "(kubernetes pkg/kubelet/kubelet_node_status.go tryRegisterWithAPIServer, initialNode). So the nodes there "
@@ -490,6 +492,126 @@ def _documents(text: str) -> list[Mapping[str, Any]]:
         return [d for d in yaml.safe_load_all(text) if isinstance(d, Mapping)]
     except yaml.YAMLError:
         return []
+
+
+def _taints_added(diff: StackDiff) -> dict[str, tuple[list[str], list[str]]]:
+    """pool -> (its taints at the base, at the head) for each pool the base has whose taints changed."""
+    def pools(entry: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+        return {str(p.get("name")): p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping)}
+
+    before, after = pools(diff.base), pools(diff.head)
+    return {name: ([str(t) for t in before[name].get("taints") or []], [str(t) for t in pool.get("taints") or []])
+            for name, pool in after.items() if name in before
+            and (before[name].get("taints") or []) != (pool.get("taints") or [])}
+
+
+def _taint_parts(taint: str) -> tuple[str, str, str]:
+    """(key, value, effect) of a plan taint written key[=value]:Effect."""
+    head, _, effect = taint.rpartition(":")
+    key, _, value = head.partition("=")
+    return key, value, effect
+
+
+def _tolerates(tolerations: Any, taint: str) -> bool:
+    """Whether a pod's tolerations tolerate the taint, as the scheduler matches them (kubernetes
+    staging/src/k8s.io/api/core/v1/toleration.go ToleratesTaint: an empty effect matches every effect,
+    an empty key with Exists every key, Exists any value, Equal (the default) the same value)."""
+    key, value, effect = _taint_parts(taint)
+    for t in tolerations or []:
+        if not isinstance(t, Mapping):
+            continue
+        if t.get("effect") and t.get("effect") != effect:
+            continue
+        operator = t.get("operator") or "Equal"
+        if not t.get("key") and operator == "Exists":
+            return True
+        if t.get("key") == key and (operator == "Exists" or str(t.get("value") or "") == value):
+            return True
+    return False
+
+
+def _targets_pool(spec: Mapping[str, Any], pool: str) -> bool:
+    """A pod spec that selects the pool's nodes by kilonode's pool label (nodeSelector, or a required
+    node affinity term `In` the pool)."""
+    if (spec.get("nodeSelector") or {}).get(wellknown.POOL_LABEL) == pool:
+        return True
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return any(e.get("key") == wellknown.POOL_LABEL and e.get("operator") == "In" and pool in (e.get("values") or [])
+               for term in required.get("nodeSelectorTerms") or [] if isinstance(term, Mapping)
+               for e in term.get("matchExpressions") or [] if isinstance(e, Mapping))
+
+
+def _extended_resource_toleration(entry: Mapping[str, Any] | None) -> bool:
+    """Every apiserver of the side runs with the ExtendedResourceToleration admission plugin (its
+    rendered unit's --enable-admission-plugins)."""
+    from kilonode.review import control_flags  # control_flags reads this module's plan_of
+
+    hosts = control_flags.program_flags((entry or {}).get("files") or {}).get("kube-apiserver") or {}
+    return bool(hosts) and all("ExtendedResourceToleration" in str(flags.get("enable-admission-plugins") or "")
+                               .split(",") for flags in hosts.values())
+
+
+def _autoscaler_template_untainted(diff: StackDiff, pool: str, old: list[str], new: list[str]) -> Finding | None:
+    """A NoSchedule or NoExecute taint added to an autoscaled pool whose nodes run: the existing Nodes
+    keep the taints they registered with (labels-until-reimaged), and cluster-autoscaler builds each
+    node group's template from a running node of the group: MixedTemplateNodeInfoProvider.Process
+    takes, per node group, the first Ready, schedulable, stable node it lists
+    (isNodeGoodTemplateCandidate) and sanitises that node's own taints (only the autoscaler's and
+    the startup taints are dropped); the scale set's template tags
+    (k8s.io_cluster-autoscaler_node-template_taint_*) are read only when the group has no such node
+    (SanitizedTemplateNodeInfoFromNodeGroup, "called only if there are no working nodes")
+    (kubernetes/autoscaler cluster-autoscaler-1.34.5,
+    cluster-autoscaler/processors/nodeinfosprovider/mixed_nodeinfos_processor.go:75-147, 182-194;
+    simulator/node_info_utils.go:62,124). So the template stays untainted: a pending pod that does not
+    tolerate the taint fits it, the autoscaler adds a node, the node registers with the taint, the pod
+    still cannot land, and the next loop scales up again, up to the pool's max. Said where the pool
+    has GPUs or not alike; not said where the head's own workloads that target the pool all tolerate
+    it and either the apiservers add the toleration to every GPU pod (ExtendedResourceToleration, a
+    taint keyed nvidia.com/gpu on a GPU pool) or the pool has no GPUs for user pods to ask for."""
+    head_pool = next((p for p in plan_of(diff.head).get("nodePools") or []
+                      if isinstance(p, Mapping) and p.get("name") == pool), None)
+    scaling = (head_pool or {}).get("autoscaling") or {}
+    if not head_pool or not scaling:
+        return None
+    added = [t for t in new if t not in old and _taint_parts(t)[2] in ("NoSchedule", "NoExecute")]
+    if not added:
+        return None
+    gpus = int(head_pool.get("gpusPerNode") or 0) > 0
+    covered = gpus and _extended_resource_toleration(diff.head) and all(
+        _taint_parts(t)[0] == wellknown.GPU_RESOURCE for t in added)
+    own = []
+    for r in (diff.head or {}).get("resources") or []:
+        kind = str(r.get("type") or "").rsplit(":", 1)[-1]
+        if kind not in ("Deployment", "StatefulSet", "Job"):
+            continue  # a DaemonSet's pod never asks for a node
+        inputs = r.get("inputs") or {}
+        spec = (((inputs.get("spec") or {}).get("template") or {}).get("spec")) or {}
+        if _targets_pool(spec, pool) and not all(_tolerates(spec.get("tolerations"), t) for t in added):
+            meta = inputs.get("metadata") or {}
+            own.append(f"{kind} {meta.get('namespace', 'default')}/{meta.get('name')}")
+    if covered and not own:
+        return None
+    most = int(scaling.get("maxNodes") or 0)
+    who = [f"the stack's own {', '.join(sorted(own))} target{'s' if len(own) == 1 else ''} the pool without "
+           "tolerating it, so the loop starts as soon as one of its pods is pending"] if own else []
+    if not covered:
+        who.append("any user pod that targets the pool without the toleration (the apiservers "
+                   + ("add it to GPU pods only for a taint keyed nvidia.com/gpu"
+                      if _extended_resource_toleration(diff.head)
+                      else "run without ExtendedResourceToleration, so no GPU pod gets it unless its owner writes it")
+                   + ") does the same")
+    return Finding(HIGH, "autoscaler-template-untainted", (
+        f"pool {pool} is autoscaled and gains {', '.join(added)}: the Nodes that run keep the taints they registered "
+        "with, untainted, and cluster-autoscaler builds each node group's template from one of its running Ready "
+        "nodes (the scale set's node-template taint tags are read only for a group with no such node: kubernetes/"
+        "autoscaler cluster-autoscaler-1.34.5 processors/nodeinfosprovider/mixed_nodeinfos_processor.go Process). "
+        "So a pending pod that does not tolerate the taint fits the untainted template, the autoscaler adds a "
+        "node, the node registers with the taint, the pod still cannot land there, and the next loop scales up "
+        f"again: up to the pool's max, {most:,} nodes, of machines nothing uses. {'; '.join(who)}. Taint the running "
+        f"Nodes in the same change window (`kubectl taint nodes -l {wellknown.POOL_LABEL}={pool} <key>=<value>:"
+        "<effect>`), so every template the autoscaler builds carries it, and add the toleration to the workloads "
+        "that target the pool first"), (pool,))
 
 
 def _gpu_taints_added(diff: StackDiff, pool: str, old: Any, new: Any) -> str:

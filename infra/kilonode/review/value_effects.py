@@ -75,6 +75,22 @@ def _number(value: str) -> float | None:
         return None
 
 
+# prometheus/common model.ParseDuration (vendored by Prometheus v3.5.5, go.mod prometheus/common):
+# the units in this order, each at most once, "0" alone allowed; anything else Prometheus refuses
+_DURATION = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_DURATION_SECONDS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def prometheus_seconds(value: str) -> float | None:
+    """A Prometheus duration ("30s", "2m", "1h30m") in seconds; None where Prometheus refuses it."""
+    if value == "0":
+        return 0.0
+    found = _DURATION.match(value)
+    if found is None or not any(found.groups()):
+        return None
+    return sum(int(n) * scale for n, scale in zip(found.groups(), _DURATION_SECONDS, strict=True) if n)
+
+
 def matches(row: ValueEffect, value: str | None) -> bool:
     """Whether a value (None: absent, so the row's default) is in the row's effect."""
     if value is None:
@@ -94,7 +110,7 @@ def matches(row: ValueEffect, value: str | None) -> bool:
         return value != row.not_equals
     if row.pattern is not None:
         return re.search(row.pattern, value.lower()) is not None
-    number = _number(value)
+    number = prometheus_seconds(value) if row.duration else _number(value)
     if number is None:
         return False
     return (row.below is not None and number < row.below) or (row.above is not None and number > row.above)
