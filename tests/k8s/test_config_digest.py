@@ -44,6 +44,8 @@ ANNOTATED = {
     ("Deployment", "csi-azuredisk-controller"),
     # its data source file, read at start, and the dashboards (kilonode.k8s.grafana)
     ("Deployment", "grafana"),
+    # alertmanager.yml, read at start (kilonode.k8s.alertmanager)
+    ("StatefulSet", "alertmanager"),
 }
 
 

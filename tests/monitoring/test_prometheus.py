@@ -49,7 +49,7 @@ KUBERNETES_SD_ROLES = {"node", "pod", "service", "endpoints", "endpointslice", "
 
 def statefulset(graph: Graph) -> dict[str, Any]:
     found = [r.plain() for r in graph.of_type("kubernetes:apps/v1:StatefulSet")
-             if r.plain()["metadata"]["namespace"] == "monitoring"]
+             if r.plain()["metadata"]["namespace"] == "monitoring" and r.plain()["metadata"]["name"] == "prometheus"]
     assert len(found) == 1
     return found[0]
 

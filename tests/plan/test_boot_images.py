@@ -48,6 +48,7 @@ RDMA_PLUGIN = components().rdma_shared_device_plugin.image(
     "rdmaSharedDevicePlugin", str(components().rdma_shared_device_plugin.version))
 PROMETHEUS = "quay.io/prometheus/prometheus:v3.5.5"  # on its pool only (kilonode.k8s.monitoring)
 GRAFANA = "docker.io/grafana/grafana:13.0.3"  # beside it, on the same pool (kilonode.k8s.grafana)
+ALERTMANAGER = "quay.io/prometheus/alertmanager:v0.34.0"  # likewise (kilonode.k8s.alertmanager)
 DCGM_EXPORTER = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"  # GPU pools (kilonode.k8s.exporters)
 # Azure Disk CSI's node plugin: pools without GPUs, monitoring and system pools (kilonode.k8s.storage)
 DISK_PLUGIN = ("mcr.microsoft.com/oss/v2/kubernetes-csi/azuredisk-csi:v1.34.5",
@@ -61,7 +62,7 @@ def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(pla
         # device plugin; a pool autoscales: the autoscaler; the monitoring pool: Prometheus
         plugin = (DEVICE_PLUGIN, DCGM_EXPORTER) if pool.gpus_per_node else ()
         rdma = (RDMA_PLUGIN,) if pool.infiniband else ()
-        prometheus = (PROMETHEUS, GRAFANA) if pool.name == "monitoring" else ()
+        prometheus = (PROMETHEUS, GRAFANA, ALERTMANAGER) if pool.name == "monitoring" else ()
         disks = DISK_PLUGIN if not pool.gpus_per_node else ()
         assert pool.boot_images_not_preloaded == (*BOOT, AUTOSCALER, *plugin, *rdma, *disks, *prometheus)
         assert [i.image for i in pool.preload_images] == ["registry.k8s.io/pause:3.10"]
@@ -69,7 +70,7 @@ def test_without_archives_the_boot_images_are_named_as_pulled_at_first_start(pla
     # where no pool is marked, Prometheus is the first system or untainted pool's: local's cpu pool
     [cpu] = plans["local"].node_pools
     assert plans["local"].prometheus is not None and plans["local"].prometheus.pool == cpu.name
-    assert cpu.boot_images_not_preloaded[-2:] == (PROMETHEUS, GRAFANA)
+    assert cpu.boot_images_not_preloaded[-3:] == (PROMETHEUS, GRAFANA, ALERTMANAGER)
 
 
 def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loader_list(
@@ -85,7 +86,7 @@ def test_a_supplied_archive_is_preloaded_on_every_pool_and_rendered_into_the_loa
     proxy = pool.preload_images[1]
     assert (proxy.image, proxy.source, proxy.archive) == (BOOT[0], "archive", "archives/kube-proxy.tar")
     # local's one pool also runs the cluster's Prometheus, pulled at first start like the rest
-    assert pool.boot_images_not_preloaded == (*BOOT[1:], *DISK_PLUGIN, PROMETHEUS, GRAFANA)
+    assert pool.boot_images_not_preloaded == (*BOOT[1:], *DISK_PLUGIN, PROMETHEUS, GRAFANA, ALERTMANAGER)
     loader_list = render_cluster(plan)[f"pool-{pool.name}"]["etc/kilonode/preload-images.json"].content
     assert BOOT[0] in loader_list and BOOT[1] not in loader_list
 
@@ -99,7 +100,8 @@ def test_the_in_cluster_program_runs_the_images_the_plan_preloads(graphs: dict, 
         for container in _unwrap(r.inputs)["spec"]["template"]["spec"]["containers"]
     }
     # ... and the pause image, which every node has from the image build (balloon pods run it)
-    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, DCGM_EXPORTER, RDMA_PLUGIN, PROMETHEUS, GRAFANA, *DISK_PLUGIN,
+    assert images == {*BOOT, AUTOSCALER, DEVICE_PLUGIN, DCGM_EXPORTER, RDMA_PLUGIN, PROMETHEUS, GRAFANA, ALERTMANAGER,
+                      *DISK_PLUGIN,
                       plans["research-7500"].node_pools[0].pause_image}
     # each image the program runs is one some pool's nodes preload or name as pulled at first start
     named = {i for pool in plans["research-7500"].node_pools
