@@ -205,5 +205,5 @@ def test_prefer_no_schedule_or_a_fixed_pool_says_nothing() -> None:
     _taint_pool(head, "h100-ib", "example.com/soft=yes:PreferNoSchedule")
     assert _loops(head) == []
     head = snapshot(STACK)
-    _taint_pool(head, "a100-ib", GPU_TAINT)  # no autoscaling: no template to go stale
+    _taint_pool(head, "a100-ib", GPU_TAINT, balloon_tolerates=False)  # not autoscaled: no template to go stale
     assert _loops(head) == []
