@@ -96,8 +96,7 @@ def main(require_recorded_addresses: bool = True, stack_file: Path | None = None
         cloud_target=cloud_target(plan, cluster),
         monitoring_files=monitoring_files(plan),
         dashboard_files=dashboard_files(plan),
-        alertmanager_files=alertmanager_files(plan),
-        # the receivers' Pulumi secrets: required under `pulumi up`, stand-ins under the mock engine
+        alertmanager_files=alertmanager_files(plan),  # and its receivers' Pulumi secrets (stand-ins under mocks)
         alerting_secrets=read_secrets(plan.alerting, pulumi.Config("kilonode"), required=not _recorded_by_mocks()),
         after=(*cluster.control_plane.ready_after, *(peering.id for peering in cluster.network.deployer_peerings)),
     ))
