@@ -207,3 +207,35 @@ def test_prefer_no_schedule_or_a_fixed_pool_says_nothing() -> None:
     head = snapshot(STACK)
     _taint_pool(head, "a100-ib", GPU_TAINT, balloon_tolerates=False)  # not autoscaled: no template to go stale
     assert _loops(head) == []
+
+
+# --- PR 16: Felix's endpoint-to-host action ACCEPT -> DROP ---------------------------------------
+
+
+def _endpoint_to_host(head: dict[str, Any], action: str) -> None:
+    from tests.review.snapshots import pod_spec
+    [container] = [c for c in pod_spec(head, "DaemonSet", "calico-node")["containers"] if c["name"] == "calico-node"]
+    [env] = [e for e in container["env"] if e["name"] == "FELIX_DEFAULTENDPOINTTOHOSTACTION"]
+    env["value"] = action
+
+
+def _felix_lines(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import value_effects
+    return [f for f in value_effects.assess(compare_stack(STACK, snapshot(STACK), head))
+            if "felix-endpoint-to-host-drop" in f.summary]
+
+
+def test_felix_dropping_pod_to_own_host_names_kilonode_own_flows() -> None:
+    from kilonode.review.finding import HIGH
+    head = snapshot(STACK)
+    _endpoint_to_host(head, "DROP")
+    [line] = _felix_lines(head)
+    assert line.level == HIGH and "ACCEPT -> DROP" in line.summary
+    assert "kilonode-node-exporter" in line.summary and "metrics-server" in line.summary
+    assert "config_params.go:330" in line.summary
+
+
+def test_felix_return_or_accept_says_nothing() -> None:
+    head = snapshot(STACK)
+    _endpoint_to_host(head, "RETURN")
+    assert _felix_lines(head) == []
