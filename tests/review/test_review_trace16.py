@@ -239,3 +239,49 @@ def test_felix_return_or_accept_says_nothing() -> None:
     head = snapshot(STACK)
     _endpoint_to_host(head, "RETURN")
     assert _felix_lines(head) == []
+
+
+# --- PR 15: deployer.cidrs 198.51.100.0/24 -> 20.0.0.0/8 -----------------------------------------
+
+
+def _deployer_cidr(head: dict[str, Any], old: str, new: str) -> None:
+    for r in head["resources"]:
+        inputs = r["inputs"]
+        for rule in inputs.get("securityRules") or []:
+            rule["sourceAddressPrefixes"] = [new if p == old else p for p in rule.get("sourceAddressPrefixes") or []]
+        for ip in (inputs.get("networkRuleSet") or {}).get("ipRules") or []:
+            if ip["iPAddressOrRange"] == old:
+                ip["iPAddressOrRange"] = new
+
+
+def _exposure(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import network
+    return network.exposure_grown(compare_stack(STACK, snapshot(STACK), head))
+
+
+def test_deployer_range_widened_to_a_provider_space_is_high_with_counts_and_targets() -> None:
+    from kilonode.review.finding import HIGH
+    head = snapshot(STACK)
+    _deployer_cidr(head, "198.51.100.0/24", "20.0.0.0/8")
+    [line] = _exposure(head)
+    assert line.level == HIGH and line.rule == "exposure-grown"
+    assert "256 -> 16,777,216 public addresses" in line.summary
+    assert "6443" in line.summary and "every Secret" in line.summary and "VHDs" in line.summary
+    assert "deployer.network: peered" in line.summary
+
+
+def test_deployer_range_grown_a_little_is_medium() -> None:
+    from kilonode.review.finding import MEDIUM
+    head = snapshot(STACK)
+    _deployer_cidr(head, "198.51.100.0/24", "198.51.100.0/23")
+    [line] = _exposure(head)
+    assert line.level == MEDIUM and "256 -> 512 public addresses" in line.summary
+
+
+def test_deployer_range_moved_at_the_same_size_or_narrowed_says_nothing() -> None:
+    head = snapshot(STACK)
+    _deployer_cidr(head, "198.51.100.0/24", "203.0.113.0/24")
+    assert _exposure(head) == []
+    head = snapshot(STACK)
+    _deployer_cidr(head, "198.51.100.0/24", "198.51.100.7/32")
+    assert _exposure(head) == []

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, collapse_addresses
 from typing import Any
 
 from kilonode.preflight.checks import connections
@@ -134,6 +134,106 @@ def deployer_moved(diff: StackDiff) -> list[Finding]:
         "the new range. Move in two changes: first add the new range beside the old and apply it from the old "
         "runner, then remove the old range in a change applied from the new runner"),
         ("deployer.cidrs",))]
+
+
+# RFC 1918 and the shared address space (RFC 6598): addresses only a private network (the VNet, a
+# peering, a VPN) brings, never a runner on the Internet
+_PRIVATE = tuple(IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"))
+# Past a /16 (65,536 addresses) a range is no runner's egress: a CI provider's or an office's NAT
+# addresses are a handful of /24s or smaller, while a /16 or wider is a whole provider's or
+# region's space (20.0.0.0/8 is Azure's own: every tenant's VMs there).
+EXPOSURE_HIGH_ADDRESSES = 65_536
+_APISERVER_PORT = 6443
+_STORAGE = "azure-native:storage:StorageAccount"
+# what each exposed target holds, as the review says it (kilonode.azure: the storage accounts'
+# firewalls take deployer.cidrs, kilonode.azure.common.storage_ip_rules)
+_HOLDS = {
+    "apiserver": "the apiservers' port 6443 (every request still needs a client certificate)",
+    "etcd-backup": "the etcd backup storage account, whose snapshots hold every Secret of the cluster",
+    "image-vhds": "the image storage account, the VHDs every node boots from",
+}
+
+
+def _public(prefixes: list[str]) -> list[IPv4Network]:
+    """The prefixes outside the private ranges, merged (a world prefix is 0.0.0.0/0)."""
+    nets = []
+    for prefix in prefixes:
+        text = "0.0.0.0/0" if str(prefix).lower() in ("*", "any", "internet") else str(prefix)
+        try:
+            net = IPv4Network(text, strict=False)
+        except ValueError:
+            continue
+        for private in _PRIVATE:
+            if net.subnet_of(private):
+                break
+        else:
+            nets.append(net)
+    return list(collapse_addresses(nets))
+
+
+def _covers_port(rule: Mapping[str, Any], port: int) -> bool:
+    ranges = [rule.get("destinationPortRange"), *(rule.get("destinationPortRanges") or [])]
+    for r in (str(x) for x in ranges if x is not None):
+        low, _, high = r.partition("-")
+        if r == "*" or (low.isdigit() and int(low) <= port <= int(high or low)):
+            return True
+    return False
+
+
+def _public_exposure(entry: Mapping[str, Any] | None) -> dict[str, list[IPv4Network]]:
+    """target -> the public prefixes the side's recorded resources admit to it: the apiservers' port
+    (NSG rules that Allow inbound to 6443) and each storage account's firewall (ipRules Allow)."""
+    found: dict[str, list[str]] = {}
+    for r in (entry or {}).get("resources") or []:
+        inputs = r.get("inputs") or {}
+        if r.get("type") == NSG:
+            for rule in inputs.get("securityRules") or []:
+                if (str(rule.get("access")).lower() == "allow" and str(rule.get("direction", "Inbound")) == "Inbound"
+                        and _covers_port(rule, _APISERVER_PORT)):
+                    found.setdefault("apiserver", []).extend(
+                        str(x) for x in [rule.get("sourceAddressPrefix"), *(rule.get("sourceAddressPrefixes") or [])]
+                        if x is not None)
+        elif r.get("type") == _STORAGE:
+            rules = (inputs.get("networkRuleSet") or {}).get("ipRules") or []
+            name = str(r.get("name") or "")
+            target = next((k for k in _HOLDS if k != "apiserver" and k in name), name)
+            found.setdefault(target, []).extend(str(i.get("iPAddressOrRange")) for i in rules
+                                                if str(i.get("action", "Allow")).lower() == "allow")
+    return {target: _public(prefixes) for target, prefixes in found.items()}
+
+
+def _count(nets: list[IPv4Network]) -> int:
+    return sum(n.num_addresses for n in nets)
+
+
+def exposure_grown(diff: StackDiff) -> list[Finding]:
+    """More public addresses admitted to the apiservers' port or a storage account's firewall at the
+    head than at the base (deployer.cidrs, or any rule that admits 6443 from outside the private
+    ranges), read from each side's recorded NSGs and storage accounts: medium, high past a /16
+    (EXPOSURE_HIGH_ADDRESSES) or with the world. deployer-moved says who can still run `pulumi up`;
+    this says who else can now knock."""
+    if not diff.base or not diff.head:
+        return []
+    before, after = _public_exposure(diff.base), _public_exposure(diff.head)
+    grown = {t: (_count(before.get(t, [])), _count(nets), nets) for t, nets in after.items()
+             if _count(nets) > _count(before.get(t, []))}
+    if not grown:
+        return []
+    widest = max(now for _, now, _ in grown.values())
+    level = HIGH if widest > EXPOSURE_HIGH_ADDRESSES else MEDIUM
+    said = "; ".join(f"{_HOLDS.get(t, f'storage account {t}')}: {was:,} -> {now:,} public addresses "
+                     f"({', '.join(str(n) for n in nets[:3])}{' and more' if len(nets) > 3 else ''})"
+                     for t, (was, now, nets) in sorted(grown.items()))
+    return [Finding(level, "exposure-grown", (
+        f"more of the Internet is admitted to what only the deployer should reach: {said}. Each admitted address "
+        "can open TLS to the apiservers and try the storage accounts' endpoints; the firewall is the layer this "
+        "change removes, leaving only the credentials"
+        + (f" (past a /16, {EXPOSURE_HIGH_ADDRESSES:,} addresses, a range is no runner's egress but a whole "
+           "provider's or region's space: 20.0.0.0/8 is Azure's own, every tenant's VMs)"
+           if level == HIGH else "")
+        + ". Admit only the runners' own egress addresses (deployer.cidrs, a /32 per NAT address), or run "
+        "`pulumi up` from a VNet of yours (`deployer.network: peered` with its vnetId: no public rule at all; "
+        "docs/azure.md, \"How `pulumi up` reaches the apiserver\")"), tuple(sorted(grown)))]
 
 
 def assess(diff: StackDiff) -> list[Finding]:

@@ -823,7 +823,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
              *_risks(diff, lifecycle.assess(diff)), *_risks(diff, _versions(diff)),
              *_risks(diff, placement.assess(diff)), *_risks(diff, alerting.assess(diff)),
              *_risks(diff, images.assess(diff)), *_risks(diff, network.assess(diff)),
-             *_risks(diff, network.deployer_moved(diff)),
+             *_risks(diff, network.deployer_moved(diff)), *_risks(diff, network.exposure_grown(diff)),
              *_risks(diff, incluster.assess(diff)), *_risks(diff, nodes.assess(diff)),
              *_risks(diff, capacity.assess(diff)), *_risks(diff, coredns.assess(diff)),
              *_risks(diff, flowcontrol.assess(diff)), *_risks(diff, apiservers.assess(diff)),
