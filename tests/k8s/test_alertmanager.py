@@ -77,7 +77,8 @@ def test_with_receivers_the_secret_is_valid_and_masked_and_mounted_where_the_con
     assert volumes["receivers"]["secret"] == {"secretName": "alertmanager-receivers", "defaultMode": 0o440}
     config = shared.load_yaml(one(with_receivers, "ConfigMap")["data"]["alertmanager.yml"])
     page = next(r for r in config["receivers"] if r["name"] == defaults.RECEIVER_PAGE)
-    assert page["pagerduty_configs"][0]["routing_key_file"] == f"{defaults.ALERTMANAGER_SECRETS_DIR}/pagerduty-routing-key"
+    key_file = page["pagerduty_configs"][0]["routing_key_file"]
+    assert key_file == f"{defaults.ALERTMANAGER_SECRETS_DIR}/pagerduty-routing-key"
     auth = page["webhook_configs"][0]["http_config"]["authorization"]
     assert auth["credentials_file"] == f"{defaults.ALERTMANAGER_SECRETS_DIR}/webhook-token"
     # no secret value in the ConfigMap (the stand-ins' text would show)
