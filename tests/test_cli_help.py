@@ -6,8 +6,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kilonode.cli.common import reflow
 from kilonode.paths import REPO_ROOT
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 
 def test_reflow_joins_wrapped_lines_and_keeps_lists() -> None:

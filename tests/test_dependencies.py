@@ -18,7 +18,11 @@ import tomllib
 from importlib import metadata
 from importlib.metadata import packages_distributions
 
+import pytest
+
 from kilonode.paths import REPO_ROOT
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 PACKAGE = REPO_ROOT / "infra" / "kilonode"
 ON_NODES = PACKAGE / "node"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from kilonode import yamlio
 from kilonode.digest import CHUNK, sha256_bytes, sha256_file, sha256_text
 from kilonode.yamlio import block_yaml, flow_yaml, plain_yaml, roundtrip_dump, roundtrip_yaml
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 
 def test_the_three_digests_agree_with_hashlib(tmp_path: Path) -> None:

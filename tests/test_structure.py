@@ -8,8 +8,12 @@ import functools
 import re
 from pathlib import Path
 
+import pytest
+
 from kilonode.paths import REPO_ROOT
 from tests.source import parse
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 assert REPO_ROOT is not None, "runs from a source checkout"
 PACKAGE = REPO_ROOT / "infra" / "kilonode"

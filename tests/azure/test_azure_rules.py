@@ -31,6 +31,8 @@ from tests.azure.sdk_inputs import problems
 from tests.conftest import shipped_cluster_value
 from tests.graphcache import recorded
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 
 # The longest names validation lets through: a 32-character cluster and a pool whose

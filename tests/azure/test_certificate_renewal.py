@@ -17,6 +17,8 @@ from tests.azure.conftest import VM
 from tests.azure.test_restart_guard import local_with
 from tests.graphcache import recorded_program
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 TLS_TYPES = ("tls:index/privateKey:PrivateKey", "tls:index/certRequest:CertRequest",
              "tls:index/locallySignedCert:LocallySignedCert")
 

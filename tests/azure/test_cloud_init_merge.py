@@ -19,6 +19,8 @@ from kilonode.render import USER_DATA
 from tests import shared
 from tests.render.consumers import cloud_init_validator, import_cloud_init
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture(scope="module")
 def merge() -> Any:

@@ -19,6 +19,8 @@ from tests.azure.conftest import NIC, VM, covers_port, nsg_rules_for, sources, s
 from tests.golden.update import variant_stack
 from tests.graphcache import recorded
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 LEASES_VMS = [f"local-etcd-leases-{i}" for i in range(3)]
 
 

@@ -15,6 +15,8 @@ from kilonode.config import load_stack
 from kilonode.problems import StackError
 from tests.conftest import StackWriter, shipped_cluster_value
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 VERSION = "azure-native:compute:GalleryImageVersion"
 VM = "azure-native:compute:VirtualMachine"
 

@@ -19,6 +19,8 @@ from kilonode.plan import checked_plan
 from tests.azure.conftest import VMSS
 from tests.conftest import shipped_cluster_value
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 
 

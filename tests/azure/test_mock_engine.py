@@ -27,6 +27,8 @@ from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.azure.sdk_shortcuts import _CycleBreaker
 from kilonode.config import load_stack
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 class Node:
     """Stands in for a resource: the SDK's check only keeps attributes on it."""

@@ -23,6 +23,8 @@ from tests.azure.conftest import (
     subnets_by_id,
 )
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 
 

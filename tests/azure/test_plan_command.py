@@ -17,6 +17,8 @@ from kilonode.azure.mockplan import run_plan
 from kilonode.cli import app
 from kilonode.config import load_stack
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 FORMATTERS = [format_text, format_json, format_markdown]
 
 

@@ -20,6 +20,8 @@ from kilonode.plan.model import BootImage
 from tests.conftest import shipped_cluster_value
 from tests.source import parse
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def test_the_pulumi_entry_point_builds_the_graph_kilonode_plan_shows(graphs: dict[str, Graph]) -> None:
     # Pulumi runs `main: infra/` as a script directory, i.e. infra/__main__.py.

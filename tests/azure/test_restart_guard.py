@@ -17,6 +17,8 @@ from kilonode.config import load_stack
 from tests.azure.conftest import VM, VMSS
 from tests.graphcache import recorded_program
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def keys(n: int, prefix: str, **changed: str) -> dict[str, dict[str, str]]:
     return {f"{prefix}-{i}": rollout.restart_key("Standard_D16ds_v5", str(i % 3 + 1), "img", f"d{i}")

@@ -26,6 +26,8 @@ from kilonode.config import load_stack
 from tests.azure.conftest import LB, NIC, PUBLIC_IP, VM
 from tests.graphcache import recorded_program
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 READYZ = "command:local:Command"
 IMAGE_VERSION = "azure-native:compute:GalleryImageVersion"
 RUNNER_VNET = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/ci/providers/Microsoft.Network/" \

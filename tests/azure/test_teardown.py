@@ -3,10 +3,14 @@ resource group tagged), and nothing else does."""
 
 from __future__ import annotations
 
+import pytest
+
 from kilonode.azure.graph import Graph
 from kilonode.azure.mockplan import run_program
 from kilonode.review import rules
 from tests.conftest import shipped_cluster_value
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 VM = "azure-native:compute:VirtualMachine"
 RG = "azure-native:resources:ResourceGroup"

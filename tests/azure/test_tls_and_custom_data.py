@@ -19,6 +19,8 @@ from kilonode.render import USER_DATA
 from tests import shared
 from tests.azure.conftest import VM, VMSS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def parts(encoded: str) -> list[Message]:
     message = email.message_from_string(custom_data.decode(encoded))

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 from kilonode.cli import app
 from kilonode.review import ReviewError, review
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 runner = CliRunner()
 GIT = ["git", "-c", "user.email=test@example.invalid", "-c", "user.name=test", "-c", "commit.gpgsign=false"]
 

@@ -19,6 +19,8 @@ from kilonode.problems import Problem
 from kilonode.render import render_cluster
 from tests.test_cli_errors import run_main
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def _oversized(stack: Stack) -> list[Problem]:
     plan = checked_plan(stack)

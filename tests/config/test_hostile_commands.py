@@ -23,6 +23,8 @@ from kilonode.problems import StackError
 from tests.config.test_hostile_stacks import CASES, MAX_OUTPUT, Case
 from tests.test_cli_errors import run_main
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 # Every command that takes STACK (kilonode.cli.COMMANDS), with what it needs to run; OUT is a
 # folder it would write. `local up` is left out: it starts etcd and a VM once a stack loads.
 COMMANDS = {

@@ -21,6 +21,8 @@ import pytest
 from kilonode.paths import EXAMPLE_STACKS_DIR
 from tests.test_cli_errors import run_main
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 HOSTILE_DIR = Path(__file__).resolve().parent / "hostile"
 # what a refusal may print at most, whatever the file holds
 MAX_OUTPUT = 4096

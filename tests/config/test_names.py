@@ -23,6 +23,8 @@ from tests.conftest import StackWriter
 from tests.graphcache import recorded, recorded_program
 from tests.shared import with_leases
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CLUSTER = "local"
 POOL = "cpu"  # the local stack's pool
 

@@ -22,6 +22,8 @@ from kilonode.paths import EXAMPLE_STACKS_DIR, REPO_ROOT
 from kilonode.problems import StackError
 from tests.config.test_hostile_stacks import MAX_OUTPUT, PROBLEM_LINE
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 LOCAL = (EXAMPLE_STACKS_DIR / "Pulumi.local.yaml").read_text(encoding="utf-8")
 
 

@@ -26,6 +26,8 @@ from tests.conftest import SHIPPED_STACKS, StackWriter, shipped_cluster_value
 from tests.etcd.harness import Unit
 from tests.render.consumers import systemd_verify
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 REFERENCE = tomllib.loads((Path(__file__).parents[1] / "render" / "upstream_flags.toml").read_text())
 ETCD_35_FLAGS = {f for source in REFERENCE["flags"]["etcd"]["3.5"]["sources"] for f in source["flags"]}
 

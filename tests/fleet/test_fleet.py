@@ -16,6 +16,8 @@ from kilonode.config.load import Stack
 from kilonode.plan import plan_stack
 from kilonode.plan.fleet import FleetError, cluster_value, plan_fleet, shape_of, vnet_ranges
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture(scope="module")
 def research() -> Stack:

@@ -46,6 +46,8 @@ from kilonode.plan.resolve.pools import image_extras
 from kilonode.render import pool as render_pool
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 RECIPE = load_recipe()
 
 

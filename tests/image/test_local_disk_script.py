@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kilonode.node.ship import LOCAL_DISK_SETUP
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 SCRIPT = LOCAL_DISK_SETUP.path
 MODEL = "Microsoft NVMe Direct Disk"

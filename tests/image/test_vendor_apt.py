@@ -31,6 +31,8 @@ from kilonode.image.vendor_apt import (
     RepositoryRefused,
 )
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture(autouse=True)
 def _tools() -> None:

@@ -27,6 +27,8 @@ from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.graphcache import recorded
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 # kubernetes/autoscaler: the tag pinned per minor, its commit, and the file its flags are
 # registered in (main.go at 1.32; config/flags/flags.go from 1.33).
 TAGS: dict[int, tuple[str, str, str]] = {

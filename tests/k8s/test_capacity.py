@@ -16,6 +16,8 @@ from kilonode.plan import ClusterPlan, defaults
 from kilonode.render.pool import KUBELET_CONFIG
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 TEAM = "kilonode.io/team"
 

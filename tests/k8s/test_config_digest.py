@@ -33,6 +33,8 @@ from kilonode.review.risks import assess
 from tests import shared
 from tests.review.snapshots import snapshot, workload
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 WORKLOADS = ("DaemonSet", "Deployment", "StatefulSet")
 # (kind, name) of every workload that carries the digest, in the shipped stacks
 ANNOTATED = {

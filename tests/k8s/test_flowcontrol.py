@@ -27,6 +27,8 @@ from tests import shared
 from tests.conftest import SHIPPED_STACKS
 from tests.render.test_upstream_flags import exec_start
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 SUPPORTED_MINORS = (32, 33, 34, 35)
 FLOW_SCHEMA = "kubernetes:flowcontrol.apiserver.k8s.io/v1:FlowSchema"
 PRIORITY_LEVEL = "kubernetes:flowcontrol.apiserver.k8s.io/v1:PriorityLevelConfiguration"

@@ -33,6 +33,8 @@ from tests.conftest import StackWriter, shipped_cluster_value
 from tests.graphcache import recorded
 from tests.render.consumers import systemd_verify
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 # NVIDIA's GPU Operator pins the device plugin by digest next to its version: at its tags
 # v25.3.3 (1f1f9cda) and v25.3.4 (d73a0086), bundle/manifests/gpu-operator-certified.
 # clusterserviceversion.yaml l.213 (relatedImages device-plugin-image) holds this digest and

@@ -27,6 +27,8 @@ from kilonode.k8s.readiness import SCRIPT
 from kilonode.plan import ClusterPlan, defaults, wellknown
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 # kilonode.k8s.autoscaler: what it creates where pools autoscale
 AUTOSCALER_OBJECTS = 7

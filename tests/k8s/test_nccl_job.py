@@ -46,6 +46,8 @@ from tests.golden.update import NCCL_JOB_DOC, NCCL_JOB_MARKER, nccl_job_doc
 from tests.k8s import pod_security_standards as pss
 from tests.k8s.test_scheduling import SUPPORTED_MINORS, fabric_admitted, gang_problems, pod_group_errors
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 SHIPPED_POOLS = ("h100-ib", "a100-ib")
 # the variants every structural check runs over: each shipped size, a team's job, a gang across fabrics

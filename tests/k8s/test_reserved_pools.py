@@ -18,6 +18,8 @@ from kilonode.plan.listeners import keeping_taints, reserved_pools
 from kilonode.preflight.placement import Taint, tolerates
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 SYSTEM_TAINT = ("CriticalAddonsOnly", "true", "NoSchedule")
 MONITORING_TAINT = ("dedicated", "monitoring", "NoSchedule")
 

@@ -30,6 +30,8 @@ from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.graphcache import recorded
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 SUPPORTED_MINORS = [32, 33, 34, 35]
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gang-scheduling.md"

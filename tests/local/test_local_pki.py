@@ -15,6 +15,8 @@ from kilonode.local import pki as local_pki
 from kilonode.local.addresses import address_map
 from kilonode.plan import ClusterPlan, pki
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
 PURPOSE = {"server_auth": "sslserver", "client_auth": "sslclient"}
 

@@ -22,6 +22,8 @@ from kilonode.render import render_cluster
 from kilonode.render.files import RenderedFile
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def inputs(plan: ClusterPlan) -> ImageInputs:
     stack = load_stack("local")

@@ -23,6 +23,8 @@ from tests.monitoring.alert_cases import (
     promtool_test,
 )
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 SHIPPED = ["local", "research-2500", "research-7500"]
 
 

@@ -29,6 +29,8 @@ from kilonode.render import cert_metrics, monitoring, render_cluster
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
 from tests.render.consumers import systemd_verify, verify_rendered_units
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def metric_lines(text: str) -> dict[str, float]:
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])

@@ -30,6 +30,8 @@ from tests.azure.conftest import covers_port, nsg_rules_for, sources
 from tests.node.gpu.test_metrics import _data, full_agent_record
 from tests.render.consumers import systemd_verify, verify_rendered_units
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 
 

@@ -26,6 +26,8 @@ from kilonode.render.etcd import etcd_flags
 from tests import shared
 from tests.azure.conftest import covers_port, nsg_rules_for, sources
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACKS = ["local", "research-2500", "research-7500"]
 assert REPO_ROOT is not None, "runs from a source checkout"
 DOC = REPO_ROOT / monitoring.RUNBOOK_DOC

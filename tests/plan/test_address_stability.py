@@ -11,6 +11,7 @@ from __future__ import annotations
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,6 +25,8 @@ from kilonode.plan import ClusterPlan, resolve
 from kilonode.plan.resolve import pool_capacity
 from kilonode.problems import PlanError, undotted
 from tests.conftest import StackWriter
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 # required (kilonode.config.tokens): within a year of the tests' pinned now
 JOIN_TOKENS = {"current": {"generation": 1, "expires": "2027-11-30T00:00:00Z"}}

@@ -25,6 +25,8 @@ from kilonode.render.pool import KUBELET_CONFIG
 from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 runner = CliRunner()
 TEAM = "kilonode.io/team"
 

@@ -23,6 +23,8 @@ from kilonode.render.pool import LOCAL_DISK_CONFIG, LOCAL_DISK_UNIT
 from tests.conftest import StackWriter, shipped_cluster_value
 from tests.render.consumers import cloud_init_validator, systemd_verify
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 OVERLAY = REPO_ROOT / "node-image" / "rootfs"
 SCRIPT = LOCAL_DISK_SETUP.machine_path
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from ipaddress import IPv4Network
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kilonode.config.model import ClusterConfig
 from kilonode.plan.resolve.network import _first_free, _FreeSpace, allocate_subnets
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 # required (kilonode.config.tokens): within a year of the tests' pinned now
 JOIN_TOKENS = {"current": {"generation": 1, "expires": "2027-11-30T00:00:00Z"}}

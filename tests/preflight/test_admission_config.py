@@ -15,6 +15,8 @@ from kilonode.catalog.admission_plugins import catalogue
 from kilonode.preflight import run
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 UNIT = "etc/systemd/system/kube-apiserver.service"
 CONFIG = "etc/kubernetes/admission-config.yaml"
 SHIPPED = "--enable-admission-plugins=NodeRestriction,DenyServiceExternalIPs"

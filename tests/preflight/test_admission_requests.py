@@ -14,6 +14,8 @@ from kilonode.preflight.checks.admission_requests import CALICO_USER, CNM_USER, 
 from kilonode.preflight.model import Finding
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 POLICY = "kilonode-node-identity"
 # kilonode.k8s.capacity _label: the guarded lookup the seeded change "simplifies"

@@ -12,6 +12,8 @@ from kilonode.preflight import breaks, run
 from kilonode.preflight.model import Finding
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 POLICY = "kilonode-calico-node-writes"
 CALICO = "system:serviceaccount:kube-system:calico-node"

@@ -20,6 +20,8 @@ from tests import shared
 from tests.graphcache import recorded_program
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CHECK = ["alertmanager"]
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
 from kilonode.plan.azure_names import role_assignment_name
 from kilonode.preflight import breaks, run
 from tests.preflight.conftest import artefacts, inputs_of
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 
 def findings(stack: str, graph: dict[str, Any]) -> list[tuple[str, str]]:

@@ -24,6 +24,8 @@ from kilonode.preflight.checks.contracts import default_handler, runtime_cgroup_
 from kilonode.preflight.model import Finding
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 KUBELET = "etc/kubernetes/kubelet-config.yaml"
 CONTAINERD = ("etc/containerd/config.toml", "etc/containerd/config-nvidia.toml")
 DOCKER = ("etc/docker/daemon.json", "etc/docker/daemon-nvidia.json")

@@ -12,6 +12,8 @@ from kilonode.preflight import run
 from kilonode.preflight.checks.connections import calls
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def connection_breaks(stack: str, **planted: object) -> list[tuple[str, str]]:
     return [(f.where, f.what) for f in run(inputs_of(stack, **planted), ["connections"])  # type: ignore[arg-type]

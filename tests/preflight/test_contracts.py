@@ -22,6 +22,8 @@ from kilonode.preflight.checks import contracts as check
 from kilonode.preflight.model import Finding
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CHECK = ["contracts"]
 PLUGIN = "nvidia-device-plugin-daemonset"
 

@@ -11,6 +11,8 @@ import pytest
 from tests.preflight.conftest import artefacts, resource
 from tests.preflight.test_contracts import findings, lines
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 NODE = "csi-azuredisk-node"
 CONTROLLER = "csi-azuredisk-controller"
 

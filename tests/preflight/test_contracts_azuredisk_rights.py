@@ -15,6 +15,8 @@ from tests import shared
 from tests.preflight.conftest import artefacts, inputs_of, resource
 from tests.preflight.test_contracts import findings, lines
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 LINE = "azureDiskCsi/controller-azure-rights"
 CLUSTER = "research-7500"
 IDENTITY = f"mock:azure-native:managedidentity:UserAssignedIdentity::{CLUSTER}-controllers-disk-csi-identity"

@@ -20,6 +20,8 @@ from tests.conftest import StackWriter, shipped_cluster_value
 from tests.graphcache import recorded
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CHECK = ["deployer-path"]
 RUNNER_VNET = ("/subscriptions/11111111-2222-3333-4444-555555555555/resourceGroups/ci-runners/providers/"
                "Microsoft.Network/virtualNetworks/runners")

@@ -12,6 +12,8 @@ from kilonode.preflight import breaks, run
 from kilonode.preflight.checks.disks import image_gib, size_bytes
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def disk_findings(stack: str, **planted: object) -> list[tuple[str, str, str]]:
     return [(f.level, f.where, f.what) for f in run(inputs_of(stack, **planted), ["disks"])]  # type: ignore[arg-type]

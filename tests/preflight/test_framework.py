@@ -20,6 +20,8 @@ from kilonode.render.write import write_tree
 from tests import shared
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 runner = CliRunner()
 
 

@@ -16,6 +16,8 @@ from kilonode.render import metadata_block
 from kilonode.render.files import USER_DATA
 from tests.preflight.conftest import artefacts, inputs_of
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CHECK = ["identities"]
 RG = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/{}"
 

@@ -10,6 +10,8 @@ from kilonode.preflight.checks import identities
 from tests.preflight.conftest import artefacts, inputs_of
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 GROUP = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/research-7500-nodes"
 

@@ -26,6 +26,8 @@ from kilonode.review.risks import assess
 from tests.preflight.conftest import artefacts, inputs_of
 from tests.review.snapshots import snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 CONFIG = "etc/kubernetes/kubelet-config.yaml"
 

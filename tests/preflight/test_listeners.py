@@ -16,6 +16,8 @@ from kilonode.render import node_ports
 from kilonode.render.files import USER_DATA
 from tests.preflight.conftest import artefacts, inputs_of, resource
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CHECK = ["listeners"]
 
 

@@ -17,6 +17,8 @@ from kilonode.preflight.netpol import Flow, Pod, admitted, selects
 from tests.preflight.conftest import artefacts, inputs_of, resource
 from tests.preflight.test_contracts import lines
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.plan import defaults
@@ -16,6 +17,8 @@ from kilonode.preflight.checks import prometheus_load
 from kilonode.preflight.prometheus import CONFIG_MAP, deployed_scrape_intervals, graph_of
 from kilonode.render.monitoring import JOB_CADVISOR, JOB_KUBELET
 from tests.preflight.conftest import artefacts, inputs_of
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 CHECK = ["prometheus-load"]
 STACK = "research-7500"

@@ -14,6 +14,8 @@ from kilonode.plan import pki, wellknown
 from tests import shared
 from tests.render.consumers import systemd_verify
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"  # GPU pools: both agents on every apiserver
 UNITS = {
     "etc/systemd/system/kilonode-node-client-approver.service": wellknown.NODE_CLIENT_APPROVER_KUBECONFIG,

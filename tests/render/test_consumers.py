@@ -18,6 +18,8 @@ from tests import shared
 from tests.conftest import SHIPPED_STACKS
 from tests.render.consumers import cloud_init_validator, systemd_verify
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 # Binaries that are in no registry we reach (kubelet, cri-dockerd, Kubernetes control
 # plane), and nft, which the node image installs (nftables, node-image/packages/base.txt) and
 # this machine need not have; the units name them and systemd-analyze says they are missing.

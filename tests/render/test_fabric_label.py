@@ -16,6 +16,8 @@ from kilonode.plan import wellknown
 from kilonode.render.pool import FABRIC_SCRIPT, FABRIC_UNIT, fabric_script, index_patterns
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 def run_script(tmp_path: Path, script: str, hostname: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     bin_dir = tmp_path / "bin"

@@ -14,6 +14,8 @@ from kilonode.render import USER_DATA
 from tests.conftest import SHIPPED_STACKS
 from tests.golden.update import GOLDEN_DIR, VARIANTS, VARIANTS_DIR, expected, variant_expected
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_rendered_tree_matches_golden_files(graphs: dict[str, Graph], stack: str) -> None:

@@ -35,6 +35,8 @@ from kilonode.problems import StackError
 from kilonode.render import render_tree
 from tests.conftest import shipped_cluster_value
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 # characters that end a line for some reader (Python's str.splitlines, YAML, JavaScript, ...),
 # that a shell or systemd reads as syntax, and control characters
 HOSTILE = ("\n", "\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x00", "\x1b", "\t", " ", "'", '"', "`", "$",

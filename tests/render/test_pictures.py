@@ -23,6 +23,8 @@ from kilonode.plan.model import ClusterPlan
 from kilonode.render import pictures
 from tests import shared
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture(params=shared.SHIPPED_STACKS)
 def plan(request: pytest.FixtureRequest) -> ClusterPlan:

@@ -19,6 +19,8 @@ from kilonode.render.write import MARKER, OutputDirError, write_tree
 from tests import shared
 from tests.conftest import StackWriter, shipped_cluster_value
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 runner = CliRunner()
 
 

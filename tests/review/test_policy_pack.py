@@ -45,6 +45,8 @@ from kilonode.plan.wellknown import API_LOAD_BUDGET_ANNOTATION
 from kilonode.preflight import apiload
 from kilonode.review import rules
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 POLICY_DIR = Path(__file__).resolve().parents[2] / "policy"
 PROJECT = "kilonode"
 GIB = 1 << 30

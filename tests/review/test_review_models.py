@@ -21,6 +21,8 @@ from kilonode.review.risks import assess
 from tests.monitoring.promtool import promtool_path
 from tests.review.snapshots import pod_spec, snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 H100_KUBELET = "pool-h100-ib/etc/kubernetes/kubelet-config.yaml"
 

@@ -5,10 +5,14 @@ preflight's probe-anonymous break reaches the review as a high preflight-break."
 
 from __future__ import annotations
 
+import pytest
+
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import assess
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 CONFIG = "/etc/kubernetes/authentication-config.yaml"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.plan import defaults
@@ -16,6 +17,8 @@ from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import assess
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 JOBS = ("kilonode-kubelet", "kilonode-cadvisor")

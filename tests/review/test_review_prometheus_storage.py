@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kilonode.review.compare import compare_stack
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot, workload
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 

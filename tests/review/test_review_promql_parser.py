@@ -13,6 +13,8 @@ from kilonode.review.compare import compare_stack
 from tests.review.snapshots import snapshot
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 RULES = ("monitoring", "kilonode-prometheus", "kilonode-rules.yaml")
 

@@ -3,10 +3,14 @@ review said "No risk found" (kilonode.review.replicas)."""
 
 from __future__ import annotations
 
+import pytest
+
 from kilonode.review import replicas
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from tests.review.snapshots import snapshot, workload
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.review import network
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import MEDIUM
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.paths import REPO_ROOT
@@ -18,6 +19,8 @@ from kilonode.review.decisions import decisions
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot, workload
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kilonode.review import pod_security_default
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 CONFIG = "etc/kubernetes/admission-config.yaml"

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.review import alerting, control_flags
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 KSM = "kilonode-kube-state-metrics"

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 CONFIG = "etc/kubernetes/kubelet-config.yaml"

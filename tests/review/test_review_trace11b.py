@@ -14,6 +14,8 @@ from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from tests.review.snapshots import snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 
 

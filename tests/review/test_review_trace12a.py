@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kilonode.plan.encryption import provider_keys
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot
 from tests.shared import SHIPPED_STACKS
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 RULE = "encryption-provider-dropped"

@@ -17,6 +17,8 @@ from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot, workload
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 RULES = ("monitoring", "kilonode-prometheus", "kilonode-rules.yaml")
 

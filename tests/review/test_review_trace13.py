@@ -4,10 +4,14 @@ upgradePolicy Manual -> Automatic (x03) and the InfiniBand pools' singlePlacemen
 
 from __future__ import annotations
 
+import pytest
+
 from kilonode.review import nodes
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"

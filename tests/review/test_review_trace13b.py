@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot
 from tests.review.test_review_trace12b import _rules
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 NO_LEADER = ("  - alert: KilonodeEtcdNoLeader\n"

@@ -26,6 +26,8 @@ from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot
 from tests.review.test_review_trace import _rotated
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
 PUT = "autoscaled-model-put"

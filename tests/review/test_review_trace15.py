@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kilonode.review import incluster
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from tests.review.snapshots import pod_spec, snapshot, workload
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 

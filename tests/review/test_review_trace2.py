@@ -10,6 +10,7 @@ import re
 import tomllib
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.paths import REPO_ROOT
@@ -18,6 +19,8 @@ from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

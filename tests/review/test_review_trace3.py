@@ -9,6 +9,8 @@ from __future__ import annotations
 import tomllib
 from typing import Any
 
+import pytest
+
 from kilonode.catalog.effects import Effect
 from kilonode.paths import REPO_ROOT
 from kilonode.review import alerting
@@ -16,6 +18,8 @@ from kilonode.review.compare import UPDATE, InputChange, ResourceChange, StackDi
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess, refused
 from tests.review.snapshots import pod_spec, snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"

@@ -19,6 +19,8 @@ from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot, workload
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"

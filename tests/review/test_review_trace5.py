@@ -17,6 +17,8 @@ from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot, workload
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 NODE_AGENTS = "kilonode-node-agents"
 

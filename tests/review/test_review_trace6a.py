@@ -9,11 +9,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from kilonode.review import admission, preflight_break
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 ENFORCE = "pod-security.kubernetes.io/enforce"

@@ -20,6 +20,8 @@ from kilonode.review.lifecycle import RESTART_KEYS_OUTPUT
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot, workload
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kilonode.review import preflight_break
 from kilonode.review.compare import FileChange, ResourceChange, StackDiff, compare_stack
 from kilonode.review.finding import HIGH
 from kilonode.review.risks import Risk, assess
 from tests.preflight.test_admission_requests import direct_index
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 

@@ -16,6 +16,8 @@ from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 UNIT = "etc/systemd/system/kube-apiserver.service"
 SHIPPED_PLUGINS = "NodeRestriction,DenyServiceExternalIPs"

@@ -29,6 +29,8 @@ from kilonode.review.snapshot import entry
 from tests.graphcache import recorded
 from tests.review.snapshots import snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 STACK_FILE = Path(__file__).resolve().parents[2] / "stacks" / f"Pulumi.{STACK}.yaml"
 PRIORITY_CLASS = "kubernetes:scheduling.k8s.io/v1:PriorityClass"

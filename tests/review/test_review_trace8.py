@@ -8,6 +8,7 @@ import copy
 import re
 from typing import Any
 
+import pytest
 import yaml
 
 from kilonode.review import etcd_flags, lifecycle
@@ -16,6 +17,8 @@ from kilonode.review.finding import MEDIUM
 from kilonode.review.nodes import _nat_fix
 from tests.review.snapshots import snapshot
 from tests.review.test_review_trace2 import STACK, _edit_plan, risks, rule
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 
 def test_a_system_pool_too_small_for_what_prefers_it_says_where_the_rest_goes() -> None:

@@ -17,6 +17,8 @@ from kilonode.review.risks import assess
 from tests.review.snapshots import snapshot
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 RULES = ("monitoring", "kilonode-prometheus", "kilonode-rules.yaml")
 CONFIG = ("monitoring", "kilonode-prometheus", "prometheus.yml")

@@ -10,11 +10,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from kilonode.review import security
 from kilonode.review.compare import FileChange, StackDiff, compare_stack
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 STACK = "research-7500"
 ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"

@@ -18,6 +18,8 @@ from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 KCM = control_flags.UNITS["kube-controller-manager"]
 APISERVER = control_flags.UNITS["kube-apiserver"]

@@ -18,6 +18,8 @@ from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.risks import Risk, assess
 from tests.review.snapshots import pod_spec, snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 PROVISION, DELAY = autoscaler.PROVISION_RULE, autoscaler.DELAY_RULE
 PERMIT, GANG_CHANGED = gang_scheduler.RULE, gang_scheduler.CHANGED_RULE

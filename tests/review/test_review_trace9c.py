@@ -32,6 +32,8 @@ from tests import shared
 from tests.review.snapshots import snapshot
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

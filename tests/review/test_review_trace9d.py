@@ -37,6 +37,8 @@ from tests.graphcache import recorded
 from tests.review.snapshots import snapshot
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 STACK_FILE = Path(__file__).resolve().parents[2] / "stacks" / f"Pulumi.{STACK}.yaml"
 VMSS = "azure-native:compute:VirtualMachineScaleSet"

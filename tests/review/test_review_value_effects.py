@@ -20,6 +20,8 @@ from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.risks import assess
 from tests.review.snapshots import pod_spec, snapshot, workload
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
 

@@ -17,6 +17,8 @@ from kilonode.review.risks import assess
 from tests.monitoring.promtool import promtool_path
 from tests.review.snapshots import snapshot
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 CONFIG_KEY = "ConfigMap monitoring/kilonode-prometheus prometheus.yml"
 APISERVER_JOB = "- job_name: kilonode-apiserver\n  scrape_interval: 30s\n"

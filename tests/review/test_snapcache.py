@@ -20,6 +20,8 @@ from kilonode.review.refs import INPUTS, checkout, rendered_inputs
 from kilonode.review.report import to_json
 from tests.review.conftest import change, edit_stack, git
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 from kilonode.cli import app
 from kilonode.rollout import journal as journals
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STATE = Path(__file__).parent / "fixtures" / "research-7500-h100-ib.state.json"
 SETS = [f"research-7500-h100-ib-{i:03d}" for i in range(3)]
 ENV = {"COLUMNS": "2000", "NO_COLOR": "1"}

@@ -17,6 +17,8 @@ from kilonode.paths import REPO_ROOT
 from kilonode.rollout.minor import DELETE, apply, plan_upgrade, refusal
 from tests.conftest import shipped_cluster_value
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 STACK = "research-7500"
 
 

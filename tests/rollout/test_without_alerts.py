@@ -19,6 +19,8 @@ from kilonode.rollout.decide import decide
 from kilonode.rollout.model import ClusterState, Instance, Journal, Policy, ScaleSet, dark_alerting
 from tests.rollout.test_decide import applied, kinds
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 SET = "research-7500-monitoring-000"
 NODE = "research-7500-monitoring-000000000"
 ENV = {"COLUMNS": "2000", "NO_COLOR": "1"}

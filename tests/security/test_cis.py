@@ -36,6 +36,8 @@ from tests.security.cis_audit import (
 from tests.security.kube_bench import Audit, Check
 from tests.shared import SHIPPED_STACKS
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 EXCEPTIONS = REPO_ROOT / "policy" / "security-exceptions.yaml"
 # Section 1's checks of etcd's own files: on kilonode they are on the etcd hosts, not the apiservers.
 ETCD_FILE_CHECKS = ("1.1.7", "1.1.8", "1.1.11", "1.1.12")

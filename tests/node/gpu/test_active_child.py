@@ -24,6 +24,8 @@ from kilonode.node.gpu import active, agent, protocol
 from tests.node.gpu.test_agent import FakeClock, Recorder, config_file, fake_nvidia_smi, idle_agent
 from tests.node.gpu.test_gpu_health import FIXTURES
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 FAKE_CUDA = '''\
 import ctypes, os, sys, time, types
 

@@ -21,6 +21,8 @@ from kilonode.node.gpu.rules import Finding, evaluate
 from tests.node.gpu.nodes import DEBIAN_PYTHON, apply_status_patch, node, node_pythonpath, run_debian, validate
 from tests.node.gpu.test_gpu_health import DERIVED, FIXTURES, XML, edit, fabric, writable_copy, xid_line
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 CONFIG = {"expectGpus": 1, "gpuModel": "NVIDIA H100 80GB", "kubeconfig": "/etc/kubernetes/kubelet.kubeconfig",
           "nodeName": "nc-a100-000001"}
 

@@ -8,9 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kilonode.node.gpu import protocol as p
 from kilonode.node.gpu.controller import decide
 from tests.node.gpu.nodes import node, run_debian, validate
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
 PENDING = p.taint(p.STARTUP_TAINT, p.STARTUP_VALUE)
 CHECKING = p.taint(p.CHECK_TAINT, p.CHECK_VALUE)

@@ -29,6 +29,8 @@ from tests.node.gpu.test_active_child import booting
 from tests.node.gpu.test_agent import FakeClock, config_file, fake_nvidia_smi
 from tests.node.gpu.test_gpu_health import FIXTURES
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 HERE = Path(__file__).parent
 BURN = json.loads((FIXTURES / "burn.json").read_text())
 

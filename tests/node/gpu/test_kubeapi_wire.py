@@ -21,6 +21,8 @@ import pytest
 from kilonode.node.gpu import kubeapi
 from kilonode.node.gpu.kubeapi import Client, Kubeconfig
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 Request = tuple[str, str, dict[str, list[str]], str | None, Any]
 
 

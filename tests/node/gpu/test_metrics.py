@@ -30,6 +30,8 @@ from tests.node.gpu.nodes import DEBIAN_PYTHON, node, node_pythonpath
 from tests.node.gpu.test_agent import GPU_POD, Recorder, config_file
 from tests.node.gpu.test_gpu_health import DERIVED, FIXTURES, edit, writable_copy
 
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
 A = "kilonode_gpu_health"
 C = "kilonode_gpu_health_controller"
 BURN = json.loads((FIXTURES / "burn.json").read_text())
