@@ -57,18 +57,20 @@ def test_every_namespace_kilonode_creates_denies_ingress_by_default(graphs: dict
                    key=lambda r: r[1]["ports"][0]["port"])
     assert rules == [("monitoring", {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": port}]})
                      for port in sorted((GRAFANA_PORT, PROMETHEUS_PORT))]
-    # kube-system: one policy per workload, CoreDNS's 53 from anywhere, metrics-server's 10250 from
+    # kube-system: one policy per workload, CoreDNS's 53 from anywhere (9153 from Prometheus), metrics-server's 10250 from
     # each apiserver's address, nothing else
     kube_system = {p["metadata"]["name"]: p["spec"] for p in found if p["metadata"]["namespace"] == "kube-system"}
     # ... and kube-state-metrics's own (kilonode.k8s.exporters): its metrics port from Prometheus's pods alone
     assert set(kube_system) == {name for name, _, _ in KUBE_SYSTEM_INGRESS} | {"kube-state-metrics"}
-    assert kube_system["kube-state-metrics"]["ingress"] == [{
-        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
-                                                  "app.kubernetes.io/managed-by": "kilonode"}}}],
-        "ports": [{"port": 8080, "protocol": "TCP"}]}]
-    assert kube_system["coredns"]["ingress"] == [{"ports": [{"port": 53, "protocol": "UDP"},
-                                                            {"port": 53, "protocol": "TCP"}]}]
+    prometheus = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                   "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                                   "app.kubernetes.io/managed-by": "kilonode"}}}]
+    assert kube_system["kube-state-metrics"]["ingress"] == [{"from": prometheus,
+                                                             "ports": [{"port": 8080, "protocol": "TCP"}]}]
+    # CoreDNS: its 53 from anywhere, its metrics (9153) from Prometheus's pods alone
+    assert kube_system["coredns"]["ingress"] == [
+        {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+        {"from": prometheus, "ports": [{"port": 9153, "protocol": "TCP"}]}]
     apiservers = [f"{i.ip}/32" for i in shared.plan(stack).control_plane.instances]
     assert kube_system["metrics-server"]["ingress"] == [{
         "from": [{"ipBlock": {"cidr": cidr}} for cidr in apiservers], "ports": [{"port": 10250, "protocol": "TCP"}]}]

@@ -16,6 +16,7 @@ from kilonode.review import control_flags
 from kilonode.review.compare import compare_stack
 from kilonode.review.finding import HIGH, MEDIUM
 from kilonode.review.risks import Risk, assess
+from kilonode.review.unit_flags import unit_flags
 from tests.review.snapshots import snapshot
 
 pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
@@ -51,7 +52,7 @@ def kubelet_configs(head: dict[str, Any], edit: Callable[[str], str]) -> int:
 def test_the_grace_period_lowered_to_20s_is_high_with_the_renewals_and_the_evictions() -> None:
     head = snapshot(STACK)
     add_flag(head, KCM, "--node-monitor-grace-period=20s")
-    assert control_flags.unit_flags(head["files"][f"apiserver-0/{KCM}"])["node-monitor-grace-period"] == "20s"
+    assert unit_flags(head["files"][f"apiserver-0/{KCM}"])["node-monitor-grace-period"] == "20s"
     [line] = reviewed(head, control_flags.GRACE_RULE)
     assert line.level == HIGH
     assert "(unset) -> 20s on 5 apiserver host(s)" in line.summary

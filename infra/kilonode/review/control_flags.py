@@ -68,12 +68,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kilonode.catalog.limits import limits
-from kilonode.preflight.nodes import flags_of, unit_exec_args
 from kilonode.render.monitoring import ETCD_QUOTA_CRITICAL, ETCD_QUOTA_WARNING, etcd_job
 from kilonode.review.autoscaler import seconds
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import load_yaml, plan_of
+from kilonode.review.unit_flags import UNITS, program_flags
 
 GRACE_RULE = "node-monitor-grace-lowered"
 PERIOD_RULE = "node-monitor-period-raised"
@@ -83,11 +83,6 @@ WRITES_RULE = "kubelet-node-writes-raised"
 LEASE_RULE = "kubelet-lease-duration-changed"
 KUBELET_CHANGED_RULE = "kubelet-config-changed"
 
-UNITS = {
-    "kube-apiserver": "etc/systemd/system/kube-apiserver.service",
-    "kube-controller-manager": "etc/systemd/system/kube-controller-manager.service",
-    "kube-scheduler": "etc/systemd/system/kube-scheduler.service",
-}
 KUBELET_CONFIG = "etc/kubernetes/kubelet-config.yaml"
 
 # Upstream's defaults (see the docstring for where each is read).
@@ -137,26 +132,6 @@ LEASE_FIELDS = ("nodeLeaseDurationSeconds",)
 QPS_FIELDS = ("kubeAPIQPS", "kubeAPIBurst")
 KUBELET_FROM_PLAN = frozenset({"maxPods", "clusterDNS", "resolvConf", "containerRuntimeEndpoint",
                                "maxParallelImagePulls"})
-
-def unit_flags(text: str) -> dict[str, str]:
-    """The flags of a unit's ExecStart, name -> value ('true' for a bare flag; the last one wins, as pflag):
-    preflight's reader (kilonode.preflight.nodes), so that the review and preflight read a unit alike. A unit
-    whose ExecStart does not split as a shell line (an unbalanced quote: systemd refuses it too) has none."""
-    try:
-        return flags_of(unit_exec_args(text))
-    except ValueError:
-        return {}
-
-
-def program_flags(files: Mapping[str, str]) -> dict[str, dict[str, dict[str, str]]]:
-    """program -> apiserver host -> its flags."""
-    found: dict[str, dict[str, dict[str, str]]] = {}
-    for path, text in files.items():
-        for program, unit in UNITS.items():
-            if path.endswith("/" + unit):
-                found.setdefault(program, {})[path.split("/", 1)[0]] = unit_flags(text)
-    return found
-
 
 def kubelet_configs(files: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """pool host (pool-<name> or pool-<name>.team-<team>) -> its KubeletConfiguration."""

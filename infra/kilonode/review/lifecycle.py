@@ -44,6 +44,7 @@ from kilonode.plan import wellknown
 from kilonode.review.compare import CREATE, DELETE, REPLACE, ResourceChange, StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS, tolerated
+from kilonode.review.unit_flags import program_flags
 
 RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
 VNET = "azure-native:network:VirtualNetwork"
@@ -545,9 +546,7 @@ def _targets_pool(spec: Mapping[str, Any], pool: str) -> bool:
 def _extended_resource_toleration(entry: Mapping[str, Any] | None) -> bool:
     """Every apiserver of the side runs with the ExtendedResourceToleration admission plugin (its
     rendered unit's --enable-admission-plugins)."""
-    from kilonode.review import control_flags  # control_flags reads this module's plan_of
-
-    hosts = control_flags.program_flags((entry or {}).get("files") or {}).get("kube-apiserver") or {}
+    hosts = program_flags((entry or {}).get("files") or {}).get("kube-apiserver") or {}
     return bool(hosts) and all("ExtendedResourceToleration" in str(flags.get("enable-admission-plugins") or "")
                                .split(",") for flags in hosts.values())
 
@@ -605,7 +604,8 @@ def _autoscaler_template_untainted(diff: StackDiff, pool: str, old: list[str], n
         f"pool {pool} is autoscaled and gains {', '.join(added)}: the Nodes that run keep the taints they registered "
         "with, untainted, and cluster-autoscaler builds each node group's template from one of its running Ready "
         "nodes (the scale set's node-template taint tags are read only for a group with no such node: kubernetes/"
-        "autoscaler cluster-autoscaler-1.34.5 processors/nodeinfosprovider/mixed_nodeinfos_processor.go Process). "
+        "autoscaler cluster-autoscaler processors/nodeinfosprovider/mixed_nodeinfos_processor.go Process, at the "
+        "stack's pinned release). "
         "So a pending pod that does not tolerate the taint fits the untainted template, the autoscaler adds a "
         "node, the node registers with the taint, the pod still cannot land there, and the next loop scales up "
         f"again: up to the pool's max, {most:,} nodes, of machines nothing uses. {'; '.join(who)}. Taint the running "
