@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
+import re
 import typing
 from typing import Any
 
@@ -26,6 +28,7 @@ from kilonode.azure import mockplan, sdk_shortcuts
 from kilonode.azure.mockplan import run_plan, run_program
 from kilonode.azure.sdk_shortcuts import _CycleBreaker
 from kilonode.config import load_stack
+from kilonode.paths import REPO_ROOT
 
 pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
 
@@ -290,3 +293,18 @@ def test_a_fast_path_whose_sdk_parts_are_missing_is_left_out(monkeypatch: pytest
     assert [r.name for r in graph.resources] == ["a"]
     assert seen[0] is SDK_FUNCTIONS["serialize_property"]  # the serializer needs it: the SDK's own ran
     assert seen[1] is not SDK_FUNCTIONS["deserialize_properties"]  # the others were swapped in
+
+
+def test_the_installed_sdk_has_every_part_the_shortcuts_use_and_is_the_pinned_minor() -> None:
+    # a shortcut whose parts are missing is left out silently at run time (the answers stay the
+    # SDK's); here it fails instead, so a new SDK that drops one is seen before plans slow down
+    assert sdk_shortcuts.missing_sdk_parts() == []
+    pinned = re.search(r'"pulumi~=(\d+\.\d+)\.\d+"', (REPO_ROOT / "pyproject.toml").read_text())
+    assert pinned, "pyproject.toml pins pulumi to its tested minor (pulumi~=X.Y.Z)"
+    installed = importlib.metadata.version("pulumi")
+    assert installed.startswith(pinned.group(1) + "."), f"the installed SDK {installed} is not the pinned minor"
+
+
+def test_a_missing_sdk_part_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(pulumi_types, "_wire_union_members")
+    assert sdk_shortcuts.missing_sdk_parts() == ["pulumi._types._wire_union_members"]

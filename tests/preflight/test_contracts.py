@@ -679,10 +679,13 @@ def test_a_discovery_namespace_without_endpointslice_reads_is_a_break_for_the_jo
               and r["inputs"]["metadata"] == {**r["inputs"]["metadata"], "name": "kilonode:prometheus",
                                               "namespace": "kube-system"}]
     role["inputs"]["rules"] = [r for r in role["inputs"]["rules"] if "endpointslices" not in r["resources"]]
-    [finding] = findings(graph=graph)
-    assert lines([finding]) == {"prometheus/discovery-rbac"}
-    assert finding.where == "StatefulSet monitoring/prometheus job kilonode-kube-state-metrics (role endpointslice)"
-    assert "may not list discovery.k8s.io/endpointslices in kube-system" in finding.what
+    found = findings(graph=graph)
+    assert lines(found) == {"prometheus/discovery-rbac"}
+    # each job that discovers in kube-system by its EndpointSlices: kube-state-metrics and CoreDNS
+    assert sorted(f.where for f in found) == [
+        f"StatefulSet monitoring/prometheus job {job} (role endpointslice)"
+        for job in ("kilonode-coredns", "kilonode-kube-state-metrics")]
+    assert all("may not list discovery.k8s.io/endpointslices in kube-system" in f.what for f in found)
 
 
 def test_prometheus_without_node_reads_breaks_every_node_discovery_job() -> None:

@@ -182,6 +182,9 @@ NOT_RENDERED = {
     # Azure; SshPublicKey refuses options, line breaks and control characters
     "sshKeys{}": "Azure's osProfile input, never rendered",
     "sshKeys{key}": "a role name, checked against the stack's roles, never rendered",
+    # Alertmanager's webhook: a value of alertmanager.yml, a ConfigMap built as data and serialised
+    # (kilonode.render.alertmanager), never a host's file; https with a host, no spaces or '{{'
+    "alerting.webhookUrl": "a value in alertmanager.yml (built as data), never a host's file",
 }
 
 

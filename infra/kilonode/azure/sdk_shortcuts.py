@@ -7,7 +7,8 @@ sending each monitor call through a thread pool, and serialising and reading bac
 property through paths that redo typing introspection at every value. For the length of one
 run only, each of those is swapped for a path that gives the SDK's own answers, and the SDK's
 is put back afterwards; a swap whose SDK parts are missing (another SDK version) is left out,
-and the SDK's own path kept. `pulumi up` never runs any of this.
+and the SDK's own path kept. `pulumi up` never runs any of this. The SDK is pinned to the
+minor they were tested with (pyproject.toml), and a test holds it to SDK_PARTS.
 
 tests/azure/test_mock_engine.py compares each with the SDK's own function (mostly with
 hypothesis), and the monitor's requests and answers of a whole stack byte for byte with and
@@ -627,6 +628,34 @@ def _fast_sdk_paths(outputs: _PropertyOutputs) -> Iterator[None]:
         for module, name, replacement in swaps:
             stack.enter_context(_swapped(module, name, replacement))
         yield
+
+
+# Every part of the SDK the shortcuts above read or swap (module, name): on another SDK a missing
+# one turns a shortcut off (the SDK's own path runs, the answers are the same, the run slower).
+# pyproject.toml pins the SDK to the minor these were written and tested against, and
+# tests/azure/test_mock_engine.py holds the installed SDK to this list, so a new SDK that drops a
+# part fails a test instead of slowing every plan silently.
+SDK_PARTS: tuple[tuple[Any, str], ...] = (
+    *((known_types, n) for n in ("is_archive", "is_asset", "is_output", "is_resource", "is_unknown")),
+    *((rpc, n) for n in ("UNKNOWN", "_expand_dependencies", "_get_list_element_type", "_special_sig_key",
+                         "contains_unknowns", "declare_dependency", "deserialize_properties", "is_rpc_secret",
+                         "serialize_property", "transfer_properties", "unwrap_rpc_secret", "wrap_rpc_secret")),
+    *((sdk_resource, n) for n in ("_get_stack_trace", "_resolve_depends_on_urns", "create_urn")),
+    *((sdk_types, n) for n in ("_PULUMI_DEPRECATED_CALLABLE", "_py_properties", "_wire_union_members",
+                               "input_type_py_to_pulumi_names", "input_type_types", "is_input_type",
+                               "unwrap_optional_type", "unwrap_type")),
+    *((settings, n) for n in ("excessive_debug_output", "get_project", "get_stack", "is_dry_run")),
+    (sdk_cycles, "declare_dependency"),
+)
+
+
+def missing_sdk_parts() -> list[str]:
+    """The SDK parts of SDK_PARTS this SDK lacks, as `module.name`; and the cycle check, where the
+    rpc module no longer calls the SDK's own (its shortcut is then off)."""
+    missing = [f"{module.__name__}.{name}" for module, name in SDK_PARTS if not hasattr(module, name)]
+    if getattr(rpc, "declare_dependency", None) is not getattr(sdk_cycles, "declare_dependency", None):
+        missing.append("pulumi.runtime.rpc.declare_dependency is not resource_cycle_breaker's")
+    return missing
 
 
 @contextlib.contextmanager
