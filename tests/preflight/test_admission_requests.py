@@ -4,6 +4,7 @@ indexed without a guard, under failurePolicy Fail) or refuses one of them is a b
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -106,3 +107,41 @@ def test_a_check_of_some_roles_evaluates_their_writes_alone() -> None:
     assert found and all(f"pool role {host}:" in f.what for f in found)
     assert all(f"of the {len(node_requests(inputs, {host}))} requests" in f.what for f in found if "more of" in f.what)
     assert check_hosts(inputs, set()) == []
+
+
+# --- the short-circuiting evaluator gives cel-python's own answers --------------------------------------
+
+
+@pytest.mark.parametrize("expression", [
+    "true || 1 / 0 == 0", "1 / 0 == 0 || true", "false || 1 / 0 == 0", "1 / 0 == 0 || false",
+    "false && 1 / 0 == 0", "1 / 0 == 0 && false", "true && 1 / 0 == 0", "1 / 0 == 0 && true",
+    "'a' || true", "false || 'a'", "true && 'a'", "(false || false) && (true || 1 / 0 == 0)",
+    "[1, 2].exists(x, x == 2 || x / 0 == 1)", "has(object.a) && object.a == 1", "!has(object.a) || object.a == 1",
+])
+def test_short_circuiting_answers_as_cel_python(expression: str) -> None:
+    import celpy
+
+    from kilonode.preflight.checks import admission_requests as ar
+
+    def answer(short_circuit: bool) -> str:
+        try:
+            return repr(ar._compiled(expression, short_circuit).evaluate({"object": celpy.json_to_cel({"b": 1})}))
+        except celpy.CELEvalError as error:
+            return f"error {error.args[0] if error.args else ''}"
+
+    assert answer(True) == answer(False)
+
+
+@pytest.mark.parametrize("shipped", ["research-7500", "research-2500"])
+def test_every_policy_on_every_request_answers_as_cel_python(shipped: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kilonode.preflight.checks import admission_requests as ar
+
+    inputs = inputs_of(shipped)
+    policies = [r.inputs.get("spec") or {} for r in inputs.of_type(ar.POLICY_TYPE)]
+    requests = list(node_requests(inputs))
+    assert policies and requests
+    ours = [ar.evaluate(spec, request) for spec in policies for request in requests if ar.matches(spec, request)]
+    library = functools.partial(ar._compiled, short_circuit=False)
+    monkeypatch.setattr(ar, "_compiled", library)
+    assert [ar.evaluate(spec, request) for spec in policies for request in requests
+            if ar.matches(spec, request)] == ours

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import celpy
+from celpy.evaluation import CELEvalError, Evaluator
 
 from kilonode.k8s.admission import NODE_NAME_EXTRA
 from kilonode.k8s.node_agents import NODE_AGENTS
@@ -170,11 +171,61 @@ def _program(env: celpy.Environment, expression: str) -> Any:
     return _compiled(expression)
 
 
+class _ShortCircuitEvaluator(Evaluator):  # type: ignore[misc]
+    """cel-python 0.5's interpreter, with `||` and `&&` evaluating their right side only where the
+    left does not decide: its own conditionalor and conditionaland visit both sides and then
+    combine them (celtypes.logical_or, logical_and), so a guard such as `!(agent) || (rule)`
+    still walked the whole rule for every request: most of preflight's time at research-7500.
+
+    The answers are CEL's, and cel-python's own: `true || x` is true and `false && x` is false
+    whatever x is, an error included (github.com/google/cel-spec doc/langdef.md, "Logical
+    Operators": commutative, errors absorbed by a deciding operand), and celtypes.logical_or /
+    logical_and return exactly that where the left is that BoolType. Anything else (the left
+    false, true, an error or not a bool) visits the right and combines the two as the library
+    does. tests/preflight/test_admission_requests.py compares both evaluators on every policy and
+    request of the shipped stacks and on error-absorbing cases."""
+
+    def _decided(self, tree: Any, decides: bool) -> Any:
+        if len(tree.children) != 2:
+            return None
+        left = self.visit(tree.children[0])
+        if isinstance(left, celpy.celtypes.BoolType) and bool(left) is decides:
+            return left
+        return left, self.visit(tree.children[1])
+
+    def conditionalor(self, tree: Any) -> Any:
+        return self._combined(tree, True, "_||_", super().conditionalor)
+
+    def conditionaland(self, tree: Any) -> Any:
+        return self._combined(tree, False, "_&&_", super().conditionaland)
+
+    def _combined(self, tree: Any, decides: bool, name: str, library: Any) -> Any:
+        decided = self._decided(tree, decides)
+        if decided is None:
+            return library(tree)  # one child: the library's path
+        if not isinstance(decided, tuple):
+            return decided
+        left, right = decided
+        try:
+            return self.activation.resolve_function(name)(left, right)
+        except TypeError as error:  # as the library's: no overload is an error value, not a raise
+            value = CELEvalError(f"found no matching overload for {name} applied to '({type(left)}, "
+                                 f"{type(right)})'", error.__class__, error.args, tree=tree)
+            value.__cause__ = error
+            return value
+
+
+class _ShortCircuitRunner(celpy.InterpretedRunner):  # type: ignore[misc]
+    def evaluate(self, context: Any) -> Any:
+        return _ShortCircuitEvaluator(ast=self.ast, activation=self.new_activation()).evaluate(context)
+
+
 @functools.lru_cache(maxsize=4096)
-def _compiled(expression: str) -> Any:
+def _compiled(expression: str, short_circuit: bool = True) -> Any:
     """One compiled program per expression, reused for every request (cel-python's parse and
-    compile are most of an evaluation's cost: 17 s for research-7500's 36 requests without it)."""
-    env = celpy.Environment()
+    compile are most of an evaluation's cost: 17 s for research-7500's 36 requests without it);
+    `short_circuit=False`: cel-python's own evaluator (the tests compare the two)."""
+    env = celpy.Environment(runner_class=_ShortCircuitRunner if short_circuit else celpy.InterpretedRunner)
     return env.program(env.compile(expression))
 
 
