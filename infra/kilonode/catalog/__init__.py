@@ -32,17 +32,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from kilonode.yamlio import load_yaml
+
 CATALOG_DIR = Path(__file__).resolve().parent
 M = TypeVar("M", bound=BaseModel)
-# libyaml's parser where PyYAML has it (PyPI's wheels do): the same data (SafeConstructor builds
-# it either way) at an eighth of the pure-Python parser's time; vm_sizes.yaml alone was about a
-# quarter of `kilonode validate`. tests/config/test_catalog.py checks both read every file alike.
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 class Row(BaseModel):
     """A catalogue row or table: closed (an unknown key is a typo), immutable, camelCase keys."""
@@ -53,7 +49,7 @@ class Row(BaseModel):
 def read(path: Path) -> Any:
     """A data file's content: YAML or TOML by its suffix."""
     text = path.read_text(encoding="utf-8")
-    return tomllib.loads(text) if path.suffix == ".toml" else yaml.load(text, Loader=_LOADER)
+    return tomllib.loads(text) if path.suffix == ".toml" else load_yaml(text)
 
 
 def load(model: type[M], path: Path) -> M:

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from kilonode.cli.common import StackArg, die, load_and_plan, out
+from kilonode.yamlio import load_yaml
 
 
 def upgrade(
@@ -219,13 +220,11 @@ def _check_and_write(file: Path, text: str, name: str) -> None:
     import os
     import tempfile
 
-    import yaml
-
     from kilonode.config.load import CONFIG_KEY, stack_from_value
     from kilonode.problems import StackError
 
     try:
-        stack_from_value(name, (yaml.safe_load(text).get("config") or {}).get(CONFIG_KEY), file)
+        stack_from_value(name, (load_yaml(text).get("config") or {}).get(CONFIG_KEY), file)
     except StackError as error:
         die(f"the step's stack would not load, so {file} was not changed: {error}", "kilonode upgrade")
     fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)

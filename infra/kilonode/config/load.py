@@ -41,6 +41,7 @@ from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.config.values import shown
 from kilonode.paths import EXAMPLE_STACKS_DIR, SYSCTL_DIR
 from kilonode.problems import Loc, PlanError, Problem, StackError
+from kilonode.yamlio import load_yaml
 
 CONFIG_KEY = "kilonode:cluster"
 # The largest stack file read: research-7500's is under 4 KiB; anything near this is not a
@@ -105,7 +106,7 @@ def project_stacks_dir(start: Path | None = None) -> Path | None:
     if root is None:
         return None
     try:
-        project = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
+        project = load_yaml((root / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         project = {}
     sub = project.get("stackConfigDir") if isinstance(project, dict) else None
@@ -632,7 +633,7 @@ def _load_profile(name: str, sysctl_dir: Path) -> tuple[SysctlProfile | None, li
         known = ", ".join(sorted(p.stem for p in sysctl_dir.glob("*.yaml")))
         return None, [Problem(("sysctl", "profile"), f"no profile {name!r} in {sysctl_dir}; known: {known}")]
     try:
-        return SysctlProfile.model_validate(yaml.safe_load(path.read_text())), []
+        return SysctlProfile.model_validate(load_yaml(path.read_text())), []
     except (ValidationError, yaml.YAMLError) as err:
         return None, [Problem(("sysctl", "profile"), f"profile file {path} is invalid: {err}")]
 

@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi_kubernetes import apiextensions, apps, core, meta, policy, rbac
 
 from kilonode.k8s.admission import admission_policy
@@ -60,7 +59,7 @@ from kilonode.k8s.pod_security import NONROOT_USER, container_security_context
 from kilonode.k8s.pods import awaited, config_digest_annotation, on_pools, system_pod_spec
 from kilonode.plan.model import AwaitsPlan, ClusterPlan
 from kilonode.plan.wellknown import FABRIC_LABEL, GPU_RESOURCE
-from kilonode.yamlio import plain_yaml
+from kilonode.yamlio import load_yaml_all, plain_yaml
 
 # What a job names (GANG_SCHEDULER_NAME, POD_GROUP_LABEL, ...) lives in kilonode.k8s.gang, free
 # of Pulumi, which job builders share; imported here, and read as scheduling.<NAME> as before.
@@ -221,7 +220,7 @@ def crd_documents() -> list[dict[str, Any]]:
     """The vendored CustomResourceDefinitions, as upstream wrote them."""
     documents: list[dict[str, Any]] = []
     for file in CRD_FILES:
-        documents += [d for d in yaml.safe_load_all((CRD_DIR / file).read_text()) if d]
+        documents += [d for d in load_yaml_all((CRD_DIR / file).read_text()) if d]
     return documents
 
 

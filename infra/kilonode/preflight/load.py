@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from kilonode.image.manifest import FORMAT as IMAGE_MANIFEST_FORMAT
 from kilonode.plan.model import ClusterPlan
 from kilonode.preflight.model import InputError, Inputs, Resource
+from kilonode.yamlio import load_yaml
 
 PLAN_FILE = "plan.yaml"  # what `kilonode render` writes at the top of its directory
 MARKER = ".kilonode-render.json"
@@ -23,7 +24,7 @@ IMAGE_MANIFEST_SUFFIX = ".manifest.json"
 
 def plan_from_yaml(text: str, where: str) -> ClusterPlan:
     try:
-        return ClusterPlan.model_validate(yaml.safe_load(text))
+        return ClusterPlan.model_validate(load_yaml(text))
     except (yaml.YAMLError, ValidationError) as error:
         raise InputError(f"{where}: not a kilonode plan ({str(error).splitlines()[0]}); "
                          "render the stack again with this kilonode (`kilonode render STACK --out DIR`)") from None

@@ -9,18 +9,14 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import yaml
-
 from kilonode.plan.model import NodePoolPlan
 from kilonode.preflight.model import Inputs
 from kilonode.preflight.placement import NOT_READY, UNINITIALIZED, Node, Taint
+from kilonode.yamlio import load_yaml
 
 KUBELET_CONFIG = "etc/kubernetes/kubelet-config.yaml"
 KUBELET_UNIT = "etc/systemd/system/kubelet.service"
 POOL_PREFIX = "pool-"
-# libyaml's safe loader where PyYAML has it (kilonode diff places every pool on both sides of a change)
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 @dataclass(frozen=True)
 class PoolNodes:
@@ -93,7 +89,7 @@ def bootstrap_nodes(inputs: Inputs) -> list[PoolNodes]:
             continue
         pool, count = owner
         files = inputs.host_files(host)
-        config = yaml.load(files.get(KUBELET_CONFIG, ""), Loader=_LOADER) or {}  # a safe loader, C or Python
+        config = load_yaml(files.get(KUBELET_CONFIG, "")) or {}  # a safe loader, C or Python
         flags = flags_of(unit_exec_args(files.get(KUBELET_UNIT, "")))
         labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   **_pairs(flags.get("node-labels", ""), "=")}

@@ -19,16 +19,14 @@ from typing import Any
 import yaml
 
 from kilonode.preflight.model import Inputs
+from kilonode.yamlio import load_yaml
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 WORKLOADS = ("kubernetes:apps/v1:StatefulSet", "kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:DaemonSet")
 CONFIG_FLAG = "--config.file"
 _DURATION = re.compile(r"(\d+)(ms|y|w|d|h|m|s)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-DEFAULT_SCRAPE_INTERVAL_S = 60.0  # Prometheus' global default (config/config.go DefaultGlobalConfig: 1m)
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a safe loader, C or Python
-
-
+DEFAULT_SCRAPE_INTERVAL_S = 60.0
 def graph_of(inputs: Inputs) -> dict[str, Any]:
     """Preflight's recorded graph in the JSON form these readers take."""
     return {"resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in inputs.resources]}
@@ -37,7 +35,7 @@ def graph_of(inputs: Inputs) -> dict[str, Any]:
 def load(text: Any) -> Any:
     """A YAML text as safe_load reads it; None where it is not text or not YAML."""
     try:
-        return yaml.load(text, Loader=_LOADER) if isinstance(text, str) else None
+        return load_yaml(text) if isinstance(text, str) else None
     except yaml.YAMLError:
         return None
 

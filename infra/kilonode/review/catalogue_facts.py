@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from kilonode.review.finding import HIGH, MEDIUM
+from kilonode.yamlio import load_yaml
 
 CATALOGUE = "infra/kilonode/catalog/"
 RULE = "catalogue-fact-changed"
@@ -76,7 +77,7 @@ def _load(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError:
         return None
 

@@ -46,6 +46,7 @@ from kilonode.k8s.gang import GANG_SCHEDULER_NAME
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
+from kilonode.yamlio import load_yaml
 
 RULE = "gang-permit-wait-lowered"
 CHANGED_RULE = "gang-scheduler-config-changed"
@@ -91,7 +92,7 @@ def config(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
             continue
         text = (inputs.get("data") or {}).get(CONFIG_FILE)
         try:
-            loaded = yaml.safe_load(text) if isinstance(text, str) else None
+            loaded = load_yaml(text) if isinstance(text, str) else None
         except yaml.YAMLError:
             return None
         return loaded if isinstance(loaded, dict) else None

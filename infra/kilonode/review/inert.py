@@ -50,6 +50,7 @@ from kilonode.render.pool import FABRIC_SCRIPT
 from kilonode.review import rules
 from kilonode.review.compare import UPDATE, StackDiff, covers
 from kilonode.review.finding import MEDIUM, Finding
+from kilonode.yamlio import load_yaml
 
 VMSS = "azure-native:compute:VirtualMachineScaleSet"
 SSH_KEYS = "virtualMachineProfile.osProfile.linuxConfiguration.ssh.publicKeys"
@@ -103,7 +104,7 @@ def _accepts(patterns: list[str], name: str) -> bool:
 
 def _cloud_config(text: str) -> Any:
     try:
-        return text.split("\n", 1)[0], yaml.safe_load(text)
+        return text.split("\n", 1)[0], load_yaml(text)
     except yaml.YAMLError:
         return None
 
@@ -133,7 +134,7 @@ def _generations(plan: Mapping[str, Any]) -> dict[str, set[int]]:
 def _plan(entry: Mapping[str, Any] | None) -> Mapping[str, Any]:
     text = ((entry or {}).get("files") or {}).get("plan.yaml")
     try:
-        plan = yaml.safe_load(text) if isinstance(text, str) else None
+        plan = load_yaml(text) if isinstance(text, str) else None
     except yaml.YAMLError:
         return {}
     return plan if isinstance(plan, Mapping) else {}

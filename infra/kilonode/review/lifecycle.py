@@ -45,6 +45,7 @@ from kilonode.review.compare import CREATE, DELETE, REPLACE, ResourceChange, Sta
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.rules import ETCD_GROUPS, VM, VMSS, tolerated
 from kilonode.review.unit_flags import program_flags
+from kilonode.yamlio import load_yaml, load_yaml_all
 
 RESOURCE_GROUP = "azure-native:resources:ResourceGroup"
 VNET = "azure-native:network:VirtualNetwork"
@@ -133,15 +134,8 @@ def _guard_advice(refused: Mapping[str, tuple[int, int]], groups: list[str]) -> 
     return first, last
 
 
-# libyaml's loader where PyYAML was built with it (Debian's and PyPI's wheels are): research-7500's
-# plan.yaml parses in a tenth of the pure-Python loader's time, and a review parses it per rule.
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def load_yaml(text: str) -> Any:
-    """A recorded YAML file (plan.yaml, a rendered config), as safe_load reads it."""
-    return yaml.load(text, Loader=_LOADER)  # a safe loader, C or Python
-
+# load_yaml (kilonode.yamlio): libyaml's loader, research-7500's plan.yaml in a tenth of the
+# pure-Python loader's time, and a review parses it per rule; other review modules import it here.
 
 def plan_of(entry: Mapping[str, Any] | None) -> dict[str, Any]:
     """The side's plan.yaml, parsed once per text (a review's rules ask for it about fifteen
@@ -490,7 +484,7 @@ def identity_policy_denies(entry: Mapping[str, Any] | None) -> bool:
 
 def _documents(text: str) -> list[Mapping[str, Any]]:
     try:
-        return [d for d in yaml.safe_load_all(text) if isinstance(d, Mapping)]
+        return [d for d in load_yaml_all(text) if isinstance(d, Mapping)]
     except yaml.YAMLError:
         return []
 

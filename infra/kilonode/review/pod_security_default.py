@@ -48,6 +48,7 @@ from kilonode.preflight.placement import pod_spec_of
 from kilonode.review import sides
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
+from kilonode.yamlio import load_yaml
 
 TIGHTENED = "pod-security-default-tightened"
 LOOSENED = "pod-security-default-loosened"
@@ -79,7 +80,7 @@ def defaults(entry: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if not path.endswith("/" + ADMISSION_CONFIG):
             continue
         try:
-            document = yaml.safe_load(text) or {}
+            document = load_yaml(text) or {}
         except yaml.YAMLError:
             return None  # preflight's admission-config judges a file that does not parse
         for plugin in document.get("plugins") or [] if isinstance(document, Mapping) else []:

@@ -49,6 +49,7 @@ from kilonode.catalog.rbac import builtin_rbac
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
+from kilonode.yamlio import load_yaml
 
 RBAC_RULE = "rbac-escalation"
 AUDIT_RULE = "audit-secrets-logged"
@@ -295,7 +296,7 @@ def _policy(text: str | None) -> list[Mapping[str, Any]] | None:
     if text is None:
         return None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError:
         return None
     rules = doc.get("rules") if isinstance(doc, Mapping) else None

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kilonode.digest import sha256_text
+from kilonode.yamlio import load_yaml
 
 FORMAT = 2  # 2: customTimeouts recorded
 SECRET = "[secret]"
@@ -196,13 +197,12 @@ def _load_recipe() -> Any:
 
 def _lessons() -> dict[str, Any]:
     """The field values the toolkit ships, for rules that say a value was made weaker."""
-    import yaml
 
     from kilonode.paths import SYSCTL_DIR
 
     sysctl: dict[str, Any] = {}
     for profile in sorted(Path(SYSCTL_DIR).glob("*.yaml")):
-        for key, entry in (yaml.safe_load(profile.read_text()) or {}).items():
+        for key, entry in (load_yaml(profile.read_text()) or {}).items():
             if isinstance(entry, dict) and "value" in entry:
                 sysctl[key] = entry["value"]
     return {"sysctl": sysctl}

@@ -43,6 +43,7 @@ import yaml
 
 from kilonode.catalog.admission_plugins import AdmissionPlugins, RequiresConfig, catalogue
 from kilonode.preflight.model import Finding, Inputs, Level
+from kilonode.yamlio import load_yaml
 
 NAME = "admission-config"
 TITLE = "every admission plugin an apiserver enables is known and has the configuration it needs to start"
@@ -141,7 +142,7 @@ def _entries(files: Mapping[str, str], path: str | None) -> tuple[dict[str, Any]
         return {}, (f"{CONFIG}={path}, but no such file is rendered on this host: kube-apiserver cannot read it "
                     f"(\"unable to read admission control configuration\") and {DOWN}")
     try:
-        document = yaml.safe_load(text) or {}
+        document = load_yaml(text) or {}
     except yaml.YAMLError as error:
         return {}, f"{path} is not YAML ({error}); kube-apiserver cannot decode it and {DOWN}"
     if not isinstance(document, dict):
@@ -181,7 +182,7 @@ def _configured(host: str, need: RequiresConfig, entries: Mapping[str, Any], pat
                                   f"kube-apiserver exits reading it (klog.Fatalf, pkg/admission/config.go "
                                   f"GetAdmissionPluginConfigurationFor); {DOWN}"), fix)]
         try:
-            config = yaml.safe_load(text)
+            config = load_yaml(text)
         except yaml.YAMLError:
             config = None
     problem = _refused(need, config)

@@ -129,6 +129,7 @@ from kilonode.preflight.checks.deployer_path import NetworkGraph, admits
 from kilonode.preflight.checks.scrape_path import nsgs_of
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import bootstrap_nodes, flags_of, unit_exec_args
+from kilonode.yamlio import load_yaml
 
 NAME = "contracts"
 TITLE = ("Component contracts: what each component needs from its node and cluster, read at the pinned "
@@ -144,8 +145,9 @@ def _recipe() -> Recipe:
 
 def check(inputs: Inputs) -> list[Finding]:
     findings: list[Finding] = []
+    unread_here = unread(inputs.plan)  # once for every contract: each lookup reads every contract's pin
     for name, contract in contracts().items():
-        stale = _stale(inputs, name, contract)
+        stale = _stale(unread_here, name, contract)
         if stale:
             findings.append(stale)
             continue
@@ -226,8 +228,8 @@ def unread(plan: ClusterPlan) -> dict[str, tuple[str, str | None]]:
     return found
 
 
-def _stale(inputs: Inputs, name: str, contract: Contract) -> Finding | None:
-    stale = unread(inputs.plan).get(name)
+def _stale(unread_here: Mapping[str, tuple[str, str | None]], name: str, contract: Contract) -> Finding | None:
+    stale = unread_here.get(name)
     if stale is None:
         # (a package no image declares: its requirements say what is missing, line by line)
         return None
@@ -660,7 +662,7 @@ def _cgroup_v2(inputs: Inputs, name: str, contract: Contract, req: Requirement) 
             continue
         for host in (h for h in inputs.hosts() if h in {pool.role(), *(pool.role(t) for t in pool.teams)}):
             text = inputs.host_files(host).get(str(value["kubeletConfig"]).lstrip("/"))
-            config = yaml.safe_load(text) if text else None
+            config = load_yaml(text) if text else None
             if isinstance(config, Mapping) and config.get(value["key"]) is False:
                 continue
             findings.append(_finding(
@@ -727,7 +729,7 @@ def _cgroup_driver_matches_kubelet(inputs: Inputs, name: str, contract: Contract
             kubelet_text = files.get(str(value["kubeletConfig"]).lstrip("/"))
             if kubelet_text is None:
                 continue
-            kubelet = (yaml.safe_load(kubelet_text) or {}).get("cgroupDriver") or KUBELET_DEFAULT_CGROUP_DRIVER
+            kubelet = (load_yaml(kubelet_text) or {}).get("cgroupDriver") or KUBELET_DEFAULT_CGROUP_DRIVER
             differing = []
             for config in value["runtimeConfigs"]:
                 text = files.get(str(config).lstrip("/"))
@@ -884,7 +886,7 @@ def _config_map_document(inputs: Inputs, named: str, key: str, fmt: str = "yaml"
     if not isinstance(text, str):
         return config_map, _MISSING
     try:
-        return config_map, json.loads(text) if fmt == "json" else yaml.safe_load(text)
+        return config_map, json.loads(text) if fmt == "json" else load_yaml(text)
     except (ValueError, yaml.YAMLError):
         return config_map, None
 

@@ -49,13 +49,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 
-import yaml
-
 from kilonode.image.recipe import load_recipe
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, DisksPlan, DiskTierPlan
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import KUBELET_CONFIG, unit_exec_args
+from kilonode.yamlio import load_yaml
 
 NAME = "disks"
 TITLE = "every writer (etcd, audit log, journal, kubelet root, runtime root, logs) has a disk with room and IOPS"
@@ -144,7 +143,7 @@ class HostDisks:
 
 def _mounts(files: Mapping[str, str]) -> tuple[str, ...]:
     found: list[str] = []
-    data = yaml.safe_load(files.get("user-data", "")) or {}
+    data = load_yaml(files.get("user-data", "")) or {}
     found += [str(entry[1]) for entry in data.get("mounts") or [] if len(entry) > 1 and entry[1]]
     if LOCAL_DISK_CONFIG in files:
         found.append(json.loads(files[LOCAL_DISK_CONFIG])["mountPoint"])
@@ -364,7 +363,7 @@ def _audit(plan: ClusterPlan, disks: HostDisks, unit: str) -> list[Finding]:
 
 
 def _pool(disks: HostDisks, files: Mapping[str, str]) -> list[Finding]:
-    kubelet = yaml.safe_load(files[KUBELET_CONFIG]) or {}
+    kubelet = load_yaml(files[KUBELET_CONFIG]) or {}
     max_pods = int(kubelet.get("maxPods", 110))
     findings = []
     if DOCKER_DAEMON_JSON in files:

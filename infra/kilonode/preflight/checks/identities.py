@@ -55,6 +55,7 @@ from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.nodes import KUBELET_UNIT
 from kilonode.render import metadata_block
 from kilonode.render.files import USER_DATA
+from kilonode.yamlio import load_yaml
 
 NAME = "identities"
 TITLE = "no pool identity reaches a control-plane resource; pods of every pool are kept from IMDS"
@@ -346,7 +347,7 @@ def _block_findings(host: str, files: Mapping[str, str]) -> list[Finding]:
 
 def _user_data(text: str) -> dict[str, Any]:
     try:
-        value = yaml.safe_load(text) if text else None
+        value = load_yaml(text) if text else None
     except yaml.YAMLError:
         return {}
     return value if isinstance(value, dict) else {}

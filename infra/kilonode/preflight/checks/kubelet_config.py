@@ -68,6 +68,7 @@ from kilonode.catalog.kubelet_validation import KubeletRule, catalogue
 from kilonode.plan import defaults
 from kilonode.plan.model import NodePoolPlan
 from kilonode.preflight.model import Finding, Inputs
+from kilonode.yamlio import load_yaml
 
 NAME = "kubelet-config"
 TITLE = "every pool's rendered KubeletConfiguration passes the kubelet's own validation"
@@ -182,7 +183,7 @@ def _pair(rule: KubeletRule, config: Mapping[str, Any]) -> str | None:
 
 def _load(text: str) -> tuple[Mapping[str, Any] | None, str | None]:
     try:
-        loaded = yaml.safe_load(text)
+        loaded = load_yaml(text)
     except yaml.YAMLError as error:
         return None, f"does not parse as YAML ({str(error).splitlines()[0]})"
     if not isinstance(loaded, Mapping) or (loaded.get("apiVersion"), loaded.get("kind")) != KIND:

@@ -69,6 +69,7 @@ from kilonode.preflight.nodes import KUBELET_CONFIG, KUBELET_UNIT, flags_of, uni
 from kilonode.preflight.placement import Taint, pod_tolerations, tolerates
 from kilonode.render import node_ports
 from kilonode.render.files import USER_DATA
+from kilonode.yamlio import load_yaml
 
 NAME = "listeners"
 TITLE = "every unauthenticated listening port is reachable only from its scraper, never from users' pods"
@@ -80,9 +81,6 @@ POD_IF, NIC_IF, LOOPBACK_IF = f"{defaults.KUBE_PROXY_POD_INTERFACE_PREFIX}012345
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
 BINDING = f"{POLICY}Binding"
-# libyaml's parser where PyYAML has it: each pool role's user-data is tens of KB
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 @dataclass(frozen=True)
 class Found:
@@ -149,7 +147,7 @@ def _found(inputs: Inputs, host: str) -> Iterator[Found]:
         elif path.endswith(".service") and "ExecStart=" in text:
             yield from _from_flags(plan, host, path, flags_of(unit_exec_args(text)))
     if KUBELET_CONFIG in files:
-        yield from _from_kubelet(plan, host, yaml.load(files[KUBELET_CONFIG], Loader=_LOADER) or {})
+        yield from _from_kubelet(plan, host, load_yaml(files[KUBELET_CONFIG]) or {})
     if "etc/containerd/config.toml" in files:
         cri = tomllib.loads(files["etc/containerd/config.toml"]).get("plugins", {}).get("io.containerd.grpc.v1.cri", {})
         yield Found(host, _address(str(cri.get("stream_server_address", ""))), 0,
@@ -195,7 +193,7 @@ def _found_in_graph(inputs: Inputs) -> list[Found]:
         text = (config_map.inputs.get("data") or {}).get("config.conf")
         if meta.get("name") != "kube-proxy" or not isinstance(text, str):
             continue
-        config = yaml.safe_load(text) or {}
+        config = load_yaml(text) or {}
         # kube-proxy's defaults where the config leaves them out (catalog/listeners.yaml)
         for field, default, row in (("metricsBindAddress", "127.0.0.1:10249", "kube-proxy-metrics"),
                                     ("healthzBindAddress", "0.0.0.0:10256", "kube-proxy-healthz")):
@@ -297,7 +295,7 @@ def _nsg_findings(inputs: Inputs, found: list[Found]) -> list[Finding]:
 def _user_data_files(files: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
     """What the role's nodes are given: written path -> content, and the units cloud-init starts."""
     try:
-        data = yaml.load(files.get(USER_DATA, ""), Loader=_LOADER) or {}
+        data = load_yaml(files.get(USER_DATA, "")) or {}
     except yaml.YAMLError:
         data = {}
     data = data if isinstance(data, dict) else {}

@@ -31,6 +31,7 @@ from kilonode.plan.model import JoinTokenPlan
 from kilonode.preflight.model import Finding, Inputs
 from kilonode.render.control_plane import NODE_CLIENT_APPROVER_SERVICE, NODE_CLIENT_APPROVER_UNIT
 from kilonode.render.files import USER_DATA
+from kilonode.yamlio import load_yaml
 
 NAME = "node-join"
 TITLE = "every pool's join token expires but not yet; only the node client approver approves a first node certificate"
@@ -122,7 +123,7 @@ def _approver_findings(inputs: Inputs) -> list[Finding]:
 
 def _starts_approver(files: dict[str, str]) -> bool:
     try:
-        user_data: Any = yaml.safe_load(files.get(USER_DATA, "")) or {}
+        user_data: Any = load_yaml(files.get(USER_DATA, "")) or {}
     except yaml.YAMLError:
         return False
     if not isinstance(user_data, dict):

@@ -47,11 +47,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import yaml
-
 from kilonode.plan import defaults
 from kilonode.preflight.model import Finding, Inputs, Resource
 from kilonode.preflight.placement import pod_spec_of
+from kilonode.yamlio import load_yaml
 
 NAME = "pod-security"
 TITLE = "every workload's pods pass their namespace's Pod Security enforce level"
@@ -76,7 +75,7 @@ def _levels(inputs: Inputs) -> tuple[dict[str, str], str, set[str]]:
         text = inputs.host_files(host).get(ADMISSION_CONFIG)
         if not text:
             continue
-        for plugin in (yaml.safe_load(text) or {}).get("plugins") or []:
+        for plugin in (load_yaml(text) or {}).get("plugins") or []:
             if plugin.get("name") == "PodSecurity":
                 config = plugin.get("configuration") or {}
                 default = str((config.get("defaults") or {}).get("enforce") or default)

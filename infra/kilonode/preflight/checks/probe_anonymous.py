@@ -30,11 +30,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
 from kilonode.plan import wellknown
 from kilonode.preflight.model import Finding, Inputs
 from kilonode.preflight.nodes import flags_of, unit_exec_args
+from kilonode.yamlio import load_yaml
 
 NAME = "probe-anonymous"
 TITLE = "the apiserver load balancers' probes are answered 200 without credentials"
@@ -61,7 +60,7 @@ def _anonymous(flags: Mapping[str, str], files: Mapping[str, str]) -> tuple[bool
     config_path = flags.get("authentication-config")
     if config_path:
         text = files.get(config_path.lstrip("/"))
-        document: Any = yaml.safe_load(text) if text else None
+        document: Any = load_yaml(text) if text else None
         block = (document or {}).get("anonymous") if isinstance(document, Mapping) else None
         if isinstance(block, Mapping):
             if block.get("enabled") is not True:

@@ -31,6 +31,7 @@ import yaml
 from kilonode.plan import defaults
 from kilonode.preflight.checks.deployer_path import NIC, NSG, SUBNET, NetworkGraph, admits
 from kilonode.preflight.model import Finding, Inputs, Resource
+from kilonode.yamlio import load_yaml
 
 NAME = "scrape-path"
 TITLE = "the cluster's Prometheus reaches every control-plane target it scrapes (NSGs)"
@@ -74,7 +75,7 @@ def _prometheus_config(inputs: Inputs) -> dict[str, Any] | None:
         text = (r.inputs.get("data") or {}).get(defaults.PROMETHEUS_CONFIG_FILE)
         if isinstance(text, str):
             try:
-                value = yaml.safe_load(text)
+                value = load_yaml(text)
             except yaml.YAMLError:
                 return None
             return value if isinstance(value, dict) else None
