@@ -128,6 +128,10 @@ NAME_RULES: dict[str, tuple[str, int, int, str]] = {
     "azure-native:storage:StorageAccount": ("accountName", 3, 24, r"[a-z0-9]+"),
     "azure-native:storage:BlobContainer": ("containerName", 3, 63, r"[a-z0-9](-?[a-z0-9])*"),
     "azure-native:managedidentity:UserAssignedIdentity": ("resourceName", 3, 128, r"[a-zA-Z0-9][-\w]*"),
+    # Microsoft.Insights: 1-260, none of *#&+:<>?@%{}\/ (metric alerts) or :<>+/&%\? (action groups) nor
+    # a control character, not ending in a space or period; kilonode's are letters, digits and hyphens
+    "azure-native:monitor:MetricAlert": ("ruleName", 1, 260, r"[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?"),
+    "azure-native:monitor:ActionGroup": ("actionGroupName", 1, 260, r"[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?"),
     # a role assignment's name is a GUID
     "azure-native:authorization:RoleAssignment": (
         "roleAssignmentName", 36, 36, r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"),

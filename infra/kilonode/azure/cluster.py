@@ -17,6 +17,7 @@ from kilonode.azure.backup import EtcdBackup, EtcdBackupArgs
 from kilonode.azure.common import storage_ip_rules
 from kilonode.azure.control_plane import ControlPlane, ControlPlaneArgs, secrets_encryption_file
 from kilonode.azure.custom_data import custom_data
+from kilonode.azure.egress_alerts import EgressAlerts, EgressAlertsArgs
 from kilonode.azure.etcd import EtcdCluster, EtcdClusterArgs
 from kilonode.azure.identity import ControllerIdentities, ControllerIdentitiesArgs
 from kilonode.azure.network import Network, NetworkArgs
@@ -90,6 +91,7 @@ class Cluster(pulumi.ComponentResource):
     # the pools' resource group, and what cloud-controller-manager and the autoscaler act as
     identities: ControllerIdentities
     network: Network
+    egress_alerts: EgressAlerts  # Azure Monitor's alerts on the NAT gateways
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:azure:Cluster", name, None, opts)
@@ -101,6 +103,14 @@ class Cluster(pulumi.ComponentResource):
         # cloud provider's config needs.
         self.network = Network(f"{name}-network", NetworkArgs(plan=plan), child)
         net = self.network
+        # Azure Monitor's alerts on the NAT gateways: the one way out of every subnet, which no
+        # Prometheus target sees (kilonode.azure.egress_alerts)
+        self.egress_alerts = EgressAlerts(
+            f"{name}-egress-alerts",
+            EgressAlertsArgs(plan=plan, resource_group_name=net.resource_group_name,
+                             nat_gateway_ids=net.nat_gateway_ids),
+            child,
+        )
         self.identities = ControllerIdentities(
             f"{name}-controllers",
             ControllerIdentitiesArgs(

@@ -85,6 +85,8 @@ AZURE_NAME_INPUT = {
     "azure-native:network:NatGateway": "natGatewayName",
     "azure-native:managedidentity:UserAssignedIdentity": "resourceName",
     "azure-native:authorization:RoleAssignment": "roleAssignmentName",
+    "azure-native:monitor:MetricAlert": "ruleName",
+    "azure-native:monitor:ActionGroup": "actionGroupName",
 }
 
 
