@@ -15,7 +15,10 @@ from kilonode.plan import ClusterPlan
 from tests.source import parse
 
 COMPONENTS = {"Cluster", "Network", "Tls", "NodeImage", "EtcdCluster", "ControlPlane", "GpuNodePool",
-              "ControllerIdentities", "EtcdBackup", "JoinWaves", "SshKeys"}
+              "ControllerIdentities", "EtcdBackup", "JoinWaves", "SshKeys", "EgressAlerts"}
+
+# Resources ARM takes at `global` whatever region they watch (kilonode.azure.egress_alerts)
+GLOBAL_TYPES = ("azure-native:monitor:MetricAlert", "azure-native:monitor:ActionGroup")
 
 
 def test_the_tree_is_cluster_then_one_component_per_subsystem(graph_7500: Graph) -> None:
@@ -50,7 +53,9 @@ def test_every_azure_resource_is_in_the_plans_location(
 ) -> None:
     graph, location = graphs[stack], plans[stack].location
     for r in graph.resources:
-        if "location" in r.inputs:
+        if r.type in GLOBAL_TYPES:  # Azure Monitor's alert rules and action groups: `global` only
+            assert r.inputs["location"] == "global", r.name
+        elif "location" in r.inputs:
             assert r.inputs["location"] == location, r.name
 
 

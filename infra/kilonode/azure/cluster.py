@@ -103,14 +103,9 @@ class Cluster(pulumi.ComponentResource):
         # cloud provider's config needs.
         self.network = Network(f"{name}-network", NetworkArgs(plan=plan), child)
         net = self.network
-        # Azure Monitor's alerts on the NAT gateways: the one way out of every subnet, which no
-        # Prometheus target sees (kilonode.azure.egress_alerts)
-        self.egress_alerts = EgressAlerts(
-            f"{name}-egress-alerts",
-            EgressAlertsArgs(plan=plan, resource_group_name=net.resource_group_name,
-                             nat_gateway_ids=net.nat_gateway_ids),
-            child,
-        )
+        # Azure Monitor's alerts on the NAT gateways, which no Prometheus target sees (egress_alerts)
+        self.egress_alerts = EgressAlerts(f"{name}-egress-alerts", EgressAlertsArgs(
+            plan=plan, resource_group_name=net.resource_group_name, nat_gateway_ids=net.nat_gateway_ids), child)
         self.identities = ControllerIdentities(
             f"{name}-controllers",
             ControllerIdentitiesArgs(

@@ -116,7 +116,8 @@ class EgressAlerts(pulumi.ComponentResource):
                         web_hook_properties={"cluster": plan.cluster, "natGateway": gateway.name,
                                              "runbook": RUNBOOK})]
                 self.alerts[rule] = monitor.MetricAlert(
-                    f"{name}-{gateway.name}-{row.key}",
+                    # the gateway's name last: no word of ours follows a pool's name (config.checks)
+                    f"{name}-{row.key}-{gateway.name}",
                     rule_name=rule,
                     resource_group_name=args.resource_group_name,
                     location=GLOBAL,

@@ -405,8 +405,8 @@ def archive_problems(config: ClusterConfig, project: Path) -> list[Problem]:
 # (a pool named `apiservers` and the apiservers' SSH key) or one name in kilonode's graph, which
 # preflight and the review read by name. tests/config/test_names.py reads these parts and the
 # words below off the program's recorded graph, and runs it with every colliding name.
-CLUSTER_PARTS = ("apiserver", "controllers", "etcd-backup", "etcd-main", "etcd-events", "etcd-leases", "image",
-                 "join", "k8s", "last-deployment", "network", "ssh-key", "tls")
+CLUSTER_PARTS = ("apiserver", "controllers", "egress-alerts", "etcd-backup", "etcd-main", "etcd-events",
+                 "etcd-leases", "image", "join", "k8s", "last-deployment", "network", "ssh-key", "tls")
 # The control plane's machine groups, where pools share a namespace with them: sshKeys' roles and
 # the generated keys named after them (kilonode.azure.ssh), acknowledgeRestart's groups.
 CONTROL_PLANE_GROUPS = ("etcd-main", "etcd-events", "etcd-leases", "apiservers")
