@@ -1104,5 +1104,6 @@ def alertmanager_one_failed_notification(plan: ClusterPlan) -> tuple[list[Series
     name = "KilonodeAlertmanagerNotificationsFailing"
     return notifications_failed("0x5 1x55"), [("14m", name, []), ("20m", name, []), ("40m", name, [])]
 
-# The DNS, conntrack and Prometheus-itself cases register themselves into CASES.
-from tests.monitoring import alert_cases_observability  # noqa: E402,F401
+# The DNS, conntrack and Prometheus-itself cases, and the on-call trace's (GPU verdict and power, InfiniBand sizes,
+# etcd compaction, node basics), register themselves into CASES.
+from tests.monitoring import alert_cases_observability, alert_cases_trace  # noqa: E402,F401

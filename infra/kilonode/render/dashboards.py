@@ -64,6 +64,12 @@ SOURCE_METRICS: dict[str, tuple[str, ...]] = {
         "apiserver_flowcontrol_rejected_requests_total", "apiserver_flowcontrol_dispatched_requests_total",
         "apiserver_flowcontrol_current_executing_seats", "apiserver_flowcontrol_request_wait_duration_seconds_bucket",
         "apiserver_flowcontrol_nominal_limit_seats",
+        # pkg/storage/etcd3/metrics/metrics.go l.89-96 (apiserver_resource_objects {group, resource}, ALPHA: the
+        # successor of apiserver_storage_objects, STABLE but "[DEPRECATED, consider using apiserver_resource_objects
+        # instead]", l.73-80) and l.81-88 (apiserver_resource_size_estimate_bytes {group, resource}, set only under
+        # the SizeBasedListCostEstimate gate, l.204-220: beta and on by default at 1.34, pkg/features
+        # kube_features.go l.402-404). The apiserver job drops neither (APISERVER_DROPPED: histogram buckets only).
+        "apiserver_resource_objects", "apiserver_resource_size_estimate_bytes",
     ),
     # kubernetes/kubernetes pkg/scheduler/metrics/metrics.go: pending_pods {queue} (active, backoff,
     # unschedulable, gated), in the scheduler subsystem
@@ -74,6 +80,8 @@ SOURCE_METRICS: dict[str, tuple[str, ...]] = {
                                  "kube_node_spec_taint"),
     # kilonode's own (kilonode.node.pod_traffic METRICS)
     mon.JOB_POD_TRAFFIC: tuple(name for name, _, _ in POD_TRAFFIC_METRICS),
+    # kilonode's GPU health agent (kilonode.node.gpu.metrics _agent_checks: {rule, tainting}, absent when none)
+    mon.JOB_GPU_HEALTH_AGENT: (f"{mon.GPU_AGENT}_findings",),
 }
 # etcd (v3.5/v3.6 server/storage/mvcc/metrics.go, server/etcdserver/metrics.go, server/storage/wal
 # and backend metrics.go): the series the etcd rules of kilonode.render.monitoring read, which
@@ -88,6 +96,11 @@ ETCD_METRICS = (
     # server/mvcc/backend/metrics.go l.65-67 (etcd_disk_backend_defrag_duration_seconds: _count is defrags)
     "etcd_mvcc_db_total_size_in_use_in_bytes", "etcd_debugging_mvcc_db_compaction_total_duration_milliseconds_count",
     "etcd_disk_backend_defrag_duration_seconds_count",
+    # revisions and leases at v3.5.33: server/mvcc/metrics.go l.239-250 (etcd_debugging_mvcc_current_revision),
+    # l.255-266 (etcd_debugging_mvcc_compact_revision); server/lease/metrics.go l.22-41
+    # (etcd_debugging_lease_granted_total, _revoked_total, _renewed_total)
+    "etcd_debugging_mvcc_current_revision", "etcd_debugging_mvcc_compact_revision",
+    "etcd_debugging_lease_granted_total", "etcd_debugging_lease_revoked_total", "etcd_debugging_lease_renewed_total",
 )
 # Prometheus's own per target (docs/concepts/jobs_instances.md: up, scrape_duration_seconds, ...).
 SCRAPE_METRICS = ("up", "scrape_duration_seconds", "scrape_samples_scraped")
@@ -337,11 +350,51 @@ def etcd_disk_panels() -> tuple[Panel, ...]:
     )
 
 
+# The apiserver's verbs that write to etcd (apiserver_request_total's verb label, CleanVerb: kubernetes/apiserver
+# v0.34.10 pkg/endpoints/metrics/metrics.go l.734-750)
+WRITE_VERBS = "POST|PUT|PATCH|DELETE|DELETECOLLECTION"
+TOP_RESOURCES = 15
+
+
+def etcd_growth_panels() -> tuple[Panel, ...]:
+    """What fills etcd: objects and their estimated bytes by resource (the apiservers' view), writes by resource,
+    revisions not yet compacted, and leases granted and revoked."""
+    objects = _apiserver("apiserver_resource_objects")
+    size = _apiserver("apiserver_resource_size_estimate_bytes")
+    writes = _apiserver("apiserver_request_total", f'verb=~"{WRITE_VERBS}"')
+    etcd = f'job=~"{mon.ETCD_JOBS}"'
+    by_member = f"{mon.CLUSTER_ROLE_LABEL}, instance"
+    legend = f"{{{{{mon.CLUSTER_ROLE_LABEL}}}}} {{{{instance}}}}"
+    return (
+        Panel(f"Objects stored, top {TOP_RESOURCES} resources", "Objects of each resource in etcd at the apiservers' "
+              "last count (apiserver_resource_objects, the successor of the deprecated apiserver_storage_objects), "
+              "the largest: what a database near its quota holds.",
+              (Query(f"topk({TOP_RESOURCES}, max by (group, resource) ({objects}))", "{{resource}}.{{group}}"),)),
+        Panel(f"Estimated bytes stored, top {TOP_RESOURCES} resources", "Each resource's objects times their last "
+              "observed size (apiserver_resource_size_estimate_bytes; -1 where the count failed).",
+              (Query(f"topk({TOP_RESOURCES}, max by (group, resource) ({size}))", "{{resource}}.{{group}}"),),
+              unit="bytes"),
+        Panel(f"Writes by resource, top {TOP_RESOURCES}", f"Write requests per second ({WRITE_VERBS}) by resource "
+              "and verb over every apiserver: who is filling the history compaction must clear.",
+              (Query(f"topk({TOP_RESOURCES}, sum by (resource, verb) (rate({writes}[5m])))", "{{resource}} {{verb}}"),),
+              unit="reqps"),
+        Panel("etcd revisions not compacted", "Each member's current revision less its last compacted one "
+              "(etcd_debugging_mvcc_current_revision - _compact_revision): the history kept; it should fall every "
+              "5 minutes (the apiserver's compaction). KilonodeEtcdCompactionStalled fires when it stops.",
+              (Query(f"max by ({by_member}) (etcd_debugging_mvcc_current_revision{{{etcd}}}) - max by ({by_member}) "
+                     f"(etcd_debugging_mvcc_compact_revision{{{etcd}}})", legend),)),
+        Panel("etcd leases granted, revoked and renewed", "Per second, per member (etcd 3.5 exports no count of "
+              "live leases: granted faster than revoked is leases piling up, each holding its keys).",
+              tuple(Query(f"max by ({by_member}) (rate(etcd_debugging_lease_{kind}_total{{{etcd}}}[5m]))",
+                          f"{legend} {kind}") for kind in ("granted", "revoked", "renewed")), unit="cps"),
+    )
+
+
 def etcd_dashboard(plan: ClusterPlan) -> Dashboard:
     roles = ", ".join(c.role for c in plan.etcd_clusters)
     return Dashboard("kilonode-etcd", f"{plan.cluster}: etcd",
                      f"The etcd clusters ({roles}): size against each quota, disk latency, leader changes.",
-                     (*etcd_panels(plan), *etcd_disk_panels()))
+                     (*etcd_panels(plan), *etcd_disk_panels(), *etcd_growth_panels()))
 
 
 # --- GPUs -------------------------------------------------------------------------------------------
@@ -355,10 +408,30 @@ def dcgm(field_name: str) -> str:
     return f'{field_name}{{job="{mon.JOB_DCGM_EXPORTER}"}}'
 
 
+TEAM_VARIABLE = "team"
+# kube-state-metrics exports kilonode.io/team on kube_node_labels (defaults.KSM_LABELS_ALLOWLIST) as this label
+KSM_TEAM_LABEL = "label_kilonode_io_team"
+
+
+def team_variable() -> dict[str, Any]:
+    """The GPU fleet's `team` variable: the teams kube_node_labels names, All (any node, labelled or not) by
+    default."""
+    return {"name": TEAM_VARIABLE, "label": "Team", "type": "query", "datasource": DATASOURCE,
+            "query": {"query": f"label_values({_ksm('kube_node_labels')}, {KSM_TEAM_LABEL})", "refId": "teams"},
+            "refresh": 2, "sort": 1, "hide": 0, "includeAll": True, "allValue": ".*", "multi": True, "current": {}}
+
+
+def _of_team(series: str) -> str:
+    """`series` kept to the nodes of the chosen teams: joined to kube_node_labels by node (one series a node),
+    not a label on every per-node series."""
+    teams = _ksm("kube_node_labels", f'{KSM_TEAM_LABEL}=~"${TEAM_VARIABLE}"')
+    return f"({series} and on (node) {teams})"
+
+
 def _by_fabric(aggregation: str, series: str, parameter: str = "") -> str:
     """An aggregation of DCGM series (a field's name, or an expression of them) by pool and fabric (the
-    node's scale set, FABRIC)."""
-    inner = dcgm(series) if series.isidentifier() else series
+    node's scale set, FABRIC), of the chosen teams' nodes."""
+    inner = _of_team(dcgm(series) if series.isidentifier() else series)
     return f"{aggregation} by (pool, fabric) ({parameter}label_replace({inner}, {FABRIC}))"
 
 
@@ -391,6 +464,18 @@ def gpu_panels() -> tuple[Panel, ...]:
               (Query(f"max by (pool) (rate({dcgm('DCGM_FI_DEV_THERMAL_VIOLATION')}[10m])) / 1e9", "{{pool}}"),),
               unit="percentunit",
               thresholds=(Threshold(mon.GPU_THERMAL_FRACTION, WARNING_COLOUR, "KilonodeGpuThermalThrottling"),)),
+        Panel("GPU power slowdown by pool", "Share of the last 10 minutes the GPUs were slowed to stay within their "
+              "power limit (DCGM_FI_DEV_POWER_VIOLATION, ns), the most slowed GPU of each pool; the line is "
+              "KilonodeGpuPowerThrottling's.",
+              (Query(f"max by (pool) (rate({dcgm('DCGM_FI_DEV_POWER_VIOLATION')}[10m])) / 1e9", "{{pool}}"),),
+              unit="percentunit",
+              thresholds=(Threshold(mon.GPU_POWER_FRACTION, WARNING_COLOUR, "KilonodeGpuPowerThrottling"),)),
+        Panel("Lowest SM clock by pool and fabric", "The slowest GPU's SM clock (DCGM_FI_DEV_SM_CLOCK, MHz) and "
+              "the median of each scale set: a GPU held low while its peers run is the slow rank of every "
+              "synchronous job on it (the one-node dashboard says why: its clock-event reasons).",
+              (Query(_by_fabric("min", "DCGM_FI_DEV_SM_CLOCK"), "min {{pool}} {{fabric}}"),
+               Query(_by_fabric("quantile", "DCGM_FI_DEV_SM_CLOCK", "0.5, "), "median {{pool}} {{fabric}}")),
+              unit="hertz"),
     )
 
 
@@ -399,7 +484,9 @@ def gpu_dashboard(plan: ClusterPlan) -> Dashboard | None:
         return None
     pools = ", ".join(f"{p.name} ({len(p.shards)} scale sets)" for p in plan.gpu_pools)
     return Dashboard("kilonode-gpu-fleet", f"{plan.cluster}: GPU fleet",
-                     f"dcgm-exporter's fields on the GPU pools ({pools}), by pool and fabric.", gpu_panels())
+                     f"dcgm-exporter's fields on the GPU pools ({pools}), by pool and fabric; the `team` variable "
+                     "keeps the scale-set panels to the nodes labelled kilonode.io/team.", gpu_panels(),
+                     variables=(team_variable(),))
 
 
 # --- InfiniBand -------------------------------------------------------------------------------------
@@ -541,7 +628,7 @@ def node_dashboard(plan: ClusterPlan) -> Dashboard:
                   "double-bit ECC errors since its driver loaded.",
                   (Query(f"max by (gpu) (DCGM_FI_DEV_XID_ERRORS{{{gpu}}})", "GPU {{gpu}} Xid"),
                    Query(f"max by (gpu) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{gpu}}})", "GPU {{gpu}} DBE"))),
-        ]
+            *_node_gpu_diagnosis(gpu)]
     if any(p.infiniband for p in plan.node_pools):
         panels += [
             Panel("InfiniBand ports", f"Each HCA port's state ({mon.IB_PORT_ACTIVE}: ACTIVE) and link-downed "
@@ -555,10 +642,60 @@ def node_dashboard(plan: ClusterPlan) -> Dashboard:
                          "{{device}} transmitted"),
                    Query(f"rate(node_infiniband_symbol_error_total{{{ne}}}[5m])", "{{device}} symbol errors")),
                   unit="Bps"),
+            Panel("InfiniBand port rate and transmit wait", "Each port's signalling rate "
+                  "(node_infiniband_rate_bytes_per_second; KilonodeInfinibandPortSlow compares it with the VM "
+                  "size's) and the share of ticks it had data but could not send (port_transmit_wait: congestion).",
+                  (Query(f"node_infiniband_rate_bytes_per_second{{{ne}}}", "{{device}} rate"),
+                   Query(f"rate(node_infiniband_port_transmit_wait_total{{{ne}}}[5m])", "{{device}} wait ticks/s")),
+                  unit="Bps"),
         ]
+    panels += _node_io_pressure(ne)
     return Dashboard("kilonode-node", f"{plan.cluster}: one node",
                      "One node (the `node` variable): node-exporter's kept series, its GPUs from dcgm-exporter, its "
                      "InfiniBand ports.", tuple(panels), variables=(variable,))
+
+
+def _node_gpu_diagnosis(gpu: str) -> list[Panel]:
+    """The node's GPU-health verdict and why its GPUs may be slow: findings and taints, throttling, clocks, NVLink
+    and PCIe errors."""
+    node = f'node="${NODE_VARIABLE}"'
+    agent = f'{mon.GPU_AGENT}_findings{{job="{mon.JOB_GPU_HEALTH_AGENT}",{node}}}'
+    return [
+        Panel("GPU health verdict", "The GPU health agent's findings of its last check by rule (tainting or "
+              "recorded only; kilonode_gpu_health_findings) and the node's taints (kube_node_spec_taint): "
+              "kilonode.io/gpu-unhealthy is the verdict KilonodeGpuNodeUnhealthy reports.",
+              (Query(f"max by (rule, tainting) ({agent})", "{{rule}} tainting={{tainting}}"),
+               Query(f"max by (key, value, effect) ({_ksm('kube_node_spec_taint', node)})",
+                     "taint {{key}}={{value}}:{{effect}}"))),
+        Panel("GPUs: thermal and power slowdown", "Share of the last 10 minutes each GPU was slowed for heat "
+              "(DCGM_FI_DEV_THERMAL_VIOLATION) or its power limit (DCGM_FI_DEV_POWER_VIOLATION).",
+              (Query(f"max by (gpu) (rate(DCGM_FI_DEV_THERMAL_VIOLATION{{{gpu}}}[10m])) / 1e9", "GPU {{gpu}} thermal"),
+               Query(f"max by (gpu) (rate(DCGM_FI_DEV_POWER_VIOLATION{{{gpu}}}[10m])) / 1e9", "GPU {{gpu}} power")),
+              unit="percentunit",
+              thresholds=(Threshold(mon.GPU_THERMAL_FRACTION, WARNING_COLOUR, "KilonodeGpuThermalThrottling"),)),
+        Panel("GPUs: SM clock and clock-event reasons", "Each GPU's SM clock (MHz) and DCGM's clock-event reasons "
+              "bitmask (DCGM_FI_DEV_CLOCKS_EVENT_REASONS: 0x20 SW thermal, 0x40 HW slowdown, 0x80 sync boost, "
+              "0x04 SW power cap; NVML's nvmlClocksEventReason* bits).",
+              (Query(f"max by (gpu) (DCGM_FI_DEV_SM_CLOCK{{{gpu}}})", "GPU {{gpu}} MHz"),
+               Query(f"max by (gpu) (DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{gpu}}})", "GPU {{gpu}} reasons"))),
+        Panel("GPUs: NVLink, PCIe and Xid errors", "Per GPU over 15 minutes: NVLink CRC, replay and recovery errors "
+              "(the KilonodeGpuNvlinkErrors counters), PCIe replays, rows remapped for correctable errors, and the "
+              "Xids dcgm-exporter counted in its window (DCGM_EXP_XID_ERRORS_COUNT, by xid).",
+              (*(Query(f"max by (gpu) (increase({field}{{{gpu}}}[15m]))",
+                       f"GPU {{{{gpu}}}} {field.removeprefix('DCGM_FI_DEV_NVLINK_').removesuffix('_COUNT_TOTAL')}")
+                 for field in mon.NVLINK_ERROR_FIELDS),
+               Query(f"max by (gpu) (increase(DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{gpu}}}[15m]))", "GPU {{gpu}} PCIe"),
+               Query(f"max by (gpu) (increase(DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS{{{gpu}}}[15m]))",
+                     "GPU {{gpu}} remapped"),
+               Query(f"max by (gpu, xid) (DCGM_EXP_XID_ERRORS_COUNT{{{gpu}}})", "GPU {{gpu}} Xid {{xid}}"))),
+    ]
+
+
+def _node_io_pressure(ne: str) -> list[Panel]:
+    return [Panel("IO pressure", "Share of time some task of the node stalled on IO (node_pressure_io_stalled_"
+                  "seconds_total): a slow or saturated disk, a full page cache writing back.",
+                  (Query(f"rate(node_pressure_io_stalled_seconds_total{{{ne}}}[5m])", "IO stalled"),),
+                  unit="percentunit")]
 
 
 def dashboards(plan: ClusterPlan) -> list[Dashboard]:

@@ -55,7 +55,7 @@ from kilonode.node.gpu import protocol
 from kilonode.node.gpu.rules import NOT_TAINTING, xid_catalog
 from kilonode.node.gpu.rules import thresholds as gpu_thresholds
 from kilonode.plan import defaults, wellknown
-from kilonode.plan.model import ClusterPlan, EtcdClusterPlan
+from kilonode.plan.model import ClusterPlan, EtcdClusterPlan, NodePoolPlan
 from kilonode.render.common import GENERATED
 from kilonode.render.pool import gpu_health_config
 from kilonode.yamlio import block_yaml
@@ -138,6 +138,13 @@ ETCD_BACKEND_COMMIT_P99_WARNING = 0.025
 ETCD_WAL_FSYNC_P99_CRITICAL = 1.0
 # etcd's mixin (etcdHighNumberOfLeaderChanges l.75-87): 4 or more leader changes in 15 minutes.
 ETCD_LEADER_CHANGES_15M = 4
+# The apiserver compacts etcd every --etcd-compaction-interval, which kilonode leaves at its default 5m
+# (catalog limits.yaml kubernetes.compactionIntervalSeconds; no unit sets the flag): each compaction moves
+# etcd_debugging_mvcc_compact_revision (etcd v3.5.33 server/mvcc/metrics.go l.255-266) to a revision of the
+# previous one. Six intervals (30 minutes) without a move while the revision grows (current_revision,
+# l.239-250) is compaction stopped, not a slow tick: history piles up until the quota (etcd's own periodic
+# auto-compaction, --auto-compaction-retention, is the backstop, and it has not moved it either).
+ETCD_COMPACTION_STALL_INTERVALS = 6
 # GPU pools: nodes the GPU health controller tainted kilonode.io/gpu-unhealthy. One such node is
 # work for a person (drain, repair or replace). Several percent of a pool at once points to a
 # common cause (a driver, firmware or image rollout, or a broken check) that strands jobs across
@@ -301,6 +308,19 @@ def largest_write_cost(plan: ClusterPlan) -> int:
     return max(c.largest_write_bytes for c in plan.etcd_clusters)
 
 
+def _compaction_window() -> str:
+    return f"{ETCD_COMPACTION_STALL_INTERVALS * defaults.APISERVER_COMPACTION_INTERVAL_S // 60}m"
+
+
+def _compaction_stalled() -> str:
+    """A member whose compact revision stood still over the window while its current revision moved."""
+    jobs = f'job=~"{ETCD_JOBS}"'
+    window = _compaction_window()
+    return (f"max by ({BY_MEMBER}) (changes(etcd_debugging_mvcc_compact_revision{{{jobs}}}[{window}])) == 0\n"
+            f"and on ({BY_MEMBER}) max by ({BY_MEMBER}) "
+            f"(delta(etcd_debugging_mvcc_current_revision{{{jobs}}}[{window}])) > 0")
+
+
 def etcd_group(plan: ClusterPlan) -> Group:
     jobs = f'job=~"{ETCD_JOBS}"'
     member = f"{{{{ $labels.{CLUSTER_ROLE_LABEL} }}}} etcd member {{{{ $labels.instance }}}}"
@@ -389,6 +409,15 @@ def etcd_group(plan: ClusterPlan) -> Group:
               "etcd elects leaders too often",
               "Frequent elections come from slow disks (see the fsync alerts), CPU starvation or a lossy network "
               "between members; every election stalls writes cluster-wide.", "etcd-leader"),
+        Alert("KilonodeEtcdCompactionStalled", _compaction_stalled(), "5m", "warning",
+              f"The {member} has not compacted in {_compaction_window()} while its revision grew",
+              "etcd compaction has stopped: history piles up toward the quota",
+              "The apiserver compacts every 5m (--etcd-compaction-interval) and etcd's periodic auto-compaction is "
+              "the backstop; neither moved etcd_debugging_mvcc_compact_revision. Check the apiservers' logs "
+              "(compactor errors, an apiserver that cannot reach this cluster) and the member's "
+              "(`etcdctl endpoint status`); compact by hand to a recent revision (`etcdctl compact <rev>`), then "
+              "defragment one member at a time. The etcd dashboard's revisions not compacted shows the backlog.",
+              "etcd-compaction"),
         Alert("KilonodeEtcdNoLeader", f"max by ({BY_MEMBER}) (etcd_server_has_leader{{{jobs}}}) == 0", "1m",
               "critical", f"The {member} has no leader",
               "etcd member without a leader",
@@ -536,6 +565,15 @@ def gpu_group(plan: ClusterPlan) -> Group | None:
         Alert("KilonodeGpuNodesUnhealthy", f"{GPU_POOL_UNHEALTHY} > 0", "15m", "warning",
               f"Nodes in {pool} carry the {protocol.FAULT_TAINT} taint (the GPU health checks failed)",
               "GPU nodes tainted unhealthy", repair, "gpu-unhealthy"),
+        # the pool alert counts; this one names each node (one series per tainted node: kube_node_spec_taint
+        # exists only for taints present, so it costs nothing on a healthy pool)
+        Alert("KilonodeGpuNodeUnhealthy", f'max by (node, pool) ({with_taint(protocol.FAULT_TAINT)})', "15m",
+              "warning",
+              f"Node {{{{ $labels.node }}}} in {pool} carries the {protocol.FAULT_TAINT} taint (the GPU health checks "
+              "failed)", "A GPU node is tainted unhealthy",
+              f"The taint's value and the {protocol.CONDITION} condition's message say which check; the one-node "
+              "dashboard shows the node's findings (kilonode_gpu_health_findings) beside its GPUs' readings. Drain "
+              "and repair or replace the VM; the taint lifts after a reboot whose checks pass.", "gpu-unhealthy"),
         Alert("KilonodeGpuPoolDegraded",
               f"{GPU_POOL_UNHEALTHY} / {GPU_POOL_NODES} > {GPU_UNHEALTHY_CRITICAL_FRACTION:g}", "10m", "critical",
               f"More than {_percent(GPU_UNHEALTHY_CRITICAL_FRACTION)} of the nodes in {pool} carry the "
@@ -740,6 +778,14 @@ IB_PORT_ACTIVE = 4
 # HW or SW thermal slowdown at a check as a fault (thresholds.toml [clock_event_reasons] fault); this
 # alert sees the time between its checks. 10% over 10 minutes: an estimate, not a vendor figure.
 GPU_THERMAL_FRACTION = 0.10
+# Power throttling: the share of time the GPU was slowed to stay within its power limit
+# (DCGM_FI_DEV_POWER_VIOLATION, ns). A GPU running at its limit under a dense kernel is briefly capped in normal
+# work, so the line is higher than the thermal one: 25% over 10 minutes, for 15 minutes (an estimate, not a vendor
+# figure; the one-node dashboard shows the clocks it costs).
+GPU_POWER_FRACTION = 0.25
+# procfs v0.21.1 sysfs/class_infiniband.go parseRate: node_infiniband_rate_bytes_per_second is the port's Gb/s
+# times 125,000,000.
+IB_BYTES_PER_GBPS = 125_000_000
 NVLINK_ERROR_FIELDS = ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
                        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")
 
@@ -813,9 +859,21 @@ def exporter_group(plan: ClusterPlan) -> Group | None:
                   "Compare DCGM_FI_DEV_GPU_TEMP with the node's other GPUs: one hot GPU is its cooling or seating, a "
                   "hot node its airflow (an Azure host issue: redeploy the VM).", "gpu-thermal"),
         ]
+        alerts.append(Alert(
+            "KilonodeGpuPowerThrottling",
+            f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_POWER_VIOLATION{{{dcgm}}}[10m])) / 1e9 > {GPU_POWER_FRACTION:g}",
+            "15m", "warning",
+            f"{gpu} was slowed to stay within its power limit more than {_percent(GPU_POWER_FRACTION)} of the time",
+            "A GPU is power throttled",
+            "Compare its DCGM_FI_DEV_POWER_USAGE and DCGM_FI_DEV_SM_CLOCK with the node's other GPUs (the one-node "
+            "dashboard): one GPU capped below the rest is its power limit (nvidia-smi -q -d POWER: an enforced limit "
+            "under the default) or its board; a whole node the host's power delivery (redeploy the VM).",
+            "gpu-power"))
+    ib_pools = [p for p in plan.node_pools if p.infiniband and p.infiniband_links]
     if any(p.infiniband for p in plan.node_pools):
         ib = f'job="{JOB_NODE_EXPORTER}"'
         port = "InfiniBand port {{ $labels.device }}/{{ $labels.port }} of node {{ $labels.node }}"
+        alerts += _infiniband_size_alerts(ib_pools, ib, port)
         alerts += [
             Alert("KilonodeInfinibandPortDown",
                   f"max by ({BY_IB_PORT}) (node_infiniband_state_id{{{ib}}}) != {IB_PORT_ACTIVE}", "5m", "warning",
@@ -832,6 +890,39 @@ def exporter_group(plan: ClusterPlan) -> Group | None:
                   "are its cable or switch port: drain the node and report it for repair.", "infiniband"),
         ]
     return Group("kilonode-exporters", tuple(alerts)) if alerts else None
+
+
+def _infiniband_size_alerts(pools: list[NodePoolPlan], ib: str, port: str) -> list[Alert]:
+    """Each InfiniBand pool's ports against its VM size (the catalogue's infinibandLinks: count and Gb/s): a port
+    trained below the size's rate, and a node exposing fewer ports than the size has (a node with node-exporter up
+    and no port at all is the device-include filter matching none of its HCAs: issue 40's trace)."""
+    if not pools:
+        return []
+    slow = "\nor ".join(
+        f'max by ({BY_IB_PORT}) (node_infiniband_rate_bytes_per_second{{{ib},pool="{p.name}"}}) '
+        f"< {p.infiniband_links.gbps * IB_BYTES_PER_GBPS}" for p in pools if p.infiniband_links)
+    missing = "\nor ".join(
+        f'count by (node, pool) (node_infiniband_state_id{{{ib},pool="{p.name}"}}) < {p.infiniband_links.count}\n'
+        f'or (max by (node, pool) (up{{{ib},pool="{p.name}"}}) == 1 unless on (node) node_infiniband_state_id{{{ib}}})'
+        for p in pools if p.infiniband_links)
+    sizes = ", ".join(f"{p.name} {p.infiniband_links.count} x {p.infiniband_links.gbps} Gb/s"
+                      for p in pools if p.infiniband_links)
+    return [
+        Alert("KilonodeInfinibandPortSlow", slow, "10m", "warning",
+              f"{port} runs below its VM size's link rate (the plan's pools: {sizes})",
+              "An InfiniBand port trained below its rate",
+              "A port that trained at a lower speed or width (a bad cable, a dirty connector, a switch port) slows "
+              "every collective that crosses it. ibstat on the node (Rate, and the width in ibstatus); a port that "
+              "stays slow: drain the node and report it for repair.", "infiniband"),
+        Alert("KilonodeInfinibandPortsMissing", missing, "15m", "warning",
+              "Node {{ $labels.node }} of pool {{ $labels.pool }} exposes fewer InfiniBand ports than its VM size "
+              f"has (the plan's pools: {sizes})",
+              "A node's InfiniBand ports are missing from its metrics",
+              "Either an HCA is gone (ibstat lists fewer; the driver or the VM: redeploy it), or node-exporter's "
+              "--collector.infiniband.device-include matches none or only some of the node's HCA names "
+              "(ls /sys/class/infiniband on the node; kilonode.plan.defaults.exporters NODE_EXPORTER_FLAGS): then "
+              "every InfiniBand alert is blind on it.", "infiniband"),
+    ]
 
 
 def exporter_scrape_jobs(plan: ClusterPlan, node_interval: str) -> list[Job]:
@@ -1031,6 +1122,41 @@ def conntrack_alerts() -> tuple[Alert, ...]:
     )
 
 
+# A filesystem with less than this share free: the kubelet's own eviction threshold for the node's filesystem is
+# nodefs.available<10% (kubernetes/kubernetes pkg/kubelet/eviction/defaults_linux.go), so at 10% pods are about to
+# be evicted from the root filesystem; on another mount (the resource disk, NVMe scratch) jobs fail writing.
+FILESYSTEM_FREE_WARNING = 0.10
+
+
+def node_basics_alerts() -> tuple[Alert, ...]:
+    """A node's filesystem nearly full (node-exporter, read-write mounts only), and the kubelet's DiskPressure or
+    MemoryPressure condition (kube-state-metrics' kube_node_status_condition, every condition type)."""
+    job = f'job="{JOB_NODE_EXPORTER}"'
+    by = "node, pool, mountpoint"
+    ksm = f'job="{JOB_KUBE_STATE_METRICS}"'
+    return (
+        Alert("KilonodeNodeFilesystemFull",
+              f"min by ({by}) (node_filesystem_avail_bytes{{{job}}} / node_filesystem_size_bytes{{{job}}})"
+              f" < {FILESYSTEM_FREE_WARNING:g}\nand on ({by}) max by ({by}) (node_filesystem_readonly{{{job}}}) == 0",
+              "15m", "warning",
+              f"The filesystem {{{{ $labels.mountpoint }}}} of node {{{{ $labels.node }}}} (pool "
+              f"{{{{ $labels.pool }}}}) has less than {_percent(FILESYSTEM_FREE_WARNING)} free",
+              "A node's filesystem is nearly full",
+              "The kubelet evicts pods at 10% free on its filesystem (nodefs) and refuses new ones (DiskPressure); "
+              "jobs writing checkpoints or logs to the mount fail. On the node: du -xh --max-depth=2 <mountpoint> "
+              "(container logs, images: crictl rmi --prune, a job's scratch files).", "node-basics"),
+        Alert("KilonodeNodePressure",
+              f'max by (node, condition) (kube_node_status_condition{{{ksm},condition=~"DiskPressure|MemoryPressure"'
+              f',status="true"}}) == 1', "10m", "warning",
+              "Node {{ $labels.node }} reports {{ $labels.condition }}",
+              "A node's kubelet reports resource pressure",
+              "The kubelet is evicting pods and the node takes no new ones (its node.kubernetes.io/*-pressure taint). "
+              "DiskPressure: KilonodeNodeFilesystemFull names the mount; MemoryPressure: the one-node dashboard's "
+              "memory and pressure panels, then the largest containers (container_memory_working_set_bytes).",
+              "node-basics"),
+    )
+
+
 def prometheus_group(plan: ClusterPlan) -> Group | None:
     """Prometheus's own health, where kilonode runs it (its head against the plan's series)."""
     p = plan.prometheus
@@ -1080,7 +1206,7 @@ def prometheus_group(plan: ClusterPlan) -> Group | None:
 
 def rule_groups(plan: ClusterPlan) -> list[Group]:
     groups = [apiserver_group(), controllers_group(), etcd_group(plan), certificates_group(), targets_group(),
-              pod_traffic_group(), dns_group(), Group("kilonode-nodes", conntrack_alerts())]
+              pod_traffic_group(), dns_group(), Group("kilonode-nodes", (*conntrack_alerts(), *node_basics_alerts()))]
     own = prometheus_group(plan)
     groups += [own] if own else []
     gpu = gpu_group(plan)

@@ -40,7 +40,35 @@ DCGM_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("DCGM_FI_DEV_THERMAL_VIOLATION", "counter", "Throttling duration due to thermal constraints (in ns)."),
     # power draw, for the dashboards and the pool's power budget (l.14)
     ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    # "a GPU node is slow" (research-7500's on-call trace): the SM clock, the time slowed to stay within
+    # the power limit (KilonodeGpuPowerThrottling), and why the clocks are held down now, a bitmask of
+    # DCGM's clock-event reasons (l.6; l.30 commented there; the field's current name, which the exporter
+    # resolves through go-dcgm's GetFieldID: NVIDIA/go-dcgm ec245c09 pkg/dcgm/const_fields.go l.1331, 112, the
+    # old DCGM_FI_DEV_CLOCK_THROTTLE_REASONS its legacy alias; the go.mod of dcgm-exporter 4.5.3-4.8.2 pins
+    # that go-dcgm)
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "counter", "Throttling duration due to power constraints (in ns)."),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event reasons (bitmask)."),
+    # PCIe link retries (l.20: a marginal riser or slot) and rows remapped for correctable errors (l.73:
+    # memory wearing, before the uncorrectable ones above)
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
+    # the exporter's own Xid count (l.40 commented there): enabled by naming it in the counters file
+    # (internal/pkg/collector/xid_collector.go IsDCGMExpXIDErrorsCountEnabled; pkg/cmd/app.go l.925-938 adds
+    # DCGM_FI_DEV_XID_ERRORS to the watch), counted over --xid-count-window-size /
+    # DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE (app.go l.237-243, default 5 minutes). One series per GPU with value 0
+    # and no `xid` label when none fell in the window, else one per Xid seen with labels xid and
+    # window_size_in_ms (internal/pkg/collector/expcollector.go l.74-105): every Xid of the window, where
+    # DCGM_FI_DEV_XID_ERRORS keeps only the last.
+    ("DCGM_EXP_XID_ERRORS_COUNT", "counter", "Count of XID Errors within the window (xid-count-window-size)."),
 )
+# Not the profiling (DCP) fields, DCGM_FI_PROF_* (dcp-metrics-included.csv): DCGM's profiling module holds the
+# GPUs' performance counters that CUPTI-based profilers need. NVIDIA's DCGM documentation, command-line
+# reference "dcgmi profile": "--pause ... Pausing releases profiling resources so developer tools such as Nsight
+# Compute or Nsight Systems can use them"; and its API reference "Profiling" (dcgmProfGetSupportedMetricGroups):
+# groups that "utilize the same hardware resource" cannot be watched together. A user's Nsight run in a job would
+# then fail or need an operator to pause DCGM on the node: on a shared research cluster the jobs' profilers come
+# first, a documented choice (docs/monitoring.md, "The exporters").
 # How often the exporter asks DCGM for the fields (its -c, DCGM_EXPORTER_INTERVAL, in ms; upstream's
 # default 30000): the scrape interval of its job, so no reading is taken that no scrape collects.
 # The plan's per-node interval (kilonode.plan.resolve.monitoring) sets it.
@@ -97,6 +125,10 @@ NODE_EXPORTER_KEPT: tuple[tuple[str, str], ...] = (
     ("node_infiniband_port_errors_received_total", "ib_port"), ("node_infiniband_symbol_error_total", "ib_port"),
     ("node_infiniband_port_data_received_bytes_total", "ib_port"),
     ("node_infiniband_port_data_transmitted_bytes_total", "ib_port"),
+    # the port's signalling rate (l.189: procfs v0.21.1 sysfs/class_infiniband.go parseRate, Gb/s x 125,000,000,
+    # so 400 Gb/s NDR is 5e10) against the VM size's (KilonodeInfinibandPortSlow), and the ticks the port had
+    # data but could not send (l.214, PortXmitWait: congestion, a slow receiver)
+    ("node_infiniband_rate_bytes_per_second", "ib_port"), ("node_infiniband_port_transmit_wait_total", "ib_port"),
     # the connection-tracking table: /proc/sys/net/netfilter/nf_conntrack_count and _max (conntrack_linux.go
     # at v1.12.1 l.48-56, l.108-120), and of /proc/net/stat/nf_conntrack, summed over the CPUs (l.157-176), the
     # new connections dropped for want of a slot (drop, early_drop) and inserts that failed (insert_failed: the
@@ -126,7 +158,10 @@ NODE_EXPORTER_ROOTFS = "/host"  # where the host's / is mounted (README.md "Dock
 # research-7500's 60,000 pods, that no rule reads.
 KSM_RESOURCES = ("nodes",)
 # kube_node_labels carries a node's labels only when allowlisted (cli-arguments.md l.66): the pool.
-KSM_LABELS_ALLOWLIST = "nodes=[kilonode.io/pool]"
+# The team and the fabric too (kilonode.io/team, kilonode.io/fabric): one kube_node_labels series per node
+# carries them, and a query joins any per-node series to it (`* on (node) group_left (label_kilonode_io_team)
+# kube_node_labels`, docs/monitoring.md), cheaper than relabelling them onto every per-node job's series.
+KSM_LABELS_ALLOWLIST = "nodes=[kilonode.io/pool,kilonode.io/team,kilonode.io/fabric]"
 KSM_USER = 65534  # examples/standard/deployment.yaml runAsUser
 KSM_PORT = 8080  # --port's default (cli-arguments.md), named http-metrics in upstream's Service
 KSM_TELEMETRY_PORT = 8081
