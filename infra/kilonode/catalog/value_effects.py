@@ -14,12 +14,35 @@ from pydantic import model_validator
 from kilonode.catalog import CATALOG_DIR, Row, load
 
 Program = Literal["kube-apiserver", "kube-controller-manager", "kube-scheduler"]
-Kind = Literal["DaemonSet", "Deployment", "StatefulSet"]
+Kind = Literal["DaemonSet", "Deployment", "StatefulSet", "StorageClass"]
+# The recorded resource type of each kind (a workload of apps/v1, or a cluster-scoped object).
+KIND_TYPES: dict[str, str] = {"DaemonSet": "kubernetes:apps/v1:DaemonSet",
+                              "Deployment": "kubernetes:apps/v1:Deployment",
+                              "StatefulSet": "kubernetes:apps/v1:StatefulSet",
+                              "StorageClass": "kubernetes:storage.k8s.io/v1:StorageClass"}
 
 # Go's strconv.ParseBool, which pflag's BoolVar and urfave/cli's BoolFlag use (golang/go
 # src/strconv/atob.go): anything else is a parse error, which the program refuses at start.
 TRUE_WORDS = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 FALSE_WORDS = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+class Condition(Row):
+    """A second field of the same object the row's effect needs as well (e.g. a disk SKU that only
+    fails with a caching mode): absent reads as `default`, and an absent value with no default
+    does not match."""
+
+    field: str
+    default: str | None = None
+    equals: str | None = None
+    not_equals: str | None = None
+    pattern: str | None = None
+
+    @model_validator(mode="after")
+    def _one_predicate(self) -> Condition:
+        if len([p for p in (self.equals, self.not_equals, self.pattern) if p is not None]) != 1:
+            raise ValueError(f"when {self.field}: exactly one of equals, notEquals, pattern")
+        return self
 
 
 class ValueEffect(Row):
@@ -46,6 +69,7 @@ class ValueEffect(Row):
     below: float | None = None
     above: float | None = None
     pattern: str | None = None  # a Python regular expression searched in the value, lower-cased (e.g. "xids")
+    when: tuple[Condition, ...] = ()  # other fields of the same object that must match too (field rows only)
     consequence: str
     fix: str
     source: str
@@ -60,6 +84,8 @@ class ValueEffect(Row):
         predicates = [p for p in (self.equals, self.not_equals, self.below, self.above, self.pattern) if p is not None]
         if len(predicates) != 1:
             raise ValueError(f"{self.id}: exactly one of equals, notEquals, below, above, pattern")
+        if self.when and self.field is None:
+            raise ValueError(f"{self.id}: `when` reads other fields of the object: a field row only")
         if self.duration and ((self.below is None and self.above is None) or self.boolean):
             raise ValueError(f"{self.id}: a duration row compares with below or above (seconds)")
         if self.boolean and not {v for v in (self.equals, self.not_equals, self.default) if v is not None} <= (

@@ -43,6 +43,7 @@ from kilonode.review import (
     capacity,
     control_flags,
     coredns,
+    disruption,
     encryption,
     etcd_flags,
     exposure,
@@ -61,6 +62,7 @@ from kilonode.review import (
     rules,
     security,
     serving,
+    storage,
     sysctl_netns,
     value_effects,
     versions,
@@ -837,6 +839,8 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, encryption.assess(diff))
     found += _risks(diff, serving.assess(diff))
     found += _risks(diff, sysctl_netns.assess(diff))
+    found += _risks(diff, storage.assess(diff))
+    found += _risks(diff, disruption.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))

@@ -37,8 +37,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kilonode.catalog.value_effects import FALSE_WORDS, TRUE_WORDS, ValueEffect, value_effects
-from kilonode.review import control_flags, placement
+from kilonode.catalog.value_effects import FALSE_WORDS, KIND_TYPES, TRUE_WORDS, Condition, ValueEffect, value_effects
+from kilonode.review import control_flags, placement, storage
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
@@ -91,8 +91,14 @@ def prometheus_seconds(value: str) -> float | None:
     return sum(int(n) * scale for n, scale in zip(found.groups(), _DURATION_SECONDS, strict=True) if n)
 
 
+# A field row's value where the object's other fields (`when`) keep it out of the effect.
+_UNMET = "\0unmet"
+
+
 def matches(row: ValueEffect, value: str | None) -> bool:
     """Whether a value (None: absent, so the row's default) is in the row's effect."""
+    if value == _UNMET:
+        return False
     if value is None:
         value = row.default
     if value is None:
@@ -159,9 +165,24 @@ def _env(container: Mapping[str, Any], name: str) -> str | None:
     return found
 
 
+def _condition(condition: Condition, inputs: Mapping[str, Any]) -> bool:
+    """Whether another field of the object matches a row's `when` (absent: its default; none: no match)."""
+    value = _field(inputs, condition.field)
+    if value is None:
+        value = condition.default
+    if value is None:
+        return False
+    if condition.equals is not None:
+        return value == condition.equals
+    if condition.not_equals is not None:
+        return value != condition.not_equals
+    return condition.pattern is not None and re.search(condition.pattern, value.lower()) is not None
+
+
 def _workloads(row: ValueEffect, entry: Mapping[str, Any] | None) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """(namespace, name, the object's inputs) of every recorded workload of the row's kind and names."""
-    kind_type = f"kubernetes:apps/v1:{row.kind}"
+    """(namespace, name, the object's inputs) of every recorded object of the row's kind and names."""
+    assert row.kind is not None
+    kind_type = KIND_TYPES[row.kind]
     for resource in _resources(entry):
         inputs = resource.get("inputs")
         if resource.get("type") != kind_type or not isinstance(inputs, Mapping):
@@ -170,7 +191,8 @@ def _workloads(row: ValueEffect, entry: Mapping[str, Any] | None) -> Iterator[tu
         name = str(meta.get("name") or "")
         if row.names and name not in row.names:
             continue
-        yield str(meta.get("namespace") or "default"), name, inputs
+        # a cluster-scoped kind (StorageClass) has no namespace
+        yield ("" if row.kind == "StorageClass" else str(meta.get("namespace") or "default")), name, inputs
 
 
 def _workload_values(row: ValueEffect,
@@ -180,9 +202,12 @@ def _workload_values(row: ValueEffect,
     found: dict[str, tuple[tuple[str, str, str], str | None]] = {}
     for namespace, name, inputs in _workloads(row, entry):
         key = (namespace, row.kind, name)
-        subject = f"{namespace}/{row.kind}/{name}"
+        subject = f"{namespace}/{row.kind}/{name}" if namespace else f"{row.kind}/{name}"
         if row.field:
-            found[subject] = (key, _field(inputs, row.field))
+            # a `when` unmet: the row's effect needs it, so the value reads as out of the effect (None
+            # would read as the row's default)
+            met = all(_condition(c, inputs) for c in row.when)
+            found[subject] = (key, _field(inputs, row.field) if met else _UNMET)
             continue
         pod = (((inputs.get("spec") or {}).get("template") or {}).get("spec") or {})
         for container in pod.get("containers") or []:
@@ -237,6 +262,8 @@ def _moves(diff: StackDiff) -> list[tuple[ValueEffect, list[Moved]]]:
 
 
 def _shown(row: ValueEffect, value: str | None, known: bool = True) -> str:
+    if value == _UNMET:
+        return "(" + ", ".join(f"{c.field} not as the effect needs" for c in row.when) + ")"
     if value is not None:
         return value
     if not known:
@@ -256,6 +283,25 @@ def _nodes(diff: StackDiff, workload: tuple[str, str, str] | None) -> str:
     return f", on {sum(pools.values()):,} nodes (pools {', '.join(names)})"
 
 
+def _with(row: ValueEffect, diff: StackDiff, subject: tuple[str, str, str] | None) -> str:
+    """' with <field> <value>' for each of a row's `when` fields, as the head has them."""
+    if not row.when or subject is None:
+        return ""
+    for namespace, name, inputs in _workloads(row, diff.head):
+        if (namespace, name) == (subject[0], subject[2]):
+            return "".join(f" with {c.field} {_field(inputs, c.field) or f'(unset, default {c.default})'}"
+                           for c in row.when)
+    return ""
+
+
+def _claims(diff: StackDiff, subject: tuple[str, str, str] | None) -> str:
+    """' (its claims: ...)' for a StorageClass: what the head's StatefulSets claim of it."""
+    if subject is None or subject[1] != "StorageClass":
+        return ""
+    said = storage.claims_said(diff.head, subject[2])
+    return f" (its claims: {said})" if said else " (no claim of the stack's own names it)"
+
+
 def _line(diff: StackDiff, row: ValueEffect, into: list[Moved]) -> Finding:
     base_subjects = set(_values(row, diff.base))
     groups: dict[tuple[str, str], list[Moved]] = {}
@@ -266,7 +312,8 @@ def _line(diff: StackDiff, row: ValueEffect, into: list[Moved]) -> Finding:
         if row.program:
             who = f"{len(ms)} apiserver host(s) ({', '.join(m.host for m in ms)})"
         else:
-            who = "; ".join(m.subject + _nodes(diff, m.workload) for m in ms)
+            who = "; ".join(m.subject + _nodes(diff, m.workload) + _with(row, diff, m.workload)
+                            + _claims(diff, m.workload) for m in ms)
         said.append(f"{who}: {row.where()} {was} -> {now}")
     level = HIGH if row.level == "high" else MEDIUM
     return Finding(level, RULE, (
