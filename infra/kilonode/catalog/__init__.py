@@ -23,7 +23,10 @@ renderers, the Pulumi components and the in-cluster modules read the plan instea
 - value_effects.py (value_effects.yaml): valid values whose effect upstream documents as dangerous, read by
   the review's `value-effect`;
 - bounds.py (bounds.yaml): the programs that read a stack's numbers, and the type each reads them as;
-- sysctls.py (sysctls.yaml): how the nodes' kernel reads each sysctl, and the hardening baselines.
+- sysctls.py (sysctls.yaml): how the nodes' kernel reads each sysctl, and the hardening baselines;
+- nat_gateway_alerts.py (nat_gateway_alerts.yaml): Azure Monitor's NAT gateway metrics and Microsoft's
+  recommended alerts on them (read by the egress alerts component, kilonode.azure.egress_alerts, as
+  the program reads binaries.toml: facts of Azure's, not choices the plan makes).
 """
 
 from __future__ import annotations
