@@ -238,10 +238,25 @@ def metric_names(expr: str) -> dict[str, set[str]]:
         return {}
     names: dict[str, set[str]] = {}
     for selector in read:
-        if selector.metric:
-            jobs = {value for label, op, value in selector.matchers if label == "job" and op == "="}
-            names.setdefault(selector.metric, set()).update(jobs or {""})
+        jobs = {value for label, op, value in selector.matchers if label == "job" and op == "="}
+        for metric in [selector.metric] if selector.metric else _name_alternatives(selector):
+            names.setdefault(metric, set()).update(jobs or {""})
     return names
+
+
+# A metric name, alone: what a `{__name__=~"A|B|C"}` alternation of literal names is made of.
+_LITERAL_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def _name_alternatives(selector: Selector) -> list[str]:
+    """The names of `{__name__=~"A|B|C"}` where the regex is nothing but literal names (Prometheus anchors it:
+    model/relabel and promql's matchers fully match, so it selects exactly those); [] for any other regex."""
+    for label, op, value in selector.matchers:
+        if label == _METRIC_LABEL and op == "=~":
+            parts = value.split("|")
+            if all(_LITERAL_NAME.fullmatch(p) for p in parts):
+                return parts
+    return []
 
 
 def _rules(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -479,14 +494,101 @@ def lookback_gaps(diff: StackDiff) -> list[Finding]:
         for (job, interval), alerts in sorted(groups.items())]
 
 
+# dcgm-exporter watches only the fields its collectors file names, each published under the field's own
+# name (NVIDIA/dcgm-exporter 4.5.3-4.8.2, pkg/cmd/app.go l.123-149: -f / DCGM_EXPORTER_COLLECTORS, the
+# counters CSV "DCGM FIELD, Prometheus metric type, help message", etc/default-counters.csv's format):
+# a field gone from the file is a series gone from every GPU node, whatever the scrape keeps.
+_DCGM_IMAGE = "dcgm-exporter"
+_DCGM_PREFIX = "DCGM_FI_"
+
+
+def exporter_fields(entry: Mapping[str, Any] | None) -> dict[str, set[str]] | None:
+    """exporter -> the metric names its own configuration makes it publish, for the exporters whose set is a
+    file kilonode renders (dcgm-exporter's counters CSV, from the ConfigMaps its DaemonSet mounts); None where
+    the side has no such exporter."""
+    resources = [r for r in (entry or {}).get("resources") or [] if isinstance(r, Mapping)]
+    maps = {str(((r.get("inputs") or {}).get("metadata") or {}).get("name")): (r.get("inputs") or {}).get("data") or {}
+            for r in resources if r.get("type") == "kubernetes:core/v1:ConfigMap"}
+    found: dict[str, set[str]] = {}
+    for r in resources:
+        if r.get("type") != "kubernetes:apps/v1:DaemonSet":
+            continue
+        pod = ((((r.get("inputs") or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
+        if not any(_DCGM_IMAGE in str(c.get("image") or "") for c in pod.get("containers") or []):
+            continue
+        fields = found.setdefault(_DCGM_IMAGE, set())
+        for volume in pod.get("volumes") or []:
+            for text in maps.get(str((volume.get("configMap") or {}).get("name")), {}).values():
+                for line in str(text).splitlines():
+                    field = line.split(",", 1)[0].strip()
+                    if field.startswith(_DCGM_PREFIX):
+                        fields.add(field)
+    return found or None
+
+
+def unexported_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
+    """alert name -> {metric it reads (through recording rules) -> the exporter whose own set lacks it}."""
+    sets = exporter_fields(entry)
+    if not sets or not sets.get(_DCGM_IMAGE):
+        return {}
+    exported = sets[_DCGM_IMAGE]
+    found: dict[str, dict[str, str]] = {}
+    for alert, metrics in _per_alert(_rules(entry), lambda expr: set(metric_names(expr))).items():
+        for metric in metrics:
+            if metric.startswith(_DCGM_PREFIX) and metric not in exported:
+                found.setdefault(alert, {})[metric] = _DCGM_IMAGE
+    return found
+
+
+def _pages(rules: list[Mapping[str, Any]], alerts: set[str]) -> bool:
+    """Whether one of the alerts is a paging one (severity critical: kilonode.render.alertmanager routes
+    `severity="critical"` to the page receiver, every alert to the notify one)."""
+    return any(_severity(r)[1] == "critical" for r in rules if str(r.get("alert")) in alerts)
+
+
 def dropped(diff: StackDiff) -> list[Finding]:
-    """Alerts that read a metric the head's scrape config newly drops."""
+    """Alerts that read a metric the head's scrape config newly drops, or that its exporter's own
+    configuration (dcgm-exporter's counters file) newly no longer publishes."""
     before, after = dropped_reads(diff.base), dropped_reads(diff.head)
     groups: dict[tuple[str, str], list[str]] = {}
     for alert, metrics in after.items():
         for metric, jobs in metrics.items():
             if metric not in before.get(alert, {}):
                 groups.setdefault((metric, ", ".join(sorted(jobs))), []).append(alert)
+    return _relabel_dropped(groups) + _unexported(diff, {m for m, _ in groups})
+
+
+def _unexported(diff: StackDiff, relabelled: set[str]) -> list[Finding]:
+    """metric-dropped for a metric gone from the exporter's configured set (base had it, head does not)."""
+    before, after = unexported_reads(diff.base), unexported_reads(diff.head)
+    gone: dict[str, set[str]] = {}
+    for alert, metrics in after.items():
+        for metric in metrics:
+            if metric not in before.get(alert, {}):
+                gone.setdefault(metric, set()).add(alert)
+    by_alerts: dict[tuple[str, ...], list[str]] = {}
+    for metric, alerts in gone.items():
+        by_alerts.setdefault(tuple(sorted(alerts)), []).append(metric)
+    rules = _rules(diff.head)
+    found = []
+    for alerts, metrics in sorted(by_alerts.items()):
+        pages = _pages(rules, set(alerts))
+        also = sorted(set(metrics) & relabelled)
+        found.append(Finding(HIGH if pages else MEDIUM, "metric-dropped", (
+            f"{', '.join(sorted(metrics))} no longer exported: dcgm-exporter's counters file (the ConfigMap its "
+            "DaemonSet mounts, DCGM_EXPORTER_COLLECTORS) no longer names "
+            + ("it" if len(metrics) == 1 else "them") + ", and dcgm-exporter watches and publishes only the fields "
+            "that file names (NVIDIA/dcgm-exporter 4.5.3-4.8.2 pkg/cmd/app.go l.123-149), so the series are gone "
+            "from every GPU node" + (f" (the scrape's keep list drops {', '.join(also)} as well)" if also else "")
+            + f". The alert rules read them: {_said({_severity(r) for r in rules if str(r.get('alert')) in alerts})} "
+            "can no longer fire on them (the expression returns nothing; promtool checks the rules alone and "
+            "passes)" + (", and it pages" if pages else " (not a paging alert: severity warning)") + ". Keep "
+            "the fields in the counters file, or remove or rewrite the alert in the same change"),
+            alerts, cause=f"{sorted(metrics)[0]} unexported"))
+    return found
+
+
+def _relabel_dropped(groups: Mapping[tuple[str, str], list[str]]) -> list[Finding]:
     return [Finding(HIGH, "metric-dropped", (
         f"{metric} is dropped before ingestion by the metric_relabel_configs of {jobs} (action drop or keep on "
         f"__name__), and the alert rules read it: {', '.join(sorted(set(alerts)))} can never fire on it (the "
