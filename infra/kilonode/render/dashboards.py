@@ -75,7 +75,8 @@ SOURCE_METRICS: dict[str, tuple[str, ...]] = {
     # unschedulable, gated), in the scheduler subsystem
     mon.JOB_SCHEDULER: ("scheduler_pending_pods",),
     # kubernetes/kube-state-metrics v2.18.0 internal/store/node.go l.40 (kube_node_labels), l.134
-    # (kube_node_info), l.480 (kube_node_status_condition {node, condition, status})
+    # (kube_node_info), l.480 (kube_node_status_condition {node, condition, status}), l.262 (kube_node_spec_taint
+    # {node, key, value, effect}, with --resources=nodes: the node store)
     mon.JOB_KUBE_STATE_METRICS: ("kube_node_labels", "kube_node_info", "kube_node_status_condition",
                                  "kube_node_spec_taint"),
     # kilonode's own (kilonode.node.pod_traffic METRICS)

@@ -160,7 +160,8 @@ KSM_RESOURCES = ("nodes",)
 # kube_node_labels carries a node's labels only when allowlisted (cli-arguments.md l.66): the pool.
 # The team and the fabric too (kilonode.io/team, kilonode.io/fabric): one kube_node_labels series per node
 # carries them, and a query joins any per-node series to it (`* on (node) group_left (label_kilonode_io_team)
-# kube_node_labels`, docs/monitoring.md), cheaper than relabelling them onto every per-node job's series.
+# kube_node_labels`, docs/monitoring.md), cheaper than relabelling them onto every per-node job's series. Several
+# keys per resource: cli-arguments.md at v2.18.0 l.65 ("namespaces=[k8s-label-1,k8s-label-n,...]").
 KSM_LABELS_ALLOWLIST = "nodes=[kilonode.io/pool,kilonode.io/team,kilonode.io/fabric]"
 KSM_USER = 65534  # examples/standard/deployment.yaml runAsUser
 KSM_PORT = 8080  # --port's default (cli-arguments.md), named http-metrics in upstream's Service
