@@ -675,8 +675,9 @@ def _node_gpu_diagnosis(gpu: str) -> list[Panel]:
               unit="percentunit",
               thresholds=(Threshold(mon.GPU_THERMAL_FRACTION, WARNING_COLOUR, "KilonodeGpuThermalThrottling"),)),
         Panel("GPUs: SM clock and clock-event reasons", "Each GPU's SM clock (MHz) and DCGM's clock-event reasons "
-              "bitmask (DCGM_FI_DEV_CLOCKS_EVENT_REASONS: 0x20 SW thermal, 0x40 HW slowdown, 0x80 sync boost, "
-              "0x04 SW power cap; NVML's nvmlClocksEventReason* bits).",
+              "bitmask (DCGM_FI_DEV_CLOCKS_EVENT_REASONS: 0x4 SW power cap, 0x8 HW slowdown, 0x10 sync boost, "
+              "0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake; NVIDIA/DCGM dcgmlib/dcgm_fields.h "
+              "DCGM_CLOCKS_EVENT_REASON_*).",
               (Query(f"max by (gpu) (DCGM_FI_DEV_SM_CLOCK{{{gpu}}})", "GPU {{gpu}} MHz"),
                Query(f"max by (gpu) (DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{gpu}}})", "GPU {{gpu}} reasons"))),
         Panel("GPUs: NVLink, PCIe and Xid errors", "Per GPU over 15 minutes: NVLink CRC, replay and recovery errors "
