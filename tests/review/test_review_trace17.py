@@ -185,3 +185,53 @@ def test_a_field_no_alert_reads_gone_says_nothing() -> None:
     head = snapshot(STACK)
     _counters_without(head, ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",))  # the dashboards' only
     assert _dropped(head) == []
+
+
+# --- PR 15: CoreDNS's policy drops 53/TCP only ----------------------------------------------------
+
+
+def _dns_ports(head: dict[str, Any], protocols: tuple[str, ...], sources: list[dict[str, Any]] | None = None) -> None:
+    STACK_POLICY = f"{STACK}-k8s-kube-system-policies-coredns"
+    [policy] = [r["inputs"] for r in head["resources"] if r["name"] == STACK_POLICY]
+    rule = policy["spec"]["ingress"][0]  # 53 over UDP and TCP, from everyone
+    rule["ports"] = [p for p in rule["ports"] if p.get("protocol") in protocols]
+    if sources is not None:
+        rule["from"] = sources
+
+
+def _dns_breaks(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import preflight_break
+    return [b for b in preflight_break.assess(compare_stack(STACK, snapshot(STACK), head))
+            if "served-to-every-pod" in b.summary]
+
+
+def test_dns_tcp_refused_alone_says_only_truncated_answers_fail() -> None:
+    from kilonode.review.finding import HIGH
+    head = snapshot(STACK)
+    _dns_ports(head, ("UDP",))
+    [line] = _dns_breaks(head)
+    assert line.level == HIGH  # still a break
+    assert "only answers too large for UDP fail" in line.summary and "headless Service" in line.summary
+    assert "no Service name resolves anywhere" not in line.summary
+
+
+def test_dns_tcp_refused_to_host_sources_only_combines_both() -> None:
+    head = snapshot(STACK)
+    _dns_ports(head, ("UDP",), [{"namespaceSelector": {}}])  # UDP from pods only, TCP from no one
+    [line] = _dns_breaks(head)
+    # UDP is refused to the node addresses too: the host-only sentence, not the TCP-only one
+    assert "hostNetwork pods (dnsPolicy ClusterFirstWithHostNet) and processes on the nodes lose DNS" in line.summary
+
+
+def test_dns_udp_refused_keeps_the_cluster_wide_sentence() -> None:
+    head = snapshot(STACK)
+    _dns_ports(head, ("TCP",))
+    [line] = _dns_breaks(head)
+    assert "no Service name resolves anywhere in the cluster" in line.summary
+    assert "only answers too large" not in line.summary
+
+
+def test_dns_both_protocols_admitted_says_nothing() -> None:
+    head = snapshot(STACK)
+    _dns_ports(head, ("UDP", "TCP"))
+    assert _dns_breaks(head) == []

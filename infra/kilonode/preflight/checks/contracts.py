@@ -1536,22 +1536,46 @@ def _served_to_pods(inputs: Inputs, name: str, contract: Contract, req: Requirem
         for ns in [*namespaces, pod_isolation.USER_NAMESPACE]]
     sources += [(f"host address {a}", a) for a in pod_isolation.addresses_of_pools(inputs)]
     # the destination's side: a namespace that denies its own pods' egress (the balloons) chose so
-    refused = [(f"{who} on {port}/{proto}", isinstance(source, netpol.Pod)) for who, source in sources
-               for port, proto in wanted
+    refused = [(f"{who} on {port}/{proto}", isinstance(source, netpol.Pod), str(proto).upper())
+               for who, source in sources for port, proto in wanted
                if not netpol.admitted(found, netpol.Flow(source, pod, port, proto), egress=False)]
     if not refused:
         return []
-    said = [who for who, _ in refused]
+    said = [who for who, _, _ in refused]
     # What breaks follows who is refused: pods refused, the line's own `breaks` (no name resolves
     # for them); host addresses alone, the line's `hostSourcesOnly.breaks`, but only while
-    # kube-proxy keeps a pod's own address on its way to the DNS Service (hostSourcesOnly.kubeProxy)
-    hosts_only = value.get("hostSourcesOnly") or {}
-    breaks = (str(hosts_only["breaks"]) if hosts_only and not any(is_pod for _, is_pod in refused)
-              and _keeps_pod_sources(inputs, hosts_only) else None)
+    # kube-proxy keeps a pod's own address on its way to the DNS Service (hostSourcesOnly.kubeProxy).
+    # And which protocol: TCP alone refused (UDP admitted for everyone), the line's `tcpOnly`: only
+    # answers too large for UDP fail (CoreDNS truncates them, the TCP retry is what is refused),
+    # for every pod (`breaks`) or for the host sources alone (`hostBreaks`, the same kube-proxy condition).
+    breaks = _dns_breaks(inputs, value, {proto for _, is_pod, proto in refused if is_pod},
+                         {proto for _, is_pod, proto in refused if not is_pod})
     return [_finding(name, contract, req, value["workload"], f"its NetworkPolicies refuse {'; '.join(said[:4])}"
                      + (f" and {len(said) - 4} more" if len(said) > 4 else ""),
                      "admit every source on those ports (kilonode.k8s.network_policy KUBE_SYSTEM_INGRESS)",
                      breaks=breaks)]
+
+
+def _dns_breaks(inputs: Inputs, value: Mapping[str, Any], pods: set[str], hosts: set[str]) -> str | None:
+    """What breaks, from the protocols refused to pods and to host addresses (None: the line's own
+    `breaks`, no name resolves anywhere). Host addresses count apart from pods only while kube-proxy
+    keeps a pod's own address (hostSourcesOnly); UDP refused is no lookup, TCP alone only the
+    truncated answers' retries (tcpOnly)."""
+    hosts_only = value.get("hostSourcesOnly") or {}
+    tcp_only = value.get("tcpOnly") or {}
+    apart = bool(hosts_only) and _keeps_pod_sources(inputs, hosts_only)
+    if not apart:  # a host's refusal is a pod's too: one set of protocols for everyone
+        pods, hosts = pods | hosts, set()
+    if "UDP" in pods or (pods and not tcp_only):
+        return None
+    said = []
+    if "UDP" in hosts or (hosts and not tcp_only):
+        said.append(str(hosts_only["breaks"]))
+    elif hosts and not pods:
+        said.append(str(tcp_only.get("hostBreaks") or tcp_only["breaks"]))
+    if pods:
+        said.append(str(tcp_only["breaks"]))
+    return "; and ".join(said) or None
 
 
 def _keeps_pod_sources(inputs: Inputs, hosts_only: Mapping[str, Any]) -> bool:
