@@ -8,8 +8,9 @@ Monitor keeps the gateway's metrics on its own (platform metrics, no diagnostic 
 "Supported metrics for Microsoft.Network/natgateways"), so an Azure metric alert per gateway and
 metric is what watches them.
 
-What fires, per gateway, is catalog/nat_gateway_alerts.yaml's `alerts`: Microsoft's own recommended
-alerts of "Metrics and alerts for Azure NAT Gateway" (learn.microsoft.com/azure/nat-gateway/nat-metrics)
+What fires, per gateway, is the plan's `egress_alerts` (from catalog/nat_gateway_alerts.yaml):
+Microsoft's own recommended alerts of "Metrics and alerts for Azure NAT Gateway"
+(learn.microsoft.com/azure/nat-gateway/nat-metrics)
 - `<cluster>-<gateway>-nat-snat-failed`: SNATConnectionCount, ConnectionState = Failed, total > 0 over
   5 minutes (SNAT port exhaustion, or the gateway's connection limits);
 - `<cluster>-<gateway>-nat-datapath`: DatapathAvailability, average < 90 over 15 minutes.
@@ -33,8 +34,7 @@ import pulumi
 from pulumi_azure_native import monitor
 
 from kilonode.azure.common import tags
-from kilonode.catalog.nat_gateway_alerts import MetricAlertRow, nat_gateway_alerts
-from kilonode.plan.model import ClusterPlan
+from kilonode.plan.model import ClusterPlan, EgressAlertPlan
 
 # The runbook every alert names (its description; the webhook's custom properties).
 RUNBOOK = "docs/monitoring.md#nat-gateway-outbound-connections"
@@ -81,12 +81,12 @@ def webhook_target(plan: ClusterPlan) -> str | None:
     return alerting.webhook_url
 
 
-def _criterion(row: MetricAlertRow, namespace: str) -> monitor.MetricCriteriaArgs:
+def _criterion(row: EgressAlertPlan) -> monitor.MetricCriteriaArgs:
     dimensions = [monitor.MetricDimensionArgs(name=row.dimension, operator="Include",
                                               values=list(row.dimension_values))] if row.dimension else None
     return monitor.MetricCriteriaArgs(
         criterion_type="StaticThresholdCriterion", name=row.key, metric_name=row.metric,
-        metric_namespace=namespace, time_aggregation=row.aggregation, operator=row.operator,
+        metric_namespace=row.namespace, time_aggregation=row.aggregation, operator=row.operator,
         threshold=row.threshold, dimensions=dimensions,
     )
 
@@ -101,12 +101,10 @@ class EgressAlerts(pulumi.ComponentResource):
         plan = args.plan
         child = pulumi.ResourceOptions(parent=self)
         resource_tags = tags(plan.cluster, ROLE)
-        catalogue = nat_gateway_alerts()
-        namespace = str(catalogue.namespace.value)
         self.action_group = self._action_group(name, plan, args.resource_group_name)
         self.alerts = {}
         for gateway in plan.network.nat_gateways:
-            for row in catalogue.alerts:
+            for row in plan.egress_alerts:
                 rule = alert_name(plan.cluster, gateway.name, row.key)
                 actions = None
                 if self.action_group is not None:
@@ -129,7 +127,7 @@ class EgressAlerts(pulumi.ComponentResource):
                     window_size=row.window,
                     criteria=monitor.MetricAlertSingleResourceMultipleMetricCriteriaArgs(
                         odata_type="Microsoft.Azure.Monitor.SingleResourceMultipleMetricCriteria",
-                        all_of=[_criterion(row, namespace)],
+                        all_of=[_criterion(row)],
                     ),
                     # resolved by Azure once the condition clears (and posted again, resolved)
                     auto_mitigate=True,

@@ -627,6 +627,24 @@ class AlertingPlan(StrictModel):
         return self.pager_duty or self.webhook_url is not None
 
 
+class EgressAlertPlan(StrictModel):
+    """One Azure Monitor metric alert every NAT gateway gets (kilonode.azure.egress_alerts): a row of
+    the catalogue's nat_gateway_alerts.yaml, each number there with Microsoft's source."""
+
+    key: str  # the rule's name is <cluster>-<gateway>-nat-<key>
+    metric: str
+    namespace: str  # the metric namespace (Microsoft.Network/natGateways)
+    aggregation: str
+    dimension: str | None = None
+    dimension_values: tuple[str, ...] = ()
+    operator: str
+    threshold: float
+    window: str  # ISO 8601
+    frequency: str  # ISO 8601
+    severity: int
+    summary: str
+
+
 class ClusterPlan(StrictModel):
     cluster: str
     location: str
@@ -670,6 +688,8 @@ class ClusterPlan(StrictModel):
     prometheus: PrometheusPlan | None = None
     # where Alertmanager sends alerts; None: no receiver (it runs, shows alerts, sends nothing)
     alerting: AlertingPlan | None = None
+    # the Azure Monitor metric alerts every NAT gateway gets (kilonode.azure.egress_alerts)
+    egress_alerts: tuple[EgressAlertPlan, ...] = ()
     # every VM size the plan's machines use -> its vCPUs and quota family (preflight's quota)
     vm_sizes: dict[str, VmSizeFacts] = Field(default_factory=dict)
     # the vCPU quota the subscription needs per family, and the region's total ("cores") last

@@ -11,7 +11,7 @@ from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE, ClusterConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.plan import defaults
 from kilonode.plan.model import ClusterPlan, DeployerPlan, NetworkPlan
-from kilonode.plan.resolve.alertmanager import alerting_plan
+from kilonode.plan.resolve.alertmanager import alerting_plan, egress_alerts
 from kilonode.plan.resolve.budgets import (
     acknowledged_warnings,
     budget_problems,
@@ -112,6 +112,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         components=components_plan(config, pools),
         prometheus=prometheus,
         alerting=alerting_plan(config),
+        egress_alerts=egress_alerts(),
         vm_sizes=sizes,
         vcpu_quota=vcpu_quota(etcd, control_plane, [(p.vm_size, growth(p)) for p in config.node_pools], sizes),
         ssh_keys=dict(config.ssh_keys),

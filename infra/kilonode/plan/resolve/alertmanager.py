@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from kilonode.catalog.nat_gateway_alerts import nat_gateway_alerts
 from kilonode.config.model import ClusterConfig
-from kilonode.plan.model import AlertingPlan
+from kilonode.plan.model import AlertingPlan, EgressAlertPlan
 
 
 def alerting_plan(config: ClusterConfig) -> AlertingPlan | None:
@@ -13,3 +14,16 @@ def alerting_plan(config: ClusterConfig) -> AlertingPlan | None:
     if a is None or not (a.pager_duty or a.webhook_url is not None):
         return None
     return AlertingPlan(pager_duty=a.pager_duty, webhook_url=a.webhook_url, webhook_bearer_token=a.webhook_bearer_token)
+
+
+def egress_alerts() -> tuple[EgressAlertPlan, ...]:
+    """The metric alerts every NAT gateway gets: Microsoft's recommended ones, from the catalogue
+    (catalog/nat_gateway_alerts.yaml, each with its source); the same for every stack."""
+    catalogue = nat_gateway_alerts()
+    return tuple(
+        EgressAlertPlan(key=row.key, metric=row.metric, namespace=str(catalogue.namespace.value),
+                        aggregation=row.aggregation, dimension=row.dimension, dimension_values=row.dimension_values,
+                        operator=row.operator, threshold=row.threshold, window=row.window, frequency=row.frequency,
+                        severity=row.severity, summary=row.summary)
+        for row in catalogue.alerts
+    )
