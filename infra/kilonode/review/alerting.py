@@ -284,8 +284,17 @@ def _relabel_filters(entry: Mapping[str, Any] | None) -> dict[str, list[tuple[st
     return found
 
 
+# The series the scrape loop writes of each scrape itself: added through reportSampleMutator (target
+# labels only), never through metric_relabel_configs' sampleMutator (prometheus/prometheus v3.5.5
+# scrape/scrape.go:2103 report, 2178-2191 addReportSample), so no keep or drop list removes them.
+_REPORT_SERIES = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped",
+                            "scrape_samples_post_metric_relabeling", "scrape_series_added"})
+
+
 def _dropped_by(metric: str, jobs: set[str], filters: Mapping[str, list[tuple[str, str]]]) -> list[str]:
     """The jobs whose metric relabelling removes `metric` (Prometheus anchors the regex)."""
+    if metric in _REPORT_SERIES:
+        return []
     found = []
     for job, rules in filters.items():
         known = job in jobs
