@@ -36,6 +36,7 @@ from kilonode.azure.rollout import APISERVERS, ROLL_STEP, TARGET_LIMIT
 from kilonode.preflight import apiload
 from kilonode.review import (
     admission,
+    alert_routing,
     alerting,
     apiserver_flags,
     apiservers,
@@ -841,6 +842,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, sysctl_netns.assess(diff))
     found += _risks(diff, storage.assess(diff))
     found += _risks(diff, disruption.assess(diff))
+    found += _risks(diff, alert_routing.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))

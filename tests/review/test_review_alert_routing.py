@@ -1,0 +1,53 @@
+"""alert-grouping-off: an Alertmanager route that stops grouping by alert name (trace 17, PR 2), on the
+shipped stack changed in memory, with harmless variants that stay quiet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from kilonode.review.compare import compare_stack
+from tests.review.snapshots import snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
+STACK = "research-7500"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+
+
+def _with_route(change: Any) -> dict[str, Any]:
+    head = snapshot(STACK)
+    [(inputs, key)] = [(r["inputs"], k) for r in head["resources"] if r["type"] == CONFIG_MAP
+                       for k, v in (r["inputs"].get("data") or {}).items()
+                       if isinstance(v, str) and "receivers:" in v and "route:" in v]
+    config = yaml.safe_load(inputs["data"][key])
+    change(config["route"])
+    inputs["data"][key] = yaml.safe_dump(config, sort_keys=False)
+    return head
+
+
+def _lines(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import risks
+    return [r for r in risks.assess(compare_stack(STACK, snapshot(STACK), head), {}) if r.rule == "alert-grouping-off"]
+
+
+def test_grouping_by_every_label_names_the_per_instance_alerts_and_that_nothing_is_sent_today() -> None:
+    [line] = _lines(_with_route(lambda route: route.update(group_by=["..."])))
+    assert line.level == "medium"
+    assert "each firing instance is a notification of its own" in line.summary
+    assert "KilonodeGpuXidError" in line.summary or "more" in line.summary
+    assert "nothing is sent today" in line.summary  # research-7500 has no alerting receiver
+
+
+def test_a_child_route_without_alertname_is_named() -> None:
+    def change(route: dict[str, Any]) -> None:
+        route["routes"][0]["group_by"] = ["cluster"]
+    [line] = _lines(_with_route(change))
+    assert "without alertname" in line.summary and "route severity" in line.summary
+
+
+def test_grouping_by_more_labels_with_alertname_or_a_timer_change_says_nothing() -> None:
+    assert _lines(_with_route(lambda route: route.update(group_by=["cluster", "alertname", "pool"]))) == []
+    assert _lines(_with_route(lambda route: route.update(group_wait="1m"))) == []
