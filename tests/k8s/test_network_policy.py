@@ -57,8 +57,8 @@ def test_every_namespace_kilonode_creates_denies_ingress_by_default(graphs: dict
                    key=lambda r: r[1]["ports"][0]["port"])
     assert rules == [("monitoring", {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": port}]})
                      for port in sorted((GRAFANA_PORT, PROMETHEUS_PORT))]
-    # kube-system: one policy per workload, CoreDNS's 53 from anywhere (9153 from Prometheus), metrics-server's 10250 from
-    # each apiserver's address, nothing else
+    # kube-system: one policy per workload, CoreDNS's 53 from anywhere (9153 from Prometheus),
+    # metrics-server's 10250 from each apiserver's address, nothing else
     kube_system = {p["metadata"]["name"]: p["spec"] for p in found if p["metadata"]["namespace"] == "kube-system"}
     # ... and kube-state-metrics's own (kilonode.k8s.exporters): its metrics port from Prometheus's pods alone
     assert set(kube_system) == {name for name, _, _ in KUBE_SYSTEM_INGRESS} | {"kube-state-metrics"}

@@ -587,7 +587,7 @@ def _unexported(diff: StackDiff, relabelled: set[str]) -> list[Finding]:
             f"{', '.join(sorted(metrics))} no longer exported: dcgm-exporter's counters file (the ConfigMap its "
             "DaemonSet mounts, DCGM_EXPORTER_COLLECTORS) no longer names "
             + ("it" if len(metrics) == 1 else "them") + ", and dcgm-exporter watches and publishes only the fields "
-            "that file names (NVIDIA/dcgm-exporter 4.5.3-4.8.2 pkg/cmd/app.go l.123-149), so the series are gone "
+            "that file names (NVIDIA/dcgm-exporter pkg/cmd/app.go l.123-149, the pinned release), so the series go "
             "from every GPU node" + (f" (the scrape's keep list drops {', '.join(also)} as well)" if also else "")
             + f". The alert rules read them: {_said({_severity(r) for r in rules if str(r.get('alert')) in alerts})} "
             "can no longer fire on them (the expression returns nothing; promtool checks the rules alone and "

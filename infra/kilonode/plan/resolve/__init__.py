@@ -7,6 +7,8 @@ enumerates nodes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kilonode.config.model import CONTROL_PLANE_IMAGE, ETCD_IMAGE, ClusterConfig
 from kilonode.config.sysctl_profile import SysctlProfile
 from kilonode.plan import defaults
@@ -62,7 +64,6 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     )
     pools, teams = place_capacity(config, pools)
     prometheus = prometheus_plan(config, pools, etcd, control_plane)
-    net = config.network
     sizes = vm_size_facts(etcd, control_plane, pools)
     return ClusterPlan(
         cluster=config.name,
@@ -70,19 +71,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         zones=config.zones,
         kubernetes_version=config.kubernetes_version,
         control_plane_emulated_version=config.control_plane_emulated_version,
-        network=NetworkPlan(
-            vnet_cidr=net.vnet_cidr,
-            control_plane_subnet=subnets.control_plane,
-            etcd_subnet=subnets.etcd,
-            apiserver_allowed_cidrs=net.apiserver_allowed_cidrs,
-            admin_cidr=net.admin_cidr,
-            public_ips_on_control_plane=net.public_ips_on_control_plane,
-            deployer=None if config.deployer is None else DeployerPlan(
-                network=config.deployer.network, cidrs=config.deployer.cidrs, vnet_id=config.deployer.vnet_id,
-            ),
-            unrecorded=subnets.unrecorded,
-            nat_gateways=gateways,
-        ),
+        network=network_plan(config, subnets, gateways),
         etcd_main=etcd_main,
         etcd_events=etcd_events,
         etcd_leases=etcd_leases,
@@ -116,6 +105,24 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
         vm_sizes=sizes,
         vcpu_quota=vcpu_quota(etcd, control_plane, [(p.vm_size, growth(p)) for p in config.node_pools], sizes),
         ssh_keys=dict(config.ssh_keys),
+    )
+
+
+def network_plan(config: ClusterConfig, subnets: Any, gateways: Any) -> NetworkPlan:
+    """The VNet, its control-plane and etcd subnets, who may reach the apiservers, and the NAT gateways."""
+    net = config.network
+    return NetworkPlan(
+        vnet_cidr=net.vnet_cidr,
+        control_plane_subnet=subnets.control_plane,
+        etcd_subnet=subnets.etcd,
+        apiserver_allowed_cidrs=net.apiserver_allowed_cidrs,
+        admin_cidr=net.admin_cidr,
+        public_ips_on_control_plane=net.public_ips_on_control_plane,
+        deployer=None if config.deployer is None else DeployerPlan(
+            network=config.deployer.network, cidrs=config.deployer.cidrs, vnet_id=config.deployer.vnet_id,
+        ),
+        unrecorded=subnets.unrecorded,
+        nat_gateways=gateways,
     )
 
 
