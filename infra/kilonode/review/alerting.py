@@ -135,6 +135,7 @@ from typing import Any, NamedTuple, TypeVar
 import promql_parser
 import yaml
 
+from kilonode.catalog import CATALOG_DIR
 from kilonode.plan import defaults
 from kilonode.preflight.prometheus import deployed_scrape_documents as _deployed_scrape_documents
 from kilonode.preflight.prometheus import load as _load
@@ -511,28 +512,95 @@ _DCGM_IMAGE = "dcgm-exporter"
 _DCGM_PREFIX = "DCGM_FI_"
 
 
-def exporter_fields(entry: Mapping[str, Any] | None) -> dict[str, set[str]] | None:
-    """exporter -> the metric names its own configuration makes it publish, for the exporters whose set is a
-    file kilonode renders (dcgm-exporter's counters CSV, from the ConfigMaps its DaemonSet mounts); None where
-    the side has no such exporter."""
+@functools.cache
+def _image_default_counters() -> tuple[str, frozenset[str]]:
+    """The image's own counters file: its path and the fields its uncommented lines name
+    (catalog/dcgm_default_counters.yaml, read from NVIDIA/dcgm-exporter etc/default-counters.csv at the pinned tag)."""
+    data = yaml.safe_load((CATALOG_DIR / "dcgm_default_counters.yaml").read_text())
+    return str(data["path"]), frozenset(str(f) for f in data["fields"])
+
+
+class CountersFile(NamedTuple):
+    path: str  # the file the container reads
+    origin: str  # "ConfigMap <name>" or "the image's default"
+    fields: frozenset[str]
+
+
+def _collectors_path(container: Mapping[str, Any]) -> str:
+    """The collectors file dcgm-exporter reads: -f / --collectors on its command line, else the
+    DCGM_EXPORTER_COLLECTORS env, else the flag's default (urfave/cli v2: a flag given on the command line
+    wins over its EnvVars; NVIDIA/dcgm-exporter 4.5.3-4.8.2 pkg/cmd/app.go l.123-129)."""
+    default, _ = _image_default_counters()
+    path = default
+    for env in container.get("env") or []:
+        if env.get("name") == "DCGM_EXPORTER_COLLECTORS" and env.get("value") is not None:
+            path = str(env["value"])
+    words = [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name.lstrip("-") in ("f", "collectors") and name.startswith("-"):
+            if eq:
+                path = value
+            elif i + 1 < len(words):
+                path = words[i + 1]
+    return path
+
+
+def dcgm_counters(pod: Mapping[str, Any], maps: Mapping[str, Mapping[str, Any]]) -> CountersFile | None:
+    """The counters file dcgm-exporter's container of this pod reads and the fields it names, following the
+    path through the container's ConfigMap mounts (a key of the mounted ConfigMap, items and subPath
+    followed); the image's own default-counters.csv where no mount covers the path. None where the file is
+    neither (a path kilonode cannot read: not judged)."""
+    containers = [c for c in pod.get("containers") or [] if _DCGM_IMAGE in str(c.get("image") or "")]
+    if not containers:
+        return None
+    container = containers[0]
+    path = os.path.normpath(_collectors_path(container))
+    volumes = {str(v.get("name")): v for v in pod.get("volumes") or []}
+    for mount in sorted(container.get("volumeMounts") or [], key=lambda m: -len(str(m.get("mountPath")))):
+        at = os.path.normpath(str(mount.get("mountPath")))
+        sub = mount.get("subPath")
+        if path != at and not (not sub and path.startswith(at.rstrip("/") + "/")):
+            continue
+        source = (volumes.get(str(mount.get("name"))) or {}).get("configMap")
+        if not source:
+            return None  # another volume covers the path: its content is not in the record
+        name = str(source.get("name"))
+        rel = str(sub) if sub else path[len(at.rstrip("/")) + 1:]
+        items = source.get("items")
+        key = next((str(i.get("key")) for i in items if str(i.get("path")) == rel), None) if items else rel
+        text = (maps.get(name) or {}).get(key) if key else None
+        if text is None:
+            return None
+        fields = {line.split(",", 1)[0].strip() for line in str(text).splitlines()}
+        return CountersFile(path, f"ConfigMap {name}", frozenset(f for f in fields if f.startswith(_DCGM_PREFIX)))
+    default, fields = _image_default_counters()
+    return CountersFile(path, "the image's default", fields) if path == default else None
+
+
+def _dcgm_files(entry: Mapping[str, Any] | None) -> list[CountersFile | None]:
     resources = [r for r in (entry or {}).get("resources") or [] if isinstance(r, Mapping)]
     maps = {str(((r.get("inputs") or {}).get("metadata") or {}).get("name")): (r.get("inputs") or {}).get("data") or {}
             for r in resources if r.get("type") == "kubernetes:core/v1:ConfigMap"}
-    found: dict[str, set[str]] = {}
+    found = []
     for r in resources:
         if r.get("type") != "kubernetes:apps/v1:DaemonSet":
             continue
         pod = ((((r.get("inputs") or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
-        if not any(_DCGM_IMAGE in str(c.get("image") or "") for c in pod.get("containers") or []):
-            continue
-        fields = found.setdefault(_DCGM_IMAGE, set())
-        for volume in pod.get("volumes") or []:
-            for text in maps.get(str((volume.get("configMap") or {}).get("name")), {}).values():
-                for line in str(text).splitlines():
-                    field = line.split(",", 1)[0].strip()
-                    if field.startswith(_DCGM_PREFIX):
-                        fields.add(field)
-    return found or None
+        if any(_DCGM_IMAGE in str(c.get("image") or "") for c in pod.get("containers") or []):
+            found.append(dcgm_counters(pod, maps))
+    return found
+
+
+def exporter_fields(entry: Mapping[str, Any] | None) -> dict[str, set[str]] | None:
+    """exporter -> the metric names its own configuration makes it publish, for the exporters whose set is a
+    file kilonode can read (dcgm-exporter's counters CSV: the file its -f / DCGM_EXPORTER_COLLECTORS names,
+    from the ConfigMap mounted there or, at the image's own path, the image's default-counters.csv); None
+    where the side has no such exporter or its file is one kilonode cannot read."""
+    files = _dcgm_files(entry)
+    if not files or any(f is None for f in files):
+        return None
+    return {_DCGM_IMAGE: set().union(*(f.fields for f in files if f is not None))}
 
 
 def unexported_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, str]]:
@@ -584,8 +652,7 @@ def _unexported(diff: StackDiff, relabelled: set[str]) -> list[Finding]:
         pages = _pages(rules, set(alerts))
         also = sorted(set(metrics) & relabelled)
         found.append(Finding(HIGH if pages else MEDIUM, "metric-dropped", (
-            f"{', '.join(sorted(metrics))} no longer exported: dcgm-exporter's counters file (the ConfigMap its "
-            "DaemonSet mounts, DCGM_EXPORTER_COLLECTORS) no longer names "
+            f"{', '.join(sorted(metrics))} no longer exported: {_counters_said(diff)} no longer names "
             + ("it" if len(metrics) == 1 else "them") + ", and dcgm-exporter watches and publishes only the fields "
             "that file names (NVIDIA/dcgm-exporter pkg/cmd/app.go l.123-149, the pinned release), so the series go "
             "from every GPU node" + (f" (the scrape's keep list drops {', '.join(also)} as well)" if also else "")
@@ -595,6 +662,50 @@ def _unexported(diff: StackDiff, relabelled: set[str]) -> list[Finding]:
             "the fields in the counters file, or remove or rewrite the alert in the same change"),
             alerts, cause=f"{sorted(metrics)[0]} unexported"))
     return found
+
+
+def _counters_said(diff: StackDiff) -> str:
+    """Which file the head's dcgm-exporter reads, said against the base's."""
+    base = {(f.path, f.origin) for f in _dcgm_files(diff.base) if f is not None}
+    head = {(f.path, f.origin) for f in _dcgm_files(diff.head) if f is not None}
+    said = ", ".join(f"{path} ({origin})" for path, origin in sorted(head))
+    if head == base:
+        return f"dcgm-exporter's counters file, {said},"
+    was = ", ".join(f"{path} ({origin})" for path, origin in sorted(base - head))
+    default = any(origin == "the image's default" for _, origin in head)
+    return (f"dcgm-exporter's collectors file (-f / DCGM_EXPORTER_COLLECTORS) now points at {said} instead of "
+            f"{was}" + (": the image's own etc/default-counters.csv, whose enabled fields (catalog/"
+                        "dcgm_default_counters.yaml, NVIDIA/dcgm-exporter 4.5.3-4.8.2) are not kilonode's, and it"
+                        if default else ", which"))
+
+
+# DCGM's profiling fields (DCGM_FI_PROF_*) are collected through DCGM's profiling module, which holds the GPU's
+# performance counters while watched: NVIDIA's DCGM docs, "dcgmi profile" (reference/command-line-reference/
+# dcgmi/dcgmi-profile.html): pausing "releases profiling resources so developer tools such as Nsight Compute or
+# Nsight Systems can use them"; a CUPTI-based profiler started while DCGM watches them fails (NVIDIA/DCGM
+# issue 56, "the third-party profiling module returned an unrecoverable error", the same contention seen from
+# DCGM's side).
+_PROF_PREFIX = "DCGM_FI_PROF_"
+
+
+def profiling_held(diff: StackDiff) -> list[Finding]:
+    """dcgm-profiling-held (medium): the head's dcgm-exporter newly watches a DCGM_FI_PROF_* field."""
+    before, after = exporter_fields(diff.base), exporter_fields(diff.head)
+    if after is None:
+        return []
+    old = {f for f in (before or {}).get(_DCGM_IMAGE, set()) if f.startswith(_PROF_PREFIX)}
+    new = sorted(f for f in after.get(_DCGM_IMAGE, set()) if f.startswith(_PROF_PREFIX) and f not in old)
+    if not new or (before is None and _dcgm_files(diff.base)):
+        return []  # the base's file is one kilonode cannot read: whether they are new is not known
+    return [Finding(MEDIUM, "dcgm-profiling-held", (
+        f"dcgm-exporter now watches DCGM's profiling fields ({', '.join(new)}; {_counters_said(diff)} names "
+        "them): DCGM collects them through its profiling module, which holds each GPU's performance counters "
+        "while they are watched, so users' Nsight Compute, Nsight Systems and other CUPTI profilers fail on every "
+        "GPU node where dcgm-exporter runs until it is paused (`dcgmi profile --pause`; NVIDIA DCGM docs, "
+        "dcgmi profile: pausing \"releases profiling resources so developer tools such as Nsight Compute or "
+        "Nsight Systems can use them\"). Keep DCGM_FI_PROF_* out of the counters file unless profiling on these "
+        "nodes is given up, or document the pause"),
+        (), cause="DCGM_FI_PROF_* watched")]
 
 
 def _relabel_dropped(groups: Mapping[tuple[str, str], list[str]]) -> list[Finding]:
@@ -742,9 +853,13 @@ def configs_rejected(diff: StackDiff, promtool: Path, changed: Mapping[str, tupl
 
 def assess(diff: StackDiff) -> list[Finding]:
     if not any(c.type == CONFIG_MAP for c in diff.resources):
-        return []  # no ConfigMap changed: no rule file or Prometheus configuration did
-    found = [*dropped(diff), *records_missing(diff), *ranges_too_short(diff), *lookback_gaps(diff),
-             *jobs_unselected(diff), *scrape_limits_below_load(diff)]
+        # no ConfigMap changed: no rule file or Prometheus configuration did; an exporter's pod template may
+        # still point it at another fields file (dcgm-exporter's -f / DCGM_EXPORTER_COLLECTORS, trace 18 PR 4)
+        if not any(c.type == "kubernetes:apps/v1:DaemonSet" for c in diff.resources):
+            return []
+        return [*_unexported(diff, set()), *profiling_held(diff)]
+    found = [*dropped(diff), *profiling_held(diff), *records_missing(diff), *ranges_too_short(diff),
+             *lookback_gaps(diff), *jobs_unselected(diff), *scrape_limits_below_load(diff)]
     before, after = rule_files(diff.base), rule_files(diff.head)
     changed = {key: text for key, text in after.items() if before.get(key) != text}
     base_configs = {label: data[key] for label, (data, key) in prometheus_configs(diff.base).items()}

@@ -1,0 +1,74 @@
+"""The eighteenth independent trace of `kilonode diff` on research-7500: what each finding of its
+PRs misjudged or said only in part, each boundary on the shipped stack changed in memory
+(tests.review.snapshots), with a harmless variant beside it that must stay quiet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kilonode.review.compare import compare_stack
+from tests.review.snapshots import pod_spec, snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
+STACK = "research-7500"
+
+
+def _risks(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import risks
+    return risks.assess(compare_stack(STACK, snapshot(STACK), head), {})
+
+
+def _rules(head: dict[str, Any], rule: str) -> list[Any]:
+    return [r for r in _risks(head) if r.rule == rule]
+
+
+# --- PR 4: dcgm-exporter pointed at the image's default counters file -----------------------------
+
+
+def _dcgm(entry: dict[str, Any]) -> dict[str, Any]:
+    [container] = [c for c in pod_spec(entry, "DaemonSet", "dcgm-exporter")["containers"]
+                   if "dcgm-exporter" in c["image"]]
+    return container
+
+
+def _collectors(entry: dict[str, Any], path: str) -> None:
+    [env] = [e for e in _dcgm(entry)["env"] if e["name"] == "DCGM_EXPORTER_COLLECTORS"]
+    env["value"] = path
+
+
+def test_collectors_env_at_the_image_default_drops_kilonodes_fields_and_holds_profiling() -> None:
+    head = snapshot(STACK)
+    _collectors(head, "/etc/dcgm-exporter/default-counters.csv")
+    dropped = _rules(head, "metric-dropped")
+    assert dropped, "the image's default file lacks the NVLink error, ECC and violation counters the alerts read"
+    said = " ".join(r.summary for r in dropped)
+    assert "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL" in said or "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" in said
+    assert "the image's default" in said and "default-counters.csv" in said
+    assert "DCGM_FI_DEV_GPU_TEMP " not in said  # enabled in both files
+    [held] = _rules(head, "dcgm-profiling-held")
+    assert held.level == "medium" and "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" in held.summary
+    assert "Nsight" in held.summary
+
+
+def test_collectors_flag_wins_over_env() -> None:
+    head = snapshot(STACK)
+    _dcgm(head).setdefault("args", []).extend(["-f", "/etc/dcgm-exporter/default-counters.csv"])
+    assert _rules(head, "metric-dropped") and _rules(head, "dcgm-profiling-held")
+
+
+def test_collectors_file_moved_with_its_mount_stays_quiet() -> None:
+    """Control: the same ConfigMap mounted elsewhere and the env following it is the same file."""
+    head = snapshot(STACK)
+    [mount] = [m for m in _dcgm(head)["volumeMounts"] if m["mountPath"] == "/etc/dcgm-exporter/kilonode"]
+    mount["mountPath"] = "/etc/kilonode-dcgm"
+    _collectors(head, "/etc/kilonode-dcgm/counters.csv")
+    assert not _rules(head, "metric-dropped") and not _rules(head, "dcgm-profiling-held")
+
+
+def test_collectors_file_kilonode_cannot_read_is_not_judged() -> None:
+    head = snapshot(STACK)
+    _collectors(head, "/opt/site/counters.csv")
+    assert not _rules(head, "metric-dropped") and not _rules(head, "dcgm-profiling-held")
