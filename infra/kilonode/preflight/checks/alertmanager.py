@@ -13,7 +13,12 @@ receiver with no `*_configs` sends nothing (config/config.go Receiver at v0.34.0
   shows every alert (its UI and API, Grafana's ALERTS) but nothing pages (warn: the stack's `alerting`,
   docs/monitoring.md "Alertmanager").
 
-Both are warnings: the cluster works, and a stack may mean to watch its alerts by other means; the
+- the NAT gateways' Azure metric alerts (azure-native:monitor:MetricAlert, kilonode.azure.egress_alerts) with
+  no action: no action group is made without the stack's `alerting.webhookUrl`, nor when it sets
+  `webhookBearerToken` (an action group's webhook sends no header of its own: egress_alerts says why), so
+  they fire in Azure's portal alone and reach no one (warn: research-7500's on-call trace).
+
+All are warnings: the cluster works, and a stack may mean to watch its alerts by other means; the
 finding says so before the first incident does.
 """
 
@@ -28,6 +33,10 @@ from kilonode.preflight.prometheus import graph_of, load, prometheus_configs
 NAME = "alertmanager"
 TITLE = "a critical alert reaches a receiver that sends it somewhere (Prometheus -> Alertmanager -> pager)"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+METRIC_ALERT = "azure-native:monitor:MetricAlert"
+NAT_FIX = ("set the stack's `alerting.webhookUrl` to an endpoint that reads Azure's common alert schema and takes "
+           "no bearer token (a relay in front of one that does), or watch Azure's Alerts page: docs/monitoring.md, "
+           "\"NAT gateway: outbound connections\"")
 CRITICAL = {"severity": "critical"}
 FIX = ("set the stack's `alerting` (pagerDuty with the Pulumi secret kilonode:alertingPagerDutyRoutingKey, "
        "and/or webhookUrl): docs/monitoring.md, \"Alertmanager\"")
@@ -89,6 +98,7 @@ def check(inputs: Inputs) -> list[Finding]:
             findings.append(Finding(NAME, "warn", where, "its rules fire but its configuration names no "
                                     "Alertmanager (no `alerting.alertmanagers`): alerts show in Prometheus's UI "
                                     "and go nowhere", FIX))
+    findings += _silent_metric_alerts(inputs)
     for where, config in alertmanager_configs(inputs):
         receiver = routed_receiver(config, CRITICAL)
         if not integrations(config, receiver):
@@ -97,3 +107,18 @@ def check(inputs: Inputs) -> list[Finding]:
                 f"a severity=critical alert goes to receiver {receiver!r}, which has no integration: Alertmanager "
                 "shows every alert (its UI and API, Grafana) but nothing pages anyone", FIX))
     return findings
+
+
+def _silent_metric_alerts(inputs: Inputs) -> list[Finding]:
+    """One finding for every Azure metric alert of the recorded graph that names no action group
+    (its `actions` empty or absent): Azure evaluates it and shows it on the Alerts page, and sends it
+    nowhere (Microsoft.Insights/metricAlerts `actions`: "the array of actions that are performed when
+    the alert rule becomes active")."""
+    silent = sorted(str(r.inputs.get("ruleName") or r.name) for r in inputs.of_type(METRIC_ALERT)
+                    if not r.inputs.get("actions"))
+    if not silent:
+        return []
+    shown = ", ".join(silent[:4]) + (f" and {len(silent) - 4} more" if len(silent) > 4 else "")
+    return [Finding(NAME, "warn", f"{METRIC_ALERT} ({len(silent)})",
+                    f"the NAT gateways' Azure metric alerts have no action group ({shown}): Azure's NAT alerts fire "
+                    "in the portal only; SNAT exhaustion or a datapath outage reaches no one", NAT_FIX)]
