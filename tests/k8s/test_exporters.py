@@ -114,11 +114,16 @@ def test_kube_state_metrics_watches_nodes_alone_with_the_pool_label(
         graphs: dict[str, Graph], plans: dict[str, ClusterPlan]) -> None:
     graph = graphs["research-7500"]
     [container] = pod(graph, "apps/v1:Deployment", "kube-state-metrics")["containers"]
-    assert "--resources=nodes" in container["args"]
+    assert "--resources=nodes,daemonsets,deployments" in container["args"]
+    assert "--namespaces=kube-system" in container["args"]  # the apps resources read there alone
     assert (f"--metric-labels-allowlist=nodes=[{monitoring.POOL_LABEL},kilonode.io/team,kilonode.io/fabric]"
             in container["args"])
     role = objects(graph, "rbac.authorization.k8s.io/v1:ClusterRole")["kube-state-metrics"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    apps = objects(graph, "rbac.authorization.k8s.io/v1:Role")["kube-state-metrics"]
+    assert apps["metadata"]["namespace"] == "kube-system"
+    assert apps["rules"] == [{"apiGroups": ["apps"], "resources": ["daemonsets", "deployments"],
+                              "verbs": ["list", "watch"]}]
     # sized for the nodes the cluster may reach: upstream's 250MiB and more
     memory = int(container["resources"]["requests"]["memory"].removesuffix("Mi"))
     assert memory == int(container["resources"]["limits"]["memory"].removesuffix("Mi")) > 250

@@ -80,8 +80,9 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
         # auth-delegator binding; its ClusterRole and binding; Deployment, PDB, Service, APIService
         "metrics-server": 10,
         # kilonode.k8s.exporters: node-exporter's DaemonSet; kube-state-metrics's SA, ClusterRole, binding,
-        # Deployment, Service, NetworkPolicy; on GPU stacks dcgm-exporter's counters ConfigMap and DaemonSet
-        "exporters": 7 + (2 if plan.gpu_pools else 0),
+        # kube-system Role and RoleBinding, Deployment, Service, NetworkPolicy; on GPU stacks dcgm-exporter's
+        # counters ConfigMap and DaemonSet
+        "exporters": 9 + (2 if plan.gpu_pools else 0),
         # 2 x (SA, role, binding), RoleBinding, ConfigMap, Deployment, PDB, DaemonSet; with autoscaled
         # pools the autoscaler's azure.json (its own identity)
         "cloud-provider": 11 + (1 if plan.autoscaled_pools else 0),

@@ -1106,4 +1106,4 @@ def alertmanager_one_failed_notification(plan: ClusterPlan) -> tuple[list[Series
 
 # The DNS, conntrack and Prometheus-itself cases, and the on-call trace's (GPU verdict and power, InfiniBand sizes,
 # etcd compaction, node basics), register themselves into CASES.
-from tests.monitoring import alert_cases_observability, alert_cases_trace  # noqa: E402,F401
+from tests.monitoring import alert_cases_data_plane, alert_cases_observability, alert_cases_trace  # noqa: E402,F401

@@ -13,8 +13,9 @@ only the collectors the rules read (NODE_EXPORTER_COLLECTORS: memory, load, pres
 filesystems, the node's NICs and the InfiniBand ports).
 
 KubeStateMetrics: kubernetes/kube-state-metrics v2.18.0 as examples/standard deploys it (its
-RBAC, Service and Deployment; one replica), limited to Nodes (--resources=nodes: the only objects
-the rules read) with the pool label exported (--metric-labels-allowlist=nodes=[kilonode.io/pool]:
+RBAC, Service and Deployment; one replica), limited to Nodes and kube-system's DaemonSets and
+Deployments (--resources=nodes,daemonsets,deployments --namespaces=kube-system: the objects the rules
+read) with the pool label exported (--metric-labels-allowlist=nodes=[kilonode.io/pool]:
 kilonode.render.monitoring KSM_POOL_LABEL), sized for the cluster's nodes
 (kilonode.plan.resolve.exporters).
 
@@ -118,6 +119,7 @@ def kube_state_metrics_args() -> list[str]:
         f"--port={defaults.KSM_PORT}",
         f"--telemetry-port={defaults.KSM_TELEMETRY_PORT}",
         f"--resources={','.join(defaults.KSM_RESOURCES)}",
+        f"--namespaces={defaults.KSM_NAMESPACE}",
         f"--metric-labels-allowlist={defaults.KSM_LABELS_ALLOWLIST}",
     ]
 
@@ -276,12 +278,27 @@ def _kube_state_metrics(name: str, args: ExportersArgs, child: pulumi.ResourceOp
     account = core.v1.ServiceAccount(
         f"{name}-ksm-sa",
         metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=KUBE_SYSTEM, labels=labels), opts=child)
-    # examples/standard/cluster-role.yaml, cut to the one resource it lists
+    # examples/standard/cluster-role.yaml, cut to what it reads: Nodes cluster-wide (cluster-scoped), and the
+    # apps resources in kube-system alone (--namespaces: a Role there, no cluster-wide read of workloads)
+    cluster_scoped = [r for r in defaults.KSM_RESOURCES if r not in defaults.KSM_NAMESPACED_RESOURCES]
     role = rbac.v1.ClusterRole(
         f"{name}-ksm-role",
         metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, labels=labels),
-        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=list(defaults.KSM_RESOURCES),
-                                      verbs=["list", "watch"])],
+        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=cluster_scoped, verbs=["list", "watch"])],
+        opts=child,
+    )
+    apps_role = rbac.v1.Role(
+        f"{name}-ksm-apps-role",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=defaults.KSM_NAMESPACE, labels=labels),
+        rules=[rbac.v1.PolicyRuleArgs(api_groups=[defaults.KSM_NAMESPACED_GROUP],
+                                      resources=list(defaults.KSM_NAMESPACED_RESOURCES), verbs=["list", "watch"])],
+        opts=child,
+    )
+    rbac.v1.RoleBinding(
+        f"{name}-ksm-apps-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=defaults.KSM_NAMESPACE, labels=labels),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=apps_role.metadata.name),
+        subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
         opts=child,
     )
     rbac.v1.ClusterRoleBinding(

@@ -77,8 +77,13 @@ SOURCE_METRICS: dict[str, tuple[str, ...]] = {
     # kubernetes/kube-state-metrics v2.18.0 internal/store/node.go l.40 (kube_node_labels), l.134
     # (kube_node_info), l.480 (kube_node_status_condition {node, condition, status}), l.262 (kube_node_spec_taint
     # {node, key, value, effect}, with --resources=nodes: the node store)
+    # ... and with --resources=daemonsets,deployments (kube-system: kilonode.plan.defaults.exporters) daemonset.go
+    # (kube_daemonset_status_number_unavailable, _desired_number_scheduled {namespace, daemonset}) and deployment.go
+    # (kube_deployment_status_replicas_unavailable, kube_deployment_spec_replicas {namespace, deployment})
     mon.JOB_KUBE_STATE_METRICS: ("kube_node_labels", "kube_node_info", "kube_node_status_condition",
-                                 "kube_node_spec_taint"),
+                                 "kube_node_spec_taint", "kube_daemonset_status_number_unavailable",
+                                 "kube_daemonset_status_desired_number_scheduled",
+                                 "kube_deployment_status_replicas_unavailable", "kube_deployment_spec_replicas"),
     # kilonode's own (kilonode.node.pod_traffic METRICS)
     mon.JOB_POD_TRAFFIC: tuple(name for name, _, _ in POD_TRAFFIC_METRICS),
     # kilonode's GPU health agent (kilonode.node.gpu.metrics _agent_checks: {rule, tainting}, absent when none)
@@ -251,6 +256,14 @@ def apiserver_panels() -> tuple[Panel, ...]:
               "second, by priority level.",
               (Query(f"sum by (priority_level) (rate({_apiserver('apiserver_flowcontrol_dispatched_requests_total')}"
                      "[5m]))", "{{priority_level}}"),), unit="reqps"),
+        # flow_schema is a label of dispatched_requests_total (kubernetes/apiserver v0.34.10
+        # pkg/util/flowcontrol/metrics/metrics.go l.93-109: {priority_level, flow_schema}); the apiserver job keeps
+        # the series (APISERVER_DROPPED names histogram buckets only)
+        Panel("Requests dispatched by flow schema", "Requests API Priority and Fairness let through, per second, "
+              "by the FlowSchema that classified them: which clients (a controller, the kubelets, a team's tool) "
+              "fill a priority level.",
+              (Query(f"sum by (flow_schema) (rate({_apiserver('apiserver_flowcontrol_dispatched_requests_total')}"
+                     "[5m]))", "{{flow_schema}}"),), unit="reqps"),
         Panel("Requests rejected (HTTP 429) by priority level", "Requests API Priority and Fairness refused, per "
               "second, by priority level and reason (queue-full, concurrency-limit, time-out, cancelled): who is "
               "being shed first.",
@@ -352,8 +365,11 @@ def etcd_disk_panels() -> tuple[Panel, ...]:
 
 
 # The apiserver's verbs that write to etcd (apiserver_request_total's verb label, CleanVerb: kubernetes/apiserver
-# v0.34.10 pkg/endpoints/metrics/metrics.go l.734-750)
-WRITE_VERBS = "POST|PUT|PATCH|DELETE|DELETECOLLECTION"
+# v0.34.10 pkg/endpoints/metrics/metrics.go l.734-750). APPLY is server-side apply: CleanVerb reports a PATCH whose
+# Content-Type is application/apply-patch+yaml as "APPLY" (the same function: `if verb == "PATCH" &&
+# request.Header.Get("Content-Type") == string(types.ApplyPatchType) ... reportedVerb = "APPLY"`), so controllers
+# and `kubectl apply --server-side` writing through it were missing from the writes panel (research-7500's trace).
+WRITE_VERBS = "POST|PUT|PATCH|APPLY|DELETE|DELETECOLLECTION"
 TOP_RESOURCES = 15
 
 

@@ -492,8 +492,27 @@ def targets_group() -> Group:
               f"More than {EXPORTERS_DOWN_SHARE:.0%} of the {{{{ $labels.job }}}} targets have not answered for 15m",
               "A per-node exporter is down on many nodes",
               "The GPU, ECC, NVLink, thermal and InfiniBand alerts read these series and go quiet on every node "
-              "whose exporter does not answer. `kubectl -n monitoring get ds` (desired vs ready), the failing pods' "
-              "logs and events; if the nodes themselves are down, the node alerts and `kubectl get nodes` say so.",
+              "whose exporter does not answer. `kubectl -n kube-system get ds node-exporter dcgm-exporter` (desired vs "
+              "ready: kilonode.k8s.exporters runs both in kube-system), the failing pods' logs and events; if the "
+              "nodes themselves are down, the node alerts and `kubectl get nodes` say so.",
+              "scrape-targets"),
+        # One node's exporter down on a node that is Ready: under the share above, and no NotReady node says so,
+        # yet every GPU, ECC, NVLink and InfiniBand rule is blind on that node (research-7500's on-call trace).
+        # Both jobs label their targets `node` from node discovery (_node_labels), as kube-state-metrics labels
+        # kube_node_status_condition (kubernetes/kube-state-metrics v2.18.0 internal/store/node.go: {node,
+        # condition, status}); a NotReady node is the node alerts' matter, so it is left out here.
+        Alert("KilonodeExporterDownOnReadyNode",
+              f'max by (job, node, pool) (up{{job=~"{exporters}"}} == 0)\n'
+              f'and on (node) max by (node) (kube_node_status_condition{{job="{JOB_KUBE_STATE_METRICS}",'
+              f'condition="Ready",status="true"}} == 1)', "15m", "warning",
+              "{{ $labels.job }} on node {{ $labels.node }} (pool {{ $labels.pool }}) has not answered for 15m "
+              "while the node is Ready",
+              "A per-node exporter is down on a Ready node",
+              "The GPU, ECC, NVLink, thermal and InfiniBand alerts are blind on this node while the node itself "
+              "looks healthy. `kubectl -n kube-system get pods -o wide --field-selector spec.nodeName=<node>` "
+              "(node-exporter, dcgm-exporter: CrashLoopBackOff, Pending, not there), the pod's logs and events; "
+              "dcgm-exporter waits for the device plugin (its init container) and needs the GPU driver up. If the "
+              "pod runs, the node firewall must admit the port from the Prometheus pool.",
               "scrape-targets"),
     ))
 
@@ -1126,11 +1145,14 @@ def conntrack_alerts() -> tuple[Alert, ...]:
 # nodefs.available<10% (kubernetes/kubernetes pkg/kubelet/eviction/defaults_linux.go), so at 10% pods are about to
 # be evicted from the root filesystem; on another mount (the resource disk, NVMe scratch) jobs fail writing.
 FILESYSTEM_FREE_WARNING = 0.10
+# The kubelet's pressure conditions (kubernetes/api core/v1 types.go NodeMemoryPressure, NodeDiskPressure,
+# NodePIDPressure; set by pkg/kubelet/nodestatus setters.go), each a Node condition kube-state-metrics exports
+PRESSURE_CONDITIONS = "DiskPressure|MemoryPressure|PIDPressure"
 
 
 def node_basics_alerts() -> tuple[Alert, ...]:
-    """A node's filesystem nearly full (node-exporter, read-write mounts only), and the kubelet's DiskPressure or
-    MemoryPressure condition (kube-state-metrics' kube_node_status_condition, every condition type)."""
+    """A node's filesystem nearly full (node-exporter, read-write mounts only), and the kubelet's DiskPressure,
+    MemoryPressure or PIDPressure condition (kube-state-metrics' kube_node_status_condition, every condition type)."""
     job = f'job="{JOB_NODE_EXPORTER}"'
     by = "node, pool, mountpoint"
     ksm = f'job="{JOB_KUBE_STATE_METRICS}"'
@@ -1146,13 +1168,15 @@ def node_basics_alerts() -> tuple[Alert, ...]:
               "jobs writing checkpoints or logs to the mount fail. On the node: du -xh --max-depth=2 <mountpoint> "
               "(container logs, images: crictl rmi --prune, a job's scratch files).", "node-basics"),
         Alert("KilonodeNodePressure",
-              f'max by (node, condition) (kube_node_status_condition{{{ksm},condition=~"DiskPressure|MemoryPressure"'
+              f'max by (node, condition) (kube_node_status_condition{{{ksm},condition=~"{PRESSURE_CONDITIONS}"'
               f',status="true"}}) == 1', "10m", "warning",
               "Node {{ $labels.node }} reports {{ $labels.condition }}",
               "A node's kubelet reports resource pressure",
               "The kubelet is evicting pods and the node takes no new ones (its node.kubernetes.io/*-pressure taint). "
               "DiskPressure: KilonodeNodeFilesystemFull names the mount; MemoryPressure: the one-node dashboard's "
-              "memory and pressure panels, then the largest containers (container_memory_working_set_bytes).",
+              "memory and pressure panels, then the largest containers (container_memory_working_set_bytes); "
+              "PIDPressure: the node is near its process limit (on the node: ps -eLf | wc -l against "
+              "/proc/sys/kernel/pid_max; a job forking without bound, a leak of threads).",
               "node-basics"),
     )
 
@@ -1204,9 +1228,63 @@ def prometheus_group(plan: ClusterPlan) -> Group | None:
     ))
 
 
+# --- the node data plane: kube-system's DaemonSets and CoreDNS -------------------------------------------
+# The DaemonSets every node needs, by the names kilonode gives them in kube-system (kilonode.k8s.proxy, calico
+# NODE, exporters, gpu DAEMONSET_NAME; named here, not imported: layers). A node without its kube-proxy or
+# calico-node reaches no Service or no pod; without node-exporter, dcgm-exporter or the device plugin its GPUs are
+# unwatched or unschedulable. Read from kube-state-metrics (kilonode.plan.defaults.exporters KSM_RESOURCES).
+NODE_DATA_PLANE_NAMESPACE = "kube-system"
+NODE_DATA_PLANE_DAEMONSETS = ("kube-proxy", "calico-node", "node-exporter", "dcgm-exporter",
+                              "nvidia-device-plugin-daemonset")
+COREDNS_DEPLOYMENT = "coredns"  # kilonode.k8s.dns DEPLOYMENT
+# Critical above this share of a DaemonSet's nodes: more than a rollout takes down at once (kube-proxy's and the
+# GPU DaemonSets' maxUnavailable, 10%: kilonode.plan.defaults KUBE_PROXY_MAX_UNAVAILABLE,
+# DEVICE_PLUGIN_MAX_UNAVAILABLE), so a rollout in progress stays a warning.
+DAEMONSET_UNAVAILABLE_CRITICAL = 0.15
+
+
+def data_plane_group() -> Group:
+    ksm = f'job="{JOB_KUBE_STATE_METRICS}",namespace="{NODE_DATA_PLANE_NAMESPACE}"'
+    daemonsets = f'{ksm},daemonset=~"{"|".join(NODE_DATA_PLANE_DAEMONSETS)}"'
+    # kube_daemonset_status_number_unavailable: nodes that should run the pod and have none available
+    # (kubernetes/kube-state-metrics v2.18.0 internal/store/daemonset.go l.157, {namespace, daemonset});
+    # max by: a kube-state-metrics scraped twice counts once
+    unavailable = f"max by (daemonset) (kube_daemonset_status_number_unavailable{{{daemonsets}}})"
+    desired = f"max by (daemonset) (kube_daemonset_status_desired_number_scheduled{{{daemonsets}}})"
+    action = ("`kubectl -n kube-system get ds {{ $labels.daemonset }}` (desired, ready, available, up to date), then "
+              "its pods not Running or not Ready: `kubectl -n kube-system get pods -o wide -l <its selector> | grep -v "
+              "Running`, their events and logs (an image that cannot be pulled, a crash, a node without room). On the "
+              "nodes concerned: kube-proxy missing leaves Services unreachable, calico-node missing the pod network, "
+              "node-exporter or dcgm-exporter the GPU and node alerts blind, the device plugin no GPU to schedule. A "
+              "rollout (10% of the nodes at a time) shows here while it lasts: `kubectl -n kube-system rollout status "
+              "ds/{{ $labels.daemonset }}`.")
+    return Group("kilonode-data-plane", (
+        Alert("KilonodeDaemonSetPodsUnavailable", f"{unavailable} > 0", "15m", "warning",
+              "DaemonSet kube-system/{{ $labels.daemonset }} has had nodes without an available pod for 15m",
+              "A node agent is missing on some nodes", action, "node-data-plane"),
+        Alert("KilonodeDaemonSetPodsUnavailable", f"{unavailable} / {desired} > {DAEMONSET_UNAVAILABLE_CRITICAL:g}",
+              "15m", "critical",
+              f"DaemonSet kube-system/{{{{ $labels.daemonset }}}} has had more than "
+              f"{_percent(DAEMONSET_UNAVAILABLE_CRITICAL)} of its nodes without an available pod for 15m",
+              "A node agent is missing on many nodes", action, "node-data-plane"),
+        # kube_deployment_status_replicas_unavailable (deployment.go l.169, {namespace, deployment})
+        Alert("KilonodeCoreDnsReplicasUnavailable",
+              f'max by (deployment) (kube_deployment_status_replicas_unavailable{{{ksm},'
+              f'deployment="{COREDNS_DEPLOYMENT}"}}) > 0', "15m", "warning",
+              f"Deployment kube-system/{COREDNS_DEPLOYMENT} has had unavailable replicas for 15m",
+              "CoreDNS is short of replicas",
+              "The remaining replicas answer every pod's lookups (KilonodeDnsErrors, KilonodeDnsSlow and the DNS "
+              "dashboard say whether they keep up). `kubectl -n kube-system get deploy coredns` and "
+              "`get pods -l k8s-app=kube-dns -o wide`: "
+              "Pending (no room on the system pool, its anti-affinity), CrashLoopBackOff (the Corefile, an upstream "
+              "it cannot reach), their events.", "node-data-plane"),
+    ))
+
+
 def rule_groups(plan: ClusterPlan) -> list[Group]:
     groups = [apiserver_group(), controllers_group(), etcd_group(plan), certificates_group(), targets_group(),
-              pod_traffic_group(), dns_group(), Group("kilonode-nodes", (*conntrack_alerts(), *node_basics_alerts()))]
+              data_plane_group(), pod_traffic_group(), dns_group(),
+              Group("kilonode-nodes", (*conntrack_alerts(), *node_basics_alerts()))]
     own = prometheus_group(plan)
     groups += [own] if own else []
     gpu = gpu_group(plan)
@@ -1394,7 +1472,8 @@ def scrape_jobs(plan: ClusterPlan) -> list[Job]:
             },
         ),
         Job(
-            ("kube-state-metrics (kilonode.k8s.exporters runs it in kube-system, nodes only; a Prometheus of your own",
+            ("kube-state-metrics (kilonode.k8s.exporters runs it in kube-system: nodes, and kube-system's",
+             "DaemonSets and Deployments; a Prometheus of your own",
              "finds the same), found through its Service's EndpointSlices (label app.kubernetes.io/name,",
              "port http-metrics, as its own manifests name them) in kube-system or monitoring, the namespaces",
              "Prometheus may watch (a Role in each, no cluster-wide pod watch). Run it with",

@@ -154,9 +154,37 @@ NODE_EXPORTER_ROOTFS = "/host"  # where the host's / is mounted (README.md "Dock
 
 # --- kube-state-metrics -------------------------------------------------------------------------
 # --resources: what the rules read (kube_node_labels, _info, _spec_taint, _status_condition:
-# kilonode.render.monitoring gpu_group): nodes alone. Not pods: 25 series per pod, 1.5 million at
-# research-7500's 60,000 pods, that no rule reads.
-KSM_RESOURCES = ("nodes",)
+# kilonode.render.monitoring gpu_group), and the node data plane's DaemonSets and CoreDNS's Deployment
+# (kube_daemonset_status_number_unavailable, kube_deployment_status_replicas_unavailable: internal/store/daemonset.go
+# and deployment.go at v2.18.0), which research-7500's on-call trace found unwatched: a kube-proxy or calico-node
+# pod missing on a node broke that node's Services or pod network with nothing saying so. Not pods: 25 series per
+# pod, 1.5 million at research-7500's 60,000 pods, that no rule reads.
+KSM_RESOURCES = ("nodes", "daemonsets", "deployments")
+# The namespaced resources among them (API group apps) and the one namespace they are read in (--namespaces):
+# kilonode's node agents and CoreDNS all run in kube-system (kilonode.k8s.proxy, calico, exporters, gpu, dns), and
+# a team's own DaemonSets and Deployments elsewhere are not kube-state-metrics' to count (their series, and a list
+# and watch of every namespace's workloads). With one namespace the builder makes one store per resource
+# (internal/store/builder.go at v2.18.0 l.516-547: a store per namespace listed), the Node store included, whose
+# list and watch ignore the namespace (internal/store/node.go l.523-531): so Nodes are still read once,
+# cluster-wide. Two namespaces here would list every Node twice. RBAC follows: a Role in kube-system for these.
+KSM_NAMESPACED_RESOURCES = ("daemonsets", "deployments")
+KSM_NAMESPACED_GROUP = "apps"
+KSM_NAMESPACE = "kube-system"
+# Their series, per object (internal/store/daemonset.go at v2.18.0: created, status_current_number_scheduled,
+# _desired_number_scheduled, _number_available, _number_misscheduled, _number_ready, _number_unavailable,
+# _observed_generation, _updated_number_scheduled, metadata_generation; deletion_timestamp only while deleted,
+# annotations and labels none without an allowlist for them: 10. deployment.go: owner (one, empty without an
+# owner), created, status_replicas, _ready, _available, _unavailable, _updated, _terminating_replicas (when set),
+# _observed_generation, status_condition (Available and Progressing x true/false/unknown: 6), spec_replicas,
+# spec_paused, the rolling update's max_unavailable and max_surge, metadata_generation: 21), and how many kube-system
+# holds (ESTIMATES: kilonode's research-7500 has 8 DaemonSets and 11 Deployments there; doubled for what an operator
+# adds). A few hundred series in all: counted once in the plan's series estimate
+# (kilonode.plan.resolve.monitoring series_terms). Their memory in kube-state-metrics' cache (a few dozen objects of
+# some KiB each) is well inside upstream's 250 MiB base below: the formula is not changed for them.
+KSM_SERIES_PER_DAEMONSET = 10
+KSM_SERIES_PER_DEPLOYMENT = 21
+KSM_DAEMONSETS = 16
+KSM_DEPLOYMENTS = 24
 # kube_node_labels carries a node's labels only when allowlisted (cli-arguments.md l.66): the pool.
 # The team and the fabric too (kilonode.io/team, kilonode.io/fabric): one kube_node_labels series per node
 # carries them, and a query joins any per-node series to it (`* on (node) group_left (label_kilonode_io_team)

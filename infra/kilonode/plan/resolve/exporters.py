@@ -17,7 +17,8 @@ class KsmSize:
     memory_mib: int
 
     def describe(self) -> str:
-        return (f"kube-state-metrics: one replica (nodes only), requesting {self.cpu_millis}m CPU and "
+        return (f"kube-state-metrics: one replica (nodes, and kube-system's daemonsets and deployments), "
+                f"requesting {self.cpu_millis}m CPU and "
                 f"{self.memory_mib:,} MiB (memory limited to that; no CPU limit: upstream warns a low one grows "
                 f"its queues) "
                 f"for {self.nodes:,} nodes: upstream's 250MiB and 0.1 "

@@ -83,7 +83,7 @@ def node_exporter_series(pool: NodePoolPlan) -> int:
 
 
 def per_node_series(pool: NodePoolPlan) -> int:
-    """kubelet + cAdvisor + kube-state-metrics' share (nodes alone: defaults.KSM_RESOURCES) +
+    """kubelet + cAdvisor + kube-state-metrics' Node share (its kube-system workloads: ksm_workload_series) +
     per-pod traffic + node-exporter (+ the GPU health agent and dcgm-exporter on a GPU pool) for
     one node of `pool`."""
     return (defaults.PROMETHEUS_SERIES_PER_KUBELET
@@ -109,6 +109,13 @@ def prometheus_self_series() -> int:
 def coredns_series() -> int:
     """One CoreDNS replica's series kept (defaults.COREDNS_KEPT)."""
     return sum(count for _, count in defaults.COREDNS_KEPT)
+
+
+def ksm_workload_series() -> int:
+    """kube-state-metrics' series of the DaemonSets and Deployments it reads in kube-system (defaults: its
+    series per object at v2.18.0 and an estimate of the objects there)."""
+    return (defaults.KSM_DAEMONSETS * defaults.KSM_SERIES_PER_DAEMONSET
+            + defaults.KSM_DEPLOYMENTS * defaults.KSM_SERIES_PER_DEPLOYMENT)
 
 
 def recorded_series(pools: tuple[NodePoolPlan, ...], reach: Mapping[str, int]) -> int:
@@ -150,6 +157,8 @@ def series_terms(pools: tuple[NodePoolPlan, ...], etcd: tuple[EtcdClusterPlan, .
                    per_target=defaults.PROMETHEUS_SERIES_PER_CERT_TARGET, interval_s=300),
         SeriesTerm(what="Prometheus itself (its kept names)", targets=1, per_target=prometheus_self_series(),
                    interval_s=cp),
+        SeriesTerm(what="kube-state-metrics' kube-system DaemonSets and Deployments", targets=1,
+                   per_target=ksm_workload_series(), interval_s=cp),
         SeriesTerm(what="CoreDNS replicas (the plan's, at the pools' ceiling)", targets=dns_replicas(most_nodes(pools)),
                    per_target=coredns_series(), interval_s=cp),
         # one result a rule evaluation, as often as the control plane's scrapes (evaluation_interval)
