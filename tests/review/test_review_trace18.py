@@ -72,3 +72,44 @@ def test_collectors_file_kilonode_cannot_read_is_not_judged() -> None:
     head = snapshot(STACK)
     _collectors(head, "/opt/site/counters.csv")
     assert not _rules(head, "metric-dropped") and not _rules(head, "dcgm-profiling-held")
+
+
+# --- PR 3: node-exporter's InfiniBand device filter narrowed away from the image's ib* names ---------
+
+
+def _node_exporter_args(entry: dict[str, Any]) -> list[str]:
+    [container] = [c for c in pod_spec(entry, "DaemonSet", "node-exporter")["containers"]
+                   if "node-exporter" in c["image"]]
+    args: list[str] = container["args"]
+    return args
+
+
+def _set_flag(entry: dict[str, Any], flag: str, value: str | None) -> None:
+    args = _node_exporter_args(entry)
+    args[:] = [a for a in args if not a.startswith(flag + "=") and a != flag]
+    if value is not None:
+        args.append(f"{flag}={value}" if value else flag)
+
+
+def test_infiniband_filter_matching_only_mlx5_ib_loses_every_ib_series() -> None:
+    head = snapshot(STACK)
+    _set_flag(head, "--collector.infiniband.device-include", "^mlx5_ib[0-9]+$")
+    [line] = _rules(head, "collector-narrowed")
+    assert line.level == "high" and "node_infiniband_*" in line.summary
+    assert "a100-ib 5,000" in line.summary and "h100-ib 2,500" in line.summary
+    assert "KilonodeInfinibandPortDown" in line.summary or "KilonodeInfinibandPortSlow" in line.summary
+    assert "KilonodeInfinibandPortsMissing" in line.summary and "fires instead, on every one" in line.summary
+
+
+def test_infiniband_collector_switched_off_is_said() -> None:
+    head = snapshot(STACK)
+    _set_flag(head, "--collector.infiniband", None)  # under --collector.disable-defaults: off
+    [line] = _rules(head, "collector-narrowed")
+    assert line.level == "high" and "collector is off" in line.summary
+
+
+def test_infiniband_filter_rewritten_to_the_same_names_stays_quiet() -> None:
+    """Control: a filter that still takes every ib* form (and drops mlx5_ib) collects what the image has."""
+    head = snapshot(STACK)
+    _set_flag(head, "--collector.infiniband.device-include", "^ib.*$")
+    assert not _rules(head, "collector-narrowed")
