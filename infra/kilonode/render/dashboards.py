@@ -426,6 +426,8 @@ def dcgm(field_name: str) -> str:
 
 
 TEAM_VARIABLE = "team"
+# the worst devices the GPU fleet's topk panels name
+TOP_DEVICES = 10
 # kube-state-metrics exports kilonode.io/team on kube_node_labels (defaults.KSM_LABELS_ALLOWLIST) as this label
 KSM_TEAM_LABEL = "label_kilonode_io_team"
 
@@ -455,6 +457,8 @@ def _by_fabric(aggregation: str, series: str, parameter: str = "") -> str:
 def gpu_panels() -> tuple[Panel, ...]:
     legend = "{{pool}} {{fabric}}"
     used, free = "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"
+    replays = _of_team(f"rate({dcgm('DCGM_FI_DEV_PCIE_REPLAY_COUNTER')}[15m])")
+    wait = _of_team(f'rate(node_infiniband_port_transmit_wait_total{{job="{mon.JOB_NODE_EXPORTER}"}}[15m])')
     return (
         Panel("GPU utilisation by pool and fabric", "Mean DCGM_FI_DEV_GPU_UTIL over the GPUs of each scale set "
               "(a fabric: RDMA reaches one scale set's VMs).",
@@ -487,6 +491,19 @@ def gpu_panels() -> tuple[Panel, ...]:
               (Query(f"max by (pool) (rate({dcgm('DCGM_FI_DEV_POWER_VIOLATION')}[10m])) / 1e9", "{{pool}}"),),
               unit="percentunit",
               thresholds=(Threshold(mon.GPU_POWER_FRACTION, WARNING_COLOUR, "KilonodeGpuPowerThrottling"),)),
+        # the worst GPUs and HCA ports of the fleet, named: a marginal riser or slot (PCIe replays,
+        # DCGM_FI_DEV_PCIE_REPLAY_COUNTER, the counters file's l.20) and a congested or slow-receiving port
+        # (node_infiniband_port_transmit_wait_total, node_exporter v1.12.1 collector/infiniband_linux.go l.214)
+        Panel(f"Most PCIe replays, top {TOP_DEVICES} GPUs", "PCIe link retries per second of the GPUs replaying the "
+              "most over 15 minutes (DCGM_FI_DEV_PCIE_REPLAY_COUNTER): a GPU that keeps replaying while its peers do "
+              "not is a riser or slot to reseat; the one-node dashboard shows it beside its clocks.",
+              (Query(f"topk({TOP_DEVICES}, max by (node, gpu) ({replays}))", "{{node}} GPU {{gpu}}"),),
+              unit="cps"),
+        Panel(f"Most InfiniBand transmit wait, top {TOP_DEVICES} ports", "Ticks per second each HCA port had data "
+              "but could not send (node_infiniband_port_transmit_wait_total), the ports waiting most: congestion "
+              "in the fabric or a slow receiver on that rail.",
+              (Query(f"topk({TOP_DEVICES}, max by (node, device, port) ({wait}))",
+                     "{{node}} {{device}} port {{port}}"),), unit="cps"),
         Panel("Lowest SM clock by pool and fabric", "The slowest GPU's SM clock (DCGM_FI_DEV_SM_CLOCK, MHz) and "
               "the median of each scale set: a GPU held low while its peers run is the slow rank of every "
               "synchronous job on it (the one-node dashboard says why: its clock-event reasons).",
@@ -618,11 +635,14 @@ def node_dashboard(plan: ClusterPlan) -> Dashboard:
         Panel("Filesystems free", "Free bytes over size per mount point.",
               (Query(f"node_filesystem_avail_bytes{{{ne}}} / node_filesystem_size_bytes{{{ne}}}",
                      "{{mountpoint}}"),), unit="percentunit"),
-        Panel("Network", "Bytes per second and errors per second on the node's own NICs (eth*).",
+        Panel("Network", "Bytes per second, and errors and dropped packets per second, on the node's own NICs "
+              "(eth*): drops without errors are a full ring or no buffer, traffic the node could not keep up with.",
               (Query(f"rate(node_network_receive_bytes_total{{{ne}}}[5m])", "{{device}} received"),
                Query(f"rate(node_network_transmit_bytes_total{{{ne}}}[5m])", "{{device}} transmitted"),
                Query(f"rate(node_network_receive_errs_total{{{ne}}}[5m])", "{{device}} receive errors"),
-               Query(f"rate(node_network_transmit_errs_total{{{ne}}}[5m])", "{{device}} transmit errors")),
+               Query(f"rate(node_network_transmit_errs_total{{{ne}}}[5m])", "{{device}} transmit errors"),
+               Query(f"rate(node_network_receive_drop_total{{{ne}}}[5m])", "{{device}} receive drops"),
+               Query(f"rate(node_network_transmit_drop_total{{{ne}}}[5m])", "{{device}} transmit drops")),
               unit="Bps"),
         Panel("Connection tracking", "The conntrack table's entries against its limit (the line is "
               "KilonodeConntrackTableNearFull's share of it), and new connections dropped or failed per second.",

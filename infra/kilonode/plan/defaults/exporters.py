@@ -119,6 +119,12 @@ NODE_EXPORTER_KEPT: tuple[tuple[str, str], ...] = (
     ("node_filesystem_readonly", "filesystem"),
     ("node_network_receive_bytes_total", "nic"), ("node_network_transmit_bytes_total", "nic"),
     ("node_network_receive_errs_total", "nic"), ("node_network_transmit_errs_total", "nic"),
+    # packets the NIC or the kernel dropped (a full ring, no buffer: a node's egress "slow" while no error counts),
+    # eth* only (the device filter): collector/netdev_common.go at v1.12.1 l.99 names each statistic
+    # node_network_<key>_total, and its legacy() (without --collector.netdev.enable-detailed-metrics) renames
+    # rtnetlink's receive_dropped (plus receive_missed_errors) and transmit_dropped to receive_drop and
+    # transmit_drop; collector/netdev_linux.go l.169, l.177 reads them
+    ("node_network_receive_drop_total", "nic"), ("node_network_transmit_drop_total", "nic"),
     # collector/infiniband_linux.go at v1.12.1 l.187-219
     ("node_infiniband_state_id", "ib_port"), ("node_infiniband_physical_state_id", "ib_port"),
     ("node_infiniband_link_downed_total", "ib_port"), ("node_infiniband_link_error_recovery_total", "ib_port"),
