@@ -113,3 +113,40 @@ def test_infiniband_filter_rewritten_to_the_same_names_stays_quiet() -> None:
     head = snapshot(STACK)
     _set_flag(head, "--collector.infiniband.device-include", "^ib.*$")
     assert not _rules(head, "collector-narrowed")
+
+
+# --- PR 10: a PodDisruptionBudget re-keyed onto a label its pods do not carry ------------------------
+
+
+def _pdb(entry: dict[str, Any], name: str) -> dict[str, Any]:
+    [found] = [r["inputs"] for r in entry["resources"] if r["type"] == "kubernetes:policy/v1:PodDisruptionBudget"
+               and r["inputs"]["metadata"]["name"] == name]
+    return found
+
+
+def _typha_pdb(entry: dict[str, Any]) -> str:
+    names = [r["inputs"]["metadata"]["name"] for r in entry["resources"]
+             if r["type"] == "kubernetes:policy/v1:PodDisruptionBudget"]
+    return next(n for n in names if "typha" in n)
+
+
+def test_typha_budget_selecting_nothing_is_high_and_names_system_pods() -> None:
+    head = snapshot(STACK)
+    name = _typha_pdb(head)
+    _pdb(head, name)["spec"]["selector"] = {"matchLabels": {"app.kubernetes.io/name": "calico-typha"}}
+    [line] = _rules(head, "pdb-selects-nothing")
+    assert line.level == "high" and "calico-typha" in line.summary
+    assert "eviction.go" in line.summary and "skip-nodes-with-system-pods" in line.summary
+
+
+def test_budget_following_its_relabelled_template_stays_quiet() -> None:
+    """Control: the selector and the pod template's labels changed together still select the pods."""
+    head = snapshot(STACK)
+    name = _typha_pdb(head)
+    pdb = _pdb(head, name)
+    [(key, value)] = pdb["spec"]["selector"]["matchLabels"].items()
+    pdb["spec"]["selector"] = {"matchLabels": {key: value, "tier": "typha"}}
+    pod = next(r["inputs"] for r in head["resources"] if r["type"] == "kubernetes:apps/v1:Deployment"
+               and r["inputs"]["metadata"]["name"] == "calico-typha")
+    pod["spec"]["template"]["metadata"]["labels"]["tier"] = "typha"
+    assert not _rules(head, "pdb-selects-nothing")

@@ -194,3 +194,94 @@ def assess(diff: StackDiff) -> list[Finding]:
             "maxUnavailable at 1 or more) (kubernetes pkg/controller/disruption/disruption.go updatePdbStatus, "
             "pkg/registry/core/pod/storage/eviction.go checkAndDecrement)"), (f"{namespace}/{name}",)))
     return found
+
+
+# --- pdb-selects-nothing ---------------------------------------------------------------------------------------
+# The eighteenth independent trace (PR 10): calico-typha's budget re-keyed from `k8s-app: calico-typha` to
+# `app.kubernetes.io/name: calico-typha`, a label its pod template does not carry, read "update ... no risk". A
+# budget that selects no pod guards none: the Eviction API looks up the pod's budgets and, with none, deletes
+# the pod without any check (kubernetes pkg/registry/core/pod/storage/eviction.go Create: `if len(pdbs) == 0
+# { return nil }` before checkAndDecrement; read in the search index's copy, not at the cluster's v1.34.2 tag),
+# so a drain (kubectl's, kilonode's node-image rollout, the autoscaler's) may take every replica at once. And a
+# kube-system pod with no budget blocks the cluster autoscaler's scale-down of its node while
+# --skip-nodes-with-system-pods is true, its default (kubernetes/autoscaler cluster-autoscaler/simulator/
+# drainability/rules/system/rule.go: a kube-system pod with len(MatchingPdbs) == 0 is BlockedStatus
+# UnmovableKubeSystemPod, "non-daemonset, non-mirrored, non-pdb-assigned kube-system pod present"; read in the
+# search index's copy, not at the pinned autoscaler tags; kilonode.review.autoscaler reads the flag).
+SELECTS_NOTHING = "pdb-selects-nothing"
+# the cluster's own data path and control: every node's Calico agents read Typha, every pod's DNS is CoreDNS, and
+# the autoscaler is the one that scales the pools (one replica each fewer than kilonode runs takes them down)
+CRITICAL = frozenset({"calico-typha", "coredns", "cluster-autoscaler"})
+
+
+def _templates(entry: Mapping[str, Any] | None, namespace: str) -> dict[tuple[str, str], tuple[Mapping[str, Any],
+                                                                                              Mapping[str, Any]]]:
+    """(kind, name) -> (pod template labels, pod spec) of each Deployment or StatefulSet in the namespace."""
+    found = {}
+    for record in (entry or {}).get("resources") or []:
+        if not isinstance(record, Mapping) or record.get("type") not in WORKLOADS:
+            continue
+        inputs = record.get("inputs") or {}
+        meta = inputs.get("metadata") or {}
+        if str(meta.get("namespace") or "default") != namespace:
+            continue
+        template = (inputs.get("spec") or {}).get("template") or {}
+        found[(str(record["type"]).rsplit(":", 1)[-1], str(meta.get("name") or ""))] = (
+            (template.get("metadata") or {}).get("labels") or {}, template.get("spec") or {})
+    return found
+
+
+def selects_nothing(diff: StackDiff) -> list[Finding]:
+    """A budget that selected a workload's pods at the base and selects none at the head, the workload still there
+    and guarded by no other budget of the head's."""
+    from kilonode.review import autoscaler  # its flag reader; imported here as autoscaler's module is large
+    if diff.head is None:
+        return []
+    base_pdbs, head_pdbs = _pdbs(diff.base), _pdbs(diff.head)
+    flags = autoscaler.flags(diff.head)
+    skips = flags is not None and autoscaler._true(flags.get("skip-nodes-with-system-pods",
+                                                             autoscaler.DEFAULTS["skip-nodes-with-system-pods"]))
+    found = []
+    for key, inputs in sorted(head_pdbs.items()):
+        namespace, name = key
+        if key not in base_pdbs:
+            continue
+        selector = (inputs.get("spec") or {}).get("selector") or {}
+        was = _workloads(diff.base, namespace, (base_pdbs[key].get("spec") or {}).get("selector") or {})
+        if not was or _workloads(diff.head, namespace, selector):
+            continue
+        templates = _templates(diff.head, namespace)
+        others = [(p.get("spec") or {}).get("selector") or {} for k, p in head_pdbs.items() if k[0] == namespace]
+        left = [(kind, workload) for kind, workload, _, _ in was if (kind, workload) in templates
+                and not any(selects(s, templates[(kind, workload)][0]) for s in others)]
+        if not left:
+            continue
+        pools: list[str] = []
+        autoscaled: list[str] = []
+        for kind, workload in left:
+            p, a = _pools(diff.head, templates[(kind, workload)][1])
+            pools += [x for x in p if x not in pools]
+            autoscaled += [x for x in a if x not in autoscaled]
+        critical = sorted({w for _, w in left} & CRITICAL)
+        said = "; ".join(f"{kind} {workload}" for kind, workload in left)
+        system = (" And they are kube-system pods with no budget: with the cluster autoscaler's "
+                  "--skip-nodes-with-system-pods at true (its default; kilonode.review.autoscaler reads the flag) "
+                  "a node holding one is never scaled down (cluster-autoscaler simulator/drainability/rules/system/"
+                  "rule.go, \"non-pdb-assigned kube-system pod present\")"
+                  + (f": the autoscaled pool(s) {', '.join(autoscaled)} keep those nodes" if autoscaled else "") + "."
+                  if namespace == "kube-system" and skips else "")
+        found.append(Finding(HIGH if critical else MEDIUM, SELECTS_NOTHING, (
+            f"PodDisruptionBudget {namespace}/{name}'s selector {_selector(selector)} matches no pod template at "
+            f"the head (at the base it matched {said}): the budget guards nothing, and the Eviction API evicts a pod "
+            "no budget selects without any check (kubernetes pkg/registry/core/pod/storage/eviction.go: no PDB, the "
+            "eviction allowed), so a drain (kubectl drain, kilonode's node-image rollout"
+            + (f" over {', '.join(pools)}" if pools else "") + ", the autoscaler's scale-down) may take every replica "
+            "at once" + (f" ({', '.join(critical)}: the cluster's own networking, DNS or scaling)" if critical else "")
+            + f".{system} Keep the selector on the labels the pod template carries (or change both together)"),
+            (f"{namespace}/{name}",), cause=f"PDB {namespace}/{name} selects nothing"))
+    return found
+
+
+def _selector(selector: Mapping[str, Any]) -> str:
+    labels = ", ".join(f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items()))
+    return f"({labels})" if labels else "(matchExpressions)"
