@@ -29,8 +29,9 @@ PROMETHEUS_SERIES_PER_KUBELET = 1_200
 PROMETHEUS_CADVISOR_SERIES_PER_CONTAINER = 3
 # kube-state-metrics: per Node object its conditions x statuses, capacity/allocatable per resource,
 # labels, taints, info (~40); per Pod its phase, conditions, container states, requests and limits
-# (~25), which kilonode's kube-state-metrics does not export (--resources=nodes,
-# kilonode.plan.defaults.exporters): the plan counts the per-node figure alone; the review's load
+# (~25), which kilonode's kube-state-metrics does not export (no pods in --resources,
+# kilonode.plan.defaults.exporters): the plan counts the per-node figure here (and kube-system's DaemonSets and
+# Deployments once: kilonode.plan.resolve.monitoring ksm_workload_series); the review's load
 # figure (kilonode.review.alerting) still counts a kube-state-metrics that exports pods.
 PROMETHEUS_KSM_SERIES_PER_NODE = 40
 PROMETHEUS_KSM_SERIES_PER_POD = 25

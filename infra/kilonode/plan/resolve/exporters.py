@@ -28,11 +28,12 @@ class KsmSize:
 
 def kube_state_metrics_size(nodes: int) -> KsmSize:
     """Upstream's general rule (README.md "Resource recommendation" at v2.18.0: 250MiB, 0.1 cores)
-    and the per-Node estimates of kilonode.plan.defaults.exporters. One replica, not shards: with
-    --resources=nodes a shard would still list and decode every Node (README.md "Horizontal
-    sharding": "all instances ... will have the network traffic and the resource consumption for
-    unmarshaling objects for all objects"), so sharding saves only the rendered series (~8 KiB a
-    node) and multiplies the watches."""
+    and the per-Node estimates of kilonode.plan.defaults.exporters. One replica, not shards: a shard
+    would still list and decode every Node (README.md "Horizontal sharding": "all instances ... will
+    have the network traffic and the resource consumption for unmarshaling objects for all
+    objects"), so sharding saves only the rendered series (~8 KiB a node) and multiplies the
+    watches. kube-system's DaemonSets and Deployments, also read (defaults.KSM_RESOURCES), are a
+    few dozen objects of some KiB each: inside the 250 MiB base, not a term of their own."""
     memory = defaults.KSM_BASE_MEMORY_MIB + math.ceil(nodes * defaults.KSM_MEMORY_KIB_PER_NODE / 1024)
     cpu = defaults.KSM_BASE_CPU_MILLIS + math.ceil(nodes * defaults.KSM_CPU_MILLIS_PER_1000_NODES / 1000)
     return KsmSize(nodes=nodes, cpu_millis=cpu, memory_mib=memory)
