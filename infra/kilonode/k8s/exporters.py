@@ -275,39 +275,7 @@ def _dcgm_exporter(name: str, args: ExportersArgs, child: pulumi.ResourceOptions
 def _kube_state_metrics(name: str, args: ExportersArgs, child: pulumi.ResourceOptions) -> None:
     labels = _labels(KUBE_STATE_METRICS)
     selector = {NAME_LABEL: KUBE_STATE_METRICS}
-    account = core.v1.ServiceAccount(
-        f"{name}-ksm-sa",
-        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=KUBE_SYSTEM, labels=labels), opts=child)
-    # examples/standard/cluster-role.yaml, cut to what it reads: Nodes cluster-wide (cluster-scoped), and the
-    # apps resources in kube-system alone (--namespaces: a Role there, no cluster-wide read of workloads)
-    cluster_scoped = [r for r in defaults.KSM_RESOURCES if r not in defaults.KSM_NAMESPACED_RESOURCES]
-    role = rbac.v1.ClusterRole(
-        f"{name}-ksm-role",
-        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, labels=labels),
-        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=cluster_scoped, verbs=["list", "watch"])],
-        opts=child,
-    )
-    apps_role = rbac.v1.Role(
-        f"{name}-ksm-apps-role",
-        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=defaults.KSM_NAMESPACE, labels=labels),
-        rules=[rbac.v1.PolicyRuleArgs(api_groups=[defaults.KSM_NAMESPACED_GROUP],
-                                      resources=list(defaults.KSM_NAMESPACED_RESOURCES), verbs=["list", "watch"])],
-        opts=child,
-    )
-    rbac.v1.RoleBinding(
-        f"{name}-ksm-apps-binding",
-        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=defaults.KSM_NAMESPACE, labels=labels),
-        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=apps_role.metadata.name),
-        subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
-        opts=child,
-    )
-    rbac.v1.ClusterRoleBinding(
-        f"{name}-ksm-binding",
-        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, labels=labels),
-        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
-        subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
-        opts=child,
-    )
+    account = _kube_state_metrics_rbac(name, labels, child)
     metrics, telemetry = defaults.KSM_PORT, defaults.KSM_TELEMETRY_PORT
     http = core.v1.HTTPGetActionArgs
     spec = system_pod_spec(
@@ -353,6 +321,45 @@ def _kube_state_metrics(name: str, args: ExportersArgs, child: pulumi.ResourceOp
         opts=awaited(child, args.awaits),  # it waits for a ready endpoint, the replica on a pool node
     )
     _kube_state_metrics_policy(name, labels, selector, child)
+
+
+def _kube_state_metrics_rbac(name: str, labels: dict[str, str],
+                             child: pulumi.ResourceOptions) -> core.v1.ServiceAccount:
+    """Its ServiceAccount, and examples/standard/cluster-role.yaml cut to what it reads: Nodes cluster-wide
+    (cluster-scoped), and the apps resources in kube-system alone (--namespaces: a Role there, no cluster-wide
+    read of workloads)."""
+    account = core.v1.ServiceAccount(
+        f"{name}-ksm-sa",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=KUBE_SYSTEM, labels=labels), opts=child)
+    cluster_scoped = [r for r in defaults.KSM_RESOURCES if r not in defaults.KSM_NAMESPACED_RESOURCES]
+    role = rbac.v1.ClusterRole(
+        f"{name}-ksm-role",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, labels=labels),
+        rules=[rbac.v1.PolicyRuleArgs(api_groups=[""], resources=cluster_scoped, verbs=["list", "watch"])],
+        opts=child,
+    )
+    apps_role = rbac.v1.Role(
+        f"{name}-ksm-apps-role",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=defaults.KSM_NAMESPACE, labels=labels),
+        rules=[rbac.v1.PolicyRuleArgs(api_groups=[defaults.KSM_NAMESPACED_GROUP],
+                                      resources=list(defaults.KSM_NAMESPACED_RESOURCES), verbs=["list", "watch"])],
+        opts=child,
+    )
+    rbac.v1.RoleBinding(
+        f"{name}-ksm-apps-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, namespace=defaults.KSM_NAMESPACE, labels=labels),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="Role", name=apps_role.metadata.name),
+        subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
+        opts=child,
+    )
+    rbac.v1.ClusterRoleBinding(
+        f"{name}-ksm-binding",
+        metadata=meta.v1.ObjectMetaArgs(name=KUBE_STATE_METRICS, labels=labels),
+        role_ref=rbac.v1.RoleRefArgs(api_group=RBAC_GROUP, kind="ClusterRole", name=role.metadata.name),
+        subjects=[rbac.v1.SubjectArgs(kind="ServiceAccount", name=account.metadata.name, namespace=KUBE_SYSTEM)],
+        opts=child,
+    )
+    return account
 
 
 def _kube_state_metrics_policy(name: str, labels: dict[str, str], selector: dict[str, str],
