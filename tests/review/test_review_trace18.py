@@ -150,3 +150,47 @@ def test_budget_following_its_relabelled_template_stays_quiet() -> None:
                and r["inputs"]["metadata"]["name"] == "calico-typha")
     pod["spec"]["template"]["metadata"]["labels"]["tier"] = "typha"
     assert not _rules(head, "pdb-selects-nothing")
+
+
+# --- PR 13: automatic instance repairs on the GPU scale sets ------------------------------------------
+
+
+VMSS = "azure-native:compute:VirtualMachineScaleSet"
+
+
+def _gpu_scale_sets(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r["inputs"] for r in entry["resources"] if r["type"] == VMSS
+            and r["inputs"]["tags"].get("kilonode-role", "").startswith("pool-a100-ib")]
+
+
+def test_repairs_without_health_signal_are_refused() -> None:
+    head = snapshot(STACK)
+    for inputs in _gpu_scale_sets(head):
+        inputs["automaticRepairsPolicy"] = {"enabled": True, "gracePeriod": "PT30M"}
+    [line] = _rules(head, "vmss-repairs-refused")
+    assert line.level == "high" and "a100-ib" in line.summary and "health probe or health extension" in line.summary
+    assert not _rules(head, "vmss-repairs-replace")
+
+
+def test_repairs_with_health_extension_replace_gpu_vms_without_drain() -> None:
+    head = snapshot(STACK)
+    for inputs in _gpu_scale_sets(head):
+        inputs["automaticRepairsPolicy"] = {"enabled": True}
+        inputs["virtualMachineProfile"]["extensionProfile"] = {"extensions": [
+            {"name": "health", "type": "ApplicationHealthLinux", "publisher": "Microsoft.ManagedServices"}]}
+    [line] = _rules(head, "vmss-repairs-replace")
+    assert line.level == "high" and "no drain" in line.summary and "ApplicationHealthLinux" in line.summary
+    assert not _rules(head, "vmss-repairs-refused")
+
+
+def test_repairs_left_off_or_restart_action_stay_quiet() -> None:
+    """Controls: the policy present but disabled, and a Restart action with a probe."""
+    head = snapshot(STACK)
+    for inputs in _gpu_scale_sets(head):
+        inputs["automaticRepairsPolicy"] = {"enabled": False}
+    assert not _rules(head, "vmss-repairs-refused") and not _rules(head, "vmss-repairs-replace")
+    head = snapshot(STACK)
+    for inputs in _gpu_scale_sets(head):
+        inputs["automaticRepairsPolicy"] = {"enabled": True, "repairAction": "Restart"}
+        inputs["virtualMachineProfile"]["networkProfile"]["healthProbe"] = {"id": "/subscriptions/x/probe"}
+    assert not _rules(head, "vmss-repairs-refused") and not _rules(head, "vmss-repairs-replace")
