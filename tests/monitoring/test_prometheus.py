@@ -61,13 +61,14 @@ def test_the_series_estimate_is_the_sum_worked_by_hand_at_research_7500(plans: d
     # kubelet 1,200 + cAdvisor 3 per container + kube-state-metrics 40 per node (nodes only: no
     # per-pod series) + pod traffic 3 per node and 4 per pod (bytes and packets, in and out) + the
     # GPU health agent's 18 fixed series, 2 of findings and 3 per GPU (8 on an ND96asr_v4)
-    # + node-exporter's 70 kept per node (64, then 5 conntrack series and the conntrack collector's
-    # node_scrape_collector_success) and 10 per InfiniBand port (one HCA per GPU: the 10 node_infiniband_*
+    # + node-exporter's 74 kept per node (64, then 5 conntrack series and the conntrack collector's
+    # node_scrape_collector_success, then eth's receive and transmit drops on 2 NICs) and 10 per InfiniBand
+    # port (one HCA per GPU: the 10 node_infiniband_*
     # names kept, defaults.NODE_EXPORTER_KEPT, the port's rate and transmit wait among them)
     # + dcgm-exporter's 21 fields per GPU
     assert gpu.gpus_per_node == 8 and gpu.infiniband
     assert per_node_series(gpu) == (1_200 + 3 * gpu.max_pods + 40 + 3 + 4 * gpu.max_pods
-                                    + 18 + 2 + 3 * 8 + 70 + 10 * 8 + 21 * 8) == 1_675  # maxPods 10
+                                    + 18 + 2 + 3 * 8 + 74 + 10 * 8 + 21 * 8) == 1_679  # maxPods 10
     assert p.series == sum(t.targets * t.per_target for t in p.terms)
     nodes = sum(t.targets for t in p.terms if t.what.startswith("nodes of "))
     assert nodes == 5_000 + 2_500 + 3 + 1
