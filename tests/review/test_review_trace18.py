@@ -194,3 +194,48 @@ def test_repairs_left_off_or_restart_action_stay_quiet() -> None:
         inputs["automaticRepairsPolicy"] = {"enabled": True, "repairAction": "Restart"}
         inputs["virtualMachineProfile"]["networkProfile"]["healthProbe"] = {"id": "/subscriptions/x/probe"}
     assert not _rules(head, "vmss-repairs-refused") and not _rules(head, "vmss-repairs-replace")
+
+
+# --- PR 7: Grafana's anonymous access ------------------------------------------------------------------
+
+
+def _grafana_env(entry: dict[str, Any], **env: str) -> None:
+    [container] = [c for c in pod_spec(entry, "Deployment", "grafana")["containers"] if "grafana" in c["image"]]
+    for name, value in env.items():
+        container["env"] = [e for e in container["env"] if e["name"] != name] + [{"name": name, "value": value}]
+
+
+def _value_effect(head: dict[str, Any], row: str) -> list[Any]:
+    return [r for r in _rules(head, "value-effect") if f"[{row}]" in r.summary]
+
+
+def test_grafana_anonymous_admin_is_high_and_names_who_reaches_it() -> None:
+    head = snapshot(STACK)
+    _grafana_env(head, GF_AUTH_ANONYMOUS_ENABLED="true", GF_AUTH_ANONYMOUS_ORG_ROLE="Admin")
+    [line] = _value_effect(head, "grafana-anonymous-editor")
+    assert line.level == "high" and "port 3000" in line.summary
+    assert "env GF_AUTH_ANONYMOUS_ORG_ROLE Admin" in line.summary
+    assert "by NetworkPolicy" in line.summary and "every pod of namespace monitoring" in line.summary
+    assert not _value_effect(head, "grafana-anonymous-viewer")
+
+
+def test_grafana_anonymous_viewer_is_medium_and_a_policy_is_named() -> None:
+    head = snapshot(STACK)
+    _grafana_env(head, GF_AUTH_ANONYMOUS_ENABLED="true")
+    head["resources"].append({"type": "kubernetes:networking.k8s.io/v1:NetworkPolicy", "name": "grafana-np",
+                              "protect": False, "custom": True,
+                              "inputs": {"metadata": {"name": "grafana", "namespace": "monitoring"}, "spec": {
+                                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "grafana"}},
+                                  "policyTypes": ["Ingress"],
+                                  "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+                                               "ports": [{"port": 3000}]}]}}})
+    [line] = _value_effect(head, "grafana-anonymous-viewer")
+    assert line.level == "medium" and "grafana" in line.summary and "addresses 10.0.0.0/8" in line.summary
+    assert not _value_effect(head, "grafana-anonymous-editor")
+
+
+def test_grafana_anonymous_off_with_admin_role_stays_quiet() -> None:
+    """Control: the role alone (anonymous access still off) gives nobody anything."""
+    head = snapshot(STACK)
+    _grafana_env(head, GF_AUTH_ANONYMOUS_ORG_ROLE="Admin")
+    assert not _value_effect(head, "grafana-anonymous-editor") and not _value_effect(head, "grafana-anonymous-viewer")

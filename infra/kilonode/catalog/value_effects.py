@@ -29,10 +29,12 @@ FALSE_WORDS = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 class Condition(Row):
     """A second field of the same object the row's effect needs as well (e.g. a disk SKU that only
-    fails with a caching mode): absent reads as `default`, and an absent value with no default
-    does not match."""
+    fails with a caching mode), or, for an env/arg row, a second environment variable of the same
+    container (Grafana's anonymous role beside anonymous access): absent reads as `default`, and an
+    absent value with no default does not match."""
 
-    field: str
+    field: str | None = None
+    env: str | None = None
     default: str | None = None
     equals: str | None = None
     not_equals: str | None = None
@@ -40,9 +42,15 @@ class Condition(Row):
 
     @model_validator(mode="after")
     def _one_predicate(self) -> Condition:
+        if (self.field is None) == (self.env is None):
+            raise ValueError("when: exactly one of field, env")
         if len([p for p in (self.equals, self.not_equals, self.pattern) if p is not None]) != 1:
-            raise ValueError(f"when {self.field}: exactly one of equals, notEquals, pattern")
+            raise ValueError(f"when {self.said}: exactly one of equals, notEquals, pattern")
         return self
+
+    @property
+    def said(self) -> str:
+        return self.field if self.field is not None else f"env {self.env}"
 
 
 class ValueEffect(Row):
@@ -69,7 +77,11 @@ class ValueEffect(Row):
     below: float | None = None
     above: float | None = None
     pattern: str | None = None  # a Python regular expression searched in the value, lower-cased (e.g. "xids")
-    when: tuple[Condition, ...] = ()  # other fields of the same object that must match too (field rows only)
+    # other fields of the same object (field rows), or other variables of the same container (env/arg rows),
+    # that must match too
+    when: tuple[Condition, ...] = ()
+    # a container port: the line names who reaches it on the workload's pods (the head's NetworkPolicies)
+    reach: int | None = None
     consequence: str
     fix: str
     source: str
@@ -84,8 +96,8 @@ class ValueEffect(Row):
         predicates = [p for p in (self.equals, self.not_equals, self.below, self.above, self.pattern) if p is not None]
         if len(predicates) != 1:
             raise ValueError(f"{self.id}: exactly one of equals, notEquals, below, above, pattern")
-        if self.when and self.field is None:
-            raise ValueError(f"{self.id}: `when` reads other fields of the object: a field row only")
+        if any((c.field is None) != (self.field is None) for c in self.when):
+            raise ValueError(f"{self.id}: `when` reads fields on a field row, a container's env on an env/arg row")
         if self.duration and ((self.below is None and self.above is None) or self.boolean):
             raise ValueError(f"{self.id}: a duration row compares with below or above (seconds)")
         if self.boolean and not {v for v in (self.equals, self.not_equals, self.default) if v is not None} <= (

@@ -38,11 +38,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kilonode.catalog.value_effects import FALSE_WORDS, KIND_TYPES, TRUE_WORDS, Condition, ValueEffect, value_effects
-from kilonode.review import control_flags, placement, storage
+from kilonode.review import control_flags, disruption, placement, storage
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 
 RULE = "value-effect"
+NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
 
 
 @dataclass(frozen=True)
@@ -166,8 +167,9 @@ def _env(container: Mapping[str, Any], name: str) -> str | None:
 
 
 def _condition(condition: Condition, inputs: Mapping[str, Any]) -> bool:
-    """Whether another field of the object matches a row's `when` (absent: its default; none: no match)."""
-    value = _field(inputs, condition.field)
+    """Whether another field of the object (or, `env`, a variable of the container given as `inputs`) matches
+    a row's `when` (absent: its default; none: no match)."""
+    value = _env(inputs, condition.env) if condition.env else _field(inputs, condition.field or "")
     if value is None:
         value = condition.default
     if value is None:
@@ -222,6 +224,8 @@ def _workload_values(row: ValueEffect,
                 value = _env(container, row.env)
                 if value == "" and row.boolean:
                     value = "false"  # urfave/cli BoolFlag.Apply: a variable set empty is false
+            if matches(row, value) and not all(_condition(c, container) for c in row.when):
+                value = _UNMET  # the container's other variable keeps it out of the effect
             found[f"{subject} container {container.get('name')}"] = (key, value)
     return found
 
@@ -263,7 +267,7 @@ def _moves(diff: StackDiff) -> list[tuple[ValueEffect, list[Moved]]]:
 
 def _shown(row: ValueEffect, value: str | None, known: bool = True) -> str:
     if value == _UNMET:
-        return "(" + ", ".join(f"{c.field} not as the effect needs" for c in row.when) + ")"
+        return "(" + ", ".join(f"{c.said} not as the effect needs" for c in row.when) + ")"
     if value is not None:
         return value
     if not known:
@@ -289,9 +293,72 @@ def _with(row: ValueEffect, diff: StackDiff, subject: tuple[str, str, str] | Non
         return ""
     for namespace, name, inputs in _workloads(row, diff.head):
         if (namespace, name) == (subject[0], subject[2]):
-            return "".join(f" with {c.field} {_field(inputs, c.field) or f'(unset, default {c.default})'}"
+            containers = [c for c in (((inputs.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                "containers") or [] if isinstance(c, Mapping)]
+            return "".join(f" with {c.said} {_when_value(c, inputs, containers) or f'(unset, default {c.default})'}"
                            for c in row.when)
     return ""
+
+
+def _when_value(condition: Condition, inputs: Mapping[str, Any], containers: list[Mapping[str, Any]]) -> str | None:
+    if condition.env:
+        return next((v for v in (_env(c, condition.env) for c in containers) if v is not None), None)
+    return _field(inputs, condition.field or "")
+
+
+def _reach(diff: StackDiff, row: ValueEffect, subject: tuple[str, str, str] | None) -> str:
+    """' (port N: who reaches it)' for a row with `reach`: the head's NetworkPolicies selecting the workload's
+    pods. A pod no policy with Ingress selects is not isolated for ingress, so every pod and node reaches it;
+    once one selects it, only what an ingress rule admits does, and the rules add up (Kubernetes docs,
+    concepts/services-networking/network-policies.md, "The two sorts of pod isolation")."""
+    if row.reach is None or subject is None:
+        return ""
+    labels: Mapping[str, Any] = {}
+    for namespace, name, inputs in _workloads(row, diff.head):
+        if (namespace, name) == (subject[0], subject[2]):
+            labels = (((inputs.get("spec") or {}).get("template") or {}).get("metadata") or {}).get("labels") or {}
+    froms: list[str] = []
+    policies = []
+    for resource in _resources(diff.head):
+        inputs = resource.get("inputs")
+        if resource.get("type") != NETWORK_POLICY or not isinstance(inputs, Mapping):
+            continue
+        meta, spec = inputs.get("metadata") or {}, inputs.get("spec") or {}
+        if str(meta.get("namespace") or "default") != subject[0]:
+            continue
+        if not disruption.selects(spec.get("podSelector") or {}, labels):
+            continue
+        if "Ingress" not in (spec.get("policyTypes") or ["Ingress"]):
+            continue
+        policies.append(str(meta.get("name")))
+        for rule in spec.get("ingress") or []:
+            ports = rule.get("ports") or []
+            # a port left out is every port; a named port may be this one (its name is the container's)
+            if ports and not any(p.get("port") is None or str(p.get("port")) == str(row.reach)
+                                 or not str(p.get("port")).isdigit() for p in ports):
+                continue
+            peers = rule.get("from") or []
+            froms += ([_peer(p, subject[0]) for p in peers] if peers
+                      else ["every source (an ingress rule with no `from`)"])
+    if not policies:
+        return (f" (port {row.reach}: no NetworkPolicy of the head's selects its pods, so every pod and node of the "
+                "cluster reaches it)")
+    said = "; ".join(sorted(set(froms))) or "nothing (the policies admit no source to it)"
+    return f" (port {row.reach}, by NetworkPolicy {', '.join(sorted(policies))}: reached from {said})"
+
+
+def _peer(peer: Mapping[str, Any], namespace: str) -> str:
+    """One `from` peer, said: a podSelector alone selects pods of the policy's own namespace."""
+    if peer.get("ipBlock"):
+        return f"addresses {(peer['ipBlock'] or {}).get('cidr')}"
+    def labels(selector: Any) -> str:
+        found = (selector or {}).get("matchLabels") or {}
+        return ", ".join(f"{k}={v}" for k, v in sorted(found.items()))
+    pods = f"pods {labels(peer.get('podSelector'))}" if labels(peer.get("podSelector")) else "every pod"
+    if "namespaceSelector" in peer:
+        spaces = labels(peer.get("namespaceSelector"))
+        return f"{pods} of " + (f"namespaces {spaces}" if spaces else "every namespace")
+    return f"{pods} of namespace {namespace}"
 
 
 def _claims(diff: StackDiff, subject: tuple[str, str, str] | None) -> str:
@@ -313,7 +380,7 @@ def _line(diff: StackDiff, row: ValueEffect, into: list[Moved]) -> Finding:
             who = f"{len(ms)} apiserver host(s) ({', '.join(m.host for m in ms)})"
         else:
             who = "; ".join(m.subject + _nodes(diff, m.workload) + _with(row, diff, m.workload)
-                            + _claims(diff, m.workload) for m in ms)
+                            + _claims(diff, m.workload) + _reach(diff, row, m.workload) for m in ms)
         said.append(f"{who}: {row.where()} {was} -> {now}")
     level = HIGH if row.level == "high" else MEDIUM
     return Finding(level, RULE, (
