@@ -239,3 +239,30 @@ def test_grafana_anonymous_off_with_admin_role_stays_quiet() -> None:
     head = snapshot(STACK)
     _grafana_env(head, GF_AUTH_ANONYMOUS_ORG_ROLE="Admin")
     assert not _value_effect(head, "grafana-anonymous-editor") and not _value_effect(head, "grafana-anonymous-viewer")
+
+
+# --- PR 12: Azure metric alerts evaluated less often than their window ---------------------------------
+
+
+def _metric_alerts(entry: dict[str, Any], part: str) -> list[dict[str, Any]]:
+    return [r["inputs"] for r in entry["resources"] if r["type"] == "azure-native:monitor:MetricAlert"
+            and part in r["name"]]
+
+
+def test_frequency_past_window_leaves_blind_minutes() -> None:
+    head = snapshot(STACK)
+    alerts = _metric_alerts(head, "snat-failed")
+    assert alerts
+    for inputs in alerts:
+        inputs["evaluationFrequency"], inputs["windowSize"] = "PT15M", "PT5M"
+    [line] = _rules(head, "metric-alert-blind-gaps")
+    assert "10 min of every 15 min" in line.summary
+    assert line.level == ("high" if any(a["severity"] <= 2 for a in alerts) else "medium")
+
+
+def test_frequency_within_window_stays_quiet() -> None:
+    """Control: every 5 min over the last 15 min overlaps; nothing is unseen."""
+    head = snapshot(STACK)
+    for inputs in _metric_alerts(head, "snat-failed"):
+        inputs["evaluationFrequency"], inputs["windowSize"] = "PT5M", "PT15M"
+    assert not _rules(head, "metric-alert-blind-gaps")
