@@ -54,9 +54,9 @@ def run_once(cache: Path) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "passed": int(passed.group(1)) if passed else None}
 
 
-def case(name: str, cache: Path, fresh: bool) -> dict[str, Any]:
+def case(name: str, cache: Path, fresh: bool, repeats: int) -> dict[str, Any]:
     runs = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         load = os.getloadavg()[0]
         if fresh:
             with tempfile.TemporaryDirectory(prefix="kilonode-bench-cache-") as empty:
@@ -74,15 +74,18 @@ def case(name: str, cache: Path, fresh: bool) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    # `--repeats N`: fewer runs on a busy session (the median of N; the default REPEATS)
+    repeats = int(argv[argv.index("--repeats") + 1]) if "--repeats" in argv else REPEATS
     with tempfile.TemporaryDirectory(prefix="kilonode-bench-cache-") as shared:
-        cold = case("cold", Path(shared), fresh=True)
-        warm = case("warm", Path(shared), fresh=False)
+        cold = case("cold", Path(shared), fresh=True, repeats=repeats)
+        warm = case("warm", Path(shared), fresh=False, repeats=repeats)
     results = {
         "what": "make test-fast's pytest run (" + " ".join(COMMAND[2:]) + ")",
         "target_wall_s": TARGET_S,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "date": time.strftime("%Y-%m-%d"),
+        "repeats": repeats,
         "cold": cold,
         "warm": warm,
     }
@@ -93,4 +96,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
