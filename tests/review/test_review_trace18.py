@@ -266,3 +266,10 @@ def test_frequency_within_window_stays_quiet() -> None:
     for inputs in _metric_alerts(head, "snat-failed"):
         inputs["evaluationFrequency"], inputs["windowSize"] = "PT5M", "PT15M"
     assert not _rules(head, "metric-alert-blind-gaps")
+
+
+def test_infiniband_filter_losing_one_naming_form_is_medium() -> None:
+    head = snapshot(STACK)
+    _set_flag(head, "--collector.infiniband.device-include", "^(mlx5_ib[0-9]+|ib[osp][0-9].*)$")  # no ibP<domain>
+    [line] = _rules(head, "collector-narrowed")
+    assert line.level == "medium" and "ibP257p0s0" in line.summary

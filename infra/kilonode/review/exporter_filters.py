@@ -47,7 +47,7 @@ COLLECTOR_METRICS: dict[str, str] = {
 }
 DEFAULT_ENABLED = frozenset(COLLECTOR_METRICS)  # every one above is defaultEnabled at v1.12.1
 
-# collector -> (the device names kilonode's node image gives, one per naming form; whose nodes have them)
+# collector -> (an example device name of each naming form kilonode's node image gives; whose nodes have them)
 # InfiniBand: Debian's rdma-core 44.0 (node-image/packages/infiniband.txt) renames each HCA by its udev rule
 # 60-rdma-persistent-naming.rules, `rdma_rename %k NAME_FALLBACK`: an InfiniBand link layer takes "ib" with the
 # onboard index, the slot, or the PCI path (ibo<n>, ibs<n>, ibp<bus>s<slot>, ibP<domain>p<bus>s<slot>;
@@ -175,8 +175,8 @@ def narrowed(diff: StackDiff) -> list[Finding]:
         why = (f"node-exporter's {collector} collector is off at the head (--no-collector.{collector}, or "
                "--collector.disable-defaults without it: collector/collector.go l.59-91 at v1.12.1)") if off else (
                f"node-exporter's --collector.{collector}.device-include/exclude at the head no longer matches "
-               + ("any" if not now else "some") + f" of the device names kilonode's node image gives "
-               f"({', '.join(sorted(was - now))}"
+               + ("any" if not now else "some") + " of the device names kilonode's node image gives (an example of "
+               f"each form: {', '.join(sorted(was - now))}"
                + (": rdma-core's persistent naming, kilonode.plan.defaults.exporters NODE_EXPORTER_FLAGS"
                   if collector == "infiniband" else "") + "), and the collector skips a filtered device before "
                "reading it (prometheus/node_exporter@v1.12.1 collector/device_filter.go l.38-41, Go's unanchored "
@@ -186,7 +186,8 @@ def narrowed(diff: StackDiff) -> list[Finding]:
         fires = (f"; {', '.join(inverted)} read{'s' if len(inverted) == 1 else ''} them through `unless`/absent and "
                  "fires instead, on every one of those nodes") if inverted and whole else ""
         found.append(Finding(HIGH if whole else MEDIUM, "collector-narrowed", (
-            f"{why}: " + ("every" if whole else "the matching nodes'") + f" {prefix}* series goes from "
+            f"{why}: " + ("every" if whole else f"on a node whose devices are named {', '.join(sorted(was - now))}"
+                           " (the image names all of a node's one way), every") + f" {prefix}* series goes from "
             f"{_where(diff, namespace, name, scope)}, and {alerting._said(blind)} can no longer fire on "
             f"them{fires}. Keep the filter matching the image's names (kilonode's own: NODE_EXPORTER_FLAGS), or "
             "rewrite the alerts in the same change"),
