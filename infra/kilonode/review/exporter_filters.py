@@ -173,7 +173,7 @@ def narrowed(diff: StackDiff) -> list[Finding]:
             continue
         off = collector not in enabled(after)
         why = (f"node-exporter's {collector} collector is off at the head (--no-collector.{collector}, or "
-               "--collector.disable-defaults without it: collector/collector.go l.59-91 at v1.12.1)") if off else (
+               "--collector.disable-defaults without it: collector/collector.go l.59-91, as pinned)") if off else (
                f"node-exporter's --collector.{collector}.device-include/exclude at the head no longer matches "
                + ("any" if not now else "some") + " of the device names kilonode's node image gives (an example of "
                f"each form: {', '.join(sorted(was - now))}"
