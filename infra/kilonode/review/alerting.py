@@ -675,7 +675,7 @@ def _counters_said(diff: StackDiff) -> str:
     default = any(origin == "the image's default" for _, origin in head)
     return (f"dcgm-exporter's collectors file (-f / DCGM_EXPORTER_COLLECTORS) now points at {said} instead of "
             f"{was}" + (": the image's own etc/default-counters.csv, whose enabled fields (catalog/"
-                        "dcgm_default_counters.yaml, NVIDIA/dcgm-exporter 4.5.3-4.8.2) are not kilonode's; that file"
+                        "dcgm_default_counters.yaml, NVIDIA/dcgm-exporter as pinned) are not kilonode's; that file"
                         if default else ", which"))
 
 

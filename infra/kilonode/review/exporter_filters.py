@@ -179,7 +179,7 @@ def narrowed(diff: StackDiff) -> list[Finding]:
                f"each form: {', '.join(sorted(was - now))}"
                + (": rdma-core's persistent naming, kilonode.plan.defaults.exporters NODE_EXPORTER_FLAGS"
                   if collector == "infiniband" else "") + "), and the collector skips a filtered device before "
-               "reading it (prometheus/node_exporter@v1.12.1 collector/device_filter.go l.38-41, Go's unanchored "
+               "reading it (prometheus/node_exporter collector/device_filter.go l.38-41 as pinned, Go's unanchored "
                "MatchString)")
         whole = off or not now
         blind = {(a, sev) for a, sev in severities if not (whole and a in inverted)} or set(severities)
