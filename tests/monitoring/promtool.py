@@ -29,9 +29,9 @@ def _apt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     return subprocess.run(["apt-get", *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
-def candidate_version() -> str:
+def candidate_version(package: str = PACKAGE) -> str:
     """The version apt would install, from this machine's package lists ('' when unknown)."""
-    policy = subprocess.run(["apt-cache", "policy", PACKAGE], capture_output=True, text=True, check=False)
+    policy = subprocess.run(["apt-cache", "policy", package], capture_output=True, text=True, check=False)
     version = next((line.split()[-1] for line in policy.stdout.splitlines() if "Candidate:" in line), "")
     return "" if version == "(none)" else version
 
@@ -40,47 +40,49 @@ def cached(version: str, tool: str = "promtool") -> Path:
     return TOOLS / f"{tool}-{version}"
 
 
-def tool_path(tool: str, fetch: bool = False) -> Path:
-    """`tool` (promtool or prometheus) in the cache, for the candidate version of Debian's `prometheus`.
+def tool_path(tool: str, fetch: bool = False, package: str = PACKAGE,
+              tools_in_package: tuple[str, ...] = TOOLS_IN_PACKAGE) -> Path:
+    """`tool` (one of `tools_in_package`: promtool or prometheus of Debian's `prometheus` by default) in the
+    cache, for the candidate version of Debian's `package`.
 
     Without package lists (no candidate) the newest one already in the cache serves.
     Raises RuntimeError naming `make test-artefacts` when there is none and fetch is False.
     """
-    if tool not in TOOLS_IN_PACKAGE:
-        raise ValueError(f"{tool}: not one of {TOOLS_IN_PACKAGE}")
-    version = candidate_version()
+    if tool not in tools_in_package:
+        raise ValueError(f"{tool}: not one of {tools_in_package}")
+    version = candidate_version(package)
     if not version and fetch:
         _apt("update", "-qq")
-        version = candidate_version()
+        version = candidate_version(package)
     if not version:
         present = sorted(TOOLS.glob(f"{tool}-*"))
         if present:
             return present[-1]
-        raise RuntimeError(f"no {tool} under {TOOLS} and no candidate version of Debian's {PACKAGE}: "
+        raise RuntimeError(f"no {tool} under {TOOLS} and no candidate version of Debian's {package}: "
                            "run `make test-artefacts` (python -m tests.artefacts)")
     target = cached(version, tool)
     if target.is_file() and os.access(target, os.X_OK):
         return target
     if not fetch:
-        raise RuntimeError(f"{tool} from Debian's {PACKAGE} {version} is not unpacked under {TOOLS}: "
+        raise RuntimeError(f"{tool} from Debian's {package} {version} is not unpacked under {TOOLS}: "
                            "run `make test-artefacts` (python -m tests.artefacts)")
-    _unpack(version)
+    _unpack(package, version, tools_in_package)
     return target
 
 
-def _unpack(version: str) -> None:
-    """Download the package once and unpack every tool of TOOLS_IN_PACKAGE into the cache."""
+def _unpack(package: str, version: str, tools: tuple[str, ...]) -> None:
+    """Download the package once and unpack each of `tools` (usr/bin/<tool>) into the cache."""
     with tempfile.TemporaryDirectory() as work:
-        result = _apt("download", f"{PACKAGE}={version}", cwd=Path(work))
+        result = _apt("download", f"{package}={version}", cwd=Path(work))
         if result.returncode != 0:
-            raise RuntimeError(f"apt-get download {PACKAGE}={version} failed: {result.stderr}")
-        [deb] = Path(work).glob(f"{PACKAGE}_*.deb")
+            raise RuntimeError(f"apt-get download {package}={version} failed: {result.stderr}")
+        [deb] = Path(work).glob(f"{package}_*.deb")
         tar = Path(work) / "data.tar"
         with tar.open("wb") as out:
             subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=out, check=True, timeout=300)
         TOOLS.mkdir(parents=True, exist_ok=True)
         with tarfile.open(tar) as archive:
-            for tool in TOOLS_IN_PACKAGE:
+            for tool in tools:
                 member = f"./usr/bin/{tool}"
                 source = archive.extractfile(archive.getmember(member))
                 if source is None:
