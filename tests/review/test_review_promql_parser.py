@@ -29,7 +29,7 @@ def _rules_data(entry: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_shipped_rule_is_read(stack: str) -> None:
     entry = snapshot(stack)
-    assert alerting._rules(entry)
+    assert alerting.alert_rules(entry)
     assert alerting.unreadable(entry) == {}
 
 

@@ -125,7 +125,7 @@ def test_every_job_selector_of_a_shipped_stacks_rules_names_a_scrape_job(stack: 
     entry = snapshot(stack)
     jobs, open_jobs = alerting.scrape_jobs(entry)
     assert jobs and not open_jobs
-    matchers = [m for r in alerting._rules(entry) for s in alerting.selectors(str(r["expr"])) for m in s.matchers
+    matchers = [m for r in alerting.alert_rules(entry) for s in alerting.selectors(str(r["expr"])) for m in s.matchers
                 if m[0] == "job"]
     assert len(matchers) > 10  # the parser sees them
     assert alerting.blind_selectors(entry) == ({}, set())

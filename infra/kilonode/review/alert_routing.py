@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from kilonode.review.alerting import CONFIG_MAP, rule_files
+from kilonode.review.alerting import CONFIG_MAP, alert_rules
 from kilonode.review.compare import StackDiff
 from kilonode.review.finding import MEDIUM, Finding
 from kilonode.review.lifecycle import load_yaml, plan_of
@@ -76,20 +76,9 @@ def _grouped_by_name(group_by: tuple[str, ...]) -> bool:
 
 def _per_instance_alerts(entry: Mapping[str, Any] | None) -> list[str]:
     """The side's alerts whose summary or description names a per-instance label."""
-    names = set()
-    for text in rule_files(entry).values():
-        try:
-            doc = load_yaml(text)
-        except yaml.YAMLError:  # a broken rule file is alerting's to report
-            continue
-        for group in (doc or {}).get("groups") or [] if isinstance(doc, Mapping) else []:
-            for rule in group.get("rules") or []:
-                if not isinstance(rule, Mapping) or "alert" not in rule:
-                    continue
-                said = " ".join(str(v) for v in (rule.get("annotations") or {}).values())
-                if any(f"$labels.{label}" in said for label in PER_INSTANCE):
-                    names.add(str(rule["alert"]))
-    return sorted(names)
+    return sorted({str(rule["alert"]) for rule in alert_rules(entry) if "alert" in rule
+                   and any(f"$labels.{label}" in " ".join(str(v) for v in (rule.get("annotations") or {}).values())
+                           for label in PER_INSTANCE)})
 
 
 def assess(diff: StackDiff) -> list[Finding]:

@@ -260,7 +260,8 @@ def _name_alternatives(selector: Selector) -> list[str]:
     return []
 
 
-def _rules(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+def alert_rules(entry: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """Every rule (alerting and recording) of the side's rule files."""
     found = []
     for text in rule_files(entry).values():
         document = _load(text)
@@ -348,7 +349,7 @@ def _per_alert(rules: list[Mapping[str, Any]], find: Callable[[str], set[T]]) ->
 
 def dropped_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, list[str]]]:
     """alert name -> {metric it reads (through recording rules) -> the jobs that drop it}."""
-    rules = _rules(entry)
+    rules = alert_rules(entry)
     filters = _relabel_filters(entry)
     if not filters:
         return {}
@@ -412,7 +413,7 @@ def short_range_reads(entry: Mapping[str, Any] | None) -> dict[str, set[tuple[st
     intervals = scrape_intervals(entry)
     if not intervals:
         return {}
-    return _per_alert(_rules(entry), lambda expr: _short_ranges(expr, intervals))
+    return _per_alert(alert_rules(entry), lambda expr: _short_ranges(expr, intervals))
 
 
 def ranges_too_short(diff: StackDiff) -> list[Finding]:
@@ -481,7 +482,7 @@ def stale_instant_reads(entry: Mapping[str, Any] | None) -> dict[str, set[tuple[
     intervals = scrape_intervals(entry)
     if not intervals:
         return {}
-    return _per_alert(_rules(entry), lambda expr: _stale_reads(expr, intervals))
+    return _per_alert(alert_rules(entry), lambda expr: _stale_reads(expr, intervals))
 
 
 def lookback_gaps(diff: StackDiff) -> list[Finding]:
@@ -610,7 +611,7 @@ def unexported_reads(entry: Mapping[str, Any] | None) -> dict[str, dict[str, str
         return {}
     exported = sets[_DCGM_IMAGE]
     found: dict[str, dict[str, str]] = {}
-    for alert, metrics in _per_alert(_rules(entry), lambda expr: set(metric_names(expr))).items():
+    for alert, metrics in _per_alert(alert_rules(entry), lambda expr: set(metric_names(expr))).items():
         for metric in metrics:
             if metric.startswith(_DCGM_PREFIX) and metric not in exported:
                 found.setdefault(alert, {})[metric] = _DCGM_IMAGE
@@ -646,7 +647,7 @@ def _unexported(diff: StackDiff, relabelled: set[str]) -> list[Finding]:
     by_alerts: dict[tuple[str, ...], list[str]] = {}
     for metric, alerts in gone.items():
         by_alerts.setdefault(tuple(sorted(alerts)), []).append(metric)
-    rules = _rules(diff.head)
+    rules = alert_rules(diff.head)
     found = []
     for alerts, metrics in sorted(by_alerts.items()):
         pages = _pages(rules, set(alerts))
@@ -722,7 +723,7 @@ def unrecorded_reads(entry: Mapping[str, Any] | None) -> dict[str, set[str]]:
     """alert name -> the recorded-style names (a ':' in them: Prometheus' recording-rule naming,
     docs/practices/rules.md, level:metric:operations) it reads, itself or through the recording rules it
     follows, that no recording rule of the side records."""
-    rules = _rules(entry)
+    rules = alert_rules(entry)
     records = _records(rules)
     return _per_alert(rules, lambda expr: {name for name in metric_names(expr)
                                            if ":" in name and name not in records})
@@ -731,8 +732,8 @@ def unrecorded_reads(entry: Mapping[str, Any] | None) -> dict[str, set[str]]:
 def records_missing(diff: StackDiff) -> list[Finding]:
     """Alerts that at the head read a recorded name no recording rule records any more (it was recorded at
     the base): a renamed or removed recording rule left behind by its alerts."""
-    base_records = _records(_rules(diff.base))
-    head_records = _records(_rules(diff.head))
+    base_records = _records(alert_rules(diff.base))
+    head_records = _records(alert_rules(diff.head))
     groups: dict[str, set[str]] = {}
     for alert, names in unrecorded_reads(diff.head).items():
         for name in names:
@@ -1031,7 +1032,7 @@ def unreadable(entry: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
     """(rule kind, name) -> why its expression was not read, for the side's rules promql_parser does not parse: the
     readers here skip them, so the review says so."""
     found = {}
-    for rule in _rules(entry):
+    for rule in alert_rules(entry):
         read = _read(str(rule["expr"]))
         if isinstance(read, str):
             found[_rule_key(rule)] = read
@@ -1100,7 +1101,7 @@ def blind_selectors(entry: Mapping[str, Any] | None
     jobs, open_jobs = scrape_jobs(entry)
     if not jobs or open_jobs:
         return {}, open_jobs
-    rules = _rules(entry)
+    rules = alert_rules(entry)
     recorded: dict[str, set[str]] = {}
     rewritten: set[str] = set()
     for rule in rules:
@@ -1206,7 +1207,7 @@ def jobs_unselected(diff: StackDiff) -> list[Finding]:
             groups.setdefault(matcher, {}).setdefault(rule, set()).update(metrics)
     if not groups:
         return []
-    rules = _rules(diff.head)
+    rules = alert_rules(diff.head)
     readers = _readers(rules)
     jobs, _ = scrape_jobs(diff.head)
     found = []
@@ -1413,7 +1414,7 @@ def scrape_limits_below_load(diff: StackDiff) -> list[Finding]:
     if not after:
         return []
     before, _ = _over(diff.base)
-    rules = _rules(diff.head)
+    rules = alert_rules(diff.head)
     jobs = {job for job, _ in after}
     found = []
     for (job, key), (value, figure, why) in sorted(after.items()):

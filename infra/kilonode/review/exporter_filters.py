@@ -136,7 +136,7 @@ def _alerts(entry: Mapping[str, Any] | None, prefix: str) -> tuple[list[tuple[st
     """The alerts reading the prefix's series (through recording rules), and those of them that would fire instead
     (the series on the right of an `unless`, or inside absent(): the expression returns a series when they are
     gone)."""
-    rules = alerting._rules(entry)
+    rules = alerting.alert_rules(entry)
     reads = alerting._per_alert(rules, lambda expr: {m for m in alerting.metric_names(expr) if m.startswith(prefix)})
     severities = sorted({alerting._severity(r) for r in rules if str(r.get("alert")) in reads})
     inverted = sorted({str(r["alert"]) for r in rules if str(r.get("alert")) in reads
