@@ -2,9 +2,9 @@
 
 The harness powers a VM on afresh instead of resetting it in place (infra/kilonode/image/qemu.py):
 these tests hold it to the rules that keep that honest: a machine whose firmware never
-prints, or whose kernel goes silent after its banner and before init, is powered on once
-more and then reported, and a guest that resets by itself after the firmware ran ends qemu
-and fails at once, with the console tail, never retried.
+prints, or whose kernel goes silent after its banner and before init (or reports that its
+timer stopped firing), is powered on once more and then reported, and a guest that resets by
+itself after the firmware ran ends qemu and fails at once, with the console tail, never retried.
 """
 
 from __future__ import annotations
@@ -106,6 +106,40 @@ def test_a_kernel_silent_before_init_is_powered_on_once_more_then_reported(tmp_p
         assert "console tail:" in str(caught.value) and "clocksource: hpet" in str(caught.value)
         assert len(notes) == 1 and notes[0].endswith("before init (an emulator stall: no image code had run); "
                                                      "powering on again")
+
+
+def test_a_kernel_reporting_its_timer_stopped_is_powered_on_once_more_then_reported(tmp_path: Path) -> None:
+    # what a loaded 2-core runner's TCG guest printed after a power-cycle (CI, 2026-12-07): RCU's
+    # stall reports every ~20 s, so the console never went silent; past init, before SSH
+    cfg = config(tmp_path, firmware_silence_s=60.0, kernel_silence_s=600.0, extra_qemu_args=("-S",))
+    stall = (b"[    0.0] Linux version 6.1.0 (test)\n[    5.0] Run /init as init process\n"
+             b"[  379.8] rcu: rcu_preempt kthread timer wakeup didn't happen for 15753 jiffies!\n")
+    notes: list[str] = []
+    done = threading.Event()
+    with Vm(cfg, progress=notes.append) as vm:
+        pids: list[int] = []
+
+        def print_stalls() -> None:
+            while not done.is_set():
+                proc = vm.proc
+                if proc is not None and proc.pid not in pids:
+                    pids.append(proc.pid)
+                    with vm.console.open("ab") as console:
+                        console.write(stall)
+                time.sleep(0.1)
+
+        printer = threading.Thread(target=print_stalls, daemon=True)
+        printer.start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(KernelStall, match=r"timer stopped firing.*again after a fresh power-on"):
+                vm.wait_ssh(timeout=120)
+            assert time.monotonic() - started < 60
+        finally:
+            done.set()
+            printer.join(timeout=5)
+        assert vm.boots[-1].kernel_retries == 1 and len(pids) == 2, "one fresh qemu, then reported"
+        assert len(notes) == 1 and notes[0].endswith("powering on again")
 
 
 def test_a_kernel_that_reached_init_is_never_retried_for_silence(tmp_path: Path) -> None:

@@ -65,6 +65,11 @@ FIRMWARE_SILENCE_S = 90.0
 # Between its banner and init the kernel prints every few seconds under TCG (measured: the
 # longest gap 2.3 s, the initramfs unpacking); this much silence there is a stalled emulator.
 KERNEL_SILENCE_S = 120.0
+# The kernel's own report that a virtual CPU's timer stopped firing (RCU's "Possible timer
+# handling issue", kernel/rcu/tree_stall.h in 6.1): seen on a loaded 2-core runner under TCG
+# after a power-cycle, the guest then printing only stall reports until the SSH timeout. It
+# names the emulated timer, not code the image runs, so it is treated like a kernel stall.
+TIMER_STALL_MARK = b"kthread timer wakeup didn't happen"
 # SSH is tried once the kernel's banner shows, or after this long for an image whose kernel
 # does not print on the serial console.
 KERNEL_WAIT_S = 45.0
@@ -83,7 +88,8 @@ class FirmwareHang(VmError):
 
 
 class KernelStall(VmError):
-    """The kernel went silent after its banner and before init, twice (the emulator's, not the image's)."""
+    """The kernel went silent after its banner and before init, or reported that its timer
+    stopped firing before SSH answered, twice (the emulator's, not the image's)."""
 
 
 @dataclass
@@ -322,18 +328,26 @@ class Vm:
         self._launch()
 
     def _watch_kernel(self, record: BootRecord, output: bytes) -> None:
-        """Power on once more if the kernel went silent after its banner and before init."""
+        """Power on once more if the kernel went silent after its banner and before init, or
+        reported its timer stopped firing (only ever called before SSH answered)."""
+        if record.how == "warm-reset" or record.kernel_s is None:
+            return
+        if TIMER_STALL_MARK in output:
+            self._kernel_stalled(record, "the kernel reported its timer stopped firing (RCU: \"timer wakeup "
+                                         "didn't happen\"; an emulator stall)")
+            return
         now = time.monotonic()
         size = self._console_mark + len(output)
         if size != self._console_seen[0]:
             self._console_seen = (size, now)
             return
         silent = now - self._console_seen[1]
-        if (record.kernel_s is None or INIT_MARK in output or record.how == "warm-reset"
-                or silent < self.config.kernel_silence_s):
+        if INIT_MARK in output or silent < self.config.kernel_silence_s:
             return
-        what = (f"the kernel printed nothing for {silent:.0f} s after its banner, before init "
-                f"(an emulator stall: no image code had run)")
+        self._kernel_stalled(record, f"the kernel printed nothing for {silent:.0f} s after its banner, before "
+                                     f"init (an emulator stall: no image code had run)")
+
+    def _kernel_stalled(self, record: BootRecord, what: str) -> None:
         if record.kernel_retries >= 1:
             raise KernelStall(f"{what}, again after a fresh power-on\n{self.console_tail()}")
         record.kernel_retries += 1
