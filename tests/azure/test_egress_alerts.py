@@ -96,7 +96,9 @@ def test_the_snat_alert_counts_failed_connections_and_the_datapath_alert_average
 @pytest.mark.parametrize("stack", STACKS)
 def test_without_a_webhook_no_action_group_and_no_action(graphs: dict[str, Graph], stack: str) -> None:
     graph = graphs[stack]
-    assert shared.plan(stack).alerting is None  # the shipped stacks send alerts nowhere
+    # no shipped stack names a webhook (research-7500 pages through PagerDuty, which Azure is not given)
+    alerting = shared.plan(stack).alerting
+    assert alerting is None or alerting.webhook_url is None
     assert graph.of_type(GROUP) == []
     assert all(not a.get("actions") for a in alerts_of(graph).values())
 

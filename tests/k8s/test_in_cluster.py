@@ -116,7 +116,7 @@ def test_every_object_is_valid_against_the_openapi_schema_of_the_stacks_version(
     if plan.prometheus:  # kilonode.k8s.grafana: NetworkPolicy, Secret, 2 ConfigMaps, Service, Deployment
         expected["grafana"] = 6
         # kilonode.k8s.alertmanager: NetworkPolicy, ConfigMap, Service, StatefulSet (a Secret with receivers)
-        expected["alertmanager"] = 4
+        expected["alertmanager"] = 5 if plan.alerting is not None and plan.alerting.pager_duty else 4
     if plan.gpu_pools:  # kilonode.k8s.gpu: the device plugin's DaemonSet; the controller's roles and bindings
         expected |= {"device-plugin": 1, "gpu-health": 4}
     if any(p.infiniband for p in plan.node_pools):  # kilonode.k8s.rdma: its ConfigMap and DaemonSet

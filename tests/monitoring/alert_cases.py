@@ -1104,6 +1104,25 @@ def alertmanager_one_failed_notification(plan: ClusterPlan) -> tuple[list[Series
     name = "KilonodeAlertmanagerNotificationsFailing"
     return notifications_failed("0x5 1x55"), [("14m", name, []), ("20m", name, []), ("40m", name, [])]
 
+
+# --- the dead man's switch -------------------------------------------------------------------------------------
+def prometheus_self_up(values: str) -> list[Series]:
+    return [(selector("up", {"job": monitoring.JOB_PROMETHEUS, "instance": "localhost:9090"}), values)]
+
+
+@case()
+def watchdog_fires_while_prometheus_scrapes_itself(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    name = "KilonodeWatchdog"
+    labels = {"severity": "none", "job": monitoring.JOB_PROMETHEUS, "instance": "localhost:9090"}
+    return prometheus_self_up("1x30"), [("1m", name, [expected(plan, name, labels)]),
+                                        ("25m", name, [expected(plan, name, labels)])]
+
+
+@case()
+def watchdog_stops_when_prometheus_cannot_scrape_itself(plan: ClusterPlan) -> tuple[list[Series], list[Check]]:
+    # its own scrape failing: the heartbeat stops and the outside monitor alarms
+    return prometheus_self_up("0x30"), [("20m", "KilonodeWatchdog", [])]
+
 # The DNS, conntrack and Prometheus-itself cases, and the on-call trace's (GPU verdict and power, InfiniBand sizes,
 # etcd compaction, node basics), register themselves into CASES.
 from tests.monitoring import alert_cases_data_plane, alert_cases_observability, alert_cases_trace  # noqa: E402,F401

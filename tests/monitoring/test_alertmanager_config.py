@@ -24,12 +24,14 @@ from tests import shared
 from tests.monitoring.alertmanager_tool import amtool_path
 
 HOOK = "https://alerts.example.com/kilonode"
+BEAT = "https://heartbeat.example.com/ping/0c1f"
 VARIANTS = {
     "none": None,
     "pagerduty": AlertingPlan(pager_duty=True),
     "webhook": AlertingPlan(webhook_url=HOOK),
     "webhook-token": AlertingPlan(webhook_url=HOOK, webhook_bearer_token=True),
     "all": AlertingPlan(pager_duty=True, webhook_url=HOOK, webhook_bearer_token=True),
+    "heartbeat": AlertingPlan(pager_duty=True, heartbeat_url=BEAT),
 }
 
 
@@ -101,8 +103,30 @@ def test_grouping_and_timers_are_the_defaults_with_their_reasons(plans: dict[str
     prometheus = yaml.safe_load(monitoring.prometheus_config(plans["local"]) or "")
     assert prometheus["global"]["external_labels"] == {"cluster": plans["local"].cluster}
     assert (route["group_wait"], route["group_interval"], route["repeat_interval"]) == ("30s", "5m", "24h")
-    [critical] = route["routes"]
+    heartbeat, critical = route["routes"]
     assert critical["repeat_interval"] == "4h" and "continue" not in critical
+    # the watchdog's route comes first and keeps it: a post every 5 minutes, never a page
+    assert heartbeat["matchers"] == ['alertname="KilonodeWatchdog"'] and "continue" not in heartbeat
+    assert (heartbeat["group_interval"], heartbeat["repeat_interval"]) == ("1m", "5m")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_watchdog_reaches_the_heartbeat_alone(plans: dict[str, ClusterPlan], variant: str) -> None:
+    config = parsed(plans["research-7500"], VARIANTS[variant])
+    # the rule's own labels: severity "none", and its alert name
+    [watchdog] = [a for a in monitoring.alerts(plans["research-7500"]) if a.name == "KilonodeWatchdog"]
+    labels = {"alertname": watchdog.name, "severity": watchdog.severity}
+    assert routed_receiver(config, labels) == "kilonode-heartbeat"
+    assert routed_receiver(config, {**labels, "severity": "critical"}) == "kilonode-heartbeat"
+    [beat] = [r for r in config["receivers"] if r["name"] == "kilonode-heartbeat"]
+    alerting = VARIANTS[variant]
+    if alerting is not None and alerting.heartbeat_url:
+        assert beat["webhook_configs"] == [{"url": BEAT, "send_resolved": False}]
+    else:
+        assert beat == {"name": "kilonode-heartbeat"}  # sends nothing
+    # the heartbeat URL is never a page's or a warning's destination
+    text = yaml.safe_dump([r for r in config["receivers"] if r["name"] != "kilonode-heartbeat"])
+    assert BEAT not in text
 
 
 def test_the_secrets_are_file_paths_in_the_mounted_secret_never_values(plans: dict[str, ClusterPlan]) -> None:
@@ -152,6 +176,8 @@ def test_no_prometheus_no_alertmanager(plans: dict[str, ClusterPlan]) -> None:
     ({"webhookUrl": "https://alerts.example.com/{{ .x }}"}, "'{{'"),
     ({"webhookUrl": "https://alerts.example.com/" + "a" * ALERTING_URL_MAX}, "at most"),
     ({"webhookBearerToken": True}, "webhookBearerToken without webhookUrl"),
+    ({"heartbeatUrl": "http://heartbeat.example.com/x"}, "https://"),
+    ({"heartbeatUrl": "https://u:p@heartbeat.example.com/x"}, "user or password"),
     ({"pagerDuty": "yes"}, "boolean"),
     ({"routingKey": "abc"}, "Extra inputs"),  # no secret in the stack file
 ])

@@ -26,23 +26,35 @@ pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `mak
 CHECK = ["alertmanager"]
 
 
-def with_receivers_inputs() -> Inputs:
-    """The local stack with PagerDuty and a webhook set (its graph recorded by the program under mocks)."""
+def with_receivers_inputs(heartbeat: bool = True) -> Inputs:
+    """The local stack with PagerDuty, a webhook and (by default) a heartbeat set (its graph recorded by the
+    program under mocks)."""
     raw = shared.cluster_value("local")
     raw["alerting"] = {"pagerDuty": True, "webhookUrl": "https://alerts.example.com/hook"}
+    if heartbeat:
+        raw["alerting"]["heartbeatUrl"] = "https://heartbeat.example.com/ping/0c1f"
     graph = recorded_program("local", raw).to_json()
     files, _ = artefacts("local")
     stack = stack_from_value("local", raw, EXAMPLE_STACKS_DIR / "Pulumi.local.yaml")
     return from_parts(plan_stack(stack), files, graph, source="local+alerting")
 
 
-def test_a_shipped_stack_without_receivers_warns_that_nothing_pages(shipped: str) -> None:
+def test_a_shipped_stack_warns_that_nothing_pages_or_that_nothing_watches_the_watcher(shipped: str) -> None:
     # the NAT gateways' Azure alerts without an action group warn apart (tests/preflight/test_nat_alert_actions.py)
     [finding] = [f for f in run(inputs_of(shipped), CHECK) if not f.where.startswith(METRIC_ALERT)]
     assert finding.level == "warn"
     assert finding.where == "ConfigMap monitoring/alertmanager alertmanager.yml"
-    assert "nothing pages" in finding.what and "'kilonode-page'" in finding.what
-    assert "alerting" in finding.fix and "alertingPagerDutyRoutingKey" in finding.fix
+    if shipped == "research-7500":  # it pages through PagerDuty, and sets no heartbeat
+        assert "no dead man's switch" in finding.what and "'kilonode-heartbeat'" in finding.what
+        assert "heartbeatUrl" in finding.fix
+    else:
+        assert "nothing pages" in finding.what and "'kilonode-page'" in finding.what
+        assert "alerting" in finding.fix and "alertingPagerDutyRoutingKey" in finding.fix
+
+
+def test_receivers_without_a_heartbeat_warn_of_the_dead_mans_switch_alone() -> None:
+    [finding] = run(with_receivers_inputs(heartbeat=False), CHECK)
+    assert "no dead man's switch" in finding.what and "KilonodeWatchdog" in finding.what
 
 
 def test_with_receivers_set_it_says_nothing() -> None:
@@ -59,7 +71,8 @@ def test_a_critical_route_to_a_receiver_without_integrations_warns_though_the_st
     graph = {"resources": [{"type": r.type, "name": r.name, "inputs": r.inputs} for r in inputs.resources]}
     data, config = _alertmanager_yml(graph)
     config["receivers"].append({"name": "blackhole"})
-    config["route"]["routes"][0]["receiver"] = "blackhole"  # the seeded break
+    [critical] = [r for r in config["route"]["routes"] if r["matchers"] == ['severity="critical"']]
+    critical["receiver"] = "blackhole"  # the seeded break
     data[defaults.ALERTMANAGER_CONFIG_FILE] = yaml.safe_dump(config)
     broken = from_parts(inputs.plan, inputs.files, graph, source="seeded")
     [finding] = run(broken, CHECK)

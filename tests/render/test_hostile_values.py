@@ -185,6 +185,7 @@ NOT_RENDERED = {
     # Alertmanager's webhook: a value of alertmanager.yml, a ConfigMap built as data and serialised
     # (kilonode.render.alertmanager), never a host's file; https with a host, no spaces or '{{'
     "alerting.webhookUrl": "a value in alertmanager.yml (built as data), never a host's file",
+    "alerting.heartbeatUrl": "a value in alertmanager.yml (built as data), never a host's file",
 }
 
 

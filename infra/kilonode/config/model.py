@@ -995,7 +995,20 @@ class AlertingConfig(StrictModel):
         ),
     )
 
-    @field_validator("webhook_url")
+    heartbeat_url: Str | None = Field(
+        default=None, max_length=ALERTING_URL_MAX,
+        description=(
+            "A dead man's switch: KilonodeWatchdog, an alert that fires for as long as Prometheus evaluates its "
+            "rules and scrapes itself, is POSTed here every 5 minutes (Alertmanager's webhook JSON, no credentials) "
+            "and to no other receiver. Point it at a service outside the cluster that alarms when the posts stop "
+            "(a heartbeat or cron monitor; set its period to 5 minutes with 10 or more of grace): the only way to "
+            "learn that Prometheus, Alertmanager or the cluster's way out is gone, since none of them can send "
+            "that alert itself. https only, no user or password in it; anyone who learns it can only keep the "
+            "switch quiet, so use an unguessable URL the monitor gives."
+        ),
+    )
+
+    @field_validator("webhook_url", "heartbeat_url")
     @classmethod
     def _https_url(cls, value: str | None) -> str | None:
         if value is None:

@@ -620,6 +620,7 @@ class AlertingPlan(StrictModel):
     pager_duty: bool = False  # critical alerts page PagerDuty (routing key: a Pulumi secret)
     webhook_url: str | None = None  # every alert POSTed here
     webhook_bearer_token: bool = False  # with a bearer token (a Pulumi secret)
+    heartbeat_url: str | None = None  # KilonodeWatchdog POSTed here every 5 minutes (a dead man's switch)
 
     @property
     def pages(self) -> bool:

@@ -6,7 +6,8 @@ text out; kilonode.k8s.alertmanager mounts it.
     alertmanager_config(plan) -> str   # alertmanager.yml (checked by amtool check-config in the tests)
 
 Routing: every alert to RECEIVER_NOTIFY (the webhook, if any); `severity="critical"` to RECEIVER_PAGE
-(PagerDuty, if any, and the webhook). A receiver with no integration is valid and sends nothing
+(PagerDuty, if any, and the webhook); KilonodeWatchdog, the dead man's switch, to RECEIVER_HEARTBEAT alone
+(the stack's heartbeatUrl, if any), every HEARTBEAT_REPEAT. A receiver with no integration is valid and sends nothing
 (prometheus/alertmanager config/config.go Receiver.UnmarshalYAML l.1006 at v0.34.0: a receiver needs
 only its name), so with no receiver configured Alertmanager still takes, groups and shows every alert
 (its UI and API) and preflight warns that nothing pages (kilonode.preflight.checks.alertmanager).
@@ -34,6 +35,7 @@ PAGERDUTY_KEY_PATH = f"{defaults.ALERTMANAGER_SECRETS_DIR}/{defaults.ALERTMANAGE
 WEBHOOK_TOKEN_PATH = f"{defaults.ALERTMANAGER_SECRETS_DIR}/{defaults.ALERTMANAGER_WEBHOOK_TOKEN_FILE}"
 CRITICAL = 'severity="critical"'
 WARNING = 'severity="warning"'
+WATCHDOG = f'alertname="{defaults.WATCHDOG_ALERT}"'
 # A warning is not sent while a critical alert of the same name fires for the same thing: the page
 # already says it. "The same thing" is every label kilonode's two-severity alerts are kept apart by
 # (an etcd member: instance and cluster_role; a certificate: host; a GPU pool: pool); a label neither
@@ -50,16 +52,21 @@ def _webhook(alerting: AlertingPlan) -> dict[str, Any]:
 
 
 def receivers(alerting: AlertingPlan | None) -> list[dict[str, Any]]:
-    """RECEIVER_PAGE and RECEIVER_NOTIFY with the integrations the stack names (none: name only)."""
+    """RECEIVER_PAGE, RECEIVER_NOTIFY and RECEIVER_HEARTBEAT with the integrations the stack names
+    (none: name only)."""
     page: dict[str, Any] = {"name": defaults.RECEIVER_PAGE}
     notify: dict[str, Any] = {"name": defaults.RECEIVER_NOTIFY}
+    heartbeat: dict[str, Any] = {"name": defaults.RECEIVER_HEARTBEAT}
+    if alerting is not None and alerting.heartbeat_url is not None:
+        # its end is the outside monitor's silence, never a "resolved" post
+        heartbeat["webhook_configs"] = [{"url": alerting.heartbeat_url, "send_resolved": False}]
     if alerting is not None and alerting.pager_duty:
         # Events API v2 (the routing key); a resolved alert resolves the incident
         page["pagerduty_configs"] = [{"routing_key_file": PAGERDUTY_KEY_PATH, "send_resolved": True}]
     if alerting is not None and alerting.webhook_url is not None:
         page["webhook_configs"] = [_webhook(alerting)]
         notify["webhook_configs"] = [_webhook(alerting)]
-    return [page, notify]
+    return [page, notify, heartbeat]
 
 
 def config_data(plan: ClusterPlan) -> dict[str, Any]:
@@ -71,7 +78,12 @@ def config_data(plan: ClusterPlan) -> dict[str, Any]:
             "group_interval": defaults.ALERTMANAGER_GROUP_INTERVAL,
             "repeat_interval": defaults.ALERTMANAGER_REPEAT_WARNING,
             # a child route takes the parent's grouping and timers unless it sets its own
-            "routes": [{"receiver": defaults.RECEIVER_PAGE, "matchers": [CRITICAL],
+            # the first child that matches takes the alert (no `continue`): the watchdog reaches the
+            # heartbeat alone
+            "routes": [{"receiver": defaults.RECEIVER_HEARTBEAT, "matchers": [WATCHDOG],
+                        "group_interval": defaults.HEARTBEAT_GROUP_INTERVAL,
+                        "repeat_interval": defaults.HEARTBEAT_REPEAT},
+                       {"receiver": defaults.RECEIVER_PAGE, "matchers": [CRITICAL],
                         "repeat_interval": defaults.ALERTMANAGER_REPEAT_CRITICAL}],
         },
         "inhibit_rules": [{"source_matchers": [CRITICAL], "target_matchers": [WARNING],

@@ -159,7 +159,8 @@ CERT_EXPIRY_WARNING_DAYS = defaults.CERT_EXPIRY_WARNING_DAYS
 CERT_EXPIRY_CRITICAL_DAYS = defaults.CERT_EXPIRY_CRITICAL_DAYS
 CERT_RUNBOOK = "docs/runbooks/certificate-renewal.md"
 
-Severity = Literal["warning", "critical"]
+# "none": the dead man's switch (KilonodeWatchdog), which fires while all is well and never pages
+Severity = Literal["warning", "critical", "none"]
 
 
 @dataclass(frozen=True)
@@ -1716,7 +1717,8 @@ def alertmanager_groups(plan: ClusterPlan) -> list[Group]:
     """Alertmanager down, or failing to deliver: without these the pager's own silence goes unseen. Both
     critical: a critical alert goes to every receiver (PagerDuty and the webhook), so one integration that
     fails is reported through the other. An Alertmanager that is down cannot send its own alert: this one is
-    seen in Prometheus's and Grafana's ALERTS (docs/monitoring.md, "Alertmanager")."""
+    seen in Prometheus's and Grafana's ALERTS, and outside by the heartbeat's silence: KilonodeWatchdog, the
+    dead man's switch (docs/monitoring.md, "Alertmanager")."""
     if plan.prometheus is None:
         return []
     job = f'job="{JOB_ALERTMANAGER}"'
@@ -1742,6 +1744,19 @@ def alertmanager_groups(plan: ClusterPlan) -> list[Group]:
             summary="Alertmanager cannot deliver to {{ $labels.integration }}",
             action=("kubectl -n monitoring logs alertmanager-0 names the receiver and the error "
                     "(a wrong or revoked routing key or token, the endpoint refusing, no route out)"),
+            runbook="alertmanager",
+        ),
+        Alert(
+            name=defaults.WATCHDOG_ALERT,
+            # fires while Prometheus evaluates its rules and scrapes itself; its own Alertmanager route
+            # (kilonode.render.alertmanager) sends it to the stack's heartbeatUrl alone
+            expr=f'up{{job="{JOB_PROMETHEUS}"}} == 1',
+            duration="0m",
+            severity="none",
+            condition="Always firing while Prometheus evaluates its rules and scrapes itself: the dead man's switch",
+            summary="The alerting pipeline is alive (Prometheus -> Alertmanager -> the heartbeat)",
+            action=("never silence it; it goes only to the stack's alerting.heartbeatUrl, whose outside monitor "
+                    "alarms when it stops (Prometheus, Alertmanager, their node or the way out gone)"),
             runbook="alertmanager",
         ),
     ))]

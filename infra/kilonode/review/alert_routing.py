@@ -22,6 +22,7 @@ one is set).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -59,11 +60,18 @@ def _configs(entry: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     return found
 
 
+def _one_name(route: Mapping[str, Any]) -> bool:
+    """Whether the route takes alerts of one name only (a matcher `alertname="X"`): grouping without
+    alertname there merges nothing."""
+    return any(re.fullmatch(r'\s*alertname\s*=\s*"?[^"~=!]+"?\s*', str(m)) for m in route.get("matchers") or [])
+
+
 def _routes(route: Mapping[str, Any], inherited: tuple[str, ...], where: str) -> Iterator[tuple[str, tuple[str, ...]]]:
-    """(route's place, its effective group_by) for `route` and every route under it."""
+    """(route's place, its effective group_by) for `route` and every route under it; a route for one
+    alert name counts as grouped by it."""
     own = route.get("group_by")
     group_by = tuple(str(g) for g in own) if isinstance(own, list) else inherited
-    yield where, group_by
+    yield where, (*group_by, "alertname") if _one_name(route) and EVERY_LABEL not in group_by else group_by
     for index, child in enumerate(route.get("routes") or []):
         if isinstance(child, Mapping):
             matchers = ", ".join(str(m) for m in child.get("matchers") or []) or f"#{index}"

@@ -29,6 +29,18 @@ ALERTMANAGER_WEBHOOK_TOKEN_CONFIG = "alertingWebhookToken"
 # The receivers (alertmanager.yml `receivers:`): where critical alerts go (pages), where warnings go.
 RECEIVER_PAGE = "kilonode-page"
 RECEIVER_NOTIFY = "kilonode-notify"
+# The dead man's switch: KilonodeWatchdog fires for as long as Prometheus evaluates its rules and scrapes
+# itself, and goes to this receiver alone (never a page, never the notify webhook), which POSTs it to the
+# stack's `alerting.heartbeatUrl`: a service outside the cluster that alarms when the posts stop (Prometheus,
+# Alertmanager, their node or the cluster's way out gone). Without the URL the receiver sends nothing.
+RECEIVER_HEARTBEAT = "kilonode-heartbeat"
+WATCHDOG_ALERT = "KilonodeWatchdog"
+# How often the heartbeat is sent: Alertmanager sends a group that is still firing again once
+# repeat_interval has passed, checked at each group_interval (dispatch/dispatch.go aggrGroup.run and
+# notify.go DedupStage.needsUpdate at v0.34.0), so a post every 5 minutes; the outside service's period
+# should be that with a grace of 10 minutes or more (a restart of Prometheus or Alertmanager).
+HEARTBEAT_GROUP_INTERVAL = "1m"
+HEARTBEAT_REPEAT = "5m"
 # Grouping: one notification per alert name per cluster (an etcd quota alert for 8 members is one
 # page, not eight); `cluster` is every series' external label (kilonode.render.monitoring).
 ALERTMANAGER_GROUP_BY = ("cluster", "alertname")

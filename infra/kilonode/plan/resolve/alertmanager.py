@@ -11,9 +11,10 @@ from kilonode.plan.model import AlertingPlan, EgressAlertPlan
 def alerting_plan(config: ClusterConfig) -> AlertingPlan | None:
     """None: no receiver (Alertmanager runs and sends nothing; preflight warns)."""
     a = config.alerting
-    if a is None or not (a.pager_duty or a.webhook_url is not None):
+    if a is None or not (a.pager_duty or a.webhook_url is not None or a.heartbeat_url is not None):
         return None
-    return AlertingPlan(pager_duty=a.pager_duty, webhook_url=a.webhook_url, webhook_bearer_token=a.webhook_bearer_token)
+    return AlertingPlan(pager_duty=a.pager_duty, webhook_url=a.webhook_url, webhook_bearer_token=a.webhook_bearer_token,
+                        heartbeat_url=a.heartbeat_url)
 
 
 def egress_alerts() -> tuple[EgressAlertPlan, ...]:

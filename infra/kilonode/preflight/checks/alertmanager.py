@@ -11,7 +11,11 @@ receiver with no `*_configs` sends nothing (config/config.go Receiver at v0.34.0
   (warn);
 - the receiver a `severity="critical"` alert is routed to has no integration: Alertmanager takes, groups and
   shows every alert (its UI and API, Grafana's ALERTS) but nothing pages (warn: the stack's `alerting`,
-  docs/monitoring.md "Alertmanager").
+  docs/monitoring.md "Alertmanager");
+- a cluster that pages, whose dead man's switch (KilonodeWatchdog, the rule that fires while Prometheus runs)
+  is routed to a receiver with no integration: when Prometheus, Alertmanager or their node die, nothing can
+  send that news, and the pager stays quiet as it does when all is well (warn: the stack's
+  `alerting.heartbeatUrl`).
 
 - the NAT gateways' Azure metric alerts (azure-native:monitor:MetricAlert, kilonode.azure.egress_alerts) with
   no action: no action group is made without the stack's `alerting.webhookUrl`, nor when it sets
@@ -27,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kilonode.plan import defaults
 from kilonode.preflight.model import Finding, Inputs
 from kilonode.preflight.prometheus import graph_of, load, prometheus_configs
 
@@ -38,6 +43,9 @@ NAT_FIX = ("set the stack's `alerting.webhookUrl` to an endpoint that reads Azur
            "no bearer token (a relay in front of one that does), or watch Azure's Alerts page: docs/monitoring.md, "
            "\"NAT gateway: outbound connections\"")
 CRITICAL = {"severity": "critical"}
+WATCHDOG = {"alertname": defaults.WATCHDOG_ALERT, "severity": "none"}
+HEARTBEAT_FIX = ("set the stack's `alerting.heartbeatUrl` to an outside heartbeat monitor (a period of 5 minutes, "
+                 "10 or more of grace): docs/monitoring.md, \"The dead man's switch\"")
 FIX = ("set the stack's `alerting` (pagerDuty with the Pulumi secret kilonode:alertingPagerDutyRoutingKey, "
        "and/or webhookUrl): docs/monitoring.md, \"Alertmanager\"")
 
@@ -106,6 +114,13 @@ def check(inputs: Inputs) -> list[Finding]:
                 NAME, "warn", where,
                 f"a severity=critical alert goes to receiver {receiver!r}, which has no integration: Alertmanager "
                 "shows every alert (its UI and API, Grafana) but nothing pages anyone", FIX))
+        elif not integrations(config, routed_receiver(config, WATCHDOG)):
+            findings.append(Finding(
+                NAME, "warn", where,
+                f"no dead man's switch: {defaults.WATCHDOG_ALERT} goes to receiver "
+                f"{routed_receiver(config, WATCHDOG)!r}, which has no integration: if Prometheus, Alertmanager or "
+                "their node die, no alert can say so and the pager stays as quiet as when all is well",
+                HEARTBEAT_FIX))
     return findings
 
 
