@@ -61,3 +61,44 @@ def test_a_route_for_one_alert_name_may_group_without_it() -> None:
 def test_grouping_by_more_labels_with_alertname_or_a_timer_change_says_nothing() -> None:
     assert _lines(_with_route(lambda route: route.update(group_by=["cluster", "alertname", "pool"]))) == []
     assert _lines(_with_route(lambda route: route.update(group_wait="1m"))) == []
+
+
+# --- alert-inhibition-widened (trace 19, P02) ---------------------------------------------------------------------
+def _with_inhibit(change: Any) -> dict[str, Any]:
+    head = snapshot(STACK)
+    [(inputs, key)] = [(r["inputs"], k) for r in head["resources"] if r["type"] == CONFIG_MAP
+                       for k, v in (r["inputs"].get("data") or {}).items()
+                       if isinstance(v, str) and "receivers:" in v and "route:" in v]
+    config = yaml.safe_load(inputs["data"][key])
+    change(config["inhibit_rules"])
+    inputs["data"][key] = yaml.safe_dump(config, sort_keys=False)
+    return head
+
+
+def _inhibit(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import risks
+    return [r for r in risks.assess(compare_stack(STACK, snapshot(STACK), head), {})
+            if r.rule == "alert-inhibition-widened"]
+
+
+def test_an_inhibit_rule_equal_on_cluster_alone_mutes_every_warning_while_any_critical_fires() -> None:
+    [line] = _inhibit(_with_inhibit(lambda rules: rules[0].update(equal=["cluster"])))
+    assert line.level == "high"
+    assert "equal ['cluster', 'alertname'" in line.summary and "-> ['cluster']" in line.summary
+    assert "KilonodeGpuXidError" in line.summary or "more" in line.summary
+    assert "Inhibitor.Mutes" in line.summary and "the stack's receivers stop getting them" in line.summary
+
+
+def test_a_new_inhibit_rule_is_said_and_a_narrower_one_is_not() -> None:
+    def add(rules: list[Any]) -> None:
+        rules.append({"source_matchers": ['alertname="KilonodeEtcdNoSpace"'], "target_matchers": ['severity="warning"'],
+                      "equal": ["cluster"]})
+    [line] = _inhibit(_with_inhibit(add))
+    assert line.level == "medium" and "a new inhibit rule" in line.summary
+    # more labels to be equal: mutes less
+    assert _inhibit(_with_inhibit(lambda rules: rules[0]["equal"].append("node"))) == []
+    # a rule whose targets are none of the head's alerts
+    def none(rules: list[Any]) -> None:
+        rules.append({"source_matchers": ['severity="critical"'], "target_matchers": ['team="nobody"'],
+                      "equal": []})
+    assert _inhibit(_with_inhibit(none)) == []

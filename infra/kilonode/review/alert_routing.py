@@ -30,7 +30,7 @@ import yaml
 
 from kilonode.review.alerting import CONFIG_MAP, alert_rules
 from kilonode.review.compare import StackDiff
-from kilonode.review.finding import MEDIUM, Finding
+from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import load_yaml, plan_of
 
 EVERY_LABEL = "..."
@@ -119,3 +119,104 @@ def assess(diff: StackDiff) -> list[Finding]:
             f"and PagerDuty incidents, for one cause; {today}. Keep `alertname` and `cluster` in group_by "
             "(kilonode's default) and let the notification list the instances"), (place,)))
     return findings
+
+
+# ---- alert-inhibition-widened (trace 19, P02) -------------------------------------------------------------------
+# An inhibit rule mutes a target alert while a source alert fires "with equal values on the `equal` labels"
+# (prometheus/alertmanager inhibit/inhibit.go Inhibitor.Mutes and InhibitRule.hasEqual at v0.34.0, the pin; a label
+# neither has counts as equal: config/config.go InhibitRule, "Labels that must have an equal value in the source and
+# target alert"). kilonode's rule (kilonode.render.alertmanager INHIBIT_EQUAL) holds a warning back only while the
+# same alert for the same thing pages. Fewer `equal` labels, or a new rule, mutes more: with `equal: [cluster]`, one
+# critical alert anywhere mutes every warning in the cluster while it fires; amtool and Alertmanager accept it.
+INHIBITION_RULE = "alert-inhibition-widened"
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*"?(.*?)"?\s*$')
+
+
+def _matchers(rule: Mapping[str, Any], side: str) -> tuple[str, ...]:
+    """A rule's `<side>_matchers`, with the older `<side>_match`/`<side>_match_re` maps as matchers."""
+    found = [str(m) for m in rule.get(f"{side}_matchers") or []]
+    found += [f'{k}="{v}"' for k, v in (rule.get(f"{side}_match") or {}).items()]
+    found += [f'{k}=~"{v}"' for k, v in (rule.get(f"{side}_match_re") or {}).items()]
+    return tuple(sorted(found))
+
+
+def _selects(matchers: tuple[str, ...], labels: Mapping[str, str]) -> bool:
+    """Whether an alert with these static labels matches every matcher (a label it lacks reads as "", as
+    Alertmanager's labels.Matcher does); a matcher kilonode cannot read is taken to match."""
+    for matcher in matchers:
+        parsed = _MATCHER.fullmatch(matcher)
+        if parsed is None:
+            continue
+        name, op, value = parsed.groups()
+        have = labels.get(name, "")
+        ok = {"=": have == value, "!=": have != value}.get(op)
+        if ok is None:
+            try:
+                ok = (re.fullmatch(value, have) is not None) == (op == "=~")
+            except re.error:
+                ok = True
+        if not ok:
+            return False
+    return True
+
+
+def _static_labels(entry: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    return [{**{str(k): str(v) for k, v in (rule.get("labels") or {}).items()}, "alertname": str(rule["alert"])}
+            for rule in alert_rules(entry) if "alert" in rule]
+
+
+def _named(alerts: list[dict[str, str]], matchers: tuple[str, ...]) -> list[str]:
+    return sorted({a["alertname"] for a in alerts if _selects(matchers, a)})
+
+
+def _inhibit_line(place: str, source: tuple[str, ...], target: tuple[str, ...], was: tuple[str, ...] | None,
+                  now: tuple[str, ...], alerts: list[dict[str, str]]) -> str:
+    sources, targets = _named(alerts, source), _named(alerts, target)
+
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "") if names else "none"
+    change = (f"a new inhibit rule ({', '.join(source) or 'any alert'} mutes {', '.join(target) or 'any alert'})"
+              if was is None else
+              f"the inhibit rule ({', '.join(source)} mutes {', '.join(target)}) equal {list(was)} -> {list(now)}")
+    scope = ", ".join(now) or "nothing: any source mutes every target"
+    return (f"{place}: {change}: a firing source now mutes each target that shares only {scope}, "
+            f"not the same alert for the same thing. Sources ({len(sources)}): {some(sources)}; muted while any "
+            f"of them fires ({len(targets)}): {some(targets)}")
+
+
+def inhibitions_widened(diff: StackDiff) -> list[Finding]:
+    """An inhibit rule whose `equal` loses a label, or a new one, in an Alertmanager configuration both sides have."""
+    base, head = _configs(diff.base), _configs(diff.head)
+    alerts = _static_labels(diff.head)
+    said = []
+    for place, config in head.items():
+        before = base.get(place)
+        if before is None:
+            continue
+        was = {(_matchers(r, "source"), _matchers(r, "target")): tuple(str(e) for e in r.get("equal") or [])
+               for r in before.get("inhibit_rules") or [] if isinstance(r, Mapping)}
+        for rule in config.get("inhibit_rules") or []:
+            if not isinstance(rule, Mapping):
+                continue
+            key = (_matchers(rule, "source"), _matchers(rule, "target"))
+            now = tuple(str(e) for e in rule.get("equal") or [])
+            old = was.get(key)
+            if old is not None and set(old) <= set(now):
+                continue
+            if not _named(alerts, key[1]):
+                continue  # it mutes none of the head's alerts
+            said.append((place, _inhibit_line(place, *key, old, now, alerts), old is not None))
+    if not said:
+        return []
+    today = ("nothing is sent today (the stack has no `alerting` receiver), so it takes effect the day one is set"
+             if not plan_of(diff.head).get("alerting") else "the stack's receivers stop getting them")
+    # a rule kilonode's had, now muting more, is high; a new rule (or one whose matchers moved) is said as medium
+    level = HIGH if any(widened for _, _, widened in said) else MEDIUM
+    return [Finding(level, INHIBITION_RULE, (
+        f"{'; '.join(line for _, line, _ in said)}. Alertmanager mutes a target while a source fires with equal values "
+        "on the `equal` labels (prometheus/alertmanager inhibit/inhibit.go Inhibitor.Mutes at the pinned release): one long "
+        "critical alert (an etcd member, a certificate, a pool) then hides every muted warning in the cluster, the "
+        f"GPU Xid, ECC, NVLink and InfiniBand ones among them, for as long as it fires; {today}. Keep `equal` to "
+        "the labels that name the same alert for the same thing (kilonode's: "
+        "kilonode.render.alertmanager INHIBIT_EQUAL), or silence by hand during an incident (amtool silence add)"),
+        tuple(sorted({place for place, _, _ in said})))]

@@ -68,6 +68,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kilonode.catalog.limits import limits
+from kilonode.plan import defaults
 from kilonode.render.monitoring import ETCD_QUOTA_CRITICAL, ETCD_QUOTA_WARNING, etcd_job
 from kilonode.review.autoscaler import seconds
 from kilonode.review.compare import StackDiff
@@ -275,10 +276,63 @@ def kubelet_writes(diff: StackDiff) -> list[Finding]:
     qps = [h for h in hosts if any(n > w for n, w in zip(_qps(after[h]), _qps(before[h]), strict=True))]
     if qps:
         found.append(_qps_raised(before, after, qps, was_nodes, now_nodes))
-    spoken = {(h, k) for group, fields in ((moved, STATUS_FIELDS), (lease, LEASE_FIELDS), (qps, QPS_FIELDS))
+    pids, pids_hosts = _pids_lowered(diff, before, after, hosts)
+    found += pids
+    spoken = {(h, k) for group, fields in ((moved, STATUS_FIELDS), (lease, LEASE_FIELDS), (qps, QPS_FIELDS),
+                                           (pids_hosts, ("podPidsLimit",)))
               for h in group for k in fields}
     found += _kubelet_changed(diff, before, after, hosts, spoken)
     return found
+
+
+# ---- podPidsLimit lowered near a training pod's tasks (`pod-pids-limit-lowered`; trace 19, P10) -------------------
+# The kubelet sets the pod cgroup's pids.max to podPidsLimit (kubernetes/kubernetes pkg/kubelet/cm
+# pod_container_manager_linux.go EnsureExists, at the 1.34 line in the search index); the pids cgroup counts threads, so
+# a pod at its limit fails fork() and clone() with EAGAIN (a trainer's "can't start new thread", a data loader's
+# worker dying). kilonode.plan.defaults estimates a training rank's tasks (TRAINING_RANK_TASKS) and keeps
+# POD_PIDS_LIMIT 8.5 times a whole-node pod's; preflight's kubelet-config breaks below the estimate itself. Between
+# the estimate and this many times it, the limit is a job's thread count away from failing: said high.
+PIDS_RULE = "pod-pids-limit-lowered"
+PIDS_HEADROOM = 2
+
+
+def _pids(config: Mapping[str, Any]) -> float:
+    value = config.get("podPidsLimit")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return math.inf  # absent or -1: no limit (KubeletConfiguration PodPidsLimit, default -1)
+    return float(value)
+
+
+def _pids_lowered(diff: StackDiff, before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]],
+                  hosts: list[str]) -> tuple[list[Finding], list[str]]:
+    gpus = {str(p.get("name")): int(p.get("gpusPerNode") or 0) for p in plan_of(diff.head).get("nodePools") or []
+            if isinstance(p, Mapping)}
+    low: dict[tuple[float, float, int], list[str]] = {}
+    for host in hosts:
+        was, now = _pids(before[host]), _pids(after[host])
+        per_node = gpus.get(host.removeprefix("pool-").split(".team-", 1)[0], 0)
+        need = per_node * defaults.TRAINING_RANK_TASKS
+        if now < was and need and now < PIDS_HEADROOM * need:
+            low.setdefault((was, now, need), []).append(host)
+    if not low:
+        return [], []
+    nodes = host_nodes(diff.head)
+    said = []
+    for (was, now, need), hs in sorted(low.items()):
+        shown = "unlimited" if was == math.inf else f"{was:,.0f}"
+        said.append(f"podPidsLimit {shown} -> {now:,.0f} on {', '.join(hs)} ({sum(nodes.get(h, 0) for h in hs):,} "
+                    f"nodes), against about {need:,} tasks a whole-node training pod runs ({now / need:.2f}x)")
+    hosts_said = sorted({h for hs in low.values() for h in hs})
+    return [Finding(HIGH, PIDS_RULE, (
+        f"{'; '.join(said)} (kilonode.plan.defaults TRAINING_RANK_TASKS {defaults.TRAINING_RANK_TASKS} per rank: a "
+        "trainer's threads, its data-loader workers' and torch.compile's; kilonode keeps POD_PIDS_LIMIT "
+        f"{defaults.POD_PIDS_LIMIT:,}). The kubelet makes it the pod cgroup's pids.max, which counts threads "
+        "(pkg/kubelet/cm/pod_container_manager_linux.go EnsureExists): a job with a few more loader workers or "
+        "threads than the estimate fails fork() and clone() with EAGAIN mid-run (\"can't start new thread\", a dead "
+        "data-loader worker). It reaches only nodes created or reimaged after `pulumi up`, so the same job runs on "
+        "old nodes and fails on new ones. Keep it at "
+        f"{PIDS_HEADROOM}x the estimate or more ({defaults.POD_PIDS_LIMIT:,} is kilonode's)"),
+        tuple(f"{h}/{KUBELET_CONFIG}" for h in hosts_said), cause="kubelet configuration")], hosts_said
 
 
 def _nodes(count: int) -> str:
@@ -749,13 +803,56 @@ def _flat(value: Any, path: str = "") -> dict[str, Any]:
     return {path: value}
 
 
+# The default profile's packing (`scheduler-packing-off`, high; trace 19, P04): kilonode scores nodes MostAllocated with
+# NodeResourcesBalancedAllocation off (kilonode.render.control_plane scheduler_config: the 2,500-node post's lesson,
+# pack nodes so whole-node pods fit and empty nodes scale down). Upstream's default is LeastAllocated with
+# BalancedAllocation on (kubernetes/kubernetes pkg/scheduler/apis/config/v1/defaults.go SetDefaults_NodeResourcesFitArgs
+# and default_plugins.go getDefaultPlugins, read in the search index's copy of the 1.34 line): the emptiest node wins.
+PACKING_RULE = "scheduler-packing-off"
+PACKING_PROFILE = "default-scheduler"
+_FIT = f"profiles[{PACKING_PROFILE}].pluginConfig[NodeResourcesFit].args.scoringStrategy.type"
+_SCORE_DISABLED = f"profiles[{PACKING_PROFILE}].plugins.score.disabled"
+_BALANCED = "NodeResourcesBalancedAllocation"
+
+
+def _packing(config: Mapping[str, Any]) -> tuple[str, bool]:
+    """(the default profile's NodeResourcesFit scoring type, whether BalancedAllocation still scores)."""
+    flat = _flat(config)
+    disabled = flat.get(_SCORE_DISABLED) or []
+    names = {str(d.get("name")) for d in disabled if isinstance(d, Mapping)} if isinstance(disabled, list) else set()
+    return str(flat.get(_FIT) or "LeastAllocated"), _BALANCED not in names and "*" not in names
+
+
+def _packing_off(diff: StackDiff, before: Mapping[str, Any], after: Mapping[str, Any],
+                 hosts: list[str]) -> tuple[list[Finding], set[str]]:
+    off = [h for h in hosts if _packing(before[h]) == ("MostAllocated", False) and _packing(after[h]) != (
+        "MostAllocated", False)]
+    if not off:
+        return [], set()
+    strategy, balanced = _packing(after[off[0]])
+    gpu = [p for p in plan_of(diff.head).get("nodePools") or [] if isinstance(p, Mapping) and p.get("gpusPerNode")]
+    autoscaled = [str(p.get("name")) for p in gpu if p.get("autoscaling")]
+    return [Finding(HIGH, PACKING_RULE, (
+        f"the default scheduler stops packing nodes on {len(off)} apiserver host(s): NodeResourcesFit scoring "
+        f"MostAllocated -> {strategy}" + (f", {_BALANCED} scoring again" if balanced else "") + ". "
+        f"{strategy} puts each pod on the emptiest node that fits (upstream's default: pkg/scheduler/apis/config/v1 "
+        "defaults.go SetDefaults_NodeResourcesFitArgs): the small default-scheduler pods (a notebook, an evaluation "
+        "job, a one-GPU test) spread one per GPU node, so the 8-GPU pods of training gangs find fewer whole nodes "
+        "free and wait" + (f", and the autoscaled pools ({', '.join(autoscaled)}) can no longer empty a node to "
+                             "remove it: the scattered pods keep every node above the scale-down threshold"
+                             if autoscaled else "") +
+        ". kilonode packs on purpose (kilonode.render.control_plane scheduler_config: the 2,500-node post's "
+        "MostRequestedPriority). Keep MostAllocated with BalancedAllocation disabled for the default profile"),
+        tuple(f"{h}/{SCHEDULER_CONFIG}" for h in off), cause="kube-scheduler configuration")], set(off)
+
+
 def scheduler_config(diff: StackDiff) -> list[Finding]:
     before, after = scheduler_configs(_files(diff.base)), scheduler_configs(_files(diff.head))
     hosts = _shared(before, after)
     if not hosts:
         return []
     _, _, nodes = _zone_nodes(diff.head)
-    found: list[Finding] = []
+    found, packing = _packing_off(diff, before, after, hosts)
     raised: dict[tuple[str, int, int], list[str]] = {}
     for host in hosts:
         was, now = _percentages(before[host]), _percentages(after[host])
@@ -785,6 +882,8 @@ def scheduler_config(diff: StackDiff) -> list[Finding]:
         was, now = _flat(before[host]), _flat(after[host])
         for key in sorted({*was, *now}):
             if was.get(key) == now.get(key) or (host in spoken and key.split(".")[-1] == SCORE_FIELD):
+                continue
+            if host in packing and key in (_FIT, _SCORE_DISABLED):
                 continue
             changes.setdefault((key, _shown(was.get(key)), _shown(now.get(key))), []).append(host)
     if changes:

@@ -23,6 +23,9 @@ and v0.33.5 c595039e, the releases components.yaml pins):
   that many pods / 25 per second. Lowered below that (`gang-permit-wait-lowered`, high), a gang that large without
   its own scheduleTimeoutSeconds times out before its last pod is placed, releases its reserved nodes and retries,
   for ever.
+- The same wait outgrown by the plan (`gang-permit-wait-outgrown`, medium; trace 19, P09): the GPU pools grow
+  (nodes, or an autoscaled pool's maxNodes) until the largest gang needs more than the wait the head keeps, where
+  at the base it fitted: the same failure for the largest gangs, with no change to the scheduler's own file.
 - Any other change of the profile or the plugins' args (`gang-scheduler-config-changed`, medium) is said with its
   path and values, and the meaning of the Coscheduling args: podGroupBackoffSeconds (default 0: a rejected group
   is retried at once; set, PostFilter backs the whole group off, coscheduling.go l.104-111, l.198-206),
@@ -49,6 +52,7 @@ from kilonode.review.lifecycle import plan_of
 from kilonode.yamlio import load_yaml
 
 RULE = "gang-permit-wait-lowered"
+OUTGROWN_RULE = "gang-permit-wait-outgrown"
 CHANGED_RULE = "gang-scheduler-config-changed"
 BROKEN_RULE = "gang-scheduler-broken"
 # The in-tree QueueSort plugin, on by default in every profile (kubernetes pkg/scheduler/apis/config/v1
@@ -169,12 +173,37 @@ def _meaning(path: str) -> str:
     return next((MEANINGS[n] for n in reversed(names) if n in MEANINGS), "")
 
 
-def assess(diff: StackDiff) -> list[Finding]:
-    """The Permit wait lowered below the plan's largest gang (high), and any other change of the gang
-    scheduler's configuration (medium)."""
-    base, head = config(diff.base), config(diff.head)
-    if base is None or head is None or base == head:
+def _outgrown(base: Mapping[str, Any], head: Mapping[str, Any], diff: StackDiff) -> list[Finding]:
+    """The head's wait, enough for the base's largest gang, short of the head's (the pools grew past it)."""
+    was_args, now_args = coscheduling_args(base), coscheduling_args(head)
+    now = _number(now_args.get(PERMIT)) if now_args is not None else None
+    was = _number(was_args.get(PERMIT)) if was_args is not None else None
+    if now is None or was is None or now < was:  # lowered: RULE says it
         return []
+    before, after = largest_gang(diff.base), largest_gang(diff.head)
+    need_before, need = needed_seconds(before), needed_seconds(after)
+    if not (need_before <= now < need):
+        return []
+    return [Finding(MEDIUM, OUTGROWN_RULE, (
+        f"the plan's largest gang grows {before:,} -> {after:,} pods (one per GPU node, autoscaled pools at their "
+        f"ceiling): at {PODS_PER_SECOND} pods/s it needs {need:,} s at Permit, over the gang scheduler's "
+        f"Coscheduling {PERMIT} of {now:g} s, which covered it before (kilonode.k8s.scheduling "
+        "PERMIT_WAITING_TIME_SECONDS). A gang of more than "
+        f"{int(now) * PODS_PER_SECOND:,} pods without its own spec.scheduleTimeoutSeconds times out before its last "
+        "pod is placed, gives its nodes back (Unreserve) and starts over (kubernetes-sigs/scheduler-plugins "
+        "pkg/coscheduling/coscheduling.go Permit at the pinned release). Jobs that size: set "
+        f"spec.scheduleTimeoutSeconds to {need:,} or more on their PodGroups, or raise {PERMIT} to {need:,} s "
+        f"(kube-scheduler caps any Permit wait at {MAX_PERMIT_SECONDS} s)"), (SUBJECT,), cause="gang scheduler config")]
+
+
+def assess(diff: StackDiff) -> list[Finding]:
+    """The Permit wait lowered below the plan's largest gang (high), outgrown by the plan (medium), and any other
+    change of the gang scheduler's configuration (medium)."""
+    base, head = config(diff.base), config(diff.head)
+    if base is None or head is None:
+        return []
+    if base == head:
+        return _outgrown(base, head, diff)
     found: list[Finding] = []
     was_args, now_args = coscheduling_args(base), coscheduling_args(head)
     was = _number(was_args.get(PERMIT)) if was_args is not None else None
@@ -195,6 +224,8 @@ def assess(diff: StackDiff) -> list[Finding]:
             "before its last pod is placed, gives back the nodes it reserved and starts over, for ever. Keep it at "
             f"{need:,} s or more (kilonode's 300), or set spec.scheduleTimeoutSeconds on every large PodGroup"),
             (SUBJECT,), cause="gang scheduler config"))
+    else:
+        found += _outgrown(base, head, diff)
     found += _broken(base, head)
     before, after = flatten(base), flatten(head)
     changed = []

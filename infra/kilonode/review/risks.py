@@ -849,6 +849,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, storage.assess(diff))
     found += _risks(diff, disruption.assess(diff)) + _risks(diff, disruption.selects_nothing(diff))
     found += _risks(diff, alert_routing.assess(diff))
+    found += _risks(diff, alert_routing.inhibitions_widened(diff))
     found += _risks(diff, ksm_resources.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
