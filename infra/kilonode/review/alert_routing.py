@@ -216,7 +216,7 @@ def inhibitions_widened(diff: StackDiff) -> list[Finding]:
         f"{'; '.join(line for _, line, _ in said)}. Alertmanager mutes a target while a source fires with equal "
         "values on the `equal` labels (prometheus/alertmanager inhibit/inhibit.go Inhibitor.Mutes at the pinned "
         "release): one long critical alert (an etcd member, a certificate, a pool) then hides every muted warning "
-        f"in the cluster, the GPU Xid, ECC, NVLink and InfiniBand ones among them, for as long as it fires; {today}. Keep `equal` to "
-        "the labels that name the same alert for the same thing (kilonode's: "
+        f"in the cluster, the GPU Xid, ECC, NVLink and InfiniBand ones among them, for as long as it fires; {today}. "
+        "Keep `equal` to the labels that name the same alert for the same thing (kilonode's: "
         "kilonode.render.alertmanager INHIBIT_EQUAL), or silence by hand during an incident (amtool silence add)"),
         tuple(sorted({place for place, _, _ in said})))]
