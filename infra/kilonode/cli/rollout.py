@@ -214,7 +214,7 @@ def _alert_source(plan: ClusterPlan, pool: str, prometheus: str | None, without_
     if runs_prometheus and not prometheus and not without_alerts:
         die(f"pool {pool} runs the cluster's Prometheus: rolling it evicts the Prometheus its gates read. Give "
             "--without-alerts (its gates wait for that Prometheus Ready again instead; alerting is dark while the "
-            "pool rolls and its history is lost), or --prometheus URL, a Prometheus outside the cluster that "
+            "pool rolls, its history kept on its claim), or --prometheus URL, a Prometheus outside the cluster that "
             "scrapes it (docs/operations.md, \"Rolling a node image\")", "kilonode rollout start")
 
 
