@@ -5,6 +5,7 @@ metrics-server's requests."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -218,9 +219,22 @@ def runs_disk_plugin(pool: NodePoolConfig) -> bool:
     return not gpus_of(pool.vm_size, pool.gpus_per_node) or pool.monitoring or pool.system
 
 
-def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tuple[str, ...]:
-    """What the in-cluster program runs that every node (or any node) must start at boot;
-    with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
+@dataclass(frozen=True)
+class _ClusterBoot:
+    """What boot_images reads of the whole cluster, worked out once per config (not once per pool:
+    every pool's resolution asks, so scanning the pools each time made planning O(pools^2))."""
+
+    common: tuple[str, ...]
+    images: dict[str, Any]
+    prometheus_pool: str | None
+
+
+_last_boot: list[tuple[ClusterConfig, _ClusterBoot]] = []  # the last config asked about (it is frozen)
+
+
+def _cluster_boot(config: ClusterConfig) -> _ClusterBoot:
+    if _last_boot and _last_boot[0][0] is config:
+        return _last_boot[0][1]
     images = _releases(config.in_cluster_version)
     common: tuple[str, ...] = (
         images["kube_proxy_image"],
@@ -247,30 +261,37 @@ def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tu
     )
     if any(p.autoscaling for p in config.node_pools):  # kilonode.k8s.autoscaler
         common += (images["cluster_autoscaler_image"],)
+    placed = prometheus_pool(config)
+    found = _ClusterBoot(common, images, placed.name if placed is not None else None)
+    _last_boot[:] = [(config, found)]
+    return found
+
+
+def boot_images(config: ClusterConfig, pool: NodePoolConfig | None = None) -> tuple[str, ...]:
+    """What the in-cluster program runs that every node (or any node) must start at boot;
+    with `pool`, also what only that pool's nodes run (the device plugin on GPU pools)."""
+    cluster = _cluster_boot(config)
+    images, common = cluster.images, cluster.common
+    if pool is None:
+        return common
     # A GPU node offers nvidia.com/gpu only once the device plugin runs (kilonode.k8s.gpu), and an
     # InfiniBand node rdma/ib only once the RDMA device plugin does (kilonode.k8s.rdma).
-    if pool is not None and gpus_of(pool.vm_size, pool.gpus_per_node):
+    if gpus_of(pool.vm_size, pool.gpus_per_node):
         common = (*common, images["device_plugin_image"], images["dcgm_exporter_image"])
-    if pool is not None and pool.infiniband:
+    if pool.infiniband:
         common = (*common, images["rdma_device_plugin_image"])
     # Azure Disk CSI's node plugin (kilonode.k8s.storage): where pools.own_daemonsets puts it, and on
     # the Prometheus pool whatever it is (its claim is attached there)
-    placed_on = prometheus_pool(config)
-    if pool is not None and (runs_disk_plugin(pool) or (placed_on is not None and placed_on.name == pool.name)):
+    on_prometheus_pool = cluster.prometheus_pool == pool.name
+    if runs_disk_plugin(pool) or on_prometheus_pool:
         csi = images["azure_disk_csi_images"]
         common = (*common, *(csi[r] for r in ("azuredisk", "nodeDriverRegistrar", "livenessProbe")))
-    # The cluster's Prometheus (kilonode.k8s.monitoring) runs on one node of one pool, but a
-    # registry hiccup when that node first starts leaves every alert silent, like the autoscaler's.
-    placed = prometheus_pool(config)
-    if pool is not None and placed is not None and placed.name == pool.name:
-        common = (*common, images["prometheus_image"])
-    # Grafana runs beside it, on the same pool (kilonode.k8s.grafana): its dashboards are how a person
-    # sees the cluster when the alerts fire, so its image is there at boot as well.
-    if pool is not None and placed is not None and placed.name == pool.name:
-        common = (*common, images["grafana_image"])
-    # Alertmanager too (kilonode.k8s.alertmanager): without it no alert reaches a person.
-    if pool is not None and placed is not None and placed.name == pool.name:
-        common = (*common, images["alertmanager_image"])
+    if on_prometheus_pool:
+        # The cluster's Prometheus (kilonode.k8s.monitoring) runs on one node of one pool, but a registry
+        # hiccup when that node first starts leaves every alert silent, like the autoscaler's. Grafana runs
+        # beside it (kilonode.k8s.grafana): its dashboards are how a person sees the cluster when the alerts
+        # fire. Alertmanager too (kilonode.k8s.alertmanager): without it no alert reaches a person.
+        common = (*common, images["prometheus_image"], images["grafana_image"], images["alertmanager_image"])
     return common
 
 
