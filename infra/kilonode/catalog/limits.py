@@ -50,6 +50,10 @@ class KubernetesLimits(Row):
     lease_renew_seconds: Limit
     node_status_report_seconds: Limit
     compaction_interval_seconds: Limit
+    controller_manager_qps: Limit
+    controller_manager_burst: Limit
+    scheduler_qps: Limit
+    scheduler_burst: Limit
 
 
 class EtcdLimits(Row):

@@ -181,6 +181,8 @@ def _in_cluster(plan: ClusterPlan) -> None:
         out.print(f"  [bold]{title}[/]")
         for line in lines:
             out.print(f"    {escape(line)}")
+    out.print(f"  [bold]the control plane's clients[/] (kube-controller-manager --kube-api-qps, kube-scheduler "
+              f"clientConnection.qps; kilonode.plan.resolve.clients)\n    {escape(plan.controller_clients.reason)}")
     out.print(f"  [bold]how long `pulumi up` waits[/] (Deployments, the DNS Service; DaemonSets, balloons and "
               f"Calico's Typha: not at all)\n    {escape(plan.components.awaits.reason)}")
 

@@ -494,6 +494,27 @@ class NetworkPolicyPlan(StrictModel):
     rule: str  # how typha_replicas follows from nodes, for `kilonode explain`
 
 
+class ControllerClientsPlan(StrictModel):
+    """The control plane's own API clients, sized for the joins (kilonode.plan.resolve.clients): every joining
+    node's DaemonSet pods are created by kube-controller-manager's DaemonSet controller and bound by
+    kube-scheduler, each at its client's rate."""
+
+    daemonset_pods_per_node: int  # the most of kilonode's DaemonSets any pool's node runs
+    daemonset_pods: int  # every node's DaemonSet pods, the cluster at its ceiling
+    daemonset_pods_per_s: float  # at the rate the apiservers are sized to admit joins (joins.sized_for_per_min)
+    controller_manager_qps: int  # --kube-api-qps
+    controller_manager_burst: int  # --kube-api-burst
+    scheduler_qps: int  # KubeSchedulerConfiguration clientConnection.qps
+    scheduler_burst: int
+    # upstream's defaults where a unit or file sets none (catalogue limits.yaml kubernetes.*Qps): what a
+    # component reads when its flag is absent (preflight's controller-clients)
+    controller_manager_qps_default: int
+    scheduler_qps_default: int
+    fill_min: int  # minutes the DaemonSet controller takes to create every node's pods at its QPS
+    default_fill_min: int  # ... at upstream's default QPS
+    reason: str  # the arithmetic, in one line (kilonode explain)
+
+
 class ComponentsPlan(StrictModel):
     """What the cluster's components run, decided once: releases and image references for the
     stack's Kubernetes minor (from the catalogue), and the numbers derived from the plan's size.
@@ -685,6 +706,8 @@ class ClusterPlan(StrictModel):
     budgets: tuple[Budget, ...]
     warnings: tuple[str, ...]
     components: ComponentsPlan
+    # kube-controller-manager's and kube-scheduler's client rates, sized for components.joins
+    controller_clients: ControllerClientsPlan
     # the cluster's Prometheus; None where no pool can take it (the plan warns)
     prometheus: PrometheusPlan | None = None
     # where Alertmanager sends alerts; None: no receiver (it runs, shows alerts, sends nothing)

@@ -31,6 +31,7 @@ def _registry() -> tuple[Check, ...]:
         component_flags,
         connections,
         contracts,
+        controller_clients,
         custom_data_size,
         deployer_path,
         disks,
@@ -68,7 +69,7 @@ def _registry() -> tuple[Check, ...]:
                        custom_data_size, identities, storage_access, listeners, etcd_backups, etcd_config,
                        encryption_at_host,
                        port_range, node_join, node_writers, admission_config, admission_requests, agent_writes, quota,
-                       boot_pulls, kubelet_config, component_flags)
+                       boot_pulls, kubelet_config, component_flags, controller_clients)
     )
 
 

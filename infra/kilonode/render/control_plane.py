@@ -6,7 +6,7 @@ from typing import Any
 
 from kilonode.node.ship import GPU_HEALTH, NODE_CLIENT_APPROVER, PYTHON
 from kilonode.plan import defaults, wellknown
-from kilonode.plan.model import ApiserverInstance, ClusterPlan
+from kilonode.plan.model import ApiserverInstance, ClusterPlan, ControllerClientsPlan
 from kilonode.render.cert_metrics import UNITS_TO_ENABLE as CERT_METRICS_UNITS
 from kilonode.render.cert_metrics import cert_metrics_files
 from kilonode.render.cloud_init import user_data
@@ -223,7 +223,13 @@ def scheduler_flags(instance: ApiserverInstance, emulated: list[Flag] | None = N
     ]
 
 
-def controller_manager_flags(instance: ApiserverInstance, emulated: list[Flag] | None = None) -> list[Flag]:
+def controller_manager_flags(instance: ApiserverInstance, emulated: list[Flag] | None = None,
+                             clients: ControllerClientsPlan | None = None) -> list[Flag]:
+    # Each controller's client rate, sized for the joins (kilonode.plan.resolve.clients: at upstream's 20 the
+    # DaemonSet controller creates research-7500's DaemonSet pods in 44 min where the joins end in 24); written
+    # where it is upstream's default too, so the unit says it.
+    qps: list[Flag] = [] if clients is None else [
+        ("kube-api-qps", clients.controller_manager_qps), ("kube-api-burst", clients.controller_manager_burst)]
     return [
         ("kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
         ("authentication-kubeconfig", wellknown.CONTROLLER_MANAGER_KUBECONFIG),
@@ -251,6 +257,7 @@ def controller_manager_flags(instance: ApiserverInstance, emulated: list[Flag] |
         ("allocate-node-cidrs", False),
         ("cloud-provider", "external"),
         ("profiling", False),
+        *qps,
         *(emulated or []),
     ]
 
@@ -262,7 +269,10 @@ def scheduler_config(plan: ClusterPlan) -> str:
     config = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "clientConnection": {"kubeconfig": wellknown.SCHEDULER_KUBECONFIG},
+        # its client's rate, sized for the joins' DaemonSet pods it binds (kilonode.plan.resolve.clients)
+        "clientConnection": {"kubeconfig": wellknown.SCHEDULER_KUBECONFIG,
+                             "qps": plan.controller_clients.scheduler_qps,
+                             "burst": plan.controller_clients.scheduler_burst},
         "leaderElection": {"leaderElect": True},
         # CIS 1.4.1: no profiling. The --profiling flag is ignored with --config.
         "enableProfiling": False,
@@ -418,7 +428,7 @@ def render_apiserver(plan: ClusterPlan, instance: ApiserverInstance) -> HostFile
         ),
         "etc/systemd/system/kube-controller-manager.service": _unit(
             "kube-controller-manager", "Kubernetes controller manager (leader-elected)",
-            controller_manager_flags(instance, _emulated_version(plan)),
+            controller_manager_flags(instance, _emulated_version(plan), plan.controller_clients),
         ),
         AUDIT_POLICY: RenderedFile(audit_policy()),
         ADMISSION_CONFIG: RenderedFile(admission_config(plan)),

@@ -12,6 +12,7 @@ from kilonode.plan.defaults.alertmanager import *  # noqa: F403
 from kilonode.plan.defaults.autoscaler import *  # noqa: F403
 from kilonode.plan.defaults.awaits import *  # noqa: F403
 from kilonode.plan.defaults.cloud_provider import *  # noqa: F403
+from kilonode.plan.defaults.controllers import *  # noqa: F403
 from kilonode.plan.defaults.disks import *  # noqa: F403
 from kilonode.plan.defaults.dns import *  # noqa: F403
 from kilonode.plan.defaults.etcd_snapshot import *  # noqa: F403

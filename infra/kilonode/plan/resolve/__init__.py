@@ -24,6 +24,7 @@ from kilonode.plan.resolve.budgets import (
     location_warnings,
     unrecorded_warnings,
 )
+from kilonode.plan.resolve.clients import clients_plan
 from kilonode.plan.resolve.components import components_plan, unused_archive_problems
 from kilonode.plan.resolve.control_plane import control_plane_plan
 from kilonode.plan.resolve.disks import disk_tiers
@@ -65,6 +66,7 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
     pools, teams = place_capacity(config, pools)
     prometheus = prometheus_plan(config, pools, etcd, control_plane)
     sizes = vm_size_facts(etcd, control_plane, pools)
+    components = components_plan(config, pools)
     return ClusterPlan(
         cluster=config.name,
         location=config.location,
@@ -98,7 +100,8 @@ def resolve(config: ClusterConfig, sysctl_profile: SysctlProfile) -> ClusterPlan
             + acknowledged_warnings(config) + node_image_warnings(config)
             + list(teams.warnings) + ([] if prometheus else [NO_POOL_WARNING])
         ),
-        components=components_plan(config, pools),
+        components=components,
+        controller_clients=clients_plan(config, pools, components.joins),
         prometheus=prometheus,
         alerting=alerting_plan(config),
         egress_alerts=egress_alerts(),
