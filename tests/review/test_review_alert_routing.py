@@ -102,3 +102,42 @@ def test_a_new_inhibit_rule_is_said_and_a_narrower_one_is_not() -> None:
         rules.append({"source_matchers": ['severity="critical"'], "target_matchers": ['team="nobody"'],
                       "equal": []})
     assert _inhibit(_with_inhibit(none)) == []
+
+
+# --- alert-page-rerouted (trace 20, P08) --------------------------------------------------------------------------
+def _rerouted(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import risks
+    return [r for r in risks.assess(compare_stack(STACK, snapshot(STACK), head), {}) if r.rule == "alert-page-rerouted"]
+
+
+def _gpu_team_route(first: bool, **extra: Any) -> Any:
+    def change(config_route: dict[str, Any]) -> None:
+        route = {"receiver": "gpu-infra", "matchers": ['pool=~"a100-ib|h100-ib"'], **extra}
+        config_route["routes"].insert(0 if first else len(config_route["routes"]), route)
+    return change
+
+
+def _with_receiver(change: Any) -> dict[str, Any]:
+    head = snapshot(STACK)
+    [(inputs, key)] = [(r["inputs"], k) for r in head["resources"] if r["type"] == CONFIG_MAP
+                       for k, v in (r["inputs"].get("data") or {}).items()
+                       if isinstance(v, str) and "receivers:" in v and "route:" in v]
+    config = yaml.safe_load(inputs["data"][key])
+    change(config["route"])
+    config["receivers"].append({"name": "gpu-infra", "webhook_configs": [{"url": "https://gpu.example.com/hook"}]})
+    inputs["data"][key] = yaml.safe_dump(config, sort_keys=False)
+    return head
+
+
+def test_a_pool_route_before_the_pager_takes_the_pool_pages_away() -> None:
+    [line] = _rerouted(_with_receiver(_gpu_team_route(first=True)))
+    assert line.level == "high" and "'gpu-infra'" in line.summary and "no pagerduty integration" in line.summary
+    assert "KilonodeGpuPoolDegraded" in line.summary
+    # an alert whose expression aggregates the pool away (by cluster role, instance) is not said
+    assert "KilonodeEtcdNoSpace" not in line.summary
+    assert "Route.Match" in line.summary and "continue: true" in line.summary
+
+
+def test_the_same_route_after_the_pager_or_with_continue_is_quiet() -> None:
+    assert _rerouted(_with_receiver(_gpu_team_route(first=False))) == []
+    assert _rerouted(_with_receiver(_gpu_team_route(first=True, **{"continue": True}))) == []

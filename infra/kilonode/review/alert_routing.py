@@ -160,9 +160,12 @@ def _selects(matchers: tuple[str, ...], labels: Mapping[str, str]) -> bool:
     return True
 
 
+def _labels_of(rule: Mapping[str, Any]) -> dict[str, str]:
+    return {**{str(k): str(v) for k, v in (rule.get("labels") or {}).items()}, "alertname": str(rule["alert"])}
+
+
 def _static_labels(entry: Mapping[str, Any] | None) -> list[dict[str, str]]:
-    return [{**{str(k): str(v) for k, v in (rule.get("labels") or {}).items()}, "alertname": str(rule["alert"])}
-            for rule in alert_rules(entry) if "alert" in rule]
+    return [_labels_of(rule) for rule in alert_rules(entry) if "alert" in rule]
 
 
 def _named(alerts: list[dict[str, str]], matchers: tuple[str, ...]) -> list[str]:
@@ -220,3 +223,137 @@ def inhibitions_widened(diff: StackDiff) -> list[Finding]:
         "Keep `equal` to the labels that name the same alert for the same thing (kilonode's: "
         "kilonode.render.alertmanager INHIBIT_EQUAL), or silence by hand during an incident (amtool silence add)"),
         tuple(sorted({place for place, _, _ in said})))]
+
+
+# ---- alert-page-rerouted (trace 20, P08) -------------------------------------------------------------------------
+# Alertmanager sends an alert down the first child route that matches it and stops there unless that child sets
+# `continue` (prometheus/alertmanager dispatch/route.go Route.Match at the pinned release: "if matches != nil &&
+# !cr.Continue { break }"); the route itself takes it only where no child does. A route placed before kilonode's
+# paging route that can match a critical alert takes it away from the pager: amtool accepts it, nothing fires.
+# The review walks both sides' trees for every critical rule of the head, with the rule's static labels (and the
+# cluster's external label `cluster`) known and every other label unknown: a matcher on an unknown label may or
+# may not match (the alert's expression may give it the label), so such a route may take the alert.
+REROUTED_RULE = "alert-page-rerouted"
+
+
+_AGGREGATION = re.compile(r"\b(?:sum|avg|max|min|count|topk|bottomk|quantile|count_values|stddev|stdvar|group)\b"
+                          r"\s*(?:\(|by\b|without\b)")
+_WITHOUT = re.compile(r"\bwithout\s*\(")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _carries(rule: Mapping[str, Any]) -> frozenset[str] | None:
+    """The labels a rule's alerts may carry beyond its static ones: None (any) where its expression keeps series
+    labels (no aggregation, or `without`); else the words its expression and annotations name (its `by` labels
+    among them), a superset of what an aggregation keeps."""
+    expr = str(rule.get("expr") or "")
+    if not _AGGREGATION.search(expr) or _WITHOUT.search(expr):
+        return None
+    text = expr + " " + " ".join(str(v) for v in (rule.get("annotations") or {}).values())
+    return frozenset(_WORD.findall(text))
+
+
+def _matcher_state(matcher: str, labels: Mapping[str, str], carries: frozenset[str] | None) -> str:
+    """'yes', 'no' or 'maybe' (a label the alert's static labels do not fix and its expression may give it); a
+    label it cannot carry reads as "" (Alertmanager's matchers on an absent label)."""
+    parsed = _MATCHER.fullmatch(matcher)
+    if parsed is None:
+        return "maybe"
+    name, _, _ = parsed.groups()
+    if name not in labels:
+        if carries is None or name in carries:
+            return "maybe"
+        labels = {**labels, name: ""}
+    return "yes" if _selects((matcher,), labels) else "no"
+
+
+def _route_state(route: Mapping[str, Any], labels: Mapping[str, str], carries: frozenset[str] | None) -> str:
+    states = [_matcher_state(m, labels, carries) for m in (*[str(m) for m in route.get("matchers") or []],
+                                                  *[f'{k}="{v}"' for k, v in (route.get("match") or {}).items()],
+                                                  *[f'{k}=~"{v}"' for k, v in (route.get("match_re") or {}).items()])]
+    return "no" if "no" in states else ("maybe" if "maybe" in states else "yes")
+
+
+Outcome = tuple[frozenset[str], tuple[str, ...]]  # the receivers one alert reaches together, and the routes' places
+MAX_OUTCOMES = 256  # routing trees are a handful of routes; a bound against a pathological one
+
+
+def _reach(route: Mapping[str, Any], labels: Mapping[str, str], carries: frozenset[str] | None, inherited: str,
+           where: str) -> list[Outcome]:
+    """Every way an alert may be routed under `route` (which took it): the receivers it reaches together (a child
+    with `continue` lets the next siblings take it too) and the route places that lead there."""
+    own = str(route.get("receiver") or inherited)
+    # (receivers so far, places, some child took it, a child took it and stopped the siblings)
+    partial: list[tuple[frozenset[str], tuple[str, ...], bool, bool]] = [(frozenset(), (), False, False)]
+    for index, child in enumerate(route.get("routes") or []):
+        if not isinstance(child, Mapping):
+            continue
+        state = _route_state(child, labels, carries)
+        if state == "no":
+            continue
+        place = f"{where} > route {', '.join(str(m) for m in child.get('matchers') or []) or f'#{index}'}"
+        below = _reach(child, labels, carries, own, place)
+        grown = []
+        for receivers, places, took, stopped in partial:
+            if stopped:
+                grown.append((receivers, places, took, stopped))
+                continue
+            grown += [(receivers | more, places + how, True, not child.get("continue")) for more, how in below]
+            if state == "maybe":  # or it does not match, and the next sibling is tried
+                grown.append((receivers, places, took, False))
+        partial = grown[:MAX_OUTCOMES]
+    return [(receivers if took else receivers | {own}, places if took else (*places, where))
+            for receivers, places, took, _ in partial]
+
+
+def _integrations(config: Mapping[str, Any], receiver: str) -> set[str]:
+    for r in config.get("receivers") or []:
+        if isinstance(r, Mapping) and r.get("name") == receiver:
+            return {k.removesuffix("_configs") for k, v in r.items() if k.endswith("_configs") and v}
+    return set()
+
+
+def _reached(config: Mapping[str, Any], receivers: frozenset[str]) -> set[str]:
+    """The integrations an alert reaching these receivers together is sent through."""
+    return set().union(*[_integrations(config, r) for r in receivers])
+
+
+def pages_rerouted(diff: StackDiff) -> list[Finding]:
+    """A critical alert of the head that may reach, at the head, a receiver lacking an integration every receiver it
+    reached at the base had (the pager), in an Alertmanager configuration both sides have."""
+    base, head = _configs(diff.base), _configs(diff.head)
+    cluster = str(plan_of(diff.head).get("cluster") or "")
+    critical = [(a, _carries(rule)) for rule in alert_rules(diff.head) if "alert" in rule
+                for a in [_labels_of(rule)] if a.get("severity") == "critical"]
+    lost: dict[tuple[str, str, str, str], list[str]] = {}
+    for place, config in head.items():
+        before = base.get(place)
+        if before is None:
+            continue
+        for alert, carries in critical:
+            labels = {"cluster": cluster, **alert} if cluster else alert
+            was = _reach(before["route"], labels, carries, "", "route")
+            had = set.intersection(*[_reached(before, receivers) for receivers, _ in was]) if was else set()
+            if not had:
+                continue  # it paged nothing before: alert-grouping-off's "nothing is sent" case, not this one
+            for receivers, places in _reach(config["route"], labels, carries, "", "route"):
+                missing = had - _reached(config, receivers)
+                if missing:
+                    key = (place, ", ".join(sorted(receivers)), ", ".join(sorted(missing)),
+                           "; ".join(dict.fromkeys(places)))
+                    lost.setdefault(key, []).append(alert["alertname"])
+    if not lost:
+        return []
+    said = []
+    for (place, receiver, missing, places), alerts in sorted(lost.items()):
+        names = sorted(set(alerts))
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        said.append(f"{place}: {len(names)} critical alert(s) ({shown}) may now reach only {receiver!r}, with "
+                    f"no {missing} integration, through {places}")
+    return [Finding(HIGH, REROUTED_RULE, (
+        f"{'; '.join(said)}. Alertmanager sends an alert down the first child route that matches it and stops "
+        "there unless the route sets `continue: true` (prometheus/alertmanager dispatch/route.go Route.Match at the "
+        "pinned release); a matcher on a label the rule does not fix (a pool, a node) takes the alerts that carry "
+        "it, so those pages stop and nothing fires about it (amtool accepts the file). Put the new route after "
+        "the paging route, give it `continue: true`, or add the pager's integration to its receiver"),
+        tuple(sorted({key[0] for key in lost})))]

@@ -45,6 +45,7 @@ from kilonode.review import (
     capacity,
     control_flags,
     coredns,
+    default_storageclass,
     disruption,
     encryption,
     etcd_flags,
@@ -847,9 +848,11 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, serving.assess(diff))
     found += _risks(diff, sysctl_netns.assess(diff))
     found += _risks(diff, storage.assess(diff))
+    found += _risks(diff, default_storageclass.assess(diff))
     found += _risks(diff, disruption.assess(diff)) + _risks(diff, disruption.selects_nothing(diff))
     found += _risks(diff, alert_routing.assess(diff))
     found += _risks(diff, alert_routing.inhibitions_widened(diff))
+    found += _risks(diff, alert_routing.pages_rerouted(diff))
     found += _risks(diff, ksm_resources.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))

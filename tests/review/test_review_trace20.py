@@ -1,0 +1,41 @@
+"""The twentieth independent trace of `kilonode diff` on research-7500: P05 (Felix's metrics turned on: a new
+unauthenticated listener on every node) on the shipped stack changed in memory, with a quiet variant. P08 (a route
+before the pager) is in test_review_alert_routing.py; P13 and P15 in test_review_trace20_storage.py and
+test_review_trace20_rbac.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kilonode.review.compare import compare_stack
+from tests.review.snapshots import pod_spec, snapshot
+
+pytestmark = pytest.mark.medium  # over ~50 ms a test: `make test` runs it, `make test-fast` does not
+
+STACK = "research-7500"
+
+
+def _effects(head: dict[str, Any]) -> list[Any]:
+    from kilonode.review import risks
+    return [r for r in risks.assess(compare_stack(STACK, snapshot(STACK), head), {}) if r.rule == "value-effect"]
+
+
+def _felix_env(head: dict[str, Any], name: str, value: str) -> None:
+    [container] = [c for c in pod_spec(head, "DaemonSet", "calico-node")["containers"] if c["name"] == "calico-node"]
+    container["env"].append({"name": name, "value": value})
+
+
+def test_felix_metrics_on_is_an_unfenced_listener() -> None:
+    head = snapshot(STACK)
+    _felix_env(head, "FELIX_PROMETHEUSMETRICSENABLED", "true")
+    [line] = [r for r in _effects(head) if "felix-metrics-unfenced" in r.summary]
+    assert line.level == "medium" and "9091" in line.summary and "node-ports.nft" in line.summary
+    assert "7,5" in line.summary  # the nodes the DaemonSet runs on
+
+
+def test_another_felix_variable_is_not() -> None:
+    head = snapshot(STACK)
+    _felix_env(head, "FELIX_PROMETHEUSMETRICSENABLED", "false")
+    assert not [r for r in _effects(head) if "felix-metrics-unfenced" in r.summary]
