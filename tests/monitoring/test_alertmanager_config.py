@@ -32,6 +32,7 @@ VARIANTS = {
     "webhook-token": AlertingPlan(webhook_url=HOOK, webhook_bearer_token=True),
     "all": AlertingPlan(pager_duty=True, webhook_url=HOOK, webhook_bearer_token=True),
     "heartbeat": AlertingPlan(pager_duty=True, heartbeat_url=BEAT),
+    "pagerduty-warnings": AlertingPlan(pager_duty=True, pager_duty_warnings=True),
 }
 
 
@@ -92,7 +93,11 @@ def test_critical_pages_and_warning_goes_to_the_non_paging_receiver(plans: dict[
     page, notify = integrations(config, "kilonode-page"), integrations(config, "kilonode-notify")
     alerting = VARIANTS[variant]
     assert ("pagerduty_configs" in page) == bool(alerting and alerting.pager_duty)
-    assert "pagerduty_configs" not in notify  # a warning never pages
+    # a warning never pages: it reaches PagerDuty only where asked, as a `warning` event (low urgency)
+    assert ("pagerduty_configs" in notify) == bool(alerting and alerting.pager_duty_warnings)
+    if "pagerduty_configs" in notify:
+        [event] = parsed(plans["research-7500"], alerting)["receivers"][1]["pagerduty_configs"]
+        assert event["severity"] == "warning"
     assert ("webhook_configs" in notify) == ("webhook_configs" in page) == bool(alerting and alerting.webhook_url)
 
 
@@ -133,7 +138,7 @@ def test_the_secrets_are_file_paths_in_the_mounted_secret_never_values(plans: di
     config = parsed(plans["local"], VARIANTS["all"])
     page = next(r for r in config["receivers"] if r["name"] == "kilonode-page")
     assert page["pagerduty_configs"] == [{"routing_key_file": "/etc/alertmanager/secrets/pagerduty-routing-key",
-                                          "send_resolved": True}]
+                                          "send_resolved": True, "severity": "critical"}]
     [hook] = page["webhook_configs"]
     assert hook["url"] == HOOK
     assert hook["http_config"] == {"authorization": {"type": "Bearer",
@@ -176,6 +181,7 @@ def test_no_prometheus_no_alertmanager(plans: dict[str, ClusterPlan]) -> None:
     ({"webhookUrl": "https://alerts.example.com/{{ .x }}"}, "'{{'"),
     ({"webhookUrl": "https://alerts.example.com/" + "a" * ALERTING_URL_MAX}, "at most"),
     ({"webhookBearerToken": True}, "webhookBearerToken without webhookUrl"),
+    ({"pagerDutyWarnings": True}, "pagerDutyWarnings without pagerDuty"),
     ({"heartbeatUrl": "http://heartbeat.example.com/x"}, "https://"),
     ({"heartbeatUrl": "https://u:p@heartbeat.example.com/x"}, "user or password"),
     ({"pagerDuty": "yes"}, "boolean"),

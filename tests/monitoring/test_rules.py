@@ -278,7 +278,9 @@ def test_gpu_rules_exist_only_for_stacks_with_gpu_pools_and_name_their_pools(pla
 
 def test_describe_gives_each_alert_one_line_with_its_threshold(plans: dict[str, ClusterPlan]) -> None:
     plan = plans["research-7500"]
-    lines = monitoring.describe(plan)
+    routing, *lines = monitoring.describe(plan)
+    # first where each severity goes (research-7500: PagerDuty for both, no heartbeat)
+    assert routing.startswith("where they go: critical -> PagerDuty (high urgency); warning -> PagerDuty (low urgency)")
     assert len(lines) == len(monitoring.alerts(plan))
     assert all("\n" not in line and "{{" not in line for line in lines)
     assert any("KilonodeEtcdDatabaseNearQuota [critical, for 5m]" in line and "85%" in line for line in lines)

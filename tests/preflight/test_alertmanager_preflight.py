@@ -103,3 +103,22 @@ def test_each_contract_line_finds_its_seeded_break(flag: str, line: str) -> None
     found = [f for f in breaks(run(inputs_of("local", files=files, graph=graph), ["contracts"]))
              if f"contract line {line}" in f.what]
     assert len(found) == 1 and found[0].where.startswith("StatefulSet monitoring/alertmanager")
+
+
+def test_a_cluster_that_pages_but_sends_its_warnings_nowhere_warns() -> None:
+    raw = shared.cluster_value("local")
+    raw["alerting"] = {"pagerDuty": True, "heartbeatUrl": "https://heartbeat.example.com/ping/0c1f"}
+    graph = recorded_program("local", raw).to_json()
+    files, _ = artefacts("local")
+    stack = stack_from_value("local", raw, EXAMPLE_STACKS_DIR / "Pulumi.local.yaml")
+    # the NAT gateways' Azure alerts without an action group warn apart (no webhook)
+    [finding] = [f for f in run(from_parts(plan_stack(stack), files, graph, source="local+pagerduty"), CHECK)
+                 if not f.where.startswith(METRIC_ALERT)]
+    assert "severity=warning" in finding.what and "'kilonode-notify'" in finding.what
+    assert "pagerDutyWarnings" in finding.fix
+    # with pagerDutyWarnings the warnings reach PagerDuty as low-urgency events: nothing to say
+    raw["alerting"]["pagerDutyWarnings"] = True
+    graph = recorded_program("local", raw).to_json()
+    stack = stack_from_value("local", raw, EXAMPLE_STACKS_DIR / "Pulumi.local.yaml")
+    assert [f for f in run(from_parts(plan_stack(stack), files, graph, source="local+warnings"), CHECK)
+            if not f.where.startswith(METRIC_ALERT)] == []

@@ -136,7 +136,8 @@ def hosts(stack: str) -> Iterator[Host]:
     for instance in plan.control_plane.instances:
         files = rendered[instance.name]
         flags = {"kube-apiserver": apiserver_flags(plan, instance), "kube-scheduler": scheduler_flags(instance),
-                 "kube-controller-manager": controller_manager_flags(instance)}
+                 "kube-controller-manager": controller_manager_flags(instance, None,
+                                                                     plan.controller_clients)}
         written = _write_files(files) | _pki(layout.hosts[instance.name])
         yield Host(stack, instance.name, "apiserver", files, flags, written)
     for pool in plan.node_pools:

@@ -978,6 +978,16 @@ class AlertingConfig(StrictModel):
             "kilonode:alertingPagerDutyRoutingKey <key>`); `pulumi up` refuses the stack without it."
         ),
     )
+    pager_duty_warnings: Bool = Field(
+        default=False,
+        description=(
+            "Warnings go to PagerDuty too, as events of severity `warning` (critical alerts as `critical`): set the "
+            "PagerDuty service's \"How should responders be notified\" to dynamic notifications based on alert "
+            "severity, so that they arrive as low-urgency incidents that notify without waking anyone and never "
+            "escalate (PagerDuty's Dynamic Notifications). On a service set to high urgency always they would page "
+            "like critical ones. Needs pagerDuty."
+        ),
+    )
     webhook_url: Str | None = Field(
         default=None, max_length=ALERTING_URL_MAX,
         description=(
@@ -1027,6 +1037,8 @@ class AlertingConfig(StrictModel):
     def _token_needs_webhook(self) -> AlertingConfig:
         if self.webhook_bearer_token and self.webhook_url is None:
             raise ValueError("webhookBearerToken without webhookUrl: the token would be sent nowhere")
+        if self.pager_duty_warnings and not self.pager_duty:
+            raise ValueError("pagerDutyWarnings without pagerDuty: there is no PagerDuty integration to send them to")
         return self
 
 

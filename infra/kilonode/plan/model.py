@@ -639,6 +639,7 @@ class AlertingPlan(StrictModel):
     which receivers exist, never their secrets (Pulumi secret config, read by the program)."""
 
     pager_duty: bool = False  # critical alerts page PagerDuty (routing key: a Pulumi secret)
+    pager_duty_warnings: bool = False  # warnings to PagerDuty too, as severity `warning` (low urgency)
     webhook_url: str | None = None  # every alert POSTed here
     webhook_bearer_token: bool = False  # with a bearer token (a Pulumi secret)
     heartbeat_url: str | None = None  # KilonodeWatchdog POSTed here every 5 minutes (a dead man's switch)

@@ -5,9 +5,10 @@ text out; kilonode.k8s.alertmanager mounts it.
 
     alertmanager_config(plan) -> str   # alertmanager.yml (checked by amtool check-config in the tests)
 
-Routing: every alert to RECEIVER_NOTIFY (the webhook, if any); `severity="critical"` to RECEIVER_PAGE
-(PagerDuty, if any, and the webhook); KilonodeWatchdog, the dead man's switch, to RECEIVER_HEARTBEAT alone
-(the stack's heartbeatUrl, if any), every HEARTBEAT_REPEAT. A receiver with no integration is valid and sends nothing
+Routing: every alert to RECEIVER_NOTIFY (the webhook, if any, and with pagerDutyWarnings PagerDuty as a
+low-urgency `warning` event); `severity="critical"` to RECEIVER_PAGE (PagerDuty, if any, and the webhook);
+KilonodeWatchdog, the dead man's switch, to RECEIVER_HEARTBEAT alone (the stack's heartbeatUrl, if any), every
+HEARTBEAT_REPEAT. A receiver with no integration is valid and sends nothing
 (prometheus/alertmanager config/config.go Receiver.UnmarshalYAML l.1006 at v0.34.0: a receiver needs
 only its name), so with no receiver configured Alertmanager still takes, groups and shows every alert
 (its UI and API) and preflight warns that nothing pages (kilonode.preflight.checks.alertmanager).
@@ -41,7 +42,11 @@ WATCHDOG = f'alertname="{defaults.WATCHDOG_ALERT}"'
 # (an etcd member: instance and cluster_role; a certificate: host; a GPU pool: pool); a label neither
 # alert has counts as equal (config/common/inhibitrule.go l.46-48 at v0.34.0: "A set of labels that
 # must be equal between the source and target alert").
-INHIBIT_EQUAL = ("cluster", "alertname", "cluster_role", "instance", "host", "pool")
+# Every label a kilonode alert is kept apart by, including those only one severity's rule gives (a
+# DaemonSet's, a node's): two alerts without the label count as equal on it, so a label missing from this
+# list lets one critical DaemonSet (or node) hold back the warnings of all the others (trace 40/4).
+INHIBIT_EQUAL = ("cluster", "alertname", "cluster_role", "instance", "host", "pool", "daemonset", "deployment",
+                 "namespace", "node", "gpu", "device", "port", "to", "integration")
 
 
 def _webhook(alerting: AlertingPlan) -> dict[str, Any]:
@@ -61,8 +66,15 @@ def receivers(alerting: AlertingPlan | None) -> list[dict[str, Any]]:
         # its end is the outside monitor's silence, never a "resolved" post
         heartbeat["webhook_configs"] = [{"url": alerting.heartbeat_url, "send_resolved": False}]
     if alerting is not None and alerting.pager_duty:
-        # Events API v2 (the routing key); a resolved alert resolves the incident
-        page["pagerduty_configs"] = [{"routing_key_file": PAGERDUTY_KEY_PATH, "send_resolved": True}]
+        # Events API v2 (the routing key); a resolved alert resolves the incident. The event's severity sets the
+        # incident's urgency where the service uses dynamic notifications (critical: high; warning: low, never
+        # escalated: PagerDuty's Dynamic Notifications); Alertmanager sends "error" (high) when none is given
+        # (notify/pagerduty/pagerduty.go notifyV2 at v0.34.0), so both are named.
+        page["pagerduty_configs"] = [{"routing_key_file": PAGERDUTY_KEY_PATH, "send_resolved": True,
+                                      "severity": "critical"}]
+        if alerting.pager_duty_warnings:
+            notify["pagerduty_configs"] = [{"routing_key_file": PAGERDUTY_KEY_PATH, "send_resolved": True,
+                                            "severity": "warning"}]
     if alerting is not None and alerting.webhook_url is not None:
         page["webhook_configs"] = [_webhook(alerting)]
         notify["webhook_configs"] = [_webhook(alerting)]

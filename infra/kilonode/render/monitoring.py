@@ -1674,9 +1674,21 @@ def monitoring_files(plan: ClusterPlan) -> dict[str, str]:
     return files | ({PROMETHEUS_FILE: whole} if whole is not None else {})
 
 
+def routing(plan: ClusterPlan) -> str:
+    """Where each severity goes, as kilonode.render.alertmanager routes it (the first line of explain's alerts)."""
+    a = plan.alerting
+    hook = a is not None and a.webhook_url is not None
+    page = [*(["PagerDuty (high urgency)"] if a and a.pager_duty else []), *(["the webhook"] if hook else [])]
+    warn = [*(["PagerDuty (low urgency)"] if a and a.pager_duty_warnings else []), *(["the webhook"] if hook else [])]
+    beat = "the heartbeat URL every 5 min" if a and a.heartbeat_url else "nowhere (no heartbeatUrl)"
+    return (f"where they go: critical -> {' and '.join(page) or 'NOWHERE (no alerting receiver)'}; warning -> "
+            f"{' and '.join(warn) or 'NOWHERE (Alertmanager UI and Grafana only)'}; "
+            f"{defaults.WATCHDOG_ALERT} -> {beat}")
+
+
 def describe(plan: ClusterPlan) -> list[str]:
-    """One line per alert: name, severity, `for`, condition (for `kilonode explain`)."""
-    lines = []
+    """Where the alerts go, then one line per alert: name, severity, `for`, condition (for `kilonode explain`)."""
+    lines = [routing(plan)] if plan.prometheus is not None else []
     for alert in alerts(plan):
         condition = re.sub(r"\{\{ \$labels\.(\w+) \}\}", r"<\1>", alert.condition)
         lines.append(f"{alert.name} [{alert.severity}, for {alert.duration}]: {condition}")

@@ -170,8 +170,8 @@ def _where(entry: Mapping[str, Any] | None, inputs: Mapping[str, Any]) -> tuple[
     if binding == "WaitForFirstConsumer":
         how = ("with WaitForFirstConsumer the external-provisioner provisions for the node the scheduler chose and "
                "needs its CSINode topology keys, which such a node has none of: provisioning fails \"no topology key "
-               "found on CSINode <node>\" and the pod waits Pending (kubernetes-csi/external-provisioner v6.3.0 "
-               "pkg/controller/topology.go GenerateAccessibilityRequirements)")
+               "found on CSINode <node>\" and the pod waits Pending (kubernetes-csi/external-provisioner at the "
+               "catalogue's csi-provisioner release, pkg/controller/topology.go GenerateAccessibilityRequirements)")
     else:
         how = (f"with {binding} binding the disk is made, but no node plugin there mounts it"
                + (" and the controller's identity may attach only on the plugin pools' scale sets "

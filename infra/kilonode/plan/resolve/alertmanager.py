@@ -13,8 +13,8 @@ def alerting_plan(config: ClusterConfig) -> AlertingPlan | None:
     a = config.alerting
     if a is None or not (a.pager_duty or a.webhook_url is not None or a.heartbeat_url is not None):
         return None
-    return AlertingPlan(pager_duty=a.pager_duty, webhook_url=a.webhook_url, webhook_bearer_token=a.webhook_bearer_token,
-                        heartbeat_url=a.heartbeat_url)
+    return AlertingPlan(pager_duty=a.pager_duty, pager_duty_warnings=a.pager_duty_warnings, webhook_url=a.webhook_url,
+                        webhook_bearer_token=a.webhook_bearer_token, heartbeat_url=a.heartbeat_url)
 
 
 def egress_alerts() -> tuple[EgressAlertPlan, ...]:

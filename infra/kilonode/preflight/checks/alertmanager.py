@@ -12,6 +12,8 @@ receiver with no `*_configs` sends nothing (config/config.go Receiver at v0.34.0
 - the receiver a `severity="critical"` alert is routed to has no integration: Alertmanager takes, groups and
   shows every alert (its UI and API, Grafana's ALERTS) but nothing pages (warn: the stack's `alerting`,
   docs/monitoring.md "Alertmanager");
+- a cluster that pages, whose warnings go to a receiver with no integration (warn: the stack's
+  `alerting.pagerDutyWarnings` or `webhookUrl`);
 - a cluster that pages, whose dead man's switch (KilonodeWatchdog, the rule that fires while Prometheus runs)
   is routed to a receiver with no integration: when Prometheus, Alertmanager or their node die, nothing can
   send that news, and the pager stays quiet as it does when all is well (warn: the stack's
@@ -44,6 +46,9 @@ NAT_FIX = ("set the stack's `alerting.webhookUrl` to an endpoint that reads Azur
            "\"NAT gateway: outbound connections\"")
 CRITICAL = {"severity": "critical"}
 WATCHDOG = {"alertname": defaults.WATCHDOG_ALERT, "severity": "none"}
+WARNING = {"severity": "warning"}
+WARNING_FIX = ("set the stack's `alerting.pagerDutyWarnings` (low-urgency PagerDuty events) or `alerting.webhookUrl`: "
+               "docs/monitoring.md, \"Alertmanager\"")
 HEARTBEAT_FIX = ("set the stack's `alerting.heartbeatUrl` to an outside heartbeat monitor (a period of 5 minutes, "
                  "10 or more of grace): docs/monitoring.md, \"The dead man's switch\"")
 FIX = ("set the stack's `alerting` (pagerDuty with the Pulumi secret kilonode:alertingPagerDutyRoutingKey, "
@@ -114,7 +119,9 @@ def check(inputs: Inputs) -> list[Finding]:
                 NAME, "warn", where,
                 f"a severity=critical alert goes to receiver {receiver!r}, which has no integration: Alertmanager "
                 "shows every alert (its UI and API, Grafana) but nothing pages anyone", FIX))
-        elif not integrations(config, routed_receiver(config, WATCHDOG)):
+        else:
+            findings += _warnings_unsent(where, config)
+        if integrations(config, receiver) and not integrations(config, routed_receiver(config, WATCHDOG)):
             findings.append(Finding(
                 NAME, "warn", where,
                 f"no dead man's switch: {defaults.WATCHDOG_ALERT} goes to receiver "
@@ -122,6 +129,17 @@ def check(inputs: Inputs) -> list[Finding]:
                 "their node die, no alert can say so and the pager stays as quiet as when all is well",
                 HEARTBEAT_FIX))
     return findings
+
+
+def _warnings_unsent(where: str, config: Mapping[str, Any]) -> list[Finding]:
+    """A cluster that pages, whose warnings go to a receiver with no integration."""
+    receiver = routed_receiver(config, WARNING)
+    if integrations(config, receiver):
+        return []
+    return [Finding(NAME, "warn", where, (
+        f"a severity=warning alert goes to receiver {receiver!r}, which has no integration: critical alerts page, but "
+        "the warnings (every GPU, Xid, ECC, NVLink, InfiniBand, thermal and conntrack alert, etcd at 70%) reach no "
+        "one; a single slow node holding back a synchronous job is never said"), WARNING_FIX)]
 
 
 def _silent_metric_alerts(inputs: Inputs) -> list[Finding]:
