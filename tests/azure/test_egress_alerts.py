@@ -146,3 +146,28 @@ def test_every_alert_names_a_runbook_section_that_exists(graphs: dict[str, Graph
     section = text.split("## NAT gateway: outbound connections", 1)[1].split("\n## ", 1)[0]
     for row in nat_gateway_alerts().alerts:
         assert f"-nat-{row.key}" in section, row.key
+
+
+def test_e_mail_addresses_get_the_action_group_with_one_receiver_each() -> None:
+    # the NAT gateways' alerts reach people (or an incident tool's e-mail integration) without a webhook
+    graph = _with_alerting({"pagerDuty": True, "azureAlertEmails": ["oncall@example.com", "gpu-infra@example.com"]})
+    [group] = graph.of_type(GROUP)
+    inputs = group.plain()
+    assert inputs["emailReceivers"] == [
+        {"name": "alerting-email-0", "emailAddress": "oncall@example.com", "useCommonAlertSchema": True},
+        {"name": "alerting-email-1", "emailAddress": "gpu-infra@example.com", "useCommonAlertSchema": True}]
+    assert "webhookReceivers" not in inputs
+    assert all(a["actions"][0]["actionGroupId"] == mock_id(group) for a in alerts_of(graph).values())
+
+
+@pytest.mark.parametrize(("emails", "message"), [
+    (["not-an-address"], "not an e-mail address"),
+    (["a@example.com", "a@example.com"], "listed twice"),
+    ([f"p{i}@example.com" for i in range(11)], "at most 10"),
+])
+def test_a_bad_address_list_is_refused(emails: list[str], message: str) -> None:
+    from pydantic import ValidationError
+
+    from kilonode.config.model import AlertingConfig
+    with pytest.raises(ValidationError, match=message):
+        AlertingConfig.model_validate({"azureAlertEmails": emails})

@@ -186,6 +186,8 @@ NOT_RENDERED = {
     # (kilonode.render.alertmanager), never a host's file; https with a host, no spaces or '{{'
     "alerting.webhookUrl": "a value in alertmanager.yml (built as data), never a host's file",
     "alerting.heartbeatUrl": "a value in alertmanager.yml (built as data), never a host's file",
+    # an Azure input (the action group's emailReceivers), never rendered; AlertingConfig checks its form
+    "alerting.azureAlertEmails[]": "Azure's action group input, never rendered",
 }
 
 

@@ -19,11 +19,13 @@ docs/monitoring.md, "NAT gateway: outbound connections", is the runbook of both.
 Where they go: with the stack's `alerting.webhookUrl`, one action group (`<cluster>-egress-alerts`)
 with a webhook receiver to that URL, the common alert schema on: Azure posts Azure's JSON
 ("Common alert schema", alerts-common-schema.md), not Alertmanager's, so the endpoint must read it.
-Without a webhook, or when the webhook wants a bearer token (`alerting.webhookBearerToken`), no action
-group: an action group's webhook sends no header of one's own (its only authentication is Microsoft
-Entra's, the "Secure Webhook": action-groups.md), and the token put into the URL would be a secret
-written into an Azure resource anyone with Reader on the group reads. The alerts then fire in Azure
-alone: the portal's Alerts page and `az monitor metrics alert list` (docs/monitoring.md says so).
+With `alerting.azureAlertEmails`, the same action group e-mails each address (the common alert
+schema, so an incident tool's e-mail integration reads it too). Without either, or with only a webhook
+that wants a bearer token (`alerting.webhookBearerToken`), no action group: an action group's webhook
+sends no header of one's own (its only authentication is Microsoft Entra's, the "Secure Webhook":
+action-groups.md), and the token put into the URL would be a secret written into an Azure resource
+anyone with Reader on the group reads. The alerts then fire in Azure alone: the portal's Alerts page
+and `az monitor metrics alert list` (docs/monitoring.md says so).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ RUNBOOK = "docs/monitoring.md#nat-gateway-outbound-connections"
 # "Constraints: Max length = 12", the ARM template reference); used in SMS and e-mail only.
 SHORT_NAME_MAX = 12
 WEBHOOK_RECEIVER = "alerting-webhook"
+EMAIL_RECEIVER = "alerting-email-{}"  # one per address, by its place in the stack's list
 # Metric alerts and action groups are global resources: ARM takes them at `global` whatever region
 # the scoped resource is in (alerts-metric-create-templates.md: "location": "global").
 GLOBAL = "global"
@@ -139,9 +142,10 @@ class EgressAlerts(pulumi.ComponentResource):
 
     def _action_group(self, name: str, plan: ClusterPlan,
                       resource_group_name: pulumi.Input[str]) -> monitor.ActionGroup | None:
-        """The one action group, with the webhook receiver; None without a webhook to call."""
+        """The one action group, with the webhook receiver and the e-mail receivers; None with neither."""
         url = webhook_target(plan)
-        if url is None:
+        emails = plan.alerting.azure_alert_emails if plan.alerting is not None else ()
+        if url is None and not emails:
             return None
         group = action_group_name(plan.cluster)
         return monitor.ActionGroup(
@@ -152,7 +156,11 @@ class EgressAlerts(pulumi.ComponentResource):
             group_short_name=short_name(plan.cluster),
             enabled=True,
             webhook_receivers=[monitor.WebhookReceiverArgs(
-                name=WEBHOOK_RECEIVER, service_uri=url, use_common_alert_schema=True, use_aad_auth=False)],
+                name=WEBHOOK_RECEIVER, service_uri=url, use_common_alert_schema=True, use_aad_auth=False)]
+            if url is not None else None,
+            email_receivers=[monitor.MicrosoftCommonEmailReceiverArgs(
+                name=EMAIL_RECEIVER.format(index), email_address=address, use_common_alert_schema=True)
+                for index, address in enumerate(emails)] or None,
             tags=tags(plan.cluster, ROLE),
             opts=pulumi.ResourceOptions(parent=self),
         )

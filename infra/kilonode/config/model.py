@@ -73,6 +73,12 @@ ROLE_IMAGES = (ETCD_IMAGE, CONTROL_PLANE_IMAGE)
 NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 # The longest alerting.webhookUrl taken: far above a real endpoint's, so a pasted file is refused.
 ALERTING_URL_MAX = 2048
+# alerting.azureAlertEmails: Azure takes up to 1,000 e-mail receivers in an action group (Azure Monitor
+# service limits, "Action groups"); a handful is what a team names, and more would be a list to maintain elsewhere.
+AZURE_ALERT_EMAILS_MAX = 10
+# An address as Azure's action group takes it: one @, a dotted domain, no spaces (RFC 5321 caps a path at 254).
+EMAIL = re.compile(r"[A-Za-z0-9._%+'-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+")
+EMAIL_MAX = 254
 
 
 # The most entries of each stack value that grows a machine's custom data (Azure takes 64 KiB of
@@ -1005,6 +1011,15 @@ class AlertingConfig(StrictModel):
         ),
     )
 
+    azure_alert_emails: tuple[Str, ...] = Field(
+        default=(), max_length=AZURE_ALERT_EMAILS_MAX,
+        description=(
+            "E-mail addresses Azure Monitor's own alerts (the NAT gateways': SNAT exhaustion, datapath down) are "
+            "sent to, through the cluster's action group, in the common alert schema: the alerts Prometheus and "
+            "Alertmanager cannot see. An incident tool's e-mail integration address (a PagerDuty service's, for "
+            "one) works as well as a person's. Not secrets: an address alone lets one send mail to it."
+        ),
+    )
     heartbeat_url: Str | None = Field(
         default=None, max_length=ALERTING_URL_MAX,
         description=(
@@ -1031,6 +1046,16 @@ class AlertingConfig(StrictModel):
         if any(c.isspace() for c in value) or "{{" in value:
             # Alertmanager 0.34 reads the webhook URL as a template (notify/webhook/config.go: SecretTemplateURL)
             raise ValueError(f"must not hold spaces or '{{{{' (got {shown(value)})")
+        return value
+
+    @field_validator("azure_alert_emails")
+    @classmethod
+    def _emails(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for address in value:
+            if not EMAIL.fullmatch(address) or len(address) > EMAIL_MAX:
+                raise ValueError(f"not an e-mail address: {shown(address)}")
+        if len(set(value)) != len(value):
+            raise ValueError("an address is listed twice")
         return value
 
     @model_validator(mode="after")

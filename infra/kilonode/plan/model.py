@@ -643,6 +643,7 @@ class AlertingPlan(StrictModel):
     webhook_url: str | None = None  # every alert POSTed here
     webhook_bearer_token: bool = False  # with a bearer token (a Pulumi secret)
     heartbeat_url: str | None = None  # KilonodeWatchdog POSTed here every 5 minutes (a dead man's switch)
+    azure_alert_emails: tuple[str, ...] = ()  # Azure Monitor's own alerts (the NAT gateways') e-mailed here
 
     @property
     def pages(self) -> bool:

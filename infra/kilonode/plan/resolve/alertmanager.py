@@ -11,10 +11,12 @@ from kilonode.plan.model import AlertingPlan, EgressAlertPlan
 def alerting_plan(config: ClusterConfig) -> AlertingPlan | None:
     """None: no receiver (Alertmanager runs and sends nothing; preflight warns)."""
     a = config.alerting
-    if a is None or not (a.pager_duty or a.webhook_url is not None or a.heartbeat_url is not None):
+    if a is None or not (a.pager_duty or a.webhook_url is not None or a.heartbeat_url is not None
+                         or a.azure_alert_emails):
         return None
     return AlertingPlan(pager_duty=a.pager_duty, pager_duty_warnings=a.pager_duty_warnings, webhook_url=a.webhook_url,
-                        webhook_bearer_token=a.webhook_bearer_token, heartbeat_url=a.heartbeat_url)
+                        webhook_bearer_token=a.webhook_bearer_token, heartbeat_url=a.heartbeat_url,
+                        azure_alert_emails=a.azure_alert_emails)
 
 
 def egress_alerts() -> tuple[EgressAlertPlan, ...]:

@@ -41,9 +41,9 @@ NAME = "alertmanager"
 TITLE = "a critical alert reaches a receiver that sends it somewhere (Prometheus -> Alertmanager -> pager)"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 METRIC_ALERT = "azure-native:monitor:MetricAlert"
-NAT_FIX = ("set the stack's `alerting.webhookUrl` to an endpoint that reads Azure's common alert schema and takes "
-           "no bearer token (a relay in front of one that does), or watch Azure's Alerts page: docs/monitoring.md, "
-           "\"NAT gateway: outbound connections\"")
+NAT_FIX = ("set the stack's `alerting.azureAlertEmails` (people, or an incident tool's e-mail integration), or "
+           "`alerting.webhookUrl` to an endpoint that reads Azure's common alert schema and takes no bearer token, or "
+           "watch Azure's Alerts page: docs/monitoring.md, \"NAT gateway: outbound connections\"")
 CRITICAL = {"severity": "critical"}
 WATCHDOG = {"alertname": defaults.WATCHDOG_ALERT, "severity": "none"}
 WARNING = {"severity": "warning"}
