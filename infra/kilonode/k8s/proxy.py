@@ -139,6 +139,13 @@ class KubeProxy(pulumi.ComponentResource):
                             env=[core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(
                                 field_ref=core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")))],
                             security_context=core.v1.SecurityContextArgs(privileged=True),
+                            # not ready while it no longer syncs the node's rules (defaults.KUBE_PROXY_READY_PATH)
+                            readiness_probe=core.v1.ProbeArgs(
+                                http_get=core.v1.HTTPGetActionArgs(
+                                    host=defaults.KUBE_PROXY_HEALTH_HOST, port=defaults.KUBE_PROXY_HEALTH_PORT,
+                                    path=defaults.KUBE_PROXY_READY_PATH, scheme="HTTP"),
+                                period_seconds=defaults.KUBE_PROXY_READY_PERIOD_S,
+                                failure_threshold=defaults.KUBE_PROXY_READY_FAILURES, timeout_seconds=5),
                             resources=core.v1.ResourceRequirementsArgs(requests={"cpu": "100m", "memory": "64Mi"}),
                             volume_mounts=[
                                 core.v1.VolumeMountArgs(name="kube-proxy", mount_path=CONFIG_DIR, read_only=True),
