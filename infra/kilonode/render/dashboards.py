@@ -510,6 +510,16 @@ def gpu_panels() -> tuple[Panel, ...]:
               (Query(_by_fabric("min", "DCGM_FI_DEV_SM_CLOCK"), "min {{pool}} {{fabric}}"),
                Query(_by_fabric("quantile", "DCGM_FI_DEV_SM_CLOCK", "0.5, "), "median {{pool}} {{fabric}}")),
               unit="hertz"),
+        # The straggler: the lowest clock above takes idle GPUs too (an idle GPU drops its clock), which hides a
+        # throttled one under load (issue 40's fourth on-call trace). Only GPUs busy over half the time count here,
+        # each named by node and GPU.
+        Panel(f"Slowest busy GPUs, bottom {TOP_DEVICES}", "The busy GPUs (DCGM_FI_DEV_GPU_UTIL over 50%) with the "
+              "lowest SM clock (DCGM_FI_DEV_SM_CLOCK, MHz), each by node and GPU: the slow rank that holds back "
+              "every synchronous job it is in. Open its node in the one-node dashboard for its clock-event "
+              "reasons, temperature and power.",
+              (Query(f"bottomk({TOP_DEVICES}, {_of_team(dcgm('DCGM_FI_DEV_SM_CLOCK'))} "
+                     f"and on (node, gpu) {_of_team(dcgm('DCGM_FI_DEV_GPU_UTIL'))} > 50)", "{{node}} GPU {{gpu}}"),),
+              unit="hertz"),
     )
 
 
