@@ -280,7 +280,8 @@ def test_describe_gives_each_alert_one_line_with_its_threshold(plans: dict[str, 
     plan = plans["research-7500"]
     routing, *lines = monitoring.describe(plan)
     # first where each severity goes (research-7500: PagerDuty for both, no heartbeat)
-    assert routing.startswith("where they go: critical -> PagerDuty (high urgency); warning -> PagerDuty (low urgency)")
+    assert routing.startswith("where they go: critical -> PagerDuty as `critical` events; warning -> PagerDuty as "
+                              "`warning` events (low urgency on a service with dynamic notifications)")
     assert len(lines) == len(monitoring.alerts(plan))
     assert all("\n" not in line and "{{" not in line for line in lines)
     assert any("KilonodeEtcdDatabaseNearQuota [critical, for 5m]" in line and "85%" in line for line in lines)

@@ -1678,8 +1678,10 @@ def routing(plan: ClusterPlan) -> str:
     """Where each severity goes, as kilonode.render.alertmanager routes it (the first line of explain's alerts)."""
     a = plan.alerting
     hook = a is not None and a.webhook_url is not None
-    page = [*(["PagerDuty (high urgency)"] if a and a.pager_duty else []), *(["the webhook"] if hook else [])]
-    warn = [*(["PagerDuty (low urgency)"] if a and a.pager_duty_warnings else []), *(["the webhook"] if hook else [])]
+    page = [*(["PagerDuty as `critical` events"] if a and a.pager_duty else []), *(["the webhook"] if hook else [])]
+    # low urgency only where the PagerDuty service uses dynamic notifications (docs/monitoring.md, "Routing")
+    warn = [*(["PagerDuty as `warning` events (low urgency on a service with dynamic notifications)"]
+              if a and a.pager_duty_warnings else []), *(["the webhook"] if hook else [])]
     beat = "the heartbeat URL every 5 min" if a and a.heartbeat_url else "nowhere (no heartbeatUrl)"
     return (f"where they go: critical -> {' and '.join(page) or 'NOWHERE (no alerting receiver)'}; warning -> "
             f"{' and '.join(warn) or 'NOWHERE (Alertmanager UI and Grafana only)'}; "
