@@ -40,6 +40,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kilonode.plan import defaults
 from kilonode.review.compare import CREATE, DELETE, REPLACE, UPDATE, ResourceChange, StackDiff, covers
 from kilonode.review.finding import HIGH, MEDIUM, Finding
 from kilonode.review.lifecycle import plan_of
@@ -501,4 +502,43 @@ def prometheus_disk(diff: StackDiff) -> list[Finding]:
 
 def assess(diff: StackDiff) -> list[Finding]:
     return [*service_cidr(diff), *services_replaced(diff), *deployments_replaced(diff), *prometheus(diff),
-            *prometheus_disk(diff), *tag_under_same_digest(diff)]
+            *prometheus_pending(diff), *prometheus_disk(diff), *tag_under_same_digest(diff)]
+
+
+# ---- prometheus-pending-until-resize (trace 21, P06) -------------------------------------------------------------
+# The monitoring pool's VM size moves with Prometheus's needs, but the scale sets' upgrade policy is Manual: the
+# running instance keeps the old size until it is upgraded (`kilonode rollout`, docs/operations.md), while the new
+# Prometheus pod, with the head's requests, is created at once. Where those requests do not fit the old size (the
+# plan's own fit rule: kilonode.plan.resolve.monitoring _fits), the old pod is gone and the new one waits Pending:
+# no alerting in the cluster until someone upgrades the VM, not the 5 to 30 minutes of a restart.
+PENDING_RULE = "prometheus-pending-until-resize"
+
+
+def _pool_of(entry: Mapping[str, Any] | None, name: str) -> Mapping[str, Any]:
+    return next((p for p in plan_of(entry).get("nodePools") or [] if isinstance(p, Mapping) and p.get("name") == name),
+                {})
+
+
+def prometheus_pending(diff: StackDiff) -> list[Finding]:
+    head = plan_of(diff.head).get("prometheus") or {}
+    base = plan_of(diff.base).get("prometheus") or {}
+    pool = head.get("pool")
+    if not pool or base.get("pool") != pool:
+        return []
+    was, now = _pool_of(diff.base, pool), _pool_of(diff.head, pool)
+    if was.get("vmSize") == now.get("vmSize") or not was.get("vcpus") or not was.get("memoryGib"):
+        return []
+    room_cpus = max(1, int(was["vcpus"]) - defaults.PROMETHEUS_VM_RESERVED_CPUS)
+    room_gib = float(was["memoryGib"]) * defaults.PROMETHEUS_VM_MEMORY_PERCENT / 100
+    cpus, memory = int(head.get("cpus") or 0), float(head.get("memoryGib") or 0)
+    if cpus <= room_cpus and memory <= room_gib:
+        return []
+    return [Finding(HIGH, PENDING_RULE, (
+        f"the cluster's Prometheus now asks for {cpus} CPUs and {memory:g} GiB, more than the running {pool} node "
+        f"({was.get('vmSize')}) leaves it ({room_cpus} CPUs, {room_gib:.0f} GiB: kilonode.plan.resolve.monitoring's "
+        f"fit rule); the pool moves to {now.get('vmSize')}, but the scale set's upgrade policy is Manual, so the "
+        "running VM keeps its size until it is upgraded, while `pulumi up` replaces the Prometheus pod at once: the old pod "
+        "is deleted and the new one waits Pending, and no alert fires in the cluster (the dead man's switch stops) "
+        f"until the VM is upgraded by hand. Upgrade the {pool} pool first (`kilonode rollout start --pool {pool} "
+        "--without-alerts`, docs/operations.md), in one change and `pulumi up`, then land what grows Prometheus"),
+        (f"StatefulSet monitoring/{PROMETHEUS}",))]
