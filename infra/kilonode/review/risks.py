@@ -66,6 +66,7 @@ from kilonode.review import (
     repairs,
     replicas,
     rules,
+    runtime_logs,
     security,
     serving,
     storage,
@@ -854,6 +855,7 @@ def assess(diff: StackDiff, base_lessons: Mapping[str, Any]) -> list[Risk]:
     found += _risks(diff, alert_routing.inhibitions_widened(diff))
     found += _risks(diff, alert_routing.pages_rerouted(diff))
     found += _risks(diff, ksm_resources.assess(diff))
+    found += _risks(diff, runtime_logs.assess(diff))
     # last: a new preflight break the rules above have not told already (kilonode.review.preflight_break)
     found += _risks(diff, preflight_break.assess(diff, [(r.rule, r.subjects, r.summary) for r in found]))
     return sorted(found, key=lambda r: LEVELS.index(r.level))
