@@ -534,11 +534,12 @@ def prometheus_pending(diff: StackDiff) -> list[Finding]:
     if cpus <= room_cpus and memory <= room_gib:
         return []
     return [Finding(HIGH, PENDING_RULE, (
-        f"the cluster's Prometheus now asks for {cpus} CPUs and {memory:g} GiB, more than the running {pool} node "
-        f"({was.get('vmSize')}) leaves it ({room_cpus} CPUs, {room_gib:.0f} GiB: kilonode.plan.resolve.monitoring's "
-        f"fit rule); the pool moves to {now.get('vmSize')}, but the scale set's upgrade policy is Manual, so the "
-        "running VM keeps its size until it is upgraded, while `pulumi up` replaces the Prometheus pod at once: the old pod "
-        "is deleted and the new one waits Pending, and no alert fires in the cluster (the dead man's switch stops) "
-        f"until the VM is upgraded by hand. Upgrade the {pool} pool first (`kilonode rollout start --pool {pool} "
-        "--without-alerts`, docs/operations.md), in one change and `pulumi up`, then land what grows Prometheus"),
+        f"the cluster's Prometheus now asks for {cpus} CPUs and {memory:g} GiB, more than the running {pool} "
+        f"node ({was.get('vmSize')}) leaves it ({room_cpus} CPUs, {room_gib:.0f} GiB: the fit rule of "
+        f"kilonode.plan.resolve.monitoring); the pool moves to {now.get('vmSize')}, but the scale set's upgrade "
+        "policy is Manual, so the running VM keeps its size until it is upgraded, while `pulumi up` replaces the "
+        "Prometheus pod at once: the old pod is deleted and the new one waits Pending, and no alert fires in the "
+        "cluster (the dead man's switch stops) until the VM is upgraded by hand. Upgrade the "
+        f"{pool} pool first (`kilonode rollout start --pool {pool} --without-alerts`, docs/operations.md), in one "
+        "change and `pulumi up`, then land what grows Prometheus"),
         (f"StatefulSet monitoring/{PROMETHEUS}",))]
