@@ -471,5 +471,156 @@ def upstream_off_azure(diff: StackDiff) -> list[Finding]:
         (f"ConfigMap {NAMESPACE}/{_configmap_name(diff.head)}",), cause="Corefile")]
 
 
+# ---- how long a cluster name's answer may be served stale (dns-cache-stale-raised) -------------------------------
+#
+# Independent trace 21: the kubernetes plugin's `ttl 30` -> `ttl 300` with `cache 30` -> `cache 300 { prefetch ... }`
+# was only corefile-reloaded. Read in coredns/coredns at v1.12.1 (the catalogue's pin):
+# - the kubernetes plugin gives every answer it builds the TTL of its `ttl` option, default 5 (plugin/kubernetes/
+#   kubernetes.go: `defaultTTL = 5`, New sets k.ttl = defaultTTL; setup.go accepts `ttl` in [0, 3600]), and its
+#   MinTTL is that ttl (kubernetes.go `func (k *Kubernetes) MinTTL`);
+# - its NXDOMAIN/NODATA carries the SOA of plugin/backend_lookup.go SOA: Minttl = MinTTL, the SOA's own header TTL
+#   min(MinTTL, 300);
+# - the cache plugin stores a response for dnsutil.MinimalTTL of it (plugin/pkg/dnsutil/ttl.go: the lowest header TTL
+#   of its answer and authority records, so the SOA's header TTL for a denial), clamped by computeTTL to [minpttl,
+#   pttl] for a success and [minnttl, nttl] for a denial (plugin/cache/cache.go ResponseWriter.WriteMsg,
+#   computeTTL). Defaults: pttl 3600 s, nttl 1800 s, both minimums 5 s (cache.go New, maxTTL/maxNTTL/minTTL/minNTTL
+#   from dnsutil MaximumDefaulTTL 1h and MinimalDefaultTTL 5s); `cache TTL` sets pttl and nttl both, `success CAP TTL
+#   MINTTL` and `denial CAP TTL MINTTL` override them (plugin/cache/setup.go cacheParse); `disable success|denial
+#   [ZONES]` stops caching one kind;
+# - `serve_stale [DURATION] [immediate|verify]` (default 1h, immediate) serves an expired entry for up to DURATION
+#   past its TTL, refreshing it in the background after the answer (plugin/cache/handler.go ServeDNS,
+#   getIgnoreTTL); `verify` refreshes first and serves stale only when the refresh fails, which the in-process
+#   kubernetes plugin does not, so only `immediate` is counted.
+# So the longest a cluster name's answer may be served after the API changed is clamp(ttl, min, max) of the cache
+# serving the cluster zone (plus an immediate serve_stale's DURATION), and 0 s with no cache there.
+STALE_RULE = "dns-cache-stale-raised"
+# kubeadm's and kilonode's Corefile: `ttl 30` in the kubernetes block, `cache 30`: a cluster answer 30 s old at most.
+STALE_DEFAULT_S = 30
+KUBERNETES_DEFAULT_TTL_S = 5  # plugin/kubernetes/kubernetes.go defaultTTL at v1.12.1
+CACHE_MAX_S, CACHE_MAX_DENIAL_S, CACHE_MIN_S = 3600, 1800, 5  # plugin/cache/cache.go New at v1.12.1
+SOA_TTL_CAP_S = 300  # plugin/backend_lookup.go SOA: the header TTL min(MinTTL, 300)
+SERVE_STALE_DEFAULT_S = 3600  # plugin/cache/setup.go: serve_stale without DURATION, 1h
+_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
+
+
+def _go_seconds(text: str) -> int | None:
+    """A Go time.ParseDuration string in whole seconds (serve_stale's DURATION), None when it does not parse."""
+    parts = _GO_DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return int(sum(float(n) * _GO_UNITS[u] for n, u in parts))
+
+
+def server_blocks(text: str) -> list[tuple[list[str], list[tuple[list[str], list[list[str]]]]]]:
+    """[(server keys, [(directive words, [its block's lines as words])])] of a Corefile, comments dropped."""
+    blocks: list[tuple[list[str], list[tuple[list[str], list[list[str]]]]]] = []
+    depth = 0
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = line.rstrip("{").split()
+        if depth == 0 and line.endswith("{"):
+            blocks.append((words, []))
+        elif depth == 1 and words and words[0] != "}" and blocks:
+            blocks[-1][1].append((words, []))
+        elif depth == 2 and words and words[0] != "}" and blocks and blocks[-1][1]:
+            blocks[-1][1][-1][1].append(words)
+        depth = max(depth + line.count("{") - line.count("}"), 0)
+    return blocks
+
+
+def _zone(name: str) -> str:
+    name = re.sub(r"^[a-z]+://", "", name.lower()).rsplit(":", 1)[0] if name != "." else name
+    return name.rstrip(".") or "."
+
+
+def _covers(zones: list[str], name: str) -> bool:
+    return any(z == "." or name == z or name.endswith("." + z) for z in map(_zone, zones))
+
+
+def _int(words: list[str], i: int) -> int | None:
+    return int(words[i]) if len(words) > i and words[i].isdigit() else None
+
+
+def stale_windows(text: str) -> dict[str, tuple[int, int, str]]:
+    """cluster zone -> (longest age of a positive answer served, of a negative one, how) for each server block with a
+    `kubernetes` plugin (the module's comment above gives the arithmetic and its sources)."""
+    found: dict[str, tuple[int, int, str]] = {}
+    for keys, directives in server_blocks(text):
+        kube = next(((w, sub) for w, sub in directives if w[0] == "kubernetes"), None)
+        if kube is None:
+            continue
+        zones = kube[0][1:] or keys
+        zone = _zone(next((z for z in zones if not _zone(z).endswith("arpa")), zones[0] if zones else "."))
+        ttl = next((_int(w, 1) for w in kube[1] if w[0] == "ttl"), None)
+        ttl = KUBERNETES_DEFAULT_TTL_S if ttl is None else ttl
+        said = [f"kubernetes `ttl {ttl}`" + ("" if any(w[0] == "ttl" for w in kube[1]) else " (the plugin's default)")]
+        cache = next(((w, sub) for w, sub in directives if w[0] == "cache"), None)
+        args = cache[0][1:] if cache else []
+        cache_zones = (args[1:] if args and args[0].isdigit() else args) or keys
+        if cache is None or not _covers(cache_zones, zone):
+            found[zone] = (0, 0, "; ".join([*said, f"no cache serving {zone}"]))
+            continue
+        pttl = nttl = int(args[0]) if args and args[0].isdigit() else None
+        pmax, nmax = pttl or CACHE_MAX_S, nttl or CACHE_MAX_DENIAL_S
+        pmin = nmin = CACHE_MIN_S
+        stale, off = 0, set()
+        for w in cache[1]:
+            if w[0] in ("success", "denial"):
+                top, low = _int(w, 2), _int(w, 3)
+                if w[0] == "success":
+                    pmax, pmin = top or pmax, pmin if low is None else low
+                else:
+                    nmax, nmin = top or nmax, nmin if low is None else low
+            elif w[0] == "serve_stale" and (len(w) < 3 or w[2].lower() != "verify"):
+                stale = (_go_seconds(w[1]) if len(w) > 1 else SERVE_STALE_DEFAULT_S) or 0
+            elif w[0] == "disable" and len(w) > 1 and (len(w) == 2 or _covers(w[2:], zone)):
+                off.add(w[1])
+        positive = 0 if "success" in off else min(max(ttl, pmin), pmax) + stale
+        negative = 0 if "denial" in off else min(max(min(ttl, SOA_TTL_CAP_S), nmin), nmax) + stale
+        said.append(f"`{' '.join(cache[0])}`" + (" {" + "; ".join(" ".join(w) for w in cache[1]) + "}"
+                                                 if cache[1] else "")
+                    + f" (success max {pmax} s min {pmin} s, denial max {nmax} s min {nmin} s"
+                    + (f", serve_stale {stale} s" if stale else "") + (f", {'/'.join(sorted(off))} disabled"
+                                                                       if off else "") + ")")
+        found[zone] = (positive, negative, "; ".join(said))
+    return found
+
+
+def stale_raised(diff: StackDiff) -> list[Finding]:
+    """`dns-cache-stale-raised`: the longest a cluster name's answer, positive or negative, may be served after the
+    API changed rises between the base's Corefile and the head's."""
+    old, new = corefile(diff.base), corefile(diff.head)
+    if old is None or new is None or old == new:
+        return []
+    was, now = stale_windows(old), stale_windows(new)
+    found = []
+    for zone in sorted(now):
+        if zone not in was:
+            continue
+        (p0, n0, how0), (p1, n1, how1) = was[zone], now[zone]
+        if p1 <= p0 and n1 <= n0:
+            continue
+        level = HIGH if max(p1, n1) > max(STALE_DEFAULT_S, p0, n0) else MEDIUM
+        found.append(Finding(level, STALE_RULE, (
+            f"a {zone} name's answer may now be served up to {p1} s after the API changed it (was {p0} s) and an "
+            f"NXDOMAIN for it up to {n1} s (was {n0} s): base {how0}; head {how1}. CoreDNS gives its cluster "
+            "answers the kubernetes plugin's `ttl` and its NXDOMAIN an SOA of that TTL, and the cache keeps each "
+            "for that TTL within its own bounds (coredns v1.12.1 plugin/kubernetes/kubernetes.go MinTTL, "
+            "plugin/backend_lookup.go SOA, plugin/cache/cache.go computeTTL). A gang resolves its headless "
+            "Service's and its pods' names at rendezvous: a worker that looks up `job-0.<service>` before pod 0's "
+            "record exists gets an NXDOMAIN every CoreDNS replica may cache, so every worker that asks again waits "
+            f"up to {n1} s for the name; a restarted member's new IP is not seen for up to {p1} s, so the others "
+            "dial the old one and the job's rendezvous times out or hangs. Keep the kubernetes block's `ttl` at "
+            f"{STALE_DEFAULT_S} or less (kilonode's and kubeadm's): a larger `cache` TTL then still caches names "
+            "outside the cluster for longer while cluster answers stay at the plugin's ttl; and keep the `denial` "
+            "TTL and MINTTL and `serve_stale` from raising it for the cluster zone"),
+            (f"ConfigMap {NAMESPACE}/{_configmap_name(diff.head)}",), cause="Corefile"))
+    return found
+
+
 def assess(diff: StackDiff) -> list[Finding]:
-    return [*reload_reaches(diff), *replicas_cut(diff), *memory_short(diff), *upstream_off_azure(diff)]
+    return [*reload_reaches(diff), *replicas_cut(diff), *memory_short(diff), *upstream_off_azure(diff),
+            *stale_raised(diff)]
