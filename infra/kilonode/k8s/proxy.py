@@ -82,6 +82,32 @@ def proxy_kubeconfig(endpoint: str) -> dict[str, object]:
     }
 
 
+def _container(image: str) -> core.v1.ContainerArgs:
+    """kube-proxy's one container: privileged on the host network, ready while it syncs its node's rules."""
+    return core.v1.ContainerArgs(
+        name="kube-proxy",
+        image=image,
+        command=["/usr/local/bin/kube-proxy", f"--config={CONFIG_DIR}/config.conf",
+                 "--hostname-override=$(NODE_NAME)"],
+        env=[core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(
+            field_ref=core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")))],
+        security_context=core.v1.SecurityContextArgs(privileged=True),
+        # not ready while it no longer syncs the node's rules (defaults.KUBE_PROXY_READY_PATH)
+        readiness_probe=core.v1.ProbeArgs(
+            http_get=core.v1.HTTPGetActionArgs(
+                host=defaults.KUBE_PROXY_HEALTH_HOST, port=defaults.KUBE_PROXY_HEALTH_PORT,
+                path=defaults.KUBE_PROXY_READY_PATH, scheme="HTTP"),
+            period_seconds=defaults.KUBE_PROXY_READY_PERIOD_S,
+            failure_threshold=defaults.KUBE_PROXY_READY_FAILURES, timeout_seconds=5),
+        resources=core.v1.ResourceRequirementsArgs(requests={"cpu": "100m", "memory": "64Mi"}),
+        volume_mounts=[
+            core.v1.VolumeMountArgs(name="kube-proxy", mount_path=CONFIG_DIR, read_only=True),
+            core.v1.VolumeMountArgs(name="xtables-lock", mount_path="/run/xtables.lock"),
+            core.v1.VolumeMountArgs(name="lib-modules", mount_path="/lib/modules", read_only=True),
+        ],
+    )
+
+
 class KubeProxy(pulumi.ComponentResource):
     def __init__(self, name: str, args: KubeProxyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("kilonode:k8s:KubeProxy", name, None, opts)
@@ -131,29 +157,7 @@ class KubeProxy(pulumi.ComponentResource):
                         service_account=account,
                         host_network=True,
                         tolerations=tolerate_every_taint(),
-                        containers=[core.v1.ContainerArgs(
-                            name="kube-proxy",
-                            image=args.image,
-                            command=["/usr/local/bin/kube-proxy", f"--config={CONFIG_DIR}/config.conf",
-                                     "--hostname-override=$(NODE_NAME)"],
-                            env=[core.v1.EnvVarArgs(name="NODE_NAME", value_from=core.v1.EnvVarSourceArgs(
-                                field_ref=core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName")))],
-                            security_context=core.v1.SecurityContextArgs(privileged=True),
-                            # not ready while it no longer syncs the node's rules (defaults.KUBE_PROXY_READY_PATH)
-                            readiness_probe=core.v1.ProbeArgs(
-                                http_get=core.v1.HTTPGetActionArgs(
-                                    host=defaults.KUBE_PROXY_HEALTH_HOST, port=defaults.KUBE_PROXY_HEALTH_PORT,
-                                    path=defaults.KUBE_PROXY_READY_PATH, scheme="HTTP"),
-                                period_seconds=defaults.KUBE_PROXY_READY_PERIOD_S,
-                                failure_threshold=defaults.KUBE_PROXY_READY_FAILURES, timeout_seconds=5),
-                            resources=core.v1.ResourceRequirementsArgs(requests={"cpu": "100m", "memory": "64Mi"}),
-                            volume_mounts=[
-                                core.v1.VolumeMountArgs(name="kube-proxy", mount_path=CONFIG_DIR, read_only=True),
-                                core.v1.VolumeMountArgs(name="xtables-lock", mount_path="/run/xtables.lock"),
-                                core.v1.VolumeMountArgs(name="lib-modules", mount_path="/lib/modules",
-                                                        read_only=True),
-                            ],
-                        )],
+                        containers=[_container(args.image)],
                         volumes=[
                             core.v1.VolumeArgs(name="kube-proxy", config_map=core.v1.ConfigMapVolumeSourceArgs(
                                 name=config.metadata.name)),

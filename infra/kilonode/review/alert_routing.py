@@ -357,3 +357,49 @@ def pages_rerouted(diff: StackDiff) -> list[Finding]:
         "it, so those pages stop and nothing fires about it (amtool accepts the file). Put the new route after "
         "the paging route, give it `continue: true`, or add the pager's integration to its receiver"),
         tuple(sorted({key[0] for key in lost})))]
+
+
+# ---- alert-grouping-split (trace 22, P07) ------------------------------------------------------------------------
+# A route's group_by gaining a label splits its groups: Alertmanager's notification log and PagerDuty's dedup key are
+# per group (notify/notify.go DedupStage keys the log by the group key; notify/pagerduty/pagerduty.go sets DedupKey
+# to the group key's hash, at the pinned release). When the new configuration loads, the dispatcher's groups are
+# rebuilt (dispatch/dispatch.go: a new Dispatcher per configuration), so every alert firing then arrives in a group
+# the log has never notified: each pages again under a new key, and the incidents opened under the old keys are
+# never sent a resolve (their groups are gone). A per-thing label (a node, a GPU) also makes one fleet-wide fault
+# one notification per thing: hundreds to thousands of events on one integration key.
+SPLIT_RULE = "alert-grouping-split"
+
+
+def groups_split(diff: StackDiff) -> list[Finding]:
+    base, head = _configs(diff.base), _configs(diff.head)
+    said = []
+    per_thing = False
+    for place, config in head.items():
+        before = base.get(place)
+        if before is None:
+            continue
+        was = dict(_routes(before["route"], (), "route"))
+        for where, group_by in _routes(config["route"], (), "route"):
+            old = was.get(where)
+            if old is None or EVERY_LABEL in group_by or EVERY_LABEL in old:
+                continue  # '...' is alert-grouping-off's
+            added = [label for label in group_by if label not in old]
+            if not added:
+                continue
+            per_thing = per_thing or any(label in PER_INSTANCE for label in added)
+            said.append((place, f"{where} groups by {', '.join(group_by)} (added {', '.join(added)})"))
+    if not said:
+        return []
+    today = ("nothing is sent today (the stack has no `alerting` receiver)" if not plan_of(diff.head).get("alerting")
+             else "the stack's receivers (PagerDuty's dedup key included) see it")
+    return [Finding(HIGH if per_thing else MEDIUM, SPLIT_RULE, (
+        f"{'; '.join(line for _, line in said)}: when the new configuration loads, every alert firing then lands in a "
+        "new group that Alertmanager's notification log has never notified, so each pages again under a new "
+        "PagerDuty dedup key and the incidents opened under the old keys are never resolved (their groups are gone: "
+        "prometheus/alertmanager notify/notify.go DedupStage, notify/pagerduty/pagerduty.go DedupKey = the group "
+        "key's hash, at the pinned release)"
+        + ("; and a per-thing label makes one fleet-wide fault one notification per node or GPU: hundreds to "
+           "thousands of events on one integration key, which rate-limits them, critical pages included"
+           if per_thing else "")
+        + f"; {today}. Resolve the open incidents by hand after it lands, and keep per-thing labels out of "
+        "group_by (the notification lists the instances)"), tuple(sorted({place for place, _ in said})))]

@@ -57,7 +57,7 @@ from typing import Any
 
 from kilonode.review.compare import StackDiff
 from kilonode.review.control_flags import host_nodes
-from kilonode.review.finding import HIGH, Finding
+from kilonode.review.finding import HIGH, MEDIUM, Finding
 
 RULE = "container-logs-lost"
 DAEMON_FILES = ("etc/docker/daemon.json", "etc/docker/daemon-nvidia.json")
@@ -151,7 +151,8 @@ def assess(diff: StackDiff) -> list[Finding]:
         found.append(Finding(
             HIGH, RULE,
             f"{pool} ({count:,} nodes): Docker's log-driver moves from json-file to {new} ({where}). Docker gives "
-            "a container a log file path only with json-file (moby v20.10.24 container/container.go StartLogger: "
+            "a container a log file path only with json-file (moby at the pinned Docker, "
+            "container/container.go StartLogger: "
             "\"Do not set container.LogPath for the local driver\"), so cri-dockerd makes no /var/log/pods symlink "
             "(core/logs.go createContainerLogSymlink, criSupportedLogDrivers [json-file]) and the kubelet, which "
             "reads logs only there (kuberuntime_container.go GetContainerLogs -> ReadLogs(status.GetLogPath())), "
@@ -162,3 +163,36 @@ def assess(diff: StackDiff) -> list[Finding]:
             "(kilonode.render.pool docker_daemon_json); ship logs elsewhere with a collector reading /var/log/pods",
             tuple(sorted(subjects[pool]))))
     return found
+
+
+# ---- live-restore-off (trace 22, P02) ---------------------------------------------------------------------------
+# kilonode sets Docker's `live-restore` (kilonode.render.pool: "a dockerd restart must not kill them", the field
+# notes' semi-stateful pods). Without it, dockerd's shutdown stops every running container (moby v20.10.24
+# daemon/daemon.go (*Daemon).Shutdown: containers are kept only `if cfg.LiveRestoreEnabled`), so any restart of the
+# daemon on a node (a crash, an OOM kill, a package or config reload that restarts docker.service) kills every
+# container there: one rank of each gang on it, and so the gang.
+LIVE_RESTORE_RULE = "live-restore-off"
+
+
+def live_restore_off(diff: StackDiff) -> list[Finding]:
+    if diff.head is None:
+        return []
+    base, head = _configs(diff.base), _configs(diff.head)
+    off: dict[str, list[str]] = {}
+    for (role, path), config in sorted(head.items()):
+        before = base.get((role, path))
+        if config.get("live-restore") is True or before is None or before.get("live-restore") is not True:
+            continue
+        off.setdefault(role, []).append(f"{role}/{path}")
+    if not off:
+        return []
+    nodes = host_nodes(diff.head)
+    said = ", ".join(f"{role} ({nodes.get(role, 0):,} nodes)" for role in sorted(off))
+    return [Finding(MEDIUM, LIVE_RESTORE_RULE, (
+        f"Docker's live-restore turned off on {said}: from then on any restart of dockerd on such a node (a crash, "
+        "an OOM kill, a restart of docker.service) stops every container on it (moby at the pinned "
+        "Docker, daemon/daemon.go "
+        "(*Daemon).Shutdown keeps them only with live-restore), so each gang with a rank there loses its run since "
+        "its checkpoint. Only new or reimaged nodes get it (custom data, Manual upgrade policy), so the fleet runs "
+        "both until rolled. kilonode sets it for the field notes' semi-stateful pods (kilonode.render.pool): keep "
+        "`\"live-restore\": true`"), tuple(p for paths in off.values() for p in paths))]
