@@ -17,15 +17,20 @@ STACK = "research-7500"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 
 
-def _with_route(change: Any) -> dict[str, Any]:
+def _with_config(change: Any) -> dict[str, Any]:
+    """The shipped stack's snapshot with its alertmanager.yml changed by `change(config)`."""
     head = snapshot(STACK)
     [(inputs, key)] = [(r["inputs"], k) for r in head["resources"] if r["type"] == CONFIG_MAP
                        for k, v in (r["inputs"].get("data") or {}).items()
                        if isinstance(v, str) and "receivers:" in v and "route:" in v]
     config = yaml.safe_load(inputs["data"][key])
-    change(config["route"])
+    change(config)
     inputs["data"][key] = yaml.safe_dump(config, sort_keys=False)
     return head
+
+
+def _with_route(change: Any) -> dict[str, Any]:
+    return _with_config(lambda config: change(config["route"]))
 
 
 def _lines(head: dict[str, Any]) -> list[Any]:
@@ -65,14 +70,7 @@ def test_grouping_by_more_labels_with_alertname_or_a_timer_change_says_nothing()
 
 # --- alert-inhibition-widened (trace 19, P02) ---------------------------------------------------------------------
 def _with_inhibit(change: Any) -> dict[str, Any]:
-    head = snapshot(STACK)
-    [(inputs, key)] = [(r["inputs"], k) for r in head["resources"] if r["type"] == CONFIG_MAP
-                       for k, v in (r["inputs"].get("data") or {}).items()
-                       if isinstance(v, str) and "receivers:" in v and "route:" in v]
-    config = yaml.safe_load(inputs["data"][key])
-    change(config["inhibit_rules"])
-    inputs["data"][key] = yaml.safe_dump(config, sort_keys=False)
-    return head
+    return _with_config(lambda config: change(config["inhibit_rules"]))
 
 
 def _inhibit(head: dict[str, Any]) -> list[Any]:
@@ -118,15 +116,10 @@ def _gpu_team_route(first: bool, **extra: Any) -> Any:
 
 
 def _with_receiver(change: Any) -> dict[str, Any]:
-    head = snapshot(STACK)
-    [(inputs, key)] = [(r["inputs"], k) for r in head["resources"] if r["type"] == CONFIG_MAP
-                       for k, v in (r["inputs"].get("data") or {}).items()
-                       if isinstance(v, str) and "receivers:" in v and "route:" in v]
-    config = yaml.safe_load(inputs["data"][key])
-    change(config["route"])
-    config["receivers"].append({"name": "gpu-infra", "webhook_configs": [{"url": "https://gpu.example.com/hook"}]})
-    inputs["data"][key] = yaml.safe_dump(config, sort_keys=False)
-    return head
+    def both(config: dict[str, Any]) -> None:
+        change(config["route"])
+        config["receivers"].append({"name": "gpu-infra", "webhook_configs": [{"url": "https://gpu.example.com/hook"}]})
+    return _with_config(both)
 
 
 def test_a_pool_route_before_the_pager_takes_the_pool_pages_away() -> None:

@@ -406,20 +406,8 @@ _PRIVATE_TYPES = re.compile(r"privateendpoint|privatezone|privatednszone|private
 def forwards(text: str) -> dict[tuple[str, str], tuple[str, ...]]:
     """(server block keys, FROM) -> TO of every `forward` in a Corefile: the server block is its header (`.:53`),
     comments dropped; a FROM of several zones is kept as written."""
-    found: dict[tuple[str, str], tuple[str, ...]] = {}
-    depth, server = 0, ""
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        words = line.rstrip("{").split()
-        if depth == 0 and line.endswith("{"):
-            server = " ".join(words)
-        elif depth == 1 and words and words[0] == "forward" and len(words) >= 3:
-            found[(server, words[1])] = tuple(words[2:])
-        depth += line.count("{") - line.count("}")
-        depth = max(depth, 0)
-    return found
+    return {(" ".join(keys), words[1]): tuple(words[2:]) for keys, directives in server_blocks(text)
+            for words, _ in directives if words[0] == "forward" and len(words) >= 3}
 
 
 def _via_azure(upstreams: tuple[str, ...]) -> bool:
